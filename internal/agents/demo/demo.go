@@ -1,0 +1,148 @@
+// Package demo is the built-in "demo" agent type: a simulated researcher that
+// streams a chunk, reaches a milestone and reports progress at every step.
+//
+// Input: {"steps": n, "stepMs": ms, "failAt": k}, all optional (defaults 5
+// steps of 200 ms, no failure). A run taken over by another worker resumes
+// after its last milestone instead of redoing finished steps.
+package demo
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jetrun/jetrun/pkg/worker"
+)
+
+// AgentType is the name the demo handler is registered under.
+const AgentType = "demo"
+
+// Input limits.
+const (
+	DefaultSteps  = 5
+	DefaultStepMs = 200
+	MaxSteps      = 100_000
+	MaxStepMs     = 10 * 60 * 1000
+)
+
+// Input is the demo agent's input.
+type Input struct {
+	Steps  *int `json:"steps"`
+	StepMs *int `json:"stepMs"`
+	FailAt int  `json:"failAt"`
+}
+
+// Output is the demo agent's structured result.
+type Output struct {
+	Steps        int `json:"steps"`
+	StepsRunHere int `json:"stepsRunHere"`
+	Attempt      int `json:"attempt"`
+}
+
+// ParseInput decodes and checks raw, saying exactly what is wrong.
+func ParseInput(raw json.RawMessage) (steps, stepMs, failAt int, err error) {
+	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' {
+		return 0, 0, 0, fmt.Errorf(`demo input must be a JSON object like {"steps": 5, "stepMs": 200}, got %.40s`, raw)
+	}
+	var in Input
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) {
+			return 0, 0, 0, fmt.Errorf("demo input field %q must be an integer, got %s", typeErr.Field, typeErr.Value)
+		}
+		if field, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			return 0, 0, 0, fmt.Errorf("demo input has unknown field %s; known fields are steps, stepMs and failAt", field)
+		}
+		return 0, 0, 0, fmt.Errorf("demo input is not valid JSON: %w", err)
+	}
+	steps, stepMs = DefaultSteps, DefaultStepMs
+	if in.Steps != nil {
+		steps = *in.Steps
+	}
+	if in.StepMs != nil {
+		stepMs = *in.StepMs
+	}
+	var errs []error
+	if steps < 1 || steps > MaxSteps {
+		errs = append(errs, fmt.Errorf("demo input field \"steps\" must be between 1 and %d, got %d", MaxSteps, steps))
+	}
+	if stepMs < 0 || stepMs > MaxStepMs {
+		errs = append(errs, fmt.Errorf("demo input field \"stepMs\" must be between 0 and %d, got %d", MaxStepMs, stepMs))
+	}
+	if in.FailAt < 0 {
+		errs = append(errs, fmt.Errorf("demo input field \"failAt\" must not be negative, got %d", in.FailAt))
+	}
+	return steps, stepMs, in.FailAt, errors.Join(errs...)
+}
+
+// Handler returns the demo agent's handler.
+func Handler() worker.Handler { return worker.HandlerFunc(serve) }
+
+func serve(ctx context.Context, run *worker.Run) (worker.Result, error) {
+	steps, stepMs, failAt, err := ParseInput(run.Input())
+	if err != nil {
+		return worker.Result{}, err
+	}
+	start := 1
+	for _, m := range run.Milestones() {
+		if n, ok := stepOf(m.Name); ok && n >= start {
+			start = n + 1
+		}
+	}
+	if start > 1 {
+		run.Logger().InfoContext(ctx, "resuming after last milestone", "from_step", start)
+	}
+	ran := 0
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	<-timer.C
+	for i := start; i <= steps; i++ {
+		if stepMs > 0 {
+			timer.Reset(time.Duration(stepMs) * time.Millisecond)
+			select {
+			case <-ctx.Done():
+				return worker.Result{}, context.Cause(ctx)
+			case <-timer.C:
+			}
+		} else if err := context.Cause(ctx); ctx.Err() != nil {
+			return worker.Result{}, err
+		}
+		if i == failAt {
+			return worker.Result{}, fmt.Errorf("step %d failed, as the input's failAt asked", i)
+		}
+		if err := run.Chunk(ctx, fmt.Sprintf("step %d of %d: looked into lead %d\n", i, steps, i)); err != nil {
+			return worker.Result{}, err
+		}
+		if _, err := run.Milestone(ctx, "step-"+strconv.Itoa(i), map[string]int{"step": i}); err != nil {
+			return worker.Result{}, err
+		}
+		if err := run.Progress(ctx, worker.Progress{
+			Fraction: float64(i) / float64(steps),
+			Phase:    "researching",
+			Message:  fmt.Sprintf("step %d of %d", i, steps),
+		}); err != nil {
+			return worker.Result{}, err
+		}
+		ran++
+	}
+	return worker.Result{
+		Summary: fmt.Sprintf("finished %d steps", steps),
+		Output:  Output{Steps: steps, StepsRunHere: ran, Attempt: run.Attempt()},
+	}, nil
+}
+
+func stepOf(name string) (int, bool) {
+	s, ok := strings.CutPrefix(name, "step-")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(s)
+	return n, err == nil
+}

@@ -1,0 +1,84 @@
+// Package natstest runs real nats-servers with JetStream for tests: embedded
+// in the test process, on a random loopback port, with a store under
+// t.TempDir(), shut down in t.Cleanup.
+package natstest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// RunServer starts a JetStream-enabled server for the test.
+func RunServer(t testing.TB) *server.Server {
+	t.Helper()
+	return RunServerWithOptions(t, &server.Options{})
+}
+
+// RunServerWithOptions starts a server from opts, filling in a random port,
+// loopback host, a temporary store and explicit JetStream limits.
+func RunServerWithOptions(t testing.TB, opts *server.Options) *server.Server {
+	t.Helper()
+	if opts.Host == "" {
+		opts.Host = "127.0.0.1"
+	}
+	if opts.Port == 0 {
+		opts.Port = server.RANDOM_PORT
+	}
+	opts.JetStream = true
+	if opts.StoreDir == "" {
+		opts.StoreDir = t.TempDir()
+	}
+	if opts.JetStreamMaxMemory == 0 {
+		opts.JetStreamMaxMemory = 256 << 20
+	}
+	if opts.JetStreamMaxStore == 0 {
+		opts.JetStreamMaxStore = 4 << 30
+	}
+	opts.NoSigs, opts.NoLog = true, true
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatalf("natstest: new server: %v", err)
+	}
+	ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		ns.Shutdown()
+		t.Fatal("natstest: server not ready within 10s")
+	}
+	t.Cleanup(func() {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+	})
+	return ns
+}
+
+// Connect opens a client connection to ns, closed in t.Cleanup.
+func Connect(t testing.TB, ns *server.Server) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(ns.ClientURL(), nats.Name(t.Name()))
+	if err != nil {
+		t.Fatalf("natstest: connect: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("natstest: jetstream: %v", err)
+	}
+	return nc, js
+}
+
+// Eventually polls cond every 10ms until it returns true or timeout passes,
+// then fails the test with msg.
+func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("natstest: timed out after %s: "+msg, append([]any{timeout}, args...)...)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,105 @@
+package events
+
+import (
+	"encoding/json"
+	"strconv"
+	"time"
+)
+
+// Headers jetrun sets on messages, besides Nats-Msg-Id.
+const (
+	// HeaderReason says why a message was dead-lettered.
+	HeaderReason = "Jetrun-Reason"
+	// HeaderOriginalSubject is the subject a dead-lettered message was
+	// published to.
+	HeaderOriginalSubject = "Jetrun-Original-Subject"
+	// HeaderOriginalSequence is the dead-lettered message's sequence in its
+	// original stream.
+	HeaderOriginalSequence = "Jetrun-Original-Sequence"
+	// HeaderOriginalMsgID is the dead-lettered message's Nats-Msg-Id, if any.
+	HeaderOriginalMsgID = "Jetrun-Original-Msg-Id"
+	// HeaderAttempt is the attempt that published a run event.
+	HeaderAttempt = "Jetrun-Attempt"
+)
+
+// Size limits enforced on the way in, so a run row (input, output and
+// summary together) always fits in one NATS message (1 MiB by default).
+const (
+	MaxInputBytes   = 256 << 10
+	MaxOutputBytes  = 256 << 10
+	MaxSummaryBytes = 64 << 10
+	MaxChunkBytes   = 256 << 10
+)
+
+// StatusEvent is published on jetrun.run.<id>.status at every transition.
+type StatusEvent struct {
+	RunID             string    `json:"runId"`
+	Status            Status    `json:"status"`
+	Reason            string    `json:"reason,omitempty"`
+	Error             string    `json:"error,omitempty"`
+	Retryable         bool      `json:"retryable,omitempty"`
+	ChildStillRunning bool      `json:"childStillRunning,omitempty"`
+	Attempt           int       `json:"attempt,omitempty"`
+	Worker            string    `json:"worker,omitempty"`
+	At                time.Time `json:"at"`
+}
+
+// Chunk is one piece of a run's streamed output, on jetrun.run.<id>.chunk.
+// Seq is 1, 2, 3… per run, across attempts.
+type Chunk struct {
+	RunID   string          `json:"runId"`
+	Seq     int64           `json:"seq"`
+	Data    json.RawMessage `json:"data"`
+	Attempt int             `json:"attempt,omitempty"`
+}
+
+// Progress is a coalesced progress snapshot, on jetrun.run.<id>.progress.
+type Progress struct {
+	RunID    string          `json:"runId"`
+	Fraction float64         `json:"fraction"`
+	Phase    string          `json:"phase,omitempty"`
+	Message  string          `json:"message,omitempty"`
+	Data     json.RawMessage `json:"data,omitempty"`
+	Attempt  int             `json:"attempt,omitempty"`
+	At       time.Time       `json:"at"`
+}
+
+// Milestone is a durable named point a run reached, on
+// jetrun.run.<id>.milestone, published with Nats-Msg-Id <runId>.m.<sequence>.
+// Sequence is 1, 2, 3… per run, across attempts.
+type Milestone struct {
+	RunID    string          `json:"runId"`
+	Sequence int             `json:"sequence"`
+	Name     string          `json:"name"`
+	Data     json.RawMessage `json:"data,omitempty"`
+	Attempt  int             `json:"attempt,omitempty"`
+	At       time.Time       `json:"at"`
+}
+
+// Detached holds the settings of a detached run.
+type Detached struct {
+	OnFinish           string `json:"onFinish,omitempty"`
+	MaxBudgetMs        int64  `json:"maxBudgetMs,omitempty"`
+	NoProgressBudgetMs int64  `json:"noProgressBudgetMs,omitempty"`
+}
+
+// MilestoneMsgID is the Nats-Msg-Id of a run's milestone with sequence seq.
+func MilestoneMsgID(runID string, seq int) string {
+	return runID + ".m." + itoa(int64(seq))
+}
+
+// StatusMsgID is the Nats-Msg-Id of a status event: one per run, attempt and
+// status, so a retried publish is deduplicated.
+func StatusMsgID(runID string, attempt int, s Status) string {
+	return runID + ".s." + itoa(int64(attempt)) + "." + string(s)
+}
+
+// ChunkMsgID is the Nats-Msg-Id of a run's chunk with sequence seq.
+func ChunkMsgID(runID string, seq int64) string { return runID + ".c." + itoa(seq) }
+
+// ProgressMsgID is the Nats-Msg-Id of the n-th progress event of an attempt.
+func ProgressMsgID(runID string, attempt int, n int64) string {
+	return runID + ".p." + itoa(int64(attempt)) + "." + itoa(n)
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

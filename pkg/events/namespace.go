@@ -1,0 +1,118 @@
+package events
+
+import (
+	"cmp"
+	"fmt"
+	"strings"
+)
+
+// DefaultPrefix is the subject prefix of the zero Namespace.
+const DefaultPrefix = "jetrun"
+
+// Kinds of event published on a run's subjects (the last token).
+const (
+	KindStatus    = "status"
+	KindChunk     = "chunk"
+	KindProgress  = "progress"
+	KindMilestone = "milestone"
+)
+
+// Namespace derives every subject, stream and bucket name from one prefix.
+// The zero value uses DefaultPrefix.
+type Namespace string
+
+// NewNamespace returns the namespace for prefix, or an error if the prefix is
+// not a single subject token.
+func NewNamespace(prefix string) (Namespace, error) {
+	if prefix == "" {
+		return Namespace(DefaultPrefix), nil
+	}
+	if err := validateToken("prefix", prefix); err != nil {
+		return "", err
+	}
+	return Namespace(prefix), nil
+}
+
+// Prefix returns the subject prefix.
+func (ns Namespace) Prefix() string { return cmp.Or(string(ns), DefaultPrefix) }
+
+func (ns Namespace) streamName(suffix string) string {
+	return strings.ToUpper(ns.Prefix()) + "_" + suffix
+}
+
+// DispatchStream is the work-queue stream holding dispatches (JETRUN_DISPATCH).
+func (ns Namespace) DispatchStream() string { return ns.streamName("DISPATCH") }
+
+// EventsStream is the limits stream holding every run's events (JETRUN_EVENTS).
+func (ns Namespace) EventsStream() string { return ns.streamName("EVENTS") }
+
+// DLQStream is the stream holding rejected messages (JETRUN_DLQ).
+func (ns Namespace) DLQStream() string { return ns.streamName("DLQ") }
+
+// RunsBucket is the KV bucket holding one row per run (jetrun_runs).
+func (ns Namespace) RunsBucket() string { return ns.Prefix() + "_runs" }
+
+// DispatchSubject is where a dispatch for agentType is published.
+func (ns Namespace) DispatchSubject(agentType string) string {
+	return ns.Prefix() + ".dispatch." + mustToken("agent type", agentType)
+}
+
+// DispatchWildcard matches every dispatch subject.
+func (ns Namespace) DispatchWildcard() string { return ns.Prefix() + ".dispatch.>" }
+
+// DispatchMalformedWildcard matches dispatch subjects with more than one token
+// after "dispatch" ("jetrun.dispatch.a.b"): no agent type can be named that
+// way, so such messages are dead-lettered. It never overlaps a single agent
+// type's subject, as work-queue consumers require.
+func (ns Namespace) DispatchMalformedWildcard() string { return ns.Prefix() + ".dispatch.*.>" }
+
+// AgentTypeFromDispatchSubject returns the agent type token of a dispatch
+// subject, or "" if the subject is not a single-token dispatch subject.
+func (ns Namespace) AgentTypeFromDispatchSubject(subject string) string {
+	rest, ok := strings.CutPrefix(subject, ns.Prefix()+".dispatch.")
+	if !ok || strings.Contains(rest, ".") {
+		return ""
+	}
+	return rest
+}
+
+// RunSubject is the subject of one kind of event of a run.
+func (ns Namespace) RunSubject(runID, kind string) string {
+	return ns.Prefix() + ".run." + mustToken("run id", runID) + "." + kind
+}
+
+// RunWildcard matches every event of one run.
+func (ns Namespace) RunWildcard(runID string) string {
+	return ns.Prefix() + ".run." + mustToken("run id", runID) + ".>"
+}
+
+// RunsWildcard matches every event of every run.
+func (ns Namespace) RunsWildcard() string { return ns.Prefix() + ".run.>" }
+
+// ParseRunSubject splits a run event subject into its run id and kind.
+func (ns Namespace) ParseRunSubject(subject string) (runID, kind string, err error) {
+	rest, ok := strings.CutPrefix(subject, ns.Prefix()+".run.")
+	if ok {
+		runID, kind, ok = strings.Cut(rest, ".")
+	}
+	if !ok || ValidateID(runID) != nil || kind == "" {
+		return "", "", fmt.Errorf("events: %q is not a run event subject", subject)
+	}
+	return runID, kind, nil
+}
+
+// DLQSubject is where rejected dispatches of agentType are kept. An agent type
+// that is not a valid token is filed under "_invalid".
+func (ns Namespace) DLQSubject(agentType string) string {
+	if ValidateAgentType(agentType) != nil {
+		agentType = "_invalid"
+	}
+	return ns.Prefix() + ".dlq." + agentType
+}
+
+// DLQWildcard matches every dead-letter subject.
+func (ns Namespace) DLQWildcard() string { return ns.Prefix() + ".dlq.>" }
+
+// AgentConsumer is the durable consumer on the dispatch stream shared by
+// every worker of agentType.
+func AgentConsumer(agentType string) string { return "agent-" + mustToken("agent type", agentType) }

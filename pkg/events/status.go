@@ -1,0 +1,48 @@
+package events
+
+// Status is a run's lifecycle state.
+type Status string
+
+// The run statuses. StatusCompleted, StatusError and StatusAborted are final:
+// no transition ever leaves them. StatusInterrupted is soft: a child that
+// finishes later replaces it with its real result.
+const (
+	StatusStarting    Status = "starting"
+	StatusRunning     Status = "running"
+	StatusCompleted   Status = "completed"
+	StatusError       Status = "error"
+	StatusAborted     Status = "aborted"
+	StatusInterrupted Status = "interrupted"
+)
+
+// Reasons recorded with a status.
+const (
+	ReasonBudgetExceeded = "budget-exceeded"
+	ReasonNoProgress     = "no-progress"
+	ReasonWindowExceeded = "window-exceeded"
+	ReasonLeaseLost      = "lease-lost"
+	ReasonCancelled      = "cancelled"
+	ReasonHandlerError   = "handler-error"
+	ReasonPanic          = "panic"
+	ReasonMaxAttempts    = "max-attempts"
+	ReasonDispatchFailed = "dispatch-failed"
+	ReasonBadInput       = "bad-input"
+)
+
+// Final reports whether s can never change again.
+func (s Status) Final() bool {
+	return s == StatusCompleted || s == StatusError || s == StatusAborted
+}
+
+// Terminal reports whether s ends a run as far as a waiting parent is
+// concerned: a final status or the soft StatusInterrupted.
+func (s Status) Terminal() bool { return s.Final() || s == StatusInterrupted }
+
+// Valid reports whether s is one of the known statuses.
+func (s Status) Valid() bool {
+	switch s {
+	case StatusStarting, StatusRunning, StatusCompleted, StatusError, StatusAborted, StatusInterrupted:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,139 @@
+package kv
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/jetrun/jetrun/pkg/events"
+)
+
+// Run is a run's row: the authoritative record of one child run, stored as
+// JSON under its id in the runs bucket.
+type Run struct {
+	ID               string           `json:"id"`
+	AgentType        string           `json:"agentType"`
+	Parent           string           `json:"parent,omitempty"`
+	ParentToolCallID string           `json:"parentToolCallId,omitempty"`
+	DisplayOrder     int              `json:"displayOrder,omitempty"`
+	Depth            int              `json:"depth,omitempty"`
+	Input            json.RawMessage  `json:"input,omitempty"`
+	Detached         *events.Detached `json:"detached,omitempty"`
+
+	Status            events.Status   `json:"status"`
+	Reason            string          `json:"reason,omitempty"`
+	Error             string          `json:"error,omitempty"`
+	Retryable         bool            `json:"retryable,omitempty"`
+	ChildStillRunning bool            `json:"childStillRunning,omitempty"`
+	Summary           string          `json:"summary,omitempty"`
+	Output            json.RawMessage `json:"output,omitempty"`
+
+	// Progress is the latest progress snapshot (without its data).
+	Progress *ProgressSnapshot `json:"progress,omitempty"`
+	// Milestones is the number of milestones reached.
+	Milestones int `json:"milestones,omitempty"`
+	// Chunks is the number of chunks streamed.
+	Chunks int64 `json:"chunks,omitempty"`
+
+	// Attempt counts claims: 1 for the first worker, +1 at every takeover.
+	// Every write by a worker is fenced by it.
+	Attempt int `json:"attempt,omitempty"`
+	// Handoffs counts attempts handed back on graceful shutdown; they do not
+	// count against the attempt limit.
+	Handoffs int `json:"handoffs,omitempty"`
+	// Worker is the id of the worker holding the lease, "" when none does.
+	Worker string `json:"worker,omitempty"`
+	// LeaseUntil is when the holder's lease ends unless renewed.
+	LeaseUntil time.Time `json:"leaseUntil,omitzero"`
+
+	CancelRequested bool   `json:"cancelRequested,omitempty"`
+	CancelReason    string `json:"cancelReason,omitempty"`
+
+	// Delivered records, per status, when its finish was delivered.
+	Delivered map[events.Status]time.Time `json:"delivered,omitempty"`
+
+	CreatedAt    time.Time `json:"createdAt"`
+	StartedAt    time.Time `json:"startedAt,omitzero"`
+	LastSignalAt time.Time `json:"lastSignalAt,omitzero"`
+	FinishedAt   time.Time `json:"finishedAt,omitzero"`
+
+	// FirstEventSeq is the JETRUN_EVENTS sequence of the run's first event,
+	// where a replay starts; 0 until known.
+	FirstEventSeq uint64 `json:"firstEventSeq,omitempty"`
+}
+
+// ProgressSnapshot is the part of a progress event kept on the row.
+type ProgressSnapshot struct {
+	Fraction float64   `json:"fraction"`
+	Phase    string    `json:"phase,omitempty"`
+	Message  string    `json:"message,omitempty"`
+	At       time.Time `json:"at"`
+}
+
+// LeaseHeld reports whether a worker holds a lease on r that has not expired
+// at now.
+func (r *Run) LeaseHeld(now time.Time) bool {
+	return r.Worker != "" && now.Before(r.LeaseUntil)
+}
+
+// HeldBy reports whether worker holds r at attempt (expired or not).
+func (r *Run) HeldBy(worker string, attempt int) bool {
+	return r.Worker == worker && r.Attempt == attempt
+}
+
+// Clone returns a deep copy of r.
+func (r *Run) Clone() *Run {
+	c := *r
+	if r.Detached != nil {
+		d := *r.Detached
+		c.Detached = &d
+	}
+	if r.Progress != nil {
+		p := *r.Progress
+		c.Progress = &p
+	}
+	if r.Delivered != nil {
+		c.Delivered = make(map[events.Status]time.Time, len(r.Delivered))
+		for k, v := range r.Delivered {
+			c.Delivered[k] = v
+		}
+	}
+	return &c
+}
+
+// Failure is how a parent sees a run that did not complete.
+type Failure struct {
+	RunID             string        `json:"runId"`
+	OK                bool          `json:"ok"`
+	Status            events.Status `json:"status"`
+	Message           string        `json:"error,omitempty"` // the run's error text
+	Retryable         bool          `json:"retryable"`
+	Reason            string        `json:"reason,omitempty"`
+	ChildStillRunning bool          `json:"childStillRunning"`
+}
+
+// Error implements error.
+func (f *Failure) Error() string {
+	msg := "run " + f.RunID + " ended " + string(f.Status)
+	if f.Reason != "" {
+		msg += " (" + f.Reason + ")"
+	}
+	if f.Message != "" {
+		msg += ": " + f.Message
+	}
+	return msg
+}
+
+// Failure returns r's failure value, or nil if r completed or is still live.
+func (r *Run) Failure() *Failure {
+	if !r.Status.Terminal() || r.Status == events.StatusCompleted {
+		return nil
+	}
+	return &Failure{
+		RunID:             r.ID,
+		Status:            r.Status,
+		Message:           r.Error,
+		Retryable:         r.Status == events.StatusInterrupted,
+		Reason:            r.Reason,
+		ChildStillRunning: r.ChildStillRunning,
+	}
+}

@@ -1,0 +1,228 @@
+package kv
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetrun/jetrun/pkg/events"
+)
+
+// Errors returned by Store methods; test with errors.Is.
+var (
+	// ErrRunNotFound is returned by Get, Update and Mutate when no row exists
+	// for the id.
+	ErrRunNotFound = errors.New("run not found")
+	// ErrRunExists is returned by Create when a row already exists.
+	ErrRunExists = errors.New("run already exists")
+	// ErrConflict is returned by Update when the row changed since the
+	// revision the caller read (a lost compare-and-set).
+	ErrConflict = errors.New("run row changed concurrently")
+	// ErrNoChange may be returned by a Mutate function to leave the row as it
+	// is; Mutate then returns the current row and a nil error.
+	ErrNoChange = errors.New("no change")
+	// ErrCorruptRow is returned when a stored row is not valid JSON.
+	ErrCorruptRow = errors.New("corrupt run row")
+)
+
+// Config configures a Store. Zero values mean defaults.
+type Config struct {
+	// Namespace names the bucket (default "jetrun" → bucket "jetrun_runs").
+	Namespace events.Namespace
+	// Replicas of the bucket when it is created (default 1).
+	Replicas int
+	// MaxRetry bounds how long Mutate keeps retrying lost compare-and-sets
+	// (default 10s).
+	MaxRetry time.Duration
+}
+
+// DefaultMaxRetry bounds Mutate's retries when Config.MaxRetry is zero.
+const DefaultMaxRetry = 10 * time.Second
+
+// Store reads and writes run rows. Every write is a compare-and-set on the
+// row's revision, so concurrent writers never lose each other's updates and a
+// final status is never rewritten. A Store is safe for concurrent use.
+type Store struct {
+	kv       jetstream.KeyValue
+	maxRetry time.Duration
+}
+
+// Open binds the runs bucket, creating it when it does not exist. An existing
+// bucket is used as it is.
+func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, error) {
+	name := cfg.Namespace.RunsBucket()
+	kv, err := js.KeyValue(ctx, name)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:      name,
+			Description: "jetrun run rows: one per run, key = run id",
+			History:     1,
+			Storage:     jetstream.FileStorage,
+			Replicas:    cmp.Or(cfg.Replicas, 1),
+		})
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = js.KeyValue(ctx, name) // another process won the race
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kv: open bucket %s: %w", name, err)
+	}
+	return &Store{kv: kv, maxRetry: cmp.Or(cfg.MaxRetry, DefaultMaxRetry)}, nil
+}
+
+// Bucket returns the underlying KV bucket.
+func (s *Store) Bucket() jetstream.KeyValue { return s.kv }
+
+// Get returns the row of run id and its revision, or ErrRunNotFound.
+func (s *Store) Get(ctx context.Context, id string) (*Run, uint64, error) {
+	if err := events.ValidateID(id); err != nil {
+		return nil, 0, fmt.Errorf("kv: get run: %w", err)
+	}
+	e, err := s.kv.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, fmt.Errorf("kv: get run %s: %w", id, ErrRunNotFound)
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("kv: get run %s: %w", id, err)
+	}
+	r, err := decode(e.Key(), e.Value())
+	if err != nil {
+		return nil, 0, err
+	}
+	return r, e.Revision(), nil
+}
+
+// Create stores a new row and returns its revision, or ErrRunExists.
+func (s *Store) Create(ctx context.Context, r *Run) (uint64, error) {
+	if err := events.ValidateID(r.ID); err != nil {
+		return 0, fmt.Errorf("kv: create run: %w", err)
+	}
+	data, err := json.Marshal(r)
+	if err != nil {
+		return 0, fmt.Errorf("kv: encode run %s: %w", r.ID, err)
+	}
+	rev, err := s.kv.Create(ctx, r.ID, data)
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return 0, fmt.Errorf("kv: create run %s: %w", r.ID, ErrRunExists)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("kv: create run %s: %w", r.ID, err)
+	}
+	return rev, nil
+}
+
+// Update writes r if the stored row is still at revision rev, and returns the
+// new revision. It returns ErrConflict if the row changed meanwhile.
+func (s *Store) Update(ctx context.Context, r *Run, rev uint64) (uint64, error) {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return 0, fmt.Errorf("kv: encode run %s: %w", r.ID, err)
+	}
+	newRev, err := s.kv.Update(ctx, r.ID, data, rev)
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return 0, fmt.Errorf("kv: update run %s at revision %d: %w", r.ID, rev, ErrConflict)
+	}
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 0, fmt.Errorf("kv: update run %s: %w", r.ID, ErrRunNotFound)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("kv: update run %s: %w", r.ID, err)
+	}
+	return newRev, nil
+}
+
+// Mutate applies fn to the current row of run id and writes the result with a
+// compare-and-set, re-reading and re-applying fn after every lost race, until
+// it succeeds, fn returns an error, or the retry budget runs out.
+//
+// fn receives a private copy it may change. It must be idempotent: when a
+// write lands but its acknowledgement is lost, fn is applied again to the row
+// that already carries its change. Returning ErrNoChange leaves the row
+// untouched and makes Mutate return the current row with a nil error; any
+// other error is returned as is.
+func (s *Store) Mutate(ctx context.Context, id string, fn func(*Run) error) (*Run, uint64, error) {
+	var (
+		row *Run
+		rev uint64
+	)
+	op := func() error {
+		cur, curRev, err := s.Get(ctx, id)
+		if err != nil {
+			if errors.Is(err, ErrRunNotFound) || errors.Is(err, ErrCorruptRow) {
+				return backoff.Permanent(err)
+			}
+			return err
+		}
+		next := cur.Clone()
+		if err := fn(next); err != nil {
+			if errors.Is(err, ErrNoChange) {
+				row, rev = cur, curRev
+				return nil
+			}
+			return backoff.Permanent(err)
+		}
+		newRev, err := s.Update(ctx, next, curRev)
+		if err != nil {
+			return err // conflicts and transient errors are retried
+		}
+		row, rev = next, newRev
+		return nil
+	}
+	b := backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(2*time.Millisecond),
+		backoff.WithMaxInterval(250*time.Millisecond),
+		backoff.WithMaxElapsedTime(s.maxRetry),
+	)
+	if err := backoff.Retry(op, backoff.WithContext(b, ctx)); err != nil {
+		return nil, 0, err
+	}
+	return row, rev, nil
+}
+
+// List returns every row for which keep returns true (all rows when keep is
+// nil), reading the bucket in one pass.
+func (s *Store) List(ctx context.Context, keep func(*Run) bool) ([]*Run, error) {
+	w, err := s.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("kv: list runs: %w", err)
+	}
+	defer w.Stop()
+	var out []*Run
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("kv: list runs: %w", ctx.Err())
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, errors.New("kv: list runs: watcher closed")
+			}
+			if e == nil {
+				return out, nil
+			}
+			r, err := decode(e.Key(), e.Value())
+			if err != nil {
+				continue // a corrupt row is reported by Get, not by a listing
+			}
+			if keep == nil || keep(r) {
+				out = append(out, r)
+			}
+		}
+	}
+}
+
+func decode(key string, data []byte) (*Run, error) {
+	var r Run
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("kv: run %s: %w: %v", key, ErrCorruptRow, err)
+	}
+	if r.ID == "" {
+		r.ID = key
+	}
+	return &r, nil
+}

@@ -1,0 +1,200 @@
+package parent
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/base32"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/kv"
+)
+
+// cancelOnReturnTimeout bounds the cancel Run sends when its caller's context
+// ends.
+const cancelOnReturnTimeout = 5 * time.Second
+
+// Result is what a completed run yields.
+type Result struct {
+	RunID   string
+	Summary string
+	Output  json.RawMessage
+	// Row is the run's final row.
+	Row *kv.Run
+}
+
+// DecodeOutput unmarshals the run's structured output into v.
+func (r *Result) DecodeOutput(v any) error {
+	if len(r.Output) == 0 {
+		return fmt.Errorf("parent: run %s has no output", r.RunID)
+	}
+	return json.Unmarshal(r.Output, v)
+}
+
+// RunID derives a stable run id from the parent's identity and a tool call
+// id, so a parent that re-issues the same tool call after a restart gets the
+// same run back instead of a duplicate.
+func RunID(parent, toolCallID string) string {
+	sum := sha256.Sum256([]byte(parent + "\x00" + toolCallID))
+	enc := base32.HexEncoding.WithPadding(base32.NoPadding).EncodeToString(sum[:20])
+	return "tc-" + strings.ToLower(enc)
+}
+
+// Run dispatches a run and waits for its outcome. A completed run returns
+// its Result; any other outcome returns a *Failure as the error. The same run
+// id again re-attaches to the live run or returns the stored outcome: it never
+// starts a second execution. If ctx ends first, the run is cancelled and
+// ctx's error returned.
+func (c *Client) Run(ctx context.Context, req Request) (*Result, error) {
+	row, err := c.Dispatch(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	res, err := c.Await(ctx, row.ID)
+	if err != nil && ctx.Err() != nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelOnReturnTimeout)
+		defer cancel()
+		if _, cerr := c.Cancel(cctx, row.ID, "the awaiting caller went away"); cerr != nil {
+			c.log.Warn("cancel run after the caller's context ended", "run_id", row.ID, "err", cerr)
+		}
+	}
+	return res, err
+}
+
+// Await waits, through a watch of the row, until the run settles: a final
+// status, or interrupted with the child stopped. It does not cancel the run
+// when ctx ends. An unknown run returns kv.ErrRunNotFound.
+func (c *Client) Await(ctx context.Context, id string) (*Result, error) {
+	w, err := c.store.Watch(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("parent: await run %s: %w", id, err)
+	}
+	defer w.Stop()
+	// The watch reports the current row first; a missing row is reported by
+	// an explicit read, since a watch of a missing key stays silent.
+	if _, _, err := c.store.Get(ctx, id); err != nil {
+		return nil, fmt.Errorf("parent: await: %w", err)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("parent: await run %s: %w", id, ctx.Err())
+		case s := <-w.Updates():
+			if s.Deleted {
+				return nil, fmt.Errorf("parent: await run %s: %w (cleared)", id, kv.ErrRunNotFound)
+			}
+			if settled(s.Run) {
+				return outcome(s.Run)
+			}
+		}
+	}
+}
+
+// settled reports whether a waiting parent has its answer.
+func settled(r *kv.Run) bool {
+	return r.Status.Final() || (r.Status == events.StatusInterrupted && !r.ChildStillRunning)
+}
+
+func outcome(r *kv.Run) (*Result, error) {
+	if f := r.Failure(); f != nil {
+		return nil, f
+	}
+	return &Result{RunID: r.ID, Summary: r.Summary, Output: r.Output, Row: r}, nil
+}
+
+// Outcome is one settled run of RunAll.
+type Outcome struct {
+	RunID  string
+	Result *Result
+	Err    error // a *Failure, or what prevented the run
+}
+
+// RunAll dispatches every request, in order, then waits until all of them
+// settled. Outcomes are in request order. Cancelling ctx cancels the runs
+// still live.
+func (c *Client) RunAll(ctx context.Context, reqs []Request) []Outcome {
+	out := make([]Outcome, len(reqs))
+	var wg sync.WaitGroup
+	for i, req := range reqs {
+		row, err := c.Dispatch(ctx, req)
+		if err != nil {
+			out[i] = Outcome{RunID: req.RunID, Err: err}
+			continue
+		}
+		out[i].RunID = row.ID
+		wg.Go(func() {
+			res, err := c.Await(ctx, row.ID)
+			if err != nil && ctx.Err() != nil {
+				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelOnReturnTimeout)
+				defer cancel()
+				_, _ = c.Cancel(cctx, row.ID, "the awaiting caller went away")
+			}
+			out[i].Result, out[i].Err = res, err
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// Cancel asks for the run to stop and returns its row. It is idempotent and
+// never rewrites a final status. A run no worker holds (not yet started, or
+// its worker lost) is aborted at once; a running one gets cancelRequested on
+// its row, which its worker sees through a watch, cancelling the handler's
+// context and ending the run "aborted". An unknown run returns
+// kv.ErrRunNotFound.
+func (c *Client) Cancel(ctx context.Context, id, reason string) (*kv.Run, error) {
+	reason = cmp.Or(reason, "cancelled by request")
+	now := time.Now()
+	aborted := false
+	row, _, err := c.store.Mutate(ctx, id, func(r *kv.Run) error {
+		aborted = false
+		switch {
+		case r.Status.Final():
+			return kv.ErrNoChange
+		case r.Status == events.StatusStarting ||
+			(r.Status == events.StatusRunning || r.Status == events.StatusInterrupted && r.Reason == events.ReasonLeaseLost) &&
+				!r.LeaseHeld(now):
+			r.Status, r.Reason, r.Error = events.StatusAborted, events.ReasonCancelled, "cancelled: "+reason
+			r.Retryable, r.ChildStillRunning = false, false
+			r.Worker, r.LeaseUntil = "", time.Time{}
+			r.CancelRequested, r.CancelReason = true, reason
+			r.FinishedAt = now
+			aborted = true
+		case r.CancelRequested:
+			return kv.ErrNoChange
+		default:
+			r.CancelRequested, r.CancelReason = true, reason
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("parent: cancel run %s: %w", id, err)
+	}
+	if aborted {
+		c.publishStatus(ctx, row)
+	}
+	return row, nil
+}
+
+func sortNewestFirst(rows []*kv.Run) {
+	slices.SortFunc(rows, func(a, b *kv.Run) int {
+		if c := b.CreatedAt.Compare(a.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+}
+
+// IsFailure reports whether err is a run's failure value, and returns it.
+func IsFailure(err error) (*Failure, bool) {
+	var f *Failure
+	ok := errors.As(err, &f)
+	return f, ok
+}

@@ -1,0 +1,19 @@
+// Package parent is the parent side of jetrun: dispatch runs, await them,
+// inspect, list and cancel them.
+//
+// Invariants:
+//   - Idempotent by run id. Dispatch creates the row with a compare-and-set
+//     create; the same id again never starts a second execution: a live run
+//     is re-attached, a finished one returns its stored outcome.
+//   - Nothing waits forever to start: the row is created "starting", then the
+//     dispatch is published (Nats-Msg-Id = run id) with bounded retries; if
+//     that fails the row ends "error" (reason "dispatch-failed"). A caller
+//     that died between the two steps is repaired by dispatching the same id
+//     again.
+//   - Awaiting watches the row; a parent that dies while awaiting loses
+//     nothing: Run with the same id later collects the real result.
+//   - Cancel is durable (recorded on the row), idempotent, and never rewrites
+//     a final status.
+//   - RunID derives a stable id from (parent, tool call id), so a re-issued
+//     tool call re-attaches instead of running twice.
+package parent

@@ -1,0 +1,364 @@
+package parent
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/kv"
+)
+
+// Defaults used where Config leaves a field zero.
+const (
+	DefaultDispatchRetry  = 10 * time.Second
+	DefaultAgentTypeCache = time.Minute
+)
+
+// Errors returned by Client methods; test with errors.Is.
+var (
+	// ErrUnknownAgentType is returned by Dispatch and Run when no worker has
+	// ever registered the agent type (its consumer does not exist).
+	ErrUnknownAgentType = errors.New("unknown agent type")
+	// ErrRunIDConflict is returned by Dispatch and Run when the run id is
+	// taken by a run of another agent type.
+	ErrRunIDConflict = errors.New("run id belongs to a run of another agent type")
+	// ErrDispatchFailed is returned by Dispatch and Run when the dispatch
+	// could not be published; the run's row then ends "error" with reason
+	// "dispatch-failed" (when that write is possible).
+	ErrDispatchFailed = errors.New("dispatch failed")
+	// ErrBadRequest is returned (wrapped) for an invalid Request.
+	ErrBadRequest = errors.New("bad request")
+)
+
+// Failure is the value a run that did not complete yields: Run returns it as
+// its error (errors.As), with OK false, the status, the error text, whether a
+// retry could help (only for interrupted), the reason and whether the child
+// may still be running.
+type Failure = kv.Failure
+
+// Config configures a Client. Zero values mean defaults.
+type Config struct {
+	// Namespace is the subject prefix (default "jetrun").
+	Namespace events.Namespace
+	// Streams tunes the streams and bucket when this client creates them.
+	Streams events.StreamOptions
+	// DispatchRetry bounds how long a failing dispatch publish is retried
+	// (default 10s).
+	DispatchRetry time.Duration
+	// AllowUnknownAgentTypes skips the check that a worker has registered
+	// the agent type; the dispatch then waits in the stream for one.
+	AllowUnknownAgentTypes bool
+	// Logger receives the client's logs (default: discard).
+	Logger *slog.Logger
+}
+
+// Client is the parent side: it dispatches runs, awaits, inspects and
+// cancels them. It is safe for concurrent use.
+type Client struct {
+	cfg   Config
+	js    jetstream.JetStream
+	store *kv.Store
+	log   *slog.Logger
+
+	mu     sync.Mutex
+	agents map[string]time.Time // agent types seen registered, until when
+}
+
+// New returns a Client using nc, creating (or checking) the streams and the
+// runs bucket. The connection stays the caller's.
+func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Client, error) {
+	if err := cfg.Streams.Validate(); err != nil {
+		return nil, fmt.Errorf("parent: config: %w", err)
+	}
+	cfg.DispatchRetry = cmp.Or(cfg.DispatchRetry, DefaultDispatchRetry)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("parent: jetstream: %w", err)
+	}
+	if err := events.EnsureStreams(ctx, js, cfg.Namespace, cfg.Streams); err != nil {
+		return nil, fmt.Errorf("parent: %w", err)
+	}
+	store, err := kv.Open(ctx, js, kv.Config{Namespace: cfg.Namespace, Replicas: cfg.Streams.Replicas})
+	if err != nil {
+		return nil, fmt.Errorf("parent: %w", err)
+	}
+	return &Client{cfg: cfg, js: js, store: store, log: cfg.Logger, agents: make(map[string]time.Time)}, nil
+}
+
+// Store returns the run row store the client uses.
+func (c *Client) Store() *kv.Store { return c.store }
+
+// Request describes a run to dispatch.
+type Request struct {
+	// AgentType names the handler that runs it. Required.
+	AgentType string
+	// RunID identifies the run; dispatching or awaiting the same id again
+	// never starts a second execution. Default: a random id. Use RunID() to
+	// derive a stable one from a tool call.
+	RunID string
+	// Input is the run's input: any JSON-encodable value (json.RawMessage
+	// passes through). Required.
+	Input any
+	// Parent is the id of the run dispatching this one, if any.
+	Parent string
+	// ParentToolCallID is the parent's tool call this run answers.
+	ParentToolCallID string
+	// DisplayOrder orders sibling runs in a UI.
+	DisplayOrder int
+	// Depth is how deeply nested the run is (0 at the top).
+	Depth int
+	// Detached makes the run outlive its parent's attention.
+	Detached *events.Detached
+}
+
+func (req Request) dispatch() (events.Dispatch, error) {
+	var errs []error
+	if err := events.ValidateAgentType(req.AgentType); err != nil {
+		errs = append(errs, err)
+	}
+	var input json.RawMessage
+	switch in := req.Input.(type) {
+	case nil:
+	case json.RawMessage:
+		if !json.Valid(in) {
+			errs = append(errs, errors.New("input is not valid JSON"))
+		}
+		input = in
+	default:
+		b, err := json.Marshal(in)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("input is not JSON-encodable: %w", err))
+		}
+		input = b
+	}
+	d := events.Dispatch{
+		RunID:            req.RunID,
+		Input:            input,
+		Parent:           req.Parent,
+		ParentToolCallID: req.ParentToolCallID,
+		DisplayOrder:     req.DisplayOrder,
+		Depth:            req.Depth,
+		Detached:         req.Detached,
+	}
+	if d.RunID == "" {
+		d.RunID = NewRunID()
+	}
+	if err := d.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return d, fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	return d, nil
+}
+
+// NewRunID returns a random run id.
+func NewRunID() string {
+	return "r" + strings.ToLower(rand.Text()[:20])
+}
+
+// Dispatch creates the run's row (status "starting") and publishes its
+// dispatch with Nats-Msg-Id set to the run id. It returns the row.
+//
+// It is idempotent by run id: if the row exists, no second run starts and the
+// existing row is returned (a row still "starting", left by a caller that
+// died between the two steps, gets its dispatch published again). If the
+// publish keeps failing, the row ends "error" with reason "dispatch-failed"
+// and ErrDispatchFailed is returned, so no run waits forever to start.
+func (c *Client) Dispatch(ctx context.Context, req Request) (*kv.Run, error) {
+	d, err := req.dispatch()
+	if err != nil {
+		return nil, err
+	}
+	if err := c.checkAgentType(ctx, req.AgentType); err != nil {
+		return nil, err
+	}
+	row := &kv.Run{
+		ID:               d.RunID,
+		AgentType:        req.AgentType,
+		Parent:           d.Parent,
+		ParentToolCallID: d.ParentToolCallID,
+		DisplayOrder:     d.DisplayOrder,
+		Depth:            d.Depth,
+		Input:            d.Input,
+		Detached:         d.Detached,
+		Status:           events.StatusStarting,
+		CreatedAt:        time.Now(),
+	}
+	if _, err := c.store.Create(ctx, row); err != nil {
+		if !errors.Is(err, kv.ErrRunExists) {
+			return nil, fmt.Errorf("parent: dispatch run %s: %w", d.RunID, err)
+		}
+		existing, _, err := c.store.Get(ctx, d.RunID)
+		if err != nil {
+			return nil, fmt.Errorf("parent: dispatch run %s: %w", d.RunID, err)
+		}
+		if existing.AgentType != req.AgentType {
+			return nil, fmt.Errorf("parent: dispatch run %s as %s: %w (%s)", d.RunID, req.AgentType, ErrRunIDConflict, existing.AgentType)
+		}
+		if existing.Status != events.StatusStarting {
+			return existing, nil
+		}
+		row = existing // re-publish below; the dedup window absorbs a copy that did land
+	}
+	if err := c.publishDispatch(ctx, row); err != nil {
+		c.failDispatch(ctx, row.ID, err)
+		return nil, fmt.Errorf("parent: dispatch run %s: %w: %w", row.ID, ErrDispatchFailed, err)
+	}
+	return row, nil
+}
+
+// publishDispatch publishes the dispatch of row, retrying with backoff.
+func (c *Client) publishDispatch(ctx context.Context, row *kv.Run) error {
+	data, err := json.Marshal(events.Dispatch{
+		RunID:            row.ID,
+		Input:            row.Input,
+		Parent:           row.Parent,
+		ParentToolCallID: row.ParentToolCallID,
+		DisplayOrder:     row.DisplayOrder,
+		Depth:            row.Depth,
+		Detached:         row.Detached,
+	})
+	if err != nil {
+		return err
+	}
+	subject := c.cfg.Namespace.DispatchSubject(row.AgentType)
+	b := backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(50*time.Millisecond),
+		backoff.WithMaxElapsedTime(c.cfg.DispatchRetry),
+	)
+	return backoff.Retry(func() error {
+		_, err := c.js.Publish(ctx, subject, data, jetstream.WithMsgID(row.ID))
+		if errors.Is(err, nats.ErrMaxPayload) {
+			return backoff.Permanent(err)
+		}
+		return err
+	}, backoff.WithContext(b, ctx))
+}
+
+// failDispatch ends a run whose dispatch could not be published.
+func (c *Client) failDispatch(ctx context.Context, id string, cause error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	row, _, err := c.store.Mutate(ctx, id, func(r *kv.Run) error {
+		if r.Status != events.StatusStarting {
+			return kv.ErrNoChange
+		}
+		r.Status, r.Reason, r.Error = events.StatusError, events.ReasonDispatchFailed, "dispatch failed: "+cause.Error()
+		r.FinishedAt = time.Now()
+		return nil
+	})
+	if err != nil {
+		c.log.Error("mark undispatched run failed; it stays starting until re-dispatched", "run_id", id, "err", err)
+		return
+	}
+	if row.Status == events.StatusError && row.Reason == events.ReasonDispatchFailed {
+		c.publishStatus(ctx, row)
+	}
+}
+
+// checkAgentType reports ErrUnknownAgentType unless some worker created the
+// agent type's consumer. Positive answers are cached for a minute.
+func (c *Client) checkAgentType(ctx context.Context, agentType string) error {
+	if c.cfg.AllowUnknownAgentTypes {
+		return nil
+	}
+	c.mu.Lock()
+	until, ok := c.agents[agentType]
+	c.mu.Unlock()
+	if ok && time.Now().Before(until) {
+		return nil
+	}
+	_, err := c.js.Consumer(ctx, c.cfg.Namespace.DispatchStream(), events.AgentConsumer(agentType))
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return fmt.Errorf("parent: %w %q: no worker serves it", ErrUnknownAgentType, agentType)
+	}
+	if err != nil {
+		return fmt.Errorf("parent: look up agent type %s: %w", agentType, err)
+	}
+	c.mu.Lock()
+	c.agents[agentType] = time.Now().Add(DefaultAgentTypeCache)
+	c.mu.Unlock()
+	return nil
+}
+
+// Inspect returns the run's row, or nil (and no error) when there is no
+// record of it yet.
+func (c *Client) Inspect(ctx context.Context, id string) (*kv.Run, error) {
+	row, _, err := c.store.Get(ctx, id)
+	if errors.Is(err, kv.ErrRunNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("parent: inspect: %w", err)
+	}
+	return row, nil
+}
+
+// HasRun reports whether a row exists for id. Use it to gate drill-in: a
+// guessed id never creates anything.
+func (c *Client) HasRun(ctx context.Context, id string) (bool, error) {
+	if events.ValidateID(id) != nil {
+		return false, nil
+	}
+	row, err := c.Inspect(ctx, id)
+	return row != nil, err
+}
+
+// List returns the rows with one of statuses (every row when none is
+// given), newest first.
+func (c *Client) List(ctx context.Context, statuses ...events.Status) ([]*kv.Run, error) {
+	rows, err := c.store.List(ctx, func(r *kv.Run) bool {
+		if len(statuses) == 0 {
+			return true
+		}
+		for _, s := range statuses {
+			if r.Status == s {
+				return true
+			}
+		}
+		return false
+	})
+	if err != nil {
+		return nil, fmt.Errorf("parent: %w", err)
+	}
+	sortNewestFirst(rows)
+	return rows, nil
+}
+
+// publishStatus publishes the status event of a transition this client made.
+func (c *Client) publishStatus(ctx context.Context, r *kv.Run) {
+	data, err := json.Marshal(events.StatusEvent{
+		RunID:             r.ID,
+		Status:            r.Status,
+		Reason:            r.Reason,
+		Error:             r.Error,
+		Retryable:         r.Status == events.StatusInterrupted,
+		ChildStillRunning: r.ChildStillRunning,
+		Attempt:           r.Attempt,
+		At:                time.Now(),
+	})
+	if err != nil {
+		return
+	}
+	_, err = c.js.Publish(ctx, c.cfg.Namespace.RunSubject(r.ID, events.KindStatus), data,
+		jetstream.WithMsgID(events.StatusMsgID(r.ID, r.Attempt, r.Status)))
+	if err != nil {
+		c.log.Warn("publish status event", "run_id", r.ID, "status", r.Status, "err", err)
+	}
+}

@@ -1,0 +1,135 @@
+package worker
+
+import (
+	"cmp"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/jetrun/jetrun/pkg/events"
+)
+
+// Defaults used where Config leaves a field zero.
+const (
+	DefaultConcurrency      = 16
+	DefaultFleetConcurrency = 1000
+	DefaultLease            = 15 * time.Second
+	DefaultMaxAttempts      = 5
+	DefaultProgressInterval = 200 * time.Millisecond
+	DefaultRowSyncInterval  = 500 * time.Millisecond
+	DefaultCancelWatchDelay = 200 * time.Millisecond
+
+	// MinLease is the shortest lease accepted.
+	MinLease = time.Second
+)
+
+// Config configures a Worker. The zero value is usable: every field has a
+// documented default.
+type Config struct {
+	// ID names this worker process on run rows (default: host-pid-random).
+	ID string
+	// Namespace is the subject prefix (default "jetrun").
+	Namespace events.Namespace
+	// Streams tunes the streams and bucket when this worker creates them.
+	Streams events.StreamOptions
+	// Concurrency is how many runs of each agent type this process executes
+	// at once (default 16).
+	Concurrency int
+	// FleetConcurrency caps the runs of one agent type in flight across every
+	// worker process, through the consumer's MaxAckPending (default 1000).
+	// Every worker of an agent type should use the same value: the last one
+	// started sets it.
+	FleetConcurrency int
+	// Lease is how long a worker holds a run without renewing it; a run whose
+	// worker died is taken over by another within about one lease (default
+	// 15s). It is also the dispatch consumer's AckWait.
+	Lease time.Duration
+	// MaxAttempts bounds how many times a run is taken over after its worker
+	// was lost (graceful hand-backs do not count); the run then ends "error"
+	// with reason "max-attempts" (default 5).
+	MaxAttempts int
+	// ProgressInterval is the progress coalescing window: at most one progress
+	// event per window, the latest value flushed at its end (default 200ms).
+	ProgressInterval time.Duration
+	// RowSyncInterval bounds how often a run's row is updated with its
+	// progress snapshot and signal time (default 500ms).
+	RowSyncInterval time.Duration
+	// CancelWatchDelay is how long a run executes before its worker starts
+	// watching the row for a cancel request; shorter runs never pay for the
+	// watch (default 200ms). Cancels still reach handlers within a second.
+	CancelWatchDelay time.Duration
+	// Logger receives the worker's logs (default: discard).
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	c.ID = cmp.Or(c.ID, defaultWorkerID())
+	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
+	c.FleetConcurrency = cmp.Or(c.FleetConcurrency, DefaultFleetConcurrency)
+	c.Lease = cmp.Or(c.Lease, DefaultLease)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, DefaultMaxAttempts)
+	c.ProgressInterval = cmp.Or(c.ProgressInterval, DefaultProgressInterval)
+	c.RowSyncInterval = cmp.Or(c.RowSyncInterval, DefaultRowSyncInterval)
+	c.CancelWatchDelay = cmp.Or(c.CancelWatchDelay, DefaultCancelWatchDelay)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate reports every invalid field at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.ID != "" {
+		if err := events.ValidateID(c.ID); err != nil {
+			errs = append(errs, fmt.Errorf("worker id: %w", err))
+		}
+	}
+	if c.Concurrency < 0 {
+		errs = append(errs, fmt.Errorf("concurrency must be positive, got %d", c.Concurrency))
+	}
+	if c.FleetConcurrency < 0 {
+		errs = append(errs, fmt.Errorf("fleet concurrency must be positive, got %d", c.FleetConcurrency))
+	}
+	if c.Lease != 0 && c.Lease < MinLease {
+		errs = append(errs, fmt.Errorf("lease must be at least %s, got %s", MinLease, c.Lease))
+	}
+	if c.MaxAttempts < 0 {
+		errs = append(errs, fmt.Errorf("max attempts must be positive, got %d", c.MaxAttempts))
+	}
+	for name, d := range map[string]time.Duration{
+		"progress interval": c.ProgressInterval, "row sync interval": c.RowSyncInterval,
+		"cancel watch delay": c.CancelWatchDelay,
+	} {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("%s must not be negative, got %s", name, d))
+		}
+	}
+	if err := c.Streams.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// defaultWorkerID is host-pid-random, cut to a valid token.
+func defaultWorkerID() string {
+	host, _ := os.Hostname()
+	host = strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
+			return r
+		}
+		return '-'
+	}, host)
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	suffix := fmt.Sprintf("-%d-%s", os.Getpid(), hex.EncodeToString(b[:]))
+	if max := events.MaxIDLength - len(suffix); len(host) > max {
+		host = host[:max]
+	}
+	return cmp.Or(host, "worker") + suffix
+}

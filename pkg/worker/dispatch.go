@@ -1,0 +1,285 @@
+package worker
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/kv"
+)
+
+// writeTimeout bounds the row and event writes that end or hand back a run;
+// they use a context of their own so a shutdown cannot cut them off.
+const writeTimeout = 10 * time.Second
+
+// process handles one delivered dispatch: validate it, find or create the
+// run's row, and decide what to do (nothing, repair, take it, or run it).
+func (w *Worker) process(ctx context.Context, agentType string, msg jetstream.Msg) {
+	d, err := events.DecodeDispatch(msg.Data())
+	if err != nil {
+		w.deadLetter(ctx, msg, agentType, err.Error())
+		return
+	}
+	if d.RunID == "" {
+		if d.RunID, err = w.deriveRunID(msg); err != nil {
+			w.deadLetter(ctx, msg, agentType, err.Error())
+			return
+		}
+	}
+	log := w.log.With("run_id", d.RunID, "agent_type", agentType)
+
+	for try := 0; ; try++ {
+		row, rev, err := w.store.Get(ctx, d.RunID)
+		if errors.Is(err, kv.ErrRunNotFound) {
+			// Published straight to the stream by another service: the
+			// dispatch is the record, so create the row from it.
+			row, rev, err = w.createRow(ctx, agentType, d)
+		}
+		if errors.Is(err, kv.ErrCorruptRow) {
+			w.deadLetter(ctx, msg, agentType, fmt.Sprintf("the row of run %s is not valid JSON", d.RunID))
+			return
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				_ = msg.Nak()
+				return
+			}
+			log.Warn("read run row", "err", err)
+			_ = msg.NakWithDelay(retryDelay(msg))
+			return
+		}
+		if row.AgentType != agentType {
+			w.deadLetter(ctx, msg, agentType, fmt.Sprintf(
+				"run %s exists as agent type %q; a dispatch for agent type %q cannot run it", d.RunID, row.AgentType, agentType))
+			return
+		}
+		retry, err := w.decide(ctx, log, msg, row, rev)
+		if err == nil && !retry {
+			return
+		}
+		if err != nil || try >= 8 {
+			log.Warn("claim run", "err", err, "tries", try+1)
+			_ = msg.NakWithDelay(retryDelay(msg))
+			return
+		}
+	}
+}
+
+// decide acts on one read of the row. retry is true when a compare-and-set
+// lost a race and the row must be read again.
+func (w *Worker) decide(ctx context.Context, log *slog.Logger, msg jetstream.Msg, row *kv.Run, rev uint64) (retry bool, err error) {
+	now := time.Now()
+	switch {
+	case row.Status.Final():
+		// A finished run is never executed again. Make sure its final status
+		// event exists (its writer may have died between the row and the
+		// event), then drop the dispatch.
+		if err := w.ensureFinalEvent(ctx, row); err != nil {
+			return false, err
+		}
+		_ = msg.Ack()
+		return false, nil
+
+	case w.adopt(row, msg):
+		return false, nil // a redelivery of a run this process is executing
+
+	case row.LeaseHeld(now):
+		// Another live worker has it. Keep the dispatch as the wake-up for a
+		// takeover in case that worker dies.
+		_ = msg.NakWithDelay(row.LeaseUntil.Sub(now) + jitter())
+		return false, nil
+
+	case row.Status == events.StatusInterrupted && row.Reason != events.ReasonLeaseLost:
+		// Given up on purpose (a budget); only a new decision revives it.
+		_ = msg.Ack()
+		return false, nil
+
+	case row.CancelRequested:
+		return w.endUnclaimed(ctx, msg, row, rev, events.StatusAborted, events.ReasonCancelled,
+			cmp.Or(row.CancelReason, "cancelled before a worker started it"))
+
+	case row.Attempt-row.Handoffs >= w.cfg.MaxAttempts:
+		return w.endUnclaimed(ctx, msg, row, rev, events.StatusError, events.ReasonMaxAttempts,
+			fmt.Sprintf("the run's worker was lost %d times; giving up", row.Attempt-row.Handoffs))
+	}
+
+	claimed := row.Clone()
+	claimed.Status = events.StatusRunning
+	claimed.Reason, claimed.Error, claimed.ChildStillRunning = "", "", false
+	claimed.Attempt++
+	claimed.Worker = w.cfg.ID
+	claimed.LeaseUntil = now.Add(w.cfg.Lease)
+	if claimed.StartedAt.IsZero() {
+		claimed.StartedAt = now
+	}
+	newRev, err := w.store.Update(ctx, claimed, rev)
+	if errors.Is(err, kv.ErrConflict) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if row.Attempt > 0 {
+		log.Info("run taken over", "attempt", claimed.Attempt, "previous_worker", row.Worker)
+	}
+	w.execute(ctx, msg, claimed, newRev, row)
+	return false, nil
+}
+
+// adopt attaches a redelivered dispatch to the execution of its run in this
+// process, if there is one.
+func (w *Worker) adopt(row *kv.Run, msg jetstream.Msg) bool {
+	if row.Worker != w.cfg.ID {
+		return false
+	}
+	w.mu.Lock()
+	e := w.active[row.ID]
+	w.mu.Unlock()
+	return e != nil && e.adopt(msg)
+}
+
+// endUnclaimed moves a run nobody executes to a final status.
+func (w *Worker) endUnclaimed(ctx context.Context, msg jetstream.Msg, row *kv.Run, rev uint64,
+	status events.Status, reason, text string) (retry bool, err error) {
+	final := row.Clone()
+	setFinal(final, status, reason, text, time.Now())
+	if _, err := w.store.Update(ctx, final, rev); errors.Is(err, kv.ErrConflict) {
+		return true, nil
+	} else if err != nil {
+		return false, err
+	}
+	if err := w.ensureFinalEvent(ctx, final); err != nil {
+		return false, err
+	}
+	_ = msg.Ack()
+	return false, nil
+}
+
+// setFinal moves r to a final status and releases its lease.
+func setFinal(r *kv.Run, status events.Status, reason, text string, now time.Time) {
+	r.Status, r.Reason, r.Error = status, reason, text
+	r.Retryable, r.ChildStillRunning = false, false
+	r.Worker, r.LeaseUntil = "", time.Time{}
+	r.FinishedAt = now
+}
+
+// ensureFinalEvent publishes the status event of a final row unless the run's
+// newest status event already says so.
+func (w *Worker) ensureFinalEvent(ctx context.Context, row *kv.Run) error {
+	subject := w.cfg.Namespace.RunSubject(row.ID, events.KindStatus)
+	last, err := w.eventsStream.GetLastMsgForSubject(ctx, subject)
+	if err == nil {
+		if st, derr := decodeStatus(last.Data); derr == nil && st.Status == row.Status {
+			return nil
+		}
+	} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return fmt.Errorf("worker: read last status of run %s: %w", row.ID, err)
+	}
+	return publishUnfenced(ctx, w.js, subject, events.StatusMsgID(row.ID, row.Attempt, row.Status), row.Attempt,
+		statusEvent(row, w.cfg.ID))
+}
+
+// createRow records a dispatch that arrived without a row.
+func (w *Worker) createRow(ctx context.Context, agentType string, d events.Dispatch) (*kv.Run, uint64, error) {
+	row := &kv.Run{
+		ID:               d.RunID,
+		AgentType:        agentType,
+		Parent:           d.Parent,
+		ParentToolCallID: d.ParentToolCallID,
+		DisplayOrder:     d.DisplayOrder,
+		Depth:            d.Depth,
+		Input:            d.Input,
+		Detached:         d.Detached,
+		Status:           events.StatusStarting,
+		CreatedAt:        time.Now(),
+	}
+	rev, err := w.store.Create(ctx, row)
+	if errors.Is(err, kv.ErrRunExists) {
+		return w.store.Get(ctx, d.RunID) // lost a race with another creator
+	}
+	return row, rev, err
+}
+
+// deriveRunID names a dispatch that carries no runId: its Nats-Msg-Id if it
+// has one, else an id stable for the stream message.
+func (w *Worker) deriveRunID(msg jetstream.Msg) (string, error) {
+	if id := msg.Headers().Get(jetstream.MsgIDHeader); id != "" {
+		if err := events.ValidateID(id); err != nil {
+			return "", fmt.Errorf("dispatch has no runId and its Nats-Msg-Id cannot be one: %w", err)
+		}
+		return id, nil
+	}
+	meta, err := msg.Metadata()
+	if err != nil {
+		return "", fmt.Errorf("dispatch has no runId and no metadata: %w", err)
+	}
+	return "d" + w.streamEpoch + "-" + strconv.FormatUint(meta.Sequence.Stream, 10), nil
+}
+
+// epochToken encodes a stream's creation time, so ids derived from stream
+// sequences never repeat across a deleted and re-created stream.
+func epochToken(t time.Time) string { return strconv.FormatInt(t.UnixMilli(), 36) }
+
+// deadLetter files msg in the DLQ stream with the reason, then terminates it.
+// If the DLQ write fails the dispatch is kept (redelivered later): nothing is
+// dropped.
+func (w *Worker) deadLetter(ctx context.Context, msg jetstream.Msg, agentType, reason string) {
+	dlq := &nats.Msg{Subject: w.cfg.Namespace.DLQSubject(agentType), Data: msg.Data(), Header: nats.Header{}}
+	for k, vs := range msg.Headers() {
+		if strings.HasPrefix(k, "Nats-") {
+			continue // server headers (Nats-Msg-Id, Nats-Expected-*) must not steer the DLQ write
+		}
+		dlq.Header[k] = vs
+	}
+	if id := msg.Headers().Get(jetstream.MsgIDHeader); id != "" {
+		dlq.Header.Set(events.HeaderOriginalMsgID, id)
+	}
+	dlq.Header.Set(events.HeaderReason, reason)
+	dlq.Header.Set(events.HeaderOriginalSubject, msg.Subject())
+	if meta, err := msg.Metadata(); err == nil {
+		seq := strconv.FormatUint(meta.Sequence.Stream, 10)
+		dlq.Header.Set(events.HeaderOriginalSequence, seq)
+		dlq.Header.Set(jetstream.MsgIDHeader, "dlq-"+meta.Stream+"-"+seq)
+	}
+	if _, err := w.js.PublishMsg(ctx, dlq); err != nil {
+		w.log.Error("dead-letter dispatch; keeping it for a retry", "subject", msg.Subject(), "reason", reason, "err", err)
+		_ = msg.NakWithDelay(retryDelay(msg))
+		return
+	}
+	w.log.Warn("dispatch dead-lettered", "subject", msg.Subject(), "reason", reason)
+	_ = msg.TermWithReason(truncate(reason, 200))
+}
+
+// deadLetterMalformed files a dispatch whose subject names no valid agent type.
+func (w *Worker) deadLetterMalformed(ctx context.Context, msg jetstream.Msg) {
+	w.deadLetter(ctx, msg, "", fmt.Sprintf(
+		"subject %q does not name a single agent type (jetrun.dispatch.<agentType>)", msg.Subject()))
+}
+
+// retryDelay grows with the number of deliveries: 1s, 2s, 4s … capped at 30s.
+func retryDelay(msg jetstream.Msg) time.Duration {
+	n := uint64(1)
+	if meta, err := msg.Metadata(); err == nil {
+		n = max(meta.NumDelivered, 1)
+	}
+	return min(time.Second<<min(n-1, 5), 30*time.Second) + jitter()
+}
+
+func jitter() time.Duration { return time.Duration(rand.Int64N(int64(250 * time.Millisecond))) }
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

@@ -1,0 +1,471 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/kv"
+)
+
+// execution is one attempt of one run in this process: the handler call, the
+// keeper goroutine that renews the lease and syncs the row, and the final
+// write.
+type execution struct {
+	w       *Worker
+	id      string
+	attempt int
+	log     *slog.Logger
+	pub     *fencedPublisher
+	cancel  context.CancelCauseFunc
+
+	// cur and rev are the newest row this execution knows of. The keeper
+	// goroutine owns them while it runs; finish uses them after it stopped.
+	cur *kv.Run
+	rev uint64
+
+	msgMu    sync.Mutex
+	msgs     []jetstream.Msg // deliveries of the run's dispatch to settle at the end
+	released bool
+
+	emitMu         sync.Mutex // orders sequence numbers with their publishes
+	chunkSeq       int64
+	milestones     []events.Milestone
+	progressN      int64
+	lastProgressAt time.Time
+	pending        *events.Progress // a coalesced progress event awaiting its flush
+	kick           chan struct{}    // tells the keeper a flush is due
+
+	stateMu       sync.Mutex // row fields awaiting the next row sync
+	dirty         bool
+	snapshot      *kv.ProgressSnapshot
+	lastSignalAt  time.Time
+	firstEventSeq uint64
+}
+
+// execute runs an attempt the worker just claimed (row at revision rev).
+func (w *Worker) execute(ctx context.Context, msg jetstream.Msg, row *kv.Run, rev uint64, prev *kv.Run) {
+	e := &execution{
+		w:       w,
+		id:      row.ID,
+		attempt: row.Attempt,
+		log:     w.log.With("run_id", row.ID, "agent_type", row.AgentType, "attempt", row.Attempt),
+		cur:     row,
+		rev:     rev,
+		msgs:    []jetstream.Msg{msg},
+		kick:    make(chan struct{}, 1),
+		pub: &fencedPublisher{
+			js: w.js, stream: w.eventsStream, store: w.store, ns: w.cfg.Namespace,
+			runID: row.ID, worker: w.cfg.ID, attempt: row.Attempt,
+		},
+	}
+	w.mu.Lock()
+	w.active[e.id] = e
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		delete(w.active, e.id)
+		w.mu.Unlock()
+	}()
+
+	hctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	e.cancel = cancel
+
+	if err := e.start(hctx, prev); err != nil {
+		if errors.Is(err, ErrLeaseLost) {
+			e.abandon()
+			return
+		}
+		e.log.Warn("start run; handing it back", "err", err)
+		e.handBack()
+		return
+	}
+	e.log.Debug("run started")
+
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		e.keep(hctx, stop)
+	}()
+	result, herr, panicked := e.call(hctx, w.handlers[row.AgentType])
+	close(stop)
+	<-stopped
+	e.finish(hctx, result, herr, panicked)
+}
+
+// start loads what earlier attempts left (takeover) and publishes "running".
+func (e *execution) start(ctx context.Context, prev *kv.Run) error {
+	if e.attempt > 1 || prev.FirstEventSeq != 0 {
+		if err := e.loadHistory(ctx, prev); err != nil {
+			return err
+		}
+	}
+	seq, err := e.pub.publish(ctx, events.KindStatus, events.StatusMsgID(e.id, e.attempt, events.StatusRunning),
+		statusEvent(e.cur, e.w.cfg.ID))
+	if err != nil {
+		return err
+	}
+	if prev.FirstEventSeq == 0 {
+		e.stateMu.Lock()
+		e.firstEventSeq, e.dirty = seq, true
+		e.stateMu.Unlock()
+	}
+	return nil
+}
+
+// loadHistory reads the fence position, the last chunk sequence and the
+// milestones already reached, so a takeover continues where the lost attempt
+// stopped.
+func (e *execution) loadHistory(ctx context.Context, prev *kv.Run) error {
+	ns, stream := e.w.cfg.Namespace, e.w.eventsStream
+	last := func(subject string) (*jetstream.RawStreamMsg, error) {
+		m, err := stream.GetLastMsgForSubject(ctx, subject)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read last event on %s: %w", subject, err)
+		}
+		return m, nil
+	}
+	m, err := last(ns.RunWildcard(e.id))
+	if err != nil || m == nil {
+		return err
+	}
+	e.pub.lastSeq = m.Sequence
+	if m, err = last(ns.RunSubject(e.id, events.KindChunk)); err != nil {
+		return err
+	} else if m != nil {
+		var c events.Chunk
+		if json.Unmarshal(m.Data, &c) == nil {
+			e.chunkSeq = c.Seq
+		}
+	}
+	if m, err = last(ns.RunSubject(e.id, events.KindMilestone)); err != nil || m == nil {
+		return err
+	}
+	ms, err := readMilestones(ctx, e.w.js, ns, prev, m.Sequence)
+	if err != nil {
+		return err
+	}
+	e.milestones = ms
+	return nil
+}
+
+// readMilestones reads a run's milestone events up to stream sequence upTo,
+// starting at the run's first event (or shortly before it was created).
+func readMilestones(ctx context.Context, js jetstream.JetStream, ns events.Namespace, row *kv.Run, upTo uint64) ([]events.Milestone, error) {
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{ns.RunSubject(row.ID, events.KindMilestone)}}
+	if row.FirstEventSeq > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, row.FirstEventSeq
+	} else {
+		from := row.CreatedAt.Add(-time.Minute) // tolerate clock skew with the server
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &from
+	}
+	c, err := js.OrderedConsumer(ctx, ns.EventsStream(), cfg)
+	if err != nil {
+		return nil, fmt.Errorf("read milestones of run %s: %w", row.ID, err)
+	}
+	it, err := c.Messages()
+	if err != nil {
+		return nil, fmt.Errorf("read milestones of run %s: %w", row.ID, err)
+	}
+	defer it.Stop()
+	var out []events.Milestone
+	for {
+		msg, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			return nil, fmt.Errorf("read milestones of run %s: %w", row.ID, err)
+		}
+		var m events.Milestone
+		if json.Unmarshal(msg.Data(), &m) == nil {
+			out = append(out, m)
+		}
+		if meta, err := msg.Metadata(); err != nil || meta.Sequence.Stream >= upTo {
+			return out, nil
+		}
+	}
+}
+
+// call runs the handler, turning a panic into an error.
+func (e *execution) call(ctx context.Context, h Handler) (res Result, err error, panicked bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			panicked = true
+			err = fmt.Errorf("panic: %v", p)
+			e.log.Error("handler panicked", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+		}
+	}()
+	res, err = h.ServeRun(ctx, &Run{e: e, row: e.cur.Clone(), milestones: e.milestonesCopy()})
+	return res, err, false
+}
+
+// finish records the attempt's outcome.
+func (e *execution) finish(ctx context.Context, res Result, herr error, panicked bool) {
+	cause := context.Cause(ctx)
+	if ctx.Err() == nil {
+		cause = nil
+	}
+	switch {
+	case errors.Is(cause, ErrLeaseLost) || errors.Is(herr, ErrLeaseLost) || e.pub.isFenced():
+		e.abandon()
+	case herr != nil && errors.Is(cause, ErrShuttingDown):
+		e.handBack()
+	case herr != nil && errors.Is(cause, ErrCancelled):
+		e.finalize(events.StatusAborted, events.ReasonCancelled, cancelText(e.cur), nil)
+	case panicked:
+		e.finalize(events.StatusError, events.ReasonPanic, herr.Error(), nil)
+	case herr != nil:
+		e.finalize(events.StatusError, events.ReasonHandlerError, herr.Error(), nil)
+	default:
+		e.complete(res)
+	}
+}
+
+func cancelText(r *kv.Run) string {
+	if r.CancelReason != "" {
+		return "cancelled: " + r.CancelReason
+	}
+	return "cancelled"
+}
+
+// complete validates the result and finalizes the run as completed.
+func (e *execution) complete(res Result) {
+	var output json.RawMessage
+	if res.Output != nil {
+		b, err := json.Marshal(res.Output)
+		if err != nil {
+			e.finalize(events.StatusError, events.ReasonHandlerError, "output is not JSON-encodable: "+err.Error(), nil)
+			return
+		}
+		output = b
+	}
+	switch {
+	case len(output) > events.MaxOutputBytes:
+		e.finalize(events.StatusError, events.ReasonHandlerError,
+			fmt.Sprintf("output is %d bytes; the limit is %d", len(output), events.MaxOutputBytes), nil)
+	case len(res.Summary) > events.MaxSummaryBytes:
+		e.finalize(events.StatusError, events.ReasonHandlerError,
+			fmt.Sprintf("summary is %d bytes; the limit is %d", len(res.Summary), events.MaxSummaryBytes), nil)
+	default:
+		e.finalize(events.StatusCompleted, "", "", func(r *kv.Run) { r.Summary, r.Output = res.Summary, output })
+	}
+}
+
+// writeContext is for the writes that end an attempt: they must outlive a
+// shutdown's cancellation of the handler context.
+func writeContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), writeTimeout)
+}
+
+// finalize moves the run to a final status (the compare-and-set), publishes
+// the status event, and acknowledges the dispatch. A cancel that lands on an
+// interrupted run (the reconciler's teardown after a give-up) does not
+// replace the give-up with "aborted": the row stays interrupted, with the
+// child no longer running.
+func (e *execution) finalize(status events.Status, reason, text string, set func(*kv.Run)) {
+	ctx, cancel := writeContext()
+	defer cancel()
+	if !e.pub.isFenced() {
+		if err := e.flushProgress(ctx); err != nil && !errors.Is(err, ErrLeaseLost) {
+			e.log.Warn("flush progress", "err", err)
+		}
+	}
+	e.pub.fence()
+	now := time.Now()
+	teardown := false
+	row, err := e.write(ctx, func(r *kv.Run) error {
+		if err := e.owned(r); err != nil {
+			return err
+		}
+		e.applyState(r)
+		if status == events.StatusAborted && r.Status == events.StatusInterrupted {
+			teardown = true
+			r.ChildStillRunning, r.Worker, r.LeaseUntil = false, "", time.Time{}
+			return nil
+		}
+		teardown = false
+		setFinal(r, status, reason, text, now)
+		if set != nil {
+			set(r)
+		}
+		return nil
+	})
+	if err != nil {
+		if errors.Is(err, ErrLeaseLost) {
+			e.abandon()
+			return
+		}
+		// The lease runs out and another worker takes over; the dispatch is
+		// left unacknowledged for exactly that.
+		e.log.Error("record run outcome", "status", status, "err", err)
+		return
+	}
+	if !teardown {
+		if err := publishUnfenced(ctx, e.w.js, e.w.cfg.Namespace.RunSubject(e.id, events.KindStatus),
+			events.StatusMsgID(e.id, e.attempt, status), e.attempt, statusEvent(row, e.w.cfg.ID)); err != nil {
+			// The row is final; a redelivery of the dispatch repairs the event.
+			e.log.Warn("publish final status; leaving the dispatch for a repair", "err", err)
+			e.releaseMsgs(nil)
+			return
+		}
+	}
+	e.log.Info("run finished", "status", status, "reason", reason)
+	e.releaseMsgs(jetstream.Msg.Ack)
+}
+
+// handBack releases the lease so another worker can take the run over at
+// once, and returns the dispatch to the queue.
+func (e *execution) handBack() {
+	ctx, cancel := writeContext()
+	defer cancel()
+	if !e.pub.isFenced() {
+		_ = e.flushProgress(ctx)
+	}
+	e.pub.fence()
+	_, err := e.write(ctx, func(r *kv.Run) error {
+		if err := e.owned(r); err != nil {
+			return err
+		}
+		e.applyState(r)
+		r.Worker, r.LeaseUntil = "", time.Time{}
+		r.Handoffs++
+		return nil
+	})
+	if err != nil {
+		if errors.Is(err, ErrLeaseLost) {
+			e.abandon()
+			return
+		}
+		e.log.Warn("release lease; the run is taken over when it expires", "err", err)
+	}
+	e.log.Info("run handed back")
+	e.releaseMsgs(jetstream.Msg.Nak) // immediate redelivery to another worker
+}
+
+// abandon gives up an attempt that no longer holds the run. The dispatch is
+// acknowledged only if the run is final; otherwise it belongs to the new
+// holder.
+func (e *execution) abandon() {
+	e.pub.fence()
+	ctx, cancel := writeContext()
+	defer cancel()
+	row, _, err := e.w.store.Get(ctx, e.id)
+	if errors.Is(err, kv.ErrRunNotFound) || (err == nil && row.Status.Final()) {
+		e.log.Info("run ended elsewhere; attempt stopped")
+		e.releaseMsgs(jetstream.Msg.Ack)
+		return
+	}
+	e.log.Warn("lease lost; attempt stopped")
+	e.releaseMsgs(nil)
+}
+
+// owned fences a row write: only the holding attempt of a live run may write.
+func (e *execution) owned(r *kv.Run) error {
+	if !r.HeldBy(e.w.cfg.ID, e.attempt) || r.Status.Final() {
+		return ErrLeaseLost
+	}
+	return nil
+}
+
+// write applies fn to the newest known row and stores it with a
+// compare-and-set, falling back to a re-read after a conflict.
+func (e *execution) write(ctx context.Context, fn func(*kv.Run) error) (*kv.Run, error) {
+	next := e.cur.Clone()
+	if err := fn(next); err != nil {
+		if errors.Is(err, ErrLeaseLost) {
+			// The row we know may be stale; let Mutate re-read before giving up.
+			return e.mutate(ctx, fn)
+		}
+		return nil, err
+	}
+	rev, err := e.w.store.Update(ctx, next, e.rev)
+	if errors.Is(err, kv.ErrConflict) {
+		return e.mutate(ctx, fn)
+	}
+	if err != nil {
+		return nil, err
+	}
+	e.cur, e.rev = next, rev
+	return next, nil
+}
+
+func (e *execution) mutate(ctx context.Context, fn func(*kv.Run) error) (*kv.Run, error) {
+	row, rev, err := e.w.store.Mutate(ctx, e.id, fn)
+	if errors.Is(err, kv.ErrRunNotFound) {
+		return nil, ErrLeaseLost // cleared
+	}
+	if err != nil {
+		return nil, err
+	}
+	e.cur, e.rev = row, rev
+	return row, nil
+}
+
+// adopt records another delivery of this run's dispatch.
+func (e *execution) adopt(msg jetstream.Msg) bool {
+	e.msgMu.Lock()
+	defer e.msgMu.Unlock()
+	if e.released {
+		return false
+	}
+	e.msgs = append(e.msgs, msg)
+	return true
+}
+
+// releaseMsgs settles every delivery with settle (nil leaves them to
+// redelivery) and stops adopting new ones.
+func (e *execution) releaseMsgs(settle func(jetstream.Msg) error) {
+	e.msgMu.Lock()
+	defer e.msgMu.Unlock()
+	e.released = true
+	if settle == nil {
+		return
+	}
+	for _, m := range e.msgs {
+		if err := settle(m); err != nil {
+			e.log.Warn("settle dispatch", "err", err)
+		}
+	}
+}
+
+// heartbeat tells the server the dispatch is still being worked on.
+func (e *execution) heartbeat() {
+	e.msgMu.Lock()
+	defer e.msgMu.Unlock()
+	for _, m := range e.msgs {
+		_ = m.InProgress()
+	}
+}
+
+func statusEvent(r *kv.Run, worker string) events.StatusEvent {
+	ev := events.StatusEvent{
+		RunID:             r.ID,
+		Status:            r.Status,
+		Reason:            r.Reason,
+		Error:             r.Error,
+		Retryable:         r.Status == events.StatusInterrupted,
+		ChildStillRunning: r.ChildStillRunning,
+		Attempt:           r.Attempt,
+		At:                time.Now(),
+	}
+	if r.Status == events.StatusRunning {
+		ev.Worker = worker
+	}
+	return ev
+}
+
+func decodeStatus(data []byte) (events.StatusEvent, error) {
+	var s events.StatusEvent
+	err := json.Unmarshal(data, &s)
+	return s, err
+}

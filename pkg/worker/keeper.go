@@ -1,0 +1,205 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/kv"
+)
+
+// keep runs beside the handler until stop is closed. It
+//   - renews the lease on the row and heartbeats the dispatch (InProgress)
+//     every third of a lease;
+//   - writes the progress snapshot, signal time and counters to the row at
+//     most every RowSyncInterval;
+//   - flushes a coalesced progress event when its window ends;
+//   - watches the row, from CancelWatchDelay on, and cancels the handler on a
+//     cancel request (ErrCancelled) or when another attempt or a final status
+//     appears (ErrLeaseLost);
+//   - cancels the handler (ErrLeaseLost) if the lease could not be renewed
+//     before it ran out: the run may belong to another worker by now.
+func (e *execution) keep(ctx context.Context, stop <-chan struct{}) {
+	cfg := e.w.cfg
+	renewEvery := cfg.Lease / 3
+	leaseUntil := e.cur.LeaseUntil
+	nextRenew := time.Now().Add(renewEvery)
+
+	sync := time.NewTicker(min(cfg.RowSyncInterval, renewEvery))
+	defer sync.Stop()
+	watchAt := time.NewTimer(cfg.CancelWatchDelay)
+	defer watchAt.Stop()
+	flush := time.NewTimer(time.Hour)
+	flush.Stop()
+	defer flush.Stop()
+
+	var updates <-chan kv.Snapshot
+	for {
+		select {
+		case <-stop:
+			return
+		case <-ctx.Done():
+			<-stop // the handler is returning; finish owns the row now
+			return
+
+		case now := <-sync.C:
+			renew := !now.Before(nextRenew)
+			if !renew && !e.isDirty() {
+				continue
+			}
+			row, err := e.write(ctx, func(r *kv.Run) error {
+				if err := e.owned(r); err != nil {
+					return err
+				}
+				e.applyState(r)
+				r.LeaseUntil = now.Add(cfg.Lease)
+				return nil
+			})
+			switch {
+			case err == nil:
+				leaseUntil, nextRenew = row.LeaseUntil, now.Add(renewEvery)
+				e.heartbeat()
+				if row.CancelRequested {
+					e.cancel(ErrCancelled)
+				}
+			case errors.Is(err, ErrLeaseLost):
+				e.lose()
+			case ctx.Err() == nil:
+				e.log.Warn("renew lease", "err", err)
+				if time.Now().After(leaseUntil) {
+					e.log.Error("lease expired before it could be renewed; stopping the attempt")
+					e.lose()
+				}
+			}
+
+		case <-watchAt.C:
+			w, err := e.w.store.Watch(ctx, e.id)
+			if err != nil {
+				e.log.Warn("watch run row for cancel", "err", err)
+				watchAt.Reset(time.Second)
+				continue
+			}
+			defer w.Stop()
+			updates = w.Updates()
+
+		case s := <-updates:
+			e.observe(s)
+
+		case <-e.kick:
+			if due := e.progressDue(); !due.IsZero() {
+				flush.Reset(time.Until(due))
+			}
+		case <-flush.C:
+			if err := e.flushProgress(ctx); err != nil && ctx.Err() == nil {
+				e.log.Warn("flush progress", "err", err)
+			}
+		}
+	}
+}
+
+// observe reacts to a row change seen by the watch.
+func (e *execution) observe(s kv.Snapshot) {
+	switch {
+	case s.Deleted:
+		e.lose() // cleared
+	case e.owned(s.Run) != nil:
+		e.lose()
+	default:
+		if s.Revision > e.rev {
+			e.cur, e.rev = s.Run, s.Revision
+		}
+		if s.Run.CancelRequested {
+			e.cancel(ErrCancelled)
+		}
+	}
+}
+
+// lose stops the attempt: no more writes, handler cancelled.
+func (e *execution) lose() {
+	e.pub.fence()
+	e.cancel(ErrLeaseLost)
+}
+
+// noteSignal records, for the next row sync, that the run showed signs of
+// life, with an optional new progress snapshot.
+func (e *execution) noteSignal(at time.Time, snap *kv.ProgressSnapshot) {
+	e.stateMu.Lock()
+	defer e.stateMu.Unlock()
+	if at.After(e.lastSignalAt) {
+		e.lastSignalAt = at
+	}
+	if snap != nil {
+		e.snapshot = snap
+	}
+	e.dirty = true
+}
+
+func (e *execution) isDirty() bool {
+	e.stateMu.Lock()
+	defer e.stateMu.Unlock()
+	return e.dirty
+}
+
+// applyState copies the pending row fields onto r. It is cumulative, hence
+// idempotent, as kv.Store.Mutate requires.
+func (e *execution) applyState(r *kv.Run) {
+	e.emitMu.Lock()
+	chunks, milestones := e.chunkSeq, len(e.milestones)
+	e.emitMu.Unlock()
+	e.stateMu.Lock()
+	defer e.stateMu.Unlock()
+	if e.snapshot != nil {
+		s := *e.snapshot
+		r.Progress = &s
+	}
+	if e.lastSignalAt.After(r.LastSignalAt) {
+		r.LastSignalAt = e.lastSignalAt
+	}
+	r.Chunks = max(r.Chunks, chunks)
+	r.Milestones = max(r.Milestones, milestones)
+	if r.FirstEventSeq == 0 {
+		r.FirstEventSeq = e.firstEventSeq
+	}
+	e.dirty = false
+}
+
+// progressDue is when the pending coalesced progress event must go out, or
+// zero if none is pending.
+func (e *execution) progressDue() time.Time {
+	e.emitMu.Lock()
+	defer e.emitMu.Unlock()
+	if e.pending == nil {
+		return time.Time{}
+	}
+	return e.lastProgressAt.Add(e.w.cfg.ProgressInterval)
+}
+
+// flushProgress publishes the pending coalesced progress event, if any.
+func (e *execution) flushProgress(ctx context.Context) error {
+	e.emitMu.Lock()
+	defer e.emitMu.Unlock()
+	if e.pending == nil {
+		return nil
+	}
+	p := *e.pending
+	e.pending = nil
+	return e.publishProgressLocked(ctx, p)
+}
+
+// publishProgressLocked publishes p; emitMu must be held.
+func (e *execution) publishProgressLocked(ctx context.Context, p events.Progress) error {
+	e.progressN++
+	p.At = time.Now()
+	if _, err := e.pub.publish(ctx, events.KindProgress, events.ProgressMsgID(e.id, e.attempt, e.progressN), p); err != nil {
+		return err
+	}
+	e.lastProgressAt = p.At
+	return nil
+}
+
+func (e *execution) milestonesCopy() []events.Milestone {
+	e.emitMu.Lock()
+	defer e.emitMu.Unlock()
+	return append([]events.Milestone(nil), e.milestones...)
+}

@@ -1,0 +1,326 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/kv"
+)
+
+// fetchWait bounds one pull request; a stop interrupts it at once.
+const fetchWait = 5 * time.Second
+
+// handbackGrace is how long Shutdown waits, after cancelling handlers, for
+// them to return so their runs can be handed back.
+const handbackGrace = 10 * time.Second
+
+// Worker pulls dispatches for the agent types it has handlers for and
+// executes them. Create it with New, register handlers with Handle, then
+// Start it; stop it with Shutdown (graceful) or Stop (immediate hand-back).
+type Worker struct {
+	cfg      Config
+	js       jetstream.JetStream
+	log      *slog.Logger
+	handlers map[string]Handler
+
+	// Set by Start.
+	store        *kv.Store
+	eventsStream jetstream.Stream
+	streamEpoch  string // distinguishes dispatch stream incarnations in derived run ids
+
+	mu       sync.Mutex
+	state    lifecycle
+	active   map[string]*execution // runs executing in this process
+	stopPull context.CancelFunc
+	cancel   context.CancelCauseFunc // cancels every handler context
+	pullers  sync.WaitGroup
+	runs     sync.WaitGroup
+}
+
+type lifecycle int
+
+const (
+	stateNew lifecycle = iota
+	stateRunning
+	stateStopped
+)
+
+// New returns a Worker that uses nc. The connection stays the caller's: the
+// worker never closes it.
+func New(nc *nats.Conn, cfg Config) (*Worker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("worker: config: %w", err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("worker: jetstream: %w", err)
+	}
+	cfg = cfg.withDefaults()
+	return &Worker{
+		cfg:      cfg,
+		js:       js,
+		log:      cfg.Logger.With("worker", cfg.ID),
+		handlers: make(map[string]Handler),
+		active:   make(map[string]*execution),
+	}, nil
+}
+
+// ID returns the worker's id, as written on the rows of the runs it holds.
+func (w *Worker) ID() string { return w.cfg.ID }
+
+// Handle registers h for agentType. It panics if agentType is not a valid
+// token, if a handler is already registered for it, or after Start, like
+// net/http's ServeMux.
+func (w *Worker) Handle(agentType string, h Handler) {
+	if err := events.ValidateAgentType(agentType); err != nil {
+		panic("worker: Handle: " + err.Error())
+	}
+	if h == nil {
+		panic("worker: Handle: nil handler for " + agentType)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.state != stateNew {
+		panic("worker: Handle called after Start")
+	}
+	if _, dup := w.handlers[agentType]; dup {
+		panic("worker: Handle: a handler for " + agentType + " is already registered")
+	}
+	w.handlers[agentType] = h
+}
+
+// HandleFunc registers f for agentType; see Handle.
+func (w *Worker) HandleFunc(agentType string, f func(ctx context.Context, run *Run) (Result, error)) {
+	w.Handle(agentType, HandlerFunc(f))
+}
+
+// AgentTypes returns the registered agent types, sorted.
+func (w *Worker) AgentTypes() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Sorted(maps.Keys(w.handlers))
+}
+
+// Start creates (or checks) the streams, the runs bucket and one durable
+// consumer per agent type, then starts pulling. ctx bounds the set-up only;
+// the worker runs until Shutdown or Stop.
+func (w *Worker) Start(ctx context.Context) error {
+	w.mu.Lock()
+	if w.state != stateNew {
+		w.mu.Unlock()
+		return errors.New("worker: already started")
+	}
+	if len(w.handlers) == 0 {
+		w.mu.Unlock()
+		return errors.New("worker: no handlers registered")
+	}
+	w.state = stateRunning
+	w.mu.Unlock()
+
+	ns := w.cfg.Namespace
+	if err := events.EnsureStreams(ctx, w.js, ns, w.cfg.Streams); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	store, err := kv.Open(ctx, w.js, kv.Config{Namespace: ns, Replicas: w.cfg.Streams.Replicas})
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	w.store = store
+	if w.eventsStream, err = w.js.Stream(ctx, ns.EventsStream()); err != nil {
+		return fmt.Errorf("worker: bind stream %s: %w", ns.EventsStream(), err)
+	}
+	dispatch, err := w.js.Stream(ctx, ns.DispatchStream())
+	if err != nil {
+		return fmt.Errorf("worker: bind stream %s: %w", ns.DispatchStream(), err)
+	}
+	w.streamEpoch = epochToken(dispatch.CachedInfo().Created)
+
+	consumers := make(map[string]jetstream.Consumer, len(w.handlers)+1)
+	for agentType := range w.handlers {
+		c, err := w.js.CreateOrUpdateConsumer(ctx, ns.DispatchStream(), jetstream.ConsumerConfig{
+			Durable:       events.AgentConsumer(agentType),
+			Description:   "jetrun workers of agent type " + agentType,
+			FilterSubject: ns.DispatchSubject(agentType),
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       w.cfg.Lease,
+			MaxDeliver:    -1, // attempts are bounded on the row, see Config.MaxAttempts
+			MaxAckPending: w.cfg.FleetConcurrency,
+		})
+		if err != nil {
+			return fmt.Errorf("worker: create consumer for agent type %s: %w", agentType, err)
+		}
+		consumers[agentType] = c
+	}
+	malformed, err := w.js.CreateOrUpdateConsumer(ctx, ns.DispatchStream(), jetstream.ConsumerConfig{
+		Durable:       malformedConsumer,
+		Description:   "jetrun: dead-letters dispatches whose subject names no valid agent type",
+		FilterSubject: ns.DispatchMalformedWildcard(),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       30 * time.Second,
+		MaxDeliver:    -1,
+	})
+	if err != nil {
+		return fmt.Errorf("worker: create consumer %s: %w", malformedConsumer, err)
+	}
+
+	runCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	pullCtx, stopPull := context.WithCancel(runCtx)
+	w.mu.Lock()
+	w.cancel, w.stopPull = cancel, stopPull
+	w.mu.Unlock()
+	for agentType, c := range consumers {
+		w.pullers.Add(1)
+		go w.pull(pullCtx, runCtx, agentType, c, w.cfg.Concurrency)
+	}
+	w.pullers.Add(1)
+	go w.pull(pullCtx, runCtx, "", malformed, 1)
+	w.log.InfoContext(ctx, "worker started", "agent_types", w.AgentTypes(), "concurrency", w.cfg.Concurrency,
+		"lease", w.cfg.Lease)
+	return nil
+}
+
+const malformedConsumer = "dispatch-malformed"
+
+// Shutdown stops pulling new dispatches and waits for the runs in flight to
+// finish. When ctx is done first, it cancels their handlers (cause
+// ErrShuttingDown) and hands their runs back, so another worker takes them at
+// once instead of after a lease. It is idempotent and safe before Start.
+func (w *Worker) Shutdown(ctx context.Context) error {
+	w.mu.Lock()
+	if w.state != stateRunning {
+		w.state = stateStopped
+		w.mu.Unlock()
+		return nil
+	}
+	w.state = stateStopped
+	stopPull, cancel := w.stopPull, w.cancel
+	w.mu.Unlock()
+
+	stopPull()
+	w.pullers.Wait()
+	done := make(chan struct{})
+	go func() {
+		w.runs.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		cancel(ErrShuttingDown)
+		return nil
+	case <-ctx.Done():
+	}
+	w.log.Warn("shutdown timeout: handing runs in flight back", "runs", w.activeIDs())
+	cancel(ErrShuttingDown)
+	select {
+	case <-done:
+		return nil
+	case <-time.After(handbackGrace):
+		return fmt.Errorf("worker: runs %v did not return %s after their handlers were cancelled",
+			w.activeIDs(), handbackGrace)
+	}
+}
+
+// Stop hands every run in flight back at once and stops the worker.
+func (w *Worker) Stop() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return w.Shutdown(ctx)
+}
+
+func (w *Worker) activeIDs() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Sorted(maps.Keys(w.active))
+}
+
+// pull fetches dispatches while it has free slots. Slots are taken before a
+// fetch, so a busy worker never hoards dispatches other workers could run.
+func (w *Worker) pull(ctx, runCtx context.Context, agentType string, c jetstream.Consumer, concurrency int) {
+	defer w.pullers.Done()
+	slots := make(chan struct{}, concurrency)
+	for ctx.Err() == nil {
+		n := acquire(ctx, slots)
+		if n == 0 {
+			return
+		}
+		fctx, cancel := context.WithTimeout(ctx, fetchWait)
+		batch, err := c.Fetch(n, jetstream.FetchContext(fctx))
+		if err != nil {
+			cancel()
+			release(slots, n)
+			if ctx.Err() == nil {
+				w.log.Warn("fetch dispatches", "agent_type", agentType, "err", err)
+				sleep(ctx, time.Second)
+			}
+			continue
+		}
+		got := 0
+		for msg := range batch.Messages() {
+			if ctx.Err() != nil {
+				_ = msg.Nak() // stopping: hand it straight to another worker
+				continue
+			}
+			got++
+			w.runs.Add(1)
+			go func() {
+				defer w.runs.Done()
+				defer func() { <-slots }()
+				if agentType == "" {
+					w.deadLetterMalformed(runCtx, msg)
+					return
+				}
+				w.process(runCtx, agentType, msg)
+			}()
+		}
+		cancel()
+		release(slots, n-got)
+		if err := batch.Error(); err != nil && ctx.Err() == nil &&
+			!errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
+			w.log.Warn("fetch dispatches", "agent_type", agentType, "err", err)
+		}
+	}
+}
+
+// acquire blocks for one free slot, then takes every other free one. It
+// returns 0 when ctx is done.
+func acquire(ctx context.Context, slots chan struct{}) int {
+	select {
+	case slots <- struct{}{}:
+	case <-ctx.Done():
+		return 0
+	}
+	n := 1
+	for {
+		select {
+		case slots <- struct{}{}:
+			n++
+		default:
+			return n
+		}
+	}
+}
+
+func release(slots chan struct{}, n int) {
+	for range n {
+		<-slots
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
