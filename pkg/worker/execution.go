@@ -91,12 +91,13 @@ func (w *Worker) execute(ctx context.Context, msg jetstream.Msg, row *kv.Run, re
 	}
 	e.log.Debug("run started")
 
+	run := &Run{e: e, row: e.cur.Clone()} // before the keeper takes e.cur over
 	stop, stopped := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(stopped)
 		e.keep(hctx, stop)
 	}()
-	result, herr, panicked := e.call(hctx, w.handlers[row.AgentType])
+	result, herr, panicked := e.call(hctx, w.handlers[row.AgentType], run)
 	close(stop)
 	<-stopped
 	e.finish(hctx, result, herr, panicked)
@@ -197,7 +198,7 @@ func readMilestones(ctx context.Context, js jetstream.JetStream, ns events.Names
 }
 
 // call runs the handler, turning a panic into an error.
-func (e *execution) call(ctx context.Context, h Handler) (res Result, err error, panicked bool) {
+func (e *execution) call(ctx context.Context, h Handler, run *Run) (res Result, err error, panicked bool) {
 	defer func() {
 		if p := recover(); p != nil {
 			panicked = true
@@ -205,7 +206,7 @@ func (e *execution) call(ctx context.Context, h Handler) (res Result, err error,
 			e.log.Error("handler panicked", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 		}
 	}()
-	res, err = h.ServeRun(ctx, &Run{e: e, row: e.cur.Clone(), milestones: e.milestonesCopy()})
+	res, err = h.ServeRun(ctx, run)
 	return res, err, false
 }
 

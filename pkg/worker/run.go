@@ -17,9 +17,8 @@ const MaxMilestoneNameLength = 256
 // Run is a handler's view of the run it executes. Its methods are safe for
 // concurrent use. After the handler returns they fail with ErrLeaseLost.
 type Run struct {
-	e          *execution
-	row        *kv.Run
-	milestones []events.Milestone
+	e   *execution
+	row *kv.Run
 }
 
 // ID returns the run id.

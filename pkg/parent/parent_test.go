@@ -1,0 +1,381 @@
+package parent_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/jetrun/jetrun/internal/agents/demo"
+	"github.com/jetrun/jetrun/internal/jetruntest"
+	"github.com/jetrun/jetrun/internal/natstest"
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/parent"
+	"github.com/jetrun/jetrun/pkg/worker"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// gated counts executions and completes a run once its gate opens.
+type gated struct {
+	mu    sync.Mutex
+	runs  map[string]int
+	gates map[string]chan struct{}
+}
+
+func (g *gated) gate(id string) chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.gates[id] == nil {
+		g.gates[id] = make(chan struct{})
+	}
+	return g.gates[id]
+}
+
+func (g *gated) count(id string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.runs[id]
+}
+
+func (g *gated) ServeRun(ctx context.Context, run *worker.Run) (worker.Result, error) {
+	g.mu.Lock()
+	g.runs[run.ID()]++
+	g.mu.Unlock()
+	select {
+	case <-g.gate(run.ID()):
+		return worker.Result{Summary: "opened " + run.ID(), Output: map[string]string{"id": run.ID()}}, nil
+	case <-ctx.Done():
+		return worker.Result{}, context.Cause(ctx)
+	}
+}
+
+type bundle struct {
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	client *parent.Client
+	store  *kv.Store
+	gated  *gated
+	worker *worker.Worker
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	ns := natstest.RunServer(t)
+	nc, js := natstest.Connect(t, ns)
+	g := &gated{runs: map[string]int{}, gates: map[string]chan struct{}{}}
+	w, err := worker.New(nc, worker.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Handle(demo.AgentType, demo.Handler())
+	w.Handle("gated", g)
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Stop() })
+	c, err := parent.New(context.Background(), nc, parent.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &bundle{nc: nc, js: js, client: c, store: c.Store(), gated: g, worker: w}
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestRunReturnsResultAndIsIdempotentByRunID(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := ctxT(t)
+	close(b.gated.gate("once"))
+
+	res, err := b.client.Run(ctx, parent.Request{AgentType: "gated", RunID: "once", Input: map[string]int{"n": 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out map[string]string
+	if res.Summary != "opened once" || res.DecodeOutput(&out) != nil || out["id"] != "once" {
+		t.Fatalf("result = %+v", res)
+	}
+	// Same id, different input: the stored result, no second execution.
+	again, err := b.client.Run(ctx, parent.Request{AgentType: "gated", RunID: "once", Input: map[string]int{"n": 2}})
+	if err != nil || again.Summary != res.Summary {
+		t.Fatalf("again = %+v, %v", again, err)
+	}
+	if n := b.gated.count("once"); n != 1 {
+		t.Fatalf("executions = %d", n)
+	}
+}
+
+func TestRunReattachesToALiveRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := ctxT(t)
+	row, err := b.client.Dispatch(ctx, parent.Request{AgentType: "gated", RunID: "live", Input: struct{}{}})
+	if err != nil || row.Status != events.StatusStarting {
+		t.Fatalf("dispatch: %+v %v", row, err)
+	}
+	jetruntest.WaitRow(t, b.store, "live", 10*time.Second, func(r *kv.Run) bool { return r.Status == events.StatusRunning })
+
+	done := make(chan error, 2)
+	for range 2 {
+		go func() {
+			res, err := b.client.Run(ctx, parent.Request{AgentType: "gated", RunID: "live", Input: struct{}{}})
+			if err == nil && res.Summary != "opened live" {
+				err = fmt.Errorf("summary %q", res.Summary)
+			}
+			done <- err
+		}()
+	}
+	close(b.gated.gate("live"))
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := b.gated.count("live"); n != 1 {
+		t.Fatalf("executions = %d", n)
+	}
+}
+
+func TestRunReturnsFailureValue(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.client.Run(ctxT(t), parent.Request{AgentType: "demo", Input: map[string]int{"steps": 2, "stepMs": 0, "failAt": 2}})
+	f, ok := parent.IsFailure(err)
+	if !ok {
+		t.Fatalf("err = %v, want a *Failure", err)
+	}
+	if f.OK || f.Status != events.StatusError || f.Retryable || !strings.Contains(f.Message, "step 2 failed") {
+		t.Fatalf("failure = %+v", f)
+	}
+}
+
+func TestCancel(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := ctxT(t)
+
+	t.Run("running run ends aborted, idempotently", func(t *testing.T) {
+		if _, err := b.client.Dispatch(ctx, parent.Request{AgentType: "gated", RunID: "c1", Input: 1}); err != nil {
+			t.Fatal(err)
+		}
+		jetruntest.WaitRow(t, b.store, "c1", 10*time.Second, func(r *kv.Run) bool { return r.Status == events.StatusRunning })
+		start := time.Now()
+		for range 3 {
+			if _, err := b.client.Cancel(ctx, "c1", "user pressed stop"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_, err := b.client.Await(ctx, "c1")
+		f, ok := parent.IsFailure(err)
+		if !ok || f.Status != events.StatusAborted || f.Retryable || !strings.Contains(f.Message, "user pressed stop") {
+			t.Fatalf("await: %v", err)
+		}
+		t.Logf("cancel → aborted in %s", time.Since(start))
+		evs := jetruntest.ReadEvents(t, b.js, "c1")
+		natstest.Eventually(t, 5*time.Second, func() bool {
+			evs = jetruntest.ReadEvents(t, b.js, "c1")
+			return fmt.Sprint(jetruntest.Statuses(evs)) == "[running aborted]"
+		}, "statuses %v", jetruntest.Statuses(evs))
+		if _, err := b.client.Cancel(ctx, "c1", "again"); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("completed run is never rewritten", func(t *testing.T) {
+		close(b.gated.gate("c2"))
+		if _, err := b.client.Run(ctx, parent.Request{AgentType: "gated", RunID: "c2", Input: 1}); err != nil {
+			t.Fatal(err)
+		}
+		row, err := b.client.Cancel(ctx, "c2", "too late")
+		if err != nil || row.Status != events.StatusCompleted || row.CancelRequested {
+			t.Fatalf("cancel of completed: %+v %v", row, err)
+		}
+	})
+
+	t.Run("a run no worker started is aborted at once", func(t *testing.T) {
+		// "later" is a known agent type whose workers are all gone.
+		w, err := worker.New(b.nc, worker.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.HandleFunc("later", func(ctx context.Context, run *worker.Run) (worker.Result, error) { return worker.Result{}, nil })
+		if err := w.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.client.Dispatch(ctx, parent.Request{AgentType: "later", RunID: "c3", Input: 1}); err != nil {
+			t.Fatal(err)
+		}
+		row, err := b.client.Cancel(ctx, "c3", "")
+		if err != nil || row.Status != events.StatusAborted {
+			t.Fatalf("cancel of starting: %+v %v", row, err)
+		}
+	})
+
+	t.Run("unknown run", func(t *testing.T) {
+		if _, err := b.client.Cancel(ctx, "nope", ""); !errors.Is(err, kv.ErrRunNotFound) {
+			t.Fatalf("err = %v", err)
+		}
+	})
+}
+
+func TestCallerContextCancelsTheChild(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx, cancel := context.WithCancel(ctxT(t))
+	errc := make(chan error, 1)
+	go func() {
+		_, err := b.client.Run(ctx, parent.Request{AgentType: "gated", RunID: "cc", Input: 1})
+		errc <- err
+	}()
+	jetruntest.WaitRow(t, b.store, "cc", 10*time.Second, func(r *kv.Run) bool { return r.Status == events.StatusRunning })
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("run: %v", err)
+	}
+	row := jetruntest.WaitRow(t, b.store, "cc", 10*time.Second, jetruntest.Final)
+	if row.Status != events.StatusAborted {
+		t.Fatalf("status = %s", row.Status)
+	}
+}
+
+func TestRunAllSettlesEveryRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	reqs := []parent.Request{
+		{AgentType: "demo", Input: map[string]int{"steps": 2, "stepMs": 10}},
+		{AgentType: "demo", Input: map[string]int{"steps": 3, "stepMs": 0, "failAt": 1}},
+		{AgentType: "nosuch", Input: 1},
+		{AgentType: "demo", RunID: "bad.id", Input: 1},
+		{AgentType: "demo", Input: map[string]int{"steps": 1, "stepMs": 50}},
+	}
+	out := b.client.RunAll(ctxT(t), reqs)
+	if len(out) != len(reqs) {
+		t.Fatalf("%d outcomes", len(out))
+	}
+	if out[0].Err != nil || out[0].Result.Summary != "finished 2 steps" {
+		t.Fatalf("0: %+v", out[0])
+	}
+	if f, ok := parent.IsFailure(out[1].Err); !ok || f.Status != events.StatusError {
+		t.Fatalf("1: %+v", out[1])
+	}
+	if !errors.Is(out[2].Err, parent.ErrUnknownAgentType) {
+		t.Fatalf("2: %v", out[2].Err)
+	}
+	if !errors.Is(out[3].Err, parent.ErrBadRequest) || !errors.Is(out[3].Err, events.ErrInvalidID) {
+		t.Fatalf("3: %v", out[3].Err)
+	}
+	if out[4].Err != nil {
+		t.Fatalf("4: %+v", out[4])
+	}
+}
+
+func TestInspectAndHasRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := ctxT(t)
+	row, err := b.client.Inspect(ctx, "never-dispatched")
+	if row != nil || err != nil {
+		t.Fatalf("inspect unknown = %+v, %v; want nil, nil", row, err)
+	}
+	for _, id := range []string{"never-dispatched", "a.b", "*", ""} {
+		if ok, err := b.client.HasRun(ctx, id); ok || err != nil {
+			t.Fatalf("HasRun(%q) = %v, %v", id, ok, err)
+		}
+	}
+	if _, err := b.client.Run(ctx, parent.Request{AgentType: "demo", RunID: "seen", Input: map[string]int{"steps": 1, "stepMs": 0}}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := b.client.HasRun(ctx, "seen"); !ok || err != nil {
+		t.Fatalf("HasRun(seen) = %v, %v", ok, err)
+	}
+	// Neither call created anything.
+	if row, _ := b.client.Inspect(ctx, "never-dispatched"); row != nil {
+		t.Fatal("inspect created a row")
+	}
+}
+
+func TestStartingRowLeftByADeadCallerIsDispatchedAgain(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := ctxT(t)
+	// The caller created the row and died before publishing.
+	if _, err := b.store.Create(ctx, &kv.Run{
+		ID: "orphan", AgentType: "demo", Status: events.StatusStarting, CreatedAt: time.Now(),
+		Input: []byte(`{"steps":1,"stepMs":0}`),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := b.client.Run(ctx, parent.Request{AgentType: "demo", RunID: "orphan", Input: map[string]int{"steps": 9}})
+	if err != nil || res.Summary != "finished 1 steps" {
+		t.Fatalf("run: %+v %v (the stored input must win)", res, err)
+	}
+}
+
+func TestDispatchThatCannotBePublishedEndsTheRun(t *testing.T) {
+	t.Parallel()
+	ns := natstest.RunServer(t)
+	nc, js := natstest.Connect(t, ns)
+	ctx := ctxT(t)
+	c, err := parent.New(ctx, nc, parent.Config{DispatchRetry: 200 * time.Millisecond, AllowUnknownAgentTypes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteStream(ctx, "JETRUN_DISPATCH"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Dispatch(ctx, parent.Request{AgentType: "demo", RunID: "nopub", Input: 1})
+	if !errors.Is(err, parent.ErrDispatchFailed) {
+		t.Fatalf("err = %v", err)
+	}
+	row, err := c.Inspect(ctx, "nopub")
+	if err != nil || row.Status != events.StatusError || row.Reason != events.ReasonDispatchFailed {
+		t.Fatalf("row = %+v, %v", row, err)
+	}
+}
+
+func TestUnknownAgentTypeIsRejected(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.client.Dispatch(ctxT(t), parent.Request{AgentType: "ghost", Input: 1})
+	if !errors.Is(err, parent.ErrUnknownAgentType) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestRunIDIsStableAndValid(t *testing.T) {
+	a, b := parent.RunID("parent-1", "call-1"), parent.RunID("parent-1", "call-1")
+	if a != b || events.ValidateID(a) != nil {
+		t.Fatalf("RunID = %q, %q", a, b)
+	}
+	if parent.RunID("parent-1", "call-2") == a || parent.RunID("parent-", "1call-1") == a {
+		t.Fatal("distinct tool calls share a run id")
+	}
+}
+
+func FuzzRunID(f *testing.F) {
+	f.Add("p", "call-1")
+	f.Add("", "")
+	f.Add("a.b.>", "*\x00 ")
+	f.Fuzz(func(t *testing.T, p, call string) {
+		if err := events.ValidateID(parent.RunID(p, call)); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -1,0 +1,282 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetrun/jetrun/internal/jetruntest"
+	"github.com/jetrun/jetrun/internal/natstest"
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/worker"
+)
+
+// counter is a handler that counts executions per run and waits for gate
+// (or its context) before completing.
+type counter struct {
+	mu    sync.Mutex
+	runs  map[string]int
+	gate  chan struct{}
+	cause map[string]error
+}
+
+func newCounter() *counter {
+	return &counter{runs: map[string]int{}, gate: make(chan struct{}), cause: map[string]error{}}
+}
+
+func (c *counter) ServeRun(ctx context.Context, run *worker.Run) (worker.Result, error) {
+	c.mu.Lock()
+	c.runs[run.ID()]++
+	c.mu.Unlock()
+	if err := run.Chunk(ctx, "started"); err != nil {
+		return worker.Result{}, err
+	}
+	select {
+	case <-c.gate:
+		return worker.Result{Summary: "done"}, nil
+	case <-ctx.Done():
+		c.mu.Lock()
+		c.cause[run.ID()] = context.Cause(ctx)
+		c.mu.Unlock()
+		return worker.Result{}, context.Cause(ctx)
+	}
+}
+
+func (c *counter) count(id string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.runs[id]
+}
+
+func (c *counter) causeOf(id string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cause[id]
+}
+
+func running(r *kv.Run) bool { return r.Status == events.StatusRunning }
+
+// drained waits until the agent type's consumer has nothing pending or in
+// flight: every dispatch was settled.
+func drained(t *testing.T, js jetstream.JetStream, agentType string) {
+	t.Helper()
+	natstest.Eventually(t, 20*time.Second, func() bool {
+		c, err := js.Consumer(context.Background(), "JETRUN_DISPATCH", events.AgentConsumer(agentType))
+		if err != nil {
+			return false
+		}
+		info, err := c.Info(context.Background())
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+	}, "dispatches of %s were not all settled", agentType)
+}
+
+func TestSameRunIDIsNeverExecutedAgain(t *testing.T) {
+	t.Parallel()
+	c := newCounter()
+	b, _ := setup(t, worker.Config{}, map[string]worker.Handler{"count": c})
+
+	publish(t, b.js, "jetrun.dispatch.count", `{"runId":"dup","input":{}}`, jetstream.WithMsgID("first"))
+	jetruntest.WaitRow(t, b.store, "dup", 10*time.Second, running)
+
+	// While running: a second dispatch with a new message id.
+	publish(t, b.js, "jetrun.dispatch.count", `{"runId":"dup","input":{}}`, jetstream.WithMsgID("second"))
+	close(c.gate)
+	row := jetruntest.WaitRow(t, b.store, "dup", 10*time.Second, jetruntest.Final)
+	if row.Status != events.StatusCompleted {
+		t.Fatalf("status = %s", row.Status)
+	}
+	// After completion: a third one.
+	publish(t, b.js, "jetrun.dispatch.count", `{"runId":"dup","input":{"other":true}}`, jetstream.WithMsgID("third"))
+	drained(t, b.js, "count")
+
+	if n := c.count("dup"); n != 1 {
+		t.Fatalf("executions = %d, want 1", n)
+	}
+	evs := waitForStatus(t, b.js, "dup", events.StatusCompleted)
+	if got := fmt.Sprint(jetruntest.Statuses(evs)); got != "[running completed]" {
+		t.Fatalf("statuses = %s", got)
+	}
+}
+
+func TestBadDispatchesAreDeadLetteredAndNothingIsLost(t *testing.T) {
+	t.Parallel()
+	b, _ := setup(t, worker.Config{}, nil)
+
+	long := strings.Repeat("a", 65)
+	bad := []struct{ subject, payload, reason string }{
+		{"jetrun.dispatch.demo", `{"runId":`, "malformed JSON"},
+		{"jetrun.dispatch.demo", `not json at all`, "not a JSON object"},
+		{"jetrun.dispatch.demo", `[1,2,3]`, "not a JSON object"},
+		{"jetrun.dispatch.demo", `"a string"`, "not a JSON object"},
+		{"jetrun.dispatch.demo", `42`, "not a JSON object"},
+		{"jetrun.dispatch.demo", ``, "empty"},
+		{"jetrun.dispatch.demo", `{"runId":"a.b","input":{}}`, `'.'`},
+		{"jetrun.dispatch.demo", `{"runId":"a*","input":{}}`, `'*'`},
+		{"jetrun.dispatch.demo", `{"runId":"a>","input":{}}`, `'>'`},
+		{"jetrun.dispatch.demo", `{"runId":"` + long + `","input":{}}`, "65 characters"},
+		{"jetrun.dispatch.demo", `{"runId":"ok1"}`, `"input" is required`},
+		{"jetrun.dispatch.demo", `{"runId":5,"input":{}}`, `"runId" must be a string`},
+		{"jetrun.dispatch.demo", `{"input":{},"depth":"deep"}`, `"depth" must be an integer`},
+		{"jetrun.dispatch.demo.extra", `{"runId":"x1","input":{}}`, "does not name a single agent type"},
+	}
+	for _, d := range bad {
+		publish(t, b.js, d.subject, d.payload)
+	}
+	// The worker keeps serving.
+	publish(t, b.js, "jetrun.dispatch.demo", `{"runId":"good","input":{"steps":1,"stepMs":0}}`)
+	if row := jetruntest.WaitRow(t, b.store, "good", 10*time.Second, jetruntest.Final); row.Status != events.StatusCompleted {
+		t.Fatalf("good run: %s %s", row.Status, row.Error)
+	}
+
+	ctx := context.Background()
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		s, err := b.js.Stream(ctx, "JETRUN_DLQ")
+		return err == nil && s.CachedInfo().State.Msgs == uint64(len(bad))
+	}, "DLQ did not receive %d messages", len(bad))
+	s, err := b.js.Stream(ctx, "JETRUN_DLQ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range bad {
+		m, err := s.GetMsg(ctx, uint64(i+1))
+		if err != nil {
+			t.Fatalf("dlq message %d: %v", i+1, err)
+		}
+		// Delivery order across the two consumers is not fixed; match by payload.
+		var want *struct{ subject, payload, reason string }
+		for j := range bad {
+			if string(m.Data) == bad[j].payload && m.Header.Get(events.HeaderOriginalSubject) == bad[j].subject {
+				want = &bad[j]
+			}
+		}
+		if want == nil {
+			t.Fatalf("dlq message %q (subject %s) matches no sent payload", m.Data, m.Header.Get(events.HeaderOriginalSubject))
+		}
+		if reason := m.Header.Get(events.HeaderReason); !strings.Contains(reason, want.reason) {
+			t.Errorf("payload %q: reason %q does not mention %q", want.payload, reason, want.reason)
+		}
+	}
+	// Nothing left in the queue, nothing silently dropped.
+	disp, err := b.js.Stream(ctx, "JETRUN_DISPATCH")
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		info, err := disp.Info(ctx)
+		return err == nil && info.State.Msgs == 0
+	}, "dispatch stream not empty")
+}
+
+func TestHandlerErrorPanicAndBadInputEndInError(t *testing.T) {
+	t.Parallel()
+	b, _ := setup(t, worker.Config{}, map[string]worker.Handler{
+		"boom": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			panic("kaboom at the factory")
+		}),
+		"fail": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			return worker.Result{}, errors.New("upstream said no")
+		}),
+	})
+	publish(t, b.js, "jetrun.dispatch.boom", `{"runId":"p1","input":{}}`)
+	publish(t, b.js, "jetrun.dispatch.fail", `{"runId":"f1","input":{}}`)
+	publish(t, b.js, "jetrun.dispatch.demo", `{"runId":"d1","input":{"steps":"five"}}`)
+	publish(t, b.js, "jetrun.dispatch.demo", `{"runId":"d2","input":{"steps":3,"stepMs":0,"failAt":2}}`)
+	publish(t, b.js, "jetrun.dispatch.boom", `{"runId":"p2","input":{}}`) // the worker lives on
+
+	for id, want := range map[string]string{
+		"p1": "panic: kaboom at the factory",
+		"p2": "panic: kaboom at the factory",
+		"f1": "upstream said no",
+		"d1": `demo input field "steps" must be an integer, got string`,
+		"d2": "step 2 failed",
+	} {
+		row := jetruntest.WaitRow(t, b.store, id, 10*time.Second, jetruntest.Final)
+		if row.Status != events.StatusError || !strings.Contains(row.Error, want) {
+			t.Errorf("%s: status %s error %q, want error containing %q", id, row.Status, row.Error, want)
+		}
+		if f := row.Failure(); f == nil || f.Retryable {
+			t.Errorf("%s: failure %+v, want non-retryable", id, f)
+		}
+	}
+}
+
+func TestFinalRowGetsItsMissingStatusEventAndIsNotRun(t *testing.T) {
+	t.Parallel()
+	c := newCounter()
+	b, _ := setup(t, worker.Config{}, map[string]worker.Handler{"count": c})
+	ctx := context.Background()
+	// A writer that died between the final row write and its status event.
+	if _, err := b.store.Create(ctx, &kv.Run{
+		ID: "fin", AgentType: "count", Status: events.StatusCompleted, Attempt: 1, CreatedAt: time.Now(),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, b.js, "jetrun.dispatch.count", `{"runId":"fin","input":{}}`)
+	drained(t, b.js, "count")
+	evs := waitForStatus(t, b.js, "fin", events.StatusCompleted)
+	if len(evs) != 1 || c.count("fin") != 0 {
+		t.Fatalf("events %d, executions %d; want 1 repaired status event, 0 executions", len(evs), c.count("fin"))
+	}
+}
+
+func TestRunLostTooOftenEndsInError(t *testing.T) {
+	t.Parallel()
+	c := newCounter()
+	b, _ := setup(t, worker.Config{MaxAttempts: 3}, map[string]worker.Handler{"count": c})
+	ctx := context.Background()
+	if _, err := b.store.Create(ctx, &kv.Run{
+		ID: "crashy", AgentType: "count", Status: events.StatusRunning, Attempt: 3, Worker: "gone",
+		LeaseUntil: time.Now().Add(-time.Second), CreatedAt: time.Now(),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, b.js, "jetrun.dispatch.count", `{"runId":"crashy","input":{}}`)
+	row := jetruntest.WaitRow(t, b.store, "crashy", 10*time.Second, jetruntest.Final)
+	if row.Status != events.StatusError || row.Reason != events.ReasonMaxAttempts || c.count("crashy") != 0 {
+		t.Fatalf("row %+v, executions %d", row, c.count("crashy"))
+	}
+}
+
+func TestProgressIsCoalescedWithATrailingFlush(t *testing.T) {
+	t.Parallel()
+	const reports = 200
+	b, _ := setup(t, worker.Config{ProgressInterval: 100 * time.Millisecond}, map[string]worker.Handler{
+		"burst": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			for i := 1; i <= reports; i++ {
+				if err := run.Progress(ctx, worker.Progress{Fraction: float64(i) / (reports + 1), Message: fmt.Sprint(i)}); err != nil {
+					return worker.Result{}, err
+				}
+			}
+			// Stay alive past the window: the trailing value must go out on
+			// its own, not only because the run ends.
+			time.Sleep(300 * time.Millisecond)
+			return worker.Result{}, nil
+		}),
+	})
+	publish(t, b.js, "jetrun.dispatch.burst", `{"runId":"pr","input":{}}`)
+	jetruntest.WaitRow(t, b.store, "pr", 10*time.Second, jetruntest.Final)
+	evs := waitForStatus(t, b.js, "pr", events.StatusCompleted)
+	var msgs []string
+	for _, e := range evs {
+		if e.Progress != nil {
+			msgs = append(msgs, e.Progress.Message)
+		}
+	}
+	if len(msgs) < 2 || len(msgs) > reports/2 {
+		t.Fatalf("%d progress events for %d reports: %v", len(msgs), reports, msgs)
+	}
+	if msgs[0] != "1" || msgs[len(msgs)-1] != fmt.Sprint(reports) {
+		t.Fatalf("progress events %v: want the first report and the trailing last one", msgs)
+	}
+	// The trailing flush came before the final status, during the sleep.
+	if last := evs[len(evs)-2]; last.Progress == nil || last.Progress.Message != fmt.Sprint(reports) {
+		t.Fatalf("event before the final status = %+v", last)
+	}
+}

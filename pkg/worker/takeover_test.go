@@ -1,0 +1,144 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jetrun/jetrun/internal/agents/demo"
+	"github.com/jetrun/jetrun/internal/jetruntest"
+	"github.com/jetrun/jetrun/internal/natstest"
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/worker"
+)
+
+// A worker shutting down hands its run back at once: the other worker takes
+// it over (attempt 2) long before the lease would have expired, and resumes
+// after the last milestone.
+func TestShutdownHandsRunsBackToAnotherWorker(t *testing.T) {
+	t.Parallel()
+	ns := natstest.RunServer(t)
+	nc, js := natstest.Connect(t, ns)
+	// A lease far longer than the test's patience: only a hand-back can
+	// move the run in time.
+	cfg := worker.Config{Lease: 5 * time.Minute, Concurrency: 1}
+	a := startWorker(t, nc, cfg, nil)
+	store, err := kv.Open(context.Background(), js, kv.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	publish(t, js, "jetrun.dispatch.demo", `{"runId":"hb","input":{"steps":30,"stepMs":100}}`)
+	jetruntest.WaitRow(t, store, "hb", 20*time.Second, func(r *kv.Run) bool { return r.Milestones >= 3 })
+
+	nc2, _ := natstest.Connect(t, ns)
+	b := startWorker(t, nc2, cfg, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := a.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+
+	row := jetruntest.WaitRow(t, store, "hb", 60*time.Second, jetruntest.Final)
+	if row.Status != events.StatusCompleted || row.Attempt != 2 || row.Handoffs != 1 {
+		t.Fatalf("row: status %s attempt %d handoffs %d error %q", row.Status, row.Attempt, row.Handoffs, row.Error)
+	}
+	var out demo.Output
+	if err := json.Unmarshal(row.Output, &out); err != nil {
+		t.Fatal(err)
+	}
+	if out.StepsRunHere >= 30 || out.StepsRunHere < 1 {
+		t.Fatalf("second attempt ran %d of 30 steps; want it to resume after the milestones", out.StepsRunHere)
+	}
+	evs := waitForStatus(t, js, "hb", events.StatusCompleted)
+	if got := fmt.Sprint(jetruntest.Statuses(evs)); got != "[running running completed]" {
+		t.Fatalf("statuses = %s", got)
+	}
+	var seqs []int
+	for _, m := range jetruntest.Milestones(evs) {
+		seqs = append(seqs, m.Sequence)
+	}
+	want := make([]int, 30)
+	for i := range want {
+		want[i] = i + 1
+	}
+	if !slices.Equal(seqs, want) {
+		t.Fatalf("milestone sequences = %v", seqs)
+	}
+	chunks := jetruntest.ChunkSeqs(evs)
+	for i, s := range chunks {
+		if s != int64(i+1) {
+			t.Fatalf("chunk seqs = %v, want 1..n", chunks)
+		}
+	}
+	_ = b // keeps serving until cleanup
+}
+
+// Once another attempt owns the run, the old one can write neither events
+// nor the row, and its handler context is cancelled with ErrLeaseLost.
+func TestLostLeaseFencesTheOldAttempt(t *testing.T) {
+	t.Parallel()
+	started, proceed := make(chan struct{}), make(chan struct{})
+	results := make(chan error, 2)
+	b, w := setup(t, worker.Config{CancelWatchDelay: time.Millisecond}, map[string]worker.Handler{
+		"zombie": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			if err := run.Chunk(ctx, "before"); err != nil {
+				return worker.Result{}, err
+			}
+			close(started)
+			<-proceed
+			results <- run.Chunk(context.Background(), "after")
+			<-ctx.Done()
+			results <- context.Cause(ctx)
+			return worker.Result{Summary: "zombie result"}, nil
+		}),
+	})
+	publish(t, b.js, "jetrun.dispatch.zombie", `{"runId":"z","input":{}}`)
+	<-started
+
+	// Another worker takes the run over: the claim, then its first event.
+	ctx := context.Background()
+	thief, _, err := b.store.Mutate(ctx, "z", func(r *kv.Run) error {
+		r.Attempt++
+		r.Worker = "thief"
+		r.LeaseUntil = time.Now().Add(time.Hour)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := json.Marshal(events.StatusEvent{RunID: "z", Status: events.StatusRunning, Attempt: thief.Attempt})
+	if _, err := b.js.Publish(ctx, "jetrun.run.z.status", data); err != nil {
+		t.Fatal(err)
+	}
+	close(proceed)
+
+	if err := <-results; !errors.Is(err, worker.ErrLeaseLost) {
+		t.Fatalf("chunk after takeover: %v, want ErrLeaseLost", err)
+	}
+	if err := <-results; !errors.Is(err, worker.ErrLeaseLost) {
+		t.Fatalf("handler context cause: %v, want ErrLeaseLost", err)
+	}
+	// The zombie's result is never written.
+	natstest.Eventually(t, 5*time.Second, func() bool {
+		row, _, err := b.store.Get(ctx, "z")
+		return err == nil && row.Worker == "thief" && row.Status == events.StatusRunning
+	}, "row changed")
+	evs := jetruntest.ReadEvents(t, b.js, "z")
+	if got := jetruntest.ChunkSeqs(evs); !slices.Equal(got, []int64{1}) {
+		t.Fatalf("chunks = %v, want only the one written before the takeover", got)
+	}
+	// Stop waits for the zombie's handler to return and its attempt to end.
+	if err := w.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	row, _, _ := b.store.Get(ctx, "z")
+	if row.Status != events.StatusRunning || row.Summary != "" {
+		t.Fatalf("zombie wrote its outcome: %+v", row)
+	}
+}
