@@ -4,6 +4,9 @@
 package natstest
 
 import (
+	"fmt"
+	"net"
+	"net/url"
 	"testing"
 	"time"
 
@@ -81,4 +84,62 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg strin
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// RunCluster starts a three-node JetStream cluster on loopback and returns
+// its servers once JetStream has a meta leader.
+func RunCluster(t testing.TB) []*server.Server {
+	t.Helper()
+	ports := make([]int, 3)
+	var routes []*url.URL
+	for i := range ports {
+		ports[i] = freePort(t)
+		routes = append(routes, &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", ports[i])})
+	}
+	servers := make([]*server.Server, 3)
+	for i := range servers {
+		opts := &server.Options{
+			ServerName: fmt.Sprintf("n%d", i+1),
+			Host:       "127.0.0.1", Port: server.RANDOM_PORT,
+			JetStream: true, StoreDir: t.TempDir(),
+			JetStreamMaxMemory: 64 << 20, JetStreamMaxStore: 1 << 30,
+			Cluster: server.ClusterOpts{Name: "jetrun-test", Host: "127.0.0.1", Port: ports[i]},
+			Routes:  routes,
+			NoSigs:  true, NoLog: true,
+		}
+		s, err := server.NewServer(opts)
+		if err != nil {
+			t.Fatalf("natstest: new cluster server: %v", err)
+		}
+		t.Cleanup(func() {
+			s.Shutdown()
+			s.WaitForShutdown()
+		})
+		s.Start()
+		servers[i] = s
+	}
+	for _, s := range servers {
+		if !s.ReadyForConnections(30 * time.Second) {
+			t.Fatal("natstest: cluster server not ready within 30s")
+		}
+	}
+	Eventually(t, 30*time.Second, func() bool {
+		for _, s := range servers {
+			if s.JetStreamIsLeader() {
+				return true
+			}
+		}
+		return false
+	}, "cluster has no JetStream meta leader")
+	return servers
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("natstest: free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }

@@ -1,0 +1,206 @@
+package kv_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/jetrun/jetrun/internal/natstest"
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/kv"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func openStore(t *testing.T, js jetstream.JetStream, replicas int) *kv.Store {
+	t.Helper()
+	s, err := kv.Open(context.Background(), js, kv.Config{Replicas: replicas})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func newRun(id string) *kv.Run {
+	return &kv.Run{ID: id, AgentType: "demo", Status: events.StatusStarting, CreatedAt: time.Now()}
+}
+
+func TestCreateGetUpdate(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunServer(t))
+	s := openStore(t, js, 1)
+	testCAS(t, s)
+}
+
+// Replicated buckets report a lost compare-and-set with another error code
+// (10164); the store must still say ErrConflict.
+func TestCreateGetUpdateOnAThreeNodeCluster(t *testing.T) {
+	t.Parallel()
+	servers := natstest.RunCluster(t)
+	_, js := natstest.Connect(t, servers[1])
+	s := openStore(t, js, 3)
+	testCAS(t, s)
+}
+
+func testCAS(t *testing.T, s *kv.Store) {
+	t.Helper()
+	ctx := context.Background()
+	rev, err := s.Create(ctx, newRun("r1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Create(ctx, newRun("r1")); !errors.Is(err, kv.ErrRunExists) {
+		t.Fatalf("second create: %v", err)
+	}
+	row, got, err := s.Get(ctx, "r1")
+	if err != nil || got != rev || row.Status != events.StatusStarting {
+		t.Fatalf("get: %+v %d %v", row, got, err)
+	}
+	row.Status = events.StatusRunning
+	if _, err := s.Update(ctx, row, rev); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Update(ctx, row, rev); !errors.Is(err, kv.ErrConflict) {
+		t.Fatalf("stale update: %v, want ErrConflict", err)
+	}
+	if _, _, err := s.Get(ctx, "missing"); !errors.Is(err, kv.ErrRunNotFound) {
+		t.Fatalf("missing: %v", err)
+	}
+	if _, _, err := s.Get(ctx, "a.b"); !errors.Is(err, events.ErrInvalidID) {
+		t.Fatalf("bad id: %v", err)
+	}
+}
+
+func TestMutateLosesNoUpdateUnderContention(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunServer(t))
+	s := openStore(t, js, 1)
+	ctx := context.Background()
+	if _, err := s.Create(ctx, newRun("hot")); err != nil {
+		t.Fatal(err)
+	}
+	const writers, each = 8, 25
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				tag := fmt.Sprintf("w%d-%d", w, i)
+				_, _, err := s.Mutate(ctx, "hot", func(r *kv.Run) error {
+					if r.Delivered == nil {
+						r.Delivered = map[events.Status]time.Time{}
+					}
+					r.Delivered[events.Status(tag)] = time.Now() // idempotent: keyed by tag
+					return nil
+				})
+				if err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	row, _, err := s.Get(ctx, "hot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(row.Delivered) != writers*each {
+		t.Fatalf("%d updates survived, want %d", len(row.Delivered), writers*each)
+	}
+}
+
+func TestMutateNoChangeAndErrors(t *testing.T) {
+	t.Parallel()
+	nc, js := natstest.Connect(t, natstest.RunServer(t))
+	s := openStore(t, js, 1)
+	ctx := context.Background()
+	rev, _ := s.Create(ctx, newRun("m"))
+	row, got, err := s.Mutate(ctx, "m", func(*kv.Run) error { return kv.ErrNoChange })
+	if err != nil || got != rev || row.ID != "m" {
+		t.Fatalf("no change: %v %d", err, got)
+	}
+	boom := errors.New("boom")
+	if _, _, err := s.Mutate(ctx, "m", func(*kv.Run) error { return boom }); !errors.Is(err, boom) {
+		t.Fatalf("fn error: %v", err)
+	}
+	if _, _, err := s.Mutate(ctx, "none", func(*kv.Run) error { return nil }); !errors.Is(err, kv.ErrRunNotFound) {
+		t.Fatalf("missing: %v", err)
+	}
+	// A row someone wrote by hand (nats kv put) that is not JSON.
+	bucket, _ := js.KeyValue(ctx, "jetrun_runs")
+	if _, err := bucket.Put(ctx, "junk", []byte("not json")); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Get(ctx, "junk"); !errors.Is(err, kv.ErrCorruptRow) {
+		t.Fatalf("corrupt: %v", err)
+	}
+	_ = nc
+}
+
+func TestWatchSeesChangesAndDeletion(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunServer(t))
+	s := openStore(t, js, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	rev, _ := s.Create(ctx, newRun("w"))
+	w, err := s.Watch(ctx, "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	next := func() kv.Snapshot {
+		select {
+		case snap := <-w.Updates():
+			return snap
+		case <-ctx.Done():
+			t.Fatal("no update")
+			return kv.Snapshot{}
+		}
+	}
+	if snap := next(); snap.Revision != rev || snap.Run.Status != events.StatusStarting {
+		t.Fatalf("first = %+v", snap)
+	}
+	if _, _, err := s.Mutate(ctx, "w", func(r *kv.Run) error { r.Status = events.StatusRunning; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if snap := next(); snap.Run == nil || snap.Run.Status != events.StatusRunning {
+		t.Fatalf("second = %+v", snap)
+	}
+	if err := s.Bucket().Delete(ctx, "w"); err != nil {
+		t.Fatal(err)
+	}
+	if snap := next(); !snap.Deleted {
+		t.Fatalf("third = %+v", snap)
+	}
+	w.Stop() // idempotent with the deferred Stop
+}
+
+func TestList(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunServer(t))
+	s := openStore(t, js, 1)
+	ctx := context.Background()
+	for i := range 5 {
+		r := newRun(fmt.Sprintf("l%d", i))
+		if i%2 == 0 {
+			r.Status = events.StatusCompleted
+		}
+		if _, err := s.Create(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows, err := s.List(ctx, func(r *kv.Run) bool { return r.Status == events.StatusCompleted })
+	if err != nil || len(rows) != 3 {
+		t.Fatalf("list = %d rows, %v", len(rows), err)
+	}
+	empty := openStore(t, js, 1)
+	if _, err := empty.List(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+}
