@@ -320,7 +320,7 @@ func (e *execution) finalize(status events.Status, reason, text string, set func
 			return
 		}
 	}
-	e.log.Info("run finished", "status", status, "reason", reason)
+	e.log.Info("run finished", "status", status)
 	e.releaseMsgs(jetstream.Msg.Ack)
 }
 

@@ -1,0 +1,218 @@
+// Package config holds the binaries' settings, loaded from JETRUN_*
+// environment variables with envconfig. Only the binaries' main functions
+// load it; packages under pkg/ take plain Config structs.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/kelseyhightower/envconfig"
+
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/worker"
+)
+
+// Prefix is the environment variable prefix.
+const Prefix = "JETRUN"
+
+// DefaultChildNATSURL is where a child-worker connects when JETRUN_NATS_URL is
+// empty: the parent-worker's embedded server on this host.
+const DefaultChildNATSURL = "nats://127.0.0.1:4222"
+
+// NATS holds the connection settings shared by every binary.
+type NATS struct {
+	URL      string `envconfig:"NATS_URL" desc:"NATS server URL(s), comma-separated; child-worker: default nats://127.0.0.1:4222; parent-worker: empty starts an embedded server"`
+	Creds    string `envconfig:"NATS_CREDS" desc:"path to a NATS .creds file (JWT auth)"`
+	NKey     string `envconfig:"NATS_NKEY" desc:"path to an nkey seed file"`
+	User     string `envconfig:"NATS_USER" desc:"NATS user name"`
+	Password string `envconfig:"NATS_PASSWORD" desc:"NATS password (never logged)"`
+	Token    string `envconfig:"NATS_TOKEN" desc:"NATS auth token (never logged)"`
+}
+
+// Streams holds the stream settings shared by every binary.
+type Streams struct {
+	Prefix       string        `envconfig:"PREFIX" default:"jetrun" desc:"subject prefix; streams are <PREFIX>_DISPATCH etc., the bucket <prefix>_runs"`
+	Replicas     int           `envconfig:"REPLICAS" default:"1" desc:"replicas of streams and bucket when created (3 on a cluster)"`
+	DedupWindow  time.Duration `envconfig:"DEDUP_WINDOW" default:"2m" desc:"dedup window of the dispatch stream when created"`
+	EventsMaxAge time.Duration `envconfig:"EVENTS_MAX_AGE" default:"168h" desc:"how long run events are kept for replay, when created"`
+	DLQMaxAge    time.Duration `envconfig:"DLQ_MAX_AGE" default:"720h" desc:"how long dead letters are kept, when created"`
+}
+
+// Log holds the logging settings.
+type Log struct {
+	Format string `envconfig:"LOG_FORMAT" default:"text" desc:"log format: text or json"`
+	Level  string `envconfig:"LOG_LEVEL" default:"info" desc:"log level: debug, info, warn or error"`
+}
+
+// Pool holds the settings of a pool of child workers.
+type Pool struct {
+	WorkerID         string        `envconfig:"WORKER_ID" desc:"worker id written on the rows it holds (default host-pid-random)"`
+	Concurrency      int           `envconfig:"CONCURRENCY" default:"16" desc:"runs of each agent type this process executes at once"`
+	FleetConcurrency int           `envconfig:"FLEET_CONCURRENCY" default:"1000" desc:"runs of one agent type in flight across all workers (consumer MaxAckPending)"`
+	Lease            time.Duration `envconfig:"LEASE" default:"15s" desc:"run lease; a dead worker's runs are taken over within about one lease"`
+	MaxAttempts      int           `envconfig:"MAX_ATTEMPTS" default:"5" desc:"takeovers after lost workers before a run ends error (max-attempts)"`
+	ShutdownTimeout  time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s" desc:"on SIGTERM, how long runs in flight may finish before they are handed back"`
+}
+
+// ChildWorker is the child-worker binary's configuration.
+type ChildWorker struct {
+	NATS
+	Streams
+	Pool
+	Log
+	AgentTypes []string `envconfig:"AGENT_TYPES" default:"demo" desc:"agent types to serve, comma-separated (built-in: demo)"`
+}
+
+// ParentWorker is the parent-worker binary's configuration.
+type ParentWorker struct {
+	NATS
+	Streams
+	Pool
+	Log
+	DataDir        string   `envconfig:"DATA_DIR" default:"./data" desc:"embedded server: JetStream store directory"`
+	EmbeddedHost   string   `envconfig:"EMBEDDED_HOST" default:"127.0.0.1" desc:"embedded server: listen address (loopback by default)"`
+	EmbeddedPort   int      `envconfig:"EMBEDDED_PORT" default:"4222" desc:"embedded server: client port (-1 = random; a busy 4222 falls back to random)"`
+	EmbeddedMaxMem int64    `envconfig:"EMBEDDED_MAX_MEMORY" default:"268435456" desc:"embedded server: JetStream memory limit, bytes"`
+	EmbeddedMaxFS  int64    `envconfig:"EMBEDDED_MAX_STORE" default:"10737418240" desc:"embedded server: JetStream file store limit, bytes"`
+	SyncAlways     bool     `envconfig:"SYNC_ALWAYS" default:"false" desc:"embedded server: fsync every write (strict durability, about 1/3 the write rate)"`
+	HTTPAddr       string   `envconfig:"HTTP_ADDR" default:"127.0.0.1:8080" desc:"HTTP API listen address (empty disables it)"`
+	Children       []string `envconfig:"CHILDREN" desc:"agent types to run in an in-process child pool, comma-separated (built-in: demo)"`
+	DemoRuns       int      `envconfig:"DEMO_RUNS" default:"0" desc:"at start, dispatch this many demo runs as a fan-out (make run uses 5)"`
+}
+
+// Load fills spec from the environment and validates it.
+func Load(spec interface{ Validate() error }) error {
+	if err := envconfig.Process(Prefix, spec); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	if err := spec.Validate(); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	return nil
+}
+
+// Usage writes every variable of spec with its default and description.
+func Usage(w io.Writer, spec any) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	const format = `{{range .}}  {{usage_key .}}	{{usage_default .}}	{{usage_description .}}
+{{end}}`
+	fmt.Fprintln(tw, "  VARIABLE\tDEFAULT\tMEANING")
+	if err := envconfig.Usagef(Prefix, spec, tw, format); err != nil {
+		return err
+	}
+	return tw.Flush()
+}
+
+// Validate checks the child-worker settings.
+func (c *ChildWorker) Validate() error {
+	errs := []error{c.Streams.validate(), c.Pool.validate(), c.Log.validate()}
+	if c.URL == "" {
+		c.URL = DefaultChildNATSURL
+	}
+	if len(c.AgentTypes) == 0 {
+		errs = append(errs, errors.New("JETRUN_AGENT_TYPES must name at least one agent type"))
+	}
+	return errors.Join(errs...)
+}
+
+// Validate checks the parent-worker settings.
+func (c *ParentWorker) Validate() error {
+	errs := []error{c.Streams.validate(), c.Pool.validate(), c.Log.validate()}
+	if c.URL == "" && c.DataDir == "" {
+		errs = append(errs, errors.New("JETRUN_DATA_DIR is required for the embedded server"))
+	}
+	if c.EmbeddedPort < -1 || c.EmbeddedPort > 65535 {
+		errs = append(errs, fmt.Errorf("JETRUN_EMBEDDED_PORT must be -1 or a port, got %d", c.EmbeddedPort))
+	}
+	if c.DemoRuns < 0 || c.DemoRuns > 1000 {
+		errs = append(errs, fmt.Errorf("JETRUN_DEMO_RUNS must be between 0 and 1000, got %d", c.DemoRuns))
+	}
+	return errors.Join(errs...)
+}
+
+func (s Streams) validate() error {
+	_, err := events.NewNamespace(s.Prefix)
+	if err != nil {
+		err = fmt.Errorf("JETRUN_PREFIX: %w", err)
+	}
+	return errors.Join(err, s.Options().Validate())
+}
+
+func (p Pool) validate() error {
+	var errs []error
+	if p.Concurrency < 1 {
+		errs = append(errs, fmt.Errorf("JETRUN_CONCURRENCY must be at least 1, got %d", p.Concurrency))
+	}
+	if p.FleetConcurrency < 1 {
+		errs = append(errs, fmt.Errorf("JETRUN_FLEET_CONCURRENCY must be at least 1, got %d", p.FleetConcurrency))
+	}
+	if p.Lease < worker.MinLease {
+		errs = append(errs, fmt.Errorf("JETRUN_LEASE must be at least %s, got %s", worker.MinLease, p.Lease))
+	}
+	if p.MaxAttempts < 1 {
+		errs = append(errs, fmt.Errorf("JETRUN_MAX_ATTEMPTS must be at least 1, got %d", p.MaxAttempts))
+	}
+	if p.ShutdownTimeout < 0 {
+		errs = append(errs, fmt.Errorf("JETRUN_SHUTDOWN_TIMEOUT must not be negative, got %s", p.ShutdownTimeout))
+	}
+	if p.WorkerID != "" {
+		if err := events.ValidateID(p.WorkerID); err != nil {
+			errs = append(errs, fmt.Errorf("JETRUN_WORKER_ID: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (l Log) validate() error {
+	_, err := l.Logger(io.Discard)
+	return err
+}
+
+// Namespace returns the configured namespace.
+func (s Streams) Namespace() events.Namespace { return events.Namespace(s.Prefix) }
+
+// Options returns the stream options.
+func (s Streams) Options() events.StreamOptions {
+	return events.StreamOptions{Replicas: s.Replicas, DedupWindow: s.DedupWindow, EventsMaxAge: s.EventsMaxAge, DLQMaxAge: s.DLQMaxAge}
+}
+
+// WorkerConfig returns the child runtime configuration of the pool.
+func (p Pool) WorkerConfig(s Streams, logger *slog.Logger) worker.Config {
+	return worker.Config{
+		ID:               p.WorkerID,
+		Namespace:        s.Namespace(),
+		Streams:          s.Options(),
+		Concurrency:      p.Concurrency,
+		FleetConcurrency: p.FleetConcurrency,
+		Lease:            p.Lease,
+		MaxAttempts:      p.MaxAttempts,
+		Logger:           logger,
+	}
+}
+
+// Redacted describes the connection settings without secrets.
+func (n NATS) Redacted() string {
+	var auth []string
+	if n.Creds != "" {
+		auth = append(auth, "creds")
+	}
+	if n.NKey != "" {
+		auth = append(auth, "nkey")
+	}
+	if n.User != "" {
+		auth = append(auth, "user")
+	}
+	if n.Token != "" {
+		auth = append(auth, "token")
+	}
+	if len(auth) == 0 {
+		return n.URL
+	}
+	return n.URL + " (auth: " + strings.Join(auth, ",") + ")"
+}

@@ -1,0 +1,48 @@
+// Command awaiter is a test parent process: it calls parent.Run for one run
+// and prints the outcome as JSON. The end-to-end tests kill it with -9 while
+// it awaits and start another one with the same run id.
+//
+// Usage: awaiter NATS_URL RUN_ID INPUT_JSON
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/jetrun/jetrun/pkg/parent"
+)
+
+func main() {
+	if len(os.Args) != 4 {
+		fmt.Fprintln(os.Stderr, "usage: awaiter NATS_URL RUN_ID INPUT_JSON")
+		os.Exit(2)
+	}
+	nc, err := nats.Connect(os.Args[1])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	defer nc.Close()
+	ctx := context.Background()
+	client, err := parent.New(ctx, nc, parent.Config{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Fprintln(os.Stderr, "awaiting", os.Args[2])
+	res, err := client.Run(ctx, parent.Request{AgentType: "demo", RunID: os.Args[2], Input: json.RawMessage(os.Args[3])})
+	out := map[string]any{"ok": err == nil}
+	if err != nil {
+		out["error"] = err.Error()
+	} else {
+		out["summary"], out["output"] = res.Summary, res.Output
+	}
+	_ = json.NewEncoder(os.Stdout).Encode(out)
+	if err != nil {
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,290 @@
+// Package httpapi serves parent-worker's HTTP API:
+//
+//	GET  /healthz                 200 while NATS is connected, else 503
+//	POST /v1/runs                 dispatch {agentType, runId?, input, detached?, ...}; ?wait=true awaits
+//	GET  /v1/runs                 list rows, ?status=running,completed filters, ?limit=N
+//	GET  /v1/runs/{id}            one row; 404 for an unknown or malformed id
+//	POST /v1/runs/{id}/cancel     cancel {reason?}; idempotent
+//
+// A guessed or malformed id never creates anything: only POST /v1/runs does.
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/parent"
+)
+
+// MaxBodyBytes bounds request bodies.
+const MaxBodyBytes = 1 << 20
+
+// DefaultListLimit and MaxListLimit bound GET /v1/runs.
+const (
+	DefaultListLimit = 100
+	MaxListLimit     = 1000
+)
+
+// Config holds the API's dependencies.
+type Config struct {
+	Client *parent.Client
+	Conn   *nats.Conn // for /healthz
+	Logger *slog.Logger
+}
+
+type api struct {
+	client *parent.Client
+	conn   *nats.Conn
+	log    *slog.Logger
+}
+
+// New returns the API's handler.
+func New(cfg Config) http.Handler {
+	a := &api{client: cfg.Client, conn: cfg.Conn, log: cfg.Logger}
+	if a.log == nil {
+		a.log = slog.New(slog.DiscardHandler)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", a.health)
+	mux.HandleFunc("POST /v1/runs", a.dispatch)
+	mux.HandleFunc("GET /v1/runs", a.list)
+	mux.HandleFunc("GET /v1/runs/{id}", a.get)
+	mux.HandleFunc("POST /v1/runs/{id}/cancel", a.cancel)
+	return mux
+}
+
+// errorBody is every error response.
+type errorBody struct {
+	Error string `json:"error"`
+	Code  string `json:"code"`
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	writeJSON(w, status, errorBody{Error: msg, Code: code})
+}
+
+// fail maps an error from the parent API to a response.
+func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
+	switch {
+	case errors.Is(err, parent.ErrBadRequest), errors.Is(err, events.ErrInvalidID):
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+	case errors.Is(err, parent.ErrUnknownAgentType):
+		writeError(w, http.StatusUnprocessableEntity, "unknown_agent_type", err.Error())
+	case errors.Is(err, parent.ErrRunIDConflict):
+		writeError(w, http.StatusConflict, "run_id_conflict", err.Error())
+	case errors.Is(err, kv.ErrRunNotFound):
+		writeError(w, http.StatusNotFound, "not_found", err.Error())
+	case errors.Is(err, parent.ErrDispatchFailed):
+		writeError(w, http.StatusServiceUnavailable, "dispatch_failed", err.Error())
+	case r.Context().Err() != nil:
+		// The client went away; nobody reads this.
+		writeError(w, http.StatusServiceUnavailable, "cancelled", err.Error())
+	default:
+		a.log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		writeError(w, http.StatusServiceUnavailable, "unavailable", err.Error())
+	}
+}
+
+func (a *api) health(w http.ResponseWriter, r *http.Request) {
+	if a.conn == nil || !a.conn.IsConnected() {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "nats": "disconnected"})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "nats": "connected"})
+}
+
+// dispatchBody is the body of POST /v1/runs.
+type dispatchBody struct {
+	AgentType        string           `json:"agentType"`
+	RunID            string           `json:"runId"`
+	Input            json.RawMessage  `json:"input"`
+	Parent           string           `json:"parent"`
+	ParentToolCallID string           `json:"parentToolCallId"`
+	DisplayOrder     int              `json:"displayOrder"`
+	Depth            int              `json:"depth"`
+	Detached         *events.Detached `json:"detached"`
+}
+
+// outcomeBody is the response of POST /v1/runs?wait=true.
+type outcomeBody struct {
+	OK      bool            `json:"ok"`
+	RunID   string          `json:"runId"`
+	Status  events.Status   `json:"status"`
+	Summary string          `json:"summary,omitempty"`
+	Output  json.RawMessage `json:"output,omitempty"`
+}
+
+func (a *api) dispatch(w http.ResponseWriter, r *http.Request) {
+	var body dispatchBody
+	if !decodeBody(w, r, &body) {
+		return
+	}
+	if len(body.Input) == 0 {
+		writeError(w, http.StatusBadRequest, "bad_request", `"input" is required`)
+		return
+	}
+	wait, err := boolParam(r, "wait")
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
+	req := parent.Request{
+		AgentType:        body.AgentType,
+		RunID:            body.RunID,
+		Input:            body.Input,
+		Parent:           body.Parent,
+		ParentToolCallID: body.ParentToolCallID,
+		DisplayOrder:     body.DisplayOrder,
+		Depth:            body.Depth,
+		Detached:         body.Detached,
+	}
+	row, err := a.client.Dispatch(r.Context(), req)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if !wait {
+		status := http.StatusCreated
+		if row.Status != events.StatusStarting {
+			status = http.StatusOK // an existing run, re-attached
+		}
+		w.Header().Set("Location", "/v1/runs/"+row.ID)
+		writeJSON(w, status, row)
+		return
+	}
+	// Waiting does not cancel the run when the client disconnects: a run is
+	// cancelled only by POST /v1/runs/{id}/cancel.
+	res, err := a.client.Await(r.Context(), row.ID)
+	if f, ok := parent.IsFailure(err); ok {
+		writeJSON(w, http.StatusOK, f)
+		return
+	}
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, outcomeBody{OK: true, RunID: res.RunID, Status: events.StatusCompleted, Summary: res.Summary, Output: res.Output})
+}
+
+func (a *api) list(w http.ResponseWriter, r *http.Request) {
+	var statuses []events.Status
+	for _, part := range strings.Split(r.URL.Query().Get("status"), ",") {
+		if part = strings.TrimSpace(part); part == "" {
+			continue
+		}
+		s := events.Status(part)
+		if !s.Valid() {
+			writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("unknown status %q", part))
+			return
+		}
+		statuses = append(statuses, s)
+	}
+	limit := DefaultListLimit
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxListLimit {
+			writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("limit must be 1 to %d, got %q", MaxListLimit, v))
+			return
+		}
+		limit = n
+	}
+	rows, err := a.client.List(r.Context(), statuses...)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	total := len(rows)
+	rows = rows[:min(limit, len(rows))]
+	writeJSON(w, http.StatusOK, map[string]any{"runs": rows, "total": total})
+}
+
+// row looks up the run named in the path; it answers 404 itself.
+func (a *api) row(w http.ResponseWriter, r *http.Request) (*kv.Run, bool) {
+	id := r.PathValue("id")
+	if events.ValidateID(id) != nil {
+		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no run %q", id))
+		return nil, false
+	}
+	row, err := a.client.Inspect(r.Context(), id)
+	if err != nil {
+		a.fail(w, r, err)
+		return nil, false
+	}
+	if row == nil {
+		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no run %q", id))
+		return nil, false
+	}
+	return row, true
+}
+
+func (a *api) get(w http.ResponseWriter, r *http.Request) {
+	if row, ok := a.row(w, r); ok {
+		writeJSON(w, http.StatusOK, row)
+	}
+}
+
+func (a *api) cancel(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Reason string `json:"reason"`
+	}
+	if r.ContentLength != 0 && !decodeBody(w, r, &body) {
+		return
+	}
+	if _, ok := a.row(w, r); !ok {
+		return
+	}
+	row, err := a.client.Cancel(r.Context(), r.PathValue("id"), body.Reason)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, row)
+}
+
+// decodeBody reads a JSON object body into v, answering 400 or 413 itself.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err := dec.Decode(v); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("body exceeds %d bytes", MaxBodyBytes))
+			return false
+		}
+		writeError(w, http.StatusBadRequest, "bad_request", "body is not a valid JSON object: "+err.Error())
+		return false
+	}
+	if dec.More() {
+		writeError(w, http.StatusBadRequest, "bad_request", "body has data after the JSON object")
+		return false
+	}
+	return true
+}
+
+func boolParam(r *http.Request, name string) (bool, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("%s must be true or false, got %q", name, v)
+	}
+	return b, nil
+}

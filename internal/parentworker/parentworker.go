@@ -1,0 +1,189 @@
+// Package parentworker is the parent-worker binary: the HTTP API over the
+// parent API, an optional in-process child pool, and, when no NATS URL is
+// configured, an embedded nats-server with JetStream.
+package parentworker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/jetrun/jetrun/internal/agents"
+	"github.com/jetrun/jetrun/internal/agents/demo"
+	"github.com/jetrun/jetrun/internal/config"
+	"github.com/jetrun/jetrun/internal/embedded"
+	"github.com/jetrun/jetrun/internal/httpapi"
+	"github.com/jetrun/jetrun/internal/natsconn"
+	"github.com/jetrun/jetrun/pkg/parent"
+	"github.com/jetrun/jetrun/pkg/worker"
+)
+
+// httpShutdownTimeout bounds how long open HTTP requests may finish.
+const httpShutdownTimeout = 5 * time.Second
+
+// Run serves until ctx is done, then shuts down in reverse order: HTTP,
+// child pool (graceful, see config.Pool.ShutdownTimeout), NATS connection,
+// embedded server. The banner (where to look) goes to out.
+func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out io.Writer) error {
+	natsCfg := cfg.NATS
+	var extra []nats.Option
+	var ns *server.Server
+	if natsCfg.URL == "" {
+		var err error
+		ns, err = embedded.Start(embedded.Config{
+			StoreDir: cfg.DataDir, Host: cfg.EmbeddedHost, Port: cfg.EmbeddedPort,
+			MaxMemory: cfg.EmbeddedMaxMem, MaxStore: cfg.EmbeddedMaxFS, SyncAlways: cfg.SyncAlways, Logger: logger,
+		})
+		if err != nil {
+			return err
+		}
+		defer func() {
+			ns.Shutdown()
+			ns.WaitForShutdown()
+			logger.Info("embedded nats-server stopped")
+		}()
+		natsCfg.URL = ns.ClientURL()
+		extra = append(extra, nats.InProcessServer(ns)) // this process's own components skip the socket
+	}
+	nc, err := natsconn.Connect(natsCfg, "jetrun parent-worker", logger, extra...)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+
+	client, err := parent.New(ctx, nc, parent.Config{Namespace: cfg.Namespace(), Streams: cfg.Options(), Logger: logger})
+	if err != nil {
+		return err
+	}
+
+	var pool *worker.Worker
+	if len(cfg.Children) > 0 {
+		if pool, err = worker.New(nc, cfg.Pool.WorkerConfig(cfg.Streams, logger)); err != nil {
+			return err
+		}
+		if err := agents.Register(pool, cfg.Children); err != nil {
+			return err
+		}
+		if err := pool.Start(ctx); err != nil {
+			return err
+		}
+	}
+
+	var srv *http.Server
+	httpURL := ""
+	serveErr := make(chan error, 1)
+	if cfg.HTTPAddr != "" {
+		ln, err := net.Listen("tcp", cfg.HTTPAddr)
+		if err != nil {
+			return fmt.Errorf("http: listen on %s: %w", cfg.HTTPAddr, err)
+		}
+		httpURL = "http://" + ln.Addr().String()
+		srv = &http.Server{
+			Handler:           httpapi.New(httpapi.Config{Client: client, Conn: nc, Logger: logger}),
+			ReadHeaderTimeout: 10 * time.Second,
+		}
+		go func() { serveErr <- srv.Serve(ln) }()
+	}
+
+	banner(out, cfg, natsCfg.URL, ns != nil, httpURL, pool)
+	logger.Info("parent-worker ready", "nats", natsCfg.Redacted(), "http", httpURL)
+
+	var demos sync.WaitGroup
+	if cfg.DemoRuns > 0 {
+		demos.Go(func() { demoFanOut(ctx, client, cfg.DemoRuns, logger, out, httpURL) })
+	}
+
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		return fmt.Errorf("http: %w", err)
+	}
+	logger.Info("shutting down")
+	var errs []error
+	if srv != nil {
+		hctx, cancel := context.WithTimeout(context.Background(), httpShutdownTimeout)
+		errs = append(errs, srv.Shutdown(hctx))
+		cancel()
+	}
+	if pool != nil {
+		pctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+		errs = append(errs, pool.Shutdown(pctx))
+		cancel()
+	}
+	demos.Wait()
+	if err := nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		logger.Warn("drain nats connection", "err", err)
+	}
+	return errors.Join(errs...)
+}
+
+func banner(out io.Writer, cfg config.ParentWorker, natsURL string, embeddedServer bool, httpURL string, pool *worker.Worker) {
+	b := &strings.Builder{}
+	fmt.Fprintln(b, "jetrun parent-worker is up")
+	where := "external"
+	if embeddedServer {
+		where = "embedded, store " + cfg.DataDir
+	}
+	fmt.Fprintf(b, "  NATS        %s  (%s)\n", natsURL, where)
+	if httpURL != "" {
+		fmt.Fprintf(b, "  HTTP API    %s  (GET /v1/runs, GET /v1/runs/<id>, POST /v1/runs)\n", httpURL)
+	}
+	if pool != nil {
+		fmt.Fprintf(b, "  child pool  %s (in-process, worker %s)\n", strings.Join(pool.AgentTypes(), ","), pool.ID())
+	}
+	s := "nats -s " + natsURL
+	fmt.Fprintf(b, "\nWatch and drive it with the nats CLI:\n")
+	fmt.Fprintf(b, "  %s kv watch %s\n", s, cfg.Namespace().RunsBucket())
+	fmt.Fprintf(b, "  %s sub '%s'\n", s, cfg.Namespace().RunsWildcard())
+	fmt.Fprintf(b, "  %s pub %s '{\"input\":{\"steps\":5,\"stepMs\":300}}'\n", s, cfg.Namespace().DispatchSubject(demo.AgentType))
+	if httpURL != "" {
+		fmt.Fprintf(b, "  curl -s %s/v1/runs\n", httpURL)
+	}
+	fmt.Fprintln(b)
+	_, _ = io.WriteString(out, b.String())
+}
+
+// demoFanOut dispatches n demo runs and reports each outcome. Shutting down
+// stops the waiting, not the runs.
+func demoFanOut(ctx context.Context, client *parent.Client, n int, logger *slog.Logger, out io.Writer, httpURL string) {
+	ids := make([]string, 0, n)
+	for i := range n {
+		row, err := client.Dispatch(ctx, parent.Request{
+			AgentType:    demo.AgentType,
+			DisplayOrder: i,
+			Input:        map[string]int{"steps": 3 + i%5, "stepMs": 400},
+		})
+		if err != nil {
+			logger.Warn("dispatch demo run", "err", err)
+			continue
+		}
+		ids = append(ids, row.ID)
+	}
+	fmt.Fprintf(out, "dispatched a fan-out of %d demo runs: %s\n", len(ids), strings.Join(ids, " "))
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Go(func() {
+			res, err := client.Await(ctx, id)
+			switch {
+			case err == nil:
+				fmt.Fprintf(out, "demo run %s completed: %s\n", id, res.Summary)
+			case ctx.Err() == nil:
+				logger.Warn("demo run did not complete", "run_id", id, "err", err)
+			}
+		})
+	}
+	wg.Wait()
+	if ctx.Err() == nil && httpURL != "" {
+		fmt.Fprintf(out, "demo fan-out done; see the runs with: curl -s %s/v1/runs  (Ctrl-C stops the parent-worker)\n", httpURL)
+	}
+}
