@@ -18,5 +18,7 @@ import (
 func main() {
 	var cfg config.ParentWorker
 	os.Exit(cli.Main("parent-worker", "the jetrun HTTP API, optional in-process child pool and embedded nats-server", os.Args[1:], &cfg,
-		func(ctx context.Context, logger *slog.Logger) error { return parentworker.Run(ctx, cfg, logger, os.Stdout) }))
+		func(ctx context.Context, logger *slog.Logger) error {
+			return parentworker.Run(ctx, cfg, logger, os.Stdout)
+		}))
 }
