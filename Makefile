@@ -1,0 +1,50 @@
+# jetrun — run `make` for the list of targets.
+
+GO          ?= go
+BIN         := bin
+GOTESTFLAGS ?=
+
+# make run settings; any JETRUN_* variable in the environment also applies.
+export JETRUN_CHILDREN  ?= demo
+export JETRUN_DEMO_RUNS ?= 5
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: build
+build: ## build parent-worker and child-worker into bin/
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+.PHONY: run
+run: build ## run parent-worker on an embedded nats-server with an in-process demo pool and a demo fan-out
+	./$(BIN)/parent-worker
+
+.PHONY: test
+test: ## run every test with -race (real nats-servers, real processes)
+	$(GO) test -race -count=1 -timeout 15m $(GOTESTFLAGS) ./...
+
+.PHONY: bench
+bench: ## measure jetrun against raw JetStream in one run (prints ratios)
+	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 20m ./internal/bench/
+
+.PHONY: fuzz
+fuzz: ## fuzz the decoders and id validation for 30s each
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeDispatch$$' -fuzztime 30s ./pkg/events/
+	$(GO) test -run '^$$' -fuzz '^FuzzValidateID$$' -fuzztime 30s ./pkg/events/
+	$(GO) test -run '^$$' -fuzz '^FuzzRunID$$' -fuzztime 30s ./pkg/parent/
+
+.PHONY: lint
+lint: ## go vet and gofmt
+	$(GO) vet ./...
+	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+.PHONY: tidy-check
+tidy-check: ## fail if go.mod or go.sum are not tidy
+	$(GO) mod tidy -diff
+
+.PHONY: clean
+clean: ## remove build output and the embedded server's data
+	rm -rf $(BIN) data
