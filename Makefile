@@ -28,7 +28,8 @@ test: ## run every test with -race (real nats-servers, real processes)
 
 .PHONY: bench
 bench: ## measure jetrun against raw JetStream in one run (prints ratios)
-	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 20m ./internal/bench/
+	$(GO) test -run '^$$' -bench '^BenchmarkWorkload' -benchtime 1x -timeout 20m ./internal/bench/
+	$(GO) test -run '^$$' -bench '^BenchmarkLeaseRenewal' -timeout 20m ./internal/bench/
 
 .PHONY: fuzz
 fuzz: ## fuzz the decoders and id validation for 30s each

@@ -1,0 +1,335 @@
+package bench_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetrun/jetrun/internal/natstest"
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/parent"
+	"github.com/jetrun/jetrun/pkg/worker"
+)
+
+// Workload sizes: fixed, so figures from different runs compare.
+const (
+	rawMessages   = 100_000
+	rawWindow     = 500
+	runs          = 10_000
+	dispatchers   = 8
+	concurrency   = 64
+	cancelSamples = 50
+)
+
+// embeddedServer starts a file-store server like parent-worker's, and an
+// in-process connection to it, as parent-worker's own components use.
+func embeddedServer(b *testing.B) (*server.Server, *nats.Conn, jetstream.JetStream) {
+	b.Helper()
+	ns := natstest.RunServer(b)
+	nc, err := nats.Connect("", nats.InProcessServer(ns))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return ns, nc, js
+}
+
+// rawAsyncPublishRate is raw JetStream's async publish rate (128 B messages,
+// a window of 500 in flight) on the same server.
+func rawAsyncPublishRate(b *testing.B, js jetstream.JetStream) float64 {
+	b.Helper()
+	ctx := context.Background()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "RAW", Subjects: []string{"raw.>"}, Storage: jetstream.FileStorage}); err != nil {
+		b.Fatal(err)
+	}
+	payload := make([]byte, 128)
+	start := time.Now()
+	for i := range rawMessages {
+		if _, err := js.PublishAsync("raw.bench", payload); err != nil {
+			b.Fatal(err)
+		}
+		if i%rawWindow == rawWindow-1 {
+			select {
+			case <-js.PublishAsyncComplete():
+			case <-time.After(30 * time.Second):
+				b.Fatal("async publish stalled")
+			}
+		}
+	}
+	<-js.PublishAsyncComplete()
+	rate := rawMessages / time.Since(start).Seconds()
+	if err := js.DeleteStream(ctx, "RAW"); err != nil {
+		b.Fatal(err)
+	}
+	return rate
+}
+
+// storedMessages sums, over every stream, the messages ever stored: JetStream
+// writes (stream publishes and KV writes alike).
+func storedMessages(b *testing.B, js jetstream.JetStream) uint64 {
+	b.Helper()
+	var total uint64
+	names := js.StreamNames(context.Background())
+	for name := range names.Name() {
+		s, err := js.Stream(context.Background(), name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		total += s.CachedInfo().State.LastSeq
+	}
+	return total
+}
+
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[min(len(sorted)-1, int(float64(len(sorted))*p))]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// BenchmarkWorkloadRunsVersusRaw reports, from one server in one run:
+// raw async publish msgs/s, end-to-end runs/s with a no-op handler, their
+// ratio, dispatch→completed latency p50/p99, and JetStream writes per run.
+func BenchmarkWorkloadRunsVersusRaw(b *testing.B) {
+	_, nc, js := embeddedServer(b)
+	ctx := context.Background()
+	raw := rawAsyncPublishRate(b, js)
+
+	w, err := worker.New(nc, worker.Config{Concurrency: concurrency})
+	if err != nil {
+		b.Fatal(err)
+	}
+	w.HandleFunc("noop", func(context.Context, *worker.Run) (worker.Result, error) { return worker.Result{}, nil })
+	if err := w.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = w.Stop() })
+	client, err := parent.New(ctx, nc, parent.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+
+	// Completions as a subscriber sees them: the final status event.
+	var (
+		mu        sync.Mutex
+		started   = make(map[string]time.Time, runs)
+		latencies = make([]time.Duration, 0, runs)
+		done      = make(chan struct{})
+	)
+	sub, err := nc.Subscribe("jetrun.run.*.status", func(m *nats.Msg) {
+		var ev events.StatusEvent
+		if json.Unmarshal(m.Data, &ev) != nil || ev.Status != events.StatusCompleted {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if t0, ok := started[ev.RunID]; ok {
+			latencies = append(latencies, time.Since(t0))
+			delete(started, ev.RunID)
+			if len(latencies) == runs {
+				close(done)
+			}
+		}
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+
+	writesBefore := storedMessages(b, js)
+	var elapsed time.Duration
+	for b.Loop() {
+		begin := time.Now()
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for range dispatchers {
+			wg.Go(func() {
+				for i := next.Add(1); i <= runs; i = next.Add(1) {
+					id := fmt.Sprintf("bench-%d", i)
+					mu.Lock()
+					started[id] = time.Now()
+					mu.Unlock()
+					if _, err := client.Dispatch(ctx, parent.Request{AgentType: "noop", RunID: id, Input: 1}); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Minute):
+			b.Fatalf("only %d of %d runs completed", len(latencies), runs)
+		}
+		elapsed = time.Since(begin)
+	}
+	writesPerRun := float64(storedMessages(b, js)-writesBefore) / runs
+	slices.Sort(latencies)
+	rate := runs / elapsed.Seconds()
+
+	b.ReportMetric(raw, "raw-async-pub/s")
+	b.ReportMetric(rate, "runs/s")
+	b.ReportMetric(rate/raw, "runs-per-raw-msg")
+	b.ReportMetric(ms(percentile(latencies, 0.50)), "p50-ms")
+	b.ReportMetric(ms(percentile(latencies, 0.99)), "p99-ms")
+	b.ReportMetric(writesPerRun, "js-writes/run")
+	b.ReportMetric(rate*writesPerRun/raw, "write-efficiency")
+	b.Logf("raw JetStream async publish: %.0f msgs/s", raw)
+	b.Logf("jetrun no-op runs: %.0f runs/s (%d runs, %d dispatchers, worker concurrency %d) = %.4f of raw msgs/s (1 run per %.0f raw msgs)",
+		rate, runs, dispatchers, concurrency, rate/raw, raw/rate)
+	b.Logf("dispatch→completed: p50 %.2f ms, p99 %.2f ms", ms(percentile(latencies, 0.5)), ms(percentile(latencies, 0.99)))
+	b.Logf("JetStream writes per run: %.2f; runs/s × writes/run ÷ raw msgs/s = %.2f of raw JetStream's write rate",
+		writesPerRun, rate*writesPerRun/raw)
+}
+
+// BenchmarkWorkloadCancel reports how long a cancel takes to reach the
+// handler and end the run aborted, as a subscriber to the status events sees
+// it.
+func BenchmarkWorkloadCancel(b *testing.B) {
+	_, nc, _ := embeddedServer(b)
+	ctx := context.Background()
+	w, err := worker.New(nc, worker.Config{Concurrency: cancelSamples})
+	if err != nil {
+		b.Fatal(err)
+	}
+	w.HandleFunc("wait", func(ctx context.Context, _ *worker.Run) (worker.Result, error) {
+		<-ctx.Done()
+		return worker.Result{}, context.Cause(ctx)
+	})
+	if err := w.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = w.Stop() })
+	client, err := parent.New(ctx, nc, parent.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	aborted := make(chan events.StatusEvent, cancelSamples)
+	sub, err := nc.Subscribe("jetrun.run.*.status", func(m *nats.Msg) {
+		var ev events.StatusEvent
+		if json.Unmarshal(m.Data, &ev) == nil && ev.Status == events.StatusAborted {
+			aborted <- ev
+		}
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+
+	var lat []time.Duration
+	for b.Loop() {
+		lat = lat[:0]
+		ids := make([]string, cancelSamples)
+		for i := range ids {
+			ids[i] = fmt.Sprintf("cancel-%d-%d", i, time.Now().UnixNano())
+			if _, err := client.Dispatch(ctx, parent.Request{AgentType: "wait", RunID: ids[i], Input: 1}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		// Cancel once the worker holds every run and watches its row.
+		for _, id := range ids {
+			for {
+				row, err := client.Inspect(ctx, id)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if row.Status == events.StatusRunning && time.Since(row.StartedAt) > 2*worker.DefaultCancelWatchDelay {
+					break
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+		for _, id := range ids {
+			t0 := time.Now()
+			if _, err := client.Cancel(ctx, id, "bench"); err != nil {
+				b.Fatal(err)
+			}
+			select {
+			case <-aborted:
+				lat = append(lat, time.Since(t0))
+			case <-time.After(30 * time.Second):
+				b.Fatal("no aborted event")
+			}
+		}
+	}
+	slices.Sort(lat)
+	b.ReportMetric(ms(percentile(lat, 0.5)), "cancel-p50-ms")
+	b.ReportMetric(ms(percentile(lat, 0.99)), "cancel-p99-ms")
+	b.Logf("cancel → aborted event: p50 %.2f ms, p99 %.2f ms over %d runs", ms(percentile(lat, 0.5)), ms(percentile(lat, 0.99)), len(lat))
+}
+
+// BenchmarkLeaseRenewal compares what one heartbeat costs under the two lease
+// mechanisms docs/leases.md weighs: a compare-and-set of the row's lease
+// (both need it, to fence), and the InProgress ack that keeps a held
+// dispatch from being redelivered (only the held-message mechanism).
+func BenchmarkLeaseRenewal(b *testing.B) {
+	_, _, js := embeddedServer(b)
+	ctx := context.Background()
+	kvb, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "lease", History: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	value := make([]byte, 600) // about a run row's size
+	rev, err := kvb.Put(ctx, "run", value)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "Q", Subjects: []string{"q"}, Retention: jetstream.WorkQueuePolicy}); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "q", []byte("dispatch")); err != nil {
+		b.Fatal(err)
+	}
+	cons, err := js.CreateConsumer(ctx, "Q", jetstream.ConsumerConfig{Durable: "w", AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute})
+	if err != nil {
+		b.Fatal(err)
+	}
+	msg, err := cons.Next()
+	if err != nil {
+		b.Fatal(err)
+	}
+
+	b.Run("kv-cas", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if rev, err = kvb.Update(ctx, "run", value, rev); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("in-progress", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := msg.InProgress(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("kv-cas+in-progress", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if rev, err = kvb.Update(ctx, "run", value, rev); err != nil {
+				b.Fatal(err)
+			}
+			if err := msg.InProgress(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
