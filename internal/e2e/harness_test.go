@@ -29,7 +29,8 @@ func TestMain(m *testing.M) {
 	if raceEnabled {
 		args = append(args, "-race")
 	}
-	args = append(args, "github.com/jetrun/jetrun/cmd/...", "github.com/jetrun/jetrun/internal/e2e/cmd/...")
+	args = append(args, "github.com/jetrun/jetrun/cmd/...", "github.com/jetrun/jetrun/internal/e2e/cmd/...",
+		"github.com/nats-io/nats-server/v2")
 	cmd := exec.Command("go", args...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {

@@ -1,0 +1,83 @@
+package e2e_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/jetrun/jetrun/internal/jetruntest"
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/parent"
+)
+
+// The repository's nats.conf runs a real nats-server (the binary, built from
+// the pinned module) that the workers use as documented.
+func TestNatsConfRunsARealServerTheWorkersUse(t *testing.T) {
+	t.Parallel()
+	conf, err := filepath.Abs("../../nats.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts, err := server.ProcessConfigFile(conf)
+	if err != nil {
+		t.Fatalf("nats.conf does not parse: %v", err)
+	}
+	if !opts.JetStream || opts.Host != "127.0.0.1" || opts.StoreDir == "" || opts.JetStreamMaxStore == 0 {
+		t.Fatalf("nats.conf: jetstream %v host %q store %q max store %d", opts.JetStream, opts.Host, opts.StoreDir, opts.JetStreamMaxStore)
+	}
+
+	// Run it as documented, from a scratch directory so ./data stays there;
+	// only the port is overridden, to run beside other tests.
+	port := freePort(t)
+	srv := start(t, "nats-server", nil, "-c", conf, "-p", fmt.Sprint(port))
+	dir := srv.cmd.Dir
+	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	var nc *nats.Conn
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if nc, err = nats.Connect(url); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nats-server -c nats.conf did not come up: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Cleanup(nc.Close)
+
+	start(t, "child-worker", map[string]string{"JETRUN_NATS_URL": url}).waitLog("child-worker serving", 60*time.Second)
+	client, err := parent.New(context.Background(), nc, parent.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := client.Run(ctx, parent.Request{AgentType: "demo", RunID: "conf", Input: map[string]int{"steps": 2, "stepMs": 10}})
+	if err != nil || res.Summary != "finished 2 steps" {
+		t.Fatalf("run on nats.conf server: %+v %v", res, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "data", "nats", "jetstream")); err != nil {
+		t.Fatalf("store dir from nats.conf not used: %v", err)
+	}
+	row := jetruntest.WaitRow(t, client.Store(), "conf", time.Second, jetruntest.Final)
+	if row.Status != events.StatusCompleted {
+		t.Fatal(row.Status)
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
