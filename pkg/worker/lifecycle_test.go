@@ -280,3 +280,68 @@ func TestProgressIsCoalescedWithATrailingFlush(t *testing.T) {
 		t.Fatalf("event before the final status = %+v", last)
 	}
 }
+
+// FleetConcurrency caps the runs of an agent type in flight across every
+// worker process, whatever each worker's own concurrency.
+func TestFleetConcurrencyCapsRunsAcrossWorkers(t *testing.T) {
+	t.Parallel()
+	ns := natstest.RunServer(t)
+	var (
+		mu           sync.Mutex
+		inFlight, hi int
+	)
+	gate := make(chan struct{})
+	h := worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+		mu.Lock()
+		inFlight++
+		hi = max(hi, inFlight)
+		mu.Unlock()
+		defer func() {
+			mu.Lock()
+			inFlight--
+			mu.Unlock()
+		}()
+		select {
+		case <-gate:
+		case <-ctx.Done():
+		}
+		return worker.Result{}, nil
+	})
+	cfg := worker.Config{Concurrency: 5, FleetConcurrency: 2}
+	var js jetstream.JetStream
+	for range 2 {
+		nc, j := natstest.Connect(t, ns)
+		js = j
+		startWorker(t, nc, cfg, map[string]worker.Handler{"capped": h})
+	}
+	store, err := kv.Open(context.Background(), js, kv.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 6 {
+		publish(t, js, "jetrun.dispatch.capped", fmt.Sprintf(`{"runId":"cap%d","input":{}}`, i))
+	}
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return inFlight == 2
+	}, "two runs never started")
+	// Give a third run every chance to start: the consumer must not deliver it.
+	c, err := js.Consumer(context.Background(), "JETRUN_DISPATCH", events.AgentConsumer("capped"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		info, err := c.Info(context.Background())
+		return err == nil && info.NumAckPending == 2 && info.NumPending == 4 && info.NumWaiting > 0
+	}, "consumer state")
+	close(gate)
+	for i := range 6 {
+		jetruntest.WaitRow(t, store, fmt.Sprintf("cap%d", i), 20*time.Second, jetruntest.Final)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if hi != 2 {
+		t.Fatalf("%d runs in flight at once, want at most 2", hi)
+	}
+}

@@ -1,0 +1,67 @@
+package events_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetrun/jetrun/internal/natstest"
+	"github.com/jetrun/jetrun/pkg/events"
+)
+
+func TestEnsureStreamsCreatesThenNeverClobbers(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunServer(t))
+	ctx := context.Background()
+	var ns events.Namespace
+
+	// An operator created the events stream first, tuned, and without the
+	// jetrun subject.
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: "JETRUN_EVENTS", Subjects: []string{"ops.audit"}, MaxAge: time.Hour, Description: "tuned by ops",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	opts := events.StreamOptions{EventsMaxAge: 48 * time.Hour, DedupWindow: time.Minute}
+	for range 2 { // idempotent
+		if err := events.EnsureStreams(ctx, js, ns, opts); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ev, err := js.Stream(ctx, "JETRUN_EVENTS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := ev.CachedInfo().Config
+	if cfg.MaxAge != time.Hour || cfg.Description != "tuned by ops" || !slices.Equal(cfg.Subjects, []string{"ops.audit", "jetrun.run.>"}) {
+		t.Fatalf("events stream was rewritten: max age %s, %q, subjects %v", cfg.MaxAge, cfg.Description, cfg.Subjects)
+	}
+	disp, err := js.Stream(ctx, "JETRUN_DISPATCH")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := disp.CachedInfo().Config; c.Retention != jetstream.WorkQueuePolicy || c.Duplicates != time.Minute {
+		t.Fatalf("dispatch stream: %+v", c)
+	}
+	if _, err := js.Stream(ctx, "JETRUN_DLQ"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestEnsureStreamsRefusesWrongRetention(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunServer(t))
+	ctx := context.Background()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "JETRUN_DISPATCH", Subjects: []string{"jetrun.dispatch.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := events.EnsureStreams(ctx, js, "", events.StreamOptions{}); err == nil {
+		t.Fatal("a limits-retention dispatch stream was accepted")
+	}
+	if err := events.EnsureStreams(ctx, js, "", events.StreamOptions{Replicas: 9}); err == nil {
+		t.Fatal("9 replicas accepted")
+	}
+}
