@@ -58,6 +58,20 @@ type Pool struct {
 	Lease            time.Duration `envconfig:"LEASE" default:"15s" desc:"run lease; a dead worker's runs are taken over within about one lease"`
 	MaxAttempts      int           `envconfig:"MAX_ATTEMPTS" default:"5" desc:"takeovers after lost workers before a run ends error (max-attempts)"`
 	ShutdownTimeout  time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s" desc:"on SIGTERM, how long runs in flight may finish before they are handed back"`
+	MaxDepth         int           `envconfig:"MAX_DEPTH" default:"8" desc:"deepest nesting of runs accepted (dispatch depth); also bounds cancel cascades"`
+}
+
+// Reconcile holds the reconciler's and finish deliverer's settings.
+type Reconcile struct {
+	ReconcileInterval  time.Duration `envconfig:"RECONCILE_INTERVAL" default:"5s" desc:"time between reconciler sweeps; also its leader lease"`
+	Retention          time.Duration `envconfig:"RETENTION" default:"168h" desc:"final runs older than this are cleared automatically (0 keeps them)"`
+	DetachedMaxBudget  time.Duration `envconfig:"DETACHED_MAX_BUDGET" default:"24h" desc:"absolute budget of a detached run whose dispatch sets none"`
+	DetachedNoProgress time.Duration `envconfig:"DETACHED_NO_PROGRESS_BUDGET" default:"1h" desc:"no-progress budget of a detached run whose dispatch sets none (armed by its first signal)"`
+	MaxRedispatches    int           `envconfig:"MAX_REDISPATCHES" default:"3" desc:"re-dispatches of a run no worker took over before it ends error (no-worker)"`
+	FinishWebhooks     []string      `envconfig:"FINISH_WEBHOOKS" desc:"finish handlers that POST the finish as JSON: name=url[,name=url]; 2xx means delivered"`
+	FinishMaxAttempts  int           `envconfig:"FINISH_MAX_ATTEMPTS" default:"5" desc:"finish handler attempts before the finish is dead-lettered"`
+	FinishTimeout      time.Duration `envconfig:"FINISH_TIMEOUT" default:"30s" desc:"bound on one finish handler call; a crashed delivery is retried after it"`
+	FinishRetryDelay   time.Duration `envconfig:"FINISH_RETRY_DELAY" default:"1s" desc:"wait before a failed finish is retried; doubles per attempt, up to 5m"`
 }
 
 // ChildWorker is the child-worker binary's configuration.
@@ -74,6 +88,7 @@ type ParentWorker struct {
 	NATS
 	Streams
 	Pool
+	Reconcile
 	Log
 	DataDir        string   `envconfig:"DATA_DIR" default:"./data" desc:"embedded server: JetStream store directory"`
 	EmbeddedHost   string   `envconfig:"EMBEDDED_HOST" default:"127.0.0.1" desc:"embedded server: listen address (loopback by default)"`
@@ -133,7 +148,53 @@ func (c *ParentWorker) Validate() error {
 	if c.DemoRuns < 0 || c.DemoRuns > 1000 {
 		errs = append(errs, fmt.Errorf("JETRUN_DEMO_RUNS must be between 0 and 1000, got %d", c.DemoRuns))
 	}
+	errs = append(errs, c.Reconcile.validate())
 	return errors.Join(errs...)
+}
+
+func (r Reconcile) validate() error {
+	var errs []error
+	if r.ReconcileInterval < 10*time.Millisecond {
+		errs = append(errs, fmt.Errorf("JETRUN_RECONCILE_INTERVAL must be at least 10ms, got %s", r.ReconcileInterval))
+	}
+	for name, d := range map[string]time.Duration{
+		"JETRUN_RETENTION": r.Retention, "JETRUN_DETACHED_MAX_BUDGET": r.DetachedMaxBudget,
+		"JETRUN_DETACHED_NO_PROGRESS_BUDGET": r.DetachedNoProgress, "JETRUN_FINISH_TIMEOUT": r.FinishTimeout,
+		"JETRUN_FINISH_RETRY_DELAY": r.FinishRetryDelay,
+	} {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("%s must not be negative, got %s", name, d))
+		}
+	}
+	if r.MaxRedispatches < 1 || r.FinishMaxAttempts < 1 {
+		errs = append(errs, errors.New("JETRUN_MAX_REDISPATCHES and JETRUN_FINISH_MAX_ATTEMPTS must be at least 1"))
+	}
+	if _, err := r.Webhooks(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Webhooks parses JETRUN_FINISH_WEBHOOKS into handler name → URL.
+func (r Reconcile) Webhooks() (map[string]string, error) {
+	out := make(map[string]string, len(r.FinishWebhooks))
+	for _, pair := range r.FinishWebhooks {
+		name, url, ok := strings.Cut(strings.TrimSpace(pair), "=")
+		if !ok || url == "" {
+			return nil, fmt.Errorf("JETRUN_FINISH_WEBHOOKS: %q is not name=url", pair)
+		}
+		if err := events.ValidateHandler(name); err != nil {
+			return nil, fmt.Errorf("JETRUN_FINISH_WEBHOOKS: %w", err)
+		}
+		if !strings.HasPrefix(url, "http://") && !strings.HasPrefix(url, "https://") {
+			return nil, fmt.Errorf("JETRUN_FINISH_WEBHOOKS: %s: %q is not an http(s) URL", name, url)
+		}
+		if _, dup := out[name]; dup {
+			return nil, fmt.Errorf("JETRUN_FINISH_WEBHOOKS: handler %s is listed twice", name)
+		}
+		out[name] = url
+	}
+	return out, nil
 }
 
 func (s Streams) validate() error {
@@ -160,6 +221,9 @@ func (p Pool) validate() error {
 	}
 	if p.ShutdownTimeout < 0 {
 		errs = append(errs, fmt.Errorf("JETRUN_SHUTDOWN_TIMEOUT must not be negative, got %s", p.ShutdownTimeout))
+	}
+	if p.MaxDepth < 1 {
+		errs = append(errs, fmt.Errorf("JETRUN_MAX_DEPTH must be at least 1, got %d", p.MaxDepth))
 	}
 	if p.WorkerID != "" {
 		if err := events.ValidateID(p.WorkerID); err != nil {
@@ -192,6 +256,7 @@ func (p Pool) WorkerConfig(s Streams, logger *slog.Logger) worker.Config {
 		FleetConcurrency: p.FleetConcurrency,
 		Lease:            p.Lease,
 		MaxAttempts:      p.MaxAttempts,
+		MaxDepth:         p.MaxDepth,
 		Logger:           logger,
 	}
 }

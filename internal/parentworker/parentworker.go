@@ -24,9 +24,21 @@ import (
 	"github.com/jetrun/jetrun/internal/embedded"
 	"github.com/jetrun/jetrun/internal/httpapi"
 	"github.com/jetrun/jetrun/internal/natsconn"
+	"github.com/jetrun/jetrun/pkg/finish"
+	"github.com/jetrun/jetrun/pkg/obs"
 	"github.com/jetrun/jetrun/pkg/parent"
+	"github.com/jetrun/jetrun/pkg/reconcile"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
+
+// retention maps the setting (0 keeps runs forever) to the reconciler's
+// (negative keeps them forever, 0 means the default).
+func retention(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
+}
 
 // httpShutdownTimeout bounds how long open HTTP requests may finish.
 const httpShutdownTimeout = 5 * time.Second
@@ -61,10 +73,62 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 	}
 	defer nc.Close()
 
-	client, err := parent.New(ctx, nc, parent.Config{Namespace: cfg.Namespace(), Streams: cfg.Options(), Logger: logger})
+	client, err := parent.New(ctx, nc, parent.Config{
+		Namespace: cfg.Namespace(), Streams: cfg.Options(), MaxDepth: cfg.MaxDepth, Logger: logger,
+	})
 	if err != nil {
 		return err
 	}
+	reporter := obs.New(nc, cfg.Namespace(), logger, "parent-worker")
+
+	rec, err := reconcile.New(nc, reconcile.Config{
+		Namespace:        cfg.Namespace(),
+		Streams:          cfg.Options(),
+		Interval:         cfg.ReconcileInterval,
+		MaxBudget:        cfg.DetachedMaxBudget,
+		NoProgressBudget: cfg.DetachedNoProgress,
+		MaxRedispatches:  cfg.MaxRedispatches,
+		Retention:        retention(cfg.Retention),
+		MaxDepth:         cfg.MaxDepth,
+		Logger:           logger,
+		Reporter:         reporter,
+	})
+	if err != nil {
+		return err
+	}
+	if err := rec.Start(ctx); err != nil {
+		return err
+	}
+	defer rec.Stop()
+
+	deliverer, err := finish.New(nc, finish.Config{
+		Namespace:   cfg.Namespace(),
+		Streams:     cfg.Options(),
+		MaxAttempts: cfg.FinishMaxAttempts,
+		Timeout:     cfg.FinishTimeout,
+		RetryDelay:  cfg.FinishRetryDelay,
+		Logger:      logger,
+		Reporter:    reporter,
+	})
+	if err != nil {
+		return err
+	}
+	hooks, err := cfg.Webhooks()
+	if err != nil {
+		return err
+	}
+	for name, url := range hooks {
+		deliverer.HandleFinish(name, finish.Webhook(url, nil))
+	}
+	if err := deliverer.Start(ctx); err != nil {
+		return err
+	}
+	stopDeliverer := func() {
+		dctx, cancel := context.WithTimeout(context.Background(), cfg.FinishTimeout)
+		defer cancel()
+		_ = deliverer.Shutdown(dctx) // in-flight deliveries finish, or are retried later
+	}
+	defer stopDeliverer() // idempotent; the normal path stops it below
 
 	var pool *worker.Worker
 	if len(cfg.Children) > 0 {
@@ -120,6 +184,8 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 		errs = append(errs, pool.Shutdown(pctx))
 		cancel()
 	}
+	stopDeliverer()
+	rec.Stop()
 	demos.Wait()
 	if err := nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 		logger.Warn("drain nats connection", "err", err)

@@ -83,6 +83,27 @@ type Detached struct {
 	NoProgressBudgetMs int64  `json:"noProgressBudgetMs,omitempty"`
 }
 
+// Finish tells a finish handler how a detached run ended (or was given
+// up). It is published to jetrun.finish.<handler> with Nats-Msg-Id
+// <runId>.<status>, which is also the idempotency key handlers should use.
+type Finish struct {
+	RunID             string          `json:"runId"`
+	Handler           string          `json:"handler"`
+	Status            Status          `json:"status"`
+	Reason            string          `json:"reason,omitempty"`
+	Error             string          `json:"error,omitempty"`
+	Retryable         bool            `json:"retryable"`
+	ChildStillRunning bool            `json:"childStillRunning"`
+	Summary           string          `json:"summary,omitempty"`
+	Output            json.RawMessage `json:"output,omitempty"`
+	// Run is the run's row when the finish was published.
+	Run json.RawMessage `json:"run,omitempty"`
+}
+
+// FinishMsgID is the Nats-Msg-Id, and the idempotency key, of the finish of
+// a run for one status.
+func FinishMsgID(runID string, s Status) string { return runID + "." + string(s) }
+
 // MilestoneMsgID is the Nats-Msg-Id of a run's milestone with sequence seq.
 func MilestoneMsgID(runID string, seq int) string {
 	return runID + ".m." + itoa(int64(seq))

@@ -49,8 +49,16 @@ func (ns Namespace) EventsStream() string { return ns.streamName("EVENTS") }
 // DLQStream is the stream holding rejected messages (JETRUN_DLQ).
 func (ns Namespace) DLQStream() string { return ns.streamName("DLQ") }
 
+// FinishStream is the work-queue stream holding finish deliveries
+// (JETRUN_FINISH).
+func (ns Namespace) FinishStream() string { return ns.streamName("FINISH") }
+
 // RunsBucket is the KV bucket holding one row per run (jetrun_runs).
 func (ns Namespace) RunsBucket() string { return ns.Prefix() + "_runs" }
+
+// ActiveBucket is the KV bucket holding the active-run index, the per-parent
+// concurrency slots and the reconciler's leader lease (jetrun_active).
+func (ns Namespace) ActiveBucket() string { return ns.Prefix() + "_active" }
 
 // DispatchSubject is where a dispatch for agentType is published.
 func (ns Namespace) DispatchSubject(agentType string) string {
@@ -110,8 +118,33 @@ func (ns Namespace) DLQSubject(agentType string) string {
 	return ns.Prefix() + ".dlq." + agentType
 }
 
+// DLQFinishSubject is where finishes that could not be delivered to handler
+// are kept.
+func (ns Namespace) DLQFinishSubject(handler string) string {
+	return ns.Prefix() + ".dlq.finish." + mustToken("handler name", handler)
+}
+
+// FinishSubject is where finishes for the named handler are published.
+func (ns Namespace) FinishSubject(handler string) string {
+	return ns.Prefix() + ".finish." + mustToken("handler name", handler)
+}
+
+// FinishWildcard matches every finish subject.
+func (ns Namespace) FinishWildcard() string { return ns.Prefix() + ".finish.>" }
+
+// ObsSubject is the core (not stored) subject of an observability event,
+// such as "finish.delivered"; event tokens are fixed by jetrun.
+func (ns Namespace) ObsSubject(event string) string { return ns.Prefix() + ".obs." + event }
+
+// ObsWildcard matches every observability event.
+func (ns Namespace) ObsWildcard() string { return ns.Prefix() + ".obs.>" }
+
 // DLQWildcard matches every dead-letter subject.
 func (ns Namespace) DLQWildcard() string { return ns.Prefix() + ".dlq.>" }
+
+// FinishConsumer is the durable consumer on the finish stream shared by every
+// deliverer of handler.
+func FinishConsumer(handler string) string { return "finish-" + mustToken("handler name", handler) }
 
 // AgentConsumer is the durable consumer on the dispatch stream shared by
 // every worker of agentType.

@@ -27,7 +27,12 @@ const (
 	ReasonMaxAttempts    = "max-attempts"
 	ReasonDispatchFailed = "dispatch-failed"
 	ReasonBadInput       = "bad-input"
+	ReasonNoWorker       = "no-worker"
+	ReasonCleared        = "cleared"
 )
+
+// DefaultMaxDepth bounds how deeply runs may nest (a dispatch's depth).
+const DefaultMaxDepth = 8
 
 // Final reports whether s can never change again.
 func (s Status) Final() bool {

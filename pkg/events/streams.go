@@ -87,6 +87,15 @@ func StreamConfigs(ns Namespace, o StreamOptions) []jetstream.StreamConfig {
 			AllowDirect: true,
 		},
 		{
+			Name:        ns.FinishStream(),
+			Description: "jetrun finish deliveries: one message per detached run and status, removed once delivered",
+			Subjects:    []string{ns.FinishWildcard()},
+			Retention:   jetstream.WorkQueuePolicy,
+			Storage:     jetstream.FileStorage,
+			Replicas:    o.Replicas,
+			Duplicates:  o.DedupWindow,
+		},
+		{
 			Name:        ns.DLQStream(),
 			Description: "jetrun dead letters: rejected messages with the original payload and a Jetrun-Reason header",
 			Subjects:    []string{ns.DLQWildcard()},

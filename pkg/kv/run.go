@@ -2,6 +2,7 @@ package kv
 
 import (
 	"encoding/json"
+	"maps"
 	"time"
 
 	"github.com/jetrun/jetrun/pkg/events"
@@ -50,6 +51,12 @@ type Run struct {
 
 	// Delivered records, per status, when its finish was delivered.
 	Delivered map[events.Status]time.Time `json:"delivered,omitempty"`
+	// Finishes is the delivery ledger: per status, the finish owed and how
+	// its delivery goes.
+	Finishes map[events.Status]*FinishState `json:"finishes,omitempty"`
+	// Redispatches counts dispatches the reconciler re-published because no
+	// worker took the run over.
+	Redispatches int `json:"redispatches,omitempty"`
 
 	CreatedAt    time.Time `json:"createdAt"`
 	StartedAt    time.Time `json:"startedAt,omitzero"`
@@ -91,10 +98,12 @@ func (r *Run) Clone() *Run {
 		p := *r.Progress
 		c.Progress = &p
 	}
-	if r.Delivered != nil {
-		c.Delivered = make(map[events.Status]time.Time, len(r.Delivered))
-		for k, v := range r.Delivered {
-			c.Delivered[k] = v
+	c.Delivered = maps.Clone(r.Delivered)
+	if r.Finishes != nil {
+		c.Finishes = make(map[events.Status]*FinishState, len(r.Finishes))
+		for k, v := range r.Finishes {
+			f := *v
+			c.Finishes[k] = &f
 		}
 	}
 	return &c

@@ -50,30 +50,58 @@ const DefaultMaxRetry = 10 * time.Second
 // final status is never rewritten. A Store is safe for concurrent use.
 type Store struct {
 	kv       jetstream.KeyValue
+	active   jetstream.KeyValue // the active-run index, see index.go
+	activeKV jetstream.Stream   // the active bucket's stream, for marker-free removals
 	maxRetry time.Duration
 }
 
-// Open binds the runs bucket, creating it when it does not exist. An existing
-// bucket is used as it is.
+// markerTTL is how long the marker a cleared row leaves behind lives.
+const markerTTL = time.Minute
+
+// Open binds the runs bucket and the active-run index bucket, creating them
+// when they do not exist. Existing buckets are used as they are.
 func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, error) {
-	name := cfg.Namespace.RunsBucket()
-	kv, err := js.KeyValue(ctx, name)
+	replicas := cmp.Or(cfg.Replicas, 1)
+	runs, err := openBucket(ctx, js, jetstream.KeyValueConfig{
+		Bucket:         cfg.Namespace.RunsBucket(),
+		Description:    "jetrun run rows: one per run, key = run id",
+		History:        1,
+		Storage:        jetstream.FileStorage,
+		Replicas:       replicas,
+		LimitMarkerTTL: markerTTL, // cleared rows leave markers that expire
+	})
+	if err != nil {
+		return nil, err
+	}
+	active, err := openBucket(ctx, js, jetstream.KeyValueConfig{
+		Bucket:      cfg.Namespace.ActiveBucket(),
+		Description: "jetrun active-run index (run.<id>, child.<parent>.<id>), concurrency slots, reconciler lease",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    replicas,
+	})
+	if err != nil {
+		return nil, err
+	}
+	activeKV, err := js.Stream(ctx, "KV_"+cfg.Namespace.ActiveBucket())
+	if err != nil {
+		return nil, fmt.Errorf("kv: bind the stream of bucket %s: %w", cfg.Namespace.ActiveBucket(), err)
+	}
+	return &Store{kv: runs, active: active, activeKV: activeKV, maxRetry: cmp.Or(cfg.MaxRetry, DefaultMaxRetry)}, nil
+}
+
+func openBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:      name,
-			Description: "jetrun run rows: one per run, key = run id",
-			History:     1,
-			Storage:     jetstream.FileStorage,
-			Replicas:    cmp.Or(cfg.Replicas, 1),
-		})
+		kv, err = js.CreateKeyValue(ctx, cfg)
 		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, name) // another process won the race
+			kv, err = js.KeyValue(ctx, cfg.Bucket) // another process won the race
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("kv: open bucket %s: %w", name, err)
+		return nil, fmt.Errorf("kv: open bucket %s: %w", cfg.Bucket, err)
 	}
-	return &Store{kv: kv, maxRetry: cmp.Or(cfg.MaxRetry, DefaultMaxRetry)}, nil
+	return kv, nil
 }
 
 // Bucket returns the underlying KV bucket.
@@ -98,7 +126,10 @@ func (s *Store) Get(ctx context.Context, id string) (*Run, uint64, error) {
 	return r, e.Revision(), nil
 }
 
-// Create stores a new row and returns its revision, or ErrRunExists.
+// Create stores a new row and returns its revision, or ErrRunExists. The run
+// is entered in the active-run index first, so a row that is not settled
+// always has an index entry (an entry without a row, left by a crash, is
+// removed by the reconciler).
 func (s *Store) Create(ctx context.Context, r *Run) (uint64, error) {
 	if err := events.ValidateID(r.ID); err != nil {
 		return 0, fmt.Errorf("kv: create run: %w", err)
@@ -106,6 +137,9 @@ func (s *Store) Create(ctx context.Context, r *Run) (uint64, error) {
 	data, err := json.Marshal(r)
 	if err != nil {
 		return 0, fmt.Errorf("kv: encode run %s: %w", r.ID, err)
+	}
+	if err := s.index(ctx, r); err != nil {
+		return 0, err
 	}
 	rev, err := s.kv.Create(ctx, r.ID, data)
 	if errors.Is(err, jetstream.ErrKeyExists) {
@@ -115,6 +149,15 @@ func (s *Store) Create(ctx context.Context, r *Run) (uint64, error) {
 		return 0, fmt.Errorf("kv: create run %s: %w", r.ID, err)
 	}
 	return rev, nil
+}
+
+// Delete removes the row of run id and its index entries. Watchers see a
+// purge; the marker it leaves expires after a minute.
+func (s *Store) Delete(ctx context.Context, r *Run) error {
+	if err := s.kv.Purge(ctx, r.ID, jetstream.PurgeTTL(markerTTL)); err != nil {
+		return fmt.Errorf("kv: delete run %s: %w", r.ID, err)
+	}
+	return s.Unindex(ctx, r)
 }
 
 // Update writes r if the stored row is still at revision rev, and returns the

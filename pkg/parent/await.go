@@ -143,44 +143,60 @@ func (c *Client) RunAll(ctx context.Context, reqs []Request) []Outcome {
 	return out
 }
 
-// Cancel asks for the run to stop and returns its row. It is idempotent and
-// never rewrites a final status. A run no worker holds (not yet started, or
-// its worker lost) is aborted at once; a running one gets cancelRequested on
-// its row, which its worker sees through a watch, cancelling the handler's
-// context and ending the run "aborted". An unknown run returns
-// kv.ErrRunNotFound.
+// Cancel asks for the run to stop, together with its descendants (runs
+// dispatched with Parent set to it, recursively), and returns its row. It is
+// idempotent and never rewrites a final status. A run no worker holds (not
+// yet started, or its worker lost) is aborted at once; a running one gets
+// cancelRequested on its row, which its worker sees through a watch,
+// cancelling the handler's context and ending the run "aborted". An unknown
+// run returns kv.ErrRunNotFound. A cascade interrupted by a crash is
+// completed by the reconciler.
 func (c *Client) Cancel(ctx context.Context, id, reason string) (*kv.Run, error) {
 	reason = cmp.Or(reason, "cancelled by request")
-	now := time.Now()
-	aborted := false
-	row, _, err := c.store.Mutate(ctx, id, func(r *kv.Run) error {
-		aborted = false
-		switch {
-		case r.Status.Final():
-			return kv.ErrNoChange
-		case r.Status == events.StatusStarting ||
-			(r.Status == events.StatusRunning || r.Status == events.StatusInterrupted && r.Reason == events.ReasonLeaseLost) &&
-				!r.LeaseHeld(now):
-			r.Status, r.Reason, r.Error = events.StatusAborted, events.ReasonCancelled, "cancelled: "+reason
-			r.Retryable, r.ChildStillRunning = false, false
-			r.Worker, r.LeaseUntil = "", time.Time{}
-			r.CancelRequested, r.CancelReason = true, reason
-			r.FinishedAt = now
-			aborted = true
-		case r.CancelRequested:
-			return kv.ErrNoChange
-		default:
-			r.CancelRequested, r.CancelReason = true, reason
-		}
-		return nil
-	})
+	row, err := c.cancelOne(ctx, id, reason)
 	if err != nil {
 		return nil, fmt.Errorf("parent: cancel run %s: %w", id, err)
 	}
+	c.cancelDescendants(ctx, id, "parent run "+id+" was cancelled")
+	return row, nil
+}
+
+func (c *Client) cancelOne(ctx context.Context, id, reason string) (*kv.Run, error) {
+	aborted := false
+	row, _, err := c.store.Mutate(ctx, id, func(r *kv.Run) (err error) {
+		aborted, err = r.RequestCancel(reason, time.Now())
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
 	if aborted {
-		c.publishStatus(ctx, row)
+		c.announce(ctx, row)
 	}
 	return row, nil
+}
+
+// cancelDescendants cancels the live descendants of run id, breadth first,
+// down to the maximum depth.
+func (c *Client) cancelDescendants(ctx context.Context, id, reason string) {
+	level := []string{id}
+	for depth := 0; depth < c.cfg.MaxDepth && len(level) > 0; depth++ {
+		var next []string
+		for _, p := range level {
+			children, err := c.store.Children(ctx, p)
+			if err != nil {
+				c.log.Warn("list children to cancel", "run_id", p, "err", err)
+				continue
+			}
+			for _, ch := range children {
+				if _, err := c.cancelOne(ctx, ch.ID, reason); err != nil && !errors.Is(err, kv.ErrRunNotFound) {
+					c.log.Warn("cancel child run", "run_id", ch.ID, "parent", p, "err", err)
+				}
+				next = append(next, ch.ID)
+			}
+		}
+		level = next
+	}
 }
 
 func sortNewestFirst(rows []*kv.Run) {

@@ -40,6 +40,10 @@ var (
 	ErrDispatchFailed = errors.New("dispatch failed")
 	// ErrBadRequest is returned (wrapped) for an invalid Request.
 	ErrBadRequest = errors.New("bad request")
+	// ErrConcurrencyLimit is returned by Dispatch and Run when the parent
+	// already has Request.MaxConcurrent live children; the run id is not
+	// used, so the same request can be made again later.
+	ErrConcurrencyLimit = errors.New("parent's concurrency limit reached")
 )
 
 // Failure is the value a run that did not complete yields: Run returns it as
@@ -57,6 +61,9 @@ type Config struct {
 	// DispatchRetry bounds how long a failing dispatch publish is retried
 	// (default 10s).
 	DispatchRetry time.Duration
+	// MaxDepth is the deepest nesting accepted (Request.Depth), and how deep
+	// a cancel cascades (default 8).
+	MaxDepth int
 	// AllowUnknownAgentTypes skips the check that a worker has registered
 	// the agent type; the dispatch then waits in the stream for one.
 	AllowUnknownAgentTypes bool
@@ -83,6 +90,7 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("parent: config: %w", err)
 	}
 	cfg.DispatchRetry = cmp.Or(cfg.DispatchRetry, DefaultDispatchRetry)
+	cfg.MaxDepth = cmp.Or(cfg.MaxDepth, events.DefaultMaxDepth)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -124,6 +132,10 @@ type Request struct {
 	Depth int
 	// Detached makes the run outlive its parent's attention.
 	Detached *events.Detached
+	// MaxConcurrent, with Parent set, caps the parent's live (starting or
+	// running) children: over the cap Dispatch fails fast with
+	// ErrConcurrencyLimit. 0 means no cap.
+	MaxConcurrent int
 }
 
 func (req Request) dispatch() (events.Dispatch, error) {
@@ -158,6 +170,12 @@ func (req Request) dispatch() (events.Dispatch, error) {
 	if d.RunID == "" {
 		d.RunID = NewRunID()
 	}
+	if req.MaxConcurrent < 0 {
+		errs = append(errs, fmt.Errorf("maxConcurrent must not be negative, got %d", req.MaxConcurrent))
+	}
+	if req.MaxConcurrent > 0 && req.Parent == "" {
+		errs = append(errs, errors.New("maxConcurrent needs a parent"))
+	}
 	if err := d.Validate(); err != nil {
 		errs = append(errs, err)
 	}
@@ -185,8 +203,20 @@ func (c *Client) Dispatch(ctx context.Context, req Request) (*kv.Run, error) {
 	if err != nil {
 		return nil, err
 	}
+	if d.Depth > c.cfg.MaxDepth {
+		return nil, fmt.Errorf("%w: depth %d exceeds the maximum nesting depth %d", ErrBadRequest, d.Depth, c.cfg.MaxDepth)
+	}
 	if err := c.checkAgentType(ctx, req.AgentType); err != nil {
 		return nil, err
+	}
+	if req.MaxConcurrent > 0 {
+		// An existing run is re-attached without a slot; a new one needs one.
+		if existing, _, err := c.store.Get(ctx, d.RunID); err == nil {
+			return c.existing(ctx, existing, req)
+		}
+		if err := c.acquireSlot(ctx, d.Parent, req.MaxConcurrent, d.RunID); err != nil {
+			return nil, err
+		}
 	}
 	row := &kv.Run{
 		ID:               d.RunID,
@@ -208,14 +238,25 @@ func (c *Client) Dispatch(ctx context.Context, req Request) (*kv.Run, error) {
 		if err != nil {
 			return nil, fmt.Errorf("parent: dispatch run %s: %w", d.RunID, err)
 		}
-		if existing.AgentType != req.AgentType {
-			return nil, fmt.Errorf("parent: dispatch run %s as %s: %w (%s)", d.RunID, req.AgentType, ErrRunIDConflict, existing.AgentType)
-		}
-		if existing.Status != events.StatusStarting {
-			return existing, nil
-		}
-		row = existing // re-publish below; the dedup window absorbs a copy that did land
+		return c.existing(ctx, existing, req)
 	}
+	return c.publish(ctx, row)
+}
+
+// existing answers a dispatch for a run id that has a row: the same run,
+// never a second execution. A row still "starting" gets its dispatch
+// published again (the dedup window absorbs a copy that did land).
+func (c *Client) existing(ctx context.Context, row *kv.Run, req Request) (*kv.Run, error) {
+	if row.AgentType != req.AgentType {
+		return nil, fmt.Errorf("parent: dispatch run %s as %s: %w (%s)", row.ID, req.AgentType, ErrRunIDConflict, row.AgentType)
+	}
+	if row.Status != events.StatusStarting {
+		return row, nil
+	}
+	return c.publish(ctx, row)
+}
+
+func (c *Client) publish(ctx context.Context, row *kv.Run) (*kv.Run, error) {
 	if err := c.publishDispatch(ctx, row); err != nil {
 		c.failDispatch(ctx, row.ID, err)
 		return nil, fmt.Errorf("parent: dispatch run %s: %w: %w", row.ID, ErrDispatchFailed, err)
@@ -225,15 +266,7 @@ func (c *Client) Dispatch(ctx context.Context, req Request) (*kv.Run, error) {
 
 // publishDispatch publishes the dispatch of row, retrying with backoff.
 func (c *Client) publishDispatch(ctx context.Context, row *kv.Run) error {
-	data, err := json.Marshal(events.Dispatch{
-		RunID:            row.ID,
-		Input:            row.Input,
-		Parent:           row.Parent,
-		ParentToolCallID: row.ParentToolCallID,
-		DisplayOrder:     row.DisplayOrder,
-		Depth:            row.Depth,
-		Detached:         row.Detached,
-	})
+	data, err := json.Marshal(row.Dispatch())
 	if err != nil {
 		return err
 	}
@@ -259,8 +292,7 @@ func (c *Client) failDispatch(ctx context.Context, id string, cause error) {
 		if r.Status != events.StatusStarting {
 			return kv.ErrNoChange
 		}
-		r.Status, r.Reason, r.Error = events.StatusError, events.ReasonDispatchFailed, "dispatch failed: "+cause.Error()
-		r.FinishedAt = time.Now()
+		r.End(events.StatusError, events.ReasonDispatchFailed, "dispatch failed: "+cause.Error(), time.Now())
 		return nil
 	})
 	if err != nil {
@@ -268,7 +300,7 @@ func (c *Client) failDispatch(ctx context.Context, id string, cause error) {
 		return
 	}
 	if row.Status == events.StatusError && row.Reason == events.ReasonDispatchFailed {
-		c.publishStatus(ctx, row)
+		c.announce(ctx, row)
 	}
 }
 
@@ -341,24 +373,10 @@ func (c *Client) List(ctx context.Context, statuses ...events.Status) ([]*kv.Run
 	return rows, nil
 }
 
-// publishStatus publishes the status event of a transition this client made.
-func (c *Client) publishStatus(ctx context.Context, r *kv.Run) {
-	data, err := json.Marshal(events.StatusEvent{
-		RunID:             r.ID,
-		Status:            r.Status,
-		Reason:            r.Reason,
-		Error:             r.Error,
-		Retryable:         r.Status == events.StatusInterrupted,
-		ChildStillRunning: r.ChildStillRunning,
-		Attempt:           r.Attempt,
-		At:                time.Now(),
-	})
-	if err != nil {
-		return
-	}
-	_, err = c.js.Publish(ctx, c.cfg.Namespace.RunSubject(r.ID, events.KindStatus), data,
-		jetstream.WithMsgID(events.StatusMsgID(r.ID, r.Attempt, r.Status)))
-	if err != nil {
-		c.log.Warn("publish status event", "run_id", r.ID, "status", r.Status, "err", err)
+// announce publishes the status event (and finish) of a transition this
+// client made. A failure is logged: the reconciler republishes owed finishes.
+func (c *Client) announce(ctx context.Context, r *kv.Run) {
+	if err := kv.PublishTransition(ctx, c.js, c.cfg.Namespace, r, ""); err != nil {
+		c.log.Warn("announce transition", "run_id", r.ID, "status", r.Status, "err", err)
 	}
 }

@@ -63,6 +63,9 @@ type Config struct {
 	// watching the row for a cancel request; shorter runs never pay for the
 	// watch (default 200ms). Cancels still reach handlers within a second.
 	CancelWatchDelay time.Duration
+	// MaxDepth is the deepest nesting accepted from a dispatch (default 8);
+	// deeper dispatches are dead-lettered.
+	MaxDepth int
 	// Logger receives the worker's logs (default: discard).
 	Logger *slog.Logger
 }
@@ -76,6 +79,7 @@ func (c Config) withDefaults() Config {
 	c.ProgressInterval = cmp.Or(c.ProgressInterval, DefaultProgressInterval)
 	c.RowSyncInterval = cmp.Or(c.RowSyncInterval, DefaultRowSyncInterval)
 	c.CancelWatchDelay = cmp.Or(c.CancelWatchDelay, DefaultCancelWatchDelay)
+	c.MaxDepth = cmp.Or(c.MaxDepth, events.DefaultMaxDepth)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

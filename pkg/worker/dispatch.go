@@ -58,6 +58,10 @@ func (w *Worker) process(ctx context.Context, agentType string, msg jetstream.Ms
 			_ = msg.NakWithDelay(retryDelay(msg))
 			return
 		}
+		if d.Depth > w.cfg.MaxDepth {
+			w.deadLetter(ctx, msg, agentType, fmt.Sprintf("depth %d exceeds the maximum nesting depth %d", d.Depth, w.cfg.MaxDepth))
+			return
+		}
 		if row.AgentType != agentType {
 			w.deadLetter(ctx, msg, agentType, fmt.Sprintf(
 				"run %s exists as agent type %q; a dispatch for agent type %q cannot run it", d.RunID, row.AgentType, agentType))
@@ -152,7 +156,7 @@ func (w *Worker) adopt(row *kv.Run, msg jetstream.Msg) bool {
 func (w *Worker) endUnclaimed(ctx context.Context, msg jetstream.Msg, row *kv.Run, rev uint64,
 	status events.Status, reason, text string) (retry bool, err error) {
 	final := row.Clone()
-	setFinal(final, status, reason, text, time.Now())
+	final.End(status, reason, text, time.Now())
 	if _, err := w.store.Update(ctx, final, rev); errors.Is(err, kv.ErrConflict) {
 		return true, nil
 	} else if err != nil {
@@ -161,16 +165,20 @@ func (w *Worker) endUnclaimed(ctx context.Context, msg jetstream.Msg, row *kv.Ru
 	if err := w.ensureFinalEvent(ctx, final); err != nil {
 		return false, err
 	}
+	w.unindexIfSettled(ctx, final)
 	_ = msg.Ack()
 	return false, nil
 }
 
-// setFinal moves r to a final status and releases its lease.
-func setFinal(r *kv.Run, status events.Status, reason, text string, now time.Time) {
-	r.Status, r.Reason, r.Error = status, reason, text
-	r.Retryable, r.ChildStillRunning = false, false
-	r.Worker, r.LeaseUntil = "", time.Time{}
-	r.FinishedAt = now
+// unindexIfSettled removes a settled run from the active-run index at once,
+// sparing the reconciler a look; the reconciler does it otherwise.
+func (w *Worker) unindexIfSettled(ctx context.Context, r *kv.Run) {
+	if !r.Settled() {
+		return
+	}
+	if err := w.store.Unindex(ctx, r); err != nil {
+		w.log.Warn("unindex settled run", "run_id", r.ID, "err", err)
+	}
 }
 
 // ensureFinalEvent publishes the status event of a final row unless the run's
@@ -185,8 +193,7 @@ func (w *Worker) ensureFinalEvent(ctx context.Context, row *kv.Run) error {
 	} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
 		return fmt.Errorf("worker: read last status of run %s: %w", row.ID, err)
 	}
-	return publishUnfenced(ctx, w.js, subject, events.StatusMsgID(row.ID, row.Attempt, row.Status), row.Attempt,
-		statusEvent(row, w.cfg.ID))
+	return kv.PublishTransition(ctx, w.js, w.cfg.Namespace, row, w.cfg.ID)
 }
 
 // createRow records a dispatch that arrived without a row.

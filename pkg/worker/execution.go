@@ -111,7 +111,7 @@ func (e *execution) start(ctx context.Context, prev *kv.Run) error {
 		}
 	}
 	seq, err := e.pub.publish(ctx, events.KindStatus, events.StatusMsgID(e.id, e.attempt, events.StatusRunning),
-		statusEvent(e.cur, e.w.cfg.ID))
+		e.cur.StatusEvent(e.w.cfg.ID))
 	if err != nil {
 		return err
 	}
@@ -295,7 +295,7 @@ func (e *execution) finalize(status events.Status, reason, text string, set func
 			return nil
 		}
 		teardown = false
-		setFinal(r, status, reason, text, now)
+		r.End(status, reason, text, now)
 		if set != nil {
 			set(r)
 		}
@@ -312,15 +312,16 @@ func (e *execution) finalize(status events.Status, reason, text string, set func
 		return
 	}
 	if !teardown {
-		if err := publishUnfenced(ctx, e.w.js, e.w.cfg.Namespace.RunSubject(e.id, events.KindStatus),
-			events.StatusMsgID(e.id, e.attempt, status), e.attempt, statusEvent(row, e.w.cfg.ID)); err != nil {
-			// The row is final; a redelivery of the dispatch repairs the event.
+		if err := kv.PublishTransition(ctx, e.w.js, e.w.cfg.Namespace, row, e.w.cfg.ID); err != nil {
+			// The row is final; a redelivery of the dispatch repairs the
+			// event, the reconciler the finish.
 			e.log.Warn("publish final status; leaving the dispatch for a repair", "err", err)
 			e.releaseMsgs(nil)
 			return
 		}
+		e.w.unindexIfSettled(ctx, row)
 	}
-	e.log.Info("run finished", "status", status)
+	e.log.Info("run finished", "status", row.Status)
 	e.releaseMsgs(jetstream.Msg.Ack)
 }
 
@@ -446,23 +447,6 @@ func (e *execution) heartbeat() {
 	for _, m := range e.msgs {
 		_ = m.InProgress()
 	}
-}
-
-func statusEvent(r *kv.Run, worker string) events.StatusEvent {
-	ev := events.StatusEvent{
-		RunID:             r.ID,
-		Status:            r.Status,
-		Reason:            r.Reason,
-		Error:             r.Error,
-		Retryable:         r.Status == events.StatusInterrupted,
-		ChildStillRunning: r.ChildStillRunning,
-		Attempt:           r.Attempt,
-		At:                time.Now(),
-	}
-	if r.Status == events.StatusRunning {
-		ev.Worker = worker
-	}
-	return ev
 }
 
 func decodeStatus(data []byte) (events.StatusEvent, error) {

@@ -121,23 +121,6 @@ func (p *fencedPublisher) fence() {
 	p.mu.Unlock()
 }
 
-// publishUnfenced appends an event without the sequence fence, deduplicated
-// by msgID. It is used for the final status, written after the row became
-// final, when no other attempt can write anymore.
-func publishUnfenced(ctx context.Context, js jetstream.JetStream, subject, msgID string, attempt int, v any) error {
-	data, err := json.Marshal(v)
-	if err != nil {
-		return fmt.Errorf("worker: encode event: %w", err)
-	}
-	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
-	msg.Header.Set(jetstream.MsgIDHeader, msgID)
-	msg.Header.Set(events.HeaderAttempt, strconv.Itoa(attempt))
-	if _, err := js.PublishMsg(ctx, msg); err != nil {
-		return fmt.Errorf("worker: publish %s: %w", subject, err)
-	}
-	return nil
-}
-
 // isFenced reports whether the publisher stopped accepting events.
 func (p *fencedPublisher) isFenced() bool {
 	p.mu.Lock()

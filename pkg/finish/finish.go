@@ -1,0 +1,606 @@
+// Package finish delivers the finishes of detached runs to named handlers.
+//
+// A detached run dispatched with detached.onFinish = "<handler>" owes one
+// finish per status it reaches among completed, error, aborted and the
+// give-up interrupted. Each transition records the owed finish on the run's
+// row (its delivery ledger) and publishes it to jetrun.finish.<handler> with
+// Nats-Msg-Id <runId>.<status>; the reconciler republishes any that were
+// lost.
+//
+// A Deliverer runs one durable consumer per handler (finish-<handler>),
+// shared by every process that registers the handler. For each message it:
+//
+//  1. reads the row and acknowledges at once if the finish was delivered,
+//     given up, or the run is gone;
+//  2. claims the delivery with a compare-and-set on the row (attempts + 1,
+//     claimed until now + Timeout), so two deliverers never invoke a handler
+//     for the same finish at the same time;
+//  3. invokes the handler, heartbeating the message while it runs;
+//  4. on success marks delivered[status] with a compare-and-set, then acks;
+//     on failure records the error and retries with exponential backoff
+//     (NakWithDelay), and after MaxAttempts files the finish in the
+//     dead-letter stream, records the failure on the row and stops.
+//
+// Delivery is therefore exactly once on the happy path and at least once
+// under a crash: a deliverer that dies after the handler's side effect but
+// before marking it delivered leaves a claim that expires, and the finish is
+// delivered again. Handlers must be idempotent; Result's IdempotencyKey
+// (<runId>.<status>) is the key to deduplicate on.
+package finish
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"math/rand/v2"
+	"net/http"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/obs"
+)
+
+// Defaults used where Config leaves a field zero.
+const (
+	DefaultMaxAttempts = 5
+	DefaultTimeout     = 30 * time.Second
+	DefaultRetryDelay  = time.Second
+	DefaultConcurrency = 8
+	// MaxRetryDelay caps the backoff between attempts.
+	MaxRetryDelay = 5 * time.Minute
+)
+
+// Result is what a finish handler receives: the outcome for one status.
+type Result = events.Finish
+
+// IdempotencyKey is the key a handler deduplicates on: <runId>.<status>,
+// the finish's Nats-Msg-Id.
+func IdempotencyKey(r Result) string { return events.FinishMsgID(r.RunID, r.Status) }
+
+// Handler handles finishes. A returned error (or a panic, or running past
+// Config.Timeout) is a failed attempt, retried with backoff.
+type Handler interface {
+	HandleFinish(ctx context.Context, run *kv.Run, result Result) error
+}
+
+// HandlerFunc adapts a function to a Handler.
+type HandlerFunc func(ctx context.Context, run *kv.Run, result Result) error
+
+// HandleFinish calls f.
+func (f HandlerFunc) HandleFinish(ctx context.Context, run *kv.Run, result Result) error {
+	return f(ctx, run, result)
+}
+
+// Config configures a Deliverer. Zero values mean defaults.
+type Config struct {
+	// ID names this deliverer in delivery claims (default: random).
+	ID string
+	// Namespace is the subject prefix (default "jetrun").
+	Namespace events.Namespace
+	// Streams tunes the streams and buckets when this deliverer creates them.
+	Streams events.StreamOptions
+	// MaxAttempts bounds handler invocations per finish (default 5); then
+	// the finish is dead-lettered and the row records the failure.
+	MaxAttempts int
+	// Timeout bounds one handler invocation (default 30s). A deliverer that
+	// dies mid-invocation leaves a claim that expires after it.
+	Timeout time.Duration
+	// RetryDelay is the wait before the second attempt; it doubles after
+	// each failure, up to MaxRetryDelay (default 1s).
+	RetryDelay time.Duration
+	// Concurrency is how many finishes of one handler this process
+	// delivers at once (default 8).
+	Concurrency int
+	// Logger receives logs (default: discard).
+	Logger *slog.Logger
+	// Reporter receives finish.delivered / finish.retry / finish.failed.
+	Reporter *obs.Reporter
+}
+
+// Deliverer delivers finishes to registered handlers.
+type Deliverer struct {
+	cfg      Config
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	log      *slog.Logger
+	obs      *obs.Reporter
+	handlers map[string]Handler
+	store    *kv.Store
+
+	mu       sync.Mutex
+	started  bool
+	stopped  bool
+	stopPull context.CancelFunc
+	cancel   context.CancelFunc
+	pullers  sync.WaitGroup
+	inflight sync.WaitGroup
+}
+
+// New returns a Deliverer using nc.
+func New(nc *nats.Conn, cfg Config) (*Deliverer, error) {
+	if cfg.ID == "" {
+		cfg.ID = "deliverer-" + strconv.FormatUint(rand.Uint64(), 36)
+	} else if err := events.ValidateID(cfg.ID); err != nil {
+		return nil, fmt.Errorf("finish: deliverer id: %w", err)
+	}
+	if cfg.MaxAttempts < 0 || cfg.Timeout < 0 || cfg.RetryDelay < 0 || cfg.Concurrency < 0 {
+		return nil, errors.New("finish: config values must not be negative")
+	}
+	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, DefaultMaxAttempts)
+	cfg.Timeout = cmp.Or(cfg.Timeout, DefaultTimeout)
+	cfg.RetryDelay = cmp.Or(cfg.RetryDelay, DefaultRetryDelay)
+	cfg.Concurrency = cmp.Or(cfg.Concurrency, DefaultConcurrency)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("finish: jetstream: %w", err)
+	}
+	return &Deliverer{
+		cfg: cfg, nc: nc, js: js, log: cfg.Logger.With("deliverer", cfg.ID),
+		obs: cfg.Reporter, handlers: make(map[string]Handler),
+	}, nil
+}
+
+// HandleFinish registers h under name, the value of detached.onFinish that
+// selects it. It panics on an invalid or duplicate name, or after Start.
+func (d *Deliverer) HandleFinish(name string, h Handler) {
+	if err := events.ValidateHandler(name); err != nil {
+		panic("finish: HandleFinish: " + err.Error())
+	}
+	if h == nil {
+		panic("finish: HandleFinish: nil handler for " + name)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.started {
+		panic("finish: HandleFinish called after Start")
+	}
+	if _, dup := d.handlers[name]; dup {
+		panic("finish: HandleFinish: a handler named " + name + " is already registered")
+	}
+	d.handlers[name] = h
+}
+
+// HandleFinishFunc registers f under name; see HandleFinish.
+func (d *Deliverer) HandleFinishFunc(name string, f func(ctx context.Context, run *kv.Run, result Result) error) {
+	d.HandleFinish(name, HandlerFunc(f))
+}
+
+// Handlers returns the registered handler names, sorted.
+func (d *Deliverer) Handlers() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Sorted(maps.Keys(d.handlers))
+}
+
+// Start creates (or checks) the streams and one durable consumer per
+// handler, then starts delivering. ctx bounds the set-up only. Starting with
+// no handlers is allowed and does nothing.
+func (d *Deliverer) Start(ctx context.Context) error {
+	d.mu.Lock()
+	if d.started {
+		d.mu.Unlock()
+		return errors.New("finish: already started")
+	}
+	d.started = true
+	d.mu.Unlock()
+	if len(d.handlers) == 0 {
+		return nil
+	}
+	ns := d.cfg.Namespace
+	if err := events.EnsureStreams(ctx, d.js, ns, d.cfg.Streams); err != nil {
+		return fmt.Errorf("finish: %w", err)
+	}
+	store, err := kv.Open(ctx, d.js, kv.Config{Namespace: ns, Replicas: d.cfg.Streams.Replicas})
+	if err != nil {
+		return fmt.Errorf("finish: %w", err)
+	}
+	d.store = store
+	consumers := make(map[string]jetstream.Consumer, len(d.handlers))
+	for name := range d.handlers {
+		c, err := d.js.CreateOrUpdateConsumer(ctx, ns.FinishStream(), jetstream.ConsumerConfig{
+			Durable:       events.FinishConsumer(name),
+			Description:   "jetrun finish deliveries to handler " + name,
+			FilterSubject: ns.FinishSubject(name),
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       d.cfg.Timeout,
+			MaxDeliver:    -1, // attempts are counted on the row, see Config.MaxAttempts
+		})
+		if err != nil {
+			return fmt.Errorf("finish: create consumer for handler %s: %w", name, err)
+		}
+		consumers[name] = c
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	pullCtx, stopPull := context.WithCancel(runCtx)
+	d.mu.Lock()
+	d.cancel, d.stopPull = cancel, stopPull
+	d.mu.Unlock()
+	for name, c := range consumers {
+		d.pullers.Add(1)
+		go d.pull(pullCtx, runCtx, name, c)
+	}
+	d.log.InfoContext(ctx, "finish deliverer started", "handlers", d.Handlers())
+	return nil
+}
+
+// Shutdown stops fetching and waits for deliveries in flight until ctx is
+// done; then it cancels their handlers (those finishes are retried). It is
+// idempotent and safe before Start.
+func (d *Deliverer) Shutdown(ctx context.Context) error {
+	d.mu.Lock()
+	if d.stopped || d.stopPull == nil {
+		d.stopped = true
+		d.mu.Unlock()
+		return nil
+	}
+	d.stopped = true
+	stopPull, cancel := d.stopPull, d.cancel
+	d.mu.Unlock()
+	stopPull()
+	d.pullers.Wait()
+	done := make(chan struct{})
+	go func() {
+		d.inflight.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		cancel()
+		<-done
+	}
+	cancel()
+	return nil
+}
+
+// Stop cancels deliveries in flight and stops.
+func (d *Deliverer) Stop() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return d.Shutdown(ctx)
+}
+
+func (d *Deliverer) pull(ctx, runCtx context.Context, name string, c jetstream.Consumer) {
+	defer d.pullers.Done()
+	slots := make(chan struct{}, d.cfg.Concurrency)
+	for ctx.Err() == nil {
+		n := 0
+		select {
+		case slots <- struct{}{}:
+			n = 1
+		case <-ctx.Done():
+			return
+		}
+	more:
+		for {
+			select {
+			case slots <- struct{}{}:
+				n++
+			default:
+				break more
+			}
+		}
+		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		batch, err := c.Fetch(n, jetstream.FetchContext(fctx))
+		if err != nil {
+			cancel()
+			for range n {
+				<-slots
+			}
+			if ctx.Err() == nil {
+				d.log.Warn("fetch finishes", "handler", name, "err", err)
+				time.Sleep(time.Second)
+			}
+			continue
+		}
+		got := 0
+		for msg := range batch.Messages() {
+			if ctx.Err() != nil {
+				_ = msg.NakWithDelay(time.Second)
+				continue
+			}
+			got++
+			d.inflight.Add(1)
+			go func() {
+				defer d.inflight.Done()
+				defer func() { <-slots }()
+				d.deliver(runCtx, name, msg)
+			}()
+		}
+		cancel()
+		for range n - got {
+			<-slots
+		}
+	}
+}
+
+// deliver handles one finish message.
+func (d *Deliverer) deliver(ctx context.Context, name string, msg jetstream.Msg) {
+	var res Result
+	if err := json.Unmarshal(msg.Data(), &res); err != nil || events.ValidateID(res.RunID) != nil || !res.Status.Terminal() {
+		reason := "finish message is not a valid finish"
+		if err != nil {
+			reason += ": " + err.Error()
+		}
+		d.deadLetter(ctx, name, msg, reason, 0)
+		return
+	}
+	log := d.log.With("run_id", res.RunID, "status", res.Status, "handler", name)
+
+	row, ok := d.claim(ctx, log, msg, res)
+	if !ok {
+		return
+	}
+	attempts := row.Finishes[res.Status].Attempts
+	err := d.invoke(ctx, name, msg, row, res)
+	if err == nil {
+		d.markDelivered(ctx, log, msg, res, attempts)
+		return
+	}
+	if ctx.Err() != nil { // shutting down: release the claim, retry soon
+		d.release(log, res, err, false)
+		_ = msg.NakWithDelay(time.Second)
+		return
+	}
+	if attempts >= d.cfg.MaxAttempts {
+		log.Error("finish handler failed; giving up", "attempts", attempts, "err", err)
+		d.deadLetter(ctx, name, msg, fmt.Sprintf("handler %s failed %d times; last error: %v", name, attempts, err), attempts)
+		return
+	}
+	delay := min(d.cfg.RetryDelay<<min(attempts-1, 20), MaxRetryDelay)
+	log.Warn("finish handler failed; retrying", "attempts", attempts, "retry_in", delay, "err", err)
+	d.release(log, res, err, false)
+	d.obs.Report(ctx, obs.FinishRetry, res.RunID, "status", res.Status, "handler", name, "attempts", attempts, "error", err)
+	_ = msg.NakWithDelay(delay)
+}
+
+// claim reads the row and takes the delivery. It settles msg itself and
+// returns false when there is nothing to deliver now.
+func (d *Deliverer) claim(ctx context.Context, log *slog.Logger, msg jetstream.Msg, res Result) (*kv.Run, bool) {
+	for try := 0; try < 10; try++ {
+		row, rev, err := d.store.Get(ctx, res.RunID)
+		if errors.Is(err, kv.ErrRunNotFound) {
+			log.Info("finish for a cleared run; dropping it")
+			_ = msg.Ack()
+			return nil, false
+		}
+		if err != nil {
+			log.Warn("read row for delivery", "err", err)
+			_ = msg.NakWithDelay(time.Second)
+			return nil, false
+		}
+		s := res.Status
+		if _, done := row.Delivered[s]; done {
+			_ = msg.Ack()
+			return nil, false
+		}
+		fs := row.Finishes[s]
+		if fs != nil && !fs.FailedAt.IsZero() {
+			_ = msg.Ack()
+			return nil, false
+		}
+		now := time.Now()
+		// Finishes go out in the order their transitions happened: a
+		// give-up before a later real result.
+		for _, other := range row.PendingFinishes() {
+			if other != s && fs != nil && row.Finishes[other].DueAt.Before(fs.DueAt) {
+				_ = msg.NakWithDelay(time.Second)
+				return nil, false
+			}
+		}
+		if fs != nil && fs.ClaimedUntil.After(now) {
+			_ = msg.NakWithDelay(fs.ClaimedUntil.Sub(now) + time.Duration(rand.Int64N(int64(250*time.Millisecond))))
+			return nil, false
+		}
+		next := row.Clone()
+		if next.Finishes == nil {
+			next.Finishes = make(map[events.Status]*kv.FinishState)
+		}
+		nfs := next.Finishes[s]
+		if nfs == nil { // published by someone else than a jetrun transition
+			nfs = &kv.FinishState{DueAt: now, Reason: res.Reason, Error: res.Error, ChildStillRunning: res.ChildStillRunning}
+			next.Finishes[s] = nfs
+		}
+		nfs.Attempts++
+		nfs.ClaimedBy, nfs.ClaimedUntil = d.cfg.ID, now.Add(d.cfg.Timeout+time.Second)
+		if _, err := d.store.Update(ctx, next, rev); err != nil {
+			if errors.Is(err, kv.ErrConflict) {
+				continue
+			}
+			log.Warn("claim delivery", "err", err)
+			_ = msg.NakWithDelay(time.Second)
+			return nil, false
+		}
+		return next, true
+	}
+	_ = msg.NakWithDelay(time.Second)
+	return nil, false
+}
+
+// invoke runs the handler with a timeout, heartbeating msg meanwhile.
+func (d *Deliverer) invoke(ctx context.Context, name string, msg jetstream.Msg, row *kv.Run, res Result) (err error) {
+	h := d.handlers[name]
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
+	defer cancel()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(max(d.cfg.Timeout/3, 100*time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				_ = msg.InProgress()
+			}
+		}
+	})
+	defer func() {
+		close(stop)
+		wg.Wait()
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic: %v", p)
+			d.log.Error("finish handler panicked", "handler", name, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+		}
+	}()
+	if err := h.HandleFinish(ctx, row, res); err != nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("handler ran past its %s timeout", d.cfg.Timeout)
+	}
+	return nil
+}
+
+// markDelivered records the delivery, then acknowledges.
+func (d *Deliverer) markDelivered(ctx context.Context, log *slog.Logger, msg jetstream.Msg, res Result, attempts int) {
+	now := time.Now()
+	var due time.Time
+	row, _, err := d.store.Mutate(ctx, res.RunID, func(r *kv.Run) error {
+		if r.Delivered == nil {
+			r.Delivered = make(map[events.Status]time.Time)
+		}
+		if _, ok := r.Delivered[res.Status]; !ok {
+			r.Delivered[res.Status] = now
+		}
+		if fs := r.Finishes[res.Status]; fs != nil {
+			fs.ClaimedBy, fs.ClaimedUntil, fs.LastError = "", time.Time{}, ""
+			due = fs.DueAt
+		}
+		return nil
+	})
+	if err != nil {
+		// The claim expires and the finish is delivered again: at least once.
+		log.Error("mark finish delivered", "err", err)
+		return
+	}
+	if err := msg.Ack(); err != nil {
+		log.Warn("ack finish", "err", err)
+	}
+	d.obs.Report(ctx, obs.FinishDelivered, res.RunID, "status", res.Status, "handler", res.Handler,
+		"attempts", attempts, "latency_ms", now.Sub(due).Milliseconds())
+	if row.Settled() {
+		if err := d.store.Unindex(ctx, row); err != nil {
+			log.Warn("unindex settled run", "err", err)
+		}
+	}
+}
+
+// release drops the claim after a failed attempt, recording the error; with
+// failed it also records that delivery was given up.
+func (d *Deliverer) release(log *slog.Logger, res Result, cause error, failed bool) *kv.Run {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	row, _, err := d.store.Mutate(ctx, res.RunID, func(r *kv.Run) error {
+		fs := r.Finishes[res.Status]
+		if fs == nil {
+			return kv.ErrNoChange
+		}
+		fs.ClaimedBy, fs.ClaimedUntil = "", time.Time{}
+		if cause != nil {
+			fs.LastError = truncate(cause.Error(), 1000)
+		}
+		if failed && fs.FailedAt.IsZero() {
+			fs.FailedAt = time.Now()
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, kv.ErrRunNotFound) {
+		log.Warn("record delivery failure", "err", err)
+	}
+	return row
+}
+
+// deadLetter files msg in the dead-letter stream, records the failure on the
+// row, and terminates msg. If the dead-letter write fails, msg is retried.
+func (d *Deliverer) deadLetter(ctx context.Context, name string, msg jetstream.Msg, reason string, attempts int) {
+	ns := d.cfg.Namespace
+	dlq := &nats.Msg{Subject: ns.DLQFinishSubject(name), Data: msg.Data(), Header: nats.Header{}}
+	dlq.Header.Set(events.HeaderReason, reason)
+	dlq.Header.Set(events.HeaderOriginalSubject, msg.Subject())
+	if meta, err := msg.Metadata(); err == nil {
+		seq := strconv.FormatUint(meta.Sequence.Stream, 10)
+		dlq.Header.Set(events.HeaderOriginalSequence, seq)
+		dlq.Header.Set(jetstream.MsgIDHeader, "dlq-"+meta.Stream+"-"+seq)
+	}
+	if id := msg.Headers().Get(jetstream.MsgIDHeader); id != "" {
+		dlq.Header.Set(events.HeaderOriginalMsgID, id)
+	}
+	if _, err := d.js.PublishMsg(ctx, dlq); err != nil {
+		d.log.Error("dead-letter finish; keeping it for a retry", "handler", name, "err", err)
+		_ = msg.NakWithDelay(5 * time.Second)
+		return
+	}
+	var res Result
+	_ = json.Unmarshal(msg.Data(), &res)
+	if events.ValidateID(res.RunID) == nil {
+		row := d.release(d.log, res, errors.New(reason), true)
+		if row != nil && row.Settled() {
+			if err := d.store.Unindex(ctx, row); err != nil {
+				d.log.Warn("unindex settled run", "run_id", row.ID, "err", err)
+			}
+		}
+	}
+	_ = msg.TermWithReason(truncate(reason, 200))
+	d.obs.Report(ctx, obs.FinishFailed, res.RunID, "status", res.Status, "handler", name, "attempts", attempts, "reason", reason)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// Webhook returns a Handler that POSTs the finish as JSON to url, with
+// headers Idempotency-Key (<runId>.<status>), Jetrun-Run-Id and
+// Jetrun-Status. A 2xx answer means delivered; anything else is a failed
+// attempt. client nil means a client with no timeout of its own (the
+// deliverer's Timeout applies).
+func Webhook(url string, client *http.Client) Handler {
+	if client == nil {
+		client = &http.Client{}
+	}
+	return HandlerFunc(func(ctx context.Context, _ *kv.Run, res Result) error {
+		body, err := json.Marshal(res)
+		if err != nil {
+			return err
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", IdempotencyKey(res))
+		req.Header.Set("Jetrun-Run-Id", res.RunID)
+		req.Header.Set("Jetrun-Status", string(res.Status))
+		resp, err := client.Do(req)
+		if err != nil {
+			return fmt.Errorf("webhook %s: %w", url, err)
+		}
+		defer resp.Body.Close()
+		snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 200))
+		if resp.StatusCode/100 != 2 {
+			return fmt.Errorf("webhook %s answered %s: %s", url, resp.Status, bytes.TrimSpace(snippet))
+		}
+		return nil
+	})
+}

@@ -1,0 +1,223 @@
+package kv
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetrun/jetrun/pkg/events"
+)
+
+// FinishState is the delivery ledger of one status's finish: one slot per
+// status, so a give-up (interrupted) and a later real result are both
+// delivered, each at most once on the happy path.
+type FinishState struct {
+	// DueAt is when the transition made the finish owed.
+	DueAt time.Time `json:"dueAt"`
+	// The outcome as it was at the transition (the row may move on).
+	Reason            string `json:"reason,omitempty"`
+	Error             string `json:"error,omitempty"`
+	ChildStillRunning bool   `json:"childStillRunning,omitempty"`
+	// Attempts counts handler invocations.
+	Attempts int `json:"attempts,omitempty"`
+	// ClaimedBy and ClaimedUntil: the deliverer invoking the handler now.
+	ClaimedBy    string    `json:"claimedBy,omitempty"`
+	ClaimedUntil time.Time `json:"claimedUntil,omitzero"`
+	LastError    string    `json:"lastError,omitempty"`
+	// FailedAt is set when delivery was given up and the finish
+	// dead-lettered.
+	FailedAt time.Time `json:"failedAt,omitzero"`
+}
+
+// End moves r to a final status, releases its lease and, for a detached run
+// with a finish handler, records that a finish is owed for the status.
+// Callers check that r is not final already.
+func (r *Run) End(status events.Status, reason, text string, now time.Time) {
+	r.Status, r.Reason, r.Error = status, reason, text
+	r.Retryable, r.ChildStillRunning = false, false
+	r.Worker, r.LeaseUntil = "", time.Time{}
+	r.FinishedAt = now
+	r.oweFinish(status, now)
+}
+
+// Interrupt gives r up (soft): status interrupted with reason, retryable,
+// and a finish owed for "interrupted". childStillRunning says whether a
+// worker may still be executing it.
+func (r *Run) Interrupt(reason, text string, childStillRunning bool, now time.Time) {
+	r.Status, r.Reason, r.Error = events.StatusInterrupted, reason, text
+	r.Retryable, r.ChildStillRunning = true, childStillRunning
+	r.oweFinish(events.StatusInterrupted, now)
+}
+
+func (r *Run) oweFinish(s events.Status, now time.Time) {
+	if r.Detached == nil || r.Detached.OnFinish == "" {
+		return
+	}
+	if _, used := r.Finishes[s]; used {
+		return // one slot per status
+	}
+	if r.Finishes == nil {
+		r.Finishes = make(map[events.Status]*FinishState)
+	}
+	r.Finishes[s] = &FinishState{DueAt: now, Reason: r.Reason, Error: r.Error, ChildStillRunning: r.ChildStillRunning}
+}
+
+// FinishOwed reports whether the finish for s is due and neither delivered
+// nor given up.
+func (r *Run) FinishOwed(s events.Status) bool {
+	f := r.Finishes[s]
+	if f == nil || !f.FailedAt.IsZero() {
+		return false
+	}
+	_, delivered := r.Delivered[s]
+	return !delivered
+}
+
+// PendingFinishes returns the statuses whose finish is owed, oldest first.
+func (r *Run) PendingFinishes() []events.Status {
+	var out []events.Status
+	for s := range r.Finishes {
+		if r.FinishOwed(s) {
+			out = append(out, s)
+		}
+	}
+	slices.SortFunc(out, func(a, b events.Status) int { return r.Finishes[a].DueAt.Compare(r.Finishes[b].DueAt) })
+	return out
+}
+
+// Settled reports whether nothing more will happen to r: final, and every
+// finish delivered or given up.
+func (r *Run) Settled() bool { return r.Status.Final() && len(r.PendingFinishes()) == 0 }
+
+// Live reports whether r may still be executing: starting, running, or
+// interrupted with its child still running.
+func (r *Run) Live() bool {
+	return r.Status == events.StatusStarting || r.Status == events.StatusRunning ||
+		(r.Status == events.StatusInterrupted && r.ChildStillRunning)
+}
+
+// StatusEvent is the status event announcing r's current status.
+func (r *Run) StatusEvent(worker string) events.StatusEvent {
+	ev := events.StatusEvent{
+		RunID:             r.ID,
+		Status:            r.Status,
+		Reason:            r.Reason,
+		Error:             r.Error,
+		Retryable:         r.Status == events.StatusInterrupted,
+		ChildStillRunning: r.ChildStillRunning,
+		Attempt:           r.Attempt,
+		At:                time.Now(),
+	}
+	if r.Status == events.StatusRunning {
+		ev.Worker = worker
+	}
+	return ev
+}
+
+// FinishMessage is the finish owed for status s, if r has a finish handler
+// and reached s.
+func (r *Run) FinishMessage(s events.Status) (events.Finish, bool) {
+	f := r.Finishes[s]
+	if f == nil || r.Detached == nil || r.Detached.OnFinish == "" {
+		return events.Finish{}, false
+	}
+	row, err := json.Marshal(r)
+	if err != nil {
+		return events.Finish{}, false
+	}
+	msg := events.Finish{
+		RunID:             r.ID,
+		Handler:           r.Detached.OnFinish,
+		Status:            s,
+		Reason:            f.Reason,
+		Error:             f.Error,
+		Retryable:         s == events.StatusInterrupted,
+		ChildStillRunning: f.ChildStillRunning,
+		Run:               row,
+	}
+	if s == events.StatusCompleted {
+		msg.Summary, msg.Output = r.Summary, r.Output
+	}
+	return msg, true
+}
+
+// PublishTransition announces r's current status: the status event on
+// jetrun.run.<id>.status and, when one is owed, the finish on
+// jetrun.finish.<handler>. Both carry a Nats-Msg-Id, so announcing twice
+// (a retry, a repair) stores each once within the dedup window.
+func PublishTransition(ctx context.Context, js jetstream.JetStream, ns events.Namespace, r *Run, worker string) error {
+	ev := r.StatusEvent(worker)
+	data, err := json.Marshal(ev)
+	if err != nil {
+		return fmt.Errorf("kv: encode status event of run %s: %w", r.ID, err)
+	}
+	msg := &nats.Msg{Subject: ns.RunSubject(r.ID, events.KindStatus), Data: data, Header: nats.Header{}}
+	msg.Header.Set(jetstream.MsgIDHeader, events.StatusMsgID(r.ID, r.Attempt, r.Status))
+	msg.Header.Set(events.HeaderAttempt, strconv.Itoa(r.Attempt))
+	if _, err := js.PublishMsg(ctx, msg); err != nil {
+		return fmt.Errorf("kv: publish %s status of run %s: %w", r.Status, r.ID, err)
+	}
+	if r.FinishOwed(r.Status) {
+		return PublishFinish(ctx, js, ns, r, r.Status)
+	}
+	return nil
+}
+
+// PublishFinish publishes the finish of r for status s, deduplicated by
+// Nats-Msg-Id <runId>.<status>.
+func PublishFinish(ctx context.Context, js jetstream.JetStream, ns events.Namespace, r *Run, s events.Status) error {
+	f, ok := r.FinishMessage(s)
+	if !ok {
+		return nil
+	}
+	data, err := json.Marshal(f)
+	if err != nil {
+		return fmt.Errorf("kv: encode finish of run %s: %w", r.ID, err)
+	}
+	if _, err := js.Publish(ctx, ns.FinishSubject(f.Handler), data, jetstream.WithMsgID(events.FinishMsgID(r.ID, s))); err != nil {
+		return fmt.Errorf("kv: publish %s finish of run %s: %w", s, r.ID, err)
+	}
+	return nil
+}
+
+// RequestCancel records a cancel on r, as a Mutate function would: it
+// returns ErrNoChange when there is nothing to do (r is final, or the cancel
+// was already requested). A run no live worker holds (not yet claimed, or
+// its lease expired) is aborted at once (aborted = true: announce it); a
+// running one gets cancelRequested, which its worker sees and acts on. A run
+// given up with its child stopped stays interrupted.
+func (r *Run) RequestCancel(reason string, now time.Time) (aborted bool, err error) {
+	switch {
+	case r.Status.Final():
+		return false, ErrNoChange
+	case r.Status == events.StatusStarting ||
+		(r.Status == events.StatusRunning || r.Status == events.StatusInterrupted && r.Reason == events.ReasonLeaseLost) &&
+			!r.LeaseHeld(now):
+		r.CancelRequested, r.CancelReason = true, reason
+		r.End(events.StatusAborted, events.ReasonCancelled, "cancelled: "+reason, now)
+		return true, nil
+	case r.CancelRequested:
+		return false, ErrNoChange
+	}
+	r.CancelRequested, r.CancelReason = true, reason
+	return false, nil
+}
+
+// Dispatch is the dispatch message that (re)starts r.
+func (r *Run) Dispatch() events.Dispatch {
+	return events.Dispatch{
+		RunID:            r.ID,
+		Input:            r.Input,
+		Parent:           r.Parent,
+		ParentToolCallID: r.ParentToolCallID,
+		DisplayOrder:     r.DisplayOrder,
+		Depth:            r.Depth,
+		Detached:         r.Detached,
+	}
+}

@@ -1,0 +1,104 @@
+package parent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/kv"
+)
+
+// clearWait bounds how long Clear waits for cancelled runs to stop before it
+// erases them anyway (their workers are then fenced off: the row is gone).
+const clearWait = 10 * time.Second
+
+// ClearFilter selects runs to clear. Filters combine with AND; at least one
+// must be set (or All).
+type ClearFilter struct {
+	// Statuses keeps runs in one of these statuses.
+	Statuses []events.Status
+	// OlderThan keeps runs that finished (or, if not finished, were
+	// created) longer ago than this.
+	OlderThan time.Duration
+	// All clears every run when no other filter is set.
+	All bool
+}
+
+func (f ClearFilter) match(r *kv.Run, now time.Time) bool {
+	if len(f.Statuses) > 0 && !slices.Contains(f.Statuses, r.Status) {
+		return false
+	}
+	if f.OlderThan > 0 {
+		at := r.FinishedAt
+		if at.IsZero() {
+			at = r.CreatedAt
+		}
+		if now.Sub(at) < f.OlderThan {
+			return false
+		}
+	}
+	return true
+}
+
+// Clear removes the runs the filter selects: live ones are cancelled first
+// (with their descendants) and given up to 10 s to stop; then each run's
+// events, row and index entries are erased. A cleared run's finish may or
+// may not have been delivered. It returns how many runs were erased.
+func (c *Client) Clear(ctx context.Context, f ClearFilter) (int, error) {
+	if len(f.Statuses) == 0 && f.OlderThan <= 0 && !f.All {
+		return 0, fmt.Errorf("%w: clear needs statuses, an age, or All", ErrBadRequest)
+	}
+	for _, s := range f.Statuses {
+		if !s.Valid() {
+			return 0, fmt.Errorf("%w: unknown status %q", ErrBadRequest, s)
+		}
+	}
+	now := time.Now()
+	rows, err := c.store.List(ctx, func(r *kv.Run) bool { return f.match(r, now) })
+	if err != nil {
+		return 0, fmt.Errorf("parent: clear: %w", err)
+	}
+	var live []string
+	for _, r := range rows {
+		if r.Live() {
+			if _, err := c.Cancel(ctx, r.ID, "cleared"); err != nil && !errors.Is(err, kv.ErrRunNotFound) {
+				return 0, fmt.Errorf("parent: clear: %w", err)
+			}
+			live = append(live, r.ID)
+		}
+	}
+	c.waitStopped(ctx, live)
+	n := 0
+	for _, r := range rows {
+		cur, _, err := c.store.Get(ctx, r.ID)
+		if errors.Is(err, kv.ErrRunNotFound) {
+			continue
+		}
+		if err != nil {
+			return n, fmt.Errorf("parent: clear: %w", err)
+		}
+		if err := c.store.Erase(ctx, c.js, c.cfg.Namespace, cur); err != nil {
+			return n, fmt.Errorf("parent: clear: %w", err)
+		}
+		n++
+	}
+	c.log.Info("cleared runs", "count", n)
+	return n, nil
+}
+
+// waitStopped waits, up to clearWait, until none of the runs is live.
+func (c *Client) waitStopped(ctx context.Context, ids []string) {
+	deadline := time.Now().Add(clearWait)
+	for len(ids) > 0 && time.Now().Before(deadline) && ctx.Err() == nil {
+		ids = slices.DeleteFunc(ids, func(id string) bool {
+			r, _, err := c.store.Get(ctx, id)
+			return err != nil || !r.Live()
+		})
+		if len(ids) > 0 {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}

@@ -1,0 +1,481 @@
+// Package reconcile is jetrun's timer-driven reconciler: it enforces the
+// budgets of detached runs, repairs runs whose dispatch or worker was lost,
+// completes cancel cascades, republishes finishes that were never delivered,
+// and clears old runs.
+//
+// Invariants:
+//   - One reconciler is active at a time, through a lease in the active
+//     bucket (key "leader": Create to win, revisioned Update to keep it).
+//     Correctness never depends on it: every change is a compare-and-set on
+//     the run's row, so two reconcilers, or a reconciler racing a worker,
+//     cannot both win a transition.
+//   - A sweep reads the active-run index (jetrun_active), never the runs
+//     bucket: its cost grows with the runs that are not settled, not with
+//     the runs retained. Retention runs on its own, slower timer.
+//   - interrupted is soft: the reconciler gives a run up (and asks its
+//     worker to stop), but a child that finishes anyway replaces it with its
+//     real result. Awaited runs are never given up: only detached runs have
+//     budgets.
+package reconcile
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/obs"
+)
+
+// Defaults used where Config leaves a field zero.
+const (
+	DefaultInterval         = 5 * time.Second
+	DefaultMaxBudget        = 24 * time.Hour
+	DefaultNoProgressBudget = time.Hour
+	DefaultStartingGrace    = 30 * time.Second
+	DefaultLeaseGrace       = 30 * time.Second
+	DefaultMaxRedispatches  = 3
+	DefaultRetention        = 7 * 24 * time.Hour
+	DefaultParallelism      = 16
+)
+
+// orphanGrace is how old an index entry without a row must be before it is
+// removed: a dispatcher creates the entry just before the row.
+const orphanGrace = time.Minute
+
+// leaderKey is the reconciler lease's key in the active bucket.
+const leaderKey = "leader"
+
+// Config configures a Reconciler. Zero values mean defaults.
+type Config struct {
+	// ID names this reconciler in the leader lease (default: random).
+	ID string
+	// Namespace is the subject prefix (default "jetrun").
+	Namespace events.Namespace
+	// Streams tunes the streams and buckets when this reconciler creates
+	// them.
+	Streams events.StreamOptions
+	// Interval is the time between sweeps (default 5s). It is also the
+	// leader lease: a standby takes over within about 1⅓ intervals of the
+	// leader's death.
+	Interval time.Duration
+	// MaxBudget is a detached run's absolute budget when its dispatch sets
+	// none (default 24h).
+	MaxBudget time.Duration
+	// NoProgressBudget is a detached run's no-progress budget when its
+	// dispatch sets none (default 1h). It is armed by the run's first chunk,
+	// progress or milestone.
+	NoProgressBudget time.Duration
+	// StartingGrace is how long a run may stay "starting" before its
+	// dispatch is republished, if none is queued (default 30s).
+	StartingGrace time.Duration
+	// LeaseGrace is how long after its lease expired a running run, with no
+	// dispatch queued to wake a worker, is re-dispatched (default 30s).
+	LeaseGrace time.Duration
+	// MaxRedispatches bounds those re-dispatches; then the run ends
+	// "error" with reason "no-worker" (default 3).
+	MaxRedispatches int
+	// Retention is how long final, settled runs are kept before they are
+	// cleared (default 7 days); negative keeps them forever.
+	Retention time.Duration
+	// RetentionEvery is how often retention runs (default: a tenth of
+	// Retention, at most an hour).
+	RetentionEvery time.Duration
+	// MaxDepth bounds cancel cascades (default 8).
+	MaxDepth int
+	// Parallelism bounds the rows a sweep works on at once (default 16).
+	Parallelism int
+	// Logger receives logs (default: discard).
+	Logger *slog.Logger
+	// Reporter receives reconcile.begin, run.recovered, budget.exceeded and
+	// run.cancelled.
+	Reporter *obs.Reporter
+}
+
+func (c Config) withDefaults() Config {
+	if c.ID == "" {
+		c.ID = "reconciler-" + strconv.FormatUint(rand.Uint64(), 36)
+	}
+	c.Interval = cmp.Or(c.Interval, DefaultInterval)
+	c.MaxBudget = cmp.Or(c.MaxBudget, DefaultMaxBudget)
+	c.NoProgressBudget = cmp.Or(c.NoProgressBudget, DefaultNoProgressBudget)
+	c.StartingGrace = cmp.Or(c.StartingGrace, DefaultStartingGrace)
+	c.LeaseGrace = cmp.Or(c.LeaseGrace, DefaultLeaseGrace)
+	c.MaxRedispatches = cmp.Or(c.MaxRedispatches, DefaultMaxRedispatches)
+	c.Retention = cmp.Or(c.Retention, DefaultRetention)
+	if c.RetentionEvery == 0 {
+		c.RetentionEvery = min(max(c.Retention/10, time.Second), time.Hour)
+	}
+	c.MaxDepth = cmp.Or(c.MaxDepth, events.DefaultMaxDepth)
+	c.Parallelism = cmp.Or(c.Parallelism, DefaultParallelism)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate reports every invalid field at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.ID != "" {
+		if err := events.ValidateID(c.ID); err != nil {
+			errs = append(errs, fmt.Errorf("reconciler id: %w", err))
+		}
+	}
+	if c.Interval != 0 && c.Interval < 10*time.Millisecond {
+		errs = append(errs, fmt.Errorf("interval must be at least 10ms, got %s", c.Interval))
+	}
+	for name, d := range map[string]time.Duration{
+		"max budget": c.MaxBudget, "no-progress budget": c.NoProgressBudget, "starting grace": c.StartingGrace,
+		"lease grace": c.LeaseGrace, "retention every": c.RetentionEvery,
+	} {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("%s must not be negative, got %s", name, d))
+		}
+	}
+	if c.MaxRedispatches < 0 || c.MaxDepth < 0 || c.Parallelism < 0 {
+		errs = append(errs, errors.New("max redispatches, max depth and parallelism must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
+// Reconciler sweeps the active runs on a timer while it holds the leader
+// lease. Create it with New, then Start; stop it with Stop.
+type Reconciler struct {
+	cfg   Config
+	js    jetstream.JetStream
+	log   *slog.Logger
+	obs   *obs.Reporter
+	store *kv.Store
+
+	leader     atomic.Bool
+	leaseUntil time.Time // end of our last successful renewal; owned by the loop goroutine
+
+	mu      sync.Mutex
+	paced   map[string]time.Time // run+action → last time the action was taken (republishes)
+	cancel  context.CancelFunc
+	done    chan struct{}
+	started bool
+}
+
+// New returns a Reconciler using nc.
+func New(nc *nats.Conn, cfg Config) (*Reconciler, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("reconcile: config: %w", err)
+	}
+	cfg = cfg.withDefaults()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: jetstream: %w", err)
+	}
+	return &Reconciler{
+		cfg: cfg, js: js, log: cfg.Logger.With("reconciler", cfg.ID), obs: cfg.Reporter,
+		paced: make(map[string]time.Time),
+	}, nil
+}
+
+// ID returns the reconciler's id, as written in the leader lease.
+func (r *Reconciler) ID() string { return r.cfg.ID }
+
+// IsLeader reports whether this reconciler holds the lease.
+func (r *Reconciler) IsLeader() bool { return r.leader.Load() }
+
+// Open creates (or checks) the streams and buckets. Start calls it; Sweep
+// needs it when called without Start.
+func (r *Reconciler) Open(ctx context.Context) error {
+	if r.store != nil {
+		return nil
+	}
+	if err := events.EnsureStreams(ctx, r.js, r.cfg.Namespace, r.cfg.Streams); err != nil {
+		return fmt.Errorf("reconcile: %w", err)
+	}
+	store, err := kv.Open(ctx, r.js, kv.Config{Namespace: r.cfg.Namespace, Replicas: r.cfg.Streams.Replicas})
+	if err != nil {
+		return fmt.Errorf("reconcile: %w", err)
+	}
+	r.store = store
+	return nil
+}
+
+// Start opens the streams and buckets and starts the timers. ctx bounds the
+// set-up only; the reconciler runs until Stop.
+func (r *Reconciler) Start(ctx context.Context) error {
+	r.mu.Lock()
+	if r.started {
+		r.mu.Unlock()
+		return errors.New("reconcile: already started")
+	}
+	r.started = true
+	r.mu.Unlock()
+	if err := r.Open(ctx); err != nil {
+		return err
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	r.mu.Lock()
+	r.cancel, r.done = cancel, done
+	r.mu.Unlock()
+	go func() {
+		defer close(done)
+		r.loop(runCtx)
+	}()
+	r.log.InfoContext(ctx, "reconciler started", "interval", r.cfg.Interval)
+	return nil
+}
+
+// Stop stops the timers, waits for a sweep in progress, and gives the lease
+// up so a standby takes over at once. It is idempotent and safe before
+// Start.
+func (r *Reconciler) Stop() {
+	r.mu.Lock()
+	cancel, done := r.cancel, r.done
+	r.cancel = nil
+	r.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
+	if r.leader.Load() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		r.resign(ctx)
+	}
+}
+
+func (r *Reconciler) loop(ctx context.Context) {
+	lease := time.NewTicker(r.cfg.Interval / 3)
+	defer lease.Stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	sweeps := make(chan struct{}, 1)
+	wg.Go(func() { // the sweeper: never delays lease renewals
+		nextRetention := time.Now().Add(r.cfg.RetentionEvery)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-sweeps:
+			}
+			if _, err := r.Sweep(ctx); err != nil && ctx.Err() == nil {
+				r.log.Warn("sweep", "err", err)
+			}
+			if r.cfg.Retention > 0 && time.Now().After(nextRetention) {
+				nextRetention = time.Now().Add(r.cfg.RetentionEvery)
+				if n, err := r.Retain(ctx); err != nil && ctx.Err() == nil {
+					r.log.Warn("retention", "err", err)
+				} else if n > 0 {
+					r.log.Info("retention cleared runs", "count", n)
+				}
+			}
+		}
+	})
+	lastSweep := time.Time{}
+	for {
+		r.lead(ctx)
+		if r.leader.Load() && time.Since(lastSweep) >= r.cfg.Interval {
+			lastSweep = time.Now()
+			select {
+			case sweeps <- struct{}{}:
+			default: // a sweep is still running
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-lease.C:
+		}
+	}
+}
+
+// lease is the value of the leader key.
+type lease struct {
+	Holder string    `json:"holder"`
+	Until  time.Time `json:"until"`
+	Since  time.Time `json:"since"`
+}
+
+// Leader returns the current holder of the reconciler lease and when it
+// took it, or "" if none holds a live one.
+func Leader(ctx context.Context, store *kv.Store) (holder string, since time.Time, err error) {
+	e, err := store.ActiveBucket().Get(ctx, leaderKey)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return "", time.Time{}, nil
+	}
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	var l lease
+	if err := json.Unmarshal(e.Value(), &l); err != nil || time.Now().After(l.Until) {
+		return "", time.Time{}, nil
+	}
+	return l.Holder, l.Since, nil
+}
+
+// lead takes or keeps the leader lease.
+func (r *Reconciler) lead(ctx context.Context) {
+	bucket := r.store.ActiveBucket()
+	now := time.Now()
+	next := lease{Holder: r.cfg.ID, Until: now.Add(r.cfg.Interval), Since: now}
+	e, err := bucket.Get(ctx, leaderKey)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		data, _ := json.Marshal(next)
+		_, err = bucket.Create(ctx, leaderKey, data)
+	case err == nil:
+		var cur lease
+		if json.Unmarshal(e.Value(), &cur) == nil && cur.Holder != r.cfg.ID && now.Before(cur.Until) {
+			r.setLeader(ctx, false)
+			return // someone else holds a live lease
+		}
+		if cur.Holder == r.cfg.ID {
+			next.Since = cur.Since
+		}
+		data, _ := json.Marshal(next)
+		_, err = bucket.Update(ctx, leaderKey, data, e.Revision())
+	}
+	switch {
+	case err == nil:
+		r.leaseUntil = next.Until
+		r.setLeader(ctx, true)
+	case errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch):
+		r.setLeader(ctx, false) // another reconciler won the race
+	default:
+		if ctx.Err() == nil {
+			r.log.Warn("reconciler lease", "err", err)
+		}
+		if now.After(r.leaseUntil) { // could not renew in time
+			r.setLeader(ctx, false)
+		}
+	}
+}
+
+func (r *Reconciler) setLeader(ctx context.Context, on bool) {
+	if r.leader.Swap(on) != on {
+		if on {
+			r.obs.Report(ctx, obs.LeaderAcquired, "", "reconciler", r.cfg.ID)
+		} else {
+			r.log.Info("reconciler lease lost to another reconciler")
+		}
+	}
+}
+
+// resign gives the lease up.
+func (r *Reconciler) resign(ctx context.Context) {
+	bucket := r.store.ActiveBucket()
+	e, err := bucket.Get(ctx, leaderKey)
+	if err != nil {
+		return
+	}
+	var cur lease
+	if json.Unmarshal(e.Value(), &cur) != nil || cur.Holder != r.cfg.ID {
+		return
+	}
+	_ = bucket.Delete(ctx, leaderKey, jetstream.LastRevision(e.Revision()))
+	r.leader.Store(false)
+}
+
+// Stats describes one sweep.
+type Stats struct {
+	Active      int           // runs in the active index
+	Unindexed   int           // settled runs (or orphan entries) removed from the index
+	Republished int           // finishes republished
+	GivenUp     int           // runs interrupted for a budget
+	Recovered   int           // dispatches republished for starting or abandoned runs
+	Cancelled   int           // runs cancelled because their parent was
+	Failed      int           // runs ended "error" because no worker took them over
+	Took        time.Duration // how long the sweep took
+}
+
+// Sweep reconciles every run in the active index once. The timer calls it
+// while this reconciler leads; it can also be called directly (after Open).
+func (r *Reconciler) Sweep(ctx context.Context) (Stats, error) {
+	begin := time.Now()
+	active, err := r.store.Active(ctx)
+	if err != nil {
+		return Stats{}, fmt.Errorf("reconcile: sweep: %w", err)
+	}
+	st := &sweep{r: r, now: begin, queues: make(map[string]*queueState)}
+	r.obs.Debug(ctx, obs.ReconcileBegin, "", "active", len(active), "reconciler", r.cfg.ID)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(r.cfg.Parallelism)
+	for _, ir := range active {
+		g.Go(func() error {
+			if err := st.run(gctx, ir); err != nil && gctx.Err() == nil {
+				r.log.Warn("reconcile run", "run_id", ir.ID, "err", err)
+			}
+			return nil
+		})
+	}
+	_ = g.Wait()
+	st.stats.Active = len(active)
+	st.stats.Took = time.Since(begin)
+	r.prunePaced(begin)
+	return st.stats, ctx.Err()
+}
+
+// paceOK reports whether the action on key may be taken now, at most once
+// per every; it records the action.
+func (r *Reconciler) paceOK(key string, now time.Time, every time.Duration) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if last, ok := r.paced[key]; ok && now.Sub(last) < every {
+		return false
+	}
+	r.paced[key] = now
+	return true
+}
+
+func (r *Reconciler) prunePaced(now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	horizon := 10 * max(r.cfg.StartingGrace, r.cfg.LeaseGrace, r.republishEvery())
+	for k, t := range r.paced {
+		if now.Sub(t) > horizon {
+			delete(r.paced, k)
+		}
+	}
+}
+
+// republishEvery paces finish republishes: within the finish stream's dedup
+// window a republish is a no-op anyway.
+func (r *Reconciler) republishEvery() time.Duration {
+	return cmp.Or(r.cfg.Streams.DedupWindow, events.DefaultDedupWindow)
+}
+
+// Retain clears the final, settled runs that finished longer ago than the
+// retention: their events, rows and index entries. It reads the whole runs
+// bucket, so it runs on its own slow timer, not in the sweep.
+func (r *Reconciler) Retain(ctx context.Context) (int, error) {
+	if r.cfg.Retention <= 0 {
+		return 0, nil
+	}
+	cutoff := time.Now().Add(-r.cfg.Retention)
+	rows, err := r.store.List(ctx, func(run *kv.Run) bool {
+		return run.Settled() && !run.FinishedAt.IsZero() && run.FinishedAt.Before(cutoff)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("reconcile: retention: %w", err)
+	}
+	n := 0
+	for _, run := range rows {
+		if err := r.store.Erase(ctx, r.js, r.cfg.Namespace, run); err != nil {
+			return n, fmt.Errorf("reconcile: retention: %w", err)
+		}
+		n++
+	}
+	return n, nil
+}
