@@ -4,7 +4,8 @@
 //	POST /v1/runs                 dispatch {agentType, runId?, input, detached?, ...}; ?wait=true awaits
 //	GET  /v1/runs                 list rows, ?status=running,completed filters, ?limit=N
 //	GET  /v1/runs/{id}            one row; 404 for an unknown or malformed id
-//	POST /v1/runs/{id}/cancel     cancel {reason?}; idempotent
+//	POST /v1/runs/{id}/cancel     cancel {reason?}, with the run's descendants; idempotent
+//	DELETE /v1/runs               clear: ?status=a,b&olderThan=24h (or ?all=true); live runs are cancelled first
 //
 // A guessed or malformed id never creates anything: only POST /v1/runs does.
 package httpapi
@@ -17,6 +18,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -59,6 +61,7 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("GET /v1/runs", a.list)
 	mux.HandleFunc("GET /v1/runs/{id}", a.get)
 	mux.HandleFunc("POST /v1/runs/{id}/cancel", a.cancel)
+	mux.HandleFunc("DELETE /v1/runs", a.clear)
 	return mux
 }
 
@@ -91,6 +94,8 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, http.StatusConflict, "run_id_conflict", err.Error())
 	case errors.Is(err, kv.ErrRunNotFound):
 		writeError(w, http.StatusNotFound, "not_found", err.Error())
+	case errors.Is(err, parent.ErrConcurrencyLimit):
+		writeError(w, http.StatusTooManyRequests, "concurrency_limit", err.Error())
 	case errors.Is(err, parent.ErrDispatchFailed):
 		writeError(w, http.StatusServiceUnavailable, "dispatch_failed", err.Error())
 	case r.Context().Err() != nil:
@@ -120,6 +125,7 @@ type dispatchBody struct {
 	DisplayOrder     int              `json:"displayOrder"`
 	Depth            int              `json:"depth"`
 	Detached         *events.Detached `json:"detached"`
+	MaxConcurrent    int              `json:"maxConcurrent"`
 }
 
 // outcomeBody is the response of POST /v1/runs?wait=true.
@@ -154,6 +160,7 @@ func (a *api) dispatch(w http.ResponseWriter, r *http.Request) {
 		DisplayOrder:     body.DisplayOrder,
 		Depth:            body.Depth,
 		Detached:         body.Detached,
+		MaxConcurrent:    body.MaxConcurrent,
 	}
 	row, err := a.client.Dispatch(r.Context(), req)
 	if err != nil {
@@ -183,7 +190,8 @@ func (a *api) dispatch(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, outcomeBody{OK: true, RunID: res.RunID, Status: events.StatusCompleted, Summary: res.Summary, Output: res.Output})
 }
 
-func (a *api) list(w http.ResponseWriter, r *http.Request) {
+// statusParam parses ?status=a,b.
+func statusParam(r *http.Request) ([]events.Status, error) {
 	var statuses []events.Status
 	for _, part := range strings.Split(r.URL.Query().Get("status"), ",") {
 		if part = strings.TrimSpace(part); part == "" {
@@ -191,10 +199,44 @@ func (a *api) list(w http.ResponseWriter, r *http.Request) {
 		}
 		s := events.Status(part)
 		if !s.Valid() {
-			writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("unknown status %q", part))
-			return
+			return nil, fmt.Errorf("unknown status %q", part)
 		}
 		statuses = append(statuses, s)
+	}
+	return statuses, nil
+}
+
+func (a *api) clear(w http.ResponseWriter, r *http.Request) {
+	statuses, err := statusParam(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
+	var f parent.ClearFilter
+	f.Statuses = statuses
+	if v := r.URL.Query().Get("olderThan"); v != "" {
+		if f.OlderThan, err = time.ParseDuration(v); err != nil || f.OlderThan <= 0 {
+			writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("olderThan must be a positive duration like 24h, got %q", v))
+			return
+		}
+	}
+	if f.All, err = boolParam(r, "all"); err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
+	n, err := a.client.Clear(r.Context(), f)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]int{"cleared": n})
+}
+
+func (a *api) list(w http.ResponseWriter, r *http.Request) {
+	statuses, err := statusParam(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
 	}
 	limit := DefaultListLimit
 	if v := r.URL.Query().Get("limit"); v != "" {

@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -208,5 +209,29 @@ func TestListAndCancel(t *testing.T) {
 	wantStatus(t, do(t, "POST", b.url+"/v1/runs/quick/cancel", "", &row), 200)
 	if row.Status != events.StatusCompleted {
 		t.Fatalf("cancel rewrote a completed run: %s", row.Status)
+	}
+}
+
+func TestClearAndConcurrencyLimit(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var body struct{ Code string }
+	wantStatus(t, do(t, "DELETE", b.url+"/v1/runs", "", &body), 400) // no filter
+	wantStatus(t, do(t, "DELETE", b.url+"/v1/runs?olderThan=soon", "", &body), 400)
+
+	do(t, "POST", b.url+"/v1/runs", `{"agentType":"demo","runId":"c1","input":{"steps":1,"stepMs":0}}`, nil)
+	jetruntest.WaitRow(t, b.store, "c1", 10*time.Second, jetruntest.Final)
+	var cleared struct{ Cleared int }
+	wantStatus(t, do(t, "DELETE", b.url+"/v1/runs?status=completed", "", &cleared), 200)
+	if cleared.Cleared != 1 {
+		t.Fatalf("cleared %d", cleared.Cleared)
+	}
+	wantStatus(t, do(t, "GET", b.url+"/v1/runs/c1", "", &body), 404)
+
+	slow := `{"agentType":"demo","runId":"%s","parent":"p","depth":1,"maxConcurrent":1,"input":{"steps":50,"stepMs":100}}`
+	wantStatus(t, do(t, "POST", b.url+"/v1/runs", fmt.Sprintf(slow, "s1"), nil), 201)
+	resp := do(t, "POST", b.url+"/v1/runs", fmt.Sprintf(slow, "s2"), &body)
+	if resp.StatusCode != 429 || body.Code != "concurrency_limit" {
+		t.Fatalf("over the cap: %d %+v", resp.StatusCode, body)
 	}
 }

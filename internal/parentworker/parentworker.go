@@ -82,6 +82,7 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 	reporter := obs.New(nc, cfg.Namespace(), logger, "parent-worker")
 
 	rec, err := reconcile.New(nc, reconcile.Config{
+		ID:               cfg.WorkerID,
 		Namespace:        cfg.Namespace(),
 		Streams:          cfg.Options(),
 		Interval:         cfg.ReconcileInterval,
@@ -102,6 +103,7 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 	defer rec.Stop()
 
 	deliverer, err := finish.New(nc, finish.Config{
+		ID:          cfg.WorkerID,
 		Namespace:   cfg.Namespace(),
 		Streams:     cfg.Options(),
 		MaxAttempts: cfg.FinishMaxAttempts,
