@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,7 +17,10 @@ import (
 
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/finish"
+	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/parent"
+	"github.com/jetrun/jetrun/pkg/reconcile"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
 
@@ -332,4 +336,172 @@ func BenchmarkLeaseRenewal(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkWorkloadReconcileSweep reports the reconciler's sweep time over
+// 1,000 active runs with 0 and then 100,000 retained finished runs: the sweep
+// reads the active-run index, so the two should match.
+func BenchmarkWorkloadReconcileSweep(b *testing.B) {
+	const active, retained = 1_000, 100_000
+	_, nc, js := embeddedServer(b)
+	ctx := context.Background()
+	r, err := reconcile.New(nc, reconcile.Config{Parallelism: 16})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := r.Open(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(r.Stop)
+	store, err := kv.Open(ctx, js, kv.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := time.Now()
+	create := func(n int, mk func(i int) *kv.Run) {
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for range 16 {
+			wg.Go(func() {
+				for i := int(next.Add(1)); i <= n; i = int(next.Add(1)) {
+					if _, err := store.Create(ctx, mk(i)); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}
+	// Active runs: running, with a live lease and a detached budget to check.
+	create(active, func(i int) *kv.Run {
+		return &kv.Run{ID: fmt.Sprintf("active-%d", i), AgentType: "noop", Status: events.StatusRunning, Attempt: 1,
+			Worker: "w", LeaseUntil: now.Add(time.Hour), CreatedAt: now, StartedAt: now, LastSignalAt: now,
+			Detached: &events.Detached{}}
+	})
+	measure := func() time.Duration {
+		var best time.Duration
+		deadline := time.Now().Add(time.Minute)
+		for n := 0; n < 5; {
+			st, err := r.Sweep(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if st.Active != active { // the index watch is still catching up
+				if time.Now().After(deadline) {
+					b.Fatalf("sweep saw %d active runs, want %d", st.Active, active)
+				}
+				continue
+			}
+			n++
+			if best == 0 || st.Took < best {
+				best = st.Took
+			}
+		}
+		return best
+	}
+	var empty, full time.Duration
+	for b.Loop() {
+		empty = measure()
+		// Retained runs: final and settled, not in the index (as the worker
+		// leaves them).
+		create(retained, func(i int) *kv.Run {
+			run := &kv.Run{ID: fmt.Sprintf("done-%d", i), AgentType: "noop", Status: events.StatusCompleted, Attempt: 1,
+				CreatedAt: now, StartedAt: now, FinishedAt: now}
+			return run
+		})
+		all, err := store.Active(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, ir := range all {
+			if strings.HasPrefix(ir.ID, "done-") {
+				if err := store.UnindexID(ctx, ir.ID); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		full = measure()
+	}
+	b.ReportMetric(ms(empty), "sweep-0-retained-ms")
+	b.ReportMetric(ms(full), "sweep-100k-retained-ms")
+	b.ReportMetric(float64(full)/float64(empty), "retained-cost-ratio")
+	b.Logf("reconcile sweep over %d active runs: %.1f ms with 0 retained, %.1f ms with %d retained (ratio %.2f; best of 5)",
+		active, ms(empty), ms(full), retained, float64(full)/float64(empty))
+}
+
+// BenchmarkWorkloadDetachedFinish reports dispatch→onFinish latency of
+// detached no-op runs delivered to an in-process Go finish handler.
+func BenchmarkWorkloadDetachedFinish(b *testing.B) {
+	const n = 1_000
+	_, nc, _ := embeddedServer(b)
+	ctx := context.Background()
+	w, err := worker.New(nc, worker.Config{Concurrency: concurrency})
+	if err != nil {
+		b.Fatal(err)
+	}
+	w.HandleFunc("noop", func(context.Context, *worker.Run) (worker.Result, error) { return worker.Result{}, nil })
+	if err := w.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = w.Stop() })
+	var (
+		mu        sync.Mutex
+		started   = make(map[string]time.Time, n)
+		latencies []time.Duration
+		done      = make(chan struct{})
+	)
+	d, err := finish.New(nc, finish.Config{Concurrency: 32})
+	if err != nil {
+		b.Fatal(err)
+	}
+	d.HandleFinishFunc("bench", func(_ context.Context, _ *kv.Run, res finish.Result) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if t0, ok := started[res.RunID]; ok {
+			latencies = append(latencies, time.Since(t0))
+			delete(started, res.RunID)
+			if len(latencies) == n {
+				close(done)
+			}
+		}
+		return nil
+	})
+	if err := d.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = d.Stop() })
+	client, err := parent.New(ctx, nc, parent.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for range dispatchers {
+			wg.Go(func() {
+				for i := next.Add(1); i <= n; i = next.Add(1) {
+					id := fmt.Sprintf("fin-%d", i)
+					mu.Lock()
+					started[id] = time.Now()
+					mu.Unlock()
+					if _, err := client.Dispatch(ctx, parent.Request{AgentType: "noop", RunID: id, Input: 1,
+						Detached: &events.Detached{OnFinish: "bench"}}); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Minute):
+			b.Fatalf("only %d of %d finishes delivered", len(latencies), n)
+		}
+	}
+	slices.Sort(latencies)
+	b.ReportMetric(ms(percentile(latencies, 0.5)), "finish-p50-ms")
+	b.ReportMetric(ms(percentile(latencies, 0.99)), "finish-p99-ms")
+	b.Logf("dispatch→onFinish over %d detached runs: p50 %.2f ms, p99 %.2f ms", n, ms(percentile(latencies, 0.5)), ms(percentile(latencies, 0.99)))
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -20,8 +21,14 @@ import (
 //	child.<parent>.<id>    one entry per unsettled run that has a parent
 //
 // Entries are created before the row (Create) and removed once the run is
-// settled (Unindex) with a subject purge of the bucket's stream, which leaves
-// no delete marker behind: listing the index never walks tombstones.
+// settled (Unindex) with a purge whose marker expires after a second: a
+// watcher sees the removal, and markers never pile up. The reconciler
+// follows the index with a watch (WatchActive) rather than listing it each
+// sweep, because listing a stream costs in proportion to the entries removed
+// since its oldest live one, not only to the live ones.
+
+// indexMarkerTTL is how long an index removal's marker lives.
+const indexMarkerTTL = time.Second
 
 const (
 	indexRunPrefix   = "run."
@@ -44,12 +51,12 @@ func (s *Store) index(ctx context.Context, r *Run) error {
 
 // Unindex removes r's index entries; call it once r is settled.
 func (s *Store) Unindex(ctx context.Context, r *Run) error {
-	subjects := []string{s.activeSubject(indexRunPrefix + r.ID)}
+	keys := []string{indexRunPrefix + r.ID}
 	if r.Parent != "" {
-		subjects = append(subjects, s.activeSubject(indexChildPrefix+r.Parent+"."+r.ID))
+		keys = append(keys, indexChildPrefix+r.Parent+"."+r.ID)
 	}
-	for _, subj := range subjects {
-		if err := s.activeKV.Purge(ctx, jetstream.WithPurgeSubject(subj)); err != nil {
+	for _, k := range keys {
+		if err := s.active.Purge(ctx, k, jetstream.PurgeTTL(indexMarkerTTL)); err != nil {
 			return fmt.Errorf("kv: unindex run %s: %w", r.ID, err)
 		}
 	}
@@ -58,7 +65,7 @@ func (s *Store) Unindex(ctx context.Context, r *Run) error {
 
 // UnindexID removes the index entry of a run whose row is gone.
 func (s *Store) UnindexID(ctx context.Context, id string) error {
-	if err := s.activeKV.Purge(ctx, jetstream.WithPurgeSubject(s.activeSubject(indexRunPrefix+id))); err != nil {
+	if err := s.active.Purge(ctx, indexRunPrefix+id, jetstream.PurgeTTL(indexMarkerTTL)); err != nil {
 		return fmt.Errorf("kv: unindex run %s: %w", id, err)
 	}
 	return nil
@@ -131,3 +138,112 @@ func (s *Store) Erase(ctx context.Context, js jetstream.JetStream, ns events.Nam
 // SlotPrefix is the key prefix of the concurrency slots of runs whose parent
 // is parent: slot.<parent>.<n>.
 func SlotPrefix(parent string) string { return "slot." + parent + "." }
+
+// ActiveWatch follows the active-run index in memory: its reader pays for
+// the changes as they happen, and a snapshot costs nothing on the server.
+type ActiveWatch struct {
+	mu     sync.Mutex
+	runs   map[string]time.Time
+	ready  chan struct{}
+	err    error
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// WatchActive starts following the active-run index. It returns once the
+// initial state is loaded. A broken watch is re-created, reloading the
+// whole index.
+func (s *Store) WatchActive(ctx context.Context) (*ActiveWatch, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	aw := &ActiveWatch{runs: make(map[string]time.Time), ready: make(chan struct{}), cancel: cancel, done: make(chan struct{})}
+	go aw.loop(ctx, s)
+	select {
+	case <-aw.ready:
+	case <-ctx.Done():
+	}
+	if aw.err != nil {
+		aw.Stop()
+		return nil, aw.err
+	}
+	return aw, nil
+}
+
+func (aw *ActiveWatch) loop(ctx context.Context, s *Store) {
+	defer close(aw.done)
+	first := true
+	for ctx.Err() == nil {
+		w, err := s.active.Watch(ctx, indexRunPrefix+">")
+		if err != nil {
+			if first {
+				aw.err = fmt.Errorf("kv: watch the active-run index: %w", err)
+				close(aw.ready)
+				return
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		fresh := make(map[string]time.Time)
+		loaded := false
+		for e := range w.Updates() {
+			if e == nil { // the initial state is complete
+				aw.mu.Lock()
+				aw.runs, loaded = fresh, true
+				aw.mu.Unlock()
+				if first {
+					first = false
+					close(aw.ready)
+				}
+				continue
+			}
+			id := strings.TrimPrefix(e.Key(), indexRunPrefix)
+			if !loaded {
+				if e.Operation() == jetstream.KeyValuePut {
+					fresh[id] = e.Created()
+				} else {
+					delete(fresh, id)
+				}
+				continue
+			}
+			aw.mu.Lock()
+			if e.Operation() == jetstream.KeyValuePut {
+				aw.runs[id] = e.Created()
+			} else {
+				delete(aw.runs, id)
+			}
+			aw.mu.Unlock()
+		}
+		_ = w.Stop() // the channel closed: re-create the watch
+	}
+	if first {
+		aw.err = ctx.Err()
+		close(aw.ready)
+	}
+}
+
+// Snapshot returns the runs currently in the index.
+func (aw *ActiveWatch) Snapshot() []IndexedRun {
+	aw.mu.Lock()
+	defer aw.mu.Unlock()
+	out := make([]IndexedRun, 0, len(aw.runs))
+	for id, at := range aw.runs {
+		out = append(out, IndexedRun{ID: id, CreatedAt: at})
+	}
+	return out
+}
+
+// Forget drops id from the snapshot at once, for a run its reader just
+// removed from the index.
+func (aw *ActiveWatch) Forget(id string) {
+	aw.mu.Lock()
+	delete(aw.runs, id)
+	aw.mu.Unlock()
+}
+
+// Stop ends the watch and waits for its goroutine. It is idempotent.
+func (aw *ActiveWatch) Stop() {
+	aw.cancel()
+	<-aw.done
+}

@@ -74,11 +74,12 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 		return nil, err
 	}
 	active, err := openBucket(ctx, js, jetstream.KeyValueConfig{
-		Bucket:      cfg.Namespace.ActiveBucket(),
-		Description: "jetrun active-run index (run.<id>, child.<parent>.<id>), concurrency slots, reconciler lease",
-		History:     1,
-		Storage:     jetstream.FileStorage,
-		Replicas:    replicas,
+		Bucket:         cfg.Namespace.ActiveBucket(),
+		Description:    "jetrun active-run index (run.<id>, child.<parent>.<id>), concurrency slots, reconciler lease",
+		History:        1,
+		Storage:        jetstream.FileStorage,
+		Replicas:       replicas,
+		LimitMarkerTTL: indexMarkerTTL, // removals leave markers watchers see, then expire
 	})
 	if err != nil {
 		return nil, err

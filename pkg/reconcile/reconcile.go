@@ -165,6 +165,7 @@ type Reconciler struct {
 	leaseUntil time.Time // end of our last successful renewal; owned by the loop goroutine
 
 	mu      sync.Mutex
+	watch   *kv.ActiveWatch      // the active-run index, followed while leading
 	paced   map[string]time.Time // run+action → last time the action was taken (republishes)
 	cancel  context.CancelFunc
 	done    chan struct{}
@@ -244,6 +245,7 @@ func (r *Reconciler) Stop() {
 	cancel, done := r.cancel, r.done
 	r.cancel = nil
 	r.mu.Unlock()
+	defer r.dropWatch() // also started by direct Sweep calls
 	if cancel == nil {
 		return
 	}
@@ -369,7 +371,33 @@ func (r *Reconciler) setLeader(ctx context.Context, on bool) {
 			r.obs.Report(ctx, obs.LeaderAcquired, "", "reconciler", r.cfg.ID)
 		} else {
 			r.log.Info("reconciler lease lost to another reconciler")
+			r.dropWatch() // a standby need not follow the index
 		}
+	}
+}
+
+// activeWatch returns the watch of the active-run index, starting it on
+// first use (it loads the index once).
+func (r *Reconciler) activeWatch(ctx context.Context) (*kv.ActiveWatch, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.watch == nil {
+		w, err := r.store.WatchActive(context.WithoutCancel(ctx))
+		if err != nil {
+			return nil, err
+		}
+		r.watch = w
+	}
+	return r.watch, nil
+}
+
+func (r *Reconciler) dropWatch() {
+	r.mu.Lock()
+	w := r.watch
+	r.watch = nil
+	r.mu.Unlock()
+	if w != nil {
+		w.Stop()
 	}
 }
 
@@ -401,14 +429,16 @@ type Stats struct {
 }
 
 // Sweep reconciles every run in the active index once. The timer calls it
-// while this reconciler leads; it can also be called directly (after Open).
+// while this reconciler leads; it can also be called directly (after Open;
+// Stop then ends the index watch it starts).
 func (r *Reconciler) Sweep(ctx context.Context) (Stats, error) {
 	begin := time.Now()
-	active, err := r.store.Active(ctx)
+	watch, err := r.activeWatch(ctx)
 	if err != nil {
 		return Stats{}, fmt.Errorf("reconcile: sweep: %w", err)
 	}
-	st := &sweep{r: r, now: begin, queues: make(map[string]*queueState)}
+	active := watch.Snapshot()
+	st := &sweep{r: r, now: begin, queues: make(map[string]*queueState), watch: watch}
 	r.obs.Debug(ctx, obs.ReconcileBegin, "", "active", len(active), "reconciler", r.cfg.ID)
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(r.cfg.Parallelism)

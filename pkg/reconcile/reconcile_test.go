@@ -136,6 +136,7 @@ func setup(t *testing.T, o options) *env {
 		if err := r.Open(ctx); err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(r.Stop)
 	} else {
 		if err := r.Start(ctx); err != nil {
 			t.Fatal(err)

@@ -18,8 +18,9 @@ import (
 
 // sweep is the state of one pass over the active index.
 type sweep struct {
-	r   *Reconciler
-	now time.Time
+	r     *Reconciler
+	now   time.Time
+	watch *kv.ActiveWatch
 
 	mu     sync.Mutex
 	stats  Stats
@@ -70,6 +71,7 @@ func (s *sweep) run(ctx context.Context, ir kv.IndexedRun) error {
 	if errors.Is(err, kv.ErrRunNotFound) {
 		if s.now.Sub(ir.CreatedAt) > orphanGrace {
 			s.count(func(st *Stats) { st.Unindexed++ })
+			s.watch.Forget(ir.ID)
 			return r.store.UnindexID(ctx, ir.ID)
 		}
 		return nil
@@ -79,6 +81,7 @@ func (s *sweep) run(ctx context.Context, ir kv.IndexedRun) error {
 	}
 	if row.Settled() {
 		s.count(func(st *Stats) { st.Unindexed++ })
+		s.watch.Forget(ir.ID)
 		return r.store.Unindex(ctx, row)
 	}
 	if err := s.republishFinishes(ctx, row); err != nil {
