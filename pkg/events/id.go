@@ -19,6 +19,9 @@ func ValidateID(id string) error { return validateToken("run id", id) }
 // ValidateAgentType reports whether t can be used as an agent type.
 func ValidateAgentType(t string) error { return validateToken("agent type", t) }
 
+// ValidateSignalName reports whether name can be used as a signal name.
+func ValidateSignalName(name string) error { return validateToken("signal name", name) }
+
 // ValidateHandler reports whether name can be used as a finish handler name.
 func ValidateHandler(name string) error { return validateToken("handler name", name) }
 

@@ -76,6 +76,28 @@ type Milestone struct {
 	At       time.Time       `json:"at"`
 }
 
+// Signal states on a run's signal events.
+const (
+	SignalWaiting  = "waiting"
+	SignalReceived = "received"
+)
+
+// SignalEvent is published on jetrun.run.<id>.signal when a handler starts
+// waiting for a signal and when the signal arrives.
+type SignalEvent struct {
+	RunID   string          `json:"runId"`
+	Name    string          `json:"name"`
+	State   string          `json:"state"`
+	Payload json.RawMessage `json:"payload,omitempty"`
+	// Seq is the signal's sequence in the signals stream (received only).
+	Seq     uint64    `json:"seq,omitempty"`
+	Attempt int       `json:"attempt,omitempty"`
+	At      time.Time `json:"at"`
+}
+
+// MaxSignalBytes bounds a signal's payload.
+const MaxSignalBytes = 64 << 10
+
 // Detached holds the settings of a detached run.
 type Detached struct {
 	OnFinish           string `json:"onFinish,omitempty"`
@@ -98,6 +120,11 @@ type Finish struct {
 	Output            json.RawMessage `json:"output,omitempty"`
 	// Run is the run's row when the finish was published.
 	Run json.RawMessage `json:"run,omitempty"`
+}
+
+// SignalEventMsgID is the Nats-Msg-Id of a run's signal event.
+func SignalEventMsgID(runID string, attempt int, name, state string, n int64) string {
+	return runID + ".w." + itoa(int64(attempt)) + "." + name + "." + state + "." + itoa(n)
 }
 
 // FinishMsgID is the Nats-Msg-Id, and the idempotency key, of the finish of

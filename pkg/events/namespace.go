@@ -15,6 +15,7 @@ const (
 	KindChunk     = "chunk"
 	KindProgress  = "progress"
 	KindMilestone = "milestone"
+	KindSignal    = "signal"
 )
 
 // Namespace derives every subject, stream and bucket name from one prefix.
@@ -52,6 +53,9 @@ func (ns Namespace) DLQStream() string { return ns.streamName("DLQ") }
 // FinishStream is the work-queue stream holding finish deliveries
 // (JETRUN_FINISH).
 func (ns Namespace) FinishStream() string { return ns.streamName("FINISH") }
+
+// SignalsStream is the stream holding signals sent to runs (JETRUN_SIGNALS).
+func (ns Namespace) SignalsStream() string { return ns.streamName("SIGNALS") }
 
 // RunsBucket is the KV bucket holding one row per run (jetrun_runs).
 func (ns Namespace) RunsBucket() string { return ns.Prefix() + "_runs" }
@@ -117,6 +121,15 @@ func (ns Namespace) DLQSubject(agentType string) string {
 	}
 	return ns.Prefix() + ".dlq." + agentType
 }
+
+// SignalSubject is where a signal named name is sent to a run: any NATS
+// publish there is stored and reaches the run's run.Wait(ctx, name).
+func (ns Namespace) SignalSubject(runID, name string) string {
+	return ns.Prefix() + ".signal." + mustToken("run id", runID) + "." + mustToken("signal name", name)
+}
+
+// SignalsWildcard matches every signal subject.
+func (ns Namespace) SignalsWildcard() string { return ns.Prefix() + ".signal.>" }
 
 // DLQFinishSubject is where finishes that could not be delivered to handler
 // are kept.

@@ -96,6 +96,17 @@ func StreamConfigs(ns Namespace, o StreamOptions) []jetstream.StreamConfig {
 			Duplicates:  o.DedupWindow,
 		},
 		{
+			Name:        ns.SignalsStream(),
+			Description: "jetrun signals: payloads sent to runs waiting for a human or an outside event",
+			Subjects:    []string{ns.SignalsWildcard()},
+			Retention:   jetstream.LimitsPolicy,
+			Storage:     jetstream.FileStorage,
+			Replicas:    o.Replicas,
+			MaxAge:      o.EventsMaxAge,
+			Duplicates:  min(DefaultDedupWindow, o.EventsMaxAge),
+			AllowDirect: true,
+		},
+		{
 			Name:        ns.DLQStream(),
 			Description: "jetrun dead letters: rejected messages with the original payload and a Jetrun-Reason header",
 			Subjects:    []string{ns.DLQWildcard()},

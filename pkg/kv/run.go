@@ -30,8 +30,10 @@ type Run struct {
 
 	// Progress is the latest progress snapshot (without its data).
 	Progress *ProgressSnapshot `json:"progress,omitempty"`
-	// Milestones is the number of milestones reached.
-	Milestones int `json:"milestones,omitempty"`
+	// Milestones is the number of milestones reached, LastMilestone the
+	// newest one's name.
+	Milestones    int    `json:"milestones,omitempty"`
+	LastMilestone string `json:"lastMilestone,omitempty"`
 	// Chunks is the number of chunks streamed.
 	Chunks int64 `json:"chunks,omitempty"`
 
@@ -45,6 +47,14 @@ type Run struct {
 	Worker string `json:"worker,omitempty"`
 	// LeaseUntil is when the holder's lease ends unless renewed.
 	LeaseUntil time.Time `json:"leaseUntil,omitzero"`
+
+	// WaitingFor names the signal the handler waits for ("" when it does
+	// not wait); the no-progress budget does not count such a wait.
+	WaitingFor string `json:"waitingFor,omitempty"`
+	// SignalsSeen records, per signal name, the signals-stream sequence of
+	// the last signal a handler received, so a later wait (or a takeover)
+	// gets the next one.
+	SignalsSeen map[string]uint64 `json:"signalsSeen,omitempty"`
 
 	CancelRequested bool   `json:"cancelRequested,omitempty"`
 	CancelReason    string `json:"cancelReason,omitempty"`
@@ -99,6 +109,7 @@ func (r *Run) Clone() *Run {
 		c.Progress = &p
 	}
 	c.Delivered = maps.Clone(r.Delivered)
+	c.SignalsSeen = maps.Clone(r.SignalsSeen)
 	if r.Finishes != nil {
 		c.Finishes = make(map[events.Status]*FinishState, len(r.Finishes))
 		for k, v := range r.Finishes {

@@ -152,19 +152,27 @@ func (r *Run) FinishMessage(s events.Status) (events.Finish, bool) {
 // jetrun.finish.<handler>. Both carry a Nats-Msg-Id, so announcing twice
 // (a retry, a repair) stores each once within the dedup window.
 func PublishTransition(ctx context.Context, js jetstream.JetStream, ns events.Namespace, r *Run, worker string) error {
-	ev := r.StatusEvent(worker)
-	data, err := json.Marshal(ev)
+	if err := PublishStatus(ctx, js, ns, r, worker, events.StatusMsgID(r.ID, r.Attempt, r.Status)); err != nil {
+		return err
+	}
+	if r.FinishOwed(r.Status) {
+		return PublishFinish(ctx, js, ns, r, r.Status)
+	}
+	return nil
+}
+
+// PublishStatus publishes the status event of r's current status with the
+// given Nats-Msg-Id.
+func PublishStatus(ctx context.Context, js jetstream.JetStream, ns events.Namespace, r *Run, worker, msgID string) error {
+	data, err := json.Marshal(r.StatusEvent(worker))
 	if err != nil {
 		return fmt.Errorf("kv: encode status event of run %s: %w", r.ID, err)
 	}
 	msg := &nats.Msg{Subject: ns.RunSubject(r.ID, events.KindStatus), Data: data, Header: nats.Header{}}
-	msg.Header.Set(jetstream.MsgIDHeader, events.StatusMsgID(r.ID, r.Attempt, r.Status))
+	msg.Header.Set(jetstream.MsgIDHeader, msgID)
 	msg.Header.Set(events.HeaderAttempt, strconv.Itoa(r.Attempt))
 	if _, err := js.PublishMsg(ctx, msg); err != nil {
 		return fmt.Errorf("kv: publish %s status of run %s: %w", r.Status, r.ID, err)
-	}
-	if r.FinishOwed(r.Status) {
-		return PublishFinish(ctx, js, ns, r, r.Status)
 	}
 	return nil
 }

@@ -81,6 +81,7 @@ type Client struct {
 
 	mu     sync.Mutex
 	agents map[string]time.Time // agent types seen registered, until when
+	hooks  []ProgressHook
 }
 
 // New returns a Client using nc, creating (or checking) the streams and the

@@ -156,7 +156,8 @@ func (s *sweep) cascade(ctx context.Context, row *kv.Run) (bool, error) {
 }
 
 // enforceBudgets gives up a detached run past its absolute budget, or silent
-// for longer than its no-progress budget (armed by its first signal).
+// for longer than its no-progress budget (armed by its first signal; a run
+// waiting for a signal is not silent).
 func (s *sweep) enforceBudgets(ctx context.Context, row *kv.Run) (bool, error) {
 	if row.Detached == nil || (row.Status != events.StatusRunning && row.Status != events.StatusStarting) {
 		return false, nil
@@ -207,7 +208,7 @@ func (s *sweep) overBudget(r *kv.Run, now time.Time) (reason, text string) {
 	if ms := r.Detached.NoProgressBudgetMs; ms > 0 {
 		silence = time.Duration(ms) * time.Millisecond
 	}
-	if !r.LastSignalAt.IsZero() && now.Sub(r.LastSignalAt) > silence {
+	if !r.LastSignalAt.IsZero() && r.WaitingFor == "" && now.Sub(r.LastSignalAt) > silence {
 		return events.ReasonNoProgress, fmt.Sprintf("made no progress for %s (its no-progress budget)", silence)
 	}
 	return "", ""

@@ -27,10 +27,11 @@ type execution struct {
 	pub     *fencedPublisher
 	cancel  context.CancelCauseFunc
 
-	// cur and rev are the newest row this execution knows of. The keeper
-	// goroutine owns them while it runs; finish uses them after it stopped.
-	cur *kv.Run
-	rev uint64
+	// cur and rev are the newest row this execution knows of; curMu
+	// serializes the execution's row writes.
+	curMu sync.Mutex
+	cur   *kv.Run
+	rev   uint64
 
 	msgMu    sync.Mutex
 	msgs     []jetstream.Msg // deliveries of the run's dispatch to settle at the end
@@ -49,6 +50,9 @@ type execution struct {
 	snapshot      *kv.ProgressSnapshot
 	lastSignalAt  time.Time
 	firstEventSeq uint64
+	waitingFor    string            // the signal the handler waits for now
+	signalsSeen   map[string]uint64 // signals received, not yet on the row
+	signalEvents  int64             // numbers the signal events' message ids
 }
 
 // execute runs an attempt the worker just claimed (row at revision rev).
@@ -311,7 +315,14 @@ func (e *execution) finalize(status events.Status, reason, text string, set func
 		e.log.Error("record run outcome", "status", status, "err", err)
 		return
 	}
-	if !teardown {
+	if teardown {
+		// The give-up's child has stopped: say so on the timeline (a replay
+		// following the run ends here).
+		msgID := events.StatusMsgID(e.id, row.Attempt, events.StatusInterrupted) + ".stopped"
+		if err := kv.PublishStatus(ctx, e.w.js, e.w.cfg.Namespace, row, e.w.cfg.ID, msgID); err != nil {
+			e.log.Warn("publish child stopped", "err", err)
+		}
+	} else {
 		if err := kv.PublishTransition(ctx, e.w.js, e.w.cfg.Namespace, row, e.w.cfg.ID); err != nil {
 			// The row is final; a redelivery of the dispatch repairs the
 			// event, the reconciler the finish.
@@ -382,6 +393,8 @@ func (e *execution) owned(r *kv.Run) error {
 // write applies fn to the newest known row and stores it with a
 // compare-and-set, falling back to a re-read after a conflict.
 func (e *execution) write(ctx context.Context, fn func(*kv.Run) error) (*kv.Run, error) {
+	e.curMu.Lock()
+	defer e.curMu.Unlock()
 	next := e.cur.Clone()
 	if err := fn(next); err != nil {
 		if errors.Is(err, ErrLeaseLost) {

@@ -23,7 +23,9 @@ import (
 func (e *execution) keep(ctx context.Context, stop <-chan struct{}) {
 	cfg := e.w.cfg
 	renewEvery := cfg.Lease / 3
+	e.curMu.Lock()
 	leaseUntil := e.cur.LeaseUntil
+	e.curMu.Unlock()
 	nextRenew := time.Now().Add(renewEvery)
 
 	sync := time.NewTicker(min(cfg.RowSyncInterval, renewEvery))
@@ -106,9 +108,11 @@ func (e *execution) observe(s kv.Snapshot) {
 	case e.owned(s.Run) != nil:
 		e.lose()
 	default:
+		e.curMu.Lock()
 		if s.Revision > e.rev {
 			e.cur, e.rev = s.Run, s.Revision
 		}
+		e.curMu.Unlock()
 		if s.Run.CancelRequested {
 			e.cancel(ErrCancelled)
 		}
@@ -145,10 +149,23 @@ func (e *execution) isDirty() bool {
 // idempotent, as kv.Store.Mutate requires.
 func (e *execution) applyState(r *kv.Run) {
 	e.emitMu.Lock()
-	chunks, milestones := e.chunkSeq, len(e.milestones)
+	chunks, milestones, lastName := e.chunkSeq, 0, ""
+	if n := len(e.milestones); n > 0 {
+		milestones, lastName = e.milestones[n-1].Sequence, e.milestones[n-1].Name
+	}
 	e.emitMu.Unlock()
 	e.stateMu.Lock()
 	defer e.stateMu.Unlock()
+	if milestones >= r.Milestones && lastName != "" {
+		r.LastMilestone = lastName
+	}
+	r.WaitingFor = e.waitingFor
+	for name, seq := range e.signalsSeen {
+		if r.SignalsSeen == nil {
+			r.SignalsSeen = make(map[string]uint64)
+		}
+		r.SignalsSeen[name] = max(r.SignalsSeen[name], seq)
+	}
 	if e.snapshot != nil {
 		s := *e.snapshot
 		r.Progress = &s

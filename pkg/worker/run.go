@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/kv"
 )
@@ -159,4 +161,108 @@ func (r *Run) Milestone(ctx context.Context, name string, data any) (events.Mile
 	}
 	e.noteSignal(m.At, nil)
 	return m, nil
+}
+
+// Wait parks the handler until a signal named name is sent to the run, and
+// returns its payload. Signals are durable: one sent before Wait is called,
+// or while the run's worker was being replaced, is not lost. While waiting,
+// the run's row shows waitingFor = name and the no-progress budget does not
+// run. A signal is delivered at least once: an attempt that received it and
+// died before the row recorded it gives it to the next attempt again.
+//
+// Send signals with parent.Client.Signal, POST /v1/runs/{id}/signals/{name},
+// or a plain NATS publish to jetrun.signal.<runId>.<name>.
+func (r *Run) Wait(ctx context.Context, name string) (json.RawMessage, error) {
+	e := r.e
+	if err := events.ValidateSignalName(name); err != nil {
+		return nil, fmt.Errorf("worker: wait: %w", err)
+	}
+	e.stateMu.Lock()
+	e.waitingFor = name
+	e.stateMu.Unlock()
+	row, err := e.write(ctx, func(x *kv.Run) error {
+		if err := e.owned(x); err != nil {
+			return err
+		}
+		x.WaitingFor = name
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("worker: wait for %s: %w", name, err)
+	}
+	e.stateMu.Lock()
+	seen := max(row.SignalsSeen[name], e.signalsSeen[name])
+	e.stateMu.Unlock()
+	if err := e.publishSignalEvent(ctx, events.SignalEvent{Name: name, State: events.SignalWaiting}); err != nil {
+		return nil, err
+	}
+
+	payload, seq, err := e.nextSignal(ctx, name, seen, row.CreatedAt)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	e.stateMu.Lock()
+	if e.waitingFor == name {
+		e.waitingFor = ""
+	}
+	if e.signalsSeen == nil {
+		e.signalsSeen = make(map[string]uint64)
+	}
+	e.signalsSeen[name] = seq
+	e.stateMu.Unlock()
+	e.noteSignal(now, nil) // received: a sign of progress; the next row sync records it
+	if err := e.publishSignalEvent(ctx, events.SignalEvent{Name: name, State: events.SignalReceived, Payload: payload, Seq: seq}); err != nil {
+		return nil, err
+	}
+	return payload, nil
+}
+
+// nextSignal reads the first signal named name stored after sequence seen.
+func (e *execution) nextSignal(ctx context.Context, name string, seen uint64, created time.Time) (json.RawMessage, uint64, error) {
+	ns := e.w.cfg.Namespace
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{ns.SignalSubject(e.id, name)}}
+	if seen > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, seen+1
+	} else {
+		from := created.Add(-time.Minute) // tolerate clock skew with the server
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &from
+	}
+	c, err := e.w.js.OrderedConsumer(ctx, ns.SignalsStream(), cfg)
+	if err != nil {
+		return nil, 0, fmt.Errorf("worker: wait for signal %s: %w", name, err)
+	}
+	it, err := c.Messages()
+	if err != nil {
+		return nil, 0, fmt.Errorf("worker: wait for signal %s: %w", name, err)
+	}
+	defer it.Stop()
+	msg, err := it.Next(jetstream.NextContext(ctx))
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, 0, context.Cause(ctx)
+		}
+		return nil, 0, fmt.Errorf("worker: wait for signal %s: %w", name, err)
+	}
+	meta, err := msg.Metadata()
+	if err != nil {
+		return nil, 0, fmt.Errorf("worker: wait for signal %s: %w", name, err)
+	}
+	payload := json.RawMessage(msg.Data())
+	if len(payload) == 0 || !json.Valid(payload) {
+		// A plain publish may carry text: hand it over as a JSON string.
+		payload, _ = json.Marshal(string(msg.Data()))
+	}
+	return payload, meta.Sequence.Stream, nil
+}
+
+// publishSignalEvent puts a wait or a received signal on the run's timeline.
+func (e *execution) publishSignalEvent(ctx context.Context, ev events.SignalEvent) error {
+	e.emitMu.Lock()
+	defer e.emitMu.Unlock()
+	e.signalEvents++
+	ev.RunID, ev.Attempt, ev.At = e.id, e.attempt, time.Now()
+	_, err := e.pub.publish(ctx, events.KindSignal,
+		events.SignalEventMsgID(e.id, e.attempt, ev.Name, ev.State, e.signalEvents), ev)
+	return err
 }

@@ -1,13 +1,17 @@
 // Package demo is the built-in "demo" agent type: a simulated researcher that
 // streams a chunk, reaches a milestone and reports progress at every step.
 //
-// Input: {"steps": n, "stepMs": ms, "failAt": k}, all optional (defaults 5
-// steps of 200 ms, no failure). A run taken over by another worker resumes
-// after its last milestone instead of redoing finished steps.
+// Input: {"steps": n, "stepMs": ms, "failAt": k, "approveAt": a}, all
+// optional (defaults 5 steps of 200 ms, no failure, no approval). With
+// approveAt, the run parks before step a until it gets the signal "approve"
+// (a payload {"approved": false, "reason": "…"} rejects it). A run taken
+// over by another worker resumes after its last milestone instead of
+// redoing finished steps.
 package demo
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -32,10 +36,19 @@ const (
 
 // Input is the demo agent's input.
 type Input struct {
-	Steps  *int `json:"steps"`
-	StepMs *int `json:"stepMs"`
-	FailAt int  `json:"failAt"`
+	Steps     *int `json:"steps"`
+	StepMs    *int `json:"stepMs"`
+	FailAt    int  `json:"failAt"`
+	ApproveAt int  `json:"approveAt"`
 }
+
+// Settings is a parsed, checked Input.
+type Settings struct {
+	Steps, StepMs, FailAt, ApproveAt int
+}
+
+// ApprovalSignal is the signal an approval step waits for.
+const ApprovalSignal = "approve"
 
 // Output is the demo agent's structured result.
 type Output struct {
@@ -45,9 +58,9 @@ type Output struct {
 }
 
 // ParseInput decodes and checks raw, saying exactly what is wrong.
-func ParseInput(raw json.RawMessage) (steps, stepMs, failAt int, err error) {
+func ParseInput(raw json.RawMessage) (Settings, error) {
 	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' {
-		return 0, 0, 0, fmt.Errorf(`demo input must be a JSON object like {"steps": 5, "stepMs": 200}, got %.40s`, raw)
+		return Settings{}, fmt.Errorf(`demo input must be a JSON object like {"steps": 5, "stepMs": 200}, got %.40s`, raw)
 	}
 	var in Input
 	dec := json.NewDecoder(bytes.NewReader(raw))
@@ -55,14 +68,14 @@ func ParseInput(raw json.RawMessage) (steps, stepMs, failAt int, err error) {
 	if err := dec.Decode(&in); err != nil {
 		var typeErr *json.UnmarshalTypeError
 		if errors.As(err, &typeErr) {
-			return 0, 0, 0, fmt.Errorf("demo input field %q must be an integer, got %s", typeErr.Field, typeErr.Value)
+			return Settings{}, fmt.Errorf("demo input field %q must be an integer, got %s", typeErr.Field, typeErr.Value)
 		}
 		if field, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-			return 0, 0, 0, fmt.Errorf("demo input has unknown field %s; known fields are steps, stepMs and failAt", field)
+			return Settings{}, fmt.Errorf("demo input has unknown field %s; known fields are steps, stepMs, failAt and approveAt", field)
 		}
-		return 0, 0, 0, fmt.Errorf("demo input is not valid JSON: %w", err)
+		return Settings{}, fmt.Errorf("demo input is not valid JSON: %w", err)
 	}
-	steps, stepMs = DefaultSteps, DefaultStepMs
+	steps, stepMs := DefaultSteps, DefaultStepMs
 	if in.Steps != nil {
 		steps = *in.Steps
 	}
@@ -79,22 +92,30 @@ func ParseInput(raw json.RawMessage) (steps, stepMs, failAt int, err error) {
 	if in.FailAt < 0 {
 		errs = append(errs, fmt.Errorf("demo input field \"failAt\" must not be negative, got %d", in.FailAt))
 	}
-	return steps, stepMs, in.FailAt, errors.Join(errs...)
+	if in.ApproveAt < 0 {
+		errs = append(errs, fmt.Errorf("demo input field \"approveAt\" must not be negative, got %d", in.ApproveAt))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return Settings{}, err
+	}
+	return Settings{Steps: steps, StepMs: stepMs, FailAt: in.FailAt, ApproveAt: in.ApproveAt}, nil
 }
 
 // Handler returns the demo agent's handler.
 func Handler() worker.Handler { return worker.HandlerFunc(serve) }
 
 func serve(ctx context.Context, run *worker.Run) (worker.Result, error) {
-	steps, stepMs, failAt, err := ParseInput(run.Input())
+	in, err := ParseInput(run.Input())
 	if err != nil {
 		return worker.Result{}, err
 	}
-	start := 1
+	steps, stepMs, failAt := in.Steps, in.StepMs, in.FailAt
+	start, approved := 1, false
 	for _, m := range run.Milestones() {
 		if n, ok := stepOf(m.Name); ok && n >= start {
 			start = n + 1
 		}
+		approved = approved || m.Name == "approved"
 	}
 	if start > 1 {
 		run.Logger().InfoContext(ctx, "resuming after last milestone", "from_step", start)
@@ -113,6 +134,12 @@ func serve(ctx context.Context, run *worker.Run) (worker.Result, error) {
 			}
 		} else if err := context.Cause(ctx); ctx.Err() != nil {
 			return worker.Result{}, err
+		}
+		if i == in.ApproveAt && !approved {
+			if err := awaitApproval(ctx, run, i, steps); err != nil {
+				return worker.Result{}, err
+			}
+			approved = true
 		}
 		if i == failAt {
 			return worker.Result{}, fmt.Errorf("step %d failed, as the input's failAt asked", i)
@@ -136,6 +163,31 @@ func serve(ctx context.Context, run *worker.Run) (worker.Result, error) {
 		Summary: fmt.Sprintf("finished %d steps", steps),
 		Output:  Output{Steps: steps, StepsRunHere: ran, Attempt: run.Attempt()},
 	}, nil
+}
+
+// awaitApproval parks the run until the "approve" signal arrives.
+func awaitApproval(ctx context.Context, run *worker.Run, step, steps int) error {
+	if err := run.Progress(ctx, worker.Progress{
+		Fraction: float64(step-1) / float64(steps),
+		Phase:    "waiting for approval",
+		Message:  fmt.Sprintf("step %d needs approval: send the %q signal", step, ApprovalSignal),
+	}); err != nil {
+		return err
+	}
+	payload, err := run.Wait(ctx, ApprovalSignal)
+	if err != nil {
+		return err
+	}
+	var answer struct {
+		Approved *bool  `json:"approved"`
+		Reason   string `json:"reason"`
+	}
+	_ = json.Unmarshal(payload, &answer) // any other payload approves
+	if answer.Approved != nil && !*answer.Approved {
+		return fmt.Errorf("step %d was not approved: %s", step, cmp.Or(answer.Reason, "no reason given"))
+	}
+	_, err = run.Milestone(ctx, "approved", json.RawMessage(payload))
+	return err
 }
 
 func stepOf(name string) (int, bool) {

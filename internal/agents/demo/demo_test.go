@@ -27,7 +27,8 @@ func TestParseInput(t *testing.T) {
 		{`"x"`, 0, 0, 0, "must be a JSON object"},
 	}
 	for _, tt := range tests {
-		steps, stepMs, failAt, err := demo.ParseInput([]byte(tt.in))
+		in, err := demo.ParseInput([]byte(tt.in))
+		steps, stepMs, failAt := in.Steps, in.StepMs, in.FailAt
 		if tt.wantErr != "" {
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Errorf("%s: err %v, want %q", tt.in, err, tt.wantErr)

@@ -1,0 +1,223 @@
+package events
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"iter"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Event is one stored event of a run, as Replay yields it.
+type Event struct {
+	// Seq is the event's sequence in the events stream: its identity.
+	// Resuming a replay after a Seq yields no gap and no duplicate.
+	Seq uint64 `json:"seq"`
+	// Time is when the server stored the event.
+	Time  time.Time `json:"time"`
+	RunID string    `json:"runId"`
+	Kind  string    `json:"kind"`
+	// Attempt is the attempt that published the event (0 when not a
+	// worker).
+	Attempt int `json:"attempt,omitempty"`
+	// Pending is how many matching events were stored after this one when
+	// it was delivered: 0 means the replay caught up with the live stream.
+	Pending uint64 `json:"pending"`
+	// Data is the event's body; exactly one of the typed fields below is
+	// set for a known kind.
+	Data      json.RawMessage `json:"data"`
+	Status    *StatusEvent    `json:"-"`
+	Chunk     *Chunk          `json:"-"`
+	Progress  *Progress       `json:"-"`
+	Milestone *Milestone      `json:"-"`
+	Signal    *SignalEvent    `json:"-"`
+}
+
+// Ends reports whether a replay that follows the run until it ends stops
+// after e: a final status, or a give-up whose child has stopped.
+func (e Event) Ends() bool {
+	if e.Status == nil {
+		return false
+	}
+	return e.Status.Status.Final() || (e.Status.Status == StatusInterrupted && !e.Status.ChildStillRunning)
+}
+
+// Follow says how long a replay goes on after the stored history.
+type Follow int
+
+const (
+	// UntilEnd follows the live stream until the run ends (a final
+	// status, or a give-up whose child stopped). The default.
+	UntilEnd Follow = iota
+	// Forever follows the live stream until the context ends.
+	Forever
+	// HistoryOnly stops at the last event stored when the replay began.
+	HistoryOnly
+)
+
+// ReplayOptions tunes Replay.
+type ReplayOptions struct {
+	// After resumes after this stream sequence, the last Seq the caller
+	// saw; 0 starts at the run's beginning.
+	After uint64
+	// StartSeq and StartTime say where the run's events begin in the
+	// stream (its row's firstEventSeq and createdAt), so a replay of one run
+	// never scans the whole stream. With neither, the replay starts at the
+	// stream's first message.
+	StartSeq  uint64
+	StartTime time.Time
+	// Kinds restricts the replay to these kinds (default: all).
+	Kinds []string
+	// Follow is how long to go on after the history.
+	Follow Follow
+}
+
+// ErrReplayStopped is the error a replay yields when its context ends.
+var ErrReplayStopped = errors.New("replay stopped")
+
+// Replay yields a run's stored events in order, then (per opts.Follow)
+// follows the live stream. One ordered consumer, filtered to the run's
+// subjects, serves history and live alike, so the hand-over between them
+// can neither lose nor repeat an event; a replay never reads other runs'
+// events. When ctx ends the sequence yields one last error wrapping
+// ErrReplayStopped.
+func Replay(ctx context.Context, js jetstream.JetStream, ns Namespace, runID string, opts ReplayOptions) iter.Seq2[Event, error] {
+	return func(yield func(Event, error) bool) {
+		if err := ValidateID(runID); err != nil {
+			yield(Event{}, fmt.Errorf("events: replay: %w", err))
+			return
+		}
+		kinds := opts.Kinds
+		filters := []string{ns.RunWildcard(runID)}
+		if len(kinds) > 0 {
+			filters = filters[:0]
+			for _, k := range kinds {
+				filters = append(filters, ns.RunSubject(runID, k))
+			}
+			if opts.Follow == UntilEnd && !slices.Contains(kinds, KindStatus) {
+				filters = append(filters, ns.RunSubject(runID, KindStatus)) // to know when it ends
+			}
+		}
+		var last uint64
+		if opts.Follow == HistoryOnly {
+			stream, err := js.Stream(ctx, ns.EventsStream())
+			if err != nil {
+				yield(Event{}, fmt.Errorf("events: replay %s: %w", runID, err))
+				return
+			}
+			for _, f := range filters {
+				m, err := stream.GetLastMsgForSubject(ctx, f)
+				if errors.Is(err, jetstream.ErrMsgNotFound) {
+					continue
+				}
+				if err != nil {
+					yield(Event{}, fmt.Errorf("events: replay %s: %w", runID, err))
+					return
+				}
+				last = max(last, m.Sequence)
+			}
+			if last == 0 || last <= opts.After {
+				return
+			}
+		}
+		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters}
+		switch start := max(opts.After+1, opts.StartSeq); {
+		case opts.After > 0 || opts.StartSeq > 0:
+			cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, start
+		case !opts.StartTime.IsZero():
+			from := opts.StartTime
+			cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &from
+		}
+		c, err := js.OrderedConsumer(ctx, ns.EventsStream(), cfg)
+		if err != nil {
+			yield(Event{}, fmt.Errorf("events: replay %s: %w", runID, err))
+			return
+		}
+		it, err := c.Messages()
+		if err != nil {
+			yield(Event{}, fmt.Errorf("events: replay %s: %w", runID, err))
+			return
+		}
+		defer it.Stop()
+		for {
+			msg, err := it.Next(jetstream.NextContext(ctx))
+			if err != nil {
+				if ctx.Err() != nil {
+					yield(Event{}, fmt.Errorf("events: replay %s: %w: %w", runID, ErrReplayStopped, ctx.Err()))
+				} else {
+					yield(Event{}, fmt.Errorf("events: replay %s: %w", runID, err))
+				}
+				return
+			}
+			ev, err := decodeEvent(ns, msg)
+			if err != nil {
+				continue // a foreign or malformed message on the run's subjects: skip it
+			}
+			if len(kinds) == 0 || slices.Contains(kinds, ev.Kind) {
+				if !yield(ev, nil) {
+					return
+				}
+			}
+			switch {
+			case opts.Follow == HistoryOnly && ev.Seq >= last:
+				return
+			case opts.Follow == UntilEnd && ev.Ends():
+				return
+			}
+		}
+	}
+}
+
+// decodeEvent turns a stored message into an Event.
+func decodeEvent(ns Namespace, msg jetstream.Msg) (Event, error) {
+	meta, err := msg.Metadata()
+	if err != nil {
+		return Event{}, err
+	}
+	runID, kind, err := ns.ParseRunSubject(msg.Subject())
+	if err != nil {
+		return Event{}, err
+	}
+	ev := Event{
+		Seq: meta.Sequence.Stream, Time: meta.Timestamp, RunID: runID, Kind: kind,
+		Pending: meta.NumPending, Data: json.RawMessage(msg.Data()),
+	}
+	ev.Attempt = attemptHeader(msg.Headers())
+	return ev, ev.decode()
+}
+
+func attemptHeader(h nats.Header) int {
+	n, _ := strconv.Atoi(h.Get(HeaderAttempt))
+	return n
+}
+
+// decode fills the typed field of e's kind from e.Data.
+func (e *Event) decode() error {
+	var target any
+	switch e.Kind {
+	case KindStatus:
+		e.Status = new(StatusEvent)
+		target = e.Status
+	case KindChunk:
+		e.Chunk = new(Chunk)
+		target = e.Chunk
+	case KindProgress:
+		e.Progress = new(Progress)
+		target = e.Progress
+	case KindMilestone:
+		e.Milestone = new(Milestone)
+		target = e.Milestone
+	case KindSignal:
+		e.Signal = new(SignalEvent)
+		target = e.Signal
+	default:
+		return nil // an unknown kind is passed through with its raw data
+	}
+	return json.Unmarshal(e.Data, target)
+}
