@@ -67,7 +67,7 @@ type Reconcile struct {
 	Retention          time.Duration `envconfig:"RETENTION" default:"168h" desc:"final runs older than this are cleared automatically (0 keeps them)"`
 	DetachedMaxBudget  time.Duration `envconfig:"DETACHED_MAX_BUDGET" default:"24h" desc:"absolute budget of a detached run whose dispatch sets none"`
 	DetachedNoProgress time.Duration `envconfig:"DETACHED_NO_PROGRESS_BUDGET" default:"1h" desc:"no-progress budget of a detached run whose dispatch sets none (armed by its first signal)"`
-	MaxRedispatches    int           `envconfig:"MAX_REDISPATCHES" default:"3" desc:"re-dispatches of a run no worker took over before it ends error (no-worker)"`
+	MaxRedispatches    int           `envconfig:"MAX_REDISPATCHES" default:"3" desc:"re-dispatches of a run whose dispatch was lost before it ends error (dispatch-lost)"`
 	FinishWebhooks     []string      `envconfig:"FINISH_WEBHOOKS" desc:"finish handlers that POST the finish as JSON: name=url[,name=url]; 2xx means delivered"`
 	FinishMaxAttempts  int           `envconfig:"FINISH_MAX_ATTEMPTS" default:"5" desc:"finish handler attempts before the finish is dead-lettered"`
 	FinishTimeout      time.Duration `envconfig:"FINISH_TIMEOUT" default:"30s" desc:"bound on one finish handler call; a crashed delivery is retried after it"`

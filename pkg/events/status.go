@@ -15,7 +15,8 @@ const (
 	StatusInterrupted Status = "interrupted"
 )
 
-// Reasons recorded with a status.
+// Reasons recorded with a status. ReasonLeaseLost is reserved by the
+// contract; jetrun takes runs over instead of giving them up for it.
 const (
 	ReasonBudgetExceeded = "budget-exceeded"
 	ReasonNoProgress     = "no-progress"
@@ -27,7 +28,7 @@ const (
 	ReasonMaxAttempts    = "max-attempts"
 	ReasonDispatchFailed = "dispatch-failed"
 	ReasonBadInput       = "bad-input"
-	ReasonNoWorker       = "no-worker"
+	ReasonDispatchLost   = "dispatch-lost"
 	ReasonCleared        = "cleared"
 )
 

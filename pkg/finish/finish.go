@@ -130,15 +130,39 @@ type Deliverer struct {
 	inflight sync.WaitGroup
 }
 
+// Validate reports every invalid field at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.ID != "" {
+		if err := events.ValidateID(c.ID); err != nil {
+			errs = append(errs, fmt.Errorf("deliverer id: %w", err))
+		}
+	}
+	if c.MaxAttempts < 0 {
+		errs = append(errs, fmt.Errorf("max attempts must not be negative, got %d", c.MaxAttempts))
+	}
+	if c.Timeout < 0 {
+		errs = append(errs, fmt.Errorf("timeout must not be negative, got %s", c.Timeout))
+	}
+	if c.RetryDelay < 0 {
+		errs = append(errs, fmt.Errorf("retry delay must not be negative, got %s", c.RetryDelay))
+	}
+	if c.Concurrency < 0 {
+		errs = append(errs, fmt.Errorf("concurrency must not be negative, got %d", c.Concurrency))
+	}
+	if err := c.Streams.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
 // New returns a Deliverer using nc.
 func New(nc *nats.Conn, cfg Config) (*Deliverer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("finish: config: %w", err)
+	}
 	if cfg.ID == "" {
 		cfg.ID = "deliverer-" + strconv.FormatUint(rand.Uint64(), 36)
-	} else if err := events.ValidateID(cfg.ID); err != nil {
-		return nil, fmt.Errorf("finish: deliverer id: %w", err)
-	}
-	if cfg.MaxAttempts < 0 || cfg.Timeout < 0 || cfg.RetryDelay < 0 || cfg.Concurrency < 0 {
-		return nil, errors.New("finish: config values must not be negative")
 	}
 	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, DefaultMaxAttempts)
 	cfg.Timeout = cmp.Or(cfg.Timeout, DefaultTimeout)
@@ -262,13 +286,21 @@ func (d *Deliverer) Shutdown(ctx context.Context) error {
 	}()
 	select {
 	case <-done:
-	case <-ctx.Done():
 		cancel()
-		<-done
+		return nil
+	case <-ctx.Done():
 	}
-	cancel()
-	return nil
+	cancel() // handlers see their context end; their finishes are retried
+	select {
+	case <-done:
+		return nil
+	case <-time.After(shutdownGrace):
+		return fmt.Errorf("finish: deliveries did not return %s after their handlers were cancelled", shutdownGrace)
+	}
 }
+
+// shutdownGrace bounds how long Shutdown waits for handlers it cancelled.
+const shutdownGrace = 10 * time.Second
 
 // Stop cancels deliveries in flight and stops.
 func (d *Deliverer) Stop() error {
@@ -305,8 +337,11 @@ func (d *Deliverer) pull(ctx, runCtx context.Context, name string, c jetstream.C
 				<-slots
 			}
 			if ctx.Err() == nil {
-				d.log.Warn("fetch finishes", "handler", name, "err", err)
-				time.Sleep(time.Second)
+				d.log.WarnContext(ctx, "fetch finishes", "handler", name, "err", err)
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
 			}
 			continue
 		}
@@ -360,12 +395,12 @@ func (d *Deliverer) deliver(ctx context.Context, name string, msg jetstream.Msg)
 		return
 	}
 	if attempts >= d.cfg.MaxAttempts {
-		log.Error("finish handler failed; giving up", "attempts", attempts, "err", err)
+		log.ErrorContext(ctx, "finish handler failed; giving up", "attempts", attempts, "err", err)
 		d.deadLetter(ctx, name, msg, fmt.Sprintf("handler %s failed %d times; last error: %v", name, attempts, err), attempts)
 		return
 	}
 	delay := min(d.cfg.RetryDelay<<min(attempts-1, 20), MaxRetryDelay)
-	log.Warn("finish handler failed; retrying", "attempts", attempts, "retry_in", delay, "err", err)
+	log.WarnContext(ctx, "finish handler failed; retrying", "attempts", attempts, "retry_in", delay, "err", err)
 	d.release(log, res, err, false)
 	d.obs.Report(ctx, obs.FinishRetry, res.RunID, "status", res.Status, "handler", name, "attempts", attempts, "error", err)
 	_ = msg.NakWithDelay(delay)
@@ -377,12 +412,12 @@ func (d *Deliverer) claim(ctx context.Context, log *slog.Logger, msg jetstream.M
 	for try := 0; try < 10; try++ {
 		row, rev, err := d.store.Get(ctx, res.RunID)
 		if errors.Is(err, kv.ErrRunNotFound) {
-			log.Info("finish for a cleared run; dropping it")
+			log.InfoContext(ctx, "finish for a cleared run; dropping it")
 			_ = msg.Ack()
 			return nil, false
 		}
 		if err != nil {
-			log.Warn("read row for delivery", "err", err)
+			log.WarnContext(ctx, "read row for delivery", "err", err)
 			_ = msg.NakWithDelay(time.Second)
 			return nil, false
 		}
@@ -424,7 +459,7 @@ func (d *Deliverer) claim(ctx context.Context, log *slog.Logger, msg jetstream.M
 			if errors.Is(err, kv.ErrConflict) {
 				continue
 			}
-			log.Warn("claim delivery", "err", err)
+			log.WarnContext(ctx, "claim delivery", "err", err)
 			_ = msg.NakWithDelay(time.Second)
 			return nil, false
 		}
@@ -458,7 +493,7 @@ func (d *Deliverer) invoke(ctx context.Context, name string, msg jetstream.Msg, 
 		wg.Wait()
 		if p := recover(); p != nil {
 			err = fmt.Errorf("panic: %v", p)
-			d.log.Error("finish handler panicked", "handler", name, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			d.log.ErrorContext(ctx, "finish handler panicked", "handler", name, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 		}
 	}()
 	if err := h.HandleFinish(ctx, row, res); err != nil {
@@ -489,17 +524,17 @@ func (d *Deliverer) markDelivered(ctx context.Context, log *slog.Logger, msg jet
 	})
 	if err != nil {
 		// The claim expires and the finish is delivered again: at least once.
-		log.Error("mark finish delivered", "err", err)
+		log.ErrorContext(ctx, "mark finish delivered", "err", err)
 		return
 	}
 	if err := msg.Ack(); err != nil {
-		log.Warn("ack finish", "err", err)
+		log.WarnContext(ctx, "ack finish", "err", err)
 	}
 	d.obs.Report(ctx, obs.FinishDelivered, res.RunID, "status", res.Status, "handler", res.Handler,
 		"attempts", attempts, "latency_ms", now.Sub(due).Milliseconds())
 	if row.Settled() {
 		if err := d.store.Unindex(ctx, row); err != nil {
-			log.Warn("unindex settled run", "err", err)
+			log.WarnContext(ctx, "unindex settled run", "err", err)
 		}
 	}
 }
@@ -524,7 +559,7 @@ func (d *Deliverer) release(log *slog.Logger, res Result, cause error, failed bo
 		return nil
 	})
 	if err != nil && !errors.Is(err, kv.ErrRunNotFound) {
-		log.Warn("record delivery failure", "err", err)
+		log.WarnContext(ctx, "record delivery failure", "err", err)
 	}
 	return row
 }
@@ -545,7 +580,7 @@ func (d *Deliverer) deadLetter(ctx context.Context, name string, msg jetstream.M
 		dlq.Header.Set(events.HeaderOriginalMsgID, id)
 	}
 	if _, err := d.js.PublishMsg(ctx, dlq); err != nil {
-		d.log.Error("dead-letter finish; keeping it for a retry", "handler", name, "err", err)
+		d.log.ErrorContext(ctx, "dead-letter finish; keeping it for a retry", "handler", name, "err", err)
 		_ = msg.NakWithDelay(5 * time.Second)
 		return
 	}
@@ -555,7 +590,7 @@ func (d *Deliverer) deadLetter(ctx context.Context, name string, msg jetstream.M
 		row := d.release(d.log, res, errors.New(reason), true)
 		if row != nil && row.Settled() {
 			if err := d.store.Unindex(ctx, row); err != nil {
-				d.log.Warn("unindex settled run", "run_id", row.ID, "err", err)
+				d.log.WarnContext(ctx, "unindex settled run", "run_id", row.ID, "err", err)
 			}
 		}
 	}

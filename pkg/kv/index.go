@@ -118,10 +118,32 @@ func (s *Store) listIndex(ctx context.Context, prefix string) ([]IndexedRun, err
 // per-parent concurrency slots (slot.*) and the reconciler's lease (leader).
 func (s *Store) ActiveBucket() jetstream.KeyValue { return s.active }
 
-// Erase removes every trace of a run: its events (a subject purge of the
-// events stream), its row, its index entries and the concurrency slots it
-// held as a parent. Callers erase only runs that are no longer live.
+// clearedTTL is how long a cleared run's tombstone stops a dispatch that
+// lingered in the queue from re-creating it.
+const clearedTTL = 24 * time.Hour
+
+const clearedPrefix = "cleared."
+
+// Erase removes every trace of a run: its queued dispatch, its events (a
+// subject purge of the events stream), its row, its index entries and the
+// concurrency slots it held as a parent; a tombstone (24 h) keeps a copy of
+// its dispatch that is still around from bringing it back. Callers erase only
+// runs that are no longer live.
 func (s *Store) Erase(ctx context.Context, js jetstream.JetStream, ns events.Namespace, r *Run) error {
+	if _, err := s.active.Create(ctx, clearedPrefix+r.ID, nil, jetstream.KeyTTL(clearedTTL)); err != nil &&
+		!errors.Is(err, jetstream.ErrKeyExists) {
+		return fmt.Errorf("kv: erase run %s: tombstone: %w", r.ID, err)
+	}
+	if r.DispatchSeq > 0 {
+		dispatch, err := js.Stream(ctx, ns.DispatchStream())
+		if err != nil {
+			return fmt.Errorf("kv: erase run %s: bind dispatch stream: %w", r.ID, err)
+		}
+		if err := dispatch.DeleteMsg(ctx, r.DispatchSeq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) &&
+			!errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) {
+			return fmt.Errorf("kv: erase dispatch of run %s: %w", r.ID, err)
+		}
+	}
 	stream, err := js.Stream(ctx, ns.EventsStream())
 	if err != nil {
 		return fmt.Errorf("kv: erase run %s: bind events stream: %w", r.ID, err)
@@ -150,22 +172,24 @@ type ActiveWatch struct {
 	done   chan struct{}
 }
 
-// WatchActive starts following the active-run index. It returns once the
-// initial state is loaded. A broken watch is re-created, reloading the
-// whole index.
+// WatchActive starts following the active-run index and returns once the
+// initial state is loaded; ctx bounds that load only. The watch runs until
+// Stop. A broken watch is re-created, reloading the whole index.
 func (s *Store) WatchActive(ctx context.Context) (*ActiveWatch, error) {
-	ctx, cancel := context.WithCancel(ctx)
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	aw := &ActiveWatch{runs: make(map[string]time.Time), ready: make(chan struct{}), cancel: cancel, done: make(chan struct{})}
-	go aw.loop(ctx, s)
+	go aw.loop(wctx, s)
 	select {
 	case <-aw.ready:
+		if aw.err != nil { // written before ready was closed
+			aw.Stop()
+			return nil, aw.err
+		}
+		return aw, nil
 	case <-ctx.Done():
-	}
-	if aw.err != nil {
 		aw.Stop()
-		return nil, aw.err
+		return nil, fmt.Errorf("kv: load the active-run index: %w", ctx.Err())
 	}
-	return aw, nil
 }
 
 func (aw *ActiveWatch) loop(ctx context.Context, s *Store) {
@@ -246,4 +270,17 @@ func (aw *ActiveWatch) Forget(id string) {
 func (aw *ActiveWatch) Stop() {
 	aw.cancel()
 	<-aw.done
+}
+
+// Cleared reports whether run id was erased recently (its tombstone lives):
+// a dispatch for it must not re-create it.
+func (s *Store) Cleared(ctx context.Context, id string) (bool, error) {
+	_, err := s.active.Get(ctx, clearedPrefix+id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("kv: look up tombstone of run %s: %w", id, err)
+	}
+	return true, nil
 }

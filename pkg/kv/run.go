@@ -64,9 +64,13 @@ type Run struct {
 	// Finishes is the delivery ledger: per status, the finish owed and how
 	// its delivery goes.
 	Finishes map[events.Status]*FinishState `json:"finishes,omitempty"`
-	// Redispatches counts dispatches the reconciler re-published because no
-	// worker took the run over.
+	// Redispatches counts dispatches the reconciler re-published because
+	// the run's dispatch was lost.
 	Redispatches int `json:"redispatches,omitempty"`
+	// DispatchSeq is the dispatch stream sequence of the run's dispatch
+	// message, while one is known; the reconciler checks it still exists
+	// before re-dispatching.
+	DispatchSeq uint64 `json:"dispatchSeq,omitempty"`
 
 	CreatedAt    time.Time `json:"createdAt"`
 	StartedAt    time.Time `json:"startedAt,omitzero"`

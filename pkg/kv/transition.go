@@ -48,10 +48,14 @@ func (r *Run) End(status events.Status, reason, text string, now time.Time) {
 
 // Interrupt gives r up (soft): status interrupted with reason, retryable,
 // and a finish owed for "interrupted". childStillRunning says whether a
-// worker may still be executing it.
+// worker may still be executing it; if not, its lease is released.
 func (r *Run) Interrupt(reason, text string, childStillRunning bool, now time.Time) {
 	r.Status, r.Reason, r.Error = events.StatusInterrupted, reason, text
 	r.Retryable, r.ChildStillRunning = true, childStillRunning
+	if !childStillRunning {
+		r.Worker, r.LeaseUntil = "", time.Time{}
+	}
+	r.FinishedAt = now
 	r.oweFinish(events.StatusInterrupted, now)
 }
 
@@ -91,9 +95,12 @@ func (r *Run) PendingFinishes() []events.Status {
 	return out
 }
 
-// Settled reports whether nothing more will happen to r: final, and every
-// finish delivered or given up.
-func (r *Run) Settled() bool { return r.Status.Final() && len(r.PendingFinishes()) == 0 }
+// Settled reports whether nothing more will happen to r: final (or given up
+// with its child stopped), and every finish delivered or given up.
+func (r *Run) Settled() bool {
+	done := r.Status.Final() || (r.Status == events.StatusInterrupted && !r.ChildStillRunning && r.Worker == "")
+	return done && len(r.PendingFinishes()) == 0
+}
 
 // Live reports whether r may still be executing: starting, running, or
 // interrupted with its child still running.
@@ -199,14 +206,13 @@ func PublishFinish(ctx context.Context, js jetstream.JetStream, ns events.Namesp
 // was already requested). A run no live worker holds (not yet claimed, or
 // its lease expired) is aborted at once (aborted = true: announce it); a
 // running one gets cancelRequested, which its worker sees and acts on. A run
-// given up with its child stopped stays interrupted.
+// already given up (interrupted) stays interrupted: its child, if still
+// running, is asked to stop.
 func (r *Run) RequestCancel(reason string, now time.Time) (aborted bool, err error) {
 	switch {
 	case r.Status.Final():
 		return false, ErrNoChange
-	case r.Status == events.StatusStarting ||
-		(r.Status == events.StatusRunning || r.Status == events.StatusInterrupted && r.Reason == events.ReasonLeaseLost) &&
-			!r.LeaseHeld(now):
+	case r.Status == events.StatusStarting || r.Status == events.StatusRunning && !r.LeaseHeld(now):
 		r.CancelRequested, r.CancelReason = true, reason
 		r.End(events.StatusAborted, events.ReasonCancelled, "cancelled: "+reason, now)
 		return true, nil

@@ -62,7 +62,7 @@ func (c *Client) Run(ctx context.Context, req Request) (*Result, error) {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelOnReturnTimeout)
 		defer cancel()
 		if _, cerr := c.Cancel(cctx, row.ID, "the awaiting caller went away"); cerr != nil {
-			c.log.Warn("cancel run after the caller's context ended", "run_id", row.ID, "err", cerr)
+			c.log.WarnContext(cctx, "cancel run after the caller's context ended", "run_id", row.ID, "err", cerr)
 		}
 	}
 	return res, err
@@ -81,7 +81,7 @@ func (c *Client) Await(ctx context.Context, id string) (*Result, error) {
 		}()
 		wg.Go(func() {
 			if err := c.Watch(wctx, id); err != nil && wctx.Err() == nil {
-				c.log.Warn("watch progress", "run_id", id, "err", err)
+				c.log.WarnContext(ctx, "watch progress", "run_id", id, "err", err)
 			}
 		})
 	}
@@ -198,12 +198,12 @@ func (c *Client) cancelDescendants(ctx context.Context, id, reason string) {
 		for _, p := range level {
 			children, err := c.store.Children(ctx, p)
 			if err != nil {
-				c.log.Warn("list children to cancel", "run_id", p, "err", err)
+				c.log.WarnContext(ctx, "list children to cancel", "run_id", p, "err", err)
 				continue
 			}
 			for _, ch := range children {
 				if _, err := c.cancelOne(ctx, ch.ID, reason); err != nil && !errors.Is(err, kv.ErrRunNotFound) {
-					c.log.Warn("cancel child run", "run_id", ch.ID, "parent", p, "err", err)
+					c.log.WarnContext(ctx, "cancel child run", "run_id", ch.ID, "parent", p, "err", err)
 				}
 				next = append(next, ch.ID)
 			}

@@ -85,7 +85,7 @@ func (c *Client) Clear(ctx context.Context, f ClearFilter) (int, error) {
 		}
 		n++
 	}
-	c.log.Info("cleared runs", "count", n)
+	c.log.InfoContext(ctx, "cleared runs", "count", n)
 	return n, nil
 }
 
@@ -98,7 +98,10 @@ func (c *Client) waitStopped(ctx context.Context, ids []string) {
 			return err != nil || !r.Live()
 		})
 		if len(ids) > 0 {
-			time.Sleep(50 * time.Millisecond)
+			select {
+			case <-ctx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
 		}
 	}
 }

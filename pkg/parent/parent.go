@@ -35,8 +35,8 @@ var (
 	// taken by a run of another agent type.
 	ErrRunIDConflict = errors.New("run id belongs to a run of another agent type")
 	// ErrDispatchFailed is returned by Dispatch and Run when the dispatch
-	// could not be published; the run's row then ends "error" with reason
-	// "dispatch-failed" (when that write is possible).
+	// could not be published; no row is written and the run id stays
+	// unused.
 	ErrDispatchFailed = errors.New("dispatch failed")
 	// ErrBadRequest is returned (wrapped) for an invalid Request.
 	ErrBadRequest = errors.New("bad request")
@@ -84,10 +84,25 @@ type Client struct {
 	hooks  []ProgressHook
 }
 
+// Validate reports every invalid field at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.DispatchRetry < 0 {
+		errs = append(errs, fmt.Errorf("dispatch retry must not be negative, got %s", c.DispatchRetry))
+	}
+	if c.MaxDepth < 0 {
+		errs = append(errs, fmt.Errorf("max depth must not be negative, got %d", c.MaxDepth))
+	}
+	if err := c.Streams.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
 // New returns a Client using nc, creating (or checking) the streams and the
 // runs bucket. The connection stays the caller's.
 func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Client, error) {
-	if err := cfg.Streams.Validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("parent: config: %w", err)
 	}
 	cfg.DispatchRetry = cmp.Or(cfg.DispatchRetry, DefaultDispatchRetry)
@@ -191,14 +206,15 @@ func NewRunID() string {
 	return "r" + strings.ToLower(rand.Text()[:20])
 }
 
-// Dispatch creates the run's row (status "starting") and publishes its
-// dispatch with Nats-Msg-Id set to the run id. It returns the row.
+// Dispatch starts a run and returns its row (status "starting").
 //
-// It is idempotent by run id: if the row exists, no second run starts and the
-// existing row is returned (a row still "starting", left by a caller that
-// died between the two steps, gets its dispatch published again). If the
-// publish keeps failing, the row ends "error" with reason "dispatch-failed"
-// and ErrDispatchFailed is returned, so no run waits forever to start.
+// It is idempotent by run id: if a row exists, no second run starts and the
+// existing row is returned. Otherwise the dispatch is published (Nats-Msg-Id
+// = run id, retried with backoff) before the row is written: a parent that
+// dies between the two leaves a dispatch, and the worker that receives it
+// writes the row from it, so no run is ever left that never starts. If the
+// publish keeps failing, Dispatch returns ErrDispatchFailed and the run id
+// stays unused.
 func (c *Client) Dispatch(ctx context.Context, req Request) (*kv.Run, error) {
 	d, err := req.dispatch()
 	if err != nil {
@@ -210,14 +226,21 @@ func (c *Client) Dispatch(ctx context.Context, req Request) (*kv.Run, error) {
 	if err := c.checkAgentType(ctx, req.AgentType); err != nil {
 		return nil, err
 	}
+	existing, _, err := c.store.Get(ctx, d.RunID)
+	if err == nil {
+		return c.existing(ctx, existing, req)
+	}
+	if !errors.Is(err, kv.ErrRunNotFound) {
+		return nil, fmt.Errorf("parent: dispatch run %s: %w", d.RunID, err)
+	}
 	if req.MaxConcurrent > 0 {
-		// An existing run is re-attached without a slot; a new one needs one.
-		if existing, _, err := c.store.Get(ctx, d.RunID); err == nil {
-			return c.existing(ctx, existing, req)
-		}
 		if err := c.acquireSlot(ctx, d.Parent, req.MaxConcurrent, d.RunID); err != nil {
 			return nil, err
 		}
+	}
+	seq, err := c.publishDispatch(ctx, req.AgentType, d, d.RunID)
+	if err != nil {
+		return nil, fmt.Errorf("parent: dispatch run %s: %w: %w", d.RunID, ErrDispatchFailed, err)
 	}
 	row := &kv.Run{
 		ID:               d.RunID,
@@ -229,24 +252,28 @@ func (c *Client) Dispatch(ctx context.Context, req Request) (*kv.Run, error) {
 		Input:            d.Input,
 		Detached:         d.Detached,
 		Status:           events.StatusStarting,
+		DispatchSeq:      seq,
 		CreatedAt:        time.Now(),
 	}
-	if _, err := c.store.Create(ctx, row); err != nil {
-		if !errors.Is(err, kv.ErrRunExists) {
-			return nil, fmt.Errorf("parent: dispatch run %s: %w", d.RunID, err)
-		}
+	switch _, err := c.store.Create(ctx, row); {
+	case errors.Is(err, kv.ErrRunExists):
+		// A worker received the dispatch first and wrote the row from it,
+		// or another caller dispatched the same id at the same moment.
 		existing, _, err := c.store.Get(ctx, d.RunID)
 		if err != nil {
 			return nil, fmt.Errorf("parent: dispatch run %s: %w", d.RunID, err)
 		}
 		return c.existing(ctx, existing, req)
+	case err != nil:
+		// The dispatch is out: the worker that takes it writes the row.
+		c.log.WarnContext(ctx, "write the row of a dispatched run; its worker will", "run_id", d.RunID, "err", err)
 	}
-	return c.publish(ctx, row)
+	return row, nil
 }
 
 // existing answers a dispatch for a run id that has a row: the same run,
-// never a second execution. A row still "starting" gets its dispatch
-// published again (the dedup window absorbs a copy that did land).
+// never a second execution. A row still "starting" whose dispatch message is
+// gone gets it published again.
 func (c *Client) existing(ctx context.Context, row *kv.Run, req Request) (*kv.Run, error) {
 	if row.AgentType != req.AgentType {
 		return nil, fmt.Errorf("parent: dispatch run %s as %s: %w (%s)", row.ID, req.AgentType, ErrRunIDConflict, row.AgentType)
@@ -254,55 +281,58 @@ func (c *Client) existing(ctx context.Context, row *kv.Run, req Request) (*kv.Ru
 	if row.Status != events.StatusStarting {
 		return row, nil
 	}
-	return c.publish(ctx, row)
-}
-
-func (c *Client) publish(ctx context.Context, row *kv.Run) (*kv.Run, error) {
-	if err := c.publishDispatch(ctx, row); err != nil {
-		c.failDispatch(ctx, row.ID, err)
+	if row.DispatchSeq > 0 {
+		stream, err := c.js.Stream(ctx, c.cfg.Namespace.DispatchStream())
+		if err != nil {
+			return nil, fmt.Errorf("parent: dispatch run %s: %w", row.ID, err)
+		}
+		if _, err := stream.GetMsg(ctx, row.DispatchSeq); err == nil {
+			return row, nil // still queued
+		} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil, fmt.Errorf("parent: dispatch run %s: %w", row.ID, err)
+		}
+	}
+	seq, err := c.publishDispatch(ctx, row.AgentType, row.Dispatch(), row.ID)
+	if err != nil {
 		return nil, fmt.Errorf("parent: dispatch run %s: %w: %w", row.ID, ErrDispatchFailed, err)
 	}
-	return row, nil
+	next, _, err := c.store.Mutate(ctx, row.ID, func(r *kv.Run) error {
+		if r.Status != events.StatusStarting {
+			return kv.ErrNoChange
+		}
+		r.DispatchSeq = seq
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("parent: dispatch run %s: %w", row.ID, err)
+	}
+	return next, nil
 }
 
-// publishDispatch publishes the dispatch of row, retrying with backoff.
-func (c *Client) publishDispatch(ctx context.Context, row *kv.Run) error {
-	data, err := json.Marshal(row.Dispatch())
+// publishDispatch publishes d, retrying with backoff, and returns its
+// stream sequence.
+func (c *Client) publishDispatch(ctx context.Context, agentType string, d events.Dispatch, msgID string) (uint64, error) {
+	data, err := json.Marshal(d)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	subject := c.cfg.Namespace.DispatchSubject(row.AgentType)
+	subject := c.cfg.Namespace.DispatchSubject(agentType)
 	b := backoff.NewExponentialBackOff(
 		backoff.WithInitialInterval(50*time.Millisecond),
 		backoff.WithMaxElapsedTime(c.cfg.DispatchRetry),
 	)
-	return backoff.Retry(func() error {
-		_, err := c.js.Publish(ctx, subject, data, jetstream.WithMsgID(row.ID))
+	var seq uint64
+	err = backoff.Retry(func() error {
+		ack, err := c.js.Publish(ctx, subject, data, jetstream.WithMsgID(msgID))
 		if errors.Is(err, nats.ErrMaxPayload) {
 			return backoff.Permanent(err)
 		}
+		if err == nil {
+			seq = ack.Sequence
+		}
 		return err
 	}, backoff.WithContext(b, ctx))
-}
-
-// failDispatch ends a run whose dispatch could not be published.
-func (c *Client) failDispatch(ctx context.Context, id string, cause error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	row, _, err := c.store.Mutate(ctx, id, func(r *kv.Run) error {
-		if r.Status != events.StatusStarting {
-			return kv.ErrNoChange
-		}
-		r.End(events.StatusError, events.ReasonDispatchFailed, "dispatch failed: "+cause.Error(), time.Now())
-		return nil
-	})
-	if err != nil {
-		c.log.Error("mark undispatched run failed; it stays starting until re-dispatched", "run_id", id, "err", err)
-		return
-	}
-	if row.Status == events.StatusError && row.Reason == events.ReasonDispatchFailed {
-		c.announce(ctx, row)
-	}
+	return seq, err
 }
 
 // checkAgentType reports ErrUnknownAgentType unless some worker created the
@@ -378,6 +408,6 @@ func (c *Client) List(ctx context.Context, statuses ...events.Status) ([]*kv.Run
 // client made. A failure is logged: the reconciler republishes owed finishes.
 func (c *Client) announce(ctx context.Context, r *kv.Run) {
 	if err := kv.PublishTransition(ctx, c.js, c.cfg.Namespace, r, ""); err != nil {
-		c.log.Warn("announce transition", "run_id", r.ID, "status", r.Status, "err", err)
+		c.log.WarnContext(ctx, "announce transition", "run_id", r.ID, "status", r.Status, "err", err)
 	}
 }

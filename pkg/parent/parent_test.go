@@ -328,7 +328,7 @@ func TestStartingRowLeftByADeadCallerIsDispatchedAgain(t *testing.T) {
 	}
 }
 
-func TestDispatchThatCannotBePublishedEndsTheRun(t *testing.T) {
+func TestDispatchThatCannotBePublishedLeavesNoRun(t *testing.T) {
 	t.Parallel()
 	ns := natstest.RunServer(t)
 	nc, js := natstest.Connect(t, ns)
@@ -344,9 +344,8 @@ func TestDispatchThatCannotBePublishedEndsTheRun(t *testing.T) {
 	if !errors.Is(err, parent.ErrDispatchFailed) {
 		t.Fatalf("err = %v", err)
 	}
-	row, err := c.Inspect(ctx, "nopub")
-	if err != nil || row.Status != events.StatusError || row.Reason != events.ReasonDispatchFailed {
-		t.Fatalf("row = %+v, %v", row, err)
+	if row, err := c.Inspect(ctx, "nopub"); row != nil || err != nil {
+		t.Fatalf("a failed dispatch left a row: %+v, %v", row, err)
 	}
 }
 
@@ -378,4 +377,64 @@ func FuzzRunID(f *testing.F) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// A run cleared before any worker took it never comes back when a worker
+// shows up later.
+func TestClearedRunIsNotRecreatedByItsDispatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := ctxT(t)
+	ran := make(chan string, 4)
+	h := func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+		ran <- run.ID()
+		return worker.Result{}, nil
+	}
+	// The agent type exists, but its only worker is gone.
+	w, err := worker.New(b.nc, worker.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.HandleFunc("later", h)
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"gone", "kept"} {
+		if _, err := b.client.Dispatch(ctx, parent.Request{AgentType: "later", RunID: id, Input: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Clear one of the two queued runs, then bring a worker back.
+	if _, err := b.client.Cancel(ctx, "gone", "not needed"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := b.client.Clear(ctx, parent.ClearFilter{Statuses: []events.Status{events.StatusAborted}}); err != nil || n != 1 {
+		t.Fatalf("clear = %d, %v", n, err)
+	}
+	w2, err := worker.New(b.nc, worker.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w2.HandleFunc("later", h)
+	if err := w2.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w2.Stop() })
+	if row := jetruntest.WaitRow(t, b.store, "kept", 10*time.Second, jetruntest.Final); row.Status != events.StatusCompleted {
+		t.Fatalf("kept: %s", row.Status)
+	}
+	if got := <-ran; got != "kept" {
+		t.Fatalf("ran %s", got)
+	}
+	if row, _ := b.client.Inspect(ctx, "gone"); row != nil {
+		t.Fatalf("the cleared run came back: %+v", row)
+	}
+	select {
+	case id := <-ran:
+		t.Fatalf("%s ran", id)
+	default:
+	}
 }

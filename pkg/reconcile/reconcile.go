@@ -69,8 +69,8 @@ type Config struct {
 	// them.
 	Streams events.StreamOptions
 	// Interval is the time between sweeps (default 5s). It is also the
-	// leader lease: a standby takes over within about 1⅓ intervals of the
-	// leader's death.
+	// leader lease's time to live (at least 1s): a standby takes over within
+	// about 1⅓ intervals of the leader's death.
 	Interval time.Duration
 	// MaxBudget is a detached run's absolute budget when its dispatch sets
 	// none (default 24h).
@@ -79,14 +79,14 @@ type Config struct {
 	// dispatch sets none (default 1h). It is armed by the run's first chunk,
 	// progress or milestone.
 	NoProgressBudget time.Duration
-	// StartingGrace is how long a run may stay "starting" before its
-	// dispatch is republished, if none is queued (default 30s).
+	// StartingGrace is how long a run may stay "starting" before the
+	// reconciler checks its dispatch is still queued (default 30s).
 	StartingGrace time.Duration
-	// LeaseGrace is how long after its lease expired a running run, with no
-	// dispatch queued to wake a worker, is re-dispatched (default 30s).
+	// LeaseGrace is how long after its lease expired a running run is
+	// checked for a dispatch that would wake a worker (default 30s).
 	LeaseGrace time.Duration
-	// MaxRedispatches bounds those re-dispatches; then the run ends
-	// "error" with reason "no-worker" (default 3).
+	// MaxRedispatches bounds the re-dispatches of a run whose dispatch was
+	// lost; then the run ends "error" with reason "dispatch-lost" (default 3).
 	MaxRedispatches int
 	// Retention is how long final, settled runs are kept before they are
 	// cleared (default 7 days); negative keeps them forever.
@@ -164,12 +164,13 @@ type Reconciler struct {
 	leader     atomic.Bool
 	leaseUntil time.Time // end of our last successful renewal; owned by the loop goroutine
 
-	mu      sync.Mutex
-	watch   *kv.ActiveWatch      // the active-run index, followed while leading
-	paced   map[string]time.Time // run+action → last time the action was taken (republishes)
-	cancel  context.CancelFunc
-	done    chan struct{}
-	started bool
+	mu       sync.Mutex
+	watch    *kv.ActiveWatch      // the active-run index, followed while leading
+	dispatch jetstream.Stream     // bound on first use
+	paced    map[string]time.Time // run+action → last time the action was taken (republishes)
+	cancel   context.CancelFunc
+	done     chan struct{}
+	started  bool
 }
 
 // New returns a Reconciler using nc.
@@ -273,14 +274,14 @@ func (r *Reconciler) loop(ctx context.Context) {
 			case <-sweeps:
 			}
 			if _, err := r.Sweep(ctx); err != nil && ctx.Err() == nil {
-				r.log.Warn("sweep", "err", err)
+				r.log.WarnContext(ctx, "sweep", "err", err)
 			}
 			if r.cfg.Retention > 0 && time.Now().After(nextRetention) {
 				nextRetention = time.Now().Add(r.cfg.RetentionEvery)
 				if n, err := r.Retain(ctx); err != nil && ctx.Err() == nil {
-					r.log.Warn("retention", "err", err)
+					r.log.WarnContext(ctx, "retention", "err", err)
 				} else if n > 0 {
-					r.log.Info("retention cleared runs", "count", n)
+					r.log.InfoContext(ctx, "retention cleared runs", "count", n)
 				}
 			}
 		}
@@ -306,12 +307,15 @@ func (r *Reconciler) loop(ctx context.Context) {
 // lease is the value of the leader key.
 type lease struct {
 	Holder string    `json:"holder"`
-	Until  time.Time `json:"until"`
 	Since  time.Time `json:"since"`
 }
 
-// Leader returns the current holder of the reconciler lease and when it
-// took it, or "" if none holds a live one.
+// leaseTTL is the leader key's time to live: one interval, and at least the
+// server's minimum of a second.
+func (r *Reconciler) leaseTTL() time.Duration { return max(r.cfg.Interval, time.Second) }
+
+// Leader returns the current holder of the reconciler lease and since when
+// it holds it, or "" if none does.
 func Leader(ctx context.Context, store *kv.Store) (holder string, since time.Time, err error) {
 	e, err := store.ActiveBucket().Get(ctx, leaderKey)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -321,48 +325,60 @@ func Leader(ctx context.Context, store *kv.Store) (holder string, since time.Tim
 		return "", time.Time{}, err
 	}
 	var l lease
-	if err := json.Unmarshal(e.Value(), &l); err != nil || time.Now().After(l.Until) {
+	if err := json.Unmarshal(e.Value(), &l); err != nil {
 		return "", time.Time{}, nil
 	}
 	return l.Holder, l.Since, nil
 }
 
-// lead takes or keeps the leader lease.
+// lead takes or keeps the leader lease: a key whose time to live the server
+// enforces. Create wins a free lease; the holder renews it with a publish
+// that both resets the TTL and expects the key's current revision, so a
+// renewal can never overwrite another holder. When the holder dies, the
+// server removes the key one TTL after its last renewal and a standby's
+// next Create wins; no clock comparison between hosts is involved.
 func (r *Reconciler) lead(ctx context.Context) {
 	bucket := r.store.ActiveBucket()
-	now := time.Now()
-	next := lease{Holder: r.cfg.ID, Until: now.Add(r.cfg.Interval), Since: now}
+	ttl := r.leaseTTL()
 	e, err := bucket.Get(ctx, leaderKey)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
-		data, _ := json.Marshal(next)
-		_, err = bucket.Create(ctx, leaderKey, data)
+		data, _ := json.Marshal(lease{Holder: r.cfg.ID, Since: time.Now()})
+		_, err = bucket.Create(ctx, leaderKey, data, jetstream.KeyTTL(ttl))
 	case err == nil:
 		var cur lease
-		if json.Unmarshal(e.Value(), &cur) == nil && cur.Holder != r.cfg.ID && now.Before(cur.Until) {
+		if json.Unmarshal(e.Value(), &cur) != nil || cur.Holder != r.cfg.ID {
 			r.setLeader(ctx, false)
-			return // someone else holds a live lease
+			return // someone else holds it until its TTL runs out
 		}
-		if cur.Holder == r.cfg.ID {
-			next.Since = cur.Since
-		}
-		data, _ := json.Marshal(next)
-		_, err = bucket.Update(ctx, leaderKey, data, e.Revision())
+		_, err = r.js.Publish(ctx, "$KV."+bucket.Bucket()+"."+leaderKey, e.Value(),
+			jetstream.WithExpectLastSequencePerSubject(e.Revision()), jetstream.WithMsgTTL(ttl))
 	}
 	switch {
 	case err == nil:
-		r.leaseUntil = next.Until
+		r.leaseUntil = time.Now().Add(ttl)
 		r.setLeader(ctx, true)
-	case errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch):
+	case errors.Is(err, jetstream.ErrKeyExists) || wrongLastSequence(err):
 		r.setLeader(ctx, false) // another reconciler won the race
 	default:
 		if ctx.Err() == nil {
-			r.log.Warn("reconciler lease", "err", err)
+			r.log.WarnContext(ctx, "reconciler lease", "err", err)
 		}
-		if now.After(r.leaseUntil) { // could not renew in time
+		if time.Now().After(r.leaseUntil) { // could not renew in time
 			r.setLeader(ctx, false)
 		}
 	}
+}
+
+// wrongLastSequence reports whether err is the server refusing a publish
+// whose expected last sequence no longer holds (10071, or 10164 replicated).
+func wrongLastSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
 }
 
 func (r *Reconciler) setLeader(ctx context.Context, on bool) {
@@ -370,25 +386,33 @@ func (r *Reconciler) setLeader(ctx context.Context, on bool) {
 		if on {
 			r.obs.Report(ctx, obs.LeaderAcquired, "", "reconciler", r.cfg.ID)
 		} else {
-			r.log.Info("reconciler lease lost to another reconciler")
+			r.log.InfoContext(ctx, "reconciler lease lost to another reconciler")
 			r.dropWatch() // a standby need not follow the index
 		}
 	}
 }
 
 // activeWatch returns the watch of the active-run index, starting it on
-// first use (it loads the index once).
+// first use (it loads the index once, within ctx).
 func (r *Reconciler) activeWatch(ctx context.Context) (*kv.ActiveWatch, error) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.watch == nil {
-		w, err := r.store.WatchActive(context.WithoutCancel(ctx))
-		if err != nil {
-			return nil, err
-		}
-		r.watch = w
+	w := r.watch
+	r.mu.Unlock()
+	if w != nil {
+		return w, nil
 	}
-	return r.watch, nil
+	w, err := r.store.WatchActive(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.watch != nil { // started concurrently
+		w.Stop()
+		return r.watch, nil
+	}
+	r.watch = w
+	return w, nil
 }
 
 func (r *Reconciler) dropWatch() {
@@ -422,9 +446,9 @@ type Stats struct {
 	Unindexed   int           // settled runs (or orphan entries) removed from the index
 	Republished int           // finishes republished
 	GivenUp     int           // runs interrupted for a budget
-	Recovered   int           // dispatches republished for starting or abandoned runs
+	Recovered   int           // dispatches republished because the run's was lost
 	Cancelled   int           // runs cancelled because their parent was
-	Failed      int           // runs ended "error" because no worker took them over
+	Failed      int           // runs ended "error" because their dispatch was lost too often
 	Took        time.Duration // how long the sweep took
 }
 
@@ -438,14 +462,14 @@ func (r *Reconciler) Sweep(ctx context.Context) (Stats, error) {
 		return Stats{}, fmt.Errorf("reconcile: sweep: %w", err)
 	}
 	active := watch.Snapshot()
-	st := &sweep{r: r, now: begin, queues: make(map[string]*queueState), watch: watch}
+	st := &sweep{r: r, now: begin, watch: watch}
 	r.obs.Debug(ctx, obs.ReconcileBegin, "", "active", len(active), "reconciler", r.cfg.ID)
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(r.cfg.Parallelism)
 	for _, ir := range active {
 		g.Go(func() error {
 			if err := st.run(gctx, ir); err != nil && gctx.Err() == nil {
-				r.log.Warn("reconcile run", "run_id", ir.ID, "err", err)
+				r.log.WarnContext(gctx, "reconcile run", "run_id", ir.ID, "err", err)
 			}
 			return nil
 		})

@@ -235,8 +235,25 @@ func TestBudgetExceededGivesUpDeliversOnceAndStopsTheChild(t *testing.T) {
 	if _, owed := final.Finishes[events.StatusAborted]; owed {
 		t.Fatal("the teardown owes an aborted finish")
 	}
+	// Given up, child stopped, finish delivered: settled, out of the index.
+	active, err := e.store.Active(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ir := range active {
+		if ir.ID == "budget" {
+			t.Fatal("a settled give-up stays in the active-run index")
+		}
+	}
 	evs := jetruntest.ReadEvents(t, e.js, "budget")
-	if s := fmt.Sprint(jetruntest.Statuses(evs)); s != "[running interrupted]" {
+	var st []string
+	for _, ev := range evs {
+		if ev.Status != nil {
+			st = append(st, fmt.Sprintf("%s/%v", ev.Status.Status, ev.Status.ChildStillRunning))
+		}
+	}
+	// The give-up, then the child's stop: no aborted.
+	if s := fmt.Sprint(st); s != "[running/false interrupted/true interrupted/false]" {
 		t.Fatalf("status events %s", s)
 	}
 }
@@ -465,7 +482,13 @@ func TestLostDispatchesAreRecovered(t *testing.T) {
 	}})
 	ctx := context.Background()
 	old := time.Now().Add(-time.Minute)
+	// A dispatch still queued (no worker serves its type yet) is left alone.
+	ack, err := e.js.Publish(ctx, "jetrun.dispatch.nobody", []byte(`{"runId":"queued","input":{}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, r := range []*kv.Run{
+		{ID: "queued", AgentType: "nobody", Status: events.StatusStarting, CreatedAt: old, DispatchSeq: ack.Sequence, Input: []byte(`{}`)},
 		// A parent died between creating the row and publishing.
 		{ID: "never-sent", AgentType: "demo", Status: events.StatusStarting, CreatedAt: old, Input: []byte(`{"steps":2,"stepMs":0}`)},
 		// A worker's lease expired and its dispatch is gone.
@@ -489,8 +512,11 @@ func TestLostDispatchesAreRecovered(t *testing.T) {
 	if r := jetruntest.WaitRow(t, e.store, "abandoned", 10*time.Second, jetruntest.Final); r.Status != events.StatusCompleted || r.Attempt != 2 {
 		t.Fatalf("abandoned: %+v", r)
 	}
-	if r, _, _ := e.store.Get(ctx, "hopeless"); r.Status != events.StatusError || r.Reason != events.ReasonNoWorker {
+	if r, _, _ := e.store.Get(ctx, "hopeless"); r.Status != events.StatusError || r.Reason != events.ReasonDispatchLost {
 		t.Fatalf("hopeless: %+v", r)
+	}
+	if r, _, _ := e.store.Get(ctx, "queued"); r.Status != events.StatusStarting || r.Redispatches != 0 {
+		t.Fatalf("queued: %+v", r)
 	}
 }
 

@@ -22,46 +22,14 @@ type sweep struct {
 	now   time.Time
 	watch *kv.ActiveWatch
 
-	mu     sync.Mutex
-	stats  Stats
-	queues map[string]*queueState // per consumer name
-}
-
-// queueState says whether a durable consumer exists and has nothing queued
-// or in flight: then a lost message is surely lost, not merely waiting.
-type queueState struct {
-	once   sync.Once
-	exists bool
-	idle   bool
+	mu    sync.Mutex
+	stats Stats
 }
 
 func (s *sweep) count(f func(*Stats)) {
 	s.mu.Lock()
 	f(&s.stats)
 	s.mu.Unlock()
-}
-
-func (s *sweep) queue(ctx context.Context, stream, consumer string) (exists, idle bool) {
-	s.mu.Lock()
-	q := s.queues[stream+"/"+consumer]
-	if q == nil {
-		q = &queueState{}
-		s.queues[stream+"/"+consumer] = q
-	}
-	s.mu.Unlock()
-	q.once.Do(func() {
-		c, err := s.r.js.Consumer(ctx, stream, consumer)
-		if err != nil {
-			return
-		}
-		info, err := c.Info(ctx)
-		if err != nil {
-			return
-		}
-		q.exists = true
-		q.idle = info.NumPending == 0 && info.NumAckPending == 0
-	})
-	return q.exists, q.idle
 }
 
 // run reconciles one run of the active index.
@@ -96,12 +64,35 @@ func (s *sweep) run(ctx context.Context, ir kv.IndexedRun) error {
 	if done, err := s.enforceBudgets(ctx, row); done || err != nil {
 		return err
 	}
+	if done, err := s.releaseLostChild(ctx, row); done || err != nil {
+		return err
+	}
 	return s.recover(ctx, row)
 }
 
-// republishFinishes publishes again the finishes still owed whose message
-// is not queued: the transition's own publish was lost (a crash between the
-// row write and the publish).
+// releaseLostChild settles a given-up run whose worker died before it could
+// confirm the child stopped: its lease expired long ago, so no child runs.
+func (s *sweep) releaseLostChild(ctx context.Context, row *kv.Run) (bool, error) {
+	if row.Status != events.StatusInterrupted || !row.ChildStillRunning || row.LeaseHeld(s.now) ||
+		s.now.Sub(row.LeaseUntil) <= s.r.cfg.LeaseGrace {
+		return false, nil
+	}
+	_, _, err := s.r.store.Mutate(ctx, row.ID, func(r *kv.Run) error {
+		if r.Status != events.StatusInterrupted || !r.ChildStillRunning || r.LeaseHeld(time.Now()) {
+			return kv.ErrNoChange
+		}
+		r.ChildStillRunning, r.Worker, r.LeaseUntil = false, "", time.Time{}
+		return nil
+	})
+	return true, err
+}
+
+// republishFinishes publishes again the finishes still owed with no
+// delivery under way, in case the transition's own publish was lost (a
+// crash between the row write and the publish). A copy that finds the
+// finish delivered, or a delivery under way, is dropped by the deliverer;
+// within the dedup window a republish is not even stored, and it is paced
+// to once per window.
 func (s *sweep) republishFinishes(ctx context.Context, row *kv.Run) error {
 	r := s.r
 	for _, st := range row.PendingFinishes() {
@@ -109,8 +100,7 @@ func (s *sweep) republishFinishes(ctx context.Context, row *kv.Run) error {
 		if s.now.Sub(fs.DueAt) < r.cfg.Interval || fs.ClaimedUntil.After(s.now) {
 			continue // the fast path is on it
 		}
-		exists, idle := s.queue(ctx, r.cfg.Namespace.FinishStream(), events.FinishConsumer(row.Detached.OnFinish))
-		if !exists || !idle || !r.paceOK(row.ID+"/finish/"+string(st), s.now, r.republishEvery()) {
+		if !r.paceOK(row.ID+"/finish/"+string(st), s.now, r.republishEvery()) {
 			continue
 		}
 		if err := kv.PublishFinish(ctx, r.js, r.cfg.Namespace, row, st); err != nil {
@@ -139,13 +129,14 @@ func (s *sweep) cascade(ctx context.Context, row *kv.Run) (bool, error) {
 		return false, nil
 	}
 	reason := "parent run " + p.ID + " was cancelled"
-	aborted := false
+	aborted, changed := false, false
 	next, _, err := s.r.store.Mutate(ctx, row.ID, func(r *kv.Run) (err error) {
 		aborted, err = r.RequestCancel(reason, time.Now())
+		changed = err == nil
 		return err
 	})
-	if err != nil {
-		return true, err
+	if err != nil || !changed {
+		return changed, err
 	}
 	if aborted {
 		s.r.announce(ctx, next)
@@ -215,80 +206,109 @@ func (s *sweep) overBudget(r *kv.Run, now time.Time) (reason, text string) {
 }
 
 // recover re-publishes the dispatch of a run nothing will wake: "starting"
-// past its grace, or running with a long-expired lease, while its agent
-// type's queue is empty (so the original dispatch is gone, not waiting). A
-// run re-dispatched MaxRedispatches times ends "error" (reason no-worker).
+// past its grace, or running with a long-expired lease, whose dispatch
+// message (row.dispatchSeq) is no longer in the dispatch stream. A dispatch
+// still there, waiting for a free worker or for redelivery, is left alone,
+// however long the fleet is busy. A run whose dispatch was lost
+// MaxRedispatches times ends "error" (reason dispatch-lost).
 func (s *sweep) recover(ctx context.Context, row *kv.Run) error {
 	r := s.r
 	var why string
 	switch {
 	case row.Status == events.StatusStarting && s.now.Sub(row.CreatedAt) > r.cfg.StartingGrace:
 		why = "dispatch lost before a worker took it"
-	case (row.Status == events.StatusRunning || row.Status == events.StatusInterrupted && row.Reason == events.ReasonLeaseLost) &&
-		!row.LeaseHeld(s.now) && s.now.Sub(row.LeaseUntil) > r.cfg.LeaseGrace:
-		why = "lease expired and no worker took the run over"
+	case row.Status == events.StatusRunning && !row.LeaseHeld(s.now) && s.now.Sub(row.LeaseUntil) > r.cfg.LeaseGrace:
+		why = "lease expired and the dispatch that would wake a worker is gone"
 	default:
 		return nil
 	}
-	exists, idle := s.queue(ctx, r.cfg.Namespace.DispatchStream(), events.AgentConsumer(row.AgentType))
-	if !exists || !idle || !r.paceOK(row.ID+"/dispatch", s.now, max(r.cfg.StartingGrace, r.cfg.LeaseGrace)) {
+	if !r.paceOK(row.ID+"/dispatch", s.now, max(r.cfg.StartingGrace, r.cfg.LeaseGrace)) {
 		return nil
 	}
+	if row.DispatchSeq > 0 {
+		stream, err := r.dispatchStream(ctx)
+		if err != nil {
+			return err
+		}
+		_, err = stream.GetMsg(ctx, row.DispatchSeq)
+		if err == nil {
+			return nil // still queued or held: it will wake a worker
+		}
+		if !errors.Is(err, jetstream.ErrMsgNotFound) {
+			return fmt.Errorf("look up dispatch %d of run %s: %w", row.DispatchSeq, row.ID, err)
+		}
+	}
 	if row.Redispatches >= r.cfg.MaxRedispatches {
-		text := fmt.Sprintf("no worker took the run over after %d re-dispatches", row.Redispatches)
+		text := fmt.Sprintf("the run's dispatch was lost %d times; giving up", row.Redispatches+1)
 		next, _, err := r.store.Mutate(ctx, row.ID, func(run *kv.Run) error {
-			if run.Status.Final() || run.LeaseHeld(time.Now()) {
+			if run.Status.Final() || run.LeaseHeld(time.Now()) || run.DispatchSeq != row.DispatchSeq {
 				return kv.ErrNoChange
 			}
-			run.End(events.StatusError, events.ReasonNoWorker, text, time.Now())
+			run.End(events.StatusError, events.ReasonDispatchLost, text, time.Now())
 			return nil
 		})
 		if err != nil {
 			return err
 		}
-		if next.Status == events.StatusError && next.Reason == events.ReasonNoWorker {
+		if next.Status == events.StatusError && next.Reason == events.ReasonDispatchLost {
 			r.announce(ctx, next)
 			s.count(func(st *Stats) { st.Failed++ })
 			r.obs.Report(ctx, obs.RunRecovered, row.ID, "action", "gave up", "reason", text)
 		}
 		return nil
 	}
-	next, _, err := r.store.Mutate(ctx, row.ID, func(run *kv.Run) error {
-		if run.Status.Final() || run.LeaseHeld(time.Now()) || run.Redispatches != row.Redispatches {
-			return kv.ErrNoChange
-		}
-		run.Redispatches++
-		return nil
-	})
-	if err != nil || next.Redispatches == row.Redispatches {
+	n := row.Redispatches + 1
+	seq, err := r.publishDispatch(ctx, row, row.ID+".redispatch."+strconv.Itoa(n))
+	if err != nil {
 		return err
 	}
-	msgID := row.ID + ".redispatch." + strconv.Itoa(next.Redispatches)
-	if err := r.publishDispatch(ctx, next, msgID); err != nil {
+	_, _, err = r.store.Mutate(ctx, row.ID, func(run *kv.Run) error {
+		if run.Status.Final() || run.DispatchSeq != row.DispatchSeq {
+			return kv.ErrNoChange // claimed meanwhile: the extra dispatch is dropped by its worker
+		}
+		run.Redispatches, run.DispatchSeq = n, seq
+		return nil
+	})
+	if err != nil {
 		return err
 	}
 	s.count(func(st *Stats) { st.Recovered++ })
-	r.obs.Report(ctx, obs.RunRecovered, row.ID, "action", "re-dispatched", "why", why, "redispatches", next.Redispatches)
+	r.obs.Report(ctx, obs.RunRecovered, row.ID, "action", "re-dispatched", "why", why, "redispatches", n)
 	return nil
 }
 
-// publishDispatch publishes the dispatch of row with msgID.
-func (r *Reconciler) publishDispatch(ctx context.Context, row *kv.Run, msgID string) error {
+// publishDispatch publishes the dispatch of row with msgID and returns its
+// stream sequence.
+func (r *Reconciler) publishDispatch(ctx context.Context, row *kv.Run, msgID string) (uint64, error) {
 	data, err := json.Marshal(row.Dispatch())
 	if err != nil {
-		return err
+		return 0, err
 	}
-	_, err = r.js.Publish(ctx, r.cfg.Namespace.DispatchSubject(row.AgentType), data, jetstream.WithMsgID(msgID))
+	ack, err := r.js.Publish(ctx, r.cfg.Namespace.DispatchSubject(row.AgentType), data, jetstream.WithMsgID(msgID))
 	if err != nil {
-		return fmt.Errorf("reconcile: re-dispatch run %s: %w", row.ID, err)
+		return 0, fmt.Errorf("reconcile: re-dispatch run %s: %w", row.ID, err)
 	}
-	return nil
+	return ack.Sequence, nil
+}
+
+// dispatchStream binds the dispatch stream once.
+func (r *Reconciler) dispatchStream(ctx context.Context) (jetstream.Stream, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.dispatch == nil {
+		s, err := r.js.Stream(ctx, r.cfg.Namespace.DispatchStream())
+		if err != nil {
+			return nil, fmt.Errorf("reconcile: bind dispatch stream: %w", err)
+		}
+		r.dispatch = s
+	}
+	return r.dispatch, nil
 }
 
 // announce publishes a transition the reconciler made; the next sweep
 // republishes an owed finish if this fails.
 func (r *Reconciler) announce(ctx context.Context, row *kv.Run) {
 	if err := kv.PublishTransition(ctx, r.js, r.cfg.Namespace, row, ""); err != nil {
-		r.log.Warn("announce transition", "run_id", row.ID, "status", row.Status, "err", err)
+		r.log.WarnContext(ctx, "announce transition", "run_id", row.ID, "status", row.Status, "err", err)
 	}
 }

@@ -36,14 +36,27 @@ func (w *Worker) process(ctx context.Context, agentType string, msg jetstream.Ms
 			return
 		}
 	}
+	if d.Depth > w.cfg.MaxDepth {
+		w.deadLetter(ctx, msg, agentType, fmt.Sprintf("depth %d exceeds the maximum nesting depth %d", d.Depth, w.cfg.MaxDepth))
+		return
+	}
 	log := w.log.With("run_id", d.RunID, "agent_type", agentType)
 
 	for try := 0; ; try++ {
 		row, rev, err := w.store.Get(ctx, d.RunID)
 		if errors.Is(err, kv.ErrRunNotFound) {
-			// Published straight to the stream by another service: the
-			// dispatch is the record, so create the row from it.
-			row, rev, err = w.createRow(ctx, agentType, d)
+			// The dispatch is the record (a service published it straight
+			// to the stream, or its parent has not written the row yet):
+			// create the row from it, unless the run was cleared.
+			if cleared, cerr := w.store.Cleared(ctx, d.RunID); cerr != nil {
+				err = cerr
+			} else if cleared {
+				log.InfoContext(ctx, "dispatch for a cleared run dropped")
+				_ = msg.Ack()
+				return
+			} else {
+				row, rev, err = w.createRow(ctx, agentType, d, msg)
+			}
 		}
 		if errors.Is(err, kv.ErrCorruptRow) {
 			w.deadLetter(ctx, msg, agentType, fmt.Sprintf("the row of run %s is not valid JSON", d.RunID))
@@ -54,12 +67,8 @@ func (w *Worker) process(ctx context.Context, agentType string, msg jetstream.Ms
 				_ = msg.Nak()
 				return
 			}
-			log.Warn("read run row", "err", err)
+			log.WarnContext(ctx, "read run row", "err", err)
 			_ = msg.NakWithDelay(retryDelay(msg))
-			return
-		}
-		if d.Depth > w.cfg.MaxDepth {
-			w.deadLetter(ctx, msg, agentType, fmt.Sprintf("depth %d exceeds the maximum nesting depth %d", d.Depth, w.cfg.MaxDepth))
 			return
 		}
 		if row.AgentType != agentType {
@@ -72,7 +81,7 @@ func (w *Worker) process(ctx context.Context, agentType string, msg jetstream.Ms
 			return
 		}
 		if err != nil || try >= 8 {
-			log.Warn("claim run", "err", err, "tries", try+1)
+			log.WarnContext(ctx, "claim run", "err", err, "tries", try+1)
 			_ = msg.NakWithDelay(retryDelay(msg))
 			return
 		}
@@ -103,8 +112,9 @@ func (w *Worker) decide(ctx context.Context, log *slog.Logger, msg jetstream.Msg
 		_ = msg.NakWithDelay(row.LeaseUntil.Sub(now) + jitter())
 		return false, nil
 
-	case row.Status == events.StatusInterrupted && row.Reason != events.ReasonLeaseLost:
-		// Given up on purpose (a budget); only a new decision revives it.
+	case row.Status == events.StatusInterrupted:
+		// Given up on purpose (a budget) and its child stopped: only a
+		// new decision revives it.
 		_ = msg.Ack()
 		return false, nil
 
@@ -123,6 +133,7 @@ func (w *Worker) decide(ctx context.Context, log *slog.Logger, msg jetstream.Msg
 	claimed.Attempt++
 	claimed.Worker = w.cfg.ID
 	claimed.LeaseUntil = now.Add(w.cfg.Lease)
+	claimed.DispatchSeq = dispatchSeq(msg) // the message that now wakes a takeover
 	if claimed.StartedAt.IsZero() {
 		claimed.StartedAt = now
 	}
@@ -134,7 +145,7 @@ func (w *Worker) decide(ctx context.Context, log *slog.Logger, msg jetstream.Msg
 		return false, err
 	}
 	if row.Attempt > 0 {
-		log.Info("run taken over", "attempt", claimed.Attempt, "previous_worker", row.Worker)
+		log.InfoContext(ctx, "run taken over", "attempt", claimed.Attempt, "previous_worker", row.Worker)
 	}
 	w.execute(ctx, msg, claimed, newRev, row)
 	return false, nil
@@ -177,7 +188,7 @@ func (w *Worker) unindexIfSettled(ctx context.Context, r *kv.Run) {
 		return
 	}
 	if err := w.store.Unindex(ctx, r); err != nil {
-		w.log.Warn("unindex settled run", "run_id", r.ID, "err", err)
+		w.log.WarnContext(ctx, "unindex settled run", "run_id", r.ID, "err", err)
 	}
 }
 
@@ -196,8 +207,17 @@ func (w *Worker) ensureFinalEvent(ctx context.Context, row *kv.Run) error {
 	return kv.PublishTransition(ctx, w.js, w.cfg.Namespace, row, w.cfg.ID)
 }
 
+// dispatchSeq is msg's sequence in the dispatch stream (0 if unknown).
+func dispatchSeq(msg jetstream.Msg) uint64 {
+	meta, err := msg.Metadata()
+	if err != nil {
+		return 0
+	}
+	return meta.Sequence.Stream
+}
+
 // createRow records a dispatch that arrived without a row.
-func (w *Worker) createRow(ctx context.Context, agentType string, d events.Dispatch) (*kv.Run, uint64, error) {
+func (w *Worker) createRow(ctx context.Context, agentType string, d events.Dispatch, msg jetstream.Msg) (*kv.Run, uint64, error) {
 	row := &kv.Run{
 		ID:               d.RunID,
 		AgentType:        agentType,
@@ -208,6 +228,7 @@ func (w *Worker) createRow(ctx context.Context, agentType string, d events.Dispa
 		Input:            d.Input,
 		Detached:         d.Detached,
 		Status:           events.StatusStarting,
+		DispatchSeq:      dispatchSeq(msg),
 		CreatedAt:        time.Now(),
 	}
 	rev, err := w.store.Create(ctx, row)
@@ -259,11 +280,11 @@ func (w *Worker) deadLetter(ctx context.Context, msg jetstream.Msg, agentType, r
 		dlq.Header.Set(jetstream.MsgIDHeader, "dlq-"+meta.Stream+"-"+seq)
 	}
 	if _, err := w.js.PublishMsg(ctx, dlq); err != nil {
-		w.log.Error("dead-letter dispatch; keeping it for a retry", "subject", msg.Subject(), "reason", reason, "err", err)
+		w.log.ErrorContext(ctx, "dead-letter dispatch; keeping it for a retry", "subject", msg.Subject(), "reason", reason, "err", err)
 		_ = msg.NakWithDelay(retryDelay(msg))
 		return
 	}
-	w.log.Warn("dispatch dead-lettered", "subject", msg.Subject(), "reason", reason)
+	w.log.WarnContext(ctx, "dispatch dead-lettered", "subject", msg.Subject(), "reason", reason)
 	_ = msg.TermWithReason(truncate(reason, 200))
 }
 

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/pkg/events"
@@ -89,11 +90,11 @@ func (w *Worker) execute(ctx context.Context, msg jetstream.Msg, row *kv.Run, re
 			e.abandon()
 			return
 		}
-		e.log.Warn("start run; handing it back", "err", err)
-		e.handBack()
+		e.log.WarnContext(ctx, "start run; releasing it for a later retry", "err", err)
+		e.release(retryDelay(msg))
 		return
 	}
-	e.log.Debug("run started")
+	e.log.DebugContext(ctx, "run started")
 
 	run := &Run{e: e, row: e.cur.Clone()} // before the keeper takes e.cur over
 	stop, stopped := make(chan struct{}), make(chan struct{})
@@ -107,11 +108,21 @@ func (w *Worker) execute(ctx context.Context, msg jetstream.Msg, row *kv.Run, re
 	e.finish(hctx, result, herr, panicked)
 }
 
-// start loads what earlier attempts left (takeover) and publishes "running".
+// historyTimeout bounds reading what earlier attempts left.
+const historyTimeout = 30 * time.Second
+
+// start publishes "running", which fences off every earlier attempt, then
+// reads what those attempts left (a takeover), so chunk and milestone
+// numbering continue after the last stored ones.
 func (e *execution) start(ctx context.Context, prev *kv.Run) error {
-	if e.attempt > 1 || prev.FirstEventSeq != 0 {
-		if err := e.loadHistory(ctx, prev); err != nil {
-			return err
+	takeover := e.attempt > 1 || prev.FirstEventSeq != 0
+	if takeover {
+		last, err := e.w.eventsStream.GetLastMsgForSubject(ctx, e.w.cfg.Namespace.RunWildcard(e.id))
+		switch {
+		case err == nil:
+			e.pub.lastSeq = last.Sequence
+		case !errors.Is(err, jetstream.ErrMsgNotFound):
+			return fmt.Errorf("read the last event: %w", err)
 		}
 	}
 	seq, err := e.pub.publish(ctx, events.KindStatus, events.StatusMsgID(e.id, e.attempt, events.StatusRunning),
@@ -124,81 +135,43 @@ func (e *execution) start(ctx context.Context, prev *kv.Run) error {
 		e.firstEventSeq, e.dirty = seq, true
 		e.stateMu.Unlock()
 	}
+	if takeover {
+		hctx, cancel := context.WithTimeout(ctx, historyTimeout)
+		defer cancel()
+		return e.loadHistory(hctx, prev)
+	}
 	return nil
 }
 
-// loadHistory reads the fence position, the last chunk sequence and the
-// milestones already reached, so a takeover continues where the lost attempt
-// stopped.
+// loadHistory reads the last chunk sequence and the milestones already
+// reached. After our "running" event no earlier attempt can add to them.
 func (e *execution) loadHistory(ctx context.Context, prev *kv.Run) error {
-	ns, stream := e.w.cfg.Namespace, e.w.eventsStream
-	last := func(subject string) (*jetstream.RawStreamMsg, error) {
-		m, err := stream.GetLastMsgForSubject(ctx, subject)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return nil, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("read last event on %s: %w", subject, err)
-		}
-		return m, nil
-	}
-	m, err := last(ns.RunWildcard(e.id))
-	if err != nil || m == nil {
-		return err
-	}
-	e.pub.lastSeq = m.Sequence
-	if m, err = last(ns.RunSubject(e.id, events.KindChunk)); err != nil {
-		return err
-	} else if m != nil {
+	ns := e.w.cfg.Namespace
+	m, err := e.w.eventsStream.GetLastMsgForSubject(ctx, ns.RunSubject(e.id, events.KindChunk))
+	switch {
+	case err == nil:
 		var c events.Chunk
 		if json.Unmarshal(m.Data, &c) == nil {
 			e.chunkSeq = c.Seq
 		}
+	case !errors.Is(err, jetstream.ErrMsgNotFound):
+		return fmt.Errorf("read the last chunk: %w", err)
 	}
-	if m, err = last(ns.RunSubject(e.id, events.KindMilestone)); err != nil || m == nil {
-		return err
+	opts := events.ReplayOptions{
+		StartSeq:  prev.FirstEventSeq,
+		StartTime: prev.CreatedAt.Add(-time.Minute), // tolerate clock skew with the server
+		Kinds:     []string{events.KindMilestone},
+		Follow:    events.HistoryOnly,
 	}
-	ms, err := readMilestones(ctx, e.w.js, ns, prev, m.Sequence)
-	if err != nil {
-		return err
+	var ms []events.Milestone
+	for ev, err := range events.Replay(ctx, e.w.js, ns, e.id, opts) {
+		if err != nil {
+			return fmt.Errorf("read milestones: %w", err)
+		}
+		ms = append(ms, *ev.Milestone)
 	}
 	e.milestones = ms
 	return nil
-}
-
-// readMilestones reads a run's milestone events up to stream sequence upTo,
-// starting at the run's first event (or shortly before it was created).
-func readMilestones(ctx context.Context, js jetstream.JetStream, ns events.Namespace, row *kv.Run, upTo uint64) ([]events.Milestone, error) {
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{ns.RunSubject(row.ID, events.KindMilestone)}}
-	if row.FirstEventSeq > 0 {
-		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, row.FirstEventSeq
-	} else {
-		from := row.CreatedAt.Add(-time.Minute) // tolerate clock skew with the server
-		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &from
-	}
-	c, err := js.OrderedConsumer(ctx, ns.EventsStream(), cfg)
-	if err != nil {
-		return nil, fmt.Errorf("read milestones of run %s: %w", row.ID, err)
-	}
-	it, err := c.Messages()
-	if err != nil {
-		return nil, fmt.Errorf("read milestones of run %s: %w", row.ID, err)
-	}
-	defer it.Stop()
-	var out []events.Milestone
-	for {
-		msg, err := it.Next(jetstream.NextContext(ctx))
-		if err != nil {
-			return nil, fmt.Errorf("read milestones of run %s: %w", row.ID, err)
-		}
-		var m events.Milestone
-		if json.Unmarshal(msg.Data(), &m) == nil {
-			out = append(out, m)
-		}
-		if meta, err := msg.Metadata(); err != nil || meta.Sequence.Stream >= upTo {
-			return out, nil
-		}
-	}
 }
 
 // call runs the handler, turning a panic into an error.
@@ -207,7 +180,7 @@ func (e *execution) call(ctx context.Context, h Handler, run *Run) (res Result, 
 		if p := recover(); p != nil {
 			panicked = true
 			err = fmt.Errorf("panic: %v", p)
-			e.log.Error("handler panicked", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			e.log.ErrorContext(ctx, "handler panicked", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 		}
 	}()
 	res, err = h.ServeRun(ctx, run)
@@ -282,13 +255,13 @@ func (e *execution) finalize(status events.Status, reason, text string, set func
 	defer cancel()
 	if !e.pub.isFenced() {
 		if err := e.flushProgress(ctx); err != nil && !errors.Is(err, ErrLeaseLost) {
-			e.log.Warn("flush progress", "err", err)
+			e.log.WarnContext(ctx, "flush progress", "err", err)
 		}
 	}
 	e.pub.fence()
 	now := time.Now()
 	teardown := false
-	row, err := e.write(ctx, func(r *kv.Run) error {
+	row, err := e.writeFinal(func(r *kv.Run) error {
 		if err := e.owned(r); err != nil {
 			return err
 		}
@@ -312,7 +285,7 @@ func (e *execution) finalize(status events.Status, reason, text string, set func
 		}
 		// The lease runs out and another worker takes over; the dispatch is
 		// left unacknowledged for exactly that.
-		e.log.Error("record run outcome", "status", status, "err", err)
+		e.log.ErrorContext(ctx, "record run outcome", "status", status, "err", err)
 		return
 	}
 	if teardown {
@@ -320,20 +293,52 @@ func (e *execution) finalize(status events.Status, reason, text string, set func
 		// following the run ends here).
 		msgID := events.StatusMsgID(e.id, row.Attempt, events.StatusInterrupted) + ".stopped"
 		if err := kv.PublishStatus(ctx, e.w.js, e.w.cfg.Namespace, row, e.w.cfg.ID, msgID); err != nil {
-			e.log.Warn("publish child stopped", "err", err)
+			e.log.WarnContext(ctx, "publish child stopped", "err", err)
 		}
 	} else {
 		if err := kv.PublishTransition(ctx, e.w.js, e.w.cfg.Namespace, row, e.w.cfg.ID); err != nil {
 			// The row is final; a redelivery of the dispatch repairs the
 			// event, the reconciler the finish.
-			e.log.Warn("publish final status; leaving the dispatch for a repair", "err", err)
+			e.log.WarnContext(ctx, "publish final status; leaving the dispatch for a repair", "err", err)
 			e.releaseMsgs(nil)
 			return
 		}
 		e.w.unindexIfSettled(ctx, row)
 	}
-	e.log.Info("run finished", "status", row.Status)
+	e.log.InfoContext(ctx, "run finished", "status", row.Status)
 	e.releaseMsgs(jetstream.Msg.Ack)
+}
+
+// writeFinal writes the outcome, retrying failures with backoff for as long
+// as the lease lasts (heartbeating the dispatch meanwhile), so a KV hiccup
+// does not throw a finished result away.
+func (e *execution) writeFinal(fn func(*kv.Run) error) (*kv.Run, error) {
+	e.curMu.Lock()
+	deadline := e.cur.LeaseUntil.Add(-time.Second)
+	e.curMu.Unlock()
+	deadline = later(deadline, time.Now().Add(writeTimeout))
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	var row *kv.Run
+	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(50*time.Millisecond), backoff.WithMaxInterval(2*time.Second),
+		backoff.WithMaxElapsedTime(0))
+	err := backoff.Retry(func() error {
+		e.heartbeat()
+		r, err := e.write(ctx, fn)
+		if errors.Is(err, ErrLeaseLost) {
+			return backoff.Permanent(err)
+		}
+		row = r
+		return err
+	}, backoff.WithContext(b, ctx))
+	return row, err
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // handBack releases the lease so another worker can take the run over at
@@ -359,10 +364,29 @@ func (e *execution) handBack() {
 			e.abandon()
 			return
 		}
-		e.log.Warn("release lease; the run is taken over when it expires", "err", err)
+		e.log.WarnContext(ctx, "release lease; the run is taken over when it expires", "err", err)
 	}
-	e.log.Info("run handed back")
+	e.log.InfoContext(ctx, "run handed back")
 	e.releaseMsgs(jetstream.Msg.Nak) // immediate redelivery to another worker
+}
+
+// release gives the run up after a failure to start it: the lease is
+// released (the attempt still counts against MaxAttempts) and the dispatch
+// comes back after delay, so a broken stream does not make workers spin.
+func (e *execution) release(delay time.Duration) {
+	ctx, cancel := writeContext()
+	defer cancel()
+	e.pub.fence()
+	if _, err := e.write(ctx, func(r *kv.Run) error {
+		if err := e.owned(r); err != nil {
+			return err
+		}
+		r.Worker, r.LeaseUntil = "", time.Time{}
+		return nil
+	}); err != nil && !errors.Is(err, ErrLeaseLost) {
+		e.log.WarnContext(ctx, "release lease; the run is taken over when it expires", "err", err)
+	}
+	e.releaseMsgs(func(m jetstream.Msg) error { return m.NakWithDelay(delay) })
 }
 
 // abandon gives up an attempt that no longer holds the run. The dispatch is
@@ -373,12 +397,24 @@ func (e *execution) abandon() {
 	ctx, cancel := writeContext()
 	defer cancel()
 	row, _, err := e.w.store.Get(ctx, e.id)
-	if errors.Is(err, kv.ErrRunNotFound) || (err == nil && row.Status.Final()) {
-		e.log.Info("run ended elsewhere; attempt stopped")
+	if err == nil && row.Status.Final() {
+		// Ended elsewhere, or by our own final write whose answer was lost:
+		// make sure its status event and finish exist before the ack.
+		if err := e.w.ensureFinalEvent(ctx, row); err != nil {
+			e.log.WarnContext(ctx, "announce final status; leaving the dispatch for a repair", "err", err)
+			e.releaseMsgs(nil)
+			return
+		}
+		e.log.InfoContext(ctx, "run ended elsewhere; attempt stopped")
 		e.releaseMsgs(jetstream.Msg.Ack)
 		return
 	}
-	e.log.Warn("lease lost; attempt stopped")
+	if errors.Is(err, kv.ErrRunNotFound) {
+		e.log.InfoContext(ctx, "run cleared; attempt stopped")
+		e.releaseMsgs(jetstream.Msg.Ack)
+		return
+	}
+	e.log.WarnContext(ctx, "lease lost; attempt stopped")
 	e.releaseMsgs(nil)
 }
 

@@ -9,24 +9,27 @@ import (
 	"github.com/jetrun/jetrun/pkg/kv"
 )
 
-// keep runs beside the handler until stop is closed. It
+// keep runs beside the handler until stop is closed (the handler returned).
+// It
 //   - renews the lease on the row and heartbeats the dispatch (InProgress)
-//     every third of a lease;
+//     every third of a lease, also while a cancelled handler winds down;
 //   - writes the progress snapshot, signal time and counters to the row at
 //     most every RowSyncInterval;
 //   - flushes a coalesced progress event when its window ends;
 //   - watches the row, from CancelWatchDelay on, and cancels the handler on a
 //     cancel request (ErrCancelled) or when another attempt or a final status
 //     appears (ErrLeaseLost);
-//   - cancels the handler (ErrLeaseLost) if the lease could not be renewed
-//     before it ran out: the run may belong to another worker by now.
-func (e *execution) keep(ctx context.Context, stop <-chan struct{}) {
+//   - stops the attempt (ErrLeaseLost) when renewals keep failing and the
+//     lease is about to run out: soon the run may belong to another worker.
+func (e *execution) keep(hctx context.Context, stop <-chan struct{}) {
+	ctx := context.WithoutCancel(hctx) // renewals outlive the handler's cancellation
 	cfg := e.w.cfg
 	renewEvery := cfg.Lease / 3
 	e.curMu.Lock()
 	leaseUntil := e.cur.LeaseUntil
 	e.curMu.Unlock()
 	nextRenew := time.Now().Add(renewEvery)
+	lost := false
 
 	sync := time.NewTicker(min(cfg.RowSyncInterval, renewEvery))
 	defer sync.Stop()
@@ -35,17 +38,19 @@ func (e *execution) keep(ctx context.Context, stop <-chan struct{}) {
 	flush := time.NewTimer(time.Hour)
 	flush.Stop()
 	defer flush.Stop()
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
 
 	var updates <-chan kv.Snapshot
 	for {
 		select {
 		case <-stop:
 			return
-		case <-ctx.Done():
-			<-stop // the handler is returning; finish owns the row now
-			return
 
 		case now := <-sync.C:
+			if lost || e.pub.isFenced() {
+				continue
+			}
 			renew := !now.Before(nextRenew)
 			if !renew && !e.isDirty() {
 				continue
@@ -66,19 +71,21 @@ func (e *execution) keep(ctx context.Context, stop <-chan struct{}) {
 					e.cancel(ErrCancelled)
 				}
 			case errors.Is(err, ErrLeaseLost):
+				lost = true
 				e.lose()
-			case ctx.Err() == nil:
-				e.log.Warn("renew lease", "err", err)
-				if time.Now().After(leaseUntil) {
-					e.log.Error("lease expired before it could be renewed; stopping the attempt")
+			default:
+				e.log.WarnContext(ctx, "renew lease", "err", err)
+				if time.Now().After(leaseUntil.Add(-renewEvery)) {
+					e.log.ErrorContext(ctx, "lease about to expire and cannot be renewed; stopping the attempt")
+					lost = true
 					e.lose()
 				}
 			}
 
 		case <-watchAt.C:
-			w, err := e.w.store.Watch(ctx, e.id)
+			w, err := e.w.store.Watch(wctx, e.id)
 			if err != nil {
-				e.log.Warn("watch run row for cancel", "err", err)
+				e.log.WarnContext(ctx, "watch run row for cancel", "err", err)
 				watchAt.Reset(time.Second)
 				continue
 			}
@@ -93,8 +100,8 @@ func (e *execution) keep(ctx context.Context, stop <-chan struct{}) {
 				flush.Reset(time.Until(due))
 			}
 		case <-flush.C:
-			if err := e.flushProgress(ctx); err != nil && ctx.Err() == nil {
-				e.log.Warn("flush progress", "err", err)
+			if err := e.flushProgress(hctx); err != nil && hctx.Err() == nil {
+				e.log.WarnContext(ctx, "flush progress", "err", err)
 			}
 		}
 	}

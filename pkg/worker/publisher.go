@@ -97,7 +97,7 @@ func (p *fencedPublisher) refence(ctx context.Context, msgID string) (seq uint64
 		return 0, false, fmt.Errorf("worker: read last event of run %s: %w", p.runID, err)
 	default:
 		last = raw.Sequence
-		if raw.Header.Get(jetstream.MsgIDHeader) == msgID {
+		if raw.Header.Get(jetstream.MsgIDHeader) == msgID && raw.Header.Get(events.HeaderAttempt) == strconv.Itoa(p.attempt) {
 			p.lastSeq = last // our earlier try landed; its ack was lost
 			return last, true, nil
 		}

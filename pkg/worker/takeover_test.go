@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/jetrun/jetrun/internal/agents/demo"
 	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/internal/natstest"
@@ -116,6 +119,14 @@ func TestLostLeaseFencesTheOldAttempt(t *testing.T) {
 	if _, err := b.js.Publish(ctx, "jetrun.run.z.status", data); err != nil {
 		t.Fatal(err)
 	}
+	// The new holder's chunk 2 carries the very message id the zombie's
+	// next chunk will: the zombie must not take it for its own lost ack.
+	chunk := &nats.Msg{Subject: "jetrun.run.z.chunk", Data: []byte(`{"runId":"z","seq":2,"data":"thief"}`), Header: nats.Header{}}
+	chunk.Header.Set(jetstream.MsgIDHeader, events.ChunkMsgID("z", 2))
+	chunk.Header.Set(events.HeaderAttempt, fmt.Sprint(thief.Attempt))
+	if _, err := b.js.PublishMsg(ctx, chunk); err != nil {
+		t.Fatal(err)
+	}
 	close(proceed)
 
 	if err := <-results; !errors.Is(err, worker.ErrLeaseLost) {
@@ -130,8 +141,11 @@ func TestLostLeaseFencesTheOldAttempt(t *testing.T) {
 		return err == nil && row.Worker == "thief" && row.Status == events.StatusRunning
 	}, "row changed")
 	evs := jetruntest.ReadEvents(t, b.js, "z")
-	if got := jetruntest.ChunkSeqs(evs); !slices.Equal(got, []int64{1}) {
-		t.Fatalf("chunks = %v, want only the one written before the takeover", got)
+	if got := jetruntest.ChunkSeqs(evs); !slices.Equal(got, []int64{1, 2}) {
+		t.Fatalf("chunks = %v, want the zombie's first and the new holder's", got)
+	}
+	if last := evs[len(evs)-1]; last.Attempt != fmt.Sprint(thief.Attempt) {
+		t.Fatalf("the zombie wrote after the takeover: %+v", last)
 	}
 	// Stop waits for the zombie's handler to return and its attempt to end.
 	if err := w.Stop(); err != nil {

@@ -51,6 +51,7 @@ type lifecycle int
 
 const (
 	stateNew lifecycle = iota
+	stateStarting
 	stateRunning
 	stateStopped
 )
@@ -124,9 +125,19 @@ func (w *Worker) Start(ctx context.Context) error {
 		w.mu.Unlock()
 		return errors.New("worker: no handlers registered")
 	}
-	w.state = stateRunning
+	w.state = stateStarting
 	w.mu.Unlock()
+	if err := w.setUp(ctx); err != nil {
+		w.mu.Lock()
+		w.state = stateStopped
+		w.mu.Unlock()
+		return err
+	}
+	return nil
+}
 
+// setUp is Start after its checks.
+func (w *Worker) setUp(ctx context.Context) error {
 	ns := w.cfg.Namespace
 	if err := events.EnsureStreams(ctx, w.js, ns, w.cfg.Streams); err != nil {
 		return fmt.Errorf("worker: %w", err)
@@ -176,7 +187,14 @@ func (w *Worker) Start(ctx context.Context) error {
 	runCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	pullCtx, stopPull := context.WithCancel(runCtx)
 	w.mu.Lock()
+	if w.state == stateStopped { // Shutdown or Stop ran while we were starting
+		w.mu.Unlock()
+		cancel(ErrShuttingDown)
+		stopPull()
+		return errors.New("worker: stopped while starting")
+	}
 	w.cancel, w.stopPull = cancel, stopPull
+	w.state = stateRunning
 	w.mu.Unlock()
 	for agentType, c := range consumers {
 		w.pullers.Add(1)
@@ -219,7 +237,7 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 	}
-	w.log.Warn("shutdown timeout: handing runs in flight back", "runs", w.activeIDs())
+	w.log.WarnContext(ctx, "shutdown timeout: handing runs in flight back", "runs", w.activeIDs())
 	cancel(ErrShuttingDown)
 	select {
 	case <-done:
@@ -259,7 +277,7 @@ func (w *Worker) pull(ctx, runCtx context.Context, agentType string, c jetstream
 			cancel()
 			release(slots, n)
 			if ctx.Err() == nil {
-				w.log.Warn("fetch dispatches", "agent_type", agentType, "err", err)
+				w.log.WarnContext(ctx, "fetch dispatches", "agent_type", agentType, "err", err)
 				sleep(ctx, time.Second)
 			}
 			continue
@@ -286,7 +304,7 @@ func (w *Worker) pull(ctx, runCtx context.Context, agentType string, c jetstream
 		release(slots, n-got)
 		if err := batch.Error(); err != nil && ctx.Err() == nil &&
 			!errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
-			w.log.Warn("fetch dispatches", "agent_type", agentType, "err", err)
+			w.log.WarnContext(ctx, "fetch dispatches", "agent_type", agentType, "err", err)
 		}
 	}
 }
