@@ -22,6 +22,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/jetrun/jetrun/internal/webui"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/parent"
@@ -62,6 +63,7 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("GET /v1/runs/{id}", a.get)
 	mux.HandleFunc("POST /v1/runs/{id}/cancel", a.cancel)
 	mux.HandleFunc("DELETE /v1/runs", a.clear)
+	mux.Handle("GET /", webui.Handler())
 	return mux
 }
 
