@@ -1,19 +1,25 @@
-// Package httpapi serves parent-worker's HTTP API:
+// Package httpapi serves parent-worker's HTTP API and web UI:
 //
-//	GET  /healthz                 200 while NATS is connected, else 503
-//	POST /v1/runs                 dispatch {agentType, runId?, input, detached?, ...}; ?wait=true awaits
-//	GET  /v1/runs                 list rows, ?status=running,completed filters, ?limit=N
-//	GET  /v1/runs/{id}            one row; 404 for an unknown or malformed id
-//	POST /v1/runs/{id}/cancel     cancel {reason?}, with the run's descendants; idempotent
-//	DELETE /v1/runs               clear: ?status=a,b&olderThan=24h (or ?all=true); live runs are cancelled first
+//	GET    /healthz                       200 while NATS is connected, else 503
+//	POST   /v1/runs                       dispatch {agentType, runId?, input, detached?, ...}; ?wait=true awaits
+//	GET    /v1/runs                       run summaries, newest first: ?status=a,b&agentType=&parent=&limit=&cursor=
+//	GET    /v1/runs/live                  server-sent events: every run change
+//	GET    /v1/runs/{id}                  one row; 404 for an unknown or malformed id
+//	GET    /v1/runs/{id}/events           server-sent events: the run's history, then live (Last-Event-ID resumes)
+//	POST   /v1/runs/{id}/cancel           cancel {reason?}, with the run's descendants; idempotent
+//	POST   /v1/runs/{id}/signals/{name}   send a signal (the body is its JSON payload)
+//	DELETE /v1/runs                       clear: ?status=a,b&olderThan=24h (or ?all=true); live runs are cancelled first
+//	GET    /, /runs/{id}                  the web UI
 //
 // A guessed or malformed id never creates anything: only POST /v1/runs does.
 package httpapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -22,6 +28,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/jetrun/jetrun/internal/runview"
 	"github.com/jetrun/jetrun/internal/webui"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/kv"
@@ -40,19 +47,21 @@ const (
 // Config holds the API's dependencies.
 type Config struct {
 	Client *parent.Client
-	Conn   *nats.Conn // for /healthz
+	View   *runview.View // run summaries for listing and live updates
+	Conn   *nats.Conn    // for /healthz
 	Logger *slog.Logger
 }
 
 type api struct {
 	client *parent.Client
+	view   *runview.View
 	conn   *nats.Conn
 	log    *slog.Logger
 }
 
 // New returns the API's handler.
 func New(cfg Config) http.Handler {
-	a := &api{client: cfg.Client, conn: cfg.Conn, log: cfg.Logger}
+	a := &api{client: cfg.Client, view: cfg.View, conn: cfg.Conn, log: cfg.Logger}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
@@ -60,8 +69,11 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("GET /healthz", a.health)
 	mux.HandleFunc("POST /v1/runs", a.dispatch)
 	mux.HandleFunc("GET /v1/runs", a.list)
+	mux.HandleFunc("GET /v1/runs/live", a.live)
 	mux.HandleFunc("GET /v1/runs/{id}", a.get)
+	mux.HandleFunc("GET /v1/runs/{id}/events", a.events)
 	mux.HandleFunc("POST /v1/runs/{id}/cancel", a.cancel)
+	mux.HandleFunc("POST /v1/runs/{id}/signals/{name}", a.signal)
 	mux.HandleFunc("DELETE /v1/runs", a.clear)
 	mux.Handle("GET /", webui.Handler())
 	return mux
@@ -94,6 +106,8 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, http.StatusUnprocessableEntity, "unknown_agent_type", err.Error())
 	case errors.Is(err, parent.ErrRunIDConflict):
 		writeError(w, http.StatusConflict, "run_id_conflict", err.Error())
+	case errors.Is(err, runview.ErrBadCursor):
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
 	case errors.Is(err, kv.ErrRunNotFound):
 		writeError(w, http.StatusNotFound, "not_found", err.Error())
 	case errors.Is(err, parent.ErrConcurrencyLimit):
@@ -240,23 +254,69 @@ func (a *api) list(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
 	}
-	limit := DefaultListLimit
-	if v := r.URL.Query().Get("limit"); v != "" {
+	q := r.URL.Query()
+	f := runview.Filter{Statuses: statuses, AgentType: q.Get("agentType"), Parent: q.Get("parent"), Cursor: q.Get("cursor"),
+		Limit: DefaultListLimit}
+	if f.AgentType != "" {
+		if err := events.ValidateAgentType(f.AgentType); err != nil {
+			writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+			return
+		}
+	}
+	if f.Parent != "" {
+		if err := events.ValidateID(f.Parent); err != nil {
+			writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+			return
+		}
+	}
+	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > MaxListLimit {
 			writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("limit must be 1 to %d, got %q", MaxListLimit, v))
 			return
 		}
-		limit = n
+		f.Limit = n
 	}
-	rows, err := a.client.List(r.Context(), statuses...)
+	if err := a.view.Sync(r.Context()); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	page, err := a.view.List(f)
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	total := len(rows)
-	rows = rows[:min(limit, len(rows))]
-	writeJSON(w, http.StatusOK, map[string]any{"runs": rows, "total": total})
+	writeJSON(w, http.StatusOK, page)
+}
+
+// signal sends a signal: POST /v1/runs/{id}/signals/{name}, the body being
+// its JSON payload (empty means {}).
+func (a *api) signal(w http.ResponseWriter, r *http.Request) {
+	if err := events.ValidateSignalName(r.PathValue("name")); err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
+	if _, ok := a.row(w, r); !ok {
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, events.MaxSignalBytes))
+	if err != nil {
+		writeError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("signal payload exceeds %d bytes", events.MaxSignalBytes))
+		return
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		body = []byte("{}")
+	}
+	if !json.Valid(body) {
+		writeError(w, http.StatusBadRequest, "bad_request", "signal payload is not valid JSON")
+		return
+	}
+	seq, err := a.client.Signal(r.Context(), r.PathValue("id"), r.PathValue("name"), json.RawMessage(body))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, map[string]uint64{"seq": seq})
 }
 
 // row looks up the run named in the path; it answers 404 itself.

@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"github.com/jetrun/jetrun/internal/httpapi"
 	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/internal/natstest"
+	"github.com/jetrun/jetrun/internal/runview"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/parent"
@@ -33,7 +35,7 @@ type bundle struct {
 func setup(t *testing.T) *bundle {
 	t.Helper()
 	ns := natstest.RunServer(t)
-	nc, _ := natstest.Connect(t, ns)
+	nc, js := natstest.Connect(t, ns)
 	w, err := worker.New(nc, worker.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +49,12 @@ func setup(t *testing.T) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(httpapi.New(httpapi.Config{Client: client, Conn: nc}))
+	view, err := runview.Start(context.Background(), js, client.Store(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(view.Stop)
+	srv := httptest.NewServer(httpapi.New(httpapi.Config{Client: client, View: view, Conn: nc}))
 	t.Cleanup(srv.Close)
 	return &bundle{url: srv.URL, store: client.Store()}
 }
@@ -234,4 +241,194 @@ func TestClearAndConcurrencyLimit(t *testing.T) {
 	if resp.StatusCode != 429 || body.Code != "concurrency_limit" {
 		t.Fatalf("over the cap: %d %+v", resp.StatusCode, body)
 	}
+}
+
+// sseEvent is one server-sent event.
+type sseEvent struct {
+	id, event, data string
+}
+
+// readSSE reads events from an event stream until stop returns true or the
+// stream ends.
+func readSSE(t *testing.T, url, lastEventID string, stop func(sseEvent) bool) []sseEvent {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	if lastEventID != "" {
+		req.Header.Set("Last-Event-ID", lastEventID)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
+	if err != nil {
+		t.Error(err) // not Fatal: callers may run in a goroutine
+		return nil
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); resp.StatusCode != 200 || ct != "text/event-stream" {
+		t.Errorf("GET %s: %d %s", url, resp.StatusCode, ct)
+		return nil
+	}
+	var out []sseEvent
+	var cur sseEvent
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "":
+			if cur.event != "" {
+				out = append(out, cur)
+				if stop != nil && stop(cur) {
+					return out
+				}
+			}
+			cur = sseEvent{}
+		case strings.HasPrefix(line, "id: "):
+			cur.id = strings.TrimPrefix(line, "id: ")
+		case strings.HasPrefix(line, "event: "):
+			cur.event = strings.TrimPrefix(line, "event: ")
+		case strings.HasPrefix(line, "data: "):
+			cur.data = strings.TrimPrefix(line, "data: ")
+		}
+	}
+	return out
+}
+
+func TestEventStreamReplaysThenResumesByLastEventID(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	do(t, "POST", b.url+"/v1/runs", `{"agentType":"demo","runId":"sse","input":{"steps":3,"stepMs":100}}`, nil)
+
+	all := readSSE(t, b.url+"/v1/runs/sse/events", "", nil) // follows until the run ends
+	var ids []string
+	kinds := map[string]int{}
+	for _, e := range all {
+		kinds[e.event]++
+		if e.id != "" {
+			ids = append(ids, e.id)
+		}
+	}
+	if all[len(all)-1].event != "end" || kinds["caught-up"] != 1 || kinds["chunk"] != 3 || kinds["milestone"] != 3 || kinds["status"] != 2 {
+		t.Fatalf("events: %v", kinds)
+	}
+	var first struct {
+		Seq  uint64 `json:"seq"`
+		Kind string `json:"kind"`
+		Data struct {
+			Status string `json:"status"`
+		} `json:"data"`
+	}
+	i := 0
+	for all[i].id == "" { // "caught-up" comes first if the stream opened before the run's first event
+		i++
+	}
+	if err := json.Unmarshal([]byte(all[i].data), &first); err != nil || first.Kind != "status" || first.Data.Status != "running" || fmt.Sprint(first.Seq) != all[i].id {
+		t.Fatalf("first event %+v (%v)", all[i], err)
+	}
+	// Resume after the third event: exactly the rest, no gap, no duplicate.
+	rest := readSSE(t, b.url+"/v1/runs/sse/events", ids[2], nil)
+	var restIDs []string
+	for _, e := range rest {
+		if e.id != "" {
+			restIDs = append(restIDs, e.id)
+		}
+	}
+	if fmt.Sprint(restIDs) != fmt.Sprint(ids[3:]) {
+		t.Fatalf("resumed ids %v, want %v", restIDs, ids[3:])
+	}
+	history := readSSE(t, b.url+"/v1/runs/sse/events?follow=false&after="+ids[len(ids)-2], "", nil)
+	if len(history) != 3 || history[0].id != ids[len(ids)-1] || history[2].event != "end" {
+		t.Fatalf("history-only tail: %+v", history)
+	}
+	var body struct{ Code string }
+	wantStatus(t, do(t, "GET", b.url+"/v1/runs/nope/events", "", &body), 404)
+	wantStatus(t, do(t, "GET", b.url+"/v1/runs/a.b/events", "", &body), 404)
+}
+
+func TestLiveStreamAndSignals(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	got := make(chan []sseEvent, 1)
+	subscribed := make(chan struct{})
+	go func() {
+		got <- readSSE(t, b.url+"/v1/runs/live", "", func(e sseEvent) bool {
+			if e.event == "hello" {
+				close(subscribed)
+			}
+			return e.event == "run" && strings.Contains(e.data, `"id":"ask"`) && strings.Contains(e.data, `"status":"completed"`)
+		})
+	}()
+	<-subscribed
+	do(t, "POST", b.url+"/v1/runs", `{"agentType":"demo","runId":"ask","input":{"steps":2,"stepMs":10,"approveAt":1}}`, nil)
+	row := jetruntest.WaitRow(t, b.store, "ask", 10*time.Second, func(r *kv.Run) bool { return r.WaitingFor == "approve" })
+	if row.Status != events.StatusRunning {
+		t.Fatalf("row %+v", row)
+	}
+	var body struct {
+		Seq  uint64
+		Code string
+	}
+	wantStatus(t, do(t, "POST", b.url+"/v1/runs/ask/signals/a.b", `{}`, &body), 400)
+	wantStatus(t, do(t, "POST", b.url+"/v1/runs/ghost/signals/approve", `{}`, &body), 404)
+	wantStatus(t, do(t, "POST", b.url+"/v1/runs/ask/signals/approve", `{"approved":`, &body), 400)
+	wantStatus(t, do(t, "POST", b.url+"/v1/runs/ask/signals/approve", `{"approved":true}`, &body), 202)
+	if body.Seq == 0 {
+		t.Fatal("no signal sequence")
+	}
+	jetruntest.WaitRow(t, b.store, "ask", 10*time.Second, jetruntest.Final)
+	select {
+	case evs := <-got:
+		var sawWaiting bool
+		for _, e := range evs {
+			sawWaiting = sawWaiting || (e.event == "run" && strings.Contains(e.data, `"waitingFor":"approve"`))
+		}
+		if !sawWaiting {
+			t.Fatalf("the live stream never showed the run waiting: %d events", len(evs))
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the live stream never showed the run completed")
+	}
+}
+
+func TestListFiltersAndPages(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for i := range 5 {
+		do(t, "POST", b.url+"/v1/runs", fmt.Sprintf(`{"agentType":"demo","runId":"k%d","parent":"boss","depth":1,"input":{"steps":1,"stepMs":0}}`, i), nil)
+	}
+	do(t, "POST", b.url+"/v1/runs", `{"agentType":"demo","runId":"loner","input":{"steps":1,"stepMs":0}}`, nil)
+	var page struct {
+		Runs  []kv.Run
+		Total int
+		Next  string
+	}
+	wantStatus(t, do(t, "GET", b.url+"/v1/runs?parent=boss&limit=2", "", &page), 200)
+	seen := map[string]bool{}
+	for n := 0; ; n++ {
+		if page.Total != 5 || len(page.Runs) > 2 {
+			t.Fatalf("page %d: %+v", n, page)
+		}
+		for _, r := range page.Runs {
+			if r.Parent != "boss" || seen[r.ID] {
+				t.Fatalf("page %d repeats or strays: %s", n, r.ID)
+			}
+			seen[r.ID] = true
+		}
+		if page.Next == "" {
+			break
+		}
+		next := page.Next
+		page.Runs, page.Next = nil, ""
+		wantStatus(t, do(t, "GET", b.url+"/v1/runs?parent=boss&limit=2&cursor="+next, "", &page), 200)
+	}
+	if len(seen) != 5 {
+		t.Fatalf("paged through %d of 5 runs", len(seen))
+	}
+	wantStatus(t, do(t, "GET", b.url+"/v1/runs?agentType=demo", "", &page), 200)
+	if page.Total != 6 {
+		t.Fatalf("agent type filter: %d", page.Total)
+	}
+	var body struct{ Code string }
+	wantStatus(t, do(t, "GET", b.url+"/v1/runs?cursor=garbage!", "", &body), 400)
+	wantStatus(t, do(t, "GET", b.url+"/v1/runs?parent=a.b", "", &body), 400)
 }

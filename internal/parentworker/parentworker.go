@@ -17,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/agents"
 	"github.com/jetrun/jetrun/internal/agents/demo"
@@ -24,6 +25,7 @@ import (
 	"github.com/jetrun/jetrun/internal/embedded"
 	"github.com/jetrun/jetrun/internal/httpapi"
 	"github.com/jetrun/jetrun/internal/natsconn"
+	"github.com/jetrun/jetrun/internal/runview"
 	"github.com/jetrun/jetrun/pkg/finish"
 	"github.com/jetrun/jetrun/pkg/obs"
 	"github.com/jetrun/jetrun/pkg/parent"
@@ -149,15 +151,30 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 	httpURL := ""
 	serveErr := make(chan error, 1)
 	if cfg.HTTPAddr != "" {
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return err
+		}
+		view, err := runview.Start(ctx, js, client.Store(), logger)
+		if err != nil {
+			return err
+		}
+		defer view.Stop()
 		ln, err := net.Listen("tcp", cfg.HTTPAddr)
 		if err != nil {
 			return fmt.Errorf("http: listen on %s: %w", cfg.HTTPAddr, err)
 		}
 		httpURL = "http://" + ln.Addr().String()
+		// Requests derive from base, cancelled when shutdown begins, so
+		// long-lived event streams end instead of holding the shutdown up.
+		base, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
+		defer cancelBase()
 		srv = &http.Server{
-			Handler:           httpapi.New(httpapi.Config{Client: client, Conn: nc, Logger: logger}),
+			Handler:           httpapi.New(httpapi.Config{Client: client, View: view, Conn: nc, Logger: logger}),
 			ReadHeaderTimeout: 10 * time.Second,
+			BaseContext:       func(net.Listener) context.Context { return base },
 		}
+		srv.RegisterOnShutdown(cancelBase)
 		go func() { serveErr <- srv.Serve(ln) }()
 	}
 

@@ -159,3 +159,20 @@ func (c *Client) Signal(ctx context.Context, id, name string, payload any) (uint
 	}
 	return ack.Sequence, nil
 }
+
+// LastEventSeq returns the stream sequence of run id's newest stored event,
+// 0 if it has none yet.
+func (c *Client) LastEventSeq(ctx context.Context, id string) (uint64, error) {
+	stream, err := c.js.Stream(ctx, c.cfg.Namespace.EventsStream())
+	if err != nil {
+		return 0, fmt.Errorf("parent: last event: %w", err)
+	}
+	m, err := stream.GetLastMsgForSubject(ctx, c.cfg.Namespace.RunWildcard(id))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("parent: last event of run %s: %w", id, err)
+	}
+	return m.Sequence, nil
+}

@@ -1,0 +1,376 @@
+// Package runview keeps an in-memory summary of every run row, fed by one
+// watch of the runs bucket, for the HTTP API's listing and live updates: a
+// list request or a UI refresh costs nothing on the server, and every
+// viewer shares the one watch.
+package runview
+
+import (
+	"cmp"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/kv"
+)
+
+// maxText bounds the error and summary texts kept in a Summary.
+const maxText = 500
+
+// Summary is a run row without its input and output.
+type Summary struct {
+	ID                string                      `json:"id"`
+	AgentType         string                      `json:"agentType"`
+	Parent            string                      `json:"parent,omitempty"`
+	ParentToolCallID  string                      `json:"parentToolCallId,omitempty"`
+	Depth             int                         `json:"depth,omitempty"`
+	DisplayOrder      int                         `json:"displayOrder,omitempty"`
+	Status            events.Status               `json:"status"`
+	Reason            string                      `json:"reason,omitempty"`
+	Error             string                      `json:"error,omitempty"`
+	Retryable         bool                        `json:"retryable,omitempty"`
+	ChildStillRunning bool                        `json:"childStillRunning,omitempty"`
+	Summary           string                      `json:"summary,omitempty"`
+	Progress          *kv.ProgressSnapshot        `json:"progress,omitempty"`
+	Milestones        int                         `json:"milestones,omitempty"`
+	LastMilestone     string                      `json:"lastMilestone,omitempty"`
+	Chunks            int64                       `json:"chunks,omitempty"`
+	Attempt           int                         `json:"attempt,omitempty"`
+	Handoffs          int                         `json:"handoffs,omitempty"`
+	Worker            string                      `json:"worker,omitempty"`
+	LeaseUntil        time.Time                   `json:"leaseUntil,omitzero"`
+	WaitingFor        string                      `json:"waitingFor,omitempty"`
+	CancelRequested   bool                        `json:"cancelRequested,omitempty"`
+	Detached          *events.Detached            `json:"detached,omitempty"`
+	Delivered         map[events.Status]time.Time `json:"delivered,omitempty"`
+	CreatedAt         time.Time                   `json:"createdAt"`
+	StartedAt         time.Time                   `json:"startedAt,omitzero"`
+	LastSignalAt      time.Time                   `json:"lastSignalAt,omitzero"`
+	FinishedAt        time.Time                   `json:"finishedAt,omitzero"`
+	// Removed marks a change event for a run that was cleared.
+	Removed bool `json:"removed,omitempty"`
+}
+
+// Summarize returns r's summary.
+func Summarize(r *kv.Run) Summary {
+	return Summary{
+		ID: r.ID, AgentType: r.AgentType, Parent: r.Parent, ParentToolCallID: r.ParentToolCallID,
+		Depth: r.Depth, DisplayOrder: r.DisplayOrder, Status: r.Status, Reason: r.Reason,
+		Error: clip(r.Error), Retryable: r.Retryable, ChildStillRunning: r.ChildStillRunning,
+		Summary: clip(r.Summary), Progress: r.Progress, Milestones: r.Milestones, LastMilestone: r.LastMilestone,
+		Chunks: r.Chunks, Attempt: r.Attempt, Handoffs: r.Handoffs, Worker: r.Worker, LeaseUntil: r.LeaseUntil,
+		WaitingFor: r.WaitingFor, CancelRequested: r.CancelRequested, Detached: r.Detached,
+		Delivered: r.Delivered, CreatedAt: r.CreatedAt, StartedAt: r.StartedAt,
+		LastSignalAt: r.LastSignalAt, FinishedAt: r.FinishedAt,
+	}
+}
+
+func clip(s string) string {
+	if len(s) <= maxText {
+		return s
+	}
+	return s[:maxText] + "…"
+}
+
+// View is the in-memory summary of every run. Create it with Start; stop it
+// with Stop.
+type View struct {
+	store *kv.Store
+	js    jetstream.JetStream
+	log   *slog.Logger
+
+	mu      sync.RWMutex
+	runs    map[string]Summary
+	lastRev uint64
+	subs    map[chan Summary]struct{}
+	changed *sync.Cond // signalled when lastRev moves
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// Start loads every row (ctx bounds the load) and follows the bucket until
+// Stop.
+func Start(ctx context.Context, js jetstream.JetStream, store *kv.Store, logger *slog.Logger) (*View, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	v := &View{
+		store: store, js: js, log: logger, runs: make(map[string]Summary),
+		subs: make(map[chan Summary]struct{}), cancel: cancel, done: make(chan struct{}),
+	}
+	v.changed = sync.NewCond(&v.mu)
+	ready := make(chan error, 1)
+	go v.loop(wctx, ready)
+	select {
+	case err := <-ready:
+		if err != nil {
+			v.Stop()
+			return nil, err
+		}
+		return v, nil
+	case <-ctx.Done():
+		v.Stop()
+		return nil, fmt.Errorf("runview: load runs: %w", ctx.Err())
+	}
+}
+
+// Stop ends the watch and closes every subscription. It is idempotent.
+func (v *View) Stop() {
+	v.cancel()
+	<-v.done
+}
+
+func (v *View) loop(ctx context.Context, ready chan<- error) {
+	defer close(v.done)
+	defer v.closeSubs()
+	first := true
+	for ctx.Err() == nil {
+		w, err := v.store.Bucket().WatchAll(ctx)
+		if err != nil {
+			if first {
+				ready <- fmt.Errorf("runview: watch runs: %w", err)
+				return
+			}
+			v.log.WarnContext(ctx, "watch runs", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		initial := make(map[string]Summary)
+		loading := true
+		for e := range w.Updates() {
+			if e == nil { // the initial state is complete
+				v.mu.Lock()
+				v.runs, loading = initial, false
+				v.changed.Broadcast()
+				v.mu.Unlock()
+				if first {
+					first = false
+					ready <- nil
+				}
+				continue
+			}
+			s, ok := summarize(e)
+			if loading {
+				if ok {
+					initial[s.ID] = s
+				} else {
+					delete(initial, e.Key())
+				}
+				v.setRev(e.Revision())
+				continue
+			}
+			v.apply(e.Key(), s, ok, e.Revision())
+		}
+		_ = w.Stop() // broken: reload everything
+	}
+}
+
+func summarize(e jetstream.KeyValueEntry) (Summary, bool) {
+	if e.Operation() != jetstream.KeyValuePut {
+		return Summary{}, false
+	}
+	var r kv.Run
+	if json.Unmarshal(e.Value(), &r) != nil {
+		return Summary{}, false
+	}
+	if r.ID == "" {
+		r.ID = e.Key()
+	}
+	return Summarize(&r), true
+}
+
+func (v *View) setRev(rev uint64) {
+	v.mu.Lock()
+	v.lastRev = max(v.lastRev, rev)
+	v.mu.Unlock()
+}
+
+// apply records a change and tells the subscribers.
+func (v *View) apply(id string, s Summary, present bool, rev uint64) {
+	v.mu.Lock()
+	if present {
+		v.runs[id] = s
+	} else {
+		delete(v.runs, id)
+		s = Summary{ID: id, Removed: true}
+	}
+	v.lastRev = max(v.lastRev, rev)
+	v.changed.Broadcast()
+	for ch := range v.subs {
+		select {
+		case ch <- s:
+		default: // a subscriber that cannot keep up is dropped; it reconnects and reloads
+			delete(v.subs, ch)
+			close(ch)
+		}
+	}
+	v.mu.Unlock()
+}
+
+func (v *View) closeSubs() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for ch := range v.subs {
+		close(ch)
+	}
+	v.subs = map[chan Summary]struct{}{}
+	v.changed.Broadcast()
+}
+
+// Subscribe returns a channel of changes (a Summary with Removed set for a
+// cleared run) and a function that ends the subscription. The channel is
+// closed if the subscriber falls behind or the view stops.
+func (v *View) Subscribe() (<-chan Summary, func()) {
+	ch := make(chan Summary, 256)
+	v.mu.Lock()
+	v.subs[ch] = struct{}{}
+	v.mu.Unlock()
+	return ch, func() {
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		if _, ok := v.subs[ch]; ok {
+			delete(v.subs, ch)
+			close(ch)
+		}
+	}
+}
+
+// Sync waits until the view reflects every write made to the bucket before
+// the call, so a client lists what it just wrote.
+func (v *View) Sync(ctx context.Context) error {
+	s, err := v.js.Stream(ctx, "KV_"+v.store.Bucket().Bucket())
+	if err != nil {
+		return fmt.Errorf("runview: sync: %w", err)
+	}
+	target := s.CachedInfo().State.LastSeq
+	deadline := time.Now().Add(5 * time.Second)
+	stop := context.AfterFunc(ctx, func() {
+		v.mu.Lock()
+		v.changed.Broadcast()
+		v.mu.Unlock()
+	})
+	defer stop()
+	timer := time.AfterFunc(time.Until(deadline), func() {
+		v.mu.Lock()
+		v.changed.Broadcast()
+		v.mu.Unlock()
+	})
+	defer timer.Stop()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for v.lastRev < target {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if time.Now().After(deadline) {
+			return errors.New("runview: sync: the runs watch is behind")
+		}
+		v.changed.Wait()
+	}
+	return nil
+}
+
+// Filter selects runs to list. Zero fields do not filter.
+type Filter struct {
+	Statuses  []events.Status
+	AgentType string
+	Parent    string
+	Limit     int
+	// Cursor continues a listing after the last run of the previous page.
+	Cursor string
+}
+
+// Page is one page of a listing.
+type Page struct {
+	Runs  []Summary `json:"runs"`
+	Total int       `json:"total"`
+	Next  string    `json:"next,omitempty"`
+}
+
+// ErrBadCursor is returned by List for a cursor it did not hand out.
+var ErrBadCursor = errors.New("bad cursor")
+
+// List returns the runs the filter selects, newest first.
+func (v *View) List(f Filter) (Page, error) {
+	var after *position
+	if f.Cursor != "" {
+		p, err := decodeCursor(f.Cursor)
+		if err != nil {
+			return Page{}, err
+		}
+		after = &p
+	}
+	v.mu.RLock()
+	out := make([]Summary, 0, min(len(v.runs), 1024))
+	for _, s := range v.runs {
+		if len(f.Statuses) > 0 && !slices.Contains(f.Statuses, s.Status) ||
+			f.AgentType != "" && s.AgentType != f.AgentType ||
+			f.Parent != "" && s.Parent != f.Parent {
+			continue
+		}
+		out = append(out, s)
+	}
+	v.mu.RUnlock()
+	slices.SortFunc(out, func(a, b Summary) int { return positionOf(a).compare(positionOf(b)) })
+	total := len(out)
+	if after != nil {
+		i, _ := slices.BinarySearchFunc(out, *after, func(s Summary, p position) int { return positionOf(s).compare(p) })
+		if i < len(out) && positionOf(out[i]) == *after {
+			i++
+		}
+		out = out[i:]
+	}
+	page := Page{Runs: out, Total: total}
+	if limit := cmp.Or(f.Limit, len(out)); len(out) > limit {
+		page.Runs = out[:limit]
+		page.Next = encodeCursor(positionOf(out[limit-1]))
+	}
+	return page, nil
+}
+
+// position orders runs newest first, then by id.
+type position struct {
+	created int64
+	id      string
+}
+
+func positionOf(s Summary) position { return position{created: s.CreatedAt.UnixNano(), id: s.ID} }
+
+func (p position) compare(q position) int {
+	if c := cmp.Compare(q.created, p.created); c != 0 {
+		return c
+	}
+	return strings.Compare(p.id, q.id)
+}
+
+func encodeCursor(p position) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(p.created, 10) + ":" + p.id))
+}
+
+func decodeCursor(c string) (position, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return position{}, fmt.Errorf("%w: %v", ErrBadCursor, err)
+	}
+	ns, id, ok := strings.Cut(string(raw), ":")
+	n, err := strconv.ParseInt(ns, 10, 64)
+	if !ok || err != nil || events.ValidateID(id) != nil {
+		return position{}, ErrBadCursor
+	}
+	return position{created: n, id: id}, nil
+}
