@@ -15,7 +15,7 @@ help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
-build: ## build parent-worker and child-worker into bin/
+build: ## build parent-worker, child-worker and the jetrun CLI into bin/
 	$(GO) build -o $(BIN)/ ./cmd/...
 
 .PHONY: run
@@ -23,8 +23,23 @@ run: build ## run parent-worker on an embedded nats-server with an in-process de
 	./$(BIN)/parent-worker
 
 .PHONY: test
-test: ## run every test with -race (real nats-servers, real processes)
+test: chromium ## run every test with -race (real nats-servers, real processes, headless Chromium)
 	$(GO) test -race -count=1 -timeout 15m $(GOTESTFLAGS) ./...
+
+# The browser test needs Debian's chromium; install it when missing and we
+# can. Without it the browser test fails (it never skips).
+.PHONY: chromium
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+		if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+			echo "installing chromium for the browser test"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+		elif command -v apt-get >/dev/null 2>&1 && command -v sudo >/dev/null 2>&1; then \
+			echo "installing chromium for the browser test"; \
+			sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+		else \
+			echo "chromium is missing and cannot be installed here: the browser test will fail"; \
+		fi; }
 
 .PHONY: bench
 bench: ## measure jetrun against raw JetStream in one run (prints ratios)
@@ -47,5 +62,5 @@ tidy-check: ## fail if go.mod or go.sum are not tidy
 	$(GO) mod tidy -diff
 
 .PHONY: clean
-clean: ## remove build output and the embedded server's data
-	rm -rf $(BIN) data
+clean: ## remove build output, test artifacts and the embedded server's data
+	rm -rf $(BIN) data artifacts

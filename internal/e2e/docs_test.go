@@ -2,15 +2,24 @@ package e2e_test
 
 import (
 	"bufio"
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/creack/pty"
+
+	"github.com/jetrun/jetrun/internal/natstest"
 )
 
 func readme(t *testing.T) string {
@@ -99,13 +108,41 @@ func tourCommands(t *testing.T) []string {
 	return cmds
 }
 
-// Every curl command of the README's tour works against a parent-worker
-// started the way make run starts it.
+// natsCommands returns the nats CLI commands of the README's tour, in
+// order, without their comments.
+func natsCommands(t *testing.T) []string {
+	t.Helper()
+	text := readme(t)
+	start := strings.Index(text, "With the [`nats` CLI]")
+	end := strings.Index(text, "To have parent-worker deliver finishes itself")
+	if start < 0 || end < start {
+		t.Fatal("README has no nats CLI recipes")
+	}
+	comment := regexp.MustCompile(`\s{2,}#.*$`)
+	var cmds []string
+	for _, l := range strings.Split(text[start:end], "\n") {
+		if strings.HasPrefix(l, "nats ") {
+			cmds = append(cmds, comment.ReplaceAllString(l, ""))
+		}
+	}
+	if len(cmds) < 10 {
+		t.Fatalf("README has %d nats commands", len(cmds))
+	}
+	return cmds
+}
+
+// Every command of the README's tour works against a parent-worker started
+// the way make run starts it: the curl commands, then the recipes for the
+// real nats CLI (v0.2.0), whose effects are checked as a user would see
+// them.
 func TestReadmeTourCommands(t *testing.T) {
 	t.Parallel()
+	nats := natsCLI(t)
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	natsPort := freePort(t)
 	pw := start(t, "parent-worker", map[string]string{
-		"JETRUN_CHILDREN": "demo", "JETRUN_HTTP_ADDR": addr, "JETRUN_EMBEDDED_PORT": "-1",
+		"JETRUN_CHILDREN": "demo", "JETRUN_HTTP_ADDR": addr, "JETRUN_EMBEDDED_PORT": fmt.Sprint(natsPort),
+		"JETRUN_RECONCILE_INTERVAL": "500ms",
 	})
 	pw.waitLog("parent-worker ready", 60*time.Second)
 	for _, c := range tourCommands(t) {
@@ -116,10 +153,146 @@ func TestReadmeTourCommands(t *testing.T) {
 		}
 		t.Logf("%s\n%s", c, out)
 	}
+
+	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), fmt.Sprintf("NATS_URL=nats://127.0.0.1:%d", natsPort)}
+	status := func(id string) string {
+		resp, err := http.Get("http://" + addr + "/v1/runs/" + id)
+		if err != nil {
+			return ""
+		}
+		defer resp.Body.Close()
+		var row struct{ Status string }
+		_ = json.NewDecoder(resp.Body).Decode(&row)
+		return row.Status
+	}
+	completed := func(id string) {
+		natstest.Eventually(t, 30*time.Second, func() bool { return status(id) == "completed" }, "%s did not complete", id)
+	}
+	type watcher struct {
+		cmd string
+		p   *exec.Cmd
+		out *syncBuffer
+	}
+	var watchers []watcher
+	outputs := map[string]string{}
+	for _, c := range natsCommands(t) {
+		switch {
+		case strings.Contains(c, "stream view JETRUN_EVENTS"):
+			completed("tour-3") // the whole timeline, to its end
+		case strings.Contains(c, "jetrun.dispatch.demo 'not json'"):
+			completed("tour-5") // after its signal
+		}
+		// exec: the shell only parses the quoting; signals reach nats itself.
+		args := []string{"-c", "exec " + strings.Replace(c, "nats ", nats+" ", 1)}
+		if strings.Contains(c, " watch ") || strings.Contains(c, " sub ") {
+			p := exec.Command("sh", args...)
+			p.Env, p.WaitDelay = env, 5*time.Second
+			buf := &syncBuffer{}
+			p.Stdout, p.Stderr = buf, buf
+			if err := p.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = p.Process.Kill(); _ = p.Wait() })
+			watchers = append(watchers, watcher{c, p, buf})
+			// A subscription misses what happens before it is in place.
+			natstest.Eventually(t, 10*time.Second, func() bool { return buf.String() != "" }, "%s printed nothing", c)
+			continue
+		}
+		cmd := exec.Command("sh", args...)
+		cmd.Env = env
+		var out []byte
+		var err error
+		if strings.Contains(c, "stream view") { // pages interactively: a terminal
+			out, err = onTerminal(cmd)
+		} else {
+			out, err = cmd.CombinedOutput()
+		}
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", c, err, out)
+		}
+		outputs[c] = string(out)
+		t.Logf("%s\n%s", c, out)
+	}
+	completed("tour-5")
+	// The live views saw it all happen.
+	wants := map[string][]string{
+		"nats kv watch jetrun_runs":      {"PUT jetrun_runs > tour-3", `"status":"completed"`},
+		"nats sub 'jetrun.run.>'":        {"jetrun.run.tour-3.status", "jetrun.run.tour-5.signal"},
+		"nats sub 'jetrun.run.tour-3.>'": {"jetrun.run.tour-3."},
+		"nats sub 'jetrun.obs.>'":        {"jetrun.obs.reconcile.begin"},
+	}
+	for _, w := range watchers {
+		for _, want := range wants[w.cmd] {
+			natstest.Eventually(t, 20*time.Second, func() bool { return strings.Contains(w.out.String(), want) },
+				"%s never showed %q:\n%s", w.cmd, want, w.out)
+		}
+	}
+	for c, want := range map[string]string{
+		"nats stream view JETRUN_EVENTS --subject 'jetrun.run.tour-3.>' 100": `"status":"completed"`,
+		"nats kv get jetrun_runs tour-3":                                     `"status":"completed"`,
+		"nats stream view JETRUN_DLQ 100":                                    "Jetrun-Reason: bad dispatch: payload is not a JSON object",
+		"nats stream view JETRUN_FINISH 100":                                 `"runId":"tour-4"`,
+	} {
+		if !strings.Contains(outputs[c], want) {
+			t.Errorf("%s: output lacks %q:\n%s", c, want, outputs[c])
+		}
+	}
 	pw.signal(syscall.SIGTERM)
 	if err := pw.wait(30 * time.Second); err != nil {
 		t.Fatalf("parent-worker exit after SIGTERM: %v", err)
 	}
+}
+
+// onTerminal runs cmd on a pseudo-terminal and returns what it printed.
+func onTerminal(cmd *exec.Cmd) ([]byte, error) {
+	f, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 50, Cols: 200})
+	if err != nil {
+		return nil, err
+	}
+	var out bytes.Buffer
+	_, _ = io.Copy(&out, f)
+	_ = f.Close()
+	return out.Bytes(), cmd.Wait()
+}
+
+var (
+	natsCLIOnce sync.Once
+	natsCLIPath string
+	natsCLIErr  error
+)
+
+// natsCLI builds the stock nats CLI v0.2.0 from the Go module proxy, in its
+// own module (its go.sum vouches for its dependencies; the checksum database
+// has no entry for the module itself), once per test binary.
+func natsCLI(t *testing.T) string {
+	t.Helper()
+	natsCLIOnce.Do(func() {
+		env := append(os.Environ(), "GONOSUMDB=github.com/nats-io/natscli", "GOFLAGS=-mod=mod")
+		dl := exec.Command("go", "mod", "download", "-json", "github.com/nats-io/natscli@v0.2.0")
+		dl.Env = env
+		out, err := dl.Output()
+		if err != nil {
+			natsCLIErr = fmt.Errorf("download natscli: %v", err)
+			return
+		}
+		var mod struct{ Dir string }
+		if err := json.Unmarshal(out, &mod); err != nil || mod.Dir == "" {
+			natsCLIErr = fmt.Errorf("download natscli: %s", out)
+			return
+		}
+		path := filepath.Join(bin, "nats")
+		build := exec.Command("go", "build", "-o", path, "./nats")
+		build.Dir, build.Env = mod.Dir, env
+		if out, err := build.CombinedOutput(); err != nil {
+			natsCLIErr = fmt.Errorf("build natscli: %v\n%s", err, out)
+			return
+		}
+		natsCLIPath = path
+	})
+	if natsCLIErr != nil {
+		t.Fatal(natsCLIErr)
+	}
+	return natsCLIPath
 }
 
 // make run, as a new user runs it: builds, starts parent-worker on an

@@ -32,6 +32,12 @@ func Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", page)
 	mux.HandleFunc("GET /runs/{id}", page)
-	mux.Handle("GET /assets/", http.StripPrefix("/assets/", http.FileServerFS(assets)))
+	files := http.StripPrefix("/assets/", http.FileServerFS(assets))
+	mux.HandleFunc("GET /assets/", func(w http.ResponseWriter, r *http.Request) {
+		// The embedded files carry no modification time: make browsers
+		// revalidate so a new binary's assets are never stale.
+		w.Header().Set("Cache-Control", "no-cache")
+		files.ServeHTTP(w, r)
+	})
 	return mux
 }

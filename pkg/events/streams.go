@@ -74,6 +74,7 @@ func StreamConfigs(ns Namespace, o StreamOptions) []jetstream.StreamConfig {
 			Replicas:    o.Replicas,
 			Duplicates:  o.DedupWindow,
 			Discard:     jetstream.DiscardNew,
+			AllowDirect: true, // lets `nats stream view` page a work queue
 		},
 		{
 			Name:        ns.EventsStream(),
@@ -94,6 +95,7 @@ func StreamConfigs(ns Namespace, o StreamOptions) []jetstream.StreamConfig {
 			Storage:     jetstream.FileStorage,
 			Replicas:    o.Replicas,
 			Duplicates:  o.DedupWindow,
+			AllowDirect: true,
 		},
 		{
 			Name:        ns.SignalsStream(),
