@@ -241,3 +241,30 @@ func waitFinalEvent(t *testing.T, js jetstream.JetStream, id string) []jetruntes
 	}, "run %s has no final status event", id)
 	return evs
 }
+
+// A signal sent while the waiting run's worker is dead, before another
+// worker took the run over, is not lost: the new attempt receives it.
+func TestSignalSentWhileTheWorkerIsReplacedArrives(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	a := e.childWorker(t, "child-s1", nil)
+	if _, err := e.client.Dispatch(context.Background(), parent.Request{
+		AgentType: demo.AgentType, RunID: "parked", Input: map[string]int{"steps": 3, "stepMs": 100, "approveAt": 2},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	jetruntest.WaitRow(t, e.store, "parked", 30*time.Second, func(r *kv.Run) bool { return r.WaitingFor == demo.ApprovalSignal })
+	a.kill()
+	if _, err := e.client.Signal(context.Background(), "parked", demo.ApprovalSignal, map[string]bool{"approved": true}); err != nil {
+		t.Fatal(err)
+	}
+	e.childWorker(t, "child-s2", nil)
+	row := jetruntest.WaitRow(t, e.store, "parked", 60*time.Second, jetruntest.Final)
+	if row.Status != events.StatusCompleted || row.Attempt != 2 || row.Worker != "" {
+		t.Fatalf("row: %+v", row)
+	}
+	var out demo.Output
+	if err := json.Unmarshal(row.Output, &out); err != nil || out.StepsRunHere != 2 {
+		t.Fatalf("output %s: the new attempt should have run steps 2 and 3 only", row.Output)
+	}
+}

@@ -108,27 +108,32 @@ func tourCommands(t *testing.T) []string {
 	return cmds
 }
 
-// natsCommands returns the nats CLI commands of the README's tour, in
-// order, without their comments.
-func natsCommands(t *testing.T) []string {
+// readmeCommands returns the README's command lines starting with prefix
+// between the markers from and to, in order, without their comments.
+func readmeCommands(t *testing.T, from, to, prefix string, atLeast int) []string {
 	t.Helper()
 	text := readme(t)
-	start := strings.Index(text, "With the [`nats` CLI]")
-	end := strings.Index(text, "To have parent-worker deliver finishes itself")
+	start := strings.Index(text, from)
+	end := strings.Index(text, to)
 	if start < 0 || end < start {
-		t.Fatal("README has no nats CLI recipes")
+		t.Fatalf("README has no section from %q to %q", from, to)
 	}
 	comment := regexp.MustCompile(`\s{2,}#.*$`)
 	var cmds []string
 	for _, l := range strings.Split(text[start:end], "\n") {
-		if strings.HasPrefix(l, "nats ") {
+		if strings.HasPrefix(l, prefix) {
 			cmds = append(cmds, comment.ReplaceAllString(l, ""))
 		}
 	}
-	if len(cmds) < 10 {
-		t.Fatalf("README has %d nats commands", len(cmds))
+	if len(cmds) < atLeast {
+		t.Fatalf("README has %d %q commands there", len(cmds), prefix)
 	}
 	return cmds
+}
+
+// natsCommands returns the nats CLI commands of the README's tour.
+func natsCommands(t *testing.T) []string {
+	return readmeCommands(t, "With the [`nats` CLI]", "To have parent-worker deliver finishes itself", "nats ", 10)
 }
 
 // Every command of the README's tour works against a parent-worker started
@@ -154,7 +159,22 @@ func TestReadmeTourCommands(t *testing.T) {
 		t.Logf("%s\n%s", c, out)
 	}
 
-	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), fmt.Sprintf("NATS_URL=nats://127.0.0.1:%d", natsPort)}
+	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), fmt.Sprintf("NATS_URL=nats://127.0.0.1:%d", natsPort),
+		fmt.Sprintf("JETRUN_NATS_URL=nats://127.0.0.1:%d", natsPort)}
+	// The jetrun CLI lines.
+	for _, c := range readmeCommands(t, "The `jetrun` CLI (built by", "Scale out:", "./bin/jetrun ", 5) {
+		cmd := exec.Command("sh", "-c", "exec "+strings.Replace(c, "./bin/jetrun", filepath.Join(bin, "jetrun"), 1))
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", c, err, out)
+		}
+		t.Logf("%s\n%s", c, out)
+		if strings.Contains(c, "replay --follow tour-6") && !strings.Contains(string(out), "status     completed") {
+			t.Fatalf("%s did not follow the run to its end:\n%s", c, out)
+		}
+	}
+
 	status := func(id string) string {
 		resp, err := http.Get("http://" + addr + "/v1/runs/" + id)
 		if err != nil {

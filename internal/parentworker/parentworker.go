@@ -221,7 +221,8 @@ func banner(out io.Writer, cfg config.ParentWorker, natsURL string, embeddedServ
 	}
 	fmt.Fprintf(b, "  NATS        %s  (%s)\n", natsURL, where)
 	if httpURL != "" {
-		fmt.Fprintf(b, "  HTTP API    %s  (GET /v1/runs, GET /v1/runs/<id>, POST /v1/runs)\n", httpURL)
+		fmt.Fprintf(b, "  web UI      %s/\n", httpURL)
+		fmt.Fprintf(b, "  HTTP API    %s/v1/runs  (GET /v1/runs/<id>, /v1/runs/<id>/events, POST /v1/runs)\n", httpURL)
 	}
 	if pool != nil {
 		fmt.Fprintf(b, "  child pool  %s (in-process, worker %s)\n", strings.Join(pool.AgentTypes(), ","), pool.ID())
