@@ -52,6 +52,7 @@ import (
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/obs"
+	"github.com/jetrun/jetrun/pkg/pull"
 )
 
 // Defaults used where Config leaves a field zero.
@@ -257,8 +258,13 @@ func (d *Deliverer) Start(ctx context.Context) error {
 	d.cancel, d.stopPull = cancel, stopPull
 	d.mu.Unlock()
 	for name, c := range consumers {
-		d.pullers.Add(1)
-		go d.pull(pullCtx, runCtx, name, c)
+		loop := pull.Loop{
+			Consumer: c, Concurrency: d.cfg.Concurrency, Handlers: &d.inflight,
+			Handle:  func(m jetstream.Msg) { d.deliver(runCtx, name, m) },
+			Stopped: func(m jetstream.Msg) { _ = m.NakWithDelay(time.Second) },
+			Logger:  d.log, Name: events.FinishConsumer(name),
+		}
+		d.pullers.Go(func() { loop.Run(pullCtx) })
 	}
 	d.log.InfoContext(ctx, "finish deliverer started", "handlers", d.Handlers())
 	return nil
@@ -307,63 +313,6 @@ func (d *Deliverer) Stop() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	return d.Shutdown(ctx)
-}
-
-func (d *Deliverer) pull(ctx, runCtx context.Context, name string, c jetstream.Consumer) {
-	defer d.pullers.Done()
-	slots := make(chan struct{}, d.cfg.Concurrency)
-	for ctx.Err() == nil {
-		n := 0
-		select {
-		case slots <- struct{}{}:
-			n = 1
-		case <-ctx.Done():
-			return
-		}
-	more:
-		for {
-			select {
-			case slots <- struct{}{}:
-				n++
-			default:
-				break more
-			}
-		}
-		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		batch, err := c.Fetch(n, jetstream.FetchContext(fctx))
-		if err != nil {
-			cancel()
-			for range n {
-				<-slots
-			}
-			if ctx.Err() == nil {
-				d.log.WarnContext(ctx, "fetch finishes", "handler", name, "err", err)
-				select {
-				case <-ctx.Done():
-				case <-time.After(time.Second):
-				}
-			}
-			continue
-		}
-		got := 0
-		for msg := range batch.Messages() {
-			if ctx.Err() != nil {
-				_ = msg.NakWithDelay(time.Second)
-				continue
-			}
-			got++
-			d.inflight.Add(1)
-			go func() {
-				defer d.inflight.Done()
-				defer func() { <-slots }()
-				d.deliver(runCtx, name, msg)
-			}()
-		}
-		cancel()
-		for range n - got {
-			<-slots
-		}
-	}
 }
 
 // deliver handles one finish message.

@@ -223,6 +223,24 @@ func (r *Run) RequestCancel(reason string, now time.Time) (aborted bool, err err
 	return false, nil
 }
 
+// NewRun is the row of a run about to start: status "starting", from its
+// dispatch d (whose RunID is set) published at dispatch stream sequence seq.
+func NewRun(agentType string, d events.Dispatch, seq uint64, now time.Time) *Run {
+	return &Run{
+		ID:               d.RunID,
+		AgentType:        agentType,
+		Parent:           d.Parent,
+		ParentToolCallID: d.ParentToolCallID,
+		DisplayOrder:     d.DisplayOrder,
+		Depth:            d.Depth,
+		Input:            d.Input,
+		Detached:         d.Detached,
+		Status:           events.StatusStarting,
+		DispatchSeq:      seq,
+		CreatedAt:        now,
+	}
+}
+
 // Dispatch is the dispatch message that (re)starts r.
 func (r *Run) Dispatch() events.Dispatch {
 	return events.Dispatch{

@@ -242,19 +242,7 @@ func (c *Client) Dispatch(ctx context.Context, req Request) (*kv.Run, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parent: dispatch run %s: %w: %w", d.RunID, ErrDispatchFailed, err)
 	}
-	row := &kv.Run{
-		ID:               d.RunID,
-		AgentType:        req.AgentType,
-		Parent:           d.Parent,
-		ParentToolCallID: d.ParentToolCallID,
-		DisplayOrder:     d.DisplayOrder,
-		Depth:            d.Depth,
-		Input:            d.Input,
-		Detached:         d.Detached,
-		Status:           events.StatusStarting,
-		DispatchSeq:      seq,
-		CreatedAt:        time.Now(),
-	}
+	row := kv.NewRun(req.AgentType, d, seq, time.Now())
 	switch _, err := c.store.Create(ctx, row); {
 	case errors.Is(err, kv.ErrRunExists):
 		// A worker received the dispatch first and wrote the row from it,

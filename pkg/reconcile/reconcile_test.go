@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -693,75 +691,5 @@ func TestRetentionClearsOldSettledRuns(t *testing.T) {
 		if ok, _ := e.client.HasRun(ctx, id); ok != want {
 			t.Errorf("%s exists = %v, want %v", id, ok, want)
 		}
-	}
-}
-
-func TestWebhookHandlerDeliversTheFinishAsJSON(t *testing.T) {
-	t.Parallel()
-	type call struct {
-		key  string
-		body finish.Result
-	}
-	calls := make(chan call, 10)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var body finish.Result
-		_ = json.NewDecoder(r.Body).Decode(&body)
-		calls <- call{key: r.Header.Get("Idempotency-Key"), body: body}
-		if body.RunID == "hook-fails" {
-			http.Error(w, "nope", http.StatusBadGateway)
-		}
-	}))
-	t.Cleanup(srv.Close)
-	ns := natstest.RunServer(t)
-	nc, _ := natstest.Connect(t, ns)
-	d, err := finish.New(nc, finish.Config{MaxAttempts: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.HandleFinish("hook", finish.Webhook(srv.URL, nil))
-	ctx := context.Background()
-	if err := d.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = d.Stop() })
-	w, _ := worker.New(nc, worker.Config{})
-	w.Handle(demo.AgentType, demo.Handler())
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Stop() })
-	client, err := parent.New(ctx, nc, parent.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, id := range []string{"hook-ok", "hook-fails"} {
-		if _, err := client.Dispatch(ctx, parent.Request{AgentType: "demo", RunID: id,
-			Input: map[string]int{"steps": 1, "stepMs": 0}, Detached: &events.Detached{OnFinish: "hook"}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	got := map[string]call{}
-	for range 2 {
-		select {
-		case c := <-calls:
-			got[c.body.RunID] = c
-		case <-time.After(20 * time.Second):
-			t.Fatal("webhook not called")
-		}
-	}
-	ok := got["hook-ok"]
-	if ok.key != "hook-ok.completed" || ok.body.Status != events.StatusCompleted || ok.body.Summary != "finished 1 steps" {
-		t.Fatalf("webhook call %+v", ok)
-	}
-	row := jetruntest.WaitRow(t, client.Store(), "hook-ok", 10*time.Second, func(r *kv.Run) bool { return len(r.Delivered) == 1 })
-	if row.Delivered[events.StatusCompleted].IsZero() {
-		t.Fatal("not marked delivered")
-	}
-	failed := jetruntest.WaitRow(t, client.Store(), "hook-fails", 10*time.Second, func(r *kv.Run) bool {
-		f := r.Finishes[events.StatusCompleted]
-		return f != nil && !f.FailedAt.IsZero()
-	})
-	if le := failed.Finishes[events.StatusCompleted].LastError; le == "" {
-		t.Fatal("no error recorded")
 	}
 }

@@ -218,19 +218,7 @@ func dispatchSeq(msg jetstream.Msg) uint64 {
 
 // createRow records a dispatch that arrived without a row.
 func (w *Worker) createRow(ctx context.Context, agentType string, d events.Dispatch, msg jetstream.Msg) (*kv.Run, uint64, error) {
-	row := &kv.Run{
-		ID:               d.RunID,
-		AgentType:        agentType,
-		Parent:           d.Parent,
-		ParentToolCallID: d.ParentToolCallID,
-		DisplayOrder:     d.DisplayOrder,
-		Depth:            d.Depth,
-		Input:            d.Input,
-		Detached:         d.Detached,
-		Status:           events.StatusStarting,
-		DispatchSeq:      dispatchSeq(msg),
-		CreatedAt:        time.Now(),
-	}
+	row := kv.NewRun(agentType, d, dispatchSeq(msg), time.Now())
 	rev, err := w.store.Create(ctx, row)
 	if errors.Is(err, kv.ErrRunExists) {
 		return w.store.Get(ctx, d.RunID) // lost a race with another creator

@@ -15,10 +15,8 @@ import (
 
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/pull"
 )
-
-// fetchWait bounds one pull request; a stop interrupts it at once.
-const fetchWait = 5 * time.Second
 
 // handbackGrace is how long Shutdown waits, after cancelling handlers, for
 // them to return so their runs can be handed back.
@@ -196,12 +194,22 @@ func (w *Worker) setUp(ctx context.Context) error {
 	w.cancel, w.stopPull = cancel, stopPull
 	w.state = stateRunning
 	w.mu.Unlock()
+	nak := func(m jetstream.Msg) { _ = m.Nak() } // stopping: straight to another worker
+	loops := []pull.Loop{{
+		Consumer: malformed, Concurrency: 1, Handlers: &w.runs, Stopped: nak,
+		Handle: func(m jetstream.Msg) { w.deadLetterMalformed(runCtx, m) },
+		Logger: w.log, Name: malformedConsumer,
+	}}
 	for agentType, c := range consumers {
-		w.pullers.Add(1)
-		go w.pull(pullCtx, runCtx, agentType, c, w.cfg.Concurrency)
+		loops = append(loops, pull.Loop{
+			Consumer: c, Concurrency: w.cfg.Concurrency, Handlers: &w.runs, Stopped: nak,
+			Handle: func(m jetstream.Msg) { w.process(runCtx, agentType, m) },
+			Logger: w.log, Name: events.AgentConsumer(agentType),
+		})
 	}
-	w.pullers.Add(1)
-	go w.pull(pullCtx, runCtx, "", malformed, 1)
+	for _, l := range loops {
+		w.pullers.Go(func() { l.Run(pullCtx) })
+	}
 	w.log.InfoContext(ctx, "worker started", "agent_types", w.AgentTypes(), "concurrency", w.cfg.Concurrency,
 		"lease", w.cfg.Lease)
 	return nil
@@ -259,86 +267,4 @@ func (w *Worker) activeIDs() []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return slices.Sorted(maps.Keys(w.active))
-}
-
-// pull fetches dispatches while it has free slots. Slots are taken before a
-// fetch, so a busy worker never hoards dispatches other workers could run.
-func (w *Worker) pull(ctx, runCtx context.Context, agentType string, c jetstream.Consumer, concurrency int) {
-	defer w.pullers.Done()
-	slots := make(chan struct{}, concurrency)
-	for ctx.Err() == nil {
-		n := acquire(ctx, slots)
-		if n == 0 {
-			return
-		}
-		fctx, cancel := context.WithTimeout(ctx, fetchWait)
-		batch, err := c.Fetch(n, jetstream.FetchContext(fctx))
-		if err != nil {
-			cancel()
-			release(slots, n)
-			if ctx.Err() == nil {
-				w.log.WarnContext(ctx, "fetch dispatches", "agent_type", agentType, "err", err)
-				sleep(ctx, time.Second)
-			}
-			continue
-		}
-		got := 0
-		for msg := range batch.Messages() {
-			if ctx.Err() != nil {
-				_ = msg.Nak() // stopping: hand it straight to another worker
-				continue
-			}
-			got++
-			w.runs.Add(1)
-			go func() {
-				defer w.runs.Done()
-				defer func() { <-slots }()
-				if agentType == "" {
-					w.deadLetterMalformed(runCtx, msg)
-					return
-				}
-				w.process(runCtx, agentType, msg)
-			}()
-		}
-		cancel()
-		release(slots, n-got)
-		if err := batch.Error(); err != nil && ctx.Err() == nil &&
-			!errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
-			w.log.WarnContext(ctx, "fetch dispatches", "agent_type", agentType, "err", err)
-		}
-	}
-}
-
-// acquire blocks for one free slot, then takes every other free one. It
-// returns 0 when ctx is done.
-func acquire(ctx context.Context, slots chan struct{}) int {
-	select {
-	case slots <- struct{}{}:
-	case <-ctx.Done():
-		return 0
-	}
-	n := 1
-	for {
-		select {
-		case slots <- struct{}{}:
-			n++
-		default:
-			return n
-		}
-	}
-}
-
-func release(slots chan struct{}, n int) {
-	for range n {
-		<-slots
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }

@@ -1,0 +1,190 @@
+package finish_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/jetrun/jetrun/internal/agents/demo"
+	"github.com/jetrun/jetrun/internal/jetruntest"
+	"github.com/jetrun/jetrun/internal/natstest"
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/finish"
+	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/parent"
+	"github.com/jetrun/jetrun/pkg/worker"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// setup starts a server, a demo worker, a deliverer with handlers, and a
+// parent client.
+func setup(t *testing.T, cfg finish.Config, handlers map[string]finish.Handler) (*nats.Conn, *parent.Client) {
+	t.Helper()
+	ns := natstest.RunServer(t)
+	nc, _ := natstest.Connect(t, ns)
+	ctx := context.Background()
+	d, err := finish.New(nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, h := range handlers {
+		d.HandleFinish(name, h)
+	}
+	if err := d.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Stop() })
+	w, err := worker.New(nc, worker.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Handle(demo.AgentType, demo.Handler())
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Stop() })
+	client, err := parent.New(ctx, nc, parent.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, client
+}
+
+func detached(t *testing.T, c *parent.Client, id, handler string) {
+	t.Helper()
+	if _, err := c.Dispatch(context.Background(), parent.Request{AgentType: "demo", RunID: id,
+		Input: map[string]int{"steps": 1, "stepMs": 0}, Detached: &events.Detached{OnFinish: handler}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestAFailingHandlerIsRetriedUntilItSucceeds(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	keys := make(chan string, 10)
+	_, client := setup(t, finish.Config{RetryDelay: 20 * time.Millisecond}, map[string]finish.Handler{
+		"flaky": finish.HandlerFunc(func(ctx context.Context, run *kv.Run, res finish.Result) error {
+			keys <- finish.IdempotencyKey(res)
+			if calls.Add(1) < 3 {
+				return errors.New("not yet")
+			}
+			return nil
+		}),
+	})
+	detached(t, client, "flaky-run", "flaky")
+	row := jetruntest.WaitRow(t, client.Store(), "flaky-run", 20*time.Second, func(r *kv.Run) bool {
+		return !r.Delivered[events.StatusCompleted].IsZero()
+	})
+	f := row.Finishes[events.StatusCompleted]
+	if f.Attempts != 3 || f.LastError != "" || f.ClaimedBy != "" {
+		t.Fatalf("ledger after the third attempt: %+v", f)
+	}
+	for range 3 {
+		if k := <-keys; k != "flaky-run.completed" {
+			t.Fatalf("idempotency key %q", k)
+		}
+	}
+}
+
+func TestAMalformedFinishIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	nc, _ := setup(t, finish.Config{}, map[string]finish.Handler{
+		"h": finish.HandlerFunc(func(context.Context, *kv.Run, finish.Result) error { return nil }),
+	})
+	ctx := context.Background()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "jetrun.finish.h", []byte("garbage")); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		s, err := js.Stream(ctx, "JETRUN_DLQ")
+		if err != nil {
+			return false
+		}
+		m, err := s.GetLastMsgForSubject(ctx, "jetrun.dlq.finish.h")
+		return err == nil && string(m.Data) == "garbage" && m.Header.Get(events.HeaderReason) != ""
+	}, "the malformed finish was not dead-lettered")
+}
+
+func TestWebhookHandlerDeliversTheFinishAsJSON(t *testing.T) {
+	t.Parallel()
+	type call struct {
+		key  string
+		body finish.Result
+	}
+	calls := make(chan call, 10)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body finish.Result
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		calls <- call{key: r.Header.Get("Idempotency-Key"), body: body}
+		if body.RunID == "hook-fails" {
+			http.Error(w, "nope", http.StatusBadGateway)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	ns := natstest.RunServer(t)
+	nc, _ := natstest.Connect(t, ns)
+	d, err := finish.New(nc, finish.Config{MaxAttempts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.HandleFinish("hook", finish.Webhook(srv.URL, nil))
+	ctx := context.Background()
+	if err := d.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Stop() })
+	w, _ := worker.New(nc, worker.Config{})
+	w.Handle(demo.AgentType, demo.Handler())
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Stop() })
+	client, err := parent.New(ctx, nc, parent.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"hook-ok", "hook-fails"} {
+		if _, err := client.Dispatch(ctx, parent.Request{AgentType: "demo", RunID: id,
+			Input: map[string]int{"steps": 1, "stepMs": 0}, Detached: &events.Detached{OnFinish: "hook"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := map[string]call{}
+	for range 2 {
+		select {
+		case c := <-calls:
+			got[c.body.RunID] = c
+		case <-time.After(20 * time.Second):
+			t.Fatal("webhook not called")
+		}
+	}
+	ok := got["hook-ok"]
+	if ok.key != "hook-ok.completed" || ok.body.Status != events.StatusCompleted || ok.body.Summary != "finished 1 steps" {
+		t.Fatalf("webhook call %+v", ok)
+	}
+	row := jetruntest.WaitRow(t, client.Store(), "hook-ok", 10*time.Second, func(r *kv.Run) bool { return len(r.Delivered) == 1 })
+	if row.Delivered[events.StatusCompleted].IsZero() {
+		t.Fatal("not marked delivered")
+	}
+	failed := jetruntest.WaitRow(t, client.Store(), "hook-fails", 10*time.Second, func(r *kv.Run) bool {
+		f := r.Finishes[events.StatusCompleted]
+		return f != nil && !f.FailedAt.IsZero()
+	})
+	if le := failed.Finishes[events.StatusCompleted].LastError; le == "" {
+		t.Fatal("no error recorded")
+	}
+}

@@ -1,0 +1,119 @@
+// Package pull is the fetch loop jetrun's durable consumers share. It
+// fetches only as many messages as it has free handler slots, so a busy
+// process never hoards messages another one could handle (their ack wait
+// would tick while they queue), and runs each message's handler in its own
+// goroutine, tracked by the caller's WaitGroup.
+package pull
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// fetchWait bounds one pull request; ending the loop's context interrupts
+// it at once.
+const fetchWait = 5 * time.Second
+
+// errorPause is the wait after a failed fetch.
+const errorPause = time.Second
+
+// Loop describes one fetch loop.
+type Loop struct {
+	// Consumer is the durable consumer to fetch from.
+	Consumer jetstream.Consumer
+	// Concurrency is how many handlers may run at once.
+	Concurrency int
+	// Handle processes one message and settles it (ack, nak, term…).
+	Handle func(jetstream.Msg)
+	// Stopped settles a message that arrived after the loop's context
+	// ended (typically a Nak, so another process takes it at once).
+	Stopped func(jetstream.Msg)
+	// Handlers counts the running handlers; the caller waits on it.
+	Handlers *sync.WaitGroup
+	// Logger and Name label fetch errors.
+	Logger *slog.Logger
+	Name   string
+}
+
+// Run fetches and dispatches messages until ctx ends. Handlers it started
+// keep running; wait for them on Handlers.
+func (l Loop) Run(ctx context.Context) {
+	slots := make(chan struct{}, max(l.Concurrency, 1))
+	for ctx.Err() == nil {
+		n := acquire(ctx, slots)
+		if n == 0 {
+			return
+		}
+		fctx, cancel := context.WithTimeout(ctx, fetchWait)
+		batch, err := l.Consumer.Fetch(n, jetstream.FetchContext(fctx))
+		if err != nil {
+			cancel()
+			release(slots, n)
+			if ctx.Err() == nil {
+				l.Logger.WarnContext(ctx, "fetch", "consumer", l.Name, "err", err)
+				pause(ctx, errorPause)
+			}
+			continue
+		}
+		got := 0
+		for msg := range batch.Messages() {
+			if ctx.Err() != nil {
+				l.Stopped(msg)
+				continue
+			}
+			got++
+			l.Handlers.Add(1)
+			go func() {
+				defer l.Handlers.Done()
+				defer func() { <-slots }()
+				l.Handle(msg)
+			}()
+		}
+		cancel()
+		release(slots, n-got)
+		if err := batch.Error(); err != nil && ctx.Err() == nil &&
+			!errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
+			l.Logger.WarnContext(ctx, "fetch", "consumer", l.Name, "err", err)
+		}
+	}
+}
+
+// acquire blocks for one free slot, then takes every other free one. It
+// returns 0 when ctx is done.
+func acquire(ctx context.Context, slots chan struct{}) int {
+	select {
+	case slots <- struct{}{}:
+	case <-ctx.Done():
+		return 0
+	}
+	n := 1
+	for {
+		select {
+		case slots <- struct{}{}:
+			n++
+		default:
+			return n
+		}
+	}
+}
+
+func release(slots chan struct{}, n int) {
+	for range n {
+		<-slots
+	}
+}
+
+func pause(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
