@@ -505,3 +505,69 @@ func BenchmarkWorkloadDetachedFinish(b *testing.B) {
 	b.ReportMetric(ms(percentile(latencies, 0.99)), "finish-p99-ms")
 	b.Logf("dispatch→onFinish over %d detached runs: p50 %.2f ms, p99 %.2f ms", n, ms(percentile(latencies, 0.5)), ms(percentile(latencies, 0.99)))
 }
+
+// BenchmarkWorkloadReplay reports how fast a run of 10,000 events replays
+// through events.Replay against a raw ordered consumer over the same
+// subjects, in a stream shared with other runs' events.
+func BenchmarkWorkloadReplay(b *testing.B) {
+	const events_, others = 10_000, 90_000
+	_, nc, js := embeddedServer(b)
+	ctx := context.Background()
+	if err := events.EnsureStreams(ctx, js, "", events.StreamOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	// 10,000 chunks of run "big" interleaved with 90,000 of other runs.
+	payload := []byte(`{"runId":"big","seq":1,"data":"a line of streamed output, about this long"}`)
+	for i := range events_ + others {
+		subject := "jetrun.run.big.chunk"
+		if i%10 != 0 {
+			subject = fmt.Sprintf("jetrun.run.other%d.chunk", i%100)
+		}
+		if _, err := js.PublishAsync(subject, payload); err != nil {
+			b.Fatal(err)
+		}
+		if i%rawWindow == rawWindow-1 {
+			<-js.PublishAsyncComplete()
+		}
+	}
+	<-js.PublishAsyncComplete()
+	_ = nc
+
+	var raw, jr time.Duration
+	for b.Loop() {
+		start := time.Now()
+		c, err := js.OrderedConsumer(ctx, "JETRUN_EVENTS", jetstream.OrderedConsumerConfig{FilterSubjects: []string{"jetrun.run.big.>"}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		it, err := c.Messages()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for n := 0; n < events_; n++ {
+			if _, err := it.Next(jetstream.NextContext(ctx)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		it.Stop()
+		raw = time.Since(start)
+
+		start = time.Now()
+		n := 0
+		for _, err := range events.Replay(ctx, js, "", "big", events.ReplayOptions{Follow: events.HistoryOnly}) {
+			if err != nil {
+				b.Fatal(err)
+			}
+			n++
+		}
+		jr = time.Since(start)
+		if n != events_ {
+			b.Fatalf("replayed %d events, want %d", n, events_)
+		}
+	}
+	b.ReportMetric(events_/raw.Seconds(), "raw-ordered-msgs/s")
+	b.ReportMetric(events_/jr.Seconds(), "replay-events/s")
+	b.ReportMetric(raw.Seconds()/jr.Seconds(), "replay-vs-raw")
+	b.Logf("replay of a 10,000-event run in a 100,000-message stream: %s (%.0f events/s); raw ordered consumer %s (%.0f msgs/s); ratio %.2f",
+		jr.Round(time.Millisecond), events_/jr.Seconds(), raw.Round(time.Millisecond), events_/raw.Seconds(), raw.Seconds()/jr.Seconds())
+}
