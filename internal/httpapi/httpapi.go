@@ -110,6 +110,8 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
 	case errors.Is(err, kv.ErrRunNotFound):
 		writeError(w, http.StatusNotFound, "not_found", err.Error())
+	case errors.Is(err, parent.ErrRunEnded):
+		writeError(w, http.StatusConflict, "run_ended", err.Error())
 	case errors.Is(err, parent.ErrConcurrencyLimit):
 		writeError(w, http.StatusTooManyRequests, "concurrency_limit", err.Error())
 	case errors.Is(err, parent.ErrDispatchFailed):
@@ -178,14 +180,14 @@ func (a *api) dispatch(w http.ResponseWriter, r *http.Request) {
 		Detached:         body.Detached,
 		MaxConcurrent:    body.MaxConcurrent,
 	}
-	row, err := a.client.Dispatch(r.Context(), req)
+	row, created, err := a.client.DispatchNew(r.Context(), req)
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
 	if !wait {
 		status := http.StatusCreated
-		if row.Status != events.StatusStarting {
+		if !created {
 			status = http.StatusOK // an existing run, re-attached
 		}
 		w.Header().Set("Location", "/v1/runs/"+row.ID)
@@ -300,8 +302,13 @@ func (a *api) signal(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, events.MaxSignalBytes))
-	if err != nil {
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
 		writeError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("signal payload exceeds %d bytes", events.MaxSignalBytes))
+		return
+	case err != nil:
+		writeError(w, http.StatusBadRequest, "bad_request", "read the signal payload: "+err.Error())
 		return
 	}
 	if len(bytes.TrimSpace(body)) == 0 {

@@ -64,7 +64,8 @@ func (s *sseWriter) flush() error { return s.rc.Flush() }
 // events streams a run's events: GET /v1/runs/{id}/events?after=N&follow=bool.
 // Each event's id is its stream sequence, so a client that reconnects with
 // Last-Event-ID resumes without gap or duplicate. "caught-up" follows the
-// stored history; "end" closes the stream once the run ended.
+// stored history; "end" closes the stream once the run ended, and
+// "history-end" closes a follow=false stream of a run that goes on.
 func (a *api) events(w http.ResponseWriter, r *http.Request) {
 	row, ok := a.row(w, r)
 	if !ok {
@@ -132,6 +133,7 @@ func (a *api) events(w http.ResponseWriter, r *http.Request) {
 	})
 
 	out := startSSE(w)
+	ended := false // the last event sent ends the run
 	caughtUp := last <= after
 	if caughtUp {
 		if out.send(0, "caught-up", struct{}{}) != nil {
@@ -150,7 +152,11 @@ func (a *api) events(w http.ResponseWriter, r *http.Request) {
 			}
 		case it, open := <-items:
 			if !open {
-				_ = out.send(0, "end", struct{}{})
+				if mode == events.UntilEnd || ended {
+					_ = out.send(0, "end", struct{}{})
+				} else {
+					_ = out.send(0, "history-end", struct{}{}) // the run goes on
+				}
 				return
 			}
 			if it.err != nil {
@@ -162,6 +168,7 @@ func (a *api) events(w http.ResponseWriter, r *http.Request) {
 			if out.send(it.ev.Seq, it.ev.Kind, it.ev) != nil {
 				return
 			}
+			ended = it.ev.Ends()
 			if !caughtUp && (it.ev.Pending == 0 || it.ev.Seq >= last) {
 				caughtUp = true
 				if out.send(0, "caught-up", struct{}{}) != nil {

@@ -9,7 +9,9 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"time"
+	"unicode"
 
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/parent"
@@ -79,7 +81,10 @@ func (c *cli) follow(ctx context.Context, id string) (int, error) {
 	}
 	evs := make(chan events.Event)
 	replayDone := make(chan error, 1)
-	go func() {
+	var wg sync.WaitGroup
+	defer wg.Wait() // the goroutines below end with ctx
+	defer cancel()
+	wg.Go(func() {
 		defer close(evs)
 		for ev, err := range seq {
 			if err != nil {
@@ -93,16 +98,16 @@ func (c *cli) follow(ctx context.Context, id string) (int, error) {
 			}
 		}
 		replayDone <- nil
-	}()
+	})
 	type outcome struct {
 		res *parent.Result
 		err error
 	}
 	awaited := make(chan outcome, 1)
-	go func() {
+	wg.Go(func() {
 		res, err := c.client.Await(ctx, id)
 		awaited <- outcome{res, err}
-	}()
+	})
 
 	var drain <-chan time.Time
 	stream := evs // evs turns nil once the replay ended
@@ -123,7 +128,7 @@ func (c *cli) follow(ctx context.Context, id string) (int, error) {
 			if o.err != nil && !isFailure(o.err) {
 				r.clear()
 				if ctx.Err() != nil {
-					return 0, fmt.Errorf("stopped watching %s; the run goes on (jetrun get %s)", id, id)
+					return 0, fmt.Errorf("%w watching %s; the run goes on (jetrun get %s)", errStopped, id, id)
 				}
 				return 0, o.err
 			}
@@ -140,9 +145,14 @@ func (c *cli) follow(ctx context.Context, id string) (int, error) {
 			for range stream { // let the replay goroutine finish
 			}
 			return c.finish(id, r)
+		case err := <-replayDone:
+			if err != nil && ctx.Err() == nil {
+				r.note("(timeline unavailable: " + err.Error() + "; still waiting for the outcome)")
+			}
+			replayDone = nil
 		case <-ctx.Done():
 			r.clear()
-			return 0, fmt.Errorf("stopped watching %s; the run goes on (jetrun get %s)", id, id)
+			return 0, fmt.Errorf("%w watching %s; the run goes on (jetrun get %s)", errStopped, id, id)
 		}
 	}
 }
@@ -248,7 +258,7 @@ func describeEvent(ev events.Event) string {
 		}
 		return text
 	case ev.Chunk != nil:
-		return fmt.Sprintf("chunk %-4d %s", ev.Chunk.Seq, strings.TrimRight(chunkText(ev.Chunk.Data), "\n"))
+		return fmt.Sprintf("chunk %-4d %s", ev.Chunk.Seq, printable(strings.TrimRight(chunkText(ev.Chunk.Data), "\n")))
 	case ev.Progress != nil:
 		return fmt.Sprintf("progress   %3.0f%% %s", ev.Progress.Fraction*100, phaseMessage(ev.Progress.Phase, ev.Progress.Message))
 	case ev.Milestone != nil:
@@ -271,6 +281,17 @@ func chunkText(data json.RawMessage) string {
 		return s
 	}
 	return string(data)
+}
+
+// printable drops control characters (escape sequences a run's output may
+// carry) except newlines and tabs.
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\t' || !unicode.IsControl(r) {
+			return r
+		}
+		return -1
+	}, s)
 }
 
 func isTerminal(w io.Writer) bool {
@@ -337,8 +358,7 @@ func (r *renderer) event(ev events.Event) {
 			fmt.Fprintf(r.w, "progress %3d%% %s\n", pct, phaseMessage(p.Phase, p.Message))
 		}
 	case ev.Chunk != nil:
-		text := strings.TrimRight(chunkText(ev.Chunk.Data), "\n")
-		r.note(text)
+		r.note(printable(strings.TrimRight(chunkText(ev.Chunk.Data), "\n")))
 	case ev.Milestone != nil:
 		r.note("✓ " + ev.Milestone.Name)
 	case ev.Status != nil:

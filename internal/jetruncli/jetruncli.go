@@ -31,9 +31,10 @@ const (
 	ExitOK          = 0
 	ExitFailure     = 1 // jetrun or NATS failed
 	ExitUsage       = 2
-	ExitRunError    = 3 // the run ended "error"
-	ExitRunAborted  = 4 // the run ended "aborted"
-	ExitInterrupted = 5 // the run was given up ("interrupted")
+	ExitRunError    = 3   // the run ended "error"
+	ExitRunAborted  = 4   // the run ended "aborted"
+	ExitInterrupted = 5   // the run was given up ("interrupted")
+	ExitStopped     = 130 // the user stopped watching (Ctrl-C); the run goes on
 )
 
 // Config is the CLI's environment configuration.
@@ -67,7 +68,8 @@ Usage:
 
 INPUT and PAYLOAD are JSON ('{"steps":5}'), or @file, or - for standard input.
 dispatch --wait shows the run's progress live and exits with the outcome:
-  0 completed, 3 error, 4 aborted, 5 interrupted; 1 when jetrun itself failed, 2 on bad usage.
+  0 completed, 3 error, 4 aborted, 5 interrupted; 1 when jetrun itself failed, 2 on bad usage,
+  130 when you stop watching with Ctrl-C (the run goes on).
 --json prints machine-readable output (replay: one event per line).
 
 Settings (environment variables):
@@ -119,6 +121,10 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		return ExitFailure
 	}
 	code, err := run(ctx, fs.Args())
+	if errors.Is(err, errStopped) {
+		fmt.Fprintf(stderr, "jetrun %s: %v\n", args[0], err)
+		return ExitStopped
+	}
 	if err != nil {
 		var u usageError
 		if errors.As(err, &u) {
@@ -130,6 +136,9 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	}
 	return code
 }
+
+// errStopped wraps the error of a command the user interrupted.
+var errStopped = errors.New("stopped")
 
 // usageError is a mistake in the command line.
 type usageError struct{ error }

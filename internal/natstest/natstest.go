@@ -4,6 +4,7 @@
 package natstest
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/url"
@@ -131,7 +132,42 @@ func RunCluster(t testing.TB) []*server.Server {
 		}
 		return false
 	}, "cluster has no JetStream meta leader")
+	// Ready when a three-replica stream can be placed and gets a leader.
+	nc, js := Connect(t, servers[0])
+	defer nc.Close()
+	Eventually(t, 30*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "NATSTEST_PROBE", Subjects: []string{"natstest.probe"}, Replicas: 3})
+		if err != nil {
+			return false
+		}
+		info, err := s.Info(ctx)
+		return err == nil && info.Cluster != nil && info.Cluster.Leader != ""
+	}, "cluster cannot place a three-replica stream")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = js.DeleteStream(ctx, "NATSTEST_PROBE")
 	return servers
+}
+
+// WaitForStreamLeaders waits until every named stream has a cluster leader,
+// as a freshly created replicated stream (or KV bucket: "KV_<bucket>")
+// needs before it takes writes.
+func WaitForStreamLeaders(t testing.TB, js jetstream.JetStream, names ...string) {
+	t.Helper()
+	for _, name := range names {
+		Eventually(t, 30*time.Second, func() bool {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			s, err := js.Stream(ctx, name)
+			if err != nil {
+				return false
+			}
+			info, err := s.Info(ctx)
+			return err == nil && (info.Cluster == nil || info.Cluster.Leader != "")
+		}, "stream %s has no leader", name)
+	}
 }
 
 func freePort(t testing.TB) int {

@@ -17,7 +17,6 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/agents"
 	"github.com/jetrun/jetrun/internal/agents/demo"
@@ -151,11 +150,7 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 	httpURL := ""
 	serveErr := make(chan error, 1)
 	if cfg.HTTPAddr != "" {
-		js, err := jetstream.New(nc)
-		if err != nil {
-			return err
-		}
-		view, err := runview.Start(ctx, js, client.Store(), logger)
+		view, err := runview.Start(ctx, client.Store(), logger)
 		if err != nil {
 			return err
 		}

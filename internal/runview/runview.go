@@ -27,6 +27,9 @@ import (
 // maxText bounds the error and summary texts kept in a Summary.
 const maxText = 500
 
+// syncTimeout bounds how long Sync waits for the watch to catch up.
+const syncTimeout = 5 * time.Second
+
 // Summary is a run row without its input and output.
 type Summary struct {
 	ID                string                      `json:"id"`
@@ -86,10 +89,10 @@ func clip(s string) string {
 // with Stop.
 type View struct {
 	store *kv.Store
-	js    jetstream.JetStream
 	log   *slog.Logger
 
 	mu      sync.RWMutex
+	stopped bool // no more subscriptions
 	runs    map[string]Summary
 	lastRev uint64
 	subs    map[chan Summary]struct{}
@@ -101,13 +104,13 @@ type View struct {
 
 // Start loads every row (ctx bounds the load) and follows the bucket until
 // Stop.
-func Start(ctx context.Context, js jetstream.JetStream, store *kv.Store, logger *slog.Logger) (*View, error) {
+func Start(ctx context.Context, store *kv.Store, logger *slog.Logger) (*View, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	v := &View{
-		store: store, js: js, log: logger, runs: make(map[string]Summary),
+		store: store, log: logger, runs: make(map[string]Summary),
 		subs: make(map[chan Summary]struct{}), cancel: cancel, done: make(chan struct{}),
 	}
 	v.changed = sync.NewCond(&v.mu)
@@ -134,10 +137,21 @@ func (v *View) Stop() {
 
 func (v *View) loop(ctx context.Context, ready chan<- error) {
 	defer close(v.done)
-	defer v.closeSubs()
+	defer func() {
+		v.mu.Lock()
+		v.stopped = true
+		v.mu.Unlock()
+		v.closeSubs()
+	}()
 	first := true
 	for ctx.Err() == nil {
+		// Everything written up to here is in the initial state, even a
+		// revision the watch never shows (an expired marker).
+		baseline, berr := v.lastSeq(ctx)
 		w, err := v.store.Bucket().WatchAll(ctx)
+		if err == nil {
+			err = berr
+		}
 		if err != nil {
 			if first {
 				ready <- fmt.Errorf("runview: watch runs: %w", err)
@@ -156,6 +170,7 @@ func (v *View) loop(ctx context.Context, ready chan<- error) {
 			if e == nil { // the initial state is complete
 				v.mu.Lock()
 				v.runs, loading = initial, false
+				v.lastRev = max(v.lastRev, baseline)
 				v.changed.Broadcast()
 				v.mu.Unlock()
 				if first {
@@ -176,8 +191,22 @@ func (v *View) loop(ctx context.Context, ready chan<- error) {
 			}
 			v.apply(e.Key(), s, ok, e.Revision())
 		}
-		_ = w.Stop() // broken: reload everything
+		_ = w.Stop() // broken: reload everything, and make live subscribers reload too
+		v.closeSubs()
 	}
+}
+
+// lastSeq is the runs bucket's newest revision.
+func (v *View) lastSeq(ctx context.Context) (uint64, error) {
+	st, err := v.store.Bucket().Status(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("runview: bucket status: %w", err)
+	}
+	bs, ok := st.(*jetstream.KeyValueBucketStatus)
+	if !ok {
+		return 0, errors.New("runview: bucket status has no stream info")
+	}
+	return bs.StreamInfo().State.LastSeq, nil
 }
 
 func summarize(e jetstream.KeyValueEntry) (Summary, bool) {
@@ -238,6 +267,11 @@ func (v *View) closeSubs() {
 func (v *View) Subscribe() (<-chan Summary, func()) {
 	ch := make(chan Summary, 256)
 	v.mu.Lock()
+	if v.stopped { // nothing will come
+		v.mu.Unlock()
+		close(ch)
+		return ch, func() {}
+	}
 	v.subs[ch] = struct{}{}
 	v.mu.Unlock()
 	return ch, func() {
@@ -253,12 +287,11 @@ func (v *View) Subscribe() (<-chan Summary, func()) {
 // Sync waits until the view reflects every write made to the bucket before
 // the call, so a client lists what it just wrote.
 func (v *View) Sync(ctx context.Context) error {
-	s, err := v.js.Stream(ctx, "KV_"+v.store.Bucket().Bucket())
+	target, err := v.lastSeq(ctx)
 	if err != nil {
-		return fmt.Errorf("runview: sync: %w", err)
+		return err
 	}
-	target := s.CachedInfo().State.LastSeq
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(syncTimeout)
 	stop := context.AfterFunc(ctx, func() {
 		v.mu.Lock()
 		v.changed.Broadcast()

@@ -105,7 +105,18 @@ func Replay(ctx context.Context, js jetstream.JetStream, ns Namespace, runID str
 			}
 		}
 		var last uint64
-		if opts.Follow == HistoryOnly {
+		switch opts.Follow {
+		case UntilEnd:
+			// Resuming after the run's end: nothing will ever come.
+			ended, err := endedBy(ctx, js, ns, runID, opts.After)
+			if err != nil {
+				yield(Event{}, fmt.Errorf("events: replay %s: %w", runID, err))
+				return
+			}
+			if ended {
+				return
+			}
+		case HistoryOnly:
 			stream, err := js.Stream(ctx, ns.EventsStream())
 			if err != nil {
 				yield(Event{}, fmt.Errorf("events: replay %s: %w", runID, err))
@@ -156,22 +167,52 @@ func Replay(ctx context.Context, js jetstream.JetStream, ns Namespace, runID str
 				return
 			}
 			ev, err := decodeEvent(ns, msg)
-			if err != nil {
-				continue // a foreign or malformed message on the run's subjects: skip it
-			}
-			if len(kinds) == 0 || slices.Contains(kinds, ev.Kind) {
+			if err == nil && (len(kinds) == 0 || slices.Contains(kinds, ev.Kind)) {
 				if !yield(ev, nil) {
 					return
 				}
-			}
+			} // else a foreign or malformed message on the run's subjects: skipped
 			switch {
-			case opts.Follow == HistoryOnly && ev.Seq >= last:
+			case opts.Follow == HistoryOnly && streamSeq(msg) >= last:
 				return
-			case opts.Follow == UntilEnd && ev.Ends():
+			case opts.Follow == UntilEnd && err == nil && ev.Ends():
 				return
 			}
 		}
 	}
+}
+
+// endedBy reports whether the run's newest status event ends it and lies at
+// or before sequence after.
+func endedBy(ctx context.Context, js jetstream.JetStream, ns Namespace, runID string, after uint64) (bool, error) {
+	if after == 0 {
+		return false, nil
+	}
+	stream, err := js.Stream(ctx, ns.EventsStream())
+	if err != nil {
+		return false, err
+	}
+	m, err := stream.GetLastMsgForSubject(ctx, ns.RunSubject(runID, KindStatus))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	var st StatusEvent
+	if json.Unmarshal(m.Data, &st) != nil {
+		return false, nil
+	}
+	ev := Event{Status: &st}
+	return m.Sequence <= after && ev.Ends(), nil
+}
+
+func streamSeq(msg jetstream.Msg) uint64 {
+	meta, err := msg.Metadata()
+	if err != nil {
+		return 0
+	}
+	return meta.Sequence.Stream
 }
 
 // decodeEvent turns a stored message into an Event.

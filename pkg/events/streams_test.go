@@ -65,3 +65,33 @@ func TestEnsureStreamsRefusesWrongRetention(t *testing.T) {
 		t.Fatal("9 replicas accepted")
 	}
 }
+
+// A malformed message last on a run's subjects does not stall a history
+// replay.
+func TestHistoryReplaySkipsAMalformedLastEvent(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunServer(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := events.EnsureStreams(ctx, js, "", events.StreamOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []struct{ subject, data string }{
+		{"jetrun.run.m1.chunk", `{"runId":"m1","seq":1,"data":"x"}`},
+		{"jetrun.run.m1.milestone", `oops`},
+	} {
+		if _, err := js.Publish(ctx, m.subject, []byte(m.data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := 0
+	for _, err := range events.Replay(ctx, js, "", "m1", events.ReplayOptions{Follow: events.HistoryOnly}) {
+		if err != nil {
+			t.Fatalf("replay: %v", err)
+		}
+		n++
+	}
+	if n != 1 {
+		t.Fatalf("%d events, want the one well-formed chunk", n)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -124,32 +125,42 @@ const clearedTTL = 24 * time.Hour
 
 const clearedPrefix = "cleared."
 
-// Erase removes every trace of a run: its queued dispatch, its events (a
-// subject purge of the events stream), its row, its index entries and the
-// concurrency slots it held as a parent; a tombstone (24 h) keeps a copy of
-// its dispatch that is still around from bringing it back. Callers erase only
-// runs that are no longer live.
+// Erase removes every trace of a run: its queued dispatch, its events and
+// signals (subject purges), its row, its index entries and the concurrency
+// slots it held as a parent. A tombstone (24 h) records the dispatch
+// stream's position at the erase, so a copy of the old dispatch still around
+// cannot bring the run back, while a new dispatch of the same id (published
+// later) starts it afresh. Callers erase only runs that are no longer live.
 func (s *Store) Erase(ctx context.Context, js jetstream.JetStream, ns events.Namespace, r *Run) error {
-	if _, err := s.active.Create(ctx, clearedPrefix+r.ID, nil, jetstream.KeyTTL(clearedTTL)); err != nil &&
-		!errors.Is(err, jetstream.ErrKeyExists) {
+	dispatch, err := js.Stream(ctx, ns.DispatchStream())
+	if err != nil {
+		return fmt.Errorf("kv: erase run %s: bind dispatch stream: %w", r.ID, err)
+	}
+	info, err := dispatch.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("kv: erase run %s: dispatch stream position: %w", r.ID, err)
+	}
+	mark := []byte(strconv.FormatUint(info.State.LastSeq, 10))
+	if _, err := js.Publish(ctx, s.activeSubject(clearedPrefix+r.ID), mark, jetstream.WithMsgTTL(clearedTTL)); err != nil {
 		return fmt.Errorf("kv: erase run %s: tombstone: %w", r.ID, err)
 	}
 	if r.DispatchSeq > 0 {
-		dispatch, err := js.Stream(ctx, ns.DispatchStream())
-		if err != nil {
-			return fmt.Errorf("kv: erase run %s: bind dispatch stream: %w", r.ID, err)
-		}
 		if err := dispatch.DeleteMsg(ctx, r.DispatchSeq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) &&
 			!errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) {
 			return fmt.Errorf("kv: erase dispatch of run %s: %w", r.ID, err)
 		}
 	}
-	stream, err := js.Stream(ctx, ns.EventsStream())
-	if err != nil {
-		return fmt.Errorf("kv: erase run %s: bind events stream: %w", r.ID, err)
-	}
-	if err := stream.Purge(ctx, jetstream.WithPurgeSubject(ns.RunWildcard(r.ID))); err != nil {
-		return fmt.Errorf("kv: erase events of run %s: %w", r.ID, err)
+	for _, p := range []struct{ stream, subject string }{
+		{ns.EventsStream(), ns.RunWildcard(r.ID)},
+		{ns.SignalsStream(), ns.Prefix() + ".signal." + r.ID + ".>"},
+	} {
+		st, err := js.Stream(ctx, p.stream)
+		if err != nil {
+			return fmt.Errorf("kv: erase run %s: bind %s: %w", r.ID, p.stream, err)
+		}
+		if err := st.Purge(ctx, jetstream.WithPurgeSubject(p.subject)); err != nil {
+			return fmt.Errorf("kv: erase run %s: purge %s: %w", r.ID, p.subject, err)
+		}
 	}
 	if err := s.activeKV.Purge(ctx, jetstream.WithPurgeSubject(s.activeSubject(SlotPrefix(r.ID)+">"))); err != nil {
 		return fmt.Errorf("kv: erase slots of run %s: %w", r.ID, err)
@@ -272,15 +283,20 @@ func (aw *ActiveWatch) Stop() {
 	<-aw.done
 }
 
-// Cleared reports whether run id was erased recently (its tombstone lives):
-// a dispatch for it must not re-create it.
-func (s *Store) Cleared(ctx context.Context, id string) (bool, error) {
-	_, err := s.active.Get(ctx, clearedPrefix+id)
+// Cleared reports whether the dispatch at sequence seq of run id belongs
+// to an incarnation of the run that was erased: it was published before
+// the erase, so it must not re-create the run.
+func (s *Store) Cleared(ctx context.Context, id string, seq uint64) (bool, error) {
+	e, err := s.active.Get(ctx, clearedPrefix+id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return false, nil
 	}
 	if err != nil {
 		return false, fmt.Errorf("kv: look up tombstone of run %s: %w", id, err)
 	}
-	return true, nil
+	mark, err := strconv.ParseUint(string(e.Value()), 10, 64)
+	if err != nil {
+		return true, nil // a tombstone we cannot read: be safe
+	}
+	return seq <= mark, nil
 }

@@ -45,6 +45,7 @@ func TestCreateGetUpdateOnAThreeNodeCluster(t *testing.T) {
 	servers := natstest.RunCluster(t)
 	_, js := natstest.Connect(t, servers[1])
 	s := openStore(t, js, 3)
+	natstest.WaitForStreamLeaders(t, js, "KV_jetrun_runs", "KV_jetrun_active")
 	testCAS(t, s)
 }
 
@@ -203,4 +204,26 @@ func TestList(t *testing.T) {
 	if _, err := empty.List(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A watch whose connection goes away, and whose context then ends, stops
+// cleanly (it used to crash the process in this spot).
+func TestWatchStopsCleanlyAfterItsConnectionCloses(t *testing.T) {
+	t.Parallel()
+	ns := natstest.RunServer(t)
+	nc, js := natstest.Connect(t, ns)
+	s := openStore(t, js, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	if _, err := s.Create(ctx, newRun("gone")); err != nil {
+		t.Fatal(err)
+	}
+	w, err := s.Watch(ctx, "gone")
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-w.Updates()
+	nc.Close() // the server-side watch breaks; re-watching fails
+	time.Sleep(100 * time.Millisecond)
+	cancel()
+	w.Stop()
 }

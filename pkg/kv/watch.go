@@ -72,7 +72,11 @@ func (w *Watcher) publish(s Snapshot) {
 
 func (w *Watcher) loop(ctx context.Context, s *Store, id string, jw jetstream.KeyWatcher) {
 	defer close(w.done)
-	defer func() { _ = jw.Stop() }()
+	defer func() {
+		if jw != nil { // nil when a re-watch gave up because ctx ended
+			_ = jw.Stop()
+		}
+	}()
 	var last uint64
 	resync := time.NewTicker(resyncInterval)
 	defer resync.Stop()

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -216,47 +217,58 @@ func NewRunID() string {
 // publish keeps failing, Dispatch returns ErrDispatchFailed and the run id
 // stays unused.
 func (c *Client) Dispatch(ctx context.Context, req Request) (*kv.Run, error) {
+	row, _, err := c.DispatchNew(ctx, req)
+	return row, err
+}
+
+// DispatchNew is Dispatch that also reports whether this call started the
+// run (false: the run id already had a run, which is returned).
+func (c *Client) DispatchNew(ctx context.Context, req Request) (row *kv.Run, created bool, err error) {
 	d, err := req.dispatch()
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if d.Depth > c.cfg.MaxDepth {
-		return nil, fmt.Errorf("%w: depth %d exceeds the maximum nesting depth %d", ErrBadRequest, d.Depth, c.cfg.MaxDepth)
+		return nil, false, fmt.Errorf("%w: depth %d exceeds the maximum nesting depth %d", ErrBadRequest, d.Depth, c.cfg.MaxDepth)
 	}
 	if err := c.checkAgentType(ctx, req.AgentType); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	existing, _, err := c.store.Get(ctx, d.RunID)
 	if err == nil {
-		return c.existing(ctx, existing, req)
+		row, err := c.existing(ctx, existing, req)
+		return row, false, err
 	}
 	if !errors.Is(err, kv.ErrRunNotFound) {
-		return nil, fmt.Errorf("parent: dispatch run %s: %w", d.RunID, err)
+		return nil, false, fmt.Errorf("parent: dispatch run %s: %w", d.RunID, err)
 	}
 	if req.MaxConcurrent > 0 {
 		if err := c.acquireSlot(ctx, d.Parent, req.MaxConcurrent, d.RunID); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 	}
 	seq, err := c.publishDispatch(ctx, req.AgentType, d, d.RunID)
 	if err != nil {
-		return nil, fmt.Errorf("parent: dispatch run %s: %w: %w", d.RunID, ErrDispatchFailed, err)
+		return nil, false, fmt.Errorf("parent: dispatch run %s: %w: %w", d.RunID, ErrDispatchFailed, err)
 	}
-	row := kv.NewRun(req.AgentType, d, seq, time.Now())
+	row = kv.NewRun(req.AgentType, d, seq, time.Now())
 	switch _, err := c.store.Create(ctx, row); {
 	case errors.Is(err, kv.ErrRunExists):
-		// A worker received the dispatch first and wrote the row from it,
-		// or another caller dispatched the same id at the same moment.
+		// A worker received our dispatch first and wrote the row from it
+		// (then the run is ours), or another caller dispatched the same id
+		// at the same moment.
 		existing, _, err := c.store.Get(ctx, d.RunID)
 		if err != nil {
-			return nil, fmt.Errorf("parent: dispatch run %s: %w", d.RunID, err)
+			return nil, false, fmt.Errorf("parent: dispatch run %s: %w", d.RunID, err)
 		}
-		return c.existing(ctx, existing, req)
+		ours := existing.DispatchSeq == seq
+		row, err := c.existing(ctx, existing, req)
+		return row, ours, err
 	case err != nil:
 		// The dispatch is out: the worker that takes it writes the row.
 		c.log.WarnContext(ctx, "write the row of a dispatched run; its worker will", "run_id", d.RunID, "err", err)
 	}
-	return row, nil
+	return row, true, nil
 }
 
 // existing answers a dispatch for a run id that has a row: the same run,
@@ -270,14 +282,12 @@ func (c *Client) existing(ctx context.Context, row *kv.Run, req Request) (*kv.Ru
 		return row, nil
 	}
 	if row.DispatchSeq > 0 {
-		stream, err := c.js.Stream(ctx, c.cfg.Namespace.DispatchStream())
+		queued, err := c.dispatchQueued(ctx, row.DispatchSeq)
 		if err != nil {
 			return nil, fmt.Errorf("parent: dispatch run %s: %w", row.ID, err)
 		}
-		if _, err := stream.GetMsg(ctx, row.DispatchSeq); err == nil {
-			return row, nil // still queued
-		} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
-			return nil, fmt.Errorf("parent: dispatch run %s: %w", row.ID, err)
+		if queued {
+			return row, nil
 		}
 	}
 	seq, err := c.publishDispatch(ctx, row.AgentType, row.Dispatch(), row.ID)
@@ -310,17 +320,45 @@ func (c *Client) publishDispatch(ctx context.Context, agentType string, d events
 		backoff.WithMaxElapsedTime(c.cfg.DispatchRetry),
 	)
 	var seq uint64
+	id := msgID
 	err = backoff.Retry(func() error {
-		ack, err := c.js.Publish(ctx, subject, data, jetstream.WithMsgID(msgID))
+		ack, err := c.js.Publish(ctx, subject, data, jetstream.WithMsgID(id))
 		if errors.Is(err, nats.ErrMaxPayload) {
 			return backoff.Permanent(err)
 		}
-		if err == nil {
-			seq = ack.Sequence
+		if err != nil {
+			return err
 		}
-		return err
+		if ack.Duplicate {
+			// The id was used within the dedup window: keep its message if
+			// it is still queued; if it is gone (consumed, or deleted by a
+			// clear), publish one that is not a duplicate.
+			queued, err := c.dispatchQueued(ctx, ack.Sequence)
+			if err != nil {
+				return err
+			}
+			if !queued {
+				id = msgID + "." + strconv.FormatInt(time.Now().UnixNano(), 36)
+				return errors.New("dispatch deduplicated against one that is gone")
+			}
+		}
+		seq = ack.Sequence
+		return nil
 	}, backoff.WithContext(b, ctx))
 	return seq, err
+}
+
+// dispatchQueued reports whether the dispatch at seq is still in the stream.
+func (c *Client) dispatchQueued(ctx context.Context, seq uint64) (bool, error) {
+	stream, err := c.js.Stream(ctx, c.cfg.Namespace.DispatchStream())
+	if err != nil {
+		return false, err
+	}
+	_, err = stream.GetMsg(ctx, seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // checkAgentType reports ErrUnknownAgentType unless some worker created the

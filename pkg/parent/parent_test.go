@@ -123,9 +123,9 @@ func TestRunReattachesToALiveRun(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := ctxT(t)
-	row, err := b.client.Dispatch(ctx, parent.Request{AgentType: "gated", RunID: "live", Input: struct{}{}})
-	if err != nil || row.Status != events.StatusStarting {
-		t.Fatalf("dispatch: %+v %v", row, err)
+	row, created, err := b.client.DispatchNew(ctx, parent.Request{AgentType: "gated", RunID: "live", Input: struct{}{}})
+	if err != nil || !created || row.Status.Final() {
+		t.Fatalf("dispatch: %+v %v %v", row, created, err)
 	}
 	jetruntest.WaitRow(t, b.store, "live", 10*time.Second, func(r *kv.Run) bool { return r.Status == events.StatusRunning })
 

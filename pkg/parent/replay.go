@@ -14,9 +14,15 @@ import (
 	"github.com/jetrun/jetrun/pkg/kv"
 )
 
-// ErrMilestoneNotReached is returned by AwaitMilestone when the run ended
-// without reaching the milestone.
-var ErrMilestoneNotReached = errors.New("run ended before reaching the milestone")
+// Errors returned by the functions of this file; test with errors.Is.
+var (
+	// ErrMilestoneNotReached is returned by AwaitMilestone when the run
+	// ended without reaching the milestone.
+	ErrMilestoneNotReached = errors.New("run ended before reaching the milestone")
+	// ErrRunEnded is returned by Signal for a run that ended: nothing
+	// would ever receive the signal.
+	ErrRunEnded = errors.New("run has ended")
+)
 
 // Replay yields the stored events of a run that exists, in order, then
 // follows it live as follow says; after is the last stream sequence the
@@ -150,8 +156,12 @@ func (c *Client) Signal(ctx context.Context, id, name string, payload any) (uint
 	if len(data) > events.MaxSignalBytes {
 		return 0, fmt.Errorf("%w: signal payload is %d bytes; the limit is %d", ErrBadRequest, len(data), events.MaxSignalBytes)
 	}
-	if _, _, err := c.store.Get(ctx, id); err != nil {
+	row, _, err := c.store.Get(ctx, id)
+	if err != nil {
 		return 0, fmt.Errorf("parent: signal: %w", err)
+	}
+	if row.Status.Final() {
+		return 0, fmt.Errorf("parent: signal %s to run %s: %w (%s)", name, id, ErrRunEnded, row.Status)
 	}
 	ack, err := c.js.Publish(ctx, c.cfg.Namespace.SignalSubject(id, name), data)
 	if err != nil {

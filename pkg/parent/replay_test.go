@@ -287,3 +287,41 @@ func TestSignals(t *testing.T) {
 		}
 	})
 }
+
+// A run id cleared and dispatched again starts a fresh run, and the old
+// run's signals do not reach it.
+func TestARecreatedRunStartsAfreshWithoutOldSignals(t *testing.T) {
+	t.Parallel()
+	b := setupReplay(t)
+	ctx := ctxT(t)
+	req := parent.Request{AgentType: "demo", RunID: "again", Input: map[string]int{"steps": 1, "stepMs": 0, "approveAt": 1}}
+	if _, err := b.client.Dispatch(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.client.Signal(ctx, "again", "approve", map[string]string{"from": "the first run"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.client.Await(ctx, "again"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := b.client.Clear(ctx, parent.ClearFilter{Statuses: []events.Status{events.StatusCompleted}}); err != nil || n != 1 {
+		t.Fatalf("clear: %d %v", n, err)
+	}
+	if _, err := b.client.Dispatch(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	// The new run waits for its own approval.
+	row := jetruntest.WaitRow(t, b.store, "again", 10*time.Second, func(r *kv.Run) bool { return r.WaitingFor == "approve" })
+	if row.Status != events.StatusRunning {
+		t.Fatalf("row: %+v", row)
+	}
+	if _, err := b.client.Signal(ctx, "again", "approve", map[string]string{"from": "the second run"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.client.Await(ctx, "again"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.client.Signal(ctx, "again", "approve", 1); !errors.Is(err, parent.ErrRunEnded) {
+		t.Fatalf("signal to an ended run: %v", err)
+	}
+}

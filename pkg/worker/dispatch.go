@@ -48,7 +48,7 @@ func (w *Worker) process(ctx context.Context, agentType string, msg jetstream.Ms
 			// The dispatch is the record (a service published it straight
 			// to the stream, or its parent has not written the row yet):
 			// create the row from it, unless the run was cleared.
-			if cleared, cerr := w.store.Cleared(ctx, d.RunID); cerr != nil {
+			if cleared, cerr := w.store.Cleared(ctx, d.RunID, dispatchSeq(msg)); cerr != nil {
 				err = cerr
 			} else if cleared {
 				log.InfoContext(ctx, "dispatch for a cleared run dropped")

@@ -20,7 +20,9 @@ import (
 //     cancel request (ErrCancelled) or when another attempt or a final status
 //     appears (ErrLeaseLost);
 //   - stops the attempt (ErrLeaseLost) when renewals keep failing and the
-//     lease is about to run out: soon the run may belong to another worker.
+//     lease is about to run out: soon the run may belong to another worker;
+//   - stops renewing a lease after the handler ignored the end of its
+//     context for a whole lease: a stuck handler cannot pin a cancelled run.
 func (e *execution) keep(hctx context.Context, stop <-chan struct{}) {
 	ctx := context.WithoutCancel(hctx) // renewals outlive the handler's cancellation
 	cfg := e.w.cfg
@@ -30,9 +32,10 @@ func (e *execution) keep(hctx context.Context, stop <-chan struct{}) {
 	e.curMu.Unlock()
 	nextRenew := time.Now().Add(renewEvery)
 	lost := false
+	var cancelledAt time.Time // when the handler's context ended
 
-	sync := time.NewTicker(min(cfg.RowSyncInterval, renewEvery))
-	defer sync.Stop()
+	tick := time.NewTicker(min(cfg.RowSyncInterval, renewEvery))
+	defer tick.Stop()
 	watchAt := time.NewTimer(cfg.CancelWatchDelay)
 	defer watchAt.Stop()
 	flush := time.NewTimer(time.Hour)
@@ -42,14 +45,31 @@ func (e *execution) keep(hctx context.Context, stop <-chan struct{}) {
 	defer stopWatch()
 
 	var updates <-chan kv.Snapshot
+	var watch *kv.Watcher
+	defer func() {
+		if watch != nil {
+			watch.Stop()
+		}
+	}()
 	for {
 		select {
 		case <-stop:
 			return
 
-		case now := <-sync.C:
+		case now := <-tick.C:
 			if lost || e.pub.isFenced() {
 				continue
+			}
+			if hctx.Err() != nil {
+				if cancelledAt.IsZero() {
+					cancelledAt = now
+				} else if now.Sub(cancelledAt) > cfg.Lease {
+					e.log.ErrorContext(ctx, "handler ignored the end of its context for a lease; giving the run up",
+						"cause", context.Cause(hctx))
+					lost = true
+					e.lose()
+					continue
+				}
 			}
 			renew := !now.Before(nextRenew)
 			if !renew && !e.isDirty() {
@@ -89,8 +109,7 @@ func (e *execution) keep(hctx context.Context, stop <-chan struct{}) {
 				watchAt.Reset(time.Second)
 				continue
 			}
-			defer w.Stop()
-			updates = w.Updates()
+			watch, updates = w, w.Updates()
 
 		case s := <-updates:
 			e.observe(s)

@@ -171,7 +171,8 @@ func (r *Run) Milestone(ctx context.Context, name string, data any) (events.Mile
 // died before the row recorded it gives it to the next attempt again.
 //
 // Send signals with parent.Client.Signal, POST /v1/runs/{id}/signals/{name},
-// or a plain NATS publish to jetrun.signal.<runId>.<name>.
+// or a plain NATS publish to jetrun.signal.<runId>.<name>. Do not wait for
+// the same name from two goroutines at once: both would get the same signal.
 func (r *Run) Wait(ctx context.Context, name string) (json.RawMessage, error) {
 	e := r.e
 	if err := events.ValidateSignalName(name); err != nil {
@@ -180,6 +181,13 @@ func (r *Run) Wait(ctx context.Context, name string) (json.RawMessage, error) {
 	e.stateMu.Lock()
 	e.waitingFor = name
 	e.stateMu.Unlock()
+	defer func() { // however the wait ends; the next row sync records it
+		e.stateMu.Lock()
+		if e.waitingFor == name {
+			e.waitingFor, e.dirty = "", true
+		}
+		e.stateMu.Unlock()
+	}()
 	row, err := e.write(ctx, func(x *kv.Run) error {
 		if err := e.owned(x); err != nil {
 			return err
@@ -203,9 +211,6 @@ func (r *Run) Wait(ctx context.Context, name string) (json.RawMessage, error) {
 	}
 	now := time.Now()
 	e.stateMu.Lock()
-	if e.waitingFor == name {
-		e.waitingFor = ""
-	}
 	if e.signalsSeen == nil {
 		e.signalsSeen = make(map[string]uint64)
 	}

@@ -156,3 +156,60 @@ func TestLostLeaseFencesTheOldAttempt(t *testing.T) {
 		t.Fatalf("zombie wrote its outcome: %+v", row)
 	}
 }
+
+// A handler that ignores its cancellation cannot pin the run: after a lease
+// its worker stops renewing, and the run ends aborted.
+func TestAStuckHandlerDoesNotPinACancelledRun(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	stuck := worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+		<-release // ignores ctx
+		return worker.Result{}, nil
+	})
+	ns := natstest.RunServer(t)
+	nc, js := natstest.Connect(t, ns)
+	cfg := worker.Config{Lease: time.Second, CancelWatchDelay: time.Millisecond}
+	startWorker(t, nc, cfg, map[string]worker.Handler{"stuck": stuck})
+	nc2, _ := natstest.Connect(t, ns)
+	startWorker(t, nc2, cfg, map[string]worker.Handler{"stuck": stuck})
+	t.Cleanup(func() { close(release) }) // before the workers stop (cleanups run last-in first)
+	store, err := kv.Open(context.Background(), js, kv.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(t, js, "jetrun.dispatch.stuck", `{"runId":"pinned","input":{}}`)
+	jetruntest.WaitRow(t, store, "pinned", 10*time.Second, func(r *kv.Run) bool { return r.Status == events.StatusRunning })
+	if _, _, err := store.Mutate(context.Background(), "pinned", func(r *kv.Run) error {
+		r.CancelRequested, r.CancelReason = true, "stop"
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	row := jetruntest.WaitRow(t, store, "pinned", 30*time.Second, jetruntest.Final)
+	if row.Status != events.StatusAborted {
+		t.Fatalf("row: %+v", row)
+	}
+}
+
+// A Wait that gives up does not leave the run marked as waiting.
+func TestAWaitThatTimesOutClearsWaitingFor(t *testing.T) {
+	t.Parallel()
+	b, _ := setup(t, worker.Config{RowSyncInterval: 50 * time.Millisecond}, map[string]worker.Handler{
+		"impatient": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+			defer cancel()
+			if _, err := run.Wait(wctx, "approve"); err == nil {
+				return worker.Result{}, errors.New("got a signal nobody sent")
+			}
+			if err := run.Progress(ctx, worker.Progress{Fraction: 0.5, Message: "moving on"}); err != nil {
+				return worker.Result{}, err
+			}
+			<-ctx.Done()
+			return worker.Result{}, context.Cause(ctx)
+		}),
+	})
+	publish(t, b.js, "jetrun.dispatch.impatient", `{"runId":"imp","input":{}}`)
+	jetruntest.WaitRow(t, b.store, "imp", 10*time.Second, func(r *kv.Run) bool {
+		return r.Progress != nil && r.Progress.Message == "moving on" && r.WaitingFor == ""
+	})
+}
