@@ -5,11 +5,11 @@
 //   - Idempotent by run id. Dispatch creates the row with a compare-and-set
 //     create; the same id again never starts a second execution: a live run
 //     is re-attached, a finished one returns its stored outcome.
-//   - Nothing waits forever to start: the dispatch is published first
-//     (Nats-Msg-Id = run id, bounded retries), the row second; a caller that
-//     dies between the two leaves a dispatch whose worker writes the row. A
-//     publish that keeps failing returns ErrDispatchFailed and writes
-//     nothing.
+//   - Nothing waits forever to start: the row is created "starting", then
+//     the dispatch is published (Nats-Msg-Id = run id) with bounded retries;
+//     if that fails the row ends "error" (reason "dispatch-failed"). A
+//     caller that dies between the two leaves a "starting" row whose
+//     dispatch the reconciler (or a new Dispatch of the id) publishes.
 //   - Awaiting watches the row; a parent that dies while awaiting loses
 //     nothing: Run with the same id later collects the real result.
 //   - Cancel is durable (recorded on the row), idempotent, and never rewrites

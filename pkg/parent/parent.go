@@ -36,8 +36,8 @@ var (
 	// taken by a run of another agent type.
 	ErrRunIDConflict = errors.New("run id belongs to a run of another agent type")
 	// ErrDispatchFailed is returned by Dispatch and Run when the dispatch
-	// could not be published; no row is written and the run id stays
-	// unused.
+	// could not be published; the run's row then ends "error" with reason
+	// "dispatch-failed" (when that write is possible).
 	ErrDispatchFailed = errors.New("dispatch failed")
 	// ErrBadRequest is returned (wrapped) for an invalid Request.
 	ErrBadRequest = errors.New("bad request")
@@ -207,15 +207,17 @@ func NewRunID() string {
 	return "r" + strings.ToLower(rand.Text()[:20])
 }
 
-// Dispatch starts a run and returns its row (status "starting").
+// Dispatch starts a run and returns its row (status "starting", or further
+// along if a worker was quick).
 //
 // It is idempotent by run id: if a row exists, no second run starts and the
-// existing row is returned. Otherwise the dispatch is published (Nats-Msg-Id
-// = run id, retried with backoff) before the row is written: a parent that
-// dies between the two leaves a dispatch, and the worker that receives it
-// writes the row from it, so no run is ever left that never starts. If the
-// publish keeps failing, Dispatch returns ErrDispatchFailed and the run id
-// stays unused.
+// existing row is returned. Otherwise the row is created ("starting"), then
+// the dispatch is published with Nats-Msg-Id = run id, retried with backoff.
+// If the publish keeps failing, the row ends "error" (reason
+// "dispatch-failed") and ErrDispatchFailed is returned. A caller that dies
+// between the two steps leaves a "starting" row whose dispatch the
+// reconciler publishes (or the caller's own retry, Dispatch of the same id),
+// so no run is left that never starts.
 func (c *Client) Dispatch(ctx context.Context, req Request) (*kv.Run, error) {
 	row, _, err := c.DispatchNew(ctx, req)
 	return row, err
@@ -234,41 +236,53 @@ func (c *Client) DispatchNew(ctx context.Context, req Request) (row *kv.Run, cre
 	if err := c.checkAgentType(ctx, req.AgentType); err != nil {
 		return nil, false, err
 	}
-	existing, _, err := c.store.Get(ctx, d.RunID)
-	if err == nil {
-		row, err := c.existing(ctx, existing, req)
-		return row, false, err
-	}
-	if !errors.Is(err, kv.ErrRunNotFound) {
-		return nil, false, fmt.Errorf("parent: dispatch run %s: %w", d.RunID, err)
-	}
 	if req.MaxConcurrent > 0 {
+		// An existing run is re-attached without a slot; a new one needs one.
+		if existing, _, err := c.store.Get(ctx, d.RunID); err == nil {
+			row, err := c.existing(ctx, existing, req)
+			return row, false, err
+		}
 		if err := c.acquireSlot(ctx, d.Parent, req.MaxConcurrent, d.RunID); err != nil {
 			return nil, false, err
 		}
 	}
-	seq, err := c.publishDispatch(ctx, req.AgentType, d, d.RunID)
-	if err != nil {
-		return nil, false, fmt.Errorf("parent: dispatch run %s: %w: %w", d.RunID, ErrDispatchFailed, err)
-	}
-	row = kv.NewRun(req.AgentType, d, seq, time.Now())
-	switch _, err := c.store.Create(ctx, row); {
-	case errors.Is(err, kv.ErrRunExists):
-		// A worker received our dispatch first and wrote the row from it
-		// (then the run is ours), or another caller dispatched the same id
-		// at the same moment.
+	row = kv.NewRun(req.AgentType, d, 0, time.Now())
+	if _, err := c.store.Create(ctx, row); err != nil {
+		if !errors.Is(err, kv.ErrRunExists) {
+			return nil, false, fmt.Errorf("parent: dispatch run %s: %w", d.RunID, err)
+		}
 		existing, _, err := c.store.Get(ctx, d.RunID)
 		if err != nil {
 			return nil, false, fmt.Errorf("parent: dispatch run %s: %w", d.RunID, err)
 		}
-		ours := existing.DispatchSeq == seq
 		row, err := c.existing(ctx, existing, req)
-		return row, ours, err
-	case err != nil:
-		// The dispatch is out: the worker that takes it writes the row.
-		c.log.WarnContext(ctx, "write the row of a dispatched run; its worker will", "run_id", d.RunID, "err", err)
+		return row, false, err
+	}
+	if _, err := c.publishDispatch(ctx, req.AgentType, d, d.RunID); err != nil {
+		c.failDispatch(ctx, row.ID, err)
+		return nil, false, fmt.Errorf("parent: dispatch run %s: %w: %w", d.RunID, ErrDispatchFailed, err)
 	}
 	return row, true, nil
+}
+
+// failDispatch ends a run whose dispatch could not be published.
+func (c *Client) failDispatch(ctx context.Context, id string, cause error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	row, _, err := c.store.Mutate(ctx, id, func(r *kv.Run) error {
+		if r.Status != events.StatusStarting {
+			return kv.ErrNoChange
+		}
+		r.End(events.StatusError, events.ReasonDispatchFailed, "dispatch failed: "+cause.Error(), time.Now())
+		return nil
+	})
+	if err != nil {
+		c.log.ErrorContext(ctx, "mark undispatched run failed; the reconciler dispatches it again", "run_id", id, "err", err)
+		return
+	}
+	if row.Status == events.StatusError && row.Reason == events.ReasonDispatchFailed {
+		c.announce(ctx, row)
+	}
 }
 
 // existing answers a dispatch for a run id that has a row: the same run,

@@ -328,7 +328,7 @@ func TestStartingRowLeftByADeadCallerIsDispatchedAgain(t *testing.T) {
 	}
 }
 
-func TestDispatchThatCannotBePublishedLeavesNoRun(t *testing.T) {
+func TestDispatchThatCannotBePublishedEndsTheRun(t *testing.T) {
 	t.Parallel()
 	ns := natstest.RunServer(t)
 	nc, js := natstest.Connect(t, ns)
@@ -344,8 +344,9 @@ func TestDispatchThatCannotBePublishedLeavesNoRun(t *testing.T) {
 	if !errors.Is(err, parent.ErrDispatchFailed) {
 		t.Fatalf("err = %v", err)
 	}
-	if row, err := c.Inspect(ctx, "nopub"); row != nil || err != nil {
-		t.Fatalf("a failed dispatch left a row: %+v, %v", row, err)
+	row, err := c.Inspect(ctx, "nopub")
+	if err != nil || row.Status != events.StatusError || row.Reason != events.ReasonDispatchFailed {
+		t.Fatalf("row = %+v, %v", row, err)
 	}
 }
 

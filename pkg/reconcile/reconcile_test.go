@@ -494,7 +494,7 @@ func TestLostDispatchesAreRecovered(t *testing.T) {
 			LeaseUntil: old, CreatedAt: old, StartedAt: old, Input: []byte(`{"steps":2,"stepMs":0}`)},
 		// Re-dispatched too often already.
 		{ID: "hopeless", AgentType: "demo", Status: events.StatusRunning, Attempt: 1, Worker: "ghost",
-			LeaseUntil: old, CreatedAt: old, Redispatches: 1, Input: []byte(`{}`)},
+			LeaseUntil: old, CreatedAt: old, Redispatches: 1, DispatchSeq: 999, Input: []byte(`{}`)}, // its dispatch is gone
 	} {
 		if _, err := e.store.Create(ctx, r); err != nil {
 			t.Fatal(err)

@@ -209,8 +209,10 @@ func (s *sweep) overBudget(r *kv.Run, now time.Time) (reason, text string) {
 // past its grace, or running with a long-expired lease, whose dispatch
 // message (row.dispatchSeq) is no longer in the dispatch stream. A dispatch
 // still there, waiting for a free worker or for redelivery, is left alone,
-// however long the fleet is busy. A run whose dispatch was lost
-// MaxRedispatches times ends "error" (reason dispatch-lost).
+// however long the fleet is busy. A "starting" run whose dispatch was never
+// located gets it published under its run id, which the dedup window turns
+// into a lookup when the original is still fresh. A run whose dispatch was
+// lost MaxRedispatches times ends "error" (reason dispatch-lost).
 func (s *sweep) recover(ctx context.Context, row *kv.Run) error {
 	r := s.r
 	var why string
@@ -225,18 +227,38 @@ func (s *sweep) recover(ctx context.Context, row *kv.Run) error {
 	if !r.paceOK(row.ID+"/dispatch", s.now, max(r.cfg.StartingGrace, r.cfg.LeaseGrace)) {
 		return nil
 	}
-	if row.DispatchSeq > 0 {
-		stream, err := r.dispatchStream(ctx)
+	if row.DispatchSeq == 0 {
+		// Where its dispatch is was never recorded (the parent writes the
+		// row, then publishes; a worker's claim records it). Publish it with
+		// the run id as message id: a copy that did land within the dedup
+		// window is not stored twice, and the answer says where it is.
+		seq, dup, err := r.publishDispatch(ctx, row, row.ID)
 		if err != nil {
 			return err
 		}
-		_, err = stream.GetMsg(ctx, row.DispatchSeq)
-		if err == nil {
-			return nil // still queued or held: it will wake a worker
+		if _, _, err := r.store.Mutate(ctx, row.ID, func(run *kv.Run) error {
+			if run.DispatchSeq != 0 || run.Status.Final() {
+				return kv.ErrNoChange
+			}
+			run.DispatchSeq = seq
+			return nil
+		}); err != nil {
+			return err
 		}
-		if !errors.Is(err, jetstream.ErrMsgNotFound) {
-			return fmt.Errorf("look up dispatch %d of run %s: %w", row.DispatchSeq, row.ID, err)
+		if !dup {
+			s.count(func(st *Stats) { st.Recovered++ })
+			r.obs.Report(ctx, obs.RunRecovered, row.ID, "action", "dispatched", "why", why)
 		}
+		return nil
+	}
+	stream, err := r.dispatchStream(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := stream.GetMsg(ctx, row.DispatchSeq); err == nil {
+		return nil // still queued or held: it will wake a worker
+	} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return fmt.Errorf("look up dispatch %d of run %s: %w", row.DispatchSeq, row.ID, err)
 	}
 	if row.Redispatches >= r.cfg.MaxRedispatches {
 		text := fmt.Sprintf("the run's dispatch was lost %d times; giving up", row.Redispatches+1)
@@ -258,7 +280,7 @@ func (s *sweep) recover(ctx context.Context, row *kv.Run) error {
 		return nil
 	}
 	n := row.Redispatches + 1
-	seq, err := r.publishDispatch(ctx, row, row.ID+".redispatch."+strconv.Itoa(n))
+	seq, _, err := r.publishDispatch(ctx, row, row.ID+".redispatch."+strconv.Itoa(n))
 	if err != nil {
 		return err
 	}
@@ -278,17 +300,17 @@ func (s *sweep) recover(ctx context.Context, row *kv.Run) error {
 }
 
 // publishDispatch publishes the dispatch of row with msgID and returns its
-// stream sequence.
-func (r *Reconciler) publishDispatch(ctx context.Context, row *kv.Run, msgID string) (uint64, error) {
+// stream sequence, and whether the dedup window found it already stored.
+func (r *Reconciler) publishDispatch(ctx context.Context, row *kv.Run, msgID string) (uint64, bool, error) {
 	data, err := json.Marshal(row.Dispatch())
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	ack, err := r.js.Publish(ctx, r.cfg.Namespace.DispatchSubject(row.AgentType), data, jetstream.WithMsgID(msgID))
 	if err != nil {
-		return 0, fmt.Errorf("reconcile: re-dispatch run %s: %w", row.ID, err)
+		return 0, false, fmt.Errorf("reconcile: re-dispatch run %s: %w", row.ID, err)
 	}
-	return ack.Sequence, nil
+	return ack.Sequence, ack.Duplicate, nil
 }
 
 // dispatchStream binds the dispatch stream once.
