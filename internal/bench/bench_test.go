@@ -248,16 +248,10 @@ func BenchmarkWorkloadCancel(b *testing.B) {
 		}
 		// Cancel once the worker holds every run and watches its row.
 		for _, id := range ids {
-			for {
+			natstest.Eventually(b, 30*time.Second, func() bool {
 				row, err := client.Inspect(ctx, id)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if row.Status == events.StatusRunning && time.Since(row.StartedAt) > 2*worker.DefaultCancelWatchDelay {
-					break
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
+				return err == nil && row.Status == events.StatusRunning && time.Since(row.StartedAt) > 2*worker.DefaultCancelWatchDelay
+			}, "run %s never ran", id)
 		}
 		for _, id := range ids {
 			t0 := time.Now()

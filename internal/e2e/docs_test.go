@@ -345,13 +345,8 @@ func TestMakeRunShowsDemoRunsCompleting(t *testing.T) {
 		}
 	})
 
-	deadline := time.Now().Add(3 * time.Minute)
-	for !strings.Contains(out.String(), "demo fan-out done") {
-		if time.Now().After(deadline) {
-			t.Fatalf("make run: no completed fan-out within 3 minutes:\n%s", out)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	natstest.Eventually(t, 3*time.Minute, func() bool { return strings.Contains(out.String(), "demo fan-out done") },
+		"make run: no completed fan-out:\n%s", out)
 	text := out.String()
 	if n := strings.Count(text, "completed: finished"); n != 5 {
 		t.Fatalf("make run showed %d completed demo runs, want 5:\n%s", n, text)

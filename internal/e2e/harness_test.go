@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/jetrun/jetrun/internal/natstest"
 )
 
 // bin holds the binaries TestMain built.
@@ -129,16 +131,12 @@ func (p *proc) exited() bool {
 // waitLog waits until the process's stderr has a line containing s.
 func (p *proc) waitLog(s string, timeout time.Duration) {
 	p.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !strings.Contains(p.stderr.String(), s) {
+	natstest.Eventually(p.t, timeout, func() bool {
 		if p.exited() {
 			p.t.Fatalf("%s exited before logging %q: %v\nstderr:\n%s", p.name, s, p.err, p.stderr)
 		}
-		if time.Now().After(deadline) {
-			p.t.Fatalf("%s did not log %q within %s; stderr:\n%s", p.name, s, timeout, p.stderr)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return strings.Contains(p.stderr.String(), s)
+	}, "%s did not log %q; stderr:\n%s", p.name, s, p.stderr)
 }
 
 // lines returns stdout's lines.

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/jetrun/jetrun/internal/jetruntest"
+	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/parent"
 )
@@ -40,16 +41,10 @@ func TestNatsConfRunsARealServerTheWorkersUse(t *testing.T) {
 	dir := srv.cmd.Dir
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
 	var nc *nats.Conn
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if nc, err = nats.Connect(url); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nats-server -c nats.conf did not come up: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	natstest.Eventually(t, 20*time.Second, func() bool {
+		nc, err = nats.Connect(url)
+		return err == nil
+	}, "nats-server -c nats.conf did not come up")
 	t.Cleanup(nc.Close)
 
 	start(t, "child-worker", map[string]string{"JETRUN_NATS_URL": url}).waitLog("child-worker serving", 60*time.Second)
