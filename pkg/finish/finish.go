@@ -283,26 +283,12 @@ func (d *Deliverer) Shutdown(ctx context.Context) error {
 	d.stopped = true
 	stopPull, cancel := d.stopPull, d.cancel
 	d.mu.Unlock()
-	stopPull()
-	d.pullers.Wait()
-	done := make(chan struct{})
-	go func() {
-		d.inflight.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-		cancel()
-		return nil
-	case <-ctx.Done():
-	}
-	cancel() // handlers see their context end; their finishes are retried
-	select {
-	case <-done:
-		return nil
-	case <-time.After(shutdownGrace):
+	defer cancel()
+	// Late handlers see their context end; their finishes are retried.
+	if !pull.Drain(ctx, stopPull, &d.pullers, &d.inflight, cancel, shutdownGrace) {
 		return fmt.Errorf("finish: deliveries did not return %s after their handlers were cancelled", shutdownGrace)
 	}
+	return nil
 }
 
 // shutdownGrace bounds how long Shutdown waits for handlers it cancelled.

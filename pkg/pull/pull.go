@@ -117,3 +117,32 @@ func pause(ctx context.Context, d time.Duration) {
 	case <-t.C:
 	}
 }
+
+// Drain is the two-phase stop of fetch loops and their handlers: it calls
+// stop and waits for the loops, then waits for the handlers until ctx ends.
+// If they are still running then, it calls forced (with the handlers that
+// are late still running; forced cancels them) and waits at most grace
+// more. It reports whether every handler returned.
+func Drain(ctx context.Context, stop func(), loops, handlers *sync.WaitGroup, forced func(), grace time.Duration) bool {
+	stop()
+	loops.Wait()
+	done := make(chan struct{})
+	go func() {
+		handlers.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+	}
+	forced()
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
+}

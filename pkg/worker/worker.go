@@ -232,28 +232,16 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 	stopPull, cancel := w.stopPull, w.cancel
 	w.mu.Unlock()
 
-	stopPull()
-	w.pullers.Wait()
-	done := make(chan struct{})
-	go func() {
-		w.runs.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
+	defer cancel(ErrShuttingDown) // every handler context ends with the worker
+	drained := pull.Drain(ctx, stopPull, &w.pullers, &w.runs, func() {
+		w.log.WarnContext(ctx, "shutdown timeout: handing runs in flight back", "runs", w.activeIDs())
 		cancel(ErrShuttingDown)
-		return nil
-	case <-ctx.Done():
-	}
-	w.log.WarnContext(ctx, "shutdown timeout: handing runs in flight back", "runs", w.activeIDs())
-	cancel(ErrShuttingDown)
-	select {
-	case <-done:
-		return nil
-	case <-time.After(handbackGrace):
+	}, handbackGrace)
+	if !drained {
 		return fmt.Errorf("worker: runs %v did not return %s after their handlers were cancelled",
 			w.activeIDs(), handbackGrace)
 	}
+	return nil
 }
 
 // Stop hands every run in flight back at once and stops the worker.
