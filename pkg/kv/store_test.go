@@ -221,9 +221,16 @@ func TestWatchStopsCleanlyAfterItsConnectionCloses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A second watch on the same connection shows when the break reaches
+	// watchers: its updates channel closes with the connection.
+	probe, err := s.Bucket().Watch(ctx, "gone")
+	if err != nil {
+		t.Fatal(err)
+	}
 	<-w.Updates()
 	nc.Close() // the server-side watch breaks; re-watching fails
-	time.Sleep(100 * time.Millisecond)
+	for range probe.Updates() {
+	}
 	cancel()
 	w.Stop()
 }

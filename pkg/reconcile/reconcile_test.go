@@ -198,14 +198,17 @@ func TestDetachedRunsDeliverEachFinishExactlyOnce(t *testing.T) {
 }
 
 // sweeps runs n sweeps directly (the timer's sweeps are idempotent with
-// them).
-func sweeps(t *testing.T, e *env, n int) {
+// them) and returns how many finishes they republished.
+func sweeps(t *testing.T, e *env, n int) (republished int) {
 	t.Helper()
 	for range n {
-		if _, err := e.recon.Sweep(context.Background()); err != nil {
+		st, err := e.recon.Sweep(context.Background())
+		if err != nil {
 			t.Fatal(err)
 		}
+		republished += st.Republished
 	}
+	return republished
 }
 
 func TestBudgetExceededGivesUpDeliversOnceAndStopsTheChild(t *testing.T) {
@@ -323,7 +326,15 @@ func TestNoProgressIsArmedOnlyByASignal(t *testing.T) {
 	}})
 	e.detached(t, "mute", "mute", 1, events.Detached{NoProgressBudgetMs: 300})
 	jetruntest.WaitRow(t, e.store, "mute", 10*time.Second, func(r *kv.Run) bool { return r.Status == events.StatusRunning })
-	sweepsSpanning(t, e, time.Second) // three no-progress budgets
+	// The run has been silent for 200 no-progress budgets when it is swept.
+	aged := time.Now().Add(-time.Minute)
+	if _, _, err := e.store.Mutate(context.Background(), "mute", func(r *kv.Run) error {
+		r.CreatedAt, r.StartedAt = aged, aged
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	sweeps(t, e, 3)
 	row, _, _ := e.store.Get(context.Background(), "mute")
 	if row.Status != events.StatusRunning {
 		t.Fatalf("a run that never signalled was given up: %+v", row)
@@ -334,26 +345,20 @@ func TestNoProgressIsArmedOnlyByASignal(t *testing.T) {
 	}
 }
 
-// sweepsSpanning sweeps repeatedly for at least d.
-func sweepsSpanning(t *testing.T, e *env, d time.Duration) {
-	t.Helper()
-	for end := time.Now().Add(d); time.Now().Before(end); {
-		sweeps(t, e, 1)
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // Give-up then late completion (the child ignores its teardown): onFinish
 // fires twice, interrupted then completed, and the row ends completed.
 func TestGiveUpThenLateCompletionDeliversBothInOrder(t *testing.T) {
 	t.Parallel()
+	gaveUp := make(chan struct{})
 	e := setup(t, options{handlers: map[string]worker.Handler{
 		"stubborn": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
-			time.Sleep(3 * time.Second) // ignores cancellation
+			<-gaveUp // ignores cancellation; finishes after the give-up was delivered
 			return worker.Result{Summary: "finished anyway"}, nil
 		}),
 	}})
 	e.detached(t, "late", "stubborn", 1, events.Detached{MaxBudgetMs: 1000})
+	waitDeliveries(t, e.rec, "late", 1)
+	close(gaveUp)
 	row := jetruntest.WaitRow(t, e.store, "late", 30*time.Second, settled)
 	if row.Status != events.StatusCompleted || row.Summary != "finished anyway" || row.Reason != "" {
 		t.Fatalf("row = %+v", row)
@@ -394,7 +399,17 @@ func TestAlwaysFailingHandlerIsDeadLetteredAndNotRetried(t *testing.T) {
 	if err := json.Unmarshal(m.Data, &res); err != nil || res.RunID != "doomed" || m.Header.Get(events.HeaderReason) == "" {
 		t.Fatalf("dead letter %s %v: %v", m.Data, m.Header, err)
 	}
-	sweepsSpanning(t, e, time.Second)
+	// Long overdue as far as the reconciler can tell, the finish is still
+	// not retried.
+	if _, _, err := e.store.Mutate(ctx, "doomed", func(r *kv.Run) error {
+		r.Finishes[events.StatusCompleted].DueAt = time.Now().Add(-time.Minute)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n := sweeps(t, e, 3); n != 0 {
+		t.Fatalf("the reconciler republished a dead-lettered finish %d times", n)
+	}
 	if n := len(e.rec.of("doomed")); n != 3 {
 		t.Fatalf("%d attempts, want exactly 3 (no retries after the dead letter)", n)
 	}
@@ -543,6 +558,11 @@ func TestOneLeaderAtATimeAndAStandbyTakesOver(t *testing.T) {
 	t.Parallel()
 	ns := natstest.RunServer(t)
 	ctx := context.Background()
+	_, js := natstest.Connect(t, ns)
+	store, err := kv.Open(ctx, js, kv.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	var recs []*reconcile.Reconciler
 	for i := range 2 {
 		nc, _ := natstest.Connect(t, ns)
@@ -568,8 +588,19 @@ func TestOneLeaderAtATimeAndAStandbyTakesOver(t *testing.T) {
 		}
 		return true
 	}, "no single leader")
-	// Stay with one leader over several lease periods.
-	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+	// Stay with one leader over a dozen renewals of its lease (it renews
+	// every third of an interval), more than a lease's time to live.
+	renewals, err := store.ActiveBucket().Watch(ctx, "leader", jetstream.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = renewals.Stop() }()
+	for range 12 {
+		select {
+		case <-renewals.Updates():
+		case <-time.After(10 * time.Second):
+			t.Fatal("the leader stopped renewing its lease")
+		}
 		if recs[0].IsLeader() && recs[1].IsLeader() {
 			t.Fatal("two leaders at once")
 		}

@@ -247,6 +247,7 @@ func TestRunLostTooOftenEndsInError(t *testing.T) {
 func TestProgressIsCoalescedWithATrailingFlush(t *testing.T) {
 	t.Parallel()
 	const reports = 200
+	flushed := make(chan struct{})
 	b, _ := setup(t, worker.Config{ProgressInterval: 100 * time.Millisecond}, map[string]worker.Handler{
 		"burst": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
 			for i := 1; i <= reports; i++ {
@@ -254,13 +255,21 @@ func TestProgressIsCoalescedWithATrailingFlush(t *testing.T) {
 					return worker.Result{}, err
 				}
 			}
-			// Stay alive past the window: the trailing value must go out on
+			// Stay alive until the trailing value is out: it must go out on
 			// its own, not only because the run ends.
-			time.Sleep(300 * time.Millisecond)
-			return worker.Result{}, nil
+			select {
+			case <-flushed:
+				return worker.Result{}, nil
+			case <-ctx.Done():
+				return worker.Result{}, context.Cause(ctx)
+			}
 		}),
 	})
 	publish(t, b.js, "jetrun.dispatch.burst", `{"runId":"pr","input":{}}`)
+	jetruntest.WaitRow(t, b.store, "pr", 10*time.Second, func(r *kv.Run) bool {
+		return r.Progress != nil && r.Progress.Message == fmt.Sprint(reports)
+	})
+	close(flushed)
 	jetruntest.WaitRow(t, b.store, "pr", 10*time.Second, jetruntest.Final)
 	evs := waitForStatus(t, b.js, "pr", events.StatusCompleted)
 	var msgs []string
