@@ -173,7 +173,7 @@ func Replay(ctx context.Context, js jetstream.JetStream, ns Namespace, runID str
 				}
 			} // else a foreign or malformed message on the run's subjects: skipped
 			switch {
-			case opts.Follow == HistoryOnly && streamSeq(msg) >= last:
+			case opts.Follow == HistoryOnly && StreamSeq(msg) >= last:
 				return
 			case opts.Follow == UntilEnd && err == nil && ev.Ends():
 				return
@@ -205,14 +205,6 @@ func endedBy(ctx context.Context, js jetstream.JetStream, ns Namespace, runID st
 	}
 	ev := Event{Status: &st}
 	return m.Sequence <= after && ev.Ends(), nil
-}
-
-func streamSeq(msg jetstream.Msg) uint64 {
-	meta, err := msg.Metadata()
-	if err != nil {
-		return 0
-	}
-	return meta.Sequence.Stream
 }
 
 // decodeEvent turns a stored message into an Event.

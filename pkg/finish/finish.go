@@ -115,7 +115,6 @@ type Config struct {
 // Deliverer delivers finishes to registered handlers.
 type Deliverer struct {
 	cfg      Config
-	nc       *nats.Conn
 	js       jetstream.JetStream
 	log      *slog.Logger
 	obs      *obs.Reporter
@@ -177,7 +176,7 @@ func New(nc *nats.Conn, cfg Config) (*Deliverer, error) {
 		return nil, fmt.Errorf("finish: jetstream: %w", err)
 	}
 	return &Deliverer{
-		cfg: cfg, nc: nc, js: js, log: cfg.Logger.With("deliverer", cfg.ID),
+		cfg: cfg, js: js, log: cfg.Logger.With("deliverer", cfg.ID),
 		obs: cfg.Reporter, handlers: make(map[string]Handler),
 	}, nil
 }
@@ -309,7 +308,7 @@ func (d *Deliverer) deliver(ctx context.Context, name string, msg jetstream.Msg)
 		if err != nil {
 			reason += ": " + err.Error()
 		}
-		d.deadLetter(ctx, name, msg, reason, 0)
+		d.deadLetter(ctx, name, msg, res, reason, 0)
 		return
 	}
 	log := d.log.With("run_id", res.RunID, "status", res.Status, "handler", name)
@@ -331,7 +330,7 @@ func (d *Deliverer) deliver(ctx context.Context, name string, msg jetstream.Msg)
 	}
 	if attempts >= d.cfg.MaxAttempts {
 		log.ErrorContext(ctx, "finish handler failed; giving up", "attempts", attempts, "err", err)
-		d.deadLetter(ctx, name, msg, fmt.Sprintf("handler %s failed %d times; last error: %v", name, attempts, err), attempts)
+		d.deadLetter(ctx, name, msg, res, fmt.Sprintf("handler %s failed %d times; last error: %v", name, attempts, err), attempts)
 		return
 	}
 	delay := min(d.cfg.RetryDelay<<min(attempts-1, 20), MaxRetryDelay)
@@ -467,10 +466,8 @@ func (d *Deliverer) markDelivered(ctx context.Context, log *slog.Logger, msg jet
 	}
 	d.obs.Report(ctx, obs.FinishDelivered, res.RunID, "status", res.Status, "handler", res.Handler,
 		"attempts", attempts, "latency_ms", now.Sub(due).Milliseconds())
-	if row.Settled() {
-		if err := d.store.Unindex(ctx, row); err != nil {
-			log.WarnContext(ctx, "unindex settled run", "err", err)
-		}
+	if err := d.store.UnindexIfSettled(ctx, row); err != nil {
+		log.WarnContext(ctx, "unindex settled run", "err", err)
 	}
 }
 
@@ -486,7 +483,7 @@ func (d *Deliverer) release(log *slog.Logger, res Result, cause error, failed bo
 		}
 		fs.ClaimedBy, fs.ClaimedUntil = "", time.Time{}
 		if cause != nil {
-			fs.LastError = truncate(cause.Error(), 1000)
+			fs.LastError = events.Truncate(cause.Error(), 1000)
 		}
 		if failed && fs.FailedAt.IsZero() {
 			fs.FailedAt = time.Now()
@@ -501,43 +498,20 @@ func (d *Deliverer) release(log *slog.Logger, res Result, cause error, failed bo
 
 // deadLetter files msg in the dead-letter stream, records the failure on the
 // row, and terminates msg. If the dead-letter write fails, msg is retried.
-func (d *Deliverer) deadLetter(ctx context.Context, name string, msg jetstream.Msg, reason string, attempts int) {
-	ns := d.cfg.Namespace
-	dlq := &nats.Msg{Subject: ns.DLQFinishSubject(name), Data: msg.Data(), Header: nats.Header{}}
-	dlq.Header.Set(events.HeaderReason, reason)
-	dlq.Header.Set(events.HeaderOriginalSubject, msg.Subject())
-	if meta, err := msg.Metadata(); err == nil {
-		seq := strconv.FormatUint(meta.Sequence.Stream, 10)
-		dlq.Header.Set(events.HeaderOriginalSequence, seq)
-		dlq.Header.Set(jetstream.MsgIDHeader, "dlq-"+meta.Stream+"-"+seq)
-	}
-	if id := msg.Headers().Get(jetstream.MsgIDHeader); id != "" {
-		dlq.Header.Set(events.HeaderOriginalMsgID, id)
-	}
-	if _, err := d.js.PublishMsg(ctx, dlq); err != nil {
+func (d *Deliverer) deadLetter(ctx context.Context, name string, msg jetstream.Msg, res Result, reason string, attempts int) {
+	if _, err := d.js.PublishMsg(ctx, events.DeadLetter(d.cfg.Namespace.DLQFinishSubject(name), msg, reason)); err != nil {
 		d.log.ErrorContext(ctx, "dead-letter finish; keeping it for a retry", "handler", name, "err", err)
 		_ = msg.NakWithDelay(5 * time.Second)
 		return
 	}
-	var res Result
-	_ = json.Unmarshal(msg.Data(), &res)
 	if events.ValidateID(res.RunID) == nil {
 		row := d.release(d.log, res, errors.New(reason), true)
-		if row != nil && row.Settled() {
-			if err := d.store.Unindex(ctx, row); err != nil {
-				d.log.WarnContext(ctx, "unindex settled run", "run_id", row.ID, "err", err)
-			}
+		if err := d.store.UnindexIfSettled(ctx, row); err != nil {
+			d.log.WarnContext(ctx, "unindex settled run", "run_id", res.RunID, "err", err)
 		}
 	}
-	_ = msg.TermWithReason(truncate(reason, 200))
+	_ = msg.TermWithReason(events.Truncate(reason, 200))
 	d.obs.Report(ctx, obs.FinishFailed, res.RunID, "status", res.Status, "handler", name, "attempts", attempts, "reason", reason)
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }
 
 // Webhook returns a Handler that POSTs the finish as JSON to url, with

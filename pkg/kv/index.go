@@ -64,6 +64,16 @@ func (s *Store) Unindex(ctx context.Context, r *Run) error {
 	return nil
 }
 
+// UnindexIfSettled removes r's index entries if r is settled (nil is
+// ignored). The reconciler removes settled runs too; doing it at once spares
+// it the look.
+func (s *Store) UnindexIfSettled(ctx context.Context, r *Run) error {
+	if r == nil || !r.Settled() {
+		return nil
+	}
+	return s.Unindex(ctx, r)
+}
+
 // UnindexID removes the index entry of a run whose row is gone.
 func (s *Store) UnindexID(ctx context.Context, id string) error {
 	if err := s.active.Purge(ctx, indexRunPrefix+id, jetstream.PurgeTTL(indexMarkerTTL)); err != nil {

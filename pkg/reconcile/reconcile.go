@@ -358,7 +358,7 @@ func (r *Reconciler) lead(ctx context.Context) {
 	case err == nil:
 		r.leaseUntil = time.Now().Add(ttl)
 		r.setLeader(ctx, true)
-	case errors.Is(err, jetstream.ErrKeyExists) || wrongLastSequence(err):
+	case errors.Is(err, jetstream.ErrKeyExists) || events.IsWrongLastSequence(err):
 		r.setLeader(ctx, false) // another reconciler won the race
 	default:
 		if ctx.Err() == nil {
@@ -368,17 +368,6 @@ func (r *Reconciler) lead(ctx context.Context) {
 			r.setLeader(ctx, false)
 		}
 	}
-}
-
-// wrongLastSequence reports whether err is the server refusing a publish
-// whose expected last sequence no longer holds (10071, or 10164 replicated).
-func wrongLastSequence(err error) bool {
-	var apiErr *jetstream.APIError
-	if !errors.As(err, &apiErr) {
-		return false
-	}
-	return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
 }
 
 func (r *Reconciler) setLeader(ctx context.Context, on bool) {

@@ -8,10 +8,8 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
-	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/pkg/events"
@@ -48,7 +46,7 @@ func (w *Worker) process(ctx context.Context, agentType string, msg jetstream.Ms
 			// The dispatch is the record (a service published it straight
 			// to the stream, or its parent has not written the row yet):
 			// create the row from it, unless the run was cleared.
-			if cleared, cerr := w.store.Cleared(ctx, d.RunID, dispatchSeq(msg)); cerr != nil {
+			if cleared, cerr := w.store.Cleared(ctx, d.RunID, events.StreamSeq(msg)); cerr != nil {
 				err = cerr
 			} else if cleared {
 				log.InfoContext(ctx, "dispatch for a cleared run dropped")
@@ -133,7 +131,7 @@ func (w *Worker) decide(ctx context.Context, log *slog.Logger, msg jetstream.Msg
 	claimed.Attempt++
 	claimed.Worker = w.cfg.ID
 	claimed.LeaseUntil = now.Add(w.cfg.Lease)
-	claimed.DispatchSeq = dispatchSeq(msg) // the message that now wakes a takeover
+	claimed.DispatchSeq = events.StreamSeq(msg) // the message that now wakes a takeover
 	if claimed.StartedAt.IsZero() {
 		claimed.StartedAt = now
 	}
@@ -184,10 +182,7 @@ func (w *Worker) endUnclaimed(ctx context.Context, msg jetstream.Msg, row *kv.Ru
 // unindexIfSettled removes a settled run from the active-run index at once,
 // sparing the reconciler a look; the reconciler does it otherwise.
 func (w *Worker) unindexIfSettled(ctx context.Context, r *kv.Run) {
-	if !r.Settled() {
-		return
-	}
-	if err := w.store.Unindex(ctx, r); err != nil {
+	if err := w.store.UnindexIfSettled(ctx, r); err != nil {
 		w.log.WarnContext(ctx, "unindex settled run", "run_id", r.ID, "err", err)
 	}
 }
@@ -207,18 +202,9 @@ func (w *Worker) ensureFinalEvent(ctx context.Context, row *kv.Run) error {
 	return kv.PublishTransition(ctx, w.js, w.cfg.Namespace, row, w.cfg.ID)
 }
 
-// dispatchSeq is msg's sequence in the dispatch stream (0 if unknown).
-func dispatchSeq(msg jetstream.Msg) uint64 {
-	meta, err := msg.Metadata()
-	if err != nil {
-		return 0
-	}
-	return meta.Sequence.Stream
-}
-
 // createRow records a dispatch that arrived without a row.
 func (w *Worker) createRow(ctx context.Context, agentType string, d events.Dispatch, msg jetstream.Msg) (*kv.Run, uint64, error) {
-	row := kv.NewRun(agentType, d, dispatchSeq(msg), time.Now())
+	row := kv.NewRun(agentType, d, events.StreamSeq(msg), time.Now())
 	rev, err := w.store.Create(ctx, row)
 	if errors.Is(err, kv.ErrRunExists) {
 		return w.store.Get(ctx, d.RunID) // lost a race with another creator
@@ -250,30 +236,13 @@ func epochToken(t time.Time) string { return strconv.FormatInt(t.UnixMilli(), 36
 // If the DLQ write fails the dispatch is kept (redelivered later): nothing is
 // dropped.
 func (w *Worker) deadLetter(ctx context.Context, msg jetstream.Msg, agentType, reason string) {
-	dlq := &nats.Msg{Subject: w.cfg.Namespace.DLQSubject(agentType), Data: msg.Data(), Header: nats.Header{}}
-	for k, vs := range msg.Headers() {
-		if strings.HasPrefix(k, "Nats-") {
-			continue // server headers (Nats-Msg-Id, Nats-Expected-*) must not steer the DLQ write
-		}
-		dlq.Header[k] = vs
-	}
-	if id := msg.Headers().Get(jetstream.MsgIDHeader); id != "" {
-		dlq.Header.Set(events.HeaderOriginalMsgID, id)
-	}
-	dlq.Header.Set(events.HeaderReason, reason)
-	dlq.Header.Set(events.HeaderOriginalSubject, msg.Subject())
-	if meta, err := msg.Metadata(); err == nil {
-		seq := strconv.FormatUint(meta.Sequence.Stream, 10)
-		dlq.Header.Set(events.HeaderOriginalSequence, seq)
-		dlq.Header.Set(jetstream.MsgIDHeader, "dlq-"+meta.Stream+"-"+seq)
-	}
-	if _, err := w.js.PublishMsg(ctx, dlq); err != nil {
+	if _, err := w.js.PublishMsg(ctx, events.DeadLetter(w.cfg.Namespace.DLQSubject(agentType), msg, reason)); err != nil {
 		w.log.ErrorContext(ctx, "dead-letter dispatch; keeping it for a retry", "subject", msg.Subject(), "reason", reason, "err", err)
 		_ = msg.NakWithDelay(retryDelay(msg))
 		return
 	}
 	w.log.WarnContext(ctx, "dispatch dead-lettered", "subject", msg.Subject(), "reason", reason)
-	_ = msg.TermWithReason(truncate(reason, 200))
+	_ = msg.TermWithReason(events.Truncate(reason, 200))
 }
 
 // deadLetterMalformed files a dispatch whose subject names no valid agent type.
@@ -292,10 +261,3 @@ func retryDelay(msg jetstream.Msg) time.Duration {
 }
 
 func jitter() time.Duration { return time.Duration(rand.Int64N(int64(250 * time.Millisecond))) }
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
-}

@@ -37,17 +37,6 @@ type fencedPublisher struct {
 	fenced  bool
 }
 
-// wrongLastSequence reports whether err is the server refusing a publish
-// because the subject's last sequence moved (10071 on R1, 10164 on R3).
-func wrongLastSequence(err error) bool {
-	var apiErr *jetstream.APIError
-	if !errors.As(err, &apiErr) {
-		return false
-	}
-	return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
-}
-
 // publish appends one event and returns its stream sequence.
 func (p *fencedPublisher) publish(ctx context.Context, kind, msgID string, v any) (uint64, error) {
 	data, err := json.Marshal(v)
@@ -72,7 +61,7 @@ func (p *fencedPublisher) publish(ctx context.Context, kind, msgID string, v any
 			}
 			return ack.Sequence, nil
 		}
-		if !wrongLastSequence(err) || tries >= 3 {
+		if !events.IsWrongLastSequence(err) || tries >= 3 {
 			return 0, fmt.Errorf("worker: publish %s event of run %s: %w", kind, p.runID, err)
 		}
 		seq, landed, err := p.refence(ctx, msgID)

@@ -1,0 +1,63 @@
+package events
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// DeadLetter builds the dead-letter copy of msg, to publish on subject: the
+// original payload and headers, the reason, and where the message came from.
+// Its Nats-Msg-Id is derived from the original's stream position, so a
+// retried dead-letter write is stored once. The original's server headers
+// (Nats-*) do not travel: they must not steer the dead-letter write.
+func DeadLetter(subject string, msg jetstream.Msg, reason string) *nats.Msg {
+	dlq := &nats.Msg{Subject: subject, Data: msg.Data(), Header: nats.Header{}}
+	for k, vs := range msg.Headers() {
+		if !strings.HasPrefix(k, "Nats-") {
+			dlq.Header[k] = vs
+		}
+	}
+	if id := msg.Headers().Get(jetstream.MsgIDHeader); id != "" {
+		dlq.Header.Set(HeaderOriginalMsgID, id)
+	}
+	dlq.Header.Set(HeaderReason, reason)
+	dlq.Header.Set(HeaderOriginalSubject, msg.Subject())
+	if meta, err := msg.Metadata(); err == nil {
+		seq := strconv.FormatUint(meta.Sequence.Stream, 10)
+		dlq.Header.Set(HeaderOriginalSequence, seq)
+		dlq.Header.Set(jetstream.MsgIDHeader, "dlq-"+meta.Stream+"-"+seq)
+	}
+	return dlq
+}
+
+// Truncate shortens s to at most n bytes, marking the cut with an ellipsis.
+func Truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// StreamSeq is msg's sequence in its stream (0 if unknown).
+func StreamSeq(msg jetstream.Msg) uint64 {
+	meta, err := msg.Metadata()
+	if err != nil {
+		return 0
+	}
+	return meta.Sequence.Stream
+}
+
+// IsWrongLastSequence reports whether err is the server refusing a publish
+// whose expected last sequence no longer holds (10071 on R1, 10164 on R3).
+func IsWrongLastSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+}
