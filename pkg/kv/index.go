@@ -36,13 +36,19 @@ const (
 	indexChildPrefix = "child."
 )
 
-func (s *Store) index(ctx context.Context, r *Run) error {
-	val := []byte(r.AgentType)
+// indexKeys are r's keys in the index: the run's own, and its entry under
+// its parent.
+func indexKeys(r *Run) []string {
 	keys := []string{indexRunPrefix + r.ID}
 	if r.Parent != "" {
 		keys = append(keys, indexChildPrefix+r.Parent+"."+r.ID)
 	}
-	for _, k := range keys {
+	return keys
+}
+
+func (s *Store) index(ctx context.Context, r *Run) error {
+	val := []byte(r.AgentType)
+	for _, k := range indexKeys(r) {
 		if _, err := s.active.Create(ctx, k, val); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 			return fmt.Errorf("kv: index run %s: %w", r.ID, err)
 		}
@@ -52,11 +58,7 @@ func (s *Store) index(ctx context.Context, r *Run) error {
 
 // Unindex removes r's index entries; call it once r is settled.
 func (s *Store) Unindex(ctx context.Context, r *Run) error {
-	keys := []string{indexRunPrefix + r.ID}
-	if r.Parent != "" {
-		keys = append(keys, indexChildPrefix+r.Parent+"."+r.ID)
-	}
-	for _, k := range keys {
+	for _, k := range indexKeys(r) {
 		if err := s.active.Purge(ctx, k, jetstream.PurgeTTL(indexMarkerTTL)); err != nil {
 			return fmt.Errorf("kv: unindex run %s: %w", r.ID, err)
 		}
@@ -146,11 +148,8 @@ func (s *Store) Erase(ctx context.Context, js jetstream.JetStream, ns events.Nam
 	if err != nil {
 		return fmt.Errorf("kv: erase run %s: bind dispatch stream: %w", r.ID, err)
 	}
-	info, err := dispatch.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("kv: erase run %s: dispatch stream position: %w", r.ID, err)
-	}
-	mark := []byte(strconv.FormatUint(info.State.LastSeq, 10))
+	// The lookup just fetched the stream's state: its position now.
+	mark := []byte(strconv.FormatUint(dispatch.CachedInfo().State.LastSeq, 10))
 	if _, err := js.Publish(ctx, s.activeSubject(clearedPrefix+r.ID), mark, jetstream.WithMsgTTL(clearedTTL)); err != nil {
 		return fmt.Errorf("kv: erase run %s: tombstone: %w", r.ID, err)
 	}
@@ -230,35 +229,23 @@ func (aw *ActiveWatch) loop(ctx context.Context, s *Store) {
 			}
 			continue
 		}
+		// A (re)load fills fresh, which replaces the snapshot once complete
+		// and then takes the changes that follow.
 		fresh := make(map[string]time.Time)
-		loaded := false
 		for e := range w.Updates() {
-			if e == nil { // the initial state is complete
-				aw.mu.Lock()
-				aw.runs, loaded = fresh, true
-				aw.mu.Unlock()
-				if first {
-					first = false
-					close(aw.ready)
-				}
-				continue
-			}
-			id := strings.TrimPrefix(e.Key(), indexRunPrefix)
-			if !loaded {
-				if e.Operation() == jetstream.KeyValuePut {
-					fresh[id] = e.Created()
-				} else {
-					delete(fresh, id)
-				}
-				continue
-			}
 			aw.mu.Lock()
-			if e.Operation() == jetstream.KeyValuePut {
-				aw.runs[id] = e.Created()
+			if e == nil { // the initial state is complete
+				aw.runs = fresh
+			} else if id := strings.TrimPrefix(e.Key(), indexRunPrefix); e.Operation() == jetstream.KeyValuePut {
+				fresh[id] = e.Created()
 			} else {
-				delete(aw.runs, id)
+				delete(fresh, id)
 			}
 			aw.mu.Unlock()
+			if e == nil && first {
+				first = false
+				close(aw.ready)
+			}
 		}
 		_ = w.Stop() // the channel closed: re-create the watch
 	}

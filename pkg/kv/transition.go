@@ -53,10 +53,16 @@ func (r *Run) Interrupt(reason, text string, childStillRunning bool, now time.Ti
 	r.Status, r.Reason, r.Error = events.StatusInterrupted, reason, text
 	r.Retryable, r.ChildStillRunning = true, childStillRunning
 	if !childStillRunning {
-		r.Worker, r.LeaseUntil = "", time.Time{}
+		r.ChildStopped()
 	}
 	r.FinishedAt = now
 	r.oweFinish(events.StatusInterrupted, now)
+}
+
+// ChildStopped records that no worker executes r any more (after a give-up,
+// the child's teardown ended or its worker was lost): its lease is released.
+func (r *Run) ChildStopped() {
+	r.ChildStillRunning, r.Worker, r.LeaseUntil = false, "", time.Time{}
 }
 
 func (r *Run) oweFinish(s events.Status, now time.Time) {

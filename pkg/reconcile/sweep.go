@@ -81,7 +81,7 @@ func (s *sweep) releaseLostChild(ctx context.Context, row *kv.Run) (bool, error)
 		if r.Status != events.StatusInterrupted || !r.ChildStillRunning || r.LeaseHeld(time.Now()) {
 			return kv.ErrNoChange
 		}
-		r.ChildStillRunning, r.Worker, r.LeaseUntil = false, "", time.Time{}
+		r.ChildStopped()
 		return nil
 	})
 	return true, err

@@ -145,7 +145,7 @@ func (w *Worker) decide(ctx context.Context, log *slog.Logger, msg jetstream.Msg
 	if row.Attempt > 0 {
 		log.InfoContext(ctx, "run taken over", "attempt", claimed.Attempt, "previous_worker", row.Worker)
 	}
-	w.execute(ctx, msg, claimed, newRev, row)
+	w.execute(ctx, msg, claimed, newRev)
 	return false, nil
 }
 

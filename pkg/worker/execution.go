@@ -57,7 +57,7 @@ type execution struct {
 }
 
 // execute runs an attempt the worker just claimed (row at revision rev).
-func (w *Worker) execute(ctx context.Context, msg jetstream.Msg, row *kv.Run, rev uint64, prev *kv.Run) {
+func (w *Worker) execute(ctx context.Context, msg jetstream.Msg, row *kv.Run, rev uint64) {
 	e := &execution{
 		w:       w,
 		id:      row.ID,
@@ -85,7 +85,7 @@ func (w *Worker) execute(ctx context.Context, msg jetstream.Msg, row *kv.Run, re
 	defer cancel(nil)
 	e.cancel = cancel
 
-	if err := e.start(hctx, prev); err != nil {
+	if err := e.start(hctx); err != nil {
 		if errors.Is(err, ErrLeaseLost) {
 			e.abandon()
 			return
@@ -113,9 +113,10 @@ const historyTimeout = 30 * time.Second
 
 // start publishes "running", which fences off every earlier attempt, then
 // reads what those attempts left (a takeover), so chunk and milestone
-// numbering continue after the last stored ones.
-func (e *execution) start(ctx context.Context, prev *kv.Run) error {
-	takeover := e.attempt > 1 || prev.FirstEventSeq != 0
+// numbering continue after the last stored ones. It runs before the keeper
+// starts, so it reads e.cur, the claimed row, without a lock.
+func (e *execution) start(ctx context.Context) error {
+	takeover := e.attempt > 1 || e.cur.FirstEventSeq != 0
 	if takeover {
 		last, err := e.w.eventsStream.GetLastMsgForSubject(ctx, e.w.cfg.Namespace.RunWildcard(e.id))
 		switch {
@@ -130,7 +131,7 @@ func (e *execution) start(ctx context.Context, prev *kv.Run) error {
 	if err != nil {
 		return err
 	}
-	if prev.FirstEventSeq == 0 {
+	if e.cur.FirstEventSeq == 0 {
 		e.stateMu.Lock()
 		e.firstEventSeq, e.dirty = seq, true
 		e.stateMu.Unlock()
@@ -138,14 +139,14 @@ func (e *execution) start(ctx context.Context, prev *kv.Run) error {
 	if takeover {
 		hctx, cancel := context.WithTimeout(ctx, historyTimeout)
 		defer cancel()
-		return e.loadHistory(hctx, prev)
+		return e.loadHistory(hctx)
 	}
 	return nil
 }
 
 // loadHistory reads the last chunk sequence and the milestones already
 // reached. After our "running" event no earlier attempt can add to them.
-func (e *execution) loadHistory(ctx context.Context, prev *kv.Run) error {
+func (e *execution) loadHistory(ctx context.Context) error {
 	ns := e.w.cfg.Namespace
 	m, err := e.w.eventsStream.GetLastMsgForSubject(ctx, ns.RunSubject(e.id, events.KindChunk))
 	switch {
@@ -158,8 +159,8 @@ func (e *execution) loadHistory(ctx context.Context, prev *kv.Run) error {
 		return fmt.Errorf("read the last chunk: %w", err)
 	}
 	opts := events.ReplayOptions{
-		StartSeq:  prev.FirstEventSeq,
-		StartTime: prev.CreatedAt.Add(-time.Minute), // tolerate clock skew with the server
+		StartSeq:  e.cur.FirstEventSeq,
+		StartTime: e.cur.CreatedAt.Add(-time.Minute), // tolerate clock skew with the server
 		Kinds:     []string{events.KindMilestone},
 		Follow:    events.HistoryOnly,
 	}
@@ -189,10 +190,7 @@ func (e *execution) call(ctx context.Context, h Handler, run *Run) (res Result, 
 
 // finish records the attempt's outcome.
 func (e *execution) finish(ctx context.Context, res Result, herr error, panicked bool) {
-	cause := context.Cause(ctx)
-	if ctx.Err() == nil {
-		cause = nil
-	}
+	cause := context.Cause(ctx) // nil while ctx is live
 	switch {
 	case errors.Is(cause, ErrLeaseLost) || errors.Is(herr, ErrLeaseLost) || e.pub.isFenced():
 		e.abandon()
@@ -268,7 +266,7 @@ func (e *execution) finalize(status events.Status, reason, text string, set func
 		e.applyState(r)
 		if status == events.StatusAborted && r.Status == events.StatusInterrupted {
 			teardown = true
-			r.ChildStillRunning, r.Worker, r.LeaseUntil = false, "", time.Time{}
+			r.ChildStopped()
 			return nil
 		}
 		teardown = false

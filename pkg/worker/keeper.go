@@ -31,7 +31,6 @@ func (e *execution) keep(hctx context.Context, stop <-chan struct{}) {
 	leaseUntil := e.cur.LeaseUntil
 	e.curMu.Unlock()
 	nextRenew := time.Now().Add(renewEvery)
-	lost := false
 	var cancelledAt time.Time // when the handler's context ended
 
 	tick := time.NewTicker(min(cfg.RowSyncInterval, renewEvery))
@@ -41,8 +40,6 @@ func (e *execution) keep(hctx context.Context, stop <-chan struct{}) {
 	flush := time.NewTimer(time.Hour)
 	flush.Stop()
 	defer flush.Stop()
-	wctx, stopWatch := context.WithCancel(ctx)
-	defer stopWatch()
 
 	var updates <-chan kv.Snapshot
 	var watch *kv.Watcher
@@ -57,7 +54,7 @@ func (e *execution) keep(hctx context.Context, stop <-chan struct{}) {
 			return
 
 		case now := <-tick.C:
-			if lost || e.pub.isFenced() {
+			if e.pub.isFenced() { // the attempt was lost: nothing to renew
 				continue
 			}
 			if hctx.Err() != nil {
@@ -66,7 +63,6 @@ func (e *execution) keep(hctx context.Context, stop <-chan struct{}) {
 				} else if now.Sub(cancelledAt) > cfg.Lease {
 					e.log.ErrorContext(ctx, "handler ignored the end of its context for a lease; giving the run up",
 						"cause", context.Cause(hctx))
-					lost = true
 					e.lose()
 					continue
 				}
@@ -91,19 +87,17 @@ func (e *execution) keep(hctx context.Context, stop <-chan struct{}) {
 					e.cancel(ErrCancelled)
 				}
 			case errors.Is(err, ErrLeaseLost):
-				lost = true
 				e.lose()
 			default:
 				e.log.WarnContext(ctx, "renew lease", "err", err)
 				if time.Now().After(leaseUntil.Add(-renewEvery)) {
 					e.log.ErrorContext(ctx, "lease about to expire and cannot be renewed; stopping the attempt")
-					lost = true
 					e.lose()
 				}
 			}
 
 		case <-watchAt.C:
-			w, err := e.w.store.Watch(wctx, e.id)
+			w, err := e.w.store.Watch(ctx, e.id)
 			if err != nil {
 				e.log.WarnContext(ctx, "watch run row for cancel", "err", err)
 				watchAt.Reset(time.Second)

@@ -57,13 +57,9 @@ func (r *Run) Milestones() []events.Milestone { return r.e.milestonesCopy() }
 // order of the calls.
 func (r *Run) Chunk(ctx context.Context, data any) error {
 	e := r.e
-	raw, err := json.Marshal(data)
+	raw, err := e.encodePayload("chunk", data)
 	if err != nil {
-		return fmt.Errorf("worker: chunk of run %s is not JSON-encodable: %w", e.id, err)
-	}
-	if len(raw) > events.MaxChunkBytes {
-		return fmt.Errorf("worker: chunk of run %s is %d bytes; the limit is %d: %w",
-			e.id, len(raw), events.MaxChunkBytes, ErrTooLarge)
+		return err
 	}
 	e.emitMu.Lock()
 	seq := e.chunkSeq + 1
@@ -94,13 +90,9 @@ func (r *Run) Progress(ctx context.Context, p Progress) error {
 		Attempt:  e.attempt,
 	}
 	if p.Data != nil {
-		raw, err := json.Marshal(p.Data)
+		raw, err := e.encodePayload("progress data", p.Data)
 		if err != nil {
-			return fmt.Errorf("worker: progress data of run %s is not JSON-encodable: %w", e.id, err)
-		}
-		if len(raw) > events.MaxChunkBytes {
-			return fmt.Errorf("worker: progress data of run %s is %d bytes; the limit is %d: %w",
-				e.id, len(raw), events.MaxChunkBytes, ErrTooLarge)
+			return err
 		}
 		ev.Data = raw
 	}
@@ -135,18 +127,14 @@ func (r *Run) Milestone(ctx context.Context, name string, data any) (events.Mile
 	}
 	m := events.Milestone{RunID: e.id, Name: name, Attempt: e.attempt}
 	if data != nil {
-		raw, err := json.Marshal(data)
+		raw, err := e.encodePayload("milestone data", data)
 		if err != nil {
-			return events.Milestone{}, fmt.Errorf("worker: milestone data of run %s is not JSON-encodable: %w", e.id, err)
-		}
-		if len(raw) > events.MaxChunkBytes {
-			return events.Milestone{}, fmt.Errorf("worker: milestone data of run %s is %d bytes; the limit is %d: %w",
-				e.id, len(raw), events.MaxChunkBytes, ErrTooLarge)
+			return events.Milestone{}, err
 		}
 		m.Data = raw
 	}
 	e.emitMu.Lock()
-	m.Sequence = len(e.milestones) + 1
+	m.Sequence = 1
 	if n := len(e.milestones); n > 0 {
 		m.Sequence = e.milestones[n-1].Sequence + 1
 	}
@@ -270,4 +258,18 @@ func (e *execution) publishSignalEvent(ctx context.Context, ev events.SignalEven
 	_, err := e.pub.publish(ctx, events.KindSignal,
 		events.SignalEventMsgID(e.id, e.attempt, ev.Name, ev.State, e.signalEvents), ev)
 	return err
+}
+
+// encodePayload encodes a handler's value for an event, within the size
+// limit; what names it in errors ("chunk", "progress data" …).
+func (e *execution) encodePayload(what string, v any) (json.RawMessage, error) {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("worker: %s of run %s is not JSON-encodable: %w", what, e.id, err)
+	}
+	if len(raw) > events.MaxChunkBytes {
+		return nil, fmt.Errorf("worker: %s of run %s is %d bytes; the limit is %d: %w",
+			what, e.id, len(raw), events.MaxChunkBytes, ErrTooLarge)
+	}
+	return raw, nil
 }
