@@ -308,62 +308,62 @@ func (d *Deliverer) deliver(ctx context.Context, name string, msg jetstream.Msg)
 		if err != nil {
 			reason += ": " + err.Error()
 		}
-		d.deadLetter(ctx, name, msg, res, reason, 0)
+		d.deadLetter(ctx, name, msg, res, claimed{}, reason, 0)
 		return
 	}
 	log := d.log.With("run_id", res.RunID, "status", res.Status, "handler", name)
 
-	row, ok := d.claim(ctx, log, msg, res)
+	c, ok := d.claim(ctx, log, msg, res)
 	if !ok {
 		return
 	}
-	attempts := row.Finishes[res.Status].Attempts
-	err := d.invoke(ctx, name, msg, row, res)
+	attempts := c.row.Finishes[res.Status].Attempts
+	err := d.invoke(ctx, name, msg, c.row, res)
 	if err == nil {
-		d.markDelivered(ctx, log, msg, res, attempts)
+		d.markDelivered(ctx, log, msg, res, c, attempts)
 		return
 	}
 	if ctx.Err() != nil { // shutting down: release the claim, retry soon
-		d.release(log, res, err, false)
+		d.release(log, res, c, err, false)
 		_ = msg.NakWithDelay(time.Second)
 		return
 	}
 	if attempts >= d.cfg.MaxAttempts {
 		log.ErrorContext(ctx, "finish handler failed; giving up", "attempts", attempts, "err", err)
-		d.deadLetter(ctx, name, msg, res, fmt.Sprintf("handler %s failed %d times; last error: %v", name, attempts, err), attempts)
+		d.deadLetter(ctx, name, msg, res, c, fmt.Sprintf("handler %s failed %d times; last error: %v", name, attempts, err), attempts)
 		return
 	}
 	delay := min(d.cfg.RetryDelay<<min(attempts-1, 20), MaxRetryDelay)
 	log.WarnContext(ctx, "finish handler failed; retrying", "attempts", attempts, "retry_in", delay, "err", err)
-	d.release(log, res, err, false)
+	d.release(log, res, c, err, false)
 	d.obs.Report(ctx, obs.FinishRetry, res.RunID, "status", res.Status, "handler", name, "attempts", attempts, "error", err)
 	_ = msg.NakWithDelay(delay)
 }
 
 // claim reads the row and takes the delivery. It settles msg itself and
 // returns false when there is nothing to deliver now.
-func (d *Deliverer) claim(ctx context.Context, log *slog.Logger, msg jetstream.Msg, res Result) (*kv.Run, bool) {
+func (d *Deliverer) claim(ctx context.Context, log *slog.Logger, msg jetstream.Msg, res Result) (claimed, bool) {
 	for try := 0; try < 10; try++ {
 		row, rev, err := d.store.Get(ctx, res.RunID)
 		if errors.Is(err, kv.ErrRunNotFound) {
 			log.InfoContext(ctx, "finish for a cleared run; dropping it")
 			_ = msg.Ack()
-			return nil, false
+			return claimed{}, false
 		}
 		if err != nil {
 			log.WarnContext(ctx, "read row for delivery", "err", err)
 			_ = msg.NakWithDelay(time.Second)
-			return nil, false
+			return claimed{}, false
 		}
 		s := res.Status
 		if _, done := row.Delivered[s]; done {
 			_ = msg.Ack()
-			return nil, false
+			return claimed{}, false
 		}
 		fs := row.Finishes[s]
 		if fs != nil && !fs.FailedAt.IsZero() {
 			_ = msg.Ack()
-			return nil, false
+			return claimed{}, false
 		}
 		now := time.Now()
 		// Finishes go out in the order their transitions happened: a
@@ -371,12 +371,12 @@ func (d *Deliverer) claim(ctx context.Context, log *slog.Logger, msg jetstream.M
 		for _, other := range row.PendingFinishes() {
 			if other != s && fs != nil && row.Finishes[other].DueAt.Before(fs.DueAt) {
 				_ = msg.NakWithDelay(time.Second)
-				return nil, false
+				return claimed{}, false
 			}
 		}
 		if fs != nil && fs.ClaimedUntil.After(now) {
 			_ = msg.NakWithDelay(fs.ClaimedUntil.Sub(now) + time.Duration(rand.Int64N(int64(250*time.Millisecond))))
-			return nil, false
+			return claimed{}, false
 		}
 		next := row.Clone()
 		if next.Finishes == nil {
@@ -389,18 +389,26 @@ func (d *Deliverer) claim(ctx context.Context, log *slog.Logger, msg jetstream.M
 		}
 		nfs.Attempts++
 		nfs.ClaimedBy, nfs.ClaimedUntil = d.cfg.ID, now.Add(d.cfg.Timeout+time.Second)
-		if _, err := d.store.Update(ctx, next, rev); err != nil {
+		newRev, err := d.store.Update(ctx, next, rev)
+		if err != nil {
 			if errors.Is(err, kv.ErrConflict) {
 				continue
 			}
 			log.WarnContext(ctx, "claim delivery", "err", err)
 			_ = msg.NakWithDelay(time.Second)
-			return nil, false
+			return claimed{}, false
 		}
-		return next, true
+		return claimed{row: next, rev: newRev}, true
 	}
 	_ = msg.NakWithDelay(time.Second)
-	return nil, false
+	return claimed{}, false
+}
+
+// claimed is the row as a delivery's claim left it, so the writes that
+// follow start from it (kv.Store.MutateFrom); the zero value knows no row.
+type claimed struct {
+	row *kv.Run
+	rev uint64
 }
 
 // invoke runs the handler with a timeout, heartbeating msg meanwhile.
@@ -440,10 +448,10 @@ func (d *Deliverer) invoke(ctx context.Context, name string, msg jetstream.Msg, 
 }
 
 // markDelivered records the delivery, then acknowledges.
-func (d *Deliverer) markDelivered(ctx context.Context, log *slog.Logger, msg jetstream.Msg, res Result, attempts int) {
+func (d *Deliverer) markDelivered(ctx context.Context, log *slog.Logger, msg jetstream.Msg, res Result, c claimed, attempts int) {
 	now := time.Now()
 	var due time.Time
-	row, _, err := d.store.Mutate(ctx, res.RunID, func(r *kv.Run) error {
+	row, _, err := d.store.MutateFrom(ctx, res.RunID, c.row, c.rev, func(r *kv.Run) error {
 		if r.Delivered == nil {
 			r.Delivered = make(map[events.Status]time.Time)
 		}
@@ -473,10 +481,10 @@ func (d *Deliverer) markDelivered(ctx context.Context, log *slog.Logger, msg jet
 
 // release drops the claim after a failed attempt, recording the error; with
 // failed it also records that delivery was given up.
-func (d *Deliverer) release(log *slog.Logger, res Result, cause error, failed bool) *kv.Run {
+func (d *Deliverer) release(log *slog.Logger, res Result, c claimed, cause error, failed bool) *kv.Run {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	row, _, err := d.store.Mutate(ctx, res.RunID, func(r *kv.Run) error {
+	row, _, err := d.store.MutateFrom(ctx, res.RunID, c.row, c.rev, func(r *kv.Run) error {
 		fs := r.Finishes[res.Status]
 		if fs == nil {
 			return kv.ErrNoChange
@@ -498,14 +506,14 @@ func (d *Deliverer) release(log *slog.Logger, res Result, cause error, failed bo
 
 // deadLetter files msg in the dead-letter stream, records the failure on the
 // row, and terminates msg. If the dead-letter write fails, msg is retried.
-func (d *Deliverer) deadLetter(ctx context.Context, name string, msg jetstream.Msg, res Result, reason string, attempts int) {
+func (d *Deliverer) deadLetter(ctx context.Context, name string, msg jetstream.Msg, res Result, c claimed, reason string, attempts int) {
 	if _, err := d.js.PublishMsg(ctx, events.DeadLetter(d.cfg.Namespace.DLQFinishSubject(name), msg, reason)); err != nil {
 		d.log.ErrorContext(ctx, "dead-letter finish; keeping it for a retry", "handler", name, "err", err)
 		_ = msg.NakWithDelay(5 * time.Second)
 		return
 	}
 	if events.ValidateID(res.RunID) == nil {
-		row := d.release(d.log, res, errors.New(reason), true)
+		row := d.release(d.log, res, c, errors.New(reason), true)
 		if err := d.store.UnindexIfSettled(ctx, row); err != nil {
 			d.log.WarnContext(ctx, "unindex settled run", "run_id", res.RunID, "err", err)
 		}

@@ -229,6 +229,32 @@ func (s *Store) Mutate(ctx context.Context, id string, fn func(*Run) error) (*Ru
 	return row, rev, nil
 }
 
+// MutateFrom is Mutate starting from a row the caller already holds: known,
+// read (or written) at revision rev, spares the first read. fn is applied to
+// a copy of known; if that write loses a race, or fn rejects known (which
+// may be stale), Mutate re-reads the row and decides. A nil known reads
+// first, exactly as Mutate.
+func (s *Store) MutateFrom(ctx context.Context, id string, known *Run, rev uint64, fn func(*Run) error) (*Run, uint64, error) {
+	if known == nil {
+		return s.Mutate(ctx, id, fn)
+	}
+	next := known.Clone()
+	if err := fn(next); err != nil {
+		if errors.Is(err, ErrNoChange) {
+			return known, rev, nil
+		}
+		return s.Mutate(ctx, id, fn)
+	}
+	newRev, err := s.Update(ctx, next, rev)
+	if errors.Is(err, ErrConflict) {
+		return s.Mutate(ctx, id, fn)
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	return next, newRev, nil
+}
+
 // List returns every row for which keep returns true (all rows when keep is
 // nil), reading the bucket in one pass.
 func (s *Store) List(ctx context.Context, keep func(*Run) bool) ([]*Run, error) {

@@ -143,6 +143,46 @@ func TestMutateNoChangeAndErrors(t *testing.T) {
 	_ = nc
 }
 
+// MutateFrom writes from the row the caller holds, and re-reads when that
+// row turns out stale: no update is lost either way.
+func TestMutateFromStartsWithTheKnownRowAndRecoversFromAStaleOne(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunServer(t))
+	s := openStore(t, js, 1)
+	ctx := context.Background()
+	rev, err := s.Create(ctx, newRun("mf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	known, _, _ := s.Get(ctx, "mf")
+	setSummary := func(v string) func(*kv.Run) error {
+		return func(r *kv.Run) error { r.Summary += v; return nil }
+	}
+	row, rev2, err := s.MutateFrom(ctx, "mf", known, rev, setSummary("a"))
+	if err != nil || row.Summary != "a" || rev2 <= rev {
+		t.Fatalf("fresh known row: %+v %d %v", row, rev2, err)
+	}
+	// known is stale now: the write conflicts and goes through a re-read.
+	row, _, err = s.MutateFrom(ctx, "mf", known, rev, setSummary("b"))
+	if err != nil || row.Summary != "ab" {
+		t.Fatalf("stale known row: %+v %v", row, err)
+	}
+	// A verdict against a stale row is checked against the stored one.
+	row, _, err = s.MutateFrom(ctx, "mf", known, rev, func(r *kv.Run) error {
+		if r.Summary == "" {
+			return errors.New("stale")
+		}
+		r.Summary += "c"
+		return nil
+	})
+	if err != nil || row.Summary != "abc" {
+		t.Fatalf("rejected stale row: %+v %v", row, err)
+	}
+	if got, _, _ := s.Get(ctx, "mf"); got.Summary != "abc" {
+		t.Fatalf("stored %q", got.Summary)
+	}
+}
+
 func TestWatchSeesChangesAndDeletion(t *testing.T) {
 	t.Parallel()
 	_, js := natstest.Connect(t, natstest.RunServer(t))

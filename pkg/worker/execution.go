@@ -425,31 +425,11 @@ func (e *execution) owned(r *kv.Run) error {
 }
 
 // write applies fn to the newest known row and stores it with a
-// compare-and-set, falling back to a re-read after a conflict.
+// compare-and-set, falling back to a re-read (kv.Store.MutateFrom).
 func (e *execution) write(ctx context.Context, fn func(*kv.Run) error) (*kv.Run, error) {
 	e.curMu.Lock()
 	defer e.curMu.Unlock()
-	next := e.cur.Clone()
-	if err := fn(next); err != nil {
-		if errors.Is(err, ErrLeaseLost) {
-			// The row we know may be stale; let Mutate re-read before giving up.
-			return e.mutate(ctx, fn)
-		}
-		return nil, err
-	}
-	rev, err := e.w.store.Update(ctx, next, e.rev)
-	if errors.Is(err, kv.ErrConflict) {
-		return e.mutate(ctx, fn)
-	}
-	if err != nil {
-		return nil, err
-	}
-	e.cur, e.rev = next, rev
-	return next, nil
-}
-
-func (e *execution) mutate(ctx context.Context, fn func(*kv.Run) error) (*kv.Run, error) {
-	row, rev, err := e.w.store.Mutate(ctx, e.id, fn)
+	row, rev, err := e.w.store.MutateFrom(ctx, e.id, e.cur, e.rev, fn)
 	if errors.Is(err, kv.ErrRunNotFound) {
 		return nil, ErrLeaseLost // cleared
 	}
