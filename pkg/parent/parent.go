@@ -75,10 +75,12 @@ type Config struct {
 // Client is the parent side: it dispatches runs, awaits, inspects and
 // cancels them. It is safe for concurrent use.
 type Client struct {
-	cfg   Config
-	js    jetstream.JetStream
-	store *kv.Store
-	log   *slog.Logger
+	cfg            Config
+	js             jetstream.JetStream
+	store          *kv.Store
+	log            *slog.Logger
+	dispatchStream jetstream.Stream // looked up once
+	eventsStream   jetstream.Stream // looked up once
 
 	mu     sync.Mutex
 	agents map[string]time.Time // agent types seen registered, until when
@@ -122,7 +124,18 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parent: %w", err)
 	}
-	return &Client{cfg: cfg, js: js, store: store, log: cfg.Logger, agents: make(map[string]time.Time)}, nil
+	dispatch, err := js.Stream(ctx, cfg.Namespace.DispatchStream())
+	if err != nil {
+		return nil, fmt.Errorf("parent: bind dispatch stream: %w", err)
+	}
+	evs, err := js.Stream(ctx, cfg.Namespace.EventsStream())
+	if err != nil {
+		return nil, fmt.Errorf("parent: bind events stream: %w", err)
+	}
+	return &Client{
+		cfg: cfg, js: js, store: store, log: cfg.Logger, dispatchStream: dispatch, eventsStream: evs,
+		agents: make(map[string]time.Time),
+	}, nil
 }
 
 // Store returns the run row store the client uses.
@@ -364,11 +377,7 @@ func (c *Client) publishDispatch(ctx context.Context, agentType string, d events
 
 // dispatchQueued reports whether the dispatch at seq is still in the stream.
 func (c *Client) dispatchQueued(ctx context.Context, seq uint64) (bool, error) {
-	stream, err := c.js.Stream(ctx, c.cfg.Namespace.DispatchStream())
-	if err != nil {
-		return false, err
-	}
-	_, err = stream.GetMsg(ctx, seq)
+	_, err := c.dispatchStream.GetMsg(ctx, seq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return false, nil
 	}

@@ -104,14 +104,8 @@ func (c *Client) Watch(ctx context.Context, id string) error {
 		return fmt.Errorf("parent: watch: %w", err)
 	}
 	// Live only: start after the newest event stored now.
-	var after uint64
-	stream, err := c.js.Stream(ctx, c.cfg.Namespace.EventsStream())
+	after, err := c.LastEventSeq(ctx, id)
 	if err != nil {
-		return fmt.Errorf("parent: watch: %w", err)
-	}
-	if last, err := stream.GetLastMsgForSubject(ctx, c.cfg.Namespace.RunWildcard(id)); err == nil {
-		after = last.Sequence
-	} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
 		return fmt.Errorf("parent: watch: %w", err)
 	}
 	opts := replayOptions(row, after, events.UntilEnd, []string{events.KindProgress, events.KindMilestone})
@@ -173,11 +167,7 @@ func (c *Client) Signal(ctx context.Context, id, name string, payload any) (uint
 // LastEventSeq returns the stream sequence of run id's newest stored event,
 // 0 if it has none yet.
 func (c *Client) LastEventSeq(ctx context.Context, id string) (uint64, error) {
-	stream, err := c.js.Stream(ctx, c.cfg.Namespace.EventsStream())
-	if err != nil {
-		return 0, fmt.Errorf("parent: last event: %w", err)
-	}
-	m, err := stream.GetLastMsgForSubject(ctx, c.cfg.Namespace.RunWildcard(id))
+	m, err := c.eventsStream.GetLastMsgForSubject(ctx, c.cfg.Namespace.RunWildcard(id))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, nil
 	}

@@ -451,7 +451,7 @@ func (r *Reconciler) Sweep(ctx context.Context) (Stats, error) {
 		return Stats{}, fmt.Errorf("reconcile: sweep: %w", err)
 	}
 	active := watch.Snapshot()
-	st := &sweep{r: r, now: begin, watch: watch}
+	st := &sweep{r: r, now: begin, watch: watch, parents: make(map[string]*kv.Run)}
 	r.obs.Debug(ctx, obs.ReconcileBegin, "", "active", len(active), "reconciler", r.cfg.ID)
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(r.cfg.Parallelism)

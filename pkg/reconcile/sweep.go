@@ -22,8 +22,9 @@ type sweep struct {
 	now   time.Time
 	watch *kv.ActiveWatch
 
-	mu    sync.Mutex
-	stats Stats
+	mu      sync.Mutex
+	stats   Stats
+	parents map[string]*kv.Run // parent rows read by this sweep (nil: gone)
 }
 
 func (s *sweep) count(f func(*Stats)) {
@@ -118,11 +119,8 @@ func (s *sweep) cascade(ctx context.Context, row *kv.Run) (bool, error) {
 	if row.Parent == "" || row.CancelRequested {
 		return false, nil
 	}
-	p, _, err := s.r.store.Get(ctx, row.Parent)
-	if errors.Is(err, kv.ErrRunNotFound) {
-		return false, nil
-	}
-	if err != nil {
+	p, err := s.parent(ctx, row.Parent)
+	if p == nil || err != nil {
 		return false, err
 	}
 	if p.Status != events.StatusAborted && !p.CancelRequested {
@@ -144,6 +142,28 @@ func (s *sweep) cascade(ctx context.Context, row *kv.Run) (bool, error) {
 	s.count(func(st *Stats) { st.Cancelled++ })
 	s.r.obs.Report(ctx, obs.RunCascadeCancel, row.ID, "parent", p.ID)
 	return true, nil
+}
+
+// parent returns the row of parent id as this sweep first read it (nil if
+// it is gone): the children of a fan-out share one read per sweep.
+func (s *sweep) parent(ctx context.Context, id string) (*kv.Run, error) {
+	s.mu.Lock()
+	p, ok := s.parents[id]
+	s.mu.Unlock()
+	if ok {
+		return p, nil
+	}
+	p, _, err := s.r.store.Get(ctx, id)
+	if errors.Is(err, kv.ErrRunNotFound) {
+		p, err = nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.parents[id] = p
+	s.mu.Unlock()
+	return p, nil
 }
 
 // enforceBudgets gives up a detached run past its absolute budget, or silent
