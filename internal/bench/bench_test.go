@@ -59,21 +59,8 @@ func rawAsyncPublishRate(b *testing.B, js jetstream.JetStream) float64 {
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "RAW", Subjects: []string{"raw.>"}, Storage: jetstream.FileStorage}); err != nil {
 		b.Fatal(err)
 	}
-	payload := make([]byte, 128)
 	start := time.Now()
-	for i := range rawMessages {
-		if _, err := js.PublishAsync("raw.bench", payload); err != nil {
-			b.Fatal(err)
-		}
-		if i%rawWindow == rawWindow-1 {
-			select {
-			case <-js.PublishAsyncComplete():
-			case <-time.After(30 * time.Second):
-				b.Fatal("async publish stalled")
-			}
-		}
-	}
-	<-js.PublishAsyncComplete()
+	publishWindowed(b, js, rawMessages, func(int) string { return "raw.bench" }, make([]byte, 128))
 	rate := rawMessages / time.Since(start).Seconds()
 	if err := js.DeleteStream(ctx, "RAW"); err != nil {
 		b.Fatal(err)
@@ -106,6 +93,102 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
+// publishWindowed publishes n messages asynchronously, rawWindow in flight.
+func publishWindowed(b *testing.B, js jetstream.JetStream, n int, subject func(i int) string, payload []byte) {
+	b.Helper()
+	for i := range n {
+		if _, err := js.PublishAsync(subject(i), payload); err != nil {
+			b.Fatal(err)
+		}
+		if i%rawWindow == rawWindow-1 {
+			select {
+			case <-js.PublishAsyncComplete():
+			case <-time.After(30 * time.Second):
+				b.Fatal("async publish stalled")
+			}
+		}
+	}
+	<-js.PublishAsyncComplete()
+}
+
+// startWorker starts a worker running handler for agentType.
+func startWorker(b *testing.B, nc *nats.Conn, concurrency int, agentType string, handler worker.HandlerFunc) {
+	b.Helper()
+	w, err := worker.New(nc, worker.Config{Concurrency: concurrency})
+	if err != nil {
+		b.Fatal(err)
+	}
+	w.Handle(agentType, handler)
+	if err := w.Start(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = w.Stop() })
+}
+
+func noop(context.Context, *worker.Run) (worker.Result, error) { return worker.Result{}, nil }
+
+// fanOut calls fn for 1..n from workers goroutines; the first error fails b.
+func fanOut(b *testing.B, n, workers int, fn func(i int) error) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := int(next.Add(1)); i <= n; i = int(next.Add(1)) {
+				if err := fn(i); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// latencies times n runs from their dispatch to an observed end.
+type latencies struct {
+	n       int
+	mu      sync.Mutex
+	started map[string]time.Time
+	took    []time.Duration
+	done    chan struct{}
+}
+
+func newLatencies(n int) *latencies {
+	return &latencies{n: n, started: make(map[string]time.Time, n), took: make([]time.Duration, 0, n), done: make(chan struct{})}
+}
+
+func (l *latencies) start(id string) {
+	l.mu.Lock()
+	l.started[id] = time.Now()
+	l.mu.Unlock()
+}
+
+func (l *latencies) end(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if t0, ok := l.started[id]; ok {
+		l.took = append(l.took, time.Since(t0))
+		delete(l.started, id)
+		if len(l.took) == l.n {
+			close(l.done)
+		}
+	}
+}
+
+// wait waits for all n ends and returns the latencies sorted.
+func (l *latencies) wait(b *testing.B, what string) []time.Duration {
+	b.Helper()
+	select {
+	case <-l.done:
+	case <-time.After(5 * time.Minute):
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		b.Fatalf("only %d of %d %s", len(l.took), l.n, what)
+	}
+	slices.Sort(l.took)
+	return l.took
+}
+
 // BenchmarkWorkloadRunsVersusRaw reports, from one server in one run:
 // raw async publish msgs/s, end-to-end runs/s with a no-op handler, their
 // ratio, dispatch→completed latency p50/p99, and JetStream writes per run.
@@ -114,40 +197,18 @@ func BenchmarkWorkloadRunsVersusRaw(b *testing.B) {
 	ctx := context.Background()
 	raw := rawAsyncPublishRate(b, js)
 
-	w, err := worker.New(nc, worker.Config{Concurrency: concurrency})
-	if err != nil {
-		b.Fatal(err)
-	}
-	w.HandleFunc("noop", func(context.Context, *worker.Run) (worker.Result, error) { return worker.Result{}, nil })
-	if err := w.Start(ctx); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = w.Stop() })
+	startWorker(b, nc, concurrency, "noop", noop)
 	client, err := parent.New(ctx, nc, parent.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
 
 	// Completions as a subscriber sees them: the final status event.
-	var (
-		mu        sync.Mutex
-		started   = make(map[string]time.Time, runs)
-		latencies = make([]time.Duration, 0, runs)
-		done      = make(chan struct{})
-	)
+	lat := newLatencies(runs)
 	sub, err := nc.Subscribe("jetrun.run.*.status", func(m *nats.Msg) {
 		var ev events.StatusEvent
-		if json.Unmarshal(m.Data, &ev) != nil || ev.Status != events.StatusCompleted {
-			return
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if t0, ok := started[ev.RunID]; ok {
-			latencies = append(latencies, time.Since(t0))
-			delete(started, ev.RunID)
-			if len(latencies) == runs {
-				close(done)
-			}
+		if json.Unmarshal(m.Data, &ev) == nil && ev.Status == events.StatusCompleted {
+			lat.end(ev.RunID)
 		}
 	})
 	if err != nil {
@@ -156,35 +217,22 @@ func BenchmarkWorkloadRunsVersusRaw(b *testing.B) {
 	defer sub.Unsubscribe()
 
 	writesBefore := storedMessages(b, js)
-	var elapsed time.Duration
+	var (
+		elapsed   time.Duration
+		latencies []time.Duration
+	)
 	for b.Loop() {
 		begin := time.Now()
-		var next atomic.Int64
-		var wg sync.WaitGroup
-		for range dispatchers {
-			wg.Go(func() {
-				for i := next.Add(1); i <= runs; i = next.Add(1) {
-					id := fmt.Sprintf("bench-%d", i)
-					mu.Lock()
-					started[id] = time.Now()
-					mu.Unlock()
-					if _, err := client.Dispatch(ctx, parent.Request{AgentType: "noop", RunID: id, Input: 1}); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Minute):
-			b.Fatalf("only %d of %d runs completed", len(latencies), runs)
-		}
+		fanOut(b, runs, dispatchers, func(i int) error {
+			id := fmt.Sprintf("bench-%d", i)
+			lat.start(id)
+			_, err := client.Dispatch(ctx, parent.Request{AgentType: "noop", RunID: id, Input: 1})
+			return err
+		})
+		latencies = lat.wait(b, "runs completed")
 		elapsed = time.Since(begin)
 	}
 	writesPerRun := float64(storedMessages(b, js)-writesBefore) / runs
-	slices.Sort(latencies)
 	rate := runs / elapsed.Seconds()
 
 	b.ReportMetric(raw, "raw-async-pub/s")
@@ -208,18 +256,10 @@ func BenchmarkWorkloadRunsVersusRaw(b *testing.B) {
 func BenchmarkWorkloadCancel(b *testing.B) {
 	_, nc, _ := embeddedServer(b)
 	ctx := context.Background()
-	w, err := worker.New(nc, worker.Config{Concurrency: cancelSamples})
-	if err != nil {
-		b.Fatal(err)
-	}
-	w.HandleFunc("wait", func(ctx context.Context, _ *worker.Run) (worker.Result, error) {
+	startWorker(b, nc, cancelSamples, "wait", func(ctx context.Context, _ *worker.Run) (worker.Result, error) {
 		<-ctx.Done()
 		return worker.Result{}, context.Cause(ctx)
 	})
-	if err := w.Start(ctx); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = w.Stop() })
 	client, err := parent.New(ctx, nc, parent.Config{})
 	if err != nil {
 		b.Fatal(err)
@@ -353,19 +393,10 @@ func BenchmarkWorkloadReconcileSweep(b *testing.B) {
 	}
 	now := time.Now()
 	create := func(n int, mk func(i int) *kv.Run) {
-		var next atomic.Int64
-		var wg sync.WaitGroup
-		for range 16 {
-			wg.Go(func() {
-				for i := int(next.Add(1)); i <= n; i = int(next.Add(1)) {
-					if _, err := store.Create(ctx, mk(i)); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
+		fanOut(b, n, 16, func(i int) error {
+			_, err := store.Create(ctx, mk(i))
+			return err
+		})
 	}
 	// Active runs: running, with a live lease and a detached budget to check.
 	create(active, func(i int) *kv.Run {
@@ -430,35 +461,14 @@ func BenchmarkWorkloadDetachedFinish(b *testing.B) {
 	const n = 1_000
 	_, nc, _ := embeddedServer(b)
 	ctx := context.Background()
-	w, err := worker.New(nc, worker.Config{Concurrency: concurrency})
-	if err != nil {
-		b.Fatal(err)
-	}
-	w.HandleFunc("noop", func(context.Context, *worker.Run) (worker.Result, error) { return worker.Result{}, nil })
-	if err := w.Start(ctx); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = w.Stop() })
-	var (
-		mu        sync.Mutex
-		started   = make(map[string]time.Time, n)
-		latencies []time.Duration
-		done      = make(chan struct{})
-	)
+	startWorker(b, nc, concurrency, "noop", noop)
+	lat := newLatencies(n)
 	d, err := finish.New(nc, finish.Config{Concurrency: 32})
 	if err != nil {
 		b.Fatal(err)
 	}
 	d.HandleFinishFunc("bench", func(_ context.Context, _ *kv.Run, res finish.Result) error {
-		mu.Lock()
-		defer mu.Unlock()
-		if t0, ok := started[res.RunID]; ok {
-			latencies = append(latencies, time.Since(t0))
-			delete(started, res.RunID)
-			if len(latencies) == n {
-				close(done)
-			}
-		}
+		lat.end(res.RunID)
 		return nil
 	})
 	if err := d.Start(ctx); err != nil {
@@ -469,32 +479,17 @@ func BenchmarkWorkloadDetachedFinish(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	var latencies []time.Duration
 	for b.Loop() {
-		var next atomic.Int64
-		var wg sync.WaitGroup
-		for range dispatchers {
-			wg.Go(func() {
-				for i := next.Add(1); i <= n; i = next.Add(1) {
-					id := fmt.Sprintf("fin-%d", i)
-					mu.Lock()
-					started[id] = time.Now()
-					mu.Unlock()
-					if _, err := client.Dispatch(ctx, parent.Request{AgentType: "noop", RunID: id, Input: 1,
-						Detached: &events.Detached{OnFinish: "bench"}}); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Minute):
-			b.Fatalf("only %d of %d finishes delivered", len(latencies), n)
-		}
+		fanOut(b, n, dispatchers, func(i int) error {
+			id := fmt.Sprintf("fin-%d", i)
+			lat.start(id)
+			_, err := client.Dispatch(ctx, parent.Request{AgentType: "noop", RunID: id, Input: 1,
+				Detached: &events.Detached{OnFinish: "bench"}})
+			return err
+		})
+		latencies = lat.wait(b, "finishes delivered")
 	}
-	slices.Sort(latencies)
 	b.ReportMetric(ms(percentile(latencies, 0.5)), "finish-p50-ms")
 	b.ReportMetric(ms(percentile(latencies, 0.99)), "finish-p99-ms")
 	b.Logf("dispatch→onFinish over %d detached runs: p50 %.2f ms, p99 %.2f ms", n, ms(percentile(latencies, 0.5)), ms(percentile(latencies, 0.99)))
@@ -505,27 +500,19 @@ func BenchmarkWorkloadDetachedFinish(b *testing.B) {
 // subjects, in a stream shared with other runs' events.
 func BenchmarkWorkloadReplay(b *testing.B) {
 	const events_, others = 10_000, 90_000
-	_, nc, js := embeddedServer(b)
+	_, _, js := embeddedServer(b)
 	ctx := context.Background()
 	if err := events.EnsureStreams(ctx, js, "", events.StreamOptions{}); err != nil {
 		b.Fatal(err)
 	}
 	// 10,000 chunks of run "big" interleaved with 90,000 of other runs.
 	payload := []byte(`{"runId":"big","seq":1,"data":"a line of streamed output, about this long"}`)
-	for i := range events_ + others {
-		subject := "jetrun.run.big.chunk"
-		if i%10 != 0 {
-			subject = fmt.Sprintf("jetrun.run.other%d.chunk", i%100)
+	publishWindowed(b, js, events_+others, func(i int) string {
+		if i%10 == 0 {
+			return "jetrun.run.big.chunk"
 		}
-		if _, err := js.PublishAsync(subject, payload); err != nil {
-			b.Fatal(err)
-		}
-		if i%rawWindow == rawWindow-1 {
-			<-js.PublishAsyncComplete()
-		}
-	}
-	<-js.PublishAsyncComplete()
-	_ = nc
+		return fmt.Sprintf("jetrun.run.other%d.chunk", i%100)
+	}, payload)
 
 	var raw, jr time.Duration
 	for b.Loop() {
