@@ -450,10 +450,15 @@ func TestEventStreamResumedAfterTheEndEnds(t *testing.T) {
 	if len(again) != 2 || again[0].event != "caught-up" || again[1].event != "end" {
 		t.Fatalf("resumed after the end: %+v", again)
 	}
+	// So does a history-only stream resumed there: the run is over.
+	hist := readSSE(t, b.url+"/v1/runs/over/events?follow=false", last, nil)
+	if len(hist) != 2 || hist[1].event != "end" {
+		t.Fatalf("history-only, resumed after the end: %+v", hist)
+	}
 	// A history-only stream of a live run does not claim the run ended.
 	do(t, "POST", b.url+"/v1/runs", `{"agentType":"demo","runId":"going","input":{"steps":50,"stepMs":100}}`, nil)
 	jetruntest.WaitRow(t, b.store, "going", 10*time.Second, func(r *kv.Run) bool { return r.Milestones > 0 })
-	hist := readSSE(t, b.url+"/v1/runs/going/events?follow=false", "", nil)
+	hist = readSSE(t, b.url+"/v1/runs/going/events?follow=false", "", nil)
 	if hist[len(hist)-1].event != "history-end" {
 		t.Fatalf("history of a live run ends with %q", hist[len(hist)-1].event)
 	}

@@ -133,7 +133,7 @@ func (a *api) events(w http.ResponseWriter, r *http.Request) {
 	})
 
 	out := startSSE(w)
-	ended := false // the last event sent ends the run
+	ended := !row.Live() // the run had ended, or an event sent ends it
 	caughtUp := last <= after
 	if caughtUp {
 		if out.send(0, "caught-up", struct{}{}) != nil {
@@ -168,7 +168,7 @@ func (a *api) events(w http.ResponseWriter, r *http.Request) {
 			if out.send(it.ev.Seq, it.ev.Kind, it.ev) != nil {
 				return
 			}
-			ended = it.ev.Ends()
+			ended = ended || it.ev.Ends()
 			if !caughtUp && (it.ev.Pending == 0 || it.ev.Seq >= last) {
 				caughtUp = true
 				if out.send(0, "caught-up", struct{}{}) != nil {
