@@ -3,9 +3,12 @@
 package agents
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"slices"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/jetrun/jetrun/internal/agents/demo"
 	"github.com/jetrun/jetrun/pkg/worker"
@@ -19,6 +22,21 @@ func builtins() map[string]func() worker.Handler {
 
 // Names lists the built-in agent types.
 func Names() []string { return slices.Sorted(maps.Keys(builtins())) }
+
+// StartPool starts a worker on nc serving the named built-in agent types.
+func StartPool(ctx context.Context, nc *nats.Conn, cfg worker.Config, names []string) (*worker.Worker, error) {
+	w, err := worker.New(nc, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := Register(w, names); err != nil {
+		return nil, err
+	}
+	if err := w.Start(ctx); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
 
 // Register adds the built-in handler of each named agent type to w.
 func Register(w *worker.Worker, names []string) error {

@@ -11,7 +11,6 @@ import (
 	"github.com/jetrun/jetrun/internal/agents"
 	"github.com/jetrun/jetrun/internal/config"
 	"github.com/jetrun/jetrun/internal/natsconn"
-	"github.com/jetrun/jetrun/pkg/worker"
 )
 
 // Run serves until ctx is done. Then it stops pulling, lets runs in flight
@@ -22,14 +21,8 @@ func Run(ctx context.Context, cfg config.ChildWorker, logger *slog.Logger) error
 		return err
 	}
 	defer nc.Close()
-	w, err := worker.New(nc, cfg.Pool.WorkerConfig(cfg.Streams, logger))
+	w, err := agents.StartPool(ctx, nc, cfg.Pool.WorkerConfig(cfg.Streams, logger), cfg.AgentTypes)
 	if err != nil {
-		return err
-	}
-	if err := agents.Register(w, cfg.AgentTypes); err != nil {
-		return err
-	}
-	if err := w.Start(ctx); err != nil {
 		return err
 	}
 	logger.Info("child-worker serving", "nats", nc.ConnectedUrlRedacted(), "agent_types", w.AgentTypes(), "worker", w.ID())

@@ -136,6 +136,23 @@ func (c *ChildWorker) Validate() error {
 	return errors.Join(errs...)
 }
 
+// CLI is the jetrun CLI's configuration: where to connect, and the
+// namespace of the streams and buckets it reads and writes.
+type CLI struct {
+	NATS
+	Streams
+	Log
+}
+
+// Validate checks the settings; an empty JETRUN_NATS_URL means the local
+// parent-worker's embedded server.
+func (c *CLI) Validate() error {
+	if c.URL == "" {
+		c.URL = DefaultChildNATSURL
+	}
+	return errors.Join(c.Streams.validate(), c.Log.validate())
+}
+
 // Validate checks the parent-worker settings.
 func (c *ParentWorker) Validate() error {
 	errs := []error{c.Streams.validate(), c.Pool.validate(), c.Log.validate()}

@@ -1,11 +1,17 @@
 package config_test
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"testing"
 
 	"github.com/jetrun/jetrun/internal/config"
+	"github.com/jetrun/jetrun/internal/embedded"
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/finish"
+	"github.com/jetrun/jetrun/pkg/reconcile"
+	"github.com/jetrun/jetrun/pkg/worker"
 )
 
 func TestLoadReportsEveryProblemAtOnce(t *testing.T) {
@@ -51,6 +57,43 @@ func TestDefaults(t *testing.T) {
 	}
 	if pw.URL != "" || pw.HTTPAddr != "127.0.0.1:8080" || pw.EmbeddedPort != 4222 {
 		t.Fatalf("parent defaults: %+v", pw)
+	}
+}
+
+// The environment's defaults are the packages' own: a binary configured by
+// nothing behaves like the Go API configured by nothing.
+func TestDefaultsMatchThePackages(t *testing.T) {
+	clearEnv(t)
+	var pw config.ParentWorker
+	if err := config.Load(&pw); err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]struct{ got, want any }{
+		"JETRUN_REPLICAS":                    {pw.Replicas, events.DefaultReplicas},
+		"JETRUN_DEDUP_WINDOW":                {pw.DedupWindow, events.DefaultDedupWindow},
+		"JETRUN_EVENTS_MAX_AGE":              {pw.EventsMaxAge, events.DefaultEventsMaxAge},
+		"JETRUN_DLQ_MAX_AGE":                 {pw.DLQMaxAge, events.DefaultDLQMaxAge},
+		"JETRUN_CONCURRENCY":                 {pw.Concurrency, worker.DefaultConcurrency},
+		"JETRUN_FLEET_CONCURRENCY":           {pw.FleetConcurrency, worker.DefaultFleetConcurrency},
+		"JETRUN_LEASE":                       {pw.Lease, worker.DefaultLease},
+		"JETRUN_MAX_ATTEMPTS":                {pw.MaxAttempts, worker.DefaultMaxAttempts},
+		"JETRUN_MAX_DEPTH":                   {pw.MaxDepth, events.DefaultMaxDepth},
+		"JETRUN_RECONCILE_INTERVAL":          {pw.ReconcileInterval, reconcile.DefaultInterval},
+		"JETRUN_RETENTION":                   {pw.Retention, reconcile.DefaultRetention},
+		"JETRUN_DETACHED_MAX_BUDGET":         {pw.DetachedMaxBudget, reconcile.DefaultMaxBudget},
+		"JETRUN_DETACHED_NO_PROGRESS_BUDGET": {pw.DetachedNoProgress, reconcile.DefaultNoProgressBudget},
+		"JETRUN_MAX_REDISPATCHES":            {pw.MaxRedispatches, reconcile.DefaultMaxRedispatches},
+		"JETRUN_FINISH_MAX_ATTEMPTS":         {pw.FinishMaxAttempts, finish.DefaultMaxAttempts},
+		"JETRUN_FINISH_TIMEOUT":              {pw.FinishTimeout, finish.DefaultTimeout},
+		"JETRUN_FINISH_RETRY_DELAY":          {pw.FinishRetryDelay, finish.DefaultRetryDelay},
+		"JETRUN_EMBEDDED_PORT":               {pw.EmbeddedPort, embedded.DefaultPort},
+	} {
+		if fmt.Sprint(c.got) != fmt.Sprint(c.want) {
+			t.Errorf("%s defaults to %v; the package's default is %v", name, c.got, c.want)
+		}
+	}
+	if want := fmt.Sprintf("nats://127.0.0.1:%d", embedded.DefaultPort); config.DefaultChildNATSURL != want {
+		t.Errorf("child-workers connect to %s by default, not to the embedded server at %s", config.DefaultChildNATSURL, want)
 	}
 }
 

@@ -23,7 +23,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -210,18 +209,7 @@ func (a *api) dispatch(w http.ResponseWriter, r *http.Request) {
 
 // statusParam parses ?status=a,b.
 func statusParam(r *http.Request) ([]events.Status, error) {
-	var statuses []events.Status
-	for _, part := range strings.Split(r.URL.Query().Get("status"), ",") {
-		if part = strings.TrimSpace(part); part == "" {
-			continue
-		}
-		s := events.Status(part)
-		if !s.Valid() {
-			return nil, fmt.Errorf("unknown status %q", part)
-		}
-		statuses = append(statuses, s)
-	}
-	return statuses, nil
+	return events.ParseStatuses(r.URL.Query().Get("status"))
 }
 
 func (a *api) clear(w http.ResponseWriter, r *http.Request) {

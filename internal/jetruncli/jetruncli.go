@@ -16,7 +16,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/kelseyhightower/envconfig"
 	"github.com/nats-io/nats.go"
 
 	"github.com/jetrun/jetrun/internal/config"
@@ -36,24 +35,6 @@ const (
 	ExitInterrupted = 5   // the run was given up ("interrupted")
 	ExitStopped     = 130 // the user stopped watching (Ctrl-C); the run goes on
 )
-
-// Config is the CLI's environment configuration.
-type Config struct {
-	config.NATS
-	config.Streams
-	config.Log
-}
-
-// Validate checks the settings.
-func (c *Config) Validate() error {
-	if c.URL == "" {
-		c.URL = config.DefaultChildNATSURL
-	}
-	if _, err := events.NewNamespace(c.Prefix); err != nil {
-		return fmt.Errorf("JETRUN_PREFIX: %w", err)
-	}
-	return nil
-}
 
 const usage = `jetrun: dispatch, watch and steer jetrun runs.
 
@@ -79,15 +60,11 @@ Settings (environment variables):
 func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(stdout, usage)
-		_ = config.Usage(stdout, &Config{})
+		_ = config.Usage(stdout, &config.CLI{})
 		return ExitOK
 	}
-	var cfg Config
-	if err := envconfig.Process(config.Prefix, &cfg); err != nil {
-		fmt.Fprintf(stderr, "jetrun: %v\n", err)
-		return ExitUsage
-	}
-	if err := cfg.Validate(); err != nil {
+	var cfg config.CLI
+	if err := config.Load(&cfg); err != nil {
 		fmt.Fprintf(stderr, "jetrun: %v\n", err)
 		return ExitUsage
 	}
@@ -109,7 +86,7 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		fmt.Fprintf(stderr, "jetrun: %v\n", err)
 		return ExitUsage
 	}
-	nc, err := natsconn.Connect(cfg.NATS, "jetrun cli", logger, nats.RetryOnFailedConnect(false), nats.MaxReconnects(3))
+	nc, err := natsconn.Connect(cfg.NATS, "jetrun cli", logger, nats.MaxReconnects(3))
 	if err != nil {
 		fmt.Fprintf(stderr, "jetrun: %v\n", err)
 		return ExitFailure
@@ -322,16 +299,9 @@ func (c *cli) lsCmd(fs *flag.FlagSet) func(context.Context, []string) (int, erro
 }
 
 func parseStatuses(s string) ([]events.Status, error) {
-	var out []events.Status
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p == "" {
-			continue
-		}
-		st := events.Status(p)
-		if !st.Valid() {
-			return nil, usagef("unknown status %q", p)
-		}
-		out = append(out, st)
+	out, err := events.ParseStatuses(s)
+	if err != nil {
+		return nil, usagef("%v", err)
 	}
 	return out, nil
 }

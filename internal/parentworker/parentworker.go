@@ -135,13 +135,7 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 
 	var pool *worker.Worker
 	if len(cfg.Children) > 0 {
-		if pool, err = worker.New(nc, cfg.Pool.WorkerConfig(cfg.Streams, logger)); err != nil {
-			return err
-		}
-		if err := agents.Register(pool, cfg.Children); err != nil {
-			return err
-		}
-		if err := pool.Start(ctx); err != nil {
+		if pool, err = agents.StartPool(ctx, nc, cfg.Pool.WorkerConfig(cfg.Streams, logger), cfg.Children); err != nil {
 			return err
 		}
 	}

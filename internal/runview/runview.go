@@ -8,7 +8,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -213,14 +212,11 @@ func summarize(e jetstream.KeyValueEntry) (Summary, bool) {
 	if e.Operation() != jetstream.KeyValuePut {
 		return Summary{}, false
 	}
-	var r kv.Run
-	if json.Unmarshal(e.Value(), &r) != nil {
+	r, err := kv.Decode(e.Key(), e.Value())
+	if err != nil {
 		return Summary{}, false
 	}
-	if r.ID == "" {
-		r.ID = e.Key()
-	}
-	return Summarize(&r), true
+	return Summarize(r), true
 }
 
 func (v *View) setRev(rev uint64) {

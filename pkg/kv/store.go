@@ -120,7 +120,7 @@ func (s *Store) Get(ctx context.Context, id string) (*Run, uint64, error) {
 	if err != nil {
 		return nil, 0, fmt.Errorf("kv: get run %s: %w", id, err)
 	}
-	r, err := decode(e.Key(), e.Value())
+	r, err := Decode(e.Key(), e.Value())
 	if err != nil {
 		return nil, 0, err
 	}
@@ -275,7 +275,7 @@ func (s *Store) List(ctx context.Context, keep func(*Run) bool) ([]*Run, error) 
 			if e == nil {
 				return out, nil
 			}
-			r, err := decode(e.Key(), e.Value())
+			r, err := Decode(e.Key(), e.Value())
 			if err != nil {
 				continue // a corrupt row is reported by Get, not by a listing
 			}
@@ -286,7 +286,9 @@ func (s *Store) List(ctx context.Context, keep func(*Run) bool) ([]*Run, error) 
 	}
 }
 
-func decode(key string, data []byte) (*Run, error) {
+// Decode decodes the row stored under key (a row written without its id
+// takes the key's). Undecodable data is ErrCorruptRow.
+func Decode(key string, data []byte) (*Run, error) {
 	var r Run
 	if err := json.Unmarshal(data, &r); err != nil {
 		return nil, fmt.Errorf("kv: run %s: %w: %v", key, ErrCorruptRow, err)

@@ -100,7 +100,7 @@ func (w *Watcher) loop(ctx context.Context, s *Store, id string, jw jetstream.Ke
 				w.publish(Snapshot{Revision: last, Deleted: true})
 				continue
 			}
-			r, err := decode(id, e.Value())
+			r, err := Decode(id, e.Value())
 			if err != nil {
 				continue
 			}
