@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"syscall"
 	"testing"
@@ -45,9 +46,7 @@ func (e *env) childWorker(t *testing.T, id string, extra map[string]string) *pro
 		"JETRUN_LEASE":     "2s",
 		"JETRUN_LOG_LEVEL": "debug",
 	}
-	for k, v := range extra {
-		vars[k] = v
-	}
+	maps.Copy(vars, extra)
 	p := start(t, "child-worker", vars)
 	p.waitLog("child-worker serving", 60*time.Second)
 	return p
@@ -55,20 +54,18 @@ func (e *env) childWorker(t *testing.T, id string, extra map[string]string) *pro
 
 func (e *env) dispatch(t *testing.T, id string, steps, stepMs int) {
 	t.Helper()
+	e.dispatchDemo(t, id, steps, stepMs, nil)
+}
+
+// dispatchDemo dispatches a demo run of steps steps, detached if det is set.
+func (e *env) dispatchDemo(t *testing.T, id string, steps, stepMs int, det *events.Detached) {
+	t.Helper()
 	_, err := e.client.Dispatch(context.Background(), parent.Request{
-		AgentType: demo.AgentType, RunID: id, Input: map[string]int{"steps": steps, "stepMs": stepMs},
+		AgentType: demo.AgentType, RunID: id, Input: map[string]int{"steps": steps, "stepMs": stepMs}, Detached: det,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-}
-
-func milestoneSeqs(evs []jetruntest.Event) []int {
-	var out []int
-	for _, m := range jetruntest.Milestones(evs) {
-		out = append(out, m.Sequence)
-	}
-	return out
 }
 
 func oneTo(n int) []int {
@@ -139,7 +136,7 @@ func TestKilledChildWorkersRunsAreTakenOverAndResume(t *testing.T) {
 		if row.Attempt != wantAttempt || fmt.Sprint(statuses) != wantStatuses {
 			t.Errorf("%s: attempt %d statuses %v; want attempt %d, %s", id, row.Attempt, statuses, wantAttempt, wantStatuses)
 		}
-		if got := milestoneSeqs(evs); !slices.Equal(got, oneTo(steps)) {
+		if got := jetruntest.MilestoneSeqs(evs); !slices.Equal(got, oneTo(steps)) {
 			t.Errorf("%s: milestone sequences %v, want 1..%d once each", id, got, steps)
 		}
 	}
@@ -181,7 +178,7 @@ func TestKilledParentReattachesWithTheSameRunID(t *testing.T) {
 	if s := fmt.Sprint(jetruntest.Statuses(evs)); s != "[running completed]" {
 		t.Fatalf("statuses %s: the run executed more than once", s)
 	}
-	if got := milestoneSeqs(evs); !slices.Equal(got, oneTo(15)) {
+	if got := jetruntest.MilestoneSeqs(evs); !slices.Equal(got, oneTo(15)) {
 		t.Fatalf("milestones %v", got)
 	}
 }

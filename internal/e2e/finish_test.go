@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -14,7 +15,6 @@ import (
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/kv"
-	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/reconcile"
 )
 
@@ -75,11 +75,7 @@ func (h *hookServer) count(key string) int {
 func (h *hookServer) snapshot() (calls map[string]int, inFlight int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	calls = make(map[string]int, len(h.calls))
-	for k, v := range h.calls {
-		calls[k] = v
-	}
-	return calls, h.inFlight
+	return maps.Clone(h.calls), h.inFlight
 }
 
 func (e *env) parentWorker(t *testing.T, id, hook string, extra map[string]string) *proc {
@@ -94,9 +90,7 @@ func (e *env) parentWorker(t *testing.T, id, hook string, extra map[string]strin
 		"JETRUN_FINISH_RETRY_DELAY": "100ms",
 		"JETRUN_LOG_LEVEL":          "debug",
 	}
-	for k, v := range extra {
-		vars[k] = v
-	}
+	maps.Copy(vars, extra)
 	p := start(t, "parent-worker", vars)
 	p.waitLog("parent-worker ready", 60*time.Second)
 	return p
@@ -104,12 +98,7 @@ func (e *env) parentWorker(t *testing.T, id, hook string, extra map[string]strin
 
 func (e *env) detached(t *testing.T, id string, steps, stepMs int) {
 	t.Helper()
-	if _, err := e.client.Dispatch(context.Background(), parent.Request{
-		AgentType: "demo", RunID: id, Input: map[string]int{"steps": steps, "stepMs": stepMs},
-		Detached: &events.Detached{OnFinish: "hook"},
-	}); err != nil {
-		t.Fatal(err)
-	}
+	e.dispatchDemo(t, id, steps, stepMs, &events.Detached{OnFinish: "hook"})
 }
 
 func delivered(r *kv.Run) bool { return r.Status.Final() && !r.Delivered[r.Status].IsZero() }

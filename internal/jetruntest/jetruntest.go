@@ -26,7 +26,9 @@ type Event struct {
 	Milestone *events.Milestone
 }
 
-// ReadEvents replays every stored event of run id, in stream order.
+// ReadEvents replays every stored event of run id, in stream order. It reads
+// with a plain ordered consumer, as any JetStream client would, not with
+// events.Replay: tests of the replay API compare against it.
 func ReadEvents(t testing.TB, js jetstream.JetStream, id string) []Event {
 	t.Helper()
 	ns := events.Namespace("")
@@ -107,6 +109,17 @@ func ChunkSeqs(evs []Event) []int64 {
 	for _, e := range evs {
 		if e.Chunk != nil {
 			out = append(out, e.Chunk.Seq)
+		}
+	}
+	return out
+}
+
+// MilestoneSeqs returns the milestone sequence numbers, in order.
+func MilestoneSeqs(evs []Event) []int {
+	var out []int
+	for _, e := range evs {
+		if e.Milestone != nil {
+			out = append(out, e.Milestone.Sequence)
 		}
 	}
 	return out

@@ -117,7 +117,7 @@ func TestMutateLosesNoUpdateUnderContention(t *testing.T) {
 
 func TestMutateNoChangeAndErrors(t *testing.T) {
 	t.Parallel()
-	nc, js := natstest.Connect(t, natstest.RunServer(t))
+	_, js := natstest.Connect(t, natstest.RunServer(t))
 	s := openStore(t, js, 1)
 	ctx := context.Background()
 	rev, _ := s.Create(ctx, newRun("m"))
@@ -140,7 +140,6 @@ func TestMutateNoChangeAndErrors(t *testing.T) {
 	if _, _, err := s.Get(ctx, "junk"); !errors.Is(err, kv.ErrCorruptRow) {
 		t.Fatalf("corrupt: %v", err)
 	}
-	_ = nc
 }
 
 // MutateFrom writes from the row the caller holds, and re-reads when that

@@ -40,7 +40,7 @@ func TestShutdownHandsRunsBackToAnotherWorker(t *testing.T) {
 	jetruntest.WaitRow(t, store, "hb", 20*time.Second, func(r *kv.Run) bool { return r.Milestones >= 3 })
 
 	nc2, _ := natstest.Connect(t, ns)
-	b := startWorker(t, nc2, cfg, nil)
+	startWorker(t, nc2, cfg, nil) // serves until cleanup
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	if err := a.Shutdown(ctx); err != nil {
@@ -62,10 +62,7 @@ func TestShutdownHandsRunsBackToAnotherWorker(t *testing.T) {
 	if got := fmt.Sprint(jetruntest.Statuses(evs)); got != "[running running completed]" {
 		t.Fatalf("statuses = %s", got)
 	}
-	var seqs []int
-	for _, m := range jetruntest.Milestones(evs) {
-		seqs = append(seqs, m.Sequence)
-	}
+	seqs := jetruntest.MilestoneSeqs(evs)
 	want := make([]int, 30)
 	for i := range want {
 		want[i] = i + 1
@@ -79,7 +76,6 @@ func TestShutdownHandsRunsBackToAnotherWorker(t *testing.T) {
 			t.Fatalf("chunk seqs = %v, want 1..n", chunks)
 		}
 	}
-	_ = b // keeps serving until cleanup
 }
 
 // Once another attempt owns the run, the old one can write neither events

@@ -94,11 +94,7 @@ func TestPlainPublishedDispatchCompletes(t *testing.T) {
 	if got := jetruntest.ChunkSeqs(evs); !slices.Equal(got, []int64{1, 2, 3, 4, 5}) {
 		t.Fatalf("chunk seqs = %v", got)
 	}
-	var seqs []int
-	for _, m := range jetruntest.Milestones(evs) {
-		seqs = append(seqs, m.Sequence)
-	}
-	if !slices.Equal(seqs, []int{1, 2, 3, 4, 5}) {
+	if seqs := jetruntest.MilestoneSeqs(evs); !slices.Equal(seqs, []int{1, 2, 3, 4, 5}) {
 		t.Fatalf("milestone sequences = %v", seqs)
 	}
 	if evs[0].Status == nil || evs[0].Seq != row.FirstEventSeq {
