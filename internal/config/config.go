@@ -27,7 +27,7 @@ const DefaultChildNATSURL = "nats://127.0.0.1:4222"
 
 // NATS holds the connection settings shared by every binary.
 type NATS struct {
-	URL      string `envconfig:"NATS_URL" desc:"NATS server URL(s), comma-separated; child-worker: default nats://127.0.0.1:4222; parent-worker: empty starts an embedded server"`
+	URL      string `envconfig:"NATS_URL" desc:"NATS server URL(s), comma-separated; child-worker and jetrun CLI: default nats://127.0.0.1:4222; parent-worker: empty starts an embedded server"`
 	Creds    string `envconfig:"NATS_CREDS" desc:"path to a NATS .creds file (JWT auth)"`
 	NKey     string `envconfig:"NATS_NKEY" desc:"path to an nkey seed file"`
 	User     string `envconfig:"NATS_USER" desc:"NATS user name"`
