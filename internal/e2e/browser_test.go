@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/jetrun/jetrun/internal/natstest"
 )
 
 // The web UI in a real headless Chromium against a real parent-worker: the
@@ -26,7 +28,7 @@ func TestBrowserUI(t *testing.T) {
 	t.Parallel()
 	chromium := chromiumPath(t)
 
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	addr := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
 	pw := start(t, "parent-worker", map[string]string{
 		"JETRUN_CHILDREN":      "demo",
 		"JETRUN_HTTP_ADDR":     addr,

@@ -143,8 +143,8 @@ func natsCommands(t *testing.T) []string {
 func TestReadmeTourCommands(t *testing.T) {
 	t.Parallel()
 	nats := natsCLI(t)
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	natsPort := freePort(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
+	natsPort := natstest.FreePort(t)
 	pw := start(t, "parent-worker", map[string]string{
 		"JETRUN_CHILDREN": "demo", "JETRUN_HTTP_ADDR": addr, "JETRUN_EMBEDDED_PORT": fmt.Sprint(natsPort),
 		"JETRUN_RECONCILE_INTERVAL": "500ms",

@@ -3,7 +3,6 @@ package e2e_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -36,7 +35,7 @@ func TestNatsConfRunsARealServerTheWorkersUse(t *testing.T) {
 
 	// Run it as documented, from a scratch directory so ./data stays there;
 	// only the port is overridden, to run beside other tests.
-	port := freePort(t)
+	port := natstest.FreePort(t)
 	srv := start(t, "nats-server", nil, "-c", conf, "-p", fmt.Sprint(port))
 	dir := srv.cmd.Dir
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
@@ -65,14 +64,4 @@ func TestNatsConfRunsARealServerTheWorkersUse(t *testing.T) {
 	if row.Status != events.StatusCompleted {
 		t.Fatal(row.Status)
 	}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }

@@ -94,7 +94,7 @@ func RunCluster(t testing.TB) []*server.Server {
 	ports := make([]int, 3)
 	var routes []*url.URL
 	for i := range ports {
-		ports[i] = freePort(t)
+		ports[i] = FreePort(t)
 		routes = append(routes, &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", ports[i])})
 	}
 	servers := make([]*server.Server, 3)
@@ -170,7 +170,8 @@ func WaitForStreamLeaders(t testing.TB, js jetstream.JetStream, names ...string)
 	}
 }
 
-func freePort(t testing.TB) int {
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
