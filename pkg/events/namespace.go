@@ -16,6 +16,9 @@ const (
 	KindProgress  = "progress"
 	KindMilestone = "milestone"
 	KindSignal    = "signal"
+	// KindCancel carries a cancel request (CancelEvent). Workers follow
+	// every run's cancels with one consumer per process (CancelWildcard).
+	KindCancel = "cancel"
 )
 
 // Namespace derives every subject, stream and bucket name from one prefix.
@@ -63,6 +66,9 @@ func (ns Namespace) RunsBucket() string { return ns.Prefix() + "_runs" }
 // ActiveBucket is the KV bucket holding the active-run index, the per-parent
 // concurrency slots and the reconciler's leader lease (jetrun_active).
 func (ns Namespace) ActiveBucket() string { return ns.Prefix() + "_active" }
+
+// CancelWildcard matches every run's cancel subject (jetrun.run.*.cancel).
+func (ns Namespace) CancelWildcard() string { return ns.Prefix() + ".run.*." + KindCancel }
 
 // DispatchSubject is where a dispatch for agentType is published.
 func (ns Namespace) DispatchSubject(agentType string) string {

@@ -45,7 +45,12 @@ type Run struct {
 	Handoffs int `json:"handoffs,omitempty"`
 	// Worker is the id of the worker holding the lease, "" when none does.
 	Worker string `json:"worker,omitempty"`
-	// LeaseUntil is when the holder's lease ends unless renewed.
+	// WorkerEpoch is the epoch of the holder's liveness key (see
+	// Liveness): the holder is alive while its key exists with this epoch.
+	WorkerEpoch string `json:"workerEpoch,omitempty"`
+	// LeaseUntil is a per-run lease end, written only by workers older than
+	// per-worker liveness (rows without a WorkerEpoch); kept so such rows
+	// are still taken over.
 	LeaseUntil time.Time `json:"leaseUntil,omitzero"`
 
 	// WaitingFor names the signal the handler waits for ("" when it does
@@ -88,12 +93,6 @@ type ProgressSnapshot struct {
 	Phase    string    `json:"phase,omitempty"`
 	Message  string    `json:"message,omitempty"`
 	At       time.Time `json:"at"`
-}
-
-// LeaseHeld reports whether a worker holds a lease on r that has not expired
-// at now.
-func (r *Run) LeaseHeld(now time.Time) bool {
-	return r.Worker != "" && now.Before(r.LeaseUntil)
 }
 
 // HeldBy reports whether worker holds r at attempt (expired or not).

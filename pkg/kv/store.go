@@ -49,6 +49,7 @@ const DefaultMaxRetry = 10 * time.Second
 // row's revision, so concurrent writers never lose each other's updates and a
 // final status is never rewritten. A Store is safe for concurrent use.
 type Store struct {
+	js       jetstream.JetStream
 	kv       jetstream.KeyValue
 	active   jetstream.KeyValue // the active-run index, see index.go
 	activeKV jetstream.Stream   // the active bucket's stream, for marker-free removals
@@ -88,7 +89,7 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 	if err != nil {
 		return nil, fmt.Errorf("kv: bind the stream of bucket %s: %w", cfg.Namespace.ActiveBucket(), err)
 	}
-	return &Store{kv: runs, active: active, activeKV: activeKV, maxRetry: cmp.Or(cfg.MaxRetry, DefaultMaxRetry)}, nil
+	return &Store{js: js, kv: runs, active: active, activeKV: activeKV, maxRetry: cmp.Or(cfg.MaxRetry, DefaultMaxRetry)}, nil
 }
 
 func openBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {

@@ -41,7 +41,7 @@ type FinishState struct {
 func (r *Run) End(status events.Status, reason, text string, now time.Time) {
 	r.Status, r.Reason, r.Error = status, reason, text
 	r.Retryable, r.ChildStillRunning = false, false
-	r.Worker, r.LeaseUntil = "", time.Time{}
+	r.Worker, r.WorkerEpoch, r.LeaseUntil = "", "", time.Time{}
 	r.FinishedAt = now
 	r.oweFinish(status, now)
 }
@@ -62,7 +62,7 @@ func (r *Run) Interrupt(reason, text string, childStillRunning bool, now time.Ti
 // ChildStopped records that no worker executes r any more (after a give-up,
 // the child's teardown ended or its worker was lost): its lease is released.
 func (r *Run) ChildStopped() {
-	r.ChildStillRunning, r.Worker, r.LeaseUntil = false, "", time.Time{}
+	r.ChildStillRunning, r.Worker, r.WorkerEpoch, r.LeaseUntil = false, "", "", time.Time{}
 }
 
 func (r *Run) oweFinish(s events.Status, now time.Time) {
@@ -210,15 +210,16 @@ func PublishFinish(ctx context.Context, js jetstream.JetStream, ns events.Namesp
 // RequestCancel records a cancel on r, as a Mutate function would: it
 // returns ErrNoChange when there is nothing to do (r is final, or the cancel
 // was already requested). A run no live worker holds (not yet claimed, or
-// its lease expired) is aborted at once (aborted = true: announce it); a
-// running one gets cancelRequested, which its worker sees and acts on. A run
+// its holder dead: held is false) is aborted at once (aborted = true:
+// announce it); a running one gets cancelRequested, which its worker acts on
+// once told (events.PublishCancel). A run
 // already given up (interrupted) stays interrupted: its child, if still
 // running, is asked to stop.
-func (r *Run) RequestCancel(reason string, now time.Time) (aborted bool, err error) {
+func (r *Run) RequestCancel(reason string, held bool, now time.Time) (aborted bool, err error) {
 	switch {
 	case r.Status.Final():
 		return false, ErrNoChange
-	case r.Status == events.StatusStarting || r.Status == events.StatusRunning && !r.LeaseHeld(now):
+	case r.Status == events.StatusStarting || r.Status == events.StatusRunning && !held:
 		r.CancelRequested, r.CancelReason = true, reason
 		r.End(events.StatusAborted, events.ReasonCancelled, "cancelled: "+reason, now)
 		return true, nil

@@ -161,7 +161,8 @@ func (c *Client) RunAll(ctx context.Context, reqs []Request) []Outcome {
 // idempotent and never rewrites a final status. A run no worker holds (not
 // yet started, or its worker lost) is aborted at once; a running one gets
 // cancelRequested on its row, which its worker sees through a watch,
-// cancelling the handler's context and ending the run "aborted". An unknown
+// told by a cancel event (jetrun.run.<id>.cancel), cancelling the handler's
+// context and ending the run "aborted". An unknown
 // run returns kv.ErrRunNotFound. A cascade interrupted by a crash is
 // completed by the reconciler.
 func (c *Client) Cancel(ctx context.Context, id, reason string) (*kv.Run, error) {
@@ -177,14 +178,25 @@ func (c *Client) Cancel(ctx context.Context, id, reason string) (*kv.Run, error)
 func (c *Client) cancelOne(ctx context.Context, id, reason string) (*kv.Run, error) {
 	aborted := false
 	row, _, err := c.store.Mutate(ctx, id, func(r *kv.Run) (err error) {
-		aborted, err = r.RequestCancel(reason, time.Now())
+		held, err := c.store.HolderAlive(ctx, r)
+		if err != nil {
+			return err
+		}
+		aborted, err = r.RequestCancel(reason, held, time.Now())
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	if aborted {
+	switch {
+	case aborted:
 		c.announce(ctx, row)
+	case row.CancelRequested && row.Live() && row.Worker != "":
+		// Tell the worker holding the run; a repeated Cancel tells it
+		// again, and the reconciler does too if this notice is lost.
+		if err := events.PublishCancel(ctx, c.js, c.cfg.Namespace, row.ID, row.CancelReason); err != nil {
+			return nil, err
+		}
 	}
 	return row, nil
 }

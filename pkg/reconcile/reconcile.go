@@ -166,6 +166,7 @@ type Reconciler struct {
 
 	mu       sync.Mutex
 	watch    *kv.ActiveWatch      // the active-run index, followed while leading
+	workers  *kv.Workers          // worker liveness, followed while leading
 	dispatch jetstream.Stream     // bound on first use
 	paced    map[string]time.Time // run+action → last time the action was taken (republishes)
 	cancel   context.CancelFunc
@@ -394,23 +395,57 @@ func (r *Reconciler) activeWatch(ctx context.Context) (*kv.ActiveWatch, error) {
 	if err != nil {
 		return nil, err
 	}
+	ws, err := r.store.WatchWorkers(ctx)
+	if err != nil {
+		w.Stop()
+		return nil, err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.watch != nil { // started concurrently
 		w.Stop()
+		ws.Stop()
 		return r.watch, nil
 	}
-	r.watch = w
+	r.watch, r.workers = w, ws
 	return w, nil
+}
+
+// notifyCancel tells the worker holding row, if any, of its cancel request
+// (events.PublishCancel). A lost notice is published again by a later
+// sweep.
+func (r *Reconciler) notifyCancel(ctx context.Context, row *kv.Run) {
+	if row.Worker == "" || !row.CancelRequested {
+		return
+	}
+	if err := events.PublishCancel(ctx, r.js, r.cfg.Namespace, row.ID, row.CancelReason); err != nil {
+		r.log.WarnContext(ctx, "publish cancel; a later sweep publishes it again", "run_id", row.ID, "err", err)
+	}
+}
+
+// holderAlive reports whether a live worker holds row, from the followed
+// liveness keys (read directly when they are not followed).
+func (r *Reconciler) holderAlive(ctx context.Context, row *kv.Run) bool {
+	r.mu.Lock()
+	ws := r.workers
+	r.mu.Unlock()
+	if ws != nil {
+		return ws.Alive(row)
+	}
+	alive, err := r.store.HolderAlive(ctx, row)
+	return alive || err != nil // unsure: take it as held
 }
 
 func (r *Reconciler) dropWatch() {
 	r.mu.Lock()
-	w := r.watch
-	r.watch = nil
+	w, ws := r.watch, r.workers
+	r.watch, r.workers = nil, nil
 	r.mu.Unlock()
 	if w != nil {
 		w.Stop()
+	}
+	if ws != nil {
+		ws.Stop()
 	}
 }
 

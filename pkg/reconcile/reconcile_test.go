@@ -97,7 +97,7 @@ func setup(t *testing.T, o options) *env {
 	nc, js := natstest.Connect(t, ns)
 	ctx := context.Background()
 
-	w, err := worker.New(nc, worker.Config{RowSyncInterval: 100 * time.Millisecond, CancelWatchDelay: 10 * time.Millisecond})
+	w, err := worker.New(nc, worker.Config{RowSyncInterval: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

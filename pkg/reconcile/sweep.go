@@ -59,6 +59,7 @@ func (s *sweep) run(ctx context.Context, ir kv.IndexedRun) error {
 	if row.Status.Final() {
 		return nil // its finishes are on their way
 	}
+	s.renotifyCancel(ctx, row)
 	if done, err := s.cascade(ctx, row); done || err != nil {
 		return err
 	}
@@ -71,15 +72,27 @@ func (s *sweep) run(ctx context.Context, ir kv.IndexedRun) error {
 	return s.recover(ctx, row)
 }
 
+// renotifyCancel publishes again, paced, the cancel event of a run whose
+// cancel is recorded and whose worker still runs it: the event a cancel's
+// writer published may have been lost, and the row is the record.
+func (s *sweep) renotifyCancel(ctx context.Context, row *kv.Run) {
+	if !row.CancelRequested || !row.Live() || row.Worker == "" {
+		return
+	}
+	if s.r.paceOK(row.ID+"/cancel", s.now, max(s.r.cfg.Interval, 5*time.Second)) {
+		s.r.notifyCancel(ctx, row)
+	}
+}
+
 // releaseLostChild settles a given-up run whose worker died before it could
 // confirm the child stopped: its lease expired long ago, so no child runs.
 func (s *sweep) releaseLostChild(ctx context.Context, row *kv.Run) (bool, error) {
-	if row.Status != events.StatusInterrupted || !row.ChildStillRunning || row.LeaseHeld(s.now) ||
+	if row.Status != events.StatusInterrupted || !row.ChildStillRunning || s.r.holderAlive(ctx, row) ||
 		s.now.Sub(row.LeaseUntil) <= s.r.cfg.LeaseGrace {
 		return false, nil
 	}
 	_, _, err := s.r.store.Mutate(ctx, row.ID, func(r *kv.Run) error {
-		if r.Status != events.StatusInterrupted || !r.ChildStillRunning || r.LeaseHeld(time.Now()) {
+		if r.Status != events.StatusInterrupted || !r.ChildStillRunning || s.r.holderAlive(ctx, r) {
 			return kv.ErrNoChange
 		}
 		r.ChildStopped()
@@ -129,7 +142,7 @@ func (s *sweep) cascade(ctx context.Context, row *kv.Run) (bool, error) {
 	reason := "parent run " + p.ID + " was cancelled"
 	aborted, changed := false, false
 	next, _, err := s.r.store.Mutate(ctx, row.ID, func(r *kv.Run) (err error) {
-		aborted, err = r.RequestCancel(reason, time.Now())
+		aborted, err = r.RequestCancel(reason, s.r.holderAlive(ctx, r), time.Now())
 		changed = err == nil
 		return err
 	})
@@ -138,6 +151,8 @@ func (s *sweep) cascade(ctx context.Context, row *kv.Run) (bool, error) {
 	}
 	if aborted {
 		s.r.announce(ctx, next)
+	} else {
+		s.r.notifyCancel(ctx, next)
 	}
 	s.count(func(st *Stats) { st.Cancelled++ })
 	s.r.obs.Report(ctx, obs.RunCascadeCancel, row.ID, "parent", p.ID)
@@ -186,7 +201,7 @@ func (s *sweep) enforceBudgets(ctx context.Context, row *kv.Run) (bool, error) {
 		if again, _ := s.overBudget(r, now); again == "" {
 			return kv.ErrNoChange // it signalled meanwhile
 		}
-		r.Interrupt(reason, text, r.LeaseHeld(now), now)
+		r.Interrupt(reason, text, s.r.holderAlive(ctx, r), now)
 		r.CancelRequested, r.CancelReason = true, reason // tear the child down
 		gaveUp = true
 		return nil
@@ -195,6 +210,7 @@ func (s *sweep) enforceBudgets(ctx context.Context, row *kv.Run) (bool, error) {
 		return gaveUp, err
 	}
 	s.r.announce(ctx, next)
+	s.r.notifyCancel(ctx, next)
 	s.count(func(st *Stats) { st.GivenUp++ })
 	s.r.obs.Report(ctx, obs.BudgetExceeded, row.ID, "reason", reason, "child_still_running", next.ChildStillRunning)
 	return true, nil
@@ -239,7 +255,7 @@ func (s *sweep) recover(ctx context.Context, row *kv.Run) error {
 	switch {
 	case row.Status == events.StatusStarting && s.now.Sub(row.CreatedAt) > r.cfg.StartingGrace:
 		why = "dispatch lost before a worker took it"
-	case row.Status == events.StatusRunning && !row.LeaseHeld(s.now) && s.now.Sub(row.LeaseUntil) > r.cfg.LeaseGrace:
+	case row.Status == events.StatusRunning && !r.holderAlive(ctx, row) && s.now.Sub(row.LeaseUntil) > r.cfg.LeaseGrace:
 		why = "lease expired and the dispatch that would wake a worker is gone"
 	default:
 		return nil
@@ -283,7 +299,7 @@ func (s *sweep) recover(ctx context.Context, row *kv.Run) error {
 	if row.Redispatches >= r.cfg.MaxRedispatches {
 		text := fmt.Sprintf("the run's dispatch was lost %d times; giving up", row.Redispatches+1)
 		next, _, err := r.store.Mutate(ctx, row.ID, func(run *kv.Run) error {
-			if run.Status.Final() || run.LeaseHeld(time.Now()) || run.DispatchSeq != row.DispatchSeq {
+			if run.Status.Final() || r.holderAlive(ctx, run) || run.DispatchSeq != row.DispatchSeq {
 				return kv.ErrNoChange
 			}
 			run.End(events.StatusError, events.ReasonDispatchLost, text, time.Now())

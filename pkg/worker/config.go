@@ -22,7 +22,6 @@ const (
 	DefaultMaxAttempts      = 5
 	DefaultProgressInterval = 200 * time.Millisecond
 	DefaultRowSyncInterval  = 500 * time.Millisecond
-	DefaultCancelWatchDelay = 200 * time.Millisecond
 
 	// MinLease is the shortest lease accepted.
 	MinLease = time.Second
@@ -45,9 +44,11 @@ type Config struct {
 	// Every worker of an agent type should use the same value: the last one
 	// started sets it.
 	FleetConcurrency int
-	// Lease is how long a worker holds a run without renewing it; a run whose
-	// worker died is taken over by another within about one lease (default
-	// 15s). It is also the dispatch consumer's AckWait.
+	// Lease is how long a worker process is taken for alive after its last
+	// renewal (the TTL of its liveness key, renewed every third of it, one
+	// write for all its runs); a run whose worker died is taken over by
+	// another within about one lease (default 15s). It is also the dispatch
+	// consumer's AckWait.
 	Lease time.Duration
 	// MaxAttempts bounds how many times a run is taken over after its worker
 	// was lost (graceful hand-backs do not count); the run then ends "error"
@@ -59,10 +60,6 @@ type Config struct {
 	// RowSyncInterval bounds how often a run's row is updated with its
 	// progress snapshot and signal time (default 500ms).
 	RowSyncInterval time.Duration
-	// CancelWatchDelay is how long a run executes before its worker starts
-	// watching the row for a cancel request; shorter runs never pay for the
-	// watch (default 200ms). Cancels still reach handlers within a second.
-	CancelWatchDelay time.Duration
 	// MaxDepth is the deepest nesting accepted from a dispatch (default 8);
 	// deeper dispatches are dead-lettered.
 	MaxDepth int
@@ -78,7 +75,6 @@ func (c Config) withDefaults() Config {
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, DefaultMaxAttempts)
 	c.ProgressInterval = cmp.Or(c.ProgressInterval, DefaultProgressInterval)
 	c.RowSyncInterval = cmp.Or(c.RowSyncInterval, DefaultRowSyncInterval)
-	c.CancelWatchDelay = cmp.Or(c.CancelWatchDelay, DefaultCancelWatchDelay)
 	c.MaxDepth = cmp.Or(c.MaxDepth, events.DefaultMaxDepth)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -108,7 +104,6 @@ func (c Config) Validate() error {
 	}
 	for name, d := range map[string]time.Duration{
 		"progress interval": c.ProgressInterval, "row sync interval": c.RowSyncInterval,
-		"cancel watch delay": c.CancelWatchDelay,
 	} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s must not be negative, got %s", name, d))

@@ -103,13 +103,16 @@ func (w *Worker) decide(ctx context.Context, log *slog.Logger, msg jetstream.Msg
 
 	case w.adopt(row, msg):
 		return false, nil // a redelivery of a run this process is executing
-
-	case row.LeaseHeld(now):
+	}
+	if held, err := w.heldElsewhere(ctx, row); err != nil {
+		return false, err
+	} else if held {
 		// Another live worker has it. Keep the dispatch as the wake-up for a
 		// takeover in case that worker dies.
-		_ = msg.NakWithDelay(row.LeaseUntil.Sub(now) + jitter())
+		_ = msg.NakWithDelay(w.cfg.Lease + jitter())
 		return false, nil
-
+	}
+	switch {
 	case row.Status == events.StatusInterrupted:
 		// Given up on purpose (a budget) and its child stopped: only a
 		// new decision revives it.
@@ -125,28 +128,49 @@ func (w *Worker) decide(ctx context.Context, log *slog.Logger, msg jetstream.Msg
 			fmt.Sprintf("the run's worker was lost %d times; giving up", row.Attempt-row.Handoffs))
 	}
 
+	// Registered before the claim, so a cancel that arrives right after it
+	// finds the run.
+	e := w.newExecution(msg, row.ID)
+	if !w.register(e) {
+		_ = msg.NakWithDelay(w.cfg.Lease + jitter()) // another delivery is being claimed here
+		return false, nil
+	}
 	claimed := row.Clone()
 	claimed.Status = events.StatusRunning
 	claimed.Reason, claimed.Error, claimed.ChildStillRunning = "", "", false
 	claimed.Attempt++
-	claimed.Worker = w.cfg.ID
-	claimed.LeaseUntil = now.Add(w.cfg.Lease)
+	claimed.Worker, claimed.WorkerEpoch, claimed.LeaseUntil = w.cfg.ID, w.epoch(), time.Time{}
 	claimed.DispatchSeq = events.StreamSeq(msg) // the message that now wakes a takeover
 	if claimed.StartedAt.IsZero() {
 		claimed.StartedAt = now
 	}
 	newRev, err := w.store.Update(ctx, claimed, rev)
-	if errors.Is(err, kv.ErrConflict) {
-		return true, nil
-	}
 	if err != nil {
+		w.unregister(e)
+		if errors.Is(err, kv.ErrConflict) {
+			return true, nil
+		}
 		return false, err
 	}
 	if row.Attempt > 0 {
 		log.InfoContext(ctx, "run taken over", "attempt", claimed.Attempt, "previous_worker", row.Worker)
 	}
-	w.execute(ctx, msg, claimed, newRev)
+	w.execute(ctx, e, claimed, newRev)
 	return false, nil
+}
+
+// heldElsewhere reports whether a live worker other than this process's
+// current attempt holds row. A row naming this worker under its current
+// epoch with no attempt here is not held: this process knows it ran no
+// such attempt any more.
+func (w *Worker) heldElsewhere(ctx context.Context, row *kv.Run) (bool, error) {
+	if row.Worker == "" || row.Status.Final() {
+		return false, nil
+	}
+	if row.Worker == w.cfg.ID && row.WorkerEpoch == w.epoch() {
+		return false, nil
+	}
+	return w.store.HolderAlive(ctx, row)
 }
 
 // adopt attaches a redelivered dispatch to the execution of its run in this

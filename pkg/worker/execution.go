@@ -17,16 +17,31 @@ import (
 	"github.com/jetrun/jetrun/pkg/kv"
 )
 
-// execution is one attempt of one run in this process: the handler call, the
-// keeper goroutine that renews the lease and syncs the row, and the final
-// write.
+// execution is one attempt of one run in this process: the handler call
+// and the final write. It owns no goroutine while the handler waits: the
+// worker's heart (heart.go) renews the worker's liveness for every run at
+// once, heartbeats the dispatch and syncs the row; the worker's cancel
+// follower cancels the handler.
 type execution struct {
 	w       *Worker
 	id      string
 	attempt int
 	log     *slog.Logger
-	pub     *fencedPublisher
-	cancel  context.CancelCauseFunc
+	pub     *publisher
+
+	// ctlMu guards the handler's context: cancel is set once it exists;
+	// cancelled records a cancel that arrived before; ended, that the
+	// attempt's outcome was written (by the handler's return or by the
+	// heart giving a stuck handler up).
+	ctlMu     sync.Mutex
+	ctx       context.Context
+	cancel    context.CancelCauseFunc
+	cancelled bool
+	stoppedAt time.Time // when the handler's context ended
+	ended     bool
+	begun     bool      // the attempt started: the heart tends it
+	lastBeat  time.Time // the last InProgress on the dispatch
+	lastSync  time.Time // the last row sync
 
 	// cur and rev are the newest row this execution knows of; curMu
 	// serializes the execution's row writes.
@@ -44,7 +59,7 @@ type execution struct {
 	progressN      int64
 	lastProgressAt time.Time
 	pending        *events.Progress // a coalesced progress event awaiting its flush
-	kick           chan struct{}    // tells the keeper a flush is due
+	flushTimer     *time.Timer      // flushes pending when its window ends
 
 	stateMu       sync.Mutex // row fields awaiting the next row sync
 	dirty         bool
@@ -56,81 +71,118 @@ type execution struct {
 	signalEvents  int64             // numbers the signal events' message ids
 }
 
-// execute runs an attempt the worker just claimed (row at revision rev).
-func (w *Worker) execute(ctx context.Context, msg jetstream.Msg, row *kv.Run, rev uint64) {
-	e := &execution{
-		w:       w,
-		id:      row.ID,
-		attempt: row.Attempt,
-		log:     w.log.With("run_id", row.ID, "agent_type", row.AgentType, "attempt", row.Attempt),
-		cur:     row,
-		rev:     rev,
-		msgs:    []jetstream.Msg{msg},
-		kick:    make(chan struct{}, 1),
-		pub: &fencedPublisher{
-			js: w.js, stream: w.eventsStream, store: w.store, ns: w.cfg.Namespace,
-			runID: row.ID, worker: w.cfg.ID, attempt: row.Attempt,
-		},
+// newExecution prepares the attempt of a run the worker is about to claim.
+func (w *Worker) newExecution(msg jetstream.Msg, id string) *execution {
+	return &execution{w: w, id: id, msgs: []jetstream.Msg{msg}}
+}
+
+// execute runs an attempt the worker just claimed (row at revision rev). e
+// is registered in w.active already (see claim).
+func (w *Worker) execute(ctx context.Context, e *execution, row *kv.Run, rev uint64) {
+	defer w.unregister(e)
+	e.attempt = row.Attempt
+	e.log = w.log.With("run_id", row.ID, "agent_type", row.AgentType, "attempt", row.Attempt)
+	e.cur, e.rev = row, rev
+	e.pub = &publisher{
+		js: w.js, stream: w.eventsStream, store: w.store, ns: w.cfg.Namespace,
+		runID: row.ID, worker: w.cfg.ID, attempt: row.Attempt,
+		lost: e.lose, until: w.holdsUntil,
 	}
-	w.mu.Lock()
-	w.active[e.id] = e
-	w.mu.Unlock()
-	defer func() {
-		w.mu.Lock()
-		delete(w.active, e.id)
-		w.mu.Unlock()
-	}()
 
 	hctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	e.cancel = cancel
+	e.ctlMu.Lock()
+	e.ctx, e.cancel = hctx, cancel
+	if e.cancelled || row.CancelRequested {
+		cancel(ErrCancelled)
+	}
+	e.ctlMu.Unlock()
 
 	if err := e.start(hctx); err != nil {
 		if errors.Is(err, ErrLeaseLost) {
-			e.abandon()
+			e.end(e.abandon)
 			return
 		}
 		e.log.WarnContext(ctx, "start run; releasing it for a later retry", "err", err)
-		e.release(retryDelay(msg))
+		e.end(func() { e.release(retryDelay(e.firstMsg())) })
 		return
 	}
 	e.log.DebugContext(ctx, "run started")
+	run := &Run{e: e, row: e.cur.Clone()} // before the heart may write e.cur
+	e.ctlMu.Lock()
+	e.begun, e.lastBeat, e.lastSync = true, time.Now(), time.Now()
+	e.ctlMu.Unlock()
 
-	run := &Run{e: e, row: e.cur.Clone()} // before the keeper takes e.cur over
-	stop, stopped := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(stopped)
-		e.keep(hctx, stop)
-	}()
 	result, herr, panicked := e.call(hctx, w.handlers[row.AgentType], run)
-	close(stop)
-	<-stopped
-	e.finish(hctx, result, herr, panicked)
+	e.end(func() { e.finish(hctx, result, herr, panicked) })
+}
+
+// end writes the attempt's outcome once: either when the handler returns,
+// or when the heart gives up on a handler stuck past its context.
+func (e *execution) end(outcome func()) {
+	e.ctlMu.Lock()
+	if e.ended {
+		e.ctlMu.Unlock()
+		return
+	}
+	e.ended = true
+	e.ctlMu.Unlock()
+	e.stopFlushTimer()
+	outcome()
+}
+
+// requestCancel cancels the handler (cause ErrCancelled), or remembers the
+// cancel for when the handler starts.
+func (e *execution) requestCancel() {
+	e.ctlMu.Lock()
+	defer e.ctlMu.Unlock()
+	e.cancelled = true
+	if e.cancel != nil {
+		e.cancel(ErrCancelled)
+	}
+}
+
+// cancelWith ends the handler's context with cause (first cause wins).
+func (e *execution) cancelWith(cause error) {
+	e.ctlMu.Lock()
+	defer e.ctlMu.Unlock()
+	if e.cancel != nil {
+		e.cancel(cause)
+	}
+}
+
+func (e *execution) firstMsg() jetstream.Msg {
+	e.msgMu.Lock()
+	defer e.msgMu.Unlock()
+	return e.msgs[0]
 }
 
 // historyTimeout bounds reading what earlier attempts left.
 const historyTimeout = 30 * time.Second
 
-// start publishes "running", which fences off every earlier attempt, then
-// reads what those attempts left (a takeover), so chunk and milestone
-// numbering continue after the last stored ones. It runs before the keeper
-// starts, so it reads e.cur, the claimed row, without a lock.
+// start publishes "running", which fences off every earlier attempt (see
+// publisher), then reads what those attempts left (a takeover), so chunk
+// and milestone numbering continue after the last stored ones. It runs
+// before the handler, so it reads e.cur, the claimed row, without a lock.
 func (e *execution) start(ctx context.Context) error {
 	takeover := e.attempt > 1 || e.cur.FirstEventSeq != 0
 	if takeover {
-		last, err := e.w.eventsStream.GetLastMsgForSubject(ctx, e.w.cfg.Namespace.RunWildcard(e.id))
+		last, err := e.w.eventsStream.GetLastMsgForSubject(ctx, e.w.cfg.Namespace.RunSubject(e.id, events.KindStatus))
 		switch {
 		case err == nil:
-			e.pub.lastSeq = last.Sequence
+			e.pub.fenceSeq = last.Sequence
 		case !errors.Is(err, jetstream.ErrMsgNotFound):
-			return fmt.Errorf("read the last event: %w", err)
+			return fmt.Errorf("read the last status event: %w", err)
 		}
 	}
 	seq, err := e.pub.publish(ctx, events.KindStatus, events.StatusMsgID(e.id, e.attempt, events.StatusRunning),
-		e.cur.StatusEvent(e.w.cfg.ID))
+		e.cur.StatusEvent(e.w.cfg.ID), true)
 	if err != nil {
 		return err
 	}
+	e.pub.mu.Lock()
+	e.pub.fenceSeq = seq // our own "running" is the status event we stream after
+	e.pub.mu.Unlock()
 	if e.cur.FirstEventSeq == 0 {
 		e.stateMu.Lock()
 		e.firstEventSeq, e.dirty = seq, true
@@ -197,7 +249,7 @@ func (e *execution) finish(ctx context.Context, res Result, herr error, panicked
 	case herr != nil && errors.Is(cause, ErrShuttingDown):
 		e.handBack()
 	case herr != nil && errors.Is(cause, ErrCancelled):
-		e.finalize(events.StatusAborted, events.ReasonCancelled, cancelText(e.cur), nil)
+		e.finalize(events.StatusAborted, events.ReasonCancelled, "", nil)
 	case panicked:
 		e.finalize(events.StatusError, events.ReasonPanic, herr.Error(), nil)
 	case herr != nil:
@@ -251,10 +303,12 @@ func writeContext() (context.Context, context.CancelFunc) {
 func (e *execution) finalize(status events.Status, reason, text string, set func(*kv.Run)) {
 	ctx, cancel := writeContext()
 	defer cancel()
-	if !e.pub.isFenced() {
-		if err := e.flushProgress(ctx); err != nil && !errors.Is(err, ErrLeaseLost) {
-			e.log.WarnContext(ctx, "flush progress", "err", err)
-		}
+	// Everything the attempt published is stored before the run is final.
+	if err := e.drain(ctx); errors.Is(err, ErrLeaseLost) {
+		e.abandon()
+		return
+	} else if err != nil {
+		e.log.WarnContext(ctx, "store the run's last events", "err", err)
 	}
 	e.pub.fence()
 	now := time.Now()
@@ -270,7 +324,11 @@ func (e *execution) finalize(status events.Status, reason, text string, set func
 			return nil
 		}
 		teardown = false
-		r.End(status, reason, text, now)
+		msg := text
+		if status == events.StatusAborted && msg == "" {
+			msg = cancelText(r)
+		}
+		r.End(status, reason, msg, now)
 		if set != nil {
 			set(r)
 		}
@@ -311,10 +369,7 @@ func (e *execution) finalize(status events.Status, reason, text string, set func
 // as the lease lasts (heartbeating the dispatch meanwhile), so a KV hiccup
 // does not throw a finished result away.
 func (e *execution) writeFinal(fn func(*kv.Run) error) (*kv.Run, error) {
-	e.curMu.Lock()
-	deadline := e.cur.LeaseUntil.Add(-time.Second)
-	e.curMu.Unlock()
-	deadline = later(deadline, time.Now().Add(writeTimeout))
+	deadline := later(e.w.holdsUntil(), time.Now().Add(writeTimeout))
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	var row *kv.Run
@@ -344,16 +399,14 @@ func later(a, b time.Time) time.Time {
 func (e *execution) handBack() {
 	ctx, cancel := writeContext()
 	defer cancel()
-	if !e.pub.isFenced() {
-		_ = e.flushProgress(ctx)
-	}
+	_ = e.drain(ctx)
 	e.pub.fence()
 	_, err := e.write(ctx, func(r *kv.Run) error {
 		if err := e.owned(r); err != nil {
 			return err
 		}
 		e.applyState(r)
-		r.Worker, r.LeaseUntil = "", time.Time{}
+		r.Worker, r.WorkerEpoch, r.LeaseUntil = "", "", time.Time{}
 		r.Handoffs++
 		return nil
 	})
@@ -379,7 +432,7 @@ func (e *execution) release(delay time.Duration) {
 		if err := e.owned(r); err != nil {
 			return err
 		}
-		r.Worker, r.LeaseUntil = "", time.Time{}
+		r.Worker, r.WorkerEpoch, r.LeaseUntil = "", "", time.Time{}
 		return nil
 	}); err != nil && !errors.Is(err, ErrLeaseLost) {
 		e.log.WarnContext(ctx, "release lease; the run is taken over when it expires", "err", err)
@@ -414,6 +467,18 @@ func (e *execution) abandon() {
 	}
 	e.log.WarnContext(ctx, "lease lost; attempt stopped")
 	e.releaseMsgs(nil)
+}
+
+// drain publishes a pending coalesced progress event and waits until every
+// event of the attempt is stored.
+func (e *execution) drain(ctx context.Context) error {
+	if e.pub.isFenced() {
+		return nil
+	}
+	if err := e.flushProgress(ctx); err != nil {
+		return err
+	}
+	return e.pub.flush(ctx)
 }
 
 // owned fences a row write: only the holding attempt of a live run may write.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -15,15 +16,33 @@ import (
 	"github.com/jetrun/jetrun/pkg/kv"
 )
 
-// fencedPublisher writes one attempt's events to the run's subjects. Every
-// publish carries Nats-Expected-Last-Subject-Sequence over the run's wildcard
-// (jetrun.run.<id>.>), so once another writer appended an event the next
-// publish fails; the publisher then re-reads the row and goes on only if its
-// attempt still holds the run. A worker that lost its lease therefore cannot
-// append to the run's timeline after the new holder's first event.
+// publishWindow bounds the events of one attempt in flight (published, not
+// yet acknowledged). A publish beyond it waits for the oldest.
+const publishWindow = 256
+
+// publisher writes one attempt's events to the run's subjects, pipelined:
+// up to publishWindow events are in flight at once, in order, so a chatty
+// run streams at close to JetStream's asynchronous rate.
 //
-// Publishes are serialized: chunk order is publish order.
-type fencedPublisher struct {
+// Fencing. Every event carries Nats-Expected-Last-Subject-Sequence for the
+// run's status subject (jetrun.run.<id>.status) at the sequence of the
+// newest status event the attempt knows, its own "running" from the start.
+// That value does not change while the attempt streams, so every event in
+// flight carries it; and once anyone else appends a status event (a new
+// attempt's "running", a give-up) every later event of this attempt is
+// refused by the server. The publisher then reads the newest status event
+// and the row: if the row still names this attempt (a give-up that leaves
+// the child running), it carries on from the new status event, re-sending
+// what was refused; otherwise the attempt is fenced: it publishes nothing
+// more and its handler is cancelled (ErrLeaseLost).
+//
+// Faults. A transient failure (no response, a leader election, a
+// disconnect) is retried with backoff, re-sending the events from the first
+// unacknowledged one under their Nats-Msg-Ids (a copy that had landed is
+// deduplicated), for as long as the worker still holds its runs (until).
+// After a transient fault an event may be stored after its successor; chunk
+// and milestone sequence numbers say the order.
+type publisher struct {
 	js      jetstream.JetStream
 	stream  jetstream.Stream // the events stream, for last-message lookups
 	store   *kv.Store
@@ -31,87 +50,243 @@ type fencedPublisher struct {
 	runID   string
 	worker  string
 	attempt int
+	lost    func()           // cancels the handler once the attempt is fenced
+	until   func() time.Time // transient faults are retried until then
 
-	mu      sync.Mutex
-	lastSeq uint64 // sequence of the newest event on the run's subjects
-	fenced  bool
+	mu       sync.Mutex
+	fenceSeq uint64 // sequence of the newest status event of the run known
+	inflight []*outgoing
+	fenced   bool
+	err      error // a permanent failure: every later publish returns it
 }
 
-// publish appends one event and returns its stream sequence.
-func (p *fencedPublisher) publish(ctx context.Context, kind, msgID string, v any) (uint64, error) {
+// outgoing is one event, kept until the server acknowledged it.
+type outgoing struct {
+	kind, msgID string
+	data        []byte
+	fut         jetstream.PubAckFuture
+	seq         uint64 // set once acknowledged
+}
+
+// publish appends one event. With wait it returns once the event (and
+// every event before it) is stored, with its stream sequence; without, it
+// returns once the event is in flight (seq 0), and a failure shows on a
+// later call.
+func (p *publisher) publish(ctx context.Context, kind, msgID string, v any, wait bool) (uint64, error) {
 	data, err := json.Marshal(v)
 	if err != nil {
 		return 0, fmt.Errorf("worker: encode %s event of run %s: %w", kind, p.runID, err)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.fenced {
-		return 0, ErrLeaseLost
+	if err := p.failed(); err != nil {
+		return 0, err
 	}
-	subject := p.ns.RunSubject(p.runID, kind)
-	for tries := 0; ; tries++ {
-		msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
-		msg.Header.Set(jetstream.MsgIDHeader, msgID)
-		msg.Header.Set(events.HeaderAttempt, strconv.Itoa(p.attempt))
-		ack, err := p.js.PublishMsg(ctx, msg,
-			jetstream.WithExpectLastSequenceForSubject(p.lastSeq, p.ns.RunWildcard(p.runID)))
-		if err == nil {
-			if !ack.Duplicate {
-				p.lastSeq = ack.Sequence
-			}
-			return ack.Sequence, nil
-		}
-		if !events.IsWrongLastSequence(err) || tries >= 3 {
-			return 0, fmt.Errorf("worker: publish %s event of run %s: %w", kind, p.runID, err)
-		}
-		seq, landed, err := p.refence(ctx, msgID)
-		if err != nil {
+	o := &outgoing{kind: kind, msgID: msgID, data: data}
+	p.inflight = append(p.inflight, o)
+	if err := p.send(ctx, o); err != nil {
+		return 0, err
+	}
+	switch {
+	case wait:
+		if err := p.settle(ctx, len(p.inflight)); err != nil {
 			return 0, err
 		}
-		if landed {
-			return seq, nil
+		return o.seq, nil
+	case len(p.inflight) >= publishWindow:
+		return 0, p.settle(ctx, len(p.inflight)-publishWindow+1)
+	}
+	return 0, nil
+}
+
+// flush waits until every event published so far is stored.
+func (p *publisher) flush(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.failed(); err != nil {
+		return err
+	}
+	return p.settle(ctx, len(p.inflight))
+}
+
+func (p *publisher) failed() error {
+	switch {
+	case p.err != nil:
+		return p.err
+	case p.fenced:
+		return ErrLeaseLost
+	}
+	return nil
+}
+
+// message builds o's message, fenced on the run's status subject.
+func (p *publisher) message(o *outgoing) *nats.Msg {
+	m := &nats.Msg{Subject: p.ns.RunSubject(p.runID, o.kind), Data: o.data, Header: nats.Header{}}
+	m.Header.Set(jetstream.MsgIDHeader, o.msgID)
+	m.Header.Set(events.HeaderAttempt, strconv.Itoa(p.attempt))
+	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(p.fenceSeq, 10))
+	m.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, p.ns.RunSubject(p.runID, events.KindStatus))
+	return m
+}
+
+// send puts o in flight, waiting out a full client-side window.
+func (p *publisher) send(ctx context.Context, o *outgoing) error {
+	for {
+		fut, err := p.js.PublishMsgAsync(p.message(o))
+		if err == nil {
+			o.fut = fut
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) && !transientErr(err) {
+			p.err = fmt.Errorf("worker: publish %s event of run %s: %w", o.kind, p.runID, err)
+			return p.err
+		}
+		if err := p.pause(ctx, err); err != nil {
+			return err
 		}
 	}
 }
 
-// refence handles a wrong-last-sequence refusal. It reads the newest event
-// first and the row second: a takeover that happens in between shows in the
-// row, and one that happens after makes the retry fail again.
-func (p *fencedPublisher) refence(ctx context.Context, msgID string) (seq uint64, landed bool, err error) {
-	var last uint64
-	raw, err := p.stream.GetLastMsgForSubject(ctx, p.ns.RunWildcard(p.runID))
-	switch {
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-	case err != nil:
-		return 0, false, fmt.Errorf("worker: read last event of run %s: %w", p.runID, err)
-	default:
-		last = raw.Sequence
-		if raw.Header.Get(jetstream.MsgIDHeader) == msgID && raw.Header.Get(events.HeaderAttempt) == strconv.Itoa(p.attempt) {
-			p.lastSeq = last // our earlier try landed; its ack was lost
-			return last, true, nil
+// settle waits for the acknowledgements of the n oldest events in flight,
+// in order, recovering from refusals and faults on the way.
+func (p *publisher) settle(ctx context.Context, n int) error {
+	for done := 0; done < n && len(p.inflight) > 0; {
+		o := p.inflight[0]
+		select {
+		case ack := <-o.fut.Ok():
+			o.seq = ack.Sequence
+			p.inflight = p.inflight[1:]
+			done++
+		case err := <-o.fut.Err():
+			landed, rerr := p.recover(ctx, o, err)
+			if rerr != nil {
+				return rerr
+			}
+			if landed {
+				p.inflight = p.inflight[1:]
+				done++
+			}
+			if rerr := p.resend(ctx); rerr != nil {
+				return rerr
+			}
+		case <-ctx.Done():
+			return context.Cause(ctx)
 		}
 	}
-	row, _, err := p.store.Get(ctx, p.runID)
-	if err != nil {
-		return 0, false, fmt.Errorf("worker: check lease of run %s: %w", p.runID, err)
-	}
-	if !row.HeldBy(p.worker, p.attempt) || row.Status.Final() {
-		p.fenced = true
-		return 0, false, ErrLeaseLost
-	}
-	p.lastSeq = last // another party (a canceller, the reconciler) wrote an event
-	return 0, false, nil
+	return nil
 }
+
+// recover handles the failure of o, the oldest event in flight, before
+// the caller re-sends what is in flight: landed reports that o itself had
+// been stored and its answer lost. It fences the attempt, or gives up on a
+// permanent error.
+func (p *publisher) recover(ctx context.Context, o *outgoing, cause error) (landed bool, err error) {
+	switch {
+	case events.IsWrongLastSequence(cause):
+		return p.refence(ctx, o)
+	case transientErr(cause):
+		return false, p.pause(ctx, cause)
+	}
+	p.err = fmt.Errorf("worker: publish %s event of run %s: %w", o.kind, p.runID, cause)
+	return false, p.err
+}
+
+// resend puts every event in flight again, under the current fence.
+func (p *publisher) resend(ctx context.Context) error {
+	for _, o := range p.inflight {
+		if err := p.send(ctx, o); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// refence handles a refusal of o because the run's status subject moved.
+// It reads the newest status event first and the row second: a takeover
+// between the two reads shows in the row, and one after them makes the
+// re-sent events fail again.
+func (p *publisher) refence(ctx context.Context, o *outgoing) (landed bool, err error) {
+	for {
+		raw, err := p.stream.GetLastMsgForSubject(ctx, p.ns.RunSubject(p.runID, events.KindStatus))
+		var last uint64
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+		case err != nil:
+			if transientErr(err) {
+				if perr := p.pause(ctx, err); perr != nil {
+					return false, perr
+				}
+				continue
+			}
+			p.err = fmt.Errorf("worker: read the last status of run %s: %w", p.runID, err)
+			return false, p.err
+		default:
+			last = raw.Sequence
+			if o.kind == events.KindStatus && raw.Header.Get(jetstream.MsgIDHeader) == o.msgID &&
+				raw.Header.Get(events.HeaderAttempt) == strconv.Itoa(p.attempt) {
+				p.fenceSeq, o.seq = last, last // our status event landed; its answer was lost
+				return true, nil
+			}
+		}
+		row, _, err := p.store.Get(ctx, p.runID)
+		switch {
+		case errors.Is(err, kv.ErrRunNotFound):
+		case err != nil:
+			if transientErr(err) {
+				if perr := p.pause(ctx, err); perr != nil {
+					return false, perr
+				}
+				continue
+			}
+			p.err = fmt.Errorf("worker: check the holder of run %s: %w", p.runID, err)
+			return false, p.err
+		case row.HeldBy(p.worker, p.attempt) && !row.Status.Final():
+			p.fenceSeq = last // another party (a give-up) wrote a status event
+			return false, nil
+		}
+		p.fenceLocked()
+		return false, ErrLeaseLost
+	}
+}
+
+// pause waits before a retry of a transient fault, or fences the attempt
+// when the worker can no longer count on holding its runs.
+func (p *publisher) pause(ctx context.Context, cause error) error {
+	if time.Now().After(p.until()) {
+		p.err = fmt.Errorf("worker: events of run %s: the worker's liveness ran out during a fault: %w: %w", p.runID, ErrLeaseLost, cause)
+		p.fenced = true
+		go p.lost()
+		return p.err
+	}
+	t := time.NewTimer(faultPause)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// faultPause is the wait between retries of a transient publish fault.
+const faultPause = 100 * time.Millisecond
 
 // fence stops every later publish.
-func (p *fencedPublisher) fence() {
+func (p *publisher) fence() {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	p.fenced = true
-	p.mu.Unlock()
+}
+
+func (p *publisher) fenceLocked() {
+	if !p.fenced {
+		p.fenced = true
+		go p.lost()
+	}
 }
 
 // isFenced reports whether the publisher stopped accepting events.
-func (p *fencedPublisher) isFenced() bool {
+func (p *publisher) isFenced() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.fenced

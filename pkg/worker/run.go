@@ -54,7 +54,10 @@ func (r *Run) Milestones() []events.Milestone { return r.e.milestonesCopy() }
 
 // Chunk appends data (any JSON-encodable value; a string stays a string) to
 // the run's streamed output. Chunks get sequence numbers 1, 2, 3… in the
-// order of the calls.
+// order of the calls. Chunk returns once the chunk is on its way: chunks are
+// pipelined (a bounded window is in flight), so a chunk that cannot be
+// stored (the run was taken over: ErrLeaseLost) fails a later call, or
+// Flush; everything is stored before the run ends.
 func (r *Run) Chunk(ctx context.Context, data any) error {
 	e := r.e
 	raw, err := e.encodePayload("chunk", data)
@@ -64,7 +67,7 @@ func (r *Run) Chunk(ctx context.Context, data any) error {
 	e.emitMu.Lock()
 	seq := e.chunkSeq + 1
 	_, err = e.pub.publish(ctx, events.KindChunk, events.ChunkMsgID(e.id, seq),
-		events.Chunk{RunID: e.id, Seq: seq, Data: raw, Attempt: e.attempt})
+		events.Chunk{RunID: e.id, Seq: seq, Data: raw, Attempt: e.attempt}, false)
 	if err == nil {
 		e.chunkSeq = seq
 	}
@@ -108,16 +111,14 @@ func (r *Run) Progress(ctx context.Context, p Progress) error {
 	first := e.pending == nil
 	e.pending = &ev
 	if first {
-		select {
-		case e.kick <- struct{}{}:
-		default:
-		}
+		e.scheduleFlushLocked()
 	}
 	return nil
 }
 
 // Milestone records that the run reached a named point. Milestones are
-// durable (never coalesced), numbered 1, 2, 3… per run across attempts, and
+// durable (never coalesced; Milestone returns once it, and every event
+// before it, is stored), numbered 1, 2, 3… per run across attempts, and
 // deduplicated by Nats-Msg-Id <runId>.m.<sequence>.
 func (r *Run) Milestone(ctx context.Context, name string, data any) (events.Milestone, error) {
 	e := r.e
@@ -139,7 +140,7 @@ func (r *Run) Milestone(ctx context.Context, name string, data any) (events.Mile
 		m.Sequence = e.milestones[n-1].Sequence + 1
 	}
 	m.At = time.Now()
-	_, err := e.pub.publish(ctx, events.KindMilestone, events.MilestoneMsgID(e.id, m.Sequence), m)
+	_, err := e.pub.publish(ctx, events.KindMilestone, events.MilestoneMsgID(e.id, m.Sequence), m, true)
 	if err == nil {
 		e.milestones = append(e.milestones, m)
 	}
@@ -149,6 +150,16 @@ func (r *Run) Milestone(ctx context.Context, name string, data any) (events.Mile
 	}
 	e.noteSignal(m.At, nil)
 	return m, nil
+}
+
+// Flush returns once every event the handler published so far is stored,
+// or the error that stopped one (ErrLeaseLost: the run was taken over).
+func (r *Run) Flush(ctx context.Context) error {
+	e := r.e
+	if err := e.flushProgress(ctx); err != nil {
+		return err
+	}
+	return e.pub.flush(ctx)
 }
 
 // Wait parks the handler until a signal named name is sent to the run, and
@@ -256,7 +267,7 @@ func (e *execution) publishSignalEvent(ctx context.Context, ev events.SignalEven
 	e.signalEvents++
 	ev.RunID, ev.Attempt, ev.At = e.id, e.attempt, time.Now()
 	_, err := e.pub.publish(ctx, events.KindSignal,
-		events.SignalEventMsgID(e.id, e.attempt, ev.Name, ev.State, e.signalEvents), ev)
+		events.SignalEventMsgID(e.id, e.attempt, ev.Name, ev.State, e.signalEvents), ev, false)
 	return err
 }
 

@@ -1,6 +1,7 @@
 package worker_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -84,14 +85,16 @@ func TestLostLeaseFencesTheOldAttempt(t *testing.T) {
 	t.Parallel()
 	started, proceed := make(chan struct{}), make(chan struct{})
 	results := make(chan error, 2)
-	b, w := setup(t, worker.Config{CancelWatchDelay: time.Millisecond}, map[string]worker.Handler{
+	b, w := setup(t, worker.Config{}, map[string]worker.Handler{
 		"zombie": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
 			if err := run.Chunk(ctx, "before"); err != nil {
 				return worker.Result{}, err
 			}
 			close(started)
 			<-proceed
-			results <- run.Chunk(context.Background(), "after")
+			// Chunks are pipelined: the refusal shows on the chunk's call
+			// or, at the latest, on Flush.
+			results <- cmp.Or(run.Chunk(context.Background(), "after"), run.Flush(context.Background()))
 			<-ctx.Done()
 			results <- context.Cause(ctx)
 			return worker.Result{Summary: "zombie result"}, nil
@@ -164,7 +167,7 @@ func TestAStuckHandlerDoesNotPinACancelledRun(t *testing.T) {
 	})
 	ns := natstest.RunServer(t)
 	nc, js := natstest.Connect(t, ns)
-	cfg := worker.Config{Lease: time.Second, CancelWatchDelay: time.Millisecond}
+	cfg := worker.Config{Lease: time.Second}
 	startWorker(t, nc, cfg, map[string]worker.Handler{"stuck": stuck})
 	nc2, _ := natstest.Connect(t, ns)
 	startWorker(t, nc2, cfg, map[string]worker.Handler{"stuck": stuck})
@@ -179,6 +182,9 @@ func TestAStuckHandlerDoesNotPinACancelledRun(t *testing.T) {
 		r.CancelRequested, r.CancelReason = true, "stop"
 		return nil
 	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := events.PublishCancel(context.Background(), js, "", "pinned", "stop"); err != nil {
 		t.Fatal(err)
 	}
 	row := jetruntest.WaitRow(t, store, "pinned", 30*time.Second, jetruntest.Final)

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -21,6 +22,14 @@ import (
 // handbackGrace is how long Shutdown waits, after cancelling handlers, for
 // them to return so their runs can be handed back.
 const handbackGrace = 10 * time.Second
+
+// The worker's pipelined event publishes (see publisher): how many may be
+// in flight on its connection, and how long one waits for its answer before
+// it counts as a transient fault.
+const (
+	asyncMaxPending = 16 << 10
+	asyncAckTimeout = 5 * time.Second
+)
 
 // Worker pulls dispatches for the agent types it has handlers for and
 // executes them. Create it with New, register handlers with Handle, then
@@ -36,13 +45,19 @@ type Worker struct {
 	eventsStream jetstream.Stream
 	streamEpoch  string // distinguishes dispatch stream incarnations in derived run ids
 
-	mu       sync.Mutex
-	state    lifecycle
-	active   map[string]*execution // runs executing in this process
-	stopPull context.CancelFunc
-	cancel   context.CancelCauseFunc // cancels every handler context
-	pullers  sync.WaitGroup
-	runs     sync.WaitGroup
+	liveUntil atomic.Int64 // holdsUntil, in Unix nanoseconds
+
+	mu        sync.Mutex
+	state     lifecycle
+	live      *kv.Liveness          // this process's liveness key
+	active    map[string]*execution // runs claimed or executing in this process
+	stopPull  context.CancelFunc
+	cancel    context.CancelCauseFunc // cancels every handler context
+	stopHeart context.CancelFunc
+	cancels   jetstream.ConsumeContext
+	pullers   sync.WaitGroup
+	runs      sync.WaitGroup
+	beats     sync.WaitGroup
 }
 
 type lifecycle int
@@ -60,7 +75,9 @@ func New(nc *nats.Conn, cfg Config) (*Worker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("worker: config: %w", err)
 	}
-	js, err := jetstream.New(nc)
+	js, err := jetstream.New(nc,
+		jetstream.WithPublishAsyncMaxPending(asyncMaxPending),
+		jetstream.WithPublishAsyncTimeout(asyncAckTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("worker: jetstream: %w", err)
 	}
@@ -182,18 +199,34 @@ func (w *Worker) setUp(ctx context.Context) error {
 		return fmt.Errorf("worker: create consumer %s: %w", malformedConsumer, err)
 	}
 
+	live, err := store.AcquireLiveness(ctx, w.cfg.ID, w.cfg.Lease)
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	w.renewed(time.Now())
+	cancels, err := w.followCancels(ctx)
+	if err != nil {
+		return err
+	}
+
 	runCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	pullCtx, stopPull := context.WithCancel(runCtx)
+	heartCtx, stopHeart := context.WithCancel(context.WithoutCancel(ctx))
 	w.mu.Lock()
 	if w.state == stateStopped { // Shutdown or Stop ran while we were starting
 		w.mu.Unlock()
 		cancel(ErrShuttingDown)
 		stopPull()
+		stopHeart()
+		cancels.Stop()
+		_ = live.Release(ctx)
 		return errors.New("worker: stopped while starting")
 	}
-	w.cancel, w.stopPull = cancel, stopPull
+	w.cancel, w.stopPull, w.stopHeart = cancel, stopPull, stopHeart
+	w.live, w.cancels = live, cancels
 	w.state = stateRunning
 	w.mu.Unlock()
+	w.beats.Go(func() { w.heart(heartCtx) })
 	nak := func(m jetstream.Msg) { _ = m.Nak() } // stopping: straight to another worker
 	loops := []pull.Loop{{
 		Consumer: malformed, Concurrency: 1, Handlers: &w.runs, Stopped: nak,
@@ -233,6 +266,7 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 	w.mu.Unlock()
 
 	defer cancel(ErrShuttingDown) // every handler context ends with the worker
+	defer w.stopBookkeeping()
 	drained := pull.Drain(ctx, stopPull, &w.pullers, &w.runs, func() {
 		w.log.WarnContext(ctx, "shutdown timeout: handing runs in flight back", "runs", w.activeIDs())
 		cancel(ErrShuttingDown)
@@ -243,6 +277,45 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 	}
 	return nil
 }
+
+// stopBookkeeping stops the heart and the cancel follower and releases the
+// liveness key, so runs not handed back are taken over at once.
+func (w *Worker) stopBookkeeping() {
+	w.mu.Lock()
+	stopHeart, cancels, live := w.stopHeart, w.cancels, w.live
+	w.mu.Unlock()
+	stopHeart()
+	w.beats.Wait()
+	cancels.Stop()
+	ctx, cancel := writeContext()
+	defer cancel()
+	if err := live.Release(ctx); err != nil {
+		w.log.WarnContext(ctx, "release worker liveness; its runs are taken over when it expires", "err", err)
+	}
+}
+
+// register enters e, a run about to be claimed, in the active set; false if
+// the run is already being claimed or executed here.
+func (w *Worker) register(e *execution) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, dup := w.active[e.id]; dup {
+		return false
+	}
+	w.active[e.id] = e
+	return true
+}
+
+func (w *Worker) unregister(e *execution) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.active[e.id] == e {
+		delete(w.active, e.id)
+	}
+}
+
+// epoch is the epoch of the worker's liveness key, written on claimed rows.
+func (w *Worker) epoch() string { return w.liveness().Epoch() }
 
 // Stop hands every run in flight back at once and stops the worker.
 func (w *Worker) Stop() error {

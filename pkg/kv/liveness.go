@@ -1,0 +1,224 @@
+package kv
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetrun/jetrun/pkg/events"
+)
+
+// A worker process proves it is alive with one key in the active bucket,
+// worker.<id>, written with a per-key TTL of one lease and renewed every
+// third of a lease. The rows of the runs it holds name the worker and the
+// epoch of its key; a run's holder is alive while that key exists with that
+// epoch. So the stored writes that keep thousands of waiting runs held are
+// one per worker every few seconds, not one per run; and the moment a worker
+// dies (its key expires) every run it held can be taken over.
+//
+// The epoch changes whenever a worker has to acquire its key again (it lost
+// it to a partition longer than a lease, or it restarted with the same id),
+// so runs held under an earlier epoch are known to be lost at once.
+
+const workerPrefix = "worker."
+
+// ErrLivenessLost is returned by Liveness.Renew when the worker's key
+// expired or was replaced: every run the worker held may now belong to
+// another worker.
+var ErrLivenessLost = errors.New("worker liveness lost")
+
+// Liveness is one worker process's liveness key. Renew it every third of
+// its TTL from one goroutine.
+type Liveness struct {
+	s      *Store
+	worker string
+	epoch  string
+	ttl    time.Duration
+
+	mu  sync.Mutex
+	rev uint64
+}
+
+type livenessValue struct {
+	Epoch string    `json:"epoch"`
+	Since time.Time `json:"since"`
+}
+
+// AcquireLiveness writes worker's liveness key with a fresh epoch and a TTL
+// of ttl (at least a second), replacing any key an earlier incarnation of
+// the same id left behind.
+func (s *Store) AcquireLiveness(ctx context.Context, worker string, ttl time.Duration) (*Liveness, error) {
+	var b [9]byte
+	_, _ = rand.Read(b[:])
+	l := &Liveness{s: s, worker: worker, epoch: fmt.Sprintf("%x", b), ttl: max(ttl, time.Second)}
+	data, err := json.Marshal(livenessValue{Epoch: l.epoch, Since: time.Now()})
+	if err != nil {
+		return nil, fmt.Errorf("kv: encode liveness of worker %s: %w", worker, err)
+	}
+	ack, err := s.js.Publish(ctx, s.activeSubject(workerPrefix+worker), data, jetstream.WithMsgTTL(l.ttl))
+	if err != nil {
+		return nil, fmt.Errorf("kv: acquire liveness of worker %s: %w", worker, err)
+	}
+	l.rev = ack.Sequence
+	return l, nil
+}
+
+// Epoch returns the key's epoch, written on the rows the worker claims.
+func (l *Liveness) Epoch() string { return l.epoch }
+
+// Renew extends the key by its TTL with a compare-and-set on its revision.
+// It returns ErrLivenessLost if the key expired or another incarnation
+// replaced it; any other error is the write's (retry it while the key has
+// not expired).
+func (l *Liveness) Renew(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	data, err := json.Marshal(livenessValue{Epoch: l.epoch, Since: time.Now()})
+	if err != nil {
+		return fmt.Errorf("kv: encode liveness of worker %s: %w", l.worker, err)
+	}
+	ack, err := l.s.js.Publish(ctx, l.s.activeSubject(workerPrefix+l.worker), data,
+		jetstream.WithExpectLastSequencePerSubject(l.rev), jetstream.WithMsgTTL(l.ttl))
+	if err != nil {
+		if events.IsWrongLastSequence(err) {
+			return fmt.Errorf("kv: renew liveness of worker %s: %w", l.worker, ErrLivenessLost)
+		}
+		return fmt.Errorf("kv: renew liveness of worker %s: %w", l.worker, err)
+	}
+	l.rev = ack.Sequence
+	return nil
+}
+
+// Release deletes the key at once (graceful shutdown), so runs the worker
+// did not hand back are taken over without waiting for the TTL.
+func (l *Liveness) Release(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.s.active.Purge(ctx, workerPrefix+l.worker, jetstream.LastRevision(l.rev),
+		jetstream.PurgeTTL(indexMarkerTTL)); err != nil && !events.IsWrongLastSequence(err) &&
+		!errors.Is(err, jetstream.ErrKeyExists) {
+		return fmt.Errorf("kv: release liveness of worker %s: %w", l.worker, err)
+	}
+	return nil
+}
+
+// WorkerAlive reports whether worker's liveness key exists with epoch.
+func (s *Store) WorkerAlive(ctx context.Context, worker, epoch string) (bool, error) {
+	e, err := s.active.Get(ctx, workerPrefix+worker)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("kv: read liveness of worker %s: %w", worker, err)
+	}
+	var v livenessValue
+	if json.Unmarshal(e.Value(), &v) != nil {
+		return false, nil
+	}
+	return v.Epoch == epoch, nil
+}
+
+// HolderAlive reports whether a live worker holds r: r names a worker and
+// that worker's liveness key exists with the epoch on r. A row claimed
+// without an epoch (an older worker) is held until its leaseUntil.
+func (s *Store) HolderAlive(ctx context.Context, r *Run) (bool, error) {
+	if r.Worker == "" {
+		return false, nil
+	}
+	if r.WorkerEpoch == "" {
+		return time.Now().Before(r.LeaseUntil), nil
+	}
+	return s.WorkerAlive(ctx, r.Worker, r.WorkerEpoch)
+}
+
+// Workers follows every worker's liveness key in memory, for a process (the
+// reconciler) that checks many runs' holders: one watch, whose cost grows
+// with the number of workers.
+type Workers struct {
+	mu     sync.Mutex
+	epochs map[string]string // worker id → epoch
+	ready  chan struct{}
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// WatchWorkers starts following the liveness keys and returns once the
+// current ones are loaded; ctx bounds that load. It runs until Stop; a broken
+// watch is re-created.
+func (s *Store) WatchWorkers(ctx context.Context) (*Workers, error) {
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	ws := &Workers{epochs: make(map[string]string), ready: make(chan struct{}), cancel: cancel, done: make(chan struct{})}
+	go ws.loop(wctx, s)
+	select {
+	case <-ws.ready:
+		return ws, nil
+	case <-ctx.Done():
+		ws.Stop()
+		return nil, fmt.Errorf("kv: load worker liveness: %w", ctx.Err())
+	}
+}
+
+func (ws *Workers) loop(ctx context.Context, s *Store) {
+	defer close(ws.done)
+	first := true
+	pause := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		w, err := s.active.Watch(ctx, workerPrefix+">")
+		if err != nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(pause):
+			}
+			pause = min(2*pause, 5*time.Second)
+			continue
+		}
+		pause = 100 * time.Millisecond
+		fresh := make(map[string]string)
+		for e := range w.Updates() {
+			ws.mu.Lock()
+			if e == nil {
+				ws.epochs = fresh
+			} else if id := strings.TrimPrefix(e.Key(), workerPrefix); e.Operation() == jetstream.KeyValuePut {
+				var v livenessValue
+				if json.Unmarshal(e.Value(), &v) == nil {
+					fresh[id] = v.Epoch
+				}
+			} else {
+				delete(fresh, id)
+			}
+			ws.mu.Unlock()
+			if e == nil && first {
+				first = false
+				close(ws.ready)
+			}
+		}
+		_ = w.Stop()
+	}
+}
+
+// Alive reports whether a live worker holds r (see Store.HolderAlive), from
+// the followed keys.
+func (ws *Workers) Alive(r *Run) bool {
+	if r.Worker == "" {
+		return false
+	}
+	if r.WorkerEpoch == "" {
+		return time.Now().Before(r.LeaseUntil)
+	}
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	return ws.epochs[r.Worker] == r.WorkerEpoch
+}
+
+// Stop ends the watch and waits for its goroutine. It is idempotent.
+func (ws *Workers) Stop() {
+	ws.cancel()
+	<-ws.done
+}
