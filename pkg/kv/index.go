@@ -70,7 +70,7 @@ func (s *Store) Unindex(ctx context.Context, r *Run) error {
 // ignored). The reconciler removes settled runs too; doing it at once spares
 // it the look.
 func (s *Store) UnindexIfSettled(ctx context.Context, r *Run) error {
-	if r == nil || !r.Settled() {
+	if r == nil || r.Unindexed || !r.Settled() {
 		return nil
 	}
 	return s.Unindex(ctx, r)

@@ -82,6 +82,12 @@ type Run struct {
 	LastSignalAt time.Time `json:"lastSignalAt,omitzero"`
 	FinishedAt   time.Time `json:"finishedAt,omitzero"`
 
+	// Unindexed says the run has no entries in the active-run index: a
+	// top-level run that is not detached, dispatched with a plain publish,
+	// needs nothing of the reconciler (its held dispatch wakes a takeover),
+	// so it is spared the index's two writes.
+	Unindexed bool `json:"unindexed,omitempty"`
+
 	// FirstEventSeq is the JETRUN_EVENTS sequence of the run's first event,
 	// where a replay starts; 0 until known.
 	FirstEventSeq uint64 `json:"firstEventSeq,omitempty"`

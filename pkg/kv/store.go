@@ -128,10 +128,10 @@ func (s *Store) Get(ctx context.Context, id string) (*Run, uint64, error) {
 	return r, e.Revision(), nil
 }
 
-// Create stores a new row and returns its revision, or ErrRunExists. The run
-// is entered in the active-run index first, so a row that is not settled
-// always has an index entry (an entry without a row, left by a crash, is
-// removed by the reconciler).
+// Create stores a new row and returns its revision, or ErrRunExists. Unless
+// r.Unindexed, the run is entered in the active-run index first, so such a
+// row that is not settled always has an index entry (an entry without a
+// row, left by a crash, is removed by the reconciler).
 func (s *Store) Create(ctx context.Context, r *Run) (uint64, error) {
 	if err := events.ValidateID(r.ID); err != nil {
 		return 0, fmt.Errorf("kv: create run: %w", err)
@@ -140,8 +140,10 @@ func (s *Store) Create(ctx context.Context, r *Run) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("kv: encode run %s: %w", r.ID, err)
 	}
-	if err := s.index(ctx, r); err != nil {
-		return 0, err
+	if !r.Unindexed {
+		if err := s.index(ctx, r); err != nil {
+			return 0, err
+		}
 	}
 	rev, err := s.kv.Create(ctx, r.ID, data)
 	if errors.Is(err, jetstream.ErrKeyExists) {

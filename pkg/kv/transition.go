@@ -3,9 +3,11 @@ package kv
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -165,13 +167,16 @@ func (r *Run) FinishMessage(s events.Status) (events.Finish, bool) {
 // jetrun.finish.<handler>. Both carry a Nats-Msg-Id, so announcing twice
 // (a retry, a repair) stores each once within the dedup window.
 func PublishTransition(ctx context.Context, js jetstream.JetStream, ns events.Namespace, r *Run, worker string) error {
-	if err := PublishStatus(ctx, js, ns, r, worker, events.StatusMsgID(r.ID, r.Attempt, r.Status)); err != nil {
-		return err
+	if !r.FinishOwed(r.Status) {
+		return PublishStatus(ctx, js, ns, r, worker, events.StatusMsgID(r.ID, r.Attempt, r.Status))
 	}
-	if r.FinishOwed(r.Status) {
-		return PublishFinish(ctx, js, ns, r, r.Status)
-	}
-	return nil
+	// Both at once: one round trip.
+	var finishErr error
+	var both sync.WaitGroup
+	both.Go(func() { finishErr = PublishFinish(ctx, js, ns, r, r.Status) })
+	err := PublishStatus(ctx, js, ns, r, worker, events.StatusMsgID(r.ID, r.Attempt, r.Status))
+	both.Wait()
+	return errors.Join(err, finishErr)
 }
 
 // PublishStatus publishes the status event of r's current status with the

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -41,19 +42,22 @@ func (w *Worker) process(ctx context.Context, agentType string, msg jetstream.Ms
 	log := w.log.With("run_id", d.RunID, "agent_type", agentType)
 
 	for try := 0; ; try++ {
-		row, rev, err := w.store.Get(ctx, d.RunID)
+		row, rev, cleared, err := w.readRow(ctx, d.RunID, events.StreamSeq(msg), try == 0)
 		if errors.Is(err, kv.ErrRunNotFound) {
 			// The dispatch is the record (a service published it straight
-			// to the stream, or its parent has not written the row yet):
-			// create the row from it, unless the run was cleared.
-			if cleared, cerr := w.store.Cleared(ctx, d.RunID, events.StreamSeq(msg)); cerr != nil {
-				err = cerr
-			} else if cleared {
+			// to the stream): the run is claimed by creating its row,
+			// unless the run was cleared.
+			if cleared {
 				log.InfoContext(ctx, "dispatch for a cleared run dropped")
 				_ = msg.Ack()
 				return
-			} else {
-				row, rev, err = w.createRow(ctx, agentType, d, msg)
+			}
+			var done bool
+			if done, err = w.claimNew(ctx, agentType, d, msg); done {
+				return
+			}
+			if err == nil {
+				continue // another worker created it first: read it
 			}
 		}
 		if errors.Is(err, kv.ErrCorruptRow) {
@@ -135,15 +139,7 @@ func (w *Worker) decide(ctx context.Context, log *slog.Logger, msg jetstream.Msg
 		_ = msg.NakWithDelay(w.cfg.Lease + jitter()) // another delivery is being claimed here
 		return false, nil
 	}
-	claimed := row.Clone()
-	claimed.Status = events.StatusRunning
-	claimed.Reason, claimed.Error, claimed.ChildStillRunning = "", "", false
-	claimed.Attempt++
-	claimed.Worker, claimed.WorkerEpoch, claimed.LeaseUntil = w.cfg.ID, w.epoch(), time.Time{}
-	claimed.DispatchSeq = events.StreamSeq(msg) // the message that now wakes a takeover
-	if claimed.StartedAt.IsZero() {
-		claimed.StartedAt = now
-	}
+	claimed := w.claim(row, msg, now)
 	newRev, err := w.store.Update(ctx, claimed, rev)
 	if err != nil {
 		w.unregister(e)
@@ -157,6 +153,72 @@ func (w *Worker) decide(ctx context.Context, log *slog.Logger, msg jetstream.Msg
 	}
 	w.execute(ctx, e, claimed, newRev)
 	return false, nil
+}
+
+// claim returns row claimed by this worker for a new attempt.
+func (w *Worker) claim(row *kv.Run, msg jetstream.Msg, now time.Time) *kv.Run {
+	claimed := row.Clone()
+	claimed.Status = events.StatusRunning
+	claimed.Reason, claimed.Error, claimed.ChildStillRunning = "", "", false
+	claimed.Attempt++
+	claimed.Worker, claimed.WorkerEpoch, claimed.LeaseUntil = w.cfg.ID, w.epoch(), time.Time{}
+	claimed.DispatchSeq = events.StreamSeq(msg) // the message that now wakes a takeover
+	if claimed.StartedAt.IsZero() {
+		claimed.StartedAt = now
+	}
+	return claimed
+}
+
+// claimNew claims a run that has no row by creating its row claimed: one
+// write instead of a create and a claim. done is false when another worker
+// created the row first (err nil: read it) or the create failed (err).
+func (w *Worker) claimNew(ctx context.Context, agentType string, d events.Dispatch, msg jetstream.Msg) (done bool, err error) {
+	now := time.Now()
+	row := kv.NewRun(agentType, d, events.StreamSeq(msg), now)
+	// A top-level run that is not detached needs nothing of the reconciler.
+	row.Unindexed = d.Parent == "" && d.Detached == nil
+	e := w.newExecution(msg, row.ID)
+	if !w.register(e) {
+		_ = msg.NakWithDelay(w.cfg.Lease + jitter()) // another delivery is being claimed here
+		return true, nil
+	}
+	claimed := w.claim(row, msg, now)
+	rev, err := w.store.Create(ctx, claimed)
+	if err != nil {
+		w.unregister(e)
+		if errors.Is(err, kv.ErrRunExists) {
+			return false, nil
+		}
+		return false, err
+	}
+	w.execute(ctx, e, claimed, rev)
+	return true, nil
+}
+
+// readRow reads the row of run id and, when it has none, whether the run
+// was cleared after the dispatch at seq was published (see
+// kv.Store.Cleared). With both, the two reads go out together: one round
+// trip.
+func (w *Worker) readRow(ctx context.Context, id string, seq uint64, both bool) (row *kv.Run, rev uint64, cleared bool, err error) {
+	var (
+		tomb    sync.WaitGroup
+		tombErr error
+	)
+	if both {
+		tomb.Go(func() { cleared, tombErr = w.store.Cleared(ctx, id, seq) })
+	}
+	row, rev, err = w.store.Get(ctx, id)
+	tomb.Wait()
+	if !errors.Is(err, kv.ErrRunNotFound) {
+		return row, rev, false, err
+	}
+	if !both {
+		cleared, tombErr = w.store.Cleared(ctx, id, seq)
+	}
+	if tombErr != nil {
+		return nil, 0, false, tombErr
+	}
+	return nil, 0, cleared, err
 }
 
 // heldElsewhere reports whether a live worker other than this process's
@@ -224,16 +286,6 @@ func (w *Worker) ensureFinalEvent(ctx context.Context, row *kv.Run) error {
 		return fmt.Errorf("worker: read last status of run %s: %w", row.ID, err)
 	}
 	return kv.PublishTransition(ctx, w.js, w.cfg.Namespace, row, w.cfg.ID)
-}
-
-// createRow records a dispatch that arrived without a row.
-func (w *Worker) createRow(ctx context.Context, agentType string, d events.Dispatch, msg jetstream.Msg) (*kv.Run, uint64, error) {
-	row := kv.NewRun(agentType, d, events.StreamSeq(msg), time.Now())
-	rev, err := w.store.Create(ctx, row)
-	if errors.Is(err, kv.ErrRunExists) {
-		return w.store.Get(ctx, d.RunID) // lost a race with another creator
-	}
-	return row, rev, err
 }
 
 // deriveRunID names a dispatch that carries no runId: its Nats-Msg-Id if it
