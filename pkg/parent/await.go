@@ -68,7 +68,7 @@ func (c *Client) Run(ctx context.Context, req Request) (*Result, error) {
 	return res, err
 }
 
-// Await waits, through a watch of the row, until the run settles: a final
+// Await waits until the run settles: a final
 // status, or interrupted with the child stopped. It does not cancel the run
 // when ctx ends. An unknown run returns kv.ErrRunNotFound.
 func (c *Client) Await(ctx context.Context, id string) (*Result, error) {
@@ -85,30 +85,39 @@ func (c *Client) Await(ctx context.Context, id string) (*Result, error) {
 			}
 		})
 	}
-	w, err := c.store.Watch(ctx, id)
+	wake, err := c.statuses.add(ctx, id)
 	if err != nil {
 		return nil, fmt.Errorf("parent: await run %s: %w", id, err)
 	}
-	defer w.Stop()
-	// The watch reports the current row first; a missing row is reported by
-	// an explicit read, since a watch of a missing key stays silent.
-	if _, _, err := c.store.Get(ctx, id); err != nil {
-		return nil, fmt.Errorf("parent: await: %w", err)
-	}
+	defer c.statuses.remove(id, wake)
+	// A status event wakes the wait; the row is the answer. The periodic
+	// read covers a change whose status event was lost or never sent.
+	reread := time.NewTicker(awaitReread)
+	defer reread.Stop()
 	for {
+		row, _, err := c.store.Get(ctx, id)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("parent: await run %s: %w", id, ctx.Err())
+			}
+			if errors.Is(err, kv.ErrRunNotFound) {
+				return nil, fmt.Errorf("parent: await: %w", err)
+			}
+			c.log.WarnContext(ctx, "await: read run row; retrying", "run_id", id, "err", err)
+		} else if settled(row) {
+			return outcome(row)
+		}
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("parent: await run %s: %w", id, ctx.Err())
-		case s := <-w.Updates():
-			if s.Deleted {
-				return nil, fmt.Errorf("parent: await run %s: %w (cleared)", id, kv.ErrRunNotFound)
-			}
-			if settled(s.Run) {
-				return outcome(s.Run)
-			}
+		case <-wake:
+		case <-reread.C:
 		}
 	}
 }
+
+// awaitReread is how often an Await reads its row without being woken.
+const awaitReread = 5 * time.Second
 
 // settled reports whether a waiting parent has its answer.
 func settled(r *kv.Run) bool {

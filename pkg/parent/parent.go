@@ -82,6 +82,8 @@ type Client struct {
 	dispatchStream jetstream.Stream // looked up once
 	eventsStream   jetstream.Stream // looked up once
 
+	statuses statusFollower // wakes Awaits
+
 	mu     sync.Mutex
 	agents map[string]time.Time // agent types seen registered, until when
 	hooks  []ProgressHook
@@ -132,10 +134,12 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parent: bind events stream: %w", err)
 	}
-	return &Client{
+	c := &Client{
 		cfg: cfg, js: js, store: store, log: cfg.Logger, dispatchStream: dispatch, eventsStream: evs,
 		agents: make(map[string]time.Time),
-	}, nil
+	}
+	c.statuses.c = c
+	return c, nil
 }
 
 // Store returns the run row store the client uses.

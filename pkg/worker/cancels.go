@@ -3,41 +3,105 @@ package worker
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// followCancels starts the worker's one consumer of cancel events (every
-// run's jetrun.run.<id>.cancel, from now on): a cancel for a run this
-// process holds, or is claiming, cancels its handler. An ordered consumer
-// resumes where it stopped after a disconnect, so a cancel published while
-// the worker was reconnecting still arrives; a cancel recorded before the
-// claim is on the row the claim read.
+// A worker process follows what concerns the runs it holds with two
+// ordered consumers, whatever the number of runs: every run's cancel events
+// and every run's signals, from the moment it starts. An ordered consumer
+// resumes where it stopped after a disconnect, so nothing published while
+// the worker was reconnecting is missed.
+
+// followCancels starts the consumer of cancel events
+// (jetrun.run.<id>.cancel): a cancel for a run this process holds, or is
+// claiming, cancels its handler. A cancel recorded before the claim is on
+// the row the claim read.
 func (w *Worker) followCancels(ctx context.Context) (jetstream.ConsumeContext, error) {
-	c, err := w.js.OrderedConsumer(ctx, w.cfg.Namespace.EventsStream(), jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{w.cfg.Namespace.CancelWildcard()},
-		DeliverPolicy:  jetstream.DeliverNewPolicy,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("worker: follow cancels: %w", err)
-	}
-	cc, err := c.Consume(func(m jetstream.Msg) {
-		tokens := strings.Split(m.Subject(), ".")
-		if len(tokens) < 2 {
-			return
-		}
+	return w.follow(ctx, "cancels", w.cfg.Namespace.EventsStream(), w.cfg.Namespace.CancelWildcard(), func(tokens []string) {
+		// jetrun.run.<id>.cancel
 		w.mu.Lock()
 		e := w.active[tokens[len(tokens)-2]]
 		w.mu.Unlock()
 		if e != nil {
 			e.requestCancel()
 		}
+	})
+}
+
+// followSignals starts the consumer of signals (jetrun.signal.<id>.<name>):
+// a signal wakes the Waits of its run and name in this process, which read
+// it from the stream (see Run.Wait).
+func (w *Worker) followSignals(ctx context.Context) (jetstream.ConsumeContext, error) {
+	return w.follow(ctx, "signals", w.cfg.Namespace.SignalsStream(), w.cfg.Namespace.SignalsWildcard(), func(tokens []string) {
+		// jetrun.signal.<id>.<name>
+		w.waiters.wake(tokens[len(tokens)-2], tokens[len(tokens)-1])
+	})
+}
+
+// follow consumes filter on stream from now on, handing each message's
+// subject tokens to on.
+func (w *Worker) follow(ctx context.Context, what, stream, filter string, on func(tokens []string)) (jetstream.ConsumeContext, error) {
+	c, err := w.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{filter},
+		DeliverPolicy:  jetstream.DeliverNewPolicy,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("worker: follow %s: %w", what, err)
+	}
+	cc, err := c.Consume(func(m jetstream.Msg) {
+		if tokens := strings.Split(m.Subject(), "."); len(tokens) >= 4 {
+			on(tokens)
+		}
 	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		w.log.Debug("follow cancels", "err", err)
+		w.log.Debug("follow "+what, "err", err)
 	}))
 	if err != nil {
-		return nil, fmt.Errorf("worker: follow cancels: %w", err)
+		return nil, fmt.Errorf("worker: follow %s: %w", what, err)
 	}
 	return cc, nil
+}
+
+// waiters are the Waits in progress in this process, by run and signal
+// name.
+type waiters struct {
+	mu sync.Mutex
+	m  map[string][]chan struct{}
+}
+
+// add registers a Wait for run id's signal name; the channel is signalled
+// whenever such a signal is stored.
+func (ws *waiters) add(id, name string) chan struct{} {
+	ch := make(chan struct{}, 1)
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.m == nil {
+		ws.m = make(map[string][]chan struct{})
+	}
+	ws.m[id+"."+name] = append(ws.m[id+"."+name], ch)
+	return ch
+}
+
+func (ws *waiters) remove(id, name string, ch chan struct{}) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	key := id + "." + name
+	ws.m[key] = slices.DeleteFunc(ws.m[key], func(c chan struct{}) bool { return c == ch })
+	if len(ws.m[key]) == 0 {
+		delete(ws.m, key)
+	}
+}
+
+func (ws *waiters) wake(id, name string) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	for _, ch := range ws.m[id+"."+name] {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
 }

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -222,42 +223,55 @@ func (r *Run) Wait(ctx context.Context, name string) (json.RawMessage, error) {
 	return payload, nil
 }
 
-// nextSignal reads the first signal named name stored after sequence seen.
+// nextSignal returns the first signal named name stored after sequence
+// seen, waiting for one. It reads the stream directly (the next message on
+// the signal's subject); the worker's one signal consumer wakes it when a
+// new signal is stored, so a waiting run costs no server consumer.
 func (e *execution) nextSignal(ctx context.Context, name string, seen uint64, created time.Time) (json.RawMessage, uint64, error) {
-	ns := e.w.cfg.Namespace
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{ns.SignalSubject(e.id, name)}}
-	if seen > 0 {
-		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, seen+1
-	} else {
-		from := created.Add(-time.Minute) // tolerate clock skew with the server
-		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &from
-	}
-	c, err := e.w.js.OrderedConsumer(ctx, ns.SignalsStream(), cfg)
-	if err != nil {
-		return nil, 0, fmt.Errorf("worker: wait for signal %s: %w", name, err)
-	}
-	it, err := c.Messages()
-	if err != nil {
-		return nil, 0, fmt.Errorf("worker: wait for signal %s: %w", name, err)
-	}
-	defer it.Stop()
-	msg, err := it.Next(jetstream.NextContext(ctx))
-	if err != nil {
-		if ctx.Err() != nil {
+	wake := e.w.waiters.add(e.id, name)
+	defer e.w.waiters.remove(e.id, name, wake)
+	for {
+		payload, seq, err := e.storedSignal(ctx, name, seen, created)
+		if err != nil || seq != 0 {
+			return payload, seq, err
+		}
+		select {
+		case <-wake:
+		case <-ctx.Done():
 			return nil, 0, context.Cause(ctx)
 		}
-		return nil, 0, fmt.Errorf("worker: wait for signal %s: %w", name, err)
 	}
-	meta, err := msg.Metadata()
-	if err != nil {
-		return nil, 0, fmt.Errorf("worker: wait for signal %s: %w", name, err)
+}
+
+// storedSignal reads the first signal named name stored after sequence
+// seen; seq 0 when there is none yet. Without a seen sequence, signals
+// stored well before the run was created (an earlier run of the same id)
+// are skipped.
+func (e *execution) storedSignal(ctx context.Context, name string, seen uint64, created time.Time) (json.RawMessage, uint64, error) {
+	subject := e.w.cfg.Namespace.SignalSubject(e.id, name)
+	from := created.Add(-time.Minute) // tolerate clock skew with the server
+	for next := seen + 1; ; {
+		msg, err := e.w.signalsStream.GetMsg(ctx, next, jetstream.WithGetMsgSubject(subject))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil, 0, nil
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, 0, context.Cause(ctx)
+			}
+			return nil, 0, fmt.Errorf("worker: wait for signal %s: %w", name, err)
+		}
+		if seen == 0 && msg.Time.Before(from) {
+			next = msg.Sequence + 1
+			continue
+		}
+		payload := json.RawMessage(msg.Data)
+		if len(payload) == 0 || !json.Valid(payload) {
+			// A plain publish may carry text: hand it over as a JSON string.
+			payload, _ = json.Marshal(string(msg.Data))
+		}
+		return payload, msg.Sequence, nil
 	}
-	payload := json.RawMessage(msg.Data())
-	if len(payload) == 0 || !json.Valid(payload) {
-		// A plain publish may carry text: hand it over as a JSON string.
-		payload, _ = json.Marshal(string(msg.Data()))
-	}
-	return payload, meta.Sequence.Stream, nil
 }
 
 // publishSignalEvent puts a wait or a received signal on the run's timeline.

@@ -41,9 +41,11 @@ type Worker struct {
 	handlers map[string]Handler
 
 	// Set by Start.
-	store        *kv.Store
-	eventsStream jetstream.Stream
-	streamEpoch  string // distinguishes dispatch stream incarnations in derived run ids
+	store         *kv.Store
+	eventsStream  jetstream.Stream
+	signalsStream jetstream.Stream
+	waiters       waiters // the Waits in progress
+	streamEpoch   string  // distinguishes dispatch stream incarnations in derived run ids
 
 	liveUntil atomic.Int64 // holdsUntil, in Unix nanoseconds
 
@@ -55,6 +57,7 @@ type Worker struct {
 	cancel    context.CancelCauseFunc // cancels every handler context
 	stopHeart context.CancelFunc
 	cancels   jetstream.ConsumeContext
+	signals   jetstream.ConsumeContext
 	pullers   sync.WaitGroup
 	runs      sync.WaitGroup
 	beats     sync.WaitGroup
@@ -165,6 +168,9 @@ func (w *Worker) setUp(ctx context.Context) error {
 	if w.eventsStream, err = w.js.Stream(ctx, ns.EventsStream()); err != nil {
 		return fmt.Errorf("worker: bind stream %s: %w", ns.EventsStream(), err)
 	}
+	if w.signalsStream, err = w.js.Stream(ctx, ns.SignalsStream()); err != nil {
+		return fmt.Errorf("worker: bind stream %s: %w", ns.SignalsStream(), err)
+	}
 	dispatch, err := w.js.Stream(ctx, ns.DispatchStream())
 	if err != nil {
 		return fmt.Errorf("worker: bind stream %s: %w", ns.DispatchStream(), err)
@@ -208,6 +214,11 @@ func (w *Worker) setUp(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	signals, err := w.followSignals(ctx)
+	if err != nil {
+		cancels.Stop()
+		return err
+	}
 
 	runCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	pullCtx, stopPull := context.WithCancel(runCtx)
@@ -219,11 +230,12 @@ func (w *Worker) setUp(ctx context.Context) error {
 		stopPull()
 		stopHeart()
 		cancels.Stop()
+		signals.Stop()
 		_ = live.Release(ctx)
 		return errors.New("worker: stopped while starting")
 	}
 	w.cancel, w.stopPull, w.stopHeart = cancel, stopPull, stopHeart
-	w.live, w.cancels = live, cancels
+	w.live, w.cancels, w.signals = live, cancels, signals
 	w.state = stateRunning
 	w.mu.Unlock()
 	w.beats.Go(func() { w.heart(heartCtx) })
@@ -278,15 +290,16 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 	return nil
 }
 
-// stopBookkeeping stops the heart and the cancel follower and releases the
+// stopBookkeeping stops the heart and the cancel and signal consumers and releases the
 // liveness key, so runs not handed back are taken over at once.
 func (w *Worker) stopBookkeeping() {
 	w.mu.Lock()
-	stopHeart, cancels, live := w.stopHeart, w.cancels, w.live
+	stopHeart, cancels, signals, live := w.stopHeart, w.cancels, w.signals, w.live
 	w.mu.Unlock()
 	stopHeart()
 	w.beats.Wait()
 	cancels.Stop()
+	signals.Stop()
 	ctx, cancel := writeContext()
 	defer cancel()
 	if err := live.Release(ctx); err != nil {
