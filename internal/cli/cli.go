@@ -49,10 +49,26 @@ func Main(name, about string, args []string, spec Spec, run func(ctx context.Con
 		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
 		return 2
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	returned := make(chan struct{})
+	defer close(returned)
 	go func() {
-		<-ctx.Done()
-		stop() // restore default handling: a second signal terminates at once
+		select {
+		case <-sigs:
+		case <-returned:
+			return
+		}
+		cancel()
+		select {
+		case sig := <-sigs: // a second signal terminates at once
+			fmt.Fprintf(os.Stderr, "%s: second %s: exiting now\n", name, sig)
+			os.Exit(1)
+		case <-returned:
+		}
 	}()
 	if err := run(ctx, logger); err != nil {
 		logger.Error(name+" failed", "err", err)

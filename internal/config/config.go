@@ -54,8 +54,8 @@ type Log struct {
 type Pool struct {
 	WorkerID         string        `envconfig:"WORKER_ID" desc:"worker id written on the rows it holds (default host-pid-random)"`
 	Concurrency      int           `envconfig:"CONCURRENCY" default:"16" desc:"runs of each agent type this process executes at once"`
-	FleetConcurrency int           `envconfig:"FLEET_CONCURRENCY" default:"1000" desc:"runs of one agent type in flight across all workers (consumer MaxAckPending)"`
-	Lease            time.Duration `envconfig:"LEASE" default:"15s" desc:"run lease; a dead worker's runs are taken over within about one lease"`
+	FleetConcurrency int           `envconfig:"FLEET_CONCURRENCY" default:"100000" desc:"runs of one agent type in flight across all workers (consumer MaxAckPending)"`
+	Lease            time.Duration `envconfig:"LEASE" default:"15s" desc:"worker liveness TTL (renewed every third of it, one write per worker); a dead worker's runs are taken over within about one lease"`
 	MaxAttempts      int           `envconfig:"MAX_ATTEMPTS" default:"5" desc:"takeovers after lost workers before a run ends error (max-attempts)"`
 	ShutdownTimeout  time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s" desc:"on SIGTERM, how long runs in flight may finish before they are handed back"`
 	MaxDepth         int           `envconfig:"MAX_DEPTH" default:"8" desc:"deepest nesting of runs accepted (dispatch depth); also bounds cancel cascades"`

@@ -17,7 +17,7 @@ import (
 // Defaults used where Config leaves a field zero.
 const (
 	DefaultConcurrency      = 16
-	DefaultFleetConcurrency = 1000
+	DefaultFleetConcurrency = 100_000
 	DefaultLease            = 15 * time.Second
 	DefaultMaxAttempts      = 5
 	DefaultProgressInterval = 200 * time.Millisecond
@@ -40,7 +40,8 @@ type Config struct {
 	// at once (default 16).
 	Concurrency int
 	// FleetConcurrency caps the runs of one agent type in flight across every
-	// worker process, through the consumer's MaxAckPending (default 1000).
+	// worker process, through the consumer's MaxAckPending (default
+	// 100,000: in practice the workers' Concurrency is the bound).
 	// Every worker of an agent type should use the same value: the last one
 	// started sets it.
 	FleetConcurrency int
