@@ -15,6 +15,7 @@ import (
 	"github.com/kelseyhightower/envconfig"
 
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
 
@@ -42,6 +43,21 @@ type Streams struct {
 	DedupWindow  time.Duration `envconfig:"DEDUP_WINDOW" default:"2m" desc:"dedup window of the dispatch stream when created"`
 	EventsMaxAge time.Duration `envconfig:"EVENTS_MAX_AGE" default:"168h" desc:"how long run events are kept for replay, when created"`
 	DLQMaxAge    time.Duration `envconfig:"DLQ_MAX_AGE" default:"720h" desc:"how long dead letters are kept, when created"`
+}
+
+// Reattach holds how long a caller awaiting a run (parent.Client.Await
+// and Run; the HTTP API and the CLI wait through them) waits.
+type Reattach struct {
+	ReattachNoProgress time.Duration `envconfig:"REATTACH_NO_PROGRESS" default:"2m" desc:"an awaiting caller gives up after this long without a sign of progress (interrupted/no-progress; the run goes on and its id re-attaches); negative: never"`
+	ReattachMaxWindow  time.Duration `envconfig:"REATTACH_MAX_WINDOW" default:"0s" desc:"when positive, the most an awaiting caller waits in all; then the run is given up (interrupted/window-exceeded) and stopped"`
+}
+
+// ParentConfig is the parent client configuration of these settings.
+func (r Reattach) ParentConfig(s Streams, logger *slog.Logger) parent.Config {
+	return parent.Config{
+		Namespace: s.Namespace(), Streams: s.Options(), Logger: logger,
+		ReattachNoProgress: r.ReattachNoProgress, ReattachMaxWindow: r.ReattachMaxWindow,
+	}
 }
 
 // Log holds the logging settings.
@@ -89,6 +105,7 @@ type ParentWorker struct {
 	Streams
 	Pool
 	Reconcile
+	Reattach
 	Log
 	DataDir        string   `envconfig:"DATA_DIR" default:"./data" desc:"embedded server: JetStream store directory"`
 	EmbeddedHost   string   `envconfig:"EMBEDDED_HOST" default:"127.0.0.1" desc:"embedded server: listen address (loopback by default)"`
@@ -141,6 +158,7 @@ func (c *ChildWorker) Validate() error {
 type CLI struct {
 	NATS
 	Streams
+	Reattach
 	Log
 }
 

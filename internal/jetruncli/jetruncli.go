@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -92,7 +93,7 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		return ExitFailure
 	}
 	defer nc.Close()
-	c.client, err = parent.New(ctx, nc, parent.Config{Namespace: cfg.Namespace(), Streams: cfg.Options(), AllowUnknownAgentTypes: false})
+	c.client, err = parent.New(ctx, nc, cfg.Reattach.ParentConfig(cfg.Streams, slog.New(slog.DiscardHandler)))
 	if err != nil {
 		fmt.Fprintf(stderr, "jetrun: %v\n", err)
 		return ExitFailure

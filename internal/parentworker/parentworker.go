@@ -74,9 +74,9 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 	}
 	defer nc.Close()
 
-	client, err := parent.New(ctx, nc, parent.Config{
-		Namespace: cfg.Namespace(), Streams: cfg.Options(), MaxDepth: cfg.MaxDepth, Logger: logger,
-	})
+	pcfg := cfg.Reattach.ParentConfig(cfg.Streams, logger)
+	pcfg.MaxDepth = cfg.MaxDepth
+	client, err := parent.New(ctx, nc, pcfg)
 	if err != nil {
 		return err
 	}

@@ -259,7 +259,7 @@ func (d *Deliverer) Start(ctx context.Context) error {
 	for name, c := range consumers {
 		loop := pull.Loop{
 			Consumer: c, Concurrency: d.cfg.Concurrency, Handlers: &d.inflight,
-			Handle:  func(m jetstream.Msg) { d.deliver(runCtx, name, m) },
+			Handle:  func(m jetstream.Msg, _ *pull.Slot) { d.deliver(runCtx, name, m) },
 			Stopped: func(m jetstream.Msg) { _ = m.NakWithDelay(time.Second) },
 			Logger:  d.log, Name: events.FinishConsumer(name),
 		}

@@ -61,6 +61,21 @@ func (r *Run) Interrupt(reason, text string, childStillRunning bool, now time.Ti
 	r.oweFinish(events.StatusInterrupted, now)
 }
 
+// Resume moves an interrupted run whose child stopped back to "starting",
+// for a new attempt that keeps its milestones, counters and finish ledger.
+// Its budgets start again; the resume does not count against the attempts
+// limit (like a hand-back).
+func (r *Run) Resume() {
+	r.Status = events.StatusStarting
+	r.Reason, r.Error, r.Retryable, r.ChildStillRunning = "", "", false, false
+	r.CancelRequested, r.CancelReason = false, ""
+	r.Worker, r.WorkerEpoch, r.LeaseUntil = "", "", time.Time{}
+	r.StartedAt, r.LastSignalAt, r.FinishedAt = time.Time{}, time.Time{}, time.Time{}
+	r.WaitingFor = ""
+	r.DispatchSeq = 0
+	r.Handoffs++
+}
+
 // ChildStopped records that no worker executes r any more (after a give-up,
 // the child's teardown ended or its worker was lost): its lease is released.
 func (r *Run) ChildStopped() {

@@ -91,9 +91,11 @@ func (c *Client) Await(ctx context.Context, id string) (*Result, error) {
 	}
 	defer c.statuses.remove(id, wake)
 	// A status event wakes the wait; the row is the answer. The periodic
-	// read covers a change whose status event was lost or never sent.
-	reread := time.NewTicker(awaitReread)
+	// read covers a change whose status event was lost or never sent, and
+	// the re-attach budgets.
+	reread := time.NewTicker(min(awaitReread, max(c.cfg.ReattachNoProgress/4, 10*time.Millisecond)))
 	defer reread.Stop()
+	budget := reattachBudget{began: time.Now(), noProgress: c.cfg.ReattachNoProgress, window: c.cfg.ReattachMaxWindow}
 	for {
 		row, _, err := c.store.Get(ctx, id)
 		if err != nil {
@@ -106,6 +108,11 @@ func (c *Client) Await(ctx context.Context, id string) (*Result, error) {
 			c.log.WarnContext(ctx, "await: read run row; retrying", "run_id", id, "err", err)
 		} else if settled(row) {
 			return outcome(row)
+		} else if f := budget.check(row, time.Now()); f != nil {
+			if f.Reason == events.ReasonWindowExceeded {
+				c.giveUp(ctx, row.ID, f)
+			}
+			return nil, f
 		}
 		select {
 		case <-ctx.Done():
@@ -118,6 +125,78 @@ func (c *Client) Await(ctx context.Context, id string) (*Result, error) {
 
 // awaitReread is how often an Await reads its row without being woken.
 const awaitReread = 5 * time.Second
+
+// reattachBudget is an Await's patience: how long without a sign of
+// progress, and how long in all.
+type reattachBudget struct {
+	began      time.Time
+	noProgress time.Duration // negative: unlimited
+	window     time.Duration // zero or negative: unlimited
+	seen       string        // the row's progress fingerprint last read
+	lastMoved  time.Time
+}
+
+// check returns the failure that ends the wait at now, or nil.
+func (b *reattachBudget) check(r *kv.Run, now time.Time) *Failure {
+	if b.window > 0 && now.Sub(b.began) > b.window {
+		return &Failure{RunID: r.ID, Status: events.StatusInterrupted, Retryable: true, Reason: events.ReasonWindowExceeded,
+			Message: fmt.Sprintf("the caller waited past its window of %s; the run is stopped", b.window)}
+	}
+	if fp := progressMark(r); fp != b.seen || r.WaitingFor != "" || b.lastMoved.IsZero() {
+		b.seen, b.lastMoved = fp, now
+	}
+	if b.noProgress < 0 || now.Sub(b.lastMoved) <= b.noProgress {
+		return nil
+	}
+	msg := fmt.Sprintf("no sign of progress for %s; the run goes on and awaiting it again re-attaches", b.noProgress)
+	if r.Status == events.StatusStarting {
+		msg = fmt.Sprintf("no worker of agent type %s started it within %s; it stays queued and awaiting it again re-attaches",
+			r.AgentType, b.noProgress)
+	}
+	return &Failure{RunID: r.ID, Status: events.StatusInterrupted, Retryable: true, Reason: events.ReasonNoProgress,
+		ChildStillRunning: true, Message: msg}
+}
+
+// progressMark changes whenever the row shows a sign of progress.
+func progressMark(r *kv.Run) string {
+	var at int64
+	if r.Progress != nil {
+		at = r.Progress.At.UnixNano()
+	}
+	return fmt.Sprint(r.Status, r.Attempt, r.Chunks, r.Milestones, r.LastSignalAt.UnixNano(), at)
+}
+
+// giveUp ends a run an Await waited on past its window: interrupted
+// (window-exceeded) and its child told to stop, as the reconciler does for
+// a budget.
+func (c *Client) giveUp(ctx context.Context, id string, f *Failure) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelOnReturnTimeout)
+	defer cancel()
+	row, _, err := c.store.Mutate(ctx, id, func(r *kv.Run) error {
+		if !r.Live() || r.Status == events.StatusInterrupted {
+			return kv.ErrNoChange
+		}
+		held, err := c.store.HolderAlive(ctx, r)
+		if err != nil {
+			return err
+		}
+		r.Interrupt(events.ReasonWindowExceeded, f.Message, held, time.Now())
+		r.CancelRequested, r.CancelReason = true, events.ReasonWindowExceeded
+		return nil
+	})
+	if err != nil {
+		c.log.WarnContext(ctx, "give up run past the caller's window", "run_id", id, "err", err)
+		return
+	}
+	if row.Status == events.StatusInterrupted && row.Reason == events.ReasonWindowExceeded {
+		c.announce(ctx, row)
+		if row.ChildStillRunning {
+			if err := events.PublishCancel(ctx, c.js, c.cfg.Namespace, id, row.CancelReason); err != nil {
+				c.log.WarnContext(ctx, "publish cancel", "run_id", id, "err", err)
+			}
+		}
+	}
+}
 
 // settled reports whether a waiting parent has its answer.
 func settled(r *kv.Run) bool {

@@ -25,6 +25,9 @@ import (
 const (
 	DefaultDispatchRetry  = 10 * time.Second
 	DefaultAgentTypeCache = time.Minute
+	// DefaultReattachNoProgress is how long an Await waits without any sign
+	// of progress from the run before it gives up (the run goes on).
+	DefaultReattachNoProgress = 2 * time.Minute
 )
 
 // Errors returned by Client methods; test with errors.Is.
@@ -68,6 +71,17 @@ type Config struct {
 	// AllowUnknownAgentTypes skips the check that a worker has registered
 	// the agent type; the dispatch then waits in the stream for one.
 	AllowUnknownAgentTypes bool
+	// ReattachNoProgress is how long Await and Run wait without a sign of
+	// progress from the run (a chunk, progress, a milestone, a signal, a
+	// status change; waiting for a signal counts as progress) before they
+	// give up with the soft failure interrupted / no-progress and
+	// childStillRunning true. The run goes on: awaiting its id again
+	// re-attaches (default 2m; negative: never give up).
+	ReattachNoProgress time.Duration
+	// ReattachMaxWindow, when positive, is the most Await and Run wait in
+	// all: past it the run is given up (interrupted / window-exceeded) and
+	// its child stopped (default: no limit).
+	ReattachMaxWindow time.Duration
 	// Logger receives the client's logs (default: discard).
 	Logger *slog.Logger
 }
@@ -112,6 +126,7 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Client, error) {
 	}
 	cfg.DispatchRetry = cmp.Or(cfg.DispatchRetry, DefaultDispatchRetry)
 	cfg.MaxDepth = cmp.Or(cfg.MaxDepth, events.DefaultMaxDepth)
+	cfg.ReattachNoProgress = cmp.Or(cfg.ReattachNoProgress, DefaultReattachNoProgress)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -309,8 +324,11 @@ func (c *Client) existing(ctx context.Context, row *kv.Run, req Request) (*kv.Ru
 	if row.AgentType != req.AgentType {
 		return nil, fmt.Errorf("parent: dispatch run %s as %s: %w (%s)", row.ID, req.AgentType, ErrRunIDConflict, row.AgentType)
 	}
+	if row.Status == events.StatusInterrupted && !row.ChildStillRunning {
+		return c.resume(ctx, row)
+	}
 	if row.Status != events.StatusStarting {
-		return row, nil
+		return row, nil // final: as stored; live or interrupted with its child running: re-attach
 	}
 	if row.DispatchSeq > 0 {
 		queued, err := c.dispatchQueued(ctx, row.DispatchSeq)
@@ -334,6 +352,46 @@ func (c *Client) existing(ctx context.Context, row *kv.Run, req Request) (*kv.Ru
 	})
 	if err != nil {
 		return nil, fmt.Errorf("parent: dispatch run %s: %w", row.ID, err)
+	}
+	return next, nil
+}
+
+// resume starts an interrupted run whose child stopped again, as a new
+// attempt that keeps its milestones (retryable means just that). Exactly
+// one of concurrent callers moves the row back to "starting" and publishes
+// the dispatch; the others find it starting (or further) and re-attach.
+func (c *Client) resume(ctx context.Context, row *kv.Run) (*kv.Run, error) {
+	resumed := false
+	next, _, err := c.store.Mutate(ctx, row.ID, func(r *kv.Run) error {
+		if r.Status != events.StatusInterrupted || r.ChildStillRunning {
+			return kv.ErrNoChange
+		}
+		r.Resume()
+		resumed = true
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("parent: resume run %s: %w", row.ID, err)
+	}
+	if !resumed {
+		return next, nil
+	}
+	msgID := row.ID + ".resume" + strconv.Itoa(next.Attempt)
+	seq, err := c.publishDispatch(ctx, next.AgentType, next.Dispatch(), msgID)
+	if err != nil {
+		// The row is "starting" without a dispatch: the reconciler
+		// publishes it, as for a parent that died between the two.
+		return nil, fmt.Errorf("parent: resume run %s: %w: %w", row.ID, ErrDispatchFailed, err)
+	}
+	next, _, err = c.store.Mutate(ctx, row.ID, func(r *kv.Run) error {
+		if r.Status != events.StatusStarting {
+			return kv.ErrNoChange
+		}
+		r.DispatchSeq = seq
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("parent: resume run %s: %w", row.ID, err)
 	}
 	return next, nil
 }

@@ -29,8 +29,9 @@ type Loop struct {
 	Consumer jetstream.Consumer
 	// Concurrency is how many handlers may run at once.
 	Concurrency int
-	// Handle processes one message and settles it (ack, nak, term…).
-	Handle func(jetstream.Msg)
+	// Handle processes one message and settles it (ack, nak, term…). slot
+	// is the handler slot the message holds; see Slot.
+	Handle func(jetstream.Msg, *Slot)
 	// Stopped settles a message that arrived after the loop's context
 	// ended (typically a Nak, so another process takes it at once).
 	Stopped func(jetstream.Msg)
@@ -71,8 +72,9 @@ func (l Loop) Run(ctx context.Context) {
 			l.Handlers.Add(1)
 			go func() {
 				defer l.Handlers.Done()
-				defer func() { <-slots }()
-				l.Handle(msg)
+				slot := &Slot{slots: slots, held: true}
+				defer slot.Release()
+				l.Handle(msg, slot)
 			}()
 		}
 		cancel()
@@ -81,6 +83,38 @@ func (l Loop) Run(ctx context.Context) {
 			!errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
 			l.Logger.WarnContext(ctx, "fetch", "consumer", l.Name, "err", err)
 		}
+	}
+}
+
+// Slot is the handler slot one message holds. A handler that parks (waits
+// on something outside its process for a long time: a person, another run)
+// may Release it, so the loop fetches other work meanwhile, and Acquire it
+// again before it goes on. A Slot is used by one goroutine at a time.
+type Slot struct {
+	slots chan struct{}
+	held  bool
+}
+
+// Release gives the slot back to the loop; it does nothing if not held.
+func (s *Slot) Release() {
+	if s.held {
+		s.held = false
+		<-s.slots
+	}
+}
+
+// Acquire takes a slot again, waiting for one to be free; it does nothing
+// if the slot is held.
+func (s *Slot) Acquire(ctx context.Context) error {
+	if s.held {
+		return nil
+	}
+	select {
+	case s.slots <- struct{}{}:
+		s.held = true
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
 	}
 }
 

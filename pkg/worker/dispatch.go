@@ -15,6 +15,7 @@ import (
 
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/pull"
 )
 
 // writeTimeout bounds the row and event writes that end or hand back a run;
@@ -23,7 +24,7 @@ const writeTimeout = 10 * time.Second
 
 // process handles one delivered dispatch: validate it, find or create the
 // run's row, and decide what to do (nothing, repair, take it, or run it).
-func (w *Worker) process(ctx context.Context, agentType string, msg jetstream.Msg) {
+func (w *Worker) process(ctx context.Context, agentType string, msg jetstream.Msg, slot *pull.Slot) {
 	d, err := events.DecodeDispatch(msg.Data())
 	if err != nil {
 		w.deadLetter(ctx, msg, agentType, err.Error())
@@ -53,7 +54,7 @@ func (w *Worker) process(ctx context.Context, agentType string, msg jetstream.Ms
 				return
 			}
 			var done bool
-			if done, err = w.claimNew(ctx, agentType, d, msg); done {
+			if done, err = w.claimNew(ctx, agentType, d, msg, slot); done {
 				return
 			}
 			if err == nil {
@@ -78,7 +79,7 @@ func (w *Worker) process(ctx context.Context, agentType string, msg jetstream.Ms
 				"run %s exists as agent type %q; a dispatch for agent type %q cannot run it", d.RunID, row.AgentType, agentType))
 			return
 		}
-		retry, err := w.decide(ctx, log, msg, row, rev)
+		retry, err := w.decide(ctx, log, msg, row, rev, slot)
 		if err == nil && !retry {
 			return
 		}
@@ -92,7 +93,7 @@ func (w *Worker) process(ctx context.Context, agentType string, msg jetstream.Ms
 
 // decide acts on one read of the row. retry is true when a compare-and-set
 // lost a race and the row must be read again.
-func (w *Worker) decide(ctx context.Context, log *slog.Logger, msg jetstream.Msg, row *kv.Run, rev uint64) (retry bool, err error) {
+func (w *Worker) decide(ctx context.Context, log *slog.Logger, msg jetstream.Msg, row *kv.Run, rev uint64, slot *pull.Slot) (retry bool, err error) {
 	now := time.Now()
 	switch {
 	case row.Status.Final():
@@ -134,7 +135,7 @@ func (w *Worker) decide(ctx context.Context, log *slog.Logger, msg jetstream.Msg
 
 	// Registered before the claim, so a cancel that arrives right after it
 	// finds the run.
-	e := w.newExecution(msg, row.ID)
+	e := w.newExecution(msg, row.ID, slot)
 	if !w.register(e) {
 		_ = msg.NakWithDelay(w.cfg.Lease + jitter()) // another delivery is being claimed here
 		return false, nil
@@ -172,12 +173,12 @@ func (w *Worker) claim(row *kv.Run, msg jetstream.Msg, now time.Time) *kv.Run {
 // claimNew claims a run that has no row by creating its row claimed: one
 // write instead of a create and a claim. done is false when another worker
 // created the row first (err nil: read it) or the create failed (err).
-func (w *Worker) claimNew(ctx context.Context, agentType string, d events.Dispatch, msg jetstream.Msg) (done bool, err error) {
+func (w *Worker) claimNew(ctx context.Context, agentType string, d events.Dispatch, msg jetstream.Msg, slot *pull.Slot) (done bool, err error) {
 	now := time.Now()
 	row := kv.NewRun(agentType, d, events.StreamSeq(msg), now)
 	// A top-level run that is not detached needs nothing of the reconciler.
 	row.Unindexed = d.Parent == "" && d.Detached == nil
-	e := w.newExecution(msg, row.ID)
+	e := w.newExecution(msg, row.ID, slot)
 	if !w.register(e) {
 		_ = msg.NakWithDelay(w.cfg.Lease + jitter()) // another delivery is being claimed here
 		return true, nil

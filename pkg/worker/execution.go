@@ -15,6 +15,7 @@ import (
 
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/pull"
 )
 
 // execution is one attempt of one run in this process: the handler call
@@ -49,6 +50,12 @@ type execution struct {
 	cur   *kv.Run
 	rev   uint64
 
+	// The concurrency slot of the run's dispatch, given back while the
+	// handler is parked (Run.Park, Run.Wait).
+	parkMu sync.Mutex
+	slot   *pull.Slot
+	parked int
+
 	msgMu    sync.Mutex
 	msgs     []jetstream.Msg // deliveries of the run's dispatch to settle at the end
 	released bool
@@ -71,9 +78,29 @@ type execution struct {
 	signalEvents  int64             // numbers the signal events' message ids
 }
 
-// newExecution prepares the attempt of a run the worker is about to claim.
-func (w *Worker) newExecution(msg jetstream.Msg, id string) *execution {
-	return &execution{w: w, id: id, msgs: []jetstream.Msg{msg}}
+// newExecution prepares the attempt of a run the worker is about to claim;
+// slot is the concurrency slot its dispatch holds.
+func (w *Worker) newExecution(msg jetstream.Msg, id string, slot *pull.Slot) *execution {
+	return &execution{w: w, id: id, msgs: []jetstream.Msg{msg}, slot: slot}
+}
+
+// park gives the run's concurrency slot back while the handler waits on
+// something outside the process; the returned function takes one back
+// (waiting for a free one). Parks nest.
+func (e *execution) park() (unpark func(context.Context) error) {
+	e.parkMu.Lock()
+	defer e.parkMu.Unlock()
+	if e.parked++; e.parked == 1 && e.slot != nil {
+		e.slot.Release()
+	}
+	return func(ctx context.Context) error {
+		e.parkMu.Lock()
+		defer e.parkMu.Unlock()
+		if e.parked--; e.parked > 0 || e.slot == nil || e.isEnded() {
+			return nil // still parked, or the attempt is over: its slot went with it
+		}
+		return e.slot.Acquire(ctx)
+	}
 }
 
 // execute runs an attempt the worker just claimed (row at revision rev). e
@@ -129,6 +156,12 @@ func (e *execution) end(outcome func()) {
 	e.ctlMu.Unlock()
 	e.stopFlushTimer()
 	outcome()
+}
+
+func (e *execution) isEnded() bool {
+	e.ctlMu.Lock()
+	defer e.ctlMu.Unlock()
+	return e.ended
 }
 
 // requestCancel cancels the handler (cause ErrCancelled), or remembers the

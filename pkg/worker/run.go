@@ -163,6 +163,22 @@ func (r *Run) Flush(ctx context.Context) error {
 	return e.pub.flush(ctx)
 }
 
+// Park runs wait, something that only waits on what happens outside this
+// process (a person, another run: awaiting a nested run of the same agent
+// type, say), with the run's concurrency slot given back meanwhile: the
+// worker takes other runs while this one is parked, and the run takes a
+// slot again when wait returns (it waits for one, or for ctx). The run keeps
+// its worker and its place; only the slot is lent out. Wait parks by
+// itself.
+func (r *Run) Park(ctx context.Context, wait func(ctx context.Context) error) error {
+	unpark := r.e.park()
+	err := wait(ctx)
+	if uerr := unpark(ctx); uerr != nil && err == nil {
+		err = uerr
+	}
+	return err
+}
+
 // Wait parks the handler until a signal named name is sent to the run, and
 // returns its payload. Signals are durable: one sent before Wait is called,
 // or while the run's worker was being replaced, is not lost. While waiting,
@@ -205,7 +221,14 @@ func (r *Run) Wait(ctx context.Context, name string) (json.RawMessage, error) {
 		return nil, err
 	}
 
-	payload, seq, err := e.nextSignal(ctx, name, seen, row.CreatedAt)
+	var (
+		payload json.RawMessage
+		seq     uint64
+	)
+	err = r.Park(ctx, func(ctx context.Context) (err error) {
+		payload, seq, err = e.nextSignal(ctx, name, seen, row.CreatedAt)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}

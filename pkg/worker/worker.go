@@ -242,13 +242,13 @@ func (w *Worker) setUp(ctx context.Context) error {
 	nak := func(m jetstream.Msg) { _ = m.Nak() } // stopping: straight to another worker
 	loops := []pull.Loop{{
 		Consumer: malformed, Concurrency: 1, Handlers: &w.runs, Stopped: nak,
-		Handle: func(m jetstream.Msg) { w.deadLetterMalformed(runCtx, m) },
+		Handle: func(m jetstream.Msg, _ *pull.Slot) { w.deadLetterMalformed(runCtx, m) },
 		Logger: w.log, Name: malformedConsumer,
 	}}
 	for agentType, c := range consumers {
 		loops = append(loops, pull.Loop{
 			Consumer: c, Concurrency: w.cfg.Concurrency, Handlers: &w.runs, Stopped: nak,
-			Handle: func(m jetstream.Msg) { w.process(runCtx, agentType, m) },
+			Handle: func(m jetstream.Msg, slot *pull.Slot) { w.process(runCtx, agentType, m, slot) },
 			Logger: w.log, Name: events.AgentConsumer(agentType),
 		})
 	}

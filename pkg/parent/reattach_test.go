@@ -1,0 +1,193 @@
+package parent_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jetrun/jetrun/internal/jetruntest"
+	"github.com/jetrun/jetrun/internal/natstest"
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/parent"
+	"github.com/jetrun/jetrun/pkg/worker"
+)
+
+// An awaiting caller gives up after its no-progress window, softly: the run
+// goes on, and awaiting the same id again re-attaches to its real result. A
+// run that keeps making progress is waited for however long it takes.
+func TestAwaitGivesUpAfterNoProgressAndReattaches(t *testing.T) {
+	t.Parallel()
+	ns := natstest.RunServer(t)
+	nc, _ := natstest.Connect(t, ns)
+	ctx := ctxT(t)
+	c, err := parent.New(ctx, nc, parent.Config{ReattachNoProgress: 300 * time.Millisecond, AllowUnknownAgentTypes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// No worker serves the agent type yet.
+	_, err = c.Run(ctx, parent.Request{AgentType: "later", RunID: "q1", Input: 1})
+	f, ok := parent.IsFailure(err)
+	if !ok || f.Status != events.StatusInterrupted || f.Reason != events.ReasonNoProgress || !f.ChildStillRunning || !f.Retryable {
+		t.Fatalf("await without a worker: %v", err)
+	}
+	if row, _ := c.Inspect(ctx, "q1"); row.Status != events.StatusStarting {
+		t.Fatalf("the run was touched: %+v", row)
+	}
+	t.Logf("failure: %v", f)
+
+	// A worker arrives; the same id re-attaches and gets the result. Its
+	// handler streams for longer than the window, with progress all along.
+	w, err := worker.New(nc, worker.Config{RowSyncInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.HandleFunc("later", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+		for i := range 12 {
+			if err := run.Chunk(ctx, i); err != nil {
+				return worker.Result{}, err
+			}
+			if err := run.Flush(ctx); err != nil {
+				return worker.Result{}, err
+			}
+			time.Sleep(100 * time.Millisecond) // the handler's own work
+		}
+		return worker.Result{Summary: "done"}, nil
+	})
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Stop() })
+	res, err := c.Run(ctx, parent.Request{AgentType: "later", RunID: "q1", Input: 1})
+	if err != nil || res.Summary != "done" {
+		t.Fatalf("re-attached run: %+v, %v", res, err)
+	}
+}
+
+// Past the caller's window the run is given up and its child stopped; the
+// same id, run again, resumes it as a new attempt that keeps its
+// milestones, exactly once when two callers retry at the same moment.
+func TestWindowExceededThenRetryResumesOnce(t *testing.T) {
+	t.Parallel()
+	ns := natstest.RunServer(t)
+	nc, _ := natstest.Connect(t, ns)
+	ctx := ctxT(t)
+	var (
+		mu      sync.Mutex
+		starts  []int // attempts started
+		release = make(chan struct{})
+	)
+	w, err := worker.New(nc, worker.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.HandleFunc("slow", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+		mu.Lock()
+		starts = append(starts, run.Attempt())
+		mu.Unlock()
+		if len(run.Milestones()) == 0 {
+			if _, err := run.Milestone(ctx, "half", nil); err != nil {
+				return worker.Result{}, err
+			}
+		}
+		select {
+		case <-release:
+			return worker.Result{Summary: "resumed after " + run.Milestones()[0].Name}, nil
+		case <-ctx.Done():
+			return worker.Result{}, context.Cause(ctx)
+		}
+	})
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Stop() })
+	impatient, err := parent.New(ctx, nc, parent.Config{ReattachMaxWindow: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = impatient.Run(ctx, parent.Request{AgentType: "slow", RunID: "win", Input: 1})
+	f, ok := parent.IsFailure(err)
+	if !ok || f.Status != events.StatusInterrupted || f.Reason != events.ReasonWindowExceeded || f.ChildStillRunning || !f.Retryable {
+		t.Fatalf("await past the window: %v", err)
+	}
+	row := jetruntest.WaitRow(t, impatient.Store(), "win", 10*time.Second, func(r *kv.Run) bool {
+		return r.Status == events.StatusInterrupted && !r.ChildStillRunning
+	})
+	if row.Reason != events.ReasonWindowExceeded || row.Attempt != 1 {
+		t.Fatalf("row after the window: %+v", row)
+	}
+
+	// Two callers retry at once: one new attempt.
+	patient, err := parent.New(ctx, nc, parent.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	results := make([]*parent.Result, 2)
+	errs := make([]error, 2)
+	for i := range 2 {
+		wg.Go(func() {
+			results[i], errs[i] = patient.Run(ctx, parent.Request{AgentType: "slow", RunID: "win", Input: 1})
+		})
+	}
+	jetruntest.WaitRow(t, patient.Store(), "win", 10*time.Second, func(r *kv.Run) bool {
+		return r.Status == events.StatusRunning && r.Attempt == 2
+	})
+	close(release)
+	wg.Wait()
+	for i := range 2 {
+		if errs[i] != nil || results[i].Summary != "resumed after half" {
+			t.Fatalf("retry %d: %+v, %v", i, results[i], errs[i])
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(starts) != 2 || starts[0] != 1 || starts[1] != 2 {
+		t.Fatalf("attempts started: %v, want [1 2]", starts)
+	}
+	final, _ := patient.Inspect(ctx, "win")
+	if final.Status != events.StatusCompleted || final.Milestones != 1 || final.Attempt != 2 {
+		t.Fatalf("final row: %+v", final)
+	}
+}
+
+// A run that awaits a child of its own agent type parks: at concurrency 1
+// the worker gives the parent's slot to the child, and both complete.
+func TestSelfDelegationAtConcurrencyOne(t *testing.T) {
+	t.Parallel()
+	ns := natstest.RunServer(t)
+	nc, _ := natstest.Connect(t, ns)
+	ctx := ctxT(t)
+	w, err := worker.New(nc, worker.Config{Concurrency: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c *parent.Client
+	w.HandleFunc("self", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+		if run.Depth() > 0 {
+			return worker.Result{Summary: "child done"}, nil
+		}
+		var child *parent.Result
+		err := run.Park(ctx, func(ctx context.Context) (err error) {
+			child, err = c.Run(ctx, parent.Request{AgentType: "self", RunID: run.ID() + "-child", Parent: run.ID(), Depth: 1, Input: 1})
+			return err
+		})
+		if err != nil {
+			return worker.Result{}, err
+		}
+		return worker.Result{Summary: "parent after " + child.Summary}, nil
+	})
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Stop() })
+	if c, err = parent.New(ctx, nc, parent.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Run(ctx, parent.Request{AgentType: "self", RunID: "selfie", Input: 1})
+	if err != nil || res.Summary != "parent after child done" {
+		t.Fatalf("self-delegation: %+v, %v", res, err)
+	}
+}
