@@ -71,6 +71,7 @@ func (w *Worker) process(ctx context.Context, agentType string, msg jetstream.Ms
 				return
 			}
 			log.WarnContext(ctx, "read run row", "err", err)
+			w.ensure(ctx, err)
 			_ = msg.NakWithDelay(retryDelay(msg))
 			return
 		}
@@ -85,6 +86,9 @@ func (w *Worker) process(ctx context.Context, agentType string, msg jetstream.Ms
 		}
 		if err != nil || try >= 8 {
 			log.WarnContext(ctx, "claim run", "err", err, "tries", try+1)
+			if err != nil {
+				w.ensure(ctx, err)
+			}
 			_ = msg.NakWithDelay(retryDelay(msg))
 			return
 		}

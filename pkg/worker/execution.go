@@ -131,6 +131,7 @@ func (w *Worker) execute(ctx context.Context, e *execution, row *kv.Run, rev uin
 			return
 		}
 		e.log.WarnContext(ctx, "start run; releasing it for a later retry", "err", err)
+		w.ensure(ctx, err)
 		e.end(func() { e.release(retryDelay(e.firstMsg())) })
 		return
 	}
@@ -454,9 +455,10 @@ func (e *execution) handBack() {
 	e.releaseMsgs(jetstream.Msg.Nak) // immediate redelivery to another worker
 }
 
-// release gives the run up after a failure to start it: the lease is
-// released (the attempt still counts against MaxAttempts) and the dispatch
-// comes back after delay, so a broken stream does not make workers spin.
+// release gives the run up after a failure to start it: the run is
+// released (the failure was the infrastructure's, not a lost worker's, so
+// it counts as a hand-off, not against MaxAttempts) and the dispatch comes
+// back after delay, so a broken stream does not make workers spin.
 func (e *execution) release(delay time.Duration) {
 	ctx, cancel := writeContext()
 	defer cancel()
@@ -466,6 +468,7 @@ func (e *execution) release(delay time.Duration) {
 			return err
 		}
 		r.Worker, r.WorkerEpoch, r.LeaseUntil = "", "", time.Time{}
+		r.Handoffs++
 		return nil
 	}); err != nil && !errors.Is(err, ErrLeaseLost) {
 		e.log.WarnContext(ctx, "release lease; the run is taken over when it expires", "err", err)

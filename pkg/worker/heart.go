@@ -69,6 +69,7 @@ func (w *Worker) renew(ctx context.Context) error {
 		return nil
 	}
 	if !errors.Is(err, kv.ErrLivenessLost) && time.Now().Before(w.holdsUntil()) {
+		w.ensure(ctx, err)
 		return err
 	}
 	w.log.ErrorContext(ctx, "worker liveness lost: stopping every attempt of this worker", "err", err)

@@ -47,7 +47,8 @@ type Worker struct {
 	waiters       waiters // the Waits in progress
 	streamEpoch   string  // distinguishes dispatch stream incarnations in derived run ids
 
-	liveUntil atomic.Int64 // holdsUntil, in Unix nanoseconds
+	liveUntil  atomic.Int64 // holdsUntil, in Unix nanoseconds
+	lastEnsure atomic.Int64 // when ensure last ran, in Unix nanoseconds
 
 	mu        sync.Mutex
 	state     lifecycle
