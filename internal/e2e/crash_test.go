@@ -265,3 +265,51 @@ func TestSignalSentWhileTheWorkerIsReplacedArrives(t *testing.T) {
 		t.Fatalf("output %s: the new attempt should have run steps 2 and 3 only", row.Output)
 	}
 }
+
+// A parent killed with -9 while awaiting a run no worker serves; the next
+// parent gives up after its no-progress window with the soft failure (the
+// run stays queued, untouched); once a worker exists, a third parent
+// re-attaches to the same run id and gets its result from one execution.
+func TestAwaitNoProgressAfterAKilledParentThenReattach(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	gone := e.childWorker(t, "child-gone", nil) // creates the demo consumer
+	gone.kill()
+	const id = "quiet"
+	input := `{"steps":3,"stepMs":50}`
+	quick := map[string]string{"JETRUN_REATTACH_NO_PROGRESS": "1s"}
+
+	first := start(t, "awaiter", nil, e.url, id, input)
+	jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *kv.Run) bool { return r.Status == events.StatusStarting })
+	first.kill()
+
+	second := start(t, "awaiter", quick, e.url, id, input)
+	if err := second.wait(60 * time.Second); err == nil {
+		t.Fatalf("second awaiter succeeded without a worker: %s", second.stdout)
+	}
+	var gaveUp struct {
+		OK      bool        `json:"ok"`
+		Failure *kv.Failure `json:"failure"`
+	}
+	if err := json.Unmarshal([]byte(second.stdout.String()), &gaveUp); err != nil || gaveUp.Failure == nil {
+		t.Fatalf("second awaiter output %q: %v\nstderr: %s", second.stdout, err, second.stderr)
+	}
+	f := gaveUp.Failure
+	if f.Status != events.StatusInterrupted || f.Reason != events.ReasonNoProgress || !f.ChildStillRunning || !f.Retryable {
+		t.Fatalf("second awaiter's failure: %+v", f)
+	}
+	t.Logf("soft failure: %s", f.Message)
+	if row, _, err := e.store.Get(context.Background(), id); err != nil || row.Status != events.StatusStarting {
+		t.Fatalf("the run must stay queued: %+v %v", row, err)
+	}
+
+	e.childWorker(t, "child-late", nil)
+	third := start(t, "awaiter", nil, e.url, id, input)
+	if err := third.wait(60 * time.Second); err != nil {
+		t.Fatalf("third awaiter: %v\nstdout: %s\nstderr: %s", err, third.stdout, third.stderr)
+	}
+	evs := waitFinalEvent(t, e.js, id)
+	if s := fmt.Sprint(jetruntest.Statuses(evs)); s != "[running completed]" {
+		t.Fatalf("statuses %s: want one execution", s)
+	}
+}

@@ -3,6 +3,8 @@
 // it awaits and start another one with the same run id.
 //
 // Usage: awaiter NATS_URL RUN_ID INPUT_JSON
+//
+// JETRUN_REATTACH_NO_PROGRESS (a Go duration) sets its no-progress window.
 package main
 
 import (
@@ -10,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -28,7 +31,14 @@ func main() {
 	}
 	defer nc.Close()
 	ctx := context.Background()
-	client, err := parent.New(ctx, nc, parent.Config{})
+	var cfg parent.Config
+	if v := os.Getenv("JETRUN_REATTACH_NO_PROGRESS"); v != "" {
+		if cfg.ReattachNoProgress, err = time.ParseDuration(v); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+	}
+	client, err := parent.New(ctx, nc, cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -36,6 +46,9 @@ func main() {
 	fmt.Fprintln(os.Stderr, "awaiting", os.Args[2])
 	res, err := client.Run(ctx, parent.Request{AgentType: "demo", RunID: os.Args[2], Input: json.RawMessage(os.Args[3])})
 	out := map[string]any{"ok": err == nil}
+	if f, ok := parent.IsFailure(err); ok {
+		out["failure"] = f
+	}
 	if err != nil {
 		out["error"] = err.Error()
 	} else {
