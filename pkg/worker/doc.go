@@ -1,0 +1,57 @@
+// Package worker is jetrun's child runtime: a Worker pulls the dispatches of
+// the agent types it has handlers for, claims their runs, calls the handlers
+// with a Run handle (input, chunks, progress, milestones, signals, parking,
+// cancellation) and writes their outcomes.
+//
+//	w, _ := worker.New(nc, worker.Config{Concurrency: 500})
+//	w.HandleFunc("research", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+//		run.Chunk(ctx, "thinking…")
+//		return worker.Result{Summary: "done"}, nil
+//	})
+//	w.Start(ctx)
+//	defer w.Shutdown(ctx)
+//
+// # What a run costs
+//
+// A run in flight costs its worker the handler's goroutine and its state in
+// memory, and the server nothing of its own: the worker's liveness is one
+// key renewed every third of a lease (kv.Liveness), cancels and signals reach
+// the process through one ordered consumer each, and one goroutine (the
+// heart) sends InProgress on every held dispatch and writes rows that have
+// changes pending. docs/leases.md explains the choice.
+//
+// # Invariants
+//
+//   - Claim. A run is executed only after a compare-and-set of its row names
+//     this worker, its liveness epoch and the next attempt; a dispatch without
+//     a row is claimed by creating the row claimed. The execution is
+//     registered before the claim, so a cancel that arrives right after it
+//     finds the run.
+//   - Who acks. The dispatch stays un-acknowledged while the run lives (it is
+//     the wake-up for a takeover if the worker dies). It is acknowledged once
+//     the run is final and its final status event is stored; it is Nak'ed on
+//     a hand-back (shutdown) and after a start failure; it is left alone when
+//     the attempt lost the run (the new holder owns it).
+//   - Fencing. Every row write checks worker and attempt on the row it
+//     writes (compare-and-set). Every event carries the expected last
+//     sequence of the run's status subject, so once another attempt's status
+//     event is stored no event of this attempt is (publisher). An attempt that
+//     is fenced cancels its handler with ErrLeaseLost and writes nothing more.
+//   - Durability. Chunks and progress are pipelined; Milestone returns once
+//     stored; every event of an attempt is stored before its run is written
+//     final.
+//   - Liveness. When the worker cannot renew its liveness key before it
+//     would expire, every attempt is stopped (ErrLeaseLost) and a new epoch
+//     begins; runs of the old epoch are taken over by others.
+//   - Slots. A run holds a concurrency slot of its agent type while it
+//     executes, except while parked (Run.Wait, Run.Park).
+//
+// # Lock order
+//
+// An execution's locks nest in one order: curMu (the row this attempt
+// knows, held across its compare-and-set) before emitMu (event numbering)
+// before publisher.mu (the pipeline) or stateMu (pending row fields).
+// ctlMu (handler context, end), parkMu then ctlMu, and msgMu are otherwise
+// leaves. Worker.mu guards the active set and the liveness key and is never
+// held across I/O.
+package worker
