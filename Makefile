@@ -44,6 +44,7 @@ chromium:
 .PHONY: bench
 bench: ## measure jetrun against raw JetStream in one run (prints ratios)
 	$(GO) test -run '^$$' -bench '^BenchmarkWorkload' -benchtime 1x -timeout 20m ./internal/bench/
+	$(GO) test -run '^$$' -bench '^BenchmarkScale' -benchtime 1x -timeout 20m ./internal/bench/
 	$(GO) test -run '^$$' -bench '^BenchmarkLeaseRenewal' -timeout 20m ./internal/bench/
 
 .PHONY: fuzz

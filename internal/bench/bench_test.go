@@ -114,7 +114,14 @@ func publishWindowed(b *testing.B, js jetstream.JetStream, n int, subject func(i
 // startWorker starts a worker running handler for agentType.
 func startWorker(b *testing.B, nc *nats.Conn, concurrency int, agentType string, handler worker.HandlerFunc) {
 	b.Helper()
-	w, err := worker.New(nc, worker.Config{Concurrency: concurrency})
+	startWorkerConfig(b, nc, worker.Config{Concurrency: concurrency}, agentType, handler)
+}
+
+// startWorkerConfig starts a worker with cfg running handler for agentType;
+// it is stopped at cleanup.
+func startWorkerConfig(b *testing.B, nc *nats.Conn, cfg worker.Config, agentType string, handler worker.HandlerFunc) *worker.Worker {
+	b.Helper()
+	w, err := worker.New(nc, cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -123,6 +130,7 @@ func startWorker(b *testing.B, nc *nats.Conn, concurrency int, agentType string,
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = w.Stop() })
+	return w
 }
 
 func noop(context.Context, *worker.Run) (worker.Result, error) { return worker.Result{}, nil }
@@ -516,32 +524,8 @@ func BenchmarkWorkloadReplay(b *testing.B) {
 
 	var raw, jr time.Duration
 	for b.Loop() {
-		start := time.Now()
-		c, err := js.OrderedConsumer(ctx, "JETRUN_EVENTS", jetstream.OrderedConsumerConfig{FilterSubjects: []string{"jetrun.run.big.>"}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		it, err := c.Messages()
-		if err != nil {
-			b.Fatal(err)
-		}
-		for n := 0; n < events_; n++ {
-			if _, err := it.Next(jetstream.NextContext(ctx)); err != nil {
-				b.Fatal(err)
-			}
-		}
-		it.Stop()
-		raw = time.Since(start)
-
-		start = time.Now()
-		n := 0
-		for _, err := range events.Replay(ctx, js, "", "big", events.ReplayOptions{Follow: events.HistoryOnly}) {
-			if err != nil {
-				b.Fatal(err)
-			}
-			n++
-		}
-		jr = time.Since(start)
+		var n int
+		raw, jr, n = replayVersusRaw(b, js, "big")
 		if n != events_ {
 			b.Fatalf("replayed %d events, want %d", n, events_)
 		}
@@ -551,4 +535,58 @@ func BenchmarkWorkloadReplay(b *testing.B) {
 	b.ReportMetric(raw.Seconds()/jr.Seconds(), "replay-vs-raw")
 	b.Logf("replay of a 10,000-event run in a 100,000-message stream: %s (%.0f events/s); raw ordered consumer %s (%.0f msgs/s); ratio %.2f",
 		jr.Round(time.Millisecond), events_/jr.Seconds(), raw.Round(time.Millisecond), events_/raw.Seconds(), raw.Seconds()/jr.Seconds())
+}
+
+// replayVersusRaw times a raw ordered consumer over run id's subjects, read
+// up to the run's last stored event, then events.Replay of the same run
+// (history only), and returns both durations and the number of events (the
+// two must agree).
+func replayVersusRaw(b *testing.B, js jetstream.JetStream, id string) (raw, replay time.Duration, n int) {
+	b.Helper()
+	ctx := context.Background()
+	ns := events.Namespace("")
+	stream, err := js.Stream(ctx, ns.EventsStream())
+	if err != nil {
+		b.Fatal(err)
+	}
+	last, err := stream.GetLastMsgForSubject(ctx, ns.RunWildcard(id))
+	if err != nil {
+		b.Fatal(err)
+	}
+
+	start := time.Now()
+	c, err := js.OrderedConsumer(ctx, ns.EventsStream(), jetstream.OrderedConsumerConfig{FilterSubjects: []string{ns.RunWildcard(id)}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	it, err := c.Messages()
+	if err != nil {
+		b.Fatal(err)
+	}
+	rawN := 0
+	for {
+		msg, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			b.Fatal(err)
+		}
+		rawN++
+		if meta, err := msg.Metadata(); err != nil || meta.Sequence.Stream >= last.Sequence {
+			break
+		}
+	}
+	it.Stop()
+	raw = time.Since(start)
+
+	start = time.Now()
+	for _, err := range events.Replay(ctx, js, ns, id, events.ReplayOptions{Follow: events.HistoryOnly}) {
+		if err != nil {
+			b.Fatal(err)
+		}
+		n++
+	}
+	replay = time.Since(start)
+	if n != rawN {
+		b.Fatalf("replay of %s gave %d events, the raw ordered consumer %d", id, n, rawN)
+	}
+	return raw, replay, n
 }
