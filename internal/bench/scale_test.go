@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"regexp"
 	"runtime"
 	"slices"
 	"strings"
@@ -145,6 +146,9 @@ type logCounter struct {
 	counts map[string]int
 }
 
+// runIDs matches the benchmark's run ids, folded out of log messages.
+var runIDs = regexp.MustCompile(`inflight-[0-9]+`)
+
 func newLogCounter() *logCounter { return &logCounter{counts: map[string]int{}} }
 
 func (l *logCounter) Enabled(_ context.Context, lv slog.Level) bool { return lv >= slog.LevelWarn }
@@ -156,6 +160,7 @@ func (l *logCounter) Handle(_ context.Context, r slog.Record) error {
 		}
 		return true
 	})
+	key = runIDs.ReplaceAllString(key, "<run>")
 	l.mu.Lock()
 	l.counts[key]++
 	l.mu.Unlock()
