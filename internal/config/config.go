@@ -14,6 +14,7 @@ import (
 
 	"github.com/kelseyhightower/envconfig"
 
+	"github.com/jetrun/jetrun/internal/httpapi"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
@@ -113,7 +114,8 @@ type ParentWorker struct {
 	EmbeddedMaxMem int64    `envconfig:"EMBEDDED_MAX_MEMORY" default:"268435456" desc:"embedded server: JetStream memory limit, bytes"`
 	EmbeddedMaxFS  int64    `envconfig:"EMBEDDED_MAX_STORE" default:"10737418240" desc:"embedded server: JetStream file store limit, bytes"`
 	SyncAlways     bool     `envconfig:"SYNC_ALWAYS" default:"false" desc:"embedded server: fsync every write (strict durability, about 1/3 the write rate)"`
-	HTTPAddr       string   `envconfig:"HTTP_ADDR" default:"127.0.0.1:8080" desc:"HTTP API listen address (empty disables it)"`
+	HTTPAddr       string   `envconfig:"HTTP_ADDR" default:"127.0.0.1:8080" desc:"HTTP API listen address (empty disables it); a non-loopback address needs JETRUN_HTTP_TOKENS"`
+	HTTPTokens     []string `envconfig:"HTTP_TOKENS" desc:"HTTP API bearer tokens as role=token, comma-separated; role read (lists, runs, events, UI) or write (also dispatch, cancel, signal, clear); never logged"`
 	Children       []string `envconfig:"CHILDREN" desc:"agent types to run in an in-process child pool, comma-separated (built-in: demo)"`
 	DemoRuns       int      `envconfig:"DEMO_RUNS" default:"0" desc:"at start, dispatch this many demo runs as a fan-out (make run uses 5)"`
 }
@@ -183,8 +185,32 @@ func (c *ParentWorker) Validate() error {
 	if c.DemoRuns < 0 || c.DemoRuns > 1000 {
 		errs = append(errs, fmt.Errorf("JETRUN_DEMO_RUNS must be between 0 and 1000, got %d", c.DemoRuns))
 	}
-	errs = append(errs, c.Reconcile.validate())
+	tokens, err := c.Tokens()
+	errs = append(errs, err, httpapi.CheckListenAddr(c.HTTPAddr, len(tokens) > 0), c.Reconcile.validate())
 	return errors.Join(errs...)
+}
+
+// Tokens parses JETRUN_HTTP_TOKENS into token → role.
+func (c *ParentWorker) Tokens() (map[string]httpapi.Role, error) {
+	out := make(map[string]httpapi.Role, len(c.HTTPTokens))
+	for i, pair := range c.HTTPTokens {
+		name, tok, ok := strings.Cut(strings.TrimSpace(pair), "=")
+		if !ok || tok == "" {
+			return nil, fmt.Errorf("JETRUN_HTTP_TOKENS: entry %d is not role=token", i+1) // never print a token
+		}
+		role, err := httpapi.ParseRole(name)
+		if err != nil {
+			return nil, fmt.Errorf("JETRUN_HTTP_TOKENS: entry %d: %w", i+1, err)
+		}
+		if len(tok) < 16 {
+			return nil, fmt.Errorf("JETRUN_HTTP_TOKENS: entry %d: a token must be at least 16 characters", i+1)
+		}
+		if _, dup := out[tok]; dup {
+			return nil, fmt.Errorf("JETRUN_HTTP_TOKENS: entry %d repeats a token", i+1)
+		}
+		out[tok] = role
+	}
+	return out, nil
 }
 
 func (r Reconcile) validate() error {

@@ -9,7 +9,12 @@
 //	POST   /v1/runs/{id}/cancel           cancel {reason?}, with the run's descendants; idempotent
 //	POST   /v1/runs/{id}/signals/{name}   send a signal (the body is its JSON payload)
 //	DELETE /v1/runs                       clear: ?status=a,b&olderThan=24h (or ?all=true); live runs are cancelled first
+//	POST   /v1/session                    {token}: keep a token in an HttpOnly cookie for the web UI
 //	GET    /, /runs/{id}                  the web UI
+//
+// With tokens configured every /v1 call needs one ("Authorization: Bearer",
+// or the session cookie): a read token for GETs, a write token for the rest.
+// /healthz and the UI's static pages need none.
 //
 // A guessed or malformed id never creates anything: only POST /v1/runs does.
 package httpapi
@@ -49,6 +54,9 @@ type Config struct {
 	View   *runview.View // run summaries for listing and live updates
 	Conn   *nats.Conn    // for /healthz
 	Logger *slog.Logger
+	// Tokens maps bearer tokens to their roles. Empty: no authentication
+	// (keep the API on loopback; CheckListenAddr).
+	Tokens map[string]Role
 }
 
 type api struct {
@@ -74,8 +82,11 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("POST /v1/runs/{id}/cancel", a.cancel)
 	mux.HandleFunc("POST /v1/runs/{id}/signals/{name}", a.signal)
 	mux.HandleFunc("DELETE /v1/runs", a.clear)
+	tokens := newTokens(cfg.Tokens)
+	mux.HandleFunc("POST /v1/session", tokens.session)
+	mux.HandleFunc("DELETE /v1/session", tokens.session)
 	mux.Handle("GET /", webui.Handler())
-	return mux
+	return tokens.authorize(mux)
 }
 
 // errorBody is every error response.

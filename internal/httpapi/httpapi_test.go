@@ -34,6 +34,11 @@ type bundle struct {
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
+	return setupWith(t, nil)
+}
+
+func setupWith(t *testing.T, tokens map[string]httpapi.Role) *bundle {
+	t.Helper()
 	ns := natstest.RunServer(t)
 	nc, _ := natstest.Connect(t, ns)
 	w, err := worker.New(nc, worker.Config{})
@@ -54,7 +59,7 @@ func setup(t *testing.T) *bundle {
 		t.Fatal(err)
 	}
 	t.Cleanup(view.Stop)
-	srv := httptest.NewServer(httpapi.New(httpapi.Config{Client: client, View: view, Conn: nc}))
+	srv := httptest.NewServer(httpapi.New(httpapi.Config{Client: client, View: view, Conn: nc, Tokens: tokens}))
 	t.Cleanup(srv.Close)
 	return &bundle{url: srv.URL, store: client.Store()}
 }
@@ -463,4 +468,96 @@ func TestEventStreamResumedAfterTheEndEnds(t *testing.T) {
 		t.Fatalf("history of a live run ends with %q", hist[len(hist)-1].event)
 	}
 	do(t, "POST", b.url+"/v1/runs/going/cancel", "", nil)
+}
+
+// With tokens, every /v1 call needs one: none or a wrong one is 401, a read
+// token cannot write (403), a write token can; health and the UI's pages
+// stay open. The web UI keeps its token in a SameSite cookie that a
+// cross-site POST cannot use.
+func TestTokensGuardTheAPI(t *testing.T) {
+	const readTok, writeTok = "read-token-0123456789", "write-token-0123456789"
+	b := setupWith(t, map[string]httpapi.Role{readTok: httpapi.RoleRead, writeTok: httpapi.RoleWrite})
+	call := func(method, path, body, token string, hdr map[string]string) int {
+		t.Helper()
+		req, err := http.NewRequest(method, b.url+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	dispatch := `{"agentType":"demo","runId":"auth-1","input":{"steps":1,"stepMs":1}}`
+	for _, c := range []struct {
+		name, method, path, body, token string
+		hdr                             map[string]string
+		want                            int
+	}{
+		{"health is open", "GET", "/healthz", "", "", nil, 200},
+		{"the UI page is open", "GET", "/", "", "", nil, 200},
+		{"list without a token", "GET", "/v1/runs", "", "", nil, 401},
+		{"list with a wrong token", "GET", "/v1/runs", "", "not-a-token-at-all", nil, 401},
+		{"list with a read token", "GET", "/v1/runs", "", readTok, nil, 200},
+		{"dispatch without a token", "POST", "/v1/runs", dispatch, "", nil, 401},
+		{"dispatch with a read token", "POST", "/v1/runs", dispatch, readTok, nil, 403},
+		{"clear with a read token", "DELETE", "/v1/runs?all=true", "", readTok, nil, 403},
+		{"dispatch with a write token", "POST", "/v1/runs", dispatch, writeTok, nil, 201},
+		{"read a run with a write token", "GET", "/v1/runs/auth-1", "", writeTok, nil, 200},
+		{"a cookie session with a wrong token", "POST", "/v1/session", `{"token":"wrong"}`, "", nil, 401},
+		{"a cookie session from another site", "POST", "/v1/session", `{"token":"` + writeTok + `"}`, "", map[string]string{"Sec-Fetch-Site": "cross-site"}, 403},
+		{"a cookie write from another site", "POST", "/v1/runs/auth-1/cancel", "{}", "", map[string]string{"Cookie": httpapi.TokenCookie + "=" + writeTok, "Sec-Fetch-Site": "cross-site"}, 403},
+		{"a cookie write from another origin", "POST", "/v1/runs/auth-1/cancel", "{}", "", map[string]string{"Cookie": httpapi.TokenCookie + "=" + writeTok, "Origin": "http://evil.example"}, 403},
+		{"a cookie read", "GET", "/v1/runs", "", "", map[string]string{"Cookie": httpapi.TokenCookie + "=" + readTok}, 200},
+		{"a cookie write from this page", "POST", "/v1/runs/auth-1/cancel", "{}", "", map[string]string{"Cookie": httpapi.TokenCookie + "=" + writeTok, "Sec-Fetch-Site": "same-origin"}, 200},
+	} {
+		if got := call(c.method, c.path, c.body, c.token, c.hdr); got != c.want {
+			t.Errorf("%s: %s %s answered %d, want %d", c.name, c.method, c.path, got, c.want)
+		}
+	}
+
+	// The UI's session: a valid token comes back as an HttpOnly, SameSite
+	// cookie naming its role.
+	req, _ := http.NewRequest("POST", b.url+"/v1/session", strings.NewReader(`{"token":"`+readTok+`"}`))
+	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct{ Role string }
+	_ = json.NewDecoder(resp.Body).Decode(&got)
+	resp.Body.Close()
+	cookies := resp.Cookies()
+	if resp.StatusCode != 200 || got.Role != "read" || len(cookies) != 1 || !cookies[0].HttpOnly ||
+		cookies[0].SameSite != http.SameSiteStrictMode || cookies[0].Value != readTok {
+		t.Fatalf("session: %d role %q cookies %+v", resp.StatusCode, got.Role, cookies)
+	}
+}
+
+// Without tokens the API must stay on loopback.
+func TestNoTokensMeansLoopbackOnly(t *testing.T) {
+	for addr, ok := range map[string]bool{
+		"127.0.0.1:8080": true, "[::1]:8080": true, "localhost:8080": true, "": true,
+		"0.0.0.0:8080": false, ":8080": false, "10.1.2.3:8080": false, "[::]:8080": false,
+	} {
+		err := httpapi.CheckListenAddr(addr, false)
+		if (err == nil) != ok {
+			t.Errorf("%q without tokens: %v", addr, err)
+		}
+		if err != nil && !strings.Contains(err.Error(), "JETRUN_HTTP_TOKENS") {
+			t.Errorf("%q: the error does not say what to set: %v", addr, err)
+		}
+		if err := httpapi.CheckListenAddr(addr, true); err != nil {
+			t.Errorf("%q with tokens: %v", addr, err)
+		}
+	}
 }

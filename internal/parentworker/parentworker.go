@@ -144,6 +144,10 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 	httpURL := ""
 	serveErr := make(chan error, 1)
 	if cfg.HTTPAddr != "" {
+		tokens, err := cfg.Tokens()
+		if err != nil {
+			return err
+		}
 		view, err := runview.Start(ctx, client.Store(), logger)
 		if err != nil {
 			return err
@@ -159,7 +163,7 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 		base, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
 		defer cancelBase()
 		srv = &http.Server{
-			Handler:           httpapi.New(httpapi.Config{Client: client, View: view, Conn: nc, Logger: logger}),
+			Handler:           httpapi.New(httpapi.Config{Client: client, View: view, Conn: nc, Logger: logger, Tokens: tokens}),
 			ReadHeaderTimeout: 10 * time.Second,
 			BaseContext:       func(net.Listener) context.Context { return base },
 		}
