@@ -35,6 +35,16 @@ type NATS struct {
 	User     string `envconfig:"NATS_USER" desc:"NATS user name"`
 	Password string `envconfig:"NATS_PASSWORD" desc:"NATS password (never logged)"`
 	Token    string `envconfig:"NATS_TOKEN" desc:"NATS auth token (never logged)"`
+	TLSCA    string `envconfig:"NATS_TLS_CA" desc:"path to a PEM CA bundle that signs the server's certificate (turns TLS on)"`
+	TLSCert  string `envconfig:"NATS_TLS_CERT" desc:"path to a PEM client certificate, for servers that verify clients (needs JETRUN_NATS_TLS_KEY)"`
+	TLSKey   string `envconfig:"NATS_TLS_KEY" desc:"path to the PEM private key of JETRUN_NATS_TLS_CERT"`
+}
+
+func (n NATS) validate() error {
+	if (n.TLSCert == "") != (n.TLSKey == "") {
+		return errors.New("JETRUN_NATS_TLS_CERT and JETRUN_NATS_TLS_KEY go together: set both or neither")
+	}
+	return nil
 }
 
 // Streams holds the stream settings shared by every binary.
@@ -145,7 +155,7 @@ func Usage(w io.Writer, spec any) error {
 
 // Validate checks the child-worker settings.
 func (c *ChildWorker) Validate() error {
-	errs := []error{c.Streams.validate(), c.Pool.validate(), c.Log.validate()}
+	errs := []error{c.NATS.validate(), c.Streams.validate(), c.Pool.validate(), c.Log.validate()}
 	if c.URL == "" {
 		c.URL = DefaultChildNATSURL
 	}
@@ -170,12 +180,12 @@ func (c *CLI) Validate() error {
 	if c.URL == "" {
 		c.URL = DefaultChildNATSURL
 	}
-	return errors.Join(c.Streams.validate(), c.Log.validate())
+	return errors.Join(c.NATS.validate(), c.Streams.validate(), c.Log.validate())
 }
 
 // Validate checks the parent-worker settings.
 func (c *ParentWorker) Validate() error {
-	errs := []error{c.Streams.validate(), c.Pool.validate(), c.Log.validate()}
+	errs := []error{c.NATS.validate(), c.Streams.validate(), c.Pool.validate(), c.Log.validate()}
 	if c.URL == "" && c.DataDir == "" {
 		errs = append(errs, errors.New("JETRUN_DATA_DIR is required for the embedded server"))
 	}
@@ -336,6 +346,9 @@ func (n NATS) Redacted() string {
 	}
 	if n.Token != "" {
 		auth = append(auth, "token")
+	}
+	if n.TLSCert != "" {
+		auth = append(auth, "tls-cert")
 	}
 	if len(auth) == 0 {
 		return n.URL

@@ -55,6 +55,12 @@ func Connect(cfg config.NATS, name string, logger *slog.Logger, extra ...nats.Op
 	if cfg.Token != "" {
 		opts = append(opts, nats.Token(cfg.Token))
 	}
+	if cfg.TLSCA != "" {
+		opts = append(opts, nats.RootCAs(cfg.TLSCA))
+	}
+	if cfg.TLSCert != "" {
+		opts = append(opts, nats.ClientCert(cfg.TLSCert, cfg.TLSKey))
+	}
 	nc, err := nats.Connect(cfg.URL, append(opts, extra...)...)
 	if err != nil {
 		return nil, fmt.Errorf("nats: connect to %s: %w", cfg.Redacted(), err)
