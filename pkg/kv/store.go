@@ -54,6 +54,7 @@ type Store struct {
 	active   jetstream.KeyValue // the active-run index, see index.go
 	activeKV jetstream.Stream   // the active bucket's stream, for marker-free removals
 	maxRetry time.Duration
+	replicas int // of the runs bucket; more than one: a miss is confirmed with the leader (leader.go)
 }
 
 // markerTTL is how long the marker a cleared row leaves behind lives.
@@ -89,7 +90,22 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 	if err != nil {
 		return nil, fmt.Errorf("kv: bind the stream of bucket %s: %w", cfg.Namespace.ActiveBucket(), err)
 	}
-	return &Store{js: js, kv: runs, active: active, activeKV: activeKV, maxRetry: cmp.Or(cfg.MaxRetry, DefaultMaxRetry)}, nil
+	status, err := runs.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("kv: status of bucket %s: %w", cfg.Namespace.RunsBucket(), err)
+	}
+	return &Store{
+		js: js, kv: runs, active: active, activeKV: activeKV, maxRetry: cmp.Or(cfg.MaxRetry, DefaultMaxRetry),
+		replicas: bucketReplicas(status),
+	}, nil
+}
+
+// bucketReplicas returns the replicas of the stream behind a bucket.
+func bucketReplicas(st jetstream.KeyValueStatus) int {
+	if kvs, ok := st.(*jetstream.KeyValueBucketStatus); ok && kvs.StreamInfo() != nil {
+		return kvs.StreamInfo().Config.Replicas
+	}
+	return 1
 }
 
 func openBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
@@ -116,7 +132,7 @@ func (s *Store) Get(ctx context.Context, id string) (*Run, uint64, error) {
 	}
 	e, err := s.kv.Get(ctx, id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, 0, fmt.Errorf("kv: get run %s: %w", id, ErrRunNotFound)
+		return s.confirmMissing(ctx, id)
 	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("kv: get run %s: %w", id, err)

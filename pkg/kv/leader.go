@@ -1,0 +1,88 @@
+package kv
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Reads of a row are direct gets, which any replica of a replicated bucket
+// answers. A replica that is behind — a node restarted a moment ago and
+// still catching up — answers "not found" for a row that exists
+// (nats-server #4710). A row that a direct get did not find is therefore
+// looked up again on the stream's leader before Get says it does not exist;
+// on a single-replica bucket there is nobody else to ask.
+
+// jsErrCodeMessageNotFound is the leader's "no such message".
+const jsErrCodeMessageNotFound = 10037
+
+// leaderLast reads the last message on subject of stream from the stream's
+// leader. It returns (nil, nil) when there is none, or when the last one is
+// a delete or purge marker.
+func leaderLast(ctx context.Context, nc *nats.Conn, stream, subject string) (*jetstream.RawStreamMsg, error) {
+	req, err := json.Marshal(map[string]string{"last_by_subj": subject})
+	if err != nil {
+		return nil, err
+	}
+	reply, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
+	if err != nil {
+		return nil, fmt.Errorf("read %s from the leader of %s: %w", subject, stream, err)
+	}
+	var resp struct {
+		Error *struct {
+			Code        int    `json:"code"`
+			ErrCode     int    `json:"err_code"`
+			Description string `json:"description"`
+		} `json:"error"`
+		Message *struct {
+			Subject string `json:"subject"`
+			Seq     uint64 `json:"seq"`
+			Header  []byte `json:"hdrs"`
+			Data    []byte `json:"data"`
+		} `json:"message"`
+	}
+	if err := json.Unmarshal(reply.Data, &resp); err != nil {
+		return nil, fmt.Errorf("read %s from the leader of %s: %w", subject, stream, err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrCode == jsErrCodeMessageNotFound:
+		return nil, nil
+	case resp.Error != nil:
+		return nil, fmt.Errorf("read %s from the leader of %s: %s (%d)", subject, stream, resp.Error.Description, resp.Error.ErrCode)
+	case resp.Message == nil:
+		return nil, fmt.Errorf("read %s from the leader of %s: %w", subject, stream, jetstream.ErrInvalidJetStreamResponse)
+	}
+	m := &jetstream.RawStreamMsg{Subject: resp.Message.Subject, Sequence: resp.Message.Seq, Data: resp.Message.Data}
+	if len(resp.Message.Header) > 0 {
+		if m.Header, err = nats.DecodeHeadersMsg(resp.Message.Header); err != nil {
+			return nil, fmt.Errorf("read %s from the leader of %s: %w", subject, stream, err)
+		}
+		if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
+			return nil, nil
+		}
+	}
+	return m, nil
+}
+
+// confirmMissing asks the leader of the runs bucket for the row a direct
+// get did not find. It returns the row, or ErrRunNotFound.
+func (s *Store) confirmMissing(ctx context.Context, id string) (*Run, uint64, error) {
+	if s.replicas <= 1 {
+		return nil, 0, fmt.Errorf("kv: get run %s: %w", id, ErrRunNotFound)
+	}
+	m, err := leaderLast(ctx, s.js.Conn(), "KV_"+s.kv.Bucket(), "$KV."+s.kv.Bucket()+"."+id)
+	if err != nil {
+		return nil, 0, fmt.Errorf("kv: get run %s: %w", id, err)
+	}
+	if m == nil {
+		return nil, 0, fmt.Errorf("kv: get run %s: %w", id, ErrRunNotFound)
+	}
+	r, err := Decode(id, m.Data)
+	if err != nil {
+		return nil, 0, err
+	}
+	return r, m.Sequence, nil
+}
