@@ -216,7 +216,10 @@ func TestClassifyClusterUnavailable(t *testing.T) {
 	}
 	var errs []string
 	for _, call := range []func() error{
-		func() error { _, err := js.Publish(ctx, "s.a", []byte("x"), jetstream.WithRetryAttempts(0)); return err },
+		func() error {
+			_, err := js.Publish(ctx, "s.a", []byte("x"), jetstream.WithRetryAttempts(0))
+			return err
+		},
 		// A stream without quorum cannot store anything, whatever its
 		// leader believes.
 		func() error { _, err := js.Publish(ctx, "s.b", []byte("x")); return err },
