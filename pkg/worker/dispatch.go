@@ -70,7 +70,7 @@ func (w *Worker) process(ctx context.Context, agentType string, msg jetstream.Ms
 				_ = msg.Nak()
 				return
 			}
-			log.WarnContext(ctx, "read run row", "err", err)
+			w.fault(ctx, log, "read run row", err)
 			w.ensure(ctx, err)
 			_ = msg.NakWithDelay(retryDelay(msg))
 			return
@@ -85,7 +85,7 @@ func (w *Worker) process(ctx context.Context, agentType string, msg jetstream.Ms
 			return
 		}
 		if err != nil || try >= 8 {
-			log.WarnContext(ctx, "claim run", "err", err, "tries", try+1)
+			w.fault(ctx, log, "claim run", err, "tries", try+1)
 			if err != nil {
 				w.ensure(ctx, err)
 			}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/obs"
 	"github.com/jetrun/jetrun/pkg/pull"
 )
 
@@ -49,6 +50,7 @@ type Worker struct {
 
 	liveUntil  atomic.Int64 // holdsUntil, in Unix nanoseconds
 	lastEnsure atomic.Int64 // when ensure last ran, in Unix nanoseconds
+	logs       obs.Throttle // warnings about faults, per message and class
 
 	mu        sync.Mutex
 	state     lifecycle
