@@ -12,8 +12,8 @@ import (
 
 	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/internal/natstest"
-	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
 
