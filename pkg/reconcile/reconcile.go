@@ -282,6 +282,7 @@ func (r *Reconciler) loop(ctx context.Context) {
 	sweeps := make(chan struct{}, 1)
 	wg.Go(func() { // the sweeper: never delays lease renewals
 		nextRetention := time.Now().Add(r.cfg.RetentionEvery)
+		var nextUnserved time.Time
 		bo := jsfault.NewBackOff(maxSweepPause) // after a failed sweep; reset by one that succeeds
 		for {
 			select {
@@ -295,6 +296,12 @@ func (r *Reconciler) loop(ctx context.Context) {
 				continue
 			}
 			bo.Reset()
+			if time.Now().After(nextUnserved) {
+				nextUnserved = time.Now().Add(max(r.cfg.Interval, minUnservedEvery))
+				if _, err := r.markUnserved(ctx); err != nil && ctx.Err() == nil {
+					r.fault(ctx, "look for dispatches no worker takes", err)
+				}
+			}
 			if r.cfg.Retention > 0 && time.Now().After(nextRetention) {
 				nextRetention = time.Now().Add(r.cfg.RetentionEvery)
 				if n, err := r.Retain(ctx); err != nil && ctx.Err() == nil {

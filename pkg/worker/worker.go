@@ -178,7 +178,7 @@ func (w *Worker) setUp(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("worker: bind stream %s: %w", ns.DispatchStream(), err)
 	}
-	w.streamEpoch = epochToken(dispatch.CachedInfo().Created)
+	w.streamEpoch = events.StreamEpoch(dispatch.CachedInfo().Created)
 
 	consumers := make(map[string]jetstream.Consumer, len(w.handlers)+1)
 	for agentType := range w.handlers {
