@@ -1,6 +1,6 @@
 // Package httpapi serves parent-worker's HTTP API and web UI:
 //
-//	GET    /healthz                       200 while NATS is connected, else 503
+//	GET    /healthz                       200 while NATS is connected and JetStream answers, else 503 with the reason
 //	POST   /v1/runs                       dispatch {agentType, runId?, input, detached?, ...}; ?wait=true awaits
 //	GET    /v1/runs                       run summaries, newest first: ?status=a,b&agentType=&parent=&limit=&cursor=
 //	GET    /v1/runs/live                  server-sent events: every run change
@@ -21,6 +21,7 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,9 +29,11 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/runview"
 	"github.com/jetrun/jetrun/internal/webui"
@@ -64,6 +67,7 @@ type api struct {
 	view   *runview.View
 	conn   *nats.Conn
 	log    *slog.Logger
+	probe  jetStreamProbe
 }
 
 // New returns the API's handler.
@@ -137,10 +141,49 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 
 func (a *api) health(w http.ResponseWriter, r *http.Request) {
 	if a.conn == nil || !a.conn.IsConnected() {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "nats": "disconnected"})
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{
+			"status": "unavailable", "nats": "disconnected", "reason": "not connected to NATS"})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "nats": "connected"})
+	if err := a.probe.check(r.Context(), a.conn); err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{
+			"status": "degraded", "nats": "connected", "jetstream": "unavailable",
+			"reason": "JetStream does not answer: " + err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "nats": "connected", "jetstream": "ok"})
+}
+
+// probeEvery is how long the answer of a JetStream probe is reused, so
+// health checks cost the server at most one request per interval.
+const probeEvery = 2 * time.Second
+
+// probeTimeout bounds one probe.
+const probeTimeout = time.Second
+
+// jetStreamProbe asks JetStream for the account's information (a cheap
+// request that needs the JetStream API and, on a cluster, its meta leader)
+// at most every probeEvery and remembers the answer.
+type jetStreamProbe struct {
+	mu   sync.Mutex
+	at   time.Time
+	last error
+}
+
+func (p *jetStreamProbe) check(ctx context.Context, nc *nats.Conn) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.at.IsZero() && time.Since(p.at) < probeEvery {
+		return p.last
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), probeTimeout)
+	defer cancel()
+	js, err := jetstream.New(nc)
+	if err == nil {
+		_, err = js.AccountInfo(ctx)
+	}
+	p.at, p.last = time.Now(), err
+	return err
 }
 
 // dispatchBody is the body of POST /v1/runs.

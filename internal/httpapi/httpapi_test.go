@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"go.uber.org/goleak"
 
 	"github.com/jetrun/jetrun/internal/agents/demo"
@@ -99,6 +100,52 @@ func TestHealthz(t *testing.T) {
 	wantStatus(t, do(t, "GET", b.url+"/healthz", "", &body), 200)
 	if body["nats"] != "connected" {
 		t.Fatalf("healthz = %v", body)
+	}
+}
+
+// /healthz says 503 with the reason while JetStream does not answer
+// (JetStream disabled on a running server), and while the server is gone.
+func TestHealthzWhileJetStreamIsUnavailable(t *testing.T) {
+	t.Parallel()
+	ns := natstest.RunServer(t)
+	nc, err := nats.Connect(ns.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	srv := httptest.NewServer(httpapi.New(httpapi.Config{Conn: nc}))
+	defer srv.Close()
+	health := func() (int, map[string]string) {
+		var body map[string]string
+		resp := do(t, "GET", srv.URL+"/healthz", "", &body)
+		return resp.StatusCode, body
+	}
+	if code, body := health(); code != 200 || body["jetstream"] != "ok" {
+		t.Fatalf("healthz = %d %v", code, body)
+	}
+	if err := ns.DisableJetStream(); err != nil {
+		t.Fatal(err)
+	}
+	// The answer is cached for a couple of seconds: poll.
+	var body map[string]string
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		var code int
+		code, body = health()
+		return code == 503
+	}, "healthz did not become 503 without JetStream")
+	if body["status"] != "degraded" || body["jetstream"] != "unavailable" || body["reason"] == "" {
+		t.Fatalf("healthz without JetStream = %v", body)
+	}
+	t.Logf("without JetStream: %v", body)
+	ns.Shutdown()
+	ns.WaitForShutdown()
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		code, b := health()
+		body = b
+		return code == 503 && b["nats"] == "disconnected"
+	}, "healthz did not say disconnected")
+	if body["reason"] == "" {
+		t.Fatalf("healthz with the server gone = %v", body)
 	}
 }
 

@@ -2,8 +2,11 @@ package events
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -22,9 +25,9 @@ func DeadLetter(subject string, msg jetstream.Msg, reason string) *nats.Msg {
 		}
 	}
 	if id := msg.Headers().Get(jetstream.MsgIDHeader); id != "" {
-		dlq.Header.Set(HeaderOriginalMsgID, id)
+		dlq.Header.Set(HeaderOriginalMsgID, HeaderValue(id))
 	}
-	dlq.Header.Set(HeaderReason, reason)
+	dlq.Header.Set(HeaderReason, HeaderValue(reason))
 	dlq.Header.Set(HeaderOriginalSubject, msg.Subject())
 	if meta, err := msg.Metadata(); err == nil {
 		seq := strconv.FormatUint(meta.Sequence.Stream, 10)
@@ -35,11 +38,46 @@ func DeadLetter(subject string, msg jetstream.Msg, reason string) *nats.Msg {
 }
 
 // Truncate shortens s to at most n bytes, marking the cut with an ellipsis.
+// It never cuts a UTF-8 sequence in two.
 func Truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	return s[:n] + "…"
+	cut := n
+	for cut > 0 && cut > n-utf8.UTFMax && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+// maxHeaderValue bounds a header value HeaderValue builds, in bytes.
+const maxHeaderValue = 1024
+
+// HeaderValue makes s safe as a NATS header value: valid UTF-8 (an invalid
+// byte is written as \xNN), no control characters (a line break would end
+// the header; they are written as \n, \r, \t or \xNN), at most about
+// 1 KiB.
+func HeaderValue(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s) && b.Len() < maxHeaderValue; {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			fmt.Fprintf(&b, "\\x%02x", s[i])
+		case r == '\n':
+			b.WriteString("\\n")
+		case r == '\r':
+			b.WriteString("\\r")
+		case r == '\t':
+			b.WriteString("\\t")
+		case unicode.IsControl(r):
+			fmt.Fprintf(&b, "\\x%02x", r)
+		default:
+			b.WriteString(s[i : i+size])
+		}
+		i += size
+	}
+	return Truncate(b.String(), maxHeaderValue)
 }
 
 // StreamSeq is msg's sequence in its stream (0 if unknown).

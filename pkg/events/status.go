@@ -35,6 +35,10 @@ const (
 	ReasonBadInput       = "bad-input"
 	ReasonDispatchLost   = "dispatch-lost"
 	ReasonCleared        = "cleared"
+	// ReasonWaitingForWorker marks a "starting" run whose dispatch no
+	// worker takes: no worker serves its agent type, or none is pulling.
+	// It is not final; a worker that comes clears it with its claim.
+	ReasonWaitingForWorker = "waiting-for-worker"
 )
 
 // DefaultMaxDepth bounds how deeply runs may nest (a dispatch's depth).

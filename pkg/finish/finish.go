@@ -50,6 +50,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jsfault"
 	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/obs"
 	"github.com/jetrun/jetrun/pkg/pull"
@@ -120,6 +121,7 @@ type Deliverer struct {
 	obs      *obs.Reporter
 	handlers map[string]Handler
 	store    *kv.Store
+	logs     obs.Throttle // warnings about JetStream faults, per message and class
 
 	mu       sync.Mutex
 	started  bool
@@ -340,6 +342,15 @@ func (d *Deliverer) deliver(ctx context.Context, name string, msg jetstream.Msg)
 	_ = msg.NakWithDelay(delay)
 }
 
+// fault logs a failed JetStream call at warn level, at most once per
+// obs.DefaultLogEvery for each message and class of fault (jsfault), with
+// the count of what was left out: during an outage every finish fails the
+// same way, and one line says so.
+func (d *Deliverer) fault(ctx context.Context, log *slog.Logger, msg string, err error, args ...any) {
+	class := jsfault.Classify(ctx, err).String()
+	d.logs.Log(ctx, log, slog.LevelWarn, msg+"/"+class, msg, append(args, "fault", class, "err", err)...)
+}
+
 // claim reads the row and takes the delivery. It settles msg itself and
 // returns false when there is nothing to deliver now.
 func (d *Deliverer) claim(ctx context.Context, log *slog.Logger, msg jetstream.Msg, res Result) (claimed, bool) {
@@ -351,7 +362,7 @@ func (d *Deliverer) claim(ctx context.Context, log *slog.Logger, msg jetstream.M
 			return claimed{}, false
 		}
 		if err != nil {
-			log.WarnContext(ctx, "read row for delivery", "err", err)
+			d.fault(ctx, log, "read row for delivery", err)
 			_ = msg.NakWithDelay(time.Second)
 			return claimed{}, false
 		}
@@ -394,7 +405,7 @@ func (d *Deliverer) claim(ctx context.Context, log *slog.Logger, msg jetstream.M
 			if errors.Is(err, kv.ErrConflict) {
 				continue
 			}
-			log.WarnContext(ctx, "claim delivery", "err", err)
+			d.fault(ctx, log, "claim delivery", err)
 			_ = msg.NakWithDelay(time.Second)
 			return claimed{}, false
 		}
@@ -466,11 +477,11 @@ func (d *Deliverer) markDelivered(ctx context.Context, log *slog.Logger, msg jet
 	})
 	if err != nil {
 		// The claim expires and the finish is delivered again: at least once.
-		log.ErrorContext(ctx, "mark finish delivered", "err", err)
+		d.fault(ctx, log, "mark finish delivered; it is delivered again", err)
 		return
 	}
 	if err := msg.Ack(); err != nil {
-		log.WarnContext(ctx, "ack finish", "err", err)
+		d.fault(ctx, log, "ack finish", err)
 	}
 	d.obs.Report(ctx, obs.FinishDelivered, res.RunID, "status", res.Status, "handler", res.Handler,
 		"attempts", attempts, "latency_ms", now.Sub(due).Milliseconds())
@@ -499,7 +510,7 @@ func (d *Deliverer) release(log *slog.Logger, res Result, c claimed, cause error
 		return nil
 	})
 	if err != nil && !errors.Is(err, kv.ErrRunNotFound) {
-		log.WarnContext(ctx, "record delivery failure", "err", err)
+		d.fault(ctx, log, "record delivery failure", err)
 	}
 	return row
 }
@@ -508,7 +519,7 @@ func (d *Deliverer) release(log *slog.Logger, res Result, c claimed, cause error
 // row, and terminates msg. If the dead-letter write fails, msg is retried.
 func (d *Deliverer) deadLetter(ctx context.Context, name string, msg jetstream.Msg, res Result, c claimed, reason string, attempts int) {
 	if _, err := d.js.PublishMsg(ctx, events.DeadLetter(d.cfg.Namespace.DLQFinishSubject(name), msg, reason)); err != nil {
-		d.log.ErrorContext(ctx, "dead-letter finish; keeping it for a retry", "handler", name, "err", err)
+		d.fault(ctx, d.log, "dead-letter finish; keeping it for a retry", err, "handler", name)
 		_ = msg.NakWithDelay(5 * time.Second)
 		return
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jsfault"
 )
 
 // The active-run index lives in its own bucket (jetrun_active), so work that
@@ -212,9 +213,15 @@ func (s *Store) WatchActive(ctx context.Context) (*ActiveWatch, error) {
 	}
 }
 
+// rewatchPause is the longest pause before a watch that failed, or
+// closed, is created again; the pauses grow from jsfault.InitialInterval
+// while the watch keeps failing.
+const rewatchPause = 5 * time.Second
+
 func (aw *ActiveWatch) loop(ctx context.Context, s *Store) {
 	defer close(aw.done)
 	first := true
+	bo := jsfault.NewBackOff(rewatchPause) // reset by a watch that loads
 	for ctx.Err() == nil {
 		w, err := s.active.Watch(ctx, indexRunPrefix+">")
 		if err != nil {
@@ -223,10 +230,7 @@ func (aw *ActiveWatch) loop(ctx context.Context, s *Store) {
 				close(aw.ready)
 				return
 			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
+			_ = jsfault.Sleep(ctx, bo.NextBackOff())
 			continue
 		}
 		// A (re)load fills fresh, which replaces the snapshot once complete
@@ -242,12 +246,16 @@ func (aw *ActiveWatch) loop(ctx context.Context, s *Store) {
 				delete(fresh, id)
 			}
 			aw.mu.Unlock()
+			if e == nil {
+				bo.Reset()
+			}
 			if e == nil && first {
 				first = false
 				close(aw.ready)
 			}
 		}
-		_ = w.Stop() // the channel closed: re-create the watch
+		_ = w.Stop() // the channel closed: re-create the watch, after a pause
+		_ = jsfault.Sleep(ctx, bo.NextBackOff())
 	}
 	if first {
 		aw.err = ctx.Err()

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jsfault"
 )
 
 // A worker process proves it is alive with one key in the active bucket,
@@ -168,18 +169,13 @@ func (s *Store) WatchWorkers(ctx context.Context) (*Workers, error) {
 func (ws *Workers) loop(ctx context.Context, s *Store) {
 	defer close(ws.done)
 	first := true
-	pause := 100 * time.Millisecond
+	bo := jsfault.NewBackOff(rewatchPause) // reset by a watch that loads
 	for ctx.Err() == nil {
 		w, err := s.active.Watch(ctx, workerPrefix+">")
 		if err != nil {
-			select {
-			case <-ctx.Done():
-			case <-time.After(pause):
-			}
-			pause = min(2*pause, 5*time.Second)
+			_ = jsfault.Sleep(ctx, bo.NextBackOff())
 			continue
 		}
-		pause = 100 * time.Millisecond
 		fresh := make(map[string]string)
 		for e := range w.Updates() {
 			ws.mu.Lock()
@@ -194,12 +190,16 @@ func (ws *Workers) loop(ctx context.Context, s *Store) {
 				delete(fresh, id)
 			}
 			ws.mu.Unlock()
+			if e == nil {
+				bo.Reset()
+			}
 			if e == nil && first {
 				first = false
 				close(ws.ready)
 			}
 		}
 		_ = w.Stop()
+		_ = jsfault.Sleep(ctx, bo.NextBackOff())
 	}
 }
 

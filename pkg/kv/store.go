@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jsfault"
 )
 
 // Errors returned by Store methods; test with errors.Is.
@@ -217,8 +218,8 @@ func (s *Store) Mutate(ctx context.Context, id string, fn func(*Run) error) (*Ru
 	op := func() error {
 		cur, curRev, err := s.Get(ctx, id)
 		if err != nil {
-			if errors.Is(err, ErrRunNotFound) || errors.Is(err, ErrCorruptRow) {
-				return backoff.Permanent(err)
+			if !jsfault.IsTransient(ctx, err) {
+				return backoff.Permanent(err) // not found, corrupt, a missing bucket…
 			}
 			return err
 		}
@@ -231,8 +232,11 @@ func (s *Store) Mutate(ctx context.Context, id string, fn func(*Run) error) (*Ru
 			return backoff.Permanent(err)
 		}
 		newRev, err := s.Update(ctx, next, curRev)
+		if err != nil && !errors.Is(err, ErrConflict) && !jsfault.IsTransient(ctx, err) {
+			return backoff.Permanent(err)
+		}
 		if err != nil {
-			return err // conflicts and transient errors are retried
+			return err // conflicts and transient faults are retried
 		}
 		row, rev = next, newRev
 		return nil
@@ -265,7 +269,7 @@ func (s *Store) MutateFrom(ctx context.Context, id string, known *Run, rev uint6
 		return s.Mutate(ctx, id, fn)
 	}
 	newRev, err := s.Update(ctx, next, rev)
-	if errors.Is(err, ErrConflict) {
+	if errors.Is(err, ErrConflict) || jsfault.IsTransient(ctx, err) {
 		return s.Mutate(ctx, id, fn)
 	}
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jsfault"
 )
 
 // Snapshot is one observed state of a row.
@@ -80,18 +81,25 @@ func (w *Watcher) loop(ctx context.Context, s *Store, id string, jw jetstream.Ke
 	var last uint64
 	resync := time.NewTicker(resyncInterval)
 	defer resync.Stop()
+	bo := jsfault.NewBackOff(rewatchPause) // reset by an update
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case e, ok := <-jw.Updates():
 			if !ok {
+				_ = jw.Stop()
+				jw = nil
+				if jsfault.Sleep(ctx, bo.NextBackOff()) != nil {
+					return
+				}
 				jw = w.rewatch(ctx, s, id, last)
 				if jw == nil {
 					return
 				}
 				continue
 			}
+			bo.Reset()
 			if e == nil || e.Revision() <= last {
 				continue
 			}

@@ -105,7 +105,7 @@ func (c *Client) Await(ctx context.Context, id string) (*Result, error) {
 			if errors.Is(err, kv.ErrRunNotFound) {
 				return nil, fmt.Errorf("parent: await: %w", err)
 			}
-			c.log.WarnContext(ctx, "await: read run row; retrying", "run_id", id, "err", err)
+			c.fault(ctx, "await: read run row; retrying", err, "run_id", id)
 		} else if settled(row) {
 			return outcome(row)
 		} else if f := budget.check(row, time.Now()); f != nil {

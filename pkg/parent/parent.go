@@ -18,7 +18,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jsfault"
 	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/obs"
 )
 
 // Defaults used where Config leaves a field zero.
@@ -97,6 +99,7 @@ type Client struct {
 	eventsStream   jetstream.Stream // looked up once
 
 	statuses statusFollower // wakes Awaits
+	logs     obs.Throttle   // warnings about JetStream faults, per message and class
 
 	mu     sync.Mutex
 	agents map[string]time.Time // agent types seen registered, until when
@@ -270,7 +273,7 @@ func (c *Client) DispatchNew(ctx context.Context, req Request) (row *kv.Run, cre
 	}
 	if req.MaxConcurrent > 0 {
 		// An existing run is re-attached without a slot; a new one needs one.
-		if existing, _, err := c.store.Get(ctx, d.RunID); err == nil {
+		if existing, _, err := c.get(ctx, d.RunID); err == nil {
 			row, err := c.existing(ctx, existing, req)
 			return row, false, err
 		}
@@ -279,11 +282,15 @@ func (c *Client) DispatchNew(ctx context.Context, req Request) (row *kv.Run, cre
 		}
 	}
 	row = kv.NewRun(req.AgentType, d, 0, time.Now())
-	if _, err := c.store.Create(ctx, row); err != nil {
+	err = jsfault.Retry(ctx, c.cfg.DispatchRetry, func(ctx context.Context) error {
+		_, err := c.store.Create(ctx, row)
+		return err
+	})
+	if err != nil {
 		if !errors.Is(err, kv.ErrRunExists) {
 			return nil, false, fmt.Errorf("parent: dispatch run %s: %w", d.RunID, err)
 		}
-		existing, _, err := c.store.Get(ctx, d.RunID)
+		existing, _, err := c.get(ctx, d.RunID)
 		if err != nil {
 			return nil, false, fmt.Errorf("parent: dispatch run %s: %w", d.RunID, err)
 		}
@@ -412,8 +419,8 @@ func (c *Client) publishDispatch(ctx context.Context, agentType string, d events
 	id := msgID
 	err = backoff.Retry(func() error {
 		ack, err := c.js.Publish(ctx, subject, data, jetstream.WithMsgID(id))
-		if errors.Is(err, nats.ErrMaxPayload) {
-			return backoff.Permanent(err)
+		if err != nil && !jsfault.IsTransient(ctx, err) && !jsfault.IsMissing(err) {
+			return backoff.Permanent(err) // too large, refused: retrying changes nothing
 		}
 		if err != nil {
 			return err
@@ -458,7 +465,10 @@ func (c *Client) checkAgentType(ctx context.Context, agentType string) error {
 	if ok && time.Now().Before(until) {
 		return nil
 	}
-	_, err := c.js.Consumer(ctx, c.cfg.Namespace.DispatchStream(), events.AgentConsumer(agentType))
+	err := jsfault.Retry(ctx, c.cfg.DispatchRetry, func(ctx context.Context) error {
+		_, err := c.js.Consumer(ctx, c.cfg.Namespace.DispatchStream(), events.AgentConsumer(agentType))
+		return err
+	})
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return fmt.Errorf("parent: %w %q: no worker serves it", ErrUnknownAgentType, agentType)
 	}
@@ -471,10 +481,28 @@ func (c *Client) checkAgentType(ctx context.Context, agentType string) error {
 	return nil
 }
 
+// get reads the row of run id, retrying transient faults for at most
+// DispatchRetry.
+func (c *Client) get(ctx context.Context, id string) (row *kv.Run, rev uint64, err error) {
+	err = jsfault.Retry(ctx, c.cfg.DispatchRetry, func(ctx context.Context) error {
+		row, rev, err = c.store.Get(ctx, id)
+		return err
+	})
+	return row, rev, err
+}
+
+// fault logs a failed JetStream call at warn level, at most once per
+// obs.DefaultLogEvery for each message and class of fault (jsfault), with
+// the count of what was left out.
+func (c *Client) fault(ctx context.Context, msg string, err error, args ...any) {
+	class := jsfault.Classify(ctx, err).String()
+	c.logs.Log(ctx, c.log, slog.LevelWarn, msg+"/"+class, msg, append(args, "fault", class, "err", err)...)
+}
+
 // Inspect returns the run's row, or nil (and no error) when there is no
 // record of it yet.
 func (c *Client) Inspect(ctx context.Context, id string) (*kv.Run, error) {
-	row, _, err := c.store.Get(ctx, id)
+	row, _, err := c.get(ctx, id)
 	if errors.Is(err, kv.ErrRunNotFound) {
 		return nil, nil
 	}
@@ -519,6 +547,6 @@ func (c *Client) List(ctx context.Context, statuses ...events.Status) ([]*kv.Run
 // client made. A failure is logged: the reconciler republishes owed finishes.
 func (c *Client) announce(ctx context.Context, r *kv.Run) {
 	if err := kv.PublishTransition(ctx, c.js, c.cfg.Namespace, r, ""); err != nil {
-		c.log.WarnContext(ctx, "announce transition", "run_id", r.ID, "status", r.Status, "err", err)
+		c.fault(ctx, "announce transition", err, "run_id", r.ID, "status", r.Status)
 	}
 }

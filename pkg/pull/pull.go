@@ -14,14 +14,19 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetrun/jetrun/pkg/jsfault"
+	"github.com/jetrun/jetrun/pkg/obs"
 )
 
 // fetchWait bounds one pull request; ending the loop's context interrupts
 // it at once.
 const fetchWait = 5 * time.Second
 
-// errorPause is the wait after a failed fetch.
-const errorPause = time.Second
+// MaxErrorPause is the longest pause between two fetches that failed: the
+// pauses grow from jsfault.InitialInterval to it, and start over after a
+// fetch that did not fail.
+const MaxErrorPause = 5 * time.Second
 
 // Loop describes one fetch loop.
 type Loop struct {
@@ -37,15 +42,29 @@ type Loop struct {
 	Stopped func(jetstream.Msg)
 	// Handlers counts the running handlers; the caller waits on it.
 	Handlers *sync.WaitGroup
-	// Logger and Name label fetch errors.
-	Logger *slog.Logger
-	Name   string
+	// Logger and Name label fetch errors. Fetch errors are logged at most
+	// once per LogEvery (obs.DefaultLogEvery when 0) and class of fault,
+	// with the count of the lines left out.
+	Logger   *slog.Logger
+	Name     string
+	LogEvery time.Duration
 }
 
 // Run fetches and dispatches messages until ctx ends. Handlers it started
 // keep running; wait for them on Handlers.
+//
+// Every failed fetch (the request, or the batch it returned) is followed by
+// a pause that grows with backoff while the failures go on, so an outage of
+// any length costs a bounded number of requests and log lines.
 func (l Loop) Run(ctx context.Context) {
 	slots := make(chan struct{}, max(l.Concurrency, 1))
+	bo := jsfault.NewBackOff(MaxErrorPause)
+	logs := &obs.Throttle{Every: l.LogEvery}
+	failed := func(err error) {
+		class := jsfault.Classify(ctx, err)
+		logs.Log(ctx, l.Logger, slog.LevelWarn, class.String(), "fetch", "consumer", l.Name, "fault", class.String(), "err", err)
+		pause(ctx, bo.NextBackOff())
+	}
 	for ctx.Err() == nil {
 		n := acquire(ctx, slots)
 		if n == 0 {
@@ -57,8 +76,7 @@ func (l Loop) Run(ctx context.Context) {
 			cancel()
 			release(slots, n)
 			if ctx.Err() == nil {
-				l.Logger.WarnContext(ctx, "fetch", "consumer", l.Name, "err", err)
-				pause(ctx, errorPause)
+				failed(err)
 			}
 			continue
 		}
@@ -79,9 +97,12 @@ func (l Loop) Run(ctx context.Context) {
 		}
 		cancel()
 		release(slots, n-got)
-		if err := batch.Error(); err != nil && ctx.Err() == nil &&
-			!errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
-			l.Logger.WarnContext(ctx, "fetch", "consumer", l.Name, "err", err)
+		switch err := batch.Error(); {
+		case ctx.Err() != nil:
+		case got > 0 || err == nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
+			bo.Reset() // messages, or a request that waited its time out: the consumer is there
+		default:
+			failed(err)
 		}
 	}
 }

@@ -36,6 +36,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jsfault"
 	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/obs"
 )
@@ -163,6 +164,7 @@ type Reconciler struct {
 
 	leader     atomic.Bool
 	leaseUntil time.Time // end of our last successful renewal; owned by the loop goroutine
+	logs       obs.Throttle
 
 	mu       sync.Mutex
 	watch    *kv.ActiveWatch      // the active-run index, followed while leading
@@ -260,6 +262,18 @@ func (r *Reconciler) Stop() {
 	}
 }
 
+// maxSweepPause is the longest pause after a failed sweep: the pauses grow
+// from jsfault.InitialInterval while sweeps keep failing (JetStream away).
+const maxSweepPause = 30 * time.Second
+
+// fault logs a failed call at warn level, at most once per
+// obs.DefaultLogEvery for each message and class of fault (jsfault), with
+// the count of what was left out.
+func (r *Reconciler) fault(ctx context.Context, msg string, err error, args ...any) {
+	class := jsfault.Classify(ctx, err).String()
+	r.logs.Log(ctx, r.log, slog.LevelWarn, msg+"/"+class, msg, append(args, "fault", class, "err", err)...)
+}
+
 func (r *Reconciler) loop(ctx context.Context) {
 	lease := time.NewTicker(r.cfg.Interval / 3)
 	defer lease.Stop()
@@ -268,6 +282,8 @@ func (r *Reconciler) loop(ctx context.Context) {
 	sweeps := make(chan struct{}, 1)
 	wg.Go(func() { // the sweeper: never delays lease renewals
 		nextRetention := time.Now().Add(r.cfg.RetentionEvery)
+		var nextUnserved time.Time
+		bo := jsfault.NewBackOff(maxSweepPause) // after a failed sweep; reset by one that succeeds
 		for {
 			select {
 			case <-ctx.Done():
@@ -275,12 +291,21 @@ func (r *Reconciler) loop(ctx context.Context) {
 			case <-sweeps:
 			}
 			if _, err := r.Sweep(ctx); err != nil && ctx.Err() == nil {
-				r.log.WarnContext(ctx, "sweep", "err", err)
+				r.fault(ctx, "sweep", err)
+				_ = jsfault.Sleep(ctx, bo.NextBackOff())
+				continue
+			}
+			bo.Reset()
+			if time.Now().After(nextUnserved) {
+				nextUnserved = time.Now().Add(max(r.cfg.Interval, minUnservedEvery))
+				if _, err := r.markUnserved(ctx); err != nil && ctx.Err() == nil {
+					r.fault(ctx, "look for dispatches no worker takes", err)
+				}
 			}
 			if r.cfg.Retention > 0 && time.Now().After(nextRetention) {
 				nextRetention = time.Now().Add(r.cfg.RetentionEvery)
 				if n, err := r.Retain(ctx); err != nil && ctx.Err() == nil {
-					r.log.WarnContext(ctx, "retention", "err", err)
+					r.fault(ctx, "retention", err)
 				} else if n > 0 {
 					r.log.InfoContext(ctx, "retention cleared runs", "count", n)
 				}
@@ -363,7 +388,7 @@ func (r *Reconciler) lead(ctx context.Context) {
 		r.setLeader(ctx, false) // another reconciler won the race
 	default:
 		if ctx.Err() == nil {
-			r.log.WarnContext(ctx, "reconciler lease", "err", err)
+			r.fault(ctx, "reconciler lease", err)
 		}
 		if time.Now().After(r.leaseUntil) { // could not renew in time
 			r.setLeader(ctx, false)
@@ -419,7 +444,7 @@ func (r *Reconciler) notifyCancel(ctx context.Context, row *kv.Run) {
 		return
 	}
 	if err := events.PublishCancel(ctx, r.js, r.cfg.Namespace, row.ID, row.CancelReason); err != nil {
-		r.log.WarnContext(ctx, "publish cancel; a later sweep publishes it again", "run_id", row.ID, "err", err)
+		r.fault(ctx, "publish cancel; a later sweep publishes it again", err, "run_id", row.ID)
 	}
 }
 
@@ -492,16 +517,27 @@ func (r *Reconciler) Sweep(ctx context.Context) (Stats, error) {
 	g.SetLimit(r.cfg.Parallelism)
 	for _, ir := range active {
 		g.Go(func() error {
-			if err := st.run(gctx, ir); err != nil && gctx.Err() == nil {
-				r.log.WarnContext(gctx, "reconcile run", "run_id", ir.ID, "err", err)
+			err := st.run(gctx, ir)
+			switch {
+			case err == nil || gctx.Err() != nil:
+			case jsfault.IsTransient(gctx, err):
+				// JetStream is away or electing: every other run would
+				// wait out the same fault. End the sweep; the loop backs
+				// off and the next sweep takes every run up again.
+				return fmt.Errorf("reconcile: sweep stopped at run %s: %w", ir.ID, err)
+			default:
+				r.fault(gctx, "reconcile run", err, "run_id", ir.ID)
 			}
 			return nil
 		})
 	}
-	_ = g.Wait()
+	err = g.Wait()
 	st.stats.Active = len(active)
 	st.stats.Took = time.Since(begin)
 	r.prunePaced(begin)
+	if err != nil && ctx.Err() == nil {
+		return st.stats, err
+	}
 	return st.stats, ctx.Err()
 }
 

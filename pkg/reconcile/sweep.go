@@ -367,6 +367,6 @@ func (r *Reconciler) dispatchStream(ctx context.Context) (jetstream.Stream, erro
 // republishes an owed finish if this fails.
 func (r *Reconciler) announce(ctx context.Context, row *kv.Run) {
 	if err := kv.PublishTransition(ctx, r.js, r.cfg.Namespace, row, ""); err != nil {
-		r.log.WarnContext(ctx, "announce transition", "run_id", row.ID, "status", row.Status, "err", err)
+		r.fault(ctx, "announce transition", err, "run_id", row.ID, "status", row.Status)
 	}
 }

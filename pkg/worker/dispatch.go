@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"strconv"
 	"sync"
 	"time"
 
@@ -70,7 +69,7 @@ func (w *Worker) process(ctx context.Context, agentType string, msg jetstream.Ms
 				_ = msg.Nak()
 				return
 			}
-			log.WarnContext(ctx, "read run row", "err", err)
+			w.fault(ctx, log, "read run row", err)
 			w.ensure(ctx, err)
 			_ = msg.NakWithDelay(retryDelay(msg))
 			return
@@ -85,7 +84,7 @@ func (w *Worker) process(ctx context.Context, agentType string, msg jetstream.Ms
 			return
 		}
 		if err != nil || try >= 8 {
-			log.WarnContext(ctx, "claim run", "err", err, "tries", try+1)
+			w.fault(ctx, log, "claim run", err, "tries", try+1)
 			if err != nil {
 				w.ensure(ctx, err)
 			}
@@ -306,12 +305,8 @@ func (w *Worker) deriveRunID(msg jetstream.Msg) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("dispatch has no runId and no metadata: %w", err)
 	}
-	return "d" + w.streamEpoch + "-" + strconv.FormatUint(meta.Sequence.Stream, 10), nil
+	return events.DerivedRunID(w.streamEpoch, meta.Sequence.Stream), nil
 }
-
-// epochToken encodes a stream's creation time, so ids derived from stream
-// sequences never repeat across a deleted and re-created stream.
-func epochToken(t time.Time) string { return strconv.FormatInt(t.UnixMilli(), 36) }
 
 // deadLetter files msg in the DLQ stream with the reason, then terminates it.
 // If the DLQ write fails the dispatch is kept (redelivered later): nothing is

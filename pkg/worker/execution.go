@@ -130,7 +130,7 @@ func (w *Worker) execute(ctx context.Context, e *execution, row *kv.Run, rev uin
 			e.end(e.abandon)
 			return
 		}
-		e.log.WarnContext(ctx, "start run; releasing it for a later retry", "err", err)
+		w.fault(ctx, e.log, "start run; releasing it for a later retry", err)
 		w.ensure(ctx, err)
 		e.end(func() { e.release(retryDelay(e.firstMsg())) })
 		return

@@ -2,30 +2,21 @@ package worker
 
 import (
 	"context"
-	"errors"
+	"log/slog"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jsfault"
 	"github.com/jetrun/jetrun/pkg/kv"
 )
 
-// transientErr reports whether err is a fault that a retry may get past: no
-// answer, no responders, a leader election, a disconnect.
-func transientErr(err error) bool {
-	if err == nil {
-		return false
-	}
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) {
-		return apiErr.Code == 503 || apiErr.Code == 408 || apiErr.ErrorCode == jetstream.JSErrCodeJetStreamNotEnabled
-	}
-	return errors.Is(err, jetstream.ErrAsyncPublishTimeout) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
-		errors.Is(err, jetstream.ErrTooManyStalledMsgs) || errors.Is(err, nats.ErrTimeout) ||
-		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrDisconnected) ||
-		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, context.DeadlineExceeded)
+// fault logs a failed JetStream call on a run's path at warn level, at
+// most once per obs.DefaultLogEvery for each message and class of fault
+// (jsfault), with the count of what was left out: during an outage every
+// dispatch fails the same way, and one line says so.
+func (w *Worker) fault(ctx context.Context, log *slog.Logger, msg string, err error, args ...any) {
+	class := jsfault.Classify(ctx, err).String()
+	w.logs.Log(ctx, log, slog.LevelWarn, msg+"/"+class, msg, append(args, "fault", class, "err", err)...)
 }
 
 // ensureEvery bounds how often the worker re-creates what is missing.
@@ -49,6 +40,6 @@ func (w *Worker) ensure(ctx context.Context, cause error) {
 		_, err = kv.Open(ctx, w.js, kv.Config{Namespace: ns, Replicas: w.cfg.Streams.Replicas})
 	}
 	if err != nil {
-		w.log.WarnContext(ctx, "re-create streams and buckets after a failure", "cause", cause, "err", err)
+		w.fault(ctx, w.log, "re-create streams and buckets after a failure", err, "cause", cause)
 	}
 }

@@ -2,11 +2,18 @@ package worker_test
 
 import (
 	"context"
+	"net"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/jetrun/jetrun/internal/jetruntest"
+	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
 
@@ -34,5 +41,75 @@ func TestDeletedStreamAndBucketAreRecreated(t *testing.T) {
 	evs := jetruntest.ReadEvents(t, b.js, "after")
 	if got := jetruntest.Statuses(evs); len(got) == 0 || got[len(got)-1] != events.StatusCompleted {
 		t.Fatalf("statuses after the delete: %v", got)
+	}
+}
+
+// The server goes away in the middle of a run and comes back on the same
+// port and store a few seconds later, within the lease: the handler never
+// sees the fault (Chunk and Milestone return nil), the run completes on its
+// first attempt, and every chunk is stored exactly once.
+func TestRunOutlivesServerRestart(t *testing.T) {
+	t.Parallel()
+	opts := &server.Options{}
+	ns := natstest.RunServerWithOptions(t, opts)
+	port, storeDir := ns.Addr().(*net.TCPAddr).Port, opts.StoreDir
+	nc, err := nats.Connect(ns.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const chunks = 200
+	halfway, resume := make(chan struct{}), make(chan struct{})
+	var handlerErrs []error
+	startWorker(t, nc, worker.Config{}, map[string]worker.Handler{
+		"restart": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			for i := 1; i <= chunks; i++ {
+				if i == chunks/2 {
+					close(halfway)
+					<-resume
+					if _, err := run.Milestone(ctx, "during the outage", nil); err != nil {
+						handlerErrs = append(handlerErrs, err)
+					}
+				}
+				if err := run.Chunk(ctx, i); err != nil {
+					handlerErrs = append(handlerErrs, err)
+				}
+			}
+			return worker.Result{Summary: "done"}, nil
+		}),
+	})
+	publish(t, js, "jetrun.dispatch.restart", `{"runId":"r1","input":{}}`)
+	<-halfway
+	ns.Shutdown()
+	ns.WaitForShutdown()
+	close(resume) // the handler goes on publishing while the server is away
+	time.Sleep(2 * time.Second)
+	natstest.RunServerWithOptions(t, &server.Options{Port: port, StoreDir: storeDir})
+
+	store, err := kv.Open(context.Background(), js, kv.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := jetruntest.WaitRow(t, store, "r1", 60*time.Second, jetruntest.Final)
+	if row.Status != events.StatusCompleted || row.Attempt != 1 {
+		t.Fatalf("run after the restart: status %s, reason %q, attempt %d: %s", row.Status, row.Reason, row.Attempt, row.Error)
+	}
+	if len(handlerErrs) > 0 {
+		t.Fatalf("the handler saw %d errors, first %v", len(handlerErrs), handlerErrs[0])
+	}
+	seen := map[int]int{}
+	for _, ev := range jetruntest.ReadEvents(t, js, "r1") {
+		if ev.Chunk != nil {
+			seen[int(ev.Chunk.Seq)]++
+		}
+	}
+	for i := 1; i <= chunks; i++ {
+		if seen[i] != 1 {
+			t.Fatalf("chunk %d stored %d times", i, seen[i])
+		}
 	}
 }

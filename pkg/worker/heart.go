@@ -200,7 +200,7 @@ func (e *execution) sync(ctx context.Context) {
 	case errors.Is(err, ErrLeaseLost):
 		e.lose()
 	case err != nil:
-		e.log.WarnContext(ctx, "sync run row", "err", err)
+		e.w.fault(ctx, e.log, "sync run row", err)
 	case row.CancelRequested:
 		e.requestCancel()
 	}

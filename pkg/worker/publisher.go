@@ -9,10 +9,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jsfault"
 	"github.com/jetrun/jetrun/pkg/kv"
 )
 
@@ -57,7 +59,8 @@ type publisher struct {
 	fenceSeq uint64 // sequence of the newest status event of the run known
 	inflight []*outgoing
 	fenced   bool
-	err      error // a permanent failure: every later publish returns it
+	err      error                       // a permanent failure: every later publish returns it
+	bo       *backoff.ExponentialBackOff // pauses between retries of a fault; reset by an acknowledgement
 }
 
 // outgoing is one event, kept until the server acknowledged it.
@@ -137,7 +140,7 @@ func (p *publisher) send(ctx context.Context, o *outgoing) error {
 			o.fut = fut
 			return nil
 		}
-		if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) && !transientErr(err) {
+		if !jsfault.IsTransient(ctx, err) {
 			p.err = fmt.Errorf("worker: publish %s event of run %s: %w", o.kind, p.runID, err)
 			return p.err
 		}
@@ -154,6 +157,9 @@ func (p *publisher) settle(ctx context.Context, n int) error {
 		o := p.inflight[0]
 		select {
 		case ack := <-o.fut.Ok():
+			if p.bo != nil {
+				p.bo.Reset()
+			}
 			o.seq = ack.Sequence
 			p.inflight = p.inflight[1:]
 			done++
@@ -184,7 +190,7 @@ func (p *publisher) recover(ctx context.Context, o *outgoing, cause error) (land
 	switch {
 	case events.IsWrongLastSequence(cause):
 		return p.refence(ctx, o)
-	case transientErr(cause):
+	case jsfault.IsTransient(ctx, cause):
 		return false, p.pause(ctx, cause)
 	}
 	p.err = fmt.Errorf("worker: publish %s event of run %s: %w", o.kind, p.runID, cause)
@@ -212,7 +218,7 @@ func (p *publisher) refence(ctx context.Context, o *outgoing) (landed bool, err 
 		switch {
 		case errors.Is(err, jetstream.ErrMsgNotFound):
 		case err != nil:
-			if transientErr(err) {
+			if jsfault.IsTransient(ctx, err) {
 				if perr := p.pause(ctx, err); perr != nil {
 					return false, perr
 				}
@@ -232,7 +238,7 @@ func (p *publisher) refence(ctx context.Context, o *outgoing) (landed bool, err 
 		switch {
 		case errors.Is(err, kv.ErrRunNotFound):
 		case err != nil:
-			if transientErr(err) {
+			if jsfault.IsTransient(ctx, err) {
 				if perr := p.pause(ctx, err); perr != nil {
 					return false, perr
 				}
@@ -258,18 +264,15 @@ func (p *publisher) pause(ctx context.Context, cause error) error {
 		go p.lost()
 		return p.err
 	}
-	t := time.NewTimer(faultPause)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
+	if p.bo == nil {
+		p.bo = jsfault.NewBackOff(maxFaultPause)
 	}
+	return jsfault.Sleep(ctx, min(p.bo.NextBackOff(), time.Until(p.until())+time.Millisecond))
 }
 
-// faultPause is the wait between retries of a transient publish fault.
-const faultPause = 100 * time.Millisecond
+// maxFaultPause is the longest wait between retries of a transient
+// publish fault (they start at jsfault.InitialInterval).
+const maxFaultPause = time.Second
 
 // fence stops every later publish.
 func (p *publisher) fence() {

@@ -87,7 +87,7 @@ func (e *execution) timedFlush() {
 	ctx := e.ctx
 	e.ctlMu.Unlock()
 	if err := e.flushProgress(ctx); err != nil && ctx.Err() == nil {
-		e.log.WarnContext(ctx, "flush progress", "err", err)
+		e.w.fault(ctx, e.log, "flush progress", err)
 	}
 }
 

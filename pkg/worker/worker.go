@@ -16,6 +16,7 @@ import (
 
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/obs"
 	"github.com/jetrun/jetrun/pkg/pull"
 )
 
@@ -49,6 +50,7 @@ type Worker struct {
 
 	liveUntil  atomic.Int64 // holdsUntil, in Unix nanoseconds
 	lastEnsure atomic.Int64 // when ensure last ran, in Unix nanoseconds
+	logs       obs.Throttle // warnings about faults, per message and class
 
 	mu        sync.Mutex
 	state     lifecycle
@@ -176,7 +178,7 @@ func (w *Worker) setUp(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("worker: bind stream %s: %w", ns.DispatchStream(), err)
 	}
-	w.streamEpoch = epochToken(dispatch.CachedInfo().Created)
+	w.streamEpoch = events.StreamEpoch(dispatch.CachedInfo().Created)
 
 	consumers := make(map[string]jetstream.Consumer, len(w.handlers)+1)
 	for agentType := range w.handlers {

@@ -1,0 +1,158 @@
+package pull_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/jetrun/jetrun/internal/natstest"
+	"github.com/jetrun/jetrun/pkg/pull"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// syncBuffer is a log sink safe for concurrent writes.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) lines() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := strings.TrimSpace(b.buf.String())
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, "\n")
+}
+
+// TestLoopOutageLogsBounded runs a fetch loop through two outages, its
+// stream deleted and then its server shut down, and counts the lines it
+// logs: at most one per class of fault per LogEvery, whatever the length
+// of the outage. After each outage the loop delivers again.
+func TestLoopOutageLogsBounded(t *testing.T) {
+	t.Parallel()
+	opts := &server.Options{}
+	ns := natstest.RunServerWithOptions(t, opts)
+	port, storeDir := ns.Addr().(*net.TCPAddr).Port, opts.StoreDir
+	nc, err := nats.Connect(ns.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	streamCfg := jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}}
+	consumerCfg := jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy}
+	create := func() jetstream.Consumer {
+		t.Helper()
+		var cons jetstream.Consumer
+		natstest.Eventually(t, 20*time.Second, func() bool {
+			s, err := js.CreateOrUpdateStream(ctx, streamCfg)
+			if err != nil {
+				return false
+			}
+			cons, err = s.CreateOrUpdateConsumer(ctx, consumerCfg)
+			return err == nil
+		}, "stream and consumer not created")
+		return cons
+	}
+	cons := create()
+
+	var logs syncBuffer
+	const every = time.Second
+	got := make(chan string, 100)
+	var handlers, loops sync.WaitGroup
+	loop := pull.Loop{
+		Consumer:    cons,
+		Concurrency: 4,
+		Handle: func(m jetstream.Msg, _ *pull.Slot) {
+			_ = m.Ack()
+			got <- string(m.Data())
+		},
+		Stopped:  func(m jetstream.Msg) { _ = m.Nak() },
+		Handlers: &handlers,
+		Logger:   slog.New(slog.NewTextHandler(&logs, nil)),
+		Name:     "c",
+		LogEvery: every,
+	}
+	lctx, stop := context.WithCancel(ctx)
+	loops.Add(1)
+	go func() {
+		defer loops.Done()
+		loop.Run(lctx)
+	}()
+	defer func() {
+		stop()
+		loops.Wait()
+		handlers.Wait()
+	}()
+	deliver := func(data string) {
+		t.Helper()
+		natstest.Eventually(t, 20*time.Second, func() bool {
+			_, err := js.Publish(ctx, "s.a", []byte(data))
+			return err == nil
+		}, "publish %s", data)
+		select {
+		case d := <-got:
+			if d != data {
+				t.Fatalf("delivered %q, want %q", d, data)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s not delivered", data)
+		}
+	}
+	deliver("before")
+
+	// Outage 1: the stream (and its consumer) deleted for a while.
+	began := time.Now()
+	if err := js.DeleteStream(ctx, "S"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second) // the outage's length; nothing waits on it
+	create()
+	deliver("after the stream came back")
+
+	// Outage 2: the server shut down for a while, then restarted on the
+	// same port and store.
+	ns.Shutdown()
+	ns.WaitForShutdown()
+	time.Sleep(3 * time.Second)
+	ns = natstest.RunServerWithOptions(t, &server.Options{Port: port, StoreDir: storeDir})
+	create()
+	deliver("after the server came back")
+	outage := time.Since(began)
+
+	lines := logs.lines()
+	// Three classes at most (transient, missing, permanent), each a line
+	// at its first fault and then at most one per interval.
+	bound := 3 * (1 + int(outage/every))
+	t.Logf("outages of %s in all: %d log lines (bound %d)", outage.Round(time.Millisecond), len(lines), bound)
+	for _, l := range lines {
+		t.Log(l)
+	}
+	if len(lines) > bound {
+		t.Fatalf("%d log lines during %s of outage, want at most %d", len(lines), outage, bound)
+	}
+}
