@@ -1,0 +1,311 @@
+package e2e_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetrun/jetrun/internal/agents/demo"
+	"github.com/jetrun/jetrun/internal/natstest"
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/parent"
+)
+
+// cluster is the repository's nats-cluster/ configuration run as three
+// nats-server processes, on free ports instead of 4222-4224 and 6222-6224
+// and with stores under the test's directory.
+type cluster struct {
+	t     *testing.T
+	confs [3]string
+	names [3]string
+	nodes [3]*proc
+	urls  []string
+}
+
+func startCluster(t *testing.T) *cluster {
+	t.Helper()
+	c := &cluster{t: t}
+	dir := t.TempDir()
+	var swaps []string
+	for i := range 3 {
+		swaps = append(swaps,
+			fmt.Sprintf("127.0.0.1:%d", 4222+i), fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t)),
+			fmt.Sprintf("127.0.0.1:%d", 6222+i), fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t)),
+			fmt.Sprintf("./data/nats-n%d", i+1), filepath.Join(dir, fmt.Sprintf("n%d", i+1)))
+	}
+	swap := strings.NewReplacer(swaps...)
+	for i := range 3 {
+		raw, err := os.ReadFile(fmt.Sprintf("../../nats-cluster/n%d.conf", i+1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.confs[i] = filepath.Join(dir, fmt.Sprintf("n%d.conf", i+1))
+		if err := os.WriteFile(c.confs[i], []byte(swap.Replace(string(raw))), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c.names[i] = fmt.Sprintf("jetrun-n%d", i+1)
+		c.urls = append(c.urls, swap.Replace(fmt.Sprintf("nats://127.0.0.1:%d", 4222+i)))
+	}
+	for i := range 3 {
+		c.start(i)
+	}
+	var nc *nats.Conn
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		var err error
+		nc, err = nats.Connect(c.url())
+		return err == nil
+	}, "no node of the cluster came up")
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	natstest.Eventually(t, 60*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "PROBE", Subjects: []string{"probe"}, Replicas: 3})
+		if err != nil {
+			return false
+		}
+		info, err := s.Info(ctx)
+		return err == nil && info.Cluster != nil && info.Cluster.Leader != ""
+	}, "the three-node cluster cannot place a three-replica stream")
+	_ = js.DeleteStream(context.Background(), "PROBE")
+	return c
+}
+
+func (c *cluster) url() string { return strings.Join(c.urls, ",") }
+
+func (c *cluster) start(i int) { c.nodes[i] = start(c.t, "nats-server", nil, "-c", c.confs[i]) }
+
+func (c *cluster) index(name string) int {
+	for i, n := range c.names {
+		if n == name {
+			return i
+		}
+	}
+	c.t.Fatalf("no node named %q", name)
+	return -1
+}
+
+// leader returns the node leading stream.
+func (c *cluster) leader(js jetstream.JetStream, stream string) int {
+	c.t.Helper()
+	var name string
+	natstest.Eventually(c.t, 30*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		s, err := js.Stream(ctx, stream)
+		if err != nil {
+			return false
+		}
+		info, err := s.Info(ctx)
+		if err != nil || info.Cluster == nil {
+			return false
+		}
+		name = info.Cluster.Leader
+		return name != ""
+	}, "stream %s has no leader", stream)
+	return c.index(name)
+}
+
+// A three-node cluster with R3 streams and bucket, one parent-worker and
+// two child-workers, hundreds of runs in flight (half awaited, half
+// detached with a finish webhook). The node leading JETRUN_EVENTS is killed
+// with -9 and restarted; then two nodes are killed for a while (quorum
+// lost) and restarted. Every run completes, once; every finish is
+// delivered; the failover is not a run failure; and logs stay bounded while
+// the cluster is down.
+func TestClusterLosesNodesAndNoRun(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t)
+	nc, err := nats.Connect(c.url(), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	client, err := parent.New(context.Background(), nc, parent.Config{Streams: events.StreamOptions{Replicas: 3}, AllowUnknownAgentTypes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	natstest.WaitForStreamLeaders(t, js, "JETRUN_DISPATCH", "JETRUN_EVENTS", "JETRUN_SIGNALS", "KV_jetrun_runs", "KV_jetrun_active")
+	e := &env{url: c.url(), js: js, client: client, store: client.Store()}
+	hook := newHookServer(t)
+	replicas := map[string]string{"JETRUN_REPLICAS": "3", "JETRUN_CONCURRENCY": "400", "JETRUN_LOG_LEVEL": "info"}
+	pw := e.parentWorker(t, "pw-c", hook.URL, replicas)
+	kids := []*proc{e.childWorker(t, "child-c1", replicas), e.childWorker(t, "child-c2", replicas)}
+
+	const n = 300
+	ids := make([]string, n)
+	var awaited sync.WaitGroup
+	awaitErrs := make(chan error, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("cl-%03d", i)
+	}
+	each(t, n, 16, func(i int) error {
+		req := parent.Request{AgentType: demo.AgentType, RunID: ids[i], Input: map[string]int{"steps": 20, "stepMs": 500}}
+		if i%2 == 1 {
+			req.Detached = &events.Detached{OnFinish: "hook"}
+		}
+		if _, err := client.Dispatch(context.Background(), req); err != nil {
+			return err
+		}
+		if i%2 == 0 {
+			awaited.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+				defer cancel()
+				if _, err := client.Await(ctx, req.RunID); err != nil {
+					awaitErrs <- fmt.Errorf("await %s: %w", req.RunID, err)
+				}
+			})
+		}
+		return nil
+	})
+	waitRunning := func(min int) {
+		natstest.Eventually(t, 60*time.Second, func() bool {
+			running := 0
+			for _, id := range ids {
+				if r, _, err := e.store.Get(context.Background(), id); err == nil && r.Status == events.StatusRunning && r.Milestones >= 1 {
+					running++
+				}
+			}
+			return running >= min
+		}, "fewer than %d runs under way", min)
+	}
+	waitRunning(n / 2)
+
+	// 1. The leader of JETRUN_EVENTS dies: a normal leader election.
+	victim := c.leader(js, "JETRUN_EVENTS")
+	t.Logf("killing %s, leader of JETRUN_EVENTS", c.names[victim])
+	c.nodes[victim].kill()
+	time.Sleep(5 * time.Second) // the node stays down a while, as a crashed host would
+	c.start(victim)
+
+	// 2. Two nodes die: no quorum for a while.
+	lines := func() []int {
+		var out []int
+		for _, p := range append([]*proc{pw}, kids...) {
+			out = append(out, strings.Count(p.stderr.String(), "\n"))
+		}
+		return out
+	}
+	before := lines()
+	down := []int{(victim + 1) % 3, (victim + 2) % 3}
+	t.Logf("killing %s and %s: quorum lost", c.names[down[0]], c.names[down[1]])
+	outage := time.Now()
+	for _, i := range down {
+		c.nodes[i].kill()
+	}
+	time.Sleep(20 * time.Second)
+	for _, i := range down {
+		c.start(i)
+	}
+	after := lines()
+	outageLen := time.Since(outage)
+
+	awaited.Wait()
+	close(awaitErrs)
+	for err := range awaitErrs {
+		t.Error(err)
+	}
+	var failed, missing, duplicated []string
+	for _, id := range ids {
+		var row *kv.Run
+		natstest.Eventually(t, 3*time.Minute, func() bool {
+			r, _, err := e.store.Get(context.Background(), id)
+			if err == nil && r.Status.Final() && (r.Detached == nil || !r.Delivered[r.Status].IsZero()) {
+				row = r
+				return true
+			}
+			return false
+		}, "run %s did not end (with its finish delivered)", id)
+		if row.Status != events.StatusCompleted {
+			failed = append(failed, fmt.Sprintf("%s %s/%s %s", id, row.Status, row.Reason, row.Error))
+		}
+		if row.Detached != nil {
+			switch hook.count(id + ".completed") {
+			case 0:
+				missing = append(missing, id)
+			case 1:
+			default:
+				duplicated = append(duplicated, id)
+			}
+		}
+	}
+	twice := completedTwice(t, js, ids)
+	perSecond := make([]float64, len(before))
+	for i := range before {
+		perSecond[i] = float64(after[i]-before[i]) / outageLen.Seconds()
+	}
+	t.Logf("runs %d: not completed %d, executed to completion twice %d; finishes missing %d, duplicated %d; "+
+		"log lines/s during the outage (parent-worker, child-workers): %.1f", n, len(failed), len(twice), len(missing), len(duplicated), perSecond)
+	if len(failed) > 0 {
+		t.Errorf("%d runs did not complete: %v", len(failed), failed[:min(len(failed), 10)])
+	}
+	if len(twice) > 0 {
+		t.Errorf("runs completed twice: %v", twice)
+	}
+	if len(missing) > 0 {
+		t.Errorf("finishes never delivered: %v", missing)
+	}
+	// Bounded logs: a few lines per second at most, not thousands.
+	for i, r := range perSecond {
+		if r > 20 {
+			t.Errorf("process %d wrote %.0f log lines/s while the cluster was down", i, r)
+		}
+	}
+}
+
+// completedTwice returns the runs with more than one "completed" status
+// event on their subjects.
+func completedTwice(t *testing.T, js jetstream.JetStream, ids []string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cons, err := js.OrderedConsumer(ctx, "JETRUN_EVENTS", jetstream.OrderedConsumerConfig{FilterSubjects: []string{"jetrun.run.*.status"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := info.NumPending
+	counts := map[string]int{}
+	for left > 0 {
+		batch, err := cons.Fetch(int(min(left, 500)), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			var s struct {
+				RunID  string `json:"runId"`
+				Status string `json:"status"`
+			}
+			if json.Unmarshal(m.Data(), &s) == nil && s.Status == string(events.StatusCompleted) {
+				counts[s.RunID]++
+			}
+		}
+		if got == 0 {
+			t.Fatal("status events stopped short")
+		}
+		left -= uint64(got)
+	}
+	var twice []string
+	for _, id := range ids {
+		if counts[id] > 1 {
+			twice = append(twice, id)
+		}
+	}
+	return twice
+}
