@@ -16,6 +16,7 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -74,7 +75,7 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("POST /v1/runs/{id}/cancel", a.cancel)
 	mux.HandleFunc("POST /v1/runs/{id}/signals/{name}", a.signal)
 	mux.HandleFunc("DELETE /v1/runs", a.clear)
-	mux.Handle("GET /", webui.Handler())
+	mux.Handle("GET /", webui.Handler(webui.Config{Runs: a.runsSnapshot, Logger: a.log}))
 	return mux
 }
 
@@ -238,34 +239,40 @@ func (a *api) clear(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]int{"cleared": n})
 }
 
-func (a *api) list(w http.ResponseWriter, r *http.Request) {
+// listFilter parses the query of GET /v1/runs; its errors are the client's.
+func listFilter(r *http.Request) (runview.Filter, error) {
 	statuses, err := statusParam(r)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
-		return
+		return runview.Filter{}, err
 	}
 	q := r.URL.Query()
 	f := runview.Filter{Statuses: statuses, AgentType: q.Get("agentType"), Parent: q.Get("parent"), Cursor: q.Get("cursor"),
 		Limit: DefaultListLimit}
 	if f.AgentType != "" {
 		if err := events.ValidateAgentType(f.AgentType); err != nil {
-			writeError(w, http.StatusBadRequest, "bad_request", err.Error())
-			return
+			return runview.Filter{}, err
 		}
 	}
 	if f.Parent != "" {
 		if err := events.ValidateID(f.Parent); err != nil {
-			writeError(w, http.StatusBadRequest, "bad_request", err.Error())
-			return
+			return runview.Filter{}, err
 		}
 	}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > MaxListLimit {
-			writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("limit must be 1 to %d, got %q", MaxListLimit, v))
-			return
+			return runview.Filter{}, fmt.Errorf("limit must be 1 to %d, got %q", MaxListLimit, v)
 		}
 		f.Limit = n
+	}
+	return f, nil
+}
+
+func (a *api) list(w http.ResponseWriter, r *http.Request) {
+	f, err := listFilter(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
 	}
 	if err := a.view.Sync(r.Context()); err != nil {
 		a.fail(w, r, err)
@@ -277,6 +284,27 @@ func (a *api) list(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, page)
+}
+
+// snapshotSyncTimeout bounds how long the web UI's page waits for the runs
+// view to catch up before it embeds the list.
+const snapshotSyncTimeout = 2 * time.Second
+
+// runsSnapshot is the first page of the runs list the web UI's page at /
+// embeds: what GET /v1/runs answers for the page's query. When the view
+// cannot catch up in time it lists what it has: the page refetches the
+// list as soon as its live stream opens.
+func (a *api) runsSnapshot(r *http.Request) (any, error) {
+	f, err := listFilter(r)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), snapshotSyncTimeout)
+	defer cancel()
+	if err := a.view.Sync(ctx); err != nil && r.Context().Err() == nil {
+		a.log.WarnContext(r.Context(), "runs view behind; the page lists what it has", "err", err)
+	}
+	return a.view.List(f)
 }
 
 // signal sends a signal: POST /v1/runs/{id}/signals/{name}, the body being
