@@ -557,7 +557,11 @@ class ListPage {
         h('th', { class: 'time', text: 'Created' }), h('th', { text: 'Duration' }))),
       this.tbody);
     this.empty = h('div', { class: 'empty', hidden: true });
-    this.foot = h('div', { class: 'list-foot' });
+    // One button for the whole life of the list: one rebuilt by every live
+    // update would lose clicks that land while it is replaced.
+    this.moreBtn = h('button', { class: 'btn small', type: 'button', 'data-testid': 'load-more', hidden: true }, 'Load more');
+    this.moreBtn.addEventListener('click', () => this.loadMore());
+    this.foot = h('div', { class: 'list-foot', hidden: true }, this.moreBtn);
     this.root.append(h('section', { class: 'panel' },
       h('div', { class: 'toolbar' }, seg, this.agentInput, this.parentInput, this.datalist, this.countEl, this.newRunForm()),
       h('div', { class: 'table-wrap' }, this.table), this.empty, this.foot));
@@ -640,7 +644,10 @@ class ListPage {
    * Live updates that arrive meanwhile wait and are applied on top, in order.
    */
   async load() {
-    const token = {};
+    let finished;
+    const token = { done: new Promise((resolve) => { finished = resolve; }) };
+    this.loading?.finish();
+    token.finish = finished;
     this.loading = token;
     this.pending = [];
     if (!this.loaded) this.showState('loading', 'Loading runs…');
@@ -656,11 +663,14 @@ class ListPage {
       this.loading = null;
       this.showState('error', `Could not load runs: ${err.message}`);
       showError('Could not load runs', err);
+    } finally {
+      token.finish();
     }
   }
 
   /** show replaces the list with a page from the server, then applies the waiting live updates. */
   show(page) {
+    this.gen = (this.gen || 0) + 1;
     this.runs.clear();
     for (const s of page.runs || []) this.runs.set(s.id, s);
     this.next = page.next || '';
@@ -679,19 +689,25 @@ class ListPage {
     put(this.empty, text);
   }
 
-  async loadMore(button) {
+  /** loadMore appends the next page. A reload that lands meanwhile replaced the list: it asks again after that one's end. */
+  async loadMore() {
+    const button = this.moreBtn;
+    if (button.disabled) return;
     button.disabled = true;
-    const token = this.loading;
-    const q = this.query();
-    q.set('limit', String(PAGE_SIZE));
-    q.set('cursor', this.next);
     try {
-      const page = await api('GET', `/v1/runs?${q}`);
-      if (this.loading === token && this.loaded) { // a reload since would have reset the list
+      for (let tries = 0; tries < 5 && this.next; tries++) {
+        if (this.loading) await this.loading.done;
+        const gen = this.gen;
+        const q = this.query();
+        q.set('limit', String(PAGE_SIZE));
+        q.set('cursor', this.next);
+        const page = await api('GET', `/v1/runs?${q}`);
+        if (gen !== this.gen || this.loading) continue;
         for (const s of page.runs || []) if (!this.runs.has(s.id)) this.runs.set(s.id, s);
         this.next = page.next || '';
         this.limit = this.runs.size + (this.next ? 0 : PAGE_SIZE);
         this.render();
+        break;
       }
     } catch (err) {
       showError('Could not load more runs', err);
@@ -779,12 +795,7 @@ class ListPage {
     if (!sorted.length) put(this.empty, ...(filtered ? ['No runs match these filters.'] : emptyHelp()));
     const shown = sorted.length;
     this.countEl.textContent = shown === this.total || this.total < shown ? `${shown} run${shown === 1 ? '' : 's'}` : `${shown} of ${this.total} runs`;
-    put(this.foot);
-    if (this.next) {
-      const b = h('button', { class: 'btn small', type: 'button' }, 'Load more');
-      b.addEventListener('click', () => this.loadMore(b));
-      this.foot.append(b);
-    }
+    this.foot.hidden = this.moreBtn.hidden = !this.next;
   }
 
   makeRow(s) {
