@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"image/png"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"os"
@@ -22,8 +23,10 @@ import (
 
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
+	"github.com/nats-io/nats.go"
 
 	"github.com/jetrun/jetrun/internal/natstest"
+	"github.com/jetrun/jetrun/pkg/worker"
 )
 
 // The runs list as a new user first sees it: runs exist before the page
@@ -211,7 +214,114 @@ func TestBrowserRunsListPagingAndFilters(t *testing.T) {
 	b.waitTrue("the empty state to go", `!`+visibleJS(`[data-testid="empty-state"]`))
 	t.Logf("empty state: %s started %s", cmd, started.ID)
 	b.close()
-	_ = api
+
+	// 2. 300 more runs of two agent types in four statuses, interleaved.
+	// "batch" is served by a worker in this process.
+	nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", natsPort), nats.Name(t.Name()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	w, err := worker.New(nc, worker.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.HandleFunc("batch", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+		return worker.Result{Summary: "batched"}, nil
+	})
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Stop() })
+	var waiting []string
+	for i := range 300 {
+		id := fmt.Sprintf("pg-%03d", i)
+		switch i % 10 {
+		case 0, 1, 2, 3, 4:
+			api.dispatch(id, nil, map[string]int{"steps": 1, "stepMs": 0})
+		case 5:
+			api.dispatch(id, nil, map[string]int{"steps": 2, "stepMs": 0, "failAt": 1})
+		case 6, 7:
+			api.dispatch(id, nil, map[string]int{"steps": 2, "stepMs": 0, "approveAt": 2})
+			waiting = append(waiting, id)
+		default:
+			api.call("POST", "/v1/runs", map[string]any{"agentType": "batch", "runId": id, "input": map[string]int{"n": i}}, nil)
+		}
+	}
+	api.waitList("", 301, settled)
+	for _, id := range waiting[:20] {
+		api.call("POST", "/v1/runs/"+id+"/cancel", nil, nil)
+	}
+	all := api.waitList("", 301, func(s runSummary) bool {
+		return settled(s) && (!slices.Contains(waiting[:20], s.ID) || s.Status == "aborted")
+	})
+	count := map[string]int{}
+	for _, s := range all {
+		count[s.Status]++
+		count[s.AgentType]++
+	}
+	if want := map[string]int{"completed": 211, "error": 30, "running": 40, "aborted": 20, "demo": 241, "batch": 60}; !maps.Equal(count, want) {
+		t.Fatalf("runs by status and agent type: %v, want %v", count, want)
+	}
+
+	// 3. The list pages through all of them, 100 at a time.
+	b = newBrowser(t, chromium)
+	b.do("open the list of 301 runs", chromedp.Navigate(base+"/"))
+	checkListed(t, "the first page", eval[[]listedRow](b, listedJS), all[:100])
+	countJS := `document.querySelector('.toolbar .count').textContent`
+	if got := eval[string](b, countJS); got != "100 of 301 runs" {
+		t.Fatalf("the first page counts %q", got)
+	}
+	for shown := 100; shown < 301; {
+		b.do(fmt.Sprintf("load more after %d", shown), chromedp.Click(chromedp.CSS(`[data-testid="load-more"]`)))
+		shown = min(shown+100, 301)
+		b.waitTrue(fmt.Sprintf("%d rows", shown), fmt.Sprintf(`document.querySelectorAll('[data-testid="run-row"]').length === %d`, shown))
+	}
+	checkListed(t, "every page", eval[[]listedRow](b, listedJS), all)
+	if got := eval[string](b, countJS); got != "301 runs" || eval[bool](b, visibleJS(`[data-testid="load-more"]`)) {
+		t.Fatalf("all runs loaded: the count says %q, and a load-more button shows: %v", got, eval[bool](b, visibleJS(`[data-testid="load-more"]`)))
+	}
+
+	// 4. Filters: by status (one, then two), back to all, by agent type.
+	filtered := func(what, query string) {
+		t.Helper()
+		want := api.list(query).Runs
+		b.waitTrue(what, fmt.Sprintf(`location.search === %q && document.querySelector('[data-testid="runs-table"]').dataset.state === 'ready' && document.querySelectorAll('[data-testid="run-row"]').length === %d`,
+			"?"+query, min(len(want), 100)))
+		checkListed(t, what, eval[[]listedRow](b, listedJS), want[:min(len(want), 100)])
+	}
+	b.do("filter error runs", chromedp.Click(chromedp.CSS(`button[data-status="error"]`)))
+	filtered("the error runs", "status=error")
+	b.do("add aborted runs", chromedp.Click(chromedp.CSS(`button[data-status="aborted"]`)))
+	filtered("the error and aborted runs", "status=error%2Caborted")
+	b.do("show all statuses", chromedp.Click(chromedp.CSS(`button[data-status=""]`)))
+	b.waitTrue("all runs again", `location.search === '' && document.querySelectorAll('[data-testid="run-row"]').length === 100`)
+	checkListed(t, "all runs again", eval[[]listedRow](b, listedJS), all[:100])
+	b.do("filter agent type batch", chromedp.SendKeys(chromedp.CSS(`input[aria-label="Agent type filter"]`), "batch"))
+	filtered("the batch runs", "agentType=batch")
+	b.close()
+
+	// 5. A first visit of a filtered URL, as Chromium loads it, then in a
+	// fresh profile that follows runs leaving the filter.
+	const query = "status=running&agentType=demo"
+	running := api.list(query).Runs
+	if len(running) != 40 {
+		t.Fatalf("%d runs for %s", len(running), query)
+	}
+	checkListed(t, "--dump-dom of a filtered first visit", domRows(t, capture(t, chromium, base+"/?"+query, "filtered-first-visit")), running)
+	b = newBrowser(t, chromium)
+	b.do("open the filtered list", chromedp.Navigate(base+"/?"+query))
+	checkListed(t, "the filtered list as loaded", eval[[]listedRow](b, listedJS), running)
+	if !eval[bool](b, `document.querySelector('button[data-status="running"]').getAttribute('aria-pressed') === 'true' && document.querySelector('input[aria-label="Agent type filter"]').value === 'demo'`) {
+		t.Fatalf("the filter controls do not show %s\npage: %s", query, b.describe())
+	}
+	b.waitTrue("the live stream", `document.getElementById('conn').dataset.state === 'live'`)
+	api.call("POST", "/v1/runs/"+running[0].ID+"/cancel", nil, nil)
+	api.call("POST", "/v1/runs/"+running[1].ID+"/signals/approve", map[string]bool{"approved": true}, nil)
+	b.waitTrue("the cancelled and the approved runs to leave the filtered list", fmt.Sprintf(
+		`!document.querySelector('[data-run-id=%q]') && !document.querySelector('[data-run-id=%q]') && %s === '38 runs'`,
+		running[0].ID, running[1].ID, countJS))
+	checkListed(t, "the filtered list after live updates", eval[[]listedRow](b, listedJS), api.waitList(query, 38, settled))
 }
 
 // ---------------------------------------------------------------- helpers
