@@ -686,6 +686,7 @@ class ListPage {
     this.table.dataset.state = state;
     if (this.runs.size && state !== 'error') return;
     this.empty.hidden = false;
+    this.empty.key_ = state;
     put(this.empty, text);
   }
 
@@ -792,7 +793,12 @@ class ListPage {
     }
     const filtered = this.filter.statuses.size || this.filter.agentType || this.filter.parent;
     this.empty.hidden = sorted.length > 0;
-    if (!sorted.length) put(this.empty, ...(filtered ? ['No runs match these filters.'] : emptyHelp()));
+    const emptyKind = sorted.length ? '' : filtered ? 'filtered' : 'none';
+    if (emptyKind && this.empty.key_ !== emptyKind) {
+      // Built once per kind: a live update must not replace the command under the pointer.
+      this.empty.key_ = emptyKind;
+      put(this.empty, ...(filtered ? ['No runs match these filters.'] : emptyHelp()));
+    }
     const shown = sorted.length;
     this.countEl.textContent = shown === this.total || this.total < shown ? `${shown} run${shown === 1 ? '' : 's'}` : `${shown} of ${this.total} runs`;
     this.foot.hidden = this.moreBtn.hidden = !this.next;
