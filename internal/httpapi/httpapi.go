@@ -9,7 +9,7 @@
 //	POST   /v1/runs/{id}/cancel           cancel {reason?}, with the run's descendants; idempotent
 //	POST   /v1/runs/{id}/signals/{name}   send a signal (the body is its JSON payload)
 //	DELETE /v1/runs                       clear: ?status=a,b&olderThan=24h (or ?all=true); live runs are cancelled first
-//	GET    /, /runs/{id}                  the web UI
+//	GET    /, /runs/{id}                  the web UI; / carries the first page of GET /v1/runs for its query
 //
 // A guessed or malformed id never creates anything: only POST /v1/runs does.
 package httpapi
