@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -182,8 +183,9 @@ func chromiumPath(t *testing.T) string {
 
 // browser is a headless Chromium tab driven over the DevTools protocol.
 type browser struct {
-	t   *testing.T
-	ctx context.Context
+	t     *testing.T
+	ctx   context.Context
+	close func() // stops the browser; idempotent
 }
 
 // stepTimeout bounds every wait: generous, as the suite runs with -race and
@@ -211,13 +213,13 @@ func newBrowser(t *testing.T, execPath string) *browser {
 	}
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelCtx := chromedp.NewContext(allocCtx, chromedp.WithErrorf(func(string, ...any) {}))
-	stop := func() {
+	stop := sync.OnceFunc(func() {
 		cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		_ = chromedp.Cancel(cctx) // closes the browser gracefully and waits for it
 		cancel()
 		cancelCtx()   // waits for the tab and the browser to be gone
 		cancelAlloc() // waits for the process
-	}
+	})
 	// The first Do starts the browser, bound to ctx: no timeout here (the
 	// allocator bounds the start itself).
 	if err := chromedp.Do(ctx); err != nil {
@@ -225,7 +227,7 @@ func newBrowser(t *testing.T, execPath string) *browser {
 		t.Fatalf("start chromium (%s): %v", execPath, err)
 	}
 	t.Cleanup(stop)
-	return &browser{t: t, ctx: ctx}
+	return &browser{t: t, ctx: ctx, close: stop}
 }
 
 // do runs actions, failing the test with what was being done.
@@ -304,21 +306,30 @@ func (b *browser) screenshot(name string) {
 	if err != nil {
 		b.t.Fatalf("screenshot %s: %v", name, err)
 	}
-	dir := os.Getenv("JETRUN_ARTIFACTS")
-	if dir == "" {
-		dir = filepath.Join("..", "..", "artifacts") // the test runs in internal/e2e
-	}
-	if dir, err = filepath.Abs(dir); err != nil {
-		b.t.Fatal(err)
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		b.t.Fatal(err)
-	}
-	path := filepath.Join(dir, name)
+	path := filepath.Join(artifactsDir(b.t), name)
 	if err := os.WriteFile(path, png, 0o644); err != nil {
 		b.t.Fatal(err)
 	}
 	b.t.Logf("screenshot: %s", path)
+}
+
+// artifactsDir returns the directory for screenshots and page dumps,
+// created if missing: $JETRUN_ARTIFACTS, else <repo root>/artifacts (which
+// make clean removes).
+func artifactsDir(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("JETRUN_ARTIFACTS")
+	if dir == "" {
+		dir = filepath.Join("..", "..", "artifacts") // the test runs in internal/e2e
+	}
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 // apiClient calls parent-worker's HTTP API.

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -356,6 +357,18 @@ func TestMakeRunShowsDemoRunsCompleting(t *testing.T) {
 			t.Errorf("make run output lacks %q", want)
 		}
 	}
+
+	// The tour's "Open http://127.0.0.1:8080/": a first visit in a fresh
+	// browser profile lists the five demo runs, completed.
+	m := regexp.MustCompile(`web UI\s+(http://\S+)/`).FindStringSubmatch(text)
+	if m == nil {
+		t.Fatalf("make run output has no web UI address:\n%s", text)
+	}
+	runs := newAPIClient(t, m[1]).list("").Runs
+	if len(runs) != 5 || slices.ContainsFunc(runs, func(s runSummary) bool { return s.Status != "completed" }) {
+		t.Fatalf("GET /v1/runs after make run: %+v", runs)
+	}
+	checkListed(t, "the web UI after make run", domRows(t, capture(t, chromiumPath(t), m[1]+"/", "make-run-list")), runs)
 	stop(syscall.SIGTERM)
 	select {
 	case <-exited:

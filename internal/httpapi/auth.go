@@ -129,6 +129,24 @@ func (t *tokens) authorize(next http.Handler) http.Handler {
 	})
 }
 
+// guard returns snapshot for requests that may read runs, and an error for
+// the others: with tokens, the page at / carries the runs list only for a
+// caller whose token (the session cookie) may read it; the others get the
+// bare page, which asks for a token.
+func (t *tokens) guard(snapshot func(*http.Request) (any, error)) func(*http.Request) (any, error) {
+	if !t.enabled() {
+		return snapshot
+	}
+	return func(r *http.Request) (any, error) {
+		if tok, _ := bearer(r); tok == "" || t.role(tok) < RoleRead {
+			return nil, errNoReadToken
+		}
+		return snapshot(r)
+	}
+}
+
+var errNoReadToken = errors.New("no read token: the page carries no runs")
+
 // bearer returns the request's token and whether it came from the cookie.
 func bearer(r *http.Request) (string, bool) {
 	if h := r.Header.Get("Authorization"); h != "" {

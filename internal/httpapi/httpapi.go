@@ -10,7 +10,7 @@
 //	POST   /v1/runs/{id}/signals/{name}   send a signal (the body is its JSON payload)
 //	DELETE /v1/runs                       clear: ?status=a,b&olderThan=24h (or ?all=true); live runs are cancelled first
 //	POST   /v1/session                    {token}: keep a token in an HttpOnly cookie for the web UI
-//	GET    /, /runs/{id}                  the web UI
+//	GET    /, /runs/{id}                  the web UI; / carries the first page of GET /v1/runs for its query
 //
 // With tokens configured every /v1 call needs one ("Authorization: Bearer",
 // or the session cookie): a read token for GETs, a write token for the rest.
@@ -89,7 +89,7 @@ func New(cfg Config) http.Handler {
 	tokens := newTokens(cfg.Tokens)
 	mux.HandleFunc("POST /v1/session", tokens.session)
 	mux.HandleFunc("DELETE /v1/session", tokens.session)
-	mux.Handle("GET /", webui.Handler())
+	mux.Handle("GET /", webui.Handler(webui.Config{Runs: tokens.guard(a.runsSnapshot), Logger: a.log}))
 	return tokens.authorize(mux)
 }
 
@@ -292,34 +292,40 @@ func (a *api) clear(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]int{"cleared": n})
 }
 
-func (a *api) list(w http.ResponseWriter, r *http.Request) {
+// listFilter parses the query of GET /v1/runs; its errors are the client's.
+func listFilter(r *http.Request) (runview.Filter, error) {
 	statuses, err := statusParam(r)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
-		return
+		return runview.Filter{}, err
 	}
 	q := r.URL.Query()
 	f := runview.Filter{Statuses: statuses, AgentType: q.Get("agentType"), Parent: q.Get("parent"), Cursor: q.Get("cursor"),
 		Limit: DefaultListLimit}
 	if f.AgentType != "" {
 		if err := events.ValidateAgentType(f.AgentType); err != nil {
-			writeError(w, http.StatusBadRequest, "bad_request", err.Error())
-			return
+			return runview.Filter{}, err
 		}
 	}
 	if f.Parent != "" {
 		if err := events.ValidateID(f.Parent); err != nil {
-			writeError(w, http.StatusBadRequest, "bad_request", err.Error())
-			return
+			return runview.Filter{}, err
 		}
 	}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > MaxListLimit {
-			writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("limit must be 1 to %d, got %q", MaxListLimit, v))
-			return
+			return runview.Filter{}, fmt.Errorf("limit must be 1 to %d, got %q", MaxListLimit, v)
 		}
 		f.Limit = n
+	}
+	return f, nil
+}
+
+func (a *api) list(w http.ResponseWriter, r *http.Request) {
+	f, err := listFilter(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
 	}
 	if err := a.view.Sync(r.Context()); err != nil {
 		a.fail(w, r, err)
@@ -331,6 +337,27 @@ func (a *api) list(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, page)
+}
+
+// snapshotSyncTimeout bounds how long the web UI's page waits for the runs
+// view to catch up before it embeds the list.
+const snapshotSyncTimeout = 2 * time.Second
+
+// runsSnapshot is the first page of the runs list the web UI's page at /
+// embeds: what GET /v1/runs answers for the page's query. When the view
+// cannot catch up in time it lists what it has: the page refetches the
+// list as soon as its live stream opens.
+func (a *api) runsSnapshot(r *http.Request) (any, error) {
+	f, err := listFilter(r)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), snapshotSyncTimeout)
+	defer cancel()
+	if err := a.view.Sync(ctx); err != nil && r.Context().Err() == nil {
+		a.log.WarnContext(r.Context(), "runs view behind; the page lists what it has", "err", err)
+	}
+	return a.view.List(f)
 }
 
 // signal sends a signal: POST /v1/runs/{id}/signals/{name}, the body being

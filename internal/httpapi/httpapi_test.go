@@ -572,6 +572,28 @@ func TestTokensGuardTheAPI(t *testing.T) {
 		}
 	}
 
+	// The page at / embeds the runs list only for a caller who may read it.
+	body := func(cookie string) string {
+		t.Helper()
+		req, _ := http.NewRequest("GET", b.url+"/", nil)
+		if cookie != "" {
+			req.Header.Set("Cookie", httpapi.TokenCookie+"="+cookie)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(resp.Body)
+		return string(data)
+	}
+	if strings.Contains(body(""), "auth-1") {
+		t.Error("the page at / shows runs to a caller without a token")
+	}
+	if !strings.Contains(body(readTok), "auth-1") {
+		t.Error("the page at / does not show runs to a caller with a read token")
+	}
+
 	// The UI's session: a valid token comes back as an HttpOnly, SameSite
 	// cookie naming its role.
 	req, _ := http.NewRequest("POST", b.url+"/v1/session", strings.NewReader(`{"token":"`+readTok+`"}`))
@@ -606,5 +628,78 @@ func TestNoTokensMeansLoopbackOnly(t *testing.T) {
 		if err := httpapi.CheckListenAddr(addr, true); err != nil {
 			t.Errorf("%q with tokens: %v", addr, err)
 		}
+	}
+}
+
+// The page at / carries the first page of the runs list its query selects,
+// so a first visit shows the runs on first paint; a run's text cannot break
+// out of the embedding. Run pages carry none.
+func TestPageEmbedsTheRunsList(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	page := func(path string) (string, *runview.Page) {
+		t.Helper()
+		resp, err := http.Get(b.url + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
+			t.Fatalf("GET %s: %s %s", path, resp.Status, resp.Header.Get("Content-Type"))
+		}
+		html := string(body)
+		const open, end = `<script id="runs-snapshot" type="application/json">`, `</script>`
+		_, rest, ok := strings.Cut(html, open)
+		if !ok {
+			return html, nil
+		}
+		data, _, ok := strings.Cut(rest, end)
+		if !ok {
+			t.Fatalf("GET %s: unterminated snapshot", path)
+		}
+		var p runview.Page
+		if err := json.Unmarshal([]byte(data), &p); err != nil {
+			t.Fatalf("GET %s: snapshot %q: %v", path, data, err)
+		}
+		return html, &p
+	}
+
+	if _, p := page("/"); p == nil || p.Total != 0 || len(p.Runs) != 0 {
+		t.Fatalf("an empty system's page embeds %+v", p)
+	}
+	for i := range 3 {
+		do(t, "POST", b.url+"/v1/runs", fmt.Sprintf(`{"agentType":"demo","runId":"p%d","input":{"steps":1,"stepMs":0}}`, i), nil)
+	}
+	const nasty = `</script><script>alert(1)</script>`
+	if _, err := b.store.Create(context.Background(), &kv.Run{ID: "nasty", AgentType: "demo", Status: events.StatusError,
+		Error: nasty, CreatedAt: time.Now(), Unindexed: true}); err != nil {
+		t.Fatal(err)
+	}
+	html, p := page("/")
+	if p == nil || p.Total != 4 || len(p.Runs) != 4 {
+		t.Fatalf("page embeds %+v, want the 4 runs", p)
+	}
+	if strings.Contains(html, nasty) || strings.Count(html, "<script") != 2 {
+		t.Fatalf("a run's error text leaked into the page's markup:\n%s", html)
+	}
+	for _, r := range p.Runs {
+		if r.ID == "nasty" && r.Error != nasty {
+			t.Fatalf("nasty's error came out as %q", r.Error)
+		}
+	}
+	// The page's filters select what it embeds, as GET /v1/runs does.
+	if _, p := page("/?status=error&limit=1"); p == nil || p.Total != 1 || p.Runs[0].ID != "nasty" {
+		t.Fatalf("filtered page embeds %+v", p)
+	}
+	if _, p := page("/?agentType=demo&limit=2"); p == nil || p.Total != 4 || len(p.Runs) != 2 || p.Next == "" {
+		t.Fatalf("a page of 2 embeds %+v", p)
+	}
+	// A bad filter embeds nothing: the page fetches the list and shows the error.
+	if _, p := page("/?parent=a.b"); p != nil {
+		t.Fatalf("a bad filter embeds %+v", p)
+	}
+	if _, p := page("/runs/p1"); p != nil {
+		t.Fatalf("a run page embeds %+v", p)
 	}
 }

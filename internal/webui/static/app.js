@@ -3,7 +3,8 @@
 //
 // Data flow:
 //   GET /v1/runs/live (SSE)         every row change → list rows, run header, children
-//   GET /v1/runs?…                  the list (fetched once the live stream is open)
+//   <script id="runs-snapshot">     the list's first page, embedded in the page at / (first paint)
+//   GET /v1/runs?…                  the list, refetched whenever the live stream (re)opens
 //   GET /v1/runs/{id}               the full row (input, output)
 //   GET /v1/runs/{id}/events (SSE)  the timeline: history, then live; "end" closes it
 
@@ -434,6 +435,43 @@ window.addEventListener('pageshow', (e) => {
 
 // ---------------------------------------------------------------- runs list
 
+const PAGE_SIZE = 100; // rows per page of the list
+const MAX_LIMIT = 1000; // the most GET /v1/runs answers at once
+
+/**
+ * takeSnapshot returns the list's first page that the server embedded in
+ * the page at /, once: it is for the first visit only (its filters are the
+ * URL's); later visits of the list fetch it.
+ */
+function takeSnapshot() {
+  const el = document.getElementById('runs-snapshot');
+  if (!el) return null;
+  el.remove();
+  try {
+    return JSON.parse(el.textContent);
+  } catch {
+    return null;
+  }
+}
+
+/** emptyHelp says how to start a run when there are none. */
+function emptyHelp() {
+  const body = JSON.stringify({ agentType: 'demo', input: { steps: 5, stepMs: 500 } });
+  const cmd = `curl -sf -X POST ${location.origin}/v1/runs -d '${body}'`;
+  const pre = h('pre', { class: 'cmd', 'data-testid': 'empty-command', title: 'Click to copy' }, cmd);
+  pre.addEventListener('click', () => {
+    navigator.clipboard?.writeText(cmd).then(() => toast('Copied', cmd, 'info'), () => {});
+  });
+  return [
+    h('p', { class: 'empty-title', 'data-testid': 'empty-state' }, 'No runs yet.'),
+    h('p', {}, 'Start one with “+ New run” above, or from a terminal (agent type ', h('code', {}, 'demo'),
+      ' is served by ', h('code', {}, 'make run'), ' and by child-worker by default):'),
+    pre,
+    h('p', { class: 'faint' }, 'Runs dispatched from anywhere — the HTTP API, ', h('code', {}, 'jetrun dispatch'),
+      ', a NATS publish — show up here live.'),
+  ];
+}
+
 class ListPage {
   constructor(root) {
     this.root = root;
@@ -454,8 +492,16 @@ class ListPage {
     this.fresh = new Set();
     this.agentTypes = new Set(['demo']);
     this.renderTimer = null;
+    this.limit = PAGE_SIZE; // rows a reload asks for: the pages loaded so far
     document.title = 'Runs · jetrun';
     this.build();
+    // First paint never waits for the live stream: show the page the server
+    // embedded, else fetch it now. Once the stream is open (and after every
+    // reconnect) the list is fetched again, so nothing that changed before
+    // the stream delivered updates is missed.
+    const snap = takeSnapshot();
+    if (snap) this.show(snap);
+    else if (!live.open) this.load();
     this.unsubscribe = live.subscribe({
       onOpen: () => this.load(),
       onDown: () => { if (!this.loaded && !this.loading) this.load(); },
@@ -511,7 +557,11 @@ class ListPage {
         h('th', { class: 'time', text: 'Created' }), h('th', { text: 'Duration' }))),
       this.tbody);
     this.empty = h('div', { class: 'empty', hidden: true });
-    this.foot = h('div', { class: 'list-foot' });
+    // One button for the whole life of the list: one rebuilt by every live
+    // update would lose clicks that land while it is replaced.
+    this.moreBtn = h('button', { class: 'btn small', type: 'button', 'data-testid': 'load-more', hidden: true }, 'Load more');
+    this.moreBtn.addEventListener('click', () => this.loadMore());
+    this.foot = h('div', { class: 'list-foot', hidden: true }, this.moreBtn);
     this.root.append(h('section', { class: 'panel' },
       h('div', { class: 'toolbar' }, seg, this.agentInput, this.parentInput, this.datalist, this.countEl, this.newRunForm()),
       h('div', { class: 'table-wrap' }, this.table), this.empty, this.foot));
@@ -575,6 +625,7 @@ class ListPage {
   }
 
   filtersChanged() {
+    this.limit = PAGE_SIZE;
     this.syncFilterUI();
     const q = this.query().toString();
     history.replaceState(null, '', q ? `/?${q}` : '/');
@@ -588,46 +639,77 @@ class ListPage {
       (!f.parent || s.parent === f.parent);
   }
 
-  /** load (re)fetches the first page; live updates that arrive meanwhile wait. */
+  /**
+   * load (re)fetches the list: as many rows as the pages loaded so far.
+   * Live updates that arrive meanwhile wait and are applied on top, in order.
+   */
   async load() {
-    const token = {};
+    let finished;
+    const token = { done: new Promise((resolve) => { finished = resolve; }) };
+    this.loading?.finish();
+    token.finish = finished;
     this.loading = token;
     this.pending = [];
+    if (!this.loaded) this.showState('loading', 'Loading runs…');
     const q = this.query();
-    q.set('limit', '100');
+    q.set('limit', String(Math.min(this.limit, MAX_LIMIT)));
     try {
       const page = await api('GET', `/v1/runs?${q}`);
       if (this.loading !== token) return; // a newer load superseded this one
-      this.runs.clear();
-      for (const s of page.runs || []) this.runs.set(s.id, s);
-      this.next = page.next || '';
-      this.total = page.total ?? this.runs.size;
-      this.loaded = true;
       this.loading = null;
-      for (const u of this.pending) this.apply(u, false);
-      this.pending = [];
-      this.table.dataset.state = 'ready';
-      this.render();
+      this.show(page);
     } catch (err) {
       if (this.loading !== token) return;
       this.loading = null;
-      this.table.dataset.state = 'error';
-      this.empty.hidden = false;
-      this.empty.textContent = `Could not load runs: ${err.message}`;
+      this.showState('error', `Could not load runs: ${err.message}`);
       showError('Could not load runs', err);
+    } finally {
+      token.finish();
     }
   }
 
-  async loadMore(button) {
+  /** show replaces the list with a page from the server, then applies the waiting live updates. */
+  show(page) {
+    this.gen = (this.gen || 0) + 1;
+    this.runs.clear();
+    for (const s of page.runs || []) this.runs.set(s.id, s);
+    this.next = page.next || '';
+    this.total = page.total ?? this.runs.size;
+    this.loaded = true;
+    for (const u of this.pending) this.apply(u, false);
+    this.pending = [];
+    this.table.dataset.state = 'ready';
+    this.render();
+  }
+
+  showState(state, text) {
+    this.table.dataset.state = state;
+    if (this.runs.size && state !== 'error') return;
+    this.empty.hidden = false;
+    this.empty.key_ = state;
+    put(this.empty, text);
+  }
+
+  /** loadMore appends the next page. A reload that lands meanwhile replaced the list: it asks again after that one's end. */
+  async loadMore() {
+    const button = this.moreBtn;
+    if (button.disabled) return;
     button.disabled = true;
-    const q = this.query();
-    q.set('limit', '100');
-    q.set('cursor', this.next);
     try {
-      const page = await api('GET', `/v1/runs?${q}`);
-      for (const s of page.runs || []) if (!this.runs.has(s.id)) this.runs.set(s.id, s);
-      this.next = page.next || '';
-      this.render();
+      for (let tries = 0; tries < 5 && this.next; tries++) {
+        if (this.loading) await this.loading.done;
+        const gen = this.gen;
+        const q = this.query();
+        q.set('limit', String(PAGE_SIZE));
+        q.set('cursor', this.next);
+        const page = await api('GET', `/v1/runs?${q}`);
+        if (gen !== this.gen || this.loading) continue;
+        for (const s of page.runs || []) if (!this.runs.has(s.id)) this.runs.set(s.id, s);
+        this.next = page.next || '';
+        this.limit = this.runs.size + (this.next ? 0 : PAGE_SIZE);
+        this.render();
+        break;
+      }
     } catch (err) {
       showError('Could not load more runs', err);
     }
@@ -711,15 +793,15 @@ class ListPage {
     }
     const filtered = this.filter.statuses.size || this.filter.agentType || this.filter.parent;
     this.empty.hidden = sorted.length > 0;
-    if (!sorted.length) this.empty.textContent = filtered ? 'No runs match these filters.' : 'No runs yet. Dispatch one with “+ New run” or POST /v1/runs.';
+    const emptyKind = sorted.length ? '' : filtered ? 'filtered' : 'none';
+    if (emptyKind && this.empty.key_ !== emptyKind) {
+      // Built once per kind: a live update must not replace the command under the pointer.
+      this.empty.key_ = emptyKind;
+      put(this.empty, ...(filtered ? ['No runs match these filters.'] : emptyHelp()));
+    }
     const shown = sorted.length;
     this.countEl.textContent = shown === this.total || this.total < shown ? `${shown} run${shown === 1 ? '' : 's'}` : `${shown} of ${this.total} runs`;
-    put(this.foot);
-    if (this.next) {
-      const b = h('button', { class: 'btn small', type: 'button' }, 'Load more');
-      b.addEventListener('click', () => this.loadMore(b));
-      this.foot.append(b);
-    }
+    this.foot.hidden = this.moreBtn.hidden = !this.next;
   }
 
   makeRow(s) {
