@@ -393,3 +393,53 @@ func TestJavaScriptProducer(t *testing.T) {
 		t.Fatalf("JavaScript followed %v; stored %v; row %s %q", followed, stored, row.Status, row.Summary)
 	}
 }
+
+// The README's Python child section works as written: its two commands
+// (with free ports instead of 9000 and 8080, and the built parent-worker
+// for make run) and its curl commands.
+func TestReadmePythonChild(t *testing.T) {
+	t.Parallel()
+	cmds := readmeCommands(t, "### A child in Python", "## Configuration", "", 0)
+	var pyCmd, runCmd string
+	var curls []string
+	for _, c := range cmds {
+		switch {
+		case strings.HasPrefix(c, "python3 "):
+			pyCmd = c
+		case strings.Contains(c, "make run"):
+			runCmd = c
+		case strings.HasPrefix(c, "curl "):
+			curls = append(curls, c)
+		}
+	}
+	if pyCmd == "" || runCmd == "" || len(curls) < 3 {
+		t.Fatalf("README's Python section lacks its commands: %q", cmds)
+	}
+	pyPort, httpAddr := natstest.FreePort(t), fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
+	args := strings.Fields(strings.Replace(pyCmd, "9000", fmt.Sprint(pyPort), 1))[1:]
+	args[0] = examples(t, strings.TrimPrefix(args[0], "examples/"))
+	py := startProgram(t, python3(t), nil, args...)
+	natstest.Eventually(t, 30*time.Second, func() bool { return strings.Contains(py.stdout.String(), "listening on") },
+		"researcher.py did not start")
+
+	env := map[string]string{"JETRUN_CHILDREN": "demo", "JETRUN_HTTP_ADDR": httpAddr, "JETRUN_EMBEDDED_PORT": "-1"}
+	for _, f := range strings.Fields(runCmd) {
+		if k, v, ok := strings.Cut(f, "="); ok && strings.HasPrefix(k, "JETRUN_") {
+			env[k] = strings.Replace(v, "9000", fmt.Sprint(pyPort), 1)
+		}
+	}
+	pw := start(t, "parent-worker", env)
+	pw.waitLog("parent-worker ready", 60*time.Second)
+	var outs []string
+	for _, c := range curls {
+		c = strings.ReplaceAll(c, "127.0.0.1:8080", httpAddr)
+		out, err := exec.Command("sh", "-c", c).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s\n%v\n%s", c, err, out)
+		}
+		outs = append(outs, string(out))
+	}
+	if !strings.Contains(outs[0], "researched tides in 3 steps") || !strings.Contains(outs[len(outs)-1], "researched eels in 3 steps") {
+		t.Fatalf("the README's Python runs did not complete:\n%s", strings.Join(outs, "\n"))
+	}
+}
