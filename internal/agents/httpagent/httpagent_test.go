@@ -66,6 +66,12 @@ func lines(w http.ResponseWriter, ls ...string) {
 // setup serves agent type "ext" from c through a worker on a real server.
 func setup(t *testing.T, c *child, cfg httpagent.Config, wcfg worker.Config) (*parent.Client, *kv.Store, func(id string) []jetruntest.Event) {
 	t.Helper()
+	client, store, evs, _ := setupWorker(t, c, cfg, wcfg)
+	return client, store, evs
+}
+
+func setupWorker(t *testing.T, c *child, cfg httpagent.Config, wcfg worker.Config) (*parent.Client, *kv.Store, func(id string) []jetruntest.Event, *worker.Worker) {
+	t.Helper()
 	srv := httptest.NewServer(c)
 	t.Cleanup(srv.Close)
 	ns := natstest.RunServer(t)
@@ -80,7 +86,7 @@ func setup(t *testing.T, c *child, cfg httpagent.Config, wcfg worker.Config) (*p
 	if err != nil {
 		t.Fatal(err)
 	}
-	return client, client.Store(), func(id string) []jetruntest.Event { return jetruntest.ReadEvents(t, js, id) }
+	return client, client.Store(), func(id string) []jetruntest.Event { return jetruntest.ReadEvents(t, js, id) }, w
 }
 
 func dispatch(t *testing.T, client *parent.Client, id string) {
@@ -265,5 +271,32 @@ func TestCancelAbortsTheRequest(t *testing.T) {
 	case <-aborted:
 	case <-time.After(30 * time.Second):
 		t.Fatal("the child's request was not aborted")
+	}
+}
+
+// A shutdown whose timeout runs out aborts the request and hands the run
+// back for another worker.
+func TestShutdownAbortsTheRequestAndHandsTheRunBack(t *testing.T) {
+	t.Parallel()
+	aborted := make(chan struct{})
+	c := &child{serve: func(w http.ResponseWriter, r *http.Request, req eventline.Request) {
+		lines(w, `{"chunk":"working"}`)
+		<-r.Context().Done()
+		close(aborted)
+	}}
+	client, store, _, w := setupWorker(t, c, httpagent.Config{}, worker.Config{})
+	dispatch(t, client, "sd")
+	jetruntest.WaitRow(t, store, "sd", 30*time.Second, func(r *kv.Run) bool { return r.Chunks > 0 })
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_ = w.Shutdown(ctx)
+	select {
+	case <-aborted:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the child's request was not aborted")
+	}
+	row := jetruntest.WaitRow(t, store, "sd", 30*time.Second, func(r *kv.Run) bool { return r.Handoffs == 1 })
+	if row.Status.Final() || row.Worker != "" {
+		t.Fatalf("row: %s worker %q: not handed back", row.Status, row.Worker)
 	}
 }
