@@ -71,10 +71,11 @@ bench: ## measure jetrun against raw JetStream in one run (prints ratios)
 	$(GO) test -run '^$$' -bench '^BenchmarkLeaseRenewal' -timeout 20m ./internal/bench/
 
 .PHONY: fuzz
-fuzz: ## fuzz the decoders and id validation for 30s each
+fuzz: ## fuzz the decoders (dispatch, child event lines) and id validation for 30s each
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeDispatch$$' -fuzztime 30s ./pkg/events/
 	$(GO) test -run '^$$' -fuzz '^FuzzValidateID$$' -fuzztime 30s ./pkg/events/
 	$(GO) test -run '^$$' -fuzz '^FuzzRunID$$' -fuzztime 30s ./pkg/parent/
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 30s ./internal/agents/eventline/
 
 .PHONY: lint
 lint: ## go vet and gofmt
