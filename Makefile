@@ -23,7 +23,7 @@ run: build ## run parent-worker on an embedded nats-server with an in-process de
 	./$(BIN)/parent-worker
 
 .PHONY: test
-test: chromium ## run every test with -race (real nats-servers, real processes, headless Chromium)
+test: chromium deps ## run every test with -race (real nats-servers, real processes, headless Chromium)
 	$(GO) test -race -count=1 -timeout 15m $(GOTESTFLAGS) ./...
 
 # The browser test needs Debian's chromium; install it when missing and we
@@ -41,6 +41,29 @@ chromium:
 			echo "chromium is missing and cannot be installed here: the browser test will fail"; \
 		fi; }
 
+# apt_install installs Debian packages when apt-get can run (as root or with
+# sudo); otherwise it says what is missing, and the tests needing it fail.
+define apt_install
+	if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+		echo "installing $(1)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(1) >/dev/null; \
+	elif command -v apt-get >/dev/null 2>&1 && command -v sudo >/dev/null 2>&1; then \
+		echo "installing $(1)"; \
+		sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(1) >/dev/null; \
+	else \
+		echo "$(1) missing and cannot be installed here: the cross-language tests will fail"; \
+	fi
+endef
+
+.PHONY: deps
+deps: ## install what the cross-language tests need: python3, node, npm, and examples/js's packages (npm ci)
+	@command -v python3 >/dev/null 2>&1 || { $(call apt_install,python3); }
+	@command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { $(call apt_install,nodejs npm); }
+	@if [ ! -f examples/js/node_modules/.package-lock.json ] || [ examples/js/package-lock.json -nt examples/js/node_modules/.package-lock.json ]; then \
+		echo "npm ci in examples/js"; \
+		cd examples/js && npm ci --no-audit --no-fund --loglevel=error; \
+	fi
+
 .PHONY: bench
 bench: ## measure jetrun against raw JetStream in one run (prints ratios)
 	$(GO) test -run '^$$' -bench '^BenchmarkWorkload' -benchtime 1x -timeout 20m ./internal/bench/
@@ -48,10 +71,11 @@ bench: ## measure jetrun against raw JetStream in one run (prints ratios)
 	$(GO) test -run '^$$' -bench '^BenchmarkLeaseRenewal' -timeout 20m ./internal/bench/
 
 .PHONY: fuzz
-fuzz: ## fuzz the decoders and id validation for 30s each
+fuzz: ## fuzz the decoders (dispatch, child event lines) and id validation for 30s each
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeDispatch$$' -fuzztime 30s ./pkg/events/
 	$(GO) test -run '^$$' -fuzz '^FuzzValidateID$$' -fuzztime 30s ./pkg/events/
 	$(GO) test -run '^$$' -fuzz '^FuzzRunID$$' -fuzztime 30s ./pkg/parent/
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 30s ./internal/agents/eventline/
 
 .PHONY: lint
 lint: ## go vet and gofmt

@@ -1,5 +1,7 @@
-// Package agents is the registry of built-in agent types the binaries can
-// serve by name.
+// Package agents is the registry of the agent types the binaries serve: the
+// built-in ones by name (demo), and the http and exec agent types the
+// configuration defines (package httpagent, execagent), which hand runs to
+// children written in any language.
 package agents
 
 import (
@@ -11,6 +13,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/jetrun/jetrun/internal/agents/demo"
+	"github.com/jetrun/jetrun/internal/agents/execagent"
+	"github.com/jetrun/jetrun/internal/agents/httpagent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
 
@@ -23,13 +27,36 @@ func builtins() map[string]func() worker.Handler {
 // Names lists the built-in agent types.
 func Names() []string { return slices.Sorted(maps.Keys(builtins())) }
 
-// StartPool starts a worker on nc serving the named built-in agent types.
-func StartPool(ctx context.Context, nc *nats.Conn, cfg worker.Config, names []string) (*worker.Worker, error) {
+// Configured holds the agent types defined by configuration, by name.
+type Configured struct {
+	HTTP map[string]httpagent.Config
+	Exec map[string]execagent.Config
+}
+
+// Names lists the configured agent types.
+func (c Configured) Names() []string {
+	return slices.Sorted(func(yield func(string) bool) {
+		for name := range c.HTTP {
+			if !yield(name) {
+				return
+			}
+		}
+		for name := range c.Exec {
+			if !yield(name) {
+				return
+			}
+		}
+	})
+}
+
+// StartPool starts a worker on nc serving the named built-in agent types
+// and every configured one.
+func StartPool(ctx context.Context, nc *nats.Conn, cfg worker.Config, names []string, conf Configured) (*worker.Worker, error) {
 	w, err := worker.New(nc, cfg)
 	if err != nil {
 		return nil, err
 	}
-	if err := Register(w, names); err != nil {
+	if err := Register(w, names, conf); err != nil {
 		return nil, err
 	}
 	if err := w.Start(ctx); err != nil {
@@ -38,10 +65,28 @@ func StartPool(ctx context.Context, nc *nats.Conn, cfg worker.Config, names []st
 	return w, nil
 }
 
-// Register adds the built-in handler of each named agent type to w.
-func Register(w *worker.Worker, names []string) error {
+// Register adds to w the handler of each named built-in agent type and of
+// every configured one. A name that is both is an error.
+func Register(w *worker.Worker, names []string, conf Configured) error {
 	all := builtins()
 	seen := map[string]bool{}
+	for name, c := range conf.HTTP {
+		if _, dup := conf.Exec[name]; dup {
+			return fmt.Errorf("agent type %q is configured both as an http and an exec agent", name)
+		}
+		if _, ok := all[name]; ok {
+			return fmt.Errorf("http agent type %q has the name of a built-in agent type", name)
+		}
+		w.Handle(name, httpagent.Handler(c))
+		seen[name] = true
+	}
+	for name, c := range conf.Exec {
+		if _, ok := all[name]; ok {
+			return fmt.Errorf("exec agent type %q has the name of a built-in agent type", name)
+		}
+		w.Handle(name, execagent.Handler(c))
+		seen[name] = true
+	}
 	for _, name := range names {
 		if seen[name] {
 			continue
@@ -49,7 +94,7 @@ func Register(w *worker.Worker, names []string) error {
 		seen[name] = true
 		h, ok := all[name]
 		if !ok {
-			return fmt.Errorf("unknown agent type %q; built-in agent types: %v", name, Names())
+			return fmt.Errorf("unknown agent type %q; built-in agent types: %v, configured: %v", name, Names(), conf.Names())
 		}
 		w.Handle(name, h())
 	}

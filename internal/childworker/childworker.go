@@ -21,7 +21,11 @@ func Run(ctx context.Context, cfg config.ChildWorker, logger *slog.Logger) error
 		return err
 	}
 	defer nc.Close()
-	w, err := agents.StartPool(ctx, nc, cfg.Pool.WorkerConfig(cfg.Streams, logger), cfg.AgentTypes)
+	conf, err := cfg.Configured()
+	if err != nil {
+		return err
+	}
+	w, err := agents.StartPool(ctx, nc, cfg.Pool.WorkerConfig(cfg.Streams, logger), cfg.AgentTypes, conf)
 	if err != nil {
 		return err
 	}

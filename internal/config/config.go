@@ -8,13 +8,19 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/kelseyhightower/envconfig"
 
+	"github.com/jetrun/jetrun/internal/agents"
+	"github.com/jetrun/jetrun/internal/agents/demo"
+	"github.com/jetrun/jetrun/internal/agents/execagent"
+	"github.com/jetrun/jetrun/internal/agents/httpagent"
 	"github.com/jetrun/jetrun/internal/httpapi"
+
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
@@ -101,13 +107,90 @@ type Reconcile struct {
 	FinishRetryDelay   time.Duration `envconfig:"FINISH_RETRY_DELAY" default:"1s" desc:"wait before a failed finish is retried; doubles per attempt, up to 5m"`
 }
 
+// Agents holds the agent types defined by configuration: http agents hand
+// runs to HTTP services, exec agents run commands from an allowlist (see
+// docs/protocol.md, "Write a child in another language"). Every one is
+// served by child-worker, and by parent-worker's in-process pool.
+type Agents struct {
+	HTTPAgents      []string      `envconfig:"HTTP_AGENTS" desc:"http agent types: name=url[,name=url]; each run is POSTed to its url, which answers with NDJSON events"`
+	HTTPAgentTokens []string      `envconfig:"HTTP_AGENT_TOKENS" desc:"bearer tokens of http agent types: name=token[,name=token] (never logged)"`
+	HTTPTimeout     time.Duration `envconfig:"HTTP_TIMEOUT" default:"30s" desc:"http agents: bound on connecting and on the silence between two response lines"`
+	HTTPMaxLine     int           `envconfig:"HTTP_MAX_LINE" default:"1048576" desc:"http agents: longest response line, bytes"`
+	ExecAgents      []string      `envconfig:"EXEC_AGENTS" desc:"exec agent types: name=command arg...[,name=command arg...]; arguments split on spaces"`
+	ExecGrace       time.Duration `envconfig:"EXEC_GRACE" default:"5s" desc:"exec agents: time between SIGTERM and SIGKILL to a stopped command's process group"`
+	ExecMaxLine     int           `envconfig:"EXEC_MAX_LINE" default:"1048576" desc:"exec agents: longest stdout line, bytes"`
+}
+
+// Configured returns the http and exec agent types, checked.
+func (a Agents) Configured() (agents.Configured, error) {
+	var errs []error
+	out := agents.Configured{HTTP: map[string]httpagent.Config{}, Exec: map[string]execagent.Config{}}
+	tokens := map[string]string{}
+	for _, pair := range a.HTTPAgentTokens {
+		name, token, ok := strings.Cut(strings.TrimSpace(pair), "=")
+		if !ok || token == "" {
+			errs = append(errs, fmt.Errorf("JETRUN_HTTP_AGENT_TOKENS: an entry for %q is not name=token", name))
+			continue
+		}
+		tokens[name] = token
+	}
+	for _, pair := range a.HTTPAgents {
+		name, url, ok := strings.Cut(strings.TrimSpace(pair), "=")
+		if !ok {
+			errs = append(errs, fmt.Errorf("JETRUN_HTTP_AGENTS: %q is not name=url", pair))
+			continue
+		}
+		c := httpagent.Config{URL: url, Token: tokens[name], Timeout: a.HTTPTimeout, MaxLine: a.HTTPMaxLine}
+		errs = append(errs, checkAgent("JETRUN_HTTP_AGENTS", name, c.Validate(), out))
+		out.HTTP[name] = c
+	}
+	for name := range tokens {
+		if _, ok := out.HTTP[name]; !ok {
+			errs = append(errs, fmt.Errorf("JETRUN_HTTP_AGENT_TOKENS: %s is not an http agent type", name))
+		}
+	}
+	for _, pair := range a.ExecAgents {
+		name, command, ok := strings.Cut(strings.TrimSpace(pair), "=")
+		fields := strings.Fields(command)
+		if !ok || len(fields) == 0 {
+			errs = append(errs, fmt.Errorf("JETRUN_EXEC_AGENTS: %q is not name=command arg...", pair))
+			continue
+		}
+		c := execagent.Config{Path: fields[0], Args: fields[1:], Grace: a.ExecGrace, MaxLine: a.ExecMaxLine}
+		errs = append(errs, checkAgent("JETRUN_EXEC_AGENTS", name, c.Validate(), out))
+		out.Exec[name] = c
+	}
+	if a.HTTPTimeout <= 0 || a.ExecGrace < 0 {
+		errs = append(errs, errors.New("JETRUN_HTTP_TIMEOUT must be positive and JETRUN_EXEC_GRACE not negative"))
+	}
+	if a.HTTPMaxLine < 1024 || a.ExecMaxLine < 1024 {
+		errs = append(errs, errors.New("JETRUN_HTTP_MAX_LINE and JETRUN_EXEC_MAX_LINE must be at least 1024"))
+	}
+	return out, errors.Join(errs...)
+}
+
+// checkAgent checks a configured agent type's name and settings.
+func checkAgent(setting, name string, invalid error, known agents.Configured) error {
+	if err := events.ValidateAgentType(name); err != nil {
+		return fmt.Errorf("%s: %w", setting, err)
+	}
+	if slices.Contains(known.Names(), name) || slices.Contains(agents.Names(), name) {
+		return fmt.Errorf("%s: agent type %s is defined twice or is a built-in", setting, name)
+	}
+	if invalid != nil {
+		return fmt.Errorf("%s: %s: %w", setting, name, invalid)
+	}
+	return nil
+}
+
 // ChildWorker is the child-worker binary's configuration.
 type ChildWorker struct {
 	NATS
 	Streams
 	Pool
+	Agents
 	Log
-	AgentTypes []string `envconfig:"AGENT_TYPES" default:"demo" desc:"agent types to serve, comma-separated (built-in: demo)"`
+	AgentTypes []string `envconfig:"AGENT_TYPES" desc:"built-in agent types to serve, comma-separated (built-in: demo); default demo when no http or exec agent is configured"`
 }
 
 // ParentWorker is the parent-worker binary's configuration.
@@ -117,6 +200,7 @@ type ParentWorker struct {
 	Pool
 	Reconcile
 	Reattach
+	Agents
 	Log
 	DataDir        string   `envconfig:"DATA_DIR" default:"./data" desc:"embedded server: JetStream store directory"`
 	EmbeddedHost   string   `envconfig:"EMBEDDED_HOST" default:"127.0.0.1" desc:"embedded server: listen address (loopback by default)"`
@@ -126,7 +210,7 @@ type ParentWorker struct {
 	SyncAlways     bool     `envconfig:"SYNC_ALWAYS" default:"false" desc:"embedded server: fsync every write (strict durability, about 1/3 the write rate)"`
 	HTTPAddr       string   `envconfig:"HTTP_ADDR" default:"127.0.0.1:8080" desc:"HTTP API listen address (empty disables it); a non-loopback address needs JETRUN_HTTP_TOKENS"`
 	HTTPTokens     []string `envconfig:"HTTP_TOKENS" desc:"HTTP API bearer tokens as role=token, comma-separated; role read (lists, runs, events, UI) or write (also dispatch, cancel, signal, clear); never logged"`
-	Children       []string `envconfig:"CHILDREN" desc:"agent types to run in an in-process child pool, comma-separated (built-in: demo)"`
+	Children       []string `envconfig:"CHILDREN" desc:"built-in agent types to run in an in-process child pool, comma-separated (built-in: demo); http and exec agents join it"`
 	DemoRuns       int      `envconfig:"DEMO_RUNS" default:"0" desc:"at start, dispatch this many demo runs as a fan-out (make run uses 5)"`
 }
 
@@ -159,8 +243,10 @@ func (c *ChildWorker) Validate() error {
 	if c.URL == "" {
 		c.URL = DefaultChildNATSURL
 	}
-	if len(c.AgentTypes) == 0 {
-		errs = append(errs, errors.New("JETRUN_AGENT_TYPES must name at least one agent type"))
+	conf, err := c.Configured()
+	errs = append(errs, err)
+	if len(c.AgentTypes) == 0 && len(conf.Names()) == 0 {
+		c.AgentTypes = []string{demo.AgentType}
 	}
 	return errors.Join(errs...)
 }
@@ -197,6 +283,8 @@ func (c *ParentWorker) Validate() error {
 	}
 	tokens, err := c.Tokens()
 	errs = append(errs, err, httpapi.CheckListenAddr(c.HTTPAddr, len(tokens) > 0), c.Reconcile.validate())
+	_, err = c.Configured()
+	errs = append(errs, err)
 	return errors.Join(errs...)
 }
 

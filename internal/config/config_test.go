@@ -103,3 +103,42 @@ func TestRedactedNeverShowsSecrets(t *testing.T) {
 		t.Fatalf("redacted = %q", s)
 	}
 }
+
+func TestConfiguredAgents(t *testing.T) {
+	clearEnv(t)
+	t.Setenv("JETRUN_HTTP_AGENTS", "summarize=http://127.0.0.1:9000/run,translate=https://x.example/t")
+	t.Setenv("JETRUN_HTTP_AGENT_TOKENS", "summarize=secret")
+	t.Setenv("JETRUN_EXEC_AGENTS", "shout=/bin/sh -c cat")
+	var cfg config.ChildWorker
+	if err := config.Load(&cfg); err != nil {
+		t.Fatal(err)
+	}
+	conf, err := cfg.Configured()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if conf.HTTP["summarize"].Token != "secret" || conf.HTTP["translate"].Token != "" ||
+		conf.Exec["shout"].Path != "/bin/sh" || strings.Join(conf.Exec["shout"].Args, " ") != "-c cat" {
+		t.Fatalf("configured: %+v", conf)
+	}
+	if len(cfg.AgentTypes) != 0 {
+		t.Fatalf("agent types %v: demo is the default only without configured agents", cfg.AgentTypes)
+	}
+
+	t.Setenv("JETRUN_HTTP_AGENTS", "demo=http://x/run,bad.name=http://x,ftp=ftp://x,nourl")
+	t.Setenv("JETRUN_HTTP_AGENT_TOKENS", "other=secret")
+	t.Setenv("JETRUN_EXEC_AGENTS", "gone=/no/such/command,ftp=/bin/sh")
+	err = config.Load(&cfg)
+	if err == nil {
+		t.Fatal("bad agents accepted")
+	}
+	for _, want := range []string{"demo", "bad.name", `"ftp://x" is not an http(s) URL`, `"nourl" is not name=url`,
+		"other is not an http agent type", "/no/such/command", "ftp is defined twice"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %s", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "secret") {
+		t.Errorf("error %q shows a token", err)
+	}
+}

@@ -134,8 +134,12 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 	defer stopDeliverer() // idempotent; the normal path stops it below
 
 	var pool *worker.Worker
-	if len(cfg.Children) > 0 {
-		if pool, err = agents.StartPool(ctx, nc, cfg.Pool.WorkerConfig(cfg.Streams, logger), cfg.Children); err != nil {
+	conf, err := cfg.Configured()
+	if err != nil {
+		return err
+	}
+	if len(cfg.Children) > 0 || len(conf.Names()) > 0 {
+		if pool, err = agents.StartPool(ctx, nc, cfg.Pool.WorkerConfig(cfg.Streams, logger), cfg.Children, conf); err != nil {
 			return err
 		}
 	}

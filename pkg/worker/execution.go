@@ -286,6 +286,8 @@ func (e *execution) finish(ctx context.Context, res Result, herr error, panicked
 		e.finalize(events.StatusAborted, events.ReasonCancelled, "", nil)
 	case panicked:
 		e.finalize(events.StatusError, events.ReasonPanic, herr.Error(), nil)
+	case herr != nil && errors.Is(herr, ErrRetry):
+		e.retry(herr)
 	case herr != nil:
 		e.finalize(events.StatusError, events.ReasonHandlerError, herr.Error(), nil)
 	default:

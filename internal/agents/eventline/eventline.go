@@ -1,0 +1,245 @@
+// Package eventline is the line protocol shared by the agent types that run
+// children outside the worker process (http and exec): the request a child
+// receives, and the newline-delimited JSON events it answers with, each
+// mapped onto the run through the same worker.Run API a Go handler uses.
+//
+// An event is one JSON object per line with exactly one of these keys
+// (other keys are ignored, so events may grow fields):
+//
+//	{"chunk": <any JSON>}
+//	{"progress": {"fraction": 0.5, "phase": "…", "message": "…", "data": <any>}}
+//	{"milestone": {"name": "…", "data": <any>}}
+//	{"wait": "<signal name>"}
+//	{"result": {"summary": "…", "output": <any>}}
+//	{"error": "…", "retryable": false}
+//
+// A line that breaks this format is a FormatError: the run ends "error"
+// with the line number and the reason; it is never retried.
+package eventline
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/worker"
+)
+
+// Event kinds: the one key an event line carries.
+const (
+	KindChunk     = "chunk"
+	KindProgress  = "progress"
+	KindMilestone = "milestone"
+	KindWait      = "wait"
+	KindResult    = "result"
+	KindError     = "error"
+)
+
+var kinds = []string{KindChunk, KindProgress, KindMilestone, KindWait, KindResult, KindError}
+
+// Request is what a child receives for a run: the http type POSTs it, the
+// exec type writes it as the first line of the command's stdin.
+type Request struct {
+	RunID            string          `json:"runId"`
+	AgentType        string          `json:"agentType"`
+	Attempt          int             `json:"attempt"`
+	Input            json.RawMessage `json:"input"`
+	Milestones       []Milestone     `json:"milestones"`
+	Parent           string          `json:"parent,omitempty"`
+	ParentToolCallID string          `json:"parentToolCallId,omitempty"`
+	Depth            int             `json:"depth"`
+	// Signal is set when the request answers a wait (http: the second
+	// request of the run; exec: a later stdin line carries only it).
+	Signal *Signal `json:"signal,omitempty"`
+}
+
+// Milestone is a milestone the run already reached, by earlier attempts
+// included: a child resumes after the last one instead of redoing work.
+type Milestone struct {
+	Sequence int             `json:"sequence"`
+	Name     string          `json:"name"`
+	Data     json.RawMessage `json:"data,omitempty"`
+}
+
+// Signal is a signal a waiting child receives.
+type Signal struct {
+	Name    string          `json:"name"`
+	Payload json.RawMessage `json:"payload"`
+}
+
+// NewRequest returns the request for run as it stands now.
+func NewRequest(run *worker.Run) Request {
+	row := run.Row()
+	return Request{
+		RunID: run.ID(), AgentType: run.AgentType(), Attempt: run.Attempt(), Input: run.Input(),
+		Milestones: Milestones(run), Parent: row.Parent, ParentToolCallID: row.ParentToolCallID, Depth: row.Depth,
+	}
+}
+
+// Milestones returns the run's milestones reached so far, never nil.
+func Milestones(run *worker.Run) []Milestone {
+	ms := run.Milestones()
+	out := make([]Milestone, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, Milestone{Sequence: m.Sequence, Name: m.Name, Data: m.Data})
+	}
+	return out
+}
+
+// Event is one decoded event line.
+type Event struct {
+	Kind      string
+	Chunk     json.RawMessage
+	Progress  worker.Progress
+	Milestone struct {
+		Name string
+		Data json.RawMessage
+	}
+	Wait      string
+	Result    worker.Result
+	Error     string
+	Retryable bool
+}
+
+// FormatError is an event line that breaks the format.
+type FormatError struct {
+	Line   int    // 1-based line number in the response or output
+	Reason string // what is wrong with it
+}
+
+func (e *FormatError) Error() string { return fmt.Sprintf("line %d: %s", e.Line, e.Reason) }
+
+// Parse decodes event line number n.
+func Parse(n int, line []byte) (Event, error) {
+	bad := func(format string, args ...any) (Event, error) {
+		return Event{}, &FormatError{Line: n, Reason: fmt.Sprintf(format, args...)}
+	}
+	var fields map[string]json.RawMessage
+	if t := bytes.TrimSpace(line); len(t) == 0 || t[0] != '{' {
+		return bad("not a JSON object: %.60q", line)
+	}
+	if err := json.Unmarshal(line, &fields); err != nil {
+		return bad("not valid JSON: %v", err)
+	}
+	var present []string
+	for _, k := range kinds {
+		if _, ok := fields[k]; ok {
+			present = append(present, k)
+		}
+	}
+	if len(present) != 1 {
+		if len(present) == 0 {
+			return bad("no event key; an event line has one of %s", strings.Join(kinds, ", "))
+		}
+		return bad("more than one event key (%s); an event line has exactly one", strings.Join(present, ", "))
+	}
+	ev := Event{Kind: present[0]}
+	raw := fields[ev.Kind]
+	isNull := bytes.Equal(bytes.TrimSpace(raw), []byte("null"))
+	switch ev.Kind {
+	case KindChunk:
+		if isNull {
+			return bad(`"chunk" must not be null`)
+		}
+		ev.Chunk = raw
+	case KindProgress:
+		var p struct {
+			Fraction *float64        `json:"fraction"`
+			Phase    string          `json:"phase"`
+			Message  string          `json:"message"`
+			Data     json.RawMessage `json:"data"`
+		}
+		if isNull || json.Unmarshal(raw, &p) != nil {
+			return bad(`"progress" must be an object {"fraction": 0..1, "phase": "…", "message": "…"}`)
+		}
+		if p.Fraction != nil && (*p.Fraction < 0 || *p.Fraction > 1) {
+			return bad(`"progress.fraction" must be between 0 and 1, got %v`, *p.Fraction)
+		}
+		ev.Progress = worker.Progress{Phase: p.Phase, Message: p.Message}
+		if p.Fraction != nil {
+			ev.Progress.Fraction = *p.Fraction
+		}
+		if len(p.Data) > 0 && !bytes.Equal(p.Data, []byte("null")) {
+			ev.Progress.Data = p.Data
+		}
+	case KindMilestone:
+		var m struct {
+			Name string          `json:"name"`
+			Data json.RawMessage `json:"data"`
+		}
+		if isNull || json.Unmarshal(raw, &m) != nil {
+			return bad(`"milestone" must be an object {"name": "…", "data": …}`)
+		}
+		if m.Name == "" || len(m.Name) > worker.MaxMilestoneNameLength {
+			return bad(`"milestone.name" must be 1 to %d bytes, got %d`, worker.MaxMilestoneNameLength, len(m.Name))
+		}
+		ev.Milestone.Name = m.Name
+		if len(m.Data) > 0 && !bytes.Equal(m.Data, []byte("null")) {
+			ev.Milestone.Data = m.Data
+		}
+	case KindWait:
+		if json.Unmarshal(raw, &ev.Wait) != nil || ev.Wait == "" {
+			return bad(`"wait" must be a signal name (a string)`)
+		}
+		if err := events.ValidateSignalName(ev.Wait); err != nil {
+			return bad(`"wait": %v`, err)
+		}
+	case KindResult:
+		var r struct {
+			Summary string          `json:"summary"`
+			Output  json.RawMessage `json:"output"`
+		}
+		if isNull || json.Unmarshal(raw, &r) != nil {
+			return bad(`"result" must be an object {"summary": "…", "output": …}`)
+		}
+		ev.Result.Summary = r.Summary
+		if len(r.Output) > 0 && !bytes.Equal(r.Output, []byte("null")) {
+			ev.Result.Output = r.Output
+		}
+	case KindError:
+		if json.Unmarshal(raw, &ev.Error) != nil || ev.Error == "" {
+			return bad(`"error" must be a non-empty string`)
+		}
+		if r, ok := fields["retryable"]; ok && json.Unmarshal(r, &ev.Retryable) != nil {
+			return bad(`"retryable" must be true or false`)
+		}
+	}
+	return ev, nil
+}
+
+// Apply maps a chunk, progress or milestone event onto run. Other kinds are
+// the caller's to handle.
+func Apply(ctx context.Context, run *worker.Run, ev Event) error {
+	switch ev.Kind {
+	case KindChunk:
+		return run.Chunk(ctx, ev.Chunk)
+	case KindProgress:
+		return run.Progress(ctx, ev.Progress)
+	case KindMilestone:
+		var data any
+		if ev.Milestone.Data != nil {
+			data = ev.Milestone.Data
+		}
+		_, err := run.Milestone(ctx, ev.Milestone.Name, data)
+		return err
+	}
+	return fmt.Errorf("eventline: %s is not a run event", ev.Kind)
+}
+
+// Failure returns the error an error event ends the attempt with: the
+// child's text, marked worker.ErrRetry when it asked for a retry.
+func Failure(ev Event) error {
+	err := errors.New(ev.Error)
+	if ev.Retryable {
+		return worker.Retryable(err)
+	}
+	return err
+}
+
+// Kinds lists the event keys.
+func Kinds() []string { return slices.Clone(kinds) }

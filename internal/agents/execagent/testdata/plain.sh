@@ -1,0 +1,5 @@
+#!/bin/sh
+read -r request
+echo "one"
+echo "two"
+echo "the last line"
