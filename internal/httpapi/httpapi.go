@@ -2,7 +2,7 @@
 //
 //	GET    /healthz                       200 while NATS is connected, else 503
 //	POST   /v1/runs                       dispatch {agentType, runId?, input, detached?, ...}; ?wait=true awaits
-//	GET    /v1/runs                       run summaries, newest first: ?status=a,b&agentType=&parent=&limit=&cursor=
+//	GET    /v1/runs                       run summaries, newest first: ?status=a,b&agentType=&parent=&parentToolCallId=&limit=&cursor=
 //	GET    /v1/runs/live                  server-sent events: every run change
 //	GET    /v1/runs/{id}                  one row; 404 for an unknown or malformed id
 //	GET    /v1/runs/{id}/events           server-sent events: the run's history, then live (Last-Event-ID resumes)
@@ -245,8 +245,13 @@ func (a *api) list(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	f := runview.Filter{Statuses: statuses, AgentType: q.Get("agentType"), Parent: q.Get("parent"), Cursor: q.Get("cursor"),
-		Limit: DefaultListLimit}
+	f := runview.Filter{Statuses: statuses, AgentType: q.Get("agentType"), Parent: q.Get("parent"),
+		ParentToolCallID: q.Get("parentToolCallId"), Cursor: q.Get("cursor"), Limit: DefaultListLimit}
+	if n := len(f.ParentToolCallID); n > events.MaxParentToolCallIDLength {
+		writeError(w, http.StatusBadRequest, "bad_request",
+			fmt.Sprintf("parentToolCallId is %d characters; the limit is %d", n, events.MaxParentToolCallIDLength))
+		return
+	}
 	if f.AgentType != "" {
 		if err := events.ValidateAgentType(f.AgentType); err != nil {
 			writeError(w, http.StatusBadRequest, "bad_request", err.Error())
