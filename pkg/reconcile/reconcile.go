@@ -73,11 +73,11 @@ type Config struct {
 	// about 1⅓ intervals of the leader's death.
 	Interval time.Duration
 	// MaxBudget is a detached run's absolute budget when its dispatch sets
-	// none (default 24h).
+	// none (default 24h); negative: none.
 	MaxBudget time.Duration
 	// NoProgressBudget is a detached run's no-progress budget when its
-	// dispatch sets none (default 1h). It is armed by the run's first chunk,
-	// progress or milestone.
+	// dispatch sets none (default 1h); negative: none. It is armed by the
+	// run's first chunk, progress or milestone.
 	NoProgressBudget time.Duration
 	// StartingGrace is how long a run may stay "starting" before the
 	// reconciler checks its dispatch is still queued (default 30s).
@@ -139,8 +139,8 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("interval must be at least 10ms, got %s", c.Interval))
 	}
 	for name, d := range map[string]time.Duration{
-		"max budget": c.MaxBudget, "no-progress budget": c.NoProgressBudget, "starting grace": c.StartingGrace,
-		"lease grace": c.LeaseGrace, "retention every": c.RetentionEvery,
+		"starting grace": c.StartingGrace,
+		"lease grace":    c.LeaseGrace, "retention every": c.RetentionEvery,
 	} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s must not be negative, got %s", name, d))

@@ -224,18 +224,11 @@ func (s *sweep) overBudget(r *kv.Run, now time.Time) (reason, text string) {
 	if since.IsZero() {
 		since = r.CreatedAt
 	}
-	budget := cfg.MaxBudget
-	if ms := r.Detached.MaxBudgetMs; ms > 0 {
-		budget = time.Duration(ms) * time.Millisecond
-	}
-	if now.Sub(since) > budget {
+	if budget, on := events.Budget(r.Detached.MaxBudgetMs, cfg.MaxBudget); on && now.Sub(since) > budget {
 		return events.ReasonBudgetExceeded, fmt.Sprintf("ran past its absolute budget of %s", budget)
 	}
-	silence := cfg.NoProgressBudget
-	if ms := r.Detached.NoProgressBudgetMs; ms > 0 {
-		silence = time.Duration(ms) * time.Millisecond
-	}
-	if !r.LastSignalAt.IsZero() && r.WaitingFor == "" && now.Sub(r.LastSignalAt) > silence {
+	silence, on := events.Budget(r.Detached.NoProgressBudgetMs, cfg.NoProgressBudget)
+	if on && !r.LastSignalAt.IsZero() && r.WaitingFor == "" && now.Sub(r.LastSignalAt) > silence {
 		return events.ReasonNoProgress, fmt.Sprintf("made no progress for %s (its no-progress budget)", silence)
 	}
 	return "", ""
