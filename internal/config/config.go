@@ -88,6 +88,7 @@ type Reconcile struct {
 	FinishMaxAttempts  int           `envconfig:"FINISH_MAX_ATTEMPTS" default:"5" desc:"finish handler attempts before the finish is dead-lettered"`
 	FinishTimeout      time.Duration `envconfig:"FINISH_TIMEOUT" default:"30s" desc:"bound on one finish handler call; a crashed delivery is retried after it"`
 	FinishRetryDelay   time.Duration `envconfig:"FINISH_RETRY_DELAY" default:"1s" desc:"wait before a failed finish is retried; doubles per attempt, up to 5m"`
+	Meter              bool          `envconfig:"METER" default:"true" desc:"meter every run: publish jetrun.obs.run.started and run.finished (agent type, parent, status, attempt, duration)"`
 }
 
 // ChildWorker is the child-worker binary's configuration.

@@ -26,6 +26,7 @@ import (
 	"github.com/jetrun/jetrun/internal/natsconn"
 	"github.com/jetrun/jetrun/internal/runview"
 	"github.com/jetrun/jetrun/pkg/finish"
+	"github.com/jetrun/jetrun/pkg/meter"
 	"github.com/jetrun/jetrun/pkg/obs"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/reconcile"
@@ -133,6 +134,19 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 	}
 	defer stopDeliverer() // idempotent; the normal path stops it below
 
+	stopMeter := func() {}
+	if cfg.Meter {
+		m, err := meter.New(nc, meter.Config{Namespace: cfg.Namespace(), Streams: cfg.Options(), Logger: logger, Reporter: reporter})
+		if err != nil {
+			return err
+		}
+		if err := m.Start(ctx); err != nil {
+			return err
+		}
+		stopMeter = func() { _ = m.Stop() } // metering is at least once: events in flight are handed out again
+		defer stopMeter()                   // idempotent; the normal path stops it below
+	}
+
 	var pool *worker.Worker
 	if len(cfg.Children) > 0 {
 		if pool, err = agents.StartPool(ctx, nc, cfg.Pool.WorkerConfig(cfg.Streams, logger), cfg.Children); err != nil {
@@ -193,6 +207,7 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 		cancel()
 	}
 	stopDeliverer()
+	stopMeter()
 	rec.Stop()
 	demos.Wait()
 	if err := nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {

@@ -42,6 +42,11 @@ type StatusEvent struct {
 	Attempt           int       `json:"attempt,omitempty"`
 	Worker            string    `json:"worker,omitempty"`
 	At                time.Time `json:"at"`
+	// AgentType, Parent and StartedAt (the run's first start) let a
+	// metering consumer account for the run without reading its row.
+	AgentType string    `json:"agentType,omitempty"`
+	Parent    string    `json:"parent,omitempty"`
+	StartedAt time.Time `json:"startedAt,omitzero"`
 }
 
 // Chunk is one piece of a run's streamed output, on jetrun.run.<id>.chunk.
@@ -191,6 +196,11 @@ func MilestoneMsgID(runID string, seq int) string {
 func StatusMsgID(runID string, attempt int, s Status) string {
 	return runID + ".s." + itoa(int64(attempt)) + "." + string(s)
 }
+
+// StoppedSuffix ends the Nats-Msg-Id of the second interrupted status event
+// of an attempt, the one saying its given-up child has stopped:
+// StatusMsgID(id, attempt, StatusInterrupted) + StoppedSuffix.
+const StoppedSuffix = ".stopped"
 
 // ChunkMsgID is the Nats-Msg-Id of a run's chunk with sequence seq.
 func ChunkMsgID(runID string, seq int64) string { return runID + ".c." + itoa(seq) }

@@ -143,6 +143,9 @@ func (r *Run) StatusEvent(worker string) events.StatusEvent {
 		ChildStillRunning: r.ChildStillRunning,
 		Attempt:           r.Attempt,
 		At:                time.Now(),
+		AgentType:         r.AgentType,
+		Parent:            r.Parent,
+		StartedAt:         r.StartedAt,
 	}
 	if r.Status == events.StatusRunning {
 		ev.Worker = worker

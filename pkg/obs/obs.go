@@ -25,6 +25,10 @@ const (
 	BudgetExceeded   = "budget.exceeded"
 	LeaderAcquired   = "reconcile.leader"
 	RunCascadeCancel = "run.cancelled"
+	// RunStarted and RunFinished meter every run's starts (one per
+	// attempt) and finishes (package meter).
+	RunStarted  = "run.started"
+	RunFinished = "run.finished"
 )
 
 // Event is the JSON body published on jetrun.obs.<event>.
