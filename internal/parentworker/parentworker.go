@@ -84,17 +84,18 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 	reporter := obs.New(nc, cfg.Namespace(), logger, "parent-worker")
 
 	rec, err := reconcile.New(nc, reconcile.Config{
-		ID:               cfg.WorkerID,
-		Namespace:        cfg.Namespace(),
-		Streams:          cfg.Options(),
-		Interval:         cfg.ReconcileInterval,
-		MaxBudget:        cfg.DetachedMaxBudget,
-		NoProgressBudget: cfg.DetachedNoProgress,
-		MaxRedispatches:  cfg.MaxRedispatches,
-		Retention:        retention(cfg.Retention),
-		MaxDepth:         cfg.MaxDepth,
-		Logger:           logger,
-		Reporter:         reporter,
+		ID:                 cfg.WorkerID,
+		Namespace:          cfg.Namespace(),
+		Streams:            cfg.Options(),
+		Interval:           cfg.ReconcileInterval,
+		MaxBudget:          cfg.DetachedMaxBudget,
+		NoProgressBudget:   cfg.DetachedNoProgress,
+		MaxRedispatches:    cfg.MaxRedispatches,
+		FinishUnservedWait: cfg.FinishUnservedWait,
+		Retention:          retention(cfg.Retention),
+		MaxDepth:           cfg.MaxDepth,
+		Logger:             logger,
+		Reporter:           reporter,
 	})
 	if err != nil {
 		return err
