@@ -60,6 +60,7 @@ type Streams struct {
 	DedupWindow  time.Duration `envconfig:"DEDUP_WINDOW" default:"2m" desc:"dedup window of the dispatch stream when created"`
 	EventsMaxAge time.Duration `envconfig:"EVENTS_MAX_AGE" default:"168h" desc:"how long run events are kept for replay, when created"`
 	DLQMaxAge    time.Duration `envconfig:"DLQ_MAX_AGE" default:"720h" desc:"how long dead letters are kept, when created"`
+	FinishMaxAge time.Duration `envconfig:"FINISH_MAX_AGE" default:"168h" desc:"how long a finish waits in the finish stream for a deliverer, when created (an owed one is published again)"`
 }
 
 // Reattach holds how long a caller awaiting a run (parent.Client.Await
@@ -105,6 +106,8 @@ type Reconcile struct {
 	FinishMaxAttempts  int           `envconfig:"FINISH_MAX_ATTEMPTS" default:"5" desc:"finish handler attempts before the finish is dead-lettered"`
 	FinishTimeout      time.Duration `envconfig:"FINISH_TIMEOUT" default:"30s" desc:"bound on one finish handler call; a crashed delivery is retried after it"`
 	FinishRetryDelay   time.Duration `envconfig:"FINISH_RETRY_DELAY" default:"1s" desc:"wait before a failed finish is retried; doubles per attempt, up to 5m"`
+	FinishUnservedWait time.Duration `envconfig:"FINISH_UNSERVED_WAIT" default:"24h" desc:"a finish no deliverer takes (nothing serves its handler) is dead-lettered after this long; after a minute the row and jetrun.obs.finish.unserved say so"`
+	Meter              bool          `envconfig:"METER" default:"true" desc:"meter every run: publish jetrun.obs.run.started and run.finished (agent type, parent, status, attempt, duration)"`
 }
 
 // Agents holds the agent types defined by configuration: http agents hand
@@ -319,7 +322,7 @@ func (r Reconcile) validate() error {
 	for name, d := range map[string]time.Duration{
 		"JETRUN_RETENTION": r.Retention, "JETRUN_DETACHED_MAX_BUDGET": r.DetachedMaxBudget,
 		"JETRUN_DETACHED_NO_PROGRESS_BUDGET": r.DetachedNoProgress, "JETRUN_FINISH_TIMEOUT": r.FinishTimeout,
-		"JETRUN_FINISH_RETRY_DELAY": r.FinishRetryDelay,
+		"JETRUN_FINISH_RETRY_DELAY": r.FinishRetryDelay, "JETRUN_FINISH_UNSERVED_WAIT": r.FinishUnservedWait,
 	} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s must not be negative, got %s", name, d))
@@ -402,7 +405,8 @@ func (s Streams) Namespace() events.Namespace { return events.Namespace(s.Prefix
 
 // Options returns the stream options.
 func (s Streams) Options() events.StreamOptions {
-	return events.StreamOptions{Replicas: s.Replicas, DedupWindow: s.DedupWindow, EventsMaxAge: s.EventsMaxAge, DLQMaxAge: s.DLQMaxAge}
+	return events.StreamOptions{Replicas: s.Replicas, DedupWindow: s.DedupWindow, EventsMaxAge: s.EventsMaxAge, DLQMaxAge: s.DLQMaxAge,
+		FinishMaxAge: s.FinishMaxAge}
 }
 
 // WorkerConfig returns the child runtime configuration of the pool.

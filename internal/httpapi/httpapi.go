@@ -2,7 +2,7 @@
 //
 //	GET    /healthz                       200 while NATS is connected and JetStream answers, else 503 with the reason
 //	POST   /v1/runs                       dispatch {agentType, runId?, input, detached?, ...}; ?wait=true awaits
-//	GET    /v1/runs                       run summaries, newest first: ?status=a,b&agentType=&parent=&limit=&cursor=
+//	GET    /v1/runs                       run summaries, newest first: ?status=a,b&agentType=&parent=&parentToolCallId=&limit=&cursor=
 //	GET    /v1/runs/live                  server-sent events: every run change
 //	GET    /v1/runs/{id}                  one row; 404 for an unknown or malformed id
 //	GET    /v1/runs/{id}/events           server-sent events: the run's history, then live (Last-Event-ID resumes)
@@ -299,8 +299,11 @@ func listFilter(r *http.Request) (runview.Filter, error) {
 		return runview.Filter{}, err
 	}
 	q := r.URL.Query()
-	f := runview.Filter{Statuses: statuses, AgentType: q.Get("agentType"), Parent: q.Get("parent"), Cursor: q.Get("cursor"),
-		Limit: DefaultListLimit}
+	f := runview.Filter{Statuses: statuses, AgentType: q.Get("agentType"), Parent: q.Get("parent"),
+		ParentToolCallID: q.Get("parentToolCallId"), Cursor: q.Get("cursor"), Limit: DefaultListLimit}
+	if n := len(f.ParentToolCallID); n > events.MaxParentToolCallIDLength {
+		return runview.Filter{}, fmt.Errorf("parentToolCallId is %d characters; the limit is %d", n, events.MaxParentToolCallIDLength)
+	}
 	if f.AgentType != "" {
 		if err := events.ValidateAgentType(f.AgentType); err != nil {
 			return runview.Filter{}, err

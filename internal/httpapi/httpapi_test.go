@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -702,4 +703,43 @@ func TestPageEmbedsTheRunsList(t *testing.T) {
 	if _, p := page("/runs/p1"); p != nil {
 		t.Fatalf("a run page embeds %+v", p)
 	}
+}
+
+// ?parentToolCallId= lists the runs one tool call of a parent dispatched,
+// like getRunsForToolCall, alone or with the other filters.
+func TestListFiltersByParentToolCall(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for i, call := range []string{"call-a", "call-a", "call-b", ""} {
+		body := fmt.Sprintf(`{"agentType":"demo","runId":"tc%d","parent":"boss","parentToolCallId":%q,"depth":1,"input":{"steps":1,"stepMs":0}}`, i, call)
+		wantStatus(t, do(t, "POST", b.url+"/v1/runs", body, nil), 201)
+	}
+	var page struct {
+		Runs  []kv.Run
+		Total int
+	}
+	ids := func() []string {
+		var out []string
+		for _, r := range page.Runs {
+			out = append(out, r.ID)
+		}
+		slices.Sort(out)
+		return out
+	}
+	wantStatus(t, do(t, "GET", b.url+"/v1/runs?parentToolCallId=call-a", "", &page), 200)
+	if got := ids(); page.Total != 2 || !slices.Equal(got, []string{"tc0", "tc1"}) {
+		t.Fatalf("call-a: %d %v", page.Total, got)
+	}
+	page.Runs = nil
+	wantStatus(t, do(t, "GET", b.url+"/v1/runs?parent=boss&parentToolCallId=call-b", "", &page), 200)
+	if got := ids(); page.Total != 1 || !slices.Equal(got, []string{"tc2"}) {
+		t.Fatalf("boss, call-b: %d %v", page.Total, got)
+	}
+	page.Runs = nil
+	wantStatus(t, do(t, "GET", b.url+"/v1/runs?parentToolCallId=nobody", "", &page), 200)
+	if page.Total != 0 || len(page.Runs) != 0 {
+		t.Fatalf("an unknown tool call: %+v", page)
+	}
+	var body struct{ Code string }
+	wantStatus(t, do(t, "GET", b.url+"/v1/runs?parentToolCallId="+strings.Repeat("x", events.MaxParentToolCallIDLength+1), "", &body), 400)
 }

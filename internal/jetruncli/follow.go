@@ -25,6 +25,7 @@ func (c *cli) dispatchCmd(fs *flag.FlagSet) func(context.Context, []string) (int
 	wait := fs.Bool("wait", false, "wait for the outcome, showing progress live; the exit code reflects it")
 	runID := fs.String("run-id", "", "the run id (default: a new random one); the same id never runs twice")
 	parentID := fs.String("parent", "", "the run that dispatches this one")
+	toolCall := fs.String("tool-call-id", "", "the parent's tool call that dispatches this run (parentToolCallId)")
 	onFinish := fs.String("on-finish", "", "make the run detached with this finish handler")
 	return func(ctx context.Context, args []string) (int, error) {
 		if len(args) != 2 {
@@ -34,7 +35,8 @@ func (c *cli) dispatchCmd(fs *flag.FlagSet) func(context.Context, []string) (int
 		if err != nil {
 			return 0, err
 		}
-		req := parent.Request{AgentType: args[0], RunID: *runID, Input: input, Parent: *parentID}
+		req := parent.Request{AgentType: args[0], RunID: *runID, Input: input, Parent: *parentID,
+			ParentToolCallID: *toolCall}
 		if *parentID != "" {
 			p, err := c.client.Inspect(ctx, *parentID)
 			if err != nil {

@@ -40,9 +40,9 @@ const (
 const usage = `jetrun: dispatch, watch and steer jetrun runs.
 
 Usage:
-  jetrun dispatch [--wait] [--run-id ID] [--parent ID] [--on-finish HANDLER] [--json] TYPE INPUT
+  jetrun dispatch [--wait] [--run-id ID] [--parent ID] [--tool-call-id ID] [--on-finish HANDLER] [--json] TYPE INPUT
   jetrun get [--json] ID
-  jetrun ls [--status S[,S]] [--type TYPE] [--parent ID] [--limit N] [--json]
+  jetrun ls [--status S[,S]] [--type TYPE] [--parent ID] [--tool-call-id ID] [--limit N] [--json]
   jetrun replay [--follow] [--after SEQ] [--json] ID
   jetrun cancel [--reason TEXT] [--json] ID
   jetrun signal [--json] ID NAME [PAYLOAD]
@@ -259,6 +259,7 @@ func (c *cli) lsCmd(fs *flag.FlagSet) func(context.Context, []string) (int, erro
 	status := fs.String("status", "", "only runs in these statuses (comma-separated)")
 	agentType := fs.String("type", "", "only runs of this agent type")
 	parentID := fs.String("parent", "", "only children of this run")
+	toolCall := fs.String("tool-call-id", "", "only runs dispatched by this tool call of their parent (parentToolCallId)")
 	limit := fs.Int("limit", 50, "at most this many runs")
 	return func(ctx context.Context, args []string) (int, error) {
 		if len(args) != 0 {
@@ -274,7 +275,8 @@ func (c *cli) lsCmd(fs *flag.FlagSet) func(context.Context, []string) (int, erro
 		}
 		var out []*kv.Run
 		for _, r := range rows {
-			if (*agentType == "" || r.AgentType == *agentType) && (*parentID == "" || r.Parent == *parentID) {
+			if (*agentType == "" || r.AgentType == *agentType) && (*parentID == "" || r.Parent == *parentID) &&
+				(*toolCall == "" || r.ParentToolCallID == *toolCall) {
 				out = append(out, r)
 			}
 		}

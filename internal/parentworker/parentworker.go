@@ -26,6 +26,7 @@ import (
 	"github.com/jetrun/jetrun/internal/natsconn"
 	"github.com/jetrun/jetrun/internal/runview"
 	"github.com/jetrun/jetrun/pkg/finish"
+	"github.com/jetrun/jetrun/pkg/meter"
 	"github.com/jetrun/jetrun/pkg/obs"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/reconcile"
@@ -83,17 +84,18 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 	reporter := obs.New(nc, cfg.Namespace(), logger, "parent-worker")
 
 	rec, err := reconcile.New(nc, reconcile.Config{
-		ID:               cfg.WorkerID,
-		Namespace:        cfg.Namespace(),
-		Streams:          cfg.Options(),
-		Interval:         cfg.ReconcileInterval,
-		MaxBudget:        cfg.DetachedMaxBudget,
-		NoProgressBudget: cfg.DetachedNoProgress,
-		MaxRedispatches:  cfg.MaxRedispatches,
-		Retention:        retention(cfg.Retention),
-		MaxDepth:         cfg.MaxDepth,
-		Logger:           logger,
-		Reporter:         reporter,
+		ID:                 cfg.WorkerID,
+		Namespace:          cfg.Namespace(),
+		Streams:            cfg.Options(),
+		Interval:           cfg.ReconcileInterval,
+		MaxBudget:          cfg.DetachedMaxBudget,
+		NoProgressBudget:   cfg.DetachedNoProgress,
+		MaxRedispatches:    cfg.MaxRedispatches,
+		FinishUnservedWait: cfg.FinishUnservedWait,
+		Retention:          retention(cfg.Retention),
+		MaxDepth:           cfg.MaxDepth,
+		Logger:             logger,
+		Reporter:           reporter,
 	})
 	if err != nil {
 		return err
@@ -132,6 +134,19 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 		_ = deliverer.Shutdown(dctx) // in-flight deliveries finish, or are retried later
 	}
 	defer stopDeliverer() // idempotent; the normal path stops it below
+
+	stopMeter := func() {}
+	if cfg.Meter {
+		m, err := meter.New(nc, meter.Config{Namespace: cfg.Namespace(), Streams: cfg.Options(), Logger: logger, Reporter: reporter})
+		if err != nil {
+			return err
+		}
+		if err := m.Start(ctx); err != nil {
+			return err
+		}
+		stopMeter = func() { _ = m.Stop() } // metering is at least once: events in flight are handed out again
+		defer stopMeter()                   // idempotent; the normal path stops it below
+	}
 
 	var pool *worker.Worker
 	conf, err := cfg.Configured()
@@ -201,6 +216,7 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 		cancel()
 	}
 	stopDeliverer()
+	stopMeter()
 	rec.Stop()
 	demos.Wait()
 	if err := nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {

@@ -319,7 +319,9 @@ type Filter struct {
 	Statuses  []events.Status
 	AgentType string
 	Parent    string
-	Limit     int
+	// ParentToolCallID selects the runs one tool call of a parent dispatched.
+	ParentToolCallID string
+	Limit            int
 	// Cursor continues a listing after the last run of the previous page.
 	Cursor string
 }
@@ -349,7 +351,8 @@ func (v *View) List(f Filter) (Page, error) {
 	for _, s := range v.runs {
 		if len(f.Statuses) > 0 && !slices.Contains(f.Statuses, s.Status) ||
 			f.AgentType != "" && s.AgentType != f.AgentType ||
-			f.Parent != "" && s.Parent != f.Parent {
+			f.Parent != "" && s.Parent != f.Parent ||
+			f.ParentToolCallID != "" && s.ParentToolCallID != f.ParentToolCallID {
 			continue
 		}
 		out = append(out, s)

@@ -79,12 +79,6 @@ func (d *Dispatch) Validate() error {
 				errs = append(errs, fmt.Errorf(`"detached.onFinish": %w`, err))
 			}
 		}
-		if det.MaxBudgetMs < 0 {
-			errs = append(errs, fmt.Errorf(`"detached.maxBudgetMs" must not be negative, got %d`, det.MaxBudgetMs))
-		}
-		if det.NoProgressBudgetMs < 0 {
-			errs = append(errs, fmt.Errorf(`"detached.noProgressBudgetMs" must not be negative, got %d`, det.NoProgressBudgetMs))
-		}
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %w", ErrBadDispatch, errors.Join(errs...))

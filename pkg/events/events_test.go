@@ -165,3 +165,32 @@ func FuzzValidateID(f *testing.F) {
 		}
 	})
 }
+
+// An explicit 0 (or any negative) budget decodes as BudgetNever; an absent
+// one stays 0, the default.
+func TestDetachedBudgetsZeroMeansNever(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		payload         string
+		wantMax, wantNP int64
+	}{
+		{`{"input":1,"detached":{"onFinish":"h"}}`, 0, 0},
+		{`{"input":1,"detached":{"maxBudgetMs":0,"noProgressBudgetMs":0}}`, events.BudgetNever, events.BudgetNever},
+		{`{"input":1,"detached":{"noProgressBudgetMs":0}}`, 0, events.BudgetNever},
+		{`{"input":1,"detached":{"maxBudgetMs":-5,"noProgressBudgetMs":-1}}`, events.BudgetNever, events.BudgetNever},
+		{`{"input":1,"detached":{"maxBudgetMs":60000,"noProgressBudgetMs":10000}}`, 60000, 10000},
+	}
+	for _, tt := range tests {
+		d, err := events.DecodeDispatch([]byte(tt.payload))
+		if err != nil {
+			t.Fatalf("%s: %v", tt.payload, err)
+		}
+		if d.Detached.MaxBudgetMs != tt.wantMax || d.Detached.NoProgressBudgetMs != tt.wantNP {
+			t.Errorf("%s: %+v", tt.payload, d.Detached)
+		}
+	}
+	_, err := events.DecodeDispatch([]byte(`{"input":1,"detached":{"maxBudgetMs":"soon"}}`))
+	if !errors.Is(err, events.ErrBadDispatch) || !strings.Contains(err.Error(), `"detached.maxBudgetMs" must be an integer`) {
+		t.Fatalf("a string budget: %v", err)
+	}
+}

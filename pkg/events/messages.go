@@ -42,6 +42,11 @@ type StatusEvent struct {
 	Attempt           int       `json:"attempt,omitempty"`
 	Worker            string    `json:"worker,omitempty"`
 	At                time.Time `json:"at"`
+	// AgentType, Parent and StartedAt (the run's first start) let a
+	// metering consumer account for the run without reading its row.
+	AgentType string    `json:"agentType,omitempty"`
+	Parent    string    `json:"parent,omitempty"`
+	StartedAt time.Time `json:"startedAt,omitzero"`
 }
 
 // Chunk is one piece of a run's streamed output, on jetrun.run.<id>.chunk.
@@ -99,10 +104,60 @@ type SignalEvent struct {
 const MaxSignalBytes = 64 << 10
 
 // Detached holds the settings of a detached run.
+//
+// Each budget is in milliseconds: a positive value is the budget, 0 (the Go
+// zero value) takes the reconciler's default, and BudgetNever (any negative
+// value) disables it. On the wire an explicit 0 disables the budget too and
+// decodes as BudgetNever, while an absent field takes the default.
 type Detached struct {
-	OnFinish           string `json:"onFinish,omitempty"`
-	MaxBudgetMs        int64  `json:"maxBudgetMs,omitempty"`
-	NoProgressBudgetMs int64  `json:"noProgressBudgetMs,omitempty"`
+	OnFinish string `json:"onFinish,omitempty"`
+	// MaxBudgetMs bounds the run's whole life, from its start.
+	MaxBudgetMs int64 `json:"maxBudgetMs,omitempty"`
+	// NoProgressBudgetMs bounds the silence between the run's signs of
+	// progress (chunks, progress, milestones), armed by the first one.
+	NoProgressBudgetMs int64 `json:"noProgressBudgetMs,omitempty"`
+}
+
+// BudgetNever, as Detached.MaxBudgetMs or Detached.NoProgressBudgetMs,
+// disables that budget: the run is never given up for it.
+const BudgetNever int64 = -1
+
+// UnmarshalJSON decodes d, mapping a budget written as 0 or any negative
+// number to BudgetNever: "noProgressBudgetMs": 0 means no budget, while a
+// budget that is absent takes the default.
+func (d *Detached) UnmarshalJSON(data []byte) error {
+	type plain Detached
+	var p plain
+	if err := json.Unmarshal(data, &p); err != nil {
+		return err
+	}
+	var present struct {
+		MaxBudgetMs        *int64 `json:"maxBudgetMs"`
+		NoProgressBudgetMs *int64 `json:"noProgressBudgetMs"`
+	}
+	if err := json.Unmarshal(data, &present); err != nil {
+		return err
+	}
+	if present.MaxBudgetMs != nil && *present.MaxBudgetMs <= 0 {
+		p.MaxBudgetMs = BudgetNever
+	}
+	if present.NoProgressBudgetMs != nil && *present.NoProgressBudgetMs <= 0 {
+		p.NoProgressBudgetMs = BudgetNever
+	}
+	*d = Detached(p)
+	return nil
+}
+
+// Budget returns the budget ms sets given the default def, and false when
+// ms disables it (BudgetNever or any negative value).
+func Budget(ms int64, def time.Duration) (time.Duration, bool) {
+	switch {
+	case ms > 0:
+		return time.Duration(ms) * time.Millisecond, true
+	case ms < 0:
+		return 0, false
+	}
+	return def, def > 0
 }
 
 // Finish tells a finish handler how a detached run ended (or was given
@@ -141,6 +196,11 @@ func MilestoneMsgID(runID string, seq int) string {
 func StatusMsgID(runID string, attempt int, s Status) string {
 	return runID + ".s." + itoa(int64(attempt)) + "." + string(s)
 }
+
+// StoppedSuffix ends the Nats-Msg-Id of the second interrupted status event
+// of an attempt, the one saying its given-up child has stopped:
+// StatusMsgID(id, attempt, StatusInterrupted) + StoppedSuffix.
+const StoppedSuffix = ".stopped"
 
 // ChunkMsgID is the Nats-Msg-Id of a run's chunk with sequence seq.
 func ChunkMsgID(runID string, seq int64) string { return runID + ".c." + itoa(seq) }

@@ -67,6 +67,13 @@ func (ns Namespace) RunsBucket() string { return ns.Prefix() + "_runs" }
 // concurrency slots and the reconciler's leader lease (jetrun_active).
 func (ns Namespace) ActiveBucket() string { return ns.Prefix() + "_active" }
 
+// StatusWildcard matches every run's status subject.
+func (ns Namespace) StatusWildcard() string { return ns.Prefix() + ".run.*." + KindStatus }
+
+// MeterConsumer is the durable consumer on the events stream that meters
+// runs (package meter), shared by every metering process.
+const MeterConsumer = "meter"
+
 // CancelWildcard matches every run's cancel subject (jetrun.run.*.cancel).
 func (ns Namespace) CancelWildcard() string { return ns.Prefix() + ".run.*." + KindCancel }
 

@@ -17,6 +17,7 @@ const (
 	DefaultDedupWindow  = 2 * time.Minute
 	DefaultEventsMaxAge = 7 * 24 * time.Hour
 	DefaultDLQMaxAge    = 30 * 24 * time.Hour
+	DefaultFinishMaxAge = 7 * 24 * time.Hour
 )
 
 // StreamOptions tunes the streams jetrun creates. Zero values mean the
@@ -33,6 +34,10 @@ type StreamOptions struct {
 	EventsMaxAge time.Duration
 	// DLQMaxAge is how long dead-lettered messages are kept.
 	DLQMaxAge time.Duration
+	// FinishMaxAge bounds how long a finish waits in the finish stream
+	// for a deliverer. The reconciler publishes a lost or expired one
+	// again while it is owed, and dead-letters a finish nobody takes.
+	FinishMaxAge time.Duration
 }
 
 func (o StreamOptions) withDefaults() StreamOptions {
@@ -40,6 +45,7 @@ func (o StreamOptions) withDefaults() StreamOptions {
 	o.DedupWindow = cmp.Or(o.DedupWindow, DefaultDedupWindow)
 	o.EventsMaxAge = cmp.Or(o.EventsMaxAge, DefaultEventsMaxAge)
 	o.DLQMaxAge = cmp.Or(o.DLQMaxAge, DefaultDLQMaxAge)
+	o.FinishMaxAge = cmp.Or(o.FinishMaxAge, DefaultFinishMaxAge)
 	return o
 }
 
@@ -57,6 +63,9 @@ func (o StreamOptions) Validate() error {
 	}
 	if o.DLQMaxAge < 0 {
 		errs = append(errs, fmt.Errorf("dead-letter max age must not be negative, got %s", o.DLQMaxAge))
+	}
+	if o.FinishMaxAge < 0 {
+		errs = append(errs, fmt.Errorf("finish max age must not be negative, got %s", o.FinishMaxAge))
 	}
 	return errors.Join(errs...)
 }
@@ -94,7 +103,8 @@ func StreamConfigs(ns Namespace, o StreamOptions) []jetstream.StreamConfig {
 			Retention:   jetstream.WorkQueuePolicy,
 			Storage:     jetstream.FileStorage,
 			Replicas:    o.Replicas,
-			Duplicates:  o.DedupWindow,
+			MaxAge:      o.FinishMaxAge,
+			Duplicates:  min(o.DedupWindow, o.FinishMaxAge),
 			AllowDirect: true,
 		},
 		{

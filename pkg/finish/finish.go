@@ -400,6 +400,7 @@ func (d *Deliverer) claim(ctx context.Context, log *slog.Logger, msg jetstream.M
 		}
 		nfs.Attempts++
 		nfs.ClaimedBy, nfs.ClaimedUntil = d.cfg.ID, now.Add(d.cfg.Timeout+time.Second)
+		nfs.UnservedSince = time.Time{} // its handler is served after all
 		newRev, err := d.store.Update(ctx, next, rev)
 		if err != nil {
 			if errors.Is(err, kv.ErrConflict) {

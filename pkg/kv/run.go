@@ -129,7 +129,8 @@ func (r *Run) Clone() *Run {
 	return &c
 }
 
-// Failure is how a parent sees a run that did not complete.
+// Failure is how a parent sees a run that did not complete. Its JSON form
+// carries "reason" and "childStillRunning" only for an interrupted run.
 type Failure struct {
 	RunID             string        `json:"runId"`
 	OK                bool          `json:"ok"`
@@ -138,6 +139,28 @@ type Failure struct {
 	Retryable         bool          `json:"retryable"`
 	Reason            string        `json:"reason,omitempty"`
 	ChildStillRunning bool          `json:"childStillRunning"`
+}
+
+// MarshalJSON writes f with "reason" and "childStillRunning" only when f is
+// an interrupted failure: they say why a run was given up and whether its
+// child goes on, which means nothing for error or aborted (whose cause is
+// in "error").
+func (f Failure) MarshalJSON() ([]byte, error) {
+	type plain struct {
+		RunID             string        `json:"runId"`
+		OK                bool          `json:"ok"`
+		Status            events.Status `json:"status"`
+		Message           string        `json:"error,omitempty"`
+		Retryable         bool          `json:"retryable"`
+		Reason            string        `json:"reason,omitempty"`
+		ChildStillRunning *bool         `json:"childStillRunning,omitempty"`
+	}
+	p := plain{RunID: f.RunID, OK: f.OK, Status: f.Status, Message: f.Message, Retryable: f.Retryable}
+	if f.Status == events.StatusInterrupted {
+		still := f.ChildStillRunning
+		p.Reason, p.ChildStillRunning = f.Reason, &still
+	}
+	return json.Marshal(p)
 }
 
 // Error implements error.

@@ -35,6 +35,14 @@ type FinishState struct {
 	// FailedAt is set when delivery was given up and the finish
 	// dead-lettered.
 	FailedAt time.Time `json:"failedAt,omitzero"`
+	// Seq is the finish stream sequence of the copy the reconciler last
+	// found or published: while it is still in the stream no other copy
+	// is published, so one copy per run and status waits for a deliverer.
+	Seq uint64 `json:"seq,omitempty"`
+	// UnservedSince is set by the reconciler when no deliverer has taken
+	// the finish for a while and none follows its handler: the handler has
+	// not been seen. A deliverer's claim clears it.
+	UnservedSince time.Time `json:"unservedSince,omitzero"`
 }
 
 // End moves r to a final status, releases its lease and, for a detached run
@@ -143,6 +151,9 @@ func (r *Run) StatusEvent(worker string) events.StatusEvent {
 		ChildStillRunning: r.ChildStillRunning,
 		Attempt:           r.Attempt,
 		At:                time.Now(),
+		AgentType:         r.AgentType,
+		Parent:            r.Parent,
+		StartedAt:         r.StartedAt,
 	}
 	if r.Status == events.StatusRunning {
 		ev.Worker = worker
@@ -213,18 +224,27 @@ func PublishStatus(ctx context.Context, js jetstream.JetStream, ns events.Namesp
 // PublishFinish publishes the finish of r for status s, deduplicated by
 // Nats-Msg-Id <runId>.<status>.
 func PublishFinish(ctx context.Context, js jetstream.JetStream, ns events.Namespace, r *Run, s events.Status) error {
+	_, err := PublishFinishAck(ctx, js, ns, r, s)
+	return err
+}
+
+// PublishFinishAck is PublishFinish returning the stream's answer (nil if r
+// owes no finish for s): within the dedup window a copy already stored
+// answers Duplicate with that copy's sequence.
+func PublishFinishAck(ctx context.Context, js jetstream.JetStream, ns events.Namespace, r *Run, s events.Status) (*jetstream.PubAck, error) {
 	f, ok := r.FinishMessage(s)
 	if !ok {
-		return nil
+		return nil, nil
 	}
 	data, err := json.Marshal(f)
 	if err != nil {
-		return fmt.Errorf("kv: encode finish of run %s: %w", r.ID, err)
+		return nil, fmt.Errorf("kv: encode finish of run %s: %w", r.ID, err)
 	}
-	if _, err := js.Publish(ctx, ns.FinishSubject(f.Handler), data, jetstream.WithMsgID(events.FinishMsgID(r.ID, s))); err != nil {
-		return fmt.Errorf("kv: publish %s finish of run %s: %w", s, r.ID, err)
+	ack, err := js.Publish(ctx, ns.FinishSubject(f.Handler), data, jetstream.WithMsgID(events.FinishMsgID(r.ID, s)))
+	if err != nil {
+		return nil, fmt.Errorf("kv: publish %s finish of run %s: %w", s, r.ID, err)
 	}
-	return nil
+	return ack, nil
 }
 
 // RequestCancel records a cancel on r, as a Mutate function would: it

@@ -17,14 +17,21 @@ import (
 
 // The events jetrun reports.
 const (
-	ReconcileBegin   = "reconcile.begin"
-	RunRecovered     = "run.recovered"
-	FinishDelivered  = "finish.delivered"
-	FinishFailed     = "finish.failed"
-	FinishRetry      = "finish.retry"
+	ReconcileBegin  = "reconcile.begin"
+	RunRecovered    = "run.recovered"
+	FinishDelivered = "finish.delivered"
+	FinishFailed    = "finish.failed"
+	FinishRetry     = "finish.retry"
+	// FinishUnserved: no deliverer has taken a finish and none follows
+	// its handler.
+	FinishUnserved   = "finish.unserved"
 	BudgetExceeded   = "budget.exceeded"
 	LeaderAcquired   = "reconcile.leader"
 	RunCascadeCancel = "run.cancelled"
+	// RunStarted and RunFinished meter every run's starts (one per
+	// attempt) and finishes (package meter).
+	RunStarted  = "run.started"
+	RunFinished = "run.finished"
 )
 
 // Event is the JSON body published on jetrun.obs.<event>.

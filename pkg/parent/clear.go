@@ -44,8 +44,9 @@ func (f ClearFilter) match(r *kv.Run, now time.Time) bool {
 }
 
 // Clear removes the runs the filter selects: live ones are cancelled first
-// (with their descendants) and given up to 10 s to stop; then each run's
-// events, row and index entries are erased. A cleared run's finish may or
+// (with their descendants) and given up to 10 s to stop; when a meter runs
+// (package meter), Clear gives it up to 5 s to handle the runs' last status
+// events; then each run's events, row and index entries are erased. A cleared run's finish may or
 // may not have been delivered. It returns how many runs were erased.
 func (c *Client) Clear(ctx context.Context, f ClearFilter) (int, error) {
 	if len(f.Statuses) == 0 && f.OlderThan <= 0 && !f.All {
@@ -71,6 +72,7 @@ func (c *Client) Clear(ctx context.Context, f ClearFilter) (int, error) {
 		}
 	}
 	c.waitStopped(ctx, live)
+	c.waitMetered(ctx, rows)
 	n := 0
 	for _, r := range rows {
 		cur, _, err := c.store.Get(ctx, r.ID)
@@ -87,6 +89,46 @@ func (c *Client) Clear(ctx context.Context, f ClearFilter) (int, error) {
 	}
 	c.log.InfoContext(ctx, "cleared runs", "count", n)
 	return n, nil
+}
+
+// meterWait bounds how long Clear waits for the meter to handle the runs'
+// last status events before it erases them.
+const meterWait = 5 * time.Second
+
+// waitMetered waits, up to meterWait, until the meter's consumer (package
+// meter), if there is one, has handled the last status event of each run,
+// so a cleared run's finish (aborted, for a run the clear cancelled) is
+// metered before its events are erased.
+func (c *Client) waitMetered(ctx context.Context, rows []*kv.Run) {
+	if len(rows) == 0 {
+		return
+	}
+	ns := c.cfg.Namespace
+	cons, err := c.js.Consumer(ctx, ns.EventsStream(), events.MeterConsumer)
+	if err != nil {
+		return // nobody meters
+	}
+	var last uint64
+	for _, r := range rows {
+		if msg, err := c.eventsStream.GetLastMsgForSubject(ctx, ns.RunSubject(r.ID, events.KindStatus)); err == nil {
+			last = max(last, msg.Sequence)
+		}
+	}
+	deadline := time.Now().Add(meterWait)
+	for ctx.Err() == nil {
+		info, err := cons.Info(ctx)
+		if err != nil || info.AckFloor.Stream >= last || !time.Now().Before(deadline) {
+			if err == nil && info.AckFloor.Stream < last {
+				c.log.WarnContext(ctx, "clearing runs the meter has not handled yet", "meter_ack_floor", info.AckFloor.Stream,
+					"last_status_seq", last)
+			}
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // waitStopped waits, up to clearWait, until none of the runs is live.

@@ -51,6 +51,12 @@ const (
 	DefaultMaxRedispatches  = 3
 	DefaultRetention        = 7 * 24 * time.Hour
 	DefaultParallelism      = 16
+	// DefaultFinishUnservedAfter is how long a finish may wait untaken
+	// before a handler nobody follows is reported.
+	DefaultFinishUnservedAfter = time.Minute
+	// DefaultFinishUnservedWait is how long a finish may wait untaken,
+	// with no deliverer following its handler, before it is dead-lettered.
+	DefaultFinishUnservedWait = 24 * time.Hour
 )
 
 // orphanGrace is how old an index entry without a row must be before it is
@@ -74,11 +80,11 @@ type Config struct {
 	// about 1⅓ intervals of the leader's death.
 	Interval time.Duration
 	// MaxBudget is a detached run's absolute budget when its dispatch sets
-	// none (default 24h).
+	// none (default 24h); negative: none.
 	MaxBudget time.Duration
 	// NoProgressBudget is a detached run's no-progress budget when its
-	// dispatch sets none (default 1h). It is armed by the run's first chunk,
-	// progress or milestone.
+	// dispatch sets none (default 1h); negative: none. It is armed by the
+	// run's first chunk, progress or milestone.
 	NoProgressBudget time.Duration
 	// StartingGrace is how long a run may stay "starting" before the
 	// reconciler checks its dispatch is still queued (default 30s).
@@ -95,14 +101,24 @@ type Config struct {
 	// RetentionEvery is how often retention runs (default: a tenth of
 	// Retention, at most an hour).
 	RetentionEvery time.Duration
+	// FinishUnservedAfter is how long an owed finish may wait without any
+	// deliverer taking it before, if none follows its handler, the row
+	// says so (finishes.<status>.unservedSince) and finish.unserved is
+	// reported (default 1m).
+	FinishUnservedAfter time.Duration
+	// FinishUnservedWait is how long an owed finish may wait without any
+	// deliverer taking it, none following its handler, before it is
+	// dead-lettered to jetrun.dlq.finish.<handler> with the reason and
+	// recorded as failed on the row (default 24h).
+	FinishUnservedWait time.Duration
 	// MaxDepth bounds cancel cascades (default 8).
 	MaxDepth int
 	// Parallelism bounds the rows a sweep works on at once (default 16).
 	Parallelism int
 	// Logger receives logs (default: discard).
 	Logger *slog.Logger
-	// Reporter receives reconcile.begin, run.recovered, budget.exceeded and
-	// run.cancelled.
+	// Reporter receives reconcile.begin, run.recovered, budget.exceeded,
+	// run.cancelled, finish.unserved and finish.failed.
 	Reporter *obs.Reporter
 }
 
@@ -120,6 +136,8 @@ func (c Config) withDefaults() Config {
 	if c.RetentionEvery == 0 {
 		c.RetentionEvery = min(max(c.Retention/10, time.Second), time.Hour)
 	}
+	c.FinishUnservedAfter = cmp.Or(c.FinishUnservedAfter, DefaultFinishUnservedAfter)
+	c.FinishUnservedWait = cmp.Or(c.FinishUnservedWait, DefaultFinishUnservedWait)
 	c.MaxDepth = cmp.Or(c.MaxDepth, events.DefaultMaxDepth)
 	c.Parallelism = cmp.Or(c.Parallelism, DefaultParallelism)
 	if c.Logger == nil {
@@ -140,8 +158,9 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("interval must be at least 10ms, got %s", c.Interval))
 	}
 	for name, d := range map[string]time.Duration{
-		"max budget": c.MaxBudget, "no-progress budget": c.NoProgressBudget, "starting grace": c.StartingGrace,
-		"lease grace": c.LeaseGrace, "retention every": c.RetentionEvery,
+		"starting grace": c.StartingGrace, "finish unserved after": c.FinishUnservedAfter,
+		"finish unserved wait": c.FinishUnservedWait,
+		"lease grace":          c.LeaseGrace, "retention every": c.RetentionEvery,
 	} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s must not be negative, got %s", name, d))
@@ -170,6 +189,7 @@ type Reconciler struct {
 	watch    *kv.ActiveWatch      // the active-run index, followed while leading
 	workers  *kv.Workers          // worker liveness, followed while leading
 	dispatch jetstream.Stream     // bound on first use
+	finishes jetstream.Stream     // bound on first use
 	paced    map[string]time.Time // run+action → last time the action was taken (republishes)
 	cancel   context.CancelFunc
 	done     chan struct{}
@@ -491,14 +511,16 @@ func (r *Reconciler) resign(ctx context.Context) {
 
 // Stats describes one sweep.
 type Stats struct {
-	Active      int           // runs in the active index
-	Unindexed   int           // settled runs (or orphan entries) removed from the index
-	Republished int           // finishes republished
-	GivenUp     int           // runs interrupted for a budget
-	Recovered   int           // dispatches republished because the run's was lost
-	Cancelled   int           // runs cancelled because their parent was
-	Failed      int           // runs ended "error" because their dispatch was lost too often
-	Took        time.Duration // how long the sweep took
+	Active       int           // runs in the active index
+	Unindexed    int           // settled runs (or orphan entries) removed from the index
+	Republished  int           // finishes republished
+	Unserved     int           // finishes found waiting for a handler nobody serves
+	DeadLettered int           // finishes dead-lettered because nobody served their handler
+	GivenUp      int           // runs interrupted for a budget
+	Recovered    int           // dispatches republished because the run's was lost
+	Cancelled    int           // runs cancelled because their parent was
+	Failed       int           // runs ended "error" because their dispatch was lost too often
+	Took         time.Duration // how long the sweep took
 }
 
 // Sweep reconciles every run in the active index once. The timer calls it

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/pkg/events"
@@ -25,6 +26,7 @@ type sweep struct {
 	mu      sync.Mutex
 	stats   Stats
 	parents map[string]*kv.Run // parent rows read by this sweep (nil: gone)
+	served  map[string]bool    // finish handlers a deliverer follows, as seen by this sweep
 }
 
 func (s *sweep) count(f func(*Stats)) {
@@ -104,9 +106,17 @@ func (s *sweep) releaseLostChild(ctx context.Context, row *kv.Run) (bool, error)
 // republishFinishes publishes again the finishes still owed with no
 // delivery under way, in case the transition's own publish was lost (a
 // crash between the row write and the publish). A copy that finds the
-// finish delivered, or a delivery under way, is dropped by the deliverer;
-// within the dedup window a republish is not even stored, and it is paced
-// to once per window.
+// finish delivered, or a delivery under way, is dropped by the deliverer.
+//
+// One copy per run and status waits in the finish stream, however long:
+// the stream's answer to a republish names the copy it holds (within the
+// dedup window, the original), the ledger records its sequence, and no
+// copy is published while that one is still in the stream (a work queue:
+// it leaves when a deliverer is done with it, or at the stream's max age).
+// Republishes are paced to once per dedup window.
+//
+// A finish no deliverer has taken is checked against its handler: see
+// unserved.
 func (s *sweep) republishFinishes(ctx context.Context, row *kv.Run) error {
 	r := s.r
 	for _, st := range row.PendingFinishes() {
@@ -114,16 +124,209 @@ func (s *sweep) republishFinishes(ctx context.Context, row *kv.Run) error {
 		if s.now.Sub(fs.DueAt) < r.cfg.Interval || fs.ClaimedUntil.After(s.now) {
 			continue // the fast path is on it
 		}
+		if fs.Attempts == 0 {
+			if gone, err := s.unserved(ctx, row, st); gone || err != nil {
+				if err != nil {
+					return err
+				}
+				continue
+			}
+		}
 		if !r.paceOK(row.ID+"/finish/"+string(st), s.now, r.republishEvery()) {
 			continue
 		}
-		if err := kv.PublishFinish(ctx, r.js, r.cfg.Namespace, row, st); err != nil {
+		if fs.Seq != 0 {
+			waiting, err := r.finishWaiting(ctx, fs.Seq)
+			if err != nil {
+				return err
+			}
+			if waiting {
+				continue // its copy still waits for a deliverer
+			}
+		}
+		ack, err := kv.PublishFinishAck(ctx, r.js, r.cfg.Namespace, row, st)
+		if err != nil || ack == nil {
 			return err
 		}
-		s.count(func(st *Stats) { st.Republished++ })
-		r.obs.Report(ctx, obs.RunRecovered, row.ID, "action", "finish republished", "status", st)
+		if ack.Sequence != fs.Seq {
+			if _, _, err := r.store.Mutate(ctx, row.ID, func(run *kv.Run) error {
+				f := run.Finishes[st]
+				if f == nil || !run.FinishOwed(st) || f.Seq == ack.Sequence {
+					return kv.ErrNoChange
+				}
+				f.Seq = ack.Sequence
+				return nil
+			}); err != nil && !errors.Is(err, kv.ErrRunNotFound) {
+				return err
+			}
+		}
+		if !ack.Duplicate {
+			s.count(func(st *Stats) { st.Republished++ })
+			r.obs.Report(ctx, obs.RunRecovered, row.ID, "action", "finish republished", "status", st)
+		}
 	}
 	return nil
+}
+
+// unserved looks at a finish no deliverer has taken yet. Past
+// FinishUnservedAfter, if no deliverer follows its handler, the row records
+// that the handler has not been seen (unservedSince) and finish.unserved is
+// reported, once. Past FinishUnservedWait it is dead-lettered; unserved
+// then returns true.
+func (s *sweep) unserved(ctx context.Context, row *kv.Run, st events.Status) (bool, error) {
+	r := s.r
+	fs := row.Finishes[st]
+	waited := s.now.Sub(fs.DueAt)
+	if waited < r.cfg.FinishUnservedAfter {
+		return false, nil
+	}
+	if row.Detached == nil {
+		return false, nil
+	}
+	handler := row.Detached.OnFinish
+	served, err := s.handlerServed(ctx, handler)
+	if err != nil || served {
+		return false, err
+	}
+	if waited >= r.cfg.FinishUnservedWait {
+		return true, s.deadLetterUnserved(ctx, row, st, waited)
+	}
+	if !fs.UnservedSince.IsZero() {
+		return false, nil
+	}
+	var marked bool
+	if _, _, err := r.store.Mutate(ctx, row.ID, func(run *kv.Run) error {
+		f := run.Finishes[st]
+		if f == nil || !run.FinishOwed(st) || f.Attempts > 0 || !f.UnservedSince.IsZero() {
+			return kv.ErrNoChange
+		}
+		f.UnservedSince, marked = s.now, true
+		return nil
+	}); err != nil && !errors.Is(err, kv.ErrRunNotFound) {
+		return false, err
+	}
+	if marked {
+		s.count(func(st *Stats) { st.Unserved++ })
+		r.obs.Report(ctx, obs.FinishUnserved, row.ID, "status", st, "handler", handler,
+			"waited", waited.Round(time.Millisecond), "dead_letter_in", (r.cfg.FinishUnservedWait - waited).Round(time.Millisecond))
+	}
+	return false, nil
+}
+
+// handlerServed reports whether a deliverer follows handler: its durable
+// consumer exists and has a fetch waiting or a message in hand. The answer
+// is kept for the sweep.
+func (s *sweep) handlerServed(ctx context.Context, handler string) (bool, error) {
+	s.mu.Lock()
+	served, known := s.served[handler]
+	s.mu.Unlock()
+	if known {
+		return served, nil
+	}
+	c, err := s.r.js.Consumer(ctx, s.r.cfg.Namespace.FinishStream(), events.FinishConsumer(handler))
+	switch {
+	case errors.Is(err, jetstream.ErrConsumerNotFound):
+		served = false
+	case err != nil:
+		return false, fmt.Errorf("look up the consumer of finish handler %s: %w", handler, err)
+	default:
+		info := c.CachedInfo()
+		served = info.NumWaiting > 0 || info.NumAckPending > 0
+	}
+	s.mu.Lock()
+	if s.served == nil {
+		s.served = make(map[string]bool)
+	}
+	s.served[handler] = served
+	s.mu.Unlock()
+	return served, nil
+}
+
+// deadLetterUnserved files the finish for st in jetrun.dlq.finish.<handler>
+// with the reason, records the failure on the row, and removes the copy
+// waiting in the finish stream. The dead letter is written first: a crash
+// before the row write files it again (at least once), never zero times.
+func (s *sweep) deadLetterUnserved(ctx context.Context, row *kv.Run, st events.Status, waited time.Duration) error {
+	r := s.r
+	ns := r.cfg.Namespace
+	f, ok := row.FinishMessage(st)
+	if !ok {
+		return nil
+	}
+	data, err := json.Marshal(f)
+	if err != nil {
+		return fmt.Errorf("encode finish of run %s: %w", row.ID, err)
+	}
+	fs := row.Finishes[st]
+	reason := fmt.Sprintf("no deliverer took this finish for handler %q in %s: nothing serves the handler", f.Handler,
+		waited.Round(time.Second))
+	msgID := events.FinishMsgID(row.ID, st)
+	dlq := &nats.Msg{Subject: ns.DLQFinishSubject(f.Handler), Data: data, Header: nats.Header{}}
+	dlq.Header.Set(events.HeaderReason, reason)
+	dlq.Header.Set(events.HeaderOriginalSubject, ns.FinishSubject(f.Handler))
+	dlq.Header.Set(events.HeaderOriginalMsgID, msgID)
+	if fs.Seq != 0 {
+		dlq.Header.Set(events.HeaderOriginalSequence, strconv.FormatUint(fs.Seq, 10))
+	}
+	dlq.Header.Set(jetstream.MsgIDHeader, "dlq-unserved-"+msgID)
+	if _, err := r.js.PublishMsg(ctx, dlq); err != nil {
+		return fmt.Errorf("dead-letter the unserved finish of run %s: %w", row.ID, err)
+	}
+	var failed bool
+	next, _, err := r.store.Mutate(ctx, row.ID, func(run *kv.Run) error {
+		f := run.Finishes[st]
+		if f == nil || !run.FinishOwed(st) || f.Attempts > 0 || f.ClaimedUntil.After(time.Now()) {
+			return kv.ErrNoChange // a deliverer took it after all
+		}
+		f.FailedAt, f.LastError, failed = time.Now(), reason, true
+		return nil
+	})
+	if errors.Is(err, kv.ErrRunNotFound) {
+		return nil
+	}
+	if err != nil || !failed {
+		return err
+	}
+	if fs.Seq != 0 {
+		if stream, err := r.finishStream(ctx); err == nil {
+			if err := stream.DeleteMsg(ctx, fs.Seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+				r.log.WarnContext(ctx, "remove dead-lettered finish", "run_id", row.ID, "seq", fs.Seq, "err", err)
+			}
+		}
+	}
+	s.count(func(st *Stats) { st.DeadLettered++ })
+	r.obs.Report(ctx, obs.FinishFailed, row.ID, "status", st, "handler", f.Handler, "attempts", 0, "reason", reason)
+	if err := r.store.UnindexIfSettled(ctx, next); err != nil {
+		r.log.WarnContext(ctx, "unindex settled run", "run_id", row.ID, "err", err)
+	}
+	return nil
+}
+
+// finishWaiting reports whether the finish stream still holds seq.
+func (r *Reconciler) finishWaiting(ctx context.Context, seq uint64) (bool, error) {
+	stream, err := r.finishStream(ctx)
+	if err != nil {
+		return false, err
+	}
+	if _, err := stream.GetMsg(ctx, seq); err == nil {
+		return true, nil
+	} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, fmt.Errorf("look up finish %d: %w", seq, err)
+	}
+	return false, nil
+}
+
+func (r *Reconciler) finishStream(ctx context.Context) (jetstream.Stream, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.finishes == nil {
+		s, err := r.js.Stream(ctx, r.cfg.Namespace.FinishStream())
+		if err != nil {
+			return nil, fmt.Errorf("reconcile: bind finish stream: %w", err)
+		}
+		r.finishes = s
+	}
+	return r.finishes, nil
 }
 
 // cascade cancels a live run whose parent was cancelled: it completes a
@@ -224,18 +427,11 @@ func (s *sweep) overBudget(r *kv.Run, now time.Time) (reason, text string) {
 	if since.IsZero() {
 		since = r.CreatedAt
 	}
-	budget := cfg.MaxBudget
-	if ms := r.Detached.MaxBudgetMs; ms > 0 {
-		budget = time.Duration(ms) * time.Millisecond
-	}
-	if now.Sub(since) > budget {
+	if budget, on := events.Budget(r.Detached.MaxBudgetMs, cfg.MaxBudget); on && now.Sub(since) > budget {
 		return events.ReasonBudgetExceeded, fmt.Sprintf("ran past its absolute budget of %s", budget)
 	}
-	silence := cfg.NoProgressBudget
-	if ms := r.Detached.NoProgressBudgetMs; ms > 0 {
-		silence = time.Duration(ms) * time.Millisecond
-	}
-	if !r.LastSignalAt.IsZero() && r.WaitingFor == "" && now.Sub(r.LastSignalAt) > silence {
+	silence, on := events.Budget(r.Detached.NoProgressBudgetMs, cfg.NoProgressBudget)
+	if on && !r.LastSignalAt.IsZero() && r.WaitingFor == "" && now.Sub(r.LastSignalAt) > silence {
 		return events.ReasonNoProgress, fmt.Sprintf("made no progress for %s (its no-progress budget)", silence)
 	}
 	return "", ""

@@ -1,0 +1,270 @@
+// Package meter reports every run's starts and finishes, so an operator can
+// meter usage per parent and agent type.
+//
+// A Meter follows the status events of every run (jetrun.run.*.status in
+// the events stream) through one durable consumer, "meter", shared by every
+// process that meters: each status event is handled by one of them. Every
+// writer of a run's status — workers, parents, the reconciler, a clear —
+// publishes one, so the meter sees awaited and detached runs alike,
+// whoever ended them:
+//
+//   - a "running" event is a start (once per attempt: a takeover or a
+//     resumed interrupted run starts again, with attempt + 1);
+//   - a completed, error, aborted or interrupted event is a finish (a run
+//     cancelled before any worker took it, or cleared while live, finishes
+//     aborted without a start; a given-up interrupted run that later ends
+//     for real finishes twice, interrupted then its real status).
+//
+// For each, the Meter calls Config.OnStart or Config.OnFinish, then reports
+// run.started or run.finished on jetrun.obs, then acknowledges. A hook error
+// is retried after a delay, up to MaxDeliveries in all. Delivery is at least
+// once: a process that dies after a hook but before the acknowledgement
+// hands the event to another, so hooks deduplicate on Usage.Key. Metering
+// starts with the status events published after the consumer was first
+// created.
+package meter
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/obs"
+	"github.com/jetrun/jetrun/pkg/pull"
+)
+
+// Defaults used where Config leaves a field zero.
+const (
+	DefaultConcurrency = 8
+	DefaultRetryDelay  = time.Second
+	DefaultTimeout     = 30 * time.Second
+	// MaxDeliveries bounds how often one status event is handed to the
+	// hooks; after that it is logged and dropped.
+	MaxDeliveries = 10
+)
+
+// Usage describes one start or finish of a run.
+type Usage struct {
+	RunID     string        `json:"runId"`
+	AgentType string        `json:"agentType,omitempty"`
+	Parent    string        `json:"parent,omitempty"`
+	Status    events.Status `json:"status"`
+	Reason    string        `json:"reason,omitempty"`
+	Attempt   int           `json:"attempt"`
+	// StartedAt is when the run first started (zero if it never did); At
+	// when this start or finish happened.
+	StartedAt time.Time `json:"startedAt,omitzero"`
+	At        time.Time `json:"at"`
+	// Duration is At - StartedAt for a finish of a run that started.
+	Duration time.Duration `json:"duration,omitempty"`
+	// Seq is the status event's sequence in the events stream.
+	Seq uint64 `json:"seq"`
+}
+
+// Key identifies u across redeliveries: <runId>.<attempt>.<status>.
+func (u Usage) Key() string {
+	return u.RunID + "." + strconv.Itoa(u.Attempt) + "." + string(u.Status)
+}
+
+// Hook receives one start or finish. An error is retried after a delay.
+type Hook func(ctx context.Context, u Usage) error
+
+// Config configures a Meter. Zero values mean defaults.
+type Config struct {
+	// Namespace is the subject prefix (default "jetrun").
+	Namespace events.Namespace
+	// Streams tunes the streams when this meter creates them.
+	Streams events.StreamOptions
+	// OnStart and OnFinish, if set, are called for every start and finish.
+	OnStart, OnFinish Hook
+	// Concurrency is how many events this process handles at once
+	// (default 8).
+	Concurrency int
+	// Timeout bounds one hook call; it is also the consumer's ack wait
+	// (default 30s).
+	Timeout time.Duration
+	// RetryDelay is the wait before a failed hook is retried (default 1s).
+	RetryDelay time.Duration
+	// Logger receives logs (default: discard).
+	Logger *slog.Logger
+	// Reporter receives run.started and run.finished.
+	Reporter *obs.Reporter
+}
+
+// Validate reports every invalid field at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Concurrency < 0 {
+		errs = append(errs, fmt.Errorf("concurrency must not be negative, got %d", c.Concurrency))
+	}
+	if c.Timeout < 0 || c.RetryDelay < 0 {
+		errs = append(errs, errors.New("timeout and retry delay must not be negative"))
+	}
+	if err := c.Streams.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Meter reports starts and finishes; see the package comment.
+type Meter struct {
+	cfg Config
+	js  jetstream.JetStream
+	log *slog.Logger
+
+	mu       sync.Mutex
+	started  bool
+	stopped  bool
+	stopPull context.CancelFunc
+	cancel   context.CancelFunc
+	pullers  sync.WaitGroup
+	inflight sync.WaitGroup
+}
+
+// New returns a Meter using nc.
+func New(nc *nats.Conn, cfg Config) (*Meter, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("meter: config: %w", err)
+	}
+	cfg.Concurrency = cmp.Or(cfg.Concurrency, DefaultConcurrency)
+	cfg.Timeout = cmp.Or(cfg.Timeout, DefaultTimeout)
+	cfg.RetryDelay = cmp.Or(cfg.RetryDelay, DefaultRetryDelay)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("meter: jetstream: %w", err)
+	}
+	return &Meter{cfg: cfg, js: js, log: cfg.Logger}, nil
+}
+
+// Start creates (or checks) the streams and the durable consumer, then
+// starts metering. ctx bounds the set-up only.
+func (m *Meter) Start(ctx context.Context) error {
+	m.mu.Lock()
+	if m.started {
+		m.mu.Unlock()
+		return errors.New("meter: already started")
+	}
+	m.started = true
+	m.mu.Unlock()
+	ns := m.cfg.Namespace
+	if err := events.EnsureStreams(ctx, m.js, ns, m.cfg.Streams); err != nil {
+		return fmt.Errorf("meter: %w", err)
+	}
+	c, err := m.js.CreateOrUpdateConsumer(ctx, ns.EventsStream(), jetstream.ConsumerConfig{
+		Durable:       events.MeterConsumer,
+		Description:   "jetrun metering: every run's starts and finishes",
+		FilterSubject: ns.StatusWildcard(),
+		DeliverPolicy: jetstream.DeliverNewPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       m.cfg.Timeout,
+		MaxDeliver:    MaxDeliveries,
+	})
+	if err != nil {
+		return fmt.Errorf("meter: create consumer: %w", err)
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	pullCtx, stopPull := context.WithCancel(runCtx)
+	m.mu.Lock()
+	m.cancel, m.stopPull = cancel, stopPull
+	m.mu.Unlock()
+	loop := pull.Loop{
+		Consumer: c, Concurrency: m.cfg.Concurrency, Handlers: &m.inflight,
+		Handle:  func(msg jetstream.Msg, _ *pull.Slot) { m.handle(runCtx, msg) },
+		Stopped: func(msg jetstream.Msg) { _ = msg.Nak() }, // another process takes it at once
+		Logger:  m.log, Name: events.MeterConsumer,
+	}
+	m.pullers.Go(func() { loop.Run(pullCtx) })
+	return nil
+}
+
+// shutdownGrace bounds how long Shutdown waits for hooks it cancelled.
+const shutdownGrace = 10 * time.Second
+
+// Shutdown stops fetching and waits for hooks in flight until ctx is done,
+// then cancels them (their events are handed out again). It is idempotent
+// and safe before Start.
+func (m *Meter) Shutdown(ctx context.Context) error {
+	m.mu.Lock()
+	if m.stopped || m.stopPull == nil {
+		m.stopped = true
+		m.mu.Unlock()
+		return nil
+	}
+	m.stopped = true
+	stopPull, cancel := m.stopPull, m.cancel
+	m.mu.Unlock()
+	defer cancel()
+	if !pull.Drain(ctx, stopPull, &m.pullers, &m.inflight, cancel, shutdownGrace) {
+		return fmt.Errorf("meter: hooks did not return %s after they were cancelled", shutdownGrace)
+	}
+	return nil
+}
+
+// Stop cancels hooks in flight and stops.
+func (m *Meter) Stop() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return m.Shutdown(ctx)
+}
+
+// handle meters one status event.
+func (m *Meter) handle(ctx context.Context, msg jetstream.Msg) {
+	var ev events.StatusEvent
+	if err := json.Unmarshal(msg.Data(), &ev); err != nil || ev.RunID == "" {
+		_ = msg.Term() // not a status event: nothing to meter
+		return
+	}
+	var (
+		hook  Hook
+		event string
+	)
+	switch {
+	case ev.Status == events.StatusRunning:
+		hook, event = m.cfg.OnStart, obs.RunStarted
+	case ev.Status.Terminal() && !strings.HasSuffix(msg.Headers().Get(nats.MsgIdHdr), events.StoppedSuffix):
+		hook, event = m.cfg.OnFinish, obs.RunFinished
+	default: // starting, or the note that a given-up child has stopped
+		_ = msg.Ack()
+		return
+	}
+	u := Usage{RunID: ev.RunID, AgentType: ev.AgentType, Parent: ev.Parent, Status: ev.Status, Reason: ev.Reason,
+		Attempt: ev.Attempt, StartedAt: ev.StartedAt, At: ev.At}
+	if md, err := msg.Metadata(); err == nil {
+		u.Seq = md.Sequence.Stream
+	}
+	if event == obs.RunFinished && !u.StartedAt.IsZero() && u.At.After(u.StartedAt) {
+		u.Duration = u.At.Sub(u.StartedAt)
+	}
+	if hook != nil {
+		hctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
+		err := hook(hctx, u)
+		cancel()
+		if err != nil {
+			m.log.WarnContext(ctx, "metering hook failed", "run_id", u.RunID, "status", u.Status, "err", err)
+			_ = msg.NakWithDelay(m.cfg.RetryDelay)
+			return
+		}
+	}
+	attrs := []any{"agent_type", u.AgentType, "parent", u.Parent, "status", u.Status, "attempt", u.Attempt, "seq", u.Seq}
+	if event == obs.RunFinished {
+		attrs = append(attrs, "reason", u.Reason, "duration_ms", u.Duration.Milliseconds())
+	}
+	m.cfg.Reporter.Debug(ctx, event, u.RunID, attrs...)
+	if err := msg.Ack(); err != nil {
+		m.log.WarnContext(ctx, "ack metered event", "run_id", u.RunID, "err", err)
+	}
+}
