@@ -524,6 +524,9 @@ func (c *apiClient) call(method, path string, body, out any) {
 	if err != nil {
 		c.t.Fatal(err)
 	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		c.t.Fatalf("%s %s: %v", method, path, err)

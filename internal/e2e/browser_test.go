@@ -334,9 +334,10 @@ func artifactsDir(t *testing.T) string {
 
 // apiClient calls parent-worker's HTTP API.
 type apiClient struct {
-	t    *testing.T
-	base string
-	http *http.Client
+	t     *testing.T
+	base  string
+	http  *http.Client
+	token string // sent as a bearer token when set
 }
 
 // dispatch starts a demo run with POST /v1/runs; extra adds fields to the body.
@@ -350,7 +351,15 @@ func (c *apiClient) dispatch(id string, extra map[string]any, input any) {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	resp, err := c.http.Post(c.base+"/v1/runs", "application/json", bytes.NewReader(raw))
+	req, err := http.NewRequest("POST", c.base+"/v1/runs", bytes.NewReader(raw))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
 	if err != nil {
 		c.t.Fatalf("dispatch %s: %v", id, err)
 	}

@@ -176,9 +176,49 @@ async function api(method, path, body) {
   }
   if (!res.ok) {
     const msg = (data && data.error) || text.trim() || res.statusText;
+    if (res.status === 401) askToken();
     throw new ApiError(msg, (data && data.code) || `http_${res.status}`, res.status);
   }
   return data;
+}
+
+// askToken asks once for an API token when the server wants one
+// (JETRUN_HTTP_TOKENS). POST /v1/session keeps it in an HttpOnly,
+// SameSite=Strict cookie for this browser session; the page then reloads
+// with it, the live stream included.
+let askingToken = false;
+function askToken() {
+  if (askingToken) return;
+  askingToken = true;
+  const input = h('input', { type: 'password', name: 'token', autocomplete: 'current-password', required: true,
+    'aria-label': 'API token', 'data-testid': 'token-input' });
+  const problem = h('p', { class: 'token-problem', role: 'alert' });
+  const form = h('form', { class: 'token-form' },
+    h('h2', { text: 'This jetrun needs an API token' }),
+    h('p', { text: 'Enter a read or write token from JETRUN_HTTP_TOKENS. It is kept for this browser session only.' }),
+    input, problem,
+    h('button', { type: 'submit', text: 'Continue', 'data-testid': 'token-submit' }));
+  const dialog = h('dialog', { class: 'token-dialog', 'data-testid': 'token-dialog' }, form);
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    let res;
+    try {
+      res = await fetch('/v1/session', { method: 'POST', headers: { 'Content-Type': 'application/json' },
+        body: JSON.stringify({ token: input.value }) });
+    } catch (err) {
+      problem.textContent = `cannot reach the server: ${err.message}`;
+      return;
+    }
+    if (res.ok) {
+      location.reload();
+      return;
+    }
+    problem.textContent = res.status === 401 ? 'That token is not valid.' : `The server answered ${res.status}.`;
+    input.select();
+  });
+  document.body.append(dialog);
+  dialog.showModal();
+  input.focus();
 }
 
 function toast(title, detail, kind = 'error') {
