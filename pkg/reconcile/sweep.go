@@ -351,6 +351,9 @@ func (s *sweep) findCopy(ctx context.Context, handler, msgID string) (uint64, er
 			if err != nil {
 				return 0, fmt.Errorf("read the finishes waiting for handler %s: %w", handler, err)
 			}
+			if m.Sequence < seq {
+				break // not an answer to "at or after seq": stop rather than loop
+			}
 			if id := m.Header.Get(jetstream.MsgIDHeader); id != "" {
 				if _, dup := copies[id]; !dup {
 					copies[id] = m.Sequence
