@@ -743,3 +743,20 @@ func TestListFiltersByParentToolCall(t *testing.T) {
 	var body struct{ Code string }
 	wantStatus(t, do(t, "GET", b.url+"/v1/runs?parentToolCallId="+strings.Repeat("x", events.MaxParentToolCallIDLength+1), "", &body), 400)
 }
+
+// A detached budget of 0 turns it off: the row stores -1 (events.BudgetNever);
+// a budget left out stays 0, the reconciler's default.
+func TestDispatchWithABudgetOfZeroTurnsItOff(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var row kv.Run
+	wantStatus(t, do(t, "POST", b.url+"/v1/runs",
+		`{"agentType":"demo","runId":"nb","input":{"steps":1,"stepMs":0},"detached":{"maxBudgetMs":60000,"noProgressBudgetMs":0}}`, &row), 201)
+	stored, _, err := b.store.Get(context.Background(), "nb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := stored.Detached; d == nil || d.NoProgressBudgetMs != events.BudgetNever || d.MaxBudgetMs != 60000 {
+		t.Fatalf("detached = %+v", stored.Detached)
+	}
+}

@@ -25,8 +25,9 @@ type sweep struct {
 
 	mu      sync.Mutex
 	stats   Stats
-	parents map[string]*kv.Run // parent rows read by this sweep (nil: gone)
-	served  map[string]bool    // finish handlers a deliverer follows, as seen by this sweep
+	parents map[string]*kv.Run           // parent rows read by this sweep (nil: gone)
+	served  map[string]bool              // finish handlers a deliverer follows, as seen by this sweep
+	copies  map[string]map[string]uint64 // per handler, Nats-Msg-Id → sequence of the finishes waiting
 }
 
 func (s *sweep) count(f func(*Stats)) {
@@ -135,6 +136,20 @@ func (s *sweep) republishFinishes(ctx context.Context, row *kv.Run) error {
 		if !r.paceOK(row.ID+"/finish/"+string(st), s.now, r.republishEvery()) {
 			continue
 		}
+		if fs.Seq == 0 && row.Detached != nil && s.now.Sub(fs.DueAt) >= r.republishEvery()/2 {
+			// Past the dedup window a republish would not find the
+			// original: look for it.
+			seq, err := s.findCopy(ctx, row.Detached.OnFinish, events.FinishMsgID(row.ID, st))
+			if err != nil {
+				return err
+			}
+			if seq != 0 {
+				if err := r.recordFinishSeq(ctx, row.ID, st, seq); err != nil {
+					return err
+				}
+				continue
+			}
+		}
 		if fs.Seq != 0 {
 			waiting, err := r.finishWaiting(ctx, fs.Seq)
 			if err != nil {
@@ -149,14 +164,7 @@ func (s *sweep) republishFinishes(ctx context.Context, row *kv.Run) error {
 			return err
 		}
 		if ack.Sequence != fs.Seq {
-			if _, _, err := r.store.Mutate(ctx, row.ID, func(run *kv.Run) error {
-				f := run.Finishes[st]
-				if f == nil || !run.FinishOwed(st) || f.Seq == ack.Sequence {
-					return kv.ErrNoChange
-				}
-				f.Seq = ack.Sequence
-				return nil
-			}); err != nil && !errors.Is(err, kv.ErrRunNotFound) {
+			if err := r.recordFinishSeq(ctx, row.ID, st, ack.Sequence); err != nil {
 				return err
 			}
 		}
@@ -214,7 +222,8 @@ func (s *sweep) unserved(ctx context.Context, row *kv.Run, st events.Status) (bo
 }
 
 // handlerServed reports whether a deliverer follows handler: its durable
-// consumer exists and has a fetch waiting or a message in hand. The answer
+// consumer exists and has a fetch waiting, a message in hand, or (a push
+// consumer) a subscriber. The answer
 // is kept for the sweep.
 func (s *sweep) handlerServed(ctx context.Context, handler string) (bool, error) {
 	s.mu.Lock()
@@ -231,7 +240,7 @@ func (s *sweep) handlerServed(ctx context.Context, handler string) (bool, error)
 		return false, fmt.Errorf("look up the consumer of finish handler %s: %w", handler, err)
 	default:
 		info := c.CachedInfo()
-		served = info.NumWaiting > 0 || info.NumAckPending > 0
+		served = info.NumWaiting > 0 || info.NumAckPending > 0 || info.PushBound
 	}
 	s.mu.Lock()
 	if s.served == nil {
@@ -300,6 +309,66 @@ func (s *sweep) deadLetterUnserved(ctx context.Context, row *kv.Run, st events.S
 		r.log.WarnContext(ctx, "unindex settled run", "run_id", row.ID, "err", err)
 	}
 	return nil
+}
+
+// recordFinishSeq records on the ledger of run id's finish for st the
+// sequence of its copy waiting in the finish stream.
+func (r *Reconciler) recordFinishSeq(ctx context.Context, id string, st events.Status, seq uint64) error {
+	_, _, err := r.store.Mutate(ctx, id, func(run *kv.Run) error {
+		f := run.Finishes[st]
+		if f == nil || !run.FinishOwed(st) || f.Seq == seq {
+			return kv.ErrNoChange
+		}
+		f.Seq = seq
+		return nil
+	})
+	if errors.Is(err, kv.ErrRunNotFound) {
+		return nil
+	}
+	return err
+}
+
+// findCopy returns the finish stream sequence of the copy of the finish
+// with Nats-Msg-Id msgID waiting for handler, or 0. It reads the handler's
+// subject once per sweep (message by message: a work-queue stream admits
+// no second consumer on it) and keeps the answer for the sweep.
+func (s *sweep) findCopy(ctx context.Context, handler, msgID string) (uint64, error) {
+	s.mu.Lock()
+	copies, known := s.copies[handler]
+	s.mu.Unlock()
+	if !known {
+		stream, err := s.r.finishStream(ctx)
+		if err != nil {
+			return 0, err
+		}
+		subject := s.r.cfg.Namespace.FinishSubject(handler)
+		copies = make(map[string]uint64)
+		for seq := uint64(1); ; {
+			m, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				break
+			}
+			if err != nil {
+				return 0, fmt.Errorf("read the finishes waiting for handler %s: %w", handler, err)
+			}
+			if m.Sequence < seq {
+				break // not an answer to "at or after seq": stop rather than loop
+			}
+			if id := m.Header.Get(jetstream.MsgIDHeader); id != "" {
+				if _, dup := copies[id]; !dup {
+					copies[id] = m.Sequence
+				}
+			}
+			seq = m.Sequence + 1
+		}
+		s.mu.Lock()
+		if s.copies == nil {
+			s.copies = make(map[string]map[string]uint64)
+		}
+		s.copies[handler] = copies
+		s.mu.Unlock()
+	}
+	return copies[msgID], nil
 }
 
 // finishWaiting reports whether the finish stream still holds seq.
