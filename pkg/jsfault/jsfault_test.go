@@ -55,6 +55,17 @@ func TestClassifyServerErrors(t *testing.T) {
 			_, err := js.Publish(ctx, "nostream.a", []byte("x"), jetstream.WithRetryAttempts(0))
 			return err
 		}, jsfault.Transient},
+		{"a stream at its consumer limit", ctx, func(ctx context.Context) error {
+			full, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "FULL", Subjects: []string{"full.>"}, MaxConsumers: 1})
+			if err != nil {
+				return err
+			}
+			if _, err := full.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: "one"}); err != nil {
+				return err
+			}
+			_, err = full.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: "two"})
+			return err
+		}, jsfault.Transient},
 		{"request without responders", ctx, func(ctx context.Context) error {
 			_, err := nc.Request("nobody.listens", nil, time.Second)
 			return err

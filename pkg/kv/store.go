@@ -38,13 +38,18 @@ type Config struct {
 	Namespace events.Namespace
 	// Replicas of the bucket when it is created (default 1).
 	Replicas int
-	// MaxRetry bounds how long Mutate keeps retrying lost compare-and-sets
-	// (default 10s).
+	// MaxRetry bounds how long Mutate keeps retrying transient faults
+	// (default 10s); lost compare-and-sets are retried until they win.
 	MaxRetry time.Duration
 }
 
-// DefaultMaxRetry bounds Mutate's retries when Config.MaxRetry is zero.
+// DefaultMaxRetry bounds Mutate's retries of transient faults when
+// Config.MaxRetry is zero.
 const DefaultMaxRetry = 10 * time.Second
+
+// maxConflicts bounds Mutate's retries of lost compare-and-sets. Each one
+// means another writer succeeded, so they end; the bound is a backstop.
+const maxConflicts = 10_000
 
 // Store reads and writes run rows. Every write is a compare-and-set on the
 // row's revision, so concurrent writers never lose each other's updates and a
@@ -212,8 +217,14 @@ func (s *Store) Update(ctx context.Context, r *Run, rev uint64) (uint64, error) 
 // other error is returned as is.
 func (s *Store) Mutate(ctx context.Context, id string, fn func(*Run) error) (*Run, uint64, error) {
 	var (
-		row *Run
-		rev uint64
+		row       *Run
+		rev       uint64
+		conflicts int
+	)
+	b := backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(2*time.Millisecond),
+		backoff.WithMaxInterval(250*time.Millisecond),
+		backoff.WithMaxElapsedTime(s.maxRetry),
 	)
 	op := func() error {
 		cur, curRev, err := s.Get(ctx, id)
@@ -235,17 +246,22 @@ func (s *Store) Mutate(ctx context.Context, id string, fn func(*Run) error) (*Ru
 		if err != nil && !errors.Is(err, ErrConflict) && !jsfault.IsTransient(ctx, err) {
 			return backoff.Permanent(err)
 		}
+		if errors.Is(err, ErrConflict) {
+			// Another writer got in: that is progress, not a fault, so a
+			// lost race restarts the time budget (kept for faults) and only
+			// a count bounds it.
+			if conflicts++; conflicts > maxConflicts {
+				return backoff.Permanent(fmt.Errorf("%w (%d times in a row)", err, conflicts))
+			}
+			b.Reset()
+			return err
+		}
 		if err != nil {
-			return err // conflicts and transient faults are retried
+			return err // transient faults are retried within the time budget
 		}
 		row, rev = next, newRev
 		return nil
 	}
-	b := backoff.NewExponentialBackOff(
-		backoff.WithInitialInterval(2*time.Millisecond),
-		backoff.WithMaxInterval(250*time.Millisecond),
-		backoff.WithMaxElapsedTime(s.maxRetry),
-	)
 	if err := backoff.Retry(op, backoff.WithContext(b, ctx)); err != nil {
 		return nil, 0, err
 	}

@@ -244,18 +244,28 @@ func (e *execution) loadHistory(ctx context.Context) error {
 	case !errors.Is(err, jetstream.ErrMsgNotFound):
 		return fmt.Errorf("read the last chunk: %w", err)
 	}
-	opts := events.ReplayOptions{
-		StartSeq:  e.cur.FirstEventSeq,
-		StartTime: e.cur.CreatedAt.Add(-time.Minute), // tolerate clock skew with the server
-		Kinds:     []string{events.KindMilestone},
-		Follow:    events.HistoryOnly,
-	}
+	// Milestones are read one direct get at a time (the next message on the
+	// run's milestone subject), not through a consumer: a worker taking
+	// over hundreds of runs at once must not open hundreds of consumers.
+	subject := ns.RunSubject(e.id, events.KindMilestone)
 	var ms []events.Milestone
-	for ev, err := range events.Replay(ctx, e.w.js, ns, e.id, opts) {
+	for seq := max(e.cur.FirstEventSeq, 1); ; {
+		m, err := e.w.eventsStream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
 		if err != nil {
 			return fmt.Errorf("read milestones: %w", err)
 		}
-		ms = append(ms, *ev.Milestone)
+		seq = m.Sequence + 1
+		var ms1 events.Milestone
+		if err := json.Unmarshal(m.Data, &ms1); err != nil {
+			e.log.WarnContext(ctx, "skip a malformed milestone event", "seq", m.Sequence, "err", err)
+			continue
+		}
+		if n := len(ms); n == 0 || ms1.Sequence > ms[n-1].Sequence { // numbered 1, 2, 3…: skip a duplicate
+			ms = append(ms, ms1)
+		}
 	}
 	e.milestones = ms
 	return nil
