@@ -122,9 +122,9 @@ func (c *cluster) leader(js jetstream.JetStream, stream string) int {
 // with -9 and restarted; then two nodes are killed for a while (quorum
 // lost) and restarted. Every run completes, once; every finish is
 // delivered; the failover is not a run failure; and logs stay bounded while
-// the cluster is down.
+// the cluster is down. It is the heaviest test here (six processes, 300
+// runs), so it runs alone, before the parallel tests.
 func TestClusterLosesNodesAndNoRun(t *testing.T) {
-	t.Parallel()
 	c := startCluster(t)
 	nc, err := nats.Connect(c.url(), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
 	if err != nil {
@@ -139,7 +139,7 @@ func TestClusterLosesNodesAndNoRun(t *testing.T) {
 	natstest.WaitForStreamLeaders(t, js, "JETRUN_DISPATCH", "JETRUN_EVENTS", "JETRUN_SIGNALS", "KV_jetrun_runs", "KV_jetrun_active")
 	e := &env{url: c.url(), js: js, client: client, store: client.Store()}
 	hook := newHookServer(t)
-	replicas := map[string]string{"JETRUN_REPLICAS": "3", "JETRUN_CONCURRENCY": "400", "JETRUN_LOG_LEVEL": "info"}
+	replicas := map[string]string{"JETRUN_REPLICAS": "3", "JETRUN_CONCURRENCY": "400", "JETRUN_LOG_LEVEL": "info", "JETRUN_LEASE": "5s"}
 	pw := e.parentWorker(t, "pw-c", hook.URL, replicas)
 	kids := []*proc{e.childWorker(t, "child-c1", replicas), e.childWorker(t, "child-c2", replicas)}
 
