@@ -111,6 +111,21 @@ type Config struct {
 	Logger *slog.Logger
 	// Reporter receives finish.delivered / finish.retry / finish.failed.
 	Reporter *obs.Reporter
+	// Observer, if set, is told of every delivery, failed attempt and
+	// dead-lettered finish (for metrics).
+	Observer Observer
+}
+
+// Observer is told what a Deliverer does, for metrics. Its methods must be
+// quick and must not block.
+type Observer interface {
+	// FinishDelivered: handler took a finish and it is marked delivered.
+	FinishDelivered(handler string)
+	// FinishFailed: one attempt of handler failed; it is retried.
+	FinishFailed(handler string)
+	// FinishDeadLettered: a finish for handler was given up and filed in
+	// the dead-letter stream.
+	FinishDeadLettered(handler string)
 }
 
 // Deliverer delivers finishes to registered handlers.
@@ -338,6 +353,9 @@ func (d *Deliverer) deliver(ctx context.Context, name string, msg jetstream.Msg)
 	delay := min(d.cfg.RetryDelay<<min(attempts-1, 20), MaxRetryDelay)
 	log.WarnContext(ctx, "finish handler failed; retrying", "attempts", attempts, "retry_in", delay, "err", err)
 	d.release(log, res, c, err, false)
+	if d.cfg.Observer != nil {
+		d.cfg.Observer.FinishFailed(name)
+	}
 	d.obs.Report(ctx, obs.FinishRetry, res.RunID, "status", res.Status, "handler", name, "attempts", attempts, "error", err)
 	_ = msg.NakWithDelay(delay)
 }
@@ -484,6 +502,9 @@ func (d *Deliverer) markDelivered(ctx context.Context, log *slog.Logger, msg jet
 	if err := msg.Ack(); err != nil {
 		d.fault(ctx, log, "ack finish", err)
 	}
+	if d.cfg.Observer != nil {
+		d.cfg.Observer.FinishDelivered(res.Handler)
+	}
 	d.obs.Report(ctx, obs.FinishDelivered, res.RunID, "status", res.Status, "handler", res.Handler,
 		"attempts", attempts, "latency_ms", now.Sub(due).Milliseconds())
 	if err := d.store.UnindexIfSettled(ctx, row); err != nil {
@@ -531,6 +552,9 @@ func (d *Deliverer) deadLetter(ctx context.Context, name string, msg jetstream.M
 		}
 	}
 	_ = msg.TermWithReason(events.Truncate(reason, 200))
+	if d.cfg.Observer != nil {
+		d.cfg.Observer.FinishDeadLettered(name)
+	}
 	d.obs.Report(ctx, obs.FinishFailed, res.RunID, "status", res.Status, "handler", name, "attempts", attempts, "reason", reason)
 }
 
