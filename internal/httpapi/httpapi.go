@@ -238,6 +238,10 @@ func (a *api) dispatch(w http.ResponseWriter, r *http.Request) {
 		Depth:            body.Depth,
 		Detached:         body.Detached,
 		MaxConcurrent:    body.MaxConcurrent,
+		// The caller's W3C trace context, if any, goes with the run.
+		Trace: events.TraceContext{
+			TraceParent: r.Header.Get(events.HeaderTraceParent), TraceState: r.Header.Get(events.HeaderTraceState),
+		}.Valid(),
 	}
 	row, created, err := a.client.DispatchNew(r.Context(), req)
 	if err != nil {

@@ -560,14 +560,15 @@ func (d *Deliverer) deadLetter(ctx context.Context, name string, msg jetstream.M
 
 // Webhook returns a Handler that POSTs the finish as JSON to url, with
 // headers Idempotency-Key (<runId>.<status>), Jetrun-Run-Id and
-// Jetrun-Status. A 2xx answer means delivered; anything else is a failed
+// Jetrun-Status, and the run's W3C traceparent and tracestate if it has
+// them. A 2xx answer means delivered; anything else is a failed
 // attempt. client nil means a client with no timeout of its own (the
 // deliverer's Timeout applies).
 func Webhook(url string, client *http.Client) Handler {
 	if client == nil {
 		client = &http.Client{}
 	}
-	return HandlerFunc(func(ctx context.Context, _ *kv.Run, res Result) error {
+	return HandlerFunc(func(ctx context.Context, run *kv.Run, res Result) error {
 		body, err := json.Marshal(res)
 		if err != nil {
 			return err
@@ -580,6 +581,14 @@ func Webhook(url string, client *http.Client) Handler {
 		req.Header.Set("Idempotency-Key", IdempotencyKey(res))
 		req.Header.Set("Jetrun-Run-Id", res.RunID)
 		req.Header.Set("Jetrun-Status", string(res.Status))
+		if run != nil {
+			if tc := run.Trace(); !tc.IsZero() {
+				req.Header.Set(events.HeaderTraceParent, tc.TraceParent)
+				if tc.TraceState != "" {
+					req.Header.Set(events.HeaderTraceState, tc.TraceState)
+				}
+			}
+		}
 		resp, err := client.Do(req)
 		if err != nil {
 			return fmt.Errorf("webhook %s: %w", url, err)

@@ -35,11 +35,15 @@ func (w *Worker) process(ctx context.Context, agentType string, msg jetstream.Ms
 			return
 		}
 	}
+	d.SetTrace(dispatchTrace(msg.Headers(), d))
 	if d.Depth > w.cfg.MaxDepth {
 		w.deadLetter(ctx, msg, agentType, DeadLetterTooDeep, fmt.Sprintf("depth %d exceeds the maximum nesting depth %d", d.Depth, w.cfg.MaxDepth))
 		return
 	}
 	log := w.log.With("run_id", d.RunID, "agent_type", agentType)
+	if id := d.Trace().TraceID(); id != "" {
+		log = log.With("trace_id", id)
+	}
 
 	for try := 0; ; try++ {
 		row, rev, cleared, err := w.readRow(ctx, d.RunID, events.StreamSeq(msg), try == 0)

@@ -112,14 +112,18 @@ func (w *Worker) execute(ctx context.Context, e *execution, row *kv.Run, rev uin
 	defer w.unregister(e)
 	e.attempt = row.Attempt
 	e.log = w.log.With("run_id", row.ID, "agent_type", row.AgentType, "attempt", row.Attempt)
+	trace := row.Trace()
+	if id := trace.TraceID(); id != "" {
+		e.log = e.log.With("trace_id", id)
+	}
 	e.cur, e.rev = row, rev
 	e.pub = &publisher{
 		js: w.js, stream: w.eventsStream, store: w.store, ns: w.cfg.Namespace,
 		runID: row.ID, worker: w.cfg.ID, attempt: row.Attempt,
-		lost: e.lose, until: w.holdsUntil,
+		lost: e.lose, until: w.holdsUntil, trace: trace,
 	}
 
-	hctx, cancel := context.WithCancelCause(ctx)
+	hctx, cancel := context.WithCancelCause(withTrace(ctx, trace))
 	defer cancel(nil)
 	e.ctlMu.Lock()
 	e.ctx, e.cancel = hctx, cancel
