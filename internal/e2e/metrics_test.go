@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -143,6 +146,32 @@ func TestMetricsFollowARun(t *testing.T) {
 		n, _ := scrapeMetrics(t, parentURL, "metrics-reader-token-0123").value("jetrun_reconcile_sweep_duration_seconds")
 		return n > 0
 	}, "the parent-worker reports no reconcile sweep")
+
+	// Every metric the README's example queries use is served.
+	served := map[string]bool{}
+	for _, sc := range []scrape{scrapeMetrics(t, childURL, ""), scrapeMetrics(t, parentURL, "metrics-reader-token-0123")} {
+		for name, f := range sc {
+			served[name] = true
+			if f.GetType() == dto.MetricType_HISTOGRAM {
+				served[name+"_bucket"], served[name+"_sum"], served[name+"_count"] = true, true, true
+			}
+		}
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, queries, ok := strings.Cut(string(readme), "```promql")
+	queries, _, _ = strings.Cut(queries, "```")
+	names := regexp.MustCompile(`jetrun_[a-z_]+`).FindAllString(queries, -1)
+	if !ok || len(names) < 3 {
+		t.Fatalf("README has no promql example queries (found %v)", names)
+	}
+	for _, name := range names {
+		if !served[name] {
+			t.Errorf("README query uses %s, which neither binary serves", name)
+		}
+	}
 
 	// A dispatch that is not JSON is dead-lettered and counted by reason.
 	if _, err := e.js.Publish(context.Background(), events.Namespace("").DispatchSubject("demo"), []byte("not json")); err != nil {

@@ -2,9 +2,13 @@ package metrics_test
 
 import (
 	"context"
+	"os"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/goleak"
 
@@ -130,4 +134,45 @@ func TestWorkerObserverCounts(t *testing.T) {
 	waitValue(t, m, 0, "jetrun_dispatch_pending", "agent_type", "quick")
 	waitValue(t, m, 0, "jetrun_dispatch_ack_pending", "agent_type", "waits")
 	waitValue(t, m, 0, "jetrun_dispatch_pending_scrape_error")
+}
+
+// docs/operations.md's Metrics section lists exactly the jetrun metrics a
+// process can serve.
+func TestOperationsDocListsEveryMetric(t *testing.T) {
+	t.Parallel()
+	m := metrics.New()
+	m.WatchLag(nil, "", nil, 0) // described only: never collected here
+	descs := make(chan *prometheus.Desc, 256)
+	m.Registry().Describe(descs)
+	close(descs)
+	fqName := regexp.MustCompile(`fqName: "(jetrun_[a-z_]+)"`)
+	served := map[string]bool{}
+	for d := range descs {
+		if mm := fqName.FindStringSubmatch(d.String()); mm != nil {
+			served[mm[1]] = true
+		}
+	}
+	doc, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(doc), "## Metrics\n")
+	section, _, _ = strings.Cut(section, "\n## ")
+	if !ok {
+		t.Fatal("docs/operations.md has no Metrics section")
+	}
+	documented := map[string]bool{}
+	for _, name := range regexp.MustCompile("`(jetrun_[a-z_]+)`").FindAllStringSubmatch(section, -1) {
+		documented[name[1]] = true
+	}
+	for name := range served {
+		if !documented[name] {
+			t.Errorf("%s is served but not in docs/operations.md", name)
+		}
+	}
+	for name := range documented {
+		if !served[name] {
+			t.Errorf("docs/operations.md lists %s, which is not served", name)
+		}
+	}
 }

@@ -250,6 +250,7 @@ func banner(out io.Writer, cfg config.ParentWorker, natsURL string, embeddedServ
 	if httpURL != "" {
 		fmt.Fprintf(b, "  web UI      %s/\n", httpURL)
 		fmt.Fprintf(b, "  HTTP API    %s/v1/runs  (GET /v1/runs/<id>, /v1/runs/<id>/events, POST /v1/runs)\n", httpURL)
+		fmt.Fprintf(b, "  metrics     %s/metrics  (Prometheus)\n", httpURL)
 	}
 	if pool != nil {
 		fmt.Fprintf(b, "  child pool  %s (in-process, worker %s)\n", strings.Join(pool.AgentTypes(), ","), pool.ID())
