@@ -334,6 +334,9 @@ func (d *Deliverer) deliver(ctx context.Context, name string, msg jetstream.Msg)
 	if !ok {
 		return
 	}
+	if id := c.row.Trace().TraceID(); id != "" {
+		log = log.With("trace_id", id)
+	}
 	attempts := c.row.Finishes[res.Status].Attempts
 	err := d.invoke(ctx, name, msg, c.row, res)
 	if err == nil {
