@@ -106,3 +106,14 @@ func validTraceParent(s string) bool {
 	}
 	return strings.Trim(s[3:35], "0") != "" && strings.Trim(s[36:52], "0") != ""
 }
+
+// TakeTrace settles d's trace context as a receiver of the dispatch message
+// does: the message's headers h, else d's own fields; a malformed one is
+// dropped.
+func (d *Dispatch) TakeTrace(h nats.Header) {
+	tc := TraceFromHeaders(h)
+	if tc.IsZero() {
+		tc = d.Trace()
+	}
+	d.SetTrace(tc)
+}

@@ -39,12 +39,3 @@ func TraceParent(ctx context.Context) string { return TraceContext(ctx).TracePar
 // TraceContext returns the run's trace context (zero if it was dispatched
 // without one).
 func (r *Run) TraceContext() events.TraceContext { return r.row.Trace() }
-
-// dispatchTrace is the trace context a dispatch brings: its headers, else
-// its fields; a malformed one is dropped.
-func dispatchTrace(h map[string][]string, d events.Dispatch) events.TraceContext {
-	if tc := events.TraceFromHeaders(h); !tc.IsZero() {
-		return tc
-	}
-	return d.Trace()
-}
