@@ -5,11 +5,18 @@ package childworker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/agents"
 	"github.com/jetrun/jetrun/internal/config"
+	"github.com/jetrun/jetrun/internal/metrics"
 	"github.com/jetrun/jetrun/internal/natsconn"
 )
 
@@ -25,21 +32,60 @@ func Run(ctx context.Context, cfg config.ChildWorker, logger *slog.Logger) error
 	if err != nil {
 		return err
 	}
-	w, err := agents.StartPool(ctx, nc, cfg.Pool.WorkerConfig(cfg.Streams, logger), cfg.AgentTypes, conf)
+	wcfg := cfg.Pool.WorkerConfig(cfg.Streams, logger)
+	var (
+		m  *metrics.Metrics
+		ln net.Listener
+	)
+	if cfg.MetricsAddr != "" {
+		if ln, err = net.Listen("tcp", cfg.MetricsAddr); err != nil {
+			return fmt.Errorf("metrics: listen on %s: %w", cfg.MetricsAddr, err)
+		}
+		defer ln.Close()
+		m = metrics.New()
+		wcfg.Observer = m
+	}
+	w, err := agents.StartPool(ctx, nc, wcfg, cfg.AgentTypes, conf)
 	if err != nil {
 		return err
 	}
+	serveErr := make(chan error, 1)
+	var srv *http.Server
+	if m != nil {
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return fmt.Errorf("metrics: %w", err)
+		}
+		m.WatchLag(js, wcfg.Namespace, w.AgentTypes(), 0)
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", m.Handler())
+		srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() { serveErr <- srv.Serve(ln) }()
+		logger.Info("metrics served", "url", "http://"+ln.Addr().String()+"/metrics")
+	}
 	logger.Info("child-worker serving", "nats", nc.ConnectedUrlRedacted(), "agent_types", w.AgentTypes(), "worker", w.ID())
-	<-ctx.Done()
+	var errs []error
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		errs = append(errs, fmt.Errorf("metrics: %w", err))
+	}
 	logger.Info("shutting down: finishing runs in flight", "timeout", cfg.ShutdownTimeout)
+	if srv != nil {
+		hctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := srv.Shutdown(hctx); err != nil {
+			errs = append(errs, fmt.Errorf("metrics: %w", err))
+		}
+		cancel()
+	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
 	defer cancel()
 	if err := w.Shutdown(sctx); err != nil {
-		return fmt.Errorf("shutdown: %w", err)
+		return errors.Join(append(errs, fmt.Errorf("shutdown: %w", err))...)
 	}
 	if err := nc.Drain(); err != nil {
 		logger.Warn("drain nats connection", "err", err)
 	}
 	logger.Info("child-worker stopped")
-	return nil
+	return errors.Join(errs...)
 }

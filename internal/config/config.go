@@ -193,7 +193,8 @@ type ChildWorker struct {
 	Pool
 	Agents
 	Log
-	AgentTypes []string `envconfig:"AGENT_TYPES" desc:"built-in agent types to serve, comma-separated (built-in: demo); default demo when no http or exec agent is configured"`
+	AgentTypes  []string `envconfig:"AGENT_TYPES" desc:"built-in agent types to serve, comma-separated (built-in: demo); default demo when no http or exec agent is configured"`
+	MetricsAddr string   `envconfig:"METRICS_ADDR" desc:"listen address of GET /metrics (Prometheus; empty disables it); parent-worker serves /metrics on JETRUN_HTTP_ADDR"`
 }
 
 // ParentWorker is the parent-worker binary's configuration.

@@ -60,6 +60,9 @@ type Config struct {
 	// Tokens maps bearer tokens to their roles. Empty: no authentication
 	// (keep the API on loopback; CheckListenAddr).
 	Tokens map[string]Role
+	// Metrics, if set, serves GET /metrics (a read token when Tokens are
+	// set).
+	Metrics http.Handler
 }
 
 type api struct {
@@ -86,6 +89,9 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("POST /v1/runs/{id}/cancel", a.cancel)
 	mux.HandleFunc("POST /v1/runs/{id}/signals/{name}", a.signal)
 	mux.HandleFunc("DELETE /v1/runs", a.clear)
+	if cfg.Metrics != nil {
+		mux.Handle("GET /metrics", cfg.Metrics)
+	}
 	tokens := newTokens(cfg.Tokens)
 	mux.HandleFunc("POST /v1/session", tokens.session)
 	mux.HandleFunc("DELETE /v1/session", tokens.session)
@@ -232,6 +238,10 @@ func (a *api) dispatch(w http.ResponseWriter, r *http.Request) {
 		Depth:            body.Depth,
 		Detached:         body.Detached,
 		MaxConcurrent:    body.MaxConcurrent,
+		// The caller's W3C trace context, if any, goes with the run.
+		Trace: events.TraceContext{
+			TraceParent: r.Header.Get(events.HeaderTraceParent), TraceState: r.Header.Get(events.HeaderTraceState),
+		}.Valid(),
 	}
 	row, created, err := a.client.DispatchNew(r.Context(), req)
 	if err != nil {

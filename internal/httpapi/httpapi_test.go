@@ -760,3 +760,39 @@ func TestDispatchWithABudgetOfZeroTurnsItOff(t *testing.T) {
 		t.Fatalf("detached = %+v", stored.Detached)
 	}
 }
+
+// POST /v1/runs with W3C traceparent/tracestate headers: the run's row
+// carries them (and from there its events, finish and handler context).
+func TestDispatchCarriesTraceContextHeaders(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	req, err := http.NewRequest("POST", b.url+"/v1/runs", strings.NewReader(`{"agentType":"demo","runId":"ht1","input":{"steps":1,"stepMs":0}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("traceparent", tp)
+	req.Header.Set("tracestate", "congo=t61rcWkgMzE")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	wantStatus(t, resp, 201)
+	row := jetruntest.WaitRow(t, b.store, "ht1", 10*time.Second, jetruntest.Final)
+	if row.TraceParent != tp || row.TraceState != "congo=t61rcWkgMzE" {
+		t.Fatalf("row trace = %q %q", row.TraceParent, row.TraceState)
+	}
+	// A malformed traceparent is dropped, not an error.
+	req, _ = http.NewRequest("POST", b.url+"/v1/runs", strings.NewReader(`{"agentType":"demo","runId":"ht2","input":{"steps":1,"stepMs":0}}`))
+	req.Header.Set("traceparent", "not-a-trace")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	wantStatus(t, resp, 201)
+	if row := jetruntest.WaitRow(t, b.store, "ht2", 10*time.Second, jetruntest.Final); row.TraceParent != "" {
+		t.Fatalf("malformed traceparent kept: %q", row.TraceParent)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/pkg/events"
@@ -20,6 +21,7 @@ type Event struct {
 	Seq       uint64
 	Kind      string
 	Attempt   string // the Jetrun-Attempt header
+	Header    nats.Header
 	Status    *events.StatusEvent
 	Chunk     *events.Chunk
 	Progress  *events.Progress
@@ -64,7 +66,8 @@ func ReadEvents(t testing.TB, js jetstream.JetStream, id string) []Event {
 		}
 		meta, _ := msg.Metadata()
 		_, kind, _ := ns.ParseRunSubject(msg.Subject())
-		ev := Event{Seq: meta.Sequence.Stream, Kind: kind, Attempt: msg.Headers().Get(events.HeaderAttempt)}
+		ev := Event{Seq: meta.Sequence.Stream, Kind: kind, Attempt: msg.Headers().Get(events.HeaderAttempt),
+			Header: msg.Headers()}
 		var target any
 		switch kind {
 		case events.KindStatus:

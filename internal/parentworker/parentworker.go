@@ -17,12 +17,14 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/agents"
 	"github.com/jetrun/jetrun/internal/agents/demo"
 	"github.com/jetrun/jetrun/internal/config"
 	"github.com/jetrun/jetrun/internal/embedded"
 	"github.com/jetrun/jetrun/internal/httpapi"
+	"github.com/jetrun/jetrun/internal/metrics"
 	"github.com/jetrun/jetrun/internal/natsconn"
 	"github.com/jetrun/jetrun/internal/runview"
 	"github.com/jetrun/jetrun/pkg/finish"
@@ -82,6 +84,12 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 		return err
 	}
 	reporter := obs.New(nc, cfg.Namespace(), logger, "parent-worker")
+	m := metrics.New()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	m.WatchLag(js, cfg.Namespace(), nil, 0)
 
 	rec, err := reconcile.New(nc, reconcile.Config{
 		ID:                 cfg.WorkerID,
@@ -96,6 +104,7 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 		MaxDepth:           cfg.MaxDepth,
 		Logger:             logger,
 		Reporter:           reporter,
+		Observer:           m,
 	})
 	if err != nil {
 		return err
@@ -114,6 +123,7 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 		RetryDelay:  cfg.FinishRetryDelay,
 		Logger:      logger,
 		Reporter:    reporter,
+		Observer:    m,
 	})
 	if err != nil {
 		return err
@@ -137,7 +147,8 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 
 	stopMeter := func() {}
 	if cfg.Meter {
-		m, err := meter.New(nc, meter.Config{Namespace: cfg.Namespace(), Streams: cfg.Options(), Logger: logger, Reporter: reporter})
+		m, err := meter.New(nc, meter.Config{Namespace: cfg.Namespace(), Streams: cfg.Options(), Logger: logger, Reporter: reporter,
+			OnStart: m.MeterStart, OnFinish: m.MeterFinish})
 		if err != nil {
 			return err
 		}
@@ -154,7 +165,9 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 		return err
 	}
 	if len(cfg.Children) > 0 || len(conf.Names()) > 0 {
-		if pool, err = agents.StartPool(ctx, nc, cfg.Pool.WorkerConfig(cfg.Streams, logger), cfg.Children, conf); err != nil {
+		wcfg := cfg.Pool.WorkerConfig(cfg.Streams, logger)
+		wcfg.Observer = m
+		if pool, err = agents.StartPool(ctx, nc, wcfg, cfg.Children, conf); err != nil {
 			return err
 		}
 	}
@@ -182,7 +195,8 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 		base, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
 		defer cancelBase()
 		srv = &http.Server{
-			Handler:           httpapi.New(httpapi.Config{Client: client, View: view, Conn: nc, Logger: logger, Tokens: tokens}),
+			Handler: httpapi.New(httpapi.Config{Client: client, View: view, Conn: nc, Logger: logger, Tokens: tokens,
+				Metrics: m.Handler()}),
 			ReadHeaderTimeout: 10 * time.Second,
 			BaseContext:       func(net.Listener) context.Context { return base },
 		}
@@ -236,6 +250,7 @@ func banner(out io.Writer, cfg config.ParentWorker, natsURL string, embeddedServ
 	if httpURL != "" {
 		fmt.Fprintf(b, "  web UI      %s/\n", httpURL)
 		fmt.Fprintf(b, "  HTTP API    %s/v1/runs  (GET /v1/runs/<id>, /v1/runs/<id>/events, POST /v1/runs)\n", httpURL)
+		fmt.Fprintf(b, "  metrics     %s/metrics  (Prometheus)\n", httpURL)
 	}
 	if pool != nil {
 		fmt.Fprintf(b, "  child pool  %s (in-process, worker %s)\n", strings.Join(pool.AgentTypes(), ","), pool.ID())

@@ -21,6 +21,22 @@ type Dispatch struct {
 	DisplayOrder     int             `json:"displayOrder,omitempty"`
 	Depth            int             `json:"depth,omitempty"`
 	Detached         *Detached       `json:"detached,omitempty"`
+	// TraceParent and TraceState are the W3C trace context of whatever
+	// dispatched the run, for producers that cannot set the traceparent and
+	// tracestate headers; the headers win when both are given. A malformed
+	// traceparent is dropped (see TraceContext.Valid).
+	TraceParent string `json:"traceparent,omitempty"`
+	TraceState  string `json:"tracestate,omitempty"`
+}
+
+// Trace returns d's trace context (zero if it has none or it is malformed).
+func (d Dispatch) Trace() TraceContext {
+	return TraceContext{TraceParent: d.TraceParent, TraceState: d.TraceState}.Valid()
+}
+
+// SetTrace sets d's trace context fields from tc.
+func (d *Dispatch) SetTrace(tc TraceContext) {
+	d.TraceParent, d.TraceState = tc.TraceParent, tc.TraceState
 }
 
 // ErrBadDispatch is returned (wrapped, with the reason) by DecodeDispatch and

@@ -111,6 +111,21 @@ type Config struct {
 	Logger *slog.Logger
 	// Reporter receives finish.delivered / finish.retry / finish.failed.
 	Reporter *obs.Reporter
+	// Observer, if set, is told of every delivery, failed attempt and
+	// dead-lettered finish (for metrics).
+	Observer Observer
+}
+
+// Observer is told what a Deliverer does, for metrics. Its methods must be
+// quick and must not block.
+type Observer interface {
+	// FinishDelivered: handler took a finish and it is marked delivered.
+	FinishDelivered(handler string)
+	// FinishFailed: one attempt of handler failed; it is retried.
+	FinishFailed(handler string)
+	// FinishDeadLettered: a finish for handler was given up and filed in
+	// the dead-letter stream.
+	FinishDeadLettered(handler string)
 }
 
 // Deliverer delivers finishes to registered handlers.
@@ -319,6 +334,9 @@ func (d *Deliverer) deliver(ctx context.Context, name string, msg jetstream.Msg)
 	if !ok {
 		return
 	}
+	if id := c.row.Trace().TraceID(); id != "" {
+		log = log.With("trace_id", id)
+	}
 	attempts := c.row.Finishes[res.Status].Attempts
 	err := d.invoke(ctx, name, msg, c.row, res)
 	if err == nil {
@@ -338,6 +356,9 @@ func (d *Deliverer) deliver(ctx context.Context, name string, msg jetstream.Msg)
 	delay := min(d.cfg.RetryDelay<<min(attempts-1, 20), MaxRetryDelay)
 	log.WarnContext(ctx, "finish handler failed; retrying", "attempts", attempts, "retry_in", delay, "err", err)
 	d.release(log, res, c, err, false)
+	if d.cfg.Observer != nil {
+		d.cfg.Observer.FinishFailed(name)
+	}
 	d.obs.Report(ctx, obs.FinishRetry, res.RunID, "status", res.Status, "handler", name, "attempts", attempts, "error", err)
 	_ = msg.NakWithDelay(delay)
 }
@@ -484,6 +505,9 @@ func (d *Deliverer) markDelivered(ctx context.Context, log *slog.Logger, msg jet
 	if err := msg.Ack(); err != nil {
 		d.fault(ctx, log, "ack finish", err)
 	}
+	if d.cfg.Observer != nil {
+		d.cfg.Observer.FinishDelivered(res.Handler)
+	}
 	d.obs.Report(ctx, obs.FinishDelivered, res.RunID, "status", res.Status, "handler", res.Handler,
 		"attempts", attempts, "latency_ms", now.Sub(due).Milliseconds())
 	if err := d.store.UnindexIfSettled(ctx, row); err != nil {
@@ -531,19 +555,23 @@ func (d *Deliverer) deadLetter(ctx context.Context, name string, msg jetstream.M
 		}
 	}
 	_ = msg.TermWithReason(events.Truncate(reason, 200))
+	if d.cfg.Observer != nil {
+		d.cfg.Observer.FinishDeadLettered(name)
+	}
 	d.obs.Report(ctx, obs.FinishFailed, res.RunID, "status", res.Status, "handler", name, "attempts", attempts, "reason", reason)
 }
 
 // Webhook returns a Handler that POSTs the finish as JSON to url, with
 // headers Idempotency-Key (<runId>.<status>), Jetrun-Run-Id and
-// Jetrun-Status. A 2xx answer means delivered; anything else is a failed
+// Jetrun-Status, and the run's W3C traceparent and tracestate if it has
+// them. A 2xx answer means delivered; anything else is a failed
 // attempt. client nil means a client with no timeout of its own (the
 // deliverer's Timeout applies).
 func Webhook(url string, client *http.Client) Handler {
 	if client == nil {
 		client = &http.Client{}
 	}
-	return HandlerFunc(func(ctx context.Context, _ *kv.Run, res Result) error {
+	return HandlerFunc(func(ctx context.Context, run *kv.Run, res Result) error {
 		body, err := json.Marshal(res)
 		if err != nil {
 			return err
@@ -556,6 +584,14 @@ func Webhook(url string, client *http.Client) Handler {
 		req.Header.Set("Idempotency-Key", IdempotencyKey(res))
 		req.Header.Set("Jetrun-Run-Id", res.RunID)
 		req.Header.Set("Jetrun-Status", string(res.Status))
+		if run != nil {
+			if tc := run.Trace(); !tc.IsZero() {
+				req.Header.Set(events.HeaderTraceParent, tc.TraceParent)
+				if tc.TraceState != "" {
+					req.Header.Set(events.HeaderTraceState, tc.TraceState)
+				}
+			}
+		}
 		resp, err := client.Do(req)
 		if err != nil {
 			return fmt.Errorf("webhook %s: %w", url, err)

@@ -19,6 +19,11 @@ type Run struct {
 	Depth            int              `json:"depth,omitempty"`
 	Input            json.RawMessage  `json:"input,omitempty"`
 	Detached         *events.Detached `json:"detached,omitempty"`
+	// TraceParent and TraceState are the W3C trace context the run was
+	// dispatched with (events.TraceContext), carried on its events and
+	// finish.
+	TraceParent string `json:"traceparent,omitempty"`
+	TraceState  string `json:"tracestate,omitempty"`
 
 	Status            events.Status   `json:"status"`
 	Reason            string          `json:"reason,omitempty"`

@@ -215,6 +215,7 @@ func PublishStatus(ctx context.Context, js jetstream.JetStream, ns events.Namesp
 	msg := &nats.Msg{Subject: ns.RunSubject(r.ID, events.KindStatus), Data: data, Header: nats.Header{}}
 	msg.Header.Set(jetstream.MsgIDHeader, msgID)
 	msg.Header.Set(events.HeaderAttempt, strconv.Itoa(r.Attempt))
+	r.Trace().SetHeaders(msg.Header)
 	if _, err := js.PublishMsg(ctx, msg); err != nil {
 		return fmt.Errorf("kv: publish %s status of run %s: %w", r.Status, r.ID, err)
 	}
@@ -240,7 +241,9 @@ func PublishFinishAck(ctx context.Context, js jetstream.JetStream, ns events.Nam
 	if err != nil {
 		return nil, fmt.Errorf("kv: encode finish of run %s: %w", r.ID, err)
 	}
-	ack, err := js.Publish(ctx, ns.FinishSubject(f.Handler), data, jetstream.WithMsgID(events.FinishMsgID(r.ID, s)))
+	msg := &nats.Msg{Subject: ns.FinishSubject(f.Handler), Data: data, Header: nats.Header{}}
+	r.Trace().SetHeaders(msg.Header)
+	ack, err := js.PublishMsg(ctx, msg, jetstream.WithMsgID(events.FinishMsgID(r.ID, s)))
 	if err != nil {
 		return nil, fmt.Errorf("kv: publish %s finish of run %s: %w", s, r.ID, err)
 	}
@@ -282,6 +285,8 @@ func NewRun(agentType string, d events.Dispatch, seq uint64, now time.Time) *Run
 		Depth:            d.Depth,
 		Input:            d.Input,
 		Detached:         d.Detached,
+		TraceParent:      d.TraceParent,
+		TraceState:       d.TraceState,
 		Status:           events.StatusStarting,
 		DispatchSeq:      seq,
 		CreatedAt:        now,
@@ -298,5 +303,12 @@ func (r *Run) Dispatch() events.Dispatch {
 		DisplayOrder:     r.DisplayOrder,
 		Depth:            r.Depth,
 		Detached:         r.Detached,
+		TraceParent:      r.TraceParent,
+		TraceState:       r.TraceState,
 	}
+}
+
+// Trace is r's trace context (zero if it has none).
+func (r *Run) Trace() events.TraceContext {
+	return events.TraceContext{TraceParent: r.TraceParent, TraceState: r.TraceState}.Valid()
 }

@@ -188,6 +188,10 @@ type Request struct {
 	// running) children: over the cap Dispatch fails fast with
 	// ErrConcurrencyLimit. 0 means no cap.
 	MaxConcurrent int
+	// Trace is the W3C trace context the run carries: on its row, as
+	// headers on its dispatch, events and finish, and in its handler's
+	// context (worker.TraceContext). A malformed one is dropped.
+	Trace events.TraceContext
 }
 
 func (req Request) dispatch() (events.Dispatch, error) {
@@ -219,6 +223,7 @@ func (req Request) dispatch() (events.Dispatch, error) {
 		Depth:            req.Depth,
 		Detached:         req.Detached,
 	}
+	d.SetTrace(req.Trace.Valid())
 	if d.RunID == "" {
 		d.RunID = NewRunID()
 	}
@@ -418,7 +423,9 @@ func (c *Client) publishDispatch(ctx context.Context, agentType string, d events
 	var seq uint64
 	id := msgID
 	err = backoff.Retry(func() error {
-		ack, err := c.js.Publish(ctx, subject, data, jetstream.WithMsgID(id))
+		msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
+		d.Trace().SetHeaders(msg.Header)
+		ack, err := c.js.PublishMsg(ctx, msg, jetstream.WithMsgID(id))
 		if err != nil && !jsfault.IsTransient(ctx, err) && !jsfault.IsMissing(err) {
 			return backoff.Permanent(err) // too large, refused: retrying changes nothing
 		}

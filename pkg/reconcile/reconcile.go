@@ -120,6 +120,15 @@ type Config struct {
 	// Reporter receives reconcile.begin, run.recovered, budget.exceeded,
 	// run.cancelled, finish.unserved and finish.failed.
 	Reporter *obs.Reporter
+	// Observer, if set, is told of every sweep (for metrics).
+	Observer Observer
+}
+
+// Observer is told what a Reconciler does, for metrics. Its methods must be
+// quick and must not block.
+type Observer interface {
+	// Swept: a sweep ended, with err if it stopped early.
+	Swept(st Stats, err error)
 }
 
 func (c Config) withDefaults() Config {
@@ -557,6 +566,9 @@ func (r *Reconciler) Sweep(ctx context.Context) (Stats, error) {
 	st.stats.Active = len(active)
 	st.stats.Took = time.Since(begin)
 	r.prunePaced(begin)
+	if r.cfg.Observer != nil {
+		r.cfg.Observer.Swept(st.stats, cmp.Or(err, ctx.Err()))
+	}
 	if err != nil && ctx.Err() == nil {
 		return st.stats, err
 	}

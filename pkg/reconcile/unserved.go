@@ -114,6 +114,7 @@ func (r *Reconciler) markWaiting(ctx context.Context, agentType, epoch string, m
 	if d.Validate() != nil {
 		return false, nil
 	}
+	d.TakeTrace(msg.Header)
 	row := kv.NewRun(agentType, d, msg.Sequence, msg.Time)
 	row.Reason, row.Error = events.ReasonWaitingForWorker, why
 	if _, err := r.store.Create(ctx, row); err == nil {

@@ -66,6 +66,9 @@ type Config struct {
 	MaxDepth int
 	// Logger receives the worker's logs (default: discard).
 	Logger *slog.Logger
+	// Observer, if set, is told of every attempt's start and end and of
+	// every dead-lettered dispatch (for metrics).
+	Observer Observer
 }
 
 func (c Config) withDefaults() Config {

@@ -26,20 +26,24 @@ const writeTimeout = 10 * time.Second
 func (w *Worker) process(ctx context.Context, agentType string, msg jetstream.Msg, slot *pull.Slot) {
 	d, err := events.DecodeDispatch(msg.Data())
 	if err != nil {
-		w.deadLetter(ctx, msg, agentType, err.Error())
+		w.deadLetter(ctx, msg, agentType, DeadLetterMalformed, err.Error())
 		return
 	}
 	if d.RunID == "" {
 		if d.RunID, err = w.deriveRunID(msg); err != nil {
-			w.deadLetter(ctx, msg, agentType, err.Error())
+			w.deadLetter(ctx, msg, agentType, DeadLetterBadID, err.Error())
 			return
 		}
 	}
+	d.TakeTrace(msg.Headers())
 	if d.Depth > w.cfg.MaxDepth {
-		w.deadLetter(ctx, msg, agentType, fmt.Sprintf("depth %d exceeds the maximum nesting depth %d", d.Depth, w.cfg.MaxDepth))
+		w.deadLetter(ctx, msg, agentType, DeadLetterTooDeep, fmt.Sprintf("depth %d exceeds the maximum nesting depth %d", d.Depth, w.cfg.MaxDepth))
 		return
 	}
 	log := w.log.With("run_id", d.RunID, "agent_type", agentType)
+	if id := d.Trace().TraceID(); id != "" {
+		log = log.With("trace_id", id)
+	}
 
 	for try := 0; ; try++ {
 		row, rev, cleared, err := w.readRow(ctx, d.RunID, events.StreamSeq(msg), try == 0)
@@ -61,7 +65,7 @@ func (w *Worker) process(ctx context.Context, agentType string, msg jetstream.Ms
 			}
 		}
 		if errors.Is(err, kv.ErrCorruptRow) {
-			w.deadLetter(ctx, msg, agentType, fmt.Sprintf("the row of run %s is not valid JSON", d.RunID))
+			w.deadLetter(ctx, msg, agentType, DeadLetterCorruptRow, fmt.Sprintf("the row of run %s is not valid JSON", d.RunID))
 			return
 		}
 		if err != nil {
@@ -75,7 +79,7 @@ func (w *Worker) process(ctx context.Context, agentType string, msg jetstream.Ms
 			return
 		}
 		if row.AgentType != agentType {
-			w.deadLetter(ctx, msg, agentType, fmt.Sprintf(
+			w.deadLetter(ctx, msg, agentType, DeadLetterWrongType, fmt.Sprintf(
 				"run %s exists as agent type %q; a dispatch for agent type %q cannot run it", d.RunID, row.AgentType, agentType))
 			return
 		}
@@ -311,19 +315,22 @@ func (w *Worker) deriveRunID(msg jetstream.Msg) (string, error) {
 // deadLetter files msg in the DLQ stream with the reason, then terminates it.
 // If the DLQ write fails the dispatch is kept (redelivered later): nothing is
 // dropped.
-func (w *Worker) deadLetter(ctx context.Context, msg jetstream.Msg, agentType, reason string) {
+func (w *Worker) deadLetter(ctx context.Context, msg jetstream.Msg, agentType string, kind DeadLetterReason, reason string) {
 	if _, err := w.js.PublishMsg(ctx, events.DeadLetter(w.cfg.Namespace.DLQSubject(agentType), msg, reason)); err != nil {
 		w.log.ErrorContext(ctx, "dead-letter dispatch; keeping it for a retry", "subject", msg.Subject(), "reason", reason, "err", err)
 		_ = msg.NakWithDelay(retryDelay(msg))
 		return
 	}
 	w.log.WarnContext(ctx, "dispatch dead-lettered", "subject", msg.Subject(), "reason", reason)
+	if w.cfg.Observer != nil {
+		w.cfg.Observer.DispatchDeadLettered(agentType, kind)
+	}
 	_ = msg.TermWithReason(events.Truncate(reason, 200))
 }
 
 // deadLetterMalformed files a dispatch whose subject names no valid agent type.
 func (w *Worker) deadLetterMalformed(ctx context.Context, msg jetstream.Msg) {
-	w.deadLetter(ctx, msg, "", fmt.Sprintf(
+	w.deadLetter(ctx, msg, "", DeadLetterBadSubject, fmt.Sprintf(
 		"subject %q does not name a single agent type (jetrun.dispatch.<agentType>)", msg.Subject()))
 }
 

@@ -41,6 +41,9 @@ type execution struct {
 	stoppedAt time.Time // when the handler's context ended
 	ended     bool
 	begun     bool      // the attempt started: the heart tends it
+	begunAt   time.Time // when it started
+	outcome   string    // what ended it (RunEnd.Outcome), set by the outcome
+	reason    string    // and its status reason
 	lastBeat  time.Time // the last InProgress on the dispatch
 	lastSync  time.Time // the last row sync
 
@@ -109,14 +112,18 @@ func (w *Worker) execute(ctx context.Context, e *execution, row *kv.Run, rev uin
 	defer w.unregister(e)
 	e.attempt = row.Attempt
 	e.log = w.log.With("run_id", row.ID, "agent_type", row.AgentType, "attempt", row.Attempt)
+	trace := row.Trace()
+	if id := trace.TraceID(); id != "" {
+		e.log = e.log.With("trace_id", id)
+	}
 	e.cur, e.rev = row, rev
 	e.pub = &publisher{
 		js: w.js, stream: w.eventsStream, store: w.store, ns: w.cfg.Namespace,
 		runID: row.ID, worker: w.cfg.ID, attempt: row.Attempt,
-		lost: e.lose, until: w.holdsUntil,
+		lost: e.lose, until: w.holdsUntil, trace: trace,
 	}
 
-	hctx, cancel := context.WithCancelCause(ctx)
+	hctx, cancel := context.WithCancelCause(withTrace(ctx, trace))
 	defer cancel(nil)
 	e.ctlMu.Lock()
 	e.ctx, e.cancel = hctx, cancel
@@ -138,8 +145,9 @@ func (w *Worker) execute(ctx context.Context, e *execution, row *kv.Run, rev uin
 	e.log.DebugContext(ctx, "run started")
 	run := &Run{e: e, row: e.cur.Clone()} // before the heart may write e.cur
 	e.ctlMu.Lock()
-	e.begun, e.lastBeat, e.lastSync = true, time.Now(), time.Now()
+	e.begun, e.begunAt, e.lastBeat, e.lastSync = true, time.Now(), time.Now(), time.Now()
 	e.ctlMu.Unlock()
+	w.observeStart(e, row)
 
 	result, herr, panicked := e.call(hctx, w.handlers[row.AgentType], run)
 	e.end(func() { e.finish(hctx, result, herr, panicked) })
@@ -157,6 +165,14 @@ func (e *execution) end(outcome func()) {
 	e.ctlMu.Unlock()
 	e.stopFlushTimer()
 	outcome()
+	e.w.observeEnd(e)
+}
+
+// setOutcome records what ended the attempt, for the Observer.
+func (e *execution) setOutcome(outcome, reason string) {
+	e.ctlMu.Lock()
+	defer e.ctlMu.Unlock()
+	e.outcome, e.reason = outcome, reason
 }
 
 func (e *execution) isEnded() bool {
@@ -407,6 +423,7 @@ func (e *execution) finalize(status events.Status, reason, text string, set func
 		}
 		e.w.unindexIfSettled(ctx, row)
 	}
+	e.setOutcome(string(row.Status), row.Reason)
 	e.log.InfoContext(ctx, "run finished", "status", row.Status)
 	e.releaseMsgs(jetstream.Msg.Ack)
 }
@@ -463,6 +480,7 @@ func (e *execution) handBack() {
 		}
 		e.log.WarnContext(ctx, "release lease; the run is taken over when it expires", "err", err)
 	}
+	e.setOutcome(OutcomeHandedBack, "")
 	e.log.InfoContext(ctx, "run handed back")
 	e.releaseMsgs(jetstream.Msg.Nak) // immediate redelivery to another worker
 }
@@ -485,6 +503,7 @@ func (e *execution) release(delay time.Duration) {
 	}); err != nil && !errors.Is(err, ErrLeaseLost) {
 		e.log.WarnContext(ctx, "release lease; the run is taken over when it expires", "err", err)
 	}
+	e.setOutcome(OutcomeReleased, "")
 	e.releaseMsgs(func(m jetstream.Msg) error { return m.NakWithDelay(delay) })
 }
 
@@ -504,15 +523,18 @@ func (e *execution) abandon() {
 			e.releaseMsgs(nil)
 			return
 		}
+		e.setOutcome(OutcomeEndedElsewhere, "")
 		e.log.InfoContext(ctx, "run ended elsewhere; attempt stopped")
 		e.releaseMsgs(jetstream.Msg.Ack)
 		return
 	}
 	if errors.Is(err, kv.ErrRunNotFound) {
+		e.setOutcome(OutcomeEndedElsewhere, "")
 		e.log.InfoContext(ctx, "run cleared; attempt stopped")
 		e.releaseMsgs(jetstream.Msg.Ack)
 		return
 	}
+	e.setOutcome(OutcomeLeaseLost, "")
 	e.log.WarnContext(ctx, "lease lost; attempt stopped")
 	e.releaseMsgs(nil)
 }

@@ -52,8 +52,9 @@ type publisher struct {
 	runID   string
 	worker  string
 	attempt int
-	lost    func()           // cancels the handler once the attempt is fenced
-	until   func() time.Time // transient faults are retried until then
+	lost    func()              // cancels the handler once the attempt is fenced
+	until   func() time.Time    // transient faults are retried until then
+	trace   events.TraceContext // set as headers on every event
 
 	mu       sync.Mutex
 	fenceSeq uint64 // sequence of the newest status event of the run known
@@ -129,6 +130,7 @@ func (p *publisher) message(o *outgoing) *nats.Msg {
 	m.Header.Set(events.HeaderAttempt, strconv.Itoa(p.attempt))
 	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(p.fenceSeq, 10))
 	m.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, p.ns.RunSubject(p.runID, events.KindStatus))
+	p.trace.SetHeaders(m.Header)
 	return m
 }
 

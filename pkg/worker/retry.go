@@ -67,6 +67,7 @@ func (e *execution) retry(herr error) {
 	if err != nil {
 		e.log.Warn("release the run for a retry; it is taken over when its lease expires", "err", err)
 	}
+	e.setOutcome(OutcomeRetry, "")
 	e.log.Info("attempt failed; the run will be retried", "err", herr)
 	delay := retryDelay(e.firstMsg())
 	e.releaseMsgs(func(m jetstream.Msg) error { return m.NakWithDelay(delay) })

@@ -254,6 +254,12 @@ func (h *handler) start(run *worker.Run) (*process, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Env = append(childEnv(),
 		"JETRUN_RUN_ID="+run.ID(), "JETRUN_AGENT_TYPE="+run.AgentType(), "JETRUN_ATTEMPT="+strconv.Itoa(run.Attempt()))
+	if tc := run.TraceContext(); !tc.IsZero() { // the names OpenTelemetry's environment carrier reads
+		cmd.Env = append(cmd.Env, "TRACEPARENT="+tc.TraceParent)
+		if tc.TraceState != "" {
+			cmd.Env = append(cmd.Env, "TRACESTATE="+tc.TraceState)
+		}
+	}
 	err = cmd.Start()
 	closeAll(inR, outW, errW) // the child's ends
 	if err != nil {

@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/jetrun/jetrun/internal/agents/eventline"
+	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
 
@@ -147,6 +148,12 @@ func (h *handler) post(ctx context.Context, run *worker.Run, body eventline.Requ
 	req.Header.Set("Accept", ContentType)
 	if h.cfg.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+h.cfg.Token)
+	}
+	if tc := worker.TraceContext(ctx); !tc.IsZero() { // the service joins the run's trace
+		req.Header.Set(events.HeaderTraceParent, tc.TraceParent)
+		if tc.TraceState != "" {
+			req.Header.Set(events.HeaderTraceState, tc.TraceState)
+		}
 	}
 	resp, err := h.cfg.Client.Do(req)
 	if err != nil {
