@@ -41,6 +41,10 @@ chromium:
 			echo "chromium is missing and cannot be installed here: the browser test will fail"; \
 		fi; }
 
+.PHONY: test-faults
+test-faults: ## kill -9 nats-server nodes of a three-node cluster under 300 runs (a few minutes; prints the figures)
+	$(GO) test -race -count=1 -tags faults -timeout 30m -run '^TestClusterFailoverUnderLoad$$' -v ./internal/e2e/
+
 .PHONY: bench
 bench: ## measure jetrun against raw JetStream in one run (prints ratios)
 	$(GO) test -run '^$$' -bench '^BenchmarkWorkload' -benchtime 1x -timeout 20m ./internal/bench/
