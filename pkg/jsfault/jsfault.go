@@ -58,6 +58,9 @@ const (
 	codeClusterNotAvailable    jetstream.ErrorCode = 10008 // JSClusterNotAvailErr
 	codeClusterNotLeader       jetstream.ErrorCode = 10009 // JSClusterNotLeaderErr
 	codeLastSeqPerSubjNotReady jetstream.ErrorCode = 10163 // JSStreamExpectedLastSeqPerSubjectNotReady
+	// A re-sent message whose first copy is still being replicated: a
+	// retry is answered as a duplicate once it is stored.
+	codeDuplicateInProcess jetstream.ErrorCode = 10158 // JSStreamDuplicateMessageConflict
 )
 
 // transientErrs are the client-side errors of faults that pass by
@@ -117,7 +120,8 @@ func Classify(ctx context.Context, err error) Class {
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {
 		switch apiErr.ErrorCode {
-		case codeClusterIncomplete, codeClusterNotAvailable, codeClusterNotLeader, codeLastSeqPerSubjNotReady:
+		case codeClusterIncomplete, codeClusterNotAvailable, codeClusterNotLeader, codeLastSeqPerSubjNotReady,
+			codeDuplicateInProcess:
 			return Transient
 		case 0:
 			// A status without an API error (a pull request's 408, a 503

@@ -379,7 +379,7 @@ func (e *execution) finalize(status events.Status, reason, text string, set func
 		}
 		// The lease runs out and another worker takes over; the dispatch is
 		// left unacknowledged for exactly that.
-		e.log.ErrorContext(ctx, "record run outcome", "status", status, "err", err)
+		e.w.fault(ctx, e.log, "record run outcome", err, "status", status)
 		return
 	}
 	if teardown {
