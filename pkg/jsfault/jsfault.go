@@ -178,6 +178,16 @@ func cmpOr(d, def time.Duration) time.Duration {
 // ctx when 0). It returns op's last error: a transient one when time ran
 // out, ctx's cause when ctx ended first.
 func Retry(ctx context.Context, maxWait time.Duration, op func(ctx context.Context) error) error {
+	return RetryRepair(ctx, maxWait, nil, op)
+}
+
+// RetryRepair is Retry that also calls repair (when not nil) after a
+// failure that is Missing or Transient (a publish to a deleted stream
+// finds no responders: it looks transient), and retries a Missing one once
+// repair succeeded. repair re-creates what may be missing; it should be
+// idempotent and cheap to call often (rate-limit it).
+func RetryRepair(ctx context.Context, maxWait time.Duration, repair func(ctx context.Context) error,
+	op func(ctx context.Context) error) error {
 	b := NewBackOff(time.Second)
 	var deadline time.Time
 	if maxWait > 0 {
@@ -185,7 +195,13 @@ func Retry(ctx context.Context, maxWait time.Duration, op func(ctx context.Conte
 	}
 	for {
 		err := op(ctx)
-		if err == nil || !IsTransient(ctx, err) {
+		class := Classify(ctx, err)
+		if repair != nil && (class == Missing || class == Transient) {
+			if rerr := repair(ctx); rerr == nil && class == Missing {
+				class = Transient // re-created: try again
+			}
+		}
+		if class != Transient {
 			return err
 		}
 		d := b.NextBackOff()
