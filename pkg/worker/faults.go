@@ -30,8 +30,15 @@ func (w *Worker) repairConsumer(cfg jetstream.ConsumerConfig) func(ctx context.C
 		w.ensure(ctx, errors.New("fetches of consumer "+cfg.Durable+" fail"))
 		ctx, cancel := context.WithTimeout(ctx, ensureEvery)
 		defer cancel()
-		_, err := w.js.CreateOrUpdateConsumer(ctx, w.cfg.Namespace.DispatchStream(), cfg)
-		return err
+		if _, err := w.js.CreateOrUpdateConsumer(ctx, w.cfg.Namespace.DispatchStream(), cfg); err != nil {
+			return err
+		}
+		// A re-created dispatch stream numbers its messages from 1 again:
+		// ids derived from sequences take its new epoch.
+		if s, err := w.js.Stream(ctx, w.cfg.Namespace.DispatchStream()); err == nil {
+			w.streamEpoch.Store(events.StreamEpoch(s.CachedInfo().Created))
+		}
+		return nil
 	}
 }
 

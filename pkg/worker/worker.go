@@ -45,8 +45,8 @@ type Worker struct {
 	store         *kv.Store
 	eventsStream  jetstream.Stream
 	signalsStream jetstream.Stream
-	waiters       waiters // the Waits in progress
-	streamEpoch   string  // distinguishes dispatch stream incarnations in derived run ids
+	waiters       waiters      // the Waits in progress
+	streamEpoch   atomic.Value // string: distinguishes dispatch stream incarnations in derived run ids
 
 	liveUntil  atomic.Int64 // holdsUntil, in Unix nanoseconds
 	lastEnsure atomic.Int64 // when ensure last ran, in Unix nanoseconds
@@ -178,7 +178,7 @@ func (w *Worker) setUp(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("worker: bind stream %s: %w", ns.DispatchStream(), err)
 	}
-	w.streamEpoch = events.StreamEpoch(dispatch.CachedInfo().Created)
+	w.streamEpoch.Store(events.StreamEpoch(dispatch.CachedInfo().Created))
 
 	consumers := make(map[string]jetstream.Consumer, len(w.handlers)+1)
 	configs := map[string]jetstream.ConsumerConfig{}
