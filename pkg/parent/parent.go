@@ -121,6 +121,8 @@ func (c *Client) ensure(ctx context.Context) error {
 	}
 	c.lastEnsure = time.Now()
 	c.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, ensureEvery) // bounded: JetStream may be away
+	defer cancel()
 	if err := events.EnsureStreams(ctx, c.js, c.cfg.Namespace, c.cfg.Streams); err != nil {
 		return err
 	}
