@@ -61,6 +61,9 @@ const (
 	// A stream at its consumer limit (default_max_consumers) has room again
 	// once a viewer's replay ends.
 	codeMaxConsumers jetstream.ErrorCode = 10026 // JSMaximumConsumersLimitErr
+	// A re-sent message whose first copy is still being replicated: a
+	// retry is answered as a duplicate once it is stored.
+	codeDuplicateInProcess jetstream.ErrorCode = 10158 // JSStreamDuplicateMessageConflict
 )
 
 // transientErrs are the client-side errors of faults that pass by
@@ -120,7 +123,8 @@ func Classify(ctx context.Context, err error) Class {
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {
 		switch apiErr.ErrorCode {
-		case codeClusterIncomplete, codeClusterNotAvailable, codeClusterNotLeader, codeLastSeqPerSubjNotReady, codeMaxConsumers:
+		case codeClusterIncomplete, codeClusterNotAvailable, codeClusterNotLeader, codeLastSeqPerSubjNotReady,
+			codeMaxConsumers, codeDuplicateInProcess:
 			return Transient
 		case 0:
 			// A status without an API error (a pull request's 408, a 503
@@ -177,6 +181,16 @@ func cmpOr(d, def time.Duration) time.Duration {
 // ctx when 0). It returns op's last error: a transient one when time ran
 // out, ctx's cause when ctx ended first.
 func Retry(ctx context.Context, maxWait time.Duration, op func(ctx context.Context) error) error {
+	return RetryRepair(ctx, maxWait, nil, op)
+}
+
+// RetryRepair is Retry that also calls repair (when not nil) after a
+// failure that is Missing or Transient (a publish to a deleted stream
+// finds no responders: it looks transient), and retries a Missing one once
+// repair succeeded. repair re-creates what may be missing; it should be
+// idempotent and cheap to call often (rate-limit it).
+func RetryRepair(ctx context.Context, maxWait time.Duration, repair func(ctx context.Context) error,
+	op func(ctx context.Context) error) error {
 	b := NewBackOff(time.Second)
 	var deadline time.Time
 	if maxWait > 0 {
@@ -184,7 +198,13 @@ func Retry(ctx context.Context, maxWait time.Duration, op func(ctx context.Conte
 	}
 	for {
 		err := op(ctx)
-		if err == nil || !IsTransient(ctx, err) {
+		class := Classify(ctx, err)
+		if repair != nil && (class == Missing || class == Transient) {
+			if rerr := repair(ctx); rerr == nil && class == Missing {
+				class = Transient // re-created: try again
+			}
+		}
+		if class != Transient {
 			return err
 		}
 		d := b.NextBackOff()

@@ -291,3 +291,24 @@ func TestRetry(t *testing.T) {
 		t.Fatalf("Retry = %v after %d tries, want an error after 1", err, tries)
 	}
 }
+
+// TestRetryRepair re-creates what is missing, then retries.
+func TestRetryRepair(t *testing.T) {
+	t.Parallel()
+	ns := natstest.RunServer(t)
+	_, js := natstest.Connect(t, ns)
+	ctx := context.Background()
+	repairs := 0
+	repair := func(ctx context.Context) error {
+		repairs++
+		_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}})
+		return err
+	}
+	err := jsfault.RetryRepair(ctx, 30*time.Second, repair, func(ctx context.Context) error {
+		_, err := js.Stream(ctx, "S") // missing until repaired
+		return err
+	})
+	if err != nil || repairs != 1 {
+		t.Fatalf("RetryRepair = %v after %d repairs, want nil after 1", err, repairs)
+	}
+}

@@ -85,16 +85,30 @@ func (l *Liveness) Renew(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("kv: encode liveness of worker %s: %w", l.worker, err)
 	}
-	ack, err := l.s.js.Publish(ctx, l.s.activeSubject(workerPrefix+l.worker), data,
-		jetstream.WithExpectLastSequencePerSubject(l.rev), jetstream.WithMsgTTL(l.ttl))
-	if err != nil {
-		if events.IsWrongLastSequence(err) {
-			return fmt.Errorf("kv: renew liveness of worker %s: %w", l.worker, ErrLivenessLost)
+	for try := 0; ; try++ {
+		ack, err := l.s.js.Publish(ctx, l.s.activeSubject(workerPrefix+l.worker), data,
+			jetstream.WithExpectLastSequencePerSubject(l.rev), jetstream.WithMsgTTL(l.ttl))
+		if err == nil {
+			l.rev = ack.Sequence
+			return nil
 		}
-		return fmt.Errorf("kv: renew liveness of worker %s: %w", l.worker, err)
+		if !events.IsWrongLastSequence(err) {
+			return fmt.Errorf("kv: renew liveness of worker %s: %w", l.worker, err)
+		}
+		// A renewal whose answer was lost (a fault, a leader election)
+		// landed all the same: the key still holds this epoch, at a
+		// revision this process did not see. Go on from it.
+		if try == 0 {
+			if e, gerr := l.s.active.Get(ctx, workerPrefix+l.worker); gerr == nil {
+				var v livenessValue
+				if json.Unmarshal(e.Value(), &v) == nil && v.Epoch == l.epoch {
+					l.rev = e.Revision()
+					continue
+				}
+			}
+		}
+		return fmt.Errorf("kv: renew liveness of worker %s: %w", l.worker, ErrLivenessLost)
 	}
-	l.rev = ack.Sequence
-	return nil
 }
 
 // Release deletes the key at once (graceful shutdown), so runs the worker

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jsfault"
 )
 
 // FinishState is the delivery ledger of one status's finish: one slot per
@@ -192,7 +193,19 @@ func (r *Run) FinishMessage(s events.Status) (events.Finish, bool) {
 // jetrun.run.<id>.status and, when one is owed, the finish on
 // jetrun.finish.<handler>. Both carry a Nats-Msg-Id, so announcing twice
 // (a retry, a repair) stores each once within the dedup window.
+//
+// Both publishes are deduplicated by their Nats-Msg-Ids, so transient
+// faults are retried (jsfault.Retry) for at most TransitionRetry.
 func PublishTransition(ctx context.Context, js jetstream.JetStream, ns events.Namespace, r *Run, worker string) error {
+	return jsfault.Retry(ctx, TransitionRetry, func(ctx context.Context) error {
+		return publishTransition(ctx, js, ns, r, worker)
+	})
+}
+
+// TransitionRetry bounds the retries of PublishTransition.
+const TransitionRetry = 10 * time.Second
+
+func publishTransition(ctx context.Context, js jetstream.JetStream, ns events.Namespace, r *Run, worker string) error {
 	if !r.FinishOwed(r.Status) {
 		return PublishStatus(ctx, js, ns, r, worker, events.StatusMsgID(r.ID, r.Attempt, r.Status))
 	}

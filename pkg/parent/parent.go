@@ -101,9 +101,33 @@ type Client struct {
 	statuses statusFollower // wakes Awaits
 	logs     obs.Throttle   // warnings about JetStream faults, per message and class
 
-	mu     sync.Mutex
-	agents map[string]time.Time // agent types seen registered, until when
-	hooks  []ProgressHook
+	mu         sync.Mutex
+	agents     map[string]time.Time // agent types seen registered, until when
+	hooks      []ProgressHook
+	lastEnsure time.Time // when ensure last ran
+}
+
+// ensureEvery bounds how often the client re-creates what is missing.
+const ensureEvery = 5 * time.Second
+
+// ensure re-creates the streams and buckets the client uses (idempotent:
+// what exists is left as it is), at most every ensureEvery: an operator's
+// delete costs a dispatch a few seconds of retries, not a failure.
+func (c *Client) ensure(ctx context.Context) error {
+	c.mu.Lock()
+	if time.Since(c.lastEnsure) < ensureEvery {
+		c.mu.Unlock()
+		return nil
+	}
+	c.lastEnsure = time.Now()
+	c.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, ensureEvery) // bounded: JetStream may be away
+	defer cancel()
+	if err := events.EnsureStreams(ctx, c.js, c.cfg.Namespace, c.cfg.Streams); err != nil {
+		return err
+	}
+	_, err := kv.Open(ctx, c.js, kv.Config{Namespace: c.cfg.Namespace, Replicas: c.cfg.Streams.Replicas})
+	return err
 }
 
 // Validate reports every invalid field at once.
@@ -287,7 +311,7 @@ func (c *Client) DispatchNew(ctx context.Context, req Request) (row *kv.Run, cre
 		}
 	}
 	row = kv.NewRun(req.AgentType, d, 0, time.Now())
-	err = jsfault.Retry(ctx, c.cfg.DispatchRetry, func(ctx context.Context) error {
+	err = jsfault.RetryRepair(ctx, c.cfg.DispatchRetry, c.ensure, func(ctx context.Context) error {
 		_, err := c.store.Create(ctx, row)
 		return err
 	})
@@ -430,6 +454,9 @@ func (c *Client) publishDispatch(ctx context.Context, agentType string, d events
 			return backoff.Permanent(err) // too large, refused: retrying changes nothing
 		}
 		if err != nil {
+			_ = c.ensure(ctx) // a deleted stream answers "no responders"
+		}
+		if err != nil {
 			return err
 		}
 		if ack.Duplicate {
@@ -491,7 +518,7 @@ func (c *Client) checkAgentType(ctx context.Context, agentType string) error {
 // get reads the row of run id, retrying transient faults for at most
 // DispatchRetry.
 func (c *Client) get(ctx context.Context, id string) (row *kv.Run, rev uint64, err error) {
-	err = jsfault.Retry(ctx, c.cfg.DispatchRetry, func(ctx context.Context) error {
+	err = jsfault.RetryRepair(ctx, c.cfg.DispatchRetry, c.ensure, func(ctx context.Context) error {
 		row, rev, err = c.store.Get(ctx, id)
 		return err
 	})

@@ -48,7 +48,15 @@ type Loop struct {
 	Logger   *slog.Logger
 	Name     string
 	LogEvery time.Duration
+	// Repair, when set, re-creates the consumer (and what it needs) with
+	// its configured settings; it must be idempotent. While fetches fail
+	// it is called at most every RepairEvery: a consumer or stream deleted
+	// at run time answers a fetch with "no responders", as an outage does.
+	Repair func(ctx context.Context) error
 }
+
+// RepairEvery bounds how often a failing loop calls its Repair.
+const RepairEvery = 5 * time.Second
 
 // Run fetches and dispatches messages until ctx ends. Handlers it started
 // keep running; wait for them on Handlers.
@@ -60,9 +68,18 @@ func (l Loop) Run(ctx context.Context) {
 	slots := make(chan struct{}, max(l.Concurrency, 1))
 	bo := jsfault.NewBackOff(MaxErrorPause)
 	logs := &obs.Throttle{Every: l.LogEvery}
+	var lastRepair time.Time
 	failed := func(err error) {
 		class := jsfault.Classify(ctx, err)
 		logs.Log(ctx, l.Logger, slog.LevelWarn, class.String(), "fetch", "consumer", l.Name, "fault", class.String(), "err", err)
+		if l.Repair != nil && time.Since(lastRepair) >= RepairEvery {
+			lastRepair = time.Now()
+			if rerr := l.Repair(ctx); rerr != nil && ctx.Err() == nil {
+				rclass := jsfault.Classify(ctx, rerr).String()
+				logs.Log(ctx, l.Logger, slog.LevelWarn, "repair/"+rclass, "re-create consumer", "consumer", l.Name,
+					"fault", rclass, "err", rerr)
+			}
+		}
 		pause(ctx, bo.NextBackOff())
 	}
 	for ctx.Err() == nil {

@@ -309,7 +309,8 @@ func (w *Worker) deriveRunID(msg jetstream.Msg) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("dispatch has no runId and no metadata: %w", err)
 	}
-	return events.DerivedRunID(w.streamEpoch, meta.Sequence.Stream), nil
+	epoch, _ := w.streamEpoch.Load().(string)
+	return events.DerivedRunID(epoch, meta.Sequence.Stream), nil
 }
 
 // deadLetter files msg in the DLQ stream with the reason, then terminates it.

@@ -43,6 +43,14 @@
 //   - Liveness. When the worker cannot renew its liveness key before it
 //     would expire, every attempt is stopped (ErrLeaseLost) and a new epoch
 //     begins; runs of the old epoch are taken over by others.
+//   - Faults. Transient JetStream faults (no answer, a timeout, a leader
+//     election, a disconnect; classified by jsfault) are retried with
+//     backoff for as long as the worker holds its runs; only then does an
+//     attempt stop and its run go to another worker. A handler sees only
+//     what is permanent (fenced, cancelled, oversize), never a transient
+//     fault. A start that fails on the infrastructure is a hand-off, not a
+//     lost worker (max-attempts counts lost workers only). Fault warnings
+//     are written at most once per 10 s per message and class.
 //   - Slots. A run holds a concurrency slot of its agent type while it
 //     executes, except while parked (Run.Wait, Run.Park).
 //

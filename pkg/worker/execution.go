@@ -365,12 +365,16 @@ func writeContext() (context.Context, context.CancelFunc) {
 func (e *execution) finalize(status events.Status, reason, text string, set func(*kv.Run)) {
 	ctx, cancel := writeContext()
 	defer cancel()
-	// Everything the attempt published is stored before the run is final.
-	if err := e.drain(ctx); errors.Is(err, ErrLeaseLost) {
+	// Everything the attempt published is stored before the run is final:
+	// through faults, for as long as the worker holds its runs.
+	dctx, dcancel := context.WithDeadline(context.Background(), later(e.w.holdsUntil(), time.Now().Add(writeTimeout)))
+	err := e.drain(dctx)
+	dcancel()
+	if errors.Is(err, ErrLeaseLost) {
 		e.abandon()
 		return
 	} else if err != nil {
-		e.log.WarnContext(ctx, "store the run's last events", "err", err)
+		e.w.fault(ctx, e.log, "store the run's last events", err)
 	}
 	e.pub.fence()
 	now := time.Now()
@@ -403,7 +407,7 @@ func (e *execution) finalize(status events.Status, reason, text string, set func
 		}
 		// The lease runs out and another worker takes over; the dispatch is
 		// left unacknowledged for exactly that.
-		e.log.ErrorContext(ctx, "record run outcome", "status", status, "err", err)
+		e.w.fault(ctx, e.log, "record run outcome", err, "status", status)
 		return
 	}
 	if teardown {
@@ -417,7 +421,7 @@ func (e *execution) finalize(status events.Status, reason, text string, set func
 		if err := kv.PublishTransition(ctx, e.w.js, e.w.cfg.Namespace, row, e.w.cfg.ID); err != nil {
 			// The row is final; a redelivery of the dispatch repairs the
 			// event, the reconciler the finish.
-			e.log.WarnContext(ctx, "publish final status; leaving the dispatch for a repair", "err", err)
+			e.w.fault(ctx, e.log, "publish final status; leaving the dispatch for a repair", err)
 			e.releaseMsgs(nil)
 			return
 		}
@@ -489,11 +493,15 @@ func (e *execution) handBack() {
 // released (the failure was the infrastructure's, not a lost worker's, so
 // it counts as a hand-off, not against MaxAttempts) and the dispatch comes
 // back after delay, so a broken stream does not make workers spin.
+//
+// The release is retried through transient faults for as long as the
+// worker holds its runs (writeFinal): a release that did not land would
+// leave the attempt counted as a lost worker's.
 func (e *execution) release(delay time.Duration) {
 	ctx, cancel := writeContext()
 	defer cancel()
 	e.pub.fence()
-	if _, err := e.write(ctx, func(r *kv.Run) error {
+	if _, err := e.writeFinal(func(r *kv.Run) error {
 		if err := e.owned(r); err != nil {
 			return err
 		}
@@ -535,7 +543,9 @@ func (e *execution) abandon() {
 		return
 	}
 	e.setOutcome(OutcomeLeaseLost, "")
-	e.log.WarnContext(ctx, "lease lost; attempt stopped")
+	// When the worker's liveness lapses every attempt stops at once: one
+	// line per interval says so, with the count of the others.
+	e.w.logs.Log(ctx, e.log, slog.LevelWarn, "lease lost", "lease lost; attempt stopped")
 	e.releaseMsgs(nil)
 }
 

@@ -2,8 +2,11 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jsfault"
@@ -17,6 +20,26 @@ import (
 func (w *Worker) fault(ctx context.Context, log *slog.Logger, msg string, err error, args ...any) {
 	class := jsfault.Classify(ctx, err).String()
 	w.logs.Log(ctx, log, slog.LevelWarn, msg+"/"+class, msg, append(args, "fault", class, "err", err)...)
+}
+
+// repairConsumer returns a fetch loop's Repair: it re-creates the streams
+// and buckets (ensure), then the dispatch consumer cfg (idempotent: an
+// existing consumer with these settings is left as it is).
+func (w *Worker) repairConsumer(cfg jetstream.ConsumerConfig) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		w.ensure(ctx, errors.New("fetches of consumer "+cfg.Durable+" fail"))
+		ctx, cancel := context.WithTimeout(ctx, ensureEvery)
+		defer cancel()
+		if _, err := w.js.CreateOrUpdateConsumer(ctx, w.cfg.Namespace.DispatchStream(), cfg); err != nil {
+			return err
+		}
+		// A re-created dispatch stream numbers its messages from 1 again:
+		// ids derived from sequences take its new epoch.
+		if s, err := w.js.Stream(ctx, w.cfg.Namespace.DispatchStream()); err == nil {
+			w.streamEpoch.Store(events.StreamEpoch(s.CachedInfo().Created))
+		}
+		return nil
+	}
 }
 
 // ensureEvery bounds how often the worker re-creates what is missing.

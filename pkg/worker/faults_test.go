@@ -113,3 +113,26 @@ func TestRunOutlivesServerRestart(t *testing.T) {
 		}
 	}
 }
+
+// An operator deletes the dispatch stream (and so the worker's consumers)
+// under a running worker: its fetch loops re-create stream and consumers,
+// and a dispatch published then completes.
+func TestDeletedDispatchStreamAndConsumersAreRecreated(t *testing.T) {
+	t.Parallel()
+	b, _ := setup(t, worker.Config{}, nil)
+	ctx := context.Background()
+	publish(t, b.js, "jetrun.dispatch.demo", `{"runId":"before","input":{"steps":1,"stepMs":0}}`)
+	jetruntest.WaitRow(t, b.store, "before", 10*time.Second, jetruntest.Final)
+	if err := b.js.DeleteStream(ctx, "JETRUN_DISPATCH"); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 60*time.Second, func() bool {
+		_, err := b.js.Consumer(ctx, "JETRUN_DISPATCH", "agent-demo")
+		return err == nil
+	}, "the worker did not re-create its consumer")
+	publish(t, b.js, "jetrun.dispatch.demo", `{"runId":"after","input":{"steps":1,"stepMs":0}}`)
+	row := jetruntest.WaitRow(t, b.store, "after", 60*time.Second, jetruntest.Final)
+	if row.Status != events.StatusCompleted || row.Attempt != 1 {
+		t.Fatalf("run after the delete: %+v", row)
+	}
+}

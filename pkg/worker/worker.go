@@ -45,8 +45,8 @@ type Worker struct {
 	store         *kv.Store
 	eventsStream  jetstream.Stream
 	signalsStream jetstream.Stream
-	waiters       waiters // the Waits in progress
-	streamEpoch   string  // distinguishes dispatch stream incarnations in derived run ids
+	waiters       waiters      // the Waits in progress
+	streamEpoch   atomic.Value // string: distinguishes dispatch stream incarnations in derived run ids
 
 	liveUntil  atomic.Int64 // holdsUntil, in Unix nanoseconds
 	lastEnsure atomic.Int64 // when ensure last ran, in Unix nanoseconds
@@ -178,11 +178,12 @@ func (w *Worker) setUp(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("worker: bind stream %s: %w", ns.DispatchStream(), err)
 	}
-	w.streamEpoch = events.StreamEpoch(dispatch.CachedInfo().Created)
+	w.streamEpoch.Store(events.StreamEpoch(dispatch.CachedInfo().Created))
 
 	consumers := make(map[string]jetstream.Consumer, len(w.handlers)+1)
+	configs := map[string]jetstream.ConsumerConfig{}
 	for agentType := range w.handlers {
-		c, err := w.js.CreateOrUpdateConsumer(ctx, ns.DispatchStream(), jetstream.ConsumerConfig{
+		configs[agentType] = jetstream.ConsumerConfig{
 			Durable:       events.AgentConsumer(agentType),
 			Description:   "jetrun workers of agent type " + agentType,
 			FilterSubject: ns.DispatchSubject(agentType),
@@ -190,20 +191,22 @@ func (w *Worker) setUp(ctx context.Context) error {
 			AckWait:       w.cfg.Lease,
 			MaxDeliver:    -1, // attempts are bounded on the row, see Config.MaxAttempts
 			MaxAckPending: w.cfg.FleetConcurrency,
-		})
+		}
+		c, err := w.js.CreateOrUpdateConsumer(ctx, ns.DispatchStream(), configs[agentType])
 		if err != nil {
 			return fmt.Errorf("worker: create consumer for agent type %s: %w", agentType, err)
 		}
 		consumers[agentType] = c
 	}
-	malformed, err := w.js.CreateOrUpdateConsumer(ctx, ns.DispatchStream(), jetstream.ConsumerConfig{
+	malformedCfg := jetstream.ConsumerConfig{
 		Durable:       malformedConsumer,
 		Description:   "jetrun: dead-letters dispatches whose subject names no valid agent type",
 		FilterSubject: ns.DispatchMalformedWildcard(),
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       30 * time.Second,
 		MaxDeliver:    -1,
-	})
+	}
+	malformed, err := w.js.CreateOrUpdateConsumer(ctx, ns.DispatchStream(), malformedCfg)
 	if err != nil {
 		return fmt.Errorf("worker: create consumer %s: %w", malformedConsumer, err)
 	}
@@ -246,13 +249,13 @@ func (w *Worker) setUp(ctx context.Context) error {
 	loops := []pull.Loop{{
 		Consumer: malformed, Concurrency: 1, Handlers: &w.runs, Stopped: nak,
 		Handle: func(m jetstream.Msg, _ *pull.Slot) { w.deadLetterMalformed(runCtx, m) },
-		Logger: w.log, Name: malformedConsumer,
+		Logger: w.log, Name: malformedConsumer, Repair: w.repairConsumer(malformedCfg),
 	}}
 	for agentType, c := range consumers {
 		loops = append(loops, pull.Loop{
 			Consumer: c, Concurrency: w.cfg.Concurrency, Handlers: &w.runs, Stopped: nak,
 			Handle: func(m jetstream.Msg, slot *pull.Slot) { w.process(runCtx, agentType, m, slot) },
-			Logger: w.log, Name: events.AgentConsumer(agentType),
+			Logger: w.log, Name: events.AgentConsumer(agentType), Repair: w.repairConsumer(configs[agentType]),
 		})
 	}
 	for _, l := range loops {
