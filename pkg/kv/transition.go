@@ -259,7 +259,7 @@ func (r *Run) RequestCancel(reason string, held bool, now time.Time) (aborted bo
 	switch {
 	case r.Status.Final():
 		return false, ErrNoChange
-	case r.Status == events.StatusStarting || r.Status == events.StatusRunning && !held:
+	case r.Status == events.StatusStarting || r.Status == events.StatusQueued || r.Status == events.StatusRunning && !held:
 		r.CancelRequested, r.CancelReason = true, reason
 		r.End(events.StatusAborted, events.ReasonCancelled, "cancelled: "+reason, now)
 		return true, nil
@@ -285,6 +285,9 @@ func NewRun(agentType string, d events.Dispatch, seq uint64, now time.Time) *Run
 		Status:           events.StatusStarting,
 		DispatchSeq:      seq,
 		CreatedAt:        now,
+		ConcurrencyKey:   d.ConcurrencyKey,
+		Strategy:         d.Strategy,
+		DebounceMs:       d.DebounceMs,
 	}
 }
 
@@ -298,5 +301,8 @@ func (r *Run) Dispatch() events.Dispatch {
 		DisplayOrder:     r.DisplayOrder,
 		Depth:            r.Depth,
 		Detached:         r.Detached,
+		ConcurrencyKey:   r.ConcurrencyKey,
+		Strategy:         r.Strategy,
+		DebounceMs:       r.DebounceMs,
 	}
 }

@@ -188,6 +188,14 @@ type Request struct {
 	// running) children: over the cap Dispatch fails fast with
 	// ErrConcurrencyLimit. 0 means no cap.
 	MaxConcurrent int
+	// ConcurrencyKey, when set, makes runs under the same key never execute
+	// at the same time (say one chat session); Strategy says what a submit
+	// does while a run of the key is live or queued (default queue), and
+	// Debounce is the quiet window of strategy debounce (default 750ms).
+	// See submit.go.
+	ConcurrencyKey string
+	Strategy       events.Strategy
+	Debounce       time.Duration
 }
 
 func (req Request) dispatch() (events.Dispatch, error) {
@@ -219,6 +227,7 @@ func (req Request) dispatch() (events.Dispatch, error) {
 		Depth:            req.Depth,
 		Detached:         req.Detached,
 	}
+	errs = append(errs, req.keyed(&d)...)
 	if d.RunID == "" {
 		d.RunID = NewRunID()
 	}
@@ -270,6 +279,9 @@ func (c *Client) DispatchNew(ctx context.Context, req Request) (row *kv.Run, cre
 	}
 	if err := c.checkAgentType(ctx, req.AgentType); err != nil {
 		return nil, false, err
+	}
+	if req.ConcurrencyKey != "" {
+		return c.dispatchKeyed(ctx, req, d)
 	}
 	if req.MaxConcurrent > 0 {
 		// An existing run is re-attached without a slot; a new one needs one.

@@ -65,6 +65,9 @@ func (s *sweep) run(ctx context.Context, ir kv.IndexedRun) error {
 	if done, err := s.cascade(ctx, row); done || err != nil {
 		return err
 	}
+	if row.Status == events.StatusQueued {
+		return s.advanceKey(ctx, row)
+	}
 	if done, err := s.enforceBudgets(ctx, row); done || err != nil {
 		return err
 	}

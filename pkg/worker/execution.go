@@ -397,6 +397,7 @@ func (e *execution) finalize(status events.Status, reason, text string, set func
 		}
 		e.w.unindexIfSettled(ctx, row)
 	}
+	e.w.advanceKey(ctx, row)
 	e.log.InfoContext(ctx, "run finished", "status", row.Status)
 	e.releaseMsgs(jetstream.Msg.Ack)
 }
