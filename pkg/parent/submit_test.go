@@ -291,7 +291,7 @@ func TestKeyDebounceRunsTheLastOfABurst(t *testing.T) {
 	for i, id := range ids {
 		row, err := f.clients[i%2].Dispatch(ctxT(t), parent.Request{
 			AgentType: "serial", RunID: id, Input: i, ConcurrencyKey: "chat-1",
-			Strategy: events.StrategyDebounce, Debounce: 2 * time.Second,
+			Strategy: events.StrategyDebounce, Debounce: 3 * time.Second,
 		})
 		if err != nil || row.Status != events.StatusQueued || row.NotBefore.IsZero() {
 			t.Fatalf("%s: %+v %v; want queued with a quiet window", id, row, err)
