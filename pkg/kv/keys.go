@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -131,6 +132,48 @@ func (s *Store) Submit(ctx context.Context, ns events.Namespace, r *Run, held He
 
 func keyBusy(key string) error {
 	return fmt.Errorf("kv: submit under concurrency key %s: %w (strategy drop: a run of the key is live or queued)", key, ErrKeyBusy)
+}
+
+// Requeue resumes the keyed run id, interrupted with its child stopped,
+// as a new attempt that waits for its key like a new submit: it is queued
+// again (at the end of the key's queue) instead of starting at once, so it
+// never runs alongside the key's holder. Of concurrent callers one
+// requeues it; the others get the row as it is.
+func (s *Store) Requeue(ctx context.Context, ns events.Namespace, id string) (*Run, error) {
+	row, _, err := s.Mutate(ctx, id, func(r *Run) error {
+		if r.Status != events.StatusInterrupted || r.ChildStillRunning || r.ConcurrencyKey == "" {
+			return ErrNoChange
+		}
+		r.Resume()
+		r.Status = events.StatusQueued
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("kv: requeue run %s: %w", id, err)
+	}
+	if row.Status != events.StatusQueued {
+		return row, nil
+	}
+	if err := s.RepairKey(ctx, ns, row); err != nil {
+		return nil, err
+	}
+	row, _, err = s.Get(ctx, id)
+	return row, err
+}
+
+// RepairKey makes sure the queued run r has its entry in its key's queue
+// (a submitter that died between the two writes left it without one), then
+// advances the key. The reconciler calls it for every queued run.
+func (s *Store) RepairKey(ctx context.Context, ns events.Namespace, r *Run) error {
+	if r.ConcurrencyKey == "" {
+		return nil
+	}
+	if r.Status == events.StatusQueued {
+		if _, err := s.enqueue(ctx, r.ConcurrencyKey, r.ID); err != nil {
+			return err
+		}
+	}
+	return s.AdvanceKey(ctx, ns, r.ConcurrencyKey, Held{})
 }
 
 // KeyBusy reports whether a run of key is live or queued.
@@ -311,7 +354,7 @@ func (s *Store) promote(ctx context.Context, ns events.Namespace, h *Run, held H
 		s.dequeue(ctx, h.ConcurrencyKey, h.ID)
 		return nil
 	}
-	seq, err := s.publishDispatch(ctx, ns, row, row.ID+".key")
+	seq, err := s.publishDispatch(ctx, ns, row, row.ID+".key."+strconv.Itoa(row.Handoffs))
 	if err != nil {
 		// The row is starting without a dispatch: the reconciler publishes
 		// it, as for a parent that died between its two writes.

@@ -344,6 +344,9 @@ func (c *Client) existing(ctx context.Context, row *kv.Run, req Request) (*kv.Ru
 		return nil, fmt.Errorf("parent: dispatch run %s as %s: %w (%s)", row.ID, req.AgentType, ErrRunIDConflict, row.AgentType)
 	}
 	if row.Status == events.StatusInterrupted && !row.ChildStillRunning {
+		if row.ConcurrencyKey != "" {
+			return c.requeue(ctx, row)
+		}
 		return c.resume(ctx, row)
 	}
 	if row.Status != events.StatusStarting {

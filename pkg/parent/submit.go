@@ -57,3 +57,14 @@ func (c *Client) dispatchKeyed(ctx context.Context, req Request, d events.Dispat
 	}
 	return row, true, nil
 }
+
+// requeue resumes an interrupted keyed run whose child stopped: it waits
+// for its key again (kv.Store.Requeue), so it never runs alongside the
+// run that holds the key now.
+func (c *Client) requeue(ctx context.Context, row *kv.Run) (*kv.Run, error) {
+	next, err := c.store.Requeue(ctx, c.cfg.Namespace, row.ID)
+	if err != nil {
+		return nil, fmt.Errorf("parent: resume run %s: %w", row.ID, err)
+	}
+	return next, nil
+}

@@ -460,3 +460,88 @@ func TestReconcilerRepairsAKeyWhoseHolderDied(t *testing.T) {
 		t.Fatalf("holder %q", holder)
 	}
 }
+
+// Retrying an interrupted keyed run (its child stopped) queues it behind
+// the run that holds the key now, instead of starting it alongside.
+func TestKeyRetryOfAnInterruptedRunWaitsForTheKey(t *testing.T) {
+	t.Parallel()
+	srv := natstest.RunServer(t)
+	nc, _ := natstest.Connect(t, srv)
+	ctx := ctxT(t)
+	c, err := parent.New(ctx, nc, parent.Config{AllowUnknownAgentTypes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := c.Store()
+	// No worker serves "orphan", so rows move only as this test moves them.
+	dispatch := func(id string) *kv.Run {
+		t.Helper()
+		row, err := c.Dispatch(ctx, parent.Request{AgentType: "orphan", RunID: id, Input: 1, ConcurrencyKey: "k"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return row
+	}
+	if r := dispatch("i0"); r.Status != events.StatusStarting {
+		t.Fatalf("i0: %s", r.Status)
+	}
+	// i0 is given up with its child stopped: the key is free, i1 takes it.
+	if _, _, err := store.Mutate(ctx, "i0", func(r *kv.Run) error {
+		r.Interrupt(events.ReasonBudgetExceeded, "over budget", false, time.Now())
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if r := dispatch("i1"); r.Status != events.StatusStarting {
+		t.Fatalf("i1: %s; want starting, the key being free", r.Status)
+	}
+	// Retrying i0 queues it behind i1.
+	if r := dispatch("i0"); r.Status != events.StatusQueued || r.Handoffs != 1 {
+		t.Fatalf("retried i0: %s (handoffs %d); want queued behind i1", r.Status, r.Handoffs)
+	}
+	if _, _, err := store.Mutate(ctx, "i1", func(r *kv.Run) error {
+		r.End(events.StatusCompleted, "", "", time.Now())
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.AdvanceKey(ctx, "", "k", kv.Held{}); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := c.Inspect(ctx, "i0"); r.Status != events.StatusStarting || r.DispatchSeq == 0 {
+		t.Fatalf("i0 after i1 ended: %s (dispatch %d)", r.Status, r.DispatchSeq)
+	}
+}
+
+// A queued run whose submitter died before entering it in the key's queue
+// is entered, and started, by the reconciler.
+func TestReconcilerEntersAQueuedRunMissingFromItsQueue(t *testing.T) {
+	t.Parallel()
+	srv := natstest.RunServer(t)
+	nc, _ := natstest.Connect(t, srv)
+	ctx := ctxT(t)
+	c, err := parent.New(ctx, nc, parent.Config{AllowUnknownAgentTypes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := c.Store()
+	row := kv.NewRun("orphan", events.Dispatch{RunID: "lost", Input: json.RawMessage(`1`), ConcurrencyKey: "k2"}, 0, time.Now())
+	row.Status = events.StatusQueued
+	if _, err := store.Create(ctx, row); err != nil { // and the submitter dies here
+		t.Fatal(err)
+	}
+	rec, err := reconcile.New(nc, reconcile.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rec.Stop)
+	if err := rec.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rec.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := c.Inspect(ctx, "lost"); r.Status != events.StatusStarting || r.DispatchSeq == 0 {
+		t.Fatalf("after the sweep: %s (dispatch %d)", r.Status, r.DispatchSeq)
+	}
+}
