@@ -545,3 +545,35 @@ func TestReconcilerEntersAQueuedRunMissingFromItsQueue(t *testing.T) {
 		t.Fatalf("after the sweep: %s (dispatch %d)", r.Status, r.DispatchSeq)
 	}
 }
+
+// Plain NATS debounce: the worker that receives each dispatch submits it
+// and holds it back until its quiet window ends; only the last of the
+// burst runs, the others end superseded.
+func TestKeyPlainNATSDebounce(t *testing.T) {
+	t.Parallel()
+	f := setupKeyed(t, true)
+	ctx := ctxT(t)
+	ids := []string{"pd0", "pd1", "pd2"}
+	for _, id := range ids {
+		// Workers admit published dispatches in parallel: each is published
+		// once the one before it is admitted, so the order is the order
+		// of publishing.
+		body := fmt.Sprintf(`{"runId":%q,"input":%q,"concurrencyKey":"chat-5","strategy":"debounce","debounceMs":3000}`, id, id)
+		if _, err := f.js.Publish(ctx, "jetrun.dispatch.serial", []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+		jetruntest.WaitRow(t, f.store, id, 30*time.Second, func(*kv.Run) bool { return true })
+	}
+	if r := jetruntest.WaitRow(t, f.store, "pd2", 30*time.Second, jetruntest.Final); r.Status != events.StatusCompleted {
+		t.Fatalf("pd2 ended %s", r.Status)
+	}
+	for _, id := range ids[:2] {
+		r := jetruntest.WaitRow(t, f.store, id, 30*time.Second, jetruntest.Final)
+		if r.Status != events.StatusAborted || r.Reason != events.ReasonSuperseded {
+			t.Fatalf("%s: %s/%s; want aborted/superseded", id, r.Status, r.Reason)
+		}
+	}
+	if started, _ := f.serial.snapshot(); !slices.Equal(started, []string{"pd2"}) {
+		t.Fatalf("started %v; want only pd2", started)
+	}
+}
