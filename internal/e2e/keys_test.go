@@ -22,18 +22,23 @@ func TestKilledWorkerHoldingAConcurrencyKey(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	a := e.childWorker(t, "child-a", nil)
-	submit := func(id string, steps int) {
+	submitUnder := func(key string, strategy events.Strategy, id string, steps int) {
 		t.Helper()
 		_, err := e.client.Dispatch(context.Background(), parent.Request{
 			AgentType: demo.AgentType, RunID: id, Input: map[string]int{"steps": steps, "stepMs": 150},
-			ConcurrencyKey: "session-1", Strategy: events.StrategyQueue,
+			ConcurrencyKey: key, Strategy: strategy,
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
+	submit := func(id string, steps int) { submitUnder("session-1", events.StrategyQueue, id, steps) }
 	submit("key-0", 20)
-	jetruntest.WaitRow(t, e.store, "key-0", 30*time.Second, func(r *kv.Run) bool { return r.Worker == "child-a" })
+	// A second key, strategy latest, whose holder dies too.
+	submitUnder("session-2", events.StrategyLatest, "latest-0", 20)
+	for _, id := range []string{"key-0", "latest-0"} {
+		jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *kv.Run) bool { return r.Worker == "child-a" })
+	}
 	e.childWorker(t, "child-b", nil)
 	ids := []string{"key-0", "key-1", "key-2", "key-3"}
 	for _, id := range ids[1:] {
@@ -42,16 +47,37 @@ func TestKilledWorkerHoldingAConcurrencyKey(t *testing.T) {
 			t.Fatalf("%s: %s, want queued behind key-0", id, r.Status)
 		}
 	}
-	jetruntest.WaitRow(t, e.store, "key-0", 30*time.Second, func(r *kv.Run) bool { return r.Milestones >= 3 })
+	for _, id := range []string{"latest-1", "latest-2", "latest-3"} {
+		submitUnder("session-2", events.StrategyLatest, id, 3)
+	}
+	for _, id := range []string{"key-0", "latest-0"} {
+		jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *kv.Run) bool { return r.Milestones >= 3 })
+	}
 	a.kill()
 
+	for _, id := range []string{"latest-1", "latest-2"} {
+		r := jetruntest.WaitRow(t, e.store, id, 60*time.Second, jetruntest.Final)
+		if r.Status != events.StatusAborted || r.Reason != events.ReasonSuperseded || r.SupersededBy == "" {
+			t.Fatalf("%s: %s/%s by %q; want superseded by a newer submit", id, r.Status, r.Reason, r.SupersededBy)
+		}
+	}
+	assertSerial(t, e, []string{"latest-0", "latest-3"}, "latest-0")
+
+	assertSerial(t, e, ids, "key-0")
+}
+
+// assertSerial waits for the runs ids of one key to complete, the one
+// named killed after a takeover, and checks on the events stream that each
+// started only after the one before it ended.
+func assertSerial(t *testing.T, e *env, ids []string, killed string) {
+	t.Helper()
 	for _, id := range ids {
 		r := jetruntest.WaitRow(t, e.store, id, 120*time.Second, jetruntest.Final)
 		if r.Status != events.StatusCompleted {
 			t.Fatalf("%s ended %s: %s", id, r.Status, r.Error)
 		}
-		if id == "key-0" && r.Attempt != 2 {
-			t.Fatalf("key-0: attempt %d, want 2 (taken over)", r.Attempt)
+		if id == killed && r.Attempt != 2 {
+			t.Fatalf("%s: attempt %d, want 2 (taken over)", id, r.Attempt)
 		}
 	}
 	var prevEnd uint64
