@@ -89,8 +89,10 @@ func (s *Store) Submit(ctx context.Context, ns events.Namespace, r *Run, held He
 	if _, err := s.Create(ctx, r); err != nil {
 		return nil, err
 	}
-	if err := PublishStatus(ctx, s.js, ns, r, "", events.StatusMsgID(r.ID, 0, events.StatusQueued)); err != nil {
-		return nil, err
+	if strategy != events.StrategyDrop { // a drop run starts at once or is withdrawn: never seen waiting
+		if err := PublishStatus(ctx, s.js, ns, r, "", events.StatusMsgID(r.ID, 0, events.StatusQueued)); err != nil {
+			return nil, err
+		}
 	}
 	pos, err := s.enqueue(ctx, key, r.ID)
 	if err != nil {
@@ -154,6 +156,9 @@ func (s *Store) Requeue(ctx context.Context, ns events.Namespace, id string) (*R
 	if row.Status != events.StatusQueued {
 		return row, nil
 	}
+	if err := PublishStatus(ctx, s.js, ns, row, "", events.StatusMsgID(row.ID, row.Attempt, events.StatusQueued)); err != nil {
+		return nil, err
+	}
 	if err := s.RepairKey(ctx, ns, row); err != nil {
 		return nil, err
 	}
@@ -168,12 +173,20 @@ func (s *Store) RepairKey(ctx context.Context, ns events.Namespace, r *Run) erro
 	if r.ConcurrencyKey == "" {
 		return nil
 	}
-	if r.Status == events.StatusQueued {
-		if _, err := s.enqueue(ctx, r.ConcurrencyKey, r.ID); err != nil {
-			return err
-		}
+	if err := s.EnsureQueued(ctx, r); err != nil {
+		return err
 	}
 	return s.AdvanceKey(ctx, ns, r.ConcurrencyKey, Held{})
+}
+
+// EnsureQueued enters the queued run r in its key's queue unless it is
+// there already.
+func (s *Store) EnsureQueued(ctx context.Context, r *Run) error {
+	if r.ConcurrencyKey == "" || r.Status != events.StatusQueued {
+		return nil
+	}
+	_, err := s.enqueue(ctx, r.ConcurrencyKey, r.ID)
+	return err
 }
 
 // KeyBusy reports whether a run of key is live or queued.

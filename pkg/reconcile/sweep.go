@@ -27,6 +27,7 @@ type sweep struct {
 	stats   Stats
 	parents map[string]*kv.Run // parent rows read by this sweep (nil: gone)
 	served  map[string]bool    // finish handlers a deliverer follows, as seen by this sweep
+	keys    map[string]bool    // concurrency keys this sweep advanced (keys.go)
 }
 
 func (s *sweep) count(f func(*Stats)) {
