@@ -279,6 +279,7 @@ func (c *Client) cancelOne(ctx context.Context, id, reason string) (*kv.Run, err
 	switch {
 	case aborted:
 		c.announce(ctx, row)
+		c.advanceKey(ctx, row)
 	case row.CancelRequested && row.Live() && row.Worker != "":
 		// Tell the worker holding the run; a repeated Cancel tells it
 		// again, and the reconciler does too if this notice is lost.

@@ -68,3 +68,15 @@ func (c *Client) requeue(ctx context.Context, row *kv.Run) (*kv.Run, error) {
 	}
 	return next, nil
 }
+
+// advanceKey hands the key of a keyed run this client ended (a cancel
+// before any worker ran it) to the next run. A failure is logged: the
+// reconciler advances the key of every queued run.
+func (c *Client) advanceKey(ctx context.Context, row *kv.Run) {
+	if row.ConcurrencyKey == "" {
+		return
+	}
+	if err := c.store.AdvanceKey(ctx, c.cfg.Namespace, row.ConcurrencyKey, kv.Held{}); err != nil {
+		c.fault(ctx, "advance concurrency key", err, "run_id", row.ID, "key", row.ConcurrencyKey)
+	}
+}

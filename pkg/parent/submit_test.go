@@ -577,3 +577,27 @@ func TestKeyPlainNATSDebounce(t *testing.T) {
 		t.Fatalf("started %v; want only pd2", started)
 	}
 }
+
+// Cancelling a keyed run that holds its key before any worker ran it
+// hands the key on at once.
+func TestKeyCancelOfAStartingHolderHandsTheKeyOn(t *testing.T) {
+	t.Parallel()
+	srv := natstest.RunServer(t)
+	nc, _ := natstest.Connect(t, srv)
+	ctx := ctxT(t)
+	c, err := parent.New(ctx, nc, parent.Config{AllowUnknownAgentTypes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"s0", "s1"} {
+		if _, err := c.Dispatch(ctx, parent.Request{AgentType: "orphan", RunID: id, Input: 1, ConcurrencyKey: "k"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r, err := c.Cancel(ctx, "s0", "not needed"); err != nil || r.Status != events.StatusAborted {
+		t.Fatalf("cancel s0: %+v %v", r, err)
+	}
+	if r, _ := c.Inspect(ctx, "s1"); r.Status != events.StatusStarting {
+		t.Fatalf("s1 after s0 was cancelled: %s; want starting", r.Status)
+	}
+}
