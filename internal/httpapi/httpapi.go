@@ -132,6 +132,8 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, http.StatusNotFound, "not_found", err.Error())
 	case errors.Is(err, parent.ErrRunEnded):
 		writeError(w, http.StatusConflict, "run_ended", err.Error())
+	case errors.Is(err, parent.ErrKeyBusy):
+		writeError(w, http.StatusConflict, "key_busy", err.Error())
 	case errors.Is(err, parent.ErrConcurrencyLimit):
 		writeError(w, http.StatusTooManyRequests, "concurrency_limit", err.Error())
 	case errors.Is(err, parent.ErrDispatchFailed):
@@ -203,6 +205,9 @@ type dispatchBody struct {
 	Depth            int              `json:"depth"`
 	Detached         *events.Detached `json:"detached"`
 	MaxConcurrent    int              `json:"maxConcurrent"`
+	ConcurrencyKey   string           `json:"concurrencyKey"`
+	Strategy         events.Strategy  `json:"strategy"`
+	DebounceMs       int64            `json:"debounceMs"`
 }
 
 // outcomeBody is the response of POST /v1/runs?wait=true.
@@ -242,6 +247,9 @@ func (a *api) dispatch(w http.ResponseWriter, r *http.Request) {
 		Trace: events.TraceContext{
 			TraceParent: r.Header.Get(events.HeaderTraceParent), TraceState: r.Header.Get(events.HeaderTraceState),
 		}.Valid(),
+		ConcurrencyKey: body.ConcurrencyKey,
+		Strategy:       body.Strategy,
+		Debounce:       time.Duration(body.DebounceMs) * time.Millisecond,
 	}
 	row, created, err := a.client.DispatchNew(r.Context(), req)
 	if err != nil {

@@ -27,6 +27,9 @@ func (c *cli) dispatchCmd(fs *flag.FlagSet) func(context.Context, []string) (int
 	parentID := fs.String("parent", "", "the run that dispatches this one")
 	toolCall := fs.String("tool-call-id", "", "the parent's tool call that dispatches this run (parentToolCallId)")
 	onFinish := fs.String("on-finish", "", "make the run detached with this finish handler")
+	key := fs.String("key", "", "a concurrency key: runs under one key never run at once (say a chat session)")
+	strategy := fs.String("strategy", "", "with --key, what this run does while the key is busy: queue (default), latest, drop, debounce, merge")
+	debounce := fs.Duration("debounce", 0, "with --strategy debounce, the quiet window (default 750ms)")
 	return func(ctx context.Context, args []string) (int, error) {
 		if len(args) != 2 {
 			return 0, usagef("want TYPE INPUT")
@@ -36,7 +39,7 @@ func (c *cli) dispatchCmd(fs *flag.FlagSet) func(context.Context, []string) (int
 			return 0, err
 		}
 		req := parent.Request{AgentType: args[0], RunID: *runID, Input: input, Parent: *parentID,
-			ParentToolCallID: *toolCall}
+			ParentToolCallID: *toolCall, ConcurrencyKey: *key, Strategy: events.Strategy(*strategy), Debounce: *debounce}
 		if *parentID != "" {
 			p, err := c.client.Inspect(ctx, *parentID)
 			if err != nil {

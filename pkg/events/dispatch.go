@@ -21,6 +21,11 @@ type Dispatch struct {
 	DisplayOrder     int             `json:"displayOrder,omitempty"`
 	Depth            int             `json:"depth,omitempty"`
 	Detached         *Detached       `json:"detached,omitempty"`
+	// ConcurrencyKey, Strategy and DebounceMs govern overlapping runs under
+	// one key (submit.go).
+	ConcurrencyKey string   `json:"concurrencyKey,omitempty"`
+	Strategy       Strategy `json:"strategy,omitempty"`
+	DebounceMs     int64    `json:"debounceMs,omitempty"`
 	// TraceParent and TraceState are the W3C trace context of whatever
 	// dispatched the run, for producers that cannot set the traceparent and
 	// tracestate headers; the headers win when both are given. A malformed
@@ -96,6 +101,7 @@ func (d *Dispatch) Validate() error {
 			}
 		}
 	}
+	errs = append(errs, d.validateKey()...)
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %w", ErrBadDispatch, errors.Join(errs...))
 	}

@@ -18,6 +18,10 @@ const (
 	StatusError       Status = "error"
 	StatusAborted     Status = "aborted"
 	StatusInterrupted Status = "interrupted"
+	// StatusQueued is a keyed run waiting for its concurrency key (see
+	// Strategy): no dispatch is out for it and no worker executes it. It is
+	// neither live nor final.
+	StatusQueued Status = "queued"
 )
 
 // Reasons recorded with a status. ReasonLeaseLost is reserved by the
@@ -73,7 +77,7 @@ func ParseStatuses(list string) ([]Status, error) {
 // Valid reports whether s is one of the known statuses.
 func (s Status) Valid() bool {
 	switch s {
-	case StatusStarting, StatusRunning, StatusCompleted, StatusError, StatusAborted, StatusInterrupted:
+	case StatusStarting, StatusRunning, StatusCompleted, StatusError, StatusAborted, StatusInterrupted, StatusQueued:
 		return true
 	}
 	return false

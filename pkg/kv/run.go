@@ -93,6 +93,20 @@ type Run struct {
 	// so it is spared the index's two writes.
 	Unindexed bool `json:"unindexed,omitempty"`
 
+	// ConcurrencyKey, Strategy and DebounceMs are the run's submit under a
+	// concurrency key (keys.go): runs of one key never execute at once.
+	ConcurrencyKey string          `json:"concurrencyKey,omitempty"`
+	Strategy       events.Strategy `json:"strategy,omitempty"`
+	DebounceMs     int64           `json:"debounceMs,omitempty"`
+	// NotBefore is when a queued debounce run's quiet window ends.
+	NotBefore time.Time `json:"notBefore,omitzero"`
+	// SupersededBy names the newer run that replaced this queued one
+	// (reason superseded); MergedInto the run that carries its input
+	// (reason merged); Merged lists, on that run, the runs it carries.
+	SupersededBy string   `json:"supersededBy,omitempty"`
+	MergedInto   string   `json:"mergedInto,omitempty"`
+	Merged       []string `json:"merged,omitempty"`
+
 	// FirstEventSeq is the JETRUN_EVENTS sequence of the run's first event,
 	// where a replay starts; 0 until known.
 	FirstEventSeq uint64 `json:"firstEventSeq,omitempty"`
@@ -121,6 +135,9 @@ func (r *Run) Clone() *Run {
 	if r.Progress != nil {
 		p := *r.Progress
 		c.Progress = &p
+	}
+	if r.Merged != nil {
+		c.Merged = append([]string(nil), r.Merged...)
 	}
 	c.Delivered = maps.Clone(r.Delivered)
 	c.SignalsSeen = maps.Clone(r.SignalsSeen)

@@ -275,7 +275,7 @@ func (r *Run) RequestCancel(reason string, held bool, now time.Time) (aborted bo
 	switch {
 	case r.Status.Final():
 		return false, ErrNoChange
-	case r.Status == events.StatusStarting || r.Status == events.StatusRunning && !held:
+	case r.Status == events.StatusStarting || r.Status == events.StatusQueued || r.Status == events.StatusRunning && !held:
 		r.CancelRequested, r.CancelReason = true, reason
 		r.End(events.StatusAborted, events.ReasonCancelled, "cancelled: "+reason, now)
 		return true, nil
@@ -303,6 +303,9 @@ func NewRun(agentType string, d events.Dispatch, seq uint64, now time.Time) *Run
 		Status:           events.StatusStarting,
 		DispatchSeq:      seq,
 		CreatedAt:        now,
+		ConcurrencyKey:   d.ConcurrencyKey,
+		Strategy:         d.Strategy,
+		DebounceMs:       d.DebounceMs,
 	}
 }
 
@@ -318,6 +321,9 @@ func (r *Run) Dispatch() events.Dispatch {
 		Detached:         r.Detached,
 		TraceParent:      r.TraceParent,
 		TraceState:       r.TraceState,
+		ConcurrencyKey:   r.ConcurrencyKey,
+		Strategy:         r.Strategy,
+		DebounceMs:       r.DebounceMs,
 	}
 }
 

@@ -142,7 +142,7 @@ func (b *reattachBudget) check(r *kv.Run, now time.Time) *Failure {
 		return &Failure{RunID: r.ID, Status: events.StatusInterrupted, Retryable: true, Reason: events.ReasonWindowExceeded,
 			Message: fmt.Sprintf("the caller waited past its window of %s; the run is stopped", b.window)}
 	}
-	if fp := progressMark(r); fp != b.seen || r.WaitingFor != "" || b.lastMoved.IsZero() {
+	if fp := progressMark(r); fp != b.seen || r.WaitingFor != "" || r.Status == events.StatusQueued || b.lastMoved.IsZero() {
 		b.seen, b.lastMoved = fp, now
 	}
 	if b.noProgress < 0 || now.Sub(b.lastMoved) <= b.noProgress {
@@ -279,6 +279,7 @@ func (c *Client) cancelOne(ctx context.Context, id, reason string) (*kv.Run, err
 	switch {
 	case aborted:
 		c.announce(ctx, row)
+		c.advanceKey(ctx, row)
 	case row.CancelRequested && row.Live() && row.Worker != "":
 		// Tell the worker holding the run; a repeated Cancel tells it
 		// again, and the reconciler does too if this notice is lost.

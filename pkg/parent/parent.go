@@ -216,6 +216,14 @@ type Request struct {
 	// headers on its dispatch, events and finish, and in its handler's
 	// context (worker.TraceContext). A malformed one is dropped.
 	Trace events.TraceContext
+	// ConcurrencyKey, when set, makes runs under the same key never execute
+	// at the same time (say one chat session); Strategy says what a submit
+	// does while a run of the key is live or queued (default queue), and
+	// Debounce is the quiet window of strategy debounce (default 750ms).
+	// See submit.go.
+	ConcurrencyKey string
+	Strategy       events.Strategy
+	Debounce       time.Duration
 }
 
 func (req Request) dispatch() (events.Dispatch, error) {
@@ -248,6 +256,7 @@ func (req Request) dispatch() (events.Dispatch, error) {
 		Detached:         req.Detached,
 	}
 	d.SetTrace(req.Trace.Valid())
+	errs = append(errs, req.keyed(&d)...)
 	if d.RunID == "" {
 		d.RunID = NewRunID()
 	}
@@ -299,6 +308,9 @@ func (c *Client) DispatchNew(ctx context.Context, req Request) (row *kv.Run, cre
 	}
 	if err := c.checkAgentType(ctx, req.AgentType); err != nil {
 		return nil, false, err
+	}
+	if req.ConcurrencyKey != "" {
+		return c.dispatchKeyed(ctx, req, d)
 	}
 	if req.MaxConcurrent > 0 {
 		// An existing run is re-attached without a slot; a new one needs one.
@@ -361,6 +373,9 @@ func (c *Client) existing(ctx context.Context, row *kv.Run, req Request) (*kv.Ru
 		return nil, fmt.Errorf("parent: dispatch run %s as %s: %w (%s)", row.ID, req.AgentType, ErrRunIDConflict, row.AgentType)
 	}
 	if row.Status == events.StatusInterrupted && !row.ChildStillRunning {
+		if row.ConcurrencyKey != "" {
+			return c.requeue(ctx, row)
+		}
 		return c.resume(ctx, row)
 	}
 	if row.Status != events.StatusStarting {

@@ -28,6 +28,7 @@ type sweep struct {
 	parents map[string]*kv.Run           // parent rows read by this sweep (nil: gone)
 	served  map[string]bool              // finish handlers a deliverer follows, as seen by this sweep
 	copies  map[string]map[string]uint64 // per handler, Nats-Msg-Id → sequence of the finishes waiting
+	keys    map[string]bool              // concurrency keys this sweep advanced (keys.go)
 }
 
 func (s *sweep) count(f func(*Stats)) {
@@ -65,6 +66,9 @@ func (s *sweep) run(ctx context.Context, ir kv.IndexedRun) error {
 	s.renotifyCancel(ctx, row)
 	if done, err := s.cascade(ctx, row); done || err != nil {
 		return err
+	}
+	if row.Status == events.StatusQueued {
+		return s.advanceKey(ctx, row)
 	}
 	if done, err := s.enforceBudgets(ctx, row); done || err != nil {
 		return err

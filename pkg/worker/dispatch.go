@@ -56,6 +56,12 @@ func (w *Worker) process(ctx context.Context, agentType string, msg jetstream.Ms
 				_ = msg.Ack()
 				return
 			}
+			if d.ConcurrencyKey != "" {
+				if w.submitKeyed(ctx, agentType, d, msg) {
+					return
+				}
+				continue
+			}
 			var done bool
 			if done, err = w.claimNew(ctx, agentType, d, msg, slot); done {
 				return
@@ -110,8 +116,12 @@ func (w *Worker) decide(ctx context.Context, log *slog.Logger, msg jetstream.Msg
 		if err := w.ensureFinalEvent(ctx, row); err != nil {
 			return false, err
 		}
+		w.advanceKey(ctx, row)
 		_ = msg.Ack()
 		return false, nil
+
+	case row.Status == events.StatusQueued:
+		return w.gate(ctx, msg, row)
 
 	case w.adopt(row, msg):
 		return false, nil // a redelivery of a run this process is executing
@@ -269,6 +279,7 @@ func (w *Worker) endUnclaimed(ctx context.Context, msg jetstream.Msg, row *kv.Ru
 		return false, err
 	}
 	w.unindexIfSettled(ctx, final)
+	w.advanceKey(ctx, final)
 	_ = msg.Ack()
 	return false, nil
 }

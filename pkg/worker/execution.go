@@ -428,6 +428,7 @@ func (e *execution) finalize(status events.Status, reason, text string, set func
 		e.w.unindexIfSettled(ctx, row)
 	}
 	e.setOutcome(string(row.Status), row.Reason)
+	e.w.advanceKey(ctx, row)
 	e.log.InfoContext(ctx, "run finished", "status", row.Status)
 	e.releaseMsgs(jetstream.Msg.Ack)
 }

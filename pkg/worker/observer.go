@@ -84,6 +84,7 @@ const (
 	DeadLetterTooDeep    DeadLetterReason = "too-deep"    // nested deeper than MaxDepth
 	DeadLetterCorruptRow DeadLetterReason = "corrupt-row" // the run's row is not valid JSON
 	DeadLetterWrongType  DeadLetterReason = "wrong-type"  // the run exists as another agent type
+	DeadLetterKeyBusy    DeadLetterReason = "key-busy"    // strategy drop: its concurrency key is taken
 )
 
 // observeStart tells the Observer that e's attempt of row began.

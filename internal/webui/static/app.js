@@ -8,7 +8,7 @@
 //   GET /v1/runs/{id}               the full row (input, output)
 //   GET /v1/runs/{id}/events (SSE)  the timeline: history, then live; "end" closes it
 
-const STATUSES = ['starting', 'running', 'completed', 'error', 'aborted', 'interrupted'];
+const STATUSES = ['queued', 'starting', 'running', 'completed', 'error', 'aborted', 'interrupted'];
 const FINAL = new Set(['completed', 'error', 'aborted']);
 
 // ---------------------------------------------------------------- helpers
@@ -1001,7 +1001,7 @@ class Timeline {
         h('span', { class: 'k', text: 'interrupted · child stopped' }),
         h('span', { class: 'sub' }, d.reason ? ` · ${d.reason}` : '', att));
     } else {
-      const icons = { completed: '✓', error: '✕', aborted: '⊘', interrupted: '‖', starting: '○' };
+      const icons = { completed: '✓', error: '✕', aborted: '⊘', interrupted: '‖', starting: '○', queued: '⋯' };
       const final = FINAL.has(s) || s === 'interrupted';
       const extra = [];
       if (d.reason) extra.push(` · ${d.reason}`);

@@ -1,0 +1,84 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/kv"
+)
+
+// Concurrency keys on the worker side (kv.Store.Submit explains the
+// protocol). A worker:
+//   - submits a keyed dispatch that has no row (a service published it
+//     straight to the stream) under its key, holding the message: a drop
+//     refused goes to the DLQ with the reason;
+//   - holds back a dispatch of a queued debounce run until its quiet window
+//     ends, then advances the key; a dispatch of a run still queued after
+//     that is acknowledged (the key's next advance publishes another);
+//   - advances the key of every keyed run it ends, before it acknowledges
+//     the run's dispatch, so a crash in between is repaired by the
+//     dispatch's redelivery (or by the reconciler).
+
+// submitKeyed enters a keyed dispatch without a row under its key. done is
+// false when the caller should read the row and go on.
+func (w *Worker) submitKeyed(ctx context.Context, agentType string, d events.Dispatch, msg jetstream.Msg) (done bool) {
+	row := kv.NewRun(agentType, d, 0, time.Now())
+	_, err := w.store.Submit(ctx, w.cfg.Namespace, row, kv.Held{RunID: d.RunID, Seq: events.StreamSeq(msg)})
+	switch {
+	case err == nil, errors.Is(err, kv.ErrRunExists):
+		return false
+	case errors.Is(err, kv.ErrKeyBusy):
+		w.deadLetter(ctx, msg, agentType, DeadLetterKeyBusy, err.Error())
+		return true
+	}
+	if ctx.Err() != nil {
+		_ = msg.Nak()
+		return true
+	}
+	w.fault(ctx, w.log.With("run_id", d.RunID), "submit keyed run", err)
+	w.ensure(ctx, err)
+	_ = msg.NakWithDelay(retryDelay(msg))
+	return true
+}
+
+// gate acts on a dispatch of a queued run: wait out a debounce window,
+// else advance the key and run it if that started it.
+func (w *Worker) gate(ctx context.Context, msg jetstream.Msg, row *kv.Run) (retry bool, err error) {
+	if wait := time.Until(row.NotBefore); wait > 0 {
+		_ = msg.NakWithDelay(wait + 20*time.Millisecond)
+		return false, nil
+	}
+	held := kv.Held{RunID: row.ID, Seq: events.StreamSeq(msg)}
+	if err := w.store.AdvanceKey(ctx, w.cfg.Namespace, row.ConcurrencyKey, held); err != nil {
+		return false, err
+	}
+	now, _, err := w.store.Get(ctx, row.ID)
+	if errors.Is(err, kv.ErrRunNotFound) {
+		_ = msg.Ack()
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if now.Status == events.StatusQueued {
+		_ = msg.Ack() // not its turn: the key's next advance dispatches it
+		return false, nil
+	}
+	return true, nil
+}
+
+// advanceKey hands the key of the keyed run r, just ended, to the next run.
+// A failure is logged: a redelivery of r's dispatch or the reconciler
+// advances the key again.
+func (w *Worker) advanceKey(ctx context.Context, r *kv.Run) {
+	if r == nil || r.ConcurrencyKey == "" || r.Live() {
+		return
+	}
+	if err := w.store.AdvanceKey(ctx, w.cfg.Namespace, r.ConcurrencyKey, kv.Held{}); err != nil {
+		w.log.WarnContext(ctx, "advance concurrency key", "run_id", r.ID, "key", r.ConcurrencyKey, "err", err)
+	}
+}
