@@ -376,3 +376,44 @@ func TestMakeRunShowsDemoRunsCompleting(t *testing.T) {
 		t.Fatalf("make run did not stop on SIGTERM:\n%s", out)
 	}
 }
+
+// The command lines of docs/operations.md's production checklist work as
+// shown against a parent-worker with read and write tokens.
+func TestProductionChecklistCommands(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(raw)
+	from := strings.Index(text, "## Production checklist")
+	if from < 0 {
+		t.Fatal("docs/operations.md has no production checklist")
+	}
+	var cmds []string
+	for _, l := range strings.Split(text[from:], "\n") {
+		if l = strings.TrimSpace(l); strings.HasPrefix(l, "curl ") || strings.HasPrefix(l, "! curl ") {
+			cmds = append(cmds, l)
+		}
+	}
+	if len(cmds) < 5 {
+		t.Fatalf("the checklist has %d commands", len(cmds))
+	}
+	const readTok, writeTok = "checklist-read-0123456789", "checklist-write-0123456789"
+	addr := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
+	pw := start(t, "parent-worker", map[string]string{
+		"JETRUN_CHILDREN": "demo", "JETRUN_HTTP_ADDR": addr, "JETRUN_EMBEDDED_PORT": "-1",
+		"JETRUN_HTTP_TOKENS": "write=" + writeTok + ",read=" + readTok,
+	})
+	pw.waitLog("parent-worker ready", 60*time.Second)
+	for _, c := range cmds {
+		c = strings.ReplaceAll(c, "127.0.0.1:8080", addr)
+		cmd := exec.Command("sh", "-c", c)
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "READ_TOKEN=" + readTok, "WRITE_TOKEN=" + writeTok}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s\n%v\n%s", c, err, out)
+		}
+		t.Logf("%s\n%s", c, out)
+	}
+}
