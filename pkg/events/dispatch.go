@@ -79,6 +79,7 @@ func (d *Dispatch) Validate() error {
 				errs = append(errs, fmt.Errorf(`"detached.onFinish": %w`, err))
 			}
 		}
+		errs = append(errs, det.validateMilestones()...)
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %w", ErrBadDispatch, errors.Join(errs...))
