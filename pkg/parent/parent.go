@@ -21,6 +21,7 @@ import (
 	"github.com/jetrun/jetrun/pkg/jsfault"
 	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/obs"
+	"github.com/jetrun/jetrun/pkg/registry"
 )
 
 // Defaults used where Config leaves a field zero.
@@ -103,7 +104,9 @@ type Client struct {
 
 	mu     sync.Mutex
 	agents map[string]time.Time // agent types seen registered, until when
-	hooks  []ProgressHook
+	// schemas holds the input schemas of the agent registry.
+	schemas *registry.Cache
+	hooks   []ProgressHook
 }
 
 // Validate reports every invalid field at once.
@@ -154,7 +157,7 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Client, error) {
 	}
 	c := &Client{
 		cfg: cfg, js: js, store: store, log: cfg.Logger, dispatchStream: dispatch, eventsStream: evs,
-		agents: make(map[string]time.Time),
+		agents: make(map[string]time.Time), schemas: registry.NewCache(js, cfg.Namespace),
 	}
 	c.statuses.c = c
 	return c, nil
@@ -269,6 +272,9 @@ func (c *Client) DispatchNew(ctx context.Context, req Request) (row *kv.Run, cre
 		return nil, false, fmt.Errorf("%w: depth %d exceeds the maximum nesting depth %d", ErrBadRequest, d.Depth, c.cfg.MaxDepth)
 	}
 	if err := c.checkAgentType(ctx, req.AgentType); err != nil {
+		return nil, false, err
+	}
+	if err := c.checkInput(ctx, req.AgentType, d.Input); err != nil {
 		return nil, false, err
 	}
 	if req.MaxConcurrent > 0 {

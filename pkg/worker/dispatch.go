@@ -52,6 +52,12 @@ func (w *Worker) process(ctx context.Context, agentType string, msg jetstream.Ms
 				_ = msg.Ack()
 				return
 			}
+			// A dispatch published straight to the stream is checked
+			// against the agent type's input schema here.
+			if reason := w.inputMismatch(agentType, d.Input); reason != "" {
+				w.deadLetter(ctx, msg, agentType, reason)
+				return
+			}
 			var done bool
 			if done, err = w.claimNew(ctx, agentType, d, msg, slot); done {
 				return

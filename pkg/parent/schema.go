@@ -1,0 +1,24 @@
+package parent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+)
+
+// checkInput refuses an input that does not match the input schema its
+// agent type announces in the agent registry (registry.Cache: at most
+// registry.CacheTTL old). The error wraps ErrBadRequest and
+// registry.ErrSchemaMismatch.
+func (c *Client) checkInput(ctx context.Context, agentType string, input json.RawMessage) error {
+	in, _, err := c.schemas.Schemas(ctx, agentType)
+	if err != nil {
+		// The registry is advisory here: the worker checks again.
+		c.fault(ctx, "read the agent registry", err, "agent_type", agentType)
+		return nil
+	}
+	if err := in.Validate(input); err != nil {
+		return fmt.Errorf("parent: %w: input of agent type %s %w", ErrBadRequest, agentType, err)
+	}
+	return nil
+}
