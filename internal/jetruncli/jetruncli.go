@@ -47,6 +47,7 @@ Usage:
   jetrun cancel [--reason TEXT] [--json] ID
   jetrun signal [--json] ID NAME [PAYLOAD]
   jetrun clear [--status S[,S]] [--older-than DURATION] [--all] [--json]
+  jetrun agents [--tools openai|anthropic|mcp] [--json]
 
 INPUT and PAYLOAD are JSON ('{"steps":5}'), or @file, or - for standard input.
 dispatch --wait shows the run's progress live and exits with the outcome:

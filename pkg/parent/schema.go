@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+
+	"github.com/jetrun/jetrun/pkg/registry"
 )
 
 // checkInput refuses an input that does not match the input schema its
@@ -21,4 +23,15 @@ func (c *Client) checkInput(ctx context.Context, agentType string, input json.Ra
 		return fmt.Errorf("parent: %w: input of agent type %s %w", ErrBadRequest, agentType, err)
 	}
 	return nil
+}
+
+// Agents lists the live agent types of the agent registry: those some
+// running worker announces, with their description, schemas and worker
+// count, sorted by name. Empty when no worker ever announced one.
+func (c *Client) Agents(ctx context.Context) ([]registry.Agent, error) {
+	reg, ok, err := registry.Bind(ctx, c.js, c.cfg.Namespace)
+	if err != nil || !ok {
+		return []registry.Agent{}, err
+	}
+	return reg.Agents(ctx)
 }
