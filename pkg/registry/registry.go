@@ -284,7 +284,8 @@ func (c *Cache) Schemas(ctx context.Context, t string) (in, out *Schema, err err
 		if err != nil {
 			return nil, nil, err
 		}
-		if !found {
+		if !found { // no worker announced anything yet: no schemas
+			c.remember(t, cached{})
 			return nil, nil, nil
 		}
 		reg = r
@@ -304,9 +305,13 @@ func (c *Cache) Schemas(ctx context.Context, t string) (in, out *Schema, err err
 	} else {
 		e.in, e.out = nil, nil
 	}
+	c.remember(t, e)
+	return e.in, e.out, nil
+}
+
+func (c *Cache) remember(t string, e cached) {
 	e.until = time.Now().Add(CacheTTL)
 	c.mu.Lock()
 	c.by[t] = e
 	c.mu.Unlock()
-	return e.in, e.out, nil
 }
