@@ -54,4 +54,17 @@ func TestAgentsCommand(t *testing.T) {
 	if code := jetruncli.Main(ctx, []string{"agents", "--tools", "cobol"}, nil, &out, &errw); code != jetruncli.ExitUsage {
 		t.Fatalf("unknown format: exit %d", code)
 	}
+	// The schema refuses a bad input as a usage error; onMilestones lands on the row.
+	out.Reset()
+	if code := jetruncli.Main(ctx, []string{"dispatch", "demo", `{"steps":"x"}`}, nil, &out, &errw); code != jetruncli.ExitUsage ||
+		!strings.Contains(errw.String(), "does not match the schema") {
+		t.Fatalf("bad input: exit %d: %s", code, errw.String())
+	}
+	cli("dispatch", "--run-id", "cli-ms", "--on-finish", "h", "--on-milestones", "step-1,step-2", "--json", "demo", `{"steps":1,"stepMs":0}`)
+	var row struct {
+		Detached struct{ OnMilestones []string }
+	}
+	if err := json.Unmarshal([]byte(cli("get", "--json", "cli-ms")), &row); err != nil || strings.Join(row.Detached.OnMilestones, ",") != "step-1,step-2" {
+		t.Fatalf("row: %v %+v", err, row)
+	}
 }

@@ -27,6 +27,7 @@ func (c *cli) dispatchCmd(fs *flag.FlagSet) func(context.Context, []string) (int
 	parentID := fs.String("parent", "", "the run that dispatches this one")
 	toolCall := fs.String("tool-call-id", "", "the parent's tool call that dispatches this run (parentToolCallId)")
 	onFinish := fs.String("on-finish", "", "make the run detached with this finish handler")
+	onMilestones := fs.String("on-milestones", "", "with --on-finish: milestone names, comma-separated, the handler also hears (once each)")
 	return func(ctx context.Context, args []string) (int, error) {
 		if len(args) != 2 {
 			return 0, usagef("want TYPE INPUT")
@@ -47,8 +48,11 @@ func (c *cli) dispatchCmd(fs *flag.FlagSet) func(context.Context, []string) (int
 			}
 			req.Depth = p.Depth + 1
 		}
-		if *onFinish != "" {
+		if *onFinish != "" || *onMilestones != "" {
 			req.Detached = &events.Detached{OnFinish: *onFinish}
+			if *onMilestones != "" {
+				req.Detached.OnMilestones = strings.Split(*onMilestones, ",")
+			}
 		}
 		row, err := c.client.Dispatch(ctx, req)
 		if errors.Is(err, parent.ErrBadRequest) || errors.Is(err, parent.ErrUnknownAgentType) {

@@ -40,7 +40,7 @@ const (
 const usage = `jetrun: dispatch, watch and steer jetrun runs.
 
 Usage:
-  jetrun dispatch [--wait] [--run-id ID] [--parent ID] [--tool-call-id ID] [--on-finish HANDLER] [--json] TYPE INPUT
+  jetrun dispatch [--wait] [--run-id ID] [--parent ID] [--tool-call-id ID] [--on-finish HANDLER [--on-milestones A,B]] [--json] TYPE INPUT
   jetrun get [--json] ID
   jetrun ls [--status S[,S]] [--type TYPE] [--parent ID] [--tool-call-id ID] [--limit N] [--json]
   jetrun replay [--follow] [--after SEQ] [--json] ID
