@@ -26,6 +26,12 @@
 // before marking it delivered leaves a claim that expires, and the finish is
 // delivered again. Handlers must be idempotent; Result's IdempotencyKey
 // (<runId>.<status>) is the key to deduplicate on.
+//
+// Milestone notices (detached.onMilestones) travel the same way, on the
+// same subject and consumer, with their own ledger slot per milestone name
+// (kv.Run.Notices) and the key <runId>.milestone.<name>; a deliverer also
+// records them from the run's milestones and sends them before the run's
+// finish. See notice.go and docs/delivery.md.
 package finish
 
 import (
