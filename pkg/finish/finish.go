@@ -205,8 +205,10 @@ func (d *Deliverer) HandleFinish(name string, h Handler) {
 	if d.started {
 		panic("finish: HandleFinish called after Start")
 	}
-	if _, dup := d.handlers[name]; dup {
-		panic("finish: HandleFinish: a handler named " + name + " is already registered")
+	if prev, dup := d.handlers[name]; dup {
+		if _, stand := prev.(noFinishHandler); !stand {
+			panic("finish: HandleFinish: a handler named " + name + " is already registered")
+		}
 	}
 	d.handlers[name] = h
 }

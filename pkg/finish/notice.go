@@ -67,9 +67,10 @@ func (f MilestoneHandlerFunc) HandleMilestone(ctx context.Context, run *kv.Run, 
 }
 
 // HandleMilestone registers h as the milestone handler of name (the value
-// of detached.onFinish). Finishes for name still need HandleFinish; a
-// handler registered only here acknowledges finishes without a call. It
-// panics on an invalid or duplicate name, or after Start.
+// of detached.onFinish). Finishes for name still need HandleFinish, in the
+// same deliverer (they share the consumer finish-<name>): without one, a
+// finish that reaches this deliverer fails its attempt. It panics on an
+// invalid or duplicate name, or after Start.
 func (d *Deliverer) HandleMilestone(name string, h MilestoneHandler) {
 	if err := events.ValidateHandler(name); err != nil {
 		panic("finish: HandleMilestone: " + err.Error())
@@ -90,8 +91,18 @@ func (d *Deliverer) HandleMilestone(name string, h MilestoneHandler) {
 	}
 	d.milestones[name] = h
 	if _, ok := d.handlers[name]; !ok {
-		d.handlers[name] = HandlerFunc(func(context.Context, *kv.Run, Result) error { return nil })
+		// The consumer finish-<name> carries both; a finish that reaches
+		// this process without a finish handler fails its attempt.
+		d.handlers[name] = noFinishHandler{name}
 	}
+}
+
+// noFinishHandler stands for the finish handler of a name registered with
+// HandleMilestone only, until HandleFinish replaces it.
+type noFinishHandler struct{ name string }
+
+func (n noFinishHandler) HandleFinish(context.Context, *kv.Run, Result) error {
+	return fmt.Errorf("no finish handler %s in this deliverer (only HandleMilestone)", n.name)
 }
 
 // HandleMilestoneFunc registers f; see HandleMilestone.

@@ -108,15 +108,17 @@ func TestMilestoneNoticesReachAGoHandlerOncePerName(t *testing.T) {
 	t.Parallel()
 	var h heard
 	client := setupMilestones(t, func(d *finish.Deliverer) {
-		d.HandleFinishFunc("h", func(_ context.Context, _ *kv.Run, res finish.Result) error {
-			h.add(finish.IdempotencyKey(res), 0)
-			return nil
-		})
+		// The milestone handler first: HandleFinish then takes its place
+		// for finishes.
 		d.HandleMilestoneFunc("h", func(_ context.Context, run *kv.Run, n finish.Notice) error {
 			if n.Kind != events.KindMilestoneNotice || n.Handler != "h" || run.ID != n.RunID {
 				return errors.New("bad notice")
 			}
 			h.add(finish.NoticeIdempotencyKey(n), n.Milestone.Sequence)
+			return nil
+		})
+		d.HandleFinishFunc("h", func(_ context.Context, _ *kv.Run, res finish.Result) error {
+			h.add(finish.IdempotencyKey(res), 0)
 			return nil
 		})
 	})
