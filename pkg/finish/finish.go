@@ -128,6 +128,7 @@ type Deliverer struct {
 	handlers map[string]Handler
 	// milestones are the handlers registered with HandleMilestone.
 	milestones map[string]MilestoneHandler
+	listed     listedCache // per run, the milestone names it lists
 	store      *kv.Store
 	logs       obs.Throttle // warnings about JetStream faults, per message and class
 
@@ -335,7 +336,7 @@ func (d *Deliverer) deliver(ctx context.Context, name string, msg jetstream.Msg)
 	}
 	log := d.log.With("run_id", res.RunID, "status", res.Status, "handler", name)
 	// Milestone notices go out before the run's finishes.
-	if owed, err := d.catchUpNotices(ctx, log, res.RunID); err != nil || owed {
+	if owed, err := d.noticesFirst(ctx, log, res); err != nil || owed {
 		if err != nil {
 			d.fault(ctx, log, "look for milestone notices before the finish", err)
 		}

@@ -160,6 +160,10 @@ func (d *Deliverer) recordNotice(ctx context.Context, msg jetstream.Msg) {
 		_ = msg.Term() // not a milestone jetrun wrote; nothing to announce
 		return
 	}
+	if listed, known := d.listed.get(m.RunID); known && !slices.Contains(listed, m.Name) {
+		_ = msg.Ack() // the run asks for no notice of this name
+		return
+	}
 	log := d.log.With("run_id", m.RunID, "milestone", m.Name)
 	row, _, err := d.store.Get(ctx, m.RunID)
 	switch {
@@ -171,6 +175,11 @@ func (d *Deliverer) recordNotice(ctx context.Context, msg jetstream.Msg) {
 		_ = msg.NakWithDelay(time.Second)
 		return
 	}
+	var listed []string
+	if row.Detached != nil && row.Detached.OnFinish != "" {
+		listed = row.Detached.OnMilestones
+	}
+	d.listed.put(m.RunID, listed)
 	if !row.Detached.Notifies(m.Name) {
 		_ = msg.Ack()
 		return
@@ -398,6 +407,49 @@ func (d *Deliverer) deadLetterNotice(ctx context.Context, name string, msg jetst
 	}
 	_ = msg.TermWithReason(events.Truncate(reason, 200))
 	d.obs.Report(ctx, obs.FinishFailed, n.RunID, "milestone", n.Milestone.Name, "handler", name, "attempts", attempts, "reason", reason)
+}
+
+// noticesFirst is catchUpNotices for the run of finish res, skipped without
+// a round trip when the row the finish carries lists no milestones.
+func (d *Deliverer) noticesFirst(ctx context.Context, log *slog.Logger, res Result) (bool, error) {
+	if len(res.Run) > 0 {
+		var row struct {
+			Detached *struct {
+				OnMilestones []string `json:"onMilestones"`
+			} `json:"detached"`
+		}
+		if json.Unmarshal(res.Run, &row) == nil && (row.Detached == nil || len(row.Detached.OnMilestones) == 0) {
+			return false, nil
+		}
+	}
+	return d.catchUpNotices(ctx, log, res.RunID)
+}
+
+// listedCache remembers, per run, the milestone names it lists (a run's
+// detached settings never change), so the milestones of runs that list
+// none cost no row read after their first. It forgets everything when it
+// holds listedCacheSize runs.
+type listedCache struct {
+	mu sync.Mutex
+	m  map[string][]string
+}
+
+const listedCacheSize = 10_000
+
+func (c *listedCache) get(runID string) ([]string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l, ok := c.m[runID]
+	return l, ok
+}
+
+func (c *listedCache) put(runID string, listed []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= listedCacheSize {
+		c.m = make(map[string][]string)
+	}
+	c.m[runID] = listed
 }
 
 // catchUpTimeout bounds reading a run's milestones before its finish.
