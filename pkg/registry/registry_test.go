@@ -169,14 +169,19 @@ func TestToolFormats(t *testing.T) {
 	list := []registry.Agent{
 		{AgentType: "wordcount", Description: "Counts words.", InputSchema: info.InputSchema, OutputSchema: info.OutputSchema, Workers: 1},
 		{AgentType: "plain", Workers: 1},
+		{AgentType: "shout", Description: "Shouts.", InputSchema: json.RawMessage(`{"type":"string"}`), Workers: 1},
 	}
+	wrapped := `{"type":"object","properties":{"input":{"type":"string"}},"required":["input"]}`
 	for _, tc := range []struct{ format, want string }{
 		{"openai", `[{"type":"function","function":{"name":"wordcount","description":"Counts words.","parameters":` + string(info.InputSchema) + `}},` +
-			`{"type":"function","function":{"name":"plain","description":"Run the jetrun agent plain.","parameters":{"type":"object","additionalProperties":true}}}]`},
+			`{"type":"function","function":{"name":"plain","description":"Run the jetrun agent plain.","parameters":{"type":"object","additionalProperties":true}}},` +
+			`{"type":"function","function":{"name":"shout","description":"Shouts.","parameters":` + wrapped + `}}]`},
 		{"anthropic", `[{"name":"wordcount","description":"Counts words.","input_schema":` + string(info.InputSchema) + `},` +
-			`{"name":"plain","description":"Run the jetrun agent plain.","input_schema":{"type":"object","additionalProperties":true}}]`},
+			`{"name":"plain","description":"Run the jetrun agent plain.","input_schema":{"type":"object","additionalProperties":true}},` +
+			`{"name":"shout","description":"Shouts.","input_schema":` + wrapped + `}]`},
 		{"mcp", `{"tools":[{"name":"wordcount","description":"Counts words.","inputSchema":` + string(info.InputSchema) + `,"outputSchema":` + string(info.OutputSchema) + `},` +
-			`{"name":"plain","description":"Run the jetrun agent plain.","inputSchema":{"type":"object","additionalProperties":true}}]}`},
+			`{"name":"plain","description":"Run the jetrun agent plain.","inputSchema":{"type":"object","additionalProperties":true}},` +
+			`{"name":"shout","description":"Shouts.","inputSchema":` + wrapped + `}]}`},
 	} {
 		v, err := registry.Tools(list, tc.format)
 		if err != nil {

@@ -23,7 +23,9 @@ var anyObject = json.RawMessage(`{"type":"object","additionalProperties":true}`)
 // Tools returns LLM tool definitions for agents, one per agent type, named
 // after it, described by its description, with its input schema as the
 // parameters (a type without one takes any object): the arguments a model
-// produces are the dispatch's input.
+// produces are the dispatch's input. An input schema that is not an object
+// schema ("type": "object") is wrapped as the field "input" of an object,
+// and the dispatch's input is then that field of the arguments.
 //
 //   - openai: a list for the Chat Completions / Responses "tools" field,
 //     [{"type":"function","function":{"name","description","parameters"}}];
@@ -33,10 +35,14 @@ var anyObject = json.RawMessage(`{"type":"object","additionalProperties":true}`)
 //     (outputSchema only for a type that announces an object schema).
 func Tools(agents []Agent, format string) (any, error) {
 	params := func(a Agent) json.RawMessage {
-		if len(a.InputSchema) == 0 {
+		switch {
+		case len(a.InputSchema) == 0:
 			return anyObject
+		case isObjectSchema(a.InputSchema):
+			return a.InputSchema
 		}
-		return a.InputSchema
+		// Tool APIs want an object: wrap the input as its field "input".
+		return json.RawMessage(`{"type":"object","properties":{"input":` + string(a.InputSchema) + `},"required":["input"]}`)
 	}
 	desc := func(a Agent) string {
 		if a.Description != "" {
