@@ -31,6 +31,10 @@ func Names() []string { return slices.Sorted(maps.Keys(builtins())) }
 type Configured struct {
 	HTTP map[string]httpagent.Config
 	Exec map[string]execagent.Config
+	// Info describes configured agent types in the agent registry (a
+	// description and JSON Schemas); a type without an entry is announced
+	// without them.
+	Info map[string]worker.AgentInfo
 }
 
 // Names lists the configured agent types.
@@ -77,14 +81,14 @@ func Register(w *worker.Worker, names []string, conf Configured) error {
 		if _, ok := all[name]; ok {
 			return fmt.Errorf("http agent type %q has the name of a built-in agent type", name)
 		}
-		w.Handle(name, httpagent.Handler(c))
+		w.HandleWith(name, httpagent.Handler(c), conf.Info[name])
 		seen[name] = true
 	}
 	for name, c := range conf.Exec {
 		if _, ok := all[name]; ok {
 			return fmt.Errorf("exec agent type %q has the name of a built-in agent type", name)
 		}
-		w.Handle(name, execagent.Handler(c))
+		w.HandleWith(name, execagent.Handler(c), conf.Info[name])
 		seen[name] = true
 	}
 	for _, name := range names {
@@ -96,7 +100,7 @@ func Register(w *worker.Worker, names []string, conf Configured) error {
 		if !ok {
 			return fmt.Errorf("unknown agent type %q; built-in agent types: %v, configured: %v", name, Names(), conf.Names())
 		}
-		w.Handle(name, h())
+		w.HandleWith(name, h(), builtinInfo[name])
 	}
 	return nil
 }

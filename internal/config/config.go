@@ -122,6 +122,7 @@ type Agents struct {
 	ExecAgents      []string      `envconfig:"EXEC_AGENTS" desc:"exec agent types: name=command arg...[,name=command arg...]; arguments split on spaces"`
 	ExecGrace       time.Duration `envconfig:"EXEC_GRACE" default:"5s" desc:"exec agents: time between SIGTERM and SIGKILL to a stopped command's process group"`
 	ExecMaxLine     int           `envconfig:"EXEC_MAX_LINE" default:"1048576" desc:"exec agents: longest stdout line, bytes"`
+	AgentSchemasDir string        `envconfig:"AGENT_SCHEMAS_DIR" desc:"directory of <agentType>.json files ({description, inputSchema, outputSchema}) describing http and exec agent types in the agent registry"`
 }
 
 // Configured returns the http and exec agent types, checked.
@@ -169,6 +170,9 @@ func (a Agents) Configured() (agents.Configured, error) {
 	if a.HTTPMaxLine < 1024 || a.ExecMaxLine < 1024 {
 		errs = append(errs, errors.New("JETRUN_HTTP_MAX_LINE and JETRUN_EXEC_MAX_LINE must be at least 1024"))
 	}
+	info, err := agentSchemas(a.AgentSchemasDir, out)
+	errs = append(errs, err)
+	out.Info = info
 	return out, errors.Join(errs...)
 }
 

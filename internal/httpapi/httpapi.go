@@ -9,6 +9,8 @@
 //	POST   /v1/runs/{id}/cancel           cancel {reason?}, with the run's descendants; idempotent
 //	POST   /v1/runs/{id}/signals/{name}   send a signal (the body is its JSON payload)
 //	DELETE /v1/runs                       clear: ?status=a,b&olderThan=24h (or ?all=true); live runs are cancelled first
+//	GET    /v1/agents                     the live agent types: description, input and output schemas, worker count
+//	GET    /v1/tools                      LLM tool definitions for them: ?format=openai (default), anthropic or mcp
 //	POST   /v1/session                    {token}: keep a token in an HttpOnly cookie for the web UI
 //	GET    /, /runs/{id}                  the web UI; / carries the first page of GET /v1/runs for its query
 //
@@ -92,6 +94,8 @@ func New(cfg Config) http.Handler {
 	if cfg.Metrics != nil {
 		mux.Handle("GET /metrics", cfg.Metrics)
 	}
+	mux.HandleFunc("GET /v1/agents", a.agents)
+	mux.HandleFunc("GET /v1/tools", a.tools)
 	tokens := newTokens(cfg.Tokens)
 	mux.HandleFunc("POST /v1/session", tokens.session)
 	mux.HandleFunc("DELETE /v1/session", tokens.session)

@@ -30,6 +30,7 @@ func (c *cli) dispatchCmd(fs *flag.FlagSet) func(context.Context, []string) (int
 	key := fs.String("key", "", "a concurrency key: runs under one key never run at once (say a chat session)")
 	strategy := fs.String("strategy", "", "with --key, what this run does while the key is busy: queue (default), latest, drop, debounce, merge")
 	debounce := fs.Duration("debounce", 0, "with --strategy debounce, the quiet window (default 750ms)")
+	onMilestones := fs.String("on-milestones", "", "with --on-finish: milestone names, comma-separated, the handler also hears (once each)")
 	return func(ctx context.Context, args []string) (int, error) {
 		if len(args) != 2 {
 			return 0, usagef("want TYPE INPUT")
@@ -50,8 +51,11 @@ func (c *cli) dispatchCmd(fs *flag.FlagSet) func(context.Context, []string) (int
 			}
 			req.Depth = p.Depth + 1
 		}
-		if *onFinish != "" {
+		if *onFinish != "" || *onMilestones != "" {
 			req.Detached = &events.Detached{OnFinish: *onFinish}
+			if *onMilestones != "" {
+				req.Detached.OnMilestones = strings.Split(*onMilestones, ",")
+			}
 		}
 		row, err := c.client.Dispatch(ctx, req)
 		if errors.Is(err, parent.ErrBadRequest) || errors.Is(err, parent.ErrUnknownAgentType) {

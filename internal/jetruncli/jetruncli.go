@@ -40,13 +40,14 @@ const (
 const usage = `jetrun: dispatch, watch and steer jetrun runs.
 
 Usage:
-  jetrun dispatch [--wait] [--run-id ID] [--parent ID] [--tool-call-id ID] [--on-finish HANDLER] [--json] TYPE INPUT
+  jetrun dispatch [--wait] [--run-id ID] [--parent ID] [--tool-call-id ID] [--on-finish HANDLER [--on-milestones A,B]] [--json] TYPE INPUT
   jetrun get [--json] ID
   jetrun ls [--status S[,S]] [--type TYPE] [--parent ID] [--tool-call-id ID] [--limit N] [--json]
   jetrun replay [--follow] [--after SEQ] [--json] ID
   jetrun cancel [--reason TEXT] [--json] ID
   jetrun signal [--json] ID NAME [PAYLOAD]
   jetrun clear [--status S[,S]] [--older-than DURATION] [--all] [--json]
+  jetrun agents [--tools openai|anthropic|mcp] [--json]
 
 INPUT and PAYLOAD are JSON ('{"steps":5}'), or @file, or - for standard input.
 dispatch --wait shows the run's progress live and exits with the outcome:

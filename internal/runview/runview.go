@@ -59,6 +59,8 @@ type Summary struct {
 	StartedAt         time.Time                   `json:"startedAt,omitzero"`
 	LastSignalAt      time.Time                   `json:"lastSignalAt,omitzero"`
 	FinishedAt        time.Time                   `json:"finishedAt,omitzero"`
+	// Notified counts the milestone notices delivered (see kv.Run.Notices).
+	Notified int `json:"notified,omitempty"`
 	// Removed marks a change event for a run that was cleared.
 	Removed bool `json:"removed,omitempty"`
 }
@@ -73,8 +75,19 @@ func Summarize(r *kv.Run) Summary {
 		Chunks: r.Chunks, Attempt: r.Attempt, Handoffs: r.Handoffs, Worker: r.Worker, LeaseUntil: r.LeaseUntil,
 		WaitingFor: r.WaitingFor, CancelRequested: r.CancelRequested, Detached: r.Detached,
 		Delivered: r.Delivered, CreatedAt: r.CreatedAt, StartedAt: r.StartedAt,
-		LastSignalAt: r.LastSignalAt, FinishedAt: r.FinishedAt,
+		LastSignalAt: r.LastSignalAt, FinishedAt: r.FinishedAt, Notified: notified(r),
 	}
+}
+
+// notified counts r's milestone notices delivered.
+func notified(r *kv.Run) int {
+	n := 0
+	for _, s := range r.Notices {
+		if !s.DeliveredAt.IsZero() {
+			n++
+		}
+	}
+	return n
 }
 
 func clip(s string) string {

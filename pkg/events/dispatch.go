@@ -100,6 +100,7 @@ func (d *Dispatch) Validate() error {
 				errs = append(errs, fmt.Errorf(`"detached.onFinish": %w`, err))
 			}
 		}
+		errs = append(errs, det.validateMilestones()...)
 	}
 	errs = append(errs, d.validateKey()...)
 	if len(errs) > 0 {

@@ -116,6 +116,10 @@ type Detached struct {
 	// NoProgressBudgetMs bounds the silence between the run's signs of
 	// progress (chunks, progress, milestones), armed by the first one.
 	NoProgressBudgetMs int64 `json:"noProgressBudgetMs,omitempty"`
+	// OnMilestones lists the milestone names whose first occurrence is
+	// announced to the OnFinish handler as a MilestoneNotice (see
+	// docs/delivery.md). Each is a token like a run id.
+	OnMilestones []string `json:"onMilestones,omitempty"`
 }
 
 // BudgetNever, as Detached.MaxBudgetMs or Detached.NoProgressBudgetMs,

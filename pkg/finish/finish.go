@@ -26,6 +26,12 @@
 // before marking it delivered leaves a claim that expires, and the finish is
 // delivered again. Handlers must be idempotent; Result's IdempotencyKey
 // (<runId>.<status>) is the key to deduplicate on.
+//
+// Milestone notices (detached.onMilestones) travel the same way, on the
+// same subject and consumer, with their own ledger slot per milestone name
+// (kv.Run.Notices) and the key <runId>.milestone.<name>; a deliverer also
+// records them from the run's milestones and sends them before the run's
+// finish. See notice.go and docs/delivery.md.
 package finish
 
 import (
@@ -135,8 +141,11 @@ type Deliverer struct {
 	log      *slog.Logger
 	obs      *obs.Reporter
 	handlers map[string]Handler
-	store    *kv.Store
-	logs     obs.Throttle // warnings about JetStream faults, per message and class
+	// milestones are the handlers registered with HandleMilestone.
+	milestones map[string]MilestoneHandler
+	listed     listedCache // per run, the milestone names it lists
+	store      *kv.Store
+	logs       obs.Throttle // warnings about JetStream faults, per message and class
 
 	mu       sync.Mutex
 	started  bool
@@ -212,8 +221,10 @@ func (d *Deliverer) HandleFinish(name string, h Handler) {
 	if d.started {
 		panic("finish: HandleFinish called after Start")
 	}
-	if _, dup := d.handlers[name]; dup {
-		panic("finish: HandleFinish: a handler named " + name + " is already registered")
+	if prev, dup := d.handlers[name]; dup {
+		if _, stand := prev.(noFinishHandler); !stand {
+			panic("finish: HandleFinish: a handler named " + name + " is already registered")
+		}
 	}
 	d.handlers[name] = h
 }
@@ -282,6 +293,12 @@ func (d *Deliverer) Start(ctx context.Context) error {
 		}
 		d.pullers.Go(func() { loop.Run(pullCtx) })
 	}
+	if err := d.startNotices(ctx, runCtx, pullCtx); err != nil {
+		stopPull()
+		d.pullers.Wait()
+		cancel()
+		return err
+	}
 	d.log.InfoContext(ctx, "finish deliverer started", "handlers", d.Handlers())
 	return nil
 }
@@ -319,6 +336,10 @@ func (d *Deliverer) Stop() error {
 
 // deliver handles one finish message.
 func (d *Deliverer) deliver(ctx context.Context, name string, msg jetstream.Msg) {
+	if msg.Headers().Get(events.HeaderKind) == events.KindMilestoneNotice || events.IsMilestoneNotice(msg.Data()) {
+		d.deliverNotice(ctx, name, msg)
+		return
+	}
 	var res Result
 	if err := json.Unmarshal(msg.Data(), &res); err != nil || events.ValidateID(res.RunID) != nil || !res.Status.Terminal() {
 		reason := "finish message is not a valid finish"
@@ -329,6 +350,14 @@ func (d *Deliverer) deliver(ctx context.Context, name string, msg jetstream.Msg)
 		return
 	}
 	log := d.log.With("run_id", res.RunID, "status", res.Status, "handler", name)
+	// Milestone notices go out before the run's finishes.
+	if owed, err := d.noticesFirst(ctx, log, res); err != nil || owed {
+		if err != nil {
+			d.fault(ctx, log, "look for milestone notices before the finish", err)
+		}
+		_ = msg.NakWithDelay(time.Second)
+		return
+	}
 
 	c, ok := d.claim(ctx, log, msg, res)
 	if !ok {
@@ -566,41 +595,77 @@ func (d *Deliverer) deadLetter(ctx context.Context, name string, msg jetstream.M
 // Jetrun-Status, and the run's W3C traceparent and tracestate if it has
 // them. A 2xx answer means delivered; anything else is a failed
 // attempt. client nil means a client with no timeout of its own (the
-// deliverer's Timeout applies).
+// deliverer's Timeout applies). The handler is also a MilestoneHandler: it
+// POSTs milestone notices to the same url (see webhook.HandleMilestone).
 func Webhook(url string, client *http.Client) Handler {
 	if client == nil {
 		client = &http.Client{}
 	}
-	return HandlerFunc(func(ctx context.Context, run *kv.Run, res Result) error {
-		body, err := json.Marshal(res)
-		if err != nil {
-			return err
+	return webhook{url: url, client: client}
+}
+
+// webhook is the Handler Webhook returns.
+type webhook struct {
+	url    string
+	client *http.Client
+}
+
+// HandleFinish POSTs the finish.
+func (w webhook) HandleFinish(ctx context.Context, run *kv.Run, res Result) error {
+	return w.post(ctx, res, withTrace(run, map[string]string{
+		"Idempotency-Key": IdempotencyKey(res),
+		"Jetrun-Run-Id":   res.RunID,
+		"Jetrun-Status":   string(res.Status),
+	}))
+}
+
+// withTrace adds the run's W3C trace context to headers.
+func withTrace(run *kv.Run, headers map[string]string) map[string]string {
+	if run == nil {
+		return headers
+	}
+	if tc := run.Trace(); !tc.IsZero() {
+		headers[events.HeaderTraceParent] = tc.TraceParent
+		if tc.TraceState != "" {
+			headers[events.HeaderTraceState] = tc.TraceState
 		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-		if err != nil {
-			return err
-		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Idempotency-Key", IdempotencyKey(res))
-		req.Header.Set("Jetrun-Run-Id", res.RunID)
-		req.Header.Set("Jetrun-Status", string(res.Status))
-		if run != nil {
-			if tc := run.Trace(); !tc.IsZero() {
-				req.Header.Set(events.HeaderTraceParent, tc.TraceParent)
-				if tc.TraceState != "" {
-					req.Header.Set(events.HeaderTraceState, tc.TraceState)
-				}
-			}
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return fmt.Errorf("webhook %s: %w", url, err)
-		}
-		defer resp.Body.Close()
-		snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 200))
-		if resp.StatusCode/100 != 2 {
-			return fmt.Errorf("webhook %s answered %s: %s", url, resp.Status, bytes.TrimSpace(snippet))
-		}
-		return nil
-	})
+	}
+	return headers
+}
+
+// HandleMilestone POSTs a milestone notice, with headers Idempotency-Key
+// (<runId>.milestone.<name>), Jetrun-Kind (milestone), Jetrun-Run-Id and
+// Jetrun-Milestone.
+func (w webhook) HandleMilestone(ctx context.Context, run *kv.Run, n Notice) error {
+	return w.post(ctx, n, withTrace(run, map[string]string{
+		"Idempotency-Key":  NoticeIdempotencyKey(n),
+		events.HeaderKind:  events.KindMilestoneNotice,
+		"Jetrun-Run-Id":    n.RunID,
+		"Jetrun-Milestone": n.Milestone.Name,
+	}))
+}
+
+func (w webhook) post(ctx context.Context, v any, headers map[string]string) error {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := w.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("webhook %s: %w", w.url, err)
+	}
+	defer resp.Body.Close()
+	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 200))
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("webhook %s answered %s: %s", w.url, resp.Status, bytes.TrimSpace(snippet))
+	}
+	return nil
 }

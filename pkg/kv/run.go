@@ -74,6 +74,9 @@ type Run struct {
 	// Finishes is the delivery ledger: per status, the finish owed and how
 	// its delivery goes.
 	Finishes map[events.Status]*FinishState `json:"finishes,omitempty"`
+	// Notices is the ledger of milestone notices (detached.onMilestones):
+	// per milestone name, the notice owed and how its delivery goes.
+	Notices map[string]*NoticeState `json:"notices,omitempty"`
 	// Redispatches counts dispatches the reconciler re-published because
 	// the run's dispatch was lost.
 	Redispatches int `json:"redispatches,omitempty"`
@@ -148,6 +151,7 @@ func (r *Run) Clone() *Run {
 			c.Finishes[k] = &f
 		}
 	}
+	c.Notices = cloneNotices(r.Notices)
 	return &c
 }
 

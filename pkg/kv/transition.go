@@ -131,7 +131,7 @@ func (r *Run) PendingFinishes() []events.Status {
 // with its child stopped), and every finish delivered or given up.
 func (r *Run) Settled() bool {
 	done := r.Status.Final() || (r.Status == events.StatusInterrupted && !r.ChildStillRunning && r.Worker == "")
-	return done && len(r.PendingFinishes()) == 0
+	return done && len(r.PendingFinishes()) == 0 && len(r.PendingNotices()) == 0
 }
 
 // Live reports whether r may still be executing: starting, running, or

@@ -21,6 +21,7 @@ import (
 	"github.com/jetrun/jetrun/pkg/jsfault"
 	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/obs"
+	"github.com/jetrun/jetrun/pkg/registry"
 )
 
 // Defaults used where Config leaves a field zero.
@@ -101,8 +102,10 @@ type Client struct {
 	statuses statusFollower // wakes Awaits
 	logs     obs.Throttle   // warnings about JetStream faults, per message and class
 
-	mu         sync.Mutex
-	agents     map[string]time.Time // agent types seen registered, until when
+	mu     sync.Mutex
+	agents map[string]time.Time // agent types seen registered, until when
+	// schemas holds the input schemas of the agent registry.
+	schemas    *registry.Cache
 	hooks      []ProgressHook
 	lastEnsure time.Time // when ensure last ran
 }
@@ -178,7 +181,7 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Client, error) {
 	}
 	c := &Client{
 		cfg: cfg, js: js, store: store, log: cfg.Logger, dispatchStream: dispatch, eventsStream: evs,
-		agents: make(map[string]time.Time),
+		agents: make(map[string]time.Time), schemas: registry.NewCache(js, cfg.Namespace),
 	}
 	c.statuses.c = c
 	return c, nil
@@ -307,6 +310,9 @@ func (c *Client) DispatchNew(ctx context.Context, req Request) (row *kv.Run, cre
 		return nil, false, fmt.Errorf("%w: depth %d exceeds the maximum nesting depth %d", ErrBadRequest, d.Depth, c.cfg.MaxDepth)
 	}
 	if err := c.checkAgentType(ctx, req.AgentType); err != nil {
+		return nil, false, err
+	}
+	if err := c.checkInput(ctx, req.AgentType, d.Input); err != nil {
 		return nil, false, err
 	}
 	if req.ConcurrencyKey != "" {

@@ -60,6 +60,9 @@ func (s *sweep) run(ctx context.Context, ir kv.IndexedRun) error {
 	if err := s.republishFinishes(ctx, row); err != nil {
 		return err
 	}
+	if err := s.republishNotices(ctx, row); err != nil {
+		return err
+	}
 	if row.Status.Final() {
 		return nil // its finishes are on their way
 	}

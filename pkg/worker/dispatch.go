@@ -56,6 +56,12 @@ func (w *Worker) process(ctx context.Context, agentType string, msg jetstream.Ms
 				_ = msg.Ack()
 				return
 			}
+			// A dispatch published straight to the stream is checked
+			// against the agent type's input schema here.
+			if reason := w.inputMismatch(agentType, d.Input); reason != "" {
+				w.deadLetter(ctx, msg, agentType, DeadLetterSchema, reason)
+				return
+			}
 			if d.ConcurrencyKey != "" {
 				if w.submitKeyed(ctx, agentType, d, msg) {
 					return

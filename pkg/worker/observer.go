@@ -85,6 +85,7 @@ const (
 	DeadLetterCorruptRow DeadLetterReason = "corrupt-row" // the run's row is not valid JSON
 	DeadLetterWrongType  DeadLetterReason = "wrong-type"  // the run exists as another agent type
 	DeadLetterKeyBusy    DeadLetterReason = "key-busy"    // strategy drop: its concurrency key is taken
+	DeadLetterSchema     DeadLetterReason = "schema"      // the input does not match the agent type's input schema
 )
 
 // observeStart tells the Observer that e's attempt of row began.

@@ -40,6 +40,7 @@ type Worker struct {
 	js       jetstream.JetStream
 	log      *slog.Logger
 	handlers map[string]Handler
+	agents   agentSet // what the worker announces in the agent registry
 
 	// Set by Start.
 	store         *kv.Store
@@ -244,7 +245,9 @@ func (w *Worker) setUp(ctx context.Context) error {
 	w.live, w.cancels, w.signals = live, cancels, signals
 	w.state = stateRunning
 	w.mu.Unlock()
+	w.announce(ctx)
 	w.beats.Go(func() { w.heart(heartCtx) })
+	w.beats.Go(func() { w.announceLoop(heartCtx) })
 	nak := func(m jetstream.Msg) { _ = m.Nak() } // stopping: straight to another worker
 	loops := []pull.Loop{{
 		Consumer: malformed, Concurrency: 1, Handlers: &w.runs, Stopped: nak,
@@ -308,6 +311,7 @@ func (w *Worker) stopBookkeeping() {
 	signals.Stop()
 	ctx, cancel := writeContext()
 	defer cancel()
+	w.withdraw(ctx)
 	if err := live.Release(ctx); err != nil {
 		w.log.WarnContext(ctx, "release worker liveness; its runs are taken over when it expires", "err", err)
 	}

@@ -1165,8 +1165,8 @@ class RunPage {
       if (this.destroyed) return;
       if (this.liveDirty && this.run && !FINAL.has(row.status)) {
         // A live update arrived while fetching: it is newer; keep it.
-        const { input, output, finishes, cancelReason } = row;
-        Object.assign(this.run, { input, output, finishes, cancelReason });
+        const { input, output, finishes, notices, cancelReason } = row;
+        Object.assign(this.run, { input, output, finishes, notices, cancelReason });
         this.render();
       } else {
         this.setRow(row, true);
@@ -1191,8 +1191,8 @@ class RunPage {
     const prev = this.run;
     if (prev && FINAL.has(prev.status) && !FINAL.has(row.status)) return false;
     const keep = full || !prev ? row : prev;
-    const { input, output, finishes, cancelReason } = keep;
-    this.run = { ...row, input, output, finishes, cancelReason };
+    const { input, output, finishes, notices, cancelReason } = keep;
+    this.run = { ...row, input, output, finishes, notices, cancelReason };
     this.render();
     if (!this.eventsStarted) {
       // The run exists: replay its events.
@@ -1229,7 +1229,10 @@ class RunPage {
       if (!this.run) return;
       const prev = this.run;
       // Fetch the full row when it changed in ways a summary does not show.
-      if (this.setRow(s, false) && (s.status !== prev.status || fmtJSON(s.delivered) !== fmtJSON(prev.delivered))) this.fetchRow();
+      // (A summary counts delivered milestone notices in notified; a full row lists them in notices.)
+      const notified = (x) => x.notified ?? Object.values(x.notices || {}).filter((n) => n.deliveredAt).length;
+      if (this.setRow(s, false) && (s.status !== prev.status || fmtJSON(s.delivered) !== fmtJSON(prev.delivered) ||
+        notified(s) !== notified(prev))) this.fetchRow();
     }
     if (s.parent === this.id) {
       this.children.set(s.id, s);
@@ -1494,6 +1497,19 @@ class RunPage {
         if (f.failedAt) return h('div', { class: 'err', title: f.lastError || '' }, `${st}: failed after ${f.attempts || 0} attempt(s), dead-lettered`);
         return h('div', { title: f.lastError || '' }, `${st}: pending`, f.attempts ? ` · ${f.attempts} attempt(s)` : '',
           f.lastError ? h('div', { class: 'faint', text: f.lastError }) : null);
+      })]);
+    }
+    // Milestone notices (detached.onMilestones) and how their delivery goes.
+    const listed = r.detached?.onMilestones || [];
+    if (listed.length) {
+      rows.push(['Milestone notices', listed.map((name) => {
+        const n = (r.notices || {})[name];
+        if (!n) return h('div', { 'data-testid': 'notice', class: 'faint' }, `${name}: not reached`);
+        const at = parseTime(n.deliveredAt);
+        if (Number.isFinite(at)) return h('div', { 'data-testid': 'notice', title: fmtAbs(at) }, `${name}: notified ${fmtClock(at)}`);
+        if (n.failedAt) return h('div', { 'data-testid': 'notice', class: 'err', title: n.lastError || '' }, `${name}: failed after ${n.attempts || 0} attempt(s), dead-lettered`);
+        return h('div', { 'data-testid': 'notice', title: n.lastError || '' }, `${name}: pending`, n.attempts ? ` · ${n.attempts} attempt(s)` : '',
+          n.lastError ? h('div', { class: 'faint', text: n.lastError }) : null);
       })]);
     }
     put(this.facts, ...rows.flatMap(([k, v]) => [h('dt', { text: k }), h('dd', {}, v)]));

@@ -1,0 +1,91 @@
+package events
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// MaxOnMilestones bounds Detached.OnMilestones.
+const MaxOnMilestones = 64
+
+// HeaderKind says what a message on jetrun.finish.<handler> carries:
+// KindMilestoneNotice for a milestone notice; absent for a finish.
+const HeaderKind = "Jetrun-Kind"
+
+// KindMilestoneNotice is the kind of a MilestoneNotice, in its "kind" field
+// and its HeaderKind header.
+const KindMilestoneNotice = "milestone"
+
+// MilestoneNotice tells a detached run's handler that the run reached a
+// milestone listed in detached.onMilestones. It is published to
+// jetrun.finish.<handler> (beside the run's finishes) with Nats-Msg-Id
+// <runId>.milestone.<name>, which is also the idempotency key handlers
+// deduplicate on. Only the first milestone of each listed name is
+// announced.
+type MilestoneNotice struct {
+	// Kind is always KindMilestoneNotice.
+	Kind      string    `json:"kind"`
+	RunID     string    `json:"runId"`
+	Handler   string    `json:"handler"`
+	Milestone Milestone `json:"milestone"`
+	// Run is the run's row when the notice was published.
+	Run json.RawMessage `json:"run,omitempty"`
+}
+
+// MilestoneNoticeMsgID is the Nats-Msg-Id, and the idempotency key, of the
+// notice of a run's milestone name.
+func MilestoneNoticeMsgID(runID, name string) string { return runID + ".milestone." + name }
+
+// ValidateMilestoneName reports whether name can be listed in
+// detached.onMilestones: a token like a run id.
+func ValidateMilestoneName(name string) error { return validateToken("milestone name", name) }
+
+// IsMilestoneNotice reports whether data, a message on a finish subject, is a
+// milestone notice rather than a finish.
+func IsMilestoneNotice(data []byte) bool {
+	var k struct {
+		Kind string `json:"kind"`
+	}
+	return json.Unmarshal(data, &k) == nil && k.Kind == KindMilestoneNotice
+}
+
+// Notifies reports whether d asks for a notice of milestone name.
+func (d *Detached) Notifies(name string) bool {
+	return d != nil && d.OnFinish != "" && slices.Contains(d.OnMilestones, name)
+}
+
+func (d *Detached) validateMilestones() []error {
+	if len(d.OnMilestones) == 0 {
+		return nil
+	}
+	var errs []error
+	if d.OnFinish == "" {
+		errs = append(errs, errors.New(`"detached.onMilestones" needs "detached.onFinish", the handler that hears them`))
+	}
+	if len(d.OnMilestones) > MaxOnMilestones {
+		errs = append(errs, fmt.Errorf(`"detached.onMilestones" lists %d names; the limit is %d`, len(d.OnMilestones), MaxOnMilestones))
+	}
+	seen := make(map[string]bool, len(d.OnMilestones))
+	for i, name := range d.OnMilestones {
+		if err := ValidateMilestoneName(name); err != nil {
+			errs = append(errs, fmt.Errorf(`"detached.onMilestones[%d]": %w`, i, err))
+			continue
+		}
+		if seen[name] {
+			errs = append(errs, fmt.Errorf(`"detached.onMilestones[%d]": %q is listed twice`, i, name))
+		}
+		seen[name] = true
+	}
+	return errs
+}
+
+// NoticeConsumer is the durable consumer on the events stream that turns
+// milestones into milestone notices (package finish), shared by every
+// deliverer.
+const NoticeConsumer = "milestone-notices"
+
+// MilestoneWildcard matches every run's milestone subject
+// (jetrun.run.*.milestone).
+func (ns Namespace) MilestoneWildcard() string { return ns.Prefix() + ".run.*." + KindMilestone }

@@ -1,0 +1,525 @@
+package finish
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"runtime/debug"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/obs"
+	"github.com/jetrun/jetrun/pkg/pull"
+)
+
+// Milestone notices.
+//
+// A detached run dispatched with detached.onMilestones = ["name", ...] owes
+// its onFinish handler one notice per listed name, for the first milestone
+// of that name the run reaches. Every deliverer follows the durable consumer
+// milestone-notices on the events stream (filter jetrun.run.*.milestone):
+// for each milestone it records the owed notice on the run's row (its
+// notices ledger, by compare-and-set, first milestone of a name only) and
+// publishes it to jetrun.finish.<handler> with Nats-Msg-Id
+// <runId>.milestone.<name>, then acknowledges the milestone. A deliverer
+// killed on the way leaves the milestone unacknowledged: it is redelivered
+// and the step is done again (the ledger and the dedup window keep one
+// notice). The finish consumer then delivers the notice like a finish:
+// claim on the row, call the handler, mark deliveredAt, acknowledge.
+//
+// So a handler hears each listed milestone of a run exactly once on the
+// happy path and at least once under a crash, with the idempotency key
+// <runId>.milestone.<name> (NoticeIdempotencyKey); a second milestone of
+// the same name is never announced.
+
+// Notice is what a milestone handler receives.
+type Notice = events.MilestoneNotice
+
+// NoticeIdempotencyKey is the key a milestone handler deduplicates on:
+// <runId>.milestone.<name>, the notice's Nats-Msg-Id.
+func NoticeIdempotencyKey(n Notice) string {
+	return events.MilestoneNoticeMsgID(n.RunID, n.Milestone.Name)
+}
+
+// MilestoneHandler hears the milestone notices of the runs whose
+// detached.onFinish names it. A Handler registered with HandleFinish that
+// also implements MilestoneHandler hears them; so does one registered with
+// HandleMilestone. A returned error is a failed attempt, retried with
+// backoff like a finish.
+type MilestoneHandler interface {
+	HandleMilestone(ctx context.Context, run *kv.Run, notice Notice) error
+}
+
+// MilestoneHandlerFunc adapts a function to a MilestoneHandler.
+type MilestoneHandlerFunc func(ctx context.Context, run *kv.Run, notice Notice) error
+
+// HandleMilestone calls f.
+func (f MilestoneHandlerFunc) HandleMilestone(ctx context.Context, run *kv.Run, n Notice) error {
+	return f(ctx, run, n)
+}
+
+// HandleMilestone registers h as the milestone handler of name (the value
+// of detached.onFinish). Finishes for name still need HandleFinish, in the
+// same deliverer (they share the consumer finish-<name>): without one, a
+// finish that reaches this deliverer fails its attempt. It panics on an
+// invalid or duplicate name, or after Start.
+func (d *Deliverer) HandleMilestone(name string, h MilestoneHandler) {
+	if err := events.ValidateHandler(name); err != nil {
+		panic("finish: HandleMilestone: " + err.Error())
+	}
+	if h == nil {
+		panic("finish: HandleMilestone: nil handler for " + name)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.started {
+		panic("finish: HandleMilestone called after Start")
+	}
+	if d.milestones == nil {
+		d.milestones = make(map[string]MilestoneHandler)
+	}
+	if _, dup := d.milestones[name]; dup {
+		panic("finish: HandleMilestone: a milestone handler named " + name + " is already registered")
+	}
+	d.milestones[name] = h
+	if _, ok := d.handlers[name]; !ok {
+		// The consumer finish-<name> carries both; a finish that reaches
+		// this process without a finish handler fails its attempt.
+		d.handlers[name] = noFinishHandler{name}
+	}
+}
+
+// noFinishHandler stands for the finish handler of a name registered with
+// HandleMilestone only, until HandleFinish replaces it.
+type noFinishHandler struct{ name string }
+
+func (n noFinishHandler) HandleFinish(context.Context, *kv.Run, Result) error {
+	return fmt.Errorf("no finish handler %s in this deliverer (only HandleMilestone)", n.name)
+}
+
+// HandleMilestoneFunc registers f; see HandleMilestone.
+func (d *Deliverer) HandleMilestoneFunc(name string, f func(ctx context.Context, run *kv.Run, n Notice) error) {
+	d.HandleMilestone(name, MilestoneHandlerFunc(f))
+}
+
+// milestoneHandler is the milestone handler of name, if any.
+func (d *Deliverer) milestoneHandler(name string) MilestoneHandler {
+	if h, ok := d.milestones[name]; ok {
+		return h
+	}
+	if h, ok := d.handlers[name].(MilestoneHandler); ok {
+		return h
+	}
+	return nil
+}
+
+// noticeAckWait bounds recording one milestone's notice.
+const noticeAckWait = 30 * time.Second
+
+// startNotices follows every run's milestones and records the notices owed.
+func (d *Deliverer) startNotices(ctx, runCtx, pullCtx context.Context) error {
+	ns := d.cfg.Namespace
+	c, err := d.js.CreateOrUpdateConsumer(ctx, ns.EventsStream(), jetstream.ConsumerConfig{
+		Durable:       events.NoticeConsumer,
+		Description:   "jetrun milestone notices: records the notices detached runs owe (detached.onMilestones)",
+		FilterSubject: ns.MilestoneWildcard(),
+		DeliverPolicy: jetstream.DeliverNewPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       noticeAckWait,
+		MaxDeliver:    -1,
+	})
+	if err != nil {
+		return fmt.Errorf("finish: create consumer %s: %w", events.NoticeConsumer, err)
+	}
+	loop := pull.Loop{
+		// One at a time, in stream order: the first milestone of a name
+		// is recorded first.
+		Consumer: c, Concurrency: 1, Handlers: &d.inflight,
+		Handle:  func(m jetstream.Msg, _ *pull.Slot) { d.recordNotice(runCtx, m) },
+		Stopped: func(m jetstream.Msg) { _ = m.NakWithDelay(time.Second) },
+		Logger:  d.log, Name: events.NoticeConsumer,
+	}
+	d.pullers.Go(func() { loop.Run(pullCtx) })
+	return nil
+}
+
+// recordNotice handles one milestone event: when its run asks for a notice
+// of its name, the notice is recorded on the row (first of its name only)
+// and published, then the milestone is acknowledged.
+func (d *Deliverer) recordNotice(ctx context.Context, msg jetstream.Msg) {
+	var m events.Milestone
+	if err := json.Unmarshal(msg.Data(), &m); err != nil || events.ValidateID(m.RunID) != nil || m.Name == "" {
+		_ = msg.Term() // not a milestone jetrun wrote; nothing to announce
+		return
+	}
+	if listed, known := d.listed.get(m.RunID); known && !slices.Contains(listed, m.Name) {
+		_ = msg.Ack() // the run asks for no notice of this name
+		return
+	}
+	log := d.log.With("run_id", m.RunID, "milestone", m.Name)
+	row, _, err := d.store.Get(ctx, m.RunID)
+	switch {
+	case errors.Is(err, kv.ErrRunNotFound):
+		_ = msg.Ack()
+		return
+	case err != nil:
+		d.fault(ctx, log, "read row for a milestone notice", err)
+		_ = msg.NakWithDelay(time.Second)
+		return
+	}
+	var listed []string
+	if row.Detached != nil && row.Detached.OnFinish != "" {
+		listed = row.Detached.OnMilestones
+	}
+	d.listed.put(m.RunID, listed)
+	if !row.Detached.Notifies(m.Name) {
+		_ = msg.Ack()
+		return
+	}
+	if cur, recorded := row.Notices[m.Name]; !recorded || cur.Milestone.Sequence > m.Sequence {
+		if row, _, err = d.store.Mutate(ctx, m.RunID, func(r *kv.Run) error { return r.OweNotice(m, time.Now()) }); err != nil {
+			if errors.Is(err, kv.ErrRunNotFound) {
+				_ = msg.Ack()
+				return
+			}
+			d.fault(ctx, log, "record a milestone notice", err)
+			_ = msg.NakWithDelay(time.Second)
+			return
+		}
+	}
+	if row.NoticeOwed(m.Name) && row.Notices[m.Name].Milestone.Sequence == m.Sequence {
+		ack, err := kv.PublishNoticeAck(ctx, d.js, d.cfg.Namespace, row, m.Name)
+		if err != nil {
+			d.fault(ctx, log, "publish a milestone notice", err)
+			_ = msg.NakWithDelay(time.Second)
+			return
+		}
+		if ack != nil && ack.Sequence != row.Notices[m.Name].Seq {
+			_, _, _ = d.store.Mutate(ctx, m.RunID, func(r *kv.Run) error {
+				n := r.Notices[m.Name]
+				if n == nil || !r.NoticeOwed(m.Name) || n.Seq == ack.Sequence {
+					return kv.ErrNoChange
+				}
+				n.Seq = ack.Sequence
+				return nil
+			})
+		}
+	}
+	if err := msg.Ack(); err != nil {
+		d.fault(ctx, log, "ack milestone", err)
+	}
+}
+
+// deliverNotice delivers one milestone notice, as deliver does a finish.
+func (d *Deliverer) deliverNotice(ctx context.Context, name string, msg jetstream.Msg) {
+	var n Notice
+	if err := json.Unmarshal(msg.Data(), &n); err != nil || events.ValidateID(n.RunID) != nil ||
+		events.ValidateMilestoneName(n.Milestone.Name) != nil {
+		reason := "milestone notice is not valid"
+		if err != nil {
+			reason += ": " + err.Error()
+		}
+		d.deadLetterNotice(ctx, name, msg, n, reason, 0)
+		return
+	}
+	ms := n.Milestone.Name
+	log := d.log.With("run_id", n.RunID, "milestone", ms, "handler", name)
+	row, rev, ok := d.claimNotice(ctx, log, msg, n)
+	if !ok {
+		return
+	}
+	attempts := row.Notices[ms].Attempts
+	n.Milestone = row.Notices[ms].Milestone // the ledger says which milestone of the name
+	err := d.invokeNotice(ctx, name, msg, row, n)
+	if err == nil {
+		now := time.Now()
+		row, _, err := d.store.MutateFrom(ctx, n.RunID, row, rev, func(r *kv.Run) error {
+			s := r.Notices[ms]
+			if s == nil {
+				return kv.ErrNoChange
+			}
+			if s.DeliveredAt.IsZero() {
+				s.DeliveredAt = now
+			}
+			s.ClaimedBy, s.ClaimedUntil, s.LastError = "", time.Time{}, ""
+			return nil
+		})
+		if err != nil {
+			d.fault(ctx, log, "mark milestone notice delivered; it is delivered again", err)
+			return
+		}
+		if err := msg.Ack(); err != nil {
+			d.fault(ctx, log, "ack milestone notice", err)
+		}
+		d.obs.Report(ctx, obs.FinishDelivered, n.RunID, "milestone", ms, "handler", name, "attempts", attempts)
+		if err := d.store.UnindexIfSettled(ctx, row); err != nil {
+			log.WarnContext(ctx, "unindex settled run", "err", err)
+		}
+		return
+	}
+	if ctx.Err() != nil {
+		d.releaseNotice(log, n, err, false)
+		_ = msg.NakWithDelay(time.Second)
+		return
+	}
+	if attempts >= d.cfg.MaxAttempts {
+		log.ErrorContext(ctx, "milestone handler failed; giving up", "attempts", attempts, "err", err)
+		d.deadLetterNotice(ctx, name, msg, n, fmt.Sprintf("handler %s failed %d times on milestone %s; last error: %v", name, attempts, ms, err), attempts)
+		return
+	}
+	delay := min(d.cfg.RetryDelay<<min(attempts-1, 20), MaxRetryDelay)
+	log.WarnContext(ctx, "milestone handler failed; retrying", "attempts", attempts, "retry_in", delay, "err", err)
+	d.releaseNotice(log, n, err, false)
+	d.obs.Report(ctx, obs.FinishRetry, n.RunID, "milestone", ms, "handler", name, "attempts", attempts, "error", err)
+	_ = msg.NakWithDelay(delay)
+}
+
+// claimNotice reads the row and takes the notice's delivery; it settles msg
+// itself and returns false when there is nothing to deliver now.
+func (d *Deliverer) claimNotice(ctx context.Context, log *slog.Logger, msg jetstream.Msg, n Notice) (*kv.Run, uint64, bool) {
+	ms := n.Milestone.Name
+	for try := 0; try < 10; try++ {
+		row, rev, err := d.store.Get(ctx, n.RunID)
+		if errors.Is(err, kv.ErrRunNotFound) {
+			_ = msg.Ack()
+			return nil, 0, false
+		}
+		if err != nil {
+			d.fault(ctx, log, "read row for a milestone notice", err)
+			_ = msg.NakWithDelay(time.Second)
+			return nil, 0, false
+		}
+		s := row.Notices[ms]
+		if s == nil || !row.NoticeOwed(ms) {
+			// Delivered, given up, or not recorded by jetrun: nothing owed.
+			_ = msg.Ack()
+			return nil, 0, false
+		}
+		now := time.Now()
+		if s.ClaimedUntil.After(now) {
+			_ = msg.NakWithDelay(s.ClaimedUntil.Sub(now) + time.Duration(rand.Int64N(int64(250*time.Millisecond))))
+			return nil, 0, false
+		}
+		next := row.Clone()
+		ns := next.Notices[ms]
+		ns.Attempts++
+		ns.ClaimedBy, ns.ClaimedUntil = d.cfg.ID, now.Add(d.cfg.Timeout+time.Second)
+		newRev, err := d.store.Update(ctx, next, rev)
+		if err != nil {
+			if errors.Is(err, kv.ErrConflict) {
+				continue
+			}
+			d.fault(ctx, log, "claim milestone notice", err)
+			_ = msg.NakWithDelay(time.Second)
+			return nil, 0, false
+		}
+		return next, newRev, true
+	}
+	_ = msg.NakWithDelay(time.Second)
+	return nil, 0, false
+}
+
+// invokeNotice runs the milestone handler with a timeout, heartbeating msg.
+func (d *Deliverer) invokeNotice(ctx context.Context, name string, msg jetstream.Msg, row *kv.Run, n Notice) (err error) {
+	h := d.milestoneHandler(name)
+	if h == nil {
+		return fmt.Errorf("handler %s does not handle milestone notices", name)
+	}
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
+	defer cancel()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(max(d.cfg.Timeout/3, 100*time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				_ = msg.InProgress()
+			}
+		}
+	})
+	defer func() {
+		close(stop)
+		wg.Wait()
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic: %v", p)
+			d.log.ErrorContext(ctx, "milestone handler panicked", "handler", name, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+		}
+	}()
+	if err := h.HandleMilestone(ctx, row, n); err != nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("handler ran past its %s timeout", d.cfg.Timeout)
+	}
+	return nil
+}
+
+// releaseNotice drops the claim after a failed attempt; with failed it also
+// records that delivery was given up.
+func (d *Deliverer) releaseNotice(log *slog.Logger, n Notice, cause error, failed bool) *kv.Run {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	row, _, err := d.store.Mutate(ctx, n.RunID, func(r *kv.Run) error {
+		s := r.Notices[n.Milestone.Name]
+		if s == nil {
+			return kv.ErrNoChange
+		}
+		s.ClaimedBy, s.ClaimedUntil = "", time.Time{}
+		if cause != nil {
+			s.LastError = events.Truncate(cause.Error(), 1000)
+		}
+		if failed && s.FailedAt.IsZero() {
+			s.FailedAt = time.Now()
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, kv.ErrRunNotFound) {
+		d.fault(ctx, log, "record milestone notice failure", err)
+	}
+	return row
+}
+
+// deadLetterNotice files msg in jetrun.dlq.finish.<handler>, records the
+// failure on the row, and terminates msg.
+func (d *Deliverer) deadLetterNotice(ctx context.Context, name string, msg jetstream.Msg, n Notice, reason string, attempts int) {
+	if _, err := d.js.PublishMsg(ctx, events.DeadLetter(d.cfg.Namespace.DLQFinishSubject(name), msg, reason)); err != nil {
+		d.fault(ctx, d.log, "dead-letter milestone notice; keeping it for a retry", err, "handler", name)
+		_ = msg.NakWithDelay(5 * time.Second)
+		return
+	}
+	if events.ValidateID(n.RunID) == nil && n.Milestone.Name != "" {
+		row := d.releaseNotice(d.log, n, errors.New(reason), true)
+		if err := d.store.UnindexIfSettled(ctx, row); err != nil {
+			d.log.WarnContext(ctx, "unindex settled run", "run_id", n.RunID, "err", err)
+		}
+	}
+	_ = msg.TermWithReason(events.Truncate(reason, 200))
+	d.obs.Report(ctx, obs.FinishFailed, n.RunID, "milestone", n.Milestone.Name, "handler", name, "attempts", attempts, "reason", reason)
+}
+
+// noticesFirst is catchUpNotices for the run of finish res, skipped without
+// a round trip when the row the finish carries lists no milestones.
+func (d *Deliverer) noticesFirst(ctx context.Context, log *slog.Logger, res Result) (bool, error) {
+	if len(res.Run) > 0 {
+		var row struct {
+			Detached *struct {
+				OnMilestones []string `json:"onMilestones"`
+			} `json:"detached"`
+		}
+		if json.Unmarshal(res.Run, &row) == nil && (row.Detached == nil || len(row.Detached.OnMilestones) == 0) {
+			return false, nil
+		}
+	}
+	return d.catchUpNotices(ctx, log, res.RunID)
+}
+
+// listedCache remembers, per run, the milestone names it lists (a run's
+// detached settings never change), so the milestones of runs that list
+// none cost no row read after their first. It forgets everything when it
+// holds listedCacheSize runs.
+type listedCache struct {
+	mu sync.Mutex
+	m  map[string][]string
+}
+
+const listedCacheSize = 10_000
+
+func (c *listedCache) get(runID string) ([]string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l, ok := c.m[runID]
+	return l, ok
+}
+
+func (c *listedCache) put(runID string, listed []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= listedCacheSize {
+		c.m = make(map[string][]string)
+	}
+	c.m[runID] = listed
+}
+
+// catchUpTimeout bounds reading a run's milestones before its finish.
+const catchUpTimeout = 30 * time.Second
+
+// catchUpNotices makes sure a finish never overtakes the notices it should
+// follow: before a finish of a run that asks for milestone notices and has
+// not recorded one for every listed name, it reads the run's milestones
+// (one history-only replay of its milestone subject) and records and
+// publishes any notice still missing — a milestone the notices consumer
+// has not reached yet, or one published before any deliverer ran. It
+// returns whether notices are owed: the finish then waits for them.
+func (d *Deliverer) catchUpNotices(ctx context.Context, log *slog.Logger, runID string) (bool, error) {
+	row, _, err := d.store.Get(ctx, runID)
+	if err != nil {
+		if errors.Is(err, kv.ErrRunNotFound) {
+			return false, nil
+		}
+		return false, err
+	}
+	if row.Detached == nil || len(row.Detached.OnMilestones) == 0 {
+		return false, nil
+	}
+	missing := false
+	for _, name := range row.Detached.OnMilestones {
+		if _, ok := row.Notices[name]; !ok {
+			missing = true
+		}
+	}
+	if missing {
+		rctx, cancel := context.WithTimeout(ctx, catchUpTimeout)
+		defer cancel()
+		var found []events.Milestone
+		for ev, err := range events.Replay(rctx, d.js, d.cfg.Namespace, runID, events.ReplayOptions{
+			StartSeq:  row.FirstEventSeq,
+			StartTime: row.CreatedAt.Add(-time.Minute), // tolerate clock skew with the server
+			Kinds:     []string{events.KindMilestone},
+			Follow:    events.HistoryOnly,
+		}) {
+			if err != nil {
+				return false, fmt.Errorf("read milestones: %w", err)
+			}
+			if m := *ev.Milestone; row.Detached.Notifies(m.Name) {
+				found = append(found, m)
+			}
+		}
+		var added []string
+		if len(found) > 0 {
+			row, _, err = d.store.Mutate(ctx, runID, func(r *kv.Run) error {
+				added = added[:0]
+				for _, m := range found {
+					if r.OweNotice(m, time.Now()) == nil && !slices.Contains(added, m.Name) {
+						added = append(added, m.Name)
+					}
+				}
+				if len(added) == 0 {
+					return kv.ErrNoChange
+				}
+				return nil
+			})
+			if err != nil {
+				return false, err
+			}
+		}
+		for _, name := range added {
+			if _, err := kv.PublishNoticeAck(ctx, d.js, d.cfg.Namespace, row, name); err != nil {
+				return false, err
+			}
+			log.InfoContext(ctx, "milestone notice found before the finish", "milestone", name)
+		}
+	}
+	return len(row.PendingNotices()) > 0, nil
+}

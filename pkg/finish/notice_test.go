@@ -1,0 +1,205 @@
+package finish_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jetrun/jetrun/internal/jetruntest"
+	"github.com/jetrun/jetrun/internal/natstest"
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/finish"
+	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/parent"
+	"github.com/jetrun/jetrun/pkg/worker"
+)
+
+// heard records what a handler heard, in order.
+type heard struct {
+	mu   sync.Mutex
+	keys []string
+	seqs map[string]int
+}
+
+func (h *heard) add(key string, seq int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.keys = append(h.keys, key)
+	if h.seqs == nil {
+		h.seqs = map[string]int{}
+	}
+	h.seqs[key] = seq
+}
+
+func (h *heard) snapshot() ([]string, map[string]int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.keys), h.seqs
+}
+
+// setupMilestones starts a server, a worker whose agent "steps" reaches the
+// milestones named in its input ({"names": [...]}), a deliverer configured
+// by register, and a parent client.
+func setupMilestones(t *testing.T, register func(d *finish.Deliverer)) *parent.Client {
+	t.Helper()
+	ns := natstest.RunServer(t)
+	nc, _ := natstest.Connect(t, ns)
+	ctx := context.Background()
+	d, err := finish.New(nc, finish.Config{RetryDelay: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	register(d)
+	if err := d.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Stop() })
+	w, err := worker.New(nc, worker.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.HandleFunc("steps", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+		var in struct{ Names []string }
+		if err := json.Unmarshal(run.Input(), &in); err != nil {
+			return worker.Result{}, err
+		}
+		for _, name := range in.Names {
+			if _, err := run.Milestone(ctx, name, nil); err != nil {
+				return worker.Result{}, err
+			}
+		}
+		return worker.Result{Summary: "done"}, nil
+	})
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Stop() })
+	client, err := parent.New(ctx, nc, parent.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client
+}
+
+func dispatchSteps(t *testing.T, c *parent.Client, id string, names, listed []string) {
+	t.Helper()
+	if _, err := c.Dispatch(context.Background(), parent.Request{AgentType: "steps", RunID: id,
+		Input: map[string]any{"names": names}, Detached: &events.Detached{OnFinish: "h", OnMilestones: listed}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// settled says the run is final with its finish delivered and every notice
+// of its ledger delivered (notices go out before the finish).
+func settled(r *kv.Run) bool {
+	return jetruntest.Final(r) && !r.Delivered[r.Status].IsZero() && len(r.PendingNotices()) == 0
+}
+
+// The Go handler hears the first milestone of each listed name once, never
+// an unlisted one nor a repeated name, with the idempotency key
+// <runId>.milestone.<name>; the finish is delivered as before.
+func TestMilestoneNoticesReachAGoHandlerOncePerName(t *testing.T) {
+	t.Parallel()
+	var h heard
+	client := setupMilestones(t, func(d *finish.Deliverer) {
+		// The milestone handler first: HandleFinish then takes its place
+		// for finishes.
+		d.HandleMilestoneFunc("h", func(_ context.Context, run *kv.Run, n finish.Notice) error {
+			if n.Kind != events.KindMilestoneNotice || n.Handler != "h" || run.ID != n.RunID {
+				return errors.New("bad notice")
+			}
+			h.add(finish.NoticeIdempotencyKey(n), n.Milestone.Sequence)
+			return nil
+		})
+		d.HandleFinishFunc("h", func(_ context.Context, _ *kv.Run, res finish.Result) error {
+			h.add(finish.IdempotencyKey(res), 0)
+			return nil
+		})
+	})
+	dispatchSteps(t, client, "ms1", []string{"plan", "draft", "plan", "unlisted", "review"}, []string{"plan", "review", "never"})
+	row := jetruntest.WaitRow(t, client.Store(), "ms1", 20*time.Second, settled)
+	natstest.Eventually(t, 10*time.Second, func() bool { k, _ := h.snapshot(); return len(k) >= 3 }, "three deliveries")
+	keys, seqs := h.snapshot()
+	if keys[len(keys)-1] != "ms1.completed" {
+		t.Fatalf("heard %v: the finish must come after the notices", keys)
+	}
+	slices.Sort(keys)
+	if want := []string{"ms1.completed", "ms1.milestone.plan", "ms1.milestone.review"}; !slices.Equal(keys, want) {
+		t.Fatalf("heard %v, want %v", keys, want)
+	}
+	if seqs["ms1.milestone.plan"] != 1 || seqs["ms1.milestone.review"] != 5 {
+		t.Fatalf("milestone sequences heard: %v (want plan 1, review 5)", seqs)
+	}
+	if len(row.Notices) != 2 || row.Notices["plan"].Attempts != 1 || row.Notices["plan"].DeliveredAt.IsZero() {
+		t.Fatalf("ledger: %+v", row.Notices)
+	}
+}
+
+// A webhook hears notices with their own idempotency key and headers; a
+// failing call is retried.
+func TestMilestoneNoticesReachAWebhook(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	calls := map[string]int{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get("Idempotency-Key")
+		mu.Lock()
+		calls[key]++
+		n := calls[key]
+		mu.Unlock()
+		if r.Header.Get("Jetrun-Kind") == "milestone" {
+			var notice events.MilestoneNotice
+			if err := json.NewDecoder(r.Body).Decode(&notice); err != nil ||
+				key != notice.RunID+".milestone."+notice.Milestone.Name || r.Header.Get("Jetrun-Milestone") != notice.Milestone.Name {
+				http.Error(w, "bad notice", 400)
+				return
+			}
+			if n == 1 {
+				http.Error(w, "try again", 503)
+				return
+			}
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	client := setupMilestones(t, func(d *finish.Deliverer) { d.HandleFinish("h", finish.Webhook(srv.URL, nil)) })
+	dispatchSteps(t, client, "ms2", []string{"fetched", "fetched", "parsed"}, []string{"fetched", "parsed"})
+	row := jetruntest.WaitRow(t, client.Store(), "ms2", 20*time.Second, settled)
+	mu.Lock()
+	defer mu.Unlock()
+	want := map[string]int{"ms2.milestone.fetched": 2, "ms2.milestone.parsed": 2, "ms2.completed": 1}
+	for k, n := range want {
+		if calls[k] != n {
+			t.Fatalf("calls %v, want %v", calls, want)
+		}
+	}
+	if len(calls) != len(want) || row.Notices["fetched"].Attempts != 2 || row.Notices["fetched"].Milestone.Sequence != 1 {
+		t.Fatalf("calls %v, ledger %+v", calls, row.Notices)
+	}
+}
+
+// A dispatch whose onMilestones is not valid is refused.
+func TestOnMilestonesAreValidated(t *testing.T) {
+	t.Parallel()
+	client := setupMilestones(t, func(d *finish.Deliverer) {
+		d.HandleFinishFunc("h", func(context.Context, *kv.Run, finish.Result) error { return nil })
+	})
+	for _, det := range []*events.Detached{
+		{OnFinish: "h", OnMilestones: []string{"a.b"}},
+		{OnFinish: "h", OnMilestones: []string{"a", "a"}},
+		{OnMilestones: []string{"a"}},
+		{OnFinish: "h", OnMilestones: []string{""}},
+	} {
+		_, err := client.Dispatch(context.Background(), parent.Request{AgentType: "steps", RunID: "bad",
+			Input: map[string]any{"names": []string{}}, Detached: det})
+		if !errors.Is(err, events.ErrBadDispatch) {
+			t.Fatalf("dispatch with %+v: %v, want ErrBadDispatch", det, err)
+		}
+	}
+}
