@@ -94,7 +94,7 @@ func New() *Metrics {
 	m.cancels = counter("jetrun_worker_cancels_total",
 		"Attempts ended aborted by a cancel.", "agent_type")
 	m.deadLetters = counter("jetrun_dead_letters_total",
-		"Dispatches filed in the dead-letter stream, by reason (malformed, bad-subject, bad-id, too-deep, corrupt-row, wrong-type, key-busy).",
+		"Dispatches filed in the dead-letter stream, by reason (malformed, bad-subject, bad-id, too-deep, corrupt-row, wrong-type, key-busy, schema).",
 		"agent_type", "reason")
 	m.meterStarts = counter("jetrun_runs_started_total",
 		"Run starts (one per attempt) seen by this process's meter, cluster-wide, shared with the other metering processes.", "agent_type")

@@ -22,7 +22,9 @@ func TestAwaitGivesUpAfterNoProgressAndReattaches(t *testing.T) {
 	ns := natstest.RunServer(t)
 	nc, _ := natstest.Connect(t, ns)
 	ctx := ctxT(t)
-	c, err := parent.New(ctx, nc, parent.Config{ReattachNoProgress: 300 * time.Millisecond, AllowUnknownAgentTypes: true})
+	// A window wide enough that a loaded machine does not stretch the
+	// handler's 100 ms beats past it; the handler runs for 1.2 s in all.
+	c, err := parent.New(ctx, nc, parent.Config{ReattachNoProgress: 700 * time.Millisecond, AllowUnknownAgentTypes: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +47,7 @@ func TestAwaitGivesUpAfterNoProgressAndReattaches(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.HandleFunc("later", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
-		for i := range 12 {
+		for i := range 12 { // 1.2 s: longer than the window
 			if err := run.Chunk(ctx, i); err != nil {
 				return worker.Result{}, err
 			}
