@@ -241,6 +241,11 @@ func (d *Deliverer) Handlers() []string {
 	return slices.Sorted(maps.Keys(d.handlers))
 }
 
+// ensureStreams re-creates the streams the deliverer uses, as at Start.
+func (d *Deliverer) ensureStreams(ctx context.Context) error {
+	return events.EnsureStreams(ctx, d.js, d.cfg.Namespace, d.cfg.Streams)
+}
+
 // Start creates (or checks) the streams and one durable consumer per
 // handler, then starts delivering. ctx bounds the set-up only. Starting with
 // no handlers is allowed and does nothing.
@@ -265,19 +270,21 @@ func (d *Deliverer) Start(ctx context.Context) error {
 	}
 	d.store = store
 	consumers := make(map[string]jetstream.Consumer, len(d.handlers))
+	configs := make(map[string]jetstream.ConsumerConfig, len(d.handlers))
 	for name := range d.handlers {
-		c, err := d.js.CreateOrUpdateConsumer(ctx, ns.FinishStream(), jetstream.ConsumerConfig{
+		cfg := jetstream.ConsumerConfig{
 			Durable:       events.FinishConsumer(name),
 			Description:   "jetrun finish deliveries to handler " + name,
 			FilterSubject: ns.FinishSubject(name),
 			AckPolicy:     jetstream.AckExplicitPolicy,
 			AckWait:       d.cfg.Timeout,
 			MaxDeliver:    -1, // attempts are counted on the row, see Config.MaxAttempts
-		})
+		}
+		c, err := d.js.CreateOrUpdateConsumer(ctx, ns.FinishStream(), cfg)
 		if err != nil {
 			return fmt.Errorf("finish: create consumer for handler %s: %w", name, err)
 		}
-		consumers[name] = c
+		consumers[name], configs[name] = c, cfg
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	pullCtx, stopPull := context.WithCancel(runCtx)
@@ -290,6 +297,7 @@ func (d *Deliverer) Start(ctx context.Context) error {
 			Handle:  func(m jetstream.Msg, _ *pull.Slot) { d.deliver(runCtx, name, m) },
 			Stopped: func(m jetstream.Msg) { _ = m.NakWithDelay(time.Second) },
 			Logger:  d.log, Name: events.FinishConsumer(name),
+			Repair: pull.Recreate(d.js, d.ensureStreams, ns.FinishStream(), configs[name]),
 		}
 		d.pullers.Go(func() { loop.Run(pullCtx) })
 	}

@@ -188,3 +188,40 @@ func TestWebhookHandlerDeliversTheFinishAsJSON(t *testing.T) {
 		t.Fatal("no error recorded")
 	}
 }
+
+// A finish consumer deleted while the deliverer runs is re-created with its
+// settings, and the next finish is delivered.
+func TestADeletedFinishConsumerIsRecreated(t *testing.T) {
+	t.Parallel()
+	delivered := make(chan string, 4)
+	nc, client := setup(t, finish.Config{}, map[string]finish.Handler{
+		"h": finish.HandlerFunc(func(_ context.Context, _ *kv.Run, res finish.Result) error {
+			delivered <- res.RunID
+			return nil
+		}),
+	})
+	detached(t, client, "before-delete", "h")
+	if id := <-delivered; id != "before-delete" {
+		t.Fatalf("delivered %s", id)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := js.DeleteConsumer(ctx, "JETRUN_FINISH", events.FinishConsumer("h")); err != nil {
+		t.Fatal(err)
+	}
+	detached(t, client, "after-delete", "h")
+	select {
+	case id := <-delivered:
+		if id != "after-delete" {
+			t.Fatalf("delivered %s", id)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the finish after the consumer was deleted was never delivered")
+	}
+	if _, err := js.Consumer(ctx, "JETRUN_FINISH", events.FinishConsumer("h")); err != nil {
+		t.Fatalf("the consumer was not re-created: %v", err)
+	}
+}

@@ -127,7 +127,7 @@ const noticeAckWait = 30 * time.Second
 // startNotices follows every run's milestones and records the notices owed.
 func (d *Deliverer) startNotices(ctx, runCtx, pullCtx context.Context) error {
 	ns := d.cfg.Namespace
-	c, err := d.js.CreateOrUpdateConsumer(ctx, ns.EventsStream(), jetstream.ConsumerConfig{
+	cfg := jetstream.ConsumerConfig{
 		Durable:       events.NoticeConsumer,
 		Description:   "jetrun milestone notices: records the notices detached runs owe (detached.onMilestones)",
 		FilterSubject: ns.MilestoneWildcard(),
@@ -135,7 +135,8 @@ func (d *Deliverer) startNotices(ctx, runCtx, pullCtx context.Context) error {
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       noticeAckWait,
 		MaxDeliver:    -1,
-	})
+	}
+	c, err := d.js.CreateOrUpdateConsumer(ctx, ns.EventsStream(), cfg)
 	if err != nil {
 		return fmt.Errorf("finish: create consumer %s: %w", events.NoticeConsumer, err)
 	}
@@ -146,6 +147,7 @@ func (d *Deliverer) startNotices(ctx, runCtx, pullCtx context.Context) error {
 		Handle:  func(m jetstream.Msg, _ *pull.Slot) { d.recordNotice(runCtx, m) },
 		Stopped: func(m jetstream.Msg) { _ = m.NakWithDelay(time.Second) },
 		Logger:  d.log, Name: events.NoticeConsumer,
+		Repair: pull.Recreate(d.js, d.ensureStreams, ns.EventsStream(), cfg),
 	}
 	d.pullers.Go(func() { loop.Run(pullCtx) })
 	return nil

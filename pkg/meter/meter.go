@@ -164,7 +164,7 @@ func (m *Meter) Start(ctx context.Context) error {
 	if err := events.EnsureStreams(ctx, m.js, ns, m.cfg.Streams); err != nil {
 		return fmt.Errorf("meter: %w", err)
 	}
-	c, err := m.js.CreateOrUpdateConsumer(ctx, ns.EventsStream(), jetstream.ConsumerConfig{
+	cfg := jetstream.ConsumerConfig{
 		Durable:       events.MeterConsumer,
 		Description:   "jetrun metering: every run's starts and finishes",
 		FilterSubject: ns.StatusWildcard(),
@@ -172,7 +172,8 @@ func (m *Meter) Start(ctx context.Context) error {
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       m.cfg.Timeout,
 		MaxDeliver:    MaxDeliveries,
-	})
+	}
+	c, err := m.js.CreateOrUpdateConsumer(ctx, ns.EventsStream(), cfg)
 	if err != nil {
 		return fmt.Errorf("meter: create consumer: %w", err)
 	}
@@ -186,6 +187,9 @@ func (m *Meter) Start(ctx context.Context) error {
 		Handle:  func(msg jetstream.Msg, _ *pull.Slot) { m.handle(runCtx, msg) },
 		Stopped: func(msg jetstream.Msg) { _ = msg.Nak() }, // another process takes it at once
 		Logger:  m.log, Name: events.MeterConsumer,
+		Repair: pull.Recreate(m.js, func(ctx context.Context) error {
+			return events.EnsureStreams(ctx, m.js, ns, m.cfg.Streams)
+		}, ns.EventsStream(), cfg),
 	}
 	m.pullers.Go(func() { loop.Run(pullCtx) })
 	return nil

@@ -218,3 +218,19 @@ func Drain(ctx context.Context, stop func(), loops, handlers *sync.WaitGroup, fo
 		return false
 	}
 }
+
+// Recreate returns a Loop.Repair that re-creates streams (ensure, which
+// must be idempotent) and then the durable consumer cfg on stream, with the
+// settings it was first created with. The Loop's Consumer handle keeps
+// working: fetches name the consumer, not a server-side object.
+func Recreate(js jetstream.JetStream, ensure func(ctx context.Context) error, stream string, cfg jetstream.ConsumerConfig) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		if ensure != nil {
+			if err := ensure(ctx); err != nil {
+				return err
+			}
+		}
+		_, err := js.CreateOrUpdateConsumer(ctx, stream, cfg)
+		return err
+	}
+}
