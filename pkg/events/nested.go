@@ -41,9 +41,12 @@ func ChildChunkMsgID(runID, childID string, seq int64) string {
 // earlier attempts). Parent and ParentToolCallID come from the run's row,
 // so a call handler knows whose call it is.
 type Call struct {
-	RunID            string          `json:"runId"`
-	Seq              int64           `json:"seq"`
-	Name             string          `json:"name"`
+	RunID string `json:"runId"`
+	Seq   int64  `json:"seq"`
+	Name  string `json:"name"`
+	// Key identifies the call across attempts: the name, a hash of the
+	// input and how many such calls the attempt made before.
+	Key              string          `json:"key,omitempty"`
 	Input            json.RawMessage `json:"input,omitempty"`
 	AgentType        string          `json:"agentType,omitempty"`
 	Parent           string          `json:"parent,omitempty"`

@@ -137,8 +137,8 @@ func Replay(ctx context.Context, js jetstream.JetStream, ns Namespace, runID str
 				}
 				last = max(last, m.Sequence)
 			}
-			if last == 0 || last <= opts.After {
-				return
+			if last == 0 || last <= opts.After || last < opts.StartSeq {
+				return // nothing stored where the replay would start
 			}
 		}
 		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters}

@@ -74,12 +74,17 @@ type nested struct {
 	client *parent.Client
 }
 
-// execNested is an attempt's state for nested runs and calls; mu is a
-// leaf lock.
+// execNested is an attempt's state for nested runs and calls. mu is a
+// leaf lock; callMu (held while a call is looked up and stored) comes
+// before emitMu and mu.
 type execNested struct {
-	mu     sync.Mutex
-	spawns int      // Spawn calls so far in this attempt
-	waits  []string // what the handler waits for besides signals (run:<id>, call:<name>)
+	mu       sync.Mutex
+	spawns   int            // Spawn calls so far in this attempt
+	waits    []string       // what the handler waits for besides signals (run:<id>, call:<name>)
+	callKeys map[string]int // calls so far in this attempt, per name and input
+
+	callMu sync.Mutex
+	calls  callHistory
 }
 
 // parentClient returns the worker's parent client, creating it once.
