@@ -1,0 +1,121 @@
+package jetruncli
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/parent"
+)
+
+// treeNode is a run with its nested runs, as jetrun get --json shows it.
+type treeNode struct {
+	*kv.Run
+	Children []treeNode `json:"children,omitempty"`
+	// Calls are the run's calls to its caller, each with its reply once
+	// answered (top run only).
+	Calls []parent.CallState `json:"calls,omitempty"`
+}
+
+// runTree returns r with its descendants (down to depth levels), children
+// ordered by tool call (in the order of their first child), then display
+// order, then id.
+func (c *cli) runTree(ctx context.Context, r *kv.Run, depth int) (treeNode, error) {
+	rows, err := c.client.Store().List(ctx, func(x *kv.Run) bool { return x.Parent != "" })
+	if err != nil {
+		return treeNode{}, fmt.Errorf("list nested runs: %w", err)
+	}
+	byParent := make(map[string][]*kv.Run)
+	for _, x := range rows {
+		byParent[x.Parent] = append(byParent[x.Parent], x)
+	}
+	var build func(r *kv.Run, depth int) treeNode
+	build = func(r *kv.Run, depth int) treeNode {
+		n := treeNode{Run: r}
+		if depth <= 0 {
+			return n
+		}
+		for _, ch := range orderChildren(byParent[r.ID]) {
+			n.Children = append(n.Children, build(ch, depth-1))
+		}
+		return n
+	}
+	return build(r, depth), nil
+}
+
+// orderChildren groups children by parentToolCallId (groups in the order
+// of their earliest child) and orders each group by displayOrder, then
+// creation, then id.
+func orderChildren(rows []*kv.Run) []*kv.Run {
+	slices.SortFunc(rows, func(a, b *kv.Run) int {
+		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), strings.Compare(a.ID, b.ID))
+	})
+	var groups []string
+	group := make(map[string][]*kv.Run)
+	for _, r := range rows {
+		if _, ok := group[r.ParentToolCallID]; !ok {
+			groups = append(groups, r.ParentToolCallID)
+		}
+		group[r.ParentToolCallID] = append(group[r.ParentToolCallID], r)
+	}
+	out := make([]*kv.Run, 0, len(rows))
+	for _, g := range groups {
+		rs := group[g]
+		slices.SortStableFunc(rs, func(a, b *kv.Run) int { return cmp.Compare(a.DisplayOrder, b.DisplayOrder) })
+		out = append(out, rs...)
+	}
+	return out
+}
+
+// describeTree prints the run's calls and its nested runs, grouped by tool
+// call, under the row describe printed.
+func (c *cli) describeTree(n treeNode) {
+	if len(n.Calls) > 0 {
+		fmt.Fprintln(c.out, "calls")
+		for _, cs := range n.Calls {
+			state := "pending"
+			switch {
+			case cs.Reply != nil && cs.Reply.Error != "":
+				state = "failed: " + cs.Reply.Error
+			case cs.Reply != nil:
+				state = "answered"
+			}
+			fmt.Fprintf(c.out, "  %d  %s  %s\n", cs.Call.Seq, cs.Call.Name, state)
+		}
+	}
+	if len(n.Children) > 0 {
+		fmt.Fprintln(c.out, "children")
+		c.printChildren(n.Children, "  ")
+	}
+}
+
+func (c *cli) printChildren(children []treeNode, indent string) {
+	last := "\x00"
+	for _, ch := range children {
+		if ch.ParentToolCallID != last {
+			last = ch.ParentToolCallID
+			fmt.Fprintf(c.out, "%s%s\n", indent, cmp.Or(ch.ParentToolCallID, "(no tool call)"))
+		}
+		line := fmt.Sprintf("%s  %s  %s  %s", indent, ch.ID, ch.AgentType, ch.Status)
+		if ch.Reason != "" && ch.Status != events.StatusCompleted {
+			line += " (" + ch.Reason + ")"
+		}
+		if ch.Summary != "" {
+			line += "  " + oneLine(ch.Summary, 60)
+		}
+		fmt.Fprintln(c.out, line)
+		c.printChildren(ch.Children, indent+"    ")
+	}
+}
+
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > n {
+		s = s[:n] + "…"
+	}
+	return s
+}
