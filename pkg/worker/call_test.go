@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/kv"
@@ -193,5 +195,47 @@ func TestCallServerRestartedMidCall(t *testing.T) {
 	states, err := c.Calls(ctx, "r1")
 	if err != nil || len(states) != 1 || states[0].Reply == nil {
 		t.Fatalf("calls %+v %v", states, err)
+	}
+}
+
+// The plain-NATS contract: any JetStream consumer of jetrun.run.*.call
+// answers by publishing {"runId","seq","output"|"error"} to
+// jetrun.run.<id>.reply.
+func TestCallAnsweredOverPlainNATS(t *testing.T) {
+	t.Parallel()
+	b, _ := setup(t, worker.Config{}, map[string]worker.Handler{"asker": asker()})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	publish(t, b.js, "jetrun.dispatch.asker", `{"runId":"plain","input":{"questions":["one","two"]}}`)
+
+	cons, err := b.js.OrderedConsumer(ctx, "JETRUN_EVENTS", jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{"jetrun.run.*.call"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		m, err := cons.Next(jetstream.FetchMaxWait(30 * time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var call struct {
+			RunID string          `json:"runId"`
+			Seq   int64           `json:"seq"`
+			Name  string          `json:"name"`
+			Input json.RawMessage `json:"input"`
+		}
+		if err := json.Unmarshal(m.Data(), &call); err != nil || m.Subject() != "jetrun.run.plain.call" || call.Name != "ask" {
+			t.Fatalf("call %s %s (%v)", m.Subject(), m.Data(), err)
+		}
+		reply := fmt.Sprintf(`{"runId":"plain","seq":%d,"output":{"got":%s}}`, call.Seq, call.Input)
+		if call.Seq == 2 {
+			reply = `{"runId":"plain","seq":2,"error":"no second answers"}`
+		}
+		publish(t, b.js, "jetrun.run.plain.reply", reply, jetstream.WithMsgID(fmt.Sprintf("plain.reply.%d", call.Seq)))
+	}
+	row := jetruntest.WaitRow(t, b.store, "plain", 30*time.Second, jetruntest.Final)
+	if string(row.Output) != `["{\"got\":{\"q\":\"one\"}}","error: no second answers"]` {
+		t.Fatalf("row %s %s %s", row.Status, row.Error, row.Output)
 	}
 }
