@@ -97,9 +97,6 @@ func (r *Run) Call(ctx context.Context, name string, input any) (json.RawMessage
 		if err != nil {
 			return nil, fmt.Errorf("worker: call %s (%d): %w", name, st.call.Seq, err)
 		}
-		e.nest.mu.Lock()
-		st.reply = reply
-		e.nest.mu.Unlock()
 	}
 	e.noteSignal(time.Now(), nil)
 	if reply.Error != "" {

@@ -64,7 +64,7 @@
 // knows, held across its compare-and-set) before emitMu (event numbering)
 // before publisher.mu (the pipeline) or stateMu (pending row fields).
 // ctlMu (handler context, end), parkMu then ctlMu, and msgMu are otherwise
-// leaves; nest.mu (nested runs and calls) is a leaf, taken under stateMu
-// or alone. Worker.mu guards the active set and the liveness key and is never
+// leaves; nest.callMu (a call being looked up and stored) comes before
+// emitMu; nest.mu (nested runs and calls) is a leaf. Worker.mu guards the active set and the liveness key and is never
 // held across I/O.
 package worker

@@ -47,6 +47,12 @@ type ChildRequest struct {
 	// child-chunk events (events.ChildChunk, tagged with the child's id)
 	// while the child is awaited. They never count as this run's chunks.
 	Passthrough bool
+	// Calls answers the child's calls (its Run.Call) of these names while
+	// the child is awaited: this handler is the child's caller. A call is
+	// answered once its run's stored replies are known, so an attempt that
+	// re-attaches answers only what is still unanswered (a handler may run
+	// again for a call whose answer an earlier attempt did not store).
+	Calls map[string]parent.CallHandler
 }
 
 // Child is a nested run started by Run.Spawn.
@@ -65,6 +71,7 @@ type Child struct {
 
 	run         *Run
 	passthrough bool
+	calls       map[string]parent.CallHandler
 }
 
 // nested holds a Worker's parent client, created on the first Spawn or
@@ -153,7 +160,7 @@ func (r *Run) Spawn(ctx context.Context, req ChildRequest) (*Child, error) {
 	} else {
 		e.log.DebugContext(ctx, "child run re-attached", "child_run_id", id, "child_status", row.Status)
 	}
-	return &Child{ID: id, Row: row, Created: created, run: r, passthrough: req.Passthrough}, nil
+	return &Child{ID: id, Row: row, Created: created, run: r, passthrough: req.Passthrough, calls: req.Calls}, nil
 }
 
 // RunChild starts a nested run (as Spawn) and waits for its outcome (as
@@ -189,8 +196,15 @@ func (c *Child) Await(ctx context.Context) (*parent.Result, error) {
 		if c.passthrough {
 			stop = c.forward(ctx)
 		}
+		var stopCalls func()
+		if len(c.calls) > 0 {
+			stopCalls = c.answerCalls(ctx, client)
+		}
 		var aerr error
 		res, aerr = client.Await(ctx, c.ID)
+		if stopCalls != nil {
+			stopCalls()
+		}
 		if stop != nil {
 			_, failed := parent.IsFailure(aerr)
 			stop(aerr == nil || failed)
@@ -318,4 +332,67 @@ func (e *execution) forwardedUpTo(ctx context.Context, child string) (int64, err
 		}
 	}
 	return last, nil
+}
+
+// answerCalls follows the child's calls and replies and answers, with the
+// handlers of ChildRequest.Calls, every call of theirs that has no reply
+// stored, until stop.
+func (c *Child) answerCalls(ctx context.Context, client *parent.Client) (stop func()) {
+	e := c.run.e
+	fctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		opts := events.ReplayOptions{
+			StartSeq:  c.Row.FirstEventSeq,
+			StartTime: c.Row.CreatedAt.Add(-time.Minute), // tolerate clock skew with the server
+			Kinds:     []string{events.KindCall, events.KindReply},
+		}
+		var queued []events.Call // calls seen before the replay caught up
+		answered := make(map[int64]bool)
+		for ev, err := range events.Replay(fctx, e.w.js, e.w.cfg.Namespace, c.ID, opts) {
+			if err != nil {
+				if fctx.Err() == nil {
+					e.w.fault(fctx, e.log, "follow child calls", err, "child_run_id", c.ID)
+				}
+				return
+			}
+			switch {
+			case ev.Reply != nil:
+				answered[ev.Reply.Seq] = true
+			case ev.Call != nil && c.calls[ev.Call.Name] != nil && !answered[ev.Call.Seq]:
+				queued = append(queued, *ev.Call)
+			}
+			if ev.Pending > 0 {
+				continue // the stored history goes on: a reply may follow
+			}
+			for _, call := range queued {
+				if answered[call.Seq] {
+					continue
+				}
+				answered[call.Seq] = true
+				wg.Go(func() { c.answer(fctx, client, call) })
+			}
+			queued = queued[:0]
+		}
+	})
+	return func() {
+		cancel()
+		wg.Wait()
+	}
+}
+
+// answer runs the handler of one call and stores its reply.
+func (c *Child) answer(ctx context.Context, client *parent.Client, call events.Call) {
+	e := c.run.e
+	out, err := c.calls[call.Name](ctx, &call)
+	if ctx.Err() != nil {
+		return // the wait ended: a later attempt answers it
+	}
+	errText := ""
+	if err != nil {
+		errText = err.Error()
+	}
+	if err := client.Reply(ctx, call.RunID, call.Seq, call.Name, out, errText); err != nil && ctx.Err() == nil {
+		e.w.fault(ctx, e.log, "reply to child call", err, "child_run_id", call.RunID, "call", call.Name)
+	}
 }

@@ -184,3 +184,46 @@ func TestRunChildWaitShowsOnTheRow(t *testing.T) {
 		t.Fatalf("row %+v", row)
 	}
 }
+
+// A handler awaiting its child answers the child's calls itself: it is the
+// child's caller.
+func TestRunChildAnswersTheChildsCalls(t *testing.T) {
+	t.Parallel()
+	b, _ := setup(t, worker.Config{Concurrency: 1}, map[string]worker.Handler{
+		"asker": asker(),
+		"boss": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			res, err := run.RunChild(ctx, worker.ChildRequest{
+				AgentType: "asker", CallID: "delegate", Input: map[string]any{"questions": []string{"a", "b"}},
+				Calls: map[string]parent.CallHandler{
+					"ask": func(ctx context.Context, call *parent.Call) (any, error) {
+						if call.Parent != run.ID() {
+							return nil, fmt.Errorf("call of %s's child reached %s", call.Parent, run.ID())
+						}
+						var in struct{ Q string }
+						if err := json.Unmarshal(call.Input, &in); err != nil {
+							return nil, err
+						}
+						if in.Q == "b" {
+							return nil, errors.New("not b")
+						}
+						return "boss says " + in.Q, nil
+					},
+				},
+			})
+			if err != nil {
+				return worker.Result{}, err
+			}
+			return worker.Result{Summary: res.Summary, Output: res.Output}, nil
+		}),
+	})
+	c := newClient(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := c.Run(ctx, parent.Request{AgentType: "boss", RunID: "b1", Input: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(res.Output); got != `["\"boss says a\"","error: not b"]` {
+		t.Fatalf("output %s", got)
+	}
+}
