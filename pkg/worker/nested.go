@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jetrun/jetrun/pkg/events"
@@ -72,6 +73,7 @@ type Child struct {
 	run         *Run
 	passthrough bool
 	calls       map[string]parent.CallHandler
+	forwarded   atomic.Int64 // the child's last chunk this handle passed through
 }
 
 // nested holds a Worker's parent client, created on the first Spawn or
@@ -261,8 +263,8 @@ func (c *Child) forward(ctx context.Context) (stop func(settled bool)) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		var after int64
-		if !c.Created {
+		after := c.forwarded.Load()
+		if after == 0 && !c.Created {
 			n, err := e.forwardedUpTo(fctx, c.ID)
 			if err != nil && fctx.Err() == nil {
 				e.w.fault(fctx, e.log, "read forwarded child chunks; forwarding again from the first", err)
@@ -293,6 +295,7 @@ func (c *Child) forward(ctx context.Context) (stop func(settled bool)) {
 				return
 			}
 			after = ch.Seq
+			c.forwarded.Store(after)
 			e.noteSignal(time.Now(), nil) // the child's output is this run's progress too
 		}
 	}()
