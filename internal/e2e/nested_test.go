@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -158,5 +159,36 @@ func TestKilledCallerGetsTheReplyAfterTakeover(t *testing.T) {
 	}
 	if stored != 1 {
 		t.Fatalf("%d call events stored, want 1 (asked twice)", stored)
+	}
+}
+
+// A parent process killed with -9 while its call handler runs: the call
+// stays unanswered and unacknowledged, and the parent started next answers
+// it, once; the run gets that answer.
+func TestKilledCallServerIsReplacedAndAnswersOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	e.nestWorker(t, "cs-worker")
+	hang := start(t, "callserver", nil, e.url, "hang")
+	hang.waitLog("callserver serving", 60*time.Second)
+	const id = "cs-1"
+	if _, err := e.client.Dispatch(ctx, parent.Request{AgentType: "caller", RunID: id, Input: map[string]string{"q": "x"}}); err != nil {
+		t.Fatal(err)
+	}
+	hang.waitLog("call received", 30*time.Second)
+	hang.kill()
+	answer := start(t, "callserver", nil, e.url, "answer")
+	row := jetruntest.WaitRow(t, e.store, id, 60*time.Second, jetruntest.Final)
+	if row.Status != events.StatusCompleted || string(row.Output) != `{"answer":{"by":"answer","q":{"q":"x"}},"attempt":1}` {
+		t.Fatalf("caller: %s (%s) %s", row.Status, row.Error, row.Output)
+	}
+	if n := strings.Count(answer.stderr.String(), "answering call"); n != 1 {
+		t.Fatalf("the second server answered %d times", n)
+	}
+	calls, err := e.client.Calls(ctx, id)
+	if err != nil || len(calls) != 1 || calls[0].Reply == nil {
+		t.Fatalf("calls %+v %v", calls, err)
 	}
 }

@@ -41,6 +41,17 @@ const (
 	callBacklog = 10 * time.Minute
 )
 
+// CallOption tunes HandleCall.
+type CallOption func(*callOptions)
+
+type callOptions struct{ ackWait time.Duration }
+
+// WithCallAckWait sets how long a call handed to a server may go without a
+// sign of life before another server gets it (default DefaultCallAckWait;
+// at least 1s). It takes effect when this server creates the name's
+// consumer; an existing consumer keeps its own.
+func WithCallAckWait(d time.Duration) CallOption { return func(o *callOptions) { o.ackWait = d } }
+
 // CallConsumer is the durable consumer on the events stream shared by
 // every server of calls named name.
 func CallConsumer(name string) string { return "call-" + name }
@@ -68,14 +79,21 @@ func (s *CallServer) Stop() {
 // timeout. The handler runs at least once per call (a server that dies
 // between running it and storing the reply leaves it to run again):
 // make it idempotent where that matters.
-func (c *Client) HandleCall(ctx context.Context, name string, h CallHandler) (*CallServer, error) {
+func (c *Client) HandleCall(ctx context.Context, name string, h CallHandler, opts ...CallOption) (*CallServer, error) {
 	if err := events.ValidateCallName(name); err != nil {
 		return nil, fmt.Errorf("parent: handle call: %w", err)
 	}
 	if h == nil {
 		return nil, fmt.Errorf("parent: handle call %s: nil handler", name)
 	}
-	cons, err := c.callConsumer(ctx, name)
+	o := callOptions{ackWait: DefaultCallAckWait}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.ackWait < time.Second {
+		return nil, fmt.Errorf("parent: handle call %s: ack wait must be at least 1s, got %s", name, o.ackWait)
+	}
+	cons, err := c.callConsumer(ctx, name, o.ackWait)
 	if err != nil {
 		return nil, fmt.Errorf("parent: handle call %s: %w", name, err)
 	}
@@ -85,13 +103,13 @@ func (c *Client) HandleCall(ctx context.Context, name string, h CallHandler) (*C
 	go func() {
 		defer close(s.done)
 		defer stopOnCtx()
-		c.serveCalls(sctx, name, cons, h)
+		c.serveCalls(sctx, name, cons, h, o.ackWait)
 	}()
 	return s, nil
 }
 
 // callConsumer binds the name's consumer, creating it if needed.
-func (c *Client) callConsumer(ctx context.Context, name string) (jetstream.Consumer, error) {
+func (c *Client) callConsumer(ctx context.Context, name string, ackWait time.Duration) (jetstream.Consumer, error) {
 	if err := events.ValidateID(CallConsumer(name)); err != nil {
 		return nil, err
 	}
@@ -111,7 +129,7 @@ func (c *Client) callConsumer(ctx context.Context, name string) (jetstream.Consu
 		DeliverPolicy: jetstream.DeliverByStartTimePolicy,
 		OptStartTime:  &from,
 		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       DefaultCallAckWait,
+		AckWait:       ackWait,
 		MaxDeliver:    -1,
 		MaxAckPending: 4 * DefaultCallConcurrency,
 	})
@@ -123,7 +141,7 @@ func (c *Client) callConsumer(ctx context.Context, name string) (jetstream.Consu
 
 // serveCalls fetches calls until ctx ends, at most DefaultCallConcurrency
 // at once.
-func (c *Client) serveCalls(ctx context.Context, name string, cons jetstream.Consumer, h CallHandler) {
+func (c *Client) serveCalls(ctx context.Context, name string, cons jetstream.Consumer, h CallHandler, ackWait time.Duration) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	slots := make(chan struct{}, DefaultCallConcurrency)
@@ -147,7 +165,7 @@ func (c *Client) serveCalls(ctx context.Context, name string, cons jetstream.Con
 			got = true
 			wg.Go(func() {
 				defer func() { <-slots }()
-				c.serveCall(ctx, name, m, h)
+				c.serveCall(ctx, name, m, h, ackWait)
 			})
 		}
 		if !got {
@@ -169,7 +187,7 @@ func pauseFor(ctx context.Context, d time.Duration) {
 }
 
 // serveCall answers one call message.
-func (c *Client) serveCall(ctx context.Context, name string, m jetstream.Msg, h CallHandler) {
+func (c *Client) serveCall(ctx context.Context, name string, m jetstream.Msg, h CallHandler, ackWait time.Duration) {
 	var call Call
 	if err := json.Unmarshal(m.Data(), &call); err != nil || events.ValidateID(call.RunID) != nil || call.Seq <= 0 {
 		_ = m.Term() // not a call anyone can answer
@@ -203,7 +221,7 @@ func (c *Client) serveCall(ctx context.Context, name string, m jetstream.Msg, h 
 	hctx, cancel := context.WithCancel(ctx)
 	var beat sync.WaitGroup
 	beat.Go(func() {
-		t := time.NewTicker(DefaultCallAckWait / 3)
+		t := time.NewTicker(ackWait / 3)
 		defer t.Stop()
 		for {
 			select {
