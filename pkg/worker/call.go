@@ -83,6 +83,13 @@ func (r *Run) Call(ctx context.Context, name string, input any) (json.RawMessage
 		return nil, fmt.Errorf("worker: call %s: %w", name, err)
 	}
 	reply := st.reply
+	if st.call.TimeoutMs > 0 {
+		// A call an earlier attempt made keeps its deadline: its servers
+		// skip it once past.
+		if d := st.call.At.Add(time.Duration(st.call.TimeoutMs) * time.Millisecond); d.Before(deadline) {
+			deadline = d
+		}
+	}
 	if reply == nil {
 		defer e.beginWait("call:" + name)()
 		err = r.Park(ctx, func(ctx context.Context) (err error) {
