@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/parent"
 )
 
 // calls lists a run's calls with their replies: GET /v1/runs/{id}/calls.
@@ -70,33 +71,19 @@ func (a *api) reply(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "bad_request", "reply is not a JSON object with output or error: "+err.Error())
 		return
 	}
-	if row.Status.Final() {
-		writeError(w, http.StatusConflict, "run_ended", fmt.Sprintf("run %s has ended (%s)", row.ID, row.Status))
-		return
+	var output any
+	if len(body.Output) > 0 {
+		output = body.Output
 	}
-	calls, err := a.client.Calls(r.Context(), row.ID)
-	if err != nil {
+	_, err = a.client.AnswerCall(r.Context(), row.ID, seq, output, body.Error)
+	switch {
+	case errors.Is(err, parent.ErrCallAnswered):
+		writeError(w, http.StatusConflict, "already_answered", err.Error())
+	case errors.Is(err, parent.ErrCallNotFound):
+		writeError(w, http.StatusNotFound, "not_found", err.Error())
+	case err != nil:
 		a.fail(w, r, err)
-		return
-	}
-	for _, c := range calls {
-		if c.Call.Seq != seq {
-			continue
-		}
-		if c.Reply != nil {
-			writeError(w, http.StatusConflict, "already_answered", fmt.Sprintf("call %d of run %s is answered already", seq, row.ID))
-			return
-		}
-		var output any
-		if len(body.Output) > 0 {
-			output = body.Output
-		}
-		if err := a.client.Reply(r.Context(), row.ID, seq, c.Call.Name, output, body.Error); err != nil {
-			a.fail(w, r, err)
-			return
-		}
+	default:
 		writeJSON(w, http.StatusAccepted, map[string]any{"runId": row.ID, "seq": seq})
-		return
 	}
-	writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("run %s has no call %d", row.ID, seq))
 }

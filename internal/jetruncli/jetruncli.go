@@ -46,6 +46,7 @@ Usage:
   jetrun replay [--follow] [--after SEQ] [--json] ID
   jetrun cancel [--reason TEXT] [--json] ID
   jetrun signal [--json] ID NAME [PAYLOAD]
+  jetrun reply [--error TEXT] [--json] ID SEQ [OUTPUT]   (answer a run's call; jetrun get lists them)
   jetrun clear [--status S[,S]] [--older-than DURATION] [--all] [--json]
 
 INPUT and PAYLOAD are JSON ('{"steps":5}'), or @file, or - for standard input.
@@ -143,6 +144,7 @@ var commands = map[string]command{
 	"replay":   (*cli).replayCmd,
 	"cancel":   (*cli).cancelCmd,
 	"signal":   (*cli).signalCmd,
+	"reply":    (*cli).replyCmd,
 	"clear":    (*cli).clearCmd,
 }
 

@@ -3,8 +3,10 @@ package jetruncli
 import (
 	"cmp"
 	"context"
+	"flag"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/jetrun/jetrun/pkg/events"
@@ -118,4 +120,39 @@ func oneLine(s string, n int) string {
 		s = s[:n] + "…"
 	}
 	return s
+}
+
+// replyCmd answers a run's pending call: jetrun reply ID SEQ [OUTPUT], or
+// with --error a failure the run gets as an error value.
+func (c *cli) replyCmd(fs *flag.FlagSet) func(context.Context, []string) (int, error) {
+	errText := fs.String("error", "", "answer with this failure instead of an output")
+	return func(ctx context.Context, args []string) (int, error) {
+		if len(args) < 2 || len(args) > 3 {
+			return 0, usagef("want ID SEQ [OUTPUT]")
+		}
+		seq, err := strconv.ParseInt(args[1], 10, 64)
+		if err != nil || seq <= 0 {
+			return 0, usagef("SEQ must be a call's sequence number (jetrun get %s lists them), got %q", args[0], args[1])
+		}
+		var output any
+		if len(args) == 3 {
+			if *errText != "" {
+				return 0, usagef("give OUTPUT or --error, not both")
+			}
+			raw, err := c.readJSONArg(args[2])
+			if err != nil {
+				return 0, err
+			}
+			output = raw
+		}
+		cs, err := c.client.AnswerCall(ctx, args[0], seq, output, *errText)
+		if err != nil {
+			return 0, err
+		}
+		if c.json {
+			return ExitOK, c.printJSON(map[string]any{"runId": args[0], "seq": seq, "name": cs.Call.Name})
+		}
+		fmt.Fprintf(c.out, "call %d (%s) of %s answered\n", seq, cs.Call.Name, args[0])
+		return ExitOK, nil
+	}
 }

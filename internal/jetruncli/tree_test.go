@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -120,5 +121,70 @@ func TestGetShowsTheRunTreeAndCalls(t *testing.T) {
 	var row kv.Run
 	if err := json.Unmarshal([]byte(cli("get", "--json", x1)), &row); err != nil || row.Parent != "fan" || row.Depth != 1 {
 		t.Fatalf("child row %+v %v", row, err)
+	}
+}
+
+// jetrun reply answers a run's pending call, once.
+func TestReplyAnswersACall(t *testing.T) {
+	ns := natstest.RunServer(t)
+	nc, _ := natstest.Connect(t, ns)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	w, err := worker.New(nc, worker.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.HandleFunc("asks", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+		out, err := run.Call(ctx, "ask", "ok?")
+		if err != nil {
+			return worker.Result{}, err
+		}
+		_, err = run.Call(ctx, "ask", "really?")
+		var ce *worker.CallError
+		if !errors.As(err, &ce) {
+			return worker.Result{}, fmt.Errorf("want a call error, got %v", err)
+		}
+		return worker.Result{Summary: ce.Message, Output: out}, nil
+	})
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Stop() })
+	client, err := parent.New(ctx, nc, parent.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Dispatch(ctx, parent.Request{AgentType: "asks", RunID: "q1", Input: 1}); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("JETRUN_NATS_URL", ns.ClientURL())
+	jetrun := func(args ...string) (int, string) {
+		var out, errw bytes.Buffer
+		code := jetruncli.Main(ctx, args, nil, &out, &errw)
+		return code, out.String() + errw.String()
+	}
+	waitCall := func(seq int64) {
+		natstest.Eventually(t, 30*time.Second, func() bool {
+			calls, err := client.Calls(ctx, "q1")
+			return err == nil && len(calls) == int(seq) && calls[seq-1].Reply == nil
+		}, "run q1 never made call %d", seq)
+	}
+	waitCall(1)
+	if code, out := jetrun("reply", "q1", "1", `{"yes":true}`); code != jetruncli.ExitOK || !strings.Contains(out, "call 1 (ask) of q1 answered") {
+		t.Fatalf("jetrun reply: %d %s", code, out)
+	}
+	if code, out := jetrun("reply", "q1", "1", `"again"`); code == jetruncli.ExitOK || !strings.Contains(out, "answered already") {
+		t.Fatalf("second jetrun reply: %d %s", code, out)
+	}
+	waitCall(2)
+	if code, out := jetrun("reply", "--error", "no", "q1", "2"); code != jetruncli.ExitOK {
+		t.Fatalf("jetrun reply --error: %d %s", code, out)
+	}
+	row := jetruntest.WaitRow(t, client.Store(), "q1", 30*time.Second, jetruntest.Final)
+	if row.Summary != "no" || string(row.Output) != `{"yes":true}` {
+		t.Fatalf("row %s %q %s", row.Status, row.Summary, row.Output)
+	}
+	if code, out := jetrun("reply", "q1", "2", `1`); code == jetruncli.ExitOK || !strings.Contains(out, "has ended") {
+		t.Fatalf("reply to an ended run: %d %s", code, out)
 	}
 }

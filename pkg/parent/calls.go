@@ -395,3 +395,47 @@ func callServerID() string {
 	})
 	return serverID
 }
+
+// Errors of AnswerCall; test with errors.Is.
+var (
+	// ErrCallNotFound is returned by AnswerCall for a call the run never
+	// made.
+	ErrCallNotFound = errors.New("no such call")
+	// ErrCallAnswered is returned by AnswerCall for a call that has a
+	// reply already.
+	ErrCallAnswered = errors.New("call answered already")
+)
+
+// AnswerCall answers call seq of run id by hand (the HTTP API and the CLI
+// do): output, or errText for a failure the run gets as an error value. It
+// returns ErrRunEnded for a run that ended, ErrCallNotFound, or
+// ErrCallAnswered; a reply stored by someone else at the same moment may
+// still come first (the first stored counts).
+func (c *Client) AnswerCall(ctx context.Context, id string, seq int64, output any, errText string) (*CallState, error) {
+	row, err := c.Inspect(ctx, id)
+	switch {
+	case err != nil:
+		return nil, err
+	case row == nil:
+		return nil, fmt.Errorf("parent: answer call %d of run %s: %w", seq, id, kv.ErrRunNotFound)
+	case row.Status.Final():
+		return nil, fmt.Errorf("parent: answer call %d of run %s: %w (%s)", seq, id, ErrRunEnded, row.Status)
+	}
+	calls, err := c.Calls(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	for _, cs := range calls {
+		if cs.Call.Seq != seq {
+			continue
+		}
+		if cs.Reply != nil {
+			return nil, fmt.Errorf("parent: answer call %d of run %s: %w", seq, id, ErrCallAnswered)
+		}
+		if err := c.Reply(ctx, id, seq, cs.Call.Name, output, errText); err != nil {
+			return nil, err
+		}
+		return &cs, nil
+	}
+	return nil, fmt.Errorf("parent: answer call %d of run %s: %w", seq, id, ErrCallNotFound)
+}
