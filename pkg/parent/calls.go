@@ -39,6 +39,10 @@ const (
 	// before anyone served the name, and still within the longest default
 	// call timeout, are answered.
 	callBacklog = 10 * time.Minute
+	// callFetchWait bounds one fetch: how long Stop may wait for an idle
+	// server. Fetching one call at a time keeps none waiting in a buffer
+	// while its ack wait runs.
+	callFetchWait = time.Second
 )
 
 // CallOption tunes HandleCall.
@@ -151,7 +155,7 @@ func (c *Client) serveCalls(ctx context.Context, name string, cons jetstream.Con
 		case <-ctx.Done():
 			return
 		}
-		msgs, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+		msgs, err := cons.Fetch(1, jetstream.FetchMaxWait(callFetchWait))
 		if err != nil {
 			<-slots
 			if ctx.Err() == nil {
