@@ -114,9 +114,6 @@ func (c *Client) HandleCall(ctx context.Context, name string, h CallHandler, opt
 
 // callConsumer binds the name's consumer, creating it if needed.
 func (c *Client) callConsumer(ctx context.Context, name string, ackWait time.Duration) (jetstream.Consumer, error) {
-	if err := events.ValidateID(CallConsumer(name)); err != nil {
-		return nil, err
-	}
 	stream := c.cfg.Namespace.EventsStream()
 	cons, err := c.js.Consumer(ctx, stream, CallConsumer(name))
 	if err == nil {
