@@ -192,3 +192,43 @@ func TestKilledCallServerIsReplacedAndAnswersOnce(t *testing.T) {
 		t.Fatalf("calls %+v %v", calls, err)
 	}
 }
+
+// A handler that answers its child's calls is killed with -9 (with the
+// child, in the same process) while the call waits: both are taken over,
+// the child finds its stored call, and the new attempt of the handler
+// answers it; the call is made once and answered once.
+func TestKilledHandlerAnswersItsChildsCallAfterTakeover(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	a := e.nestWorker(t, "boss-a")
+	const id = "boss-1"
+	if _, err := e.client.Dispatch(context.Background(), parent.Request{AgentType: "boss", RunID: id, Input: map[string]string{"q": "go?"}}); err != nil {
+		t.Fatal(err)
+	}
+	child := parent.RunID(id, "b1")
+	jetruntest.WaitRow(t, e.store, child, 30*time.Second, func(r *kv.Run) bool { return r.WaitingFor == "call:ask" })
+	a.waitLog("boss got a call", 30*time.Second)
+	a.kill()
+	e.nestWorker(t, "boss-b")
+
+	row := jetruntest.WaitRow(t, e.store, id, 90*time.Second, jetruntest.Final)
+	if row.Status != events.StatusCompleted || row.Attempt != 2 || string(row.Output) != `{"answer":{"boss":2},"attempt":2}` {
+		t.Fatalf("boss: %s (%s) attempt %d output %s", row.Status, row.Error, row.Attempt, row.Output)
+	}
+	calls, err := e.client.Calls(context.Background(), child)
+	if err != nil || len(calls) != 1 || calls[0].Call.Attempt != 1 || calls[0].Reply == nil {
+		t.Fatalf("child calls %+v %v", calls, err)
+	}
+	var stored, replies int
+	for _, ev := range jetruntest.ReadEvents(t, e.js, child) {
+		switch ev.Kind {
+		case events.KindCall:
+			stored++
+		case events.KindReply:
+			replies++
+		}
+	}
+	if stored != 1 || replies != 1 {
+		t.Fatalf("child has %d call and %d reply events, want 1 and 1", stored, replies)
+	}
+}

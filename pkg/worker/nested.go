@@ -348,7 +348,9 @@ func (c *Child) answerCalls(ctx context.Context, client *parent.Client) (stop fu
 		opts := events.ReplayOptions{
 			StartSeq:  c.Row.FirstEventSeq,
 			StartTime: c.Row.CreatedAt.Add(-time.Minute), // tolerate clock skew with the server
-			Kinds:     []string{events.KindCall, events.KindReply},
+			// Status events too, though unused: Pending counts them, and the
+			// replay must yield the event that says it caught up.
+			Kinds: []string{events.KindCall, events.KindReply, events.KindStatus},
 		}
 		var queued []events.Call // calls seen before the replay caught up
 		answered := make(map[int64]bool)

@@ -3,7 +3,9 @@
 //
 //   - nester: starts one nested demo run (call id "c1", chunks passed
 //     through) with its own input and returns the child's outcome;
-//   - caller: calls "ask" with its own input and returns the answer.
+//   - caller: calls "ask" with its own input and returns the answer;
+//   - boss: runs a caller child (call id "b1") and answers its "ask" calls
+//     itself, from its second attempt on (the first never answers).
 //
 // Usage: nestworker NATS_URL WORKER_ID (lease 2s). It logs "nestworker
 // serving" once it pulls, and stops on SIGTERM or SIGINT.
@@ -21,6 +23,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
 
@@ -66,6 +69,23 @@ func run() error {
 		return worker.Result{Summary: "answered", Output: map[string]any{
 			"answer": json.RawMessage(out), "attempt": run.Attempt(),
 		}}, nil
+	})
+	w.HandleFunc("boss", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+		res, err := run.RunChild(ctx, worker.ChildRequest{
+			AgentType: "caller", CallID: "b1", Input: run.Input(),
+			Calls: map[string]parent.CallHandler{"ask": func(ctx context.Context, call *parent.Call) (any, error) {
+				logger.Info("boss got a call", "attempt", run.Attempt(), "call_seq", call.Seq)
+				if run.Attempt() == 1 {
+					<-ctx.Done()
+					return nil, ctx.Err()
+				}
+				return map[string]any{"boss": run.Attempt()}, nil
+			}},
+		})
+		if err != nil {
+			return worker.Result{}, err
+		}
+		return worker.Result{Summary: "boss: " + res.Summary, Output: res.Output}, nil
 	})
 	if err := w.Start(ctx); err != nil {
 		return err
