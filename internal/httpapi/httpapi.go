@@ -90,6 +90,8 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("GET /v1/runs/{id}/events", a.events)
 	mux.HandleFunc("POST /v1/runs/{id}/cancel", a.cancel)
 	mux.HandleFunc("POST /v1/runs/{id}/signals/{name}", a.signal)
+	mux.HandleFunc("GET /v1/runs/{id}/calls", a.calls)
+	mux.HandleFunc("POST /v1/runs/{id}/calls/{seq}/reply", a.reply)
 	mux.HandleFunc("DELETE /v1/runs", a.clear)
 	if cfg.Metrics != nil {
 		mux.Handle("GET /metrics", cfg.Metrics)

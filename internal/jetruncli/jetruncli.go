@@ -41,11 +41,12 @@ const usage = `jetrun: dispatch, watch and steer jetrun runs.
 
 Usage:
   jetrun dispatch [--wait] [--run-id ID] [--parent ID] [--tool-call-id ID] [--on-finish HANDLER [--on-milestones A,B]] [--json] TYPE INPUT
-  jetrun get [--json] ID
+  jetrun get [--json] ID                 (the run, its nested runs by tool call, its calls)
   jetrun ls [--status S[,S]] [--type TYPE] [--parent ID] [--tool-call-id ID] [--limit N] [--json]
   jetrun replay [--follow] [--after SEQ] [--json] ID
   jetrun cancel [--reason TEXT] [--json] ID
   jetrun signal [--json] ID NAME [PAYLOAD]
+  jetrun reply [--error TEXT] [--json] ID SEQ [OUTPUT]   (answer a run's call; jetrun get lists them)
   jetrun clear [--status S[,S]] [--older-than DURATION] [--all] [--json]
   jetrun agents [--tools openai|anthropic|mcp] [--json]
 
@@ -144,6 +145,7 @@ var commands = map[string]command{
 	"replay":   (*cli).replayCmd,
 	"cancel":   (*cli).cancelCmd,
 	"signal":   (*cli).signalCmd,
+	"reply":    (*cli).replyCmd,
 	"clear":    (*cli).clearCmd,
 }
 
@@ -190,10 +192,18 @@ func (c *cli) getCmd(fs *flag.FlagSet) func(context.Context, []string) (int, err
 		if row == nil {
 			return 0, fmt.Errorf("no run %q", args[0])
 		}
+		tree, err := c.runTree(ctx, row, events.DefaultMaxDepth)
+		if err != nil {
+			return 0, err
+		}
+		if tree.Calls, err = c.client.Calls(ctx, row.ID); err != nil {
+			return 0, err
+		}
 		if c.json {
-			return ExitOK, c.printJSON(row)
+			return ExitOK, c.printJSON(tree)
 		}
 		c.describe(row)
+		c.describeTree(tree)
 		return ExitOK, nil
 	}
 }

@@ -37,6 +37,10 @@ type Event struct {
 	Progress  *Progress       `json:"-"`
 	Milestone *Milestone      `json:"-"`
 	Signal    *SignalEvent    `json:"-"`
+	// ChildChunk, Call and Reply: nested runs and calls (nested.go).
+	ChildChunk *ChildChunk `json:"-"`
+	Call       *Call       `json:"-"`
+	Reply      *Reply      `json:"-"`
 }
 
 // Ends reports whether a replay that follows the run until it ends stops
@@ -133,8 +137,8 @@ func Replay(ctx context.Context, js jetstream.JetStream, ns Namespace, runID str
 				}
 				last = max(last, m.Sequence)
 			}
-			if last == 0 || last <= opts.After {
-				return
+			if last == 0 || last <= opts.After || last < opts.StartSeq {
+				return // nothing stored where the replay would start
 			}
 		}
 		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters}
@@ -249,6 +253,15 @@ func (e *Event) decode() error {
 	case KindSignal:
 		e.Signal = new(SignalEvent)
 		target = e.Signal
+	case KindChildChunk:
+		e.ChildChunk = new(ChildChunk)
+		target = e.ChildChunk
+	case KindCall:
+		e.Call = new(Call)
+		target = e.Call
+	case KindReply:
+		e.Reply = new(Reply)
+		target = e.Reply
 	default:
 		return nil // an unknown kind is passed through with its raw data
 	}

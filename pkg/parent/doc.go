@@ -16,4 +16,9 @@
 //     a final status.
 //   - RunID derives a stable id from (parent, tool call id), so a re-issued
 //     tool call re-attaches instead of running twice.
+//   - Calls (HandleCall) are served from one durable consumer per call
+//     name: a call's reply is stored (jetrun.run.<id>.reply, deduplicated
+//     by <id>.reply.<seq>) before the call is acknowledged, a call with a
+//     reply is never handed to a handler again, and the first reply stored
+//     is the answer. A handler runs at least once per call.
 package parent

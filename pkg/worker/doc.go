@@ -52,7 +52,19 @@
 //     lost worker (max-attempts counts lost workers only). Fault warnings
 //     are written at most once per 10 s per message and class.
 //   - Slots. A run holds a concurrency slot of its agent type while it
-//     executes, except while parked (Run.Wait, Run.Park).
+//     executes, except while parked (Run.Wait, Run.Park, Run.RunChild,
+//     Child.Await, Run.Call).
+//   - Nested runs. Run.Spawn and Run.RunChild dispatch a child linked to
+//     the run (parent, depth + 1, parentToolCallId) under an id derived
+//     from the run id and the call id, so an attempt that starts the same
+//     child again (a takeover) re-attaches to it: never a second child.
+//     Forwarded child chunks are child-chunk events on the parent's
+//     subjects, fenced like its own events, deduplicated by the child's
+//     chunk sequence.
+//   - Calls. Run.Call stores the request on the run's call subject before
+//     waiting, numbered per attempt in call order; an attempt finds the
+//     calls and replies of earlier ones, so a call is never asked twice
+//     and a reply never lost (call.go).
 //
 // # Lock order
 //
@@ -60,6 +72,7 @@
 // knows, held across its compare-and-set) before emitMu (event numbering)
 // before publisher.mu (the pipeline) or stateMu (pending row fields).
 // ctlMu (handler context, end), parkMu then ctlMu, and msgMu are otherwise
-// leaves. Worker.mu guards the active set and the liveness key and is never
+// leaves; nest.callMu (a call being looked up and stored) comes before
+// emitMu; nest.mu (nested runs and calls) is a leaf. Worker.mu guards the active set and the liveness key and is never
 // held across I/O.
 package worker

@@ -79,6 +79,8 @@ type execution struct {
 	waitingFor    string            // the signal the handler waits for now
 	signalsSeen   map[string]uint64 // signals received, not yet on the row
 	signalEvents  int64             // numbers the signal events' message ids
+
+	nest execNested // nested runs and calls (nested.go, call.go)
 }
 
 // newExecution prepares the attempt of a run the worker is about to claim;

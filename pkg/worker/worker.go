@@ -52,6 +52,7 @@ type Worker struct {
 	liveUntil  atomic.Int64 // holdsUntil, in Unix nanoseconds
 	lastEnsure atomic.Int64 // when ensure last ran, in Unix nanoseconds
 	logs       obs.Throttle // warnings about faults, per message and class
+	nested     nested       // Run.Spawn's parent client (nested.go)
 
 	mu        sync.Mutex
 	state     lifecycle

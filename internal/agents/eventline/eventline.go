@@ -10,6 +10,7 @@
 //	{"progress": {"fraction": 0.5, "phase": "…", "message": "…", "data": <any>}}
 //	{"milestone": {"name": "…", "data": <any>}}
 //	{"wait": "<signal name>"}
+//	{"call": {"name": "<call name>", "input": <any>}}
 //	{"result": {"summary": "…", "output": <any>}}
 //	{"error": "…", "retryable": false}
 //
@@ -36,11 +37,12 @@ const (
 	KindProgress  = "progress"
 	KindMilestone = "milestone"
 	KindWait      = "wait"
+	KindCall      = "call"
 	KindResult    = "result"
 	KindError     = "error"
 )
 
-var kinds = []string{KindChunk, KindProgress, KindMilestone, KindWait, KindResult, KindError}
+var kinds = []string{KindChunk, KindProgress, KindMilestone, KindWait, KindCall, KindResult, KindError}
 
 // Request is what a child receives for a run: the http type POSTs it, the
 // exec type writes it as the first line of the command's stdin.
@@ -56,6 +58,38 @@ type Request struct {
 	// Signal is set when the request answers a wait (http: the second
 	// request of the run; exec: a later stdin line carries only it).
 	Signal *Signal `json:"signal,omitempty"`
+	// Reply is set when the request answers a call (http: the request after
+	// a call line; exec: a later stdin line carries only it).
+	Reply *Reply `json:"reply,omitempty"`
+}
+
+// Reply is the answer to a child's call: the caller's output, or the error
+// its call handler (or a timeout) gave.
+type Reply struct {
+	Name   string          `json:"name"`
+	Output json.RawMessage `json:"output,omitempty"`
+	Error  string          `json:"error,omitempty"`
+}
+
+// DoCall makes the call ev asks for (worker.Run.Call: durable, parked) and
+// returns its reply; a failed call handler or a timeout is a reply with
+// Error set. The error is what ends the attempt (a cancel, a lost lease).
+func DoCall(ctx context.Context, run *worker.Run, ev Event) (Reply, error) {
+	var input any
+	if ev.Call.Input != nil {
+		input = ev.Call.Input
+	}
+	out, err := run.Call(ctx, ev.Call.Name, input)
+	var ce *worker.CallError
+	switch {
+	case errors.As(err, &ce):
+		return Reply{Name: ev.Call.Name, Error: ce.Message}, nil
+	case errors.Is(err, worker.ErrCallTimeout) && ctx.Err() == nil:
+		return Reply{Name: ev.Call.Name, Error: "call timed out"}, nil
+	case err != nil:
+		return Reply{}, err
+	}
+	return Reply{Name: ev.Call.Name, Output: out}, nil
 }
 
 // Milestone is a milestone the run already reached, by earlier attempts
@@ -100,7 +134,11 @@ type Event struct {
 		Name string
 		Data json.RawMessage
 	}
-	Wait      string
+	Wait string
+	Call struct {
+		Name  string
+		Input json.RawMessage
+	}
 	Result    worker.Result
 	Error     string
 	Retryable bool
@@ -188,6 +226,21 @@ func Parse(n int, line []byte) (Event, error) {
 		}
 		if err := events.ValidateSignalName(ev.Wait); err != nil {
 			return bad(`"wait": %v`, err)
+		}
+	case KindCall:
+		var c struct {
+			Name  string          `json:"name"`
+			Input json.RawMessage `json:"input"`
+		}
+		if isNull || json.Unmarshal(raw, &c) != nil {
+			return bad(`"call" must be an object {"name": "…", "input": …}`)
+		}
+		if err := events.ValidateCallName(c.Name); err != nil {
+			return bad(`"call.name": %v`, err)
+		}
+		ev.Call.Name = c.Name
+		if len(c.Input) > 0 && !bytes.Equal(c.Input, []byte("null")) {
+			ev.Call.Input = c.Input
 		}
 	case KindResult:
 		var r struct {

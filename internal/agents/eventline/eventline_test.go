@@ -18,6 +18,8 @@ func TestParse(t *testing.T) {
 		{`{"progress":{"fraction":1,"phase":"p"}}`, eventline.KindProgress, ""},
 		{`{"milestone":{"name":"m","data":[1]}}`, eventline.KindMilestone, ""},
 		{`{"wait":"approve"}`, eventline.KindWait, ""},
+		{`{"call":{"name":"ask-user","input":{"q":1}}}`, eventline.KindCall, ""},
+		{`{"call":{"name":"ask"}}`, eventline.KindCall, ""},
 		{`{"result":{"summary":"s"}}`, eventline.KindResult, ""},
 		{`{"error":"boom","retryable":true}`, eventline.KindError, ""},
 		{`chunk`, "", "line 7: not a JSON object"},
@@ -29,6 +31,9 @@ func TestParse(t *testing.T) {
 		{`{"milestone":{"data":1}}`, "", `"milestone.name" must be 1 to`},
 		{`{"wait":"a.b"}`, "", `"wait"`},
 		{`{"wait":3}`, "", "signal name"},
+		{`{"call":"ask"}`, "", `"call" must be an object`},
+		{`{"call":{"input":1}}`, "", `"call.name"`},
+		{`{"call":{"name":"a b"}}`, "", `"call.name"`},
 		{`{"error":""}`, "", "non-empty string"},
 		{`{"error":"x","retryable":"yes"}`, "", "true or false"},
 	} {

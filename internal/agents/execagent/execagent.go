@@ -169,6 +169,16 @@ func (h *handler) ServeRun(ctx context.Context, run *worker.Run) (worker.Result,
 				Signal eventline.Signal `json:"signal"`
 			}{eventline.Signal{Name: ev.Wait, Payload: payload}})
 			p.send(msg)
+		case eventline.KindCall:
+			reply, err := eventline.DoCall(ctx, run, ev)
+			if err != nil {
+				stop()
+				return worker.Result{}, err
+			}
+			msg, _ := json.Marshal(struct {
+				Reply eventline.Reply `json:"reply"`
+			}{reply})
+			p.send(msg)
 		case eventline.KindResult:
 			result = &ev.Result
 		case eventline.KindError:

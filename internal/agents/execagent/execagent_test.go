@@ -215,3 +215,25 @@ func alive(pid int) bool {
 	}
 	return true
 }
+
+// A call line makes a durable call to the run's caller; the reply comes on
+// stdin.
+func TestCallGetsTheReplyOnStdin(t *testing.T) {
+	t.Parallel()
+	client, store, _ := setup(t, map[string]execagent.Config{"caller": script("call.sh")})
+	srv, err := client.HandleCall(context.Background(), "ask", func(_ context.Context, call *parent.Call) (any, error) {
+		return map[string]string{"colour": "blue", "asked": string(call.Input)}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	if _, err := client.Dispatch(context.Background(), parent.Request{AgentType: "caller", RunID: "c1", Input: 1}); err != nil {
+		t.Fatal(err)
+	}
+	row := jetruntest.WaitRow(t, store, "c1", 30*time.Second, jetruntest.Final)
+	if row.Status != events.StatusCompleted ||
+		string(row.Output) != `{"reply":{"name":"ask","output":{"asked":"{\"q\":\"colour?\"}","colour":"blue"}}}` {
+		t.Fatalf("row: %s %q %s (%s)", row.Status, row.Summary, row.Output, row.Error)
+	}
+}

@@ -104,32 +104,41 @@ var errSilent = errors.New("silent")
 func (h *handler) ServeRun(ctx context.Context, run *worker.Run) (worker.Result, error) {
 	req := eventline.NewRequest(run)
 	for {
-		res, wait, err := h.post(ctx, run, req)
-		if err != nil || wait == "" {
+		res, pause, err := h.post(ctx, run, req)
+		if err != nil || pause == nil {
 			return res, err
 		}
-		payload, err := run.Wait(ctx, wait)
-		if err != nil {
-			return worker.Result{}, err
+		req.Signal, req.Reply = nil, nil
+		if pause.Kind == eventline.KindCall {
+			reply, err := eventline.DoCall(ctx, run, *pause)
+			if err != nil {
+				return worker.Result{}, err
+			}
+			req.Reply = &reply
+		} else {
+			payload, err := run.Wait(ctx, pause.Wait)
+			if err != nil {
+				return worker.Result{}, err
+			}
+			req.Signal = &eventline.Signal{Name: pause.Wait, Payload: payload}
 		}
-		req.Signal = &eventline.Signal{Name: wait, Payload: payload}
 		req.Milestones = eventline.Milestones(run)
 	}
 }
 
 // post sends one request and applies its response's events. It returns the
-// run's result, or the signal a wait line asked for, or the error that ends
-// the attempt.
-func (h *handler) post(ctx context.Context, run *worker.Run, body eventline.Request) (worker.Result, string, error) {
-	fail := func(retry bool, format string, args ...any) (worker.Result, string, error) {
+// run's result, or the wait or call line that pauses the run, or the error
+// that ends the attempt.
+func (h *handler) post(ctx context.Context, run *worker.Run, body eventline.Request) (worker.Result, *eventline.Event, error) {
+	fail := func(retry bool, format string, args ...any) (worker.Result, *eventline.Event, error) {
 		if ctx.Err() != nil { // cancel, shutdown or lease loss: the worker knows which
-			return worker.Result{}, "", context.Cause(ctx)
+			return worker.Result{}, nil, context.Cause(ctx)
 		}
 		err := fmt.Errorf("http agent: POST %s: "+format, append([]any{h.where}, args...)...)
 		if retry {
 			err = worker.Retryable(err)
 		}
-		return worker.Result{}, "", err
+		return worker.Result{}, nil, err
 	}
 	raw, err := json.Marshal(body)
 	if err != nil {
@@ -194,16 +203,16 @@ func (h *handler) post(ctx context.Context, run *worker.Run, body eventline.Requ
 			return fail(false, "response %v", err)
 		}
 		switch ev.Kind {
-		case eventline.KindWait:
-			return worker.Result{}, ev.Wait, nil
+		case eventline.KindWait, eventline.KindCall:
+			return worker.Result{}, &ev, nil
 		case eventline.KindResult:
-			return ev.Result, "", nil
+			return ev.Result, nil, nil
 		case eventline.KindError:
-			return worker.Result{}, "", eventline.Failure(ev)
+			return worker.Result{}, nil, eventline.Failure(ev)
 		}
 		if err := eventline.Apply(ctx, run, ev); err != nil {
 			if ctx.Err() != nil || errors.Is(err, worker.ErrLeaseLost) {
-				return worker.Result{}, "", err
+				return worker.Result{}, nil, err
 			}
 			return fail(false, "response line %d: %v", n, err)
 		}

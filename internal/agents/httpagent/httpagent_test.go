@@ -300,3 +300,43 @@ func TestShutdownAbortsTheRequestAndHandsTheRunBack(t *testing.T) {
 		t.Fatalf("row: %s worker %q: not handed back", row.Status, row.Worker)
 	}
 }
+
+// A call line pauses the response; the worker makes the call (durable,
+// answered by the run's caller) and POSTs again with the reply. A failed
+// call comes back as a reply with an error.
+func TestChildCallsItsCallerAndGetsTheReply(t *testing.T) {
+	t.Parallel()
+	c := &child{serve: func(w http.ResponseWriter, r *http.Request, req eventline.Request) {
+		switch {
+		case req.Reply == nil:
+			lines(w, `{"chunk":"asking"}`, `{"call":{"name":"ask","input":{"q":"colour?"}}}`)
+		case req.Reply.Error == "":
+			lines(w, `{"call":{"name":"ask","input":{"q":"size?"}}}`)
+		default:
+			out, _ := json.Marshal([]any{req.Reply})
+			lines(w, fmt.Sprintf(`{"result":{"summary":"asked","output":%s}}`, out))
+		}
+	}}
+	client, store, _ := setup(t, c, httpagent.Config{}, worker.Config{})
+	srv, err := client.HandleCall(context.Background(), "ask", func(_ context.Context, call *parent.Call) (any, error) {
+		var in struct{ Q string }
+		_ = json.Unmarshal(call.Input, &in)
+		if in.Q == "size?" {
+			return nil, fmt.Errorf("no sizes")
+		}
+		return "blue", nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	dispatch(t, client, "hc")
+	row := jetruntest.WaitRow(t, store, "hc", 30*time.Second, jetruntest.Final)
+	if row.Status != events.StatusCompleted || string(row.Output) != `[{"name":"ask","error":"no sizes"}]` {
+		t.Fatalf("row: %s %q %s (%s)", row.Status, row.Summary, row.Output, row.Error)
+	}
+	reqs := c.received()
+	if len(reqs) != 3 || reqs[1].Reply == nil || string(reqs[1].Reply.Output) != `"blue"` || reqs[1].Signal != nil {
+		t.Fatalf("requests %+v", reqs)
+	}
+}

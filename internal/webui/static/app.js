@@ -941,6 +941,9 @@ class Timeline {
       case 'milestone': this.milestone(ev, d, t); break;
       case 'progress': this.progress(ev, d, t); break;
       case 'signal': this.signal(ev, d, t); break;
+      case 'child-chunk': this.childChunk(ev, d, t); break;
+      case 'call': this.call(ev, d, t); break;
+      case 'reply': this.reply(ev, d, t); break;
       default:
         this.entry(ev, t, { kind: ev.kind || 'event', icon: '•' },
           h('span', { class: 'k', text: ev.kind }), ' ', h('span', { class: 'jsonv', text: fmtJSON(d) }));
@@ -1034,6 +1037,55 @@ class Timeline {
     this.entry(ev, t, { kind: 'progress', icon: '▸' },
       h('span', { class: 'phase', text: phase || 'progress' }),
       ` · ${pct(d.fraction)}`, d.message ? ` · ${d.message}` : '');
+  }
+
+  /** childChunk shows a nested run's chunk passed through, in a block per child. */
+  childChunk(ev, d, t) {
+    let b = this.block;
+    if (!b || this.last !== b.el || b.child !== d.childRunId) {
+      const pre = h('pre', {});
+      const el = this.entry(ev, t, { kind: 'child-chunk', icon: '↳' },
+        h('div', { class: 'sub' }, 'from child ',
+          h('a', { href: `/runs/${encodeURIComponent(d.childRunId || '')}`, class: 'mono', text: d.childRunId || '?' })), pre);
+      el.dataset.child = d.childRunId || '';
+      b = this.block = { el, pre, child: d.childRunId };
+    }
+    if (typeof d.data === 'string') b.pre.append(d.data);
+    else b.pre.append(`${b.pre.textContent && !b.pre.textContent.endsWith('\n') ? '\n' : ''}${fmtJSON(d.data)}\n`);
+  }
+
+  /** call shows a call to the run's caller; its reply marks it answered. */
+  call(ev, d, t) {
+    this.calls ??= new Map();
+    if (this.calls.has(d.seq)) return; // a copy stored twice
+    const state = h('span', { class: 'call-state', text: 'pending' });
+    const input = d.input !== undefined && d.input !== null ? fmtJSON(d.input) : '';
+    const el = this.entry(ev, t, { kind: 'call', icon: '☎', cls: 'call-pending' },
+      h('span', { class: 'k', text: 'call' }), ' ', h('span', { class: 'seqno', text: `#${d.seq ?? '?'}` }), ' ',
+      h('code', { text: d.name || '?' }), ' · ', state,
+      input ? [' ', h('span', { class: 'jsonv', text: input })] : null);
+    el.dataset.state = 'pending';
+    el.dataset.callSeq = d.seq;
+    this.calls.set(d.seq, { el, state });
+  }
+
+  reply(ev, d, t) {
+    this.calls ??= new Map();
+    const c = this.calls.get(d.seq);
+    if (c?.answered) return; // the first reply counts
+    const failed = !!d.error;
+    if (c) {
+      c.answered = true;
+      c.el.dataset.state = failed ? 'failed' : 'answered';
+      c.el.classList.remove('call-pending');
+      c.el.classList.add(failed ? 'call-failed' : 'call-answered');
+      setText(c.state, failed ? 'failed' : 'answered');
+    }
+    const out = d.output !== undefined && d.output !== null ? fmtJSON(d.output) : '';
+    this.entry(ev, t, { kind: 'reply', icon: '↩', cls: failed ? 'call-failed' : 'call-answered' },
+      h('span', { class: 'k', text: failed ? 'call failed' : 'reply' }), ' ', h('span', { class: 'seqno', text: `#${d.seq ?? '?'}` }), ' ',
+      h('code', { text: d.name || '?' }),
+      failed ? h('div', { class: 'err', text: d.error }) : (out ? [' ', h('span', { class: 'jsonv', text: out })] : null));
   }
 
   signal(ev, d, t) {
@@ -1270,7 +1322,7 @@ class RunPage {
       this.renderCounts();
       if (stick) window.scrollTo(0, document.documentElement.scrollHeight);
     };
-    for (const k of ['status', 'chunk', 'progress', 'milestone', 'signal']) es.addEventListener(k, onEvent);
+    for (const k of ['status', 'chunk', 'progress', 'milestone', 'signal', 'child-chunk', 'call', 'reply']) es.addEventListener(k, onEvent);
     es.onmessage = onEvent; // kinds this page does not know yet
     es.addEventListener('caught-up', () => {
       this.caughtUp = true;
@@ -1535,8 +1587,15 @@ class RunPage {
   }
 
   renderChildren() {
-    const kids = [...this.children.values()].sort((a, b) =>
+    // Grouped by tool call (groups in the order of their first child), then by display order.
+    const byTime = [...this.children.values()].sort((a, b) => (timeKey(a.createdAt) < timeKey(b.createdAt) ? -1 : 1));
+    const groupRank = new Map();
+    for (const c of byTime) if (!groupRank.has(c.parentToolCallId || '')) groupRank.set(c.parentToolCallId || '', groupRank.size);
+    const kids = byTime.sort((a, b) =>
+      groupRank.get(a.parentToolCallId || '') - groupRank.get(b.parentToolCallId || '') ||
       (a.displayOrder || 0) - (b.displayOrder || 0) || (timeKey(a.createdAt) < timeKey(b.createdAt) ? -1 : 1));
+    const grouped = kids.some((c) => c.parentToolCallId);
+    this.groupEls ??= new Map();
     this.childPanel.hidden = kids.length === 0;
     this.childEls ??= new Map();
     for (const [id, li] of this.childEls) {
@@ -1545,8 +1604,28 @@ class RunPage {
         this.childEls.delete(id);
       }
     }
+    for (const [g, li] of this.groupEls) {
+      if (!grouped || !groupRank.has(g)) {
+        li.remove();
+        this.groupEls.delete(g);
+      }
+    }
     let prev = null;
+    let group = null;
     for (const c of kids) {
+      const g = c.parentToolCallId || '';
+      if (grouped && g !== group) {
+        group = g;
+        let gl = this.groupEls.get(g);
+        if (!gl) {
+          gl = h('li', { class: 'child-group', 'data-testid': 'child-group', 'data-tool-call': g },
+            h('span', { class: 'faint', text: g ? `tool call ${g}` : '(no tool call)' }));
+          this.groupEls.set(g, gl);
+        }
+        const wantG = prev ? prev.nextSibling : this.childList.firstChild;
+        if (wantG !== gl) this.childList.insertBefore(gl, wantG);
+        prev = gl;
+      }
       let li = this.childEls.get(c.id);
       if (!li) {
         const bar = progressBar(false);

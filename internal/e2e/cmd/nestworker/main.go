@@ -1,0 +1,98 @@
+// Command nestworker is a test worker process serving two agent types the
+// end-to-end tests kill with -9 mid-wait:
+//
+//   - nester: starts one nested demo run (call id "c1", chunks passed
+//     through) with its own input and returns the child's outcome;
+//   - caller: calls "ask" with its own input and returns the answer;
+//   - boss: runs a caller child (call id "b1") and answers its "ask" calls
+//     itself, from its second attempt on (the first never answers).
+//
+// Usage: nestworker NATS_URL WORKER_ID (lease 2s). It logs "nestworker
+// serving" once it pulls, and stops on SIGTERM or SIGINT.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/jetrun/jetrun/pkg/parent"
+	"github.com/jetrun/jetrun/pkg/worker"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	if len(os.Args) != 3 {
+		return fmt.Errorf("usage: nestworker NATS_URL WORKER_ID")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	nc, err := nats.Connect(os.Args[1])
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	w, err := worker.New(nc, worker.Config{ID: os.Args[2], Lease: 2 * time.Second, Logger: logger})
+	if err != nil {
+		return err
+	}
+	w.HandleFunc("nester", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+		res, err := run.RunChild(ctx, worker.ChildRequest{
+			AgentType: "demo", CallID: "c1", Input: run.Input(), Passthrough: true,
+		})
+		if err != nil {
+			return worker.Result{}, err
+		}
+		return worker.Result{Summary: "child: " + res.Summary, Output: map[string]any{
+			"child": res.RunID, "childOutput": res.Output, "attempt": run.Attempt(),
+		}}, nil
+	})
+	w.HandleFunc("caller", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+		out, err := run.Call(ctx, "ask", run.Input())
+		if err != nil {
+			return worker.Result{}, err
+		}
+		return worker.Result{Summary: "answered", Output: map[string]any{
+			"answer": json.RawMessage(out), "attempt": run.Attempt(),
+		}}, nil
+	})
+	w.HandleFunc("boss", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+		res, err := run.RunChild(ctx, worker.ChildRequest{
+			AgentType: "caller", CallID: "b1", Input: run.Input(),
+			Calls: map[string]parent.CallHandler{"ask": func(ctx context.Context, call *parent.Call) (any, error) {
+				logger.Info("boss got a call", "attempt", run.Attempt(), "call_seq", call.Seq)
+				if run.Attempt() == 1 {
+					<-ctx.Done()
+					return nil, ctx.Err()
+				}
+				return map[string]any{"boss": run.Attempt()}, nil
+			}},
+		})
+		if err != nil {
+			return worker.Result{}, err
+		}
+		return worker.Result{Summary: "boss: " + res.Summary, Output: res.Output}, nil
+	})
+	if err := w.Start(ctx); err != nil {
+		return err
+	}
+	logger.Info("nestworker serving", "worker", w.ID())
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return w.Shutdown(sctx)
+}

@@ -1,0 +1,150 @@
+package jetruncli
+
+import (
+	"cmp"
+	"context"
+	"flag"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/parent"
+)
+
+// treeNode is a run with its nested runs, as jetrun get --json shows it.
+type treeNode struct {
+	*kv.Run
+	Children []treeNode `json:"children,omitempty"`
+	// Calls are the run's calls to its caller, each with its reply once
+	// answered (top run only).
+	Calls []parent.CallState `json:"calls,omitempty"`
+}
+
+// runTree returns r with its descendants (down to depth levels), children
+// ordered by tool call (in the order of their first child), then display
+// order, then id.
+func (c *cli) runTree(ctx context.Context, r *kv.Run, depth int) (treeNode, error) {
+	rows, err := c.client.Store().List(ctx, func(x *kv.Run) bool { return x.Parent != "" })
+	if err != nil {
+		return treeNode{}, fmt.Errorf("list nested runs: %w", err)
+	}
+	byParent := make(map[string][]*kv.Run)
+	for _, x := range rows {
+		byParent[x.Parent] = append(byParent[x.Parent], x)
+	}
+	var build func(r *kv.Run, depth int) treeNode
+	build = func(r *kv.Run, depth int) treeNode {
+		n := treeNode{Run: r}
+		if depth <= 0 {
+			return n
+		}
+		for _, ch := range orderChildren(byParent[r.ID]) {
+			n.Children = append(n.Children, build(ch, depth-1))
+		}
+		return n
+	}
+	return build(r, depth), nil
+}
+
+// orderChildren groups children by parentToolCallId (groups in the order
+// of their earliest child) and orders each group by displayOrder, then
+// creation, then id.
+func orderChildren(rows []*kv.Run) []*kv.Run {
+	slices.SortFunc(rows, func(a, b *kv.Run) int {
+		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), strings.Compare(a.ID, b.ID))
+	})
+	var groups []string
+	group := make(map[string][]*kv.Run)
+	for _, r := range rows {
+		if _, ok := group[r.ParentToolCallID]; !ok {
+			groups = append(groups, r.ParentToolCallID)
+		}
+		group[r.ParentToolCallID] = append(group[r.ParentToolCallID], r)
+	}
+	out := make([]*kv.Run, 0, len(rows))
+	for _, g := range groups {
+		rs := group[g]
+		slices.SortStableFunc(rs, func(a, b *kv.Run) int { return cmp.Compare(a.DisplayOrder, b.DisplayOrder) })
+		out = append(out, rs...)
+	}
+	return out
+}
+
+// describeTree prints the run's calls and its nested runs, grouped by tool
+// call, under the row describe printed.
+func (c *cli) describeTree(n treeNode) {
+	if len(n.Calls) > 0 {
+		fmt.Fprintln(c.out, "calls")
+		for _, cs := range n.Calls {
+			state := "pending"
+			switch {
+			case cs.Reply != nil && cs.Reply.Error != "":
+				state = "failed: " + cs.Reply.Error
+			case cs.Reply != nil:
+				state = "answered"
+			}
+			fmt.Fprintf(c.out, "  %d  %s  %s\n", cs.Call.Seq, cs.Call.Name, state)
+		}
+	}
+	if len(n.Children) > 0 {
+		fmt.Fprintln(c.out, "children")
+		c.printChildren(n.Children, "  ")
+	}
+}
+
+func (c *cli) printChildren(children []treeNode, indent string) {
+	last := "\x00"
+	for _, ch := range children {
+		if ch.ParentToolCallID != last {
+			last = ch.ParentToolCallID
+			fmt.Fprintf(c.out, "%s%s\n", indent, cmp.Or(ch.ParentToolCallID, "(no tool call)"))
+		}
+		line := fmt.Sprintf("%s  %s  %s  %s", indent, ch.ID, ch.AgentType, ch.Status)
+		if ch.Reason != "" && ch.Status != events.StatusCompleted {
+			line += " (" + ch.Reason + ")"
+		}
+		if ch.Summary != "" {
+			line += "  " + oneLine(ch.Summary, 60)
+		}
+		fmt.Fprintln(c.out, line)
+		c.printChildren(ch.Children, indent+"    ")
+	}
+}
+
+// replyCmd answers a run's pending call: jetrun reply ID SEQ [OUTPUT], or
+// with --error a failure the run gets as an error value.
+func (c *cli) replyCmd(fs *flag.FlagSet) func(context.Context, []string) (int, error) {
+	errText := fs.String("error", "", "answer with this failure instead of an output")
+	return func(ctx context.Context, args []string) (int, error) {
+		if len(args) < 2 || len(args) > 3 {
+			return 0, usagef("want ID SEQ [OUTPUT]")
+		}
+		seq, err := strconv.ParseInt(args[1], 10, 64)
+		if err != nil || seq <= 0 {
+			return 0, usagef("SEQ must be a call's sequence number (jetrun get %s lists them), got %q", args[0], args[1])
+		}
+		var output any
+		if len(args) == 3 {
+			if *errText != "" {
+				return 0, usagef("give OUTPUT or --error, not both")
+			}
+			raw, err := c.readJSONArg(args[2])
+			if err != nil {
+				return 0, err
+			}
+			output = raw
+		}
+		cs, err := c.client.AnswerCall(ctx, args[0], seq, output, *errText)
+		if err != nil {
+			return 0, err
+		}
+		if c.json {
+			return ExitOK, c.printJSON(map[string]any{"runId": args[0], "seq": seq, "name": cs.Call.Name})
+		}
+		fmt.Fprintf(c.out, "call %d (%s) of %s answered\n", seq, cs.Call.Name, args[0])
+		return ExitOK, nil
+	}
+}

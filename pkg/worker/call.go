@@ -1,0 +1,220 @@
+package worker
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jetrun/jetrun/pkg/events"
+)
+
+// DefaultCallTimeout is how long Run.Call waits for its reply when ctx
+// has no earlier deadline.
+const DefaultCallTimeout = 10 * time.Minute
+
+// ErrCallTimeout is returned (wrapped) by Run.Call when no reply came in
+// time. The run goes on; a reply that comes later is ignored by this
+// attempt.
+var ErrCallTimeout = errors.New("call timed out")
+
+// CallError is the error Run.Call returns when the caller's call handler
+// failed: the run gets it as a value and goes on.
+type CallError struct {
+	Name    string
+	Seq     int64
+	Message string
+}
+
+func (e *CallError) Error() string {
+	return fmt.Sprintf("call %s (%d) failed: %s", e.Name, e.Seq, e.Message)
+}
+
+// callState is one call of the run, as stored by this or an earlier
+// attempt.
+type callState struct {
+	call      events.Call
+	streamSeq uint64        // where the call is stored in the events stream
+	reply     *events.Reply // nil until answered
+}
+
+// callHistory is the run's calls, loaded once per attempt.
+type callHistory struct {
+	loaded bool
+	byKey  map[string]*callState
+	last   int64 // the highest call sequence stored
+}
+
+// Call asks the run's caller for something only it can do (a tool that
+// runs where the user is) and returns its answer. The request is stored on
+// the run's subject jetrun.run.<id>.call before the handler waits; whoever
+// serves calls named name (parent.Client.HandleCall, or any NATS consumer
+// of the call subject) stores the reply on jetrun.run.<id>.reply. Both are
+// durable: an attempt that takes the run over and makes the same call (the
+// same name and input, the k-th such call of the attempt) finds the stored
+// call and its reply instead of asking again.
+//
+// While waiting the handler is parked (its slot lent out), the row shows
+// waitingFor "call:<name>", and the no-progress budget does not run. A
+// failed call handler comes back as a *CallError; no reply within
+// DefaultCallTimeout (or ctx's earlier deadline) as ErrCallTimeout; a
+// cancel of the run ends the wait with ctx's cause.
+func (r *Run) Call(ctx context.Context, name string, input any) (json.RawMessage, error) {
+	e := r.e
+	if err := events.ValidateCallName(name); err != nil {
+		return nil, fmt.Errorf("worker: call: %w", err)
+	}
+	raw, err := e.encodePayload("call input", input)
+	if err != nil {
+		return nil, err
+	}
+	timeout := DefaultCallTimeout
+	if d, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(d))
+	}
+	deadline := time.Now().Add(timeout)
+
+	st, err := e.callFor(ctx, r, name, raw, timeout)
+	if err != nil {
+		return nil, fmt.Errorf("worker: call %s: %w", name, err)
+	}
+	reply := st.reply
+	if st.call.TimeoutMs > 0 {
+		// A call an earlier attempt made keeps its deadline: its servers
+		// skip it once past.
+		if d := st.call.At.Add(time.Duration(st.call.TimeoutMs) * time.Millisecond); d.Before(deadline) {
+			deadline = d
+		}
+	}
+	if reply == nil {
+		defer e.beginWait("call:" + name)()
+		err = r.Park(ctx, func(ctx context.Context) (err error) {
+			ctx, cancel := context.WithDeadlineCause(ctx, deadline, ErrCallTimeout)
+			defer cancel()
+			reply, err = e.awaitReply(ctx, st)
+			return err
+		})
+		if errors.Is(err, context.DeadlineExceeded) && !time.Now().Before(deadline) {
+			err = fmt.Errorf("%w: %w", ErrCallTimeout, err) // ctx's own deadline came first
+		}
+		if err != nil {
+			return nil, fmt.Errorf("worker: call %s (%d): %w", name, st.call.Seq, err)
+		}
+	}
+	e.noteSignal(time.Now(), nil)
+	if reply.Error != "" {
+		return nil, &CallError{Name: name, Seq: st.call.Seq, Message: reply.Error}
+	}
+	if len(reply.Output) == 0 {
+		return json.RawMessage("null"), nil
+	}
+	return reply.Output, nil
+}
+
+// callFor returns the stored call this Call is (an earlier attempt's, with
+// its reply if any), or stores a new one.
+func (e *execution) callFor(ctx context.Context, r *Run, name string, input json.RawMessage, timeout time.Duration) (*callState, error) {
+	e.nest.callMu.Lock() // serializes this attempt's calls while one is looked up and stored
+	defer e.nest.callMu.Unlock()
+	h := &e.nest.calls
+	if !h.loaded {
+		if err := e.loadCalls(ctx, r, h); err != nil {
+			return nil, err
+		}
+	}
+	sum := sha256.Sum256(append([]byte(name+"\x00"), input...))
+	base := name + ":" + hex.EncodeToString(sum[:8])
+	e.nest.mu.Lock()
+	e.nest.callKeys[base]++
+	key := base + ":" + strconv.Itoa(e.nest.callKeys[base])
+	e.nest.mu.Unlock()
+	if st := h.byKey[key]; st != nil {
+		e.log.DebugContext(ctx, "call found from an earlier attempt", "call", name, "call_seq", st.call.Seq,
+			"answered", st.reply != nil)
+		return st, nil
+	}
+	c := events.Call{
+		RunID: e.id, Seq: h.last + 1, Name: name, Key: key, Input: input,
+		AgentType: r.row.AgentType, Parent: r.row.Parent, ParentToolCallID: r.row.ParentToolCallID,
+		TimeoutMs: timeout.Milliseconds(), Attempt: e.attempt, At: time.Now(),
+	}
+	e.emitMu.Lock()
+	seq, err := e.pub.publish(ctx, events.KindCall, events.CallMsgID(e.id, c.Seq), c, true)
+	e.emitMu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	st := &callState{call: c, streamSeq: seq}
+	h.byKey[key], h.last = st, c.Seq
+	return st, nil
+}
+
+// loadCalls reads the calls and replies earlier attempts stored.
+func (e *execution) loadCalls(ctx context.Context, r *Run, h *callHistory) error {
+	h.byKey = make(map[string]*callState)
+	e.nest.mu.Lock()
+	if e.nest.callKeys == nil {
+		e.nest.callKeys = make(map[string]int)
+	}
+	e.nest.mu.Unlock()
+	if r.row.Attempt <= 1 && r.row.FirstEventSeq == 0 {
+		h.loaded = true // a first attempt: nothing before it
+		return nil
+	}
+	opts := events.ReplayOptions{
+		StartSeq:  r.row.FirstEventSeq,
+		StartTime: r.row.CreatedAt.Add(-time.Minute), // tolerate clock skew with the server
+		Kinds:     []string{events.KindCall, events.KindReply},
+		Follow:    events.HistoryOnly,
+	}
+	bySeq := make(map[int64]*callState)
+	for ev, err := range events.Replay(ctx, e.w.js, e.w.cfg.Namespace, e.id, opts) {
+		if err != nil {
+			return fmt.Errorf("read earlier calls: %w", err)
+		}
+		switch {
+		case ev.Call != nil:
+			if bySeq[ev.Call.Seq] != nil {
+				continue // a copy stored twice: the first counts
+			}
+			st := &callState{call: *ev.Call, streamSeq: ev.Seq}
+			bySeq[ev.Call.Seq] = st
+			if ev.Call.Key != "" {
+				h.byKey[ev.Call.Key] = st
+			}
+			h.last = max(h.last, ev.Call.Seq)
+		case ev.Reply != nil:
+			if st := bySeq[ev.Reply.Seq]; st != nil && st.reply == nil {
+				rp := *ev.Reply
+				st.reply = &rp
+			}
+		}
+	}
+	h.loaded = true
+	return nil
+}
+
+// awaitReply follows the run's reply subject from the call on until the
+// reply to it is stored.
+func (e *execution) awaitReply(ctx context.Context, st *callState) (*events.Reply, error) {
+	opts := events.ReplayOptions{After: st.streamSeq, Kinds: []string{events.KindReply}, Follow: events.Forever}
+	for ev, err := range events.Replay(ctx, e.w.js, e.w.cfg.Namespace, e.id, opts) {
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, context.Cause(ctx)
+			}
+			return nil, err
+		}
+		if ev.Reply != nil && ev.Reply.Seq == st.call.Seq {
+			return ev.Reply, nil
+		}
+	}
+	if ctx.Err() != nil {
+		return nil, context.Cause(ctx)
+	}
+	return nil, errors.New("reply stream ended")
+}
