@@ -64,6 +64,10 @@ deps: ## install what the cross-language tests need: python3, node, npm, and exa
 		cd examples/js && npm ci --no-audit --no-fund --loglevel=error; \
 	fi
 
+.PHONY: test-cluster
+test-cluster: ## kill -9 nats-server nodes of the nats-cluster/ three-node cluster under 300 runs (prints the figures)
+	$(GO) test -race -count=1 -tags cluster -timeout 20m -run '^TestClusterLosesNodesAndNoRun$$' -v ./internal/e2e/
+
 .PHONY: bench
 bench: ## measure jetrun against raw JetStream in one run (prints ratios)
 	$(GO) test -run '^$$' -bench '^BenchmarkWorkload' -benchtime 1x -timeout 20m ./internal/bench/

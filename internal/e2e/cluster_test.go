@@ -1,3 +1,5 @@
+//go:build cluster
+
 package e2e_test
 
 import (
@@ -123,7 +125,8 @@ func (c *cluster) leader(js jetstream.JetStream, stream string) int {
 // lost) and restarted. Every run completes, once; every finish is
 // delivered; the failover is not a run failure; and logs stay bounded while
 // the cluster is down. It is the heaviest test here (six processes, 300
-// runs), so it runs alone, before the parallel tests.
+// runs, a minute and more), so it runs with `make test-cluster`; make test
+// runs the in-process version (pkg/worker TestEventsLeaderLossUnderLoad).
 func TestClusterLosesNodesAndNoRun(t *testing.T) {
 	c := startCluster(t)
 	nc, err := nats.Connect(c.url(), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
