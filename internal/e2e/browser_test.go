@@ -81,7 +81,10 @@ func TestBrowserUI(t *testing.T) {
 
 	// 3. Cancel it from the page: it ends aborted, in the header and the timeline.
 	b.waitTrue("the cancel button", visibleJS(`[data-testid="cancel"]`))
-	b.do("click cancel", chromedp.Click(chromedp.CSS(`[data-testid="cancel"]`)))
+	// The button's own click (not a mouse event at its coordinates): the
+	// timeline grows under it while the run streams, and a layout shift
+	// between finding the button and pressing it would miss it.
+	eval[bool](b, `(document.querySelector('[data-testid="cancel"]').click(), true)`)
 	b.waitTrue("the run to end aborted", runStatusJS("aborted"))
 	b.waitTrue("the aborted status in the timeline", `!!document.querySelector('[data-testid="timeline-entry"][data-kind="status"][data-status="aborted"]')`)
 	b.waitTrue("the cancel button to go", `!`+visibleJS(`[data-testid="cancel"]`))
