@@ -97,22 +97,28 @@ func (c *cluster) index(name string) int {
 	return -1
 }
 
+// leaderName returns the name of the node leading stream, or "" when it
+// cannot be read.
+func (c *cluster) leaderName(js jetstream.JetStream, stream string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return ""
+	}
+	info, err := s.Info(ctx)
+	if err != nil || info.Cluster == nil {
+		return ""
+	}
+	return info.Cluster.Leader
+}
+
 // leader returns the node leading stream.
 func (c *cluster) leader(js jetstream.JetStream, stream string) int {
 	c.t.Helper()
 	var name string
 	natstest.Eventually(c.t, 30*time.Second, func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		s, err := js.Stream(ctx, stream)
-		if err != nil {
-			return false
-		}
-		info, err := s.Info(ctx)
-		if err != nil || info.Cluster == nil {
-			return false
-		}
-		name = info.Cluster.Leader
+		name = c.leaderName(js, stream)
 		return name != ""
 	}, "stream %s has no leader", stream)
 	return c.index(name)
@@ -189,7 +195,12 @@ func TestClusterLosesNodesAndNoRun(t *testing.T) {
 	victim := c.leader(js, "JETRUN_EVENTS")
 	t.Logf("killing %s, leader of JETRUN_EVENTS", c.names[victim])
 	c.nodes[victim].kill()
-	time.Sleep(5 * time.Second) // the node stays down a while, as a crashed host would
+	// The node stays down until the others have elected a new leader.
+	natstest.Eventually(t, 60*time.Second, func() bool {
+		l := c.leaderName(js, "JETRUN_EVENTS")
+		return l != "" && l != c.names[victim]
+	},
+		"no new leader of JETRUN_EVENTS")
 	c.start(victim)
 
 	// 2. Two nodes die: no quorum for a while.
@@ -204,10 +215,28 @@ func TestClusterLosesNodesAndNoRun(t *testing.T) {
 	down := []int{(victim + 1) % 3, (victim + 2) % 3}
 	t.Logf("killing %s and %s: quorum lost", c.names[down[0]], c.names[down[1]])
 	outage := time.Now()
+	lapses := func() []int {
+		var out []int
+		for _, k := range kids {
+			out = append(out, strings.Count(k.stderr.String(), "worker liveness lost"))
+		}
+		return out
+	}
+	lapsedBefore := lapses()
 	for _, i := range down {
 		c.nodes[i].kill()
 	}
-	time.Sleep(20 * time.Second)
+	// Down until every child-worker's liveness has lapsed: the outage
+	// outlasts the lease.
+	natstest.Eventually(t, 2*time.Minute, func() bool {
+		now := lapses()
+		for i := range now {
+			if now[i] <= lapsedBefore[i] {
+				return false
+			}
+		}
+		return true
+	}, "the child-workers' liveness never lapsed")
 	for _, i := range down {
 		c.start(i)
 	}

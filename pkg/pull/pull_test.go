@@ -7,6 +7,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -52,7 +53,9 @@ func TestLoopOutageLogsBounded(t *testing.T) {
 	opts := &server.Options{}
 	ns := natstest.RunServerWithOptions(t, opts)
 	port, storeDir := ns.Addr().(*net.TCPAddr).Port, opts.StoreDir
-	nc, err := nats.Connect(ns.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+	var failedReconnects atomic.Int64 // attempts to reach a server that is down
+	nc, err := nats.Connect(ns.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond),
+		nats.ReconnectErrHandler(func(*nats.Conn, error) { failedReconnects.Add(1) }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +133,11 @@ func TestLoopOutageLogsBounded(t *testing.T) {
 	if err := js.DeleteStream(ctx, "S"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(3 * time.Second) // the outage's length; nothing waits on it
+	// The outage lasts until the loop has failed six fetches in a row
+	// (each a request the connection sent), backing off between them.
+	sent := nc.Stats().OutMsgs
+	natstest.Eventually(t, 60*time.Second, func() bool { return nc.Stats().OutMsgs >= sent+6 },
+		"the loop did not keep fetching while its stream was gone")
 	create()
 	deliver("after the stream came back")
 
@@ -138,7 +145,10 @@ func TestLoopOutageLogsBounded(t *testing.T) {
 	// same port and store.
 	ns.Shutdown()
 	ns.WaitForShutdown()
-	time.Sleep(3 * time.Second)
+	// Down until the connection has tried to reach it 10 times.
+	tries := failedReconnects.Load()
+	natstest.Eventually(t, 60*time.Second, func() bool { return failedReconnects.Load() >= tries+10 },
+		"the connection did not try to reconnect")
 	ns = natstest.RunServerWithOptions(t, &server.Options{Port: port, StoreDir: storeDir})
 	create()
 	deliver("after the server came back")

@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -53,7 +54,9 @@ func TestRunOutlivesServerRestart(t *testing.T) {
 	opts := &server.Options{}
 	ns := natstest.RunServerWithOptions(t, opts)
 	port, storeDir := ns.Addr().(*net.TCPAddr).Port, opts.StoreDir
-	nc, err := nats.Connect(ns.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+	var failedReconnects atomic.Int64 // attempts to reach the server while it is down
+	nc, err := nats.Connect(ns.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond),
+		nats.ReconnectErrHandler(func(*nats.Conn, error) { failedReconnects.Add(1) }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +90,9 @@ func TestRunOutlivesServerRestart(t *testing.T) {
 	ns.Shutdown()
 	ns.WaitForShutdown()
 	close(resume) // the handler goes on publishing while the server is away
-	time.Sleep(2 * time.Second)
+	// Down until the worker's connection has tried to reach it 10 times.
+	natstest.Eventually(t, 60*time.Second, func() bool { return failedReconnects.Load() >= 10 },
+		"the connection did not try to reconnect")
 	natstest.RunServerWithOptions(t, &server.Options{Port: port, StoreDir: storeDir})
 
 	store, err := kv.Open(context.Background(), js, kv.Config{})
