@@ -481,9 +481,17 @@ type claimed struct {
 	rev uint64
 }
 
-// invoke runs the handler with a timeout, heartbeating msg meanwhile.
-func (d *Deliverer) invoke(ctx context.Context, name string, msg jetstream.Msg, row *kv.Run, res Result) (err error) {
-	h := d.handlers[name]
+// invoke runs the finish handler name on res; see call.
+func (d *Deliverer) invoke(ctx context.Context, name string, msg jetstream.Msg, row *kv.Run, res Result) error {
+	return d.call(ctx, "finish", name, msg, func(ctx context.Context) error {
+		return d.handlers[name].HandleFinish(ctx, row, res)
+	})
+}
+
+// call runs one handler call (what: finish or milestone) with the
+// configured timeout, heartbeating msg meanwhile so it is not redelivered
+// under the call; a panic is the call's error.
+func (d *Deliverer) call(ctx context.Context, what, name string, msg jetstream.Msg, fn func(ctx context.Context) error) (err error) {
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
 	defer cancel()
 	stop := make(chan struct{})
@@ -505,10 +513,10 @@ func (d *Deliverer) invoke(ctx context.Context, name string, msg jetstream.Msg, 
 		wg.Wait()
 		if p := recover(); p != nil {
 			err = fmt.Errorf("panic: %v", p)
-			d.log.ErrorContext(ctx, "finish handler panicked", "handler", name, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			d.log.ErrorContext(ctx, what+" handler panicked", "handler", name, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 		}
 	}()
-	if err := h.HandleFinish(ctx, row, res); err != nil {
+	if err := fn(ctx); err != nil {
 		return err
 	}
 	if ctx.Err() != nil {

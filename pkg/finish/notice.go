@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"runtime/debug"
 	"slices"
 	"sync"
 	"time"
@@ -329,43 +328,15 @@ func (d *Deliverer) claimNotice(ctx context.Context, log *slog.Logger, msg jetst
 	return nil, 0, false
 }
 
-// invokeNotice runs the milestone handler with a timeout, heartbeating msg.
-func (d *Deliverer) invokeNotice(ctx context.Context, name string, msg jetstream.Msg, row *kv.Run, n Notice) (err error) {
+// invokeNotice runs the milestone handler name on n; see call.
+func (d *Deliverer) invokeNotice(ctx context.Context, name string, msg jetstream.Msg, row *kv.Run, n Notice) error {
 	h := d.milestoneHandler(name)
 	if h == nil {
 		return fmt.Errorf("handler %s does not handle milestone notices", name)
 	}
-	ctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
-	defer cancel()
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(max(d.cfg.Timeout/3, 100*time.Millisecond))
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				_ = msg.InProgress()
-			}
-		}
+	return d.call(ctx, "milestone", name, msg, func(ctx context.Context) error {
+		return h.HandleMilestone(ctx, row, n)
 	})
-	defer func() {
-		close(stop)
-		wg.Wait()
-		if p := recover(); p != nil {
-			err = fmt.Errorf("panic: %v", p)
-			d.log.ErrorContext(ctx, "milestone handler panicked", "handler", name, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-		}
-	}()
-	if err := h.HandleMilestone(ctx, row, n); err != nil {
-		return err
-	}
-	if ctx.Err() != nil {
-		return fmt.Errorf("handler ran past its %s timeout", d.cfg.Timeout)
-	}
-	return nil
 }
 
 // releaseNotice drops the claim after a failed attempt; with failed it also

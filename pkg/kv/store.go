@@ -133,12 +133,25 @@ func (s *Store) Bucket() jetstream.KeyValue { return s.kv }
 
 // Get returns the row of run id and its revision, or ErrRunNotFound.
 func (s *Store) Get(ctx context.Context, id string) (*Run, uint64, error) {
+	r, rev, err := s.Lookup(ctx, id)
+	if errors.Is(err, ErrRunNotFound) {
+		return s.confirmMissing(ctx, id)
+	}
+	return r, rev, err
+}
+
+// Lookup is Get without asking the leader about a miss (see leader.go): a
+// replica that is behind may answer ErrRunNotFound for a row that exists.
+// It is for a read whose miss is followed by a Create, whose
+// compare-and-set catches such a row, so the common miss costs one round
+// trip.
+func (s *Store) Lookup(ctx context.Context, id string) (*Run, uint64, error) {
 	if err := events.ValidateID(id); err != nil {
 		return nil, 0, fmt.Errorf("kv: get run: %w", err)
 	}
 	e, err := s.kv.Get(ctx, id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return s.confirmMissing(ctx, id)
+		return nil, 0, fmt.Errorf("kv: get run %s: %w", id, ErrRunNotFound)
 	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("kv: get run %s: %w", id, err)

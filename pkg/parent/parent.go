@@ -320,7 +320,7 @@ func (c *Client) DispatchNew(ctx context.Context, req Request) (row *kv.Run, cre
 	}
 	if req.MaxConcurrent > 0 {
 		// An existing run is re-attached without a slot; a new one needs one.
-		if existing, _, err := c.get(ctx, d.RunID); err == nil {
+		if existing, _, err := c.lookup(ctx, d.RunID); err == nil {
 			row, err := c.existing(ctx, existing, req)
 			return row, false, err
 		}
@@ -538,9 +538,20 @@ func (c *Client) checkAgentType(ctx context.Context, agentType string) error {
 
 // get reads the row of run id, retrying transient faults for at most
 // DispatchRetry.
-func (c *Client) get(ctx context.Context, id string) (row *kv.Run, rev uint64, err error) {
+func (c *Client) get(ctx context.Context, id string) (*kv.Run, uint64, error) {
+	return c.read(ctx, id, c.store.Get)
+}
+
+// lookup is get for the check before a create: a miss is not confirmed on
+// the leader (kv.Store.Lookup), since the create's compare-and-set catches
+// a row a replica missed.
+func (c *Client) lookup(ctx context.Context, id string) (*kv.Run, uint64, error) {
+	return c.read(ctx, id, c.store.Lookup)
+}
+
+func (c *Client) read(ctx context.Context, id string, get func(context.Context, string) (*kv.Run, uint64, error)) (row *kv.Run, rev uint64, err error) {
 	err = jsfault.RetryRepair(ctx, c.cfg.DispatchRetry, c.ensure, func(ctx context.Context) error {
-		row, rev, err = c.store.Get(ctx, id)
+		row, rev, err = get(ctx, id)
 		return err
 	})
 	return row, rev, err

@@ -37,7 +37,7 @@ func (req Request) keyed(d *events.Dispatch) []error {
 // strategy decides whether it starts now, waits queued, or is refused
 // (kv.Store.Submit). An existing run id is re-attached, as for any dispatch.
 func (c *Client) dispatchKeyed(ctx context.Context, req Request, d events.Dispatch) (*kv.Run, bool, error) {
-	if existing, _, err := c.get(ctx, d.RunID); err == nil {
+	if existing, _, err := c.lookup(ctx, d.RunID); err == nil {
 		row, err := c.existing(ctx, existing, req)
 		return row, false, err
 	} else if !errors.Is(err, kv.ErrRunNotFound) {

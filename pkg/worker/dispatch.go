@@ -231,7 +231,14 @@ func (w *Worker) readRow(ctx context.Context, id string, seq uint64, both bool) 
 	if both {
 		tomb.Go(func() { cleared, tombErr = w.store.Cleared(ctx, id, seq) })
 	}
-	row, rev, err = w.store.Get(ctx, id)
+	get := w.store.Get
+	if both {
+		// The first read: a miss leads to a create, whose compare-and-set
+		// catches a replica that is behind; a read after that create lost
+		// asks the leader.
+		get = w.store.Lookup
+	}
+	row, rev, err = get(ctx, id)
 	tomb.Wait()
 	if !errors.Is(err, kv.ErrRunNotFound) {
 		return row, rev, false, err
