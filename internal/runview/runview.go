@@ -17,7 +17,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/kv"
@@ -160,7 +159,7 @@ func (v *View) loop(ctx context.Context, ready chan<- error) {
 		// Everything written up to here is in the initial state, even a
 		// revision the watch never shows (an expired marker).
 		baseline, berr := v.lastSeq(ctx)
-		w, err := v.store.Bucket().WatchAll(ctx)
+		w, err := v.store.WatchRows(ctx)
 		if err == nil {
 			err = berr
 		}
@@ -178,8 +177,8 @@ func (v *View) loop(ctx context.Context, ready chan<- error) {
 		}
 		initial := make(map[string]Summary)
 		loading := true
-		for e := range w.Updates() {
-			if e == nil { // the initial state is complete
+		for c := range w.Changes() {
+			if c.Loaded { // the initial state is complete
 				v.mu.Lock()
 				v.runs, loading = initial, false
 				v.lastRev = max(v.lastRev, baseline)
@@ -191,45 +190,33 @@ func (v *View) loop(ctx context.Context, ready chan<- error) {
 				}
 				continue
 			}
-			s, ok := summarize(e)
+			var s Summary
+			if c.Run != nil {
+				s = Summarize(c.Run)
+			}
 			if loading {
-				if ok {
+				if c.Run != nil {
 					initial[s.ID] = s
 				} else {
-					delete(initial, e.Key())
+					delete(initial, c.ID)
 				}
-				v.setRev(e.Revision())
+				v.setRev(c.Revision)
 				continue
 			}
-			v.apply(e.Key(), s, ok, e.Revision())
+			v.apply(c.ID, s, c.Run != nil, c.Revision)
 		}
-		_ = w.Stop() // broken: reload everything, and make live subscribers reload too
+		w.Stop() // broken: reload everything, and make live subscribers reload too
 		v.closeSubs()
 	}
 }
 
 // lastSeq is the runs bucket's newest revision.
 func (v *View) lastSeq(ctx context.Context) (uint64, error) {
-	st, err := v.store.Bucket().Status(ctx)
+	rev, err := v.store.LastRevision(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("runview: bucket status: %w", err)
+		return 0, fmt.Errorf("runview: %w", err)
 	}
-	bs, ok := st.(*jetstream.KeyValueBucketStatus)
-	if !ok {
-		return 0, errors.New("runview: bucket status has no stream info")
-	}
-	return bs.StreamInfo().State.LastSeq, nil
-}
-
-func summarize(e jetstream.KeyValueEntry) (Summary, bool) {
-	if e.Operation() != jetstream.KeyValuePut {
-		return Summary{}, false
-	}
-	r, err := kv.Decode(e.Key(), e.Value())
-	if err != nil {
-		return Summary{}, false
-	}
-	return Summarize(r), true
+	return rev, nil
 }
 
 func (v *View) setRev(rev uint64) {

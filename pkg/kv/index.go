@@ -128,10 +128,6 @@ func (s *Store) listIndex(ctx context.Context, prefix string) ([]IndexedRun, err
 	}
 }
 
-// ActiveBucket returns the bucket of the active-run index, which also holds
-// per-parent concurrency slots (slot.*) and the reconciler's lease (leader).
-func (s *Store) ActiveBucket() jetstream.KeyValue { return s.active }
-
 // clearedTTL is how long a cleared run's tombstone stops a dispatch that
 // lingered in the queue from re-creating it.
 const clearedTTL = 24 * time.Hour
@@ -172,15 +168,11 @@ func (s *Store) Erase(ctx context.Context, js jetstream.JetStream, ns events.Nam
 			return fmt.Errorf("kv: erase run %s: purge %s: %w", r.ID, p.subject, err)
 		}
 	}
-	if err := s.activeKV.Purge(ctx, jetstream.WithPurgeSubject(s.activeSubject(SlotPrefix(r.ID)+">"))); err != nil {
+	if err := s.activeKV.Purge(ctx, jetstream.WithPurgeSubject(s.activeSubject(slotPrefix(r.ID)+">"))); err != nil {
 		return fmt.Errorf("kv: erase slots of run %s: %w", r.ID, err)
 	}
 	return s.Delete(ctx, r)
 }
-
-// SlotPrefix is the key prefix of the concurrency slots of runs whose parent
-// is parent: slot.<parent>.<n>.
-func SlotPrefix(parent string) string { return "slot." + parent + "." }
 
 // ActiveWatch follows the active-run index in memory: its reader pays for
 // the changes as they happen, and a snapshot costs nothing on the server.

@@ -128,9 +128,6 @@ func openBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyVa
 	return kv, nil
 }
 
-// Bucket returns the underlying KV bucket.
-func (s *Store) Bucket() jetstream.KeyValue { return s.kv }
-
 // Get returns the row of run id and its revision, or ErrRunNotFound.
 func (s *Store) Get(ctx context.Context, id string) (*Run, uint64, error) {
 	r, rev, err := s.Lookup(ctx, id)

@@ -212,7 +212,7 @@ func TestWatchSeesChangesAndDeletion(t *testing.T) {
 	if snap := next(); snap.Run == nil || snap.Run.Status != events.StatusRunning {
 		t.Fatalf("second = %+v", snap)
 	}
-	if err := s.Bucket().Delete(ctx, "w"); err != nil {
+	if err := s.Delete(ctx, newRun("w")); err != nil {
 		t.Fatal(err)
 	}
 	if snap := next(); !snap.Deleted {
@@ -262,13 +262,13 @@ func TestWatchStopsCleanlyAfterItsConnectionCloses(t *testing.T) {
 	}
 	// A second watch on the same connection shows when the break reaches
 	// watchers: its updates channel closes with the connection.
-	probe, err := s.Bucket().Watch(ctx, "gone")
+	probe, err := s.WatchRows(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	<-w.Updates()
 	nc.Close() // the server-side watch breaks; re-watching fails
-	for range probe.Updates() {
+	for range probe.Changes() {
 	}
 	cancel()
 	w.Stop()

@@ -21,7 +21,6 @@ package reconcile
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -359,12 +358,6 @@ func (r *Reconciler) loop(ctx context.Context) {
 	}
 }
 
-// lease is the value of the leader key.
-type lease struct {
-	Holder string    `json:"holder"`
-	Since  time.Time `json:"since"`
-}
-
 // leaseTTL is the leader key's time to live: one interval, and at least the
 // server's minimum of a second.
 func (r *Reconciler) leaseTTL() time.Duration { return max(r.cfg.Interval, time.Second) }
@@ -372,49 +365,22 @@ func (r *Reconciler) leaseTTL() time.Duration { return max(r.cfg.Interval, time.
 // Leader returns the current holder of the reconciler lease and since when
 // it holds it, or "" if none does.
 func Leader(ctx context.Context, store *kv.Store) (holder string, since time.Time, err error) {
-	e, err := store.ActiveBucket().Get(ctx, leaderKey)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return "", time.Time{}, nil
-	}
-	if err != nil {
-		return "", time.Time{}, err
-	}
-	var l lease
-	if err := json.Unmarshal(e.Value(), &l); err != nil {
-		return "", time.Time{}, nil
-	}
-	return l.Holder, l.Since, nil
+	st, err := store.Lease(leaderKey).State(ctx)
+	return st.Holder, st.Since, err
 }
 
-// lead takes or keeps the leader lease: a key whose time to live the server
-// enforces. Create wins a free lease; the holder renews it with a publish
-// that both resets the TTL and expects the key's current revision, so a
-// renewal can never overwrite another holder. When the holder dies, the
-// server removes the key one TTL after its last renewal and a standby's
-// next Create wins; no clock comparison between hosts is involved.
+// lead takes or keeps the leader lease (kv.Lease: a key whose time to live
+// the server enforces). When the holder dies, the server removes the key
+// one TTL after its last renewal and a standby's next Hold wins.
 func (r *Reconciler) lead(ctx context.Context) {
-	bucket := r.store.ActiveBucket()
 	ttl := r.leaseTTL()
-	e, err := bucket.Get(ctx, leaderKey)
+	held, err := r.store.Lease(leaderKey).Hold(ctx, r.cfg.ID, ttl)
 	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
-		data, _ := json.Marshal(lease{Holder: r.cfg.ID, Since: time.Now()})
-		_, err = bucket.Create(ctx, leaderKey, data, jetstream.KeyTTL(ttl))
-	case err == nil:
-		var cur lease
-		if json.Unmarshal(e.Value(), &cur) != nil || cur.Holder != r.cfg.ID {
-			r.setLeader(ctx, false)
-			return // someone else holds it until its TTL runs out
-		}
-		_, err = r.js.Publish(ctx, "$KV."+bucket.Bucket()+"."+leaderKey, e.Value(),
-			jetstream.WithExpectLastSequencePerSubject(e.Revision()), jetstream.WithMsgTTL(ttl))
-	}
-	switch {
-	case err == nil:
+	case err == nil && held:
 		r.leaseUntil = time.Now().Add(ttl)
 		r.setLeader(ctx, true)
-	case errors.Is(err, jetstream.ErrKeyExists) || events.IsWrongLastSequence(err):
-		r.setLeader(ctx, false) // another reconciler won the race
+	case err == nil:
+		r.setLeader(ctx, false) // someone else holds it until its TTL runs out
 	default:
 		if ctx.Err() == nil {
 			r.fault(ctx, "reconciler lease", err)
@@ -505,17 +471,9 @@ func (r *Reconciler) dropWatch() {
 
 // resign gives the lease up.
 func (r *Reconciler) resign(ctx context.Context) {
-	bucket := r.store.ActiveBucket()
-	e, err := bucket.Get(ctx, leaderKey)
-	if err != nil {
-		return
+	if err := r.store.Lease(leaderKey).Release(ctx, r.cfg.ID); err == nil {
+		r.leader.Store(false)
 	}
-	var cur lease
-	if json.Unmarshal(e.Value(), &cur) != nil || cur.Holder != r.cfg.ID {
-		return
-	}
-	_ = bucket.Delete(ctx, leaderKey, jetstream.LastRevision(e.Revision()))
-	r.leader.Store(false)
 }
 
 // Stats describes one sweep.

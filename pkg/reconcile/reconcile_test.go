@@ -590,17 +590,23 @@ func TestOneLeaderAtATimeAndAStandbyTakesOver(t *testing.T) {
 	}, "no single leader")
 	// Stay with one leader over a dozen renewals of its lease (it renews
 	// every third of an interval), more than a lease's time to live.
-	renewals, err := store.ActiveBucket().Watch(ctx, "leader", jetstream.UpdatesOnly())
+	lease := store.Lease("leader")
+	last, err := lease.State(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = renewals.Stop() }()
 	for range 12 {
-		select {
-		case <-renewals.Updates():
-		case <-time.After(10 * time.Second):
-			t.Fatal("the leader stopped renewing its lease")
-		}
+		natstest.Eventually(t, 10*time.Second, func() bool {
+			st, err := lease.State(ctx)
+			if err != nil || st.Revision == last.Revision {
+				return false
+			}
+			if st.Holder != last.Holder {
+				t.Fatalf("the lease moved from %s to %s while its holder lived", last.Holder, st.Holder)
+			}
+			last = st
+			return true
+		}, "the leader stopped renewing its lease")
 		if recs[0].IsLeader() && recs[1].IsLeader() {
 			t.Fatal("two leaders at once")
 		}
