@@ -17,7 +17,6 @@ import (
 	"sync"
 	"time"
 
-
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/kv"
 )
