@@ -134,7 +134,7 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, http.StatusConflict, "run_id_conflict", err.Error())
 	case errors.Is(err, runview.ErrBadCursor):
 		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
-	case errors.Is(err, kv.ErrRunNotFound):
+	case errors.Is(err, parent.ErrRunNotFound):
 		writeError(w, http.StatusNotFound, "not_found", err.Error())
 	case errors.Is(err, parent.ErrRunEnded):
 		writeError(w, http.StatusConflict, "run_ended", err.Error())

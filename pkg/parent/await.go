@@ -70,7 +70,7 @@ func (c *Client) Run(ctx context.Context, req Request) (*Result, error) {
 
 // Await waits until the run settles: a final
 // status, or interrupted with the child stopped. It does not cancel the run
-// when ctx ends. An unknown run returns kv.ErrRunNotFound.
+// when ctx ends. An unknown run returns ErrRunNotFound.
 func (c *Client) Await(ctx context.Context, id string) (*Result, error) {
 	if len(c.progressHooks()) > 0 {
 		wctx, cancel := context.WithCancel(ctx)
@@ -251,7 +251,7 @@ func (c *Client) RunAll(ctx context.Context, reqs []Request) []Outcome {
 // cancelRequested on its row, which its worker sees through a watch,
 // told by a cancel event (jetrun.run.<id>.cancel), cancelling the handler's
 // context and ending the run "aborted". An unknown
-// run returns kv.ErrRunNotFound. A cascade interrupted by a crash is
+// run returns ErrRunNotFound. A cascade interrupted by a crash is
 // completed by the reconciler.
 func (c *Client) Cancel(ctx context.Context, id, reason string) (*kv.Run, error) {
 	reason = cmp.Or(reason, "cancelled by request")

@@ -51,6 +51,9 @@ var (
 	// already has Request.MaxConcurrent live children; the run id is not
 	// used, so the same request can be made again later.
 	ErrConcurrencyLimit = errors.New("parent's concurrency limit reached")
+	// ErrRunNotFound is returned for a run id with no row (never
+	// dispatched, or cleared).
+	ErrRunNotFound = kv.ErrRunNotFound
 )
 
 // Failure is the value a run that did not complete yields: Run returns it as
