@@ -374,7 +374,7 @@ func (d *Deliverer) deliver(ctx context.Context, name string, msg jetstream.Msg)
 	if id := c.row.Trace().TraceID(); id != "" {
 		log = log.With("trace_id", id)
 	}
-	attempts := c.row.Finishes[res.Status].Attempts
+	attempts := c.attempts
 	err := d.invoke(ctx, name, msg, c.row, res)
 	if err == nil {
 		d.markDelivered(ctx, log, msg, res, c, attempts)
@@ -424,41 +424,17 @@ func (d *Deliverer) claim(ctx context.Context, log *slog.Logger, msg jetstream.M
 			_ = msg.NakWithDelay(time.Second)
 			return claimed{}, false
 		}
-		s := res.Status
-		if _, done := row.Delivered[s]; done {
-			_ = msg.Ack()
-			return claimed{}, false
-		}
-		fs := row.Finishes[s]
-		if fs != nil && !fs.FailedAt.IsZero() {
-			_ = msg.Ack()
-			return claimed{}, false
-		}
 		now := time.Now()
-		// Finishes go out in the order their transitions happened: a
-		// give-up before a later real result.
-		for _, other := range row.PendingFinishes() {
-			if other != s && fs != nil && row.Finishes[other].DueAt.Before(fs.DueAt) {
-				_ = msg.NakWithDelay(time.Second)
-				return claimed{}, false
-			}
-		}
-		if fs != nil && fs.ClaimedUntil.After(now) {
-			_ = msg.NakWithDelay(fs.ClaimedUntil.Sub(now) + time.Duration(rand.Int64N(int64(250*time.Millisecond))))
+		switch check, wait := row.CheckFinish(res.Status, now); check {
+		case kv.DeliveryDone:
+			_ = msg.Ack()
+			return claimed{}, false
+		case kv.DeliveryLater:
+			_ = msg.NakWithDelay(wait + time.Duration(rand.Int64N(int64(250*time.Millisecond))))
 			return claimed{}, false
 		}
 		next := row.Clone()
-		if next.Finishes == nil {
-			next.Finishes = make(map[events.Status]*kv.FinishState)
-		}
-		nfs := next.Finishes[s]
-		if nfs == nil { // published by someone else than a jetrun transition
-			nfs = &kv.FinishState{DueAt: now, Reason: res.Reason, Error: res.Error, ChildStillRunning: res.ChildStillRunning}
-			next.Finishes[s] = nfs
-		}
-		nfs.Attempts++
-		nfs.ClaimedBy, nfs.ClaimedUntil = d.cfg.ID, now.Add(d.cfg.Timeout+time.Second)
-		nfs.UnservedSince = time.Time{} // its handler is served after all
+		attempts := next.ClaimFinish(res.Status, res, d.cfg.ID, now.Add(d.cfg.Timeout+time.Second), now)
 		newRev, err := d.store.Update(ctx, next, rev)
 		if err != nil {
 			if errors.Is(err, kv.ErrConflict) {
@@ -468,7 +444,7 @@ func (d *Deliverer) claim(ctx context.Context, log *slog.Logger, msg jetstream.M
 			_ = msg.NakWithDelay(time.Second)
 			return claimed{}, false
 		}
-		return claimed{row: next, rev: newRev}, true
+		return claimed{row: next, rev: newRev, attempts: attempts}, true
 	}
 	_ = msg.NakWithDelay(time.Second)
 	return claimed{}, false
@@ -477,8 +453,9 @@ func (d *Deliverer) claim(ctx context.Context, log *slog.Logger, msg jetstream.M
 // claimed is the row as a delivery's claim left it, so the writes that
 // follow start from it (kv.Store.MutateFrom); the zero value knows no row.
 type claimed struct {
-	row *kv.Run
-	rev uint64
+	row      *kv.Run
+	rev      uint64
+	attempts int // the attempt the claim started
 }
 
 // invoke runs the finish handler name on res; see call.
@@ -530,16 +507,7 @@ func (d *Deliverer) markDelivered(ctx context.Context, log *slog.Logger, msg jet
 	now := time.Now()
 	var due time.Time
 	row, _, err := d.store.MutateFrom(ctx, res.RunID, c.row, c.rev, func(r *kv.Run) error {
-		if r.Delivered == nil {
-			r.Delivered = make(map[events.Status]time.Time)
-		}
-		if _, ok := r.Delivered[res.Status]; !ok {
-			r.Delivered[res.Status] = now
-		}
-		if fs := r.Finishes[res.Status]; fs != nil {
-			fs.ClaimedBy, fs.ClaimedUntil, fs.LastError = "", time.Time{}, ""
-			due = fs.DueAt
-		}
+		due = r.FinishDelivered(res.Status, now)
 		return nil
 	})
 	if err != nil {
@@ -565,19 +533,12 @@ func (d *Deliverer) markDelivered(ctx context.Context, log *slog.Logger, msg jet
 func (d *Deliverer) release(log *slog.Logger, res Result, c claimed, cause error, failed bool) *kv.Run {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	var text string
+	if cause != nil {
+		text = cause.Error()
+	}
 	row, _, err := d.store.MutateFrom(ctx, res.RunID, c.row, c.rev, func(r *kv.Run) error {
-		fs := r.Finishes[res.Status]
-		if fs == nil {
-			return kv.ErrNoChange
-		}
-		fs.ClaimedBy, fs.ClaimedUntil = "", time.Time{}
-		if cause != nil {
-			fs.LastError = events.Truncate(cause.Error(), 1000)
-		}
-		if failed && fs.FailedAt.IsZero() {
-			fs.FailedAt = time.Now()
-		}
-		return nil
+		return r.ReleaseFinish(res.Status, text, failed, time.Now())
 	})
 	if err != nil && !errors.Is(err, kv.ErrRunNotFound) {
 		d.fault(ctx, log, "record delivery failure", err)

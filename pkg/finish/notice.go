@@ -204,14 +204,8 @@ func (d *Deliverer) recordNotice(ctx context.Context, msg jetstream.Msg) {
 			return
 		}
 		if ack != nil && ack.Sequence != row.Notices[m.Name].Seq {
-			_, _, _ = d.store.Mutate(ctx, m.RunID, func(r *kv.Run) error {
-				n := r.Notices[m.Name]
-				if n == nil || !r.NoticeOwed(m.Name) || n.Seq == ack.Sequence {
-					return kv.ErrNoChange
-				}
-				n.Seq = ack.Sequence
-				return nil
-			})
+			_, _, _ = d.store.Mutate(ctx, m.RunID, func(r *kv.Run) error { return r.RecordNoticeSeq(m.Name, ack.Sequence) })
+
 		}
 	}
 	if err := msg.Ack(); err != nil {
@@ -243,15 +237,7 @@ func (d *Deliverer) deliverNotice(ctx context.Context, name string, msg jetstrea
 	if err == nil {
 		now := time.Now()
 		row, _, err := d.store.MutateFrom(ctx, n.RunID, row, rev, func(r *kv.Run) error {
-			s := r.Notices[ms]
-			if s == nil {
-				return kv.ErrNoChange
-			}
-			if s.DeliveredAt.IsZero() {
-				s.DeliveredAt = now
-			}
-			s.ClaimedBy, s.ClaimedUntil, s.LastError = "", time.Time{}, ""
-			return nil
+			return r.NoticeDelivered(ms, now)
 		})
 		if err != nil {
 			d.fault(ctx, log, "mark milestone notice delivered; it is delivered again", err)
@@ -298,21 +284,17 @@ func (d *Deliverer) claimNotice(ctx context.Context, log *slog.Logger, msg jetst
 			_ = msg.NakWithDelay(time.Second)
 			return nil, 0, false
 		}
-		s := row.Notices[ms]
-		if s == nil || !row.NoticeOwed(ms) {
-			// Delivered, given up, or not recorded by jetrun: nothing owed.
+		now := time.Now()
+		switch check, wait := row.CheckNotice(ms, now); check {
+		case kv.DeliveryDone:
 			_ = msg.Ack()
 			return nil, 0, false
-		}
-		now := time.Now()
-		if s.ClaimedUntil.After(now) {
-			_ = msg.NakWithDelay(s.ClaimedUntil.Sub(now) + time.Duration(rand.Int64N(int64(250*time.Millisecond))))
+		case kv.DeliveryLater:
+			_ = msg.NakWithDelay(wait + time.Duration(rand.Int64N(int64(250*time.Millisecond))))
 			return nil, 0, false
 		}
 		next := row.Clone()
-		ns := next.Notices[ms]
-		ns.Attempts++
-		ns.ClaimedBy, ns.ClaimedUntil = d.cfg.ID, now.Add(d.cfg.Timeout+time.Second)
+		next.ClaimNotice(ms, d.cfg.ID, now.Add(d.cfg.Timeout+time.Second))
 		newRev, err := d.store.Update(ctx, next, rev)
 		if err != nil {
 			if errors.Is(err, kv.ErrConflict) {
@@ -344,19 +326,12 @@ func (d *Deliverer) invokeNotice(ctx context.Context, name string, msg jetstream
 func (d *Deliverer) releaseNotice(log *slog.Logger, n Notice, cause error, failed bool) *kv.Run {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	var text string
+	if cause != nil {
+		text = cause.Error()
+	}
 	row, _, err := d.store.Mutate(ctx, n.RunID, func(r *kv.Run) error {
-		s := r.Notices[n.Milestone.Name]
-		if s == nil {
-			return kv.ErrNoChange
-		}
-		s.ClaimedBy, s.ClaimedUntil = "", time.Time{}
-		if cause != nil {
-			s.LastError = events.Truncate(cause.Error(), 1000)
-		}
-		if failed && s.FailedAt.IsZero() {
-			s.FailedAt = time.Now()
-		}
-		return nil
+		return r.ReleaseNotice(n.Milestone.Name, text, failed, time.Now())
 	})
 	if err != nil && !errors.Is(err, kv.ErrRunNotFound) {
 		d.fault(ctx, log, "record milestone notice failure", err)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -16,35 +15,6 @@ import (
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jsfault"
 )
-
-// FinishState is the delivery ledger of one status's finish: one slot per
-// status, so a give-up (interrupted) and a later real result are both
-// delivered, each at most once on the happy path.
-type FinishState struct {
-	// DueAt is when the transition made the finish owed.
-	DueAt time.Time `json:"dueAt"`
-	// The outcome as it was at the transition (the row may move on).
-	Reason            string `json:"reason,omitempty"`
-	Error             string `json:"error,omitempty"`
-	ChildStillRunning bool   `json:"childStillRunning,omitempty"`
-	// Attempts counts handler invocations.
-	Attempts int `json:"attempts,omitempty"`
-	// ClaimedBy and ClaimedUntil: the deliverer invoking the handler now.
-	ClaimedBy    string    `json:"claimedBy,omitempty"`
-	ClaimedUntil time.Time `json:"claimedUntil,omitzero"`
-	LastError    string    `json:"lastError,omitempty"`
-	// FailedAt is set when delivery was given up and the finish
-	// dead-lettered.
-	FailedAt time.Time `json:"failedAt,omitzero"`
-	// Seq is the finish stream sequence of the copy the reconciler last
-	// found or published: while it is still in the stream no other copy
-	// is published, so one copy per run and status waits for a deliverer.
-	Seq uint64 `json:"seq,omitempty"`
-	// UnservedSince is set by the reconciler when no deliverer has taken
-	// the finish for a while and none follows its handler: the handler has
-	// not been seen. A deliverer's claim clears it.
-	UnservedSince time.Time `json:"unservedSince,omitzero"`
-}
 
 // End moves r to a final status, releases its lease and, for a detached run
 // with a finish handler, records that a finish is owed for the status.
@@ -89,42 +59,6 @@ func (r *Run) Resume() {
 // the child's teardown ended or its worker was lost): its lease is released.
 func (r *Run) ChildStopped() {
 	r.ChildStillRunning, r.Worker, r.WorkerEpoch, r.LeaseUntil = false, "", "", time.Time{}
-}
-
-func (r *Run) oweFinish(s events.Status, now time.Time) {
-	if r.Detached == nil || r.Detached.OnFinish == "" {
-		return
-	}
-	if _, used := r.Finishes[s]; used {
-		return // one slot per status
-	}
-	if r.Finishes == nil {
-		r.Finishes = make(map[events.Status]*FinishState)
-	}
-	r.Finishes[s] = &FinishState{DueAt: now, Reason: r.Reason, Error: r.Error, ChildStillRunning: r.ChildStillRunning}
-}
-
-// FinishOwed reports whether the finish for s is due and neither delivered
-// nor given up.
-func (r *Run) FinishOwed(s events.Status) bool {
-	f := r.Finishes[s]
-	if f == nil || !f.FailedAt.IsZero() {
-		return false
-	}
-	_, delivered := r.Delivered[s]
-	return !delivered
-}
-
-// PendingFinishes returns the statuses whose finish is owed, oldest first.
-func (r *Run) PendingFinishes() []events.Status {
-	var out []events.Status
-	for s := range r.Finishes {
-		if r.FinishOwed(s) {
-			out = append(out, s)
-		}
-	}
-	slices.SortFunc(out, func(a, b events.Status) int { return r.Finishes[a].DueAt.Compare(r.Finishes[b].DueAt) })
-	return out
 }
 
 // Settled reports whether nothing more will happen to r: final (or given up

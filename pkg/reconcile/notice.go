@@ -37,12 +37,7 @@ func (s *sweep) republishNotices(ctx context.Context, row *kv.Run) error {
 		}
 		if ack.Sequence != n.Seq {
 			if _, _, err := r.store.Mutate(ctx, row.ID, func(run *kv.Run) error {
-				st := run.Notices[name]
-				if st == nil || !run.NoticeOwed(name) || st.Seq == ack.Sequence {
-					return kv.ErrNoChange
-				}
-				st.Seq = ack.Sequence
-				return nil
+				return run.RecordNoticeSeq(name, ack.Sequence)
 			}); err != nil && !errors.Is(err, kv.ErrRunNotFound) {
 				return err
 			}

@@ -211,11 +211,10 @@ func (s *sweep) unserved(ctx context.Context, row *kv.Run, st events.Status) (bo
 	}
 	var marked bool
 	if _, _, err := r.store.Mutate(ctx, row.ID, func(run *kv.Run) error {
-		f := run.Finishes[st]
-		if f == nil || !run.FinishOwed(st) || f.Attempts > 0 || !f.UnservedSince.IsZero() {
-			return kv.ErrNoChange
+		if err := run.MarkFinishUnserved(st, s.now); err != nil {
+			return err
 		}
-		f.UnservedSince, marked = s.now, true
+		marked = true
 		return nil
 	}); err != nil && !errors.Is(err, kv.ErrRunNotFound) {
 		return false, err
@@ -290,11 +289,10 @@ func (s *sweep) deadLetterUnserved(ctx context.Context, row *kv.Run, st events.S
 	}
 	var failed bool
 	next, _, err := r.store.Mutate(ctx, row.ID, func(run *kv.Run) error {
-		f := run.Finishes[st]
-		if f == nil || !run.FinishOwed(st) || f.Attempts > 0 || f.ClaimedUntil.After(time.Now()) {
-			return kv.ErrNoChange // a deliverer took it after all
+		if err := run.FailUnservedFinish(st, reason, time.Now()); err != nil {
+			return err // a deliverer took it after all
 		}
-		f.FailedAt, f.LastError, failed = time.Now(), reason, true
+		failed = true
 		return nil
 	})
 	if errors.Is(err, kv.ErrRunNotFound) {
@@ -321,14 +319,7 @@ func (s *sweep) deadLetterUnserved(ctx context.Context, row *kv.Run, st events.S
 // recordFinishSeq records on the ledger of run id's finish for st the
 // sequence of its copy waiting in the finish stream.
 func (r *Reconciler) recordFinishSeq(ctx context.Context, id string, st events.Status, seq uint64) error {
-	_, _, err := r.store.Mutate(ctx, id, func(run *kv.Run) error {
-		f := run.Finishes[st]
-		if f == nil || !run.FinishOwed(st) || f.Seq == seq {
-			return kv.ErrNoChange
-		}
-		f.Seq = seq
-		return nil
-	})
+	_, _, err := r.store.Mutate(ctx, id, func(run *kv.Run) error { return run.RecordFinishSeq(st, seq) })
 	if errors.Is(err, kv.ErrRunNotFound) {
 		return nil
 	}
