@@ -18,6 +18,7 @@ import (
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/finish"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/reconcile"
@@ -400,15 +401,15 @@ func BenchmarkWorkloadReconcileSweep(b *testing.B) {
 		b.Fatal(err)
 	}
 	now := time.Now()
-	create := func(n int, mk func(i int) *kv.Run) {
+	create := func(n int, mk func(i int) *jetruntype.Run) {
 		fanOut(b, n, 16, func(i int) error {
 			_, err := store.Create(ctx, mk(i))
 			return err
 		})
 	}
 	// Active runs: running, with a live lease and a detached budget to check.
-	create(active, func(i int) *kv.Run {
-		return &kv.Run{ID: fmt.Sprintf("active-%d", i), AgentType: "noop", Status: events.StatusRunning, Attempt: 1,
+	create(active, func(i int) *jetruntype.Run {
+		return &jetruntype.Run{ID: fmt.Sprintf("active-%d", i), AgentType: "noop", Status: events.StatusRunning, Attempt: 1,
 			Worker: "w", LeaseUntil: now.Add(time.Hour), CreatedAt: now, StartedAt: now, LastSignalAt: now,
 			Detached: &events.Detached{}}
 	})
@@ -438,8 +439,8 @@ func BenchmarkWorkloadReconcileSweep(b *testing.B) {
 		empty = measure()
 		// Retained runs: final and settled, not in the index (as the worker
 		// leaves them).
-		create(retained, func(i int) *kv.Run {
-			run := &kv.Run{ID: fmt.Sprintf("done-%d", i), AgentType: "noop", Status: events.StatusCompleted, Attempt: 1,
+		create(retained, func(i int) *jetruntype.Run {
+			run := &jetruntype.Run{ID: fmt.Sprintf("done-%d", i), AgentType: "noop", Status: events.StatusCompleted, Attempt: 1,
 				CreatedAt: now, StartedAt: now, FinishedAt: now}
 			return run
 		})
@@ -475,7 +476,7 @@ func BenchmarkWorkloadDetachedFinish(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	d.HandleFinishFunc("bench", func(_ context.Context, _ *kv.Run, res finish.Result) error {
+	d.HandleFinishFunc("bench", func(_ context.Context, _ *jetruntype.Run, res finish.Result) error {
 		lat.end(res.RunID)
 		return nil
 	})

@@ -19,7 +19,7 @@ import (
 	"github.com/jetrun/jetrun/internal/agents/demo"
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 )
 
@@ -250,7 +250,7 @@ func TestClusterLosesNodesAndNoRun(t *testing.T) {
 	}
 	var failed, missing, duplicated []string
 	for _, id := range ids {
-		var row *kv.Run
+		var row *jetruntype.Run
 		natstest.Eventually(t, 3*time.Minute, func() bool {
 			r, _, err := e.store.Get(context.Background(), id)
 			if err == nil && r.Status.Final() && (r.Detached == nil || !r.Delivered[r.Status].IsZero()) {

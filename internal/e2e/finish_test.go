@@ -14,7 +14,7 @@ import (
 	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/reconcile"
 )
 
@@ -101,7 +101,7 @@ func (e *env) detached(t *testing.T, id string, steps, stepMs int) {
 	e.dispatchDemo(t, id, steps, stepMs, &events.Detached{OnFinish: "hook"})
 }
 
-func delivered(r *kv.Run) bool { return r.Status.Final() && !r.Delivered[r.Status].IsZero() }
+func delivered(r *jetruntype.Run) bool { return r.Status.Final() && !r.Delivered[r.Status].IsZero() }
 
 // A parent-worker (the finish deliverer and reconciler) is killed with -9
 // mid-flight and restarted seconds later: every finish still arrives.

@@ -12,7 +12,7 @@ import (
 
 	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // noticeHook is a webhook that takes finishes and milestone notices and
@@ -128,7 +128,7 @@ func TestParentWorkerKilledBetweenAMilestoneAndItsNotice(t *testing.T) {
 	e.parentWorker(t, "pw-n2", hook.URL, nil)
 
 	for _, id := range ids {
-		row := jetruntest.WaitRow(t, e.store, id, 90*time.Second, func(r *kv.Run) bool {
+		row := jetruntest.WaitRow(t, e.store, id, 90*time.Second, func(r *jetruntype.Run) bool {
 			return delivered(r) && len(r.Notices) == len(listed) && len(r.PendingNotices()) == 0
 		})
 		for _, name := range listed {

@@ -20,7 +20,7 @@ import (
 	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -252,7 +252,7 @@ func TestKilledChildWorkerWithHundredsOfWaitingRuns(t *testing.T) {
 		return err
 	})
 	for _, id := range ids {
-		jetruntest.WaitRow(t, e.store, id, 2*time.Minute, func(r *kv.Run) bool {
+		jetruntest.WaitRow(t, e.store, id, 2*time.Minute, func(r *jetruntype.Run) bool {
 			return r.Worker == "child-many-a" && r.WaitingFor == demo.ApprovalSignal && r.Milestones == 1
 		})
 	}
@@ -261,7 +261,7 @@ func TestKilledChildWorkerWithHundredsOfWaitingRuns(t *testing.T) {
 	killed := time.Now()
 
 	for _, id := range ids {
-		jetruntest.WaitRow(t, e.store, id, 2*time.Minute, func(r *kv.Run) bool {
+		jetruntest.WaitRow(t, e.store, id, 2*time.Minute, func(r *jetruntype.Run) bool {
 			return r.Attempt == 2 && r.Worker == "child-many-b" && r.Status == events.StatusRunning
 		})
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/internal/runview"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -88,7 +88,7 @@ func TestCallsListedAndAnsweredOverHTTP(t *testing.T) {
 	waitCalls(2, "pending")
 	wantStatus(t, do(t, "POST", srv.URL+"/v1/runs/h1/calls/2/reply", `{"error":"no sizes today"}`, nil), 202)
 
-	row := jetruntest.WaitRow(t, client.Store(), "h1", 30*time.Second, func(r *kv.Run) bool { return r.Status.Final() })
+	row := jetruntest.WaitRow(t, client.Store(), "h1", 30*time.Second, func(r *jetruntype.Run) bool { return r.Status.Final() })
 	if row.Status != events.StatusCompleted || row.Summary != "no sizes today" || string(row.Output) != `"blue"` {
 		t.Fatalf("row %s %s %q %s", row.Status, row.Error, row.Summary, row.Output)
 	}

@@ -40,7 +40,7 @@ import (
 	"github.com/jetrun/jetrun/internal/runview"
 	"github.com/jetrun/jetrun/internal/webui"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 )
 
@@ -423,7 +423,7 @@ func (a *api) signal(w http.ResponseWriter, r *http.Request) {
 }
 
 // row looks up the run named in the path; it answers 404 itself.
-func (a *api) row(w http.ResponseWriter, r *http.Request) (*kv.Run, bool) {
+func (a *api) row(w http.ResponseWriter, r *http.Request) (*jetruntype.Run, bool) {
 	id := r.PathValue("id")
 	if events.ValidateID(id) != nil {
 		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no run %q", id))

@@ -22,7 +22,7 @@ import (
 	"github.com/jetrun/jetrun/internal/config"
 	"github.com/jetrun/jetrun/internal/natsconn"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 )
 
@@ -209,7 +209,7 @@ func (c *cli) getCmd(fs *flag.FlagSet) func(context.Context, []string) (int, err
 }
 
 // describe prints a row for people.
-func (c *cli) describe(r *kv.Run) {
+func (c *cli) describe(r *jetruntype.Run) {
 	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
 	line := func(k, v string) {
 		if v != "" {
@@ -284,7 +284,7 @@ func (c *cli) lsCmd(fs *flag.FlagSet) func(context.Context, []string) (int, erro
 		if err != nil {
 			return 0, err
 		}
-		var out []*kv.Run
+		var out []*jetruntype.Run
 		for _, r := range rows {
 			if (*agentType == "" || r.AgentType == *agentType) && (*parentID == "" || r.Parent == *parentID) &&
 				(*toolCall == "" || r.ParentToolCallID == *toolCall) {
@@ -294,7 +294,7 @@ func (c *cli) lsCmd(fs *flag.FlagSet) func(context.Context, []string) (int, erro
 		out = out[:min(len(out), max(*limit, 0))]
 		if c.json {
 			if out == nil {
-				out = []*kv.Run{}
+				out = []*jetruntype.Run{}
 			}
 			return ExitOK, c.printJSON(out)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/jetrun/jetrun/internal/jetruncli"
 	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/internal/natstest"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -57,7 +58,7 @@ func TestListByToolCall(t *testing.T) {
 	for _, id := range []string{"t0", "t1", "t2"} {
 		jetruntest.WaitRow(t, store, id, 30*time.Second, jetruntest.Final)
 	}
-	var rows []kv.Run
+	var rows []jetruntype.Run
 	if err := json.Unmarshal([]byte(cli("ls", "--json", "--tool-call-id", "call-a")), &rows); err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -46,7 +47,7 @@ func TestDispatchUnderAConcurrencyKey(t *testing.T) {
 	if out, code := cli("dispatch", "--run-id", "c0", "--key", "s1", "demo", `{"steps":100,"stepMs":100}`); code != jetruncli.ExitOK {
 		t.Fatalf("exit %d: %s", code, out)
 	}
-	jetruntest.WaitRow(t, store, "c0", 30*time.Second, func(r *kv.Run) bool { return r.Status == events.StatusRunning })
+	jetruntest.WaitRow(t, store, "c0", 30*time.Second, func(r *jetruntype.Run) bool { return r.Status == events.StatusRunning })
 	out, code := cli("dispatch", "--run-id", "c1", "--key", "s1", "--strategy", "queue", "demo", `{"steps":1,"stepMs":0}`)
 	if code != jetruncli.ExitOK || !strings.Contains(out, "queued") {
 		t.Fatalf("exit %d: %s; want c1 queued", code, out)

@@ -10,13 +10,13 @@ import (
 	"strings"
 
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 )
 
 // treeNode is a run with its nested runs, as jetrun get --json shows it.
 type treeNode struct {
-	*kv.Run
+	*jetruntype.Run
 	Children []treeNode `json:"children,omitempty"`
 	// Calls are the run's calls to its caller, each with its reply once
 	// answered (top run only).
@@ -26,17 +26,17 @@ type treeNode struct {
 // runTree returns r with its descendants (down to depth levels), children
 // ordered by tool call (in the order of their first child), then display
 // order, then id.
-func (c *cli) runTree(ctx context.Context, r *kv.Run, depth int) (treeNode, error) {
-	rows, err := c.client.Store().List(ctx, func(x *kv.Run) bool { return x.Parent != "" })
+func (c *cli) runTree(ctx context.Context, r *jetruntype.Run, depth int) (treeNode, error) {
+	rows, err := c.client.Store().List(ctx, func(x *jetruntype.Run) bool { return x.Parent != "" })
 	if err != nil {
 		return treeNode{}, fmt.Errorf("list nested runs: %w", err)
 	}
-	byParent := make(map[string][]*kv.Run)
+	byParent := make(map[string][]*jetruntype.Run)
 	for _, x := range rows {
 		byParent[x.Parent] = append(byParent[x.Parent], x)
 	}
-	var build func(r *kv.Run, depth int) treeNode
-	build = func(r *kv.Run, depth int) treeNode {
+	var build func(r *jetruntype.Run, depth int) treeNode
+	build = func(r *jetruntype.Run, depth int) treeNode {
 		n := treeNode{Run: r}
 		if depth <= 0 {
 			return n
@@ -52,22 +52,22 @@ func (c *cli) runTree(ctx context.Context, r *kv.Run, depth int) (treeNode, erro
 // orderChildren groups children by parentToolCallId (groups in the order
 // of their earliest child) and orders each group by displayOrder, then
 // creation, then id.
-func orderChildren(rows []*kv.Run) []*kv.Run {
-	slices.SortFunc(rows, func(a, b *kv.Run) int {
+func orderChildren(rows []*jetruntype.Run) []*jetruntype.Run {
+	slices.SortFunc(rows, func(a, b *jetruntype.Run) int {
 		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), strings.Compare(a.ID, b.ID))
 	})
 	var groups []string
-	group := make(map[string][]*kv.Run)
+	group := make(map[string][]*jetruntype.Run)
 	for _, r := range rows {
 		if _, ok := group[r.ParentToolCallID]; !ok {
 			groups = append(groups, r.ParentToolCallID)
 		}
 		group[r.ParentToolCallID] = append(group[r.ParentToolCallID], r)
 	}
-	out := make([]*kv.Run, 0, len(rows))
+	out := make([]*jetruntype.Run, 0, len(rows))
 	for _, g := range groups {
 		rs := group[g]
-		slices.SortStableFunc(rs, func(a, b *kv.Run) int { return cmp.Compare(a.DisplayOrder, b.DisplayOrder) })
+		slices.SortStableFunc(rs, func(a, b *jetruntype.Run) int { return cmp.Compare(a.DisplayOrder, b.DisplayOrder) })
 		out = append(out, rs...)
 	}
 	return out

@@ -14,7 +14,7 @@ import (
 	"github.com/jetrun/jetrun/internal/jetruncli"
 	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/internal/natstest"
-	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -118,7 +118,7 @@ func TestGetShowsTheRunTreeAndCalls(t *testing.T) {
 			t.Fatalf("jetrun get lacks %q:\n%s", s, text)
 		}
 	}
-	var row kv.Run
+	var row jetruntype.Run
 	if err := json.Unmarshal([]byte(cli("get", "--json", x1)), &row); err != nil || row.Parent != "fan" || row.Depth != 1 {
 		t.Fatalf("child row %+v %v", row, err)
 	}

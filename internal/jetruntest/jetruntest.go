@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
 )
 
@@ -140,10 +141,10 @@ func Milestones(evs []Event) []events.Milestone {
 }
 
 // WaitRow waits until the row of id satisfies cond and returns it.
-func WaitRow(t testing.TB, store *kv.Store, id string, timeout time.Duration, cond func(*kv.Run) bool) *kv.Run {
+func WaitRow(t testing.TB, store *kv.Store, id string, timeout time.Duration, cond func(*jetruntype.Run) bool) *jetruntype.Run {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
-	var last *kv.Run
+	var last *jetruntype.Run
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		row, _, err := store.Get(ctx, id)
@@ -164,4 +165,4 @@ func WaitRow(t testing.TB, store *kv.Store, id string, timeout time.Duration, co
 }
 
 // Final is a WaitRow condition: the run reached a final status.
-func Final(r *kv.Run) bool { return r.Status.Final() }
+func Final(r *jetruntype.Run) bool { return r.Status.Final() }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
 )
 
@@ -29,42 +30,42 @@ const syncTimeout = 5 * time.Second
 
 // Summary is a run row without its input and output.
 type Summary struct {
-	ID                string                      `json:"id"`
-	AgentType         string                      `json:"agentType"`
-	Parent            string                      `json:"parent,omitempty"`
-	ParentToolCallID  string                      `json:"parentToolCallId,omitempty"`
-	Depth             int                         `json:"depth,omitempty"`
-	DisplayOrder      int                         `json:"displayOrder,omitempty"`
-	Status            events.Status               `json:"status"`
-	Reason            string                      `json:"reason,omitempty"`
-	Error             string                      `json:"error,omitempty"`
-	Retryable         bool                        `json:"retryable,omitempty"`
-	ChildStillRunning bool                        `json:"childStillRunning,omitempty"`
-	Summary           string                      `json:"summary,omitempty"`
-	Progress          *kv.ProgressSnapshot        `json:"progress,omitempty"`
-	Milestones        int                         `json:"milestones,omitempty"`
-	LastMilestone     string                      `json:"lastMilestone,omitempty"`
-	Chunks            int64                       `json:"chunks,omitempty"`
-	Attempt           int                         `json:"attempt,omitempty"`
-	Handoffs          int                         `json:"handoffs,omitempty"`
-	Worker            string                      `json:"worker,omitempty"`
-	LeaseUntil        time.Time                   `json:"leaseUntil,omitzero"`
-	WaitingFor        string                      `json:"waitingFor,omitempty"`
-	CancelRequested   bool                        `json:"cancelRequested,omitempty"`
-	Detached          *events.Detached            `json:"detached,omitempty"`
-	Delivered         map[events.Status]time.Time `json:"delivered,omitempty"`
-	CreatedAt         time.Time                   `json:"createdAt"`
-	StartedAt         time.Time                   `json:"startedAt,omitzero"`
-	LastSignalAt      time.Time                   `json:"lastSignalAt,omitzero"`
-	FinishedAt        time.Time                   `json:"finishedAt,omitzero"`
-	// Notified counts the milestone notices delivered (see kv.Run.Notices).
+	ID                string                       `json:"id"`
+	AgentType         string                       `json:"agentType"`
+	Parent            string                       `json:"parent,omitempty"`
+	ParentToolCallID  string                       `json:"parentToolCallId,omitempty"`
+	Depth             int                          `json:"depth,omitempty"`
+	DisplayOrder      int                          `json:"displayOrder,omitempty"`
+	Status            events.Status                `json:"status"`
+	Reason            string                       `json:"reason,omitempty"`
+	Error             string                       `json:"error,omitempty"`
+	Retryable         bool                         `json:"retryable,omitempty"`
+	ChildStillRunning bool                         `json:"childStillRunning,omitempty"`
+	Summary           string                       `json:"summary,omitempty"`
+	Progress          *jetruntype.ProgressSnapshot `json:"progress,omitempty"`
+	Milestones        int                          `json:"milestones,omitempty"`
+	LastMilestone     string                       `json:"lastMilestone,omitempty"`
+	Chunks            int64                        `json:"chunks,omitempty"`
+	Attempt           int                          `json:"attempt,omitempty"`
+	Handoffs          int                          `json:"handoffs,omitempty"`
+	Worker            string                       `json:"worker,omitempty"`
+	LeaseUntil        time.Time                    `json:"leaseUntil,omitzero"`
+	WaitingFor        string                       `json:"waitingFor,omitempty"`
+	CancelRequested   bool                         `json:"cancelRequested,omitempty"`
+	Detached          *events.Detached             `json:"detached,omitempty"`
+	Delivered         map[events.Status]time.Time  `json:"delivered,omitempty"`
+	CreatedAt         time.Time                    `json:"createdAt"`
+	StartedAt         time.Time                    `json:"startedAt,omitzero"`
+	LastSignalAt      time.Time                    `json:"lastSignalAt,omitzero"`
+	FinishedAt        time.Time                    `json:"finishedAt,omitzero"`
+	// Notified counts the milestone notices delivered (see jetruntype.Run.Notices).
 	Notified int `json:"notified,omitempty"`
 	// Removed marks a change event for a run that was cleared.
 	Removed bool `json:"removed,omitempty"`
 }
 
 // Summarize returns r's summary.
-func Summarize(r *kv.Run) Summary {
+func Summarize(r *jetruntype.Run) Summary {
 	return Summary{
 		ID: r.ID, AgentType: r.AgentType, Parent: r.Parent, ParentToolCallID: r.ParentToolCallID,
 		Depth: r.Depth, DisplayOrder: r.DisplayOrder, Status: r.Status, Reason: r.Reason,
@@ -78,7 +79,7 @@ func Summarize(r *kv.Run) Summary {
 }
 
 // notified counts r's milestone notices delivered.
-func notified(r *kv.Run) int {
+func notified(r *jetruntype.Run) int {
 	n := 0
 	for _, s := range r.Notices {
 		if !s.DeliveredAt.IsZero() {

@@ -29,7 +29,7 @@
 //
 // Milestone notices (detached.onMilestones) travel the same way, on the
 // same subject and consumer, with their own ledger slot per milestone name
-// (kv.Run.Notices) and the key <runId>.milestone.<name>; a deliverer also
+// (jetruntype.Run.Notices) and the key <runId>.milestone.<name>; a deliverer also
 // records them from the run's milestones and sends them before the run's
 // finish. See notice.go and docs/delivery.md.
 package finish
@@ -56,6 +56,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/jsfault"
 	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/obs"
@@ -82,14 +83,14 @@ func IdempotencyKey(r Result) string { return events.FinishMsgID(r.RunID, r.Stat
 // Handler handles finishes. A returned error (or a panic, or running past
 // Config.Timeout) is a failed attempt, retried with backoff.
 type Handler interface {
-	HandleFinish(ctx context.Context, run *kv.Run, result Result) error
+	HandleFinish(ctx context.Context, run *jetruntype.Run, result Result) error
 }
 
 // HandlerFunc adapts a function to a Handler.
-type HandlerFunc func(ctx context.Context, run *kv.Run, result Result) error
+type HandlerFunc func(ctx context.Context, run *jetruntype.Run, result Result) error
 
 // HandleFinish calls f.
-func (f HandlerFunc) HandleFinish(ctx context.Context, run *kv.Run, result Result) error {
+func (f HandlerFunc) HandleFinish(ctx context.Context, run *jetruntype.Run, result Result) error {
 	return f(ctx, run, result)
 }
 
@@ -230,7 +231,7 @@ func (d *Deliverer) HandleFinish(name string, h Handler) {
 }
 
 // HandleFinishFunc registers f under name; see HandleFinish.
-func (d *Deliverer) HandleFinishFunc(name string, f func(ctx context.Context, run *kv.Run, result Result) error) {
+func (d *Deliverer) HandleFinishFunc(name string, f func(ctx context.Context, run *jetruntype.Run, result Result) error) {
 	d.HandleFinish(name, HandlerFunc(f))
 }
 
@@ -426,10 +427,10 @@ func (d *Deliverer) claim(ctx context.Context, log *slog.Logger, msg jetstream.M
 		}
 		now := time.Now()
 		switch check, wait := row.CheckFinish(res.Status, now); check {
-		case kv.DeliveryDone:
+		case jetruntype.DeliveryDone:
 			_ = msg.Ack()
 			return claimed{}, false
-		case kv.DeliveryLater:
+		case jetruntype.DeliveryLater:
 			_ = msg.NakWithDelay(wait + time.Duration(rand.Int64N(int64(250*time.Millisecond))))
 			return claimed{}, false
 		}
@@ -453,13 +454,13 @@ func (d *Deliverer) claim(ctx context.Context, log *slog.Logger, msg jetstream.M
 // claimed is the row as a delivery's claim left it, so the writes that
 // follow start from it (kv.Store.MutateFrom); the zero value knows no row.
 type claimed struct {
-	row      *kv.Run
+	row      *jetruntype.Run
 	rev      uint64
 	attempts int // the attempt the claim started
 }
 
 // invoke runs the finish handler name on res; see call.
-func (d *Deliverer) invoke(ctx context.Context, name string, msg jetstream.Msg, row *kv.Run, res Result) error {
+func (d *Deliverer) invoke(ctx context.Context, name string, msg jetstream.Msg, row *jetruntype.Run, res Result) error {
 	return d.call(ctx, "finish", name, msg, func(ctx context.Context) error {
 		return d.handlers[name].HandleFinish(ctx, row, res)
 	})
@@ -506,7 +507,7 @@ func (d *Deliverer) call(ctx context.Context, what, name string, msg jetstream.M
 func (d *Deliverer) markDelivered(ctx context.Context, log *slog.Logger, msg jetstream.Msg, res Result, c claimed, attempts int) {
 	now := time.Now()
 	var due time.Time
-	row, _, err := d.store.MutateFrom(ctx, res.RunID, c.row, c.rev, func(r *kv.Run) error {
+	row, _, err := d.store.MutateFrom(ctx, res.RunID, c.row, c.rev, func(r *jetruntype.Run) error {
 		due = r.FinishDelivered(res.Status, now)
 		return nil
 	})
@@ -530,14 +531,14 @@ func (d *Deliverer) markDelivered(ctx context.Context, log *slog.Logger, msg jet
 
 // release drops the claim after a failed attempt, recording the error; with
 // failed it also records that delivery was given up.
-func (d *Deliverer) release(log *slog.Logger, res Result, c claimed, cause error, failed bool) *kv.Run {
+func (d *Deliverer) release(log *slog.Logger, res Result, c claimed, cause error, failed bool) *jetruntype.Run {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var text string
 	if cause != nil {
 		text = cause.Error()
 	}
-	row, _, err := d.store.MutateFrom(ctx, res.RunID, c.row, c.rev, func(r *kv.Run) error {
+	row, _, err := d.store.MutateFrom(ctx, res.RunID, c.row, c.rev, func(r *jetruntype.Run) error {
 		return r.ReleaseFinish(res.Status, text, failed, time.Now())
 	})
 	if err != nil && !errors.Is(err, kv.ErrRunNotFound) {
@@ -588,7 +589,7 @@ type webhook struct {
 }
 
 // HandleFinish POSTs the finish.
-func (w webhook) HandleFinish(ctx context.Context, run *kv.Run, res Result) error {
+func (w webhook) HandleFinish(ctx context.Context, run *jetruntype.Run, res Result) error {
 	return w.post(ctx, res, withTrace(run, map[string]string{
 		"Idempotency-Key": IdempotencyKey(res),
 		"Jetrun-Run-Id":   res.RunID,
@@ -597,7 +598,7 @@ func (w webhook) HandleFinish(ctx context.Context, run *kv.Run, res Result) erro
 }
 
 // withTrace adds the run's W3C trace context to headers.
-func withTrace(run *kv.Run, headers map[string]string) map[string]string {
+func withTrace(run *jetruntype.Run, headers map[string]string) map[string]string {
 	if run == nil {
 		return headers
 	}
@@ -613,7 +614,7 @@ func withTrace(run *kv.Run, headers map[string]string) map[string]string {
 // HandleMilestone POSTs a milestone notice, with headers Idempotency-Key
 // (<runId>.milestone.<name>), Jetrun-Kind (milestone), Jetrun-Run-Id and
 // Jetrun-Milestone.
-func (w webhook) HandleMilestone(ctx context.Context, run *kv.Run, n Notice) error {
+func (w webhook) HandleMilestone(ctx context.Context, run *jetruntype.Run, n Notice) error {
 	return w.post(ctx, n, withTrace(run, map[string]string{
 		"Idempotency-Key":  NoticeIdempotencyKey(n),
 		events.HeaderKind:  events.KindMilestoneNotice,

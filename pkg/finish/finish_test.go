@@ -19,7 +19,7 @@ import (
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/finish"
-	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -73,7 +73,7 @@ func TestAFailingHandlerIsRetriedUntilItSucceeds(t *testing.T) {
 	var calls atomic.Int32
 	keys := make(chan string, 10)
 	_, client := setup(t, finish.Config{RetryDelay: 20 * time.Millisecond}, map[string]finish.Handler{
-		"flaky": finish.HandlerFunc(func(ctx context.Context, run *kv.Run, res finish.Result) error {
+		"flaky": finish.HandlerFunc(func(ctx context.Context, run *jetruntype.Run, res finish.Result) error {
 			keys <- finish.IdempotencyKey(res)
 			if calls.Add(1) < 3 {
 				return errors.New("not yet")
@@ -82,7 +82,7 @@ func TestAFailingHandlerIsRetriedUntilItSucceeds(t *testing.T) {
 		}),
 	})
 	detached(t, client, "flaky-run", "flaky")
-	row := jetruntest.WaitRow(t, client.Store(), "flaky-run", 20*time.Second, func(r *kv.Run) bool {
+	row := jetruntest.WaitRow(t, client.Store(), "flaky-run", 20*time.Second, func(r *jetruntype.Run) bool {
 		return !r.Delivered[events.StatusCompleted].IsZero()
 	})
 	f := row.Finishes[events.StatusCompleted]
@@ -99,7 +99,7 @@ func TestAFailingHandlerIsRetriedUntilItSucceeds(t *testing.T) {
 func TestAMalformedFinishIsDeadLettered(t *testing.T) {
 	t.Parallel()
 	nc, _ := setup(t, finish.Config{}, map[string]finish.Handler{
-		"h": finish.HandlerFunc(func(context.Context, *kv.Run, finish.Result) error { return nil }),
+		"h": finish.HandlerFunc(func(context.Context, *jetruntype.Run, finish.Result) error { return nil }),
 	})
 	ctx := context.Background()
 	js, err := jetstream.New(nc)
@@ -176,11 +176,11 @@ func TestWebhookHandlerDeliversTheFinishAsJSON(t *testing.T) {
 	if ok.key != "hook-ok.completed" || ok.body.Status != events.StatusCompleted || ok.body.Summary != "finished 1 steps" {
 		t.Fatalf("webhook call %+v", ok)
 	}
-	row := jetruntest.WaitRow(t, client.Store(), "hook-ok", 10*time.Second, func(r *kv.Run) bool { return len(r.Delivered) == 1 })
+	row := jetruntest.WaitRow(t, client.Store(), "hook-ok", 10*time.Second, func(r *jetruntype.Run) bool { return len(r.Delivered) == 1 })
 	if row.Delivered[events.StatusCompleted].IsZero() {
 		t.Fatal("not marked delivered")
 	}
-	failed := jetruntest.WaitRow(t, client.Store(), "hook-fails", 10*time.Second, func(r *kv.Run) bool {
+	failed := jetruntest.WaitRow(t, client.Store(), "hook-fails", 10*time.Second, func(r *jetruntype.Run) bool {
 		f := r.Finishes[events.StatusCompleted]
 		return f != nil && !f.FailedAt.IsZero()
 	})
@@ -195,7 +195,7 @@ func TestADeletedFinishConsumerIsRecreated(t *testing.T) {
 	t.Parallel()
 	delivered := make(chan string, 4)
 	nc, client := setup(t, finish.Config{}, map[string]finish.Handler{
-		"h": finish.HandlerFunc(func(_ context.Context, _ *kv.Run, res finish.Result) error {
+		"h": finish.HandlerFunc(func(_ context.Context, _ *jetruntype.Run, res finish.Result) error {
 			delivered <- res.RunID
 			return nil
 		}),

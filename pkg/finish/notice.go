@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/obs"
 	"github.com/jetrun/jetrun/pkg/pull"
@@ -54,14 +55,14 @@ func NoticeIdempotencyKey(n Notice) string {
 // HandleMilestone. A returned error is a failed attempt, retried with
 // backoff like a finish.
 type MilestoneHandler interface {
-	HandleMilestone(ctx context.Context, run *kv.Run, notice Notice) error
+	HandleMilestone(ctx context.Context, run *jetruntype.Run, notice Notice) error
 }
 
 // MilestoneHandlerFunc adapts a function to a MilestoneHandler.
-type MilestoneHandlerFunc func(ctx context.Context, run *kv.Run, notice Notice) error
+type MilestoneHandlerFunc func(ctx context.Context, run *jetruntype.Run, notice Notice) error
 
 // HandleMilestone calls f.
-func (f MilestoneHandlerFunc) HandleMilestone(ctx context.Context, run *kv.Run, n Notice) error {
+func (f MilestoneHandlerFunc) HandleMilestone(ctx context.Context, run *jetruntype.Run, n Notice) error {
 	return f(ctx, run, n)
 }
 
@@ -100,12 +101,12 @@ func (d *Deliverer) HandleMilestone(name string, h MilestoneHandler) {
 // HandleMilestone only, until HandleFinish replaces it.
 type noFinishHandler struct{ name string }
 
-func (n noFinishHandler) HandleFinish(context.Context, *kv.Run, Result) error {
+func (n noFinishHandler) HandleFinish(context.Context, *jetruntype.Run, Result) error {
 	return fmt.Errorf("no finish handler %s in this deliverer (only HandleMilestone)", n.name)
 }
 
 // HandleMilestoneFunc registers f; see HandleMilestone.
-func (d *Deliverer) HandleMilestoneFunc(name string, f func(ctx context.Context, run *kv.Run, n Notice) error) {
+func (d *Deliverer) HandleMilestoneFunc(name string, f func(ctx context.Context, run *jetruntype.Run, n Notice) error) {
 	d.HandleMilestone(name, MilestoneHandlerFunc(f))
 }
 
@@ -186,7 +187,7 @@ func (d *Deliverer) recordNotice(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 	if cur, recorded := row.Notices[m.Name]; !recorded || cur.Milestone.Sequence > m.Sequence {
-		if row, _, err = d.store.Mutate(ctx, m.RunID, func(r *kv.Run) error { return r.OweNotice(m, time.Now()) }); err != nil {
+		if row, _, err = d.store.Mutate(ctx, m.RunID, func(r *jetruntype.Run) error { return r.OweNotice(m, time.Now()) }); err != nil {
 			if errors.Is(err, kv.ErrRunNotFound) {
 				_ = msg.Ack()
 				return
@@ -204,7 +205,7 @@ func (d *Deliverer) recordNotice(ctx context.Context, msg jetstream.Msg) {
 			return
 		}
 		if ack != nil && ack.Sequence != row.Notices[m.Name].Seq {
-			_, _, _ = d.store.Mutate(ctx, m.RunID, func(r *kv.Run) error { return r.RecordNoticeSeq(m.Name, ack.Sequence) })
+			_, _, _ = d.store.Mutate(ctx, m.RunID, func(r *jetruntype.Run) error { return r.RecordNoticeSeq(m.Name, ack.Sequence) })
 
 		}
 	}
@@ -236,7 +237,7 @@ func (d *Deliverer) deliverNotice(ctx context.Context, name string, msg jetstrea
 	err := d.invokeNotice(ctx, name, msg, row, n)
 	if err == nil {
 		now := time.Now()
-		row, _, err := d.store.MutateFrom(ctx, n.RunID, row, rev, func(r *kv.Run) error {
+		row, _, err := d.store.MutateFrom(ctx, n.RunID, row, rev, func(r *jetruntype.Run) error {
 			return r.NoticeDelivered(ms, now)
 		})
 		if err != nil {
@@ -271,7 +272,7 @@ func (d *Deliverer) deliverNotice(ctx context.Context, name string, msg jetstrea
 
 // claimNotice reads the row and takes the notice's delivery; it settles msg
 // itself and returns false when there is nothing to deliver now.
-func (d *Deliverer) claimNotice(ctx context.Context, log *slog.Logger, msg jetstream.Msg, n Notice) (*kv.Run, uint64, bool) {
+func (d *Deliverer) claimNotice(ctx context.Context, log *slog.Logger, msg jetstream.Msg, n Notice) (*jetruntype.Run, uint64, bool) {
 	ms := n.Milestone.Name
 	for try := 0; try < 10; try++ {
 		row, rev, err := d.store.Get(ctx, n.RunID)
@@ -286,10 +287,10 @@ func (d *Deliverer) claimNotice(ctx context.Context, log *slog.Logger, msg jetst
 		}
 		now := time.Now()
 		switch check, wait := row.CheckNotice(ms, now); check {
-		case kv.DeliveryDone:
+		case jetruntype.DeliveryDone:
 			_ = msg.Ack()
 			return nil, 0, false
-		case kv.DeliveryLater:
+		case jetruntype.DeliveryLater:
 			_ = msg.NakWithDelay(wait + time.Duration(rand.Int64N(int64(250*time.Millisecond))))
 			return nil, 0, false
 		}
@@ -311,7 +312,7 @@ func (d *Deliverer) claimNotice(ctx context.Context, log *slog.Logger, msg jetst
 }
 
 // invokeNotice runs the milestone handler name on n; see call.
-func (d *Deliverer) invokeNotice(ctx context.Context, name string, msg jetstream.Msg, row *kv.Run, n Notice) error {
+func (d *Deliverer) invokeNotice(ctx context.Context, name string, msg jetstream.Msg, row *jetruntype.Run, n Notice) error {
 	h := d.milestoneHandler(name)
 	if h == nil {
 		return fmt.Errorf("handler %s does not handle milestone notices", name)
@@ -323,14 +324,14 @@ func (d *Deliverer) invokeNotice(ctx context.Context, name string, msg jetstream
 
 // releaseNotice drops the claim after a failed attempt; with failed it also
 // records that delivery was given up.
-func (d *Deliverer) releaseNotice(log *slog.Logger, n Notice, cause error, failed bool) *kv.Run {
+func (d *Deliverer) releaseNotice(log *slog.Logger, n Notice, cause error, failed bool) *jetruntype.Run {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var text string
 	if cause != nil {
 		text = cause.Error()
 	}
-	row, _, err := d.store.Mutate(ctx, n.RunID, func(r *kv.Run) error {
+	row, _, err := d.store.Mutate(ctx, n.RunID, func(r *jetruntype.Run) error {
 		return r.ReleaseNotice(n.Milestone.Name, text, failed, time.Now())
 	})
 	if err != nil && !errors.Is(err, kv.ErrRunNotFound) {
@@ -446,7 +447,7 @@ func (d *Deliverer) catchUpNotices(ctx context.Context, log *slog.Logger, runID 
 		}
 		var added []string
 		if len(found) > 0 {
-			row, _, err = d.store.Mutate(ctx, runID, func(r *kv.Run) error {
+			row, _, err = d.store.Mutate(ctx, runID, func(r *jetruntype.Run) error {
 				added = added[:0]
 				for _, m := range found {
 					if r.OweNotice(m, time.Now()) == nil && !slices.Contains(added, m.Name) {

@@ -15,7 +15,7 @@ import (
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/finish"
-	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -97,7 +97,7 @@ func dispatchSteps(t *testing.T, c *parent.Client, id string, names, listed []st
 
 // settled says the run is final with its finish delivered and every notice
 // of its ledger delivered (notices go out before the finish).
-func settled(r *kv.Run) bool {
+func settled(r *jetruntype.Run) bool {
 	return jetruntest.Final(r) && !r.Delivered[r.Status].IsZero() && len(r.PendingNotices()) == 0
 }
 
@@ -110,14 +110,14 @@ func TestMilestoneNoticesReachAGoHandlerOncePerName(t *testing.T) {
 	client := setupMilestones(t, func(d *finish.Deliverer) {
 		// The milestone handler first: HandleFinish then takes its place
 		// for finishes.
-		d.HandleMilestoneFunc("h", func(_ context.Context, run *kv.Run, n finish.Notice) error {
+		d.HandleMilestoneFunc("h", func(_ context.Context, run *jetruntype.Run, n finish.Notice) error {
 			if n.Kind != events.KindMilestoneNotice || n.Handler != "h" || run.ID != n.RunID {
 				return errors.New("bad notice")
 			}
 			h.add(finish.NoticeIdempotencyKey(n), n.Milestone.Sequence)
 			return nil
 		})
-		d.HandleFinishFunc("h", func(_ context.Context, _ *kv.Run, res finish.Result) error {
+		d.HandleFinishFunc("h", func(_ context.Context, _ *jetruntype.Run, res finish.Result) error {
 			h.add(finish.IdempotencyKey(res), 0)
 			return nil
 		})
@@ -188,7 +188,7 @@ func TestMilestoneNoticesReachAWebhook(t *testing.T) {
 func TestOnMilestonesAreValidated(t *testing.T) {
 	t.Parallel()
 	client := setupMilestones(t, func(d *finish.Deliverer) {
-		d.HandleFinishFunc("h", func(context.Context, *kv.Run, finish.Result) error { return nil })
+		d.HandleFinishFunc("h", func(context.Context, *jetruntype.Run, finish.Result) error { return nil })
 	})
 	for _, det := range []*events.Detached{
 		{OnFinish: "h", OnMilestones: []string{"a.b"}},

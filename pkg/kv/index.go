@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/jsfault"
 )
 
@@ -39,7 +40,7 @@ const (
 
 // indexKeys are r's keys in the index: the run's own, and its entry under
 // its parent.
-func indexKeys(r *Run) []string {
+func indexKeys(r *jetruntype.Run) []string {
 	keys := []string{indexRunPrefix + r.ID}
 	if r.Parent != "" {
 		keys = append(keys, indexChildPrefix+r.Parent+"."+r.ID)
@@ -47,7 +48,7 @@ func indexKeys(r *Run) []string {
 	return keys
 }
 
-func (s *Store) index(ctx context.Context, r *Run) error {
+func (s *Store) index(ctx context.Context, r *jetruntype.Run) error {
 	val := []byte(r.AgentType)
 	for _, k := range indexKeys(r) {
 		if _, err := s.active.Create(ctx, k, val); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
@@ -58,7 +59,7 @@ func (s *Store) index(ctx context.Context, r *Run) error {
 }
 
 // Unindex removes r's index entries; call it once r is settled.
-func (s *Store) Unindex(ctx context.Context, r *Run) error {
+func (s *Store) Unindex(ctx context.Context, r *jetruntype.Run) error {
 	for _, k := range indexKeys(r) {
 		if err := s.active.Purge(ctx, k, jetstream.PurgeTTL(indexMarkerTTL)); err != nil {
 			return fmt.Errorf("kv: unindex run %s: %w", r.ID, err)
@@ -70,7 +71,7 @@ func (s *Store) Unindex(ctx context.Context, r *Run) error {
 // UnindexIfSettled removes r's index entries if r is settled (nil is
 // ignored). The reconciler removes settled runs too; doing it at once spares
 // it the look.
-func (s *Store) UnindexIfSettled(ctx context.Context, r *Run) error {
+func (s *Store) UnindexIfSettled(ctx context.Context, r *jetruntype.Run) error {
 	if r == nil || r.Unindexed || !r.Settled() {
 		return nil
 	}
@@ -140,7 +141,7 @@ const clearedPrefix = "cleared."
 // stream's position at the erase, so a copy of the old dispatch still around
 // cannot bring the run back, while a new dispatch of the same id (published
 // later) starts it afresh. Callers erase only runs that are no longer live.
-func (s *Store) Erase(ctx context.Context, js jetstream.JetStream, ns events.Namespace, r *Run) error {
+func (s *Store) Erase(ctx context.Context, js jetstream.JetStream, ns events.Namespace, r *jetruntype.Run) error {
 	dispatch, err := js.Stream(ctx, ns.DispatchStream())
 	if err != nil {
 		return fmt.Errorf("kv: erase run %s: bind dispatch stream: %w", r.ID, err)

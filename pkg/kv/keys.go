@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // Concurrency keys. Runs submitted under one key (Run.ConcurrencyKey) never
@@ -69,7 +70,7 @@ type Held struct {
 // ErrKeyBusy when the key is taken. A queued debounce run gets a wake-up
 // dispatch that a worker holds back until its quiet window ends, unless
 // held is r's own dispatch.
-func (s *Store) Submit(ctx context.Context, ns events.Namespace, r *Run, held Held) (*Run, error) {
+func (s *Store) Submit(ctx context.Context, ns events.Namespace, r *jetruntype.Run, held Held) (*jetruntype.Run, error) {
 	key, strategy := r.ConcurrencyKey, r.Strategy.Or()
 	if strategy == events.StrategyDrop {
 		busy, err := s.KeyBusy(ctx, key)
@@ -141,8 +142,8 @@ func keyBusy(key string) error {
 // again (at the end of the key's queue) instead of starting at once, so it
 // never runs alongside the key's holder. Of concurrent callers one
 // requeues it; the others get the row as it is.
-func (s *Store) Requeue(ctx context.Context, ns events.Namespace, id string) (*Run, error) {
-	row, _, err := s.Mutate(ctx, id, func(r *Run) error {
+func (s *Store) Requeue(ctx context.Context, ns events.Namespace, id string) (*jetruntype.Run, error) {
+	row, _, err := s.Mutate(ctx, id, func(r *jetruntype.Run) error {
 		if r.Status != events.StatusInterrupted || r.ChildStillRunning || r.ConcurrencyKey == "" {
 			return ErrNoChange
 		}
@@ -169,7 +170,7 @@ func (s *Store) Requeue(ctx context.Context, ns events.Namespace, id string) (*R
 // RepairKey makes sure the queued run r has its entry in its key's queue
 // (a submitter that died between the two writes left it without one), then
 // advances the key. The reconciler calls it for every queued run.
-func (s *Store) RepairKey(ctx context.Context, ns events.Namespace, r *Run) error {
+func (s *Store) RepairKey(ctx context.Context, ns events.Namespace, r *jetruntype.Run) error {
 	if r.ConcurrencyKey == "" {
 		return nil
 	}
@@ -181,7 +182,7 @@ func (s *Store) RepairKey(ctx context.Context, ns events.Namespace, r *Run) erro
 
 // EnsureQueued enters the queued run r in its key's queue unless it is
 // there already.
-func (s *Store) EnsureQueued(ctx context.Context, r *Run) error {
+func (s *Store) EnsureQueued(ctx context.Context, r *jetruntype.Run) error {
 	if r.ConcurrencyKey == "" || r.Status != events.StatusQueued {
 		return nil
 	}
@@ -269,7 +270,7 @@ func (s *Store) AdvanceKey(ctx context.Context, ns events.Namespace, key string,
 		if err != nil {
 			return err
 		}
-		var next *Run
+		var next *jetruntype.Run
 		for _, e := range queue {
 			row, _, err := s.Get(ctx, e.id)
 			if errors.Is(err, ErrRunNotFound) {
@@ -316,8 +317,8 @@ func (s *Store) AdvanceKey(ctx context.Context, ns events.Namespace, key string,
 // promote starts h, which holds its key: queued → starting (a merge run
 // takes the inputs of the merge runs queued behind it), then publishes its
 // dispatch unless held is it.
-func (s *Store) promote(ctx context.Context, ns events.Namespace, h *Run, held Held) error {
-	var merged []*Run
+func (s *Store) promote(ctx context.Context, ns events.Namespace, h *jetruntype.Run, held Held) error {
+	var merged []*jetruntype.Run
 	if h.Strategy == events.StrategyMerge {
 		var err error
 		if merged, err = s.mergeCandidates(ctx, h); err != nil {
@@ -325,7 +326,7 @@ func (s *Store) promote(ctx context.Context, ns events.Namespace, h *Run, held H
 		}
 	}
 	promoted := false
-	row, _, err := s.Mutate(ctx, h.ID, func(r *Run) error {
+	row, _, err := s.Mutate(ctx, h.ID, func(r *jetruntype.Run) error {
 		if r.Status != events.StatusQueued {
 			return ErrNoChange
 		}
@@ -374,7 +375,7 @@ func (s *Store) promote(ctx context.Context, ns events.Namespace, h *Run, held H
 		return err
 	}
 	s.dequeue(ctx, h.ConcurrencyKey, h.ID)
-	_, _, err = s.Mutate(ctx, row.ID, func(r *Run) error {
+	_, _, err = s.Mutate(ctx, row.ID, func(r *jetruntype.Run) error {
 		if r.Status != events.StatusStarting || r.DispatchSeq != 0 {
 			return ErrNoChange
 		}
@@ -386,12 +387,12 @@ func (s *Store) promote(ctx context.Context, ns events.Namespace, h *Run, held H
 
 // mergeCandidates returns the merge runs queued right behind h in its key's
 // queue (up to the first queued run of another strategy).
-func (s *Store) mergeCandidates(ctx context.Context, h *Run) ([]*Run, error) {
+func (s *Store) mergeCandidates(ctx context.Context, h *jetruntype.Run) ([]*jetruntype.Run, error) {
 	queue, err := s.keyQueue(ctx, h.ConcurrencyKey)
 	if err != nil {
 		return nil, err
 	}
-	var out []*Run
+	var out []*jetruntype.Run
 	behind := false
 	for _, e := range queue {
 		if e.id == h.ID {
@@ -421,9 +422,9 @@ func (s *Store) mergeCandidates(ctx context.Context, h *Run) ([]*Run, error) {
 
 // finishMerge ends the runs h carries (h.Merged) aborted, reason merged,
 // and drops their queue entries. It is idempotent.
-func (s *Store) finishMerge(ctx context.Context, ns events.Namespace, h *Run) error {
+func (s *Store) finishMerge(ctx context.Context, ns events.Namespace, h *jetruntype.Run) error {
 	for _, id := range h.Merged {
-		row, _, err := s.Mutate(ctx, id, func(r *Run) error {
+		row, _, err := s.Mutate(ctx, id, func(r *jetruntype.Run) error {
 			if r.Status != events.StatusQueued {
 				return ErrNoChange
 			}
@@ -457,7 +458,7 @@ func (s *Store) supersede(ctx context.Context, ns events.Namespace, key, by stri
 		if e.rev >= pos || e.id == by {
 			continue
 		}
-		row, _, err := s.Mutate(ctx, e.id, func(r *Run) error {
+		row, _, err := s.Mutate(ctx, e.id, func(r *jetruntype.Run) error {
 			if r.Status != events.StatusQueued {
 				return ErrNoChange
 			}
@@ -484,7 +485,7 @@ func (s *Store) supersede(ctx context.Context, ns events.Namespace, key, by stri
 
 // withdraw removes a drop submit that lost the key: its row (still queued
 // at rev) and its queue entry.
-func (s *Store) withdraw(ctx context.Context, r *Run, rev uint64) error {
+func (s *Store) withdraw(ctx context.Context, r *jetruntype.Run, rev uint64) error {
 	err := s.kv.Purge(ctx, r.ID, jetstream.LastRevision(rev), jetstream.PurgeTTL(markerTTL))
 	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
 		return fmt.Errorf("kv: withdraw run %s: %w", r.ID, ErrConflict)
@@ -498,13 +499,13 @@ func (s *Store) withdraw(ctx context.Context, r *Run, rev uint64) error {
 
 // settle announces a run a strategy ended and removes it from the index
 // when nothing more is owed; failures are repaired by the reconciler.
-func (s *Store) settle(ctx context.Context, ns events.Namespace, r *Run) {
+func (s *Store) settle(ctx context.Context, ns events.Namespace, r *jetruntype.Run) {
 	if err := PublishTransition(ctx, s.js, ns, r, ""); err == nil {
 		_ = s.UnindexIfSettled(ctx, r)
 	}
 }
 
-func (s *Store) publishDispatch(ctx context.Context, ns events.Namespace, r *Run, msgID string) (uint64, error) {
+func (s *Store) publishDispatch(ctx context.Context, ns events.Namespace, r *jetruntype.Run, msgID string) (uint64, error) {
 	data, err := json.Marshal(r.Dispatch())
 	if err != nil {
 		return 0, fmt.Errorf("kv: encode dispatch of run %s: %w", r.ID, err)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -69,7 +70,7 @@ func leaderLast(ctx context.Context, nc *nats.Conn, stream, subject string) (*je
 
 // confirmMissing asks the leader of the runs bucket for the row a direct
 // get did not find. It returns the row, or ErrRunNotFound.
-func (s *Store) confirmMissing(ctx context.Context, id string) (*Run, uint64, error) {
+func (s *Store) confirmMissing(ctx context.Context, id string) (*jetruntype.Run, uint64, error) {
 	if s.replicas <= 1 {
 		return nil, 0, fmt.Errorf("kv: get run %s: %w", id, ErrRunNotFound)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // On a replicated bucket a row a direct get missed is looked up on the
@@ -26,7 +27,7 @@ func TestLeaderConfirmsAMissOnAThreeNodeCluster(t *testing.T) {
 	if s.replicas != 3 {
 		t.Fatalf("store sees %d replicas, want 3", s.replicas)
 	}
-	r := &Run{ID: "lc1", AgentType: "demo", Status: events.StatusStarting, CreatedAt: time.Now(), Unindexed: true}
+	r := &jetruntype.Run{ID: "lc1", AgentType: "demo", Status: events.StatusStarting, CreatedAt: time.Now(), Unindexed: true}
 	rev, err := s.Create(ctx, r)
 	if err != nil {
 		t.Fatal(err)

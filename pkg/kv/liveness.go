@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/jsfault"
 )
 
@@ -143,7 +144,7 @@ func (s *Store) WorkerAlive(ctx context.Context, worker, epoch string) (bool, er
 // HolderAlive reports whether a live worker holds r: r names a worker and
 // that worker's liveness key exists with the epoch on r. A row claimed
 // without an epoch (an older worker) is held until its leaseUntil.
-func (s *Store) HolderAlive(ctx context.Context, r *Run) (bool, error) {
+func (s *Store) HolderAlive(ctx context.Context, r *jetruntype.Run) (bool, error) {
 	if r.Worker == "" {
 		return false, nil
 	}
@@ -219,7 +220,7 @@ func (ws *Workers) loop(ctx context.Context, s *Store) {
 
 // Alive reports whether a live worker holds r (see Store.HolderAlive), from
 // the followed keys.
-func (ws *Workers) Alive(r *Run) bool {
+func (ws *Workers) Alive(r *jetruntype.Run) bool {
 	if r.Worker == "" {
 		return false
 	}

@@ -9,28 +9,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
-
-// NoticeMessage is the notice of milestone name, if r records one.
-func (r *Run) NoticeMessage(name string) (events.MilestoneNotice, bool) {
-	n := r.Notices[name]
-	if n == nil || r.Detached == nil || r.Detached.OnFinish == "" {
-		return events.MilestoneNotice{}, false
-	}
-	row, err := json.Marshal(r)
-	if err != nil {
-		return events.MilestoneNotice{}, false
-	}
-	return events.MilestoneNotice{
-		Kind: events.KindMilestoneNotice, RunID: r.ID, Handler: r.Detached.OnFinish,
-		Milestone: n.Milestone, Run: row,
-	}, true
-}
 
 // PublishNoticeAck publishes the notice of r's milestone name to
 // jetrun.finish.<handler> with Nats-Msg-Id <runId>.milestone.<name> and
 // returns the stream's answer (nil if r records no such notice).
-func PublishNoticeAck(ctx context.Context, js jetstream.JetStream, ns events.Namespace, r *Run, name string) (*jetstream.PubAck, error) {
+func PublishNoticeAck(ctx context.Context, js jetstream.JetStream, ns events.Namespace, r *jetruntype.Run, name string) (*jetstream.PubAck, error) {
 	n, ok := r.NoticeMessage(name)
 	if !ok {
 		return nil, nil

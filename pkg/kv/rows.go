@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"iter"
 
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -15,7 +16,7 @@ type RowChange struct {
 	ID string
 	// Run is the row as written, nil when it was removed (or is not a row
 	// this version can read).
-	Run      *Run
+	Run      *jetruntype.Run
 	Revision uint64
 	// Loaded marks the end of the initial state: every row that existed
 	// when the watch started has been delivered before it.

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/jsfault"
 )
 
@@ -27,7 +28,7 @@ var (
 	ErrConflict = errors.New("run row changed concurrently")
 	// ErrNoChange may be returned by a Mutate function to leave the row as it
 	// is; Mutate then returns the current row and a nil error.
-	ErrNoChange = errors.New("no change")
+	ErrNoChange = jetruntype.ErrNoChange
 	// ErrCorruptRow is returned when a stored row is not valid JSON.
 	ErrCorruptRow = errors.New("corrupt run row")
 )
@@ -129,7 +130,7 @@ func openBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyVa
 }
 
 // Get returns the row of run id and its revision, or ErrRunNotFound.
-func (s *Store) Get(ctx context.Context, id string) (*Run, uint64, error) {
+func (s *Store) Get(ctx context.Context, id string) (*jetruntype.Run, uint64, error) {
 	r, rev, err := s.Lookup(ctx, id)
 	if errors.Is(err, ErrRunNotFound) {
 		return s.confirmMissing(ctx, id)
@@ -142,7 +143,7 @@ func (s *Store) Get(ctx context.Context, id string) (*Run, uint64, error) {
 // It is for a read whose miss is followed by a Create, whose
 // compare-and-set catches such a row, so the common miss costs one round
 // trip.
-func (s *Store) Lookup(ctx context.Context, id string) (*Run, uint64, error) {
+func (s *Store) Lookup(ctx context.Context, id string) (*jetruntype.Run, uint64, error) {
 	if err := events.ValidateID(id); err != nil {
 		return nil, 0, fmt.Errorf("kv: get run: %w", err)
 	}
@@ -164,7 +165,7 @@ func (s *Store) Lookup(ctx context.Context, id string) (*Run, uint64, error) {
 // r.Unindexed, the run is entered in the active-run index first, so such a
 // row that is not settled always has an index entry (an entry without a
 // row, left by a crash, is removed by the reconciler).
-func (s *Store) Create(ctx context.Context, r *Run) (uint64, error) {
+func (s *Store) Create(ctx context.Context, r *jetruntype.Run) (uint64, error) {
 	if err := events.ValidateID(r.ID); err != nil {
 		return 0, fmt.Errorf("kv: create run: %w", err)
 	}
@@ -189,7 +190,7 @@ func (s *Store) Create(ctx context.Context, r *Run) (uint64, error) {
 
 // Delete removes the row of run id and its index entries. Watchers see a
 // purge; the marker it leaves expires after a minute.
-func (s *Store) Delete(ctx context.Context, r *Run) error {
+func (s *Store) Delete(ctx context.Context, r *jetruntype.Run) error {
 	if err := s.kv.Purge(ctx, r.ID, jetstream.PurgeTTL(markerTTL)); err != nil {
 		return fmt.Errorf("kv: delete run %s: %w", r.ID, err)
 	}
@@ -198,7 +199,7 @@ func (s *Store) Delete(ctx context.Context, r *Run) error {
 
 // Update writes r if the stored row is still at revision rev, and returns the
 // new revision. It returns ErrConflict if the row changed meanwhile.
-func (s *Store) Update(ctx context.Context, r *Run, rev uint64) (uint64, error) {
+func (s *Store) Update(ctx context.Context, r *jetruntype.Run, rev uint64) (uint64, error) {
 	data, err := json.Marshal(r)
 	if err != nil {
 		return 0, fmt.Errorf("kv: encode run %s: %w", r.ID, err)
@@ -225,9 +226,9 @@ func (s *Store) Update(ctx context.Context, r *Run, rev uint64) (uint64, error) 
 // that already carries its change. Returning ErrNoChange leaves the row
 // untouched and makes Mutate return the current row with a nil error; any
 // other error is returned as is.
-func (s *Store) Mutate(ctx context.Context, id string, fn func(*Run) error) (*Run, uint64, error) {
+func (s *Store) Mutate(ctx context.Context, id string, fn func(*jetruntype.Run) error) (*jetruntype.Run, uint64, error) {
 	var (
-		row       *Run
+		row       *jetruntype.Run
 		rev       uint64
 		conflicts int
 	)
@@ -283,7 +284,7 @@ func (s *Store) Mutate(ctx context.Context, id string, fn func(*Run) error) (*Ru
 // a copy of known; if that write loses a race, or fn rejects known (which
 // may be stale), Mutate re-reads the row and decides. A nil known reads
 // first, exactly as Mutate.
-func (s *Store) MutateFrom(ctx context.Context, id string, known *Run, rev uint64, fn func(*Run) error) (*Run, uint64, error) {
+func (s *Store) MutateFrom(ctx context.Context, id string, known *jetruntype.Run, rev uint64, fn func(*jetruntype.Run) error) (*jetruntype.Run, uint64, error) {
 	if known == nil {
 		return s.Mutate(ctx, id, fn)
 	}
@@ -306,13 +307,13 @@ func (s *Store) MutateFrom(ctx context.Context, id string, known *Run, rev uint6
 
 // List returns every row for which keep returns true (all rows when keep is
 // nil), reading the bucket in one pass.
-func (s *Store) List(ctx context.Context, keep func(*Run) bool) ([]*Run, error) {
+func (s *Store) List(ctx context.Context, keep func(*jetruntype.Run) bool) ([]*jetruntype.Run, error) {
 	w, err := s.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
 		return nil, fmt.Errorf("kv: list runs: %w", err)
 	}
 	defer w.Stop()
-	var out []*Run
+	var out []*jetruntype.Run
 	for {
 		select {
 		case <-ctx.Done():
@@ -337,8 +338,8 @@ func (s *Store) List(ctx context.Context, keep func(*Run) bool) ([]*Run, error) 
 
 // Decode decodes the row stored under key (a row written without its id
 // takes the key's). Undecodable data is ErrCorruptRow.
-func Decode(key string, data []byte) (*Run, error) {
-	var r Run
+func Decode(key string, data []byte) (*jetruntype.Run, error) {
+	var r jetruntype.Run
 	if err := json.Unmarshal(data, &r); err != nil {
 		return nil, fmt.Errorf("kv: run %s: %w: %v", key, ErrCorruptRow, err)
 	}

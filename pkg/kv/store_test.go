@@ -13,6 +13,7 @@ import (
 
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
 )
 
@@ -27,8 +28,8 @@ func openStore(t *testing.T, js jetstream.JetStream, replicas int) *kv.Store {
 	return s
 }
 
-func newRun(id string) *kv.Run {
-	return &kv.Run{ID: id, AgentType: "demo", Status: events.StatusStarting, CreatedAt: time.Now()}
+func newRun(id string) *jetruntype.Run {
+	return &jetruntype.Run{ID: id, AgentType: "demo", Status: events.StatusStarting, CreatedAt: time.Now()}
 }
 
 func TestCreateGetUpdate(t *testing.T) {
@@ -92,7 +93,7 @@ func TestMutateLosesNoUpdateUnderContention(t *testing.T) {
 		wg.Go(func() {
 			for i := range each {
 				tag := fmt.Sprintf("w%d-%d", w, i)
-				_, _, err := s.Mutate(ctx, "hot", func(r *kv.Run) error {
+				_, _, err := s.Mutate(ctx, "hot", func(r *jetruntype.Run) error {
 					if r.Delivered == nil {
 						r.Delivered = map[events.Status]time.Time{}
 					}
@@ -121,15 +122,15 @@ func TestMutateNoChangeAndErrors(t *testing.T) {
 	s := openStore(t, js, 1)
 	ctx := context.Background()
 	rev, _ := s.Create(ctx, newRun("m"))
-	row, got, err := s.Mutate(ctx, "m", func(*kv.Run) error { return kv.ErrNoChange })
+	row, got, err := s.Mutate(ctx, "m", func(*jetruntype.Run) error { return kv.ErrNoChange })
 	if err != nil || got != rev || row.ID != "m" {
 		t.Fatalf("no change: %v %d", err, got)
 	}
 	boom := errors.New("boom")
-	if _, _, err := s.Mutate(ctx, "m", func(*kv.Run) error { return boom }); !errors.Is(err, boom) {
+	if _, _, err := s.Mutate(ctx, "m", func(*jetruntype.Run) error { return boom }); !errors.Is(err, boom) {
 		t.Fatalf("fn error: %v", err)
 	}
-	if _, _, err := s.Mutate(ctx, "none", func(*kv.Run) error { return nil }); !errors.Is(err, kv.ErrRunNotFound) {
+	if _, _, err := s.Mutate(ctx, "none", func(*jetruntype.Run) error { return nil }); !errors.Is(err, kv.ErrRunNotFound) {
 		t.Fatalf("missing: %v", err)
 	}
 	// A row someone wrote by hand (nats kv put) that is not JSON.
@@ -154,8 +155,8 @@ func TestMutateFromStartsWithTheKnownRowAndRecoversFromAStaleOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	known, _, _ := s.Get(ctx, "mf")
-	setSummary := func(v string) func(*kv.Run) error {
-		return func(r *kv.Run) error { r.Summary += v; return nil }
+	setSummary := func(v string) func(*jetruntype.Run) error {
+		return func(r *jetruntype.Run) error { r.Summary += v; return nil }
 	}
 	row, rev2, err := s.MutateFrom(ctx, "mf", known, rev, setSummary("a"))
 	if err != nil || row.Summary != "a" || rev2 <= rev {
@@ -167,7 +168,7 @@ func TestMutateFromStartsWithTheKnownRowAndRecoversFromAStaleOne(t *testing.T) {
 		t.Fatalf("stale known row: %+v %v", row, err)
 	}
 	// A verdict against a stale row is checked against the stored one.
-	row, _, err = s.MutateFrom(ctx, "mf", known, rev, func(r *kv.Run) error {
+	row, _, err = s.MutateFrom(ctx, "mf", known, rev, func(r *jetruntype.Run) error {
 		if r.Summary == "" {
 			return errors.New("stale")
 		}
@@ -206,7 +207,7 @@ func TestWatchSeesChangesAndDeletion(t *testing.T) {
 	if snap := next(); snap.Revision != rev || snap.Run.Status != events.StatusStarting {
 		t.Fatalf("first = %+v", snap)
 	}
-	if _, _, err := s.Mutate(ctx, "w", func(r *kv.Run) error { r.Status = events.StatusRunning; return nil }); err != nil {
+	if _, _, err := s.Mutate(ctx, "w", func(r *jetruntype.Run) error { r.Status = events.StatusRunning; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if snap := next(); snap.Run == nil || snap.Run.Status != events.StatusRunning {
@@ -235,7 +236,7 @@ func TestList(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rows, err := s.List(ctx, func(r *kv.Run) bool { return r.Status == events.StatusCompleted })
+	rows, err := s.List(ctx, func(r *jetruntype.Run) bool { return r.Status == events.StatusCompleted })
 	if err != nil || len(rows) != 3 {
 		t.Fatalf("list = %d rows, %v", len(rows), err)
 	}

@@ -9,12 +9,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/jsfault"
 )
 
 // Snapshot is one observed state of a row.
 type Snapshot struct {
-	Run      *Run // nil when Deleted
+	Run      *jetruntype.Run // nil when Deleted
 	Revision uint64
 	Deleted  bool
 }

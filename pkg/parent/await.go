@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
 )
 
@@ -27,7 +28,7 @@ type Result struct {
 	Summary string
 	Output  json.RawMessage
 	// Row is the run's final row.
-	Row *kv.Run
+	Row *jetruntype.Run
 }
 
 // DecodeOutput unmarshals the run's structured output into v.
@@ -137,7 +138,7 @@ type reattachBudget struct {
 }
 
 // check returns the failure that ends the wait at now, or nil.
-func (b *reattachBudget) check(r *kv.Run, now time.Time) *Failure {
+func (b *reattachBudget) check(r *jetruntype.Run, now time.Time) *Failure {
 	if b.window > 0 && now.Sub(b.began) > b.window {
 		return &Failure{RunID: r.ID, Status: events.StatusInterrupted, Retryable: true, Reason: events.ReasonWindowExceeded,
 			Message: fmt.Sprintf("the caller waited past its window of %s; the run is stopped", b.window)}
@@ -158,7 +159,7 @@ func (b *reattachBudget) check(r *kv.Run, now time.Time) *Failure {
 }
 
 // progressMark changes whenever the row shows a sign of progress.
-func progressMark(r *kv.Run) string {
+func progressMark(r *jetruntype.Run) string {
 	var at int64
 	if r.Progress != nil {
 		at = r.Progress.At.UnixNano()
@@ -172,7 +173,7 @@ func progressMark(r *kv.Run) string {
 func (c *Client) giveUp(ctx context.Context, id string, f *Failure) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelOnReturnTimeout)
 	defer cancel()
-	row, _, err := c.store.Mutate(ctx, id, func(r *kv.Run) error {
+	row, _, err := c.store.Mutate(ctx, id, func(r *jetruntype.Run) error {
 		if !r.Live() || r.Status == events.StatusInterrupted {
 			return kv.ErrNoChange
 		}
@@ -199,11 +200,11 @@ func (c *Client) giveUp(ctx context.Context, id string, f *Failure) {
 }
 
 // settled reports whether a waiting parent has its answer.
-func settled(r *kv.Run) bool {
+func settled(r *jetruntype.Run) bool {
 	return r.Status.Final() || (r.Status == events.StatusInterrupted && !r.ChildStillRunning)
 }
 
-func outcome(r *kv.Run) (*Result, error) {
+func outcome(r *jetruntype.Run) (*Result, error) {
 	if f := r.Failure(); f != nil {
 		return nil, f
 	}
@@ -253,7 +254,7 @@ func (c *Client) RunAll(ctx context.Context, reqs []Request) []Outcome {
 // context and ending the run "aborted". An unknown
 // run returns ErrRunNotFound. A cascade interrupted by a crash is
 // completed by the reconciler.
-func (c *Client) Cancel(ctx context.Context, id, reason string) (*kv.Run, error) {
+func (c *Client) Cancel(ctx context.Context, id, reason string) (*jetruntype.Run, error) {
 	reason = cmp.Or(reason, "cancelled by request")
 	row, err := c.cancelOne(ctx, id, reason)
 	if err != nil {
@@ -263,9 +264,9 @@ func (c *Client) Cancel(ctx context.Context, id, reason string) (*kv.Run, error)
 	return row, nil
 }
 
-func (c *Client) cancelOne(ctx context.Context, id, reason string) (*kv.Run, error) {
+func (c *Client) cancelOne(ctx context.Context, id, reason string) (*jetruntype.Run, error) {
 	aborted := false
-	row, _, err := c.store.Mutate(ctx, id, func(r *kv.Run) (err error) {
+	row, _, err := c.store.Mutate(ctx, id, func(r *jetruntype.Run) (err error) {
 		held, err := c.store.HolderAlive(ctx, r)
 		if err != nil {
 			return err
@@ -313,8 +314,8 @@ func (c *Client) cancelDescendants(ctx context.Context, id, reason string) {
 	}
 }
 
-func sortNewestFirst(rows []*kv.Run) {
-	slices.SortFunc(rows, func(a, b *kv.Run) int {
+func sortNewestFirst(rows []*jetruntype.Run) {
+	slices.SortFunc(rows, func(a, b *jetruntype.Run) int {
 		if c := b.CreatedAt.Compare(a.CreatedAt); c != 0 {
 			return c
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
 )
 
@@ -27,7 +28,7 @@ type ClearFilter struct {
 	All bool
 }
 
-func (f ClearFilter) match(r *kv.Run, now time.Time) bool {
+func (f ClearFilter) match(r *jetruntype.Run, now time.Time) bool {
 	if len(f.Statuses) > 0 && !slices.Contains(f.Statuses, r.Status) {
 		return false
 	}
@@ -58,7 +59,7 @@ func (c *Client) Clear(ctx context.Context, f ClearFilter) (int, error) {
 		}
 	}
 	now := time.Now()
-	rows, err := c.store.List(ctx, func(r *kv.Run) bool { return f.match(r, now) })
+	rows, err := c.store.List(ctx, func(r *jetruntype.Run) bool { return f.match(r, now) })
 	if err != nil {
 		return 0, fmt.Errorf("parent: clear: %w", err)
 	}
@@ -99,7 +100,7 @@ const meterWait = 5 * time.Second
 // meter), if there is one, has handled the last status event of each run,
 // so a cleared run's finish (aborted, for a run the clear cancelled) is
 // metered before its events are erased.
-func (c *Client) waitMetered(ctx context.Context, rows []*kv.Run) {
+func (c *Client) waitMetered(ctx context.Context, rows []*jetruntype.Run) {
 	if len(rows) == 0 {
 		return
 	}

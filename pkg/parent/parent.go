@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/jsfault"
 	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/obs"
@@ -60,7 +61,7 @@ var (
 // its error (errors.As), with OK false, the status, the error text, whether a
 // retry could help (only for interrupted), the reason and whether the child
 // may still be running.
-type Failure = kv.Failure
+type Failure = jetruntype.Failure
 
 // Config configures a Client. Zero values mean defaults.
 type Config struct {
@@ -297,14 +298,14 @@ func NewRunID() string {
 // between the two steps leaves a "starting" row whose dispatch the
 // reconciler publishes (or the caller's own retry, Dispatch of the same id),
 // so no run is left that never starts.
-func (c *Client) Dispatch(ctx context.Context, req Request) (*kv.Run, error) {
+func (c *Client) Dispatch(ctx context.Context, req Request) (*jetruntype.Run, error) {
 	row, _, err := c.DispatchNew(ctx, req)
 	return row, err
 }
 
 // DispatchNew is Dispatch that also reports whether this call started the
 // run (false: the run id already had a run, which is returned).
-func (c *Client) DispatchNew(ctx context.Context, req Request) (row *kv.Run, created bool, err error) {
+func (c *Client) DispatchNew(ctx context.Context, req Request) (row *jetruntype.Run, created bool, err error) {
 	d, err := req.dispatch()
 	if err != nil {
 		return nil, false, err
@@ -331,7 +332,7 @@ func (c *Client) DispatchNew(ctx context.Context, req Request) (row *kv.Run, cre
 			return nil, false, err
 		}
 	}
-	row = kv.NewRun(req.AgentType, d, 0, time.Now())
+	row = jetruntype.NewRun(req.AgentType, d, 0, time.Now())
 	err = jsfault.RetryRepair(ctx, c.cfg.DispatchRetry, c.ensure, func(ctx context.Context) error {
 		_, err := c.store.Create(ctx, row)
 		return err
@@ -358,7 +359,7 @@ func (c *Client) DispatchNew(ctx context.Context, req Request) (row *kv.Run, cre
 func (c *Client) failDispatch(ctx context.Context, id string, cause error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	row, _, err := c.store.Mutate(ctx, id, func(r *kv.Run) error {
+	row, _, err := c.store.Mutate(ctx, id, func(r *jetruntype.Run) error {
 		if r.Status != events.StatusStarting {
 			return kv.ErrNoChange
 		}
@@ -377,7 +378,7 @@ func (c *Client) failDispatch(ctx context.Context, id string, cause error) {
 // existing answers a dispatch for a run id that has a row: the same run,
 // never a second execution. A row still "starting" whose dispatch message is
 // gone gets it published again.
-func (c *Client) existing(ctx context.Context, row *kv.Run, req Request) (*kv.Run, error) {
+func (c *Client) existing(ctx context.Context, row *jetruntype.Run, req Request) (*jetruntype.Run, error) {
 	if row.AgentType != req.AgentType {
 		return nil, fmt.Errorf("parent: dispatch run %s as %s: %w (%s)", row.ID, req.AgentType, ErrRunIDConflict, row.AgentType)
 	}
@@ -403,7 +404,7 @@ func (c *Client) existing(ctx context.Context, row *kv.Run, req Request) (*kv.Ru
 	if err != nil {
 		return nil, fmt.Errorf("parent: dispatch run %s: %w: %w", row.ID, ErrDispatchFailed, err)
 	}
-	next, _, err := c.store.Mutate(ctx, row.ID, func(r *kv.Run) error {
+	next, _, err := c.store.Mutate(ctx, row.ID, func(r *jetruntype.Run) error {
 		if r.Status != events.StatusStarting {
 			return kv.ErrNoChange
 		}
@@ -420,9 +421,9 @@ func (c *Client) existing(ctx context.Context, row *kv.Run, req Request) (*kv.Ru
 // attempt that keeps its milestones (retryable means just that). Exactly
 // one of concurrent callers moves the row back to "starting" and publishes
 // the dispatch; the others find it starting (or further) and re-attach.
-func (c *Client) resume(ctx context.Context, row *kv.Run) (*kv.Run, error) {
+func (c *Client) resume(ctx context.Context, row *jetruntype.Run) (*jetruntype.Run, error) {
 	resumed := false
-	next, _, err := c.store.Mutate(ctx, row.ID, func(r *kv.Run) error {
+	next, _, err := c.store.Mutate(ctx, row.ID, func(r *jetruntype.Run) error {
 		if r.Status != events.StatusInterrupted || r.ChildStillRunning {
 			return kv.ErrNoChange
 		}
@@ -443,7 +444,7 @@ func (c *Client) resume(ctx context.Context, row *kv.Run) (*kv.Run, error) {
 		// publishes it, as for a parent that died between the two.
 		return nil, fmt.Errorf("parent: resume run %s: %w: %w", row.ID, ErrDispatchFailed, err)
 	}
-	next, _, err = c.store.Mutate(ctx, row.ID, func(r *kv.Run) error {
+	next, _, err = c.store.Mutate(ctx, row.ID, func(r *jetruntype.Run) error {
 		if r.Status != events.StatusStarting {
 			return kv.ErrNoChange
 		}
@@ -541,18 +542,18 @@ func (c *Client) checkAgentType(ctx context.Context, agentType string) error {
 
 // get reads the row of run id, retrying transient faults for at most
 // DispatchRetry.
-func (c *Client) get(ctx context.Context, id string) (*kv.Run, uint64, error) {
+func (c *Client) get(ctx context.Context, id string) (*jetruntype.Run, uint64, error) {
 	return c.read(ctx, id, c.store.Get)
 }
 
 // lookup is get for the check before a create: a miss is not confirmed on
 // the leader (kv.Store.Lookup), since the create's compare-and-set catches
 // a row a replica missed.
-func (c *Client) lookup(ctx context.Context, id string) (*kv.Run, uint64, error) {
+func (c *Client) lookup(ctx context.Context, id string) (*jetruntype.Run, uint64, error) {
 	return c.read(ctx, id, c.store.Lookup)
 }
 
-func (c *Client) read(ctx context.Context, id string, get func(context.Context, string) (*kv.Run, uint64, error)) (row *kv.Run, rev uint64, err error) {
+func (c *Client) read(ctx context.Context, id string, get func(context.Context, string) (*jetruntype.Run, uint64, error)) (row *jetruntype.Run, rev uint64, err error) {
 	err = jsfault.RetryRepair(ctx, c.cfg.DispatchRetry, c.ensure, func(ctx context.Context) error {
 		row, rev, err = get(ctx, id)
 		return err
@@ -570,7 +571,7 @@ func (c *Client) fault(ctx context.Context, msg string, err error, args ...any) 
 
 // Inspect returns the run's row, or nil (and no error) when there is no
 // record of it yet.
-func (c *Client) Inspect(ctx context.Context, id string) (*kv.Run, error) {
+func (c *Client) Inspect(ctx context.Context, id string) (*jetruntype.Run, error) {
 	row, _, err := c.get(ctx, id)
 	if errors.Is(err, kv.ErrRunNotFound) {
 		return nil, nil
@@ -593,8 +594,8 @@ func (c *Client) HasRun(ctx context.Context, id string) (bool, error) {
 
 // List returns the rows with one of statuses (every row when none is
 // given), newest first.
-func (c *Client) List(ctx context.Context, statuses ...events.Status) ([]*kv.Run, error) {
-	rows, err := c.store.List(ctx, func(r *kv.Run) bool {
+func (c *Client) List(ctx context.Context, statuses ...events.Status) ([]*jetruntype.Run, error) {
+	rows, err := c.store.List(ctx, func(r *jetruntype.Run) bool {
 		if len(statuses) == 0 {
 			return true
 		}
@@ -614,7 +615,7 @@ func (c *Client) List(ctx context.Context, statuses ...events.Status) ([]*kv.Run
 
 // announce publishes the status event (and finish) of a transition this
 // client made. A failure is logged: the reconciler republishes owed finishes.
-func (c *Client) announce(ctx context.Context, r *kv.Run) {
+func (c *Client) announce(ctx context.Context, r *jetruntype.Run) {
 	if err := kv.PublishTransition(ctx, c.js, c.cfg.Namespace, r, ""); err != nil {
 		c.fault(ctx, "announce transition", err, "run_id", r.ID, "status", r.Status)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
@@ -127,7 +128,7 @@ func TestRunReattachesToALiveRun(t *testing.T) {
 	if err != nil || !created || row.Status.Final() {
 		t.Fatalf("dispatch: %+v %v %v", row, created, err)
 	}
-	jetruntest.WaitRow(t, b.store, "live", 10*time.Second, func(r *kv.Run) bool { return r.Status == events.StatusRunning })
+	jetruntest.WaitRow(t, b.store, "live", 10*time.Second, func(r *jetruntype.Run) bool { return r.Status == events.StatusRunning })
 
 	done := make(chan error, 2)
 	for range 2 {
@@ -172,7 +173,7 @@ func TestCancel(t *testing.T) {
 		if _, err := b.client.Dispatch(ctx, parent.Request{AgentType: "gated", RunID: "c1", Input: 1}); err != nil {
 			t.Fatal(err)
 		}
-		jetruntest.WaitRow(t, b.store, "c1", 10*time.Second, func(r *kv.Run) bool { return r.Status == events.StatusRunning })
+		jetruntest.WaitRow(t, b.store, "c1", 10*time.Second, func(r *jetruntype.Run) bool { return r.Status == events.StatusRunning })
 		start := time.Now()
 		for range 3 {
 			if _, err := b.client.Cancel(ctx, "c1", "user pressed stop"); err != nil {
@@ -244,7 +245,7 @@ func TestCallerContextCancelsTheChild(t *testing.T) {
 		_, err := b.client.Run(ctx, parent.Request{AgentType: "gated", RunID: "cc", Input: 1})
 		errc <- err
 	}()
-	jetruntest.WaitRow(t, b.store, "cc", 10*time.Second, func(r *kv.Run) bool { return r.Status == events.StatusRunning })
+	jetruntest.WaitRow(t, b.store, "cc", 10*time.Second, func(r *jetruntype.Run) bool { return r.Status == events.StatusRunning })
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("run: %v", err)
@@ -316,7 +317,7 @@ func TestStartingRowLeftByADeadCallerIsDispatchedAgain(t *testing.T) {
 	b := setup(t)
 	ctx := ctxT(t)
 	// The caller created the row and died before publishing.
-	if _, err := b.store.Create(ctx, &kv.Run{
+	if _, err := b.store.Create(ctx, &jetruntype.Run{
 		ID: "orphan", AgentType: "demo", Status: events.StatusStarting, CreatedAt: time.Now(),
 		Input: []byte(`{"steps":1,"stepMs":0}`),
 	}); err != nil {

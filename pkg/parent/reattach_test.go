@@ -9,7 +9,7 @@ import (
 	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -114,7 +114,7 @@ func TestWindowExceededThenRetryResumesOnce(t *testing.T) {
 	if !ok || f.Status != events.StatusInterrupted || f.Reason != events.ReasonWindowExceeded || f.ChildStillRunning || !f.Retryable {
 		t.Fatalf("await past the window: %v", err)
 	}
-	row := jetruntest.WaitRow(t, impatient.Store(), "win", 10*time.Second, func(r *kv.Run) bool {
+	row := jetruntest.WaitRow(t, impatient.Store(), "win", 10*time.Second, func(r *jetruntype.Run) bool {
 		return r.Status == events.StatusInterrupted && !r.ChildStillRunning
 	})
 	if row.Reason != events.ReasonWindowExceeded || row.Attempt != 1 {
@@ -134,7 +134,7 @@ func TestWindowExceededThenRetryResumesOnce(t *testing.T) {
 			results[i], errs[i] = patient.Run(ctx, parent.Request{AgentType: "slow", RunID: "win", Input: 1})
 		})
 	}
-	jetruntest.WaitRow(t, patient.Store(), "win", 10*time.Second, func(r *kv.Run) bool {
+	jetruntest.WaitRow(t, patient.Store(), "win", 10*time.Second, func(r *jetruntype.Run) bool {
 		return r.Status == events.StatusRunning && r.Attempt == 2
 	})
 	close(release)

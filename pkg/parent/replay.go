@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // Errors returned by the functions of this file; test with errors.Is.
@@ -37,7 +37,7 @@ func (c *Client) Replay(ctx context.Context, id string, after uint64, follow eve
 	return events.Replay(ctx, c.js, c.cfg.Namespace, id, replayOptions(row, after, follow, kinds)), nil
 }
 
-func replayOptions(row *kv.Run, after uint64, follow events.Follow, kinds []string) events.ReplayOptions {
+func replayOptions(row *jetruntype.Run, after uint64, follow events.Follow, kinds []string) events.ReplayOptions {
 	return events.ReplayOptions{
 		After:     after,
 		StartSeq:  row.FirstEventSeq,

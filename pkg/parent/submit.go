@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
 )
 
@@ -36,14 +37,14 @@ func (req Request) keyed(d *events.Dispatch) []error {
 // dispatchKeyed dispatches a run under a concurrency key: the key's
 // strategy decides whether it starts now, waits queued, or is refused
 // (kv.Store.Submit). An existing run id is re-attached, as for any dispatch.
-func (c *Client) dispatchKeyed(ctx context.Context, req Request, d events.Dispatch) (*kv.Run, bool, error) {
+func (c *Client) dispatchKeyed(ctx context.Context, req Request, d events.Dispatch) (*jetruntype.Run, bool, error) {
 	if existing, _, err := c.lookup(ctx, d.RunID); err == nil {
 		row, err := c.existing(ctx, existing, req)
 		return row, false, err
 	} else if !errors.Is(err, kv.ErrRunNotFound) {
 		return nil, false, fmt.Errorf("parent: dispatch run %s: %w", d.RunID, err)
 	}
-	row, err := c.store.Submit(ctx, c.cfg.Namespace, kv.NewRun(req.AgentType, d, 0, time.Now()), kv.Held{})
+	row, err := c.store.Submit(ctx, c.cfg.Namespace, jetruntype.NewRun(req.AgentType, d, 0, time.Now()), kv.Held{})
 	if errors.Is(err, kv.ErrRunExists) {
 		existing, _, err := c.get(ctx, d.RunID)
 		if err != nil {
@@ -61,7 +62,7 @@ func (c *Client) dispatchKeyed(ctx context.Context, req Request, d events.Dispat
 // requeue resumes an interrupted keyed run whose child stopped: it waits
 // for its key again (kv.Store.Requeue), so it never runs alongside the
 // run that holds the key now.
-func (c *Client) requeue(ctx context.Context, row *kv.Run) (*kv.Run, error) {
+func (c *Client) requeue(ctx context.Context, row *jetruntype.Run) (*jetruntype.Run, error) {
 	next, err := c.store.Requeue(ctx, c.cfg.Namespace, row.ID)
 	if err != nil {
 		return nil, fmt.Errorf("parent: resume run %s: %w", row.ID, err)
@@ -72,7 +73,7 @@ func (c *Client) requeue(ctx context.Context, row *kv.Run) (*kv.Run, error) {
 // advanceKey hands the key of a keyed run this client ended (a cancel
 // before any worker ran it) to the next run. A failure is logged: the
 // reconciler advances the key of every queued run.
-func (c *Client) advanceKey(ctx context.Context, row *kv.Run) {
+func (c *Client) advanceKey(ctx context.Context, row *jetruntype.Run) {
 	if row.ConcurrencyKey == "" {
 		return
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/reconcile"
@@ -122,7 +123,7 @@ func setupKeyed(t *testing.T, open bool) *keyedFleet {
 	return f
 }
 
-func (f *keyedFleet) submit(t *testing.T, i int, id string, strategy events.Strategy, input any) *kv.Run {
+func (f *keyedFleet) submit(t *testing.T, i int, id string, strategy events.Strategy, input any) *jetruntype.Run {
 	t.Helper()
 	row, err := f.clients[i%2].Dispatch(ctxT(t), parent.Request{
 		AgentType: "serial", RunID: id, Input: input, ConcurrencyKey: "chat-1", Strategy: strategy,
@@ -133,9 +134,9 @@ func (f *keyedFleet) submit(t *testing.T, i int, id string, strategy events.Stra
 	return row
 }
 
-func waitStatus(t *testing.T, store *kv.Store, id string, s events.Status) *kv.Run {
+func waitStatus(t *testing.T, store *kv.Store, id string, s events.Status) *jetruntype.Run {
 	t.Helper()
-	return jetruntest.WaitRow(t, store, id, 30*time.Second, func(r *kv.Run) bool { return r.Status == s })
+	return jetruntest.WaitRow(t, store, id, 30*time.Second, func(r *jetruntype.Run) bool { return r.Status == s })
 }
 
 // Queue: submits from two clients, run by two workers, execute one at a
@@ -436,7 +437,7 @@ func TestReconcilerRepairsAKeyWhoseHolderDied(t *testing.T) {
 		t.Fatalf("h1: %s", r.Status)
 	}
 	// h0 ends the way a worker ends it, and nobody hands the key on.
-	if _, _, err := store.Mutate(ctx, "h0", func(r *kv.Run) error {
+	if _, _, err := store.Mutate(ctx, "h0", func(r *jetruntype.Run) error {
 		r.End(events.StatusCompleted, "", "", time.Now())
 		return nil
 	}); err != nil {
@@ -474,7 +475,7 @@ func TestKeyRetryOfAnInterruptedRunWaitsForTheKey(t *testing.T) {
 	}
 	store := c.Store()
 	// No worker serves "orphan", so rows move only as this test moves them.
-	dispatch := func(id string) *kv.Run {
+	dispatch := func(id string) *jetruntype.Run {
 		t.Helper()
 		row, err := c.Dispatch(ctx, parent.Request{AgentType: "orphan", RunID: id, Input: 1, ConcurrencyKey: "k"})
 		if err != nil {
@@ -486,7 +487,7 @@ func TestKeyRetryOfAnInterruptedRunWaitsForTheKey(t *testing.T) {
 		t.Fatalf("i0: %s", r.Status)
 	}
 	// i0 is given up with its child stopped: the key is free, i1 takes it.
-	if _, _, err := store.Mutate(ctx, "i0", func(r *kv.Run) error {
+	if _, _, err := store.Mutate(ctx, "i0", func(r *jetruntype.Run) error {
 		r.Interrupt(events.ReasonBudgetExceeded, "over budget", false, time.Now())
 		return nil
 	}); err != nil {
@@ -499,7 +500,7 @@ func TestKeyRetryOfAnInterruptedRunWaitsForTheKey(t *testing.T) {
 	if r := dispatch("i0"); r.Status != events.StatusQueued || r.Handoffs != 1 {
 		t.Fatalf("retried i0: %s (handoffs %d); want queued behind i1", r.Status, r.Handoffs)
 	}
-	if _, _, err := store.Mutate(ctx, "i1", func(r *kv.Run) error {
+	if _, _, err := store.Mutate(ctx, "i1", func(r *jetruntype.Run) error {
 		r.End(events.StatusCompleted, "", "", time.Now())
 		return nil
 	}); err != nil {
@@ -525,7 +526,7 @@ func TestReconcilerEntersAQueuedRunMissingFromItsQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	store := c.Store()
-	row := kv.NewRun("orphan", events.Dispatch{RunID: "lost", Input: json.RawMessage(`1`), ConcurrencyKey: "k2"}, 0, time.Now())
+	row := jetruntype.NewRun("orphan", events.Dispatch{RunID: "lost", Input: json.RawMessage(`1`), ConcurrencyKey: "k2"}, 0, time.Now())
 	row.Status = events.StatusQueued
 	if _, err := store.Create(ctx, row); err != nil { // and the submitter dies here
 		t.Fatal(err)
@@ -562,7 +563,7 @@ func TestKeyPlainNATSDebounce(t *testing.T) {
 		if _, err := f.js.Publish(ctx, "jetrun.dispatch.serial", []byte(body)); err != nil {
 			t.Fatal(err)
 		}
-		jetruntest.WaitRow(t, f.store, id, 30*time.Second, func(*kv.Run) bool { return true })
+		jetruntest.WaitRow(t, f.store, id, 30*time.Second, func(*jetruntype.Run) bool { return true })
 	}
 	if r := jetruntest.WaitRow(t, f.store, "pd2", 30*time.Second, jetruntest.Final); r.Status != events.StatusCompleted {
 		t.Fatalf("pd2 ended %s", r.Status)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/reconcile"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -58,10 +58,10 @@ func TestZeroOrNeverDisablesABudget(t *testing.T) {
 	// silent for an hour when it is swept.
 	aged := time.Now().Add(-time.Hour)
 	for _, id := range ids {
-		jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *kv.Run) bool {
+		jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *jetruntype.Run) bool {
 			return r.Status == events.StatusRunning && !r.LastSignalAt.IsZero()
 		})
-		if _, _, err := e.store.Mutate(ctx, id, func(r *kv.Run) error {
+		if _, _, err := e.store.Mutate(ctx, id, func(r *jetruntype.Run) error {
 			r.CreatedAt, r.StartedAt, r.LastSignalAt = aged, aged, aged
 			return nil
 		}); err != nil {

@@ -14,7 +14,7 @@ import (
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/finish"
-	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/obs"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/reconcile"
@@ -55,7 +55,7 @@ func TestUnservedFinishWaitsAsOneCopyThenIsDeadLettered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.HandleFinishFunc("present", func(context.Context, *kv.Run, finish.Result) error { return nil })
+	d.HandleFinishFunc("present", func(context.Context, *jetruntype.Run, finish.Result) error { return nil })
 	if err := d.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestUnservedFinishWaitsAsOneCopyThenIsDeadLettered(t *testing.T) {
 		}
 	}
 	jetruntest.WaitRow(t, c.Store(), "to-ghost", 30*time.Second, jetruntest.Final)
-	present := jetruntest.WaitRow(t, c.Store(), "to-present", 30*time.Second, func(r *kv.Run) bool {
+	present := jetruntest.WaitRow(t, c.Store(), "to-present", 30*time.Second, func(r *jetruntype.Run) bool {
 		return !r.Delivered[events.StatusCompleted].IsZero()
 	})
 	if !present.Finishes[events.StatusCompleted].UnservedSince.IsZero() {
@@ -113,7 +113,7 @@ func TestUnservedFinishWaitsAsOneCopyThenIsDeadLettered(t *testing.T) {
 	// Sweep until the row says the handler has not been seen: many dedup
 	// windows pass meanwhile, and one copy waits all along.
 	var sweeps int
-	row := jetruntest.WaitRow(t, c.Store(), "to-ghost", 30*time.Second, func(r *kv.Run) bool {
+	row := jetruntest.WaitRow(t, c.Store(), "to-ghost", 30*time.Second, func(r *jetruntype.Run) bool {
 		sweep()
 		sweeps++
 		if n := copies(); n != 1 {
@@ -144,7 +144,7 @@ func TestUnservedFinishWaitsAsOneCopyThenIsDeadLettered(t *testing.T) {
 
 	// Past the wait: dead-lettered with the reason, gone from the finish
 	// stream, recorded on the row; the run settles.
-	row = jetruntest.WaitRow(t, c.Store(), "to-ghost", 30*time.Second, func(r *kv.Run) bool {
+	row = jetruntest.WaitRow(t, c.Store(), "to-ghost", 30*time.Second, func(r *jetruntype.Run) bool {
 		sweep()
 		if n := copies(); n > 1 {
 			t.Fatalf("%d copies of the finish wait in the stream", n)

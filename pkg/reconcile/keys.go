@@ -3,7 +3,7 @@ package reconcile
 import (
 	"context"
 
-	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // advanceKey repairs the concurrency key of a queued run: a key whose
@@ -13,7 +13,7 @@ import (
 // entered the key's queue is entered now (kv.Store.RepairKey). A key held
 // by a live run is left alone: its worker hands it on, or the run is taken
 // over. Each key is advanced once per sweep, however many runs wait on it.
-func (s *sweep) advanceKey(ctx context.Context, row *kv.Run) error {
+func (s *sweep) advanceKey(ctx context.Context, row *jetruntype.Run) error {
 	if row.ConcurrencyKey == "" {
 		return nil
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/obs"
 )
@@ -12,7 +13,7 @@ import (
 // still owes with no delivery under way and no copy waiting in the finish
 // stream (a copy lost with the stream's max age, say), paced like finishes.
 // A copy that finds the notice delivered is dropped by the deliverer.
-func (s *sweep) republishNotices(ctx context.Context, row *kv.Run) error {
+func (s *sweep) republishNotices(ctx context.Context, row *jetruntype.Run) error {
 	r := s.r
 	for _, name := range row.PendingNotices() {
 		n := row.Notices[name]
@@ -36,7 +37,7 @@ func (s *sweep) republishNotices(ctx context.Context, row *kv.Run) error {
 			return err
 		}
 		if ack.Sequence != n.Seq {
-			if _, _, err := r.store.Mutate(ctx, row.ID, func(run *kv.Run) error {
+			if _, _, err := r.store.Mutate(ctx, row.ID, func(run *jetruntype.Run) error {
 				return run.RecordNoticeSeq(name, ack.Sequence)
 			}); err != nil && !errors.Is(err, kv.ErrRunNotFound) {
 				return err

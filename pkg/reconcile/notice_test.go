@@ -9,7 +9,7 @@ import (
 
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/reconcile"
 )
@@ -31,7 +31,7 @@ func TestSweepRepublishesALostMilestoneNotice(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := events.Milestone{RunID: "lost-notice", Sequence: 1, Name: "plan", At: time.Now().Add(-time.Hour)}
-	if _, _, err := client.Store().Mutate(ctx, "lost-notice", func(r *kv.Run) error { return r.OweNotice(m, m.At) }); err != nil {
+	if _, _, err := client.Store().Mutate(ctx, "lost-notice", func(r *jetruntype.Run) error { return r.OweNotice(m, m.At) }); err != nil {
 		t.Fatal(err)
 	}
 	r, err := reconcile.New(nc, reconcile.Config{Interval: 200 * time.Millisecond})

@@ -35,6 +35,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/jsfault"
 	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/obs"
@@ -434,7 +435,7 @@ func (r *Reconciler) activeWatch(ctx context.Context) (*kv.ActiveWatch, error) {
 // notifyCancel tells the worker holding row, if any, of its cancel request
 // (events.PublishCancel). A lost notice is published again by a later
 // sweep.
-func (r *Reconciler) notifyCancel(ctx context.Context, row *kv.Run) {
+func (r *Reconciler) notifyCancel(ctx context.Context, row *jetruntype.Run) {
 	if row.Worker == "" || !row.CancelRequested {
 		return
 	}
@@ -445,7 +446,7 @@ func (r *Reconciler) notifyCancel(ctx context.Context, row *kv.Run) {
 
 // holderAlive reports whether a live worker holds row, from the followed
 // liveness keys (read directly when they are not followed).
-func (r *Reconciler) holderAlive(ctx context.Context, row *kv.Run) bool {
+func (r *Reconciler) holderAlive(ctx context.Context, row *jetruntype.Run) bool {
 	r.mu.Lock()
 	ws := r.workers
 	r.mu.Unlock()
@@ -500,7 +501,7 @@ func (r *Reconciler) Sweep(ctx context.Context) (Stats, error) {
 		return Stats{}, fmt.Errorf("reconcile: sweep: %w", err)
 	}
 	active := watch.Snapshot()
-	st := &sweep{r: r, now: begin, watch: watch, parents: make(map[string]*kv.Run)}
+	st := &sweep{r: r, now: begin, watch: watch, parents: make(map[string]*jetruntype.Run)}
 	r.obs.Debug(ctx, obs.ReconcileBegin, "", "active", len(active), "reconciler", r.cfg.ID)
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(r.cfg.Parallelism)
@@ -570,7 +571,7 @@ func (r *Reconciler) Retain(ctx context.Context) (int, error) {
 		return 0, nil
 	}
 	cutoff := time.Now().Add(-r.cfg.Retention)
-	rows, err := r.store.List(ctx, func(run *kv.Run) bool {
+	rows, err := r.store.List(ctx, func(run *jetruntype.Run) bool {
 		return run.Settled() && !run.FinishedAt.IsZero() && run.FinishedAt.Before(cutoff)
 	})
 	if err != nil {

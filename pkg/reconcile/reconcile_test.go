@@ -19,6 +19,7 @@ import (
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/finish"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/reconcile"
@@ -43,7 +44,7 @@ type recorder struct {
 	fail func(runID string) bool
 }
 
-func (r *recorder) HandleFinish(ctx context.Context, run *kv.Run, res finish.Result) error {
+func (r *recorder) HandleFinish(ctx context.Context, run *jetruntype.Run, res finish.Result) error {
 	r.mu.Lock()
 	r.got = append(r.got, delivery{RunID: res.RunID, Status: res.Status, Reason: res.Reason, At: time.Now()})
 	r.mu.Unlock()
@@ -168,7 +169,7 @@ func waitDeliveries(t *testing.T, r *recorder, id string, n int) []delivery {
 
 // settled waits until a run's row is final or given up with its child
 // stopped, and nothing more is owed.
-func settled(r *kv.Run) bool {
+func settled(r *jetruntype.Run) bool {
 	return (r.Status.Final() || r.Status == events.StatusInterrupted && !r.ChildStillRunning) &&
 		len(r.PendingFinishes()) == 0
 }
@@ -217,7 +218,7 @@ func TestBudgetExceededGivesUpDeliversOnceAndStopsTheChild(t *testing.T) {
 	// A 10 s child under a 1.5 s budget.
 	e.detached(t, "budget", demo.AgentType, map[string]int{"steps": 20, "stepMs": 500}, events.Detached{MaxBudgetMs: 1500})
 
-	row := jetruntest.WaitRow(t, e.store, "budget", 30*time.Second, func(r *kv.Run) bool {
+	row := jetruntest.WaitRow(t, e.store, "budget", 30*time.Second, func(r *jetruntype.Run) bool {
 		return r.Status == events.StatusInterrupted && !r.ChildStillRunning && r.Worker == ""
 	})
 	if row.Reason != events.ReasonBudgetExceeded || !row.Retryable {
@@ -294,7 +295,7 @@ func TestNoProgressBudget(t *testing.T) {
 	e.detached(t, "chatty", "signal", 12, det) // 6 s of signals every 500 ms
 	e.detached(t, "silent", "signal", -1, det) // one signal, then silence
 
-	row := jetruntest.WaitRow(t, e.store, "silent", 30*time.Second, func(r *kv.Run) bool { return r.Status == events.StatusInterrupted })
+	row := jetruntest.WaitRow(t, e.store, "silent", 30*time.Second, func(r *jetruntype.Run) bool { return r.Status == events.StatusInterrupted })
 	if row.Reason != events.ReasonNoProgress {
 		t.Fatalf("silent: %+v", row)
 	}
@@ -325,10 +326,10 @@ func TestNoProgressIsArmedOnlyByASignal(t *testing.T) {
 		}),
 	}})
 	e.detached(t, "mute", "mute", 1, events.Detached{NoProgressBudgetMs: 300})
-	jetruntest.WaitRow(t, e.store, "mute", 10*time.Second, func(r *kv.Run) bool { return r.Status == events.StatusRunning })
+	jetruntest.WaitRow(t, e.store, "mute", 10*time.Second, func(r *jetruntype.Run) bool { return r.Status == events.StatusRunning })
 	// The run has been silent for 200 no-progress budgets when it is swept.
 	aged := time.Now().Add(-time.Minute)
-	if _, _, err := e.store.Mutate(context.Background(), "mute", func(r *kv.Run) error {
+	if _, _, err := e.store.Mutate(context.Background(), "mute", func(r *jetruntype.Run) error {
 		r.CreatedAt, r.StartedAt = aged, aged
 		return nil
 	}); err != nil {
@@ -378,7 +379,7 @@ func TestAlwaysFailingHandlerIsDeadLetteredAndNotRetried(t *testing.T) {
 	e.rec.fail = func(string) bool { return true }
 	e.detached(t, "doomed", demo.AgentType, map[string]int{"steps": 1, "stepMs": 0}, events.Detached{})
 
-	row := jetruntest.WaitRow(t, e.store, "doomed", 30*time.Second, func(r *kv.Run) bool {
+	row := jetruntest.WaitRow(t, e.store, "doomed", 30*time.Second, func(r *jetruntype.Run) bool {
 		f := r.Finishes[events.StatusCompleted]
 		return f != nil && !f.FailedAt.IsZero()
 	})
@@ -401,7 +402,7 @@ func TestAlwaysFailingHandlerIsDeadLetteredAndNotRetried(t *testing.T) {
 	}
 	// Long overdue as far as the reconciler can tell, the finish is still
 	// not retried.
-	if _, _, err := e.store.Mutate(ctx, "doomed", func(r *kv.Run) error {
+	if _, _, err := e.store.Mutate(ctx, "doomed", func(r *jetruntype.Run) error {
 		r.Finishes[events.StatusCompleted].DueAt = time.Now().Add(-time.Minute)
 		return nil
 	}); err != nil {
@@ -437,7 +438,7 @@ func TestCancelCascadesToChildrenAndGrandchildren(t *testing.T) {
 	dispatch("grandkid", "kid1", 2)
 	dispatch("bystander", "", 0)
 	for _, id := range []string{"top", "kid1", "kid2", "grandkid", "bystander"} {
-		jetruntest.WaitRow(t, e.store, id, 10*time.Second, func(r *kv.Run) bool { return r.Status == events.StatusRunning })
+		jetruntest.WaitRow(t, e.store, id, 10*time.Second, func(r *jetruntype.Run) bool { return r.Status == events.StatusRunning })
 	}
 	if _, err := e.client.Cancel(ctx, "top", "stop everything"); err != nil {
 		t.Fatal(err)
@@ -469,7 +470,7 @@ func TestReconcilerCompletesAnInterruptedCascade(t *testing.T) {
 	e := setup(t, options{noReconcile: true})
 	ctx := context.Background()
 	now := time.Now()
-	for _, r := range []*kv.Run{
+	for _, r := range []*jetruntype.Run{
 		{ID: "p", AgentType: "demo", Status: events.StatusAborted, CancelRequested: true, CreatedAt: now, FinishedAt: now},
 		{ID: "c", AgentType: "demo", Parent: "p", Depth: 1, Status: events.StatusRunning, Attempt: 1,
 			Worker: "ghost", LeaseUntil: now.Add(time.Hour), CreatedAt: now},
@@ -500,7 +501,7 @@ func TestLostDispatchesAreRecovered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range []*kv.Run{
+	for _, r := range []*jetruntype.Run{
 		{ID: "queued", AgentType: "nobody", Status: events.StatusStarting, CreatedAt: old, DispatchSeq: ack.Sequence, Input: []byte(`{}`)},
 		// A parent died between creating the row and publishing.
 		{ID: "never-sent", AgentType: "demo", Status: events.StatusStarting, CreatedAt: old, Input: []byte(`{"steps":2,"stepMs":0}`)},
@@ -540,7 +541,7 @@ func TestAwaitedRunsAreNeverGivenUp(t *testing.T) {
 	e := setup(t, options{noReconcile: true, reconcile: reconcile.Config{MaxBudget: time.Millisecond, NoProgressBudget: time.Millisecond}})
 	ctx := context.Background()
 	long := time.Now().Add(-48 * time.Hour)
-	if _, err := e.store.Create(ctx, &kv.Run{
+	if _, err := e.store.Create(ctx, &jetruntype.Run{
 		ID: "awaited", AgentType: "demo", Status: events.StatusRunning, Attempt: 1, Worker: "alive",
 		LeaseUntil: time.Now().Add(time.Hour), CreatedAt: long, StartedAt: long, LastSignalAt: long,
 	}); err != nil {
@@ -684,7 +685,7 @@ func TestClearCancelsLiveRunsThenErasesThem(t *testing.T) {
 	if _, err := e.client.Dispatch(ctx, parent.Request{AgentType: "demo", RunID: "busy", Input: map[string]int{"steps": 100, "stepMs": 100}}); err != nil {
 		t.Fatal(err)
 	}
-	jetruntest.WaitRow(t, e.store, "busy", 10*time.Second, func(r *kv.Run) bool { return r.Milestones > 0 })
+	jetruntest.WaitRow(t, e.store, "busy", 10*time.Second, func(r *jetruntype.Run) bool { return r.Milestones > 0 })
 
 	if _, err := e.client.Clear(ctx, parent.ClearFilter{}); !errors.Is(err, parent.ErrBadRequest) {
 		t.Fatalf("clear without a filter: %v", err)
@@ -711,7 +712,7 @@ func TestRetentionClearsOldSettledRuns(t *testing.T) {
 	e := setup(t, options{noReconcile: true, reconcile: reconcile.Config{Retention: time.Hour}})
 	ctx := context.Background()
 	old, recent := time.Now().Add(-2*time.Hour), time.Now()
-	for _, r := range []*kv.Run{
+	for _, r := range []*jetruntype.Run{
 		{ID: "old", AgentType: "demo", Status: events.StatusCompleted, CreatedAt: old, FinishedAt: old},
 		{ID: "recent", AgentType: "demo", Status: events.StatusCompleted, CreatedAt: recent, FinishedAt: recent},
 		{ID: "old-live", AgentType: "demo", Status: events.StatusRunning, CreatedAt: old},

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/obs"
 )
@@ -25,7 +26,7 @@ type sweep struct {
 
 	mu      sync.Mutex
 	stats   Stats
-	parents map[string]*kv.Run           // parent rows read by this sweep (nil: gone)
+	parents map[string]*jetruntype.Run   // parent rows read by this sweep (nil: gone)
 	served  map[string]bool              // finish handlers a deliverer follows, as seen by this sweep
 	copies  map[string]map[string]uint64 // per handler, Nats-Msg-Id → sequence of the finishes waiting
 	keys    map[string]bool              // concurrency keys this sweep advanced (keys.go)
@@ -85,7 +86,7 @@ func (s *sweep) run(ctx context.Context, ir kv.IndexedRun) error {
 // renotifyCancel publishes again, paced, the cancel event of a run whose
 // cancel is recorded and whose worker still runs it: the event a cancel's
 // writer published may have been lost, and the row is the record.
-func (s *sweep) renotifyCancel(ctx context.Context, row *kv.Run) {
+func (s *sweep) renotifyCancel(ctx context.Context, row *jetruntype.Run) {
 	if !row.CancelRequested || !row.Live() || row.Worker == "" {
 		return
 	}
@@ -96,12 +97,12 @@ func (s *sweep) renotifyCancel(ctx context.Context, row *kv.Run) {
 
 // releaseLostChild settles a given-up run whose worker died before it could
 // confirm the child stopped: its lease expired long ago, so no child runs.
-func (s *sweep) releaseLostChild(ctx context.Context, row *kv.Run) (bool, error) {
+func (s *sweep) releaseLostChild(ctx context.Context, row *jetruntype.Run) (bool, error) {
 	if row.Status != events.StatusInterrupted || !row.ChildStillRunning || s.r.holderAlive(ctx, row) ||
 		s.now.Sub(row.LeaseUntil) <= s.r.cfg.LeaseGrace {
 		return false, nil
 	}
-	_, _, err := s.r.store.Mutate(ctx, row.ID, func(r *kv.Run) error {
+	_, _, err := s.r.store.Mutate(ctx, row.ID, func(r *jetruntype.Run) error {
 		if r.Status != events.StatusInterrupted || !r.ChildStillRunning || s.r.holderAlive(ctx, r) {
 			return kv.ErrNoChange
 		}
@@ -125,7 +126,7 @@ func (s *sweep) releaseLostChild(ctx context.Context, row *kv.Run) (bool, error)
 //
 // A finish no deliverer has taken is checked against its handler: see
 // unserved.
-func (s *sweep) republishFinishes(ctx context.Context, row *kv.Run) error {
+func (s *sweep) republishFinishes(ctx context.Context, row *jetruntype.Run) error {
 	r := s.r
 	for _, st := range row.PendingFinishes() {
 		fs := row.Finishes[st]
@@ -188,7 +189,7 @@ func (s *sweep) republishFinishes(ctx context.Context, row *kv.Run) error {
 // that the handler has not been seen (unservedSince) and finish.unserved is
 // reported, once. Past FinishUnservedWait it is dead-lettered; unserved
 // then returns true.
-func (s *sweep) unserved(ctx context.Context, row *kv.Run, st events.Status) (bool, error) {
+func (s *sweep) unserved(ctx context.Context, row *jetruntype.Run, st events.Status) (bool, error) {
 	r := s.r
 	fs := row.Finishes[st]
 	waited := s.now.Sub(fs.DueAt)
@@ -210,7 +211,7 @@ func (s *sweep) unserved(ctx context.Context, row *kv.Run, st events.Status) (bo
 		return false, nil
 	}
 	var marked bool
-	if _, _, err := r.store.Mutate(ctx, row.ID, func(run *kv.Run) error {
+	if _, _, err := r.store.Mutate(ctx, row.ID, func(run *jetruntype.Run) error {
 		if err := run.MarkFinishUnserved(st, s.now); err != nil {
 			return err
 		}
@@ -261,7 +262,7 @@ func (s *sweep) handlerServed(ctx context.Context, handler string) (bool, error)
 // with the reason, records the failure on the row, and removes the copy
 // waiting in the finish stream. The dead letter is written first: a crash
 // before the row write files it again (at least once), never zero times.
-func (s *sweep) deadLetterUnserved(ctx context.Context, row *kv.Run, st events.Status, waited time.Duration) error {
+func (s *sweep) deadLetterUnserved(ctx context.Context, row *jetruntype.Run, st events.Status, waited time.Duration) error {
 	r := s.r
 	ns := r.cfg.Namespace
 	f, ok := row.FinishMessage(st)
@@ -288,7 +289,7 @@ func (s *sweep) deadLetterUnserved(ctx context.Context, row *kv.Run, st events.S
 		return fmt.Errorf("dead-letter the unserved finish of run %s: %w", row.ID, err)
 	}
 	var failed bool
-	next, _, err := r.store.Mutate(ctx, row.ID, func(run *kv.Run) error {
+	next, _, err := r.store.Mutate(ctx, row.ID, func(run *jetruntype.Run) error {
 		if err := run.FailUnservedFinish(st, reason, time.Now()); err != nil {
 			return err // a deliverer took it after all
 		}
@@ -319,7 +320,7 @@ func (s *sweep) deadLetterUnserved(ctx context.Context, row *kv.Run, st events.S
 // recordFinishSeq records on the ledger of run id's finish for st the
 // sequence of its copy waiting in the finish stream.
 func (r *Reconciler) recordFinishSeq(ctx context.Context, id string, st events.Status, seq uint64) error {
-	_, _, err := r.store.Mutate(ctx, id, func(run *kv.Run) error { return run.RecordFinishSeq(st, seq) })
+	_, _, err := r.store.Mutate(ctx, id, func(run *jetruntype.Run) error { return run.RecordFinishSeq(st, seq) })
 	if errors.Is(err, kv.ErrRunNotFound) {
 		return nil
 	}
@@ -398,7 +399,7 @@ func (r *Reconciler) finishStream(ctx context.Context) (jetstream.Stream, error)
 
 // cascade cancels a live run whose parent was cancelled: it completes a
 // cascade that a crash cut short.
-func (s *sweep) cascade(ctx context.Context, row *kv.Run) (bool, error) {
+func (s *sweep) cascade(ctx context.Context, row *jetruntype.Run) (bool, error) {
 	if row.Parent == "" || row.CancelRequested {
 		return false, nil
 	}
@@ -411,7 +412,7 @@ func (s *sweep) cascade(ctx context.Context, row *kv.Run) (bool, error) {
 	}
 	reason := "parent run " + p.ID + " was cancelled"
 	aborted, changed := false, false
-	next, _, err := s.r.store.Mutate(ctx, row.ID, func(r *kv.Run) (err error) {
+	next, _, err := s.r.store.Mutate(ctx, row.ID, func(r *jetruntype.Run) (err error) {
 		aborted, err = r.RequestCancel(reason, s.r.holderAlive(ctx, r), time.Now())
 		changed = err == nil
 		return err
@@ -431,7 +432,7 @@ func (s *sweep) cascade(ctx context.Context, row *kv.Run) (bool, error) {
 
 // parent returns the row of parent id as this sweep first read it (nil if
 // it is gone): the children of a fan-out share one read per sweep.
-func (s *sweep) parent(ctx context.Context, id string) (*kv.Run, error) {
+func (s *sweep) parent(ctx context.Context, id string) (*jetruntype.Run, error) {
 	s.mu.Lock()
 	p, ok := s.parents[id]
 	s.mu.Unlock()
@@ -454,7 +455,7 @@ func (s *sweep) parent(ctx context.Context, id string) (*kv.Run, error) {
 // enforceBudgets gives up a detached run past its absolute budget, or silent
 // for longer than its no-progress budget (armed by its first signal; a run
 // waiting for a signal is not silent).
-func (s *sweep) enforceBudgets(ctx context.Context, row *kv.Run) (bool, error) {
+func (s *sweep) enforceBudgets(ctx context.Context, row *jetruntype.Run) (bool, error) {
 	if row.Detached == nil || (row.Status != events.StatusRunning && row.Status != events.StatusStarting) {
 		return false, nil
 	}
@@ -463,7 +464,7 @@ func (s *sweep) enforceBudgets(ctx context.Context, row *kv.Run) (bool, error) {
 		return false, nil
 	}
 	var gaveUp bool
-	next, _, err := s.r.store.Mutate(ctx, row.ID, func(r *kv.Run) error {
+	next, _, err := s.r.store.Mutate(ctx, row.ID, func(r *jetruntype.Run) error {
 		now := time.Now()
 		if r.Status != events.StatusRunning && r.Status != events.StatusStarting {
 			return kv.ErrNoChange
@@ -488,7 +489,7 @@ func (s *sweep) enforceBudgets(ctx context.Context, row *kv.Run) (bool, error) {
 
 // overBudget returns the give-up reason and text, or "" if r is within its
 // budgets at now.
-func (s *sweep) overBudget(r *kv.Run, now time.Time) (reason, text string) {
+func (s *sweep) overBudget(r *jetruntype.Run, now time.Time) (reason, text string) {
 	cfg := s.r.cfg
 	since := r.StartedAt
 	if since.IsZero() {
@@ -512,7 +513,7 @@ func (s *sweep) overBudget(r *kv.Run, now time.Time) (reason, text string) {
 // located gets it published under its run id, which the dedup window turns
 // into a lookup when the original is still fresh. A run whose dispatch was
 // lost MaxRedispatches times ends "error" (reason dispatch-lost).
-func (s *sweep) recover(ctx context.Context, row *kv.Run) error {
+func (s *sweep) recover(ctx context.Context, row *jetruntype.Run) error {
 	r := s.r
 	var why string
 	switch {
@@ -535,7 +536,7 @@ func (s *sweep) recover(ctx context.Context, row *kv.Run) error {
 		if err != nil {
 			return err
 		}
-		if _, _, err := r.store.Mutate(ctx, row.ID, func(run *kv.Run) error {
+		if _, _, err := r.store.Mutate(ctx, row.ID, func(run *jetruntype.Run) error {
 			if run.DispatchSeq != 0 || run.Status.Final() {
 				return kv.ErrNoChange
 			}
@@ -561,7 +562,7 @@ func (s *sweep) recover(ctx context.Context, row *kv.Run) error {
 	}
 	if row.Redispatches >= r.cfg.MaxRedispatches {
 		text := fmt.Sprintf("the run's dispatch was lost %d times; giving up", row.Redispatches+1)
-		next, _, err := r.store.Mutate(ctx, row.ID, func(run *kv.Run) error {
+		next, _, err := r.store.Mutate(ctx, row.ID, func(run *jetruntype.Run) error {
 			if run.Status.Final() || r.holderAlive(ctx, run) || run.DispatchSeq != row.DispatchSeq {
 				return kv.ErrNoChange
 			}
@@ -583,7 +584,7 @@ func (s *sweep) recover(ctx context.Context, row *kv.Run) error {
 	if err != nil {
 		return err
 	}
-	_, _, err = r.store.Mutate(ctx, row.ID, func(run *kv.Run) error {
+	_, _, err = r.store.Mutate(ctx, row.ID, func(run *jetruntype.Run) error {
 		if run.Status.Final() || run.DispatchSeq != row.DispatchSeq {
 			return kv.ErrNoChange // claimed meanwhile: the extra dispatch is dropped by its worker
 		}
@@ -600,7 +601,7 @@ func (s *sweep) recover(ctx context.Context, row *kv.Run) error {
 
 // publishDispatch publishes the dispatch of row with msgID and returns its
 // stream sequence, and whether the dedup window found it already stored.
-func (r *Reconciler) publishDispatch(ctx context.Context, row *kv.Run, msgID string) (uint64, bool, error) {
+func (r *Reconciler) publishDispatch(ctx context.Context, row *jetruntype.Run, msgID string) (uint64, bool, error) {
 	data, err := json.Marshal(row.Dispatch())
 	if err != nil {
 		return 0, false, err
@@ -628,7 +629,7 @@ func (r *Reconciler) dispatchStream(ctx context.Context) (jetstream.Stream, erro
 
 // announce publishes a transition the reconciler made; the next sweep
 // republishes an owed finish if this fails.
-func (r *Reconciler) announce(ctx context.Context, row *kv.Run) {
+func (r *Reconciler) announce(ctx context.Context, row *jetruntype.Run) {
 	if err := kv.PublishTransition(ctx, r.js, r.cfg.Namespace, row, ""); err != nil {
 		r.fault(ctx, "announce transition", err, "run_id", row.ID, "status", row.Status)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
 )
 
@@ -115,7 +116,7 @@ func (r *Reconciler) markWaiting(ctx context.Context, agentType, epoch string, m
 		return false, nil
 	}
 	d.TakeTrace(msg.Header)
-	row := kv.NewRun(agentType, d, msg.Sequence, msg.Time)
+	row := jetruntype.NewRun(agentType, d, msg.Sequence, msg.Time)
 	row.Reason, row.Error = events.ReasonWaitingForWorker, why
 	if _, err := r.store.Create(ctx, row); err == nil {
 		r.log.InfoContext(ctx, "dispatch waiting for a worker", "run_id", row.ID, "agent_type", agentType, "why", why)
@@ -124,7 +125,7 @@ func (r *Reconciler) markWaiting(ctx context.Context, agentType, epoch string, m
 		return false, err
 	}
 	wrote := false
-	_, _, err = r.store.Mutate(ctx, d.RunID, func(run *kv.Run) error {
+	_, _, err = r.store.Mutate(ctx, d.RunID, func(run *jetruntype.Run) error {
 		if run.Status != events.StatusStarting || run.AgentType != agentType ||
 			(run.Reason == events.ReasonWaitingForWorker && run.Error == why) {
 			return kv.ErrNoChange

@@ -11,7 +11,7 @@ import (
 
 	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/reconcile"
 	"github.com/jetrun/jetrun/pkg/worker"
@@ -40,7 +40,7 @@ func TestDispatchNoWorkerServesIsVisible(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"ghost1", "ghost2", "ghost3"} {
-		row := jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *kv.Run) bool {
+		row := jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *jetruntype.Run) bool {
 			return r.Reason == events.ReasonWaitingForWorker
 		})
 		if row.Status != events.StatusStarting || row.AgentType != "ghost" ||
@@ -80,7 +80,7 @@ func TestDispatchNoWorkerServesIsVisible(t *testing.T) {
 	if _, err := e.js.Publish(ctx, "jetrun.dispatch.ghost", []byte(`{"runId":"ghost4","input":{}}`)); err != nil {
 		t.Fatal(err)
 	}
-	row := jetruntest.WaitRow(t, e.store, "ghost4", 30*time.Second, func(r *kv.Run) bool {
+	row := jetruntest.WaitRow(t, e.store, "ghost4", 30*time.Second, func(r *jetruntype.Run) bool {
 		return r.Reason == events.ReasonWaitingForWorker
 	})
 	if row.Status != events.StatusStarting || !strings.Contains(row.Error, "no worker of agent type ghost is running") {

@@ -15,7 +15,7 @@ import (
 	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/registry"
 	"github.com/jetrun/jetrun/pkg/worker"
@@ -118,7 +118,7 @@ func TestRegistryGoAPIAndPlainNATS(t *testing.T) {
 	}
 	// An output that does not match ends the run "error" with the mismatch.
 	_, err = client.Run(ctx, parent.Request{AgentType: "wordcount", RunID: "liar", Input: map[string]any{"text": "a", "lie": true}})
-	var f *kv.Failure
+	var f *jetruntype.Failure
 	if !errors.As(err, &f) || f.Status != events.StatusError ||
 		!strings.Contains(f.Message, "output of agent type wordcount does not match the schema") || !strings.Contains(f.Message, "/words") {
 		t.Fatalf("run with a bad output: %v", err)

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/pull"
 )
@@ -112,7 +113,7 @@ func (w *Worker) process(ctx context.Context, agentType string, msg jetstream.Ms
 
 // decide acts on one read of the row. retry is true when a compare-and-set
 // lost a race and the row must be read again.
-func (w *Worker) decide(ctx context.Context, log *slog.Logger, msg jetstream.Msg, row *kv.Run, rev uint64, slot *pull.Slot) (retry bool, err error) {
+func (w *Worker) decide(ctx context.Context, log *slog.Logger, msg jetstream.Msg, row *jetruntype.Run, rev uint64, slot *pull.Slot) (retry bool, err error) {
 	now := time.Now()
 	switch {
 	case row.Status.Final():
@@ -180,7 +181,7 @@ func (w *Worker) decide(ctx context.Context, log *slog.Logger, msg jetstream.Msg
 }
 
 // claim returns row claimed by this worker for a new attempt.
-func (w *Worker) claim(row *kv.Run, msg jetstream.Msg, now time.Time) *kv.Run {
+func (w *Worker) claim(row *jetruntype.Run, msg jetstream.Msg, now time.Time) *jetruntype.Run {
 	claimed := row.Clone()
 	claimed.Status = events.StatusRunning
 	claimed.Reason, claimed.Error, claimed.ChildStillRunning = "", "", false
@@ -198,7 +199,7 @@ func (w *Worker) claim(row *kv.Run, msg jetstream.Msg, now time.Time) *kv.Run {
 // created the row first (err nil: read it) or the create failed (err).
 func (w *Worker) claimNew(ctx context.Context, agentType string, d events.Dispatch, msg jetstream.Msg, slot *pull.Slot) (done bool, err error) {
 	now := time.Now()
-	row := kv.NewRun(agentType, d, events.StreamSeq(msg), now)
+	row := jetruntype.NewRun(agentType, d, events.StreamSeq(msg), now)
 	// A top-level run that is not detached needs nothing of the reconciler.
 	row.Unindexed = d.Parent == "" && d.Detached == nil
 	e := w.newExecution(msg, row.ID, slot)
@@ -223,7 +224,7 @@ func (w *Worker) claimNew(ctx context.Context, agentType string, d events.Dispat
 // was cleared after the dispatch at seq was published (see
 // kv.Store.Cleared). With both, the two reads go out together: one round
 // trip.
-func (w *Worker) readRow(ctx context.Context, id string, seq uint64, both bool) (row *kv.Run, rev uint64, cleared bool, err error) {
+func (w *Worker) readRow(ctx context.Context, id string, seq uint64, both bool) (row *jetruntype.Run, rev uint64, cleared bool, err error) {
 	var (
 		tomb    sync.WaitGroup
 		tombErr error
@@ -256,7 +257,7 @@ func (w *Worker) readRow(ctx context.Context, id string, seq uint64, both bool) 
 // current attempt holds row. A row naming this worker under its current
 // epoch with no attempt here is not held: this process knows it ran no
 // such attempt any more.
-func (w *Worker) heldElsewhere(ctx context.Context, row *kv.Run) (bool, error) {
+func (w *Worker) heldElsewhere(ctx context.Context, row *jetruntype.Run) (bool, error) {
 	if row.Worker == "" || row.Status.Final() {
 		return false, nil
 	}
@@ -268,7 +269,7 @@ func (w *Worker) heldElsewhere(ctx context.Context, row *kv.Run) (bool, error) {
 
 // adopt attaches a redelivered dispatch to the execution of its run in this
 // process, if there is one.
-func (w *Worker) adopt(row *kv.Run, msg jetstream.Msg) bool {
+func (w *Worker) adopt(row *jetruntype.Run, msg jetstream.Msg) bool {
 	if row.Worker != w.cfg.ID {
 		return false
 	}
@@ -279,7 +280,7 @@ func (w *Worker) adopt(row *kv.Run, msg jetstream.Msg) bool {
 }
 
 // endUnclaimed moves a run nobody executes to a final status.
-func (w *Worker) endUnclaimed(ctx context.Context, msg jetstream.Msg, row *kv.Run, rev uint64,
+func (w *Worker) endUnclaimed(ctx context.Context, msg jetstream.Msg, row *jetruntype.Run, rev uint64,
 	status events.Status, reason, text string) (retry bool, err error) {
 	final := row.Clone()
 	final.End(status, reason, text, time.Now())
@@ -299,7 +300,7 @@ func (w *Worker) endUnclaimed(ctx context.Context, msg jetstream.Msg, row *kv.Ru
 
 // unindexIfSettled removes a settled run from the active-run index at once,
 // sparing the reconciler a look; the reconciler does it otherwise.
-func (w *Worker) unindexIfSettled(ctx context.Context, r *kv.Run) {
+func (w *Worker) unindexIfSettled(ctx context.Context, r *jetruntype.Run) {
 	if err := w.store.UnindexIfSettled(ctx, r); err != nil {
 		w.log.WarnContext(ctx, "unindex settled run", "run_id", r.ID, "err", err)
 	}
@@ -307,7 +308,7 @@ func (w *Worker) unindexIfSettled(ctx context.Context, r *kv.Run) {
 
 // ensureFinalEvent publishes the status event of a final row unless the run's
 // newest status event already says so.
-func (w *Worker) ensureFinalEvent(ctx context.Context, row *kv.Run) error {
+func (w *Worker) ensureFinalEvent(ctx context.Context, row *jetruntype.Run) error {
 	subject := w.cfg.Namespace.RunSubject(row.ID, events.KindStatus)
 	last, err := w.eventsStream.GetLastMsgForSubject(ctx, subject)
 	if err == nil {

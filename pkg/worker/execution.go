@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/pull"
 )
@@ -50,7 +51,7 @@ type execution struct {
 	// cur and rev are the newest row this execution knows of; curMu
 	// serializes the execution's row writes.
 	curMu sync.Mutex
-	cur   *kv.Run
+	cur   *jetruntype.Run
 	rev   uint64
 
 	// The concurrency slot of the run's dispatch, given back while the
@@ -73,7 +74,7 @@ type execution struct {
 
 	stateMu       sync.Mutex // row fields awaiting the next row sync
 	dirty         bool
-	snapshot      *kv.ProgressSnapshot
+	snapshot      *jetruntype.ProgressSnapshot
 	lastSignalAt  time.Time
 	firstEventSeq uint64
 	waitingFor    string            // the signal the handler waits for now
@@ -110,7 +111,7 @@ func (e *execution) park() (unpark func(context.Context) error) {
 
 // execute runs an attempt the worker just claimed (row at revision rev). e
 // is registered in w.active already (see claim).
-func (w *Worker) execute(ctx context.Context, e *execution, row *kv.Run, rev uint64) {
+func (w *Worker) execute(ctx context.Context, e *execution, row *jetruntype.Run, rev uint64) {
 	defer w.unregister(e)
 	e.attempt = row.Attempt
 	e.log = w.log.With("run_id", row.ID, "agent_type", row.AgentType, "attempt", row.Attempt)
@@ -323,7 +324,7 @@ func (e *execution) finish(ctx context.Context, res Result, herr error, panicked
 	}
 }
 
-func cancelText(r *kv.Run) string {
+func cancelText(r *jetruntype.Run) string {
 	if r.CancelReason != "" {
 		return "cancelled: " + r.CancelReason
 	}
@@ -349,7 +350,7 @@ func (e *execution) complete(res Result) {
 		e.finalize(events.StatusError, events.ReasonHandlerError,
 			fmt.Sprintf("summary is %d bytes; the limit is %d", len(res.Summary), events.MaxSummaryBytes), nil)
 	default:
-		e.finalize(events.StatusCompleted, "", "", func(r *kv.Run) { r.Summary, r.Output = res.Summary, output })
+		e.finalize(events.StatusCompleted, "", "", func(r *jetruntype.Run) { r.Summary, r.Output = res.Summary, output })
 	}
 }
 
@@ -364,7 +365,7 @@ func writeContext() (context.Context, context.CancelFunc) {
 // interrupted run (the reconciler's teardown after a give-up) does not
 // replace the give-up with "aborted": the row stays interrupted, with the
 // child no longer running.
-func (e *execution) finalize(status events.Status, reason, text string, set func(*kv.Run)) {
+func (e *execution) finalize(status events.Status, reason, text string, set func(*jetruntype.Run)) {
 	ctx, cancel := writeContext()
 	defer cancel()
 	// Everything the attempt published is stored before the run is final:
@@ -381,7 +382,7 @@ func (e *execution) finalize(status events.Status, reason, text string, set func
 	e.pub.fence()
 	now := time.Now()
 	teardown := false
-	row, err := e.writeFinal(func(r *kv.Run) error {
+	row, err := e.writeFinal(func(r *jetruntype.Run) error {
 		if err := e.owned(r); err != nil {
 			return err
 		}
@@ -438,11 +439,11 @@ func (e *execution) finalize(status events.Status, reason, text string, set func
 // writeFinal writes the outcome, retrying failures with backoff for as long
 // as the lease lasts (heartbeating the dispatch meanwhile), so a KV hiccup
 // does not throw a finished result away.
-func (e *execution) writeFinal(fn func(*kv.Run) error) (*kv.Run, error) {
+func (e *execution) writeFinal(fn func(*jetruntype.Run) error) (*jetruntype.Run, error) {
 	deadline := later(e.w.holdsUntil(), time.Now().Add(writeTimeout))
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	var row *kv.Run
+	var row *jetruntype.Run
 	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(50*time.Millisecond), backoff.WithMaxInterval(2*time.Second),
 		backoff.WithMaxElapsedTime(0))
 	err := backoff.Retry(func() error {
@@ -471,7 +472,7 @@ func (e *execution) handBack() {
 	defer cancel()
 	_ = e.drain(ctx)
 	e.pub.fence()
-	_, err := e.write(ctx, func(r *kv.Run) error {
+	_, err := e.write(ctx, func(r *jetruntype.Run) error {
 		if err := e.owned(r); err != nil {
 			return err
 		}
@@ -504,7 +505,7 @@ func (e *execution) release(delay time.Duration) {
 	ctx, cancel := writeContext()
 	defer cancel()
 	e.pub.fence()
-	if _, err := e.writeFinal(func(r *kv.Run) error {
+	if _, err := e.writeFinal(func(r *jetruntype.Run) error {
 		if err := e.owned(r); err != nil {
 			return err
 		}
@@ -565,7 +566,7 @@ func (e *execution) drain(ctx context.Context) error {
 }
 
 // owned fences a row write: only the holding attempt of a live run may write.
-func (e *execution) owned(r *kv.Run) error {
+func (e *execution) owned(r *jetruntype.Run) error {
 	if !r.HeldBy(e.w.cfg.ID, e.attempt) || r.Status.Final() {
 		return ErrLeaseLost
 	}
@@ -574,7 +575,7 @@ func (e *execution) owned(r *kv.Run) error {
 
 // write applies fn to the newest known row and stores it with a
 // compare-and-set, falling back to a re-read (kv.Store.MutateFrom).
-func (e *execution) write(ctx context.Context, fn func(*kv.Run) error) (*kv.Run, error) {
+func (e *execution) write(ctx context.Context, fn func(*jetruntype.Run) error) (*jetruntype.Run, error) {
 	e.curMu.Lock()
 	defer e.curMu.Unlock()
 	row, rev, err := e.w.store.MutateFrom(ctx, e.id, e.cur, e.rev, fn)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
 )
 
@@ -189,7 +190,7 @@ func (e *execution) sync(ctx context.Context) {
 	if e.pub.isFenced() {
 		return
 	}
-	row, err := e.write(ctx, func(r *kv.Run) error {
+	row, err := e.write(ctx, func(r *jetruntype.Run) error {
 		if err := e.owned(r); err != nil {
 			return err
 		}

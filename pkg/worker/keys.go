@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
 )
 
@@ -26,7 +27,7 @@ import (
 // submitKeyed enters a keyed dispatch without a row under its key. done is
 // false when the caller should read the row and go on.
 func (w *Worker) submitKeyed(ctx context.Context, agentType string, d events.Dispatch, msg jetstream.Msg) (done bool) {
-	row := kv.NewRun(agentType, d, 0, time.Now())
+	row := jetruntype.NewRun(agentType, d, 0, time.Now())
 	_, err := w.store.Submit(ctx, w.cfg.Namespace, row, kv.Held{RunID: d.RunID, Seq: events.StreamSeq(msg)})
 	switch {
 	case err == nil, errors.Is(err, kv.ErrRunExists):
@@ -47,7 +48,7 @@ func (w *Worker) submitKeyed(ctx context.Context, agentType string, d events.Dis
 
 // gate acts on a dispatch of a queued run: wait out a debounce window,
 // else advance the key and run it if that started it.
-func (w *Worker) gate(ctx context.Context, msg jetstream.Msg, row *kv.Run) (retry bool, err error) {
+func (w *Worker) gate(ctx context.Context, msg jetstream.Msg, row *jetruntype.Run) (retry bool, err error) {
 	if wait := time.Until(row.NotBefore); wait > 0 {
 		_ = msg.NakWithDelay(wait + 20*time.Millisecond)
 		return false, nil
@@ -74,7 +75,7 @@ func (w *Worker) gate(ctx context.Context, msg jetstream.Msg, row *kv.Run) (retr
 // advanceKey hands the key of the keyed run r, just ended, to the next run.
 // A failure is logged: a redelivery of r's dispatch or the reconciler
 // advances the key again.
-func (w *Worker) advanceKey(ctx context.Context, r *kv.Run) {
+func (w *Worker) advanceKey(ctx context.Context, r *jetruntype.Run) {
 	if r == nil || r.ConcurrencyKey == "" || r.Live() {
 		return
 	}

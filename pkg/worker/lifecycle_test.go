@@ -14,6 +14,7 @@ import (
 	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -61,7 +62,7 @@ func (c *counter) causeOf(id string) error {
 	return c.cause[id]
 }
 
-func running(r *kv.Run) bool { return r.Status == events.StatusRunning }
+func running(r *jetruntype.Run) bool { return r.Status == events.StatusRunning }
 
 // drained waits until the agent type's consumer has nothing pending or in
 // flight: every dispatch was settled.
@@ -213,7 +214,7 @@ func TestFinalRowGetsItsMissingStatusEventAndIsNotRun(t *testing.T) {
 	b, _ := setup(t, worker.Config{}, map[string]worker.Handler{"count": c})
 	ctx := context.Background()
 	// A writer that died between the final row write and its status event.
-	if _, err := b.store.Create(ctx, &kv.Run{
+	if _, err := b.store.Create(ctx, &jetruntype.Run{
 		ID: "fin", AgentType: "count", Status: events.StatusCompleted, Attempt: 1, CreatedAt: time.Now(),
 	}); err != nil {
 		t.Fatal(err)
@@ -231,7 +232,7 @@ func TestRunLostTooOftenEndsInError(t *testing.T) {
 	c := newCounter()
 	b, _ := setup(t, worker.Config{MaxAttempts: 3}, map[string]worker.Handler{"count": c})
 	ctx := context.Background()
-	if _, err := b.store.Create(ctx, &kv.Run{
+	if _, err := b.store.Create(ctx, &jetruntype.Run{
 		ID: "crashy", AgentType: "count", Status: events.StatusRunning, Attempt: 3, Worker: "gone",
 		LeaseUntil: time.Now().Add(-time.Second), CreatedAt: time.Now(),
 	}); err != nil {
@@ -266,7 +267,7 @@ func TestProgressIsCoalescedWithATrailingFlush(t *testing.T) {
 		}),
 	})
 	publish(t, b.js, "jetrun.dispatch.burst", `{"runId":"pr","input":{}}`)
-	jetruntest.WaitRow(t, b.store, "pr", 10*time.Second, func(r *kv.Run) bool {
+	jetruntest.WaitRow(t, b.store, "pr", 10*time.Second, func(r *jetruntype.Run) bool {
 		return r.Progress != nil && r.Progress.Message == fmt.Sprint(reports)
 	})
 	close(flushed)

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 )
 
@@ -66,7 +66,7 @@ type Child struct {
 	// ID is the child's run id.
 	ID string
 	// Row is the child's row as Spawn found or created it.
-	Row *kv.Run
+	Row *jetruntype.Run
 	// Created is false when the child existed already (re-attached).
 	Created bool
 

@@ -10,7 +10,7 @@ import (
 
 	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -148,7 +148,7 @@ func TestRunChildFailureAndReattach(t *testing.T) {
 	if s.status != events.StatusError || s.msg != "no luck" || !s.same || !s.reattach {
 		t.Fatalf("handler saw %+v", s)
 	}
-	rows, err := b.store.List(ctx, func(r *kv.Run) bool { return r.Parent == "p" })
+	rows, err := b.store.List(ctx, func(r *jetruntype.Run) bool { return r.Parent == "p" })
 	if err != nil || len(rows) != 1 {
 		t.Fatalf("children of p: %d (%v), want 1", len(rows), err)
 	}
@@ -174,8 +174,8 @@ func TestRunChildWaitShowsOnTheRow(t *testing.T) {
 		t.Fatal(err)
 	}
 	child := parent.RunID("w", "slow")
-	jetruntest.WaitRow(t, b.store, "w", 30*time.Second, func(r *kv.Run) bool { return r.WaitingFor == "run:"+child })
-	jetruntest.WaitRow(t, b.store, child, 30*time.Second, func(r *kv.Run) bool { return r.WaitingFor == "approve" })
+	jetruntest.WaitRow(t, b.store, "w", 30*time.Second, func(r *jetruntype.Run) bool { return r.WaitingFor == "run:"+child })
+	jetruntest.WaitRow(t, b.store, child, 30*time.Second, func(r *jetruntype.Run) bool { return r.WaitingFor == "approve" })
 	if _, err := c.Signal(ctx, child, "approve", json.RawMessage(`{"approved":true}`)); err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // Observer is told what a Worker does, for metrics (internal/metrics
@@ -89,7 +89,7 @@ const (
 )
 
 // observeStart tells the Observer that e's attempt of row began.
-func (w *Worker) observeStart(e *execution, row *kv.Run) {
+func (w *Worker) observeStart(e *execution, row *jetruntype.Run) {
 	if w.cfg.Observer == nil {
 		return
 	}

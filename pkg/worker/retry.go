@@ -7,7 +7,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // ErrRetry marks a handler error as worth another attempt: the attempt
@@ -51,7 +51,7 @@ func (e *execution) retry(herr error) {
 		return
 	}
 	e.pub.fence()
-	_, err := e.write(ctx, func(r *kv.Run) error {
+	_, err := e.write(ctx, func(r *jetruntype.Run) error {
 		if err := e.owned(r); err != nil {
 			return err
 		}

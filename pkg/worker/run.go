@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // MaxMilestoneNameLength bounds milestone names.
@@ -21,7 +21,7 @@ const MaxMilestoneNameLength = 256
 // concurrent use. After the handler returns they fail with ErrLeaseLost.
 type Run struct {
 	e   *execution
-	row *kv.Run
+	row *jetruntype.Run
 }
 
 // ID returns the run id.
@@ -44,7 +44,7 @@ func (r *Run) Depth() int { return r.row.Depth }
 func (r *Run) Input() json.RawMessage { return r.row.Input }
 
 // Row returns a copy of the run's row as it was when this attempt started.
-func (r *Run) Row() *kv.Run { return r.row.Clone() }
+func (r *Run) Row() *jetruntype.Run { return r.row.Clone() }
 
 // Logger returns a logger carrying the run id, agent type and attempt.
 func (r *Run) Logger() *slog.Logger { return r.e.log }
@@ -101,7 +101,7 @@ func (r *Run) Progress(ctx context.Context, p Progress) error {
 		ev.Data = raw
 	}
 	now := time.Now()
-	e.noteSignal(now, &kv.ProgressSnapshot{Fraction: ev.Fraction, Phase: ev.Phase, Message: ev.Message, At: now})
+	e.noteSignal(now, &jetruntype.ProgressSnapshot{Fraction: ev.Fraction, Phase: ev.Phase, Message: ev.Message, At: now})
 
 	e.emitMu.Lock()
 	defer e.emitMu.Unlock()
@@ -204,7 +204,7 @@ func (r *Run) Wait(ctx context.Context, name string) (json.RawMessage, error) {
 		}
 		e.stateMu.Unlock()
 	}()
-	row, err := e.write(ctx, func(x *kv.Run) error {
+	row, err := e.write(ctx, func(x *jetruntype.Run) error {
 		if err := e.owned(x); err != nil {
 			return err
 		}

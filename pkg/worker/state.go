@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // lose stops the attempt: no more writes, handler cancelled.
@@ -16,7 +16,7 @@ func (e *execution) lose() {
 
 // noteSignal records, for the next row sync, that the run showed signs of
 // life, with an optional new progress snapshot.
-func (e *execution) noteSignal(at time.Time, snap *kv.ProgressSnapshot) {
+func (e *execution) noteSignal(at time.Time, snap *jetruntype.ProgressSnapshot) {
 	e.stateMu.Lock()
 	defer e.stateMu.Unlock()
 	if at.After(e.lastSignalAt) {
@@ -36,7 +36,7 @@ func (e *execution) isDirty() bool {
 
 // applyState copies the pending row fields onto r. It is cumulative, hence
 // idempotent, as kv.Store.Mutate requires.
-func (e *execution) applyState(r *kv.Run) {
+func (e *execution) applyState(r *jetruntype.Run) {
 	e.emitMu.Lock()
 	chunks, milestones, lastName := e.chunkSeq, 0, ""
 	if n := len(e.milestones); n > 0 {

@@ -17,6 +17,7 @@ import (
 	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -38,7 +39,7 @@ func TestShutdownHandsRunsBackToAnotherWorker(t *testing.T) {
 	}
 
 	publish(t, js, "jetrun.dispatch.demo", `{"runId":"hb","input":{"steps":30,"stepMs":100}}`)
-	jetruntest.WaitRow(t, store, "hb", 20*time.Second, func(r *kv.Run) bool { return r.Milestones >= 3 })
+	jetruntest.WaitRow(t, store, "hb", 20*time.Second, func(r *jetruntype.Run) bool { return r.Milestones >= 3 })
 
 	nc2, _ := natstest.Connect(t, ns)
 	startWorker(t, nc2, cfg, nil) // serves until cleanup
@@ -105,7 +106,7 @@ func TestLostLeaseFencesTheOldAttempt(t *testing.T) {
 
 	// Another worker takes the run over: the claim, then its first event.
 	ctx := context.Background()
-	thief, _, err := b.store.Mutate(ctx, "z", func(r *kv.Run) error {
+	thief, _, err := b.store.Mutate(ctx, "z", func(r *jetruntype.Run) error {
 		r.Attempt++
 		r.Worker = "thief"
 		r.LeaseUntil = time.Now().Add(time.Hour)
@@ -177,8 +178,8 @@ func TestAStuckHandlerDoesNotPinACancelledRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	publish(t, js, "jetrun.dispatch.stuck", `{"runId":"pinned","input":{}}`)
-	jetruntest.WaitRow(t, store, "pinned", 10*time.Second, func(r *kv.Run) bool { return r.Status == events.StatusRunning })
-	if _, _, err := store.Mutate(context.Background(), "pinned", func(r *kv.Run) error {
+	jetruntest.WaitRow(t, store, "pinned", 10*time.Second, func(r *jetruntype.Run) bool { return r.Status == events.StatusRunning })
+	if _, _, err := store.Mutate(context.Background(), "pinned", func(r *jetruntype.Run) error {
 		r.CancelRequested, r.CancelReason = true, "stop"
 		return nil
 	}); err != nil {
@@ -211,7 +212,7 @@ func TestAWaitThatTimesOutClearsWaitingFor(t *testing.T) {
 		}),
 	})
 	publish(t, b.js, "jetrun.dispatch.impatient", `{"runId":"imp","input":{}}`)
-	jetruntest.WaitRow(t, b.store, "imp", 10*time.Second, func(r *kv.Run) bool {
+	jetruntest.WaitRow(t, b.store, "imp", 10*time.Second, func(r *jetruntype.Run) bool {
 		return r.Progress != nil && r.Progress.Message == "moving on" && r.WaitingFor == ""
 	})
 }

@@ -17,7 +17,7 @@ import (
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/finish"
-	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -110,7 +110,7 @@ func TestTraceContextFollowsTheRun(t *testing.T) {
 
 	want := events.TraceContext{TraceParent: tp, TraceState: ts}
 	for _, id := range []string{"tr-header", "tr-fields", "tr-parent"} {
-		row := jetruntest.WaitRow(t, store, id, 30*time.Second, func(r *kv.Run) bool {
+		row := jetruntest.WaitRow(t, store, id, 30*time.Second, func(r *jetruntype.Run) bool {
 			return r.Status.Final() && !r.Delivered[r.Status].IsZero()
 		})
 		if row.Status != events.StatusCompleted || row.Trace() != want {

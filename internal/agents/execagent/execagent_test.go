@@ -19,6 +19,7 @@ import (
 	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
@@ -49,7 +50,7 @@ func script(name string, args ...string) execagent.Config {
 	return execagent.Config{Path: path, Args: args}
 }
 
-func run(t *testing.T, client *parent.Client, store *kv.Store, agentType, id string) *kv.Run {
+func run(t *testing.T, client *parent.Client, store *kv.Store, agentType, id string) *jetruntype.Run {
 	t.Helper()
 	if _, err := client.Dispatch(context.Background(), parent.Request{AgentType: agentType, RunID: id, Input: map[string]string{"q": "x"}}); err != nil {
 		t.Fatal(err)
@@ -120,7 +121,7 @@ func TestWaitGetsTheSignalOnStdin(t *testing.T) {
 	if _, err := client.Dispatch(context.Background(), parent.Request{AgentType: "wait", RunID: "w1", Input: 1}); err != nil {
 		t.Fatal(err)
 	}
-	jetruntest.WaitRow(t, store, "w1", 30*time.Second, func(r *kv.Run) bool { return r.WaitingFor == "go" })
+	jetruntest.WaitRow(t, store, "w1", 30*time.Second, func(r *jetruntype.Run) bool { return r.WaitingFor == "go" })
 	if _, err := client.Signal(context.Background(), "w1", "go", map[string]int{"speed": 3}); err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +146,7 @@ func TestCancelKillsTheProcessGroup(t *testing.T) {
 			if _, err := client.Dispatch(context.Background(), parent.Request{AgentType: "long", RunID: "l1", Input: 1}); err != nil {
 				t.Fatal(err)
 			}
-			jetruntest.WaitRow(t, store, "l1", 30*time.Second, func(r *kv.Run) bool { return r.Chunks > 0 })
+			jetruntest.WaitRow(t, store, "l1", 30*time.Second, func(r *jetruntype.Run) bool { return r.Chunks > 0 })
 			procs := readPids(t, pids)
 			for _, pid := range procs {
 				if !alive(pid) {

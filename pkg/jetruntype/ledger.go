@@ -1,6 +1,7 @@
-package kv
+package jetruntype
 
 import (
+	"encoding/json"
 	"slices"
 	"time"
 
@@ -370,4 +371,20 @@ func (fs *FinishState) release(cause string, failed bool, now time.Time) {
 	if failed && fs.FailedAt.IsZero() {
 		fs.FailedAt = now
 	}
+}
+
+// NoticeMessage is the notice of milestone name, if r records one.
+func (r *Run) NoticeMessage(name string) (events.MilestoneNotice, bool) {
+	n := r.Notices[name]
+	if n == nil || r.Detached == nil || r.Detached.OnFinish == "" {
+		return events.MilestoneNotice{}, false
+	}
+	row, err := json.Marshal(r)
+	if err != nil {
+		return events.MilestoneNotice{}, false
+	}
+	return events.MilestoneNotice{
+		Kind: events.KindMilestoneNotice, RunID: r.ID, Handler: r.Detached.OnFinish,
+		Milestone: n.Milestone, Run: row,
+	}, true
 }

@@ -1,4 +1,4 @@
-package kv
+package jetruntype
 
 import (
 	"encoding/json"
