@@ -76,6 +76,9 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 		return err
 	}
 	defer nc.Close()
+	// Log records that are events (reconcile.begin, finish.delivered, …)
+	// are also published on jetrun.obs.<event>.
+	logger = slog.New(obs.NewHandler(logger.Handler(), nc, cfg.Namespace(), "parent-worker"))
 
 	pcfg := cfg.Reattach.ParentConfig(cfg.Streams, logger)
 	pcfg.MaxDepth = cfg.MaxDepth
@@ -83,7 +86,6 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 	if err != nil {
 		return err
 	}
-	reporter := obs.New(nc, cfg.Namespace(), logger, "parent-worker")
 	m := metrics.New()
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -103,7 +105,6 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 		Retention:          retention(cfg.Retention),
 		MaxDepth:           cfg.MaxDepth,
 		Logger:             logger,
-		Reporter:           reporter,
 		Observer:           m,
 	})
 	if err != nil {
@@ -122,7 +123,6 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 		Timeout:     cfg.FinishTimeout,
 		RetryDelay:  cfg.FinishRetryDelay,
 		Logger:      logger,
-		Reporter:    reporter,
 		Observer:    m,
 	})
 	if err != nil {
@@ -147,7 +147,7 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 
 	stopMeter := func() {}
 	if cfg.Meter {
-		m, err := meter.New(nc, meter.Config{Namespace: cfg.Namespace(), Streams: cfg.Options(), Logger: logger, Reporter: reporter,
+		m, err := meter.New(nc, meter.Config{Namespace: cfg.Namespace(), Streams: cfg.Options(), Logger: logger,
 			OnStart: m.MeterStart, OnFinish: m.MeterFinish})
 		if err != nil {
 			return err

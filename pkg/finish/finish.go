@@ -114,10 +114,10 @@ type Config struct {
 	// Concurrency is how many finishes of one handler this process
 	// delivers at once (default 8).
 	Concurrency int
-	// Logger receives logs (default: discard).
+	// Logger receives logs (default: discard), among them the events
+	// finish.delivered, finish.retry and finish.failed (obs.NewHandler
+	// publishes them).
 	Logger *slog.Logger
-	// Reporter receives finish.delivered / finish.retry / finish.failed.
-	Reporter *obs.Reporter
 	// Observer, if set, is told of every delivery, failed attempt and
 	// dead-lettered finish (for metrics).
 	Observer Observer
@@ -140,7 +140,6 @@ type Deliverer struct {
 	cfg      Config
 	js       jetstream.JetStream
 	log      *slog.Logger
-	obs      *obs.Reporter
 	handlers map[string]Handler
 	// milestones are the handlers registered with HandleMilestone.
 	milestones map[string]MilestoneHandler
@@ -204,7 +203,7 @@ func New(nc *nats.Conn, cfg Config) (*Deliverer, error) {
 	}
 	return &Deliverer{
 		cfg: cfg, js: js, log: cfg.Logger.With("deliverer", cfg.ID),
-		obs: cfg.Reporter, handlers: make(map[string]Handler),
+		handlers: make(map[string]Handler),
 	}, nil
 }
 
@@ -397,7 +396,7 @@ func (d *Deliverer) deliver(ctx context.Context, name string, msg jetstream.Msg)
 	if d.cfg.Observer != nil {
 		d.cfg.Observer.FinishFailed(name)
 	}
-	d.obs.Report(ctx, obs.FinishRetry, res.RunID, "status", res.Status, "handler", name, "attempts", attempts, "error", err)
+	obs.Report(ctx, d.log, obs.FinishRetry, res.RunID, "status", res.Status, "handler", name, "attempts", attempts, "error", err)
 	_ = msg.NakWithDelay(delay)
 }
 
@@ -522,7 +521,7 @@ func (d *Deliverer) markDelivered(ctx context.Context, log *slog.Logger, msg jet
 	if d.cfg.Observer != nil {
 		d.cfg.Observer.FinishDelivered(res.Handler)
 	}
-	d.obs.Report(ctx, obs.FinishDelivered, res.RunID, "status", res.Status, "handler", res.Handler,
+	obs.Report(ctx, d.log, obs.FinishDelivered, res.RunID, "status", res.Status, "handler", res.Handler,
 		"attempts", attempts, "latency_ms", now.Sub(due).Milliseconds())
 	if err := d.store.UnindexIfSettled(ctx, row); err != nil {
 		log.WarnContext(ctx, "unindex settled run", "err", err)
@@ -565,7 +564,7 @@ func (d *Deliverer) deadLetter(ctx context.Context, name string, msg jetstream.M
 	if d.cfg.Observer != nil {
 		d.cfg.Observer.FinishDeadLettered(name)
 	}
-	d.obs.Report(ctx, obs.FinishFailed, res.RunID, "status", res.Status, "handler", name, "attempts", attempts, "reason", reason)
+	obs.Report(ctx, d.log, obs.FinishFailed, res.RunID, "status", res.Status, "handler", name, "attempts", attempts, "reason", reason)
 }
 
 // Webhook returns a Handler that POSTs the finish as JSON to url, with

@@ -247,7 +247,7 @@ func (d *Deliverer) deliverNotice(ctx context.Context, name string, msg jetstrea
 		if err := msg.Ack(); err != nil {
 			d.fault(ctx, log, "ack milestone notice", err)
 		}
-		d.obs.Report(ctx, obs.FinishDelivered, n.RunID, "milestone", ms, "handler", name, "attempts", attempts)
+		obs.Report(ctx, d.log, obs.FinishDelivered, n.RunID, "milestone", ms, "handler", name, "attempts", attempts)
 		if err := d.store.UnindexIfSettled(ctx, row); err != nil {
 			log.WarnContext(ctx, "unindex settled run", "err", err)
 		}
@@ -266,7 +266,7 @@ func (d *Deliverer) deliverNotice(ctx context.Context, name string, msg jetstrea
 	delay := min(d.cfg.RetryDelay<<min(attempts-1, 20), MaxRetryDelay)
 	log.WarnContext(ctx, "milestone handler failed; retrying", "attempts", attempts, "retry_in", delay, "err", err)
 	d.releaseNotice(log, n, err, false)
-	d.obs.Report(ctx, obs.FinishRetry, n.RunID, "milestone", ms, "handler", name, "attempts", attempts, "error", err)
+	obs.Report(ctx, d.log, obs.FinishRetry, n.RunID, "milestone", ms, "handler", name, "attempts", attempts, "error", err)
 	_ = msg.NakWithDelay(delay)
 }
 
@@ -355,7 +355,7 @@ func (d *Deliverer) deadLetterNotice(ctx context.Context, name string, msg jetst
 		}
 	}
 	_ = msg.TermWithReason(events.Truncate(reason, 200))
-	d.obs.Report(ctx, obs.FinishFailed, n.RunID, "milestone", n.Milestone.Name, "handler", name, "attempts", attempts, "reason", reason)
+	obs.Report(ctx, d.log, obs.FinishFailed, n.RunID, "milestone", n.Milestone.Name, "handler", name, "attempts", attempts, "reason", reason)
 }
 
 // noticesFirst is catchUpNotices for the run of finish res, skipped without

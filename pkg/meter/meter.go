@@ -96,10 +96,10 @@ type Config struct {
 	Timeout time.Duration
 	// RetryDelay is the wait before a failed hook is retried (default 1s).
 	RetryDelay time.Duration
-	// Logger receives logs (default: discard).
+	// Logger receives logs (default: discard), among them the events
+	// run.started and run.finished at debug level (obs.NewHandler
+	// publishes them at every level).
 	Logger *slog.Logger
-	// Reporter receives run.started and run.finished.
-	Reporter *obs.Reporter
 }
 
 // Validate reports every invalid field at once.
@@ -267,7 +267,7 @@ func (m *Meter) handle(ctx context.Context, msg jetstream.Msg) {
 	if event == obs.RunFinished {
 		attrs = append(attrs, "reason", u.Reason, "duration_ms", u.Duration.Milliseconds())
 	}
-	m.cfg.Reporter.Debug(ctx, event, u.RunID, attrs...)
+	obs.Debug(ctx, m.log, event, u.RunID, attrs...)
 	if err := msg.Ack(); err != nil {
 		m.log.WarnContext(ctx, "ack metered event", "run_id", u.RunID, "err", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -72,7 +73,7 @@ func TestEveryRunIsMeteredOncePerStartAndFinish(t *testing.T) {
 	l := &ledger{calls: map[string]int{}}
 	m, err := meter.New(nc, meter.Config{
 		OnStart: l.hook(&l.starts, ""), OnFinish: l.hook(&l.finishes, "m-ok"), RetryDelay: 50 * time.Millisecond,
-		Reporter: obs.New(nc, "", nil, "test"),
+		Logger: slog.New(obs.NewHandler(slog.DiscardHandler, nc, "", "test")),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package reconcile_test
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -61,7 +62,7 @@ func TestUnservedFinishWaitsAsOneCopyThenIsDeadLettered(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = d.Stop() })
 	rec, err := reconcile.New(nc, reconcile.Config{
-		Streams: streams, Interval: 100 * time.Millisecond, Reporter: obs.New(nc, "", nil, "test"),
+		Streams: streams, Interval: 100 * time.Millisecond, Logger: slog.New(obs.NewHandler(slog.DiscardHandler, nc, "", "test")),
 		FinishUnservedAfter: time.Second, FinishUnservedWait: 3 * time.Second,
 	})
 	if err != nil {

@@ -45,7 +45,7 @@ func (s *sweep) republishNotices(ctx context.Context, row *jetruntype.Run) error
 		}
 		if !ack.Duplicate {
 			s.count(func(st *Stats) { st.Republished++ })
-			r.obs.Report(ctx, obs.RunRecovered, row.ID, "action", "milestone notice republished", "milestone", name)
+			obs.Report(ctx, r.log, obs.RunRecovered, row.ID, "action", "milestone notice republished", "milestone", name)
 		}
 	}
 	return nil

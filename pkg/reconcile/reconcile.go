@@ -115,11 +115,11 @@ type Config struct {
 	MaxDepth int
 	// Parallelism bounds the rows a sweep works on at once (default 16).
 	Parallelism int
-	// Logger receives logs (default: discard).
+	// Logger receives logs (default: discard), among them the events
+	// reconcile.begin, reconcile.leader, run.recovered, budget.exceeded,
+	// run.cancelled, finish.unserved and finish.failed (obs.NewHandler
+	// publishes them).
 	Logger *slog.Logger
-	// Reporter receives reconcile.begin, run.recovered, budget.exceeded,
-	// run.cancelled, finish.unserved and finish.failed.
-	Reporter *obs.Reporter
 	// Observer, if set, is told of every sweep (for metrics).
 	Observer Observer
 }
@@ -187,7 +187,6 @@ type Reconciler struct {
 	cfg   Config
 	js    jetstream.JetStream
 	log   *slog.Logger
-	obs   *obs.Reporter
 	store *kv.Store
 
 	leader     atomic.Bool
@@ -216,7 +215,7 @@ func New(nc *nats.Conn, cfg Config) (*Reconciler, error) {
 		return nil, fmt.Errorf("reconcile: jetstream: %w", err)
 	}
 	return &Reconciler{
-		cfg: cfg, js: js, log: cfg.Logger.With("reconciler", cfg.ID), obs: cfg.Reporter,
+		cfg: cfg, js: js, log: cfg.Logger.With("reconciler", cfg.ID),
 		paced: make(map[string]time.Time),
 	}, nil
 }
@@ -395,7 +394,7 @@ func (r *Reconciler) lead(ctx context.Context) {
 func (r *Reconciler) setLeader(ctx context.Context, on bool) {
 	if r.leader.Swap(on) != on {
 		if on {
-			r.obs.Report(ctx, obs.LeaderAcquired, "", "reconciler", r.cfg.ID)
+			obs.Report(ctx, r.log, obs.LeaderAcquired, "")
 		} else {
 			r.log.InfoContext(ctx, "reconciler lease lost to another reconciler")
 			r.dropWatch() // a standby need not follow the index
@@ -502,7 +501,7 @@ func (r *Reconciler) Sweep(ctx context.Context) (Stats, error) {
 	}
 	active := watch.Snapshot()
 	st := &sweep{r: r, now: begin, watch: watch, parents: make(map[string]*jetruntype.Run)}
-	r.obs.Debug(ctx, obs.ReconcileBegin, "", "active", len(active), "reconciler", r.cfg.ID)
+	obs.Debug(ctx, r.log, obs.ReconcileBegin, "", "active", len(active))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(r.cfg.Parallelism)
 	for _, ir := range active {

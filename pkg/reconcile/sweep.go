@@ -178,7 +178,7 @@ func (s *sweep) republishFinishes(ctx context.Context, row *jetruntype.Run) erro
 		}
 		if !ack.Duplicate {
 			s.count(func(st *Stats) { st.Republished++ })
-			r.obs.Report(ctx, obs.RunRecovered, row.ID, "action", "finish republished", "status", st)
+			obs.Report(ctx, r.log, obs.RunRecovered, row.ID, "action", "finish republished", "status", st)
 		}
 	}
 	return nil
@@ -222,7 +222,7 @@ func (s *sweep) unserved(ctx context.Context, row *jetruntype.Run, st events.Sta
 	}
 	if marked {
 		s.count(func(st *Stats) { st.Unserved++ })
-		r.obs.Report(ctx, obs.FinishUnserved, row.ID, "status", st, "handler", handler,
+		obs.Report(ctx, r.log, obs.FinishUnserved, row.ID, "status", st, "handler", handler,
 			"waited", waited.Round(time.Millisecond), "dead_letter_in", (r.cfg.FinishUnservedWait - waited).Round(time.Millisecond))
 	}
 	return false, nil
@@ -310,7 +310,7 @@ func (s *sweep) deadLetterUnserved(ctx context.Context, row *jetruntype.Run, st 
 		}
 	}
 	s.count(func(st *Stats) { st.DeadLettered++ })
-	r.obs.Report(ctx, obs.FinishFailed, row.ID, "status", st, "handler", f.Handler, "attempts", 0, "reason", reason)
+	obs.Report(ctx, r.log, obs.FinishFailed, row.ID, "status", st, "handler", f.Handler, "attempts", 0, "reason", reason)
 	if err := r.store.UnindexIfSettled(ctx, next); err != nil {
 		r.log.WarnContext(ctx, "unindex settled run", "run_id", row.ID, "err", err)
 	}
@@ -426,7 +426,7 @@ func (s *sweep) cascade(ctx context.Context, row *jetruntype.Run) (bool, error) 
 		s.r.notifyCancel(ctx, next)
 	}
 	s.count(func(st *Stats) { st.Cancelled++ })
-	s.r.obs.Report(ctx, obs.RunCascadeCancel, row.ID, "parent", p.ID)
+	obs.Report(ctx, s.r.log, obs.RunCascadeCancel, row.ID, "parent", p.ID)
 	return true, nil
 }
 
@@ -483,7 +483,7 @@ func (s *sweep) enforceBudgets(ctx context.Context, row *jetruntype.Run) (bool, 
 	s.r.announce(ctx, next)
 	s.r.notifyCancel(ctx, next)
 	s.count(func(st *Stats) { st.GivenUp++ })
-	s.r.obs.Report(ctx, obs.BudgetExceeded, row.ID, "reason", reason, "child_still_running", next.ChildStillRunning)
+	obs.Report(ctx, s.r.log, obs.BudgetExceeded, row.ID, "reason", reason, "child_still_running", next.ChildStillRunning)
 	return true, nil
 }
 
@@ -547,7 +547,7 @@ func (s *sweep) recover(ctx context.Context, row *jetruntype.Run) error {
 		}
 		if !dup {
 			s.count(func(st *Stats) { st.Recovered++ })
-			r.obs.Report(ctx, obs.RunRecovered, row.ID, "action", "dispatched", "why", why)
+			obs.Report(ctx, r.log, obs.RunRecovered, row.ID, "action", "dispatched", "why", why)
 		}
 		return nil
 	}
@@ -575,7 +575,7 @@ func (s *sweep) recover(ctx context.Context, row *jetruntype.Run) error {
 		if next.Status == events.StatusError && next.Reason == events.ReasonDispatchLost {
 			r.announce(ctx, next)
 			s.count(func(st *Stats) { st.Failed++ })
-			r.obs.Report(ctx, obs.RunRecovered, row.ID, "action", "gave up", "reason", text)
+			obs.Report(ctx, r.log, obs.RunRecovered, row.ID, "action", "gave up", "reason", text)
 		}
 		return nil
 	}
@@ -595,7 +595,7 @@ func (s *sweep) recover(ctx context.Context, row *jetruntype.Run) error {
 		return err
 	}
 	s.count(func(st *Stats) { st.Recovered++ })
-	r.obs.Report(ctx, obs.RunRecovered, row.ID, "action", "re-dispatched", "why", why, "redispatches", n)
+	obs.Report(ctx, r.log, obs.RunRecovered, row.ID, "action", "re-dispatched", "why", why, "redispatches", n)
 	return nil
 }
 
