@@ -40,32 +40,6 @@ import (
 // <runId>.milestone.<name> (NoticeIdempotencyKey); a second milestone of
 // the same name is never announced.
 
-// Notice is what a milestone handler receives.
-type Notice = events.MilestoneNotice
-
-// NoticeIdempotencyKey is the key a milestone handler deduplicates on:
-// <runId>.milestone.<name>, the notice's Nats-Msg-Id.
-func NoticeIdempotencyKey(n Notice) string {
-	return events.MilestoneNoticeMsgID(n.RunID, n.Milestone.Name)
-}
-
-// MilestoneHandler hears the milestone notices of the runs whose
-// detached.onFinish names it. A Handler registered with HandleFinish that
-// also implements MilestoneHandler hears them; so does one registered with
-// HandleMilestone. A returned error is a failed attempt, retried with
-// backoff like a finish.
-type MilestoneHandler interface {
-	HandleMilestone(ctx context.Context, run *jetruntype.Run, notice Notice) error
-}
-
-// MilestoneHandlerFunc adapts a function to a MilestoneHandler.
-type MilestoneHandlerFunc func(ctx context.Context, run *jetruntype.Run, notice Notice) error
-
-// HandleMilestone calls f.
-func (f MilestoneHandlerFunc) HandleMilestone(ctx context.Context, run *jetruntype.Run, n Notice) error {
-	return f(ctx, run, n)
-}
-
 // HandleMilestone registers h as the milestone handler of name (the value
 // of detached.onFinish). Finishes for name still need HandleFinish, in the
 // same deliverer (they share the consumer finish-<name>): without one, a

@@ -1,0 +1,282 @@
+package finish
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
+	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/obs"
+	"github.com/jetrun/jetrun/pkg/pull"
+)
+
+// Defaults used where Config leaves a field zero.
+const (
+	DefaultMaxAttempts = 5
+	DefaultTimeout     = 30 * time.Second
+	DefaultRetryDelay  = time.Second
+	DefaultConcurrency = 8
+	// MaxRetryDelay caps the backoff between attempts.
+	MaxRetryDelay = 5 * time.Minute
+)
+
+// Config configures a Deliverer. Zero values mean defaults.
+type Config struct {
+	// ID names this deliverer in delivery claims (default: random).
+	ID string
+	// Namespace is the subject prefix (default "jetrun").
+	Namespace events.Namespace
+	// Streams tunes the streams and buckets when this deliverer creates them.
+	Streams events.StreamOptions
+	// MaxAttempts bounds handler invocations per finish (default 5); then
+	// the finish is dead-lettered and the row records the failure.
+	MaxAttempts int
+	// Timeout bounds one handler invocation (default 30s). A deliverer that
+	// dies mid-invocation leaves a claim that expires after it.
+	Timeout time.Duration
+	// RetryDelay is the wait before the second attempt; it doubles after
+	// each failure, up to MaxRetryDelay (default 1s).
+	RetryDelay time.Duration
+	// Concurrency is how many finishes of one handler this process
+	// delivers at once (default 8).
+	Concurrency int
+	// Logger receives logs (default: discard), among them the events
+	// finish.delivered, finish.retry and finish.failed (obs.NewHandler
+	// publishes them).
+	Logger *slog.Logger
+	// Observer, if set, is told of every delivery, failed attempt and
+	// dead-lettered finish (for metrics).
+	Observer Observer
+}
+
+// Observer is told what a Deliverer does, for metrics. Its methods must be
+// quick and must not block.
+type Observer interface {
+	// FinishDelivered: handler took a finish and it is marked delivered.
+	FinishDelivered(handler string)
+	// FinishFailed: one attempt of handler failed; it is retried.
+	FinishFailed(handler string)
+	// FinishDeadLettered: a finish for handler was given up and filed in
+	// the dead-letter stream.
+	FinishDeadLettered(handler string)
+}
+
+// Deliverer delivers finishes to registered handlers.
+type Deliverer struct {
+	cfg      Config
+	js       jetstream.JetStream
+	log      *slog.Logger
+	handlers map[string]Handler
+	// milestones are the handlers registered with HandleMilestone.
+	milestones map[string]MilestoneHandler
+	listed     listedCache // per run, the milestone names it lists
+	store      *kv.Store
+	logs       obs.Throttle // warnings about JetStream faults, per message and class
+
+	mu       sync.Mutex
+	started  bool
+	stopped  bool
+	stopPull context.CancelFunc
+	cancel   context.CancelFunc
+	pullers  sync.WaitGroup
+	inflight sync.WaitGroup
+}
+
+// Validate reports every invalid field at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.ID != "" {
+		if err := events.ValidateID(c.ID); err != nil {
+			errs = append(errs, fmt.Errorf("deliverer id: %w", err))
+		}
+	}
+	if c.MaxAttempts < 0 {
+		errs = append(errs, fmt.Errorf("max attempts must not be negative, got %d", c.MaxAttempts))
+	}
+	if c.Timeout < 0 {
+		errs = append(errs, fmt.Errorf("timeout must not be negative, got %s", c.Timeout))
+	}
+	if c.RetryDelay < 0 {
+		errs = append(errs, fmt.Errorf("retry delay must not be negative, got %s", c.RetryDelay))
+	}
+	if c.Concurrency < 0 {
+		errs = append(errs, fmt.Errorf("concurrency must not be negative, got %d", c.Concurrency))
+	}
+	if err := c.Streams.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// New returns a Deliverer using nc.
+func New(nc *nats.Conn, cfg Config) (*Deliverer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("finish: config: %w", err)
+	}
+	if cfg.ID == "" {
+		cfg.ID = "deliverer-" + strconv.FormatUint(rand.Uint64(), 36)
+	}
+	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, DefaultMaxAttempts)
+	cfg.Timeout = cmp.Or(cfg.Timeout, DefaultTimeout)
+	cfg.RetryDelay = cmp.Or(cfg.RetryDelay, DefaultRetryDelay)
+	cfg.Concurrency = cmp.Or(cfg.Concurrency, DefaultConcurrency)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("finish: jetstream: %w", err)
+	}
+	return &Deliverer{
+		cfg: cfg, js: js, log: cfg.Logger.With("deliverer", cfg.ID),
+		handlers: make(map[string]Handler),
+	}, nil
+}
+
+// HandleFinish registers h under name, the value of detached.onFinish that
+// selects it. It panics on an invalid or duplicate name, or after Start.
+func (d *Deliverer) HandleFinish(name string, h Handler) {
+	if err := events.ValidateHandler(name); err != nil {
+		panic("finish: HandleFinish: " + err.Error())
+	}
+	if h == nil {
+		panic("finish: HandleFinish: nil handler for " + name)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.started {
+		panic("finish: HandleFinish called after Start")
+	}
+	if prev, dup := d.handlers[name]; dup {
+		if _, stand := prev.(noFinishHandler); !stand {
+			panic("finish: HandleFinish: a handler named " + name + " is already registered")
+		}
+	}
+	d.handlers[name] = h
+}
+
+// HandleFinishFunc registers f under name; see HandleFinish.
+func (d *Deliverer) HandleFinishFunc(name string, f func(ctx context.Context, run *jetruntype.Run, result Result) error) {
+	d.HandleFinish(name, HandlerFunc(f))
+}
+
+// Handlers returns the registered handler names, sorted.
+func (d *Deliverer) Handlers() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Sorted(maps.Keys(d.handlers))
+}
+
+// ensureStreams re-creates the streams the deliverer uses, as at Start.
+func (d *Deliverer) ensureStreams(ctx context.Context) error {
+	return events.EnsureStreams(ctx, d.js, d.cfg.Namespace, d.cfg.Streams)
+}
+
+// Start creates (or checks) the streams and one durable consumer per
+// handler, then starts delivering. ctx bounds the set-up only. Starting with
+// no handlers is allowed and does nothing.
+func (d *Deliverer) Start(ctx context.Context) error {
+	d.mu.Lock()
+	if d.started {
+		d.mu.Unlock()
+		return errors.New("finish: already started")
+	}
+	d.started = true
+	d.mu.Unlock()
+	if len(d.handlers) == 0 {
+		return nil
+	}
+	ns := d.cfg.Namespace
+	if err := events.EnsureStreams(ctx, d.js, ns, d.cfg.Streams); err != nil {
+		return fmt.Errorf("finish: %w", err)
+	}
+	store, err := kv.Open(ctx, d.js, kv.Config{Namespace: ns, Replicas: d.cfg.Streams.Replicas})
+	if err != nil {
+		return fmt.Errorf("finish: %w", err)
+	}
+	d.store = store
+	consumers := make(map[string]jetstream.Consumer, len(d.handlers))
+	configs := make(map[string]jetstream.ConsumerConfig, len(d.handlers))
+	for name := range d.handlers {
+		cfg := jetstream.ConsumerConfig{
+			Durable:       events.FinishConsumer(name),
+			Description:   "jetrun finish deliveries to handler " + name,
+			FilterSubject: ns.FinishSubject(name),
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       d.cfg.Timeout,
+			MaxDeliver:    -1, // attempts are counted on the row, see Config.MaxAttempts
+		}
+		c, err := d.js.CreateOrUpdateConsumer(ctx, ns.FinishStream(), cfg)
+		if err != nil {
+			return fmt.Errorf("finish: create consumer for handler %s: %w", name, err)
+		}
+		consumers[name], configs[name] = c, cfg
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	pullCtx, stopPull := context.WithCancel(runCtx)
+	d.mu.Lock()
+	d.cancel, d.stopPull = cancel, stopPull
+	d.mu.Unlock()
+	for name, c := range consumers {
+		loop := pull.Loop{
+			Consumer: c, Concurrency: d.cfg.Concurrency, Handlers: &d.inflight,
+			Handle:  func(m jetstream.Msg, _ *pull.Slot) { d.deliver(runCtx, name, m) },
+			Stopped: func(m jetstream.Msg) { _ = m.NakWithDelay(time.Second) },
+			Logger:  d.log, Name: events.FinishConsumer(name),
+			Repair: pull.Recreate(d.js, d.ensureStreams, ns.FinishStream(), configs[name]),
+		}
+		d.pullers.Go(func() { loop.Run(pullCtx) })
+	}
+	if err := d.startNotices(ctx, runCtx, pullCtx); err != nil {
+		stopPull()
+		d.pullers.Wait()
+		cancel()
+		return err
+	}
+	d.log.InfoContext(ctx, "finish deliverer started", "handlers", d.Handlers())
+	return nil
+}
+
+// Shutdown stops fetching and waits for deliveries in flight until ctx is
+// done; then it cancels their handlers (those finishes are retried). It is
+// idempotent and safe before Start.
+func (d *Deliverer) Shutdown(ctx context.Context) error {
+	d.mu.Lock()
+	if d.stopped || d.stopPull == nil {
+		d.stopped = true
+		d.mu.Unlock()
+		return nil
+	}
+	d.stopped = true
+	stopPull, cancel := d.stopPull, d.cancel
+	d.mu.Unlock()
+	defer cancel()
+	// Late handlers see their context end; their finishes are retried.
+	if !pull.Drain(ctx, stopPull, &d.pullers, &d.inflight, cancel, shutdownGrace) {
+		return fmt.Errorf("finish: deliveries did not return %s after their handlers were cancelled", shutdownGrace)
+	}
+	return nil
+}
+
+// shutdownGrace bounds how long Shutdown waits for handlers it cancelled.
+const shutdownGrace = 10 * time.Second
+
+// Stop cancels deliveries in flight and stops.
+func (d *Deliverer) Stop() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return d.Shutdown(ctx)
+}

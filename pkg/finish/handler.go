@@ -1,0 +1,55 @@
+package finish
+
+import (
+	"context"
+
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
+)
+
+// Result is what a finish handler receives: the outcome for one status.
+type Result = events.Finish
+
+// IdempotencyKey is the key a handler deduplicates on: <runId>.<status>,
+// the finish's Nats-Msg-Id.
+func IdempotencyKey(r Result) string { return events.FinishMsgID(r.RunID, r.Status) }
+
+// Handler handles finishes. A returned error (or a panic, or running past
+// Config.Timeout) is a failed attempt, retried with backoff.
+type Handler interface {
+	HandleFinish(ctx context.Context, run *jetruntype.Run, result Result) error
+}
+
+// HandlerFunc adapts a function to a Handler.
+type HandlerFunc func(ctx context.Context, run *jetruntype.Run, result Result) error
+
+// HandleFinish calls f.
+func (f HandlerFunc) HandleFinish(ctx context.Context, run *jetruntype.Run, result Result) error {
+	return f(ctx, run, result)
+}
+
+// Notice is what a milestone handler receives.
+type Notice = events.MilestoneNotice
+
+// NoticeIdempotencyKey is the key a milestone handler deduplicates on:
+// <runId>.milestone.<name>, the notice's Nats-Msg-Id.
+func NoticeIdempotencyKey(n Notice) string {
+	return events.MilestoneNoticeMsgID(n.RunID, n.Milestone.Name)
+}
+
+// MilestoneHandler hears the milestone notices of the runs whose
+// detached.onFinish names it. A Handler registered with HandleFinish that
+// also implements MilestoneHandler hears them; so does one registered with
+// HandleMilestone. A returned error is a failed attempt, retried with
+// backoff like a finish.
+type MilestoneHandler interface {
+	HandleMilestone(ctx context.Context, run *jetruntype.Run, notice Notice) error
+}
+
+// MilestoneHandlerFunc adapts a function to a MilestoneHandler.
+type MilestoneHandlerFunc func(ctx context.Context, run *jetruntype.Run, notice Notice) error
+
+// HandleMilestone calls f.
+func (f MilestoneHandlerFunc) HandleMilestone(ctx context.Context, run *jetruntype.Run, n Notice) error {
+	return f(ctx, run, n)
+}

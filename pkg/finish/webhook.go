@@ -1,0 +1,93 @@
+package finish
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
+)
+
+// Webhook returns a Handler that POSTs the finish as JSON to url, with
+// headers Idempotency-Key (<runId>.<status>), Jetrun-Run-Id and
+// Jetrun-Status, and the run's W3C traceparent and tracestate if it has
+// them. A 2xx answer means delivered; anything else is a failed
+// attempt. client nil means a client with no timeout of its own (the
+// deliverer's Timeout applies). The handler is also a MilestoneHandler: it
+// POSTs milestone notices to the same url (see webhook.HandleMilestone).
+func Webhook(url string, client *http.Client) Handler {
+	if client == nil {
+		client = &http.Client{}
+	}
+	return webhook{url: url, client: client}
+}
+
+// webhook is the Handler Webhook returns.
+type webhook struct {
+	url    string
+	client *http.Client
+}
+
+// HandleFinish POSTs the finish.
+func (w webhook) HandleFinish(ctx context.Context, run *jetruntype.Run, res Result) error {
+	return w.post(ctx, res, withTrace(run, map[string]string{
+		"Idempotency-Key": IdempotencyKey(res),
+		"Jetrun-Run-Id":   res.RunID,
+		"Jetrun-Status":   string(res.Status),
+	}))
+}
+
+// withTrace adds the run's W3C trace context to headers.
+func withTrace(run *jetruntype.Run, headers map[string]string) map[string]string {
+	if run == nil {
+		return headers
+	}
+	if tc := run.Trace(); !tc.IsZero() {
+		headers[events.HeaderTraceParent] = tc.TraceParent
+		if tc.TraceState != "" {
+			headers[events.HeaderTraceState] = tc.TraceState
+		}
+	}
+	return headers
+}
+
+// HandleMilestone POSTs a milestone notice, with headers Idempotency-Key
+// (<runId>.milestone.<name>), Jetrun-Kind (milestone), Jetrun-Run-Id and
+// Jetrun-Milestone.
+func (w webhook) HandleMilestone(ctx context.Context, run *jetruntype.Run, n Notice) error {
+	return w.post(ctx, n, withTrace(run, map[string]string{
+		"Idempotency-Key":  NoticeIdempotencyKey(n),
+		events.HeaderKind:  events.KindMilestoneNotice,
+		"Jetrun-Run-Id":    n.RunID,
+		"Jetrun-Milestone": n.Milestone.Name,
+	}))
+}
+
+func (w webhook) post(ctx context.Context, v any, headers map[string]string) error {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := w.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("webhook %s: %w", w.url, err)
+	}
+	defer resp.Body.Close()
+	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 200))
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("webhook %s answered %s: %s", w.url, resp.Status, bytes.TrimSpace(snippet))
+	}
+	return nil
+}
