@@ -234,7 +234,7 @@ func (d *Deliverer) Start(ctx context.Context) error {
 		loop := pull.Loop{
 			Consumer: c, Concurrency: d.cfg.Concurrency, Handlers: &d.inflight,
 			Handle:  func(m jetstream.Msg, _ *pull.Slot) { d.deliver(runCtx, name, m) },
-			Stopped: func(m jetstream.Msg) { _ = m.NakWithDelay(time.Second) },
+			Stopped: func(m jetstream.Msg) { d.settle(runCtx, d.log, m, retryAfter(time.Second)) },
 			Logger:  d.log, Name: events.FinishConsumer(name),
 			Repair: pull.Recreate(d.js, d.ensureStreams, ns.FinishStream(), configs[name]),
 		}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -20,20 +19,26 @@ import (
 	"github.com/jetrun/jetrun/pkg/obs"
 )
 
-// deliver handles one finish message.
+// deliver handles one message of handler name's consumer: a finish or a
+// milestone notice.
 func (d *Deliverer) deliver(ctx context.Context, name string, msg jetstream.Msg) {
+	log := d.log.With("handler", name)
 	if msg.Headers().Get(events.HeaderKind) == events.KindMilestoneNotice || events.IsMilestoneNotice(msg.Data()) {
-		d.deliverNotice(ctx, name, msg)
+		d.settle(ctx, log, msg, d.deliverNotice(ctx, name, msg))
 		return
 	}
+	d.settle(ctx, log, msg, d.deliverFinish(ctx, name, msg))
+}
+
+// deliverFinish delivers one finish and says how to settle its message.
+func (d *Deliverer) deliverFinish(ctx context.Context, name string, msg jetstream.Msg) outcome {
 	var res Result
 	if err := json.Unmarshal(msg.Data(), &res); err != nil || events.ValidateID(res.RunID) != nil || !res.Status.Terminal() {
 		reason := "finish message is not a valid finish"
 		if err != nil {
 			reason += ": " + err.Error()
 		}
-		d.deadLetter(ctx, name, msg, res, claimed{}, reason, 0)
-		return
+		return d.deadLetter(ctx, name, msg, res, claimed{}, reason, 0)
 	}
 	log := d.log.With("run_id", res.RunID, "status", res.Status, "handler", name)
 	// Milestone notices go out before the run's finishes.
@@ -41,41 +46,39 @@ func (d *Deliverer) deliver(ctx context.Context, name string, msg jetstream.Msg)
 		if err != nil {
 			d.fault(ctx, log, "look for milestone notices before the finish", err)
 		}
-		_ = msg.NakWithDelay(time.Second)
-		return
+		return retryAfter(time.Second)
 	}
 
-	c, ok := d.claim(ctx, log, msg, res)
-	if !ok {
-		return
+	c, o := d.claim(ctx, log, res)
+	if c.row == nil {
+		return o
 	}
 	if id := c.row.Trace().TraceID(); id != "" {
 		log = log.With("trace_id", id)
 	}
 	attempts := c.attempts
 	err := d.invoke(ctx, name, msg, c.row, res)
-	if err == nil {
-		d.markDelivered(ctx, log, msg, res, c, attempts)
-		return
-	}
-	if ctx.Err() != nil { // shutting down: release the claim, retry soon
+	switch {
+	case err == nil:
+		return d.markDelivered(ctx, log, res, c, attempts)
+	case ctx.Err() != nil: // shutting down: release the claim, retry soon
 		d.release(log, res, c, err, false)
-		_ = msg.NakWithDelay(time.Second)
-		return
-	}
-	if attempts >= d.cfg.MaxAttempts {
+		return retryAfter(time.Second)
+	case IsPermanent(err):
+		log.ErrorContext(ctx, "finish handler failed permanently; giving up", "attempts", attempts, "err", err)
+		return d.deadLetter(ctx, name, msg, res, c, fmt.Sprintf("handler %s failed permanently: %v", name, err), attempts)
+	case attempts >= d.cfg.MaxAttempts:
 		log.ErrorContext(ctx, "finish handler failed; giving up", "attempts", attempts, "err", err)
-		d.deadLetter(ctx, name, msg, res, c, fmt.Sprintf("handler %s failed %d times; last error: %v", name, attempts, err), attempts)
-		return
+		return d.deadLetter(ctx, name, msg, res, c, fmt.Sprintf("handler %s failed %d times; last error: %v", name, attempts, err), attempts)
 	}
-	delay := min(d.cfg.RetryDelay<<min(attempts-1, 20), MaxRetryDelay)
+	delay := d.backoff(attempts)
 	log.WarnContext(ctx, "finish handler failed; retrying", "attempts", attempts, "retry_in", delay, "err", err)
 	d.release(log, res, c, err, false)
 	if d.cfg.Observer != nil {
 		d.cfg.Observer.FinishFailed(name)
 	}
 	obs.Report(ctx, d.log, obs.FinishRetry, res.RunID, "status", res.Status, "handler", name, "attempts", attempts, "error", err)
-	_ = msg.NakWithDelay(delay)
+	return retryAfter(delay)
 }
 
 // fault logs a failed JetStream call at warn level, at most once per
@@ -87,29 +90,26 @@ func (d *Deliverer) fault(ctx context.Context, log *slog.Logger, msg string, err
 	d.logs.Log(ctx, log, slog.LevelWarn, msg+"/"+class, msg, append(args, "fault", class, "err", err)...)
 }
 
-// claim reads the row and takes the delivery. It settles msg itself and
-// returns false when there is nothing to deliver now.
-func (d *Deliverer) claim(ctx context.Context, log *slog.Logger, msg jetstream.Msg, res Result) (claimed, bool) {
+// claim reads the row and takes the delivery. When there is nothing to
+// deliver now it returns a claimed without a row and how to settle the
+// message.
+func (d *Deliverer) claim(ctx context.Context, log *slog.Logger, res Result) (claimed, outcome) {
 	for try := 0; try < 10; try++ {
 		row, rev, err := d.store.Get(ctx, res.RunID)
 		if errors.Is(err, kv.ErrRunNotFound) {
 			log.InfoContext(ctx, "finish for a cleared run; dropping it")
-			_ = msg.Ack()
-			return claimed{}, false
+			return claimed{}, acked()
 		}
 		if err != nil {
 			d.fault(ctx, log, "read row for delivery", err)
-			_ = msg.NakWithDelay(time.Second)
-			return claimed{}, false
+			return claimed{}, retryAfter(time.Second)
 		}
 		now := time.Now()
 		switch check, wait := row.CheckFinish(res.Status, now); check {
 		case jetruntype.DeliveryDone:
-			_ = msg.Ack()
-			return claimed{}, false
+			return claimed{}, acked()
 		case jetruntype.DeliveryLater:
-			_ = msg.NakWithDelay(wait + time.Duration(rand.Int64N(int64(250*time.Millisecond))))
-			return claimed{}, false
+			return claimed{}, retryAfter(wait + jitter())
 		}
 		next := row.Clone()
 		attempts := next.ClaimFinish(res.Status, res, d.cfg.ID, now.Add(d.cfg.Timeout+time.Second), now)
@@ -119,13 +119,11 @@ func (d *Deliverer) claim(ctx context.Context, log *slog.Logger, msg jetstream.M
 				continue
 			}
 			d.fault(ctx, log, "claim delivery", err)
-			_ = msg.NakWithDelay(time.Second)
-			return claimed{}, false
+			return claimed{}, retryAfter(time.Second)
 		}
-		return claimed{row: next, rev: newRev, attempts: attempts}, true
+		return claimed{row: next, rev: newRev, attempts: attempts}, outcome{}
 	}
-	_ = msg.NakWithDelay(time.Second)
-	return claimed{}, false
+	return claimed{}, retryAfter(time.Second)
 }
 
 // claimed is the row as a delivery's claim left it, so the writes that
@@ -180,8 +178,8 @@ func (d *Deliverer) call(ctx context.Context, what, name string, msg jetstream.M
 	return nil
 }
 
-// markDelivered records the delivery, then acknowledges.
-func (d *Deliverer) markDelivered(ctx context.Context, log *slog.Logger, msg jetstream.Msg, res Result, c claimed, attempts int) {
+// markDelivered records the delivery; the message is then acknowledged.
+func (d *Deliverer) markDelivered(ctx context.Context, log *slog.Logger, res Result, c claimed, attempts int) outcome {
 	now := time.Now()
 	var due time.Time
 	row, _, err := d.store.MutateFrom(ctx, res.RunID, c.row, c.rev, func(r *jetruntype.Run) error {
@@ -191,10 +189,7 @@ func (d *Deliverer) markDelivered(ctx context.Context, log *slog.Logger, msg jet
 	if err != nil {
 		// The claim expires and the finish is delivered again: at least once.
 		d.fault(ctx, log, "mark finish delivered; it is delivered again", err)
-		return
-	}
-	if err := msg.Ack(); err != nil {
-		d.fault(ctx, log, "ack finish", err)
+		return left()
 	}
 	if d.cfg.Observer != nil {
 		d.cfg.Observer.FinishDelivered(res.Handler)
@@ -204,6 +199,7 @@ func (d *Deliverer) markDelivered(ctx context.Context, log *slog.Logger, msg jet
 	if err := d.store.UnindexIfSettled(ctx, row); err != nil {
 		log.WarnContext(ctx, "unindex settled run", "err", err)
 	}
+	return acked()
 }
 
 // release drops the claim after a failed attempt, recording the error; with
@@ -224,13 +220,13 @@ func (d *Deliverer) release(log *slog.Logger, res Result, c claimed, cause error
 	return row
 }
 
-// deadLetter files msg in the dead-letter stream, records the failure on the
-// row, and terminates msg. If the dead-letter write fails, msg is retried.
-func (d *Deliverer) deadLetter(ctx context.Context, name string, msg jetstream.Msg, res Result, c claimed, reason string, attempts int) {
+// deadLetter files msg in the dead-letter stream and records the failure
+// on the row; the message is then terminated. If the dead-letter write
+// fails, the message is retried.
+func (d *Deliverer) deadLetter(ctx context.Context, name string, msg jetstream.Msg, res Result, c claimed, reason string, attempts int) outcome {
 	if _, err := d.js.PublishMsg(ctx, events.DeadLetter(d.cfg.Namespace.DLQFinishSubject(name), msg, reason)); err != nil {
 		d.fault(ctx, d.log, "dead-letter finish; keeping it for a retry", err, "handler", name)
-		_ = msg.NakWithDelay(5 * time.Second)
-		return
+		return retryAfter(5 * time.Second)
 	}
 	if events.ValidateID(res.RunID) == nil {
 		row := d.release(d.log, res, c, errors.New(reason), true)
@@ -238,9 +234,9 @@ func (d *Deliverer) deadLetter(ctx context.Context, name string, msg jetstream.M
 			d.log.WarnContext(ctx, "unindex settled run", "run_id", res.RunID, "err", err)
 		}
 	}
-	_ = msg.TermWithReason(events.Truncate(reason, 200))
 	if d.cfg.Observer != nil {
 		d.cfg.Observer.FinishDeadLettered(name)
 	}
 	obs.Report(ctx, d.log, obs.FinishFailed, res.RunID, "status", res.Status, "handler", name, "attempts", attempts, "reason", reason)
+	return dropped(reason)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -93,6 +94,44 @@ func TestAFailingHandlerIsRetriedUntilItSucceeds(t *testing.T) {
 		if k := <-keys; k != "flaky-run.completed" {
 			t.Fatalf("idempotency key %q", k)
 		}
+	}
+}
+
+// A handler that says its failure is permanent is not called again: the
+// finish is dead-lettered at once with the handler's error as the reason.
+func TestAPermanentFailureIsDeadLetteredAtOnce(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	nc, client := setup(t, finish.Config{RetryDelay: 20 * time.Millisecond, MaxAttempts: 5}, map[string]finish.Handler{
+		"strict": finish.HandlerFunc(func(ctx context.Context, run *jetruntype.Run, res finish.Result) error {
+			calls.Add(1)
+			return finish.Permanent(errors.New("account closed"))
+		}),
+	})
+	detached(t, client, "strict-run", "strict")
+	row := jetruntest.WaitRow(t, client.Store(), "strict-run", 20*time.Second, func(r *jetruntype.Run) bool {
+		f := r.Finishes[events.StatusCompleted]
+		return f != nil && !f.FailedAt.IsZero()
+	})
+	if f := row.Finishes[events.StatusCompleted]; f.Attempts != 1 || !strings.Contains(f.LastError, "account closed") {
+		t.Fatalf("ledger after a permanent failure: %+v", f)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		s, err := js.Stream(ctx, "JETRUN_DLQ")
+		if err != nil {
+			return false
+		}
+		m, err := s.GetLastMsgForSubject(ctx, "jetrun.dlq.finish.strict")
+		return err == nil && strings.Contains(m.Header.Get(events.HeaderReason), "failed permanently: account closed")
+	}, "the finish was not dead-lettered with the handler's error")
+	if n := calls.Load(); n != 1 { // the ledger's one attempt, and the message is terminated
+
+		t.Fatalf("handler called %d times", n)
 	}
 }
 

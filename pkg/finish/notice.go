@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -118,8 +117,8 @@ func (d *Deliverer) startNotices(ctx, runCtx, pullCtx context.Context) error {
 		// One at a time, in stream order: the first milestone of a name
 		// is recorded first.
 		Consumer: c, Concurrency: 1, Handlers: &d.inflight,
-		Handle:  func(m jetstream.Msg, _ *pull.Slot) { d.recordNotice(runCtx, m) },
-		Stopped: func(m jetstream.Msg) { _ = m.NakWithDelay(time.Second) },
+		Handle:  func(m jetstream.Msg, _ *pull.Slot) { d.settle(runCtx, d.log, m, d.recordNotice(runCtx, m)) },
+		Stopped: func(m jetstream.Msg) { d.settle(runCtx, d.log, m, retryAfter(time.Second)) },
 		Logger:  d.log, Name: events.NoticeConsumer,
 		Repair: pull.Recreate(d.js, d.ensureStreams, ns.EventsStream(), cfg),
 	}
@@ -129,27 +128,23 @@ func (d *Deliverer) startNotices(ctx, runCtx, pullCtx context.Context) error {
 
 // recordNotice handles one milestone event: when its run asks for a notice
 // of its name, the notice is recorded on the row (first of its name only)
-// and published, then the milestone is acknowledged.
-func (d *Deliverer) recordNotice(ctx context.Context, msg jetstream.Msg) {
+// and published; the milestone is then acknowledged.
+func (d *Deliverer) recordNotice(ctx context.Context, msg jetstream.Msg) outcome {
 	var m events.Milestone
 	if err := json.Unmarshal(msg.Data(), &m); err != nil || events.ValidateID(m.RunID) != nil || m.Name == "" {
-		_ = msg.Term() // not a milestone jetrun wrote; nothing to announce
-		return
+		return dropped("not a milestone jetrun wrote; nothing to announce")
 	}
 	if listed, known := d.listed.get(m.RunID); known && !slices.Contains(listed, m.Name) {
-		_ = msg.Ack() // the run asks for no notice of this name
-		return
+		return acked() // the run asks for no notice of this name
 	}
 	log := d.log.With("run_id", m.RunID, "milestone", m.Name)
 	row, _, err := d.store.Get(ctx, m.RunID)
 	switch {
 	case errors.Is(err, kv.ErrRunNotFound):
-		_ = msg.Ack()
-		return
+		return acked()
 	case err != nil:
 		d.fault(ctx, log, "read row for a milestone notice", err)
-		_ = msg.NakWithDelay(time.Second)
-		return
+		return retryAfter(time.Second)
 	}
 	var listed []string
 	if row.Detached != nil && row.Detached.OnFinish != "" {
@@ -157,39 +152,33 @@ func (d *Deliverer) recordNotice(ctx context.Context, msg jetstream.Msg) {
 	}
 	d.listed.put(m.RunID, listed)
 	if !row.Detached.Notifies(m.Name) {
-		_ = msg.Ack()
-		return
+		return acked()
 	}
 	if cur, recorded := row.Notices[m.Name]; !recorded || cur.Milestone.Sequence > m.Sequence {
 		if row, _, err = d.store.Mutate(ctx, m.RunID, func(r *jetruntype.Run) error { return r.OweNotice(m, time.Now()) }); err != nil {
 			if errors.Is(err, kv.ErrRunNotFound) {
-				_ = msg.Ack()
-				return
+				return acked()
 			}
 			d.fault(ctx, log, "record a milestone notice", err)
-			_ = msg.NakWithDelay(time.Second)
-			return
+			return retryAfter(time.Second)
 		}
 	}
 	if row.NoticeOwed(m.Name) && row.Notices[m.Name].Milestone.Sequence == m.Sequence {
 		ack, err := kv.PublishNoticeAck(ctx, d.js, d.cfg.Namespace, row, m.Name)
 		if err != nil {
 			d.fault(ctx, log, "publish a milestone notice", err)
-			_ = msg.NakWithDelay(time.Second)
-			return
+			return retryAfter(time.Second)
 		}
 		if ack != nil && ack.Sequence != row.Notices[m.Name].Seq {
 			_, _, _ = d.store.Mutate(ctx, m.RunID, func(r *jetruntype.Run) error { return r.RecordNoticeSeq(m.Name, ack.Sequence) })
-
 		}
 	}
-	if err := msg.Ack(); err != nil {
-		d.fault(ctx, log, "ack milestone", err)
-	}
+	return acked()
 }
 
-// deliverNotice delivers one milestone notice, as deliver does a finish.
-func (d *Deliverer) deliverNotice(ctx context.Context, name string, msg jetstream.Msg) {
+// deliverNotice delivers one milestone notice, as deliverFinish does a
+// finish, and says how to settle its message.
+func (d *Deliverer) deliverNotice(ctx context.Context, name string, msg jetstream.Msg) outcome {
 	var n Notice
 	if err := json.Unmarshal(msg.Data(), &n); err != nil || events.ValidateID(n.RunID) != nil ||
 		events.ValidateMilestoneName(n.Milestone.Name) != nil {
@@ -197,76 +186,68 @@ func (d *Deliverer) deliverNotice(ctx context.Context, name string, msg jetstrea
 		if err != nil {
 			reason += ": " + err.Error()
 		}
-		d.deadLetterNotice(ctx, name, msg, n, reason, 0)
-		return
+		return d.deadLetterNotice(ctx, name, msg, n, reason, 0)
 	}
 	ms := n.Milestone.Name
 	log := d.log.With("run_id", n.RunID, "milestone", ms, "handler", name)
-	row, rev, ok := d.claimNotice(ctx, log, msg, n)
-	if !ok {
-		return
+	row, rev, o := d.claimNotice(ctx, log, n)
+	if row == nil {
+		return o
 	}
 	attempts := row.Notices[ms].Attempts
 	n.Milestone = row.Notices[ms].Milestone // the ledger says which milestone of the name
 	err := d.invokeNotice(ctx, name, msg, row, n)
-	if err == nil {
+	switch {
+	case err == nil:
 		now := time.Now()
 		row, _, err := d.store.MutateFrom(ctx, n.RunID, row, rev, func(r *jetruntype.Run) error {
 			return r.NoticeDelivered(ms, now)
 		})
 		if err != nil {
 			d.fault(ctx, log, "mark milestone notice delivered; it is delivered again", err)
-			return
-		}
-		if err := msg.Ack(); err != nil {
-			d.fault(ctx, log, "ack milestone notice", err)
+			return left()
 		}
 		obs.Report(ctx, d.log, obs.FinishDelivered, n.RunID, "milestone", ms, "handler", name, "attempts", attempts)
 		if err := d.store.UnindexIfSettled(ctx, row); err != nil {
 			log.WarnContext(ctx, "unindex settled run", "err", err)
 		}
-		return
-	}
-	if ctx.Err() != nil {
+		return acked()
+	case ctx.Err() != nil:
 		d.releaseNotice(log, n, err, false)
-		_ = msg.NakWithDelay(time.Second)
-		return
-	}
-	if attempts >= d.cfg.MaxAttempts {
+		return retryAfter(time.Second)
+	case IsPermanent(err):
+		log.ErrorContext(ctx, "milestone handler failed permanently; giving up", "attempts", attempts, "err", err)
+		return d.deadLetterNotice(ctx, name, msg, n, fmt.Sprintf("handler %s failed permanently on milestone %s: %v", name, ms, err), attempts)
+	case attempts >= d.cfg.MaxAttempts:
 		log.ErrorContext(ctx, "milestone handler failed; giving up", "attempts", attempts, "err", err)
-		d.deadLetterNotice(ctx, name, msg, n, fmt.Sprintf("handler %s failed %d times on milestone %s; last error: %v", name, attempts, ms, err), attempts)
-		return
+		return d.deadLetterNotice(ctx, name, msg, n, fmt.Sprintf("handler %s failed %d times on milestone %s; last error: %v", name, attempts, ms, err), attempts)
 	}
-	delay := min(d.cfg.RetryDelay<<min(attempts-1, 20), MaxRetryDelay)
+	delay := d.backoff(attempts)
 	log.WarnContext(ctx, "milestone handler failed; retrying", "attempts", attempts, "retry_in", delay, "err", err)
 	d.releaseNotice(log, n, err, false)
 	obs.Report(ctx, d.log, obs.FinishRetry, n.RunID, "milestone", ms, "handler", name, "attempts", attempts, "error", err)
-	_ = msg.NakWithDelay(delay)
+	return retryAfter(delay)
 }
 
-// claimNotice reads the row and takes the notice's delivery; it settles msg
-// itself and returns false when there is nothing to deliver now.
-func (d *Deliverer) claimNotice(ctx context.Context, log *slog.Logger, msg jetstream.Msg, n Notice) (*jetruntype.Run, uint64, bool) {
+// claimNotice reads the row and takes the notice's delivery. When there is
+// nothing to deliver now it returns no row and how to settle the message.
+func (d *Deliverer) claimNotice(ctx context.Context, log *slog.Logger, n Notice) (*jetruntype.Run, uint64, outcome) {
 	ms := n.Milestone.Name
 	for try := 0; try < 10; try++ {
 		row, rev, err := d.store.Get(ctx, n.RunID)
 		if errors.Is(err, kv.ErrRunNotFound) {
-			_ = msg.Ack()
-			return nil, 0, false
+			return nil, 0, acked()
 		}
 		if err != nil {
 			d.fault(ctx, log, "read row for a milestone notice", err)
-			_ = msg.NakWithDelay(time.Second)
-			return nil, 0, false
+			return nil, 0, retryAfter(time.Second)
 		}
 		now := time.Now()
 		switch check, wait := row.CheckNotice(ms, now); check {
 		case jetruntype.DeliveryDone:
-			_ = msg.Ack()
-			return nil, 0, false
+			return nil, 0, acked()
 		case jetruntype.DeliveryLater:
-			_ = msg.NakWithDelay(wait + time.Duration(rand.Int64N(int64(250*time.Millisecond))))
-			return nil, 0, false
+			return nil, 0, retryAfter(wait + jitter())
 		}
 		next := row.Clone()
 		next.ClaimNotice(ms, d.cfg.ID, now.Add(d.cfg.Timeout+time.Second))
@@ -276,13 +257,11 @@ func (d *Deliverer) claimNotice(ctx context.Context, log *slog.Logger, msg jetst
 				continue
 			}
 			d.fault(ctx, log, "claim milestone notice", err)
-			_ = msg.NakWithDelay(time.Second)
-			return nil, 0, false
+			return nil, 0, retryAfter(time.Second)
 		}
-		return next, newRev, true
+		return next, newRev, outcome{}
 	}
-	_ = msg.NakWithDelay(time.Second)
-	return nil, 0, false
+	return nil, 0, retryAfter(time.Second)
 }
 
 // invokeNotice runs the milestone handler name on n; see call.
@@ -314,13 +293,12 @@ func (d *Deliverer) releaseNotice(log *slog.Logger, n Notice, cause error, faile
 	return row
 }
 
-// deadLetterNotice files msg in jetrun.dlq.finish.<handler>, records the
-// failure on the row, and terminates msg.
-func (d *Deliverer) deadLetterNotice(ctx context.Context, name string, msg jetstream.Msg, n Notice, reason string, attempts int) {
+// deadLetterNotice files msg in jetrun.dlq.finish.<handler> and records
+// the failure on the row; the message is then terminated.
+func (d *Deliverer) deadLetterNotice(ctx context.Context, name string, msg jetstream.Msg, n Notice, reason string, attempts int) outcome {
 	if _, err := d.js.PublishMsg(ctx, events.DeadLetter(d.cfg.Namespace.DLQFinishSubject(name), msg, reason)); err != nil {
 		d.fault(ctx, d.log, "dead-letter milestone notice; keeping it for a retry", err, "handler", name)
-		_ = msg.NakWithDelay(5 * time.Second)
-		return
+		return retryAfter(5 * time.Second)
 	}
 	if events.ValidateID(n.RunID) == nil && n.Milestone.Name != "" {
 		row := d.releaseNotice(d.log, n, errors.New(reason), true)
@@ -328,8 +306,8 @@ func (d *Deliverer) deadLetterNotice(ctx context.Context, name string, msg jetst
 			d.log.WarnContext(ctx, "unindex settled run", "run_id", n.RunID, "err", err)
 		}
 	}
-	_ = msg.TermWithReason(events.Truncate(reason, 200))
 	obs.Report(ctx, d.log, obs.FinishFailed, n.RunID, "milestone", n.Milestone.Name, "handler", name, "attempts", attempts, "reason", reason)
+	return dropped(reason)
 }
 
 // noticesFirst is catchUpNotices for the run of finish res, skipped without
