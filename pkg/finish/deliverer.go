@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/settle"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
@@ -234,7 +235,7 @@ func (d *Deliverer) Start(ctx context.Context) error {
 		loop := pull.Loop{
 			Consumer: c, Concurrency: d.cfg.Concurrency, Handlers: &d.inflight,
 			Handle:  func(m jetstream.Msg, _ *pull.Slot) { d.deliver(runCtx, name, m) },
-			Stopped: func(m jetstream.Msg) { d.settle(runCtx, d.log, m, retryAfter(time.Second)) },
+			Stopped: func(m jetstream.Msg) { d.settle(runCtx, d.log, m, settle.Retry(time.Second)) },
 			Logger:  d.log, Name: events.FinishConsumer(name),
 			Repair: pull.Recreate(d.js, d.ensureStreams, ns.FinishStream(), configs[name]),
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/settle"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/jsfault"
@@ -31,7 +32,7 @@ func (d *Deliverer) deliver(ctx context.Context, name string, msg jetstream.Msg)
 }
 
 // deliverFinish delivers one finish and says how to settle its message.
-func (d *Deliverer) deliverFinish(ctx context.Context, name string, msg jetstream.Msg) outcome {
+func (d *Deliverer) deliverFinish(ctx context.Context, name string, msg jetstream.Msg) settle.Outcome {
 	var res Result
 	if err := json.Unmarshal(msg.Data(), &res); err != nil || events.ValidateID(res.RunID) != nil || !res.Status.Terminal() {
 		reason := "finish message is not a valid finish"
@@ -46,7 +47,7 @@ func (d *Deliverer) deliverFinish(ctx context.Context, name string, msg jetstrea
 		if err != nil {
 			d.fault(ctx, log, "look for milestone notices before the finish", err)
 		}
-		return retryAfter(time.Second)
+		return settle.Retry(time.Second)
 	}
 
 	c, o := d.claim(ctx, log, res)
@@ -63,7 +64,7 @@ func (d *Deliverer) deliverFinish(ctx context.Context, name string, msg jetstrea
 		return d.markDelivered(ctx, log, res, c, attempts)
 	case ctx.Err() != nil: // shutting down: release the claim, retry soon
 		d.release(log, res, c, err, false)
-		return retryAfter(time.Second)
+		return settle.Retry(time.Second)
 	case IsPermanent(err):
 		log.ErrorContext(ctx, "finish handler failed permanently; giving up", "attempts", attempts, "err", err)
 		return d.deadLetter(ctx, name, msg, res, c, fmt.Sprintf("handler %s failed permanently: %v", name, err), attempts)
@@ -78,7 +79,7 @@ func (d *Deliverer) deliverFinish(ctx context.Context, name string, msg jetstrea
 		d.cfg.Observer.FinishFailed(name)
 	}
 	obs.Report(ctx, d.log, obs.FinishRetry, res.RunID, "status", res.Status, "handler", name, "attempts", attempts, "error", err)
-	return retryAfter(delay)
+	return settle.Retry(delay)
 }
 
 // fault logs a failed JetStream call at warn level, at most once per
@@ -93,23 +94,23 @@ func (d *Deliverer) fault(ctx context.Context, log *slog.Logger, msg string, err
 // claim reads the row and takes the delivery. When there is nothing to
 // deliver now it returns a claimed without a row and how to settle the
 // message.
-func (d *Deliverer) claim(ctx context.Context, log *slog.Logger, res Result) (claimed, outcome) {
+func (d *Deliverer) claim(ctx context.Context, log *slog.Logger, res Result) (claimed, settle.Outcome) {
 	for try := 0; try < 10; try++ {
 		row, rev, err := d.store.Get(ctx, res.RunID)
 		if errors.Is(err, kv.ErrRunNotFound) {
 			log.InfoContext(ctx, "finish for a cleared run; dropping it")
-			return claimed{}, acked()
+			return claimed{}, settle.Ack()
 		}
 		if err != nil {
 			d.fault(ctx, log, "read row for delivery", err)
-			return claimed{}, retryAfter(time.Second)
+			return claimed{}, settle.Retry(time.Second)
 		}
 		now := time.Now()
 		switch check, wait := row.CheckFinish(res.Status, now); check {
 		case jetruntype.DeliveryDone:
-			return claimed{}, acked()
+			return claimed{}, settle.Ack()
 		case jetruntype.DeliveryLater:
-			return claimed{}, retryAfter(wait + jitter())
+			return claimed{}, settle.Retry(wait + settle.Jitter(maxJitter))
 		}
 		next := row.Clone()
 		attempts := next.ClaimFinish(res.Status, res, d.cfg.ID, now.Add(d.cfg.Timeout+time.Second), now)
@@ -119,11 +120,11 @@ func (d *Deliverer) claim(ctx context.Context, log *slog.Logger, res Result) (cl
 				continue
 			}
 			d.fault(ctx, log, "claim delivery", err)
-			return claimed{}, retryAfter(time.Second)
+			return claimed{}, settle.Retry(time.Second)
 		}
-		return claimed{row: next, rev: newRev, attempts: attempts}, outcome{}
+		return claimed{row: next, rev: newRev, attempts: attempts}, settle.Leave()
 	}
-	return claimed{}, retryAfter(time.Second)
+	return claimed{}, settle.Retry(time.Second)
 }
 
 // claimed is the row as a delivery's claim left it, so the writes that
@@ -179,7 +180,7 @@ func (d *Deliverer) call(ctx context.Context, what, name string, msg jetstream.M
 }
 
 // markDelivered records the delivery; the message is then acknowledged.
-func (d *Deliverer) markDelivered(ctx context.Context, log *slog.Logger, res Result, c claimed, attempts int) outcome {
+func (d *Deliverer) markDelivered(ctx context.Context, log *slog.Logger, res Result, c claimed, attempts int) settle.Outcome {
 	now := time.Now()
 	var due time.Time
 	row, _, err := d.store.MutateFrom(ctx, res.RunID, c.row, c.rev, func(r *jetruntype.Run) error {
@@ -189,7 +190,7 @@ func (d *Deliverer) markDelivered(ctx context.Context, log *slog.Logger, res Res
 	if err != nil {
 		// The claim expires and the finish is delivered again: at least once.
 		d.fault(ctx, log, "mark finish delivered; it is delivered again", err)
-		return left()
+		return settle.Leave()
 	}
 	if d.cfg.Observer != nil {
 		d.cfg.Observer.FinishDelivered(res.Handler)
@@ -199,7 +200,7 @@ func (d *Deliverer) markDelivered(ctx context.Context, log *slog.Logger, res Res
 	if err := d.store.UnindexIfSettled(ctx, row); err != nil {
 		log.WarnContext(ctx, "unindex settled run", "err", err)
 	}
-	return acked()
+	return settle.Ack()
 }
 
 // release drops the claim after a failed attempt, recording the error; with
@@ -223,10 +224,10 @@ func (d *Deliverer) release(log *slog.Logger, res Result, c claimed, cause error
 // deadLetter files msg in the dead-letter stream and records the failure
 // on the row; the message is then terminated. If the dead-letter write
 // fails, the message is retried.
-func (d *Deliverer) deadLetter(ctx context.Context, name string, msg jetstream.Msg, res Result, c claimed, reason string, attempts int) outcome {
+func (d *Deliverer) deadLetter(ctx context.Context, name string, msg jetstream.Msg, res Result, c claimed, reason string, attempts int) settle.Outcome {
 	if _, err := d.js.PublishMsg(ctx, events.DeadLetter(d.cfg.Namespace.DLQFinishSubject(name), msg, reason)); err != nil {
 		d.fault(ctx, d.log, "dead-letter finish; keeping it for a retry", err, "handler", name)
-		return retryAfter(5 * time.Second)
+		return settle.Retry(5 * time.Second)
 	}
 	if events.ValidateID(res.RunID) == nil {
 		row := d.release(d.log, res, c, errors.New(reason), true)
@@ -238,5 +239,5 @@ func (d *Deliverer) deadLetter(ctx context.Context, name string, msg jetstream.M
 		d.cfg.Observer.FinishDeadLettered(name)
 	}
 	obs.Report(ctx, d.log, obs.FinishFailed, res.RunID, "status", res.Status, "handler", name, "attempts", attempts, "reason", reason)
-	return dropped(reason)
+	return settle.Term(reason)
 }

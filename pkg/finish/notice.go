@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/settle"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
@@ -118,7 +119,7 @@ func (d *Deliverer) startNotices(ctx, runCtx, pullCtx context.Context) error {
 		// is recorded first.
 		Consumer: c, Concurrency: 1, Handlers: &d.inflight,
 		Handle:  func(m jetstream.Msg, _ *pull.Slot) { d.settle(runCtx, d.log, m, d.recordNotice(runCtx, m)) },
-		Stopped: func(m jetstream.Msg) { d.settle(runCtx, d.log, m, retryAfter(time.Second)) },
+		Stopped: func(m jetstream.Msg) { d.settle(runCtx, d.log, m, settle.Retry(time.Second)) },
 		Logger:  d.log, Name: events.NoticeConsumer,
 		Repair: pull.Recreate(d.js, d.ensureStreams, ns.EventsStream(), cfg),
 	}
@@ -129,22 +130,22 @@ func (d *Deliverer) startNotices(ctx, runCtx, pullCtx context.Context) error {
 // recordNotice handles one milestone event: when its run asks for a notice
 // of its name, the notice is recorded on the row (first of its name only)
 // and published; the milestone is then acknowledged.
-func (d *Deliverer) recordNotice(ctx context.Context, msg jetstream.Msg) outcome {
+func (d *Deliverer) recordNotice(ctx context.Context, msg jetstream.Msg) settle.Outcome {
 	var m events.Milestone
 	if err := json.Unmarshal(msg.Data(), &m); err != nil || events.ValidateID(m.RunID) != nil || m.Name == "" {
-		return dropped("not a milestone jetrun wrote; nothing to announce")
+		return settle.Term("not a milestone jetrun wrote; nothing to announce")
 	}
 	if listed, known := d.listed.get(m.RunID); known && !slices.Contains(listed, m.Name) {
-		return acked() // the run asks for no notice of this name
+		return settle.Ack() // the run asks for no notice of this name
 	}
 	log := d.log.With("run_id", m.RunID, "milestone", m.Name)
 	row, _, err := d.store.Get(ctx, m.RunID)
 	switch {
 	case errors.Is(err, kv.ErrRunNotFound):
-		return acked()
+		return settle.Ack()
 	case err != nil:
 		d.fault(ctx, log, "read row for a milestone notice", err)
-		return retryAfter(time.Second)
+		return settle.Retry(time.Second)
 	}
 	var listed []string
 	if row.Detached != nil && row.Detached.OnFinish != "" {
@@ -152,33 +153,33 @@ func (d *Deliverer) recordNotice(ctx context.Context, msg jetstream.Msg) outcome
 	}
 	d.listed.put(m.RunID, listed)
 	if !row.Detached.Notifies(m.Name) {
-		return acked()
+		return settle.Ack()
 	}
 	if cur, recorded := row.Notices[m.Name]; !recorded || cur.Milestone.Sequence > m.Sequence {
 		if row, _, err = d.store.Mutate(ctx, m.RunID, func(r *jetruntype.Run) error { return r.OweNotice(m, time.Now()) }); err != nil {
 			if errors.Is(err, kv.ErrRunNotFound) {
-				return acked()
+				return settle.Ack()
 			}
 			d.fault(ctx, log, "record a milestone notice", err)
-			return retryAfter(time.Second)
+			return settle.Retry(time.Second)
 		}
 	}
 	if row.NoticeOwed(m.Name) && row.Notices[m.Name].Milestone.Sequence == m.Sequence {
 		ack, err := kv.PublishNoticeAck(ctx, d.js, d.cfg.Namespace, row, m.Name)
 		if err != nil {
 			d.fault(ctx, log, "publish a milestone notice", err)
-			return retryAfter(time.Second)
+			return settle.Retry(time.Second)
 		}
 		if ack != nil && ack.Sequence != row.Notices[m.Name].Seq {
 			_, _, _ = d.store.Mutate(ctx, m.RunID, func(r *jetruntype.Run) error { return r.RecordNoticeSeq(m.Name, ack.Sequence) })
 		}
 	}
-	return acked()
+	return settle.Ack()
 }
 
 // deliverNotice delivers one milestone notice, as deliverFinish does a
 // finish, and says how to settle its message.
-func (d *Deliverer) deliverNotice(ctx context.Context, name string, msg jetstream.Msg) outcome {
+func (d *Deliverer) deliverNotice(ctx context.Context, name string, msg jetstream.Msg) settle.Outcome {
 	var n Notice
 	if err := json.Unmarshal(msg.Data(), &n); err != nil || events.ValidateID(n.RunID) != nil ||
 		events.ValidateMilestoneName(n.Milestone.Name) != nil {
@@ -205,16 +206,16 @@ func (d *Deliverer) deliverNotice(ctx context.Context, name string, msg jetstrea
 		})
 		if err != nil {
 			d.fault(ctx, log, "mark milestone notice delivered; it is delivered again", err)
-			return left()
+			return settle.Leave()
 		}
 		obs.Report(ctx, d.log, obs.FinishDelivered, n.RunID, "milestone", ms, "handler", name, "attempts", attempts)
 		if err := d.store.UnindexIfSettled(ctx, row); err != nil {
 			log.WarnContext(ctx, "unindex settled run", "err", err)
 		}
-		return acked()
+		return settle.Ack()
 	case ctx.Err() != nil:
 		d.releaseNotice(log, n, err, false)
-		return retryAfter(time.Second)
+		return settle.Retry(time.Second)
 	case IsPermanent(err):
 		log.ErrorContext(ctx, "milestone handler failed permanently; giving up", "attempts", attempts, "err", err)
 		return d.deadLetterNotice(ctx, name, msg, n, fmt.Sprintf("handler %s failed permanently on milestone %s: %v", name, ms, err), attempts)
@@ -226,28 +227,28 @@ func (d *Deliverer) deliverNotice(ctx context.Context, name string, msg jetstrea
 	log.WarnContext(ctx, "milestone handler failed; retrying", "attempts", attempts, "retry_in", delay, "err", err)
 	d.releaseNotice(log, n, err, false)
 	obs.Report(ctx, d.log, obs.FinishRetry, n.RunID, "milestone", ms, "handler", name, "attempts", attempts, "error", err)
-	return retryAfter(delay)
+	return settle.Retry(delay)
 }
 
 // claimNotice reads the row and takes the notice's delivery. When there is
 // nothing to deliver now it returns no row and how to settle the message.
-func (d *Deliverer) claimNotice(ctx context.Context, log *slog.Logger, n Notice) (*jetruntype.Run, uint64, outcome) {
+func (d *Deliverer) claimNotice(ctx context.Context, log *slog.Logger, n Notice) (*jetruntype.Run, uint64, settle.Outcome) {
 	ms := n.Milestone.Name
 	for try := 0; try < 10; try++ {
 		row, rev, err := d.store.Get(ctx, n.RunID)
 		if errors.Is(err, kv.ErrRunNotFound) {
-			return nil, 0, acked()
+			return nil, 0, settle.Ack()
 		}
 		if err != nil {
 			d.fault(ctx, log, "read row for a milestone notice", err)
-			return nil, 0, retryAfter(time.Second)
+			return nil, 0, settle.Retry(time.Second)
 		}
 		now := time.Now()
 		switch check, wait := row.CheckNotice(ms, now); check {
 		case jetruntype.DeliveryDone:
-			return nil, 0, acked()
+			return nil, 0, settle.Ack()
 		case jetruntype.DeliveryLater:
-			return nil, 0, retryAfter(wait + jitter())
+			return nil, 0, settle.Retry(wait + settle.Jitter(maxJitter))
 		}
 		next := row.Clone()
 		next.ClaimNotice(ms, d.cfg.ID, now.Add(d.cfg.Timeout+time.Second))
@@ -257,11 +258,11 @@ func (d *Deliverer) claimNotice(ctx context.Context, log *slog.Logger, n Notice)
 				continue
 			}
 			d.fault(ctx, log, "claim milestone notice", err)
-			return nil, 0, retryAfter(time.Second)
+			return nil, 0, settle.Retry(time.Second)
 		}
-		return next, newRev, outcome{}
+		return next, newRev, settle.Leave()
 	}
-	return nil, 0, retryAfter(time.Second)
+	return nil, 0, settle.Retry(time.Second)
 }
 
 // invokeNotice runs the milestone handler name on n; see call.
@@ -295,10 +296,10 @@ func (d *Deliverer) releaseNotice(log *slog.Logger, n Notice, cause error, faile
 
 // deadLetterNotice files msg in jetrun.dlq.finish.<handler> and records
 // the failure on the row; the message is then terminated.
-func (d *Deliverer) deadLetterNotice(ctx context.Context, name string, msg jetstream.Msg, n Notice, reason string, attempts int) outcome {
+func (d *Deliverer) deadLetterNotice(ctx context.Context, name string, msg jetstream.Msg, n Notice, reason string, attempts int) settle.Outcome {
 	if _, err := d.js.PublishMsg(ctx, events.DeadLetter(d.cfg.Namespace.DLQFinishSubject(name), msg, reason)); err != nil {
 		d.fault(ctx, d.log, "dead-letter milestone notice; keeping it for a retry", err, "handler", name)
-		return retryAfter(5 * time.Second)
+		return settle.Retry(5 * time.Second)
 	}
 	if events.ValidateID(n.RunID) == nil && n.Milestone.Name != "" {
 		row := d.releaseNotice(d.log, n, errors.New(reason), true)
@@ -307,7 +308,7 @@ func (d *Deliverer) deadLetterNotice(ctx context.Context, name string, msg jetst
 		}
 	}
 	obs.Report(ctx, d.log, obs.FinishFailed, n.RunID, "milestone", n.Milestone.Name, "handler", name, "attempts", attempts, "reason", reason)
-	return dropped(reason)
+	return settle.Term(reason)
 }
 
 // noticesFirst is catchUpNotices for the run of finish res, skipped without

@@ -5,9 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // Reads of a row are direct gets, which any replica of a replicated bucket

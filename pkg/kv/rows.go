@@ -6,8 +6,9 @@ import (
 	"fmt"
 	"iter"
 
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // RowChange is one entry of a RowWatch.

@@ -39,6 +39,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/settle"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/obs"
 	"github.com/jetrun/jetrun/pkg/pull"
@@ -185,7 +186,7 @@ func (m *Meter) Start(ctx context.Context) error {
 	loop := pull.Loop{
 		Consumer: c, Concurrency: m.cfg.Concurrency, Handlers: &m.inflight,
 		Handle:  func(msg jetstream.Msg, _ *pull.Slot) { m.handle(runCtx, msg) },
-		Stopped: func(msg jetstream.Msg) { _ = msg.Nak() }, // another process takes it at once
+		Stopped: func(msg jetstream.Msg) { _ = settle.Retry(0).Apply(msg) }, // another process takes it at once
 		Logger:  m.log, Name: events.MeterConsumer,
 		Repair: pull.Recreate(m.js, func(ctx context.Context) error {
 			return events.EnsureStreams(ctx, m.js, ns, m.cfg.Streams)
@@ -225,12 +226,19 @@ func (m *Meter) Stop() error {
 	return m.Shutdown(ctx)
 }
 
-// handle meters one status event.
+// handle meters one status event and settles its message.
 func (m *Meter) handle(ctx context.Context, msg jetstream.Msg) {
+	o := m.meter(ctx, msg)
+	if err := o.Apply(msg); err != nil {
+		m.log.WarnContext(ctx, "settle metered event", "outcome", o.String(), "err", err)
+	}
+}
+
+// meter meters one status event and says how to settle its message.
+func (m *Meter) meter(ctx context.Context, msg jetstream.Msg) settle.Outcome {
 	var ev events.StatusEvent
 	if err := json.Unmarshal(msg.Data(), &ev); err != nil || ev.RunID == "" {
-		_ = msg.Term() // not a status event: nothing to meter
-		return
+		return settle.Term("not a status event: nothing to meter")
 	}
 	var (
 		hook  Hook
@@ -242,8 +250,7 @@ func (m *Meter) handle(ctx context.Context, msg jetstream.Msg) {
 	case ev.Status.Terminal() && !strings.HasSuffix(msg.Headers().Get(nats.MsgIdHdr), events.StoppedSuffix):
 		hook, event = m.cfg.OnFinish, obs.RunFinished
 	default: // starting, or the note that a given-up child has stopped
-		_ = msg.Ack()
-		return
+		return settle.Ack()
 	}
 	u := Usage{RunID: ev.RunID, AgentType: ev.AgentType, Parent: ev.Parent, Status: ev.Status, Reason: ev.Reason,
 		Attempt: ev.Attempt, StartedAt: ev.StartedAt, At: ev.At}
@@ -259,8 +266,7 @@ func (m *Meter) handle(ctx context.Context, msg jetstream.Msg) {
 		cancel()
 		if err != nil {
 			m.log.WarnContext(ctx, "metering hook failed", "run_id", u.RunID, "status", u.Status, "err", err)
-			_ = msg.NakWithDelay(m.cfg.RetryDelay)
-			return
+			return settle.Retry(m.cfg.RetryDelay)
 		}
 	}
 	attrs := []any{"agent_type", u.AgentType, "parent", u.Parent, "status", u.Status, "attempt", u.Attempt, "seq", u.Seq}
@@ -268,7 +274,5 @@ func (m *Meter) handle(ctx context.Context, msg jetstream.Msg) {
 		attrs = append(attrs, "reason", u.Reason, "duration_ms", u.Duration.Milliseconds())
 	}
 	obs.Debug(ctx, m.log, event, u.RunID, attrs...)
-	if err := msg.Ack(); err != nil {
-		m.log.WarnContext(ctx, "ack metered event", "run_id", u.RunID, "err", err)
-	}
+	return settle.Ack()
 }

@@ -1,0 +1,74 @@
+// Package settle is how jetrun's consumers settle a JetStream message: a
+// handler decides an Outcome (acknowledge, redeliver after a delay,
+// terminate with a reason, or leave it to its AckWait) and returns it; the
+// consumer applies it in one place, where a failure is logged once.
+package settle
+
+import (
+	"math/rand/v2"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetrun/jetrun/pkg/events"
+)
+
+// An Outcome is how one message is settled.
+type Outcome struct {
+	verb   verb
+	delay  time.Duration
+	reason string
+}
+
+type verb int
+
+const (
+	leave verb = iota
+	ack
+	nak
+	term
+)
+
+// Ack acknowledges the message: it is done.
+func Ack() Outcome { return Outcome{verb: ack} }
+
+// Retry refuses the message: it is redelivered after delay (at once for 0).
+func Retry(after time.Duration) Outcome { return Outcome{verb: nak, delay: after} }
+
+// Term terminates the message with reason: it is never redelivered.
+func Term(reason string) Outcome { return Outcome{verb: term, reason: reason} }
+
+// Leave neither acknowledges nor refuses the message: it comes back after
+// its AckWait. The zero Outcome.
+func Leave() Outcome { return Outcome{} }
+
+// maxReason bounds the reason a termination carries.
+const maxReason = 200
+
+// Apply settles msg as o says.
+func (o Outcome) Apply(msg jetstream.Msg) error {
+	switch o.verb {
+	case ack:
+		return msg.Ack()
+	case nak:
+		if o.delay <= 0 {
+			return msg.Nak()
+		}
+		return msg.NakWithDelay(o.delay)
+	case term:
+		return msg.TermWithReason(events.Truncate(o.reason, maxReason))
+	}
+	return nil
+}
+
+// String is the outcome's verb: leave, ack, nak or term.
+func (o Outcome) String() string { return [...]string{"leave", "ack", "nak", "term"}[o.verb] }
+
+// Jitter is a random pause in [0, max), added to a wait so the consumers
+// waiting on one thing do not all retry at once.
+func Jitter(max time.Duration) time.Duration {
+	if max <= 0 {
+		return 0
+	}
+	return time.Duration(rand.Int64N(int64(max)))
+}
