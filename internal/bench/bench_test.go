@@ -395,7 +395,7 @@ func BenchmarkWorkloadReconcileSweep(b *testing.B) {
 	if err := r.Open(ctx); err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(r.Stop)
+	b.Cleanup(func() { _ = r.Stop() })
 	store, err := kv.Open(ctx, js, kv.Config{})
 	if err != nil {
 		b.Fatal(err)

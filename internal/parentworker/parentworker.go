@@ -110,10 +110,13 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 	if err != nil {
 		return err
 	}
-	if err := rec.Start(ctx); err != nil {
+	// The services run until the shutdown below stops them in order, not
+	// until ctx (the signal) ends, which would stop them at once.
+	life := context.WithoutCancel(ctx)
+	if err := rec.Start(life); err != nil {
 		return err
 	}
-	defer rec.Stop()
+	defer func() { _ = rec.Stop() }() // idempotent; the normal path stops it below
 
 	deliverer, err := finish.New(nc, finish.Config{
 		ID:          cfg.WorkerID,
@@ -135,7 +138,7 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 	for name, url := range hooks {
 		deliverer.HandleFinish(name, finish.Webhook(url, nil))
 	}
-	if err := deliverer.Start(ctx); err != nil {
+	if err := deliverer.Start(life); err != nil {
 		return err
 	}
 	stopDeliverer := func() {
@@ -152,7 +155,7 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 		if err != nil {
 			return err
 		}
-		if err := m.Start(ctx); err != nil {
+		if err := m.Start(life); err != nil {
 			return err
 		}
 		stopMeter = func() { _ = m.Stop() } // metering is at least once: events in flight are handed out again
@@ -231,7 +234,7 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 	}
 	stopDeliverer()
 	stopMeter()
-	rec.Stop()
+	errs = append(errs, rec.Stop())
 	demos.Wait()
 	if err := nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 		logger.Warn("drain nats connection", "err", err)

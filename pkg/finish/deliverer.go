@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/service"
 	"github.com/jetrun/jetrun/internal/settle"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
@@ -87,13 +88,9 @@ type Deliverer struct {
 	store      *kv.Store
 	logs       obs.Throttle // warnings about JetStream faults, per message and class
 
-	mu       sync.Mutex
-	started  bool
-	stopped  bool
-	stopPull context.CancelFunc
-	cancel   context.CancelFunc
-	pullers  sync.WaitGroup
-	inflight sync.WaitGroup
+	life    service.Lifecycle
+	mu      sync.Mutex
+	started bool // handlers can no longer be registered
 }
 
 // Validate reports every invalid field at once.
@@ -187,17 +184,18 @@ func (d *Deliverer) ensureStreams(ctx context.Context) error {
 }
 
 // Start creates (or checks) the streams and one durable consumer per
-// handler, then starts delivering. ctx bounds the set-up only. Starting with
-// no handlers is allowed and does nothing.
+// handler, then starts delivering until Shutdown or Stop, or until ctx ends
+// (then as Stop). Starting with no handlers is allowed and does nothing.
 func (d *Deliverer) Start(ctx context.Context) error {
 	d.mu.Lock()
-	if d.started {
+	if err := d.life.Begin(); err != nil {
 		d.mu.Unlock()
-		return errors.New("finish: already started")
+		return fmt.Errorf("finish: %w", err)
 	}
 	d.started = true
 	d.mu.Unlock()
 	if len(d.handlers) == 0 {
+		d.life.Running(ctx, func(context.Context) error { return nil })
 		return nil
 	}
 	ns := d.cfg.Namespace
@@ -226,27 +224,28 @@ func (d *Deliverer) Start(ctx context.Context) error {
 		}
 		consumers[name], configs[name] = c, cfg
 	}
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	pullCtx, stopPull := context.WithCancel(runCtx)
-	d.mu.Lock()
-	d.cancel, d.stopPull = cancel, stopPull
-	d.mu.Unlock()
+	p := service.NewPullers(ctx)
+	runCtx := p.Context()
 	for name, c := range consumers {
-		loop := pull.Loop{
-			Consumer: c, Concurrency: d.cfg.Concurrency, Handlers: &d.inflight,
+		p.Go(pull.Loop{
+			Consumer: c, Concurrency: d.cfg.Concurrency,
 			Handle:  func(m jetstream.Msg, _ *pull.Slot) { d.deliver(runCtx, name, m) },
 			Stopped: func(m jetstream.Msg) { d.settle(runCtx, d.log, m, settle.Retry(time.Second)) },
 			Logger:  d.log, Name: events.FinishConsumer(name),
 			Repair: pull.Recreate(d.js, d.ensureStreams, ns.FinishStream(), configs[name]),
-		}
-		d.pullers.Go(func() { loop.Run(pullCtx) })
+		})
 	}
-	if err := d.startNotices(ctx, runCtx, pullCtx); err != nil {
-		stopPull()
-		d.pullers.Wait()
-		cancel()
+	if err := d.startNotices(ctx, p); err != nil {
+		p.Drain(ctx, shutdownGrace)
 		return err
 	}
+	d.life.Running(ctx, func(ctx context.Context) error {
+		// Late handlers see their context end; their finishes are retried.
+		if !p.Drain(ctx, shutdownGrace) {
+			return fmt.Errorf("finish: deliveries did not return %s after their handlers were cancelled", shutdownGrace)
+		}
+		return nil
+	})
 	d.log.InfoContext(ctx, "finish deliverer started", "handlers", d.Handlers())
 	return nil
 }
@@ -254,30 +253,13 @@ func (d *Deliverer) Start(ctx context.Context) error {
 // Shutdown stops fetching and waits for deliveries in flight until ctx is
 // done; then it cancels their handlers (those finishes are retried). It is
 // idempotent and safe before Start.
-func (d *Deliverer) Shutdown(ctx context.Context) error {
-	d.mu.Lock()
-	if d.stopped || d.stopPull == nil {
-		d.stopped = true
-		d.mu.Unlock()
-		return nil
-	}
-	d.stopped = true
-	stopPull, cancel := d.stopPull, d.cancel
-	d.mu.Unlock()
-	defer cancel()
-	// Late handlers see their context end; their finishes are retried.
-	if !pull.Drain(ctx, stopPull, &d.pullers, &d.inflight, cancel, shutdownGrace) {
-		return fmt.Errorf("finish: deliveries did not return %s after their handlers were cancelled", shutdownGrace)
-	}
-	return nil
-}
+func (d *Deliverer) Shutdown(ctx context.Context) error { return d.life.Shutdown(ctx) }
 
 // shutdownGrace bounds how long Shutdown waits for handlers it cancelled.
 const shutdownGrace = 10 * time.Second
 
 // Stop cancels deliveries in flight and stops.
-func (d *Deliverer) Stop() error {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	return d.Shutdown(ctx)
-}
+func (d *Deliverer) Stop() error { return d.life.Stop() }
+
+// Stopped returns a channel closed once the deliverer has stopped.
+func (d *Deliverer) Stopped() <-chan struct{} { return d.life.Stopped() }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/service"
 	"github.com/jetrun/jetrun/internal/settle"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
@@ -99,7 +100,7 @@ func (d *Deliverer) milestoneHandler(name string) MilestoneHandler {
 const noticeAckWait = 30 * time.Second
 
 // startNotices follows every run's milestones and records the notices owed.
-func (d *Deliverer) startNotices(ctx, runCtx, pullCtx context.Context) error {
+func (d *Deliverer) startNotices(ctx context.Context, p *service.Pullers) error {
 	ns := d.cfg.Namespace
 	cfg := jetstream.ConsumerConfig{
 		Durable:       events.NoticeConsumer,
@@ -114,16 +115,16 @@ func (d *Deliverer) startNotices(ctx, runCtx, pullCtx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("finish: create consumer %s: %w", events.NoticeConsumer, err)
 	}
-	loop := pull.Loop{
+	runCtx := p.Context()
+	p.Go(pull.Loop{
 		// One at a time, in stream order: the first milestone of a name
 		// is recorded first.
-		Consumer: c, Concurrency: 1, Handlers: &d.inflight,
+		Consumer: c, Concurrency: 1,
 		Handle:  func(m jetstream.Msg, _ *pull.Slot) { d.settle(runCtx, d.log, m, d.recordNotice(runCtx, m)) },
 		Stopped: func(m jetstream.Msg) { d.settle(runCtx, d.log, m, settle.Retry(time.Second)) },
 		Logger:  d.log, Name: events.NoticeConsumer,
 		Repair: pull.Recreate(d.js, d.ensureStreams, ns.EventsStream(), cfg),
-	}
-	d.pullers.Go(func() { loop.Run(pullCtx) })
+	})
 	return nil
 }
 

@@ -33,12 +33,12 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/service"
 	"github.com/jetrun/jetrun/internal/settle"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/obs"
@@ -124,13 +124,7 @@ type Meter struct {
 	js  jetstream.JetStream
 	log *slog.Logger
 
-	mu       sync.Mutex
-	started  bool
-	stopped  bool
-	stopPull context.CancelFunc
-	cancel   context.CancelFunc
-	pullers  sync.WaitGroup
-	inflight sync.WaitGroup
+	life service.Lifecycle
 }
 
 // New returns a Meter using nc.
@@ -152,15 +146,11 @@ func New(nc *nats.Conn, cfg Config) (*Meter, error) {
 }
 
 // Start creates (or checks) the streams and the durable consumer, then
-// starts metering. ctx bounds the set-up only.
+// meters until Shutdown or Stop, or until ctx ends (then as Stop).
 func (m *Meter) Start(ctx context.Context) error {
-	m.mu.Lock()
-	if m.started {
-		m.mu.Unlock()
-		return errors.New("meter: already started")
+	if err := m.life.Begin(); err != nil {
+		return fmt.Errorf("meter: %w", err)
 	}
-	m.started = true
-	m.mu.Unlock()
 	ns := m.cfg.Namespace
 	if err := events.EnsureStreams(ctx, m.js, ns, m.cfg.Streams); err != nil {
 		return fmt.Errorf("meter: %w", err)
@@ -178,21 +168,23 @@ func (m *Meter) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("meter: create consumer: %w", err)
 	}
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	pullCtx, stopPull := context.WithCancel(runCtx)
-	m.mu.Lock()
-	m.cancel, m.stopPull = cancel, stopPull
-	m.mu.Unlock()
-	loop := pull.Loop{
-		Consumer: c, Concurrency: m.cfg.Concurrency, Handlers: &m.inflight,
+	p := service.NewPullers(ctx)
+	runCtx := p.Context()
+	p.Go(pull.Loop{
+		Consumer: c, Concurrency: m.cfg.Concurrency,
 		Handle:  func(msg jetstream.Msg, _ *pull.Slot) { m.handle(runCtx, msg) },
 		Stopped: func(msg jetstream.Msg) { _ = settle.Retry(0).Apply(msg) }, // another process takes it at once
 		Logger:  m.log, Name: events.MeterConsumer,
 		Repair: pull.Recreate(m.js, func(ctx context.Context) error {
 			return events.EnsureStreams(ctx, m.js, ns, m.cfg.Streams)
 		}, ns.EventsStream(), cfg),
-	}
-	m.pullers.Go(func() { loop.Run(pullCtx) })
+	})
+	m.life.Running(ctx, func(ctx context.Context) error {
+		if !p.Drain(ctx, shutdownGrace) {
+			return fmt.Errorf("meter: hooks did not return %s after they were cancelled", shutdownGrace)
+		}
+		return nil
+	})
 	return nil
 }
 
@@ -202,29 +194,13 @@ const shutdownGrace = 10 * time.Second
 // Shutdown stops fetching and waits for hooks in flight until ctx is done,
 // then cancels them (their events are handed out again). It is idempotent
 // and safe before Start.
-func (m *Meter) Shutdown(ctx context.Context) error {
-	m.mu.Lock()
-	if m.stopped || m.stopPull == nil {
-		m.stopped = true
-		m.mu.Unlock()
-		return nil
-	}
-	m.stopped = true
-	stopPull, cancel := m.stopPull, m.cancel
-	m.mu.Unlock()
-	defer cancel()
-	if !pull.Drain(ctx, stopPull, &m.pullers, &m.inflight, cancel, shutdownGrace) {
-		return fmt.Errorf("meter: hooks did not return %s after they were cancelled", shutdownGrace)
-	}
-	return nil
-}
+func (m *Meter) Shutdown(ctx context.Context) error { return m.life.Shutdown(ctx) }
 
 // Stop cancels hooks in flight and stops.
-func (m *Meter) Stop() error {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	return m.Shutdown(ctx)
-}
+func (m *Meter) Stop() error { return m.life.Stop() }
+
+// Stopped returns a channel closed once the meter has stopped.
+func (m *Meter) Stopped() <-chan struct{} { return m.life.Stopped() }
 
 // handle meters one status event and settles its message.
 func (m *Meter) handle(ctx context.Context, msg jetstream.Msg) {

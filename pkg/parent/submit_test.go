@@ -447,7 +447,7 @@ func TestReconcilerRepairsAKeyWhoseHolderDied(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(rec.Stop)
+	t.Cleanup(func() { _ = rec.Stop() })
 	if err := rec.Open(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -535,7 +535,7 @@ func TestReconcilerEntersAQueuedRunMissingFromItsQueue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(rec.Stop)
+	t.Cleanup(func() { _ = rec.Stop() })
 	if err := rec.Open(ctx); err != nil {
 		t.Fatal(err)
 	}

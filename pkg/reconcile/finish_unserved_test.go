@@ -71,7 +71,7 @@ func TestUnservedFinishWaitsAsOneCopyThenIsDeadLettered(t *testing.T) {
 	if err := rec.Open(ctx); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(rec.Stop)
+	t.Cleanup(func() { _ = rec.Stop() })
 	c, err := parent.New(ctx, nc, parent.Config{Streams: streams})
 	if err != nil {
 		t.Fatal(err)

@@ -41,7 +41,7 @@ func TestSweepRepublishesALostMilestoneNotice(t *testing.T) {
 	if err := r.Open(ctx); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(r.Stop)
+	t.Cleanup(func() { _ = r.Stop() })
 	st, err := r.Sweep(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -34,6 +34,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/jetrun/jetrun/internal/service"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/jsfault"
@@ -182,7 +183,7 @@ func (c Config) Validate() error {
 }
 
 // Reconciler sweeps the active runs on a timer while it holds the leader
-// lease. Create it with New, then Start; stop it with Stop.
+// lease. Create it with New, then Start; stop it with Shutdown or Stop.
 type Reconciler struct {
 	cfg   Config
 	js    jetstream.JetStream
@@ -199,9 +200,8 @@ type Reconciler struct {
 	dispatch jetstream.Stream     // bound on first use
 	finishes jetstream.Stream     // bound on first use
 	paced    map[string]time.Time // run+action → last time the action was taken (republishes)
-	cancel   context.CancelFunc
-	done     chan struct{}
-	started  bool
+
+	life service.Lifecycle
 }
 
 // New returns a Reconciler using nc.
@@ -243,52 +243,55 @@ func (r *Reconciler) Open(ctx context.Context) error {
 	return nil
 }
 
-// Start opens the streams and buckets and starts the timers. ctx bounds the
-// set-up only; the reconciler runs until Stop.
+// Start opens the streams and buckets and starts the timers, until
+// Shutdown or Stop, or until ctx ends (then as Stop).
 func (r *Reconciler) Start(ctx context.Context) error {
-	r.mu.Lock()
-	if r.started {
-		r.mu.Unlock()
-		return errors.New("reconcile: already started")
+	if err := r.life.Begin(); err != nil {
+		return fmt.Errorf("reconcile: %w", err)
 	}
-	r.started = true
-	r.mu.Unlock()
 	if err := r.Open(ctx); err != nil {
 		return err
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
-	r.mu.Lock()
-	r.cancel, r.done = cancel, done
-	r.mu.Unlock()
 	go func() {
 		defer close(done)
 		r.loop(runCtx)
 	}()
+	r.life.Running(ctx, func(ctx context.Context) error {
+		cancel() // a sweep in progress ends at its next step
+		select {
+		case <-done:
+		case <-ctx.Done():
+			<-done
+		}
+		if r.leader.Load() {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			r.resign(rctx) // a standby takes over at once
+		}
+		return nil
+	})
 	r.log.InfoContext(ctx, "reconciler started", "interval", r.cfg.Interval)
 	return nil
 }
 
-// Stop stops the timers, waits for a sweep in progress, and gives the lease
-// up so a standby takes over at once. It is idempotent and safe before
-// Start.
-func (r *Reconciler) Stop() {
-	r.mu.Lock()
-	cancel, done := r.cancel, r.done
-	r.cancel = nil
-	r.mu.Unlock()
+// Shutdown stops the timers, waits for a sweep in progress, and gives the
+// lease up so a standby takes over at once. It is idempotent and safe
+// before Start.
+func (r *Reconciler) Shutdown(ctx context.Context) error {
 	defer r.dropWatch() // also started by direct Sweep calls
-	if cancel == nil {
-		return
-	}
-	cancel()
-	<-done
-	if r.leader.Load() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		r.resign(ctx)
-	}
+	return r.life.Shutdown(ctx)
 }
+
+// Stop is Shutdown without waiting for more than the sweep in progress.
+func (r *Reconciler) Stop() error {
+	defer r.dropWatch()
+	return r.life.Stop()
+}
+
+// Stopped returns a channel closed once the reconciler has stopped.
+func (r *Reconciler) Stopped() <-chan struct{} { return r.life.Stopped() }
 
 // maxSweepPause is the longest pause after a failed sweep: the pauses grow
 // from jsfault.InitialInterval while sweeps keep failing (JetStream away).

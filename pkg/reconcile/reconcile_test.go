@@ -135,12 +135,12 @@ func setup(t *testing.T, o options) *env {
 		if err := r.Open(ctx); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(r.Stop)
+		t.Cleanup(func() { _ = r.Stop() })
 	} else {
 		if err := r.Start(ctx); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(r.Stop)
+		t.Cleanup(func() { _ = r.Stop() })
 	}
 
 	client, err := parent.New(ctx, nc, parent.Config{})
@@ -574,7 +574,7 @@ func TestOneLeaderAtATimeAndAStandbyTakesOver(t *testing.T) {
 		if err := r.Start(ctx); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(r.Stop)
+		t.Cleanup(func() { _ = r.Stop() })
 		recs = append(recs, r)
 	}
 	var leader, standby *reconcile.Reconciler
