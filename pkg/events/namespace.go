@@ -67,6 +67,14 @@ func (ns Namespace) RunsBucket() string { return ns.Prefix() + "_runs" }
 // concurrency slots and the reconciler's leader lease (jetrun_active).
 func (ns Namespace) ActiveBucket() string { return ns.Prefix() + "_active" }
 
+// BucketStream is the stream that holds KV bucket bucket (KV_<bucket>).
+func BucketStream(bucket string) string { return "KV_" + bucket }
+
+// BucketSubject is the subject key of KV bucket bucket is stored under
+// ($KV.<bucket>.<key>): a publish there with a TTL header or an expected
+// last sequence does what the KV API cannot.
+func BucketSubject(bucket, key string) string { return "$KV." + bucket + "." + key }
+
 // StatusWildcard matches every run's status subject.
 func (ns Namespace) StatusWildcard() string { return ns.Prefix() + ".run.*." + KindStatus }
 
@@ -139,6 +147,11 @@ func (ns Namespace) DLQSubject(agentType string) string {
 // publish there is stored and reaches the run's run.Wait(ctx, name).
 func (ns Namespace) SignalSubject(runID, name string) string {
 	return ns.Prefix() + ".signal." + mustToken("run id", runID) + "." + mustToken("signal name", name)
+}
+
+// RunSignalsWildcard matches every signal subject of one run.
+func (ns Namespace) RunSignalsWildcard(runID string) string {
+	return ns.Prefix() + ".signal." + mustToken("run id", runID) + ".>"
 }
 
 // SignalsWildcard matches every signal subject.

@@ -86,7 +86,7 @@ func (s *Store) UnindexID(ctx context.Context, id string) error {
 	return nil
 }
 
-func (s *Store) activeSubject(key string) string { return "$KV." + s.active.Bucket() + "." + key }
+func (s *Store) activeSubject(key string) string { return events.BucketSubject(s.active.Bucket(), key) }
 
 // IndexedRun is an entry of the active-run index.
 type IndexedRun struct {
@@ -159,7 +159,7 @@ func (s *Store) Erase(ctx context.Context, js jetstream.JetStream, ns events.Nam
 	}
 	for _, p := range []struct{ stream, subject string }{
 		{ns.EventsStream(), ns.RunWildcard(r.ID)},
-		{ns.SignalsStream(), ns.Prefix() + ".signal." + r.ID + ".>"},
+		{ns.SignalsStream(), ns.RunSignalsWildcard(r.ID)},
 	} {
 		st, err := js.Stream(ctx, p.stream)
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
@@ -75,7 +76,7 @@ func (s *Store) confirmMissing(ctx context.Context, id string) (*jetruntype.Run,
 	if s.replicas <= 1 {
 		return nil, 0, fmt.Errorf("kv: get run %s: %w", id, ErrRunNotFound)
 	}
-	m, err := leaderLast(ctx, s.js.Conn(), "KV_"+s.kv.Bucket(), "$KV."+s.kv.Bucket()+"."+id)
+	m, err := leaderLast(ctx, s.js.Conn(), events.BucketStream(s.kv.Bucket()), events.BucketSubject(s.kv.Bucket(), id))
 	if err != nil {
 		return nil, 0, fmt.Errorf("kv: get run %s: %w", id, err)
 	}

@@ -93,7 +93,7 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 	if err != nil {
 		return nil, err
 	}
-	activeKV, err := js.Stream(ctx, "KV_"+cfg.Namespace.ActiveBucket())
+	activeKV, err := js.Stream(ctx, events.BucketStream(cfg.Namespace.ActiveBucket()))
 	if err != nil {
 		return nil, fmt.Errorf("kv: bind the stream of bucket %s: %w", cfg.Namespace.ActiveBucket(), err)
 	}

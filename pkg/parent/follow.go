@@ -63,7 +63,7 @@ func (f *statusFollower) remove(id string, ch chan struct{}) {
 func (f *statusFollower) start(ctx context.Context) (jetstream.ConsumeContext, error) {
 	ns := f.c.cfg.Namespace
 	cons, err := f.c.js.OrderedConsumer(ctx, ns.EventsStream(), jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{ns.Prefix() + ".run.*.status"},
+		FilterSubjects: []string{ns.StatusWildcard()},
 		DeliverPolicy:  jetstream.DeliverNewPolicy,
 	})
 	if err != nil {

@@ -141,7 +141,7 @@ func (r *Registry) Announce(ctx context.Context, a Announcement, ttl time.Durati
 	if err != nil {
 		return fmt.Errorf("registry: encode announcement of %s: %w", a.AgentType, err)
 	}
-	subject := "$KV." + r.kv.Bucket() + "." + key(a.AgentType, a.Worker)
+	subject := events.BucketSubject(r.kv.Bucket(), key(a.AgentType, a.Worker))
 	if _, err := r.js.Publish(ctx, subject, data, jetstream.WithMsgTTL(max(ttl, time.Second))); err != nil {
 		return fmt.Errorf("registry: announce agent type %s of worker %s: %w", a.AgentType, a.Worker, err)
 	}
