@@ -273,6 +273,48 @@ func TestListAndCancel(t *testing.T) {
 	}
 }
 
+// Runs and summaries carry the server's rules as flags ("live", "final"), so
+// the web UI does not re-derive them from the status.
+func TestRunsCarryLiveAndFinalFlags(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	type flags struct {
+		ID     string        `json:"id"`
+		Status events.Status `json:"status"`
+		Live   *bool         `json:"live"`
+		Final  *bool         `json:"final"`
+	}
+	check := func(what string, got flags, live, final bool) {
+		t.Helper()
+		if got.Live == nil || got.Final == nil || *got.Live != live || *got.Final != final {
+			t.Fatalf("%s: %+v (live %v final %v), want live %v final %v", what, got, got.Live, got.Final, live, final)
+		}
+	}
+	do(t, "POST", b.url+"/v1/runs", `{"agentType":"demo","runId":"slow","input":{"steps":100,"stepMs":100}}`, nil)
+	jetruntest.WaitRow(t, b.store, "slow", 10*time.Second, func(r *kv.Run) bool { return r.Status == events.StatusRunning })
+	var row flags
+	wantStatus(t, do(t, "GET", b.url+"/v1/runs/slow", "", &row), 200)
+	check("running row", row, true, false)
+	var list struct {
+		Runs []flags `json:"runs"`
+	}
+	wantStatus(t, do(t, "GET", b.url+"/v1/runs?status=running", "", &list), 200)
+	if len(list.Runs) != 1 {
+		t.Fatalf("running = %+v", list)
+	}
+	check("running summary", list.Runs[0], true, false)
+
+	wantStatus(t, do(t, "POST", b.url+"/v1/runs/slow/cancel", `{"reason":"enough"}`, &row), 200)
+	jetruntest.WaitRow(t, b.store, "slow", 10*time.Second, jetruntest.Final)
+	wantStatus(t, do(t, "GET", b.url+"/v1/runs/slow", "", &row), 200)
+	check("aborted row", row, false, true)
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		do(t, "GET", b.url+"/v1/runs?status=aborted", "", &list)
+		return len(list.Runs) == 1
+	}, "the aborted run is not listed")
+	check("aborted summary", list.Runs[0], false, true)
+}
+
 func TestClearAndConcurrencyLimit(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
