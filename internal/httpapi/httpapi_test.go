@@ -41,29 +41,23 @@ func setup(t *testing.T) *bundle {
 
 func setupWith(t *testing.T, tokens map[string]httpapi.Role) *bundle {
 	t.Helper()
-	ns := natstest.RunServer(t)
-	nc, _ := natstest.Connect(t, ns)
-	w, err := worker.New(nc, worker.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Handle(demo.AgentType, demo.Handler())
-	if err := w.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Stop() })
-	client, err := parent.New(context.Background(), nc, parent.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	view, err := runview.Start(context.Background(), client.Store(), nil)
+	return setupServing(t, tokens, func(w *worker.Worker) { w.Handle(demo.AgentType, demo.Handler()) })
+}
+
+// setupServing starts a worker whose handlers register adds, and the API
+// in front of a parent client and a run view.
+func setupServing(t *testing.T, tokens map[string]httpapi.Role, register func(w *worker.Worker)) *bundle {
+	t.Helper()
+	env := jetruntest.NewEnv(t)
+	env.StartWorker(t, worker.Config{}, register)
+	view, err := runview.Start(context.Background(), env.Store, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(view.Stop)
-	srv := httptest.NewServer(httpapi.New(httpapi.Config{Client: client, View: view, Conn: nc, Tokens: tokens}))
+	srv := httptest.NewServer(httpapi.New(httpapi.Config{Client: env.Client, View: view, Conn: env.Conn, Tokens: tokens}))
 	t.Cleanup(srv.Close)
-	return &bundle{url: srv.URL, store: client.Store()}
+	return &bundle{url: srv.URL, store: env.Store}
 }
 
 // do sends a request and decodes the JSON response into out (if not nil).
