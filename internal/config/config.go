@@ -157,7 +157,7 @@ func (a Agents) Configured() (agents.Configured, error) {
 		name, command, ok := strings.Cut(strings.TrimSpace(pair), "=")
 		fields := strings.Fields(command)
 		if !ok || len(fields) == 0 {
-			errs = append(errs, fmt.Errorf("JETRUN_EXEC_AGENTS: %q is not name=command arg...", pair))
+			errs = append(errs, fmt.Errorf("JETRUN_EXEC_AGENTS: %q is not name=command [arg ...]", pair))
 			continue
 		}
 		c := execagent.Config{Path: fields[0], Args: fields[1:], Grace: a.ExecGrace, MaxLine: a.ExecMaxLine}
