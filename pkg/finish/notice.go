@@ -13,10 +13,10 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/pull"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/obs"
-	"github.com/jetrun/jetrun/pkg/pull"
 )
 
 // Milestone notices.

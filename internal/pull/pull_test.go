@@ -17,7 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/jetrun/jetrun/internal/natstest"
-	"github.com/jetrun/jetrun/pkg/pull"
+	"github.com/jetrun/jetrun/internal/pull"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
