@@ -81,10 +81,19 @@ fuzz: ## fuzz the decoders (dispatch, child event lines) and id validation for 3
 	$(GO) test -run '^$$' -fuzz '^FuzzRunID$$' -fuzztime 30s ./pkg/parent/
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 30s ./internal/agents/eventline/
 
+# staticcheck, pinned: installed from the Go module proxy into bin/tools/
+# on first use (a new version installs next to the old one).
+STATICCHECK_VERSION := v0.8.2
+STATICCHECK         := $(BIN)/tools/staticcheck-$(STATICCHECK_VERSION)/staticcheck
+
+$(STATICCHECK):
+	GOBIN=$(abspath $(dir $(STATICCHECK))) GOFLAGS= $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
 .PHONY: lint
-lint: ## go vet and gofmt
+lint: $(STATICCHECK) ## go vet, gofmt and staticcheck (pinned; installed into bin/tools/ on first use)
 	$(GO) vet ./...
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(STATICCHECK) ./...
 
 .PHONY: tidy-check
 tidy-check: ## fail if go.mod or go.sum are not tidy

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/finish"
@@ -122,16 +123,7 @@ func startWorker(b *testing.B, nc *nats.Conn, concurrency int, agentType string,
 // it is stopped at cleanup.
 func startWorkerConfig(b *testing.B, nc *nats.Conn, cfg worker.Config, agentType string, handler worker.HandlerFunc) *worker.Worker {
 	b.Helper()
-	w, err := worker.New(nc, cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	w.Handle(agentType, handler)
-	if err := w.Start(context.Background()); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = w.Stop() })
-	return w
+	return jetruntest.StartWorker(b, nc, cfg, func(w *worker.Worker) { w.Handle(agentType, handler) })
 }
 
 func noop(context.Context, *worker.Run) (worker.Result, error) { return worker.Result{}, nil }

@@ -157,7 +157,7 @@ func (a Agents) Configured() (agents.Configured, error) {
 		name, command, ok := strings.Cut(strings.TrimSpace(pair), "=")
 		fields := strings.Fields(command)
 		if !ok || len(fields) == 0 {
-			errs = append(errs, fmt.Errorf("JETRUN_EXEC_AGENTS: %q is not name=command arg...", pair))
+			errs = append(errs, fmt.Errorf("JETRUN_EXEC_AGENTS: %q is not name=command [arg ...]", pair))
 			continue
 		}
 		c := execagent.Config{Path: fields[0], Args: fields[1:], Grace: a.ExecGrace, MaxLine: a.ExecMaxLine}
@@ -222,10 +222,15 @@ type ParentWorker struct {
 	DemoRuns       int      `envconfig:"DEMO_RUNS" default:"0" desc:"at start, dispatch this many demo runs as a fan-out (make run uses 5)"`
 }
 
-// Load fills spec from the environment and validates it.
+// Load fills spec from the environment, applies the defaults that depend on
+// other settings (ApplyDefaults, for the specs that have one), and validates
+// it.
 func Load(spec interface{ Validate() error }) error {
 	if err := envconfig.Process(Prefix, spec); err != nil {
 		return fmt.Errorf("config: %w", err)
+	}
+	if d, ok := spec.(interface{ ApplyDefaults() }); ok {
+		d.ApplyDefaults()
 	}
 	if err := spec.Validate(); err != nil {
 		return fmt.Errorf("config: %w", err)
@@ -245,18 +250,23 @@ func Usage(w io.Writer, spec any) error {
 	return tw.Flush()
 }
 
-// Validate checks the child-worker settings.
-func (c *ChildWorker) Validate() error {
-	errs := []error{c.NATS.validate(), c.Streams.validate(), c.Pool.validate(), c.Log.validate()}
+// ApplyDefaults sets the defaults that depend on other settings: an empty
+// JETRUN_NATS_URL means the local parent-worker's embedded server, and no
+// agent types (built-in, http or exec) means demo.
+func (c *ChildWorker) ApplyDefaults() {
 	if c.URL == "" {
 		c.URL = DefaultChildNATSURL
 	}
-	conf, err := c.Configured()
-	errs = append(errs, err)
-	if len(c.AgentTypes) == 0 && len(conf.Names()) == 0 {
+	if len(c.AgentTypes) == 0 && len(c.HTTPAgents) == 0 && len(c.ExecAgents) == 0 {
 		c.AgentTypes = []string{demo.AgentType}
 	}
-	return errors.Join(errs...)
+}
+
+// Validate checks the child-worker settings; it changes nothing.
+func (c ChildWorker) Validate() error {
+	errs := []error{c.NATS.validate(), c.Streams.validate(), c.Pool.validate(), c.Log.validate()}
+	_, err := c.Configured()
+	return errors.Join(append(errs, err)...)
 }
 
 // CLI is the jetrun CLI's configuration: where to connect, and the
@@ -268,17 +278,22 @@ type CLI struct {
 	Log
 }
 
-// Validate checks the settings; an empty JETRUN_NATS_URL means the local
-// parent-worker's embedded server.
-func (c *CLI) Validate() error {
+// ApplyDefaults sets the defaults that depend on other settings: an empty
+// JETRUN_NATS_URL means the local parent-worker's embedded server.
+func (c *CLI) ApplyDefaults() {
 	if c.URL == "" {
 		c.URL = DefaultChildNATSURL
 	}
+}
+
+// Validate checks the settings; it changes nothing.
+func (c CLI) Validate() error {
 	return errors.Join(c.NATS.validate(), c.Streams.validate(), c.Log.validate())
 }
 
-// Validate checks the parent-worker settings.
-func (c *ParentWorker) Validate() error {
+// Validate checks the parent-worker settings; it changes nothing (an empty
+// JETRUN_NATS_URL starts the embedded server).
+func (c ParentWorker) Validate() error {
 	errs := []error{c.NATS.validate(), c.Streams.validate(), c.Pool.validate(), c.Log.validate()}
 	if c.URL == "" && c.DataDir == "" {
 		errs = append(errs, errors.New("JETRUN_DATA_DIR is required for the embedded server"))

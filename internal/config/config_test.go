@@ -3,13 +3,18 @@ package config_test
 import (
 	"fmt"
 	"os"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/jetrun/jetrun/internal/agents/execagent"
+	"github.com/jetrun/jetrun/internal/agents/httpagent"
 	"github.com/jetrun/jetrun/internal/config"
 	"github.com/jetrun/jetrun/internal/embedded"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/finish"
+	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/reconcile"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -68,7 +73,15 @@ func TestDefaultsMatchThePackages(t *testing.T) {
 	if err := config.Load(&pw); err != nil {
 		t.Fatal(err)
 	}
-	for name, c := range map[string]struct{ got, want any }{
+	checked := map[string]struct{ got, want any }{
+		"JETRUN_PREFIX":                      {pw.Prefix, events.DefaultPrefix},
+		"JETRUN_FINISH_MAX_AGE":              {pw.FinishMaxAge, events.DefaultFinishMaxAge},
+		"JETRUN_REATTACH_NO_PROGRESS":        {pw.ReattachNoProgress, parent.DefaultReattachNoProgress},
+		"JETRUN_FINISH_UNSERVED_WAIT":        {pw.FinishUnservedWait, reconcile.DefaultFinishUnservedWait},
+		"JETRUN_HTTP_TIMEOUT":                {pw.HTTPTimeout, httpagent.DefaultTimeout},
+		"JETRUN_HTTP_MAX_LINE":               {pw.HTTPMaxLine, httpagent.DefaultMaxLine},
+		"JETRUN_EXEC_GRACE":                  {pw.ExecGrace, execagent.DefaultGrace},
+		"JETRUN_EXEC_MAX_LINE":               {pw.ExecMaxLine, execagent.DefaultMaxLine},
 		"JETRUN_REPLICAS":                    {pw.Replicas, events.DefaultReplicas},
 		"JETRUN_DEDUP_WINDOW":                {pw.DedupWindow, events.DefaultDedupWindow},
 		"JETRUN_EVENTS_MAX_AGE":              {pw.EventsMaxAge, events.DefaultEventsMaxAge},
@@ -87,13 +100,64 @@ func TestDefaultsMatchThePackages(t *testing.T) {
 		"JETRUN_FINISH_TIMEOUT":              {pw.FinishTimeout, finish.DefaultTimeout},
 		"JETRUN_FINISH_RETRY_DELAY":          {pw.FinishRetryDelay, finish.DefaultRetryDelay},
 		"JETRUN_EMBEDDED_PORT":               {pw.EmbeddedPort, embedded.DefaultPort},
-	} {
+	}
+	for name, c := range checked {
 		if fmt.Sprint(c.got) != fmt.Sprint(c.want) {
 			t.Errorf("%s defaults to %v; the package's default is %v", name, c.got, c.want)
 		}
 	}
+	// Settings of the binaries alone: no package has a default for them.
+	binaryOnly := []string{"JETRUN_LOG_FORMAT", "JETRUN_LOG_LEVEL", "JETRUN_SHUTDOWN_TIMEOUT", "JETRUN_REATTACH_MAX_WINDOW",
+		"JETRUN_METER", "JETRUN_DATA_DIR", "JETRUN_EMBEDDED_HOST", "JETRUN_EMBEDDED_MAX_MEMORY", "JETRUN_EMBEDDED_MAX_STORE",
+		"JETRUN_SYNC_ALWAYS", "JETRUN_HTTP_ADDR", "JETRUN_DEMO_RUNS"}
+	// Every variable with a default is checked above or is the binaries' own:
+	// a new default needs its package constant (or a place in binaryOnly).
+	for _, spec := range []any{config.ParentWorker{}, config.ChildWorker{}, config.CLI{}} {
+		for _, name := range defaulted(reflect.TypeOf(spec)) {
+			if _, ok := checked[name]; !ok && !slices.Contains(binaryOnly, name) {
+				t.Errorf("%s has a default that no package constant checks", name)
+			}
+		}
+	}
 	if want := fmt.Sprintf("nats://127.0.0.1:%d", embedded.DefaultPort); config.DefaultChildNATSURL != want {
 		t.Errorf("child-workers connect to %s by default, not to the embedded server at %s", config.DefaultChildNATSURL, want)
+	}
+}
+
+// defaulted returns the variables of a config struct that have a default tag.
+func defaulted(typ reflect.Type) []string {
+	var out []string
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		if f.Anonymous {
+			out = append(out, defaulted(f.Type)...)
+			continue
+		}
+		if _, ok := f.Tag.Lookup("default"); ok {
+			out = append(out, config.Prefix+"_"+f.Tag.Get("envconfig"))
+		}
+	}
+	return out
+}
+
+// Validate checks and changes nothing: the defaults that depend on other
+// settings are Load's (ApplyDefaults), not Validate's.
+func TestValidateIsPure(t *testing.T) {
+	var child config.ChildWorker
+	child.Concurrency, child.FleetConcurrency, child.Lease, child.MaxAttempts, child.MaxDepth = 1, 1, worker.MinLease, 1, 1
+	before := fmt.Sprintf("%+v", child)
+	_ = child.Validate()
+	if after := fmt.Sprintf("%+v", child); after != before {
+		t.Fatalf("Validate changed the config:\n%s\n%s", before, after)
+	}
+	child.ApplyDefaults()
+	if child.URL != config.DefaultChildNATSURL || len(child.AgentTypes) != 1 || child.AgentTypes[0] != "demo" {
+		t.Fatalf("after ApplyDefaults: %+v", child)
+	}
+	var cli config.CLI
+	_ = cli.Validate()
+	if cli.URL != "" {
+		t.Fatalf("Validate set the CLI's URL: %q", cli.URL)
 	}
 }
 

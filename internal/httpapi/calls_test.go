@@ -5,17 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http/httptest"
 	"testing"
 	"time"
 
-	"github.com/jetrun/jetrun/internal/httpapi"
 	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/internal/natstest"
-	"github.com/jetrun/jetrun/internal/runview"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
-	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
 
@@ -24,41 +20,22 @@ import (
 // error the run gets as a value.
 func TestCallsListedAndAnsweredOverHTTP(t *testing.T) {
 	t.Parallel()
-	ns := natstest.RunServer(t)
-	nc, _ := natstest.Connect(t, ns)
-	w, err := worker.New(nc, worker.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.HandleFunc("asker", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
-		first, err := run.Call(ctx, "ask-user", map[string]string{"q": "color?"})
-		if err != nil {
-			return worker.Result{}, err
-		}
-		_, err = run.Call(ctx, "ask-user", map[string]string{"q": "size?"})
-		var ce *worker.CallError
-		if !errors.As(err, &ce) {
-			return worker.Result{}, fmt.Errorf("want a call error, got %v", err)
-		}
-		return worker.Result{Summary: ce.Message, Output: first}, nil
+	b := setupServing(t, nil, func(w *worker.Worker) {
+		w.HandleFunc("asker", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			first, err := run.Call(ctx, "ask-user", map[string]string{"q": "color?"})
+			if err != nil {
+				return worker.Result{}, err
+			}
+			_, err = run.Call(ctx, "ask-user", map[string]string{"q": "size?"})
+			var ce *worker.CallError
+			if !errors.As(err, &ce) {
+				return worker.Result{}, fmt.Errorf("want a call error, got %v", err)
+			}
+			return worker.Result{Summary: ce.Message, Output: first}, nil
+		})
 	})
-	if err := w.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Stop() })
-	client, err := parent.New(context.Background(), nc, parent.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	view, err := runview.Start(context.Background(), client.Store(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(view.Stop)
-	srv := httptest.NewServer(httpapi.New(httpapi.Config{Client: client, View: view, Conn: nc}))
-	t.Cleanup(srv.Close)
 
-	wantStatus(t, do(t, "POST", srv.URL+"/v1/runs", `{"agentType":"asker","runId":"h1","input":{}}`, nil), 201)
+	wantStatus(t, do(t, "POST", b.url+"/v1/runs", `{"agentType":"asker","runId":"h1","input":{}}`, nil), 201)
 	type listed struct {
 		Calls []struct {
 			Seq   int64           `json:"seq"`
@@ -71,7 +48,7 @@ func TestCallsListedAndAnsweredOverHTTP(t *testing.T) {
 		var l listed
 		natstest.Eventually(t, 30*time.Second, func() bool {
 			l = listed{}
-			do(t, "GET", srv.URL+"/v1/runs/h1/calls", "", &l)
+			do(t, "GET", b.url+"/v1/runs/h1/calls", "", &l)
 			return len(l.Calls) == n && l.Calls[n-1].State == state
 		}, "run h1 never had %d calls, the last %s: %+v", n, state, l)
 		return l
@@ -81,14 +58,14 @@ func TestCallsListedAndAnsweredOverHTTP(t *testing.T) {
 	if err := json.Unmarshal(l.Calls[0].Input, &in); err != nil || l.Calls[0].Seq != 1 || l.Calls[0].Name != "ask-user" || in["q"] != "color?" {
 		t.Fatalf("calls %+v", l)
 	}
-	wantStatus(t, do(t, "POST", srv.URL+"/v1/runs/h1/calls/1/reply", `{"output":"blue"}`, nil), 202)
-	wantStatus(t, do(t, "POST", srv.URL+"/v1/runs/h1/calls/1/reply", `{"output":"red"}`, nil), 409)
-	wantStatus(t, do(t, "POST", srv.URL+"/v1/runs/h1/calls/9/reply", `{"output":"red"}`, nil), 404)
-	wantStatus(t, do(t, "POST", srv.URL+"/v1/runs/h1/calls/x/reply", `{}`, nil), 400)
+	wantStatus(t, do(t, "POST", b.url+"/v1/runs/h1/calls/1/reply", `{"output":"blue"}`, nil), 202)
+	wantStatus(t, do(t, "POST", b.url+"/v1/runs/h1/calls/1/reply", `{"output":"red"}`, nil), 409)
+	wantStatus(t, do(t, "POST", b.url+"/v1/runs/h1/calls/9/reply", `{"output":"red"}`, nil), 404)
+	wantStatus(t, do(t, "POST", b.url+"/v1/runs/h1/calls/x/reply", `{}`, nil), 400)
 	waitCalls(2, "pending")
-	wantStatus(t, do(t, "POST", srv.URL+"/v1/runs/h1/calls/2/reply", `{"error":"no sizes today"}`, nil), 202)
+	wantStatus(t, do(t, "POST", b.url+"/v1/runs/h1/calls/2/reply", `{"error":"no sizes today"}`, nil), 202)
 
-	row := jetruntest.WaitRow(t, client.Store(), "h1", 30*time.Second, func(r *jetruntype.Run) bool { return r.Status.Final() })
+	row := jetruntest.WaitRow(t, b.store, "h1", 30*time.Second, func(r *jetruntype.Run) bool { return r.Status.Final() })
 	if row.Status != events.StatusCompleted || row.Summary != "no sizes today" || string(row.Output) != `"blue"` {
 		t.Fatalf("row %s %s %q %s", row.Status, row.Error, row.Summary, row.Output)
 	}
@@ -96,6 +73,6 @@ func TestCallsListedAndAnsweredOverHTTP(t *testing.T) {
 	if l.Calls[0].State != "answered" {
 		t.Fatalf("calls %+v", l)
 	}
-	wantStatus(t, do(t, "POST", srv.URL+"/v1/runs/h1/calls/2/reply", `{"output":1}`, nil), 409)
-	wantStatus(t, do(t, "GET", srv.URL+"/v1/runs/nope/calls", "", nil), 404)
+	wantStatus(t, do(t, "POST", b.url+"/v1/runs/h1/calls/2/reply", `{"output":1}`, nil), 409)
+	wantStatus(t, do(t, "GET", b.url+"/v1/runs/nope/calls", "", nil), 404)
 }

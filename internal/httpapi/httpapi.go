@@ -119,6 +119,21 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = enc.Encode(v)
 }
 
+// runBody is a run row as the API answers it: the row, plus the rules the
+// server applies to it as flags ("live": jetruntype.Run.Live, "final":
+// events.Status.Final), so clients such as the web UI need not re-derive
+// them from the status.
+type runBody struct {
+	*jetruntype.Run
+	Live  bool `json:"live"`
+	Final bool `json:"final"`
+}
+
+// runJSON returns row as the API answers it.
+func runJSON(row *jetruntype.Run) runBody {
+	return runBody{Run: row, Live: row.Live(), Final: row.Status.Final()}
+}
+
 func writeError(w http.ResponseWriter, status int, code, msg string) {
 	writeJSON(w, status, errorBody{Error: msg, Code: code})
 }
@@ -268,7 +283,7 @@ func (a *api) dispatch(w http.ResponseWriter, r *http.Request) {
 			status = http.StatusOK // an existing run, re-attached
 		}
 		w.Header().Set("Location", "/v1/runs/"+row.ID)
-		writeJSON(w, status, row)
+		writeJSON(w, status, runJSON(row))
 		return
 	}
 	// Waiting does not cancel the run when the client disconnects: a run is
@@ -443,7 +458,7 @@ func (a *api) row(w http.ResponseWriter, r *http.Request) (*jetruntype.Run, bool
 
 func (a *api) get(w http.ResponseWriter, r *http.Request) {
 	if row, ok := a.row(w, r); ok {
-		writeJSON(w, http.StatusOK, row)
+		writeJSON(w, http.StatusOK, runJSON(row))
 	}
 }
 
@@ -462,7 +477,7 @@ func (a *api) cancel(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, row)
+	writeJSON(w, http.StatusOK, runJSON(row))
 }
 
 // decodeBody reads a JSON object body into v, answering 400 or 413 itself.

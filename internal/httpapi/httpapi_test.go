@@ -42,29 +42,23 @@ func setup(t *testing.T) *bundle {
 
 func setupWith(t *testing.T, tokens map[string]httpapi.Role) *bundle {
 	t.Helper()
-	ns := natstest.RunServer(t)
-	nc, _ := natstest.Connect(t, ns)
-	w, err := worker.New(nc, worker.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Handle(demo.AgentType, demo.Handler())
-	if err := w.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Stop() })
-	client, err := parent.New(context.Background(), nc, parent.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	view, err := runview.Start(context.Background(), client.Store(), nil)
+	return setupServing(t, tokens, func(w *worker.Worker) { w.Handle(demo.AgentType, demo.Handler()) })
+}
+
+// setupServing starts a worker whose handlers register adds, and the API
+// in front of a parent client and a run view.
+func setupServing(t *testing.T, tokens map[string]httpapi.Role, register func(w *worker.Worker)) *bundle {
+	t.Helper()
+	env := jetruntest.NewEnv(t)
+	env.StartWorker(t, worker.Config{}, register)
+	view, err := runview.Start(context.Background(), env.Store, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(view.Stop)
-	srv := httptest.NewServer(httpapi.New(httpapi.Config{Client: client, View: view, Conn: nc, Tokens: tokens}))
+	srv := httptest.NewServer(httpapi.New(httpapi.Config{Client: env.Client, View: view, Conn: env.Conn, Tokens: tokens}))
 	t.Cleanup(srv.Close)
-	return &bundle{url: srv.URL, store: client.Store()}
+	return &bundle{url: srv.URL, store: env.Store}
 }
 
 // do sends a request and decodes the JSON response into out (if not nil).
@@ -272,6 +266,48 @@ func TestListAndCancel(t *testing.T) {
 	if row.Status != events.StatusCompleted {
 		t.Fatalf("cancel rewrote a completed run: %s", row.Status)
 	}
+}
+
+// Runs and summaries carry the server's rules as flags ("live", "final"), so
+// the web UI does not re-derive them from the status.
+func TestRunsCarryLiveAndFinalFlags(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	type flags struct {
+		ID     string        `json:"id"`
+		Status events.Status `json:"status"`
+		Live   *bool         `json:"live"`
+		Final  *bool         `json:"final"`
+	}
+	check := func(what string, got flags, live, final bool) {
+		t.Helper()
+		if got.Live == nil || got.Final == nil || *got.Live != live || *got.Final != final {
+			t.Fatalf("%s: %+v (live %v final %v), want live %v final %v", what, got, got.Live, got.Final, live, final)
+		}
+	}
+	do(t, "POST", b.url+"/v1/runs", `{"agentType":"demo","runId":"slow","input":{"steps":100,"stepMs":100}}`, nil)
+	jetruntest.WaitRow(t, b.store, "slow", 10*time.Second, func(r *jetruntype.Run) bool { return r.Status == events.StatusRunning })
+	var row flags
+	wantStatus(t, do(t, "GET", b.url+"/v1/runs/slow", "", &row), 200)
+	check("running row", row, true, false)
+	var list struct {
+		Runs []flags `json:"runs"`
+	}
+	wantStatus(t, do(t, "GET", b.url+"/v1/runs?status=running", "", &list), 200)
+	if len(list.Runs) != 1 {
+		t.Fatalf("running = %+v", list)
+	}
+	check("running summary", list.Runs[0], true, false)
+
+	wantStatus(t, do(t, "POST", b.url+"/v1/runs/slow/cancel", `{"reason":"enough"}`, &row), 200)
+	jetruntest.WaitRow(t, b.store, "slow", 10*time.Second, jetruntest.Final)
+	wantStatus(t, do(t, "GET", b.url+"/v1/runs/slow", "", &row), 200)
+	check("aborted row", row, false, true)
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		do(t, "GET", b.url+"/v1/runs?status=aborted", "", &list)
+		return len(list.Runs) == 1
+	}, "the aborted run is not listed")
+	check("aborted summary", list.Runs[0], false, true)
 }
 
 func TestClearAndConcurrencyLimit(t *testing.T) {

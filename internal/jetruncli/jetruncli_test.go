@@ -28,15 +28,9 @@ func TestListByToolCall(t *testing.T) {
 	nc, js := natstest.Connect(t, ns)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	w, err := worker.New(nc, worker.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Handle(demo.AgentType, demo.Handler())
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Stop() })
+	jetruntest.StartWorker(t, nc, worker.Config{}, func(w *worker.Worker) {
+		w.Handle(demo.AgentType, demo.Handler())
+	})
 	t.Setenv("JETRUN_NATS_URL", ns.ClientURL())
 
 	cli := func(args ...string) string {

@@ -26,38 +26,32 @@ func TestGetShowsTheRunTreeAndCalls(t *testing.T) {
 	nc, _ := natstest.Connect(t, ns)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	w, err := worker.New(nc, worker.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Handle(demo.AgentType, demo.Handler())
-	w.HandleFunc("fanout", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
-		var kids []*worker.Child
-		for _, spec := range []struct {
-			call  string
-			order int
-		}{{"call-x", 2}, {"call-y", 0}, {"call-x", 1}} {
-			ch, err := run.Spawn(ctx, worker.ChildRequest{AgentType: demo.AgentType, CallID: spec.call,
-				DisplayOrder: spec.order, Input: map[string]int{"steps": 1, "stepMs": 0}})
-			if err != nil {
+	jetruntest.StartWorker(t, nc, worker.Config{}, func(w *worker.Worker) {
+		w.Handle(demo.AgentType, demo.Handler())
+		w.HandleFunc("fanout", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			var kids []*worker.Child
+			for _, spec := range []struct {
+				call  string
+				order int
+			}{{"call-x", 2}, {"call-y", 0}, {"call-x", 1}} {
+				ch, err := run.Spawn(ctx, worker.ChildRequest{AgentType: demo.AgentType, CallID: spec.call,
+					DisplayOrder: spec.order, Input: map[string]int{"steps": 1, "stepMs": 0}})
+				if err != nil {
+					return worker.Result{}, err
+				}
+				kids = append(kids, ch)
+			}
+			for _, ch := range kids {
+				if _, err := ch.Await(ctx); err != nil {
+					return worker.Result{}, err
+				}
+			}
+			if _, err := run.Call(ctx, "ask", "ok?"); err != nil {
 				return worker.Result{}, err
 			}
-			kids = append(kids, ch)
-		}
-		for _, ch := range kids {
-			if _, err := ch.Await(ctx); err != nil {
-				return worker.Result{}, err
-			}
-		}
-		if _, err := run.Call(ctx, "ask", "ok?"); err != nil {
-			return worker.Result{}, err
-		}
-		return worker.Result{Summary: "fanned out"}, nil
+			return worker.Result{Summary: "fanned out"}, nil
+		})
 	})
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Stop() })
 	client, err := parent.New(ctx, nc, parent.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -130,26 +124,20 @@ func TestReplyAnswersACall(t *testing.T) {
 	nc, _ := natstest.Connect(t, ns)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	w, err := worker.New(nc, worker.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.HandleFunc("asks", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
-		out, err := run.Call(ctx, "ask", "ok?")
-		if err != nil {
-			return worker.Result{}, err
-		}
-		_, err = run.Call(ctx, "ask", "really?")
-		var ce *worker.CallError
-		if !errors.As(err, &ce) {
-			return worker.Result{}, fmt.Errorf("want a call error, got %v", err)
-		}
-		return worker.Result{Summary: ce.Message, Output: out}, nil
+	jetruntest.StartWorker(t, nc, worker.Config{}, func(w *worker.Worker) {
+		w.HandleFunc("asks", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			out, err := run.Call(ctx, "ask", "ok?")
+			if err != nil {
+				return worker.Result{}, err
+			}
+			_, err = run.Call(ctx, "ask", "really?")
+			var ce *worker.CallError
+			if !errors.As(err, &ce) {
+				return worker.Result{}, fmt.Errorf("want a call error, got %v", err)
+			}
+			return worker.Result{Summary: ce.Message, Output: out}, nil
+		})
 	})
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Stop() })
 	client, err := parent.New(ctx, nc, parent.Config{})
 	if err != nil {
 		t.Fatal(err)

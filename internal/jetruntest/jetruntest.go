@@ -1,5 +1,8 @@
-// Package jetruntest holds test helpers that read what a user would observe:
-// a run's row and the events stored on its subjects.
+// Package jetruntest holds the shared test kit: NewEnv (an embedded
+// JetStream server, a connection, the store and a parent client, as one
+// bundle), StartWorker (a worker with its handlers, stopped at cleanup), and
+// helpers that read what a user would observe: a run's row and the events
+// stored on its subjects.
 package jetruntest
 
 import (

@@ -82,21 +82,15 @@ func TestWorkerObserverCounts(t *testing.T) {
 	ns := natstest.RunServer(t)
 	nc, js := natstest.Connect(t, ns)
 	m := metrics.New()
-	w, err := worker.New(nc, worker.Config{Observer: m})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.HandleFunc("quick", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
-		return worker.Result{Summary: "done"}, nil
+	jetruntest.StartWorker(t, nc, worker.Config{Observer: m}, func(w *worker.Worker) {
+		w.HandleFunc("quick", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			return worker.Result{Summary: "done"}, nil
+		})
+		w.HandleFunc("waits", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			<-ctx.Done()
+			return worker.Result{}, context.Cause(ctx)
+		})
 	})
-	w.HandleFunc("waits", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
-		<-ctx.Done()
-		return worker.Result{}, context.Cause(ctx)
-	})
-	if err := w.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Stop() })
 	m.WatchLag(js, "", nil, 0)
 	client, err := parent.New(context.Background(), nc, parent.Config{})
 	if err != nil {

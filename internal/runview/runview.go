@@ -60,6 +60,12 @@ type Summary struct {
 	FinishedAt        time.Time                    `json:"finishedAt,omitzero"`
 	// Notified counts the milestone notices delivered (see jetruntype.Run.Notices).
 	Notified int `json:"notified,omitempty"`
+	// Live reports jetruntype.Run.Live: the run may still be executing (and can be
+	// cancelled). The UI reads it instead of deriving it from the status.
+	Live bool `json:"live"`
+	// Final reports that the status is final (events.Status.Final): the row
+	// never changes status again.
+	Final bool `json:"final"`
 	// Removed marks a change event for a run that was cleared.
 	Removed bool `json:"removed,omitempty"`
 }
@@ -75,6 +81,7 @@ func Summarize(r *jetruntype.Run) Summary {
 		WaitingFor: r.WaitingFor, CancelRequested: r.CancelRequested, Detached: r.Detached,
 		Delivered: r.Delivered, CreatedAt: r.CreatedAt, StartedAt: r.StartedAt,
 		LastSignalAt: r.LastSignalAt, FinishedAt: r.FinishedAt, Notified: notified(r),
+		Live: r.Live(), Final: r.Status.Final(),
 	}
 }
 

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jetrun/jetrun/pkg/pull"
+	"github.com/jetrun/jetrun/internal/pull"
 )
 
 // Pullers owns a service's fetch loops and the handlers they start: the

@@ -16,13 +16,13 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/pull"
 	"github.com/jetrun/jetrun/internal/service"
 	"github.com/jetrun/jetrun/internal/settle"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/obs"
-	"github.com/jetrun/jetrun/pkg/pull"
 )
 
 // Defaults used where Config leaves a field zero.

@@ -157,11 +157,11 @@ func TestMilestoneNoticesReachAWebhook(t *testing.T) {
 			var notice events.MilestoneNotice
 			if err := json.NewDecoder(r.Body).Decode(&notice); err != nil ||
 				key != notice.RunID+".milestone."+notice.Milestone.Name || r.Header.Get("Jetrun-Milestone") != notice.Milestone.Name {
-				http.Error(w, "bad notice", 400)
+				http.Error(w, "bad notice", http.StatusBadRequest)
 				return
 			}
 			if n == 1 {
-				http.Error(w, "try again", 503)
+				http.Error(w, "try again", http.StatusServiceUnavailable)
 				return
 			}
 		}

@@ -147,7 +147,7 @@ func IsTransient(ctx context.Context, err error) bool { return Classify(ctx, err
 
 // IsMissing reports whether err says a stream, consumer or bucket does not
 // exist.
-func IsMissing(err error) bool { return Classify(nil, err) == Missing }
+func IsMissing(err error) bool { return Classify(context.Background(), err) == Missing }
 
 // Backoff bounds for NewBackOff and Retry.
 const (

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/jetrun/jetrun/internal/agents/demo"
+	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/meter"
@@ -83,19 +84,13 @@ func TestEveryRunIsMeteredOncePerStartAndFinish(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = m.Stop() })
 
-	w, err := worker.New(nc, worker.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Handle(demo.AgentType, demo.Handler())
-	w.HandleFunc("waits", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
-		<-ctx.Done()
-		return worker.Result{}, context.Cause(ctx)
+	jetruntest.StartWorker(t, nc, worker.Config{}, func(w *worker.Worker) {
+		w.Handle(demo.AgentType, demo.Handler())
+		w.HandleFunc("waits", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			<-ctx.Done()
+			return worker.Result{}, context.Cause(ctx)
+		})
 	})
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Stop() })
 	c, err := parent.New(ctx, nc, parent.Config{AllowUnknownAgentTypes: true})
 	if err != nil {
 		t.Fatal(err)

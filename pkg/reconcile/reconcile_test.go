@@ -85,7 +85,6 @@ type env struct {
 }
 
 type options struct {
-	interval    time.Duration
 	finish      finish.Config
 	reconcile   reconcile.Config
 	handlers    map[string]worker.Handler
@@ -224,9 +223,9 @@ func TestBudgetExceededGivesUpDeliversOnceAndStopsTheChild(t *testing.T) {
 	if row.Reason != events.ReasonBudgetExceeded || !row.Retryable {
 		t.Fatalf("row = %+v", row)
 	}
-	got := waitDeliveries(t, e.rec, "budget", 1)
+	waitDeliveries(t, e.rec, "budget", 1)
 	sweeps(t, e, 3)
-	got = e.rec.of("budget")
+	got := e.rec.of("budget")
 	if len(got) != 1 || got[0].Status != events.StatusInterrupted || got[0].Reason != events.ReasonBudgetExceeded {
 		t.Fatalf("deliveries %+v: want one interrupted/budget-exceeded (and no aborted from the teardown)", got)
 	}

@@ -47,17 +47,10 @@ func wordcount(_ context.Context, run *worker.Run) (worker.Result, error) {
 
 func startWorker(t *testing.T, nc *nats.Conn, id string) *worker.Worker {
 	t.Helper()
-	w, err := worker.New(nc, worker.Config{ID: id})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.HandleWith("wordcount", worker.HandlerFunc(wordcount), info)
-	w.HandleFunc("plain", func(context.Context, *worker.Run) (worker.Result, error) { return worker.Result{}, nil })
-	if err := w.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Stop() })
-	return w
+	return jetruntest.StartWorker(t, nc, worker.Config{ID: id}, func(w *worker.Worker) {
+		w.HandleWith("wordcount", worker.HandlerFunc(wordcount), info)
+		w.HandleFunc("plain", func(context.Context, *worker.Run) (worker.Result, error) { return worker.Result{}, nil })
+	})
 }
 
 func agents(t *testing.T, js jetstream.JetStream) map[string]registry.Agent {

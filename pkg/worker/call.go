@@ -68,9 +68,12 @@ func (r *Run) Call(ctx context.Context, name string, input any) (json.RawMessage
 	if err := events.ValidateCallName(name); err != nil {
 		return nil, fmt.Errorf("worker: call: %w", err)
 	}
-	raw, err := e.encodePayload("call input", input)
+	raw, err := encodePayload(r.row.ID, "call input", input)
 	if err != nil {
 		return nil, err
+	}
+	if r.fake != nil {
+		return r.fake.Call(ctx, name, raw)
 	}
 	timeout := DefaultCallTimeout
 	if d, ok := ctx.Deadline(); ok {

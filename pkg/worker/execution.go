@@ -13,10 +13,10 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/pull"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
-	"github.com/jetrun/jetrun/pkg/pull"
 )
 
 // execution is one attempt of one run in this process: the handler call

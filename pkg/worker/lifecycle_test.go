@@ -56,12 +56,6 @@ func (c *counter) count(id string) int {
 	return c.runs[id]
 }
 
-func (c *counter) causeOf(id string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.cause[id]
-}
-
 func running(r *jetruntype.Run) bool { return r.Status == events.StatusRunning }
 
 // drained waits until the agent type's consumer has nothing pending or in

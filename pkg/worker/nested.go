@@ -14,6 +14,7 @@ import (
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
+	"github.com/jetrun/jetrun/pkg/worker/internal/runhook"
 )
 
 // forwardDrain bounds how long an awaited child's passthrough goes on
@@ -124,6 +125,9 @@ func (w *Worker) parentClient(ctx context.Context) (*parent.Client, error) {
 // Errors are those of parent.Client.Dispatch (parent.ErrUnknownAgentType,
 // parent.ErrBadRequest …).
 func (r *Run) Spawn(ctx context.Context, req ChildRequest) (*Child, error) {
+	if r.fake != nil {
+		return nil, fmt.Errorf("worker: run %s: start child: %w", r.ID(), runhook.ErrUnsupported)
+	}
 	e := r.e
 	if e.isEnded() {
 		return nil, ErrLeaseLost

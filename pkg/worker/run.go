@@ -12,6 +12,7 @@ import (
 
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
+	"github.com/jetrun/jetrun/pkg/worker/internal/runhook"
 )
 
 // MaxMilestoneNameLength bounds milestone names.
@@ -19,9 +20,18 @@ const MaxMilestoneNameLength = 256
 
 // Run is a handler's view of the run it executes. Its methods are safe for
 // concurrent use. After the handler returns they fail with ErrLeaseLost.
+//
+// Package workertest builds a Run that records what a handler does, for unit
+// tests of handlers without a NATS server.
 type Run struct {
 	e   *execution
 	row *jetruntype.Run
+	// fake, when set (workertest), receives the calls instead of e.
+	fake runhook.Backend
+}
+
+func init() {
+	runhook.NewRun = func(row *jetruntype.Run, b runhook.Backend) any { return &Run{row: row, fake: b} }
 }
 
 // ID returns the run id.
@@ -47,11 +57,21 @@ func (r *Run) Input() json.RawMessage { return r.row.Input }
 func (r *Run) Row() *jetruntype.Run { return r.row.Clone() }
 
 // Logger returns a logger carrying the run id, agent type and attempt.
-func (r *Run) Logger() *slog.Logger { return r.e.log }
+func (r *Run) Logger() *slog.Logger {
+	if r.fake != nil {
+		return r.fake.Logger()
+	}
+	return r.e.log
+}
 
 // Milestones returns the milestones already reached, by earlier attempts
 // included, so a handler that took a run over can skip finished work.
-func (r *Run) Milestones() []events.Milestone { return r.e.milestonesCopy() }
+func (r *Run) Milestones() []events.Milestone {
+	if r.fake != nil {
+		return r.fake.Milestones()
+	}
+	return r.e.milestonesCopy()
+}
 
 // Chunk appends data (any JSON-encodable value; a string stays a string) to
 // the run's streamed output. Chunks get sequence numbers 1, 2, 3… in the
@@ -60,6 +80,13 @@ func (r *Run) Milestones() []events.Milestone { return r.e.milestonesCopy() }
 // stored (the run was taken over: ErrLeaseLost) fails a later call, or
 // Flush; everything is stored before the run ends.
 func (r *Run) Chunk(ctx context.Context, data any) error {
+	if r.fake != nil {
+		raw, err := encodePayload(r.row.ID, "chunk", data)
+		if err != nil {
+			return err
+		}
+		return r.fake.Chunk(ctx, raw)
+	}
 	e := r.e
 	raw, err := e.encodePayload("chunk", data)
 	if err != nil {
@@ -85,6 +112,17 @@ func (r *Run) Chunk(ctx context.Context, data any) error {
 // window ends; a report with Fraction ≥ 1 goes out at once. The row keeps the
 // latest snapshot (without Data).
 func (r *Run) Progress(ctx context.Context, p Progress) error {
+	if r.fake != nil {
+		fp := runhook.Progress{Fraction: min(max(p.Fraction, 0), 1), Phase: p.Phase, Message: p.Message}
+		if p.Data != nil {
+			raw, err := encodePayload(r.row.ID, "progress data", p.Data)
+			if err != nil {
+				return err
+			}
+			fp.Data = raw
+		}
+		return r.fake.Progress(ctx, fp)
+	}
 	e := r.e
 	ev := events.Progress{
 		RunID:    e.id,
@@ -127,6 +165,16 @@ func (r *Run) Milestone(ctx context.Context, name string, data any) (events.Mile
 		return events.Milestone{}, fmt.Errorf("worker: milestone name must be 1 to %d bytes, got %d",
 			MaxMilestoneNameLength, len(name))
 	}
+	if r.fake != nil {
+		var raw json.RawMessage
+		if data != nil {
+			var err error
+			if raw, err = encodePayload(r.row.ID, "milestone data", data); err != nil {
+				return events.Milestone{}, err
+			}
+		}
+		return r.fake.Milestone(ctx, name, raw)
+	}
 	m := events.Milestone{RunID: e.id, Name: name, Attempt: e.attempt}
 	if data != nil {
 		raw, err := e.encodePayload("milestone data", data)
@@ -156,6 +204,9 @@ func (r *Run) Milestone(ctx context.Context, name string, data any) (events.Mile
 // Flush returns once every event the handler published so far is stored,
 // or the error that stopped one (ErrLeaseLost: the run was taken over).
 func (r *Run) Flush(ctx context.Context) error {
+	if r.fake != nil {
+		return r.fake.Flush(ctx)
+	}
 	e := r.e
 	if err := e.flushProgress(ctx); err != nil {
 		return err
@@ -171,6 +222,9 @@ func (r *Run) Flush(ctx context.Context) error {
 // its worker and its place; only the slot is lent out. Wait parks by
 // itself.
 func (r *Run) Park(ctx context.Context, wait func(ctx context.Context) error) error {
+	if r.fake != nil {
+		return r.fake.Park(ctx, wait)
+	}
 	unpark := r.e.park()
 	err := wait(ctx)
 	if uerr := unpark(ctx); uerr != nil && err == nil {
@@ -193,6 +247,9 @@ func (r *Run) Wait(ctx context.Context, name string) (json.RawMessage, error) {
 	e := r.e
 	if err := events.ValidateSignalName(name); err != nil {
 		return nil, fmt.Errorf("worker: wait: %w", err)
+	}
+	if r.fake != nil {
+		return r.fake.Wait(ctx, name)
 	}
 	e.stateMu.Lock()
 	e.waitingFor = name
@@ -311,13 +368,18 @@ func (e *execution) publishSignalEvent(ctx context.Context, ev events.SignalEven
 // encodePayload encodes a handler's value for an event, within the size
 // limit; what names it in errors ("chunk", "progress data" …).
 func (e *execution) encodePayload(what string, v any) (json.RawMessage, error) {
+	return encodePayload(e.id, what, v)
+}
+
+// encodePayload encodes a handler's value for an event of run id.
+func encodePayload(id, what string, v any) (json.RawMessage, error) {
 	raw, err := json.Marshal(v)
 	if err != nil {
-		return nil, fmt.Errorf("worker: %s of run %s is not JSON-encodable: %w", what, e.id, err)
+		return nil, fmt.Errorf("worker: %s of run %s is not JSON-encodable: %w", what, id, err)
 	}
 	if len(raw) > events.MaxChunkBytes {
 		return nil, fmt.Errorf("worker: %s of run %s is %d bytes; the limit is %d: %w",
-			what, e.id, len(raw), events.MaxChunkBytes, ErrTooLarge)
+			what, id, len(raw), events.MaxChunkBytes, ErrTooLarge)
 	}
 	return raw, nil
 }

@@ -17,7 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/jetrun/jetrun/internal/natstest"
-	"github.com/jetrun/jetrun/pkg/pull"
+	"github.com/jetrun/jetrun/internal/pull"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -149,7 +149,7 @@ func TestLoopOutageLogsBounded(t *testing.T) {
 	tries := failedReconnects.Load()
 	natstest.Eventually(t, 60*time.Second, func() bool { return failedReconnects.Load() >= tries+10 },
 		"the connection did not try to reconnect")
-	ns = natstest.RunServerWithOptions(t, &server.Options{Port: port, StoreDir: storeDir})
+	natstest.RunServerWithOptions(t, &server.Options{Port: port, StoreDir: storeDir})
 	create()
 	deliver("after the server came back")
 	outage := time.Since(began)

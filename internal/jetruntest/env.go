@@ -1,0 +1,79 @@
+package jetruntest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetrun/jetrun/internal/natstest"
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/parent"
+	"github.com/jetrun/jetrun/pkg/worker"
+)
+
+// setupTimeout bounds each start-up step of the helpers below.
+const setupTimeout = 30 * time.Second
+
+// Env is the bundle most tests start from: an embedded JetStream server, a
+// connection to it, jetrun's streams and buckets in Namespace, the runs
+// store and a parent client. Everything is shut down at the test's cleanup.
+type Env struct {
+	Server    *server.Server
+	Conn      *nats.Conn
+	JS        jetstream.JetStream
+	Namespace events.Namespace
+	Client    *parent.Client
+	Store     *kv.Store
+}
+
+// NewEnv starts an embedded JetStream server (natstest.RunServer), connects
+// to it, and opens a parent client, which creates the streams and buckets,
+// in the default namespace.
+func NewEnv(t testing.TB) *Env {
+	t.Helper()
+	ns := natstest.RunServer(t)
+	nc, js := natstest.Connect(t, ns)
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
+	client, err := parent.New(ctx, nc, parent.Config{})
+	if err != nil {
+		t.Fatalf("jetruntest: parent client: %v", err)
+	}
+	return &Env{Server: ns, Conn: nc, JS: js, Namespace: events.Namespace(""), Client: client, Store: client.Store()}
+}
+
+// StartWorker starts a worker on the env's connection: see StartWorker.
+// cfg.Namespace defaults to the env's.
+func (e *Env) StartWorker(t testing.TB, cfg worker.Config, register func(w *worker.Worker)) *worker.Worker {
+	t.Helper()
+	if cfg.Namespace == "" {
+		cfg.Namespace = e.Namespace
+	}
+	return StartWorker(t, e.Conn, cfg, register)
+}
+
+// StartWorker builds a worker on nc with cfg, lets register add its
+// handlers (w.Handle, w.HandleFunc, w.HandleWith), starts it, and stops it
+// at the test's cleanup. It fails the test if the worker cannot start.
+func StartWorker(t testing.TB, nc *nats.Conn, cfg worker.Config, register func(w *worker.Worker)) *worker.Worker {
+	t.Helper()
+	w, err := worker.New(nc, cfg)
+	if err != nil {
+		t.Fatalf("jetruntest: new worker: %v", err)
+	}
+	if register != nil {
+		register(w)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
+	if err := w.Start(ctx); err != nil {
+		t.Fatalf("jetruntest: start worker: %v", err)
+	}
+	t.Cleanup(func() { _ = w.Stop() })
+	return w
+}

@@ -1,0 +1,96 @@
+package finish_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/jetrun/jetrun/internal/embedded"
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/finish"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
+	"github.com/jetrun/jetrun/pkg/parent"
+	"github.com/jetrun/jetrun/pkg/worker"
+)
+
+// A detached run names a finish handler (Detached.OnFinish): nobody waits
+// for it, and when it ends a Deliverer calls that handler with the outcome,
+// at least once (deduplicate on finish.IdempotencyKey), retrying a failed
+// handler with backoff.
+func ExampleDeliverer_HandleFinishFunc() {
+	nc, stop := startNATS()
+	defer stop()
+	ctx := context.Background()
+
+	type outcome struct {
+		key     string
+		status  events.Status
+		summary string
+	}
+	audited := make(chan outcome, 1)
+	d, err := finish.New(nc, finish.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	d.HandleFinishFunc("audit", func(ctx context.Context, run *jetruntype.Run, res finish.Result) error {
+		select {
+		case audited <- outcome{finish.IdempotencyKey(res), res.Status, res.Summary}:
+		default: // a redelivery: already recorded
+		}
+		return nil
+	})
+	if err := d.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+	defer d.Stop()
+
+	w, err := worker.New(nc, worker.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	w.HandleFunc("report", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+		return worker.Result{Summary: "report written"}, nil
+	})
+	if err := w.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+	defer w.Stop()
+
+	client, err := parent.New(ctx, nc, parent.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := client.Dispatch(ctx, parent.Request{AgentType: "report", RunID: "report-1", Input: map[string]string{"quarter": "Q3"},
+		Detached: &events.Detached{OnFinish: "audit"}}); err != nil {
+		log.Fatal(err)
+	}
+	o := <-audited
+	fmt.Println(o.key, o.status, o.summary)
+	// Output: report-1.completed completed report written
+}
+
+// startNATS starts an embedded nats-server with JetStream on a random
+// loopback port and connects to it; stop closes both.
+func startNATS() (*nats.Conn, func()) {
+	dir, err := os.MkdirTemp("", "jetrun-example-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	ns, err := embedded.Start(embedded.Config{Host: "127.0.0.1", Port: -1, StoreDir: dir})
+	if err != nil {
+		log.Fatal(err)
+	}
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		log.Fatal(err)
+	}
+	return nc, func() {
+		nc.Close()
+		ns.Shutdown()
+		ns.WaitForShutdown()
+		_ = os.RemoveAll(dir)
+	}
+}
