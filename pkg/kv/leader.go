@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -19,6 +20,12 @@ import (
 // jsErrCodeMessageNotFound is the leader's "no such message".
 const jsErrCodeMessageNotFound = 10037
 
+// leaderReadTimeout bounds one read from a stream's leader. A stream
+// without a leader (an election, quorum lost) answers nothing, not even "no
+// responders": without a bound a read would wait for as long as the
+// caller's context, forever for a context without a deadline.
+const leaderReadTimeout = 5 * time.Second
+
 // leaderLast reads the last message on subject of stream from the stream's
 // leader. It returns (nil, nil) when there is none, or when the last one is
 // a delete or purge marker.
@@ -27,6 +34,8 @@ func leaderLast(ctx context.Context, nc *nats.Conn, stream, subject string) (*je
 	if err != nil {
 		return nil, err
 	}
+	ctx, cancel := context.WithTimeout(ctx, leaderReadTimeout)
+	defer cancel()
 	reply, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
 	if err != nil {
 		return nil, fmt.Errorf("read %s from the leader of %s: %w", subject, stream, err)

@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 )
@@ -46,5 +49,50 @@ func TestLeaderConfirmsAMissOnAThreeNodeCluster(t *testing.T) {
 	}
 	if _, _, err := s.Get(ctx, "lc1"); !errors.Is(err, ErrRunNotFound) {
 		t.Fatalf("get of a deleted row: %v", err)
+	}
+}
+
+// A stream without a leader (an election, quorum lost) answers a read on
+// its leader with nothing at all: the read gives up after leaderReadTimeout
+// even for a caller's context without a deadline, so an Await that rereads
+// its row is never stuck in it.
+func TestLeaderReadIsBoundedWhenNoLeaderAnswers(t *testing.T) {
+	t.Parallel()
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoSigs: true, NoLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Start()
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	// Someone listens (so no "no responders") but never answers.
+	sub, err := nc.SubscribeSync("$JS.API.STREAM.MSG.GET.KV_silent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	begin := time.Now()
+	done := make(chan error, 1)
+	go func() {
+		_, err := leaderLast(context.Background(), nc, "KV_silent", "$KV.silent.x")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("a read nobody answered succeeded")
+		}
+		if d := time.Since(begin); d > leaderReadTimeout+2*time.Second {
+			t.Fatalf("the read took %s", d)
+		}
+	case <-time.After(leaderReadTimeout + 5*time.Second):
+		t.Fatal("the read on a silent leader did not give up")
 	}
 }
