@@ -24,9 +24,12 @@ import (
 // one per worker every few seconds, not one per run; and the moment a worker
 // dies (its key expires) every run it held can be taken over.
 //
-// The epoch changes whenever a worker has to acquire its key again (it lost
-// it to a partition longer than a lease, or it restarted with the same id),
-// so runs held under an earlier epoch are known to be lost at once.
+// The epoch changes whenever a worker process starts (also when it restarts
+// with the same id), so runs held by a process that died are known to be
+// lost at once when its successor acquires the key. A process whose key
+// lapsed while it lived on (JetStream unreachable for longer than a lease)
+// resumes the same epoch (Liveness.Resume), unless another incarnation
+// took the key meanwhile.
 
 const workerPrefix = "worker."
 
@@ -111,6 +114,46 @@ func (l *Liveness) Renew(ctx context.Context) error {
 	}
 }
 
+// Resume takes the key back for the same epoch after a lapse (the key
+// expired while JetStream could not be reached, or a renewal could not land
+// in time): if the key is gone it is created again with this epoch; if it
+// still holds this epoch, the worker goes on from it. Either way the rows
+// naming the epoch are held again. It returns ErrLivenessLost if another
+// incarnation of the worker holds the key: this epoch is over for good.
+// Any other error is the call's (retry it).
+//
+// Resuming is safe because a lapse stops every attempt of the worker (see
+// the worker package): what the epoch says after a resume is only that the
+// process is alive, and every attempt is fenced by its own number on the
+// row and its status event, not by the epoch.
+func (l *Liveness) Resume(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	data, err := json.Marshal(livenessValue{Epoch: l.epoch, Since: time.Now()})
+	if err != nil {
+		return fmt.Errorf("kv: encode liveness of worker %s: %w", l.worker, err)
+	}
+	key := workerPrefix + l.worker
+	rev, err := l.s.active.Create(ctx, key, data, jetstream.KeyTTL(l.ttl))
+	if err == nil {
+		l.rev = rev
+		return nil
+	}
+	if !errors.Is(err, jetstream.ErrKeyExists) {
+		return fmt.Errorf("kv: resume liveness of worker %s: %w", l.worker, err)
+	}
+	e, err := l.s.active.Get(ctx, key)
+	if err != nil {
+		return fmt.Errorf("kv: resume liveness of worker %s: %w", l.worker, err)
+	}
+	var v livenessValue
+	if json.Unmarshal(e.Value(), &v) != nil || v.Epoch != l.epoch {
+		return fmt.Errorf("kv: resume liveness of worker %s: another incarnation holds it: %w", l.worker, ErrLivenessLost)
+	}
+	l.rev = e.Revision() // still ours: the next Renew extends it
+	return nil
+}
+
 // Release deletes the key at once (graceful shutdown), so runs the worker
 // did not hand back are taken over without waiting for the TTL.
 func (l *Liveness) Release(ctx context.Context) error {
@@ -126,18 +169,25 @@ func (l *Liveness) Release(ctx context.Context) error {
 
 // WorkerAlive reports whether worker's liveness key exists with epoch.
 func (s *Store) WorkerAlive(ctx context.Context, worker, epoch string) (bool, error) {
+	cur, err := s.LivenessEpoch(ctx, worker)
+	return err == nil && cur == epoch, err
+}
+
+// LivenessEpoch returns the epoch of worker's liveness key, "" when it has
+// none (the worker is gone, or its key lapsed and it did not resume yet).
+func (s *Store) LivenessEpoch(ctx context.Context, worker string) (string, error) {
 	e, err := s.active.Get(ctx, workerPrefix+worker)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return false, nil
+		return "", nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("kv: read liveness of worker %s: %w", worker, err)
+		return "", fmt.Errorf("kv: read liveness of worker %s: %w", worker, err)
 	}
 	var v livenessValue
 	if json.Unmarshal(e.Value(), &v) != nil {
-		return false, nil
+		return "", nil
 	}
-	return v.Epoch == epoch, nil
+	return v.Epoch, nil
 }
 
 // HolderAlive reports whether a live worker holds r: r names a worker and
