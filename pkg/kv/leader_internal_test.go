@@ -96,3 +96,55 @@ func TestLeaderReadIsBoundedWhenNoLeaderAnswers(t *testing.T) {
 		t.Fatal("the read on a silent leader did not give up")
 	}
 }
+
+// On a replicated bucket a worker whose liveness key lapsed takes it back
+// with the same epoch (Resume), reading the key from the leader; a key
+// another incarnation holds is not taken back (ErrLivenessLost).
+func TestResumeLivenessOnAThreeNodeCluster(t *testing.T) {
+	t.Parallel()
+	servers := natstest.RunCluster(t)
+	_, js := natstest.Connect(t, servers[1])
+	ctx := context.Background()
+	s, err := Open(ctx, js, Config{Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.WaitForStreamLeaders(t, js, "KV_jetrun_runs", "KV_jetrun_active")
+	l, err := s.AcquireLiveness(ctx, "w1", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Still there: Resume goes on from it, and renewals work.
+	if err := l.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Gone (as after its TTL): Resume writes it again, same epoch.
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if alive, _ := s.WorkerAlive(ctx, "w1", l.Epoch()); alive {
+		t.Fatal("released key still alive")
+	}
+	if err := l.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if alive, err := s.WorkerAlive(ctx, "w1", l.Epoch()); !alive || err != nil {
+		t.Fatalf("after resume: alive %v, %v", alive, err)
+	}
+	if err := l.Renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Another incarnation with the same id: this epoch is over.
+	if _, err := s.AcquireLiveness(ctx, "w1", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Renew(ctx); !errors.Is(err, ErrLivenessLost) {
+		t.Fatalf("renew after another incarnation acquired: %v", err)
+	}
+	if err := l.Resume(ctx); !errors.Is(err, ErrLivenessLost) {
+		t.Fatalf("resume after another incarnation acquired: %v", err)
+	}
+}

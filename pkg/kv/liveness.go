@@ -100,18 +100,47 @@ func (l *Liveness) Renew(ctx context.Context) error {
 		}
 		// A renewal whose answer was lost (a fault, a leader election)
 		// landed all the same: the key still holds this epoch, at a
-		// revision this process did not see. Go on from it.
+		// revision this process did not see. Go on from it. The key is
+		// read from the leader: a replica that is behind would show an
+		// older revision and make the worker lapse for nothing.
 		if try == 0 {
-			if e, gerr := l.s.active.Get(ctx, workerPrefix+l.worker); gerr == nil {
-				var v livenessValue
-				if json.Unmarshal(e.Value(), &v) == nil && v.Epoch == l.epoch {
-					l.rev = e.Revision()
-					continue
-				}
+			v, rev, ok, rerr := l.s.readLiveness(ctx, l.worker)
+			if rerr != nil {
+				return fmt.Errorf("kv: renew liveness of worker %s: %w", l.worker, rerr)
+			}
+			if ok && v.Epoch == l.epoch {
+				l.rev = rev
+				continue
 			}
 		}
 		return fmt.Errorf("kv: renew liveness of worker %s: %w", l.worker, ErrLivenessLost)
 	}
+}
+
+// readLiveness reads worker's liveness key from the active bucket's leader
+// (see leader.go). rev is the subject's last sequence, also when ok is false
+// because the key is gone (a marker, 0 when nothing was ever written).
+func (s *Store) readLiveness(ctx context.Context, worker string) (v livenessValue, rev uint64, ok bool, err error) {
+	subject := s.activeSubject(workerPrefix + worker)
+	var m *jetstream.RawStreamMsg
+	if s.replicas > 1 {
+		m, err = leaderLastRaw(ctx, s.js.Conn(), "KV_"+s.active.Bucket(), subject)
+	} else {
+		m, err = s.activeKV.GetLastMsgForSubject(ctx, subject)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			m, err = nil, nil
+		}
+	}
+	if err != nil {
+		return v, 0, false, fmt.Errorf("read liveness of worker %s: %w", worker, err)
+	}
+	if m == nil {
+		return v, 0, false, nil
+	}
+	if isMarker(m.Header) || json.Unmarshal(m.Data, &v) != nil {
+		return livenessValue{}, m.Sequence, false, nil
+	}
+	return v, m.Sequence, true, nil
 }
 
 // Resume takes the key back for the same epoch after a lapse (the key
@@ -133,24 +162,23 @@ func (l *Liveness) Resume(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("kv: encode liveness of worker %s: %w", l.worker, err)
 	}
-	key := workerPrefix + l.worker
-	rev, err := l.s.active.Create(ctx, key, data, jetstream.KeyTTL(l.ttl))
-	if err == nil {
-		l.rev = rev
+	v, last, ok, err := l.s.readLiveness(ctx, l.worker)
+	switch {
+	case err != nil:
+		return fmt.Errorf("kv: resume liveness of worker %s: %w", l.worker, err)
+	case ok && v.Epoch == l.epoch:
+		l.rev = last // still ours: the next Renew extends it
 		return nil
-	}
-	if !errors.Is(err, jetstream.ErrKeyExists) {
-		return fmt.Errorf("kv: resume liveness of worker %s: %w", l.worker, err)
-	}
-	e, err := l.s.active.Get(ctx, key)
-	if err != nil {
-		return fmt.Errorf("kv: resume liveness of worker %s: %w", l.worker, err)
-	}
-	var v livenessValue
-	if json.Unmarshal(e.Value(), &v) != nil || v.Epoch != l.epoch {
+	case ok:
 		return fmt.Errorf("kv: resume liveness of worker %s: another incarnation holds it: %w", l.worker, ErrLivenessLost)
 	}
-	l.rev = e.Revision() // still ours: the next Renew extends it
+	// Gone: create it again, unless someone wrote it since the read.
+	ack, err := l.s.js.Publish(ctx, l.s.activeSubject(workerPrefix+l.worker), data,
+		jetstream.WithExpectLastSequencePerSubject(last), jetstream.WithMsgTTL(l.ttl))
+	if err != nil {
+		return fmt.Errorf("kv: resume liveness of worker %s: %w", l.worker, err) // a wrong sequence too: read again next time
+	}
+	l.rev = ack.Sequence
 	return nil
 }
 

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -84,6 +85,12 @@ func (w *Worker) renew(ctx context.Context) error {
 	}
 	w.troubled()
 	err := live.Resume(rctx)
+	if err != nil && !errors.Is(err, kv.ErrLivenessLost) {
+		// A lapse lasts as long as the outage: say so now and then, not
+		// only when it began.
+		w.logs.Log(ctx, w.log, slog.LevelWarn, "liveness still lapsed",
+			"worker liveness lost: still lapsed, claiming nothing; resuming once JetStream answers", "err", err)
+	}
 	if errors.Is(err, kv.ErrLivenessLost) {
 		next, aerr := w.store.AcquireLiveness(rctx, w.cfg.ID, w.cfg.Lease)
 		if aerr != nil {
