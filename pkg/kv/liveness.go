@@ -198,7 +198,17 @@ func (l *Liveness) Release(ctx context.Context) error {
 // WorkerAlive reports whether worker's liveness key exists with epoch.
 func (s *Store) WorkerAlive(ctx context.Context, worker, epoch string) (bool, error) {
 	cur, err := s.LivenessEpoch(ctx, worker)
-	return err == nil && cur == epoch, err
+	if err != nil || cur == epoch || s.replicas <= 1 {
+		return err == nil && cur == epoch, err
+	}
+	// A replica that is behind (a node that rejoined after an outage) may
+	// not show the key's newest value yet (nats-server #4710): before a
+	// live worker's runs are taken over as a dead one's, ask the leader.
+	v, _, ok, err := s.readLiveness(ctx, worker)
+	if err != nil {
+		return false, fmt.Errorf("kv: %w", err)
+	}
+	return ok && v.Epoch == epoch, nil
 }
 
 // LivenessEpoch returns the epoch of worker's liveness key, "" when it has
