@@ -176,7 +176,7 @@ func (c Config) Validate() error {
 	for name, d := range map[string]time.Duration{
 		"starting grace": c.StartingGrace, "finish unserved after": c.FinishUnservedAfter,
 		"finish unserved wait": c.FinishUnservedWait, "dispatch unserved wait": c.DispatchUnservedWait,
-		"lease grace":          c.LeaseGrace, "retention every": c.RetentionEvery,
+		"lease grace": c.LeaseGrace, "retention every": c.RetentionEvery,
 	} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s must not be negative, got %s", name, d))
