@@ -97,17 +97,18 @@ type Pool struct {
 
 // Reconcile holds the reconciler's and finish deliverer's settings.
 type Reconcile struct {
-	ReconcileInterval  time.Duration `envconfig:"RECONCILE_INTERVAL" default:"5s" desc:"time between reconciler sweeps; also its leader lease"`
-	Retention          time.Duration `envconfig:"RETENTION" default:"168h" desc:"final runs older than this are cleared automatically (0 keeps them)"`
-	DetachedMaxBudget  time.Duration `envconfig:"DETACHED_MAX_BUDGET" default:"24h" desc:"absolute budget of a detached run whose dispatch sets none"`
-	DetachedNoProgress time.Duration `envconfig:"DETACHED_NO_PROGRESS_BUDGET" default:"1h" desc:"no-progress budget of a detached run whose dispatch sets none (armed by its first signal)"`
-	MaxRedispatches    int           `envconfig:"MAX_REDISPATCHES" default:"3" desc:"re-dispatches of a run whose dispatch was lost before it ends error (dispatch-lost)"`
-	FinishWebhooks     []string      `envconfig:"FINISH_WEBHOOKS" desc:"finish handlers that POST the finish as JSON: name=url[,name=url]; 2xx means delivered"`
-	FinishMaxAttempts  int           `envconfig:"FINISH_MAX_ATTEMPTS" default:"5" desc:"finish handler attempts before the finish is dead-lettered"`
-	FinishTimeout      time.Duration `envconfig:"FINISH_TIMEOUT" default:"30s" desc:"bound on one finish handler call; a crashed delivery is retried after it"`
-	FinishRetryDelay   time.Duration `envconfig:"FINISH_RETRY_DELAY" default:"1s" desc:"wait before a failed finish is retried; doubles per attempt, up to 5m"`
-	FinishUnservedWait time.Duration `envconfig:"FINISH_UNSERVED_WAIT" default:"24h" desc:"a finish no deliverer takes (nothing serves its handler) is dead-lettered after this long; after a minute the row and jetrun.obs.finish.unserved say so"`
-	Meter              bool          `envconfig:"METER" default:"true" desc:"meter every run: publish jetrun.obs.run.started and run.finished (agent type, parent, status, attempt, duration)"`
+	ReconcileInterval    time.Duration `envconfig:"RECONCILE_INTERVAL" default:"5s" desc:"time between reconciler sweeps; also its leader lease"`
+	Retention            time.Duration `envconfig:"RETENTION" default:"168h" desc:"final runs older than this are cleared automatically (0 keeps them)"`
+	DetachedMaxBudget    time.Duration `envconfig:"DETACHED_MAX_BUDGET" default:"24h" desc:"absolute budget of a detached run whose dispatch sets none"`
+	DetachedNoProgress   time.Duration `envconfig:"DETACHED_NO_PROGRESS_BUDGET" default:"1h" desc:"no-progress budget of a detached run whose dispatch sets none (armed by its first signal)"`
+	MaxRedispatches      int           `envconfig:"MAX_REDISPATCHES" default:"3" desc:"re-dispatches of a run whose dispatch was lost before it ends error (dispatch-lost)"`
+	FinishWebhooks       []string      `envconfig:"FINISH_WEBHOOKS" desc:"finish handlers that POST the finish as JSON: name=url[,name=url]; 2xx means delivered"`
+	FinishMaxAttempts    int           `envconfig:"FINISH_MAX_ATTEMPTS" default:"5" desc:"finish handler attempts before the finish is dead-lettered"`
+	FinishTimeout        time.Duration `envconfig:"FINISH_TIMEOUT" default:"30s" desc:"bound on one finish handler call; a crashed delivery is retried after it"`
+	FinishRetryDelay     time.Duration `envconfig:"FINISH_RETRY_DELAY" default:"1s" desc:"wait before a failed finish is retried; doubles per attempt, up to 5m"`
+	DispatchUnservedWait time.Duration `envconfig:"DISPATCH_UNSERVED_WAIT" default:"0" desc:"a dispatch for an agent type no worker takes (none serves it, or none is running) is dead-lettered to jetrun.dlq.<agentType> after this long and its run ends error (reason no-worker); 0 keeps it waiting for a worker"`
+	FinishUnservedWait   time.Duration `envconfig:"FINISH_UNSERVED_WAIT" default:"24h" desc:"a finish no deliverer takes (nothing serves its handler) is dead-lettered after this long; after a minute the row and jetrun.obs.finish.unserved say so"`
+	Meter                bool          `envconfig:"METER" default:"true" desc:"meter every run: publish jetrun.obs.run.started and run.finished (agent type, parent, status, attempt, duration)"`
 }
 
 // Agents holds the agent types defined by configuration: http agents hand
@@ -343,6 +344,7 @@ func (r Reconcile) validate() error {
 		"JETRUN_RETENTION": r.Retention, "JETRUN_DETACHED_MAX_BUDGET": r.DetachedMaxBudget,
 		"JETRUN_DETACHED_NO_PROGRESS_BUDGET": r.DetachedNoProgress, "JETRUN_FINISH_TIMEOUT": r.FinishTimeout,
 		"JETRUN_FINISH_RETRY_DELAY": r.FinishRetryDelay, "JETRUN_FINISH_UNSERVED_WAIT": r.FinishUnservedWait,
+		"JETRUN_DISPATCH_UNSERVED_WAIT": r.DispatchUnservedWait,
 	} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s must not be negative, got %s", name, d))

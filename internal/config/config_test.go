@@ -78,6 +78,7 @@ func TestDefaultsMatchThePackages(t *testing.T) {
 		"JETRUN_FINISH_MAX_AGE":              {pw.FinishMaxAge, events.DefaultFinishMaxAge},
 		"JETRUN_REATTACH_NO_PROGRESS":        {pw.ReattachNoProgress, parent.DefaultReattachNoProgress},
 		"JETRUN_FINISH_UNSERVED_WAIT":        {pw.FinishUnservedWait, reconcile.DefaultFinishUnservedWait},
+		"JETRUN_DISPATCH_UNSERVED_WAIT":      {pw.DispatchUnservedWait, reconcile.DefaultDispatchUnservedWait},
 		"JETRUN_HTTP_TIMEOUT":                {pw.HTTPTimeout, httpagent.DefaultTimeout},
 		"JETRUN_HTTP_MAX_LINE":               {pw.HTTPMaxLine, httpagent.DefaultMaxLine},
 		"JETRUN_EXEC_GRACE":                  {pw.ExecGrace, execagent.DefaultGrace},

@@ -41,6 +41,8 @@ import (
 	"github.com/jetrun/jetrun/internal/webui"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
+	"github.com/jetrun/jetrun/pkg/jsfault"
+	"github.com/jetrun/jetrun/pkg/obs"
 	"github.com/jetrun/jetrun/pkg/parent"
 )
 
@@ -72,7 +74,16 @@ type api struct {
 	view   *runview.View
 	conn   *nats.Conn
 	log    *slog.Logger
+	logs   obs.Throttle // faults, per message and class
 	probe  jetStreamProbe
+}
+
+// fault logs a failed JetStream call at warn level, at most once per
+// obs.DefaultLogEvery for each message and class of fault (jsfault): an
+// outage met by many requests or viewers costs a bounded number of lines.
+func (a *api) fault(ctx context.Context, msg string, err error, args ...any) {
+	class := jsfault.Classify(ctx, err).String()
+	a.logs.Log(ctx, a.log, slog.LevelWarn, msg+"/"+class, msg, append(args, "fault", class, "err", err)...)
 }
 
 // New returns the API's handler.
@@ -163,7 +174,9 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 		// The client went away; nobody reads this.
 		writeError(w, http.StatusServiceUnavailable, "cancelled", err.Error())
 	default:
-		a.log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		class := jsfault.Classify(r.Context(), err).String()
+		a.logs.Log(r.Context(), a.log, slog.LevelError, "request failed/"+r.Method+" "+r.Pattern+"/"+class, "request failed",
+			"method", r.Method, "path", r.URL.Path, "fault", class, "err", err)
 		writeError(w, http.StatusServiceUnavailable, "unavailable", err.Error())
 	}
 }

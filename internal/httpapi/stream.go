@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jsfault"
 )
 
 // keepAlive is how often an idle event stream sends a comment, so proxies
@@ -120,14 +121,46 @@ func (a *api) events(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	wg.Go(func() {
 		defer close(items)
-		for ev, err := range seq {
-			select {
-			case items <- item{ev, err}:
-			case <-ctx.Done():
-				return
+		// A replay that fails on a transient fault (JetStream away, a leader
+		// election) is resumed after the last event sent, with backoff and
+		// throttled logs: the client's stream stays open, without a gap or a
+		// duplicate, and an outage costs neither a hot loop nor a log line
+		// per viewer and try.
+		bo := jsfault.NewBackOff(0)
+		from := after
+		for {
+			var failed error
+			for ev, err := range seq {
+				if err != nil {
+					failed = err
+					break
+				}
+				select {
+				case items <- item{ev: ev}:
+				case <-ctx.Done():
+					return
+				}
+				from = ev.Seq
+				bo.Reset()
 			}
-			if err != nil {
-				return
+			if failed == nil {
+				return // the replay ended
+			}
+			for {
+				if ctx.Err() != nil || !jsfault.IsTransient(ctx, failed) {
+					select {
+					case items <- item{err: failed}:
+					case <-ctx.Done():
+					}
+					return
+				}
+				a.fault(ctx, "replay run events; resuming", failed, "run_id", row.ID)
+				if jsfault.Sleep(ctx, bo.NextBackOff()) != nil {
+					return
+				}
+				if seq, failed = a.client.Replay(ctx, row.ID, from, mode); failed == nil {
+					break
+				}
 			}
 		}
 	})
@@ -161,7 +194,7 @@ func (a *api) events(w http.ResponseWriter, r *http.Request) {
 			}
 			if it.err != nil {
 				if ctx.Err() == nil {
-					a.log.WarnContext(ctx, "replay run events", "run_id", row.ID, "err", it.err)
+					a.fault(ctx, "replay run events", it.err, "run_id", row.ID)
 				}
 				return
 			}

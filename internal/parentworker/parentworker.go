@@ -94,18 +94,19 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 	m.WatchLag(js, cfg.Namespace(), nil, 0)
 
 	rec, err := reconcile.New(nc, reconcile.Config{
-		ID:                 cfg.WorkerID,
-		Namespace:          cfg.Namespace(),
-		Streams:            cfg.Options(),
-		Interval:           cfg.ReconcileInterval,
-		MaxBudget:          cfg.DetachedMaxBudget,
-		NoProgressBudget:   cfg.DetachedNoProgress,
-		MaxRedispatches:    cfg.MaxRedispatches,
-		FinishUnservedWait: cfg.FinishUnservedWait,
-		Retention:          retention(cfg.Retention),
-		MaxDepth:           cfg.MaxDepth,
-		Logger:             logger,
-		Observer:           m,
+		ID:                   cfg.WorkerID,
+		Namespace:            cfg.Namespace(),
+		Streams:              cfg.Options(),
+		Interval:             cfg.ReconcileInterval,
+		MaxBudget:            cfg.DetachedMaxBudget,
+		NoProgressBudget:     cfg.DetachedNoProgress,
+		MaxRedispatches:      cfg.MaxRedispatches,
+		FinishUnservedWait:   cfg.FinishUnservedWait,
+		DispatchUnservedWait: cfg.DispatchUnservedWait,
+		Retention:            retention(cfg.Retention),
+		MaxDepth:             cfg.MaxDepth,
+		Logger:               logger,
+		Observer:             m,
 	})
 	if err != nil {
 		return err

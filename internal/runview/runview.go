@@ -19,7 +19,9 @@ import (
 
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
+	"github.com/jetrun/jetrun/pkg/jsfault"
 	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/obs"
 )
 
 // maxText bounds the error and summary texts kept in a Summary.
@@ -118,6 +120,7 @@ type View struct {
 
 	cancel context.CancelFunc
 	done   chan struct{}
+	logs   obs.Throttle // watch faults, per message and class
 }
 
 // Start loads every row (ctx bounds the load) and follows the bucket until
@@ -162,6 +165,7 @@ func (v *View) loop(ctx context.Context, ready chan<- error) {
 		v.closeSubs()
 	}()
 	first := true
+	bo := jsfault.NewBackOff(rewatchPause) // reset by a watch that loads
 	for ctx.Err() == nil {
 		// Everything written up to here is in the initial state, even a
 		// revision the watch never shows (an expired marker).
@@ -175,17 +179,15 @@ func (v *View) loop(ctx context.Context, ready chan<- error) {
 				ready <- fmt.Errorf("runview: watch runs: %w", err)
 				return
 			}
-			v.log.WarnContext(ctx, "watch runs", "err", err)
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
+			v.fault(ctx, "watch runs; retrying", err)
+			_ = jsfault.Sleep(ctx, bo.NextBackOff())
 			continue
 		}
 		initial := make(map[string]Summary)
 		loading := true
 		for c := range w.Changes() {
 			if c.Loaded { // the initial state is complete
+				bo.Reset()
 				v.mu.Lock()
 				v.runs, loading = initial, false
 				v.lastRev = max(v.lastRev, baseline)
@@ -214,7 +216,21 @@ func (v *View) loop(ctx context.Context, ready chan<- error) {
 		}
 		w.Stop() // broken: reload everything, and make live subscribers reload too
 		v.closeSubs()
+		if ctx.Err() == nil {
+			v.fault(ctx, "runs watch ended; reloading", errors.New("watch closed"))
+			_ = jsfault.Sleep(ctx, bo.NextBackOff())
+		}
 	}
+}
+
+// rewatchPause is the longest pause between two tries to watch the runs.
+const rewatchPause = 5 * time.Second
+
+// fault logs a failed watch at warn level, at most once per
+// obs.DefaultLogEvery for each message and class of fault.
+func (v *View) fault(ctx context.Context, msg string, err error) {
+	class := jsfault.Classify(ctx, err).String()
+	v.logs.Log(ctx, v.log, slog.LevelWarn, msg+"/"+class, msg, "fault", class, "err", err)
 }
 
 // lastSeq is the runs bucket's newest revision.

@@ -43,6 +43,10 @@ const (
 	// worker takes: no worker serves its agent type, or none is pulling.
 	// It is not final; a worker that comes clears it with its claim.
 	ReasonWaitingForWorker = "waiting-for-worker"
+	// ReasonNoWorker ends a run whose dispatch no worker took for the
+	// reconciler's DispatchUnservedWait (off by default); the dispatch is
+	// dead-lettered to jetrun.dlq.<agentType>.
+	ReasonNoWorker = "no-worker"
 )
 
 // DefaultMaxDepth bounds how deeply runs may nest (a dispatch's depth).

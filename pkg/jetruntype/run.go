@@ -3,6 +3,7 @@ package jetruntype
 import (
 	"encoding/json"
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/jetrun/jetrun/pkg/events"
@@ -48,6 +49,11 @@ type Run struct {
 	// Handoffs counts attempts handed back on graceful shutdown; they do not
 	// count against the attempt limit.
 	Handoffs int `json:"handoffs,omitempty"`
+	// Blinks lists the attempts that ended because their worker's liveness
+	// lapsed while its process lived on (JetStream unreachable for longer
+	// than a lease): they are hand-offs (counted in Handoffs), not lost
+	// workers.
+	Blinks []int `json:"blinks,omitempty"`
 	// Worker is the id of the worker holding the lease, "" when none does.
 	Worker string `json:"worker,omitempty"`
 	// WorkerEpoch is the epoch of the holder's liveness key (see
@@ -142,6 +148,7 @@ func (r *Run) Clone() *Run {
 	if r.Merged != nil {
 		c.Merged = append([]string(nil), r.Merged...)
 	}
+	c.Blinks = slices.Clone(r.Blinks)
 	c.Delivered = maps.Clone(r.Delivered)
 	c.SignalsSeen = maps.Clone(r.SignalsSeen)
 	if r.Finishes != nil {
@@ -214,4 +221,16 @@ func (r *Run) Failure() *Failure {
 		Reason:            r.Reason,
 		ChildStillRunning: r.ChildStillRunning,
 	}
+}
+
+// RefundBlink records that attempt ended in a lapse of its worker's
+// liveness (see Blinks): it counts as a hand-off, not against the attempt
+// limit. It is idempotent per attempt and reports whether it changed r.
+func (r *Run) RefundBlink(attempt int) bool {
+	if attempt < 1 || attempt > r.Attempt || slices.Contains(r.Blinks, attempt) {
+		return false
+	}
+	r.Blinks = append(r.Blinks, attempt)
+	r.Handoffs++
+	return true
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -22,14 +23,41 @@ import (
 // jsErrCodeMessageNotFound is the leader's "no such message".
 const jsErrCodeMessageNotFound = 10037
 
+// leaderReadTimeout bounds one read from a stream's leader. A stream
+// without a leader (an election, quorum lost) answers nothing, not even "no
+// responders": without a bound a read would wait for as long as the
+// caller's context, forever for a context without a deadline.
+const leaderReadTimeout = 5 * time.Second
+
 // leaderLast reads the last message on subject of stream from the stream's
 // leader. It returns (nil, nil) when there is none, or when the last one is
 // a delete or purge marker.
 func leaderLast(ctx context.Context, nc *nats.Conn, stream, subject string) (*jetstream.RawStreamMsg, error) {
+	m, err := leaderLastRaw(ctx, nc, stream, subject)
+	if err != nil || m == nil || isMarker(m.Header) {
+		return nil, err
+	}
+	return m, nil
+}
+
+// isMarker reports whether a bucket message with header h removes its key:
+// a delete or purge, or a marker the server left when the key's TTL or the
+// bucket's max age ran out.
+func isMarker(h nats.Header) bool {
+	if op := h.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
+		return true
+	}
+	return h.Get(jetstream.MarkerReasonHeader) != ""
+}
+
+// leaderLastRaw is leaderLast returning a marker as it is.
+func leaderLastRaw(ctx context.Context, nc *nats.Conn, stream, subject string) (*jetstream.RawStreamMsg, error) {
 	req, err := json.Marshal(map[string]string{"last_by_subj": subject})
 	if err != nil {
 		return nil, err
 	}
+	ctx, cancel := context.WithTimeout(ctx, leaderReadTimeout)
+	defer cancel()
 	reply, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
 	if err != nil {
 		return nil, fmt.Errorf("read %s from the leader of %s: %w", subject, stream, err)
@@ -62,9 +90,6 @@ func leaderLast(ctx context.Context, nc *nats.Conn, stream, subject string) (*je
 	if len(resp.Message.Header) > 0 {
 		if m.Header, err = nats.DecodeHeadersMsg(resp.Message.Header); err != nil {
 			return nil, fmt.Errorf("read %s from the leader of %s: %w", subject, stream, err)
-		}
-		if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
-			return nil, nil
 		}
 	}
 	return m, nil

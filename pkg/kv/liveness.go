@@ -25,9 +25,12 @@ import (
 // one per worker every few seconds, not one per run; and the moment a worker
 // dies (its key expires) every run it held can be taken over.
 //
-// The epoch changes whenever a worker has to acquire its key again (it lost
-// it to a partition longer than a lease, or it restarted with the same id),
-// so runs held under an earlier epoch are known to be lost at once.
+// The epoch changes whenever a worker process starts (also when it restarts
+// with the same id), so runs held by a process that died are known to be
+// lost at once when its successor acquires the key. A process whose key
+// lapsed while it lived on (JetStream unreachable for longer than a lease)
+// resumes the same epoch (Liveness.Resume), unless another incarnation
+// took the key meanwhile.
 
 const workerPrefix = "worker."
 
@@ -98,18 +101,86 @@ func (l *Liveness) Renew(ctx context.Context) error {
 		}
 		// A renewal whose answer was lost (a fault, a leader election)
 		// landed all the same: the key still holds this epoch, at a
-		// revision this process did not see. Go on from it.
+		// revision this process did not see. Go on from it. The key is
+		// read from the leader: a replica that is behind would show an
+		// older revision and make the worker lapse for nothing.
 		if try == 0 {
-			if e, gerr := l.s.active.Get(ctx, workerPrefix+l.worker); gerr == nil {
-				var v livenessValue
-				if json.Unmarshal(e.Value(), &v) == nil && v.Epoch == l.epoch {
-					l.rev = e.Revision()
-					continue
-				}
+			v, rev, ok, rerr := l.s.readLiveness(ctx, l.worker)
+			if rerr != nil {
+				return fmt.Errorf("kv: renew liveness of worker %s: %w", l.worker, rerr)
+			}
+			if ok && v.Epoch == l.epoch {
+				l.rev = rev
+				continue
 			}
 		}
 		return fmt.Errorf("kv: renew liveness of worker %s: %w", l.worker, ErrLivenessLost)
 	}
+}
+
+// readLiveness reads worker's liveness key from the active bucket's leader
+// (see leader.go). rev is the subject's last sequence, also when ok is false
+// because the key is gone (a marker, 0 when nothing was ever written).
+func (s *Store) readLiveness(ctx context.Context, worker string) (v livenessValue, rev uint64, ok bool, err error) {
+	subject := s.activeSubject(workerPrefix + worker)
+	var m *jetstream.RawStreamMsg
+	if s.replicas > 1 {
+		m, err = leaderLastRaw(ctx, s.js.Conn(), "KV_"+s.active.Bucket(), subject)
+	} else {
+		m, err = s.activeKV.GetLastMsgForSubject(ctx, subject)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			m, err = nil, nil
+		}
+	}
+	if err != nil {
+		return v, 0, false, fmt.Errorf("read liveness of worker %s: %w", worker, err)
+	}
+	if m == nil {
+		return v, 0, false, nil
+	}
+	if isMarker(m.Header) || json.Unmarshal(m.Data, &v) != nil {
+		return livenessValue{}, m.Sequence, false, nil
+	}
+	return v, m.Sequence, true, nil
+}
+
+// Resume takes the key back for the same epoch after a lapse (the key
+// expired while JetStream could not be reached, or a renewal could not land
+// in time): if the key is gone it is created again with this epoch; if it
+// still holds this epoch, the worker goes on from it. Either way the rows
+// naming the epoch are held again. It returns ErrLivenessLost if another
+// incarnation of the worker holds the key: this epoch is over for good.
+// Any other error is the call's (retry it).
+//
+// Resuming is safe because a lapse stops every attempt of the worker (see
+// the worker package): what the epoch says after a resume is only that the
+// process is alive, and every attempt is fenced by its own number on the
+// row and its status event, not by the epoch.
+func (l *Liveness) Resume(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	data, err := json.Marshal(livenessValue{Epoch: l.epoch, Since: time.Now()})
+	if err != nil {
+		return fmt.Errorf("kv: encode liveness of worker %s: %w", l.worker, err)
+	}
+	v, last, ok, err := l.s.readLiveness(ctx, l.worker)
+	switch {
+	case err != nil:
+		return fmt.Errorf("kv: resume liveness of worker %s: %w", l.worker, err)
+	case ok && v.Epoch == l.epoch:
+		l.rev = last // still ours: the next Renew extends it
+		return nil
+	case ok:
+		return fmt.Errorf("kv: resume liveness of worker %s: another incarnation holds it: %w", l.worker, ErrLivenessLost)
+	}
+	// Gone: create it again, unless someone wrote it since the read.
+	ack, err := l.s.js.Publish(ctx, l.s.activeSubject(workerPrefix+l.worker), data,
+		jetstream.WithExpectLastSequencePerSubject(last), jetstream.WithMsgTTL(l.ttl))
+	if err != nil {
+		return fmt.Errorf("kv: resume liveness of worker %s: %w", l.worker, err) // a wrong sequence too: read again next time
+	}
+	l.rev = ack.Sequence
+	return nil
 }
 
 // Release deletes the key at once (graceful shutdown), so runs the worker
@@ -127,18 +198,35 @@ func (l *Liveness) Release(ctx context.Context) error {
 
 // WorkerAlive reports whether worker's liveness key exists with epoch.
 func (s *Store) WorkerAlive(ctx context.Context, worker, epoch string) (bool, error) {
+	cur, err := s.LivenessEpoch(ctx, worker)
+	if err != nil || cur == epoch || s.replicas <= 1 {
+		return err == nil && cur == epoch, err
+	}
+	// A replica that is behind (a node that rejoined after an outage) may
+	// not show the key's newest value yet (nats-server #4710): before a
+	// live worker's runs are taken over as a dead one's, ask the leader.
+	v, _, ok, err := s.readLiveness(ctx, worker)
+	if err != nil {
+		return false, fmt.Errorf("kv: %w", err)
+	}
+	return ok && v.Epoch == epoch, nil
+}
+
+// LivenessEpoch returns the epoch of worker's liveness key, "" when it has
+// none (the worker is gone, or its key lapsed and it did not resume yet).
+func (s *Store) LivenessEpoch(ctx context.Context, worker string) (string, error) {
 	e, err := s.active.Get(ctx, workerPrefix+worker)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return false, nil
+		return "", nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("kv: read liveness of worker %s: %w", worker, err)
+		return "", fmt.Errorf("kv: read liveness of worker %s: %w", worker, err)
 	}
 	var v livenessValue
 	if json.Unmarshal(e.Value(), &v) != nil {
-		return false, nil
+		return "", nil
 	}
-	return v.Epoch == epoch, nil
+	return v.Epoch, nil
 }
 
 // HolderAlive reports whether a live worker holds r: r names a worker and

@@ -98,7 +98,7 @@ func (c *Client) Await(ctx context.Context, id string) (*Result, error) {
 	defer reread.Stop()
 	budget := reattachBudget{began: time.Now(), noProgress: c.cfg.ReattachNoProgress, window: c.cfg.ReattachMaxWindow}
 	for {
-		row, _, err := c.store.Get(ctx, id)
+		row, err := c.awaitRead(ctx, id)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, fmt.Errorf("parent: await run %s: %w", id, ctx.Err())
@@ -126,6 +126,21 @@ func (c *Client) Await(ctx context.Context, id string) (*Result, error) {
 
 // awaitReread is how often an Await reads its row without being woken.
 const awaitReread = 5 * time.Second
+
+// awaitReadTimeout bounds one read of an Await. A read that gets no answer
+// (a replica catching up after a restart, a stream without a leader) would
+// otherwise wait for as long as the caller's context: an Await of a run
+// whose row turned final meanwhile would not see it.
+const awaitReadTimeout = 5 * time.Second
+
+// awaitRead reads the row of run id for an Await, bounded by
+// awaitReadTimeout.
+func (c *Client) awaitRead(ctx context.Context, id string) (*jetruntype.Run, error) {
+	rctx, cancel := context.WithTimeout(ctx, awaitReadTimeout)
+	defer cancel()
+	row, _, err := c.store.Get(rctx, id)
+	return row, err
+}
 
 // reattachBudget is an Await's patience: how long without a sign of
 // progress, and how long in all.

@@ -6,8 +6,11 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetrun/jetrun/pkg/jsfault"
 )
 
 // statusFollower wakes the Awaits of a Client when their run's status
@@ -19,31 +22,80 @@ import (
 type statusFollower struct {
 	c *Client
 
-	mu      sync.Mutex
-	waiting map[string][]chan struct{} // run id → Awaits
-	n       int                        // Awaits in progress
-	cc      jetstream.ConsumeContext
+	mu       sync.Mutex
+	waiting  map[string][]chan struct{} // run id → Awaits
+	n        int                        // Awaits in progress
+	cc       jetstream.ConsumeContext
+	starting bool // a goroutine is starting cc (run)
 }
 
+// followStartTimeout bounds one try to start the follower's consumer.
+const followStartTimeout = 5 * time.Second
+
 // add registers an Await of run id; the channel is signalled on each status
-// event of the run.
-func (f *statusFollower) add(ctx context.Context, id string) (chan struct{}, error) {
+// event of the run. The first Await starts the follower in the background:
+// while JetStream is away it is retried with backoff, and the Awaits rely on
+// their periodic reads meanwhile. An Await never waits for the follower,
+// and never holds the lock while JetStream is asked anything.
+func (f *statusFollower) add(_ context.Context, id string) (chan struct{}, error) {
 	ch := make(chan struct{}, 1)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.n == 0 {
-		cc, err := f.start(ctx)
-		if err != nil {
-			return nil, err
-		}
-		f.cc = cc
-	}
 	f.n++
+	if f.cc == nil && !f.starting {
+		f.starting = true
+		go f.run()
+	}
 	if f.waiting == nil {
 		f.waiting = make(map[string][]chan struct{})
 	}
 	f.waiting[id] = append(f.waiting[id], ch)
 	return ch, nil
+}
+
+// run starts the follower's consumer, retrying with backoff, until it runs
+// or no Await is left.
+func (f *statusFollower) run() {
+	bo := jsfault.NewBackOff(0)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), followStartTimeout)
+		cc, err := f.start(ctx)
+		cancel()
+		f.mu.Lock()
+		switch {
+		case f.n == 0:
+			f.starting = false
+			f.mu.Unlock()
+			if cc != nil {
+				cc.Stop()
+			}
+			return
+		case err == nil:
+			f.cc, f.starting = cc, false
+			f.mu.Unlock()
+			// A status event sent while the follower was starting woke no
+			// one: every Await reads its row now.
+			f.wakeAll()
+			return
+		}
+		f.mu.Unlock()
+		f.c.fault(context.Background(), "follow run statuses; Awaits read their rows meanwhile", err)
+		_ = jsfault.Sleep(context.Background(), bo.NextBackOff())
+	}
+}
+
+// wakeAll signals every Await.
+func (f *statusFollower) wakeAll() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, chs := range f.waiting {
+		for _, ch := range chs {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}
 }
 
 // remove ends an Await registered with add.
@@ -54,7 +106,7 @@ func (f *statusFollower) remove(id string, ch chan struct{}) {
 	if len(f.waiting[id]) == 0 {
 		delete(f.waiting, id)
 	}
-	if f.n--; f.n == 0 {
+	if f.n--; f.n == 0 && f.cc != nil {
 		f.cc.Stop()
 		f.cc = nil
 	}

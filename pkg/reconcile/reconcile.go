@@ -58,6 +58,9 @@ const (
 	// DefaultFinishUnservedWait is how long a finish may wait untaken,
 	// with no deliverer following its handler, before it is dead-lettered.
 	DefaultFinishUnservedWait = 24 * time.Hour
+	// DefaultDispatchUnservedWait is zero: a dispatch no worker takes
+	// waits for one, its row saying waiting-for-worker.
+	DefaultDispatchUnservedWait time.Duration = 0
 )
 
 // orphanGrace is how old an index entry without a row must be before it is
@@ -112,6 +115,13 @@ type Config struct {
 	// dead-lettered to jetrun.dlq.finish.<handler> with the reason and
 	// recorded as failed on the row (default 24h).
 	FinishUnservedWait time.Duration
+	// DispatchUnservedWait, when positive, is how long a dispatch may wait
+	// in the dispatch stream with no worker taking its agent type (none
+	// serves it, or none is running) before its run ends "error" (reason
+	// no-worker) and the dispatch is moved to jetrun.dlq.<agentType> with
+	// the reason. Zero (the default) lets it wait for a worker forever,
+	// its row saying waiting-for-worker.
+	DispatchUnservedWait time.Duration
 	// MaxDepth bounds cancel cascades (default 8).
 	MaxDepth int
 	// Parallelism bounds the rows a sweep works on at once (default 16).
@@ -169,8 +179,8 @@ func (c Config) Validate() error {
 	}
 	for name, d := range map[string]time.Duration{
 		"starting grace": c.StartingGrace, "finish unserved after": c.FinishUnservedAfter,
-		"finish unserved wait": c.FinishUnservedWait,
-		"lease grace":          c.LeaseGrace, "retention every": c.RetentionEvery,
+		"finish unserved wait": c.FinishUnservedWait, "dispatch unserved wait": c.DispatchUnservedWait,
+		"lease grace": c.LeaseGrace, "retention every": c.RetentionEvery,
 	} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s must not be negative, got %s", name, d))

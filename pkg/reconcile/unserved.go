@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/pkg/events"
@@ -76,6 +79,11 @@ func (r *Reconciler) markUnserved(ctx context.Context) (int, error) {
 			if ok {
 				marked++
 			}
+			if wait := r.cfg.DispatchUnservedWait; wait > 0 && now.Sub(msg.Time) >= wait {
+				if err := r.deadLetterUnservedDispatch(ctx, stream, agentType, epoch, msg, why, now.Sub(msg.Time)); err != nil {
+					return marked, err
+				}
+			}
 		}
 	}
 	return marked, nil
@@ -98,13 +106,12 @@ func (r *Reconciler) unserved(ctx context.Context, agentType string) (why string
 	return "", 0, nil
 }
 
-// markWaiting creates the row of the dispatch msg, "starting" with reason
-// waiting-for-worker, or sets that reason on its "starting" row. It
-// reports whether it wrote anything.
-func (r *Reconciler) markWaiting(ctx context.Context, agentType, epoch string, msg *jetstream.RawStreamMsg, why string) (bool, error) {
+// dispatchOf decodes the dispatch msg and names its run as a worker would;
+// ok is false for one a worker dead-letters.
+func dispatchOf(epoch string, msg *jetstream.RawStreamMsg) (d events.Dispatch, ok bool) {
 	d, err := events.DecodeDispatch(msg.Data)
 	if err != nil {
-		return false, nil // a worker dead-letters it
+		return d, false
 	}
 	if d.RunID == "" {
 		d.RunID = msg.Header.Get(jetstream.MsgIDHeader)
@@ -112,8 +119,74 @@ func (r *Reconciler) markWaiting(ctx context.Context, agentType, epoch string, m
 			d.RunID = events.DerivedRunID(epoch, msg.Sequence)
 		}
 	}
-	if d.Validate() != nil {
-		return false, nil
+	return d, d.Validate() == nil
+}
+
+// deadLetterUnservedDispatch gives up the dispatch msg that no worker took
+// for DispatchUnservedWait. The run's "starting" row ends "error" (reason
+// no-worker) first: a worker that claims it meanwhile wins the
+// compare-and-set and nothing else happens; one that gets the dispatch
+// later finds the run final. Then the dispatch is copied to
+// jetrun.dlq.<agentType> with the reason (deduplicated by its stream
+// sequence) and removed from the dispatch stream. Each step is idempotent,
+// so a pass cut short by a fault is completed by the next one.
+func (r *Reconciler) deadLetterUnservedDispatch(ctx context.Context, stream jetstream.Stream, agentType, epoch string,
+	msg *jetstream.RawStreamMsg, why string, waited time.Duration) error {
+	d, ok := dispatchOf(epoch, msg)
+	if !ok {
+		return nil
+	}
+	text := fmt.Sprintf("%s; its dispatch waited %s and was dead-lettered", why, waited.Round(time.Second))
+	row, _, err := r.store.Mutate(ctx, d.RunID, func(run *jetruntype.Run) error {
+		if run.Status != events.StatusStarting || run.AgentType != agentType {
+			return kv.ErrNoChange
+		}
+		run.End(events.StatusError, events.ReasonNoWorker, text, time.Now())
+		return nil
+	})
+	if errors.Is(err, kv.ErrRunNotFound) {
+		return nil // cleared; a worker drops its dispatch
+	}
+	if err != nil {
+		return err
+	}
+	if row.Status != events.StatusError || row.Reason != events.ReasonNoWorker || row.AgentType != agentType {
+		return nil // a worker took it, or it ended otherwise
+	}
+	r.announce(ctx, row)
+	ns := r.cfg.Namespace
+	dlq := &nats.Msg{Subject: ns.DLQSubject(agentType), Data: msg.Data, Header: nats.Header{}}
+	for k, vs := range msg.Header {
+		if !strings.HasPrefix(k, "Nats-") {
+			dlq.Header[k] = vs
+		}
+	}
+	if id := msg.Header.Get(jetstream.MsgIDHeader); id != "" {
+		dlq.Header.Set(events.HeaderOriginalMsgID, events.HeaderValue(id))
+	}
+	seq := strconv.FormatUint(msg.Sequence, 10)
+	dlq.Header.Set(events.HeaderReason, events.HeaderValue(row.Error))
+	dlq.Header.Set(events.HeaderOriginalSubject, msg.Subject)
+	dlq.Header.Set(events.HeaderOriginalSequence, seq)
+	dlq.Header.Set(jetstream.MsgIDHeader, "dlq-"+ns.DispatchStream()+"-"+seq)
+	if _, err := r.js.PublishMsg(ctx, dlq); err != nil {
+		return fmt.Errorf("reconcile: dead-letter the dispatch of run %s: %w", row.ID, err)
+	}
+	if err := stream.DeleteMsg(ctx, msg.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return fmt.Errorf("reconcile: remove the dead-lettered dispatch of run %s: %w", row.ID, err)
+	}
+	r.log.WarnContext(ctx, "dispatch dead-lettered: no worker took it", "run_id", row.ID, "agent_type", agentType,
+		"waited", waited.Round(time.Second), "why", why)
+	return nil
+}
+
+// markWaiting creates the row of the dispatch msg, "starting" with reason
+// waiting-for-worker, or sets that reason on its "starting" row. It
+// reports whether it wrote anything.
+func (r *Reconciler) markWaiting(ctx context.Context, agentType, epoch string, msg *jetstream.RawStreamMsg, why string) (bool, error) {
+	d, ok := dispatchOf(epoch, msg)
+	if !ok {
+		return false, nil // a worker dead-letters it
 	}
 	d.TakeTrace(msg.Header)
 	row := jetruntype.NewRun(agentType, d, msg.Sequence, msg.Time)
@@ -125,7 +198,7 @@ func (r *Reconciler) markWaiting(ctx context.Context, agentType, epoch string, m
 		return false, err
 	}
 	wrote := false
-	_, _, err = r.store.Mutate(ctx, d.RunID, func(run *jetruntype.Run) error {
+	_, _, err := r.store.Mutate(ctx, d.RunID, func(run *jetruntype.Run) error {
 		if run.Status != events.StatusStarting || run.AgentType != agentType ||
 			(run.Reason == events.ReasonWaitingForWorker && run.Error == why) {
 			return kv.ErrNoChange

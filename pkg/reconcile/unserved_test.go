@@ -2,6 +2,7 @@ package reconcile_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -85,5 +86,41 @@ func TestDispatchNoWorkerServesIsVisible(t *testing.T) {
 	})
 	if row.Status != events.StatusStarting || !strings.Contains(row.Error, "no worker of agent type ghost is running") {
 		t.Fatalf("row ghost4: %+v", row)
+	}
+}
+
+// With DispatchUnservedWait set, a dispatch no worker takes is given up
+// after that wait: its run ends "error" (reason no-worker, saying why), the
+// dispatch is moved to jetrun.dlq.<agentType> with the reason, and it is
+// gone from the dispatch stream. Nothing is dropped without a word.
+func TestUnservedDispatchIsDeadLetteredAfterTheWait(t *testing.T) {
+	t.Parallel()
+	e := setup(t, options{reconcile: reconcile.Config{StartingGrace: time.Second, DispatchUnservedWait: 2 * time.Second}})
+	ctx := context.Background()
+	if _, err := e.js.Publish(ctx, "jetrun.dispatch.nobody", []byte(`{"runId":"nobody1","input":{"q":1}}`)); err != nil {
+		t.Fatal(err)
+	}
+	row := jetruntest.WaitRow(t, e.store, "nobody1", 30*time.Second, jetruntest.Final)
+	if row.Status != events.StatusError || row.Reason != events.ReasonNoWorker ||
+		!strings.Contains(row.Error, "no worker serves agent type nobody") {
+		t.Fatalf("row: %+v", row)
+	}
+	dlq, err := e.js.Stream(ctx, "JETRUN_DLQ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := dlq.GetLastMsgForSubject(ctx, "jetrun.dlq.nobody")
+	if err != nil {
+		t.Fatalf("no dead letter: %v", err)
+	}
+	if string(m.Data) != `{"runId":"nobody1","input":{"q":1}}` || !strings.Contains(m.Header.Get(events.HeaderReason), "no worker serves") {
+		t.Fatalf("dead letter %s, headers %v", m.Data, m.Header)
+	}
+	dispatch, err := e.js.Stream(ctx, "JETRUN_DISPATCH")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dispatch.GetLastMsgForSubject(ctx, "jetrun.dispatch.nobody"); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Fatalf("the dispatch is still queued: %v", err)
 	}
 }

@@ -135,11 +135,18 @@ func (w *Worker) decide(ctx context.Context, log *slog.Logger, msg jetstream.Msg
 	}
 	if held, err := w.heldElsewhere(ctx, row); err != nil {
 		return false, err
-	} else if held {
+	} else if held || w.mayBeResuming(ctx, row) {
 		// Another live worker has it. Keep the dispatch as the wake-up for a
 		// takeover in case that worker dies.
 		_ = msg.NakWithDelay(w.cfg.Lease + jitter())
 		return false, nil
+	}
+	if row.Worker == w.cfg.ID && row.WorkerEpoch == w.epoch() {
+		// An attempt of this very process that ended here without a word
+		// (stopped by a lapse of its liveness): the process lived on, so it
+		// is a hand-off, not a lost worker. Written by the claim or the end.
+		row = row.Clone()
+		row.RefundBlink(row.Attempt)
 	}
 	switch {
 	case row.Status == events.StatusInterrupted:

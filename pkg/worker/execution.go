@@ -28,6 +28,7 @@ type execution struct {
 	w       *Worker
 	id      string
 	attempt int
+	epoch   string // the worker's liveness epoch the attempt was claimed under
 	log     *slog.Logger
 	pub     *publisher
 
@@ -41,6 +42,7 @@ type execution struct {
 	cancelled bool
 	stoppedAt time.Time // when the handler's context ended
 	ended     bool
+	lapsed    bool      // stopped by a lapse of the worker's liveness (Worker.lapse)
 	begun     bool      // the attempt started: the heart tends it
 	begunAt   time.Time // when it started
 	outcome   string    // what ended it (RunEnd.Outcome), set by the outcome
@@ -113,7 +115,7 @@ func (e *execution) park() (unpark func(context.Context) error) {
 // is registered in w.active already (see claim).
 func (w *Worker) execute(ctx context.Context, e *execution, row *jetruntype.Run, rev uint64) {
 	defer w.unregister(e)
-	e.attempt = row.Attempt
+	e.attempt, e.epoch = row.Attempt, row.WorkerEpoch
 	e.log = w.log.With("run_id", row.ID, "agent_type", row.AgentType, "attempt", row.Attempt)
 	trace := row.Trace()
 	if id := trace.TraceID(); id != "" {
@@ -123,17 +125,23 @@ func (w *Worker) execute(ctx context.Context, e *execution, row *jetruntype.Run,
 	e.pub = &publisher{
 		js: w.js, stream: w.eventsStream, store: w.store, ns: w.cfg.Namespace,
 		runID: row.ID, worker: w.cfg.ID, attempt: row.Attempt,
-		lost: e.lose, until: w.holdsUntil, trace: trace,
+		lost: e.lose, lapsed: e.lapse, until: w.holdsUntil, trace: trace,
 	}
 
 	hctx, cancel := context.WithCancelCause(withTrace(ctx, trace))
 	defer cancel(nil)
 	e.ctlMu.Lock()
 	e.ctx, e.cancel = hctx, cancel
+	lapsed := e.lapsed // the worker's liveness lapsed while the run was being claimed
 	if e.cancelled || row.CancelRequested {
 		cancel(ErrCancelled)
 	}
 	e.ctlMu.Unlock()
+	if lapsed {
+		e.lose()
+		e.end(e.abandon)
+		return
+	}
 
 	if err := e.start(hctx); err != nil {
 		if errors.Is(err, ErrLeaseLost) {
@@ -521,9 +529,14 @@ func (e *execution) release(delay time.Duration) {
 
 // abandon gives up an attempt that no longer holds the run. The dispatch is
 // acknowledged only if the run is final; otherwise it belongs to the new
-// holder.
+// holder. An attempt stopped by a lapse of the worker's liveness waits
+// until the worker is back: if it resumed its epoch and the row still
+// names the attempt, the run is handed off (handOffLapsed).
 func (e *execution) abandon() {
 	e.pub.fence()
+	if (e.isLapsed() || e.pub.livenessRanOut()) && e.w.awaitLiveness(e.epoch) && e.handOffLapsed() {
+		return
+	}
 	ctx, cancel := writeContext()
 	defer cancel()
 	row, _, err := e.w.store.Get(ctx, e.id)
@@ -551,6 +564,37 @@ func (e *execution) abandon() {
 	// line per interval says so, with the count of the others.
 	e.w.logs.Log(ctx, e.log, slog.LevelWarn, "lease lost", "lease lost; attempt stopped")
 	e.releaseMsgs(nil)
+}
+
+// handOffLapsed releases a run whose attempt a lapse of the worker's
+// liveness stopped, once the worker is back with the same epoch, and
+// returns its dispatch to the queue: the attempt is recorded as a blink,
+// a hand-off, so it does not count against MaxAttempts (the process lived
+// on; no worker was lost). It reports false when the row no longer names
+// the attempt (taken over, ended, cleared): abandon goes on as for any lost
+// attempt.
+func (e *execution) handOffLapsed() bool {
+	ctx, cancel := writeContext()
+	defer cancel()
+	_, err := e.write(ctx, func(r *jetruntype.Run) error {
+		if err := e.owned(r); err != nil || r.WorkerEpoch != e.epoch {
+			return ErrLeaseLost
+		}
+		e.applyState(r)
+		r.Worker, r.WorkerEpoch, r.LeaseUntil = "", "", time.Time{}
+		r.RefundBlink(e.attempt)
+		return nil
+	})
+	if err != nil {
+		if !errors.Is(err, ErrLeaseLost) {
+			e.w.fault(ctx, e.log, "hand off a run after a liveness lapse; it is taken over later", err)
+		}
+		return false
+	}
+	e.setOutcome(OutcomeLeaseLost, "")
+	e.w.logs.Log(ctx, e.log, slog.LevelInfo, "handed off after a lapse", "run handed off after a lapse of the worker's liveness")
+	e.releaseMsgs(jetstream.Msg.Nak) // at once, to any worker
+	return true
 }
 
 // drain publishes a pending coalesced progress event and waits until every

@@ -2,7 +2,11 @@ package worker_test
 
 import (
 	"context"
+	"errors"
+	"log/slog"
 	"net"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -139,5 +143,69 @@ func TestDeletedDispatchStreamAndConsumersAreRecreated(t *testing.T) {
 	row := jetruntest.WaitRow(t, b.store, "after", 60*time.Second, jetruntest.Final)
 	if row.Status != events.StatusCompleted || row.Attempt != 1 {
 		t.Fatalf("run after the delete: %+v", row)
+	}
+}
+
+// JetStream is away for longer than the lease: the worker's liveness lapses
+// and it stops its attempt, but its process lives on. Once the server is
+// back the worker resumes its epoch and hands the run off as a blink, not a
+// lost worker: with MaxAttempts 1 the run still completes, on attempt 2,
+// with attempt 1 recorded as a blink.
+func TestALivenessLapseIsNotALostWorker(t *testing.T) {
+	t.Parallel()
+	opts := &server.Options{}
+	ns := natstest.RunServerWithOptions(t, opts)
+	port, storeDir := ns.Addr().(*net.TCPAddr).Port, opts.StoreDir
+	nc, err := nats.Connect(ns.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &lockedBuffer{}
+	started := make(chan int, 4)
+	causes := make(chan error, 4)
+	startWorker(t, nc, worker.Config{Lease: time.Second, MaxAttempts: 1, Logger: slog.New(slog.NewTextHandler(logs, nil))},
+		map[string]worker.Handler{
+			"blink": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+				started <- run.Attempt()
+				if run.Attempt() == 1 {
+					<-ctx.Done() // stopped by the lapse
+					causes <- context.Cause(ctx)
+					return worker.Result{}, context.Cause(ctx)
+				}
+				return worker.Result{Summary: "done"}, nil
+			}),
+		})
+	publish(t, js, "jetrun.dispatch.blink", `{"runId":"b1","input":{}}`)
+	if a := <-started; a != 1 {
+		t.Fatalf("first attempt %d", a)
+	}
+	ns.Shutdown()
+	ns.WaitForShutdown()
+	// Down until the worker saw its liveness lapse and stopped the attempt,
+	// then one more lease, so the key has expired when the server is back.
+	natstest.Eventually(t, 30*time.Second, func() bool { return strings.Contains(logs.String(), "worker liveness lost") },
+		"the worker's liveness did not lapse")
+	if err := <-causes; !errors.Is(err, worker.ErrLeaseLost) {
+		t.Fatalf("attempt 1 stopped with %v, want ErrLeaseLost", err)
+	}
+	time.Sleep(time.Second)
+	natstest.RunServerWithOptions(t, &server.Options{Port: port, StoreDir: storeDir})
+
+	store, err := kv.Open(context.Background(), js, kv.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := jetruntest.WaitRow(t, store, "b1", 60*time.Second, jetruntest.Final)
+	if row.Status != events.StatusCompleted || row.Attempt != 2 || !slices.Equal(row.Blinks, []int{1}) || row.Handoffs != 1 {
+		t.Fatalf("after the lapse: status %s (%s: %s), attempt %d, blinks %v, handoffs %d",
+			row.Status, row.Reason, row.Error, row.Attempt, row.Blinks, row.Handoffs)
+	}
+	if !strings.Contains(logs.String(), "worker liveness back") {
+		t.Fatalf("no line says the liveness is back:\n%s", logs.String())
 	}
 }

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -56,34 +57,145 @@ func (w *Worker) heart(ctx context.Context) {
 	}
 }
 
-// renew renews the liveness key. When the key is lost (it expired during a
-// partition, or another process took the id), or cannot be renewed before
-// it would expire, every run of the worker may belong to another worker
-// soon: their attempts stop, and the worker starts a new epoch.
+// renew renews the liveness key. When the key is lost (it expired during
+// an outage or a partition, or another process took the id), or cannot be
+// renewed before it would expire, every run of the worker may belong to
+// another worker soon: the worker lapses (lapse). While lapsed it claims
+// nothing and tries to resume its epoch every beat; when another
+// incarnation holds the key, it starts a new epoch.
 func (w *Worker) renew(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(ctx, w.cfg.Lease/3)
 	defer cancel()
 	live := w.liveness()
-	err := live.Renew(rctx)
-	if err == nil {
-		w.renewed(time.Now())
-		return nil
+	if !w.isLapsing() {
+		err := live.Renew(rctx)
+		if err == nil {
+			w.renewed(time.Now())
+			return nil
+		}
+		w.troubled()
+		if !errors.Is(err, kv.ErrLivenessLost) && time.Now().Before(w.holdsUntil()) {
+			// Re-creating streams can take seconds while JetStream is away:
+			// never on the heart's own time, or it would miss the lapse.
+			w.beats.Go(func() { w.ensure(ctx, err) })
+			return err
+		}
+		w.log.ErrorContext(ctx, "worker liveness lost: stopping every attempt of this worker; "+
+			"its runs are handed off once JetStream answers again", "err", err)
+		w.lapse()
 	}
-	if !errors.Is(err, kv.ErrLivenessLost) && time.Now().Before(w.holdsUntil()) {
-		w.ensure(ctx, err)
+	w.troubled()
+	err := live.Resume(rctx)
+	if err != nil && !errors.Is(err, kv.ErrLivenessLost) {
+		// A lapse lasts as long as the outage: say so now and then, not
+		// only when it began.
+		w.logs.Log(ctx, w.log, slog.LevelWarn, "liveness still lapsed",
+			"worker liveness lost: still lapsed, claiming nothing; resuming once JetStream answers", "err", err)
+	}
+	if errors.Is(err, kv.ErrLivenessLost) {
+		next, aerr := w.store.AcquireLiveness(rctx, w.cfg.ID, w.cfg.Lease)
+		if aerr != nil {
+			return errors.Join(err, aerr)
+		}
+		w.mu.Lock()
+		w.live = next
+		w.mu.Unlock()
+		w.log.WarnContext(ctx, "worker liveness taken by another incarnation; going on with a new epoch")
+	} else if err != nil {
 		return err
 	}
-	w.log.ErrorContext(ctx, "worker liveness lost: stopping every attempt of this worker", "err", err)
-	w.loseAll()
-	next, aerr := w.store.AcquireLiveness(rctx, w.cfg.ID, w.cfg.Lease)
-	if aerr != nil {
-		return errors.Join(err, aerr)
-	}
-	w.mu.Lock()
-	w.live = next
-	w.mu.Unlock()
 	w.renewed(time.Now())
+	w.resume()
+	w.log.InfoContext(ctx, "worker liveness back")
 	return nil
+}
+
+// lapse stops every attempt of the worker (ErrLeaseLost), including those
+// still being claimed, and lets no new one start until resume.
+func (w *Worker) lapse() {
+	w.mu.Lock()
+	if w.lapsing {
+		w.mu.Unlock()
+		return
+	}
+	w.lapsing = true
+	w.lapseDone = make(chan struct{})
+	active := make([]*execution, 0, len(w.active))
+	for _, e := range w.active {
+		active = append(active, e)
+	}
+	w.mu.Unlock()
+	for _, e := range active {
+		e.lapse()
+	}
+}
+
+// resume ends a lapse: the liveness key is held again.
+func (w *Worker) resume() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.lapsing {
+		w.lapsing = false
+		close(w.lapseDone)
+	}
+}
+
+func (w *Worker) isLapsing() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.lapsing
+}
+
+// troubled records that the worker's own liveness could not be renewed
+// just now (see recovering).
+func (w *Worker) troubled() { w.troubleAt.Store(time.Now().UnixNano()) }
+
+// recovering reports whether this worker's own liveness was in trouble
+// within the last lease. A JetStream outage that made this worker's
+// renewals fail made every other worker's fail too: a holder whose key is
+// missing then is more likely resuming (see renew) than dead, and gets a
+// lease to come back before its runs are taken over as a lost worker's.
+func (w *Worker) recovering() bool {
+	at := w.troubleAt.Load()
+	return at != 0 && time.Since(time.Unix(0, at)) < w.cfg.Lease
+}
+
+// mayBeResuming reports whether the holder of row, not alive by its
+// liveness key, may be a worker resuming after the same outage this
+// worker saw: its key is missing (not replaced by another incarnation's)
+// and this worker is recovering.
+func (w *Worker) mayBeResuming(ctx context.Context, row *jetruntype.Run) bool {
+	if !w.recovering() || row.WorkerEpoch == "" {
+		return false
+	}
+	epoch, err := w.store.LivenessEpoch(ctx, row.Worker)
+	return err != nil || epoch == ""
+}
+
+// awaitLiveness waits until the worker holds its liveness key in good
+// standing (a lapse, if any, is over) and reports whether it holds it with
+// epoch. It gives up (false) when the worker stops.
+func (w *Worker) awaitLiveness(epoch string) bool {
+	for {
+		w.mu.Lock()
+		lapsing, done := w.lapsing, w.lapseDone
+		w.mu.Unlock()
+		if !lapsing && time.Now().Before(w.holdsUntil()) {
+			return w.epoch() == epoch
+		}
+		if !lapsing {
+			done = nil // the heart has not seen the lapse yet: look again shortly
+		}
+		t := time.NewTimer(w.cfg.Lease / 6)
+		select {
+		case <-done:
+		case <-t.C:
+		case <-w.stopped:
+			t.Stop()
+			return false
+		}
+		t.Stop()
+	}
 }
 
 // renewed records a successful renewal at t.
@@ -101,15 +213,6 @@ func (w *Worker) liveness() *kv.Liveness {
 	return w.live
 }
 
-// loseAll stops every attempt of the worker (ErrLeaseLost).
-func (w *Worker) loseAll() {
-	for _, e := range w.executions() {
-		if e.started() {
-			e.lose()
-		}
-	}
-}
-
 func (w *Worker) executions() []*execution {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -122,6 +225,11 @@ func (w *Worker) executions() []*execution {
 
 // tend does one heartbeat's work on every run.
 func (w *Worker) tend(ctx context.Context, now time.Time, beatEvery time.Duration) {
+	// Row syncs retry faults; while JetStream is away that must not hold
+	// the heart past its next renewal, or it would miss a lapse. A sync cut
+	// short stays pending for a later beat.
+	ctx, cancel := context.WithTimeout(ctx, beatEvery)
+	defer cancel()
 	sem := make(chan struct{}, syncParallelism)
 	var syncs sync.WaitGroup
 	for _, e := range w.executions() {
@@ -201,7 +309,11 @@ func (e *execution) sync(ctx context.Context) {
 	case errors.Is(err, ErrLeaseLost):
 		e.lose()
 	case err != nil:
-		e.w.fault(ctx, e.log, "sync run row", err)
+		e.stateMu.Lock()
+		e.dirty = true // applyState cleared it for a write that did not land
+		e.stateMu.Unlock()
+		// Classified without the beat's own bound, which is no caller leaving.
+		e.w.fault(context.WithoutCancel(ctx), e.log, "sync run row", err)
 	case row.CancelRequested:
 		e.requestCancel()
 	}

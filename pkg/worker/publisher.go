@@ -53,6 +53,7 @@ type publisher struct {
 	worker  string
 	attempt int
 	lost    func()              // cancels the handler once the attempt is fenced
+	lapsed  func()              // cancels it when the worker's liveness ran out during a fault
 	until   func() time.Time    // transient faults are retried until then
 	trace   events.TraceContext // set as headers on every event
 
@@ -60,6 +61,7 @@ type publisher struct {
 	fenceSeq uint64 // sequence of the newest status event of the run known
 	inflight []*outgoing
 	fenced   bool
+	ranOut   bool                        // fenced because the worker's liveness ran out during a fault
 	err      error                       // a permanent failure: every later publish returns it
 	bo       *backoff.ExponentialBackOff // pauses between retries of a fault; reset by an acknowledgement
 }
@@ -262,8 +264,8 @@ func (p *publisher) refence(ctx context.Context, o *outgoing) (landed bool, err 
 func (p *publisher) pause(ctx context.Context, cause error) error {
 	if time.Now().After(p.until()) {
 		p.err = fmt.Errorf("worker: events of run %s: the worker's liveness ran out during a fault: %w: %w", p.runID, ErrLeaseLost, cause)
-		p.fenced = true
-		go p.lost()
+		p.fenced, p.ranOut = true, true
+		go p.lapsed()
 		return p.err
 	}
 	if p.bo == nil {
@@ -295,4 +297,12 @@ func (p *publisher) isFenced() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.fenced
+}
+
+// livenessRanOut reports whether the publisher fenced the attempt because
+// the worker's liveness ran out during a fault.
+func (p *publisher) livenessRanOut() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ranOut
 }

@@ -14,6 +14,25 @@ func (e *execution) lose() {
 	e.cancelWith(ErrLeaseLost)
 }
 
+// lapse stops the attempt because the worker's liveness lapsed (see
+// Worker.lapse): as lose, and abandon hands the run off once the worker is
+// back. An execution still being claimed is stopped when execute starts.
+func (e *execution) lapse() {
+	e.ctlMu.Lock()
+	e.lapsed = true
+	started := e.cancel != nil // e.pub is set before it
+	e.ctlMu.Unlock()
+	if started {
+		e.lose()
+	}
+}
+
+func (e *execution) isLapsed() bool {
+	e.ctlMu.Lock()
+	defer e.ctlMu.Unlock()
+	return e.lapsed
+}
+
 // noteSignal records, for the next row sync, that the run showed signs of
 // life, with an optional new progress snapshot.
 func (e *execution) noteSignal(at time.Time, snap *jetruntype.ProgressSnapshot) {

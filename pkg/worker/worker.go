@@ -49,14 +49,18 @@ type Worker struct {
 	waiters       waiters      // the Waits in progress
 	streamEpoch   atomic.Value // string: distinguishes dispatch stream incarnations in derived run ids
 
-	liveUntil  atomic.Int64 // holdsUntil, in Unix nanoseconds
-	lastEnsure atomic.Int64 // when ensure last ran, in Unix nanoseconds
-	logs       obs.Throttle // warnings about faults, per message and class
-	nested     nested       // Run.Spawn's parent client (nested.go)
+	liveUntil  atomic.Int64    // holdsUntil, in Unix nanoseconds
+	troubleAt  atomic.Int64    // when a renewal of the liveness key last failed, in Unix nanoseconds (recovering)
+	stopped    <-chan struct{} // closed when the worker stops its runs (set by Start)
+	lastEnsure atomic.Int64    // when ensure last ran, in Unix nanoseconds
+	logs       obs.Throttle    // warnings about faults, per message and class
+	nested     nested          // Run.Spawn's parent client (nested.go)
 
 	mu        sync.Mutex
 	state     lifecycle
 	live      *kv.Liveness          // this process's liveness key
+	lapsing   bool                  // the liveness key lapsed and is not back: claim nothing (heart.go)
+	lapseDone chan struct{}         // closed when the lapse is over
 	active    map[string]*execution // runs claimed or executing in this process
 	stopPull  context.CancelFunc
 	cancel    context.CancelCauseFunc // cancels every handler context
@@ -243,6 +247,7 @@ func (w *Worker) setUp(ctx context.Context) error {
 		return errors.New("worker: stopped while starting")
 	}
 	w.cancel, w.stopPull, w.stopHeart = cancel, stopPull, stopHeart
+	w.stopped = runCtx.Done()
 	w.live, w.cancels, w.signals = live, cancels, signals
 	w.state = stateRunning
 	w.mu.Unlock()
@@ -319,11 +324,12 @@ func (w *Worker) stopBookkeeping() {
 }
 
 // register enters e, a run about to be claimed, in the active set; false if
-// the run is already being claimed or executed here.
+// the run is already being claimed or executed here, or while the worker's
+// liveness has lapsed (it claims nothing until it is back).
 func (w *Worker) register(e *execution) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if _, dup := w.active[e.id]; dup {
+	if _, dup := w.active[e.id]; dup || w.lapsing {
 		return false
 	}
 	w.active[e.id] = e

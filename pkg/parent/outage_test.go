@@ -1,0 +1,112 @@
+package parent_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/jetrun/jetrun/internal/natstest"
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/parent"
+	"github.com/jetrun/jetrun/pkg/worker"
+)
+
+// The server goes away while Awaits are pending and comes back on the same
+// port and store: every Await still returns its run's final result, and an
+// Await begun while the server is away does too.
+func TestAwaitsSeeTheirRunsEndAcrossAServerRestart(t *testing.T) {
+	t.Parallel()
+	opts := &server.Options{}
+	ns := natstest.RunServerWithOptions(t, opts)
+	port, storeDir := ns.Addr().(*net.TCPAddr).Port, opts.StoreDir
+	var failedReconnects atomic.Int64
+	nc, err := nats.Connect(ns.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond),
+		nats.ReconnectErrHandler(func(*nats.Conn, error) { failedReconnects.Add(1) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	g := &gated{runs: map[string]int{}, gates: map[string]chan struct{}{}}
+	w, err := worker.New(nc, worker.Config{Concurrency: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Handle("gated", g)
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Stop() })
+	c, err := parent.New(context.Background(), nc, parent.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A second client, whose only Await begins while the server is away.
+	late, err := parent.New(context.Background(), nc, parent.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t)
+
+	const n = 20
+	ids := make([]string, n+1)
+	results := make([]string, n+1)
+	var awaits sync.WaitGroup
+	await := func(c *parent.Client, i int) {
+		awaits.Go(func() {
+			res, err := c.Await(ctx, ids[i])
+			if err != nil {
+				results[i] = "error: " + err.Error()
+				return
+			}
+			results[i] = res.Summary
+		})
+	}
+	for i := range n {
+		ids[i] = fmt.Sprintf("aw-%d", i)
+		if _, err := c.Dispatch(ctx, parent.Request{AgentType: "gated", RunID: ids[i], Input: map[string]int{}}); err != nil {
+			t.Fatal(err)
+		}
+		await(c, i)
+	}
+	ids[n] = "aw-late"
+	if _, err := c.Dispatch(ctx, parent.Request{AgentType: "gated", RunID: ids[n], Input: map[string]int{}}); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		for _, id := range ids {
+			if r, _, err := c.Store().Get(ctx, id); err != nil || r.Status != events.StatusRunning {
+				return false
+			}
+		}
+		return true
+	}, "runs not running")
+
+	ns.Shutdown()
+	ns.WaitForShutdown()
+	await(late, n) // begun while the server is away
+	natstest.Eventually(t, 30*time.Second, func() bool { return failedReconnects.Load() >= 10 },
+		"the connection did not try to reconnect")
+	natstest.RunServerWithOptions(t, &server.Options{Port: port, StoreDir: storeDir})
+	for _, id := range ids {
+		close(g.gate(id))
+	}
+	done := make(chan struct{})
+	go func() { awaits.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(45 * time.Second):
+		t.Fatalf("Awaits still pending after the restart: %v", results)
+	}
+	for i, id := range ids {
+		if results[i] != "opened "+id {
+			t.Errorf("await %s: %q", id, results[i])
+		}
+	}
+}

@@ -1,0 +1,210 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetrun/jetrun/internal/natstest"
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
+	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/worker"
+)
+
+// restartableCluster is a three-node cluster whose nodes can be stopped
+// and started again on the same ports and stores.
+type restartableCluster struct {
+	t     *testing.T
+	mu    sync.Mutex
+	opts  []*server.Options
+	nodes []*server.Server
+}
+
+func newRestartableCluster(t *testing.T) *restartableCluster {
+	c := &restartableCluster{t: t}
+	var routes []*url.URL
+	cports := make([]int, 3)
+	for i := range cports {
+		cports[i] = natstest.FreePort(t)
+		routes = append(routes, &url.URL{Scheme: "nats", Host: fmt.Sprintf("127.0.0.1:%d", cports[i])})
+	}
+	for i := range 3 {
+		c.opts = append(c.opts, &server.Options{
+			ServerName: fmt.Sprintf("q%d", i+1), Host: "127.0.0.1", Port: natstest.FreePort(t),
+			JetStream: true, StoreDir: t.TempDir(), JetStreamMaxMemory: 64 << 20, JetStreamMaxStore: 1 << 30,
+			Cluster: server.ClusterOpts{Name: "jetrun-quorum", Host: "127.0.0.1", Port: cports[i]},
+			Routes:  routes, NoSigs: true, NoLog: true,
+		})
+		c.nodes = append(c.nodes, nil)
+	}
+	for i := range 3 {
+		c.start(i)
+	}
+	for i := range 3 {
+		c.ready(i)
+	}
+	t.Cleanup(func() {
+		for i := range 3 {
+			c.stop(i)
+		}
+	})
+	return c
+}
+
+func (c *restartableCluster) start(i int) {
+	o := *c.opts[i]
+	s, err := server.NewServer(&o)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	s.Start()
+	c.mu.Lock()
+	c.nodes[i] = s
+	c.mu.Unlock()
+}
+
+func (c *restartableCluster) ready(i int) {
+	c.mu.Lock()
+	s := c.nodes[i]
+	c.mu.Unlock()
+	if !s.ReadyForConnections(60 * time.Second) {
+		c.t.Fatalf("node %d not ready", i)
+	}
+}
+
+func (c *restartableCluster) stop(i int) {
+	c.mu.Lock()
+	s := c.nodes[i]
+	c.nodes[i] = nil
+	c.mu.Unlock()
+	if s != nil {
+		s.Shutdown()
+		s.WaitForShutdown()
+	}
+}
+
+func (c *restartableCluster) urls(first int) string {
+	var out []string
+	for i := range 3 {
+		o := c.opts[(first+i)%3]
+		out = append(out, fmt.Sprintf("nats://127.0.0.1:%d", o.Port))
+	}
+	return strings.Join(out, ",")
+}
+
+// Two of three nodes go away for longer than the lease (quorum lost) while
+// two workers hold waiting runs, and come back: the workers' liveness
+// lapses and their attempts stop, but no worker died, so with MaxAttempts 1
+// every run still completes (its stopped attempts are blinks).
+func TestQuorumLossIsNotALostWorker(t *testing.T) {
+	t.Parallel()
+	const runs = 20
+	c := newRestartableCluster(t)
+	connect := func(first int) *nats.Conn {
+		nc, err := nats.Connect(c.urls(first), nats.DontRandomize(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	gate := make(chan struct{})
+	handler := worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+		if len(run.Milestones()) == 0 {
+			if _, err := run.Milestone(ctx, "began", nil); err != nil {
+				return worker.Result{}, err
+			}
+		}
+		select {
+		case <-gate:
+			return worker.Result{Summary: "done"}, nil
+		case <-ctx.Done():
+			return worker.Result{}, context.Cause(ctx)
+		}
+	})
+	{ // ready when a three-replica stream can be placed and gets a leader
+		_, pjs := natstest.Connect(t, c.nodes[0])
+		natstest.Eventually(t, 60*time.Second, func() bool {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			s, err := pjs.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "PROBE", Subjects: []string{"probe"}, Replicas: 3})
+			if err != nil {
+				return false
+			}
+			info, err := s.Info(ctx)
+			return err == nil && info.Cluster != nil && info.Cluster.Leader != ""
+		}, "cluster cannot place a three-replica stream")
+	}
+	logs := []*lockedBuffer{{}, {}}
+	for i := range 2 {
+		cfg := worker.Config{Lease: 2 * time.Second, MaxAttempts: 1, Concurrency: runs,
+			Logger: slog.New(slog.NewTextHandler(logs[i], nil)), Streams: events.StreamOptions{Replicas: 3}}
+		startWorker(t, connect(i+1), cfg, map[string]worker.Handler{"quorum": handler})
+	}
+	nc := connect(0)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.WaitForStreamLeaders(t, js, "JETRUN_EVENTS", "JETRUN_DISPATCH", "KV_jetrun_runs", "KV_jetrun_active")
+	ctx := context.Background()
+	store, err := kv.Open(ctx, js, kv.Config{Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range runs {
+		publish(t, js, "jetrun.dispatch.quorum", fmt.Sprintf(`{"runId":"q%d","input":{}}`, i))
+	}
+	natstest.Eventually(t, 60*time.Second, func() bool {
+		for i := range runs {
+			r, _, err := store.Get(ctx, fmt.Sprintf("q%d", i))
+			if err != nil || r.Status != events.StatusRunning || r.Milestones < 1 {
+				return false
+			}
+		}
+		return true
+	}, "runs not under way")
+
+	lapses := func(i int) int { return strings.Count(logs[i].String(), "worker liveness lost") }
+	before := []int{lapses(0), lapses(1)}
+	c.stop(1)
+	c.stop(2)
+	natstest.Eventually(t, 60*time.Second, func() bool { return lapses(0) > before[0] && lapses(1) > before[1] },
+		"the workers' liveness did not lapse")
+	c.start(1)
+	c.start(2)
+	c.ready(1)
+	c.ready(2)
+	close(gate)
+
+	var failed []string
+	for i := range runs {
+		id := fmt.Sprintf("q%d", i)
+		var row *jetruntype.Run
+		natstest.Eventually(t, 2*time.Minute, func() bool {
+			r, _, err := store.Get(ctx, id)
+			if err == nil && r.Status.Final() {
+				row = r
+				return true
+			}
+			return false
+		}, "run %s did not end", id)
+		if row.Status != events.StatusCompleted {
+			failed = append(failed, fmt.Sprintf("%s %s/%s (attempt %d, handoffs %d, blinks %v)",
+				id, row.Status, row.Reason, row.Attempt, row.Handoffs, row.Blinks))
+		}
+	}
+	if len(failed) > 0 {
+		t.Fatalf("%d of %d runs did not complete: %v", len(failed), runs, failed)
+	}
+}
