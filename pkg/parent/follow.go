@@ -26,7 +26,8 @@ type statusFollower struct {
 	waiting  map[string][]chan struct{} // run id → Awaits
 	n        int                        // Awaits in progress
 	cc       jetstream.ConsumeContext
-	starting bool // a goroutine is starting cc (run)
+	starting bool               // a goroutine is starting cc (run)
+	giveUp   context.CancelFunc // ends that goroutine's tries
 }
 
 // followStartTimeout bounds one try to start the follower's consumer.
@@ -43,8 +44,9 @@ func (f *statusFollower) add(_ context.Context, id string) (chan struct{}, error
 	defer f.mu.Unlock()
 	f.n++
 	if f.cc == nil && !f.starting {
-		f.starting = true
-		go f.run()
+		ctx, cancel := context.WithCancel(context.Background())
+		f.starting, f.giveUp = true, cancel
+		go f.run(ctx)
 	}
 	if f.waiting == nil {
 		f.waiting = make(map[string][]chan struct{})
@@ -55,16 +57,17 @@ func (f *statusFollower) add(_ context.Context, id string) (chan struct{}, error
 
 // run starts the follower's consumer, retrying with backoff, until it runs
 // or no Await is left.
-func (f *statusFollower) run() {
+func (f *statusFollower) run(ctx context.Context) {
 	bo := jsfault.NewBackOff(0)
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), followStartTimeout)
-		cc, err := f.start(ctx)
+		sctx, cancel := context.WithTimeout(ctx, followStartTimeout)
+		cc, err := f.start(sctx)
 		cancel()
 		f.mu.Lock()
 		switch {
 		case f.n == 0:
 			f.starting = false
+			f.giveUp()
 			f.mu.Unlock()
 			if cc != nil {
 				cc.Stop()
@@ -72,15 +75,21 @@ func (f *statusFollower) run() {
 			return
 		case err == nil:
 			f.cc, f.starting = cc, false
+			f.giveUp()
 			f.mu.Unlock()
 			// A status event sent while the follower was starting woke no
 			// one: every Await reads its row now.
 			f.wakeAll()
 			return
 		}
+		if ctx.Err() != nil {
+			// The last Await left (giveUp) and another came meanwhile:
+			// go on trying for it.
+			ctx, f.giveUp = context.WithCancel(context.Background())
+		}
 		f.mu.Unlock()
 		f.c.fault(context.Background(), "follow run statuses; Awaits read their rows meanwhile", err)
-		_ = jsfault.Sleep(context.Background(), bo.NextBackOff())
+		_ = jsfault.Sleep(ctx, bo.NextBackOff())
 	}
 }
 
@@ -106,9 +115,14 @@ func (f *statusFollower) remove(id string, ch chan struct{}) {
 	if len(f.waiting[id]) == 0 {
 		delete(f.waiting, id)
 	}
-	if f.n--; f.n == 0 && f.cc != nil {
-		f.cc.Stop()
-		f.cc = nil
+	if f.n--; f.n == 0 {
+		if f.cc != nil {
+			f.cc.Stop()
+			f.cc = nil
+		}
+		if f.starting {
+			f.giveUp() // run sees n == 0 at once and ends
+		}
 	}
 }
 

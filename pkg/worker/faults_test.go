@@ -209,3 +209,64 @@ func TestALivenessLapseIsNotALostWorker(t *testing.T) {
 		t.Fatalf("no line says the liveness is back:\n%s", logs.String())
 	}
 }
+
+// Right after an outage that made its own renewals fail, a worker gives a
+// holder whose liveness key is missing about a lease to resume before it
+// takes the run over (see docs/leases.md). A holder that never comes back
+// is still taken over (here: MaxAttempts 1, so the run ends max-attempts)
+// within a few leases of the outage's end. (The grace itself is not
+// isolated here: after an outage the fetch loop's backoff delays the
+// dispatch about as much.)
+func TestADeadHolderIsTakenOverAfterAnOutage(t *testing.T) {
+	t.Parallel()
+	opts := &server.Options{}
+	ns := natstest.RunServerWithOptions(t, opts)
+	port, storeDir := ns.Addr().(*net.TCPAddr).Port, opts.StoreDir
+	nc, err := nats.Connect(ns.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &lockedBuffer{}
+	const lease = 2 * time.Second
+	startWorker(t, nc, worker.Config{Lease: lease, MaxAttempts: 1, Logger: slog.New(slog.NewTextHandler(logs, nil))},
+		map[string]worker.Handler{"ghostly": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			return worker.Result{Summary: "ran"}, nil
+		})})
+	store, err := kv.Open(context.Background(), js, kv.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The holder: a worker process whose key will be missing.
+	ghost, err := store.AcquireLiveness(context.Background(), "ghost", lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Create(context.Background(), &kv.Run{ID: "g1", AgentType: "ghostly", Status: events.StatusRunning,
+		Attempt: 1, Worker: "ghost", WorkerEpoch: ghost.Epoch(), CreatedAt: time.Now(), Unindexed: true}); err != nil {
+		t.Fatal(err)
+	}
+	ns.Shutdown()
+	ns.WaitForShutdown()
+	natstest.Eventually(t, 30*time.Second, func() bool { return strings.Contains(logs.String(), "renew worker liveness; retrying") },
+		"the worker's renewal did not fail")
+	natstest.RunServerWithOptions(t, &server.Options{Port: port, StoreDir: storeDir})
+	natstest.Eventually(t, 30*time.Second, func() bool { return strings.Contains(logs.String(), "renewed again") || strings.Contains(logs.String(), "liveness back") },
+		"the worker's liveness did not come back")
+	back := time.Now()
+	if err := ghost.Release(context.Background()); err != nil { // gone, as if it never resumed
+		t.Fatal(err)
+	}
+	publish(t, js, "jetrun.dispatch.ghostly", `{"runId":"g1","input":{}}`)
+	row := jetruntest.WaitRow(t, store, "g1", 30*time.Second, jetruntest.Final)
+	if row.Status != events.StatusError || row.Reason != events.ReasonMaxAttempts {
+		t.Fatalf("run of a holder that never came back: %s/%s", row.Status, row.Reason)
+	}
+	if d := time.Since(back); d > 4*lease {
+		t.Fatalf("taken over %s after the outage, want a few leases at most", d)
+	}
+}
