@@ -18,6 +18,7 @@ import (
 	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -246,7 +247,7 @@ func TestADeadHolderIsTakenOverAfterAnOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.Create(context.Background(), &kv.Run{ID: "g1", AgentType: "ghostly", Status: events.StatusRunning,
+	if _, err := store.Create(context.Background(), &jetruntype.Run{ID: "g1", AgentType: "ghostly", Status: events.StatusRunning,
 		Attempt: 1, Worker: "ghost", WorkerEpoch: ghost.Epoch(), CreatedAt: time.Now(), Unindexed: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +256,9 @@ func TestADeadHolderIsTakenOverAfterAnOutage(t *testing.T) {
 	natstest.Eventually(t, 30*time.Second, func() bool { return strings.Contains(logs.String(), "renew worker liveness; retrying") },
 		"the worker's renewal did not fail")
 	natstest.RunServerWithOptions(t, &server.Options{Port: port, StoreDir: storeDir})
-	natstest.Eventually(t, 30*time.Second, func() bool { return strings.Contains(logs.String(), "renewed again") || strings.Contains(logs.String(), "liveness back") },
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		return strings.Contains(logs.String(), "renewed again") || strings.Contains(logs.String(), "liveness back")
+	},
 		"the worker's liveness did not come back")
 	back := time.Now()
 	if err := ghost.Release(context.Background()); err != nil { // gone, as if it never resumed
