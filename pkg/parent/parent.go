@@ -287,13 +287,17 @@ func NewRunID() string {
 // along if a worker was quick).
 //
 // It is idempotent by run id: if a row exists, no second run starts and the
-// existing row is returned. Otherwise the row is created ("starting"), then
-// the dispatch is published with Nats-Msg-Id = run id, retried with backoff.
-// If the publish keeps failing, the row ends "error" (reason
-// "dispatch-failed") and ErrDispatchFailed is returned. A caller that dies
-// between the two steps leaves a "starting" row whose dispatch the
+// existing row is returned. A top-level run that is not detached (no
+// Parent, no Detached, no MaxConcurrent, no ConcurrencyKey) is dispatched
+// first and its row created after ("starting", or already "running" when a
+// worker was quicker, which created it); a caller that dies between the two
+// leaves a dispatch, which a worker turns into a row. Every other run gets
+// its row (and active-run index entries) first, then the dispatch; a caller
+// that dies between those leaves a "starting" row whose dispatch the
 // reconciler publishes (or the caller's own retry, Dispatch of the same id),
-// so no run is left that never starts.
+// so no run is left that never starts. The dispatch is published with
+// Nats-Msg-Id = run id, retried with backoff; if it keeps failing, the row
+// ends "error" (reason "dispatch-failed") and ErrDispatchFailed is returned.
 func (c *Client) Dispatch(ctx context.Context, req Request) (*kv.Run, error) {
 	row, _, err := c.DispatchNew(ctx, req)
 	return row, err
@@ -328,6 +332,9 @@ func (c *Client) DispatchNew(ctx context.Context, req Request) (row *kv.Run, cre
 			return nil, false, err
 		}
 	}
+	if d.Parent == "" && d.Detached == nil {
+		return c.dispatchPlain(ctx, req, d)
+	}
 	row = kv.NewRun(req.AgentType, d, 0, time.Now())
 	err = jsfault.RetryRepair(ctx, c.cfg.DispatchRetry, c.ensure, func(ctx context.Context) error {
 		_, err := c.store.Create(ctx, row)
@@ -349,6 +356,60 @@ func (c *Client) DispatchNew(ctx context.Context, req Request) (row *kv.Run, cre
 		return nil, false, fmt.Errorf("parent: dispatch run %s: %w: %w", d.RunID, ErrDispatchFailed, err)
 	}
 	return row, true, nil
+}
+
+// dispatchPlain dispatches a top-level run that is not detached: the
+// dispatch first, then the row (unindexed, as a worker creates it for a
+// plain publish). Such a run needs nothing of the reconciler: a caller that
+// dies between the two steps leaves a dispatch, and a worker that finds no
+// row creates it claimed; so the run is spared the active-run index's two
+// writes. A read before the publish keeps a second Dispatch of an existing
+// run from publishing again (its miss is not confirmed on the leader: the
+// create's compare-and-set catches a row a replica missed).
+func (c *Client) dispatchPlain(ctx context.Context, req Request, d events.Dispatch) (*kv.Run, bool, error) {
+	existing, _, err := c.lookup(ctx, d.RunID)
+	if err == nil {
+		row, err := c.existing(ctx, existing, req)
+		return row, false, err
+	}
+	if !errors.Is(err, kv.ErrRunNotFound) {
+		return nil, false, fmt.Errorf("parent: dispatch run %s: %w", d.RunID, err)
+	}
+	now := time.Now()
+	seq, fresh, perr := c.publishDispatchRowAfter(ctx, req.AgentType, d, d.RunID, true)
+	row := kv.NewRun(req.AgentType, d, seq, now)
+	row.Unindexed = true
+	if perr != nil {
+		row.End(events.StatusError, events.ReasonDispatchFailed, "dispatch failed: "+perr.Error(), time.Now())
+	}
+	err = jsfault.RetryRepair(ctx, c.cfg.DispatchRetry, c.ensure, func(ctx context.Context) error {
+		_, err := c.store.Create(ctx, row)
+		return err
+	})
+	switch {
+	case errors.Is(err, kv.ErrRunExists):
+		// A worker was quicker (it created the row claimed), or a
+		// concurrent Dispatch of the same id: the same run either way.
+		existing, _, err := c.get(ctx, d.RunID)
+		if err != nil {
+			return nil, false, fmt.Errorf("parent: dispatch run %s: %w", d.RunID, err)
+		}
+		if perr != nil || !fresh || existing.DispatchSeq != seq {
+			row, err := c.existing(ctx, existing, req)
+			return row, false, err
+		}
+		return existing, true, nil // a worker created it from our dispatch
+	case err != nil && perr == nil:
+		// The dispatch is stored: a worker creates the row when it takes
+		// it, and a Dispatch of the same id again re-attaches.
+		return nil, false, fmt.Errorf("parent: dispatch run %s: the dispatch is queued but its row could not be written: %w", d.RunID, err)
+	case perr != nil:
+		if err == nil {
+			c.announce(ctx, row)
+		}
+		return nil, false, fmt.Errorf("parent: dispatch run %s: %w: %w", d.RunID, ErrDispatchFailed, perr)
+	}
+	return row, fresh, nil // not fresh: a concurrent Dispatch of the id published first
 }
 
 // failDispatch ends a run whose dispatch could not be published.
@@ -456,20 +517,30 @@ func (c *Client) resume(ctx context.Context, row *kv.Run) (*kv.Run, error) {
 // publishDispatch publishes d, retrying with backoff, and returns its
 // stream sequence.
 func (c *Client) publishDispatch(ctx context.Context, agentType string, d events.Dispatch, msgID string) (uint64, error) {
+	seq, _, err := c.publishDispatchRowAfter(ctx, agentType, d, msgID, false)
+	return seq, err
+}
+
+// publishDispatchRowAfter is publishDispatch; rowAfter marks a dispatch
+// whose row is created after it (events.HeaderRowAfter). fresh is false
+// when the stored dispatch is one published before (deduplicated).
+func (c *Client) publishDispatchRowAfter(ctx context.Context, agentType string, d events.Dispatch, msgID string, rowAfter bool) (seq uint64, fresh bool, err error) {
 	data, err := json.Marshal(d)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	subject := c.cfg.Namespace.DispatchSubject(agentType)
 	b := backoff.NewExponentialBackOff(
 		backoff.WithInitialInterval(50*time.Millisecond),
 		backoff.WithMaxElapsedTime(c.cfg.DispatchRetry),
 	)
-	var seq uint64
 	id := msgID
 	err = backoff.Retry(func() error {
 		msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
 		d.Trace().SetHeaders(msg.Header)
+		if rowAfter {
+			msg.Header.Set(events.HeaderRowAfter, "1")
+		}
 		ack, err := c.js.PublishMsg(ctx, msg, jetstream.WithMsgID(id))
 		if err != nil && !jsfault.IsTransient(ctx, err) && !jsfault.IsMissing(err) {
 			return backoff.Permanent(err) // too large, refused: retrying changes nothing
@@ -493,10 +564,10 @@ func (c *Client) publishDispatch(ctx context.Context, agentType string, d events
 				return errors.New("dispatch deduplicated against one that is gone")
 			}
 		}
-		seq = ack.Sequence
+		seq, fresh = ack.Sequence, !ack.Duplicate
 		return nil
 	}, backoff.WithContext(b, ctx))
-	return seq, err
+	return seq, fresh, err
 }
 
 // dispatchQueued reports whether the dispatch at seq is still in the stream.
