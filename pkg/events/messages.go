@@ -20,6 +20,12 @@ const (
 	HeaderOriginalMsgID = "Jetrun-Original-Msg-Id"
 	// HeaderAttempt is the attempt that published a run event.
 	HeaderAttempt = "Jetrun-Attempt"
+	// HeaderRowAfter, on a dispatch, says its publisher creates the run's
+	// row only after the dispatch is stored (parent.Client does for a
+	// top-level run that is not detached): a worker that finds no row then
+	// reads the clear tombstone only after the miss, sparing a read on the
+	// common path where the row is found.
+	HeaderRowAfter = "Jetrun-Row-After"
 )
 
 // Size limits enforced on the way in, so a run row (input, output and

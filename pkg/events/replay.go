@@ -243,7 +243,7 @@ func (e *Event) decode() error {
 		target = e.Status
 	case KindChunk:
 		e.Chunk = new(Chunk)
-		target = e.Chunk
+		return decodeChunk(e.Data, e.Chunk)
 	case KindProgress:
 		e.Progress = new(Progress)
 		target = e.Progress

@@ -291,13 +291,18 @@ func NewRunID() string {
 // along if a worker was quick).
 //
 // It is idempotent by run id: if a row exists, no second run starts and the
-// existing row is returned. Otherwise the row is created ("starting"), then
-// the dispatch is published with Nats-Msg-Id = run id, retried with backoff.
-// If the publish keeps failing, the row ends "error" (reason
-// "dispatch-failed") and ErrDispatchFailed is returned. A caller that dies
-// between the two steps leaves a "starting" row whose dispatch the
+// existing row is returned. A top-level run that is not detached (no
+// Parent, no Detached, no MaxConcurrent, no ConcurrencyKey) has its
+// dispatch sent first and its row's create right behind it, both awaited
+// together ("starting", or already "running" when a worker was quicker,
+// which created it); a caller that dies between the two leaves a dispatch,
+// which a worker turns into a row. Every other run gets
+// its row (and active-run index entries) first, then the dispatch; a caller
+// that dies between those leaves a "starting" row whose dispatch the
 // reconciler publishes (or the caller's own retry, Dispatch of the same id),
-// so no run is left that never starts.
+// so no run is left that never starts. The dispatch is published with
+// Nats-Msg-Id = run id, retried with backoff; if it keeps failing, the row
+// ends "error" (reason "dispatch-failed") and ErrDispatchFailed is returned.
 func (c *Client) Dispatch(ctx context.Context, req Request) (*jetruntype.Run, error) {
 	row, _, err := c.DispatchNew(ctx, req)
 	return row, err
@@ -332,6 +337,9 @@ func (c *Client) DispatchNew(ctx context.Context, req Request) (row *jetruntype.
 			return nil, false, err
 		}
 	}
+	if d.Parent == "" && d.Detached == nil {
+		return c.dispatchPlain(ctx, req, d)
+	}
 	row = jetruntype.NewRun(req.AgentType, d, 0, time.Now())
 	err = jsfault.RetryRepair(ctx, c.cfg.DispatchRetry, c.ensure, func(ctx context.Context) error {
 		_, err := c.store.Create(ctx, row)
@@ -353,6 +361,100 @@ func (c *Client) DispatchNew(ctx context.Context, req Request) (row *jetruntype.
 		return nil, false, fmt.Errorf("parent: dispatch run %s: %w: %w", d.RunID, ErrDispatchFailed, err)
 	}
 	return row, true, nil
+}
+
+// dispatchPlain dispatches a top-level run that is not detached: the
+// dispatch, then the row (unindexed, as a worker creates it for a plain
+// publish), both in flight at once, so the row is almost always stored by
+// the time a worker reads it and the call costs one round trip for both.
+// Such a run needs nothing of the reconciler: a caller that dies after
+// sending the dispatch leaves a dispatch, and a worker that finds no row
+// creates it claimed; so the run is spared the active-run index's two
+// writes. A read before the publish keeps a second Dispatch of an existing
+// run from publishing again (its miss is not confirmed on the leader: the
+// create's compare-and-set catches a row a replica missed).
+func (c *Client) dispatchPlain(ctx context.Context, req Request, d events.Dispatch) (*jetruntype.Run, bool, error) {
+	existing, _, err := c.lookup(ctx, d.RunID)
+	if err == nil {
+		row, err := c.existing(ctx, existing, req)
+		return row, false, err
+	}
+	if !errors.Is(err, kv.ErrRunNotFound) {
+		return nil, false, fmt.Errorf("parent: dispatch run %s: %w", d.RunID, err)
+	}
+	// The dispatch goes out first on the connection, the row's create right
+	// behind it; only then are their answers awaited.
+	ack := c.publishDispatchAsync(req.AgentType, d)
+	row := jetruntype.NewRun(req.AgentType, d, 0, time.Now())
+	row.Unindexed = true
+	cerr := jsfault.RetryRepair(ctx, c.cfg.DispatchRetry, c.ensure, func(ctx context.Context) error {
+		_, err := c.store.Create(ctx, row)
+		return err
+	})
+	seq, fresh, perr := ack(ctx)
+	if perr != nil {
+		// Retried under the same message id: a copy that landed is kept.
+		seq, fresh, perr = c.publishDispatchRowAfter(ctx, req.AgentType, d, d.RunID, true)
+	}
+	switch {
+	case errors.Is(cerr, kv.ErrRunExists):
+		// A worker was quicker (it created the row claimed), or a
+		// concurrent Dispatch of the same id: the same run either way.
+		existing, _, err := c.get(ctx, d.RunID)
+		if err != nil {
+			return nil, false, fmt.Errorf("parent: dispatch run %s: %w", d.RunID, err)
+		}
+		if perr != nil || !fresh || (existing.DispatchSeq != 0 && existing.DispatchSeq != seq) {
+			row, err := c.existing(ctx, existing, req)
+			return row, false, err
+		}
+		return existing, true, nil // the run of our dispatch
+	case perr != nil:
+		if cerr == nil {
+			c.failDispatch(ctx, row.ID, perr)
+		}
+		return nil, false, fmt.Errorf("parent: dispatch run %s: %w: %w", d.RunID, ErrDispatchFailed, perr)
+	case cerr != nil:
+		// The dispatch is stored: a worker creates the row when it takes
+		// it, and a Dispatch of the same id again re-attaches.
+		return nil, false, fmt.Errorf("parent: dispatch run %s: the dispatch is queued but its row could not be written: %w", d.RunID, cerr)
+	}
+	return row, fresh, nil // not fresh: a concurrent Dispatch of the id published first
+}
+
+// publishDispatchAsync sends d's dispatch (Nats-Msg-Id = run id, marked
+// events.HeaderRowAfter) without waiting; the returned function waits for
+// its acknowledgement. Any failure, or a duplicate, is an error there: the
+// caller retries with publishDispatchRowAfter, which sorts those out.
+func (c *Client) publishDispatchAsync(agentType string, d events.Dispatch) func(context.Context) (uint64, bool, error) {
+	data, err := json.Marshal(d)
+	if err != nil {
+		return func(context.Context) (uint64, bool, error) { return 0, false, err }
+	}
+	msg := &nats.Msg{Subject: c.cfg.Namespace.DispatchSubject(agentType), Data: data, Header: nats.Header{}}
+	d.Trace().SetHeaders(msg.Header)
+	msg.Header.Set(events.HeaderRowAfter, "1")
+	fut, err := c.js.PublishMsgAsync(msg, jetstream.WithMsgID(d.RunID))
+	return func(ctx context.Context) (uint64, bool, error) {
+		if err != nil {
+			return 0, false, err
+		}
+		timeout := time.NewTimer(c.cfg.DispatchRetry)
+		defer timeout.Stop()
+		select {
+		case ack := <-fut.Ok():
+			if ack.Duplicate {
+				return 0, false, errors.New("duplicate dispatch")
+			}
+			return ack.Sequence, true, nil
+		case err := <-fut.Err():
+			return 0, false, err
+		case <-timeout.C:
+			return 0, false, errors.New("no acknowledgement for the dispatch")
+		case <-ctx.Done():
+			return 0, false, ctx.Err()
+		}
+	}
 }
 
 // failDispatch ends a run whose dispatch could not be published.
@@ -460,20 +562,30 @@ func (c *Client) resume(ctx context.Context, row *jetruntype.Run) (*jetruntype.R
 // publishDispatch publishes d, retrying with backoff, and returns its
 // stream sequence.
 func (c *Client) publishDispatch(ctx context.Context, agentType string, d events.Dispatch, msgID string) (uint64, error) {
+	seq, _, err := c.publishDispatchRowAfter(ctx, agentType, d, msgID, false)
+	return seq, err
+}
+
+// publishDispatchRowAfter is publishDispatch; rowAfter marks a dispatch
+// whose row is created after it (events.HeaderRowAfter). fresh is false
+// when the stored dispatch is one published before (deduplicated).
+func (c *Client) publishDispatchRowAfter(ctx context.Context, agentType string, d events.Dispatch, msgID string, rowAfter bool) (seq uint64, fresh bool, err error) {
 	data, err := json.Marshal(d)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	subject := c.cfg.Namespace.DispatchSubject(agentType)
 	b := backoff.NewExponentialBackOff(
 		backoff.WithInitialInterval(50*time.Millisecond),
 		backoff.WithMaxElapsedTime(c.cfg.DispatchRetry),
 	)
-	var seq uint64
 	id := msgID
 	err = backoff.Retry(func() error {
 		msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
 		d.Trace().SetHeaders(msg.Header)
+		if rowAfter {
+			msg.Header.Set(events.HeaderRowAfter, "1")
+		}
 		ack, err := c.js.PublishMsg(ctx, msg, jetstream.WithMsgID(id))
 		if err != nil && !jsfault.IsTransient(ctx, err) && !jsfault.IsMissing(err) {
 			return backoff.Permanent(err) // too large, refused: retrying changes nothing
@@ -497,10 +609,10 @@ func (c *Client) publishDispatch(ctx context.Context, agentType string, d events
 				return errors.New("dispatch deduplicated against one that is gone")
 			}
 		}
-		seq = ack.Sequence
+		seq, fresh = ack.Sequence, !ack.Duplicate
 		return nil
 	}, backoff.WithContext(b, ctx))
-	return seq, err
+	return seq, fresh, err
 }
 
 // dispatchQueued reports whether the dispatch at seq is still in the stream.

@@ -440,3 +440,56 @@ func TestClearedRunIsNotRecreatedByItsDispatch(t *testing.T) {
 	default:
 	}
 }
+
+// A top-level run that is not detached is dispatched before its row is
+// written and is never entered in the active-run index; concurrent
+// Dispatches of its id still start one execution, and exactly one reports
+// that it created the run.
+func TestPlainDispatchWritesNoIndexAndStartsOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := ctxT(t)
+	const n = 8
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	creators := 0
+	for range n {
+		wg.Go(func() {
+			row, created, err := b.client.DispatchNew(ctx, parent.Request{AgentType: "gated", RunID: "plain", Input: struct{}{}})
+			if err != nil || row == nil || row.ID != "plain" {
+				t.Errorf("dispatch: %+v %v", row, err)
+				return
+			}
+			if created {
+				mu.Lock()
+				creators++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if creators != 1 {
+		t.Fatalf("%d Dispatches report creating the run, want 1", creators)
+	}
+	if ok, err := b.client.HasRun(ctx, "plain"); err != nil || !ok {
+		t.Fatalf("has run: %v %v", ok, err)
+	}
+	jetruntest.WaitRow(t, b.store, "plain", 10*time.Second, func(r *jetruntype.Run) bool { return r.Status == events.StatusRunning })
+	active, err := b.store.Active(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range active {
+		if e.ID == "plain" {
+			t.Fatalf("a plain run is in the active-run index: %+v", active)
+		}
+	}
+	close(b.gated.gate("plain"))
+	res, err := b.client.Run(ctx, parent.Request{AgentType: "gated", RunID: "plain", Input: struct{}{}})
+	if err != nil || res.Summary != "opened plain" {
+		t.Fatalf("run: %+v %v", res, err)
+	}
+	if c := b.gated.count("plain"); c != 1 {
+		t.Fatalf("executions = %d", c)
+	}
+}

@@ -18,6 +18,7 @@
 package registry
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -257,9 +258,15 @@ type Cache struct {
 }
 
 type cached struct {
-	in, out *Schema
-	until   time.Time
+	in, out    *Schema
+	until      time.Time
+	refreshing bool // a refresh ahead of until is under way
 }
+
+// refreshAhead is how long before an answer expires a Cache looks it up
+// again in the background, so a steady stream of dispatches never waits for
+// the registry (an answer is still never used past CacheTTL).
+const refreshAhead = CacheTTL / 5
 
 // CacheTTL is how long a Cache keeps an answer.
 const CacheTTL = 5 * time.Second
@@ -272,13 +279,44 @@ func NewCache(js jetstream.JetStream, ns events.Namespace) *Cache {
 // Schemas returns the compiled input and output schemas of agent type t (nil
 // when it announces none, or no worker announces it).
 func (c *Cache) Schemas(ctx context.Context, t string) (in, out *Schema, err error) {
+	now := time.Now()
 	c.mu.Lock()
 	e, ok := c.by[t]
-	reg := c.reg
+	fresh := ok && now.Before(e.until)
+	ahead := fresh && !e.refreshing && now.After(e.until.Add(-refreshAhead))
+	if ahead {
+		e.refreshing = true
+		c.by[t] = e
+	}
 	c.mu.Unlock()
-	if ok && time.Now().Before(e.until) {
+	if ahead {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), refreshAhead)
+			defer cancel()
+			if _, _, err := c.lookup(ctx, t, e); err != nil {
+				c.mu.Lock()
+				if cur, ok := c.by[t]; ok {
+					cur.refreshing = false
+					c.by[t] = cur
+				}
+				c.mu.Unlock()
+			}
+		}()
+	}
+	if fresh {
 		return e.in, e.out, nil
 	}
+	return c.lookup(ctx, t, e)
+}
+
+// lookup reads agent type t's schemas from the registry and remembers
+// them; prev is the answer it replaces (its compiled schemas are kept when
+// the documents did not change).
+func (c *Cache) lookup(ctx context.Context, t string, prev cached) (in, out *Schema, err error) {
+	c.mu.Lock()
+	reg := c.reg
+	c.mu.Unlock()
+	var e cached
 	if reg == nil {
 		r, found, err := Bind(ctx, c.js, c.ns)
 		if err != nil {
@@ -300,16 +338,25 @@ func (c *Cache) Schemas(ctx context.Context, t string) (in, out *Schema, err err
 	if found {
 		// A schema that does not compile was refused by its worker; one
 		// that slips through is ignored rather than blocking every run.
-		e.in, _ = Compile(ag.InputSchema)
-		e.out, _ = Compile(ag.OutputSchema)
-	} else {
-		e.in, e.out = nil, nil
+		e.in = recompile(prev.in, ag.InputSchema)
+		e.out = recompile(prev.out, ag.OutputSchema)
 	}
 	c.remember(t, e)
 	return e.in, e.out, nil
 }
 
+// recompile compiles raw, reusing prev when it was compiled from the same
+// document.
+func recompile(prev *Schema, raw json.RawMessage) *Schema {
+	if prev != nil && bytes.Equal(prev.raw, bytes.TrimSpace(raw)) {
+		return prev
+	}
+	s, _ := Compile(raw)
+	return s
+}
+
 func (c *Cache) remember(t string, e cached) {
+	e.refreshing = false
 	e.until = time.Now().Add(CacheTTL)
 	c.mu.Lock()
 	c.by[t] = e

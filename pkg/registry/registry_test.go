@@ -222,3 +222,45 @@ func TestCompileAndValidate(t *testing.T) {
 		t.Fatal("no schema must accept anything")
 	}
 }
+
+// A Cache that keeps being asked looks an answer up again in the background
+// before it expires: a changed schema is seen before CacheTTL runs out,
+// without a dispatch waiting for the registry.
+func TestCacheRefreshesAhead(t *testing.T) {
+	ns := natstest.RunServer(t)
+	_, js := natstest.Connect(t, ns)
+	ctx := context.Background()
+	reg, err := registry.Open(ctx, js, events.Namespace(""), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	announce := func(schema string) {
+		t.Helper()
+		a := registry.Announcement{AgentType: "t", Worker: "w1", At: time.Now(), Info: registry.Info{InputSchema: json.RawMessage(schema)}}
+		if err := reg.Announce(ctx, a, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	announce(`{"type":"string"}`)
+	cache := registry.NewCache(js, events.Namespace(""))
+	first := time.Now()
+	in, _, err := cache.Schemas(ctx, "t")
+	if err != nil || in == nil || in.Validate(json.RawMessage(`"x"`)) != nil {
+		t.Fatalf("schemas: %v %v", in, err)
+	}
+	announce(`{"type":"integer"}`)
+	time.Sleep(time.Until(first.Add(registry.CacheTTL - registry.CacheTTL/10)))
+	for {
+		in, _, err := cache.Schemas(ctx, "t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if in.Validate(json.RawMessage(`1`)) == nil {
+			break // the new schema
+		}
+		if time.Since(first) >= registry.CacheTTL {
+			t.Fatal("the schema was not refreshed ahead of its expiry")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -47,7 +47,10 @@ func (w *Worker) process(ctx context.Context, agentType string, msg jetstream.Ms
 	}
 
 	for try := 0; ; try++ {
-		row, rev, cleared, err := w.readRow(ctx, d.RunID, events.StreamSeq(msg), try == 0)
+		// A dispatch whose row its client creates after it is usually found
+		// with its row: the tombstone is read only after a miss.
+		parallel := try == 0 && msg.Headers().Get(events.HeaderRowAfter) == ""
+		row, rev, cleared, err := w.readRow(ctx, d.RunID, events.StreamSeq(msg), try == 0, parallel)
 		if errors.Is(err, kv.ErrRunNotFound) {
 			// The dispatch is the record (a service published it straight
 			// to the stream): the run is claimed by creating its row,
@@ -229,18 +232,19 @@ func (w *Worker) claimNew(ctx context.Context, agentType string, d events.Dispat
 
 // readRow reads the row of run id and, when it has none, whether the run
 // was cleared after the dispatch at seq was published (see
-// kv.Store.Cleared). With both, the two reads go out together: one round
-// trip.
-func (w *Worker) readRow(ctx context.Context, id string, seq uint64, both bool) (row *jetruntype.Run, rev uint64, cleared bool, err error) {
+// kv.Store.Cleared). first is the first read of a delivery; with parallel
+// too, the two reads go out together: one round trip.
+func (w *Worker) readRow(ctx context.Context, id string, seq uint64, first, parallel bool) (row *jetruntype.Run, rev uint64, cleared bool, err error) {
 	var (
 		tomb    sync.WaitGroup
 		tombErr error
 	)
+	both := first && parallel
 	if both {
 		tomb.Go(func() { cleared, tombErr = w.store.Cleared(ctx, id, seq) })
 	}
 	get := w.store.Get
-	if both {
+	if first {
 		// The first read: a miss leads to a create, whose compare-and-set
 		// catches a replica that is behind; a read after that create lost
 		// asks the leader.

@@ -1,0 +1,82 @@
+package events
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// The single-scan chunk decoder agrees with encoding/json on every input:
+// the same Chunk, or an error from both.
+func TestDecodeChunkMatchesEncodingJSON(t *testing.T) {
+	cases := []string{
+		`{"runId":"r1","seq":1,"data":"hello"}`,
+		`{"runId":"r1","seq":2,"data":"line\nwith \"quotes\" \\ and \u00e9 and /"}`,
+		`{"runId":"r-1_x","seq":123456789,"data":"","attempt":3}`,
+		`{"runId":"r1","seq":1,"data":"é ünïcode 🙂"}`,
+		`{"runId":"r1","seq":1,"data":{"a":1}}`,
+		`{"runId":"r1","seq":1,"data":[1,2]}`,
+		`{"runId":"r1","seq":1,"data":12}`,
+		`{"runId":"r1","seq":1,"data":null}`,
+		`{"runId":"r1","seq":1.5,"data":"x"}`,
+		`{"runId":"r1","seq":1e3,"data":"x"}`,
+		`{"runId":"r1","seq":01,"data":"x"}`,
+		`{"runId":"r1","seq":-4,"data":"x"}`,
+		`{"runId":"r1","seq":99999999999999999999,"data":"x"}`,
+		`{"runId":"r1","seq":1,"data":"bad \x escape"}`,
+		`{"runId":"r1","seq":1,"data":"bad \u12 escape"}`,
+		"{\"runId\":\"r1\",\"seq\":1,\"data\":\"control \x01 char\"}",
+		`{"runId":"r1","seq":1,"data":"unterminated}`,
+		`{"runId":"r1","seq":1,"data":"x","attempt":-1}`,
+		`{"runId":"r1","seq":1,"data":"x","attempt":2.5}`,
+		`{"runId":"r1","seq":1,"data":"x","other":1}`,
+		`{"runId":"r1","seq":1,"data":"x"} `,
+		`{"runId":"r1","seq":1,"data":"x"}}`,
+		`{"seq":1,"runId":"r1","data":"x"}`,
+		`{"runId":"r.1","seq":1,"data":"x"}`,
+		`{"runId":"","seq":1,"data":"x"}`,
+		`{"runId":"r1","seq":1,"data":"x","attempt":1,"attempt":2}`,
+		`{"RunId":"r1","seq":1,"data":"x"}`,
+		`not json`,
+		``,
+		`{"runId":"` + strings.Repeat("a", 70) + `","seq":1,"data":"x"}`,
+	}
+	for _, in := range cases {
+		var want Chunk
+		wantErr := json.Unmarshal([]byte(in), &want)
+		var got Chunk
+		gotErr := decodeChunk([]byte(in), &got)
+		if (wantErr == nil) != (gotErr == nil) {
+			t.Errorf("%s: error %v, encoding/json %v", in, gotErr, wantErr)
+			continue
+		}
+		if wantErr == nil && !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: got %+v, encoding/json %+v", in, got, want)
+		}
+	}
+	// What the worker writes takes the fast path.
+	for _, c := range []Chunk{{RunID: "r", Seq: 7, Data: json.RawMessage(`"a\nb"`)}, {RunID: "r", Seq: 1, Data: json.RawMessage(`"x"`), Attempt: 2}} {
+		b, _ := json.Marshal(c)
+		var got Chunk
+		if !decodeChunkFast(b, &got) || !reflect.DeepEqual(got, c) {
+			t.Errorf("%s: fast path %+v", b, got)
+		}
+	}
+}
+
+func BenchmarkDecodeChunk(b *testing.B) {
+	data, _ := json.Marshal(Chunk{RunID: "chatty-1", Seq: 12345, Data: json.RawMessage(`"` + strings.Repeat("x", 100) + `"`)})
+	b.Run("fast", func(b *testing.B) {
+		for b.Loop() {
+			var c Chunk
+			_ = decodeChunk(data, &c)
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		for b.Loop() {
+			var c Chunk
+			_ = json.Unmarshal(data, &c)
+		}
+	})
+}
