@@ -45,7 +45,9 @@ func Run(ctx context.Context, cfg config.ChildWorker, logger *slog.Logger) error
 		m = metrics.New()
 		wcfg.Observer = m
 	}
-	w, err := agents.StartPool(ctx, nc, wcfg, cfg.AgentTypes, conf)
+	// The worker runs until the graceful shutdown below, not until ctx (the
+	// signal) ends, which would hand its runs back at once.
+	w, err := agents.StartPool(context.WithoutCancel(ctx), nc, wcfg, cfg.AgentTypes, conf)
 	if err != nil {
 		return err
 	}

@@ -69,9 +69,9 @@ func StartWorker(t testing.TB, nc *nats.Conn, cfg worker.Config, register func(w
 	if register != nil {
 		register(w)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
-	defer cancel()
-	if err := w.Start(ctx); err != nil {
+	// The worker runs until the test's cleanup stops it (the end of Start's
+	// context would stop it too).
+	if err := w.Start(context.Background()); err != nil {
 		t.Fatalf("jetruntest: start worker: %v", err)
 	}
 	t.Cleanup(func() { _ = w.Stop() })

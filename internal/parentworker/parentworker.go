@@ -171,7 +171,7 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 	if len(cfg.Children) > 0 || len(conf.Names()) > 0 {
 		wcfg := cfg.Pool.WorkerConfig(cfg.Streams, logger)
 		wcfg.Observer = m
-		if pool, err = agents.StartPool(ctx, nc, wcfg, cfg.Children, conf); err != nil {
+		if pool, err = agents.StartPool(life, nc, wcfg, cfg.Children, conf); err != nil {
 			return err
 		}
 	}

@@ -72,6 +72,13 @@ func (l *Lifecycle) Shutdown(ctx context.Context) error {
 	ch := l.stoppedLocked()
 	if l.stopping {
 		l.mu.Unlock()
+		select { // done already: say how it went, even to an ended ctx (Stop)
+		case <-ch:
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			return l.err
+		default:
+		}
 		select {
 		case <-ch:
 			l.mu.Lock()

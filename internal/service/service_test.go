@@ -110,3 +110,18 @@ func TestStopWhileStarting(t *testing.T) {
 		t.Fatal("what was started after Stop was not drained")
 	}
 }
+
+// A second Stop after the service stopped reports how it went, not that its
+// own (ended) context ended.
+func TestStopTwice(t *testing.T) {
+	var l service.Lifecycle
+	if err := l.Begin(); err != nil {
+		t.Fatal(err)
+	}
+	l.Running(context.Background(), func(context.Context) error { return nil })
+	for range 20 {
+		if err := l.Stop(); err != nil {
+			t.Fatalf("Stop = %v", err)
+		}
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/pull"
+	"github.com/jetrun/jetrun/internal/service"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/obs"
@@ -57,7 +58,8 @@ type Worker struct {
 	nested     nested          // Run.Spawn's parent client (nested.go)
 
 	mu        sync.Mutex
-	state     lifecycle
+	life      service.Lifecycle
+	started   bool                  // handlers can no longer be registered
 	live      *kv.Liveness          // this process's liveness key
 	lapsing   bool                  // the liveness key lapsed and is not back: claim nothing (heart.go)
 	lapseDone chan struct{}         // closed when the lapse is over
@@ -71,15 +73,6 @@ type Worker struct {
 	runs      sync.WaitGroup
 	beats     sync.WaitGroup
 }
-
-type lifecycle int
-
-const (
-	stateNew lifecycle = iota
-	stateStarting
-	stateRunning
-	stateStopped
-)
 
 // New returns a Worker that uses nc. The connection stays the caller's: the
 // worker never closes it.
@@ -118,7 +111,7 @@ func (w *Worker) Handle(agentType string, h Handler) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.state != stateNew {
+	if w.started {
 		panic("worker: Handle called after Start")
 	}
 	if _, dup := w.handlers[agentType]; dup {
@@ -140,27 +133,22 @@ func (w *Worker) AgentTypes() []string {
 }
 
 // Start creates (or checks) the streams, the runs bucket and one durable
-// consumer per agent type, then starts pulling. ctx bounds the set-up only;
-// the worker runs until Shutdown or Stop.
+// consumer per agent type, then starts pulling. The worker runs until
+// Shutdown or Stop, or until ctx ends (then as Stop: its runs are handed
+// back at once; call Shutdown first for a graceful stop).
 func (w *Worker) Start(ctx context.Context) error {
 	w.mu.Lock()
-	if w.state != stateNew {
-		w.mu.Unlock()
-		return errors.New("worker: already started")
-	}
 	if len(w.handlers) == 0 {
 		w.mu.Unlock()
 		return errors.New("worker: no handlers registered")
 	}
-	w.state = stateStarting
-	w.mu.Unlock()
-	if err := w.setUp(ctx); err != nil {
-		w.mu.Lock()
-		w.state = stateStopped
+	if err := w.life.Begin(); err != nil {
 		w.mu.Unlock()
-		return err
+		return fmt.Errorf("worker: %w", err)
 	}
-	return nil
+	w.started = true
+	w.mu.Unlock()
+	return w.setUp(ctx)
 }
 
 // setUp is Start after its checks.
@@ -236,20 +224,9 @@ func (w *Worker) setUp(ctx context.Context) error {
 	pullCtx, stopPull := context.WithCancel(runCtx)
 	heartCtx, stopHeart := context.WithCancel(context.WithoutCancel(ctx))
 	w.mu.Lock()
-	if w.state == stateStopped { // Shutdown or Stop ran while we were starting
-		w.mu.Unlock()
-		cancel(ErrShuttingDown)
-		stopPull()
-		stopHeart()
-		cancels.Stop()
-		signals.Stop()
-		_ = live.Release(ctx)
-		return errors.New("worker: stopped while starting")
-	}
 	w.cancel, w.stopPull, w.stopHeart = cancel, stopPull, stopHeart
 	w.stopped = runCtx.Done()
 	w.live, w.cancels, w.signals = live, cancels, signals
-	w.state = stateRunning
 	w.mu.Unlock()
 	w.announce(ctx)
 	w.beats.Go(func() { w.heart(heartCtx) })
@@ -270,6 +247,7 @@ func (w *Worker) setUp(ctx context.Context) error {
 	for _, l := range loops {
 		w.pullers.Go(func() { l.Run(pullCtx) })
 	}
+	w.life.Running(ctx, w.drain)
 	w.log.InfoContext(ctx, "worker started", "agent_types", w.AgentTypes(), "concurrency", w.cfg.Concurrency,
 		"lease", w.cfg.Lease)
 	return nil
@@ -281,14 +259,17 @@ const malformedConsumer = "dispatch-malformed"
 // finish. When ctx is done first, it cancels their handlers (cause
 // ErrShuttingDown) and hands their runs back, so another worker takes them at
 // once instead of after a lease. It is idempotent and safe before Start.
-func (w *Worker) Shutdown(ctx context.Context) error {
+func (w *Worker) Shutdown(ctx context.Context) error { return w.life.Shutdown(ctx) }
+
+// Stop hands every run in flight back at once and stops the worker.
+func (w *Worker) Stop() error { return w.life.Stop() }
+
+// Stopped returns a channel closed once the worker has stopped.
+func (w *Worker) Stopped() <-chan struct{} { return w.life.Stopped() }
+
+// drain is the worker's graceful stop (see Shutdown).
+func (w *Worker) drain(ctx context.Context) error {
 	w.mu.Lock()
-	if w.state != stateRunning {
-		w.state = stateStopped
-		w.mu.Unlock()
-		return nil
-	}
-	w.state = stateStopped
 	stopPull, cancel := w.stopPull, w.cancel
 	w.mu.Unlock()
 
@@ -346,13 +327,6 @@ func (w *Worker) unregister(e *execution) {
 
 // epoch is the epoch of the worker's liveness key, written on claimed rows.
 func (w *Worker) epoch() string { return w.liveness().Epoch() }
-
-// Stop hands every run in flight back at once and stops the worker.
-func (w *Worker) Stop() error {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	return w.Shutdown(ctx)
-}
 
 func (w *Worker) activeIDs() []string {
 	w.mu.Lock()
