@@ -20,6 +20,11 @@ const (
 	HeaderOriginalMsgID = "Jetrun-Original-Msg-Id"
 	// HeaderAttempt is the attempt that published a run event.
 	HeaderAttempt = "Jetrun-Attempt"
+	// HeaderFinishOwed, on a status event, names the status whose finish
+	// the run owes its onFinish handler: the finisher (pkg/finish, run by
+	// parent-worker) publishes that finish. A hint only: the row's ledger
+	// decides.
+	HeaderFinishOwed = "Jetrun-Finish-Owed"
 )
 
 // Size limits enforced on the way in, so a run row (input, output and

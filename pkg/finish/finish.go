@@ -154,6 +154,7 @@ type Deliverer struct {
 	cancel   context.CancelFunc
 	pullers  sync.WaitGroup
 	inflight sync.WaitGroup
+	finisher *finisher
 }
 
 // Validate reports every invalid field at once.
@@ -247,8 +248,11 @@ func (d *Deliverer) ensureStreams(ctx context.Context) error {
 }
 
 // Start creates (or checks) the streams and one durable consumer per
-// handler, then starts delivering. ctx bounds the set-up only. Starting with
-// no handlers is allowed and does nothing.
+// handler, then starts delivering. ctx bounds the set-up only. It also
+// starts the finisher (see finisher.go), which publishes the finishes
+// transitions owe, whatever their handler and wherever it is served: run
+// at least one Deliverer (parent-worker does), with or without handlers,
+// or finishes wait for the reconciler's republish.
 func (d *Deliverer) Start(ctx context.Context) error {
 	d.mu.Lock()
 	if d.started {
@@ -257,9 +261,6 @@ func (d *Deliverer) Start(ctx context.Context) error {
 	}
 	d.started = true
 	d.mu.Unlock()
-	if len(d.handlers) == 0 {
-		return nil
-	}
 	ns := d.cfg.Namespace
 	if err := events.EnsureStreams(ctx, d.js, ns, d.cfg.Streams); err != nil {
 		return fmt.Errorf("finish: %w", err)
@@ -291,6 +292,15 @@ func (d *Deliverer) Start(ctx context.Context) error {
 	d.mu.Lock()
 	d.cancel, d.stopPull = cancel, stopPull
 	d.mu.Unlock()
+	if err := d.startFinisher(runCtx); err != nil {
+		stopPull()
+		cancel()
+		return err
+	}
+	if len(d.handlers) == 0 {
+		d.log.InfoContext(ctx, "finisher started; no finish handlers in this process")
+		return nil
+	}
 	for name, c := range consumers {
 		loop := pull.Loop{
 			Consumer: c, Concurrency: d.cfg.Concurrency, Handlers: &d.inflight,
@@ -302,6 +312,7 @@ func (d *Deliverer) Start(ctx context.Context) error {
 		d.pullers.Go(func() { loop.Run(pullCtx) })
 	}
 	if err := d.startNotices(ctx, runCtx, pullCtx); err != nil {
+		d.finisher.stop()
 		stopPull()
 		d.pullers.Wait()
 		cancel()
@@ -325,6 +336,9 @@ func (d *Deliverer) Shutdown(ctx context.Context) error {
 	stopPull, cancel := d.stopPull, d.cancel
 	d.mu.Unlock()
 	defer cancel()
+	if d.finisher != nil {
+		d.finisher.stop()
+	}
 	// Late handlers see their context end; their finishes are retried.
 	if !pull.Drain(ctx, stopPull, &d.pullers, &d.inflight, cancel, shutdownGrace) {
 		return fmt.Errorf("finish: deliveries did not return %s after their handlers were cancelled", shutdownGrace)
