@@ -42,7 +42,7 @@ func roleServer(t *testing.T) string {
 // rolePasswords are the placeholders of the shipped nats.conf.
 var rolePasswords = map[string]string{
 	"parent": "change-me-parent", "child": "change-me-child", "producer": "change-me-producer",
-	"viewer": "change-me-viewer", "child-nesting": "change-me-child-nesting",
+	"viewer": "change-me-viewer", "child-nesting": "change-me-child-nesting", "admin": "change-me-admin",
 }
 
 func roleEnv(url, user string) map[string]string {
