@@ -309,3 +309,89 @@ func mergeAll(ms ...map[string]string) map[string]string {
 	}
 	return out
 }
+
+// A child-worker whose agents dispatch nested runs logs in as
+// child-nesting (the child's permissions plus dispatches): its nested demo
+// run, served by a plain child, completes; a plain child may not dispatch
+// (TestRolesRefuseWhatTheyMayNotDo).
+func TestRolesChildNestingDispatchesNestedRuns(t *testing.T) {
+	t.Parallel()
+	url := roleServer(t)
+	pw := start(t, "parent-worker", mergeAll(roleEnv(url, "parent"), map[string]string{"JETRUN_HTTP_ADDR": ""}))
+	pw.waitLog("parent-worker ready", 60*time.Second)
+	start(t, "child-worker", roleEnv(url, "child")).waitLog("child-worker serving", 60*time.Second)
+	nestURL := strings.Replace(url, "nats://", "nats://child-nesting:"+rolePasswords["child-nesting"]+"@", 1)
+	nest := start(t, "nestworker", nil, nestURL, "nest-roles")
+	nest.waitLog("nestworker serving", 60*time.Second)
+
+	if out, err := natsAs(t, url, "producer", 20*time.Second, "pub", "jetrun.dispatch.nester",
+		`{"runId":"roles-nest","input":{"steps":2,"stepMs":10}}`); err != nil {
+		t.Fatalf("producer: nats pub: %v\n%s", err, out)
+	}
+	natstest.Eventually(t, 60*time.Second, func() bool {
+		out, err := natsAs(t, url, "viewer", 10*time.Second, "kv", "get", "jetrun_runs", "roles-nest", "--raw")
+		return err == nil && strings.Contains(out, `"status":"completed"`) && strings.Contains(out, "child: finished 2 steps")
+	}, "the nesting run did not complete")
+	if strings.Contains(nest.stderr.String(), "permissions violation") || strings.Contains(nest.stderr.String(), "Permissions Violation") {
+		t.Fatalf("child-nesting was refused something:\n%s", nest.stderr)
+	}
+}
+
+// The nats commands of the production checklist's credentials item run as
+// shown against the shipped nats.conf and a parent-worker as parent: the
+// allowed ones succeed, the refused ones (`! nats ...`) fail.
+func TestRolesChecklistCommands(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(raw)
+	from := strings.Index(text, "## Production checklist")
+	if from < 0 {
+		t.Fatal("docs/operations.md has no production checklist")
+	}
+	var cmds []string
+	for _, l := range strings.Split(text[from:], "\n") {
+		if l = strings.TrimSpace(l); strings.HasPrefix(l, "nats ") || strings.HasPrefix(l, "! nats ") {
+			cmds = append(cmds, l)
+		}
+	}
+	if len(cmds) < 5 {
+		t.Fatalf("the checklist has %d nats commands", len(cmds))
+	}
+	url := roleServer(t)
+	pw := start(t, "parent-worker", mergeAll(roleEnv(url, "parent"), map[string]string{"JETRUN_HTTP_ADDR": ""}))
+	pw.waitLog("parent-worker ready", 60*time.Second)
+	nats := natsCLI(t)
+	for _, c := range cmds {
+		c = strings.Replace(c, "nats ", "exec "+nats+" --timeout 2s ", 1)
+		if strings.HasPrefix(c, "! ") {
+			c = "! sh -c " + shellQuote(strings.TrimPrefix(c, "! "))
+		}
+		cmd := exec.Command("sh", "-c", c)
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "NATS_URL=" + url}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s\n%v\n%s", c, err, out)
+		}
+		if strings.HasPrefix(c, "! ") && !strings.Contains(string(out), "Permissions Violation") {
+			t.Fatalf("%s failed, but not for a permissions violation:\n%s", c, out)
+		}
+		t.Logf("%s\n%s", c, out)
+	}
+	// The refused ones changed nothing.
+	nc, err := roleConn(url, "parent", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	for _, s := range []string{"JETRUN_EVENTS", "JETRUN_FINISH"} {
+		if _, err := js.Stream(context.Background(), s); err != nil {
+			t.Errorf("stream %s: %v", s, err)
+		}
+	}
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
