@@ -188,6 +188,21 @@ func TestRolesSplitAcrossProcessesRunTheLifecycle(t *testing.T) {
 	if n := hook.count("roles-detached.completed"); n != 1 {
 		t.Fatalf("the finish was delivered %d times", n)
 	}
+	// Clearing (the parent's purges of a run's events, signals, index
+	// entries and dispatch) works as parent.
+	cctx, ccancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer ccancel()
+	clear := exec.CommandContext(cctx, filepath.Join(bin, "jetrun"), "clear", "--all")
+	clear.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
+	for k, v := range roleEnv(url, "parent") {
+		clear.Env = append(clear.Env, k+"="+v)
+	}
+	if out, err := clear.CombinedOutput(); err != nil || !strings.Contains(string(out), "cleared 2 runs") {
+		t.Fatalf("parent: jetrun clear --all: %v\n%s", err, out)
+	}
+	if out, err := natsAs(t, url, "viewer", 10*time.Second, "stream", "get", "JETRUN_EVENTS", "--last-for", "jetrun.run.roles-awaited.status"); err == nil {
+		t.Fatalf("the cleared run's events are still there:\n%s", out)
+	}
 	for _, p := range []*proc{pw, child} {
 		for _, l := range strings.Split(p.stderr.String(), "\n") {
 			if strings.Contains(l, "permissions violation") {
