@@ -45,18 +45,25 @@ func startCluster(t *testing.T) *cluster {
 			fmt.Sprintf("127.0.0.1:%d", 6222+i), fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t)),
 			fmt.Sprintf("./data/nats-n%d", i+1), filepath.Join(dir, fmt.Sprintf("n%d", i+1)))
 	}
-	users, err := filepath.Abs("../../nats-users.conf")
+	// The nodes include ../nats-users.conf (nats-server resolves includes
+	// relative to the including file): the same layout, under dir.
+	users, err := os.ReadFile("../../nats-users.conf")
 	if err != nil {
 		t.Fatal(err)
 	}
-	swaps = append(swaps, `include "../nats-users.conf"`, fmt.Sprintf("include %q", users))
+	if err := os.WriteFile(filepath.Join(dir, "nats-users.conf"), users, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "nats-cluster"), 0o700); err != nil {
+		t.Fatal(err)
+	}
 	swap := strings.NewReplacer(swaps...)
 	for i := range 3 {
 		raw, err := os.ReadFile(fmt.Sprintf("../../nats-cluster/n%d.conf", i+1))
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.confs[i] = filepath.Join(dir, fmt.Sprintf("n%d.conf", i+1))
+		c.confs[i] = filepath.Join(dir, "nats-cluster", fmt.Sprintf("n%d.conf", i+1))
 		if err := os.WriteFile(c.confs[i], []byte(swap.Replace(string(raw))), 0o600); err != nil {
 			t.Fatal(err)
 		}

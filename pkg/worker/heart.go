@@ -69,7 +69,7 @@ func (w *Worker) renew(ctx context.Context) error {
 		return nil
 	}
 	if !errors.Is(err, kv.ErrLivenessLost) && time.Now().Before(w.holdsUntil()) {
-		w.ensure(ctx, err)
+		w.ensureAside(ctx, err)
 		return err
 	}
 	w.log.ErrorContext(ctx, "worker liveness lost: stopping every attempt of this worker", "err", err)
