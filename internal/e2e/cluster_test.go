@@ -45,13 +45,25 @@ func startCluster(t *testing.T) *cluster {
 			fmt.Sprintf("127.0.0.1:%d", 6222+i), fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t)),
 			fmt.Sprintf("./data/nats-n%d", i+1), filepath.Join(dir, fmt.Sprintf("n%d", i+1)))
 	}
+	// The nodes include ../nats-users.conf (nats-server resolves includes
+	// relative to the including file): the same layout, under dir.
+	users, err := os.ReadFile("../../nats-users.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "nats-users.conf"), users, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "nats-cluster"), 0o700); err != nil {
+		t.Fatal(err)
+	}
 	swap := strings.NewReplacer(swaps...)
 	for i := range 3 {
 		raw, err := os.ReadFile(fmt.Sprintf("../../nats-cluster/n%d.conf", i+1))
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.confs[i] = filepath.Join(dir, fmt.Sprintf("n%d.conf", i+1))
+		c.confs[i] = filepath.Join(dir, "nats-cluster", fmt.Sprintf("n%d.conf", i+1))
 		if err := os.WriteFile(c.confs[i], []byte(swap.Replace(string(raw))), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -64,7 +76,7 @@ func startCluster(t *testing.T) *cluster {
 	var nc *nats.Conn
 	natstest.Eventually(t, 30*time.Second, func() bool {
 		var err error
-		nc, err = nats.Connect(c.url())
+		nc, err = nats.Connect(c.url(), nats.UserInfo("admin", rolePasswords["admin"]))
 		return err == nil
 	}, "no node of the cluster came up")
 	defer nc.Close()
@@ -135,7 +147,10 @@ func (c *cluster) leader(js jetstream.JetStream, stream string) int {
 // runs the in-process version (pkg/worker TestEventsLeaderLossUnderLoad).
 func TestClusterLosesNodesAndNoRun(t *testing.T) {
 	c := startCluster(t)
-	nc, err := nats.Connect(c.url(), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
+	// The test itself (probes, the parent client that creates the R3
+	// streams) is the operator, admin; the processes run as their roles.
+	nc, err := nats.Connect(c.url(), nats.UserInfo("admin", rolePasswords["admin"]), nats.MaxReconnects(-1),
+		nats.ReconnectWait(250*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,8 +164,9 @@ func TestClusterLosesNodesAndNoRun(t *testing.T) {
 	e := &env{url: c.url(), js: js, client: client, store: client.Store()}
 	hook := newHookServer(t)
 	replicas := map[string]string{"JETRUN_REPLICAS": "3", "JETRUN_CONCURRENCY": "400", "JETRUN_LOG_LEVEL": "info", "JETRUN_LEASE": "5s"}
-	pw := e.parentWorker(t, "pw-c", hook.URL, replicas)
-	kids := []*proc{e.childWorker(t, "child-c1", replicas), e.childWorker(t, "child-c2", replicas)}
+	pw := e.parentWorker(t, "pw-c", hook.URL, mergeAll(replicas, roleEnv(c.url(), "parent")))
+	kids := []*proc{e.childWorker(t, "child-c1", mergeAll(replicas, roleEnv(c.url(), "child"))),
+		e.childWorker(t, "child-c2", mergeAll(replicas, roleEnv(c.url(), "child")))}
 
 	const n = 300
 	ids := make([]string, n)

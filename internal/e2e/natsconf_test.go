@@ -41,16 +41,22 @@ func TestNatsConfRunsARealServerTheWorkersUse(t *testing.T) {
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
 	var nc *nats.Conn
 	natstest.Eventually(t, 20*time.Second, func() bool {
-		nc, err = nats.Connect(url)
+		nc, err = nats.Connect(url, nats.UserInfo("parent", rolePasswords["parent"]))
 		return err == nil
 	}, "nats-server -c nats.conf did not come up")
 	t.Cleanup(nc.Close)
+	if anon, err := nats.Connect(url, nats.MaxReconnects(0)); err == nil {
+		anon.Close()
+		t.Fatal("nats.conf lets a client without a user in")
+	}
 
-	start(t, "child-worker", map[string]string{"JETRUN_NATS_URL": url}).waitLog("child-worker serving", 60*time.Second)
+	// The parent (here a parent client with the parent user) creates the
+	// streams; the child-worker, as child, finds them.
 	client, err := parent.New(context.Background(), nc, parent.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	start(t, "child-worker", roleEnv(url, "child")).waitLog("child-worker serving", 60*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	res, err := client.Run(ctx, parent.Request{AgentType: "demo", RunID: "conf", Input: map[string]int{"steps": 2, "stepMs": 10}})

@@ -4,6 +4,7 @@
 package natsconn
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -35,6 +36,15 @@ func Connect(cfg config.NATS, name string, logger *slog.Logger, extra ...nats.Op
 			subject := ""
 			if sub != nil {
 				subject = sub.Subject
+			}
+			if errors.Is(err, nats.ErrPermissionViolation) {
+				// The server refused a publish or subscription this
+				// user may not make: a request waiting on it times out,
+				// so say here what was refused (nats.conf, the roles in
+				// docs/operations.md).
+				logger.Error("nats refused a publish or subscription: permissions violation; check this user's permissions (docs/operations.md, Authentication)",
+					"subject", subject, "err", err)
+				return
 			}
 			logger.Warn("nats async error", "subject", subject, "err", err)
 		}),

@@ -32,6 +32,7 @@ import (
 	"github.com/jetrun/jetrun/pkg/obs"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/reconcile"
+	"github.com/jetrun/jetrun/pkg/registry"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
 
@@ -92,6 +93,11 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 		return fmt.Errorf("metrics: %w", err)
 	}
 	m.WatchLag(js, cfg.Namespace(), nil, 0)
+	// The agent registry's bucket: parent-worker creates every stream and
+	// bucket, so child-workers need no permission to create any (nats.conf).
+	if _, err := registry.Open(ctx, js, cfg.Namespace(), cfg.Options().Replicas); err != nil {
+		return err
+	}
 
 	rec, err := reconcile.New(nc, reconcile.Config{
 		ID:                   cfg.WorkerID,

@@ -26,6 +26,11 @@ const (
 	// reads the clear tombstone only after the miss, sparing a read on the
 	// common path where the row is found.
 	HeaderRowAfter = "Jetrun-Row-After"
+	// HeaderFinishOwed, on a status event, names the status whose finish
+	// the run owes its onFinish handler: the finisher (pkg/finish, run by
+	// parent-worker) publishes that finish. A hint only: the row's ledger
+	// decides.
+	HeaderFinishOwed = "Jetrun-Finish-Owed"
 )
 
 // Size limits enforced on the way in, so a run row (input, output and

@@ -168,6 +168,10 @@ func (ns Namespace) FinishSubject(handler string) string {
 	return ns.Prefix() + ".finish." + mustToken("handler name", handler)
 }
 
+// FinisherQueue is the queue group of the finishers (pkg/finish) on
+// StatusWildcard: one finisher of the fleet handles each status event.
+func (ns Namespace) FinisherQueue() string { return ns.Prefix() + "-finisher" }
+
 // FinishWildcard matches every finish subject.
 func (ns Namespace) FinishWildcard() string { return ns.Prefix() + ".finish.>" }
 

@@ -149,14 +149,20 @@ func EnsureStreams(ctx context.Context, js jetstream.JetStream, ns Namespace, o 
 }
 
 func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig) error {
-	_, err := js.CreateStream(ctx, want)
-	if err == nil {
-		return nil
-	}
-	if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-		return fmt.Errorf("events: create stream %s: %w", want.Name, err)
-	}
+	// Look first, create only what is missing: a user whose role may not
+	// create streams (nats.conf: child, producer) starts against streams a
+	// parent-worker created.
 	s, err := js.Stream(ctx, want.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		if _, err = js.CreateStream(ctx, want); err == nil {
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return fmt.Errorf("events: create stream %s (a user that may not create streams gets a timeout here: "+
+				"start a parent-worker first; docs/operations.md, Authentication): %w", want.Name, err)
+		}
+		s, err = js.Stream(ctx, want.Name) // another process won the race
+	}
 	if err != nil {
 		return fmt.Errorf("events: look up stream %s: %w", want.Name, err)
 	}

@@ -88,9 +88,10 @@ type Deliverer struct {
 	store      *kv.Store
 	logs       obs.Throttle // warnings about JetStream faults, per message and class
 
-	life    service.Lifecycle
-	mu      sync.Mutex
-	started bool // handlers can no longer be registered
+	life     service.Lifecycle
+	mu       sync.Mutex
+	started  bool // handlers can no longer be registered
+	finisher *finisher
 }
 
 // Validate reports every invalid field at once.
@@ -185,7 +186,11 @@ func (d *Deliverer) ensureStreams(ctx context.Context) error {
 
 // Start creates (or checks) the streams and one durable consumer per
 // handler, then starts delivering until Shutdown or Stop, or until ctx ends
-// (then as Stop). Starting with no handlers is allowed and does nothing.
+// (then as Stop). It also starts the finisher (see finisher.go), which
+// publishes the finishes transitions owe, whatever their handler and
+// wherever it is served: run at least one Deliverer (parent-worker does),
+// with or without handlers, or finishes wait for the reconciler's
+// republish.
 func (d *Deliverer) Start(ctx context.Context) error {
 	d.mu.Lock()
 	if err := d.life.Begin(); err != nil {
@@ -194,10 +199,6 @@ func (d *Deliverer) Start(ctx context.Context) error {
 	}
 	d.started = true
 	d.mu.Unlock()
-	if len(d.handlers) == 0 {
-		d.life.Running(ctx, func(context.Context) error { return nil })
-		return nil
-	}
 	ns := d.cfg.Namespace
 	if err := events.EnsureStreams(ctx, d.js, ns, d.cfg.Streams); err != nil {
 		return fmt.Errorf("finish: %w", err)
@@ -226,6 +227,21 @@ func (d *Deliverer) Start(ctx context.Context) error {
 	}
 	p := service.NewPullers(ctx)
 	runCtx := p.Context()
+	if err := d.startFinisher(runCtx); err != nil {
+		p.Drain(ctx, shutdownGrace)
+		return err
+	}
+	stop := func(ctx context.Context) bool {
+		d.finisher.stop()
+		ok := p.Drain(ctx, shutdownGrace)
+		d.finisher.wg.Wait() // its workers end with the handlers' context
+		return ok
+	}
+	if len(d.handlers) == 0 {
+		d.life.Running(ctx, func(ctx context.Context) error { stop(ctx); return nil })
+		d.log.InfoContext(ctx, "finisher started; no finish handlers in this process")
+		return nil
+	}
 	for name, c := range consumers {
 		p.Go(pull.Loop{
 			Consumer: c, Concurrency: d.cfg.Concurrency,
@@ -236,12 +252,12 @@ func (d *Deliverer) Start(ctx context.Context) error {
 		})
 	}
 	if err := d.startNotices(ctx, p); err != nil {
-		p.Drain(ctx, shutdownGrace)
+		stop(ctx)
 		return err
 	}
 	d.life.Running(ctx, func(ctx context.Context) error {
 		// Late handlers see their context end; their finishes are retried.
-		if !p.Drain(ctx, shutdownGrace) {
+		if !stop(ctx) {
 			return fmt.Errorf("finish: deliveries did not return %s after their handlers were cancelled", shutdownGrace)
 		}
 		return nil

@@ -3,9 +3,12 @@
 // A detached run dispatched with detached.onFinish = "<handler>" owes one
 // finish per status it reaches among completed, error, aborted and the
 // give-up interrupted. Each transition records the owed finish on the run's
-// row (its delivery ledger) and publishes it to jetrun.finish.<handler> with
-// Nats-Msg-Id <runId>.<status>; the reconciler republishes any that were
-// lost.
+// row (its delivery ledger) and says so on its status event (header
+// Jetrun-Finish-Owed); the finisher every Deliverer runs (finisher.go)
+// publishes it to jetrun.finish.<handler> with Nats-Msg-Id
+// <runId>.<status>, and the reconciler republishes any that were lost. A
+// program that runs pkg/worker without parent-worker must run a Deliverer
+// (with or without handlers) for finishes to be published promptly.
 //
 // A Deliverer runs one durable consumer per handler (finish-<handler>),
 // shared by every process that registers the handler. For each message it:

@@ -3,6 +3,7 @@ package jsfault_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -310,5 +311,15 @@ func TestRetryRepair(t *testing.T) {
 	})
 	if err != nil || repairs != 1 {
 		t.Fatalf("RetryRepair = %v after %d repairs, want nil after 1", err, repairs)
+	}
+}
+
+// The server's refusal of a publish or subscription (nats.conf's per-role
+// permissions) is permanent: no retry gets past it. It reaches the client
+// as an asynchronous error; a request it refused times out.
+func TestPermissionViolationIsPermanent(t *testing.T) {
+	err := fmt.Errorf("publish: %w: Permissions Violation for Publish to \"jetrun.finish.x\"", nats.ErrPermissionViolation)
+	if got := jsfault.Classify(context.Background(), err); got != jsfault.Permanent {
+		t.Fatalf("Classify(permissions violation) = %v", got)
 	}
 }

@@ -3,10 +3,8 @@ package kv
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -18,33 +16,24 @@ import (
 )
 
 // PublishTransition announces r's current status: the status event on
-// jetrun.run.<id>.status and, when one is owed, the finish on
-// jetrun.finish.<handler>. Both carry a Nats-Msg-Id, so announcing twice
-// (a retry, a repair) stores each once within the dedup window.
+// jetrun.run.<id>.status, with a Nats-Msg-Id, so announcing twice (a retry,
+// a repair) stores it once within the dedup window. When the run owes a
+// finish for the status, the event carries the header Jetrun-Finish-Owed
+// and the finisher (pkg/finish, run by every parent-worker) publishes the
+// finish: whoever makes the transition (a child-worker, a parent client,
+// the reconciler) never publishes to jetrun.finish.>, so a child-worker
+// needs no permission on finishes. The reconciler republishes a finish the
+// finisher missed.
 //
-// Both publishes are deduplicated by their Nats-Msg-Ids, so transient
-// faults are retried (jsfault.Retry) for at most TransitionRetry.
+// Transient faults are retried (jsfault.Retry) for at most TransitionRetry.
 func PublishTransition(ctx context.Context, js jetstream.JetStream, ns events.Namespace, r *jetruntype.Run, worker string) error {
 	return jsfault.Retry(ctx, TransitionRetry, func(ctx context.Context) error {
-		return publishTransition(ctx, js, ns, r, worker)
+		return PublishStatus(ctx, js, ns, r, worker, events.StatusMsgID(r.ID, r.Attempt, r.Status))
 	})
 }
 
 // TransitionRetry bounds the retries of PublishTransition.
 const TransitionRetry = 10 * time.Second
-
-func publishTransition(ctx context.Context, js jetstream.JetStream, ns events.Namespace, r *jetruntype.Run, worker string) error {
-	if !r.FinishOwed(r.Status) {
-		return PublishStatus(ctx, js, ns, r, worker, events.StatusMsgID(r.ID, r.Attempt, r.Status))
-	}
-	// Both at once: one round trip.
-	var finishErr error
-	var both sync.WaitGroup
-	both.Go(func() { finishErr = PublishFinish(ctx, js, ns, r, r.Status) })
-	err := PublishStatus(ctx, js, ns, r, worker, events.StatusMsgID(r.ID, r.Attempt, r.Status))
-	both.Wait()
-	return errors.Join(err, finishErr)
-}
 
 // PublishStatus publishes the status event of r's current status with the
 // given Nats-Msg-Id.
@@ -56,6 +45,9 @@ func PublishStatus(ctx context.Context, js jetstream.JetStream, ns events.Namesp
 	msg := &nats.Msg{Subject: ns.RunSubject(r.ID, events.KindStatus), Data: data, Header: nats.Header{}}
 	msg.Header.Set(jetstream.MsgIDHeader, msgID)
 	msg.Header.Set(events.HeaderAttempt, strconv.Itoa(r.Attempt))
+	if r.FinishOwed(r.Status) {
+		msg.Header.Set(events.HeaderFinishOwed, string(r.Status))
+	}
 	r.Trace().SetHeaders(msg.Header)
 	if _, err := js.PublishMsg(ctx, msg); err != nil {
 		return fmt.Errorf("kv: publish %s status of run %s: %w", r.Status, r.ID, err)

@@ -725,8 +725,9 @@ func (c *Client) List(ctx context.Context, statuses ...events.Status) ([]*jetrun
 	return rows, nil
 }
 
-// announce publishes the status event (and finish) of a transition this
-// client made. A failure is logged: the reconciler republishes owed finishes.
+// announce publishes the status event of a transition this client made (a
+// finisher publishes an owed finish from it). A failure is logged: the
+// reconciler republishes owed finishes.
 func (c *Client) announce(ctx context.Context, r *jetruntype.Run) {
 	if err := kv.PublishTransition(ctx, c.js, c.cfg.Namespace, r, ""); err != nil {
 		c.fault(ctx, "announce transition", err, "run_id", r.ID, "status", r.Status)

@@ -50,12 +50,24 @@ const ensureEvery = 5 * time.Second
 // stream) costs a few seconds of retries, not the runs. It is idempotent:
 // what exists is left as it is.
 func (w *Worker) ensure(ctx context.Context, cause error) {
+	w.ensureUntil(context.WithoutCancel(ctx), cause)
+}
+
+// ensureAside is ensure in a goroutine of its own, ended with ctx: the
+// heart must not wait on it. Looking up a stream is answered by its leader,
+// so during an election it takes the whole ensureEvery, longer than a
+// renewal may wait with a short lease.
+func (w *Worker) ensureAside(ctx context.Context, cause error) {
+	w.beats.Go(func() { w.ensureUntil(ctx, cause) })
+}
+
+func (w *Worker) ensureUntil(ctx context.Context, cause error) {
 	now := time.Now().UnixNano()
 	last := w.lastEnsure.Load()
 	if now-last < int64(ensureEvery) || !w.lastEnsure.CompareAndSwap(last, now) {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ensureEvery)
+	ctx, cancel := context.WithTimeout(ctx, ensureEvery)
 	defer cancel()
 	ns := w.cfg.Namespace
 	err := events.EnsureStreams(ctx, w.js, ns, w.cfg.Streams)
