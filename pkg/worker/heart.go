@@ -77,7 +77,7 @@ func (w *Worker) renew(ctx context.Context) error {
 		if !errors.Is(err, kv.ErrLivenessLost) && time.Now().Before(w.holdsUntil()) {
 			// Re-creating streams can take seconds while JetStream is away:
 			// never on the heart's own time, or it would miss the lapse.
-			w.beats.Go(func() { w.ensure(ctx, err) })
+			w.ensureAside(ctx, err)
 			return err
 		}
 		w.log.ErrorContext(ctx, "worker liveness lost: stopping every attempt of this worker; "+
@@ -276,14 +276,6 @@ func (e *execution) due(now time.Time, beatEvery, lease, syncEvery time.Duration
 		sync, e.lastSync = true, now
 	}
 	return beat, false, sync
-}
-
-// started reports whether the handler's context exists (the run is
-// claimed and its attempt began).
-func (e *execution) started() bool {
-	e.ctlMu.Lock()
-	defer e.ctlMu.Unlock()
-	return e.ctx != nil
 }
 
 func (e *execution) handlerContext() context.Context {
