@@ -253,11 +253,14 @@ func TestClusterLosesNodesAndNoRun(t *testing.T) {
 		}
 		return true
 	}, "the child-workers' liveness never lapsed")
+	// The outage ends when the nodes come back: what the processes log
+	// while they recover (a line per run taken over, resumed or finished)
+	// is counted in the runs, not here.
+	after := lines()
+	outageLen := time.Since(outage)
 	for _, i := range down {
 		c.start(i)
 	}
-	after := lines()
-	outageLen := time.Since(outage)
 
 	awaited.Wait()
 	close(awaitErrs)
