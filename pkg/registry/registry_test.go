@@ -249,18 +249,11 @@ func TestCacheRefreshesAhead(t *testing.T) {
 		t.Fatalf("schemas: %v %v", in, err)
 	}
 	announce(`{"type":"integer"}`)
-	time.Sleep(time.Until(first.Add(registry.CacheTTL - registry.CacheTTL/10)))
-	for {
+	natstest.Eventually(t, time.Until(first.Add(registry.CacheTTL)), func() bool {
 		in, _, err := cache.Schemas(ctx, "t")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if in.Validate(json.RawMessage(`1`)) == nil {
-			break // the new schema
-		}
-		if time.Since(first) >= registry.CacheTTL {
-			t.Fatal("the schema was not refreshed ahead of its expiry")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return in.Validate(json.RawMessage(`1`)) == nil // the new schema
+	}, "the schema was not refreshed ahead of its expiry")
 }

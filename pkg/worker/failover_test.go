@@ -99,7 +99,11 @@ func TestEventsLeaderLossUnderLoad(t *testing.T) {
 				}
 				return worker.Result{}, err
 			}
-			time.Sleep(5 * time.Millisecond)
+			select { // the handler's own pace between chunks
+			case <-time.After(5 * time.Millisecond):
+			case <-ctx.Done():
+				return worker.Result{}, context.Cause(ctx)
+			}
 		}
 		return worker.Result{Summary: "done"}, nil
 	})

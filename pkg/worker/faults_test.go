@@ -194,6 +194,8 @@ func TestALivenessLapseIsNotALostWorker(t *testing.T) {
 	if err := <-causes; !errors.Is(err, worker.ErrLeaseLost) {
 		t.Fatalf("attempt 1 stopped with %v, want ErrLeaseLost", err)
 	}
+	// The key's TTL runs out on the clock while no server is up to show
+	// it: one lease after the lapse it has expired.
 	time.Sleep(time.Second)
 	natstest.RunServerWithOptions(t, &server.Options{Port: port, StoreDir: storeDir})
 
