@@ -10,11 +10,10 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/jetrun/jetrun/internal/agents/demo"
 	"github.com/jetrun/jetrun/internal/agents/execagent"
 	"github.com/jetrun/jetrun/internal/agents/httpagent"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
 
@@ -53,10 +52,10 @@ func (c Configured) Names() []string {
 	})
 }
 
-// StartPool starts a worker on nc serving the named built-in agent types
+// StartPool starts a worker on rt serving the named built-in agent types
 // and every configured one.
-func StartPool(ctx context.Context, nc *nats.Conn, cfg worker.Config, names []string, conf Configured) (*worker.Worker, error) {
-	w, err := worker.New(nc, cfg)
+func StartPool(ctx context.Context, rt *jetrun.Runtime, cfg worker.Config, names []string, conf Configured) (*worker.Worker, error) {
+	w, err := worker.New(rt, cfg)
 	if err != nil {
 		return nil, err
 	}

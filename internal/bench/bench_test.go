@@ -19,6 +19,7 @@ import (
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/finish"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/parent"
@@ -123,7 +124,8 @@ func startWorker(b *testing.B, nc *nats.Conn, concurrency int, agentType string,
 // it is stopped at cleanup.
 func startWorkerConfig(b *testing.B, nc *nats.Conn, cfg worker.Config, agentType string, handler worker.HandlerFunc) *worker.Worker {
 	b.Helper()
-	return jetruntest.StartWorker(b, nc, cfg, func(w *worker.Worker) { w.Handle(agentType, handler) })
+	rt := jetruntest.OpenRuntime(b, nc, jetrun.Config{})
+	return jetruntest.StartWorker(b, rt, cfg, func(w *worker.Worker) { w.Handle(agentType, handler) })
 }
 
 func noop(context.Context, *worker.Run) (worker.Result, error) { return worker.Result{}, nil }
@@ -199,7 +201,7 @@ func BenchmarkWorkloadRunsVersusRaw(b *testing.B) {
 	raw := rawAsyncPublishRate(b, js)
 
 	startWorker(b, nc, concurrency, "noop", noop)
-	client, err := parent.New(ctx, nc, parent.Config{})
+	client, err := parent.New(jetruntest.OpenRuntime(b, nc, jetrun.Config{}), parent.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -261,7 +263,7 @@ func BenchmarkWorkloadCancel(b *testing.B) {
 		<-ctx.Done()
 		return worker.Result{}, context.Cause(ctx)
 	})
-	client, err := parent.New(ctx, nc, parent.Config{})
+	client, err := parent.New(jetruntest.OpenRuntime(b, nc, jetrun.Config{}), parent.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -380,11 +382,8 @@ func BenchmarkWorkloadReconcileSweep(b *testing.B) {
 	const active, retained = 1_000, 100_000
 	_, nc, js := embeddedServer(b)
 	ctx := context.Background()
-	r, err := reconcile.New(nc, reconcile.Config{Parallelism: 16})
+	r, err := reconcile.New(jetruntest.OpenRuntime(b, nc, jetrun.Config{}), reconcile.Config{Parallelism: 16})
 	if err != nil {
-		b.Fatal(err)
-	}
-	if err := r.Open(ctx); err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = r.Stop() })
@@ -464,7 +463,7 @@ func BenchmarkWorkloadDetachedFinish(b *testing.B) {
 	ctx := context.Background()
 	startWorker(b, nc, concurrency, "noop", noop)
 	lat := newLatencies(n)
-	d, err := finish.New(nc, finish.Config{Concurrency: 32})
+	d, err := finish.New(jetruntest.OpenRuntime(b, nc, jetrun.Config{}), finish.Config{Concurrency: 32})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -476,7 +475,7 @@ func BenchmarkWorkloadDetachedFinish(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = d.Stop() })
-	client, err := parent.New(ctx, nc, parent.Config{})
+	client, err := parent.New(jetruntest.OpenRuntime(b, nc, jetrun.Config{}), parent.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -20,8 +20,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -211,7 +213,7 @@ func inFlight(b *testing.B, n int) {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	client, err := parent.New(ctx, inProcess(b, ns), parent.Config{})
+	client, err := parent.New(jetruntest.OpenRuntime(b, inProcess(b, ns), jetrun.Config{}), parent.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -366,7 +368,7 @@ func BenchmarkWorkloadStream(b *testing.B) {
 		took <- time.Since(t0)
 		return worker.Result{}, nil
 	})
-	client, err := parent.New(ctx, nc, parent.Config{})
+	client, err := parent.New(jetruntest.OpenRuntime(b, nc, jetrun.Config{}), parent.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -503,7 +505,7 @@ func BenchmarkWorkloadShortRunCost(b *testing.B) {
 	wnc := inProcess(b, ns, nats.CustomInboxPrefix(workerInbox))
 	cnc := inProcess(b, ns, nats.CustomInboxPrefix(clientInbox))
 	startWorker(b, wnc, concurrency, "noop", noop)
-	client, err := parent.New(ctx, cnc, parent.Config{})
+	client, err := parent.New(jetruntest.OpenRuntime(b, cnc, jetrun.Config{}), parent.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -582,7 +584,7 @@ func BenchmarkWorkloadPacedLatency(b *testing.B) {
 	cnc, _ := natstest.Connect(b, ns)
 	ctx := context.Background()
 	startWorker(b, wnc, concurrency, "noop", noop)
-	client, err := parent.New(ctx, cnc, parent.Config{})
+	client, err := parent.New(jetruntest.OpenRuntime(b, cnc, jetrun.Config{}), parent.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}

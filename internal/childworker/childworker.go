@@ -12,12 +12,11 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/jetrun/jetrun/internal/agents"
 	"github.com/jetrun/jetrun/internal/config"
 	"github.com/jetrun/jetrun/internal/metrics"
 	"github.com/jetrun/jetrun/internal/natsconn"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 )
 
 // Run serves until ctx is done. Then it stops pulling, lets runs in flight
@@ -32,7 +31,11 @@ func Run(ctx context.Context, cfg config.ChildWorker, logger *slog.Logger) error
 	if err != nil {
 		return err
 	}
-	wcfg := cfg.Pool.WorkerConfig(cfg.Streams, logger)
+	rt, err := jetrun.Open(ctx, nc, cfg.Streams.Runtime())
+	if err != nil {
+		return err
+	}
+	wcfg := cfg.Pool.WorkerConfig(logger)
 	var (
 		m  *metrics.Metrics
 		ln net.Listener
@@ -47,18 +50,14 @@ func Run(ctx context.Context, cfg config.ChildWorker, logger *slog.Logger) error
 	}
 	// The worker runs until the graceful shutdown below, not until ctx (the
 	// signal) ends, which would hand its runs back at once.
-	w, err := agents.StartPool(context.WithoutCancel(ctx), nc, wcfg, cfg.AgentTypes, conf)
+	w, err := agents.StartPool(context.WithoutCancel(ctx), rt, wcfg, cfg.AgentTypes, conf)
 	if err != nil {
 		return err
 	}
 	serveErr := make(chan error, 1)
 	var srv *http.Server
 	if m != nil {
-		js, err := jetstream.New(nc)
-		if err != nil {
-			return fmt.Errorf("metrics: %w", err)
-		}
-		m.WatchLag(js, wcfg.Namespace, w.AgentTypes(), 0)
+		m.WatchLag(rt.JetStream(), rt.Namespace(), w.AgentTypes(), 0)
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", m.Handler())
 		srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}

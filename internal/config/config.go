@@ -22,6 +22,7 @@ import (
 	"github.com/jetrun/jetrun/internal/httpapi"
 
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -71,9 +72,9 @@ type Reattach struct {
 }
 
 // ParentConfig is the parent client configuration of these settings.
-func (r Reattach) ParentConfig(s Streams, logger *slog.Logger) parent.Config {
+func (r Reattach) ParentConfig(logger *slog.Logger) parent.Config {
 	return parent.Config{
-		Namespace: s.Namespace(), Streams: s.Options(), Logger: logger,
+		Logger:             logger,
 		ReattachNoProgress: r.ReattachNoProgress, ReattachMaxWindow: r.ReattachMaxWindow,
 	}
 }
@@ -431,12 +432,15 @@ func (s Streams) Options() events.StreamOptions {
 		FinishMaxAge: s.FinishMaxAge}
 }
 
+// Runtime returns the runtime configuration (jetrun.Open) of the settings.
+func (s Streams) Runtime() jetrun.Config {
+	return jetrun.Config{Namespace: s.Namespace(), Streams: s.Options()}
+}
+
 // WorkerConfig returns the child runtime configuration of the pool.
-func (p Pool) WorkerConfig(s Streams, logger *slog.Logger) worker.Config {
+func (p Pool) WorkerConfig(logger *slog.Logger) worker.Config {
 	return worker.Config{
 		ID:               p.WorkerID,
-		Namespace:        s.Namespace(),
-		Streams:          s.Options(),
 		Concurrency:      p.Concurrency,
 		FleetConcurrency: p.FleetConcurrency,
 		Lease:            p.Lease,

@@ -17,8 +17,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/agents/demo"
+	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 )
@@ -155,13 +157,14 @@ func TestClusterLosesNodesAndNoRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	client, err := parent.New(context.Background(), nc, parent.Config{Streams: events.StreamOptions{Replicas: 3}, AllowUnknownAgentTypes: true})
+	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{Streams: events.StreamOptions{Replicas: 3}})
+	client, err := parent.New(rt, parent.Config{AllowUnknownAgentTypes: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	js, _ := jetstream.New(nc)
 	natstest.WaitForStreamLeaders(t, js, "JETRUN_DISPATCH", "JETRUN_EVENTS", "JETRUN_SIGNALS", "KV_jetrun_runs", "KV_jetrun_active")
-	e := &env{url: c.url(), js: js, client: client, store: client.Store()}
+	e := &env{url: c.url(), js: js, client: client, store: rt.Store()}
 	hook := newHookServer(t)
 	replicas := map[string]string{"JETRUN_REPLICAS": "3", "JETRUN_CONCURRENCY": "400", "JETRUN_LOG_LEVEL": "info", "JETRUN_LEASE": "5s"}
 	pw := e.parentWorker(t, "pw-c", hook.URL, mergeAll(replicas, roleEnv(c.url(), "parent")))

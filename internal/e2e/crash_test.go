@@ -16,6 +16,7 @@ import (
 	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/parent"
@@ -32,11 +33,12 @@ func newEnv(t *testing.T) *env {
 	t.Helper()
 	ns := natstest.RunServer(t)
 	nc, js := natstest.Connect(t, ns)
-	c, err := parent.New(context.Background(), nc, parent.Config{AllowUnknownAgentTypes: true})
+	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
+	c, err := parent.New(rt, parent.Config{AllowUnknownAgentTypes: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{url: ns.ClientURL(), js: js, client: c, store: c.Store()}
+	return &env{url: ns.ClientURL(), js: js, client: c, store: rt.Store()}
 }
 
 func (e *env) childWorker(t *testing.T, id string, extra map[string]string) *proc {

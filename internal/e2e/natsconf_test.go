@@ -52,7 +52,7 @@ func TestNatsConfRunsARealServerTheWorkersUse(t *testing.T) {
 
 	// The parent (here a parent client with the parent user) creates the
 	// streams; the child-worker, as child, finds them.
-	client, err := parent.New(context.Background(), nc, parent.Config{})
+	client, err := parent.New(rt, parent.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestNatsConfRunsARealServerTheWorkersUse(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "data", "nats", "jetstream")); err != nil {
 		t.Fatalf("store dir from nats.conf not used: %v", err)
 	}
-	row := jetruntest.WaitRow(t, client.Store(), "conf", time.Second, jetruntest.Final)
+	row := jetruntest.WaitRow(t, rt.Store(), "conf", time.Second, jetruntest.Final)
 	if row.Status != events.StatusCompleted {
 		t.Fatal(row.Status)
 	}

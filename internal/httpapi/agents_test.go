@@ -9,8 +9,10 @@ import (
 
 	"github.com/jetrun/jetrun/internal/agents"
 	"github.com/jetrun/jetrun/internal/httpapi"
+	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/internal/runview"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -22,19 +24,20 @@ func TestAgentsToolsAndSchemaErrors(t *testing.T) {
 	t.Parallel()
 	ns := natstest.RunServer(t)
 	nc, _ := natstest.Connect(t, ns)
+	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
 	ctx := context.Background()
 	for _, id := range []string{"wa", "wb"} {
-		w, err := agents.StartPool(ctx, nc, worker.Config{ID: id}, []string{"demo"}, agents.Configured{})
+		w, err := agents.StartPool(ctx, rt, worker.Config{ID: id}, []string{"demo"}, agents.Configured{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = w.Stop() })
 	}
-	client, err := parent.New(ctx, nc, parent.Config{})
+	client, err := parent.New(rt, parent.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	view, err := runview.Start(ctx, client.Store(), nil)
+	view, err := runview.Start(ctx, rt.Store(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

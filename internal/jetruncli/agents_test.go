@@ -10,7 +10,9 @@ import (
 
 	"github.com/jetrun/jetrun/internal/agents"
 	"github.com/jetrun/jetrun/internal/jetruncli"
+	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/internal/natstest"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
 
@@ -19,9 +21,10 @@ import (
 func TestAgentsCommand(t *testing.T) {
 	ns := natstest.RunServer(t)
 	nc, _ := natstest.Connect(t, ns)
+	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	w, err := agents.StartPool(ctx, nc, worker.Config{}, []string{"demo"}, agents.Configured{})
+	w, err := agents.StartPool(ctx, rt, worker.Config{}, []string{"demo"}, agents.Configured{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/jetrun/jetrun/internal/config"
 	"github.com/jetrun/jetrun/internal/natsconn"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 )
@@ -95,7 +96,12 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		return ExitFailure
 	}
 	defer nc.Close()
-	c.client, err = parent.New(ctx, nc, cfg.Reattach.ParentConfig(cfg.Streams, slog.New(slog.DiscardHandler)))
+	rt, err := jetrun.Open(ctx, nc, cfg.Streams.Runtime())
+	if err != nil {
+		fmt.Fprintf(stderr, "jetrun: %v\n", err)
+		return ExitFailure
+	}
+	c.client, err = parent.New(rt, cfg.Reattach.ParentConfig(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		fmt.Fprintf(stderr, "jetrun: %v\n", err)
 		return ExitFailure

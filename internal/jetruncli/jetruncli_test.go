@@ -14,6 +14,7 @@ import (
 	"github.com/jetrun/jetrun/internal/jetruncli"
 	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/internal/natstest"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/worker"
@@ -26,9 +27,10 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestListByToolCall(t *testing.T) {
 	ns := natstest.RunServer(t)
 	nc, js := natstest.Connect(t, ns)
+	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	jetruntest.StartWorker(t, nc, worker.Config{}, func(w *worker.Worker) {
+	jetruntest.StartWorker(t, rt, worker.Config{}, func(w *worker.Worker) {
 		w.Handle(demo.AgentType, demo.Handler())
 	})
 	t.Setenv("JETRUN_NATS_URL", ns.ClientURL())

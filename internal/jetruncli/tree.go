@@ -27,13 +27,15 @@ type treeNode struct {
 // ordered by tool call (in the order of their first child), then display
 // order, then id.
 func (c *cli) runTree(ctx context.Context, r *jetruntype.Run, depth int) (treeNode, error) {
-	rows, err := c.client.Store().List(ctx, func(x *jetruntype.Run) bool { return x.Parent != "" })
+	rows, err := c.client.List(ctx)
 	if err != nil {
 		return treeNode{}, fmt.Errorf("list nested runs: %w", err)
 	}
 	byParent := make(map[string][]*jetruntype.Run)
 	for _, x := range rows {
-		byParent[x.Parent] = append(byParent[x.Parent], x)
+		if x.Parent != "" {
+			byParent[x.Parent] = append(byParent[x.Parent], x)
+		}
 	}
 	var build func(r *jetruntype.Run, depth int) treeNode
 	build = func(r *jetruntype.Run, depth int) treeNode {

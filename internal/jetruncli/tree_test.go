@@ -14,6 +14,7 @@ import (
 	"github.com/jetrun/jetrun/internal/jetruncli"
 	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/internal/natstest"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
@@ -24,9 +25,10 @@ import (
 func TestGetShowsTheRunTreeAndCalls(t *testing.T) {
 	ns := natstest.RunServer(t)
 	nc, _ := natstest.Connect(t, ns)
+	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	jetruntest.StartWorker(t, nc, worker.Config{}, func(w *worker.Worker) {
+	jetruntest.StartWorker(t, rt, worker.Config{}, func(w *worker.Worker) {
 		w.Handle(demo.AgentType, demo.Handler())
 		w.HandleFunc("fanout", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
 			var kids []*worker.Child
@@ -52,7 +54,7 @@ func TestGetShowsTheRunTreeAndCalls(t *testing.T) {
 			return worker.Result{Summary: "fanned out"}, nil
 		})
 	})
-	client, err := parent.New(ctx, nc, parent.Config{})
+	client, err := parent.New(rt, parent.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +78,7 @@ func TestGetShowsTheRunTreeAndCalls(t *testing.T) {
 	x1, x2 := parent.RunID("fan", "call-x#1"), parent.RunID("fan", "call-x#2")
 	y := parent.RunID("fan", "call-y")
 	for _, id := range []string{x1, x2, y} {
-		jetruntest.WaitRow(t, client.Store(), id, 30*time.Second, jetruntest.Final)
+		jetruntest.WaitRow(t, rt.Store(), id, 30*time.Second, jetruntest.Final)
 	}
 
 	var tree struct {
@@ -122,9 +124,10 @@ func TestGetShowsTheRunTreeAndCalls(t *testing.T) {
 func TestReplyAnswersACall(t *testing.T) {
 	ns := natstest.RunServer(t)
 	nc, _ := natstest.Connect(t, ns)
+	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	jetruntest.StartWorker(t, nc, worker.Config{}, func(w *worker.Worker) {
+	jetruntest.StartWorker(t, rt, worker.Config{}, func(w *worker.Worker) {
 		w.HandleFunc("asks", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
 			out, err := run.Call(ctx, "ask", "ok?")
 			if err != nil {
@@ -138,7 +141,7 @@ func TestReplyAnswersACall(t *testing.T) {
 			return worker.Result{Summary: ce.Message, Output: out}, nil
 		})
 	})
-	client, err := parent.New(ctx, nc, parent.Config{})
+	client, err := parent.New(rt, parent.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +171,7 @@ func TestReplyAnswersACall(t *testing.T) {
 	if code, out := jetrun("reply", "--error", "no", "q1", "2"); code != jetruncli.ExitOK {
 		t.Fatalf("jetrun reply --error: %d %s", code, out)
 	}
-	row := jetruntest.WaitRow(t, client.Store(), "q1", 30*time.Second, jetruntest.Final)
+	row := jetruntest.WaitRow(t, rt.Store(), "q1", 30*time.Second, jetruntest.Final)
 	if row.Summary != "no" || string(row.Output) != `{"yes":true}` {
 		t.Fatalf("row %s %q %s", row.Status, row.Summary, row.Output)
 	}

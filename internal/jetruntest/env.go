@@ -11,6 +11,7 @@ import (
 
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
@@ -20,49 +21,59 @@ import (
 const setupTimeout = 30 * time.Second
 
 // Env is the bundle most tests start from: an embedded JetStream server, a
-// connection to it, jetrun's streams and buckets in Namespace, the runs
-// store and a parent client. Everything is shut down at the test's cleanup.
+// connection to it, the runtime (jetrun's streams and buckets in
+// Namespace), the runs store and a parent client. Everything is shut down
+// at the test's cleanup.
 type Env struct {
 	Server    *server.Server
 	Conn      *nats.Conn
 	JS        jetstream.JetStream
 	Namespace events.Namespace
+	Runtime   *jetrun.Runtime
 	Client    *parent.Client
 	Store     *kv.Store
 }
 
 // NewEnv starts an embedded JetStream server (natstest.RunServer), connects
-// to it, and opens a parent client, which creates the streams and buckets,
-// in the default namespace.
+// to it, opens the runtime, which creates the streams and buckets, in the
+// default namespace, and a parent client on it.
 func NewEnv(t testing.TB) *Env {
 	t.Helper()
 	ns := natstest.RunServer(t)
 	nc, js := natstest.Connect(t, ns)
-	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
-	defer cancel()
-	client, err := parent.New(ctx, nc, parent.Config{})
+	rt := OpenRuntime(t, nc, jetrun.Config{})
+	client, err := parent.New(rt, parent.Config{})
 	if err != nil {
 		t.Fatalf("jetruntest: parent client: %v", err)
 	}
-	return &Env{Server: ns, Conn: nc, JS: js, Namespace: events.Namespace(""), Client: client, Store: client.Store()}
+	return &Env{Server: ns, Conn: nc, JS: js, Namespace: rt.Namespace(), Runtime: rt, Client: client, Store: rt.Store()}
 }
 
-// StartWorker starts a worker on the env's connection: see StartWorker.
-// cfg.Namespace defaults to the env's.
+// OpenRuntime opens a runtime on nc with cfg (jetrun.Open), failing the
+// test if it cannot.
+func OpenRuntime(t testing.TB, nc *nats.Conn, cfg jetrun.Config) *jetrun.Runtime {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
+	rt, err := jetrun.Open(ctx, nc, cfg)
+	if err != nil {
+		t.Fatalf("jetruntest: open runtime: %v", err)
+	}
+	return rt
+}
+
+// StartWorker starts a worker on the env's runtime: see StartWorker.
 func (e *Env) StartWorker(t testing.TB, cfg worker.Config, register func(w *worker.Worker)) *worker.Worker {
 	t.Helper()
-	if cfg.Namespace == "" {
-		cfg.Namespace = e.Namespace
-	}
-	return StartWorker(t, e.Conn, cfg, register)
+	return StartWorker(t, e.Runtime, cfg, register)
 }
 
-// StartWorker builds a worker on nc with cfg, lets register add its
+// StartWorker builds a worker on rt with cfg, lets register add its
 // handlers (w.Handle, w.HandleFunc, w.HandleWith), starts it, and stops it
 // at the test's cleanup. It fails the test if the worker cannot start.
-func StartWorker(t testing.TB, nc *nats.Conn, cfg worker.Config, register func(w *worker.Worker)) *worker.Worker {
+func StartWorker(t testing.TB, rt *jetrun.Runtime, cfg worker.Config, register func(w *worker.Worker)) *worker.Worker {
 	t.Helper()
-	w, err := worker.New(nc, cfg)
+	w, err := worker.New(rt, cfg)
 	if err != nil {
 		t.Fatalf("jetruntest: new worker: %v", err)
 	}

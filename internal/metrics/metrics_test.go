@@ -16,6 +16,7 @@ import (
 	"github.com/jetrun/jetrun/internal/metrics"
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
@@ -81,8 +82,9 @@ func TestWorkerObserverCounts(t *testing.T) {
 	t.Parallel()
 	ns := natstest.RunServer(t)
 	nc, js := natstest.Connect(t, ns)
+	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
 	m := metrics.New()
-	jetruntest.StartWorker(t, nc, worker.Config{Observer: m}, func(w *worker.Worker) {
+	jetruntest.StartWorker(t, rt, worker.Config{Observer: m}, func(w *worker.Worker) {
 		w.HandleFunc("quick", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
 			return worker.Result{Summary: "done"}, nil
 		})
@@ -92,11 +94,11 @@ func TestWorkerObserverCounts(t *testing.T) {
 		})
 	})
 	m.WatchLag(js, "", nil, 0)
-	client, err := parent.New(context.Background(), nc, parent.Config{})
+	client, err := parent.New(rt, parent.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := client.Store()
+	store := rt.Store()
 
 	if _, err := client.Dispatch(context.Background(), parent.Request{AgentType: "quick", RunID: "q1", Input: 1}); err != nil {
 		t.Fatal(err)

@@ -17,7 +17,6 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/agents"
 	"github.com/jetrun/jetrun/internal/agents/demo"
@@ -28,6 +27,7 @@ import (
 	"github.com/jetrun/jetrun/internal/natsconn"
 	"github.com/jetrun/jetrun/internal/runview"
 	"github.com/jetrun/jetrun/pkg/finish"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/meter"
 	"github.com/jetrun/jetrun/pkg/obs"
 	"github.com/jetrun/jetrun/pkg/parent"
@@ -81,17 +81,20 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 	// are also published on jetrun.obs.<event>.
 	logger = slog.New(obs.NewHandler(logger.Handler(), nc, cfg.Namespace(), "parent-worker"))
 
-	pcfg := cfg.Reattach.ParentConfig(cfg.Streams, logger)
+	// One runtime for every role of the process: it creates (or checks)
+	// the streams and buckets.
+	rt, err := jetrun.Open(ctx, nc, cfg.Streams.Runtime())
+	if err != nil {
+		return err
+	}
+	pcfg := cfg.Reattach.ParentConfig(logger)
 	pcfg.MaxDepth = cfg.MaxDepth
-	client, err := parent.New(ctx, nc, pcfg)
+	client, err := parent.New(rt, pcfg)
 	if err != nil {
 		return err
 	}
 	m := metrics.New()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("metrics: %w", err)
-	}
+	js := rt.JetStream()
 	m.WatchLag(js, cfg.Namespace(), nil, 0)
 	// The agent registry's bucket: parent-worker creates every stream and
 	// bucket, so child-workers need no permission to create any (nats.conf).
@@ -99,10 +102,8 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 		return err
 	}
 
-	rec, err := reconcile.New(nc, reconcile.Config{
+	rec, err := reconcile.New(rt, reconcile.Config{
 		ID:                   cfg.WorkerID,
-		Namespace:            cfg.Namespace(),
-		Streams:              cfg.Options(),
 		Interval:             cfg.ReconcileInterval,
 		MaxBudget:            cfg.DetachedMaxBudget,
 		NoProgressBudget:     cfg.DetachedNoProgress,
@@ -125,10 +126,8 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 	}
 	defer func() { _ = rec.Stop() }() // idempotent; the normal path stops it below
 
-	deliverer, err := finish.New(nc, finish.Config{
+	deliverer, err := finish.New(rt, finish.Config{
 		ID:          cfg.WorkerID,
-		Namespace:   cfg.Namespace(),
-		Streams:     cfg.Options(),
 		MaxAttempts: cfg.FinishMaxAttempts,
 		Timeout:     cfg.FinishTimeout,
 		RetryDelay:  cfg.FinishRetryDelay,
@@ -157,7 +156,7 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 
 	stopMeter := func() {}
 	if cfg.Meter {
-		m, err := meter.New(nc, meter.Config{Namespace: cfg.Namespace(), Streams: cfg.Options(), Logger: logger,
+		m, err := meter.New(rt, meter.Config{Logger: logger,
 			OnStart: m.MeterStart, OnFinish: m.MeterFinish})
 		if err != nil {
 			return err
@@ -175,9 +174,9 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 		return err
 	}
 	if len(cfg.Children) > 0 || len(conf.Names()) > 0 {
-		wcfg := cfg.Pool.WorkerConfig(cfg.Streams, logger)
+		wcfg := cfg.Pool.WorkerConfig(logger)
 		wcfg.Observer = m
-		if pool, err = agents.StartPool(life, nc, wcfg, cfg.Children, conf); err != nil {
+		if pool, err = agents.StartPool(life, rt, wcfg, cfg.Children, conf); err != nil {
 			return err
 		}
 	}
@@ -190,7 +189,7 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 		if err != nil {
 			return err
 		}
-		view, err := runview.Start(ctx, client.Store(), logger)
+		view, err := runview.Start(ctx, rt.Store(), logger)
 		if err != nil {
 			return err
 		}

@@ -13,13 +13,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/pull"
 	"github.com/jetrun/jetrun/internal/service"
 	"github.com/jetrun/jetrun/internal/settle"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/obs"
@@ -39,10 +39,6 @@ const (
 type Config struct {
 	// ID names this deliverer in delivery claims (default: random).
 	ID string
-	// Namespace is the subject prefix (default "jetrun").
-	Namespace events.Namespace
-	// Streams tunes the streams and buckets when this deliverer creates them.
-	Streams events.StreamOptions
 	// MaxAttempts bounds handler invocations per finish (default 5); then
 	// the finish is dead-lettered and the row records the failure.
 	MaxAttempts int
@@ -79,7 +75,9 @@ type Observer interface {
 // Deliverer delivers finishes to registered handlers.
 type Deliverer struct {
 	cfg      Config
+	rt       *jetrun.Runtime
 	js       jetstream.JetStream
+	ns       events.Namespace
 	log      *slog.Logger
 	handlers map[string]Handler
 	// milestones are the handlers registered with HandleMilestone.
@@ -114,14 +112,12 @@ func (c Config) Validate() error {
 	if c.Concurrency < 0 {
 		errs = append(errs, fmt.Errorf("concurrency must not be negative, got %d", c.Concurrency))
 	}
-	if err := c.Streams.Validate(); err != nil {
-		errs = append(errs, err)
-	}
 	return errors.Join(errs...)
 }
 
-// New returns a Deliverer using nc.
-func New(nc *nats.Conn, cfg Config) (*Deliverer, error) {
+// New returns a Deliverer on rt. It does no I/O: Start creates the
+// consumers.
+func New(rt *jetrun.Runtime, cfg Config) (*Deliverer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("finish: config: %w", err)
 	}
@@ -135,12 +131,9 @@ func New(nc *nats.Conn, cfg Config) (*Deliverer, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, fmt.Errorf("finish: jetstream: %w", err)
-	}
 	return &Deliverer{
-		cfg: cfg, js: js, log: cfg.Logger.With("deliverer", cfg.ID),
+		cfg: cfg, rt: rt, js: rt.JetStream(), ns: rt.Namespace(), store: rt.Store(),
+		log:      cfg.Logger.With("deliverer", cfg.ID),
 		handlers: make(map[string]Handler),
 	}, nil
 }
@@ -179,14 +172,8 @@ func (d *Deliverer) Handlers() []string {
 	return slices.Sorted(maps.Keys(d.handlers))
 }
 
-// ensureStreams re-creates the streams the deliverer uses, as at Start.
-func (d *Deliverer) ensureStreams(ctx context.Context) error {
-	return events.EnsureStreams(ctx, d.js, d.cfg.Namespace, d.cfg.Streams)
-}
-
-// Start creates (or checks) the streams and one durable consumer per
-// handler, then starts delivering until Shutdown or Stop, or until ctx ends
-// (then as Stop). It also starts the finisher (see finisher.go), which
+// Start creates (or checks) one durable consumer per handler, then starts
+// delivering until Shutdown or Stop, or until ctx ends (then as Stop). It also starts the finisher (see finisher.go), which
 // publishes the finishes transitions owe, whatever their handler and
 // wherever it is served: run at least one Deliverer (parent-worker does),
 // with or without handlers, or finishes wait for the reconciler's
@@ -199,15 +186,7 @@ func (d *Deliverer) Start(ctx context.Context) error {
 	}
 	d.started = true
 	d.mu.Unlock()
-	ns := d.cfg.Namespace
-	if err := events.EnsureStreams(ctx, d.js, ns, d.cfg.Streams); err != nil {
-		return fmt.Errorf("finish: %w", err)
-	}
-	store, err := kv.Open(ctx, d.js, kv.Config{Namespace: ns, Replicas: d.cfg.Streams.Replicas})
-	if err != nil {
-		return fmt.Errorf("finish: %w", err)
-	}
-	d.store = store
+	ns := d.ns
 	consumers := make(map[string]jetstream.Consumer, len(d.handlers))
 	configs := make(map[string]jetstream.ConsumerConfig, len(d.handlers))
 	for name := range d.handlers {
@@ -248,7 +227,7 @@ func (d *Deliverer) Start(ctx context.Context) error {
 			Handle:  func(m jetstream.Msg, _ *pull.Slot) { d.deliver(runCtx, name, m) },
 			Stopped: func(m jetstream.Msg) { d.settle(runCtx, d.log, m, settle.Retry(time.Second)) },
 			Logger:  d.log, Name: events.FinishConsumer(name),
-			Repair: pull.Recreate(d.js, d.ensureStreams, ns.FinishStream(), configs[name]),
+			Repair: pull.Recreate(d.js, d.rt.Repair, ns.FinishStream(), configs[name]),
 		})
 	}
 	if err := d.startNotices(ctx, p); err != nil {

@@ -225,7 +225,7 @@ func (d *Deliverer) release(log *slog.Logger, res Result, c claimed, cause error
 // on the row; the message is then terminated. If the dead-letter write
 // fails, the message is retried.
 func (d *Deliverer) deadLetter(ctx context.Context, name string, msg jetstream.Msg, res Result, c claimed, reason string, attempts int) settle.Outcome {
-	if _, err := d.js.PublishMsg(ctx, events.DeadLetter(d.cfg.Namespace.DLQFinishSubject(name), msg, reason)); err != nil {
+	if _, err := d.js.PublishMsg(ctx, events.DeadLetter(d.ns.DLQFinishSubject(name), msg, reason)); err != nil {
 		d.fault(ctx, d.log, "dead-letter finish; keeping it for a retry", err, "handler", name)
 		return settle.Retry(5 * time.Second)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/jetrun/jetrun/internal/embedded"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/finish"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
@@ -31,7 +32,13 @@ func ExampleDeliverer_HandleFinishFunc() {
 		summary string
 	}
 	audited := make(chan outcome, 1)
-	d, err := finish.New(nc, finish.Config{})
+	// One runtime per process: it creates (or checks) jetrun's streams and
+	// buckets, and every role shares it.
+	rt, err := jetrun.Open(ctx, nc, jetrun.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	d, err := finish.New(rt, finish.Config{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -47,7 +54,7 @@ func ExampleDeliverer_HandleFinishFunc() {
 	}
 	defer d.Stop()
 
-	w, err := worker.New(nc, worker.Config{})
+	w, err := worker.New(rt, worker.Config{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -59,7 +66,7 @@ func ExampleDeliverer_HandleFinishFunc() {
 	}
 	defer w.Stop()
 
-	client, err := parent.New(ctx, nc, parent.Config{})
+	client, err := parent.New(rt, parent.Config{})
 	if err != nil {
 		log.Fatal(err)
 	}

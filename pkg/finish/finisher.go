@@ -20,7 +20,7 @@ import (
 // A transition that makes a finish owed (a detached run with a finish
 // handler reaching a final status, or interrupted) records the debt on the
 // run's row (its finishes ledger) and publishes the status event with the
-// header Jetrun-Finish-Owed: <status> (kv.PublishTransition). Whoever makes
+// header Jetrun-Finish-Owed: <status> (jetrun.Runtime.Announce). Whoever makes
 // the transition (a child-worker, a parent client's cancel, the reconciler)
 // never publishes to jetrun.finish.>: the finisher does. Every Deliverer
 // runs one (parent-worker always runs a Deliverer): a core NATS queue
@@ -53,7 +53,7 @@ type finisher struct {
 // startFinisher subscribes to every run's status events.
 func (d *Deliverer) startFinisher(runCtx context.Context) error {
 	f := &finisher{d: d, work: make(chan *nats.Msg, 1024)}
-	ns := d.cfg.Namespace
+	ns := d.ns
 	sub, err := d.js.Conn().QueueSubscribe(ns.StatusWildcard(), ns.FinisherQueue(), func(m *nats.Msg) {
 		if m.Header.Get(events.HeaderFinishOwed) == "" {
 			return
@@ -118,7 +118,7 @@ func (f *finisher) publish(ctx context.Context, m *nats.Msg) {
 			if !row.FinishOwed(st) {
 				return nil
 			}
-			_, err = kv.PublishFinishAck(ctx, d.js, d.cfg.Namespace, row, st)
+			_, err = d.rt.PublishFinish(ctx, row, st)
 			return err
 		}
 		return nil // the reconciler looks again

@@ -101,7 +101,7 @@ const noticeAckWait = 30 * time.Second
 
 // startNotices follows every run's milestones and records the notices owed.
 func (d *Deliverer) startNotices(ctx context.Context, p *service.Pullers) error {
-	ns := d.cfg.Namespace
+	ns := d.ns
 	cfg := jetstream.ConsumerConfig{
 		Durable:       events.NoticeConsumer,
 		Description:   "jetrun milestone notices: records the notices detached runs owe (detached.onMilestones)",
@@ -123,7 +123,7 @@ func (d *Deliverer) startNotices(ctx context.Context, p *service.Pullers) error 
 		Handle:  func(m jetstream.Msg, _ *pull.Slot) { d.settle(runCtx, d.log, m, d.recordNotice(runCtx, m)) },
 		Stopped: func(m jetstream.Msg) { d.settle(runCtx, d.log, m, settle.Retry(time.Second)) },
 		Logger:  d.log, Name: events.NoticeConsumer,
-		Repair: pull.Recreate(d.js, d.ensureStreams, ns.EventsStream(), cfg),
+		Repair: pull.Recreate(d.js, d.rt.Repair, ns.EventsStream(), cfg),
 	})
 	return nil
 }
@@ -166,7 +166,7 @@ func (d *Deliverer) recordNotice(ctx context.Context, msg jetstream.Msg) settle.
 		}
 	}
 	if row.NoticeOwed(m.Name) && row.Notices[m.Name].Milestone.Sequence == m.Sequence {
-		ack, err := kv.PublishNoticeAck(ctx, d.js, d.cfg.Namespace, row, m.Name)
+		ack, err := d.rt.PublishNotice(ctx, row, m.Name)
 		if err != nil {
 			d.fault(ctx, log, "publish a milestone notice", err)
 			return settle.Retry(time.Second)
@@ -298,7 +298,7 @@ func (d *Deliverer) releaseNotice(log *slog.Logger, n Notice, cause error, faile
 // deadLetterNotice files msg in jetrun.dlq.finish.<handler> and records
 // the failure on the row; the message is then terminated.
 func (d *Deliverer) deadLetterNotice(ctx context.Context, name string, msg jetstream.Msg, n Notice, reason string, attempts int) settle.Outcome {
-	if _, err := d.js.PublishMsg(ctx, events.DeadLetter(d.cfg.Namespace.DLQFinishSubject(name), msg, reason)); err != nil {
+	if _, err := d.js.PublishMsg(ctx, events.DeadLetter(d.ns.DLQFinishSubject(name), msg, reason)); err != nil {
 		d.fault(ctx, d.log, "dead-letter milestone notice; keeping it for a retry", err, "handler", name)
 		return settle.Retry(5 * time.Second)
 	}
@@ -386,7 +386,7 @@ func (d *Deliverer) catchUpNotices(ctx context.Context, log *slog.Logger, runID 
 		rctx, cancel := context.WithTimeout(ctx, catchUpTimeout)
 		defer cancel()
 		var found []events.Milestone
-		for ev, err := range events.Replay(rctx, d.js, d.cfg.Namespace, runID, events.ReplayOptions{
+		for ev, err := range events.Replay(rctx, d.js, d.ns, runID, events.ReplayOptions{
 			StartSeq:  row.FirstEventSeq,
 			StartTime: row.CreatedAt.Add(-time.Minute), // tolerate clock skew with the server
 			Kinds:     []string{events.KindMilestone},
@@ -418,7 +418,7 @@ func (d *Deliverer) catchUpNotices(ctx context.Context, log *slog.Logger, runID 
 			}
 		}
 		for _, name := range added {
-			if _, err := kv.PublishNoticeAck(ctx, d.js, d.cfg.Namespace, row, name); err != nil {
+			if _, err := d.rt.PublishNotice(ctx, row, name); err != nil {
 				return false, err
 			}
 			log.InfoContext(ctx, "milestone notice found before the finish", "milestone", name)

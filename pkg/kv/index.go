@@ -135,40 +135,22 @@ const clearedTTL = 24 * time.Hour
 
 const clearedPrefix = "cleared."
 
-// Erase removes every trace of a run: its queued dispatch, its events and
-// signals (subject purges), its row, its index entries and the concurrency
-// slots it held as a parent. A tombstone (24 h) records the dispatch
-// stream's position at the erase, so a copy of the old dispatch still around
-// cannot bring the run back, while a new dispatch of the same id (published
-// later) starts it afresh. Callers erase only runs that are no longer live.
-func (s *Store) Erase(ctx context.Context, js jetstream.JetStream, ns events.Namespace, r *jetruntype.Run) error {
-	dispatch, err := js.Stream(ctx, ns.DispatchStream())
-	if err != nil {
-		return fmt.Errorf("kv: erase run %s: bind dispatch stream: %w", r.ID, err)
+// Tombstone records that run id was erased when the dispatch stream's last
+// sequence was mark, for 24 h: a copy of its old dispatch still around
+// cannot bring the run back (Cleared), while a new dispatch of the same id,
+// published later, starts it afresh. jetrun.Runtime.Erase writes it first.
+func (s *Store) Tombstone(ctx context.Context, id string, mark uint64) error {
+	data := []byte(strconv.FormatUint(mark, 10))
+	if _, err := s.js.Publish(ctx, s.activeSubject(clearedPrefix+id), data, jetstream.WithMsgTTL(clearedTTL)); err != nil {
+		return fmt.Errorf("kv: erase run %s: tombstone: %w", id, err)
 	}
-	// The lookup just fetched the stream's state: its position now.
-	mark := []byte(strconv.FormatUint(dispatch.CachedInfo().State.LastSeq, 10))
-	if _, err := js.Publish(ctx, s.activeSubject(clearedPrefix+r.ID), mark, jetstream.WithMsgTTL(clearedTTL)); err != nil {
-		return fmt.Errorf("kv: erase run %s: tombstone: %w", r.ID, err)
-	}
-	if r.DispatchSeq > 0 {
-		if err := dispatch.DeleteMsg(ctx, r.DispatchSeq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) &&
-			!errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) {
-			return fmt.Errorf("kv: erase dispatch of run %s: %w", r.ID, err)
-		}
-	}
-	for _, p := range []struct{ stream, subject string }{
-		{ns.EventsStream(), ns.RunWildcard(r.ID)},
-		{ns.SignalsStream(), ns.RunSignalsWildcard(r.ID)},
-	} {
-		st, err := js.Stream(ctx, p.stream)
-		if err != nil {
-			return fmt.Errorf("kv: erase run %s: bind %s: %w", r.ID, p.stream, err)
-		}
-		if err := st.Purge(ctx, jetstream.WithPurgeSubject(p.subject)); err != nil {
-			return fmt.Errorf("kv: erase run %s: purge %s: %w", r.ID, p.subject, err)
-		}
-	}
+	return nil
+}
+
+// Erase removes a run's records from the buckets: the concurrency slots it
+// held as a parent, then its row. jetrun.Runtime.Erase calls it last, after
+// the run's messages are gone.
+func (s *Store) Erase(ctx context.Context, r *jetruntype.Run) error {
 	if err := s.activeKV.Purge(ctx, jetstream.WithPurgeSubject(s.activeSubject(slotPrefix(r.ID)+">"))); err != nil {
 		return fmt.Errorf("kv: erase slots of run %s: %w", r.ID, err)
 	}

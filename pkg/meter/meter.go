@@ -42,6 +42,7 @@ import (
 	"github.com/jetrun/jetrun/internal/service"
 	"github.com/jetrun/jetrun/internal/settle"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/obs"
 )
 
@@ -83,10 +84,6 @@ type Hook func(ctx context.Context, u Usage) error
 
 // Config configures a Meter. Zero values mean defaults.
 type Config struct {
-	// Namespace is the subject prefix (default "jetrun").
-	Namespace events.Namespace
-	// Streams tunes the streams when this meter creates them.
-	Streams events.StreamOptions
 	// OnStart and OnFinish, if set, are called for every start and finish.
 	OnStart, OnFinish Hook
 	// Concurrency is how many events this process handles at once
@@ -112,23 +109,21 @@ func (c Config) Validate() error {
 	if c.Timeout < 0 || c.RetryDelay < 0 {
 		errs = append(errs, errors.New("timeout and retry delay must not be negative"))
 	}
-	if err := c.Streams.Validate(); err != nil {
-		errs = append(errs, err)
-	}
 	return errors.Join(errs...)
 }
 
 // Meter reports starts and finishes; see the package comment.
 type Meter struct {
 	cfg Config
+	rt  *jetrun.Runtime
 	js  jetstream.JetStream
 	log *slog.Logger
 
 	life service.Lifecycle
 }
 
-// New returns a Meter using nc.
-func New(nc *nats.Conn, cfg Config) (*Meter, error) {
+// New returns a Meter on rt. It does no I/O: Start creates the consumer.
+func New(rt *jetrun.Runtime, cfg Config) (*Meter, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("meter: config: %w", err)
 	}
@@ -138,23 +133,16 @@ func New(nc *nats.Conn, cfg Config) (*Meter, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, fmt.Errorf("meter: jetstream: %w", err)
-	}
-	return &Meter{cfg: cfg, js: js, log: cfg.Logger}, nil
+	return &Meter{cfg: cfg, rt: rt, js: rt.JetStream(), log: cfg.Logger}, nil
 }
 
-// Start creates (or checks) the streams and the durable consumer, then
+// Start creates (or checks) the durable consumer, then
 // meters until Shutdown or Stop, or until ctx ends (then as Stop).
 func (m *Meter) Start(ctx context.Context) error {
 	if err := m.life.Begin(); err != nil {
 		return fmt.Errorf("meter: %w", err)
 	}
-	ns := m.cfg.Namespace
-	if err := events.EnsureStreams(ctx, m.js, ns, m.cfg.Streams); err != nil {
-		return fmt.Errorf("meter: %w", err)
-	}
+	ns := m.rt.Namespace()
 	cfg := jetstream.ConsumerConfig{
 		Durable:       events.MeterConsumer,
 		Description:   "jetrun metering: every run's starts and finishes",
@@ -175,9 +163,7 @@ func (m *Meter) Start(ctx context.Context) error {
 		Handle:  func(msg jetstream.Msg, _ *pull.Slot) { m.handle(runCtx, msg) },
 		Stopped: func(msg jetstream.Msg) { _ = settle.Retry(0).Apply(msg) }, // another process takes it at once
 		Logger:  m.log, Name: events.MeterConsumer,
-		Repair: pull.Recreate(m.js, func(ctx context.Context) error {
-			return events.EnsureStreams(ctx, m.js, ns, m.cfg.Streams)
-		}, ns.EventsStream(), cfg),
+		Repair: pull.Recreate(m.js, m.rt.Repair, ns.EventsStream(), cfg),
 	})
 	m.life.Running(ctx, func(ctx context.Context) error {
 		if !p.Drain(ctx, shutdownGrace) {

@@ -16,6 +16,7 @@ import (
 	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/meter"
 	"github.com/jetrun/jetrun/pkg/obs"
 	"github.com/jetrun/jetrun/pkg/parent"
@@ -64,6 +65,7 @@ func TestEveryRunIsMeteredOncePerStartAndFinish(t *testing.T) {
 	t.Parallel()
 	ns := natstest.RunServer(t)
 	nc, _ := natstest.Connect(t, ns)
+	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
@@ -72,7 +74,7 @@ func TestEveryRunIsMeteredOncePerStartAndFinish(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := &ledger{calls: map[string]int{}}
-	m, err := meter.New(nc, meter.Config{
+	m, err := meter.New(rt, meter.Config{
 		OnStart: l.hook(&l.starts, ""), OnFinish: l.hook(&l.finishes, "m-ok"), RetryDelay: 50 * time.Millisecond,
 		Logger: slog.New(obs.NewHandler(slog.DiscardHandler, nc, "", "test")),
 	})
@@ -84,14 +86,14 @@ func TestEveryRunIsMeteredOncePerStartAndFinish(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = m.Stop() })
 
-	jetruntest.StartWorker(t, nc, worker.Config{}, func(w *worker.Worker) {
+	jetruntest.StartWorker(t, rt, worker.Config{}, func(w *worker.Worker) {
 		w.Handle(demo.AgentType, demo.Handler())
 		w.HandleFunc("waits", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
 			<-ctx.Done()
 			return worker.Result{}, context.Cause(ctx)
 		})
 	})
-	c, err := parent.New(ctx, nc, parent.Config{AllowUnknownAgentTypes: true})
+	c, err := parent.New(rt, parent.Config{AllowUnknownAgentTypes: true})
 	if err != nil {
 		t.Fatal(err)
 	}

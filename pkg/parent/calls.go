@@ -114,7 +114,7 @@ func (c *Client) HandleCall(ctx context.Context, name string, h CallHandler, opt
 
 // callConsumer binds the name's consumer, creating it if needed.
 func (c *Client) callConsumer(ctx context.Context, name string, ackWait time.Duration) (jetstream.Consumer, error) {
-	stream := c.cfg.Namespace.EventsStream()
+	stream := c.ns.EventsStream()
 	cons, err := c.js.Consumer(ctx, stream, CallConsumer(name))
 	if err == nil {
 		return cons, nil
@@ -126,7 +126,7 @@ func (c *Client) callConsumer(ctx context.Context, name string, ackWait time.Dur
 	cons, err = c.js.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{
 		Durable:       CallConsumer(name),
 		Description:   "jetrun: servers of calls named " + name,
-		FilterSubject: c.cfg.Namespace.CallWildcard(),
+		FilterSubject: c.ns.CallWildcard(),
 		DeliverPolicy: jetstream.DeliverByStartTimePolicy,
 		OptStartTime:  &from,
 		AckPolicy:     jetstream.AckExplicitPolicy,
@@ -284,7 +284,7 @@ func (c *Client) storeReply(ctx context.Context, reply events.Reply) error {
 	if err != nil {
 		return err
 	}
-	subject := c.cfg.Namespace.RunSubject(reply.RunID, events.KindReply)
+	subject := c.ns.RunSubject(reply.RunID, events.KindReply)
 	return jsfault.Retry(ctx, c.cfg.DispatchRetry, func(ctx context.Context) error {
 		_, err := c.js.Publish(ctx, subject, data, jetstream.WithMsgID(events.ReplyMsgID(reply.RunID, reply.Seq)))
 		return err
@@ -330,7 +330,7 @@ func (c *Client) callSettled(ctx context.Context, call *Call, streamSeq uint64) 
 		return "run ended", nil
 	}
 	opts := events.ReplayOptions{After: streamSeq, Kinds: []string{events.KindReply}, Follow: events.HistoryOnly}
-	for ev, err := range events.Replay(ctx, c.js, c.cfg.Namespace, call.RunID, opts) {
+	for ev, err := range events.Replay(ctx, c.js, c.ns, call.RunID, opts) {
 		if err != nil {
 			return "", err
 		}
@@ -357,7 +357,7 @@ func (c *Client) Calls(ctx context.Context, id string) ([]CallState, error) {
 	}
 	var out []CallState
 	idx := make(map[int64]int)
-	for ev, err := range events.Replay(ctx, c.js, c.cfg.Namespace, id, opts) {
+	for ev, err := range events.Replay(ctx, c.js, c.ns, id, opts) {
 		if err != nil {
 			return nil, fmt.Errorf("parent: calls of run %s: %w", id, err)
 		}

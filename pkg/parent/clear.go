@@ -83,7 +83,7 @@ func (c *Client) Clear(ctx context.Context, f ClearFilter) (int, error) {
 		if err != nil {
 			return n, fmt.Errorf("parent: clear: %w", err)
 		}
-		if err := c.store.Erase(ctx, c.js, c.cfg.Namespace, cur); err != nil {
+		if err := c.rt.Erase(ctx, cur); err != nil {
 			return n, fmt.Errorf("parent: clear: %w", err)
 		}
 		n++
@@ -104,7 +104,7 @@ func (c *Client) waitMetered(ctx context.Context, rows []*jetruntype.Run) {
 	if len(rows) == 0 {
 		return
 	}
-	ns := c.cfg.Namespace
+	ns := c.ns
 	cons, err := c.js.Consumer(ctx, ns.EventsStream(), events.MeterConsumer)
 	if err != nil {
 		return // nobody meters

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/jetrun/jetrun/internal/embedded"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -23,7 +24,13 @@ func ExampleClient_Run() {
 	ctx := context.Background()
 
 	// A worker somewhere serves the "check" agent type.
-	w, err := worker.New(nc, worker.Config{})
+	// One runtime per process: it creates (or checks) jetrun's streams and
+	// buckets, and every role shares it.
+	rt, err := jetrun.Open(ctx, nc, jetrun.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	w, err := worker.New(rt, worker.Config{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -38,7 +45,7 @@ func ExampleClient_Run() {
 	}
 	defer w.Stop()
 
-	client, err := parent.New(ctx, nc, parent.Config{})
+	client, err := parent.New(rt, parent.Config{})
 	if err != nil {
 		log.Fatal(err)
 	}

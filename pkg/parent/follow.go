@@ -127,7 +127,7 @@ func (f *statusFollower) remove(id string, ch chan struct{}) {
 }
 
 func (f *statusFollower) start(ctx context.Context) (jetstream.ConsumeContext, error) {
-	ns := f.c.cfg.Namespace
+	ns := f.c.ns
 	cons, err := f.c.js.OrderedConsumer(ctx, ns.EventsStream(), jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{ns.StatusWildcard()},
 		DeliverPolicy:  jetstream.DeliverNewPolicy,

@@ -13,11 +13,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/jsfault"
 	"github.com/jetrun/jetrun/pkg/kv"
@@ -65,10 +64,6 @@ type Failure = jetruntype.Failure
 
 // Config configures a Client. Zero values mean defaults.
 type Config struct {
-	// Namespace is the subject prefix (default "jetrun").
-	Namespace events.Namespace
-	// Streams tunes the streams and bucket when this client creates them.
-	Streams events.StreamOptions
 	// DispatchRetry bounds how long a failing dispatch publish is retried
 	// (default 10s).
 	DispatchRetry time.Duration
@@ -96,12 +91,13 @@ type Config struct {
 // Client is the parent side: it dispatches runs, awaits, inspects and
 // cancels them. It is safe for concurrent use.
 type Client struct {
-	cfg            Config
-	js             jetstream.JetStream
-	store          *kv.Store
-	log            *slog.Logger
-	dispatchStream jetstream.Stream // looked up once
-	eventsStream   jetstream.Stream // looked up once
+	cfg          Config
+	rt           *jetrun.Runtime
+	js           jetstream.JetStream
+	ns           events.Namespace
+	store        *kv.Store
+	log          *slog.Logger
+	eventsStream jetstream.Stream
 
 	statuses statusFollower // wakes Awaits
 	logs     obs.Throttle   // warnings about JetStream faults, per message and class
@@ -109,32 +105,8 @@ type Client struct {
 	mu     sync.Mutex
 	agents map[string]time.Time // agent types seen registered, until when
 	// schemas holds the input schemas of the agent registry.
-	schemas    *registry.Cache
-	hooks      []ProgressHook
-	lastEnsure time.Time // when ensure last ran
-}
-
-// ensureEvery bounds how often the client re-creates what is missing.
-const ensureEvery = 5 * time.Second
-
-// ensure re-creates the streams and buckets the client uses (idempotent:
-// what exists is left as it is), at most every ensureEvery: an operator's
-// delete costs a dispatch a few seconds of retries, not a failure.
-func (c *Client) ensure(ctx context.Context) error {
-	c.mu.Lock()
-	if time.Since(c.lastEnsure) < ensureEvery {
-		c.mu.Unlock()
-		return nil
-	}
-	c.lastEnsure = time.Now()
-	c.mu.Unlock()
-	ctx, cancel := context.WithTimeout(ctx, ensureEvery) // bounded: JetStream may be away
-	defer cancel()
-	if err := events.EnsureStreams(ctx, c.js, c.cfg.Namespace, c.cfg.Streams); err != nil {
-		return err
-	}
-	_, err := kv.Open(ctx, c.js, kv.Config{Namespace: c.cfg.Namespace, Replicas: c.cfg.Streams.Replicas})
-	return err
+	schemas *registry.Cache
+	hooks   []ProgressHook
 }
 
 // Validate reports every invalid field at once.
@@ -146,15 +118,12 @@ func (c Config) Validate() error {
 	if c.MaxDepth < 0 {
 		errs = append(errs, fmt.Errorf("max depth must not be negative, got %d", c.MaxDepth))
 	}
-	if err := c.Streams.Validate(); err != nil {
-		errs = append(errs, err)
-	}
 	return errors.Join(errs...)
 }
 
-// New returns a Client using nc, creating (or checking) the streams and the
-// runs bucket. The connection stays the caller's.
-func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Client, error) {
+// New returns a Client on rt. It does no I/O: rt (jetrun.Open) created the
+// streams and buckets.
+func New(rt *jetrun.Runtime, cfg Config) (*Client, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("parent: config: %w", err)
 	}
@@ -164,35 +133,14 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Client, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, fmt.Errorf("parent: jetstream: %w", err)
-	}
-	if err := events.EnsureStreams(ctx, js, cfg.Namespace, cfg.Streams); err != nil {
-		return nil, fmt.Errorf("parent: %w", err)
-	}
-	store, err := kv.Open(ctx, js, kv.Config{Namespace: cfg.Namespace, Replicas: cfg.Streams.Replicas})
-	if err != nil {
-		return nil, fmt.Errorf("parent: %w", err)
-	}
-	dispatch, err := js.Stream(ctx, cfg.Namespace.DispatchStream())
-	if err != nil {
-		return nil, fmt.Errorf("parent: bind dispatch stream: %w", err)
-	}
-	evs, err := js.Stream(ctx, cfg.Namespace.EventsStream())
-	if err != nil {
-		return nil, fmt.Errorf("parent: bind events stream: %w", err)
-	}
 	c := &Client{
-		cfg: cfg, js: js, store: store, log: cfg.Logger, dispatchStream: dispatch, eventsStream: evs,
-		agents: make(map[string]time.Time), schemas: registry.NewCache(js, cfg.Namespace),
+		cfg: cfg, rt: rt, js: rt.JetStream(), ns: rt.Namespace(), store: rt.Store(), log: cfg.Logger,
+		eventsStream: rt.EventsStream(),
+		agents:       make(map[string]time.Time), schemas: registry.NewCache(rt.JetStream(), rt.Namespace()),
 	}
 	c.statuses.c = c
 	return c, nil
 }
-
-// Store returns the run row store the client uses.
-func (c *Client) Store() *kv.Store { return c.store }
 
 // Request describes a run to dispatch.
 type Request struct {
@@ -341,7 +289,7 @@ func (c *Client) DispatchNew(ctx context.Context, req Request) (row *jetruntype.
 		return c.dispatchPlain(ctx, req, d)
 	}
 	row = jetruntype.NewRun(req.AgentType, d, 0, time.Now())
-	err = jsfault.RetryRepair(ctx, c.cfg.DispatchRetry, c.ensure, func(ctx context.Context) error {
+	err = jsfault.RetryRepair(ctx, c.cfg.DispatchRetry, c.rt.Repair, func(ctx context.Context) error {
 		_, err := c.store.Create(ctx, row)
 		return err
 	})
@@ -384,17 +332,21 @@ func (c *Client) dispatchPlain(ctx context.Context, req Request, d events.Dispat
 	}
 	// The dispatch goes out first on the connection, the row's create right
 	// behind it; only then are their answers awaited.
-	ack := c.publishDispatchAsync(req.AgentType, d)
+	ack := c.rt.PublishDispatchAsync(req.AgentType, d, true, c.cfg.DispatchRetry)
 	row := jetruntype.NewRun(req.AgentType, d, 0, time.Now())
 	row.Unindexed = true
-	cerr := jsfault.RetryRepair(ctx, c.cfg.DispatchRetry, c.ensure, func(ctx context.Context) error {
+	cerr := jsfault.RetryRepair(ctx, c.cfg.DispatchRetry, c.rt.Repair, func(ctx context.Context) error {
 		_, err := c.store.Create(ctx, row)
 		return err
 	})
-	seq, fresh, perr := ack(ctx)
+	seq, perr := ack(ctx)
+	fresh := perr == nil
 	if perr != nil {
 		// Retried under the same message id: a copy that landed is kept.
-		seq, fresh, perr = c.publishDispatchRowAfter(ctx, req.AgentType, d, d.RunID, true)
+		var p jetrun.Published
+		p, perr = c.rt.PublishDispatch(ctx, req.AgentType, d,
+			jetrun.DispatchOptions{RowAfter: true, Retry: c.cfg.DispatchRetry, Requeue: true})
+		seq, fresh = p.Seq, !p.Duplicate
 	}
 	switch {
 	case errors.Is(cerr, kv.ErrRunExists):
@@ -420,41 +372,6 @@ func (c *Client) dispatchPlain(ctx context.Context, req Request, d events.Dispat
 		return nil, false, fmt.Errorf("parent: dispatch run %s: the dispatch is queued but its row could not be written: %w", d.RunID, cerr)
 	}
 	return row, fresh, nil // not fresh: a concurrent Dispatch of the id published first
-}
-
-// publishDispatchAsync sends d's dispatch (Nats-Msg-Id = run id, marked
-// events.HeaderRowAfter) without waiting; the returned function waits for
-// its acknowledgement. Any failure, or a duplicate, is an error there: the
-// caller retries with publishDispatchRowAfter, which sorts those out.
-func (c *Client) publishDispatchAsync(agentType string, d events.Dispatch) func(context.Context) (uint64, bool, error) {
-	data, err := json.Marshal(d)
-	if err != nil {
-		return func(context.Context) (uint64, bool, error) { return 0, false, err }
-	}
-	msg := &nats.Msg{Subject: c.cfg.Namespace.DispatchSubject(agentType), Data: data, Header: nats.Header{}}
-	d.Trace().SetHeaders(msg.Header)
-	msg.Header.Set(events.HeaderRowAfter, "1")
-	fut, err := c.js.PublishMsgAsync(msg, jetstream.WithMsgID(d.RunID))
-	return func(ctx context.Context) (uint64, bool, error) {
-		if err != nil {
-			return 0, false, err
-		}
-		timeout := time.NewTimer(c.cfg.DispatchRetry)
-		defer timeout.Stop()
-		select {
-		case ack := <-fut.Ok():
-			if ack.Duplicate {
-				return 0, false, errors.New("duplicate dispatch")
-			}
-			return ack.Sequence, true, nil
-		case err := <-fut.Err():
-			return 0, false, err
-		case <-timeout.C:
-			return 0, false, errors.New("no acknowledgement for the dispatch")
-		case <-ctx.Done():
-			return 0, false, ctx.Err()
-		}
-	}
 }
 
 // failDispatch ends a run whose dispatch could not be published.
@@ -494,7 +411,7 @@ func (c *Client) existing(ctx context.Context, row *jetruntype.Run, req Request)
 		return row, nil // final: as stored; live or interrupted with its child running: re-attach
 	}
 	if row.DispatchSeq > 0 {
-		queued, err := c.dispatchQueued(ctx, row.DispatchSeq)
+		queued, err := c.rt.DispatchQueued(ctx, row.DispatchSeq)
 		if err != nil {
 			return nil, fmt.Errorf("parent: dispatch run %s: %w", row.ID, err)
 		}
@@ -559,69 +476,13 @@ func (c *Client) resume(ctx context.Context, row *jetruntype.Run) (*jetruntype.R
 	return next, nil
 }
 
-// publishDispatch publishes d, retrying with backoff, and returns its
+// publishDispatch publishes d under msgID, retrying for DispatchRetry,
+// so that it is queued (jetrun.DispatchOptions.Requeue), and returns its
 // stream sequence.
 func (c *Client) publishDispatch(ctx context.Context, agentType string, d events.Dispatch, msgID string) (uint64, error) {
-	seq, _, err := c.publishDispatchRowAfter(ctx, agentType, d, msgID, false)
-	return seq, err
-}
-
-// publishDispatchRowAfter is publishDispatch; rowAfter marks a dispatch
-// whose row is created after it (events.HeaderRowAfter). fresh is false
-// when the stored dispatch is one published before (deduplicated).
-func (c *Client) publishDispatchRowAfter(ctx context.Context, agentType string, d events.Dispatch, msgID string, rowAfter bool) (seq uint64, fresh bool, err error) {
-	data, err := json.Marshal(d)
-	if err != nil {
-		return 0, false, err
-	}
-	subject := c.cfg.Namespace.DispatchSubject(agentType)
-	b := backoff.NewExponentialBackOff(
-		backoff.WithInitialInterval(50*time.Millisecond),
-		backoff.WithMaxElapsedTime(c.cfg.DispatchRetry),
-	)
-	id := msgID
-	err = backoff.Retry(func() error {
-		msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
-		d.Trace().SetHeaders(msg.Header)
-		if rowAfter {
-			msg.Header.Set(events.HeaderRowAfter, "1")
-		}
-		ack, err := c.js.PublishMsg(ctx, msg, jetstream.WithMsgID(id))
-		if err != nil && !jsfault.IsTransient(ctx, err) && !jsfault.IsMissing(err) {
-			return backoff.Permanent(err) // too large, refused: retrying changes nothing
-		}
-		if err != nil {
-			_ = c.ensure(ctx) // a deleted stream answers "no responders"
-		}
-		if err != nil {
-			return err
-		}
-		if ack.Duplicate {
-			// The id was used within the dedup window: keep its message if
-			// it is still queued; if it is gone (consumed, or deleted by a
-			// clear), publish one that is not a duplicate.
-			queued, err := c.dispatchQueued(ctx, ack.Sequence)
-			if err != nil {
-				return err
-			}
-			if !queued {
-				id = msgID + "." + strconv.FormatInt(time.Now().UnixNano(), 36)
-				return errors.New("dispatch deduplicated against one that is gone")
-			}
-		}
-		seq, fresh = ack.Sequence, !ack.Duplicate
-		return nil
-	}, backoff.WithContext(b, ctx))
-	return seq, fresh, err
-}
-
-// dispatchQueued reports whether the dispatch at seq is still in the stream.
-func (c *Client) dispatchQueued(ctx context.Context, seq uint64) (bool, error) {
-	_, err := c.dispatchStream.GetMsg(ctx, seq)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return false, nil
-	}
-	return err == nil, err
+	p, err := c.rt.PublishDispatch(ctx, agentType, d,
+		jetrun.DispatchOptions{MsgID: msgID, Retry: c.cfg.DispatchRetry, Requeue: true})
+	return p.Seq, err
 }
 
 // checkAgentType reports ErrUnknownAgentType unless some worker created the
@@ -637,7 +498,7 @@ func (c *Client) checkAgentType(ctx context.Context, agentType string) error {
 		return nil
 	}
 	err := jsfault.Retry(ctx, c.cfg.DispatchRetry, func(ctx context.Context) error {
-		_, err := c.js.Consumer(ctx, c.cfg.Namespace.DispatchStream(), events.AgentConsumer(agentType))
+		_, err := c.js.Consumer(ctx, c.ns.DispatchStream(), events.AgentConsumer(agentType))
 		return err
 	})
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
@@ -666,7 +527,7 @@ func (c *Client) lookup(ctx context.Context, id string) (*jetruntype.Run, uint64
 }
 
 func (c *Client) read(ctx context.Context, id string, get func(context.Context, string) (*jetruntype.Run, uint64, error)) (row *jetruntype.Run, rev uint64, err error) {
-	err = jsfault.RetryRepair(ctx, c.cfg.DispatchRetry, c.ensure, func(ctx context.Context) error {
+	err = jsfault.RetryRepair(ctx, c.cfg.DispatchRetry, c.rt.Repair, func(ctx context.Context) error {
 		row, rev, err = get(ctx, id)
 		return err
 	})
@@ -729,7 +590,7 @@ func (c *Client) List(ctx context.Context, statuses ...events.Status) ([]*jetrun
 // finisher publishes an owed finish from it). A failure is logged: the
 // reconciler republishes owed finishes.
 func (c *Client) announce(ctx context.Context, r *jetruntype.Run) {
-	if err := kv.PublishTransition(ctx, c.js, c.cfg.Namespace, r, ""); err != nil {
+	if err := c.rt.Announce(ctx, r, ""); err != nil {
 		c.fault(ctx, "announce transition", err, "run_id", r.ID, "status", r.Status)
 	}
 }

@@ -34,7 +34,7 @@ func (c *Client) Replay(ctx context.Context, id string, after uint64, follow eve
 	if err != nil {
 		return nil, fmt.Errorf("parent: replay: %w", err)
 	}
-	return events.Replay(ctx, c.js, c.cfg.Namespace, id, replayOptions(row, after, follow, kinds)), nil
+	return events.Replay(ctx, c.js, c.ns, id, replayOptions(row, after, follow, kinds)), nil
 }
 
 func replayOptions(row *jetruntype.Run, after uint64, follow events.Follow, kinds []string) events.ReplayOptions {
@@ -109,7 +109,7 @@ func (c *Client) Watch(ctx context.Context, id string) error {
 		return fmt.Errorf("parent: watch: %w", err)
 	}
 	opts := replayOptions(row, after, events.UntilEnd, []string{events.KindProgress, events.KindMilestone})
-	for ev, err := range events.Replay(ctx, c.js, c.cfg.Namespace, id, opts) {
+	for ev, err := range events.Replay(ctx, c.js, c.ns, id, opts) {
 		if err != nil {
 			if errors.Is(err, events.ErrReplayStopped) {
 				return nil
@@ -157,7 +157,7 @@ func (c *Client) Signal(ctx context.Context, id, name string, payload any) (uint
 	if row.Status.Final() {
 		return 0, fmt.Errorf("parent: signal %s to run %s: %w (%s)", name, id, ErrRunEnded, row.Status)
 	}
-	ack, err := c.js.Publish(ctx, c.cfg.Namespace.SignalSubject(id, name), data)
+	ack, err := c.js.Publish(ctx, c.ns.SignalSubject(id, name), data)
 	if err != nil {
 		return 0, fmt.Errorf("parent: signal %s to run %s: %w", name, id, err)
 	}
@@ -167,7 +167,7 @@ func (c *Client) Signal(ctx context.Context, id, name string, payload any) (uint
 // LastEventSeq returns the stream sequence of run id's newest stored event,
 // 0 if it has none yet.
 func (c *Client) LastEventSeq(ctx context.Context, id string) (uint64, error) {
-	m, err := c.eventsStream.GetLastMsgForSubject(ctx, c.cfg.Namespace.RunWildcard(id))
+	m, err := c.eventsStream.GetLastMsgForSubject(ctx, c.ns.RunWildcard(id))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, nil
 	}

@@ -29,7 +29,7 @@ func (c *Client) checkInput(ctx context.Context, agentType string, input json.Ra
 // running worker announces, with their description, schemas and worker
 // count, sorted by name. Empty when no worker ever announced one.
 func (c *Client) Agents(ctx context.Context) ([]registry.Agent, error) {
-	reg, ok, err := registry.Bind(ctx, c.js, c.cfg.Namespace)
+	reg, ok, err := registry.Bind(ctx, c.js, c.ns)
 	if err != nil || !ok {
 		return []registry.Agent{}, err
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
 )
@@ -36,7 +37,7 @@ func (req Request) keyed(d *events.Dispatch) []error {
 
 // dispatchKeyed dispatches a run under a concurrency key: the key's
 // strategy decides whether it starts now, waits queued, or is refused
-// (kv.Store.Submit). An existing run id is re-attached, as for any dispatch.
+// (jetrun.Runtime.Submit). An existing run id is re-attached, as for any dispatch.
 func (c *Client) dispatchKeyed(ctx context.Context, req Request, d events.Dispatch) (*jetruntype.Run, bool, error) {
 	if existing, _, err := c.lookup(ctx, d.RunID); err == nil {
 		row, err := c.existing(ctx, existing, req)
@@ -44,7 +45,7 @@ func (c *Client) dispatchKeyed(ctx context.Context, req Request, d events.Dispat
 	} else if !errors.Is(err, kv.ErrRunNotFound) {
 		return nil, false, fmt.Errorf("parent: dispatch run %s: %w", d.RunID, err)
 	}
-	row, err := c.store.Submit(ctx, c.cfg.Namespace, jetruntype.NewRun(req.AgentType, d, 0, time.Now()), kv.Held{})
+	row, err := c.rt.Submit(ctx, jetruntype.NewRun(req.AgentType, d, 0, time.Now()), jetrun.Held{})
 	if errors.Is(err, kv.ErrRunExists) {
 		existing, _, err := c.get(ctx, d.RunID)
 		if err != nil {
@@ -63,7 +64,7 @@ func (c *Client) dispatchKeyed(ctx context.Context, req Request, d events.Dispat
 // for its key again (kv.Store.Requeue), so it never runs alongside the
 // run that holds the key now.
 func (c *Client) requeue(ctx context.Context, row *jetruntype.Run) (*jetruntype.Run, error) {
-	next, err := c.store.Requeue(ctx, c.cfg.Namespace, row.ID)
+	next, err := c.rt.Requeue(ctx, row.ID)
 	if err != nil {
 		return nil, fmt.Errorf("parent: resume run %s: %w", row.ID, err)
 	}
@@ -77,7 +78,7 @@ func (c *Client) advanceKey(ctx context.Context, row *jetruntype.Run) {
 	if row.ConcurrencyKey == "" {
 		return
 	}
-	if err := c.store.AdvanceKey(ctx, c.cfg.Namespace, row.ConcurrencyKey, kv.Held{}); err != nil {
+	if err := c.rt.AdvanceKey(ctx, row.ConcurrencyKey, jetrun.Held{}); err != nil {
 		c.fault(ctx, "advance concurrency key", err, "run_id", row.ID, "key", row.ConcurrencyKey)
 	}
 }

@@ -32,7 +32,7 @@ func (s *sweep) republishNotices(ctx context.Context, row *jetruntype.Run) error
 				continue
 			}
 		}
-		ack, err := kv.PublishNoticeAck(ctx, r.js, r.cfg.Namespace, row, name)
+		ack, err := r.rt.PublishNotice(ctx, row, name)
 		if err != nil || ack == nil {
 			return err
 		}

@@ -7,8 +7,10 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/reconcile"
@@ -21,8 +23,9 @@ func TestSweepRepublishesALostMilestoneNotice(t *testing.T) {
 	t.Parallel()
 	ns := natstest.RunServer(t)
 	nc, js := natstest.Connect(t, ns)
+	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
 	ctx := context.Background()
-	client, err := parent.New(ctx, nc, parent.Config{AllowUnknownAgentTypes: true})
+	client, err := parent.New(rt, parent.Config{AllowUnknownAgentTypes: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,14 +34,11 @@ func TestSweepRepublishesALostMilestoneNotice(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := events.Milestone{RunID: "lost-notice", Sequence: 1, Name: "plan", At: time.Now().Add(-time.Hour)}
-	if _, _, err := client.Store().Mutate(ctx, "lost-notice", func(r *jetruntype.Run) error { return r.OweNotice(m, m.At) }); err != nil {
+	if _, _, err := rt.Store().Mutate(ctx, "lost-notice", func(r *jetruntype.Run) error { return r.OweNotice(m, m.At) }); err != nil {
 		t.Fatal(err)
 	}
-	r, err := reconcile.New(nc, reconcile.Config{Interval: 200 * time.Millisecond})
+	r, err := reconcile.New(rt, reconcile.Config{Interval: 200 * time.Millisecond})
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Open(ctx); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = r.Stop() })
@@ -61,7 +61,7 @@ func TestSweepRepublishesALostMilestoneNotice(t *testing.T) {
 		!events.IsMilestoneNotice(msg.Data) {
 		t.Fatalf("republished notice: %v %s", msg.Header, msg.Data)
 	}
-	row, _, err := client.Store().Get(ctx, "lost-notice")
+	row, _, err := rt.Store().Get(ctx, "lost-notice")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,12 +30,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/jetrun/jetrun/internal/service"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/jsfault"
 	"github.com/jetrun/jetrun/pkg/kv"
@@ -74,11 +74,6 @@ const leaderKey = "leader"
 type Config struct {
 	// ID names this reconciler in the leader lease (default: random).
 	ID string
-	// Namespace is the subject prefix (default "jetrun").
-	Namespace events.Namespace
-	// Streams tunes the streams and buckets when this reconciler creates
-	// them.
-	Streams events.StreamOptions
 	// Interval is the time between sweeps (default 5s). It is also the
 	// leader lease's time to live (at least 1s): a standby takes over within
 	// about 1⅓ intervals of the leader's death.
@@ -196,7 +191,9 @@ func (c Config) Validate() error {
 // lease. Create it with New, then Start; stop it with Shutdown or Stop.
 type Reconciler struct {
 	cfg   Config
+	rt    *jetrun.Runtime
 	js    jetstream.JetStream
+	ns    events.Namespace
 	log   *slog.Logger
 	store *kv.Store
 
@@ -207,26 +204,22 @@ type Reconciler struct {
 	mu       sync.Mutex
 	watch    *kv.ActiveWatch      // the active-run index, followed while leading
 	workers  *kv.Workers          // worker liveness, followed while leading
-	dispatch jetstream.Stream     // bound on first use
 	finishes jetstream.Stream     // bound on first use
 	paced    map[string]time.Time // run+action → last time the action was taken (republishes)
 
 	life service.Lifecycle
 }
 
-// New returns a Reconciler using nc.
-func New(nc *nats.Conn, cfg Config) (*Reconciler, error) {
+// New returns a Reconciler on rt. It does no I/O: Start starts the timers,
+// and Sweep can be called without Start.
+func New(rt *jetrun.Runtime, cfg Config) (*Reconciler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("reconcile: config: %w", err)
 	}
 	cfg = cfg.withDefaults()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, fmt.Errorf("reconcile: jetstream: %w", err)
-	}
 	return &Reconciler{
-		cfg: cfg, js: js, log: cfg.Logger.With("reconciler", cfg.ID),
-		paced: make(map[string]time.Time),
+		cfg: cfg, rt: rt, js: rt.JetStream(), ns: rt.Namespace(), store: rt.Store(),
+		log: cfg.Logger.With("reconciler", cfg.ID), paced: make(map[string]time.Time),
 	}, nil
 }
 
@@ -236,31 +229,11 @@ func (r *Reconciler) ID() string { return r.cfg.ID }
 // IsLeader reports whether this reconciler holds the lease.
 func (r *Reconciler) IsLeader() bool { return r.leader.Load() }
 
-// Open creates (or checks) the streams and buckets. Start calls it; Sweep
-// needs it when called without Start.
-func (r *Reconciler) Open(ctx context.Context) error {
-	if r.store != nil {
-		return nil
-	}
-	if err := events.EnsureStreams(ctx, r.js, r.cfg.Namespace, r.cfg.Streams); err != nil {
-		return fmt.Errorf("reconcile: %w", err)
-	}
-	store, err := kv.Open(ctx, r.js, kv.Config{Namespace: r.cfg.Namespace, Replicas: r.cfg.Streams.Replicas})
-	if err != nil {
-		return fmt.Errorf("reconcile: %w", err)
-	}
-	r.store = store
-	return nil
-}
-
-// Start opens the streams and buckets and starts the timers, until
-// Shutdown or Stop, or until ctx ends (then as Stop).
+// Start starts the timers, until Shutdown or Stop, or until ctx ends (then
+// as Stop).
 func (r *Reconciler) Start(ctx context.Context) error {
 	if err := r.life.Begin(); err != nil {
 		return fmt.Errorf("reconcile: %w", err)
-	}
-	if err := r.Open(ctx); err != nil {
-		return err
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
@@ -451,7 +424,7 @@ func (r *Reconciler) notifyCancel(ctx context.Context, row *jetruntype.Run) {
 	if row.Worker == "" || !row.CancelRequested {
 		return
 	}
-	if err := events.PublishCancel(ctx, r.js, r.cfg.Namespace, row.ID, row.CancelReason); err != nil {
+	if err := events.PublishCancel(ctx, r.js, r.ns, row.ID, row.CancelReason); err != nil {
 		r.fault(ctx, "publish cancel; a later sweep publishes it again", err, "run_id", row.ID)
 	}
 }
@@ -572,7 +545,7 @@ func (r *Reconciler) prunePaced(now time.Time) {
 // republishEvery paces finish republishes: within the finish stream's dedup
 // window a republish is a no-op anyway.
 func (r *Reconciler) republishEvery() time.Duration {
-	return cmp.Or(r.cfg.Streams.DedupWindow, events.DefaultDedupWindow)
+	return cmp.Or(r.rt.Streams().DedupWindow, events.DefaultDedupWindow)
 }
 
 // Retain clears the final, settled runs that finished longer ago than the
@@ -591,7 +564,7 @@ func (r *Reconciler) Retain(ctx context.Context) (int, error) {
 	}
 	n := 0
 	for _, run := range rows {
-		if err := r.store.Erase(ctx, r.js, r.cfg.Namespace, run); err != nil {
+		if err := r.rt.Erase(ctx, run); err != nil {
 			return n, fmt.Errorf("reconcile: retention: %w", err)
 		}
 		n++

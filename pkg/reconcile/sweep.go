@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/obs"
@@ -167,7 +168,7 @@ func (s *sweep) republishFinishes(ctx context.Context, row *jetruntype.Run) erro
 				continue // its copy still waits for a deliverer
 			}
 		}
-		ack, err := kv.PublishFinishAck(ctx, r.js, r.cfg.Namespace, row, st)
+		ack, err := r.rt.PublishFinish(ctx, row, st)
 		if err != nil || ack == nil {
 			return err
 		}
@@ -239,7 +240,7 @@ func (s *sweep) handlerServed(ctx context.Context, handler string) (bool, error)
 	if known {
 		return served, nil
 	}
-	c, err := s.r.js.Consumer(ctx, s.r.cfg.Namespace.FinishStream(), events.FinishConsumer(handler))
+	c, err := s.r.js.Consumer(ctx, s.r.ns.FinishStream(), events.FinishConsumer(handler))
 	switch {
 	case errors.Is(err, jetstream.ErrConsumerNotFound):
 		served = false
@@ -264,7 +265,7 @@ func (s *sweep) handlerServed(ctx context.Context, handler string) (bool, error)
 // before the row write files it again (at least once), never zero times.
 func (s *sweep) deadLetterUnserved(ctx context.Context, row *jetruntype.Run, st events.Status, waited time.Duration) error {
 	r := s.r
-	ns := r.cfg.Namespace
+	ns := r.ns
 	f, ok := row.FinishMessage(st)
 	if !ok {
 		return nil
@@ -340,7 +341,7 @@ func (s *sweep) findCopy(ctx context.Context, handler, msgID string) (uint64, er
 		if err != nil {
 			return 0, err
 		}
-		subject := s.r.cfg.Namespace.FinishSubject(handler)
+		subject := s.r.ns.FinishSubject(handler)
 		copies = make(map[string]uint64)
 		for seq := uint64(1); ; {
 			m, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
@@ -388,7 +389,7 @@ func (r *Reconciler) finishStream(ctx context.Context) (jetstream.Stream, error)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.finishes == nil {
-		s, err := r.js.Stream(ctx, r.cfg.Namespace.FinishStream())
+		s, err := r.js.Stream(ctx, r.ns.FinishStream())
 		if err != nil {
 			return nil, fmt.Errorf("reconcile: bind finish stream: %w", err)
 		}
@@ -551,14 +552,10 @@ func (s *sweep) recover(ctx context.Context, row *jetruntype.Run) error {
 		}
 		return nil
 	}
-	stream, err := r.dispatchStream(ctx)
-	if err != nil {
-		return err
-	}
-	if _, err := stream.GetMsg(ctx, row.DispatchSeq); err == nil {
+	if queued, err := r.rt.DispatchQueued(ctx, row.DispatchSeq); err != nil {
+		return fmt.Errorf("run %s: %w", row.ID, err)
+	} else if queued {
 		return nil // still queued or held: it will wake a worker
-	} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
-		return fmt.Errorf("look up dispatch %d of run %s: %w", row.DispatchSeq, row.ID, err)
 	}
 	if row.Redispatches >= r.cfg.MaxRedispatches {
 		text := fmt.Sprintf("the run's dispatch was lost %d times; giving up", row.Redispatches+1)
@@ -599,38 +596,21 @@ func (s *sweep) recover(ctx context.Context, row *jetruntype.Run) error {
 	return nil
 }
 
-// publishDispatch publishes the dispatch of row with msgID and returns its
-// stream sequence, and whether the dedup window found it already stored.
+// publishDispatch publishes the dispatch of row with msgID (one try) and
+// returns its stream sequence, and whether the dedup window found it
+// already stored.
 func (r *Reconciler) publishDispatch(ctx context.Context, row *jetruntype.Run, msgID string) (uint64, bool, error) {
-	data, err := json.Marshal(row.Dispatch())
-	if err != nil {
-		return 0, false, err
-	}
-	ack, err := r.js.Publish(ctx, r.cfg.Namespace.DispatchSubject(row.AgentType), data, jetstream.WithMsgID(msgID))
+	p, err := r.rt.PublishDispatch(ctx, row.AgentType, row.Dispatch(), jetrun.DispatchOptions{MsgID: msgID})
 	if err != nil {
 		return 0, false, fmt.Errorf("reconcile: re-dispatch run %s: %w", row.ID, err)
 	}
-	return ack.Sequence, ack.Duplicate, nil
-}
-
-// dispatchStream binds the dispatch stream once.
-func (r *Reconciler) dispatchStream(ctx context.Context) (jetstream.Stream, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.dispatch == nil {
-		s, err := r.js.Stream(ctx, r.cfg.Namespace.DispatchStream())
-		if err != nil {
-			return nil, fmt.Errorf("reconcile: bind dispatch stream: %w", err)
-		}
-		r.dispatch = s
-	}
-	return r.dispatch, nil
+	return p.Seq, p.Duplicate, nil
 }
 
 // announce publishes a transition the reconciler made; the next sweep
 // republishes an owed finish if this fails.
 func (r *Reconciler) announce(ctx context.Context, row *jetruntype.Run) {
-	if err := kv.PublishTransition(ctx, r.js, r.cfg.Namespace, row, ""); err != nil {
+	if err := r.rt.Announce(ctx, row, ""); err != nil {
 		r.fault(ctx, "announce transition", err, "run_id", row.ID, "status", row.Status)
 	}
 }

@@ -36,11 +36,7 @@ const minUnservedEvery = 2 * time.Second
 // dispatches, plus the reads and writes of the dispatches it marks. It
 // returns how many rows it created or marked.
 func (r *Reconciler) markUnserved(ctx context.Context) (int, error) {
-	stream, err := r.dispatchStream(ctx)
-	if err != nil {
-		return 0, err
-	}
-	ns := r.cfg.Namespace
+	ns, stream := r.ns, r.rt.DispatchStream()
 	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(ns.DispatchWildcard()))
 	if err != nil {
 		return 0, fmt.Errorf("reconcile: dispatch subjects: %w", err)
@@ -92,7 +88,7 @@ func (r *Reconciler) markUnserved(ctx context.Context) (int, error) {
 // unserved says why no worker takes agent type's dispatches ("" when one
 // may), and how long a dispatch must have waited to be called unserved.
 func (r *Reconciler) unserved(ctx context.Context, agentType string) (why string, minAge time.Duration, err error) {
-	c, err := r.js.Consumer(ctx, r.cfg.Namespace.DispatchStream(), events.AgentConsumer(agentType))
+	c, err := r.js.Consumer(ctx, r.ns.DispatchStream(), events.AgentConsumer(agentType))
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return fmt.Sprintf("no worker serves agent type %s", agentType), 0, nil
 	}
@@ -154,7 +150,7 @@ func (r *Reconciler) deadLetterUnservedDispatch(ctx context.Context, stream jets
 		return nil // a worker took it, or it ended otherwise
 	}
 	r.announce(ctx, row)
-	ns := r.cfg.Namespace
+	ns := r.ns
 	dlq := &nats.Msg{Subject: ns.DLQSubject(agentType), Data: msg.Data, Header: nats.Header{}}
 	for k, vs := range msg.Header {
 		if !strings.HasPrefix(k, "Nats-") {

@@ -15,6 +15,7 @@ import (
 	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/registry"
@@ -47,7 +48,8 @@ func wordcount(_ context.Context, run *worker.Run) (worker.Result, error) {
 
 func startWorker(t *testing.T, nc *nats.Conn, id string) *worker.Worker {
 	t.Helper()
-	return jetruntest.StartWorker(t, nc, worker.Config{ID: id}, func(w *worker.Worker) {
+	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
+	return jetruntest.StartWorker(t, rt, worker.Config{ID: id}, func(w *worker.Worker) {
 		w.HandleWith("wordcount", worker.HandlerFunc(wordcount), info)
 		w.HandleFunc("plain", func(context.Context, *worker.Run) (worker.Result, error) { return worker.Result{}, nil })
 	})
@@ -78,6 +80,7 @@ func TestRegistryGoAPIAndPlainNATS(t *testing.T) {
 	t.Parallel()
 	ns := natstest.RunServer(t)
 	nc, js := natstest.Connect(t, ns)
+	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
 	ctx := context.Background()
 	startWorker(t, nc, "w1")
 	w2 := startWorker(t, nc, "w2")
@@ -92,7 +95,7 @@ func TestRegistryGoAPIAndPlainNATS(t *testing.T) {
 		t.Fatalf("input schema %s: %v", wc.InputSchema, err)
 	}
 
-	client, err := parent.New(ctx, nc, parent.Config{})
+	client, err := parent.New(rt, parent.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +127,7 @@ func TestRegistryGoAPIAndPlainNATS(t *testing.T) {
 	if _, err := js.Publish(ctx, "jetrun.dispatch.wordcount", []byte(`{"runId":"plain-good","input":{"text":"x y"}}`)); err != nil {
 		t.Fatal(err)
 	}
-	row := jetruntest.WaitRow(t, client.Store(), "plain-good", 10*time.Second, jetruntest.Final)
+	row := jetruntest.WaitRow(t, rt.Store(), "plain-good", 10*time.Second, jetruntest.Final)
 	if row.Status != events.StatusCompleted {
 		t.Fatalf("plain good: %s %s", row.Status, row.Error)
 	}

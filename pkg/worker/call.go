@@ -175,7 +175,7 @@ func (e *execution) loadCalls(ctx context.Context, r *Run, h *callHistory) error
 		Follow:    events.HistoryOnly,
 	}
 	bySeq := make(map[int64]*callState)
-	for ev, err := range events.Replay(ctx, e.w.js, e.w.cfg.Namespace, e.id, opts) {
+	for ev, err := range events.Replay(ctx, e.w.js, e.w.ns, e.id, opts) {
 		if err != nil {
 			return fmt.Errorf("read earlier calls: %w", err)
 		}
@@ -205,7 +205,7 @@ func (e *execution) loadCalls(ctx context.Context, r *Run, h *callHistory) error
 // reply to it is stored.
 func (e *execution) awaitReply(ctx context.Context, st *callState) (*events.Reply, error) {
 	opts := events.ReplayOptions{After: st.streamSeq, Kinds: []string{events.KindReply}, Follow: events.Forever}
-	for ev, err := range events.Replay(ctx, e.w.js, e.w.cfg.Namespace, e.id, opts) {
+	for ev, err := range events.Replay(ctx, e.w.js, e.w.ns, e.id, opts) {
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, context.Cause(ctx)

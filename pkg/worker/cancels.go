@@ -21,7 +21,7 @@ import (
 // claiming, cancels its handler. A cancel recorded before the claim is on
 // the row the claim read.
 func (w *Worker) followCancels(ctx context.Context) (jetstream.ConsumeContext, error) {
-	return w.follow(ctx, "cancels", w.cfg.Namespace.EventsStream(), w.cfg.Namespace.CancelWildcard(), func(tokens []string) {
+	return w.follow(ctx, "cancels", w.ns.EventsStream(), w.ns.CancelWildcard(), func(tokens []string) {
 		// jetrun.run.<id>.cancel
 		w.mu.Lock()
 		e := w.active[tokens[len(tokens)-2]]
@@ -36,7 +36,7 @@ func (w *Worker) followCancels(ctx context.Context) (jetstream.ConsumeContext, e
 // a signal wakes the Waits of its run and name in this process, which read
 // it from the stream (see Run.Wait).
 func (w *Worker) followSignals(ctx context.Context) (jetstream.ConsumeContext, error) {
-	return w.follow(ctx, "signals", w.cfg.Namespace.SignalsStream(), w.cfg.Namespace.SignalsWildcard(), func(tokens []string) {
+	return w.follow(ctx, "signals", w.ns.SignalsStream(), w.ns.SignalsWildcard(), func(tokens []string) {
 		// jetrun.signal.<id>.<name>
 		w.waiters.wake(tokens[len(tokens)-2], tokens[len(tokens)-1])
 	})

@@ -32,10 +32,6 @@ const (
 type Config struct {
 	// ID names this worker process on run rows (default: host-pid-random).
 	ID string
-	// Namespace is the subject prefix (default "jetrun").
-	Namespace events.Namespace
-	// Streams tunes the streams and bucket when this worker creates them.
-	Streams events.StreamOptions
 	// Concurrency is how many runs of each agent type this process executes
 	// at once (default 16).
 	Concurrency int
@@ -112,9 +108,6 @@ func (c Config) Validate() error {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s must not be negative, got %s", name, d))
 		}
-	}
-	if err := c.Streams.Validate(); err != nil {
-		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -320,7 +320,7 @@ func (w *Worker) unindexIfSettled(ctx context.Context, r *jetruntype.Run) {
 // ensureFinalEvent publishes the status event of a final row unless the run's
 // newest status event already says so.
 func (w *Worker) ensureFinalEvent(ctx context.Context, row *jetruntype.Run) error {
-	subject := w.cfg.Namespace.RunSubject(row.ID, events.KindStatus)
+	subject := w.ns.RunSubject(row.ID, events.KindStatus)
 	last, err := w.eventsStream.GetLastMsgForSubject(ctx, subject)
 	if err == nil {
 		if st, derr := decodeStatus(last.Data); derr == nil && st.Status == row.Status {
@@ -329,7 +329,7 @@ func (w *Worker) ensureFinalEvent(ctx context.Context, row *jetruntype.Run) erro
 	} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
 		return fmt.Errorf("worker: read last status of run %s: %w", row.ID, err)
 	}
-	return kv.PublishTransition(ctx, w.js, w.cfg.Namespace, row, w.cfg.ID)
+	return w.rt.Announce(ctx, row, w.cfg.ID)
 }
 
 // deriveRunID names a dispatch that carries no runId: its Nats-Msg-Id if it
@@ -353,7 +353,7 @@ func (w *Worker) deriveRunID(msg jetstream.Msg) (string, error) {
 // If the DLQ write fails the dispatch is kept (redelivered later): nothing is
 // dropped.
 func (w *Worker) deadLetter(ctx context.Context, msg jetstream.Msg, agentType string, kind DeadLetterReason, reason string) {
-	if _, err := w.js.PublishMsg(ctx, events.DeadLetter(w.cfg.Namespace.DLQSubject(agentType), msg, reason)); err != nil {
+	if _, err := w.js.PublishMsg(ctx, events.DeadLetter(w.ns.DLQSubject(agentType), msg, reason)); err != nil {
 		w.log.ErrorContext(ctx, "dead-letter dispatch; keeping it for a retry", "subject", msg.Subject(), "reason", reason, "err", err)
 		_ = msg.NakWithDelay(retryDelay(msg))
 		return

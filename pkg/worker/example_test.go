@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/jetrun/jetrun/internal/embedded"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -22,7 +23,13 @@ func Example() {
 	defer stop()
 	ctx := context.Background()
 
-	w, err := worker.New(nc, worker.Config{Concurrency: 4})
+	// One runtime per process: it creates (or checks) jetrun's streams and
+	// buckets, and every role shares it.
+	rt, err := jetrun.Open(ctx, nc, jetrun.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	w, err := worker.New(rt, worker.Config{Concurrency: 4})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -43,7 +50,7 @@ func Example() {
 	}
 	defer w.Stop()
 
-	client, err := parent.New(ctx, nc, parent.Config{})
+	client, err := parent.New(rt, parent.Config{})
 	if err != nil {
 		log.Fatal(err)
 	}

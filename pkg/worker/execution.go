@@ -123,7 +123,7 @@ func (w *Worker) execute(ctx context.Context, e *execution, row *jetruntype.Run,
 	}
 	e.cur, e.rev = row, rev
 	e.pub = &publisher{
-		js: w.js, stream: w.eventsStream, store: w.store, ns: w.cfg.Namespace,
+		js: w.js, stream: w.eventsStream, store: w.store, ns: w.ns,
 		runID: row.ID, worker: w.cfg.ID, attempt: row.Attempt,
 		lost: e.lose, lapsed: e.lapse, until: w.holdsUntil, trace: trace,
 	}
@@ -228,7 +228,7 @@ const historyTimeout = 30 * time.Second
 func (e *execution) start(ctx context.Context) error {
 	takeover := e.attempt > 1 || e.cur.FirstEventSeq != 0
 	if takeover {
-		last, err := e.w.eventsStream.GetLastMsgForSubject(ctx, e.w.cfg.Namespace.RunSubject(e.id, events.KindStatus))
+		last, err := e.w.eventsStream.GetLastMsgForSubject(ctx, e.w.ns.RunSubject(e.id, events.KindStatus))
 		switch {
 		case err == nil:
 			e.pub.fenceSeq = last.Sequence
@@ -260,7 +260,7 @@ func (e *execution) start(ctx context.Context) error {
 // loadHistory reads the last chunk sequence and the milestones already
 // reached. After our "running" event no earlier attempt can add to them.
 func (e *execution) loadHistory(ctx context.Context) error {
-	ns := e.w.cfg.Namespace
+	ns := e.w.ns
 	m, err := e.w.eventsStream.GetLastMsgForSubject(ctx, ns.RunSubject(e.id, events.KindChunk))
 	switch {
 	case err == nil:
@@ -425,11 +425,11 @@ func (e *execution) finalize(status events.Status, reason, text string, set func
 		// The give-up's child has stopped: say so on the timeline (a replay
 		// following the run ends here).
 		msgID := events.StatusMsgID(e.id, row.Attempt, events.StatusInterrupted) + ".stopped"
-		if err := kv.PublishStatus(ctx, e.w.js, e.w.cfg.Namespace, row, e.w.cfg.ID, msgID); err != nil {
+		if err := e.w.rt.PublishStatus(ctx, row, e.w.cfg.ID, msgID); err != nil {
 			e.log.WarnContext(ctx, "publish child stopped", "err", err)
 		}
 	} else {
-		if err := kv.PublishTransition(ctx, e.w.js, e.w.cfg.Namespace, row, e.w.cfg.ID); err != nil {
+		if err := e.w.rt.Announce(ctx, row, e.w.cfg.ID); err != nil {
 			// The row is final; a redelivery of the dispatch repairs the
 			// event, the reconciler the finish.
 			e.w.fault(ctx, e.log, "publish final status; leaving the dispatch for a repair", err)

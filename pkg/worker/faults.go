@@ -4,13 +4,12 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jsfault"
-	"github.com/jetrun/jetrun/pkg/kv"
 )
 
 // fault logs a failed JetStream call on a run's path at warn level, at
@@ -28,53 +27,38 @@ func (w *Worker) fault(ctx context.Context, log *slog.Logger, msg string, err er
 func (w *Worker) repairConsumer(cfg jetstream.ConsumerConfig) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
 		w.ensure(ctx, errors.New("fetches of consumer "+cfg.Durable+" fail"))
-		ctx, cancel := context.WithTimeout(ctx, ensureEvery)
+		ctx, cancel := context.WithTimeout(ctx, jetrun.RepairEvery)
 		defer cancel()
-		if _, err := w.js.CreateOrUpdateConsumer(ctx, w.cfg.Namespace.DispatchStream(), cfg); err != nil {
+		if _, err := w.js.CreateOrUpdateConsumer(ctx, w.ns.DispatchStream(), cfg); err != nil {
 			return err
 		}
 		// A re-created dispatch stream numbers its messages from 1 again:
 		// ids derived from sequences take its new epoch.
-		if s, err := w.js.Stream(ctx, w.cfg.Namespace.DispatchStream()); err == nil {
+		if s, err := w.js.Stream(ctx, w.ns.DispatchStream()); err == nil {
 			w.streamEpoch.Store(events.StreamEpoch(s.CachedInfo().Created))
 		}
 		return nil
 	}
 }
 
-// ensureEvery bounds how often the worker re-creates what is missing.
-const ensureEvery = 5 * time.Second
-
 // ensure re-creates the streams and buckets the worker uses when a JetStream
-// call failed, at most every ensureEvery: an operator's delete (or a lost
-// stream) costs a few seconds of retries, not the runs. It is idempotent:
-// what exists is left as it is.
+// call failed (jetrun.Runtime.Repair: at most every jetrun.RepairEvery), so
+// an operator's delete (or a lost stream) costs a few seconds of retries,
+// not the runs. It is idempotent: what exists is left as it is.
 func (w *Worker) ensure(ctx context.Context, cause error) {
 	w.ensureUntil(context.WithoutCancel(ctx), cause)
 }
 
 // ensureAside is ensure in a goroutine of its own, ended with ctx: the
 // heart must not wait on it. Looking up a stream is answered by its leader,
-// so during an election it takes the whole ensureEvery, longer than a
+// so during an election it takes the whole jetrun.RepairEvery, longer than a
 // renewal may wait with a short lease.
 func (w *Worker) ensureAside(ctx context.Context, cause error) {
 	w.beats.Go(func() { w.ensureUntil(ctx, cause) })
 }
 
 func (w *Worker) ensureUntil(ctx context.Context, cause error) {
-	now := time.Now().UnixNano()
-	last := w.lastEnsure.Load()
-	if now-last < int64(ensureEvery) || !w.lastEnsure.CompareAndSwap(last, now) {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, ensureEvery)
-	defer cancel()
-	ns := w.cfg.Namespace
-	err := events.EnsureStreams(ctx, w.js, ns, w.cfg.Streams)
-	if err == nil {
-		_, err = kv.Open(ctx, w.js, kv.Config{Namespace: ns, Replicas: w.cfg.Streams.Replicas})
-	}
-	if err != nil {
+	if err := w.rt.Repair(ctx); err != nil {
 		w.fault(ctx, w.log, "re-create streams and buckets after a failure", err, "cause", cause)
 	}
 }

@@ -8,11 +8,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
 )
 
-// Concurrency keys on the worker side (kv.Store.Submit explains the
+// Concurrency keys on the worker side (jetrun.Runtime.Submit explains the
 // protocol). A worker:
 //   - submits a keyed dispatch that has no row (a service published it
 //     straight to the stream) under its key, holding the message: a drop
@@ -28,7 +29,7 @@ import (
 // false when the caller should read the row and go on.
 func (w *Worker) submitKeyed(ctx context.Context, agentType string, d events.Dispatch, msg jetstream.Msg) (done bool) {
 	row := jetruntype.NewRun(agentType, d, 0, time.Now())
-	_, err := w.store.Submit(ctx, w.cfg.Namespace, row, kv.Held{RunID: d.RunID, Seq: events.StreamSeq(msg)})
+	_, err := w.rt.Submit(ctx, row, jetrun.Held{RunID: d.RunID, Seq: events.StreamSeq(msg)})
 	switch {
 	case err == nil, errors.Is(err, kv.ErrRunExists):
 		return false
@@ -53,8 +54,8 @@ func (w *Worker) gate(ctx context.Context, msg jetstream.Msg, row *jetruntype.Ru
 		_ = msg.NakWithDelay(wait + 20*time.Millisecond)
 		return false, nil
 	}
-	held := kv.Held{RunID: row.ID, Seq: events.StreamSeq(msg)}
-	if err := w.store.AdvanceKey(ctx, w.cfg.Namespace, row.ConcurrencyKey, held); err != nil {
+	held := jetrun.Held{RunID: row.ID, Seq: events.StreamSeq(msg)}
+	if err := w.rt.AdvanceKey(ctx, row.ConcurrencyKey, held); err != nil {
 		return false, err
 	}
 	now, _, err := w.store.Get(ctx, row.ID)
@@ -79,7 +80,7 @@ func (w *Worker) advanceKey(ctx context.Context, r *jetruntype.Run) {
 	if r == nil || r.ConcurrencyKey == "" || r.Live() {
 		return
 	}
-	if err := w.store.AdvanceKey(ctx, w.cfg.Namespace, r.ConcurrencyKey, kv.Held{}); err != nil {
+	if err := w.rt.AdvanceKey(ctx, r.ConcurrencyKey, jetrun.Held{}); err != nil {
 		w.log.WarnContext(ctx, "advance concurrency key", "run_id", r.ID, "key", r.ConcurrencyKey, "err", err)
 	}
 }

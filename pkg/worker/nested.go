@@ -104,9 +104,7 @@ func (w *Worker) parentClient(ctx context.Context) (*parent.Client, error) {
 	if w.nested.client != nil {
 		return w.nested.client, nil
 	}
-	c, err := parent.New(ctx, w.js.Conn(), parent.Config{
-		Namespace:          w.cfg.Namespace,
-		Streams:            w.cfg.Streams,
+	c, err := parent.New(w.rt, parent.Config{
 		MaxDepth:           w.cfg.MaxDepth,
 		ReattachNoProgress: -1, // a handler awaits its child as long as it lives; budgets are the child's own
 		Logger:             w.log,
@@ -280,7 +278,7 @@ func (c *Child) forward(ctx context.Context) (stop func(settled bool)) {
 			StartTime: c.Row.CreatedAt.Add(-time.Minute), // tolerate clock skew with the server
 			Kinds:     []string{events.KindChunk},
 		}
-		for ev, err := range events.Replay(fctx, e.w.js, e.w.cfg.Namespace, c.ID, opts) {
+		for ev, err := range events.Replay(fctx, e.w.js, e.w.ns, c.ID, opts) {
 			if err != nil {
 				if fctx.Err() == nil {
 					e.w.fault(fctx, e.log, "follow child chunks", err, "child_run_id", c.ID)
@@ -330,7 +328,7 @@ func (e *execution) forwardedUpTo(ctx context.Context, child string) (int64, err
 		Follow:    events.HistoryOnly,
 	}
 	var last int64
-	for ev, err := range events.Replay(ctx, e.w.js, e.w.cfg.Namespace, e.id, opts) {
+	for ev, err := range events.Replay(ctx, e.w.js, e.w.ns, e.id, opts) {
 		if err != nil {
 			return last, err
 		}
@@ -358,7 +356,7 @@ func (c *Child) answerCalls(ctx context.Context, client *parent.Client) (stop fu
 		}
 		var queued []events.Call // calls seen before the replay caught up
 		answered := make(map[int64]bool)
-		for ev, err := range events.Replay(fctx, e.w.js, e.w.cfg.Namespace, c.ID, opts) {
+		for ev, err := range events.Replay(fctx, e.w.js, e.w.ns, c.ID, opts) {
 			if err != nil {
 				if fctx.Err() == nil {
 					e.w.fault(fctx, e.log, "follow child calls", err, "child_run_id", c.ID)

@@ -108,7 +108,7 @@ func (w *Worker) announce(ctx context.Context) {
 	reg := w.agents.reg
 	w.agents.mu.Unlock()
 	if reg == nil {
-		r, err := registry.Open(ctx, w.js, w.cfg.Namespace, w.cfg.Streams.Replicas)
+		r, err := registry.Open(ctx, w.js, w.ns, w.rt.Streams().Replicas)
 		if err != nil {
 			w.fault(ctx, w.log, "open the agent registry", err)
 			return

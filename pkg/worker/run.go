@@ -328,7 +328,7 @@ func (e *execution) nextSignal(ctx context.Context, name string, seen uint64, cr
 // stored well before the run was created (an earlier run of the same id)
 // are skipped.
 func (e *execution) storedSignal(ctx context.Context, name string, seen uint64, created time.Time) (json.RawMessage, uint64, error) {
-	subject := e.w.cfg.Namespace.SignalSubject(e.id, name)
+	subject := e.w.ns.SignalSubject(e.id, name)
 	from := created.Add(-time.Minute) // tolerate clock skew with the server
 	for next := seen + 1; ; {
 		msg, err := e.w.signalsStream.GetMsg(ctx, next, jetstream.WithGetMsgSubject(subject))

@@ -17,6 +17,7 @@ import (
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/finish"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
@@ -34,6 +35,7 @@ func TestTraceContextFollowsTheRun(t *testing.T) {
 	)
 	ns := natstest.RunServer(t)
 	nc, js := natstest.Connect(t, ns)
+	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
 	logs := &lockedBuffer{}
 	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 
@@ -74,7 +76,7 @@ func TestTraceContextFollowsTheRun(t *testing.T) {
 			return worker.Result{Summary: "ok"}, nil
 		}),
 	})
-	d, err := finish.New(nc, finish.Config{RetryDelay: 50 * time.Millisecond})
+	d, err := finish.New(rt, finish.Config{RetryDelay: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,11 +85,11 @@ func TestTraceContextFollowsTheRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = d.Stop() })
-	client, err := parent.New(context.Background(), nc, parent.Config{})
+	client, err := parent.New(rt, parent.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := client.Store()
+	store := rt.Store()
 
 	// 1. NATS headers on a plain published dispatch.
 	msg := nats.NewMsg("jetrun.dispatch.traced")

@@ -11,12 +11,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/pull"
 	"github.com/jetrun/jetrun/internal/service"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/obs"
 )
@@ -25,37 +25,30 @@ import (
 // them to return so their runs can be handed back.
 const handbackGrace = 10 * time.Second
 
-// The worker's pipelined event publishes (see publisher): how many may be
-// in flight on its connection, and how long one waits for its answer before
-// it counts as a transient fault.
-const (
-	asyncMaxPending = 16 << 10
-	asyncAckTimeout = 5 * time.Second
-)
-
 // Worker pulls dispatches for the agent types it has handlers for and
 // executes them. Create it with New, register handlers with Handle, then
 // Start it; stop it with Shutdown (graceful) or Stop (immediate hand-back).
 type Worker struct {
 	cfg      Config
+	rt       *jetrun.Runtime
 	js       jetstream.JetStream
+	ns       events.Namespace
+	store    *kv.Store
 	log      *slog.Logger
 	handlers map[string]Handler
 	agents   agentSet // what the worker announces in the agent registry
 
 	// Set by Start.
-	store         *kv.Store
 	eventsStream  jetstream.Stream
 	signalsStream jetstream.Stream
 	waiters       waiters      // the Waits in progress
 	streamEpoch   atomic.Value // string: distinguishes dispatch stream incarnations in derived run ids
 
-	liveUntil  atomic.Int64    // holdsUntil, in Unix nanoseconds
-	troubleAt  atomic.Int64    // when a renewal of the liveness key last failed, in Unix nanoseconds (recovering)
-	stopped    <-chan struct{} // closed when the worker stops its runs (set by Start)
-	lastEnsure atomic.Int64    // when ensure last ran, in Unix nanoseconds
-	logs       obs.Throttle    // warnings about faults, per message and class
-	nested     nested          // Run.Spawn's parent client (nested.go)
+	liveUntil atomic.Int64    // holdsUntil, in Unix nanoseconds
+	troubleAt atomic.Int64    // when a renewal of the liveness key last failed, in Unix nanoseconds (recovering)
+	stopped   <-chan struct{} // closed when the worker stops its runs (set by Start)
+	logs      obs.Throttle    // warnings about faults, per message and class
+	nested    nested          // Run.Spawn's parent client (nested.go)
 
 	mu        sync.Mutex
 	life      service.Lifecycle
@@ -74,22 +67,18 @@ type Worker struct {
 	beats     sync.WaitGroup
 }
 
-// New returns a Worker that uses nc. The connection stays the caller's: the
-// worker never closes it.
-func New(nc *nats.Conn, cfg Config) (*Worker, error) {
+// New returns a Worker on rt. It does no I/O: Start creates the consumers.
+func New(rt *jetrun.Runtime, cfg Config) (*Worker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("worker: config: %w", err)
-	}
-	js, err := jetstream.New(nc,
-		jetstream.WithPublishAsyncMaxPending(asyncMaxPending),
-		jetstream.WithPublishAsyncTimeout(asyncAckTimeout))
-	if err != nil {
-		return nil, fmt.Errorf("worker: jetstream: %w", err)
 	}
 	cfg = cfg.withDefaults()
 	return &Worker{
 		cfg:      cfg,
-		js:       js,
+		rt:       rt,
+		js:       rt.JetStream(),
+		ns:       rt.Namespace(),
+		store:    rt.Store(),
 		log:      cfg.Logger.With("worker", cfg.ID),
 		handlers: make(map[string]Handler),
 		active:   make(map[string]*execution),
@@ -132,10 +121,10 @@ func (w *Worker) AgentTypes() []string {
 	return slices.Sorted(maps.Keys(w.handlers))
 }
 
-// Start creates (or checks) the streams, the runs bucket and one durable
-// consumer per agent type, then starts pulling. The worker runs until
-// Shutdown or Stop, or until ctx ends (then as Stop: its runs are handed
-// back at once; call Shutdown first for a graceful stop).
+// Start creates (or checks) one durable consumer per agent type, then
+// starts pulling. The worker runs until Shutdown or Stop, or until ctx ends
+// (then as Stop: its runs are handed back at once; call Shutdown first for
+// a graceful stop).
 func (w *Worker) Start(ctx context.Context) error {
 	w.mu.Lock()
 	if len(w.handlers) == 0 {
@@ -153,18 +142,9 @@ func (w *Worker) Start(ctx context.Context) error {
 
 // setUp is Start after its checks.
 func (w *Worker) setUp(ctx context.Context) error {
-	ns := w.cfg.Namespace
-	if err := events.EnsureStreams(ctx, w.js, ns, w.cfg.Streams); err != nil {
-		return fmt.Errorf("worker: %w", err)
-	}
-	store, err := kv.Open(ctx, w.js, kv.Config{Namespace: ns, Replicas: w.cfg.Streams.Replicas})
-	if err != nil {
-		return fmt.Errorf("worker: %w", err)
-	}
-	w.store = store
-	if w.eventsStream, err = w.js.Stream(ctx, ns.EventsStream()); err != nil {
-		return fmt.Errorf("worker: bind stream %s: %w", ns.EventsStream(), err)
-	}
+	ns := w.ns
+	w.eventsStream = w.rt.EventsStream()
+	var err error
 	if w.signalsStream, err = w.js.Stream(ctx, ns.SignalsStream()); err != nil {
 		return fmt.Errorf("worker: bind stream %s: %w", ns.SignalsStream(), err)
 	}
@@ -205,7 +185,7 @@ func (w *Worker) setUp(ctx context.Context) error {
 		return fmt.Errorf("worker: create consumer %s: %w", malformedConsumer, err)
 	}
 
-	live, err := store.AcquireLiveness(ctx, w.cfg.ID, w.cfg.Lease)
+	live, err := w.store.AcquireLiveness(ctx, w.cfg.ID, w.cfg.Lease)
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}

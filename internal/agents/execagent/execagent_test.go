@@ -19,6 +19,7 @@ import (
 	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/parent"
@@ -33,16 +34,17 @@ func setup(t *testing.T, cmds map[string]execagent.Config) (*parent.Client, *kv.
 	t.Helper()
 	ns := natstest.RunServer(t)
 	nc, js := natstest.Connect(t, ns)
-	w, err := agents.StartPool(context.Background(), nc, worker.Config{}, nil, agents.Configured{Exec: cmds})
+	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
+	w, err := agents.StartPool(context.Background(), rt, worker.Config{}, nil, agents.Configured{Exec: cmds})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = w.Stop() })
-	client, err := parent.New(context.Background(), nc, parent.Config{})
+	client, err := parent.New(rt, parent.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return client, client.Store(), func(id string) []jetruntest.Event { return jetruntest.ReadEvents(t, js, id) }
+	return client, rt.Store(), func(id string) []jetruntest.Event { return jetruntest.ReadEvents(t, js, id) }
 }
 
 func script(name string, args ...string) execagent.Config {

@@ -19,6 +19,7 @@ import (
 	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/parent"
@@ -77,17 +78,18 @@ func setupWorker(t *testing.T, c *child, cfg httpagent.Config, wcfg worker.Confi
 	t.Cleanup(srv.Close)
 	ns := natstest.RunServer(t)
 	nc, js := natstest.Connect(t, ns)
+	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
 	cfg.URL = srv.URL + "/run"
-	w, err := agents.StartPool(context.Background(), nc, wcfg, nil, agents.Configured{HTTP: map[string]httpagent.Config{"ext": cfg}})
+	w, err := agents.StartPool(context.Background(), rt, wcfg, nil, agents.Configured{HTTP: map[string]httpagent.Config{"ext": cfg}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = w.Stop() })
-	client, err := parent.New(context.Background(), nc, parent.Config{})
+	client, err := parent.New(rt, parent.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return client, client.Store(), func(id string) []jetruntest.Event { return jetruntest.ReadEvents(t, js, id) }, w
+	return client, rt.Store(), func(id string) []jetruntest.Event { return jetruntest.ReadEvents(t, js, id) }, w
 }
 
 func dispatch(t *testing.T, client *parent.Client, id string) {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/parent"
 )
 
@@ -38,7 +39,12 @@ func main() {
 			os.Exit(2)
 		}
 	}
-	client, err := parent.New(ctx, nc, cfg)
+	rt, err := jetrun.Open(ctx, nc, jetrun.Config{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	client, err := parent.New(rt, cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/parent"
 )
 
@@ -42,7 +43,11 @@ func run() error {
 	}
 	defer nc.Close()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	client, err := parent.New(ctx, nc, parent.Config{Logger: logger})
+	rt, err := jetrun.Open(ctx, nc, jetrun.Config{})
+	if err != nil {
+		return err
+	}
+	client, err := parent.New(rt, parent.Config{Logger: logger})
 	if err != nil {
 		return err
 	}

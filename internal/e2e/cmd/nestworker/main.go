@@ -23,6 +23,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -46,7 +47,11 @@ func run() error {
 	}
 	defer nc.Close()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	w, err := worker.New(nc, worker.Config{ID: os.Args[2], Lease: 2 * time.Second, Logger: logger})
+	rt, err := jetrun.Open(ctx, nc, jetrun.Config{})
+	if err != nil {
+		return err
+	}
+	w, err := worker.New(rt, worker.Config{ID: os.Args[2], Lease: 2 * time.Second, Logger: logger})
 	if err != nil {
 		return err
 	}

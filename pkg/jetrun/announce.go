@@ -1,0 +1,101 @@
+package jetrun
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
+	"github.com/jetrun/jetrun/pkg/jsfault"
+)
+
+// AnnounceRetry bounds the retries of Announce.
+const AnnounceRetry = 10 * time.Second
+
+// Announce publishes r's current status: the status event on
+// jetrun.run.<id>.status, with a Nats-Msg-Id, so announcing twice (a retry,
+// a repair) stores it once within the dedup window. worker names the
+// worker that made the transition ("" for a parent or the reconciler).
+// When the run owes a finish for the status, the event carries the header
+// Jetrun-Finish-Owed and the finisher (pkg/finish, run by every
+// parent-worker) publishes the finish: whoever makes the transition (a
+// child-worker, a parent client, the reconciler) never publishes to
+// jetrun.finish.>, so a child-worker needs no permission on finishes. The
+// reconciler republishes a finish the finisher missed.
+//
+// Transient faults are retried (jsfault.Retry) for at most AnnounceRetry.
+func (rt *Runtime) Announce(ctx context.Context, r *jetruntype.Run, worker string) error {
+	return jsfault.Retry(ctx, AnnounceRetry, func(ctx context.Context) error {
+		return rt.PublishStatus(ctx, r, worker, events.StatusMsgID(r.ID, r.Attempt, r.Status))
+	})
+}
+
+// PublishStatus publishes the status event of r's current status once,
+// with the given Nats-Msg-Id.
+func (rt *Runtime) PublishStatus(ctx context.Context, r *jetruntype.Run, worker, msgID string) error {
+	data, err := json.Marshal(r.StatusEvent(worker))
+	if err != nil {
+		return fmt.Errorf("jetrun: encode status event of run %s: %w", r.ID, err)
+	}
+	msg := &nats.Msg{Subject: rt.cfg.Namespace.RunSubject(r.ID, events.KindStatus), Data: data, Header: nats.Header{}}
+	msg.Header.Set(jetstream.MsgIDHeader, msgID)
+	msg.Header.Set(events.HeaderAttempt, strconv.Itoa(r.Attempt))
+	if r.FinishOwed(r.Status) {
+		msg.Header.Set(events.HeaderFinishOwed, string(r.Status))
+	}
+	r.Trace().SetHeaders(msg.Header)
+	if _, err := rt.js.PublishMsg(ctx, msg); err != nil {
+		return fmt.Errorf("jetrun: publish %s status of run %s: %w", r.Status, r.ID, err)
+	}
+	return nil
+}
+
+// PublishFinish publishes the finish of r for status s, deduplicated by
+// Nats-Msg-Id <runId>.<status>, and returns the stream's answer (nil if r
+// owes no finish for s): within the dedup window a copy already stored
+// answers Duplicate with that copy's sequence.
+func (rt *Runtime) PublishFinish(ctx context.Context, r *jetruntype.Run, s events.Status) (*jetstream.PubAck, error) {
+	f, ok := r.FinishMessage(s)
+	if !ok {
+		return nil, nil
+	}
+	data, err := json.Marshal(f)
+	if err != nil {
+		return nil, fmt.Errorf("jetrun: encode finish of run %s: %w", r.ID, err)
+	}
+	msg := &nats.Msg{Subject: rt.cfg.Namespace.FinishSubject(f.Handler), Data: data, Header: nats.Header{}}
+	r.Trace().SetHeaders(msg.Header)
+	ack, err := rt.js.PublishMsg(ctx, msg, jetstream.WithMsgID(events.FinishMsgID(r.ID, s)))
+	if err != nil {
+		return nil, fmt.Errorf("jetrun: publish %s finish of run %s: %w", s, r.ID, err)
+	}
+	return ack, nil
+}
+
+// PublishNotice publishes the notice of r's milestone name to
+// jetrun.finish.<handler> with Nats-Msg-Id <runId>.milestone.<name> and
+// returns the stream's answer (nil if r records no such notice).
+func (rt *Runtime) PublishNotice(ctx context.Context, r *jetruntype.Run, name string) (*jetstream.PubAck, error) {
+	n, ok := r.NoticeMessage(name)
+	if !ok {
+		return nil, nil
+	}
+	data, err := json.Marshal(n)
+	if err != nil {
+		return nil, fmt.Errorf("jetrun: encode milestone notice of run %s: %w", r.ID, err)
+	}
+	msg := &nats.Msg{Subject: rt.cfg.Namespace.FinishSubject(n.Handler), Data: data, Header: nats.Header{}}
+	msg.Header.Set(jetstream.MsgIDHeader, events.MilestoneNoticeMsgID(r.ID, name))
+	msg.Header.Set(events.HeaderKind, events.KindMilestoneNotice)
+	ack, err := rt.js.PublishMsg(ctx, msg)
+	if err != nil {
+		return nil, fmt.Errorf("jetrun: publish milestone notice %s of run %s: %w", name, r.ID, err)
+	}
+	return ack, nil
+}

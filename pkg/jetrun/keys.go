@@ -1,0 +1,417 @@
+package jetrun
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
+	"github.com/jetrun/jetrun/pkg/kv"
+)
+
+// Concurrency keys. Runs submitted under one key (Run.ConcurrencyKey) never
+// execute at the same time; the key's strategy (events.Strategy) says what a
+// submit does while the key is taken. The key's state is a holder and a
+// queue in the store (kv.Store.KeyHolder, KeyQueue, TakeKey).
+//
+// A keyed run is created "queued" (no dispatch is out for it), entered in
+// the key's queue, and then the key is advanced (AdvanceKey). The queue's
+// order is the order of its entries in the bucket's stream (their
+// revisions). The holder entry changes only by compare-and-set, to the
+// first queued run, and only while the run it names is not live: that CAS
+// is the lock. The run it names then goes queued → starting, and its
+// dispatch is published.
+//
+// Whoever ends a keyed run advances its key (the worker that finishes it,
+// a cancel of a queued run needs nothing). Every step is a compare-and-set
+// or idempotent, so a process that dies anywhere leaves a state any later
+// AdvanceKey completes: a holder naming a run still queued is promoted, a
+// queue entry of a run no longer queued is dropped. The reconciler calls
+// AdvanceKey for every queued run it sweeps, so a key whose last holder's
+// worker died after its final write still moves on.
+
+// advanceTries bounds AdvanceKey's rounds of lost compare-and-sets.
+const advanceTries = 32
+
+// Held names a dispatch message of a run that the caller holds (a worker
+// that received it): when AdvanceKey promotes that run it records the
+// message as the run's dispatch instead of publishing another.
+type Held struct {
+	RunID string
+	Seq   uint64
+}
+
+// Submit enters the keyed run r (r.ConcurrencyKey set) under its key and
+// applies its strategy: r is created queued (ErrRunExists if its id is
+// taken), earlier queued runs are superseded (latest, debounce), and the
+// key is advanced, which starts r at once when the key is free. It returns
+// r's row as it then is: starting, or queued. A drop submit returns
+// ErrKeyBusy when the key is taken. A queued debounce run gets a wake-up
+// dispatch that a worker holds back until its quiet window ends, unless
+// held is r's own dispatch.
+func (rt *Runtime) Submit(ctx context.Context, r *jetruntype.Run, held Held) (*jetruntype.Run, error) {
+	key, strategy := r.ConcurrencyKey, r.Strategy.Or()
+	if strategy == events.StrategyDrop {
+		busy, err := rt.store.KeyBusy(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		if busy {
+			return nil, keyBusy(key)
+		}
+	}
+	now := time.Now()
+	r.Status, r.Unindexed = events.StatusQueued, false
+	if strategy == events.StrategyDebounce {
+		d := r.Dispatch()
+		r.NotBefore = now.Add(d.Debounce())
+	}
+	if _, err := rt.store.Create(ctx, r); err != nil {
+		return nil, err
+	}
+	if strategy != events.StrategyDrop { // a drop run starts at once or is withdrawn: never seen waiting
+		if err := rt.PublishStatus(ctx, r, "", events.StatusMsgID(r.ID, 0, events.StatusQueued)); err != nil {
+			return nil, err
+		}
+	}
+	pos, err := rt.store.Enqueue(ctx, key, r.ID)
+	if err != nil {
+		return nil, err
+	}
+	if strategy == events.StrategyLatest || strategy == events.StrategyDebounce {
+		if err := rt.supersede(ctx, key, r.ID, pos); err != nil {
+			return nil, err
+		}
+	}
+	if err := rt.AdvanceKey(ctx, key, held); err != nil {
+		return nil, err
+	}
+	row, rev, err := rt.store.Get(ctx, r.ID)
+	if err != nil {
+		return nil, err
+	}
+	if strategy == events.StrategyDrop && row.Status == events.StatusQueued {
+		// Another submit took the key between the check and the queue:
+		// withdraw, unless a promotion got there first.
+		err := rt.store.Withdraw(ctx, row, rev)
+		if err == nil {
+			return nil, keyBusy(key)
+		}
+		if !errors.Is(err, kv.ErrConflict) {
+			return nil, err
+		}
+		if row, _, err = rt.store.Get(ctx, r.ID); err != nil {
+			return nil, err
+		}
+	}
+	if row.Status == events.StatusQueued && !row.NotBefore.IsZero() && held.RunID != row.ID {
+		if _, err := rt.publishKeyed(ctx, row, row.ID+".wake"); err != nil {
+			return nil, err
+		}
+	}
+	return row, nil
+}
+
+func keyBusy(key string) error {
+	return fmt.Errorf("jetrun: submit under concurrency key %s: %w (strategy drop: a run of the key is live or queued)", key, kv.ErrKeyBusy)
+}
+
+// Requeue resumes the keyed run id, interrupted with its child stopped,
+// as a new attempt that waits for its key like a new submit: it is queued
+// again (at the end of the key's queue) instead of starting at once, so it
+// never runs alongside the key's holder. Of concurrent callers one
+// requeues it; the others get the row as it is.
+func (rt *Runtime) Requeue(ctx context.Context, id string) (*jetruntype.Run, error) {
+	row, _, err := rt.store.Mutate(ctx, id, func(r *jetruntype.Run) error {
+		if r.Status != events.StatusInterrupted || r.ChildStillRunning || r.ConcurrencyKey == "" {
+			return kv.ErrNoChange
+		}
+		r.Resume()
+		r.Status = events.StatusQueued
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("jetrun: requeue run %s: %w", id, err)
+	}
+	if row.Status != events.StatusQueued {
+		return row, nil
+	}
+	if err := rt.PublishStatus(ctx, row, "", events.StatusMsgID(row.ID, row.Attempt, events.StatusQueued)); err != nil {
+		return nil, err
+	}
+	if err := rt.RepairKey(ctx, row); err != nil {
+		return nil, err
+	}
+	row, _, err = rt.store.Get(ctx, id)
+	return row, err
+}
+
+// RepairKey makes sure the queued run r has its entry in its key's queue
+// (a submitter that died between the two writes left it without one), then
+// advances the key. The reconciler calls it for every queued run.
+func (rt *Runtime) RepairKey(ctx context.Context, r *jetruntype.Run) error {
+	if r.ConcurrencyKey == "" {
+		return nil
+	}
+	if err := rt.store.EnsureQueued(ctx, r); err != nil {
+		return err
+	}
+	return rt.AdvanceKey(ctx, r.ConcurrencyKey, Held{})
+}
+
+// AdvanceKey gives key to its first queued run when the run holding it is
+// no longer live, and starts that run. It is safe to call at any time, from
+// any number of processes: the holder's compare-and-set admits one run at
+// a time. A debounce run whose quiet window has not ended yet stays queued
+// (its wake-up dispatch advances the key when it ends).
+func (rt *Runtime) AdvanceKey(ctx context.Context, key string, held Held) error {
+	for range advanceTries {
+		holder, holderRev, err := rt.store.KeyHolder(ctx, key)
+		if err != nil {
+			return err
+		}
+		if holder != "" {
+			h, _, err := rt.store.Get(ctx, holder)
+			switch {
+			case errors.Is(err, kv.ErrRunNotFound): // cleared: the key is free
+			case err != nil:
+				return err
+			case h.Status == events.StatusQueued:
+				// Its promoter stopped after taking the key: finish the job.
+				return rt.promote(ctx, h, held)
+			case h.Live():
+				return nil
+			}
+		}
+		queue, err := rt.store.KeyQueue(ctx, key)
+		if err != nil {
+			return err
+		}
+		var next *jetruntype.Run
+		for _, e := range queue {
+			row, _, err := rt.store.Get(ctx, e.ID)
+			if errors.Is(err, kv.ErrRunNotFound) {
+				rt.store.Dequeue(ctx, key, e.ID)
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if row.Status != events.StatusQueued {
+				// Ended while queued, or promoted before a crash kept its
+				// merge from being finished.
+				if err := rt.finishMerge(ctx, row); err != nil {
+					return err
+				}
+				rt.store.Dequeue(ctx, key, e.ID)
+				continue
+			}
+			if row.NotBefore.After(time.Now()) {
+				return nil
+			}
+			next = row
+			break
+		}
+		if next == nil {
+			return nil
+		}
+		err = rt.store.TakeKey(ctx, key, next.ID, holderRev)
+		if errors.Is(err, kv.ErrConflict) {
+			continue // another process moved the key: look again
+		}
+		if err != nil {
+			return err
+		}
+		return rt.promote(ctx, next, held)
+	}
+	return fmt.Errorf("jetrun: advance concurrency key %s: %w", key, kv.ErrConflict)
+}
+
+// promote starts h, which holds its key: queued → starting (a merge run
+// takes the inputs of the merge runs queued behind it), then publishes its
+// dispatch unless held is it.
+func (rt *Runtime) promote(ctx context.Context, h *jetruntype.Run, held Held) error {
+	var merged []*jetruntype.Run
+	if h.Strategy == events.StrategyMerge {
+		var err error
+		if merged, err = rt.mergeCandidates(ctx, h); err != nil {
+			return err
+		}
+	}
+	promoted := false
+	row, _, err := rt.store.Mutate(ctx, h.ID, func(r *jetruntype.Run) error {
+		if r.Status != events.StatusQueued {
+			return kv.ErrNoChange
+		}
+		r.Status, r.NotBefore = events.StatusStarting, time.Time{}
+		if r.Strategy == events.StrategyMerge {
+			inputs := []json.RawMessage{r.Input}
+			size := len(r.Input)
+			r.Merged = nil
+			for _, m := range merged {
+				if size += len(m.Input) + 1; size > events.MaxInputBytes-2 {
+					break // the rest run next, merged among themselves
+				}
+				inputs = append(inputs, m.Input)
+				r.Merged = append(r.Merged, m.ID)
+			}
+			list, err := json.Marshal(inputs)
+			if err != nil {
+				return err
+			}
+			r.Input = list
+		}
+		if held.RunID == r.ID {
+			r.DispatchSeq = held.Seq
+		}
+		promoted = true
+		return nil
+	})
+	if errors.Is(err, kv.ErrRunNotFound) {
+		rt.store.Dequeue(ctx, h.ConcurrencyKey, h.ID)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("jetrun: start run %s under concurrency key %s: %w", h.ID, h.ConcurrencyKey, err)
+	}
+	if err := rt.finishMerge(ctx, row); err != nil {
+		return err
+	}
+	if !promoted || row.Status != events.StatusStarting || held.RunID == row.ID {
+		rt.store.Dequeue(ctx, h.ConcurrencyKey, h.ID)
+		return nil
+	}
+	seq, err := rt.publishKeyed(ctx, row, row.ID+".key."+strconv.Itoa(row.Handoffs))
+	if err != nil {
+		// The row is starting without a dispatch: the reconciler publishes
+		// it, as for a parent that died between its two writes.
+		return err
+	}
+	rt.store.Dequeue(ctx, h.ConcurrencyKey, h.ID)
+	_, _, err = rt.store.Mutate(ctx, row.ID, func(r *jetruntype.Run) error {
+		if r.Status != events.StatusStarting || r.DispatchSeq != 0 {
+			return kv.ErrNoChange
+		}
+		r.DispatchSeq = seq
+		return nil
+	})
+	return err
+}
+
+// mergeCandidates returns the merge runs queued right behind h in its key's
+// queue (up to the first queued run of another strategy).
+func (rt *Runtime) mergeCandidates(ctx context.Context, h *jetruntype.Run) ([]*jetruntype.Run, error) {
+	queue, err := rt.store.KeyQueue(ctx, h.ConcurrencyKey)
+	if err != nil {
+		return nil, err
+	}
+	var out []*jetruntype.Run
+	behind := false
+	for _, e := range queue {
+		if e.ID == h.ID {
+			behind = true
+			continue
+		}
+		if !behind {
+			continue
+		}
+		r, _, err := rt.store.Get(ctx, e.ID)
+		if errors.Is(err, kv.ErrRunNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if r.Status != events.StatusQueued {
+			continue
+		}
+		if r.Strategy != events.StrategyMerge {
+			break
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// finishMerge ends the runs h carries (h.Merged) aborted, reason merged,
+// and drops their queue entries. It is idempotent.
+func (rt *Runtime) finishMerge(ctx context.Context, h *jetruntype.Run) error {
+	for _, id := range h.Merged {
+		row, _, err := rt.store.Mutate(ctx, id, func(r *jetruntype.Run) error {
+			if r.Status != events.StatusQueued {
+				return kv.ErrNoChange
+			}
+			r.MergedInto = h.ID
+			r.End(events.StatusAborted, events.ReasonMerged, "merged into run "+h.ID, time.Now())
+			return nil
+		})
+		if errors.Is(err, kv.ErrRunNotFound) {
+			rt.store.Dequeue(ctx, h.ConcurrencyKey, id)
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("jetrun: merge run %s into %s: %w", id, h.ID, err)
+		}
+		if row.MergedInto == h.ID {
+			rt.settle(ctx, row)
+		}
+		rt.store.Dequeue(ctx, h.ConcurrencyKey, id)
+	}
+	return nil
+}
+
+// supersede ends the runs queued under key before position pos (the queue
+// entry of run by) aborted, reason superseded.
+func (rt *Runtime) supersede(ctx context.Context, key, by string, pos uint64) error {
+	queue, err := rt.store.KeyQueue(ctx, key)
+	if err != nil {
+		return err
+	}
+	for _, e := range queue {
+		if e.Rev >= pos || e.ID == by {
+			continue
+		}
+		row, _, err := rt.store.Mutate(ctx, e.ID, func(r *jetruntype.Run) error {
+			if r.Status != events.StatusQueued {
+				return kv.ErrNoChange
+			}
+			r.SupersededBy = by
+			r.End(events.StatusAborted, events.ReasonSuperseded, "superseded by run "+by, time.Now())
+			return nil
+		})
+		if errors.Is(err, kv.ErrRunNotFound) {
+			rt.store.Dequeue(ctx, key, e.ID)
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("jetrun: supersede run %s: %w", e.ID, err)
+		}
+		if row.SupersededBy == by && row.Reason == events.ReasonSuperseded {
+			rt.settle(ctx, row)
+		}
+		if row.Status.Final() {
+			rt.store.Dequeue(ctx, key, e.ID)
+		}
+	}
+	return nil
+}
+
+// settle announces a run a strategy ended and removes it from the index
+// when nothing more is owed; failures are repaired by the reconciler.
+func (rt *Runtime) settle(ctx context.Context, r *jetruntype.Run) {
+	if err := rt.Announce(ctx, r, ""); err == nil {
+		_ = rt.store.UnindexIfSettled(ctx, r)
+	}
+}
+
+// publishKeyed publishes the dispatch of the keyed run r under msgID (one
+// try: a failure leaves r starting without a dispatch, which the
+// reconciler publishes).
+func (rt *Runtime) publishKeyed(ctx context.Context, r *jetruntype.Run, msgID string) (uint64, error) {
+	p, err := rt.PublishDispatch(ctx, r.AgentType, r.Dispatch(), DispatchOptions{MsgID: msgID})
+	return p.Seq, err
+}

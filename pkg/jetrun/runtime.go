@@ -1,0 +1,133 @@
+package jetrun
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/kv"
+)
+
+// Config says where a Runtime's streams and buckets are and how they are
+// created. Zero values mean defaults.
+type Config struct {
+	// Namespace is the subject prefix (default "jetrun").
+	Namespace events.Namespace
+	// Streams tunes the streams and buckets when Open creates them;
+	// existing ones are used as they are.
+	Streams events.StreamOptions
+}
+
+// Validate reports every invalid field at once. It does no I/O.
+func (c Config) Validate() error {
+	if err := c.Streams.Validate(); err != nil {
+		return fmt.Errorf("jetrun: config: %w", err)
+	}
+	return nil
+}
+
+// The runtime's pipelined publishes (a worker's events, a parent's
+// dispatches): how many may be in flight on the connection, and how long
+// one waits for its answer before it counts as a transient fault.
+const (
+	asyncMaxPending = 16 << 10
+	asyncAckTimeout = 5 * time.Second
+)
+
+// RepairEvery bounds how often Repair re-creates what is missing.
+const RepairEvery = 5 * time.Second
+
+// Runtime is jetrun's JetStream resources in one namespace, shared by the
+// roles of a process. It is safe for concurrent use.
+type Runtime struct {
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	cfg      Config
+	store    *kv.Store
+	dispatch jetstream.Stream // bound once, by name
+	events   jetstream.Stream
+
+	lastRepair atomic.Int64 // when Repair last ran, in Unix nanoseconds
+}
+
+// Open creates (or checks) jetrun's streams and buckets in cfg.Namespace on
+// nc and binds them. The connection stays the caller's: nothing in jetrun
+// closes it.
+func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Runtime, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc,
+		jetstream.WithPublishAsyncMaxPending(asyncMaxPending),
+		jetstream.WithPublishAsyncTimeout(asyncAckTimeout))
+	if err != nil {
+		return nil, fmt.Errorf("jetrun: jetstream: %w", err)
+	}
+	ns := cfg.Namespace
+	if err := events.EnsureStreams(ctx, js, ns, cfg.Streams); err != nil {
+		return nil, fmt.Errorf("jetrun: %w", err)
+	}
+	store, err := kv.Open(ctx, js, kv.Config{Namespace: ns, Replicas: cfg.Streams.Replicas})
+	if err != nil {
+		return nil, fmt.Errorf("jetrun: %w", err)
+	}
+	rt := &Runtime{nc: nc, js: js, cfg: cfg, store: store}
+	if rt.dispatch, err = js.Stream(ctx, ns.DispatchStream()); err != nil {
+		return nil, fmt.Errorf("jetrun: bind stream %s: %w", ns.DispatchStream(), err)
+	}
+	if rt.events, err = js.Stream(ctx, ns.EventsStream()); err != nil {
+		return nil, fmt.Errorf("jetrun: bind stream %s: %w", ns.EventsStream(), err)
+	}
+	return rt, nil
+}
+
+// Conn returns the NATS connection the runtime was opened on.
+func (rt *Runtime) Conn() *nats.Conn { return rt.nc }
+
+// JetStream returns the runtime's JetStream context.
+func (rt *Runtime) JetStream() jetstream.JetStream { return rt.js }
+
+// Namespace returns the runtime's namespace.
+func (rt *Runtime) Namespace() events.Namespace { return rt.cfg.Namespace }
+
+// Streams returns the stream options the runtime creates streams with.
+func (rt *Runtime) Streams() events.StreamOptions { return rt.cfg.Streams }
+
+// Store returns the run row store.
+func (rt *Runtime) Store() *kv.Store { return rt.store }
+
+// DispatchStream returns the dispatch stream, bound at Open (by name: it
+// still answers for a stream re-created since, but its CachedInfo is
+// Open's).
+func (rt *Runtime) DispatchStream() jetstream.Stream { return rt.dispatch }
+
+// EventsStream returns the run events stream, bound at Open.
+func (rt *Runtime) EventsStream() jetstream.Stream { return rt.events }
+
+// Repair re-creates the streams and buckets that are missing, as Open does
+// (what exists is left as it is), at most once every RepairEvery across the
+// process's roles: an operator's delete, or a stream lost with its node,
+// costs a few seconds of retries, not the runs. It returns nil without I/O
+// when another repair ran within RepairEvery. It waits at most RepairEvery.
+func (rt *Runtime) Repair(ctx context.Context) error {
+	now := time.Now().UnixNano()
+	last := rt.lastRepair.Load()
+	if now-last < int64(RepairEvery) || !rt.lastRepair.CompareAndSwap(last, now) {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, RepairEvery)
+	defer cancel()
+	ns := rt.cfg.Namespace
+	if err := events.EnsureStreams(ctx, rt.js, ns, rt.cfg.Streams); err != nil {
+		return fmt.Errorf("jetrun: repair: %w", err)
+	}
+	if _, err := kv.Open(ctx, rt.js, kv.Config{Namespace: ns, Replicas: rt.cfg.Streams.Replicas}); err != nil {
+		return fmt.Errorf("jetrun: repair: %w", err)
+	}
+	return nil
+}
