@@ -66,7 +66,10 @@ func TestDefaults(t *testing.T) {
 }
 
 // The environment's defaults are the packages' own: a binary configured by
-// nothing behaves like the Go API configured by nothing.
+// nothing behaves like the Go API configured by nothing. Retention is the
+// exception: its zero keeps runs forever in both, so the Go API's default
+// is zero and JETRUN_RETENTION defaults to the recommended
+// reconcile.DefaultRetention.
 func TestDefaultsMatchThePackages(t *testing.T) {
 	clearEnv(t)
 	var pw config.ParentWorker

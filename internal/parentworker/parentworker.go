@@ -36,15 +36,6 @@ import (
 	"github.com/jetrun/jetrun/pkg/worker"
 )
 
-// retention maps the setting (0 keeps runs forever) to the reconciler's
-// (negative keeps them forever, 0 means the default).
-func retention(d time.Duration) time.Duration {
-	if d == 0 {
-		return -1
-	}
-	return d
-}
-
 // httpShutdownTimeout bounds how long open HTTP requests may finish.
 const httpShutdownTimeout = 5 * time.Second
 
@@ -110,7 +101,7 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 		MaxRedispatches:      cfg.MaxRedispatches,
 		FinishUnservedWait:   cfg.FinishUnservedWait,
 		DispatchUnservedWait: cfg.DispatchUnservedWait,
-		Retention:            retention(cfg.Retention),
+		Retention:            cfg.Retention, // 0 keeps runs forever, here as in the env
 		MaxDepth:             cfg.MaxDepth,
 		Logger:               logger,
 		Observer:             m,

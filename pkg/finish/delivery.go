@@ -39,7 +39,7 @@ func (d *Deliverer) deliverFinish(ctx context.Context, name string, msg jetstrea
 		if err != nil {
 			reason += ": " + err.Error()
 		}
-		return d.deadLetter(ctx, name, msg, res, claimed{}, reason, 0)
+		return d.deadLetter(ctx, name, msg, finishEntry{res}, claimed{}, reason, 0)
 	}
 	log := d.log.With("run_id", res.RunID, "status", res.Status, "handler", name)
 	// Milestone notices go out before the run's finishes.
@@ -49,36 +49,146 @@ func (d *Deliverer) deliverFinish(ctx context.Context, name string, msg jetstrea
 		}
 		return settle.Retry(time.Second)
 	}
+	return d.deliverEntry(ctx, log, name, msg, finishEntry{res})
+}
 
-	c, o := d.claim(ctx, log, res)
+// An entry is one slot of a run's delivery ledger (jetruntype.Run) on its
+// way to handler name: a finish (finishEntry) or a milestone notice
+// (noticeEntry, notice.go). The steps are the same for both and written
+// once — deliverEntry claims the slot, calls the handler, then marks it
+// delivered, or releases it for a retry, or dead-letters it — and an entry
+// supplies only what differs: its ledger operations, its handler call and
+// its words (entryKind).
+type entry interface {
+	kind() *entryKind
+	runID() string
+	// attrs name the slot in logs and events: "status", s or
+	// "milestone", name.
+	attrs() []any
+	// about ends a dead-letter reason's "handler <name> failed ..." with
+	// the slot when the status does not say it: "" or " on milestone <name>".
+	about() string
+	// ledgered reports whether the entry names a slot a dead-letter can
+	// record its failure on.
+	ledgered() bool
+	// reportedAs is the handler a delivery is reported under, given the
+	// name of the consumer's handler.
+	reportedAs(name string) string
+
+	check(r *jetruntype.Run, now time.Time) (jetruntype.Delivery, time.Duration)
+	// claim takes the slot on r and returns the attempt it starts.
+	claim(r *jetruntype.Run, by string, until, now time.Time) int
+	// delivered marks the slot delivered on r and returns attributes for
+	// the obs.FinishDelivered event.
+	delivered(r *jetruntype.Run, now time.Time) ([]any, error)
+	release(r *jetruntype.Run, cause string, failed bool, now time.Time) error
+	// handle calls the handler name on the claimed row (through d.call).
+	handle(ctx context.Context, d *Deliverer, name string, msg jetstream.Msg, row *jetruntype.Run) error
+}
+
+// entryKind is what a kind of entry's logs say — the word for its handler,
+// the messages (and throttling keys) of its faults — and what it reports.
+type entryKind struct {
+	what string // "<what> handler failed; retrying", and call's panic log
+	// cleared is logged at info level for an entry of a cleared run; "" logs
+	// nothing.
+	cleared string
+	// Fault messages: reading the row, claiming, marking delivered,
+	// releasing, dead-lettering.
+	readRow, claim, markDelivered, release, deadLettering string
+	// counted: the Observer hears of deliveries, retries and dead-letters.
+	counted bool
+	// traced: logs after the claim carry the run's trace id.
+	traced bool
+}
+
+// finishKind and noticeKind are the words of finishes and milestone
+// notices.
+var (
+	finishKind = entryKind{
+		what: "finish", cleared: "finish for a cleared run; dropping it",
+		readRow: "read row for delivery", claim: "claim delivery",
+		markDelivered: "mark finish delivered; it is delivered again",
+		release:       "record delivery failure",
+		deadLettering: "dead-letter finish; keeping it for a retry",
+		counted:       true, traced: true,
+	}
+	noticeKind = entryKind{
+		what:    "milestone",
+		readRow: "read row for a milestone notice", claim: "claim milestone notice",
+		markDelivered: "mark milestone notice delivered; it is delivered again",
+		release:       "record milestone notice failure",
+		deadLettering: "dead-letter milestone notice; keeping it for a retry",
+	}
+)
+
+// finishEntry is the finish res: its slot is Finishes[res.Status].
+type finishEntry struct{ res Result }
+
+func (finishEntry) kind() *entryKind           { return &finishKind }
+func (e finishEntry) runID() string            { return e.res.RunID }
+func (e finishEntry) attrs() []any             { return []any{"status", e.res.Status} }
+func (finishEntry) about() string              { return "" }
+func (e finishEntry) ledgered() bool           { return events.ValidateID(e.res.RunID) == nil }
+func (e finishEntry) reportedAs(string) string { return e.res.Handler }
+
+func (e finishEntry) check(r *jetruntype.Run, now time.Time) (jetruntype.Delivery, time.Duration) {
+	return r.CheckFinish(e.res.Status, now)
+}
+
+func (e finishEntry) claim(r *jetruntype.Run, by string, until, now time.Time) int {
+	return r.ClaimFinish(e.res.Status, e.res, by, until, now)
+}
+
+func (e finishEntry) delivered(r *jetruntype.Run, now time.Time) ([]any, error) {
+	due := r.FinishDelivered(e.res.Status, now)
+	return []any{"latency_ms", now.Sub(due).Milliseconds()}, nil
+}
+
+func (e finishEntry) release(r *jetruntype.Run, cause string, failed bool, now time.Time) error {
+	return r.ReleaseFinish(e.res.Status, cause, failed, now)
+}
+
+func (e finishEntry) handle(ctx context.Context, d *Deliverer, name string, msg jetstream.Msg, row *jetruntype.Run) error {
+	return d.call(ctx, "finish", name, msg, func(ctx context.Context) error {
+		return d.handlers[name].HandleFinish(ctx, row, e.res)
+	})
+}
+
+// deliverEntry delivers e to handler name and says how to settle its
+// message: claim, call, then mark delivered, retry with backoff, or
+// dead-letter.
+func (d *Deliverer) deliverEntry(ctx context.Context, log *slog.Logger, name string, msg jetstream.Msg, e entry) settle.Outcome {
+	k := e.kind()
+	c, o := d.claim(ctx, log, e)
 	if c.row == nil {
 		return o
 	}
-	if id := c.row.Trace().TraceID(); id != "" {
+	if id := c.row.Trace().TraceID(); id != "" && k.traced {
 		log = log.With("trace_id", id)
 	}
 	attempts := c.attempts
-	err := d.invoke(ctx, name, msg, c.row, res)
+	err := e.handle(ctx, d, name, msg, c.row)
 	switch {
 	case err == nil:
-		return d.markDelivered(ctx, log, res, c, attempts)
+		return d.markDelivered(ctx, log, name, e, c, attempts)
 	case ctx.Err() != nil: // shutting down: release the claim, retry soon
-		d.release(log, res, c, err, false)
+		d.release(log, e, c, err, false)
 		return settle.Retry(time.Second)
 	case IsPermanent(err):
-		log.ErrorContext(ctx, "finish handler failed permanently; giving up", "attempts", attempts, "err", err)
-		return d.deadLetter(ctx, name, msg, res, c, fmt.Sprintf("handler %s failed permanently: %v", name, err), attempts)
+		log.ErrorContext(ctx, k.what+" handler failed permanently; giving up", "attempts", attempts, "err", err)
+		return d.deadLetter(ctx, name, msg, e, c, fmt.Sprintf("handler %s failed permanently%s: %v", name, e.about(), err), attempts)
 	case attempts >= d.cfg.MaxAttempts:
-		log.ErrorContext(ctx, "finish handler failed; giving up", "attempts", attempts, "err", err)
-		return d.deadLetter(ctx, name, msg, res, c, fmt.Sprintf("handler %s failed %d times; last error: %v", name, attempts, err), attempts)
+		log.ErrorContext(ctx, k.what+" handler failed; giving up", "attempts", attempts, "err", err)
+		return d.deadLetter(ctx, name, msg, e, c, fmt.Sprintf("handler %s failed %d times%s; last error: %v", name, attempts, e.about(), err), attempts)
 	}
 	delay := d.backoff(attempts)
-	log.WarnContext(ctx, "finish handler failed; retrying", "attempts", attempts, "retry_in", delay, "err", err)
-	d.release(log, res, c, err, false)
-	if d.cfg.Observer != nil {
+	log.WarnContext(ctx, k.what+" handler failed; retrying", "attempts", attempts, "retry_in", delay, "err", err)
+	d.release(log, e, c, err, false)
+	if k.counted && d.cfg.Observer != nil {
 		d.cfg.Observer.FinishFailed(name)
 	}
-	obs.Report(ctx, d.log, obs.FinishRetry, res.RunID, "status", res.Status, "handler", name, "attempts", attempts, "error", err)
+	obs.Report(ctx, d.log, obs.FinishRetry, e.runID(), append(e.attrs(), "handler", name, "attempts", attempts, "error", err)...)
 	return settle.Retry(delay)
 }
 
@@ -91,35 +201,38 @@ func (d *Deliverer) fault(ctx context.Context, log *slog.Logger, msg string, err
 	d.logs.Log(ctx, log, slog.LevelWarn, msg+"/"+class, msg, append(args, "fault", class, "err", err)...)
 }
 
-// claim reads the row and takes the delivery. When there is nothing to
+// claim reads the row and takes the delivery of e. When there is nothing to
 // deliver now it returns a claimed without a row and how to settle the
 // message.
-func (d *Deliverer) claim(ctx context.Context, log *slog.Logger, res Result) (claimed, settle.Outcome) {
+func (d *Deliverer) claim(ctx context.Context, log *slog.Logger, e entry) (claimed, settle.Outcome) {
+	k := e.kind()
 	for try := 0; try < 10; try++ {
-		row, rev, err := d.store.Get(ctx, res.RunID)
+		row, rev, err := d.store.Get(ctx, e.runID())
 		if errors.Is(err, kv.ErrRunNotFound) {
-			log.InfoContext(ctx, "finish for a cleared run; dropping it")
+			if k.cleared != "" {
+				log.InfoContext(ctx, k.cleared)
+			}
 			return claimed{}, settle.Ack()
 		}
 		if err != nil {
-			d.fault(ctx, log, "read row for delivery", err)
+			d.fault(ctx, log, k.readRow, err)
 			return claimed{}, settle.Retry(time.Second)
 		}
 		now := time.Now()
-		switch check, wait := row.CheckFinish(res.Status, now); check {
+		switch check, wait := e.check(row, now); check {
 		case jetruntype.DeliveryDone:
 			return claimed{}, settle.Ack()
 		case jetruntype.DeliveryLater:
 			return claimed{}, settle.Retry(wait + settle.Jitter(maxJitter))
 		}
 		next := row.Clone()
-		attempts := next.ClaimFinish(res.Status, res, d.cfg.ID, now.Add(d.cfg.Timeout+time.Second), now)
+		attempts := e.claim(next, d.cfg.ID, now.Add(d.cfg.Timeout+time.Second), now)
 		newRev, err := d.store.Update(ctx, next, rev)
 		if err != nil {
 			if errors.Is(err, kv.ErrConflict) {
 				continue
 			}
-			d.fault(ctx, log, "claim delivery", err)
+			d.fault(ctx, log, k.claim, err)
 			return claimed{}, settle.Retry(time.Second)
 		}
 		return claimed{row: next, rev: newRev, attempts: attempts}, settle.Leave()
@@ -133,13 +246,6 @@ type claimed struct {
 	row      *jetruntype.Run
 	rev      uint64
 	attempts int // the attempt the claim started
-}
-
-// invoke runs the finish handler name on res; see call.
-func (d *Deliverer) invoke(ctx context.Context, name string, msg jetstream.Msg, row *jetruntype.Run, res Result) error {
-	return d.call(ctx, "finish", name, msg, func(ctx context.Context) error {
-		return d.handlers[name].HandleFinish(ctx, row, res)
-	})
 }
 
 // call runs one handler call (what: finish or milestone) with the
@@ -180,23 +286,23 @@ func (d *Deliverer) call(ctx context.Context, what, name string, msg jetstream.M
 }
 
 // markDelivered records the delivery; the message is then acknowledged.
-func (d *Deliverer) markDelivered(ctx context.Context, log *slog.Logger, res Result, c claimed, attempts int) settle.Outcome {
+func (d *Deliverer) markDelivered(ctx context.Context, log *slog.Logger, name string, e entry, c claimed, attempts int) settle.Outcome {
 	now := time.Now()
-	var due time.Time
-	row, _, err := d.store.MutateFrom(ctx, res.RunID, c.row, c.rev, func(r *jetruntype.Run) error {
-		due = r.FinishDelivered(res.Status, now)
-		return nil
+	var more []any
+	row, _, err := d.store.MutateFrom(ctx, e.runID(), c.row, c.rev, func(r *jetruntype.Run) (err error) {
+		more, err = e.delivered(r, now)
+		return err
 	})
 	if err != nil {
-		// The claim expires and the finish is delivered again: at least once.
-		d.fault(ctx, log, "mark finish delivered; it is delivered again", err)
+		// The claim expires and the entry is delivered again: at least once.
+		d.fault(ctx, log, e.kind().markDelivered, err)
 		return settle.Leave()
 	}
-	if d.cfg.Observer != nil {
-		d.cfg.Observer.FinishDelivered(res.Handler)
+	handler := e.reportedAs(name)
+	if e.kind().counted && d.cfg.Observer != nil {
+		d.cfg.Observer.FinishDelivered(handler)
 	}
-	obs.Report(ctx, d.log, obs.FinishDelivered, res.RunID, "status", res.Status, "handler", res.Handler,
-		"attempts", attempts, "latency_ms", now.Sub(due).Milliseconds())
+	obs.Report(ctx, d.log, obs.FinishDelivered, e.runID(), append(append(e.attrs(), "handler", handler, "attempts", attempts), more...)...)
 	if err := d.store.UnindexIfSettled(ctx, row); err != nil {
 		log.WarnContext(ctx, "unindex settled run", "err", err)
 	}
@@ -205,39 +311,40 @@ func (d *Deliverer) markDelivered(ctx context.Context, log *slog.Logger, res Res
 
 // release drops the claim after a failed attempt, recording the error; with
 // failed it also records that delivery was given up.
-func (d *Deliverer) release(log *slog.Logger, res Result, c claimed, cause error, failed bool) *jetruntype.Run {
+func (d *Deliverer) release(log *slog.Logger, e entry, c claimed, cause error, failed bool) *jetruntype.Run {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var text string
 	if cause != nil {
 		text = cause.Error()
 	}
-	row, _, err := d.store.MutateFrom(ctx, res.RunID, c.row, c.rev, func(r *jetruntype.Run) error {
-		return r.ReleaseFinish(res.Status, text, failed, time.Now())
+	row, _, err := d.store.MutateFrom(ctx, e.runID(), c.row, c.rev, func(r *jetruntype.Run) error {
+		return e.release(r, text, failed, time.Now())
 	})
 	if err != nil && !errors.Is(err, kv.ErrRunNotFound) {
-		d.fault(ctx, log, "record delivery failure", err)
+		d.fault(ctx, log, e.kind().release, err)
 	}
 	return row
 }
 
-// deadLetter files msg in the dead-letter stream and records the failure
-// on the row; the message is then terminated. If the dead-letter write
-// fails, the message is retried.
-func (d *Deliverer) deadLetter(ctx context.Context, name string, msg jetstream.Msg, res Result, c claimed, reason string, attempts int) settle.Outcome {
+// deadLetter files msg in the dead-letter stream (jetrun.dlq.finish.<name>)
+// and records the failure on the row; the message is then terminated. If
+// the dead-letter write fails, the message is retried.
+func (d *Deliverer) deadLetter(ctx context.Context, name string, msg jetstream.Msg, e entry, c claimed, reason string, attempts int) settle.Outcome {
+	k := e.kind()
 	if _, err := d.js.PublishMsg(ctx, events.DeadLetter(d.ns.DLQFinishSubject(name), msg, reason)); err != nil {
-		d.fault(ctx, d.log, "dead-letter finish; keeping it for a retry", err, "handler", name)
+		d.fault(ctx, d.log, k.deadLettering, err, "handler", name)
 		return settle.Retry(5 * time.Second)
 	}
-	if events.ValidateID(res.RunID) == nil {
-		row := d.release(d.log, res, c, errors.New(reason), true)
+	if e.ledgered() {
+		row := d.release(d.log, e, c, errors.New(reason), true)
 		if err := d.store.UnindexIfSettled(ctx, row); err != nil {
-			d.log.WarnContext(ctx, "unindex settled run", "run_id", res.RunID, "err", err)
+			d.log.WarnContext(ctx, "unindex settled run", "run_id", e.runID(), "err", err)
 		}
 	}
-	if d.cfg.Observer != nil {
+	if k.counted && d.cfg.Observer != nil {
 		d.cfg.Observer.FinishDeadLettered(name)
 	}
-	obs.Report(ctx, d.log, obs.FinishFailed, res.RunID, "status", res.Status, "handler", name, "attempts", attempts, "reason", reason)
+	obs.Report(ctx, d.log, obs.FinishFailed, e.runID(), append(e.attrs(), "handler", name, "attempts", attempts, "reason", reason)...)
 	return settle.Term(reason)
 }

@@ -18,7 +18,6 @@ import (
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
-	"github.com/jetrun/jetrun/pkg/obs"
 )
 
 // Milestone notices.
@@ -188,128 +187,51 @@ func (d *Deliverer) deliverNotice(ctx context.Context, name string, msg jetstrea
 		if err != nil {
 			reason += ": " + err.Error()
 		}
-		return d.deadLetterNotice(ctx, name, msg, n, reason, 0)
+		return d.deadLetter(ctx, name, msg, noticeEntry{n}, claimed{}, reason, 0)
 	}
-	ms := n.Milestone.Name
-	log := d.log.With("run_id", n.RunID, "milestone", ms, "handler", name)
-	row, rev, o := d.claimNotice(ctx, log, n)
-	if row == nil {
-		return o
-	}
-	attempts := row.Notices[ms].Attempts
-	n.Milestone = row.Notices[ms].Milestone // the ledger says which milestone of the name
-	err := d.invokeNotice(ctx, name, msg, row, n)
-	switch {
-	case err == nil:
-		now := time.Now()
-		row, _, err := d.store.MutateFrom(ctx, n.RunID, row, rev, func(r *jetruntype.Run) error {
-			return r.NoticeDelivered(ms, now)
-		})
-		if err != nil {
-			d.fault(ctx, log, "mark milestone notice delivered; it is delivered again", err)
-			return settle.Leave()
-		}
-		obs.Report(ctx, d.log, obs.FinishDelivered, n.RunID, "milestone", ms, "handler", name, "attempts", attempts)
-		if err := d.store.UnindexIfSettled(ctx, row); err != nil {
-			log.WarnContext(ctx, "unindex settled run", "err", err)
-		}
-		return settle.Ack()
-	case ctx.Err() != nil:
-		d.releaseNotice(log, n, err, false)
-		return settle.Retry(time.Second)
-	case IsPermanent(err):
-		log.ErrorContext(ctx, "milestone handler failed permanently; giving up", "attempts", attempts, "err", err)
-		return d.deadLetterNotice(ctx, name, msg, n, fmt.Sprintf("handler %s failed permanently on milestone %s: %v", name, ms, err), attempts)
-	case attempts >= d.cfg.MaxAttempts:
-		log.ErrorContext(ctx, "milestone handler failed; giving up", "attempts", attempts, "err", err)
-		return d.deadLetterNotice(ctx, name, msg, n, fmt.Sprintf("handler %s failed %d times on milestone %s; last error: %v", name, attempts, ms, err), attempts)
-	}
-	delay := d.backoff(attempts)
-	log.WarnContext(ctx, "milestone handler failed; retrying", "attempts", attempts, "retry_in", delay, "err", err)
-	d.releaseNotice(log, n, err, false)
-	obs.Report(ctx, d.log, obs.FinishRetry, n.RunID, "milestone", ms, "handler", name, "attempts", attempts, "error", err)
-	return settle.Retry(delay)
+	log := d.log.With("run_id", n.RunID, "milestone", n.Milestone.Name, "handler", name)
+	return d.deliverEntry(ctx, log, name, msg, noticeEntry{n})
 }
 
-// claimNotice reads the row and takes the notice's delivery. When there is
-// nothing to deliver now it returns no row and how to settle the message.
-func (d *Deliverer) claimNotice(ctx context.Context, log *slog.Logger, n Notice) (*jetruntype.Run, uint64, settle.Outcome) {
-	ms := n.Milestone.Name
-	for try := 0; try < 10; try++ {
-		row, rev, err := d.store.Get(ctx, n.RunID)
-		if errors.Is(err, kv.ErrRunNotFound) {
-			return nil, 0, settle.Ack()
-		}
-		if err != nil {
-			d.fault(ctx, log, "read row for a milestone notice", err)
-			return nil, 0, settle.Retry(time.Second)
-		}
-		now := time.Now()
-		switch check, wait := row.CheckNotice(ms, now); check {
-		case jetruntype.DeliveryDone:
-			return nil, 0, settle.Ack()
-		case jetruntype.DeliveryLater:
-			return nil, 0, settle.Retry(wait + settle.Jitter(maxJitter))
-		}
-		next := row.Clone()
-		next.ClaimNotice(ms, d.cfg.ID, now.Add(d.cfg.Timeout+time.Second))
-		newRev, err := d.store.Update(ctx, next, rev)
-		if err != nil {
-			if errors.Is(err, kv.ErrConflict) {
-				continue
-			}
-			d.fault(ctx, log, "claim milestone notice", err)
-			return nil, 0, settle.Retry(time.Second)
-		}
-		return next, newRev, settle.Leave()
-	}
-	return nil, 0, settle.Retry(time.Second)
+// noticeEntry is the milestone notice n: its slot is
+// Notices[n.Milestone.Name].
+type noticeEntry struct{ n Notice }
+
+func (noticeEntry) kind() *entryKind { return &noticeKind }
+func (e noticeEntry) runID() string  { return e.n.RunID }
+func (e noticeEntry) attrs() []any   { return []any{"milestone", e.n.Milestone.Name} }
+func (e noticeEntry) about() string  { return " on milestone " + e.n.Milestone.Name }
+func (e noticeEntry) ledgered() bool {
+	return events.ValidateID(e.n.RunID) == nil && e.n.Milestone.Name != ""
+}
+func (noticeEntry) reportedAs(name string) string { return name }
+
+func (e noticeEntry) check(r *jetruntype.Run, now time.Time) (jetruntype.Delivery, time.Duration) {
+	return r.CheckNotice(e.n.Milestone.Name, now)
 }
 
-// invokeNotice runs the milestone handler name on n; see call.
-func (d *Deliverer) invokeNotice(ctx context.Context, name string, msg jetstream.Msg, row *jetruntype.Run, n Notice) error {
+func (e noticeEntry) claim(r *jetruntype.Run, by string, until, _ time.Time) int {
+	return r.ClaimNotice(e.n.Milestone.Name, by, until)
+}
+
+func (e noticeEntry) delivered(r *jetruntype.Run, now time.Time) ([]any, error) {
+	return nil, r.NoticeDelivered(e.n.Milestone.Name, now)
+}
+
+func (e noticeEntry) release(r *jetruntype.Run, cause string, failed bool, now time.Time) error {
+	return r.ReleaseNotice(e.n.Milestone.Name, cause, failed, now)
+}
+
+func (e noticeEntry) handle(ctx context.Context, d *Deliverer, name string, msg jetstream.Msg, row *jetruntype.Run) error {
 	h := d.milestoneHandler(name)
 	if h == nil {
 		return fmt.Errorf("handler %s does not handle milestone notices", name)
 	}
+	n := e.n
+	n.Milestone = row.Notices[n.Milestone.Name].Milestone // the ledger says which milestone of the name
 	return d.call(ctx, "milestone", name, msg, func(ctx context.Context) error {
 		return h.HandleMilestone(ctx, row, n)
 	})
-}
-
-// releaseNotice drops the claim after a failed attempt; with failed it also
-// records that delivery was given up.
-func (d *Deliverer) releaseNotice(log *slog.Logger, n Notice, cause error, failed bool) *jetruntype.Run {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var text string
-	if cause != nil {
-		text = cause.Error()
-	}
-	row, _, err := d.store.Mutate(ctx, n.RunID, func(r *jetruntype.Run) error {
-		return r.ReleaseNotice(n.Milestone.Name, text, failed, time.Now())
-	})
-	if err != nil && !errors.Is(err, kv.ErrRunNotFound) {
-		d.fault(ctx, log, "record milestone notice failure", err)
-	}
-	return row
-}
-
-// deadLetterNotice files msg in jetrun.dlq.finish.<handler> and records
-// the failure on the row; the message is then terminated.
-func (d *Deliverer) deadLetterNotice(ctx context.Context, name string, msg jetstream.Msg, n Notice, reason string, attempts int) settle.Outcome {
-	if _, err := d.js.PublishMsg(ctx, events.DeadLetter(d.ns.DLQFinishSubject(name), msg, reason)); err != nil {
-		d.fault(ctx, d.log, "dead-letter milestone notice; keeping it for a retry", err, "handler", name)
-		return settle.Retry(5 * time.Second)
-	}
-	if events.ValidateID(n.RunID) == nil && n.Milestone.Name != "" {
-		row := d.releaseNotice(d.log, n, errors.New(reason), true)
-		if err := d.store.UnindexIfSettled(ctx, row); err != nil {
-			d.log.WarnContext(ctx, "unindex settled run", "run_id", n.RunID, "err", err)
-		}
-	}
-	obs.Report(ctx, d.log, obs.FinishFailed, n.RunID, "milestone", n.Milestone.Name, "handler", name, "attempts", attempts, "reason", reason)
-	return settle.Term(reason)
 }
 
 // noticesFirst is catchUpNotices for the run of finish res, skipped without

@@ -50,7 +50,6 @@ const (
 	DefaultStartingGrace    = 30 * time.Second
 	DefaultLeaseGrace       = 30 * time.Second
 	DefaultMaxRedispatches  = 3
-	DefaultRetention        = 7 * 24 * time.Hour
 	DefaultParallelism      = 16
 	// DefaultFinishUnservedAfter is how long a finish may wait untaken
 	// before a handler nobody follows is reported.
@@ -62,6 +61,12 @@ const (
 	// waits for one, its row saying waiting-for-worker.
 	DefaultDispatchUnservedWait time.Duration = 0
 )
+
+// DefaultRetention is the recommended Retention, and parent-worker's
+// default (JETRUN_RETENTION): final runs are cleared a week after they
+// finish. Config.Retention left zero keeps runs forever, as
+// JETRUN_RETENTION=0 does.
+const DefaultRetention = 7 * 24 * time.Hour
 
 // orphanGrace is how old an index entry without a row must be before it is
 // removed: a dispatcher creates the entry just before the row.
@@ -95,10 +100,12 @@ type Config struct {
 	// lost; then the run ends "error" with reason "dispatch-lost" (default 3).
 	MaxRedispatches int
 	// Retention is how long final, settled runs are kept before they are
-	// cleared (default 7 days); negative keeps them forever.
+	// cleared. Zero (the default) or negative keeps them forever, as
+	// JETRUN_RETENTION=0 does; DefaultRetention (7 days) is the
+	// recommended value and parent-worker's default.
 	Retention time.Duration
 	// RetentionEvery is how often retention runs (default: a tenth of
-	// Retention, at most an hour).
+	// Retention, at least a second, at most an hour).
 	RetentionEvery time.Duration
 	// FinishUnservedAfter is how long an owed finish may wait without any
 	// deliverer taking it before, if none follows its handler, the row
@@ -147,7 +154,6 @@ func (c Config) withDefaults() Config {
 	c.StartingGrace = cmp.Or(c.StartingGrace, DefaultStartingGrace)
 	c.LeaseGrace = cmp.Or(c.LeaseGrace, DefaultLeaseGrace)
 	c.MaxRedispatches = cmp.Or(c.MaxRedispatches, DefaultMaxRedispatches)
-	c.Retention = cmp.Or(c.Retention, DefaultRetention)
 	if c.RetentionEvery == 0 {
 		c.RetentionEvery = min(max(c.Retention/10, time.Second), time.Hour)
 	}
@@ -549,8 +555,9 @@ func (r *Reconciler) republishEvery() time.Duration {
 }
 
 // Retain clears the final, settled runs that finished longer ago than the
-// retention: their events, rows and index entries. It reads the whole runs
-// bucket, so it runs on its own slow timer, not in the sweep.
+// retention: their events, rows and index entries. With no retention
+// (Config.Retention zero or negative) it clears nothing. It reads the whole
+// runs bucket, so it runs on its own slow timer, not in the sweep.
 func (r *Reconciler) Retain(ctx context.Context) (int, error) {
 	if r.cfg.Retention <= 0 {
 		return 0, nil

@@ -730,3 +730,63 @@ func TestRetentionClearsOldSettledRuns(t *testing.T) {
 		}
 	}
 }
+
+// sweepSignal is an Observer that says a sweep ended since it was last
+// read.
+type sweepSignal chan struct{}
+
+func (s sweepSignal) Swept(reconcile.Stats, error) {
+	select {
+	case s <- struct{}{}:
+	default:
+	}
+}
+
+// Retention zero keeps runs forever, as JETRUN_RETENTION=0 does: a running
+// reconciler with retention due after every sweep clears an old final run
+// only when Retention is positive.
+func TestRetentionZeroKeepsRunsForever(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		retention time.Duration
+		kept      bool
+	}{
+		{"zero", 0, true},
+		{"negative", -1, true},
+		{"an hour", time.Hour, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			swept := make(sweepSignal, 1)
+			e := setup(t, options{reconcile: reconcile.Config{Retention: tc.retention, RetentionEvery: time.Millisecond, Observer: swept}})
+			ctx := context.Background()
+			old := time.Now().Add(-30 * 24 * time.Hour)
+			if _, err := e.store.Create(ctx, &jetruntype.Run{ID: "old", AgentType: "demo", Status: events.StatusCompleted, CreatedAt: old, FinishedAt: old}); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-swept: // a sweep that may have begun before the row existed
+			default:
+			}
+			// Retention runs after each sweep once RetentionEvery has passed
+			// (sweeps are 200ms apart): by the end of the third sweep from
+			// here it has run at least once on the row.
+			for i := range 3 {
+				select {
+				case <-swept:
+				case <-time.After(30 * time.Second):
+					t.Fatalf("sweep %d did not end", i+1)
+				}
+			}
+			if ok, err := e.client.HasRun(ctx, "old"); err != nil || ok != tc.kept {
+				t.Fatalf("the old final run exists = %v (%v), want %v", ok, err, tc.kept)
+			}
+			if tc.kept {
+				if n, err := e.recon.Retain(ctx); err != nil || n != 0 {
+					t.Fatalf("retain = %d, %v; want nothing cleared", n, err)
+				}
+			}
+		})
+	}
+}
