@@ -25,7 +25,9 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/nats-io/nats.go"
 
+	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/internal/natstest"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
 
@@ -222,7 +224,7 @@ func TestBrowserRunsListPagingAndFilters(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	w, err := worker.New(nc, worker.Config{})
+	w, err := worker.New(jetruntest.OpenRuntime(t, nc, jetrun.Config{}), worker.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

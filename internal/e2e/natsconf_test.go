@@ -14,6 +14,7 @@ import (
 	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/parent"
 )
 
@@ -52,6 +53,7 @@ func TestNatsConfRunsARealServerTheWorkersUse(t *testing.T) {
 
 	// The parent (here a parent client with the parent user) creates the
 	// streams; the child-worker, as child, finds them.
+	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
 	client, err := parent.New(rt, parent.Config{})
 	if err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
@@ -131,7 +132,7 @@ func TestThreeThousandRunsInFlightOnADefaultServer(t *testing.T) {
 		handlerEnd atomic.Int64
 	)
 	warnings := &warnLog{ids: regexp.MustCompile(`held-[0-9]+`), counts: map[string]int{}}
-	w, err := worker.New(wnc, worker.Config{Concurrency: n, FleetConcurrency: n, Logger: slog.New(warnings)})
+	w, err := worker.New(jetruntest.OpenRuntime(t, wnc, jetrun.Config{}), worker.Config{Concurrency: n, FleetConcurrency: n, Logger: slog.New(warnings)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +160,8 @@ func TestThreeThousandRunsInFlightOnADefaultServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = w.Stop() })
-	client, err := parent.New(ctx, cnc, parent.Config{})
+	crt := jetruntest.OpenRuntime(t, cnc, jetrun.Config{})
+	client, err := parent.New(crt, parent.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +197,7 @@ func TestThreeThousandRunsInFlightOnADefaultServer(t *testing.T) {
 		"%s of %d handlers returned", loaded{&handlerEnd}, n)
 	t.Logf("all %d handlers returned %s after the first dispatch", n, time.Since(began).Round(time.Millisecond))
 
-	store := client.Store()
+	store := crt.Store()
 	for _, id := range cancelled {
 		row := jetruntest.WaitRow(t, store, id, time.Minute, jetruntest.Final)
 		mu.Lock()

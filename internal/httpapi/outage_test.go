@@ -17,8 +17,10 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/jetrun/jetrun/internal/httpapi"
+	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/internal/runview"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -63,7 +65,8 @@ func TestEventStreamAndRunsViewOutliveAnOutage(t *testing.T) {
 
 	started, gate := make(chan struct{}), make(chan struct{})
 	var startedOnce sync.Once
-	w, err := worker.New(nc, worker.Config{})
+	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
+	w, err := worker.New(rt, worker.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,11 +88,11 @@ func TestEventStreamAndRunsViewOutliveAnOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = w.Stop() })
-	client, err := parent.New(context.Background(), nc, parent.Config{})
+	client, err := parent.New(rt, parent.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	view, err := runview.Start(context.Background(), client.Store(), logger)
+	view, err := runview.Start(context.Background(), rt.Store(), logger)
 	if err != nil {
 		t.Fatal(err)
 	}
