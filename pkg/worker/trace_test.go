@@ -17,7 +17,6 @@ import (
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/finish"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -110,9 +109,7 @@ func TestTraceContextFollowsTheRun(t *testing.T) {
 
 	want := events.TraceContext{TraceParent: tp, TraceState: ts}
 	for _, id := range []string{"tr-header", "tr-fields", "tr-parent"} {
-		row := jetruntest.WaitRow(t, store, id, 30*time.Second, func(r *jetruntype.Run) bool {
-			return r.Status.Final() && !r.Delivered[r.Status].IsZero()
-		})
+		row := jetruntest.WaitRow(t, store, id, 30*time.Second, jetruntest.Delivered)
 		if row.Status != events.StatusCompleted || row.Trace() != want {
 			t.Fatalf("%s: row status %s, trace %+v; want completed, %+v", id, row.Status, row.Trace(), want)
 		}

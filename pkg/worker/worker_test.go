@@ -42,17 +42,14 @@ func setup(t *testing.T, cfg worker.Config, extra map[string]worker.Handler) (*b
 
 func startWorker(t *testing.T, nc *nats.Conn, cfg worker.Config, extra map[string]worker.Handler) *worker.Worker {
 	t.Helper()
-	w, err := worker.New(nc, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Handle(demo.AgentType, demo.Handler())
-	for name, h := range extra {
-		w.Handle(name, h)
-	}
-	if err := w.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	w := jetruntest.StartWorker(t, nc, cfg, func(w *worker.Worker) {
+		w.Handle(demo.AgentType, demo.Handler())
+		for name, h := range extra {
+			w.Handle(name, h)
+		}
+	})
+	// A failed stop fails the test: this cleanup runs before the kit's own
+	// Stop, which ignores the error (a second Stop only repeats it).
 	t.Cleanup(func() {
 		if err := w.Stop(); err != nil {
 			t.Errorf("stop worker: %v", err)
