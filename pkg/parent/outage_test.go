@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/parent"
@@ -34,15 +35,7 @@ func TestAwaitsSeeTheirRunsEndAcrossAServerRestart(t *testing.T) {
 	}
 	t.Cleanup(nc.Close)
 	g := &gated{runs: map[string]int{}, gates: map[string]chan struct{}{}}
-	w, err := worker.New(nc, worker.Config{Concurrency: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Handle("gated", g)
-	if err := w.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Stop() })
+	jetruntest.StartWorker(t, nc, worker.Config{Concurrency: 64}, func(w *worker.Worker) { w.Handle("gated", g) })
 	c, err := parent.New(context.Background(), nc, parent.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -52,7 +45,7 @@ func TestAwaitsSeeTheirRunsEndAcrossAServerRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := ctxT(t)
+	ctx := t.Context()
 
 	const n = 20
 	ids := make([]string, n+1)

@@ -21,7 +21,7 @@ func TestAwaitGivesUpAfterNoProgressAndReattaches(t *testing.T) {
 	t.Parallel()
 	ns := natstest.RunServer(t)
 	nc, _ := natstest.Connect(t, ns)
-	ctx := ctxT(t)
+	ctx := t.Context()
 	// A window wide enough that a loaded machine does not stretch the
 	// handler's 100 ms beats past it; the handler runs for 1.2 s in all.
 	c, err := parent.New(ctx, nc, parent.Config{ReattachNoProgress: 700 * time.Millisecond, AllowUnknownAgentTypes: true})
@@ -42,26 +42,20 @@ func TestAwaitGivesUpAfterNoProgressAndReattaches(t *testing.T) {
 
 	// A worker arrives; the same id re-attaches and gets the result. Its
 	// handler streams for longer than the window, with progress all along.
-	w, err := worker.New(nc, worker.Config{RowSyncInterval: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.HandleFunc("later", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
-		for i := range 12 { // 1.2 s: longer than the window
-			if err := run.Chunk(ctx, i); err != nil {
-				return worker.Result{}, err
+	jetruntest.StartWorker(t, nc, worker.Config{RowSyncInterval: 20 * time.Millisecond}, func(w *worker.Worker) {
+		w.HandleFunc("later", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			for i := range 12 { // 1.2 s: longer than the window
+				if err := run.Chunk(ctx, i); err != nil {
+					return worker.Result{}, err
+				}
+				if err := run.Flush(ctx); err != nil {
+					return worker.Result{}, err
+				}
+				time.Sleep(100 * time.Millisecond) // the handler's own work
 			}
-			if err := run.Flush(ctx); err != nil {
-				return worker.Result{}, err
-			}
-			time.Sleep(100 * time.Millisecond) // the handler's own work
-		}
-		return worker.Result{Summary: "done"}, nil
+			return worker.Result{Summary: "done"}, nil
+		})
 	})
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Stop() })
 	res, err := c.Run(ctx, parent.Request{AgentType: "later", RunID: "q1", Input: 1})
 	if err != nil || res.Summary != "done" {
 		t.Fatalf("re-attached run: %+v, %v", res, err)
@@ -75,36 +69,30 @@ func TestWindowExceededThenRetryResumesOnce(t *testing.T) {
 	t.Parallel()
 	ns := natstest.RunServer(t)
 	nc, _ := natstest.Connect(t, ns)
-	ctx := ctxT(t)
+	ctx := t.Context()
 	var (
 		mu      sync.Mutex
 		starts  []int // attempts started
 		release = make(chan struct{})
 	)
-	w, err := worker.New(nc, worker.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.HandleFunc("slow", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
-		mu.Lock()
-		starts = append(starts, run.Attempt())
-		mu.Unlock()
-		if len(run.Milestones()) == 0 {
-			if _, err := run.Milestone(ctx, "half", nil); err != nil {
-				return worker.Result{}, err
+	jetruntest.StartWorker(t, nc, worker.Config{}, func(w *worker.Worker) {
+		w.HandleFunc("slow", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			mu.Lock()
+			starts = append(starts, run.Attempt())
+			mu.Unlock()
+			if len(run.Milestones()) == 0 {
+				if _, err := run.Milestone(ctx, "half", nil); err != nil {
+					return worker.Result{}, err
+				}
 			}
-		}
-		select {
-		case <-release:
-			return worker.Result{Summary: "resumed after " + run.Milestones()[0].Name}, nil
-		case <-ctx.Done():
-			return worker.Result{}, context.Cause(ctx)
-		}
+			select {
+			case <-release:
+				return worker.Result{Summary: "resumed after " + run.Milestones()[0].Name}, nil
+			case <-ctx.Done():
+				return worker.Result{}, context.Cause(ctx)
+			}
+		})
 	})
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Stop() })
 	impatient, err := parent.New(ctx, nc, parent.Config{ReattachMaxWindow: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -161,30 +149,25 @@ func TestSelfDelegationAtConcurrencyOne(t *testing.T) {
 	t.Parallel()
 	ns := natstest.RunServer(t)
 	nc, _ := natstest.Connect(t, ns)
-	ctx := ctxT(t)
-	w, err := worker.New(nc, worker.Config{Concurrency: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx := t.Context()
 	var c *parent.Client
-	w.HandleFunc("self", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
-		if run.Depth() > 0 {
-			return worker.Result{Summary: "child done"}, nil
-		}
-		var child *parent.Result
-		err := run.Park(ctx, func(ctx context.Context) (err error) {
-			child, err = c.Run(ctx, parent.Request{AgentType: "self", RunID: run.ID() + "-child", Parent: run.ID(), Depth: 1, Input: 1})
-			return err
+	jetruntest.StartWorker(t, nc, worker.Config{Concurrency: 1}, func(w *worker.Worker) {
+		w.HandleFunc("self", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			if run.Depth() > 0 {
+				return worker.Result{Summary: "child done"}, nil
+			}
+			var child *parent.Result
+			err := run.Park(ctx, func(ctx context.Context) (err error) {
+				child, err = c.Run(ctx, parent.Request{AgentType: "self", RunID: run.ID() + "-child", Parent: run.ID(), Depth: 1, Input: 1})
+				return err
+			})
+			if err != nil {
+				return worker.Result{}, err
+			}
+			return worker.Result{Summary: "parent after " + child.Summary}, nil
 		})
-		if err != nil {
-			return worker.Result{}, err
-		}
-		return worker.Result{Summary: "parent after " + child.Summary}, nil
 	})
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Stop() })
+	var err error
 	if c, err = parent.New(ctx, nc, parent.Config{}); err != nil {
 		t.Fatal(err)
 	}
