@@ -45,15 +45,7 @@ func setup(t *testing.T, cfg finish.Config, handlers map[string]finish.Handler) 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = d.Stop() })
-	w, err := worker.New(nc, worker.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Handle(demo.AgentType, demo.Handler())
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Stop() })
+	jetruntest.StartWorker(t, nc, worker.Config{}, func(w *worker.Worker) { w.Handle(demo.AgentType, demo.Handler()) })
 	client, err := parent.New(ctx, nc, parent.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -186,12 +178,7 @@ func TestWebhookHandlerDeliversTheFinishAsJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = d.Stop() })
-	w, _ := worker.New(nc, worker.Config{})
-	w.Handle(demo.AgentType, demo.Handler())
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Stop() })
+	jetruntest.StartWorker(t, nc, worker.Config{}, func(w *worker.Worker) { w.Handle(demo.AgentType, demo.Handler()) })
 	client, err := parent.New(ctx, nc, parent.Config{})
 	if err != nil {
 		t.Fatal(err)

@@ -25,15 +25,7 @@ func TestTheFinisherNotTheWorkerPublishesFinishes(t *testing.T) {
 	ns := natstest.RunServer(t)
 	nc, js := natstest.Connect(t, ns)
 	ctx := context.Background()
-	w, err := worker.New(nc, worker.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Handle(demo.AgentType, demo.Handler())
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Stop() })
+	jetruntest.StartWorker(t, nc, worker.Config{}, func(w *worker.Worker) { w.Handle(demo.AgentType, demo.Handler()) })
 	client, err := parent.New(ctx, nc, parent.Config{})
 	if err != nil {
 		t.Fatal(err)

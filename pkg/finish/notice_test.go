@@ -60,26 +60,20 @@ func setupMilestones(t *testing.T, register func(d *finish.Deliverer)) *parent.C
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = d.Stop() })
-	w, err := worker.New(nc, worker.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.HandleFunc("steps", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
-		var in struct{ Names []string }
-		if err := json.Unmarshal(run.Input(), &in); err != nil {
-			return worker.Result{}, err
-		}
-		for _, name := range in.Names {
-			if _, err := run.Milestone(ctx, name, nil); err != nil {
+	jetruntest.StartWorker(t, nc, worker.Config{}, func(w *worker.Worker) {
+		w.HandleFunc("steps", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			var in struct{ Names []string }
+			if err := json.Unmarshal(run.Input(), &in); err != nil {
 				return worker.Result{}, err
 			}
-		}
-		return worker.Result{Summary: "done"}, nil
+			for _, name := range in.Names {
+				if _, err := run.Milestone(ctx, name, nil); err != nil {
+					return worker.Result{}, err
+				}
+			}
+			return worker.Result{Summary: "done"}, nil
+		})
 	})
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Stop() })
 	client, err := parent.New(ctx, nc, parent.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -93,12 +87,6 @@ func dispatchSteps(t *testing.T, c *parent.Client, id string, names, listed []st
 		Input: map[string]any{"names": names}, Detached: &events.Detached{OnFinish: "h", OnMilestones: listed}}); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// settled says the run is final with its finish delivered and every notice
-// of its ledger delivered (notices go out before the finish).
-func settled(r *jetruntype.Run) bool {
-	return jetruntest.Final(r) && !r.Delivered[r.Status].IsZero() && len(r.PendingNotices()) == 0
 }
 
 // The Go handler hears the first milestone of each listed name once, never
@@ -123,7 +111,7 @@ func TestMilestoneNoticesReachAGoHandlerOncePerName(t *testing.T) {
 		})
 	})
 	dispatchSteps(t, client, "ms1", []string{"plan", "draft", "plan", "unlisted", "review"}, []string{"plan", "review", "never"})
-	row := jetruntest.WaitRow(t, client.Store(), "ms1", 20*time.Second, settled)
+	row := jetruntest.WaitRow(t, client.Store(), "ms1", 20*time.Second, (*jetruntype.Run).Settled)
 	natstest.Eventually(t, 10*time.Second, func() bool { k, _ := h.snapshot(); return len(k) >= 3 }, "three deliveries")
 	keys, seqs := h.snapshot()
 	if keys[len(keys)-1] != "ms1.completed" {
@@ -170,7 +158,7 @@ func TestMilestoneNoticesReachAWebhook(t *testing.T) {
 	t.Cleanup(srv.Close)
 	client := setupMilestones(t, func(d *finish.Deliverer) { d.HandleFinish("h", finish.Webhook(srv.URL, nil)) })
 	dispatchSteps(t, client, "ms2", []string{"fetched", "fetched", "parsed"}, []string{"fetched", "parsed"})
-	row := jetruntest.WaitRow(t, client.Store(), "ms2", 20*time.Second, settled)
+	row := jetruntest.WaitRow(t, client.Store(), "ms2", 20*time.Second, (*jetruntype.Run).Settled)
 	mu.Lock()
 	defer mu.Unlock()
 	want := map[string]int{"ms2.milestone.fetched": 2, "ms2.milestone.parsed": 2, "ms2.completed": 1}
