@@ -42,15 +42,7 @@ func TestUnservedFinishWaitsAsOneCopyThenIsDeadLettered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := worker.New(nc, worker.Config{Streams: streams})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Handle(demo.AgentType, demo.Handler())
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Stop() })
+	jetruntest.StartWorker(t, nc, worker.Config{Streams: streams}, func(w *worker.Worker) { w.Handle(demo.AgentType, demo.Handler()) })
 	// A deliverer serving another handler: "ghost" stays unserved.
 	d, err := finish.New(nc, finish.Config{Streams: streams})
 	if err != nil {

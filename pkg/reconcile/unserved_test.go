@@ -55,16 +55,11 @@ func TestDispatchNoWorkerServesIsVisible(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	w, err := worker.New(nc, worker.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.HandleFunc("ghost", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
-		return worker.Result{Summary: "finally"}, nil
+	w := jetruntest.StartWorker(t, nc, worker.Config{}, func(w *worker.Worker) {
+		w.HandleFunc("ghost", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			return worker.Result{Summary: "finally"}, nil
+		})
 	})
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
 	for _, id := range []string{"ghost1", "ghost2", "ghost3"} {
 		row := jetruntest.WaitRow(t, e.store, id, 30*time.Second, jetruntest.Final)
 		if row.Status != events.StatusCompleted || row.Reason != "" || row.Attempt != 1 {
