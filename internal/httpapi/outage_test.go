@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/jetrun/jetrun/internal/httpapi"
+	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/internal/runview"
 	"github.com/jetrun/jetrun/pkg/parent"
@@ -63,28 +64,22 @@ func TestEventStreamAndRunsViewOutliveAnOutage(t *testing.T) {
 
 	started, gate := make(chan struct{}), make(chan struct{})
 	var startedOnce sync.Once
-	w, err := worker.New(nc, worker.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.HandleFunc("outage", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
-		if err := run.Chunk(ctx, "before"); err != nil {
-			return worker.Result{}, err
-		}
-		if err := run.Flush(ctx); err != nil {
-			return worker.Result{}, err
-		}
-		startedOnce.Do(func() { close(started) }) // an outage longer than a lease may start it again
-		<-gate
-		if err := run.Chunk(ctx, "after"); err != nil {
-			return worker.Result{}, err
-		}
-		return worker.Result{Summary: "done"}, nil
+	jetruntest.StartWorker(t, nc, worker.Config{}, func(w *worker.Worker) {
+		w.HandleFunc("outage", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			if err := run.Chunk(ctx, "before"); err != nil {
+				return worker.Result{}, err
+			}
+			if err := run.Flush(ctx); err != nil {
+				return worker.Result{}, err
+			}
+			startedOnce.Do(func() { close(started) }) // an outage longer than a lease may start it again
+			<-gate
+			if err := run.Chunk(ctx, "after"); err != nil {
+				return worker.Result{}, err
+			}
+			return worker.Result{Summary: "done"}, nil
+		})
 	})
-	if err := w.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Stop() })
 	client, err := parent.New(context.Background(), nc, parent.Config{})
 	if err != nil {
 		t.Fatal(err)
