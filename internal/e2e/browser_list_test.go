@@ -25,6 +25,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/nats-io/nats.go"
 
+	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -222,17 +223,11 @@ func TestBrowserRunsListPagingAndFilters(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	w, err := worker.New(nc, worker.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.HandleFunc("batch", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
-		return worker.Result{Summary: "batched"}, nil
+	jetruntest.StartWorker(t, nc, worker.Config{}, func(w *worker.Worker) {
+		w.HandleFunc("batch", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			return worker.Result{Summary: "batched"}, nil
+		})
 	})
-	if err := w.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Stop() })
 	var waiting []string
 	for i := range 300 {
 		id := fmt.Sprintf("pg-%03d", i)

@@ -131,34 +131,28 @@ func TestThreeThousandRunsInFlightOnADefaultServer(t *testing.T) {
 		handlerEnd atomic.Int64
 	)
 	warnings := &warnLog{ids: regexp.MustCompile(`held-[0-9]+`), counts: map[string]int{}}
-	w, err := worker.New(wnc, worker.Config{Concurrency: n, FleetConcurrency: n, Logger: slog.New(warnings)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.HandleFunc("held", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
-		mu.Lock()
-		starts[run.ID()]++
-		lastStart = time.Now()
-		mu.Unlock()
-		running.Add(1)
-		defer func() {
-			running.Add(-1)
-			handlerEnd.Add(1)
-		}()
-		select {
-		case <-ctx.Done():
+	jetruntest.StartWorker(t, wnc, worker.Config{Concurrency: n, FleetConcurrency: n, Logger: slog.New(warnings)}, func(w *worker.Worker) {
+		w.HandleFunc("held", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
 			mu.Lock()
-			sawCancel[run.ID()] = context.Cause(ctx)
+			starts[run.ID()]++
+			lastStart = time.Now()
 			mu.Unlock()
-			return worker.Result{}, context.Cause(ctx)
-		case <-release[run.ID()]:
-			return worker.Result{Summary: "released"}, nil
-		}
+			running.Add(1)
+			defer func() {
+				running.Add(-1)
+				handlerEnd.Add(1)
+			}()
+			select {
+			case <-ctx.Done():
+				mu.Lock()
+				sawCancel[run.ID()] = context.Cause(ctx)
+				mu.Unlock()
+				return worker.Result{}, context.Cause(ctx)
+			case <-release[run.ID()]:
+				return worker.Result{Summary: "released"}, nil
+			}
+		})
 	})
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Stop() })
 	client, err := parent.New(ctx, cnc, parent.Config{})
 	if err != nil {
 		t.Fatal(err)
