@@ -224,17 +224,12 @@ func TestBrowserRunsListPagingAndFilters(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	w, err := worker.New(jetruntest.OpenRuntime(t, nc, jetrun.Config{}), worker.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.HandleFunc("batch", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
-		return worker.Result{Summary: "batched"}, nil
+	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
+	jetruntest.StartWorker(t, rt, worker.Config{}, func(w *worker.Worker) {
+		w.HandleFunc("batch", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			return worker.Result{Summary: "batched"}, nil
+		})
 	})
-	if err := w.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Stop() })
 	var waiting []string
 	for i := range 300 {
 		id := fmt.Sprintf("pg-%03d", i)

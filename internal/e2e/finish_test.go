@@ -14,7 +14,6 @@ import (
 	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/reconcile"
 )
 
@@ -101,8 +100,6 @@ func (e *env) detached(t *testing.T, id string, steps, stepMs int) {
 	e.dispatchDemo(t, id, steps, stepMs, &events.Detached{OnFinish: "hook"})
 }
 
-func delivered(r *jetruntype.Run) bool { return r.Status.Final() && !r.Delivered[r.Status].IsZero() }
-
 // A parent-worker (the finish deliverer and reconciler) is killed with -9
 // mid-flight and restarted seconds later: every finish still arrives.
 // Duplicates are possible only for calls in flight at the kill.
@@ -142,7 +139,7 @@ func TestParentWorkerKilledMidFlightEveryFinishArrives(t *testing.T) {
 	}
 	e.parentWorker(t, "pw-2", hook.URL, nil)
 	for _, id := range ids {
-		jetruntest.WaitRow(t, e.store, id, 60*time.Second, delivered)
+		jetruntest.WaitRow(t, e.store, id, 60*time.Second, jetruntest.Delivered)
 	}
 	calls, _ := hook.snapshot()
 	dups := 0
@@ -191,7 +188,7 @@ func TestKilledDuringAHandlerIsDeliveredAgain(t *testing.T) {
 		t.Fatal("the handler was never called")
 	}
 	e.parentWorker(t, "pw-h2", hook.URL, nil)
-	row := jetruntest.WaitRow(t, e.store, "side-effect", 60*time.Second, delivered)
+	row := jetruntest.WaitRow(t, e.store, "side-effect", 60*time.Second, jetruntest.Delivered)
 	if got := hook.count("side-effect.completed"); got < 2 {
 		t.Fatalf("webhook called %d times; the finish must be redelivered after the crash", got)
 	}
@@ -215,7 +212,7 @@ func TestTwoParentWorkersDeliverOnceAndFailOver(t *testing.T) {
 		e.detached(t, fmt.Sprintf("two%02d", i), 2, 50)
 	}
 	for i := range n {
-		jetruntest.WaitRow(t, e.store, fmt.Sprintf("two%02d", i), 60*time.Second, delivered)
+		jetruntest.WaitRow(t, e.store, fmt.Sprintf("two%02d", i), 60*time.Second, jetruntest.Delivered)
 	}
 	ctx := context.Background()
 	var holder string
@@ -238,7 +235,7 @@ func TestTwoParentWorkersDeliverOnceAndFailOver(t *testing.T) {
 		e.detached(t, fmt.Sprintf("after%d", i), 2, 50)
 	}
 	for i := range 5 {
-		jetruntest.WaitRow(t, e.store, fmt.Sprintf("after%d", i), 60*time.Second, delivered)
+		jetruntest.WaitRow(t, e.store, fmt.Sprintf("after%d", i), 60*time.Second, jetruntest.Delivered)
 	}
 	calls, _ := hook.snapshot()
 	for key, c := range calls {

@@ -130,7 +130,7 @@ func TestMetricsFollowARun(t *testing.T) {
 	}
 
 	e.detached(t, "metrics-1", 3, 50)
-	jetruntest.WaitRow(t, e.store, "metrics-1", 30*time.Second, delivered)
+	jetruntest.WaitRow(t, e.store, "metrics-1", 30*time.Second, jetruntest.Delivered)
 
 	waitMetric(t, childURL, "", 1, "jetrun_worker_runs_started_total", "agent_type", "demo")
 	waitMetric(t, childURL, "", 1, "jetrun_worker_runs_finished_total", "agent_type", "demo", "status", "completed")

@@ -129,7 +129,7 @@ func TestParentWorkerKilledBetweenAMilestoneAndItsNotice(t *testing.T) {
 
 	for _, id := range ids {
 		row := jetruntest.WaitRow(t, e.store, id, 90*time.Second, func(r *jetruntype.Run) bool {
-			return delivered(r) && len(r.Notices) == len(listed) && len(r.PendingNotices()) == 0
+			return jetruntest.Delivered(r) && len(r.Notices) == len(listed) && len(r.PendingNotices()) == 0
 		})
 		for _, name := range listed {
 			if row.Notices[name].DeliveredAt.IsZero() || row.Notices[name].Milestone.Name != name {

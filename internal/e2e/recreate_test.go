@@ -20,7 +20,7 @@ func TestDeletedStreamAndBucketUnderRunningBinaries(t *testing.T) {
 	e.parentWorker(t, "pw-del", hook.URL, nil)
 	e.childWorker(t, "child-del", nil)
 	e.detached(t, "before-del", 2, 10)
-	jetruntest.WaitRow(t, e.store, "before-del", 60*time.Second, delivered)
+	jetruntest.WaitRow(t, e.store, "before-del", 60*time.Second, jetruntest.Delivered)
 
 	ctx := context.Background()
 	if err := e.js.DeleteStream(ctx, "JETRUN_EVENTS"); err != nil {
@@ -33,7 +33,7 @@ func TestDeletedStreamAndBucketUnderRunningBinaries(t *testing.T) {
 		[]byte(`{"runId":"after-del","input":{"steps":2,"stepMs":10},"detached":{"onFinish":"hook"}}`)); err != nil {
 		t.Fatal(err)
 	}
-	row := jetruntest.WaitRow(t, e.store, "after-del", 90*time.Second, delivered)
+	row := jetruntest.WaitRow(t, e.store, "after-del", 90*time.Second, jetruntest.Delivered)
 	if row.Status != events.StatusCompleted || row.Attempt-row.Handoffs != 1 {
 		t.Fatalf("the run after the delete: status %s, attempt %d, handoffs %d, reason %q", row.Status, row.Attempt,
 			row.Handoffs, row.Reason)

@@ -132,36 +132,31 @@ func TestThreeThousandRunsInFlightOnADefaultServer(t *testing.T) {
 		handlerEnd atomic.Int64
 	)
 	warnings := &warnLog{ids: regexp.MustCompile(`held-[0-9]+`), counts: map[string]int{}}
-	w, err := worker.New(jetruntest.OpenRuntime(t, wnc, jetrun.Config{}), worker.Config{Concurrency: n, FleetConcurrency: n, Logger: slog.New(warnings)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.HandleFunc("held", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
-		mu.Lock()
-		starts[run.ID()]++
-		lastStart = time.Now()
-		mu.Unlock()
-		running.Add(1)
-		defer func() {
-			running.Add(-1)
-			handlerEnd.Add(1)
-		}()
-		select {
-		case <-ctx.Done():
+	rtWnc := jetruntest.OpenRuntime(t, wnc, jetrun.Config{})
+	jetruntest.StartWorker(t, rtWnc, worker.Config{Concurrency: n, FleetConcurrency: n, Logger: slog.New(warnings)}, func(w *worker.Worker) {
+		w.HandleFunc("held", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
 			mu.Lock()
-			sawCancel[run.ID()] = context.Cause(ctx)
+			starts[run.ID()]++
+			lastStart = time.Now()
 			mu.Unlock()
-			return worker.Result{}, context.Cause(ctx)
-		case <-release[run.ID()]:
-			return worker.Result{Summary: "released"}, nil
-		}
+			running.Add(1)
+			defer func() {
+				running.Add(-1)
+				handlerEnd.Add(1)
+			}()
+			select {
+			case <-ctx.Done():
+				mu.Lock()
+				sawCancel[run.ID()] = context.Cause(ctx)
+				mu.Unlock()
+				return worker.Result{}, context.Cause(ctx)
+			case <-release[run.ID()]:
+				return worker.Result{Summary: "released"}, nil
+			}
+		})
 	})
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Stop() })
-	crt := jetruntest.OpenRuntime(t, cnc, jetrun.Config{})
-	client, err := parent.New(crt, parent.Config{})
+	rtCnc := jetruntest.OpenRuntime(t, cnc, jetrun.Config{})
+	client, err := parent.New(rtCnc, parent.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +192,7 @@ func TestThreeThousandRunsInFlightOnADefaultServer(t *testing.T) {
 		"%s of %d handlers returned", loaded{&handlerEnd}, n)
 	t.Logf("all %d handlers returned %s after the first dispatch", n, time.Since(began).Round(time.Millisecond))
 
-	store := crt.Store()
+	store := rtCnc.Store()
 	for _, id := range cancelled {
 		row := jetruntest.WaitRow(t, store, id, time.Minute, jetruntest.Final)
 		mu.Lock()

@@ -66,28 +66,22 @@ func TestEventStreamAndRunsViewOutliveAnOutage(t *testing.T) {
 	started, gate := make(chan struct{}), make(chan struct{})
 	var startedOnce sync.Once
 	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
-	w, err := worker.New(rt, worker.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.HandleFunc("outage", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
-		if err := run.Chunk(ctx, "before"); err != nil {
-			return worker.Result{}, err
-		}
-		if err := run.Flush(ctx); err != nil {
-			return worker.Result{}, err
-		}
-		startedOnce.Do(func() { close(started) }) // an outage longer than a lease may start it again
-		<-gate
-		if err := run.Chunk(ctx, "after"); err != nil {
-			return worker.Result{}, err
-		}
-		return worker.Result{Summary: "done"}, nil
+	jetruntest.StartWorker(t, rt, worker.Config{}, func(w *worker.Worker) {
+		w.HandleFunc("outage", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			if err := run.Chunk(ctx, "before"); err != nil {
+				return worker.Result{}, err
+			}
+			if err := run.Flush(ctx); err != nil {
+				return worker.Result{}, err
+			}
+			startedOnce.Do(func() { close(started) }) // an outage longer than a lease may start it again
+			<-gate
+			if err := run.Chunk(ctx, "after"); err != nil {
+				return worker.Result{}, err
+			}
+			return worker.Result{Summary: "done"}, nil
+		})
 	})
-	if err := w.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Stop() })
 	client, err := parent.New(rt, parent.Config{})
 	if err != nil {
 		t.Fatal(err)

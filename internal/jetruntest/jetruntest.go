@@ -169,3 +169,7 @@ func WaitRow(t testing.TB, store *kv.Store, id string, timeout time.Duration, co
 
 // Final is a WaitRow condition: the run reached a final status.
 func Final(r *jetruntype.Run) bool { return r.Status.Final() }
+
+// Delivered is a WaitRow condition: the run reached a final status and the
+// finish owed for it was delivered.
+func Delivered(r *jetruntype.Run) bool { return Final(r) && !r.Delivered[r.Status].IsZero() }

@@ -20,7 +20,9 @@ import (
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/finish"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
+	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -29,12 +31,13 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // setup starts a server, a demo worker, a deliverer with handlers, and a
 // parent client.
-func setup(t *testing.T, cfg finish.Config, handlers map[string]finish.Handler) (*nats.Conn, *parent.Client) {
+func setup(t *testing.T, cfg finish.Config, handlers map[string]finish.Handler) (*nats.Conn, *parent.Client, *kv.Store) {
 	t.Helper()
 	ns := natstest.RunServer(t)
 	nc, _ := natstest.Connect(t, ns)
 	ctx := context.Background()
-	d, err := finish.New(nc, cfg)
+	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
+	d, err := finish.New(rt, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,20 +48,12 @@ func setup(t *testing.T, cfg finish.Config, handlers map[string]finish.Handler) 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = d.Stop() })
-	w, err := worker.New(nc, worker.Config{})
+	jetruntest.StartWorker(t, rt, worker.Config{}, func(w *worker.Worker) { w.Handle(demo.AgentType, demo.Handler()) })
+	client, err := parent.New(rt, parent.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.Handle(demo.AgentType, demo.Handler())
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Stop() })
-	client, err := parent.New(ctx, nc, parent.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return nc, client
+	return nc, client, rt.Store()
 }
 
 func detached(t *testing.T, c *parent.Client, id, handler string) {
@@ -73,7 +68,7 @@ func TestAFailingHandlerIsRetriedUntilItSucceeds(t *testing.T) {
 	t.Parallel()
 	var calls atomic.Int32
 	keys := make(chan string, 10)
-	_, client := setup(t, finish.Config{RetryDelay: 20 * time.Millisecond}, map[string]finish.Handler{
+	_, client, store := setup(t, finish.Config{RetryDelay: 20 * time.Millisecond}, map[string]finish.Handler{
 		"flaky": finish.HandlerFunc(func(ctx context.Context, run *jetruntype.Run, res finish.Result) error {
 			keys <- finish.IdempotencyKey(res)
 			if calls.Add(1) < 3 {
@@ -83,7 +78,7 @@ func TestAFailingHandlerIsRetriedUntilItSucceeds(t *testing.T) {
 		}),
 	})
 	detached(t, client, "flaky-run", "flaky")
-	row := jetruntest.WaitRow(t, client.Store(), "flaky-run", 20*time.Second, func(r *jetruntype.Run) bool {
+	row := jetruntest.WaitRow(t, store, "flaky-run", 20*time.Second, func(r *jetruntype.Run) bool {
 		return !r.Delivered[events.StatusCompleted].IsZero()
 	})
 	f := row.Finishes[events.StatusCompleted]
@@ -102,14 +97,14 @@ func TestAFailingHandlerIsRetriedUntilItSucceeds(t *testing.T) {
 func TestAPermanentFailureIsDeadLetteredAtOnce(t *testing.T) {
 	t.Parallel()
 	var calls atomic.Int32
-	nc, client := setup(t, finish.Config{RetryDelay: 20 * time.Millisecond, MaxAttempts: 5}, map[string]finish.Handler{
+	nc, client, store := setup(t, finish.Config{RetryDelay: 20 * time.Millisecond, MaxAttempts: 5}, map[string]finish.Handler{
 		"strict": finish.HandlerFunc(func(ctx context.Context, run *jetruntype.Run, res finish.Result) error {
 			calls.Add(1)
 			return finish.Permanent(errors.New("account closed"))
 		}),
 	})
 	detached(t, client, "strict-run", "strict")
-	row := jetruntest.WaitRow(t, client.Store(), "strict-run", 20*time.Second, func(r *jetruntype.Run) bool {
+	row := jetruntest.WaitRow(t, store, "strict-run", 20*time.Second, func(r *jetruntype.Run) bool {
 		f := r.Finishes[events.StatusCompleted]
 		return f != nil && !f.FailedAt.IsZero()
 	})
@@ -137,7 +132,7 @@ func TestAPermanentFailureIsDeadLetteredAtOnce(t *testing.T) {
 
 func TestAMalformedFinishIsDeadLettered(t *testing.T) {
 	t.Parallel()
-	nc, _ := setup(t, finish.Config{}, map[string]finish.Handler{
+	nc, _, _ := setup(t, finish.Config{}, map[string]finish.Handler{
 		"h": finish.HandlerFunc(func(context.Context, *jetruntype.Run, finish.Result) error { return nil }),
 	})
 	ctx := context.Background()
@@ -176,7 +171,8 @@ func TestWebhookHandlerDeliversTheFinishAsJSON(t *testing.T) {
 	t.Cleanup(srv.Close)
 	ns := natstest.RunServer(t)
 	nc, _ := natstest.Connect(t, ns)
-	d, err := finish.New(nc, finish.Config{MaxAttempts: 1})
+	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
+	d, err := finish.New(rt, finish.Config{MaxAttempts: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,13 +182,8 @@ func TestWebhookHandlerDeliversTheFinishAsJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = d.Stop() })
-	w, _ := worker.New(nc, worker.Config{})
-	w.Handle(demo.AgentType, demo.Handler())
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Stop() })
-	client, err := parent.New(ctx, nc, parent.Config{})
+	jetruntest.StartWorker(t, rt, worker.Config{}, func(w *worker.Worker) { w.Handle(demo.AgentType, demo.Handler()) })
+	client, err := parent.New(rt, parent.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,11 +206,11 @@ func TestWebhookHandlerDeliversTheFinishAsJSON(t *testing.T) {
 	if ok.key != "hook-ok.completed" || ok.body.Status != events.StatusCompleted || ok.body.Summary != "finished 1 steps" {
 		t.Fatalf("webhook call %+v", ok)
 	}
-	row := jetruntest.WaitRow(t, client.Store(), "hook-ok", 10*time.Second, func(r *jetruntype.Run) bool { return len(r.Delivered) == 1 })
+	row := jetruntest.WaitRow(t, rt.Store(), "hook-ok", 10*time.Second, func(r *jetruntype.Run) bool { return len(r.Delivered) == 1 })
 	if row.Delivered[events.StatusCompleted].IsZero() {
 		t.Fatal("not marked delivered")
 	}
-	failed := jetruntest.WaitRow(t, client.Store(), "hook-fails", 10*time.Second, func(r *jetruntype.Run) bool {
+	failed := jetruntest.WaitRow(t, rt.Store(), "hook-fails", 10*time.Second, func(r *jetruntype.Run) bool {
 		f := r.Finishes[events.StatusCompleted]
 		return f != nil && !f.FailedAt.IsZero()
 	})
@@ -233,7 +224,7 @@ func TestWebhookHandlerDeliversTheFinishAsJSON(t *testing.T) {
 func TestADeletedFinishConsumerIsRecreated(t *testing.T) {
 	t.Parallel()
 	delivered := make(chan string, 4)
-	nc, client := setup(t, finish.Config{}, map[string]finish.Handler{
+	nc, client, _ := setup(t, finish.Config{}, map[string]finish.Handler{
 		"h": finish.HandlerFunc(func(_ context.Context, _ *jetruntype.Run, res finish.Result) error {
 			delivered <- res.RunID
 			return nil

@@ -11,6 +11,7 @@ import (
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/finish"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
@@ -25,23 +26,16 @@ func TestTheFinisherNotTheWorkerPublishesFinishes(t *testing.T) {
 	ns := natstest.RunServer(t)
 	nc, js := natstest.Connect(t, ns)
 	ctx := context.Background()
-	w, err := worker.New(nc, worker.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Handle(demo.AgentType, demo.Handler())
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Stop() })
-	client, err := parent.New(ctx, nc, parent.Config{})
+	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
+	jetruntest.StartWorker(t, rt, worker.Config{}, func(w *worker.Worker) { w.Handle(demo.AgentType, demo.Handler()) })
+	client, err := parent.New(rt, parent.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	// No deliverer: the run completes, its finish is owed and unpublished.
 	detached(t, client, "no-finisher", "h")
-	row := jetruntest.WaitRow(t, client.Store(), "no-finisher", 10*time.Second, jetruntest.Final)
+	row := jetruntest.WaitRow(t, rt.Store(), "no-finisher", 10*time.Second, jetruntest.Final)
 	if !row.FinishOwed(events.StatusCompleted) {
 		t.Fatalf("no finish owed: %+v", row.Finishes)
 	}
@@ -67,7 +61,7 @@ func TestTheFinisherNotTheWorkerPublishesFinishes(t *testing.T) {
 	// With a deliverer (its finisher), the next run's finish is published
 	// and handled once.
 	var calls atomic.Int32
-	d, err := finish.New(nc, finish.Config{})
+	d, err := finish.New(rt, finish.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +75,7 @@ func TestTheFinisherNotTheWorkerPublishesFinishes(t *testing.T) {
 	t.Cleanup(func() { _ = d.Stop() })
 	began := time.Now()
 	detached(t, client, "with-finisher", "h")
-	jetruntest.WaitRow(t, client.Store(), "with-finisher", 10*time.Second, func(r *jetruntype.Run) bool {
+	jetruntest.WaitRow(t, rt.Store(), "with-finisher", 10*time.Second, func(r *jetruntype.Run) bool {
 		return !r.Delivered[events.StatusCompleted].IsZero()
 	})
 	t.Logf("dispatch to delivered finish: %s", time.Since(began))

@@ -15,7 +15,9 @@ import (
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/finish"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
+	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -46,12 +48,13 @@ func (h *heard) snapshot() ([]string, map[string]int) {
 // setupMilestones starts a server, a worker whose agent "steps" reaches the
 // milestones named in its input ({"names": [...]}), a deliverer configured
 // by register, and a parent client.
-func setupMilestones(t *testing.T, register func(d *finish.Deliverer)) *parent.Client {
+func setupMilestones(t *testing.T, register func(d *finish.Deliverer)) (*parent.Client, *kv.Store) {
 	t.Helper()
 	ns := natstest.RunServer(t)
 	nc, _ := natstest.Connect(t, ns)
 	ctx := context.Background()
-	d, err := finish.New(nc, finish.Config{RetryDelay: 20 * time.Millisecond})
+	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
+	d, err := finish.New(rt, finish.Config{RetryDelay: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,31 +63,25 @@ func setupMilestones(t *testing.T, register func(d *finish.Deliverer)) *parent.C
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = d.Stop() })
-	w, err := worker.New(nc, worker.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.HandleFunc("steps", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
-		var in struct{ Names []string }
-		if err := json.Unmarshal(run.Input(), &in); err != nil {
-			return worker.Result{}, err
-		}
-		for _, name := range in.Names {
-			if _, err := run.Milestone(ctx, name, nil); err != nil {
+	jetruntest.StartWorker(t, rt, worker.Config{}, func(w *worker.Worker) {
+		w.HandleFunc("steps", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			var in struct{ Names []string }
+			if err := json.Unmarshal(run.Input(), &in); err != nil {
 				return worker.Result{}, err
 			}
-		}
-		return worker.Result{Summary: "done"}, nil
+			for _, name := range in.Names {
+				if _, err := run.Milestone(ctx, name, nil); err != nil {
+					return worker.Result{}, err
+				}
+			}
+			return worker.Result{Summary: "done"}, nil
+		})
 	})
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Stop() })
-	client, err := parent.New(ctx, nc, parent.Config{})
+	client, err := parent.New(rt, parent.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return client
+	return client, rt.Store()
 }
 
 func dispatchSteps(t *testing.T, c *parent.Client, id string, names, listed []string) {
@@ -95,19 +92,13 @@ func dispatchSteps(t *testing.T, c *parent.Client, id string, names, listed []st
 	}
 }
 
-// settled says the run is final with its finish delivered and every notice
-// of its ledger delivered (notices go out before the finish).
-func settled(r *jetruntype.Run) bool {
-	return jetruntest.Final(r) && !r.Delivered[r.Status].IsZero() && len(r.PendingNotices()) == 0
-}
-
 // The Go handler hears the first milestone of each listed name once, never
 // an unlisted one nor a repeated name, with the idempotency key
 // <runId>.milestone.<name>; the finish is delivered as before.
 func TestMilestoneNoticesReachAGoHandlerOncePerName(t *testing.T) {
 	t.Parallel()
 	var h heard
-	client := setupMilestones(t, func(d *finish.Deliverer) {
+	client, store := setupMilestones(t, func(d *finish.Deliverer) {
 		// The milestone handler first: HandleFinish then takes its place
 		// for finishes.
 		d.HandleMilestoneFunc("h", func(_ context.Context, run *jetruntype.Run, n finish.Notice) error {
@@ -123,7 +114,7 @@ func TestMilestoneNoticesReachAGoHandlerOncePerName(t *testing.T) {
 		})
 	})
 	dispatchSteps(t, client, "ms1", []string{"plan", "draft", "plan", "unlisted", "review"}, []string{"plan", "review", "never"})
-	row := jetruntest.WaitRow(t, client.Store(), "ms1", 20*time.Second, settled)
+	row := jetruntest.WaitRow(t, store, "ms1", 20*time.Second, (*jetruntype.Run).Settled)
 	natstest.Eventually(t, 10*time.Second, func() bool { k, _ := h.snapshot(); return len(k) >= 3 }, "three deliveries")
 	keys, seqs := h.snapshot()
 	if keys[len(keys)-1] != "ms1.completed" {
@@ -168,9 +159,9 @@ func TestMilestoneNoticesReachAWebhook(t *testing.T) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	t.Cleanup(srv.Close)
-	client := setupMilestones(t, func(d *finish.Deliverer) { d.HandleFinish("h", finish.Webhook(srv.URL, nil)) })
+	client, store := setupMilestones(t, func(d *finish.Deliverer) { d.HandleFinish("h", finish.Webhook(srv.URL, nil)) })
 	dispatchSteps(t, client, "ms2", []string{"fetched", "fetched", "parsed"}, []string{"fetched", "parsed"})
-	row := jetruntest.WaitRow(t, client.Store(), "ms2", 20*time.Second, settled)
+	row := jetruntest.WaitRow(t, store, "ms2", 20*time.Second, (*jetruntype.Run).Settled)
 	mu.Lock()
 	defer mu.Unlock()
 	want := map[string]int{"ms2.milestone.fetched": 2, "ms2.milestone.parsed": 2, "ms2.completed": 1}
@@ -187,7 +178,7 @@ func TestMilestoneNoticesReachAWebhook(t *testing.T) {
 // A dispatch whose onMilestones is not valid is refused.
 func TestOnMilestonesAreValidated(t *testing.T) {
 	t.Parallel()
-	client := setupMilestones(t, func(d *finish.Deliverer) {
+	client, _ := setupMilestones(t, func(d *finish.Deliverer) {
 		d.HandleFinishFunc("h", func(context.Context, *jetruntype.Run, finish.Result) error { return nil })
 	})
 	for _, det := range []*events.Detached{

@@ -6,8 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -15,7 +17,7 @@ import (
 // failureJSON runs req to its failure and returns the failure's JSON keys.
 func failureJSON(t *testing.T, c *parent.Client, req parent.Request) map[string]any {
 	t.Helper()
-	_, err := c.Run(ctxT(t), req)
+	_, err := c.Run(t.Context(), req)
 	f, ok := parent.IsFailure(err)
 	if !ok {
 		t.Fatalf("run %s: want a failure, got %v", req.RunID, err)
@@ -38,23 +40,18 @@ func TestFailureJSONCarriesReasonOnlyWhenInterrupted(t *testing.T) {
 	t.Parallel()
 	ns := natstest.RunServer(t)
 	nc, _ := natstest.Connect(t, ns)
-	ctx := ctxT(t)
-	w, err := worker.New(nc, worker.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.HandleFunc("fails", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
-		return worker.Result{}, context.DeadlineExceeded
+	ctx := t.Context()
+	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
+	jetruntest.StartWorker(t, rt, worker.Config{}, func(w *worker.Worker) {
+		w.HandleFunc("fails", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			return worker.Result{}, context.DeadlineExceeded
+		})
+		w.HandleFunc("waits", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			<-ctx.Done()
+			return worker.Result{}, context.Cause(ctx)
+		})
 	})
-	w.HandleFunc("waits", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
-		<-ctx.Done()
-		return worker.Result{}, context.Cause(ctx)
-	})
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Stop() })
-	c, err := parent.New(ctx, nc, parent.Config{ReattachNoProgress: 300 * time.Millisecond})
+	c, err := parent.New(rt, parent.Config{ReattachNoProgress: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 func TestDispatchAfterTheStreamAndBucketWereDeleted(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	ctx := ctxT(t)
+	ctx := t.Context()
 	run := func(id string) {
 		t.Helper()
 		res, err := b.client.Run(ctx, parent.Request{AgentType: demo.AgentType, RunID: id,

@@ -1,7 +1,6 @@
 package parent_test
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"sync"
@@ -12,8 +11,10 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -34,25 +35,18 @@ func TestAwaitsSeeTheirRunsEndAcrossAServerRestart(t *testing.T) {
 	}
 	t.Cleanup(nc.Close)
 	g := &gated{runs: map[string]int{}, gates: map[string]chan struct{}{}}
-	w, err := worker.New(nc, worker.Config{Concurrency: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Handle("gated", g)
-	if err := w.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Stop() })
-	c, err := parent.New(context.Background(), nc, parent.Config{})
+	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
+	jetruntest.StartWorker(t, rt, worker.Config{Concurrency: 64}, func(w *worker.Worker) { w.Handle("gated", g) })
+	c, err := parent.New(rt, parent.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// A second client, whose only Await begins while the server is away.
-	late, err := parent.New(context.Background(), nc, parent.Config{})
+	late, err := parent.New(rt, parent.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := ctxT(t)
+	ctx := t.Context()
 
 	const n = 20
 	ids := make([]string, n+1)
@@ -81,7 +75,7 @@ func TestAwaitsSeeTheirRunsEndAcrossAServerRestart(t *testing.T) {
 	}
 	natstest.Eventually(t, 30*time.Second, func() bool {
 		for _, id := range ids {
-			if r, _, err := c.Store().Get(ctx, id); err != nil || r.Status != events.StatusRunning {
+			if r, _, err := rt.Store().Get(ctx, id); err != nil || r.Status != events.StatusRunning {
 				return false
 			}
 		}

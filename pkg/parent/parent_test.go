@@ -17,6 +17,7 @@ import (
 	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/parent"
@@ -61,6 +62,7 @@ func (g *gated) ServeRun(ctx context.Context, run *worker.Run) (worker.Result, e
 
 type bundle struct {
 	nc     *nats.Conn
+	rt     *jetrun.Runtime
 	js     jetstream.JetStream
 	client *parent.Client
 	store  *kv.Store
@@ -70,36 +72,19 @@ type bundle struct {
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	ns := natstest.RunServer(t)
-	nc, js := natstest.Connect(t, ns)
+	env := jetruntest.NewEnv(t)
 	g := &gated{runs: map[string]int{}, gates: map[string]chan struct{}{}}
-	w, err := worker.New(nc, worker.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Handle(demo.AgentType, demo.Handler())
-	w.Handle("gated", g)
-	if err := w.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Stop() })
-	c, err := parent.New(context.Background(), nc, parent.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &bundle{nc: nc, js: js, client: c, store: c.Store(), gated: g, worker: w}
-}
-
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
-	return ctx
+	w := env.StartWorker(t, worker.Config{}, func(w *worker.Worker) {
+		w.Handle(demo.AgentType, demo.Handler())
+		w.Handle("gated", g)
+	})
+	return &bundle{nc: env.Conn, rt: env.Runtime, js: env.JS, client: env.Client, store: env.Store, gated: g, worker: w}
 }
 
 func TestRunReturnsResultAndIsIdempotentByRunID(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	ctx := ctxT(t)
+	ctx := t.Context()
 	close(b.gated.gate("once"))
 
 	res, err := b.client.Run(ctx, parent.Request{AgentType: "gated", RunID: "once", Input: map[string]int{"n": 1}})
@@ -123,7 +108,7 @@ func TestRunReturnsResultAndIsIdempotentByRunID(t *testing.T) {
 func TestRunReattachesToALiveRun(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	ctx := ctxT(t)
+	ctx := t.Context()
 	row, created, err := b.client.DispatchNew(ctx, parent.Request{AgentType: "gated", RunID: "live", Input: struct{}{}})
 	if err != nil || !created || row.Status.Final() {
 		t.Fatalf("dispatch: %+v %v %v", row, created, err)
@@ -154,7 +139,7 @@ func TestRunReattachesToALiveRun(t *testing.T) {
 func TestRunReturnsFailureValue(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	_, err := b.client.Run(ctxT(t), parent.Request{AgentType: "demo", Input: map[string]int{"steps": 2, "stepMs": 0, "failAt": 2}})
+	_, err := b.client.Run(t.Context(), parent.Request{AgentType: "demo", Input: map[string]int{"steps": 2, "stepMs": 0, "failAt": 2}})
 	f, ok := parent.IsFailure(err)
 	if !ok {
 		t.Fatalf("err = %v, want a *Failure", err)
@@ -167,7 +152,7 @@ func TestRunReturnsFailureValue(t *testing.T) {
 func TestCancel(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	ctx := ctxT(t)
+	ctx := t.Context()
 
 	t.Run("running run ends aborted, idempotently", func(t *testing.T) {
 		if _, err := b.client.Dispatch(ctx, parent.Request{AgentType: "gated", RunID: "c1", Input: 1}); err != nil {
@@ -209,14 +194,9 @@ func TestCancel(t *testing.T) {
 
 	t.Run("a run no worker started is aborted at once", func(t *testing.T) {
 		// "later" is a known agent type whose workers are all gone.
-		w, err := worker.New(b.nc, worker.Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		w.HandleFunc("later", func(ctx context.Context, run *worker.Run) (worker.Result, error) { return worker.Result{}, nil })
-		if err := w.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
+		w := jetruntest.StartWorker(t, b.rt, worker.Config{}, func(w *worker.Worker) {
+			w.HandleFunc("later", func(ctx context.Context, run *worker.Run) (worker.Result, error) { return worker.Result{}, nil })
+		})
 		if err := w.Stop(); err != nil {
 			t.Fatal(err)
 		}
@@ -239,7 +219,7 @@ func TestCancel(t *testing.T) {
 func TestCallerContextCancelsTheChild(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	ctx, cancel := context.WithCancel(ctxT(t))
+	ctx, cancel := context.WithCancel(t.Context())
 	errc := make(chan error, 1)
 	go func() {
 		_, err := b.client.Run(ctx, parent.Request{AgentType: "gated", RunID: "cc", Input: 1})
@@ -266,7 +246,7 @@ func TestRunAllSettlesEveryRun(t *testing.T) {
 		{AgentType: "demo", RunID: "bad.id", Input: 1},
 		{AgentType: "demo", Input: map[string]int{"steps": 1, "stepMs": 50}},
 	}
-	out := b.client.RunAll(ctxT(t), reqs)
+	out := b.client.RunAll(t.Context(), reqs)
 	if len(out) != len(reqs) {
 		t.Fatalf("%d outcomes", len(out))
 	}
@@ -290,7 +270,7 @@ func TestRunAllSettlesEveryRun(t *testing.T) {
 func TestInspectAndHasRun(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	ctx := ctxT(t)
+	ctx := t.Context()
 	row, err := b.client.Inspect(ctx, "never-dispatched")
 	if row != nil || err != nil {
 		t.Fatalf("inspect unknown = %+v, %v; want nil, nil", row, err)
@@ -315,7 +295,7 @@ func TestInspectAndHasRun(t *testing.T) {
 func TestStartingRowLeftByADeadCallerIsDispatchedAgain(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	ctx := ctxT(t)
+	ctx := t.Context()
 	// The caller created the row and died before publishing.
 	if _, err := b.store.Create(ctx, &jetruntype.Run{
 		ID: "orphan", AgentType: "demo", Status: events.StatusStarting, CreatedAt: time.Now(),
@@ -333,8 +313,9 @@ func TestDispatchThatCannotBePublishedEndsTheRun(t *testing.T) {
 	t.Parallel()
 	ns := natstest.RunServer(t)
 	nc, js := natstest.Connect(t, ns)
-	ctx := ctxT(t)
-	c, err := parent.New(ctx, nc, parent.Config{DispatchRetry: 200 * time.Millisecond, AllowUnknownAgentTypes: true})
+	ctx := t.Context()
+	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
+	c, err := parent.New(rt, parent.Config{DispatchRetry: 200 * time.Millisecond, AllowUnknownAgentTypes: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,7 +335,7 @@ func TestDispatchThatCannotBePublishedEndsTheRun(t *testing.T) {
 func TestUnknownAgentTypeIsRejected(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	_, err := b.client.Dispatch(ctxT(t), parent.Request{AgentType: "ghost", Input: 1})
+	_, err := b.client.Dispatch(t.Context(), parent.Request{AgentType: "ghost", Input: 1})
 	if !errors.Is(err, parent.ErrUnknownAgentType) {
 		t.Fatalf("err = %v", err)
 	}
@@ -386,21 +367,14 @@ func FuzzRunID(f *testing.F) {
 func TestClearedRunIsNotRecreatedByItsDispatch(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	ctx := ctxT(t)
+	ctx := t.Context()
 	ran := make(chan string, 4)
 	h := func(ctx context.Context, run *worker.Run) (worker.Result, error) {
 		ran <- run.ID()
 		return worker.Result{}, nil
 	}
 	// The agent type exists, but its only worker is gone.
-	w, err := worker.New(b.nc, worker.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.HandleFunc("later", h)
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	w := jetruntest.StartWorker(t, b.rt, worker.Config{}, func(w *worker.Worker) { w.HandleFunc("later", h) })
 	if err := w.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -416,15 +390,7 @@ func TestClearedRunIsNotRecreatedByItsDispatch(t *testing.T) {
 	if n, err := b.client.Clear(ctx, parent.ClearFilter{Statuses: []events.Status{events.StatusAborted}}); err != nil || n != 1 {
 		t.Fatalf("clear = %d, %v", n, err)
 	}
-	w2, err := worker.New(b.nc, worker.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w2.HandleFunc("later", h)
-	if err := w2.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w2.Stop() })
+	jetruntest.StartWorker(t, b.rt, worker.Config{}, func(w *worker.Worker) { w.HandleFunc("later", h) })
 	if row := jetruntest.WaitRow(t, b.store, "kept", 10*time.Second, jetruntest.Final); row.Status != events.StatusCompleted {
 		t.Fatalf("kept: %s", row.Status)
 	}
@@ -448,7 +414,7 @@ func TestClearedRunIsNotRecreatedByItsDispatch(t *testing.T) {
 func TestPlainDispatchWritesNoIndexAndStartsOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	ctx := ctxT(t)
+	ctx := t.Context()
 	const n = 8
 	var wg sync.WaitGroup
 	var mu sync.Mutex

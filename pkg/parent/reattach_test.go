@@ -9,6 +9,7 @@ import (
 	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
@@ -21,10 +22,11 @@ func TestAwaitGivesUpAfterNoProgressAndReattaches(t *testing.T) {
 	t.Parallel()
 	ns := natstest.RunServer(t)
 	nc, _ := natstest.Connect(t, ns)
-	ctx := ctxT(t)
+	ctx := t.Context()
 	// A window wide enough that a loaded machine does not stretch the
 	// handler's 100 ms beats past it; the handler runs for 1.2 s in all.
-	c, err := parent.New(ctx, nc, parent.Config{ReattachNoProgress: 700 * time.Millisecond, AllowUnknownAgentTypes: true})
+	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
+	c, err := parent.New(rt, parent.Config{ReattachNoProgress: 700 * time.Millisecond, AllowUnknownAgentTypes: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,26 +44,20 @@ func TestAwaitGivesUpAfterNoProgressAndReattaches(t *testing.T) {
 
 	// A worker arrives; the same id re-attaches and gets the result. Its
 	// handler streams for longer than the window, with progress all along.
-	w, err := worker.New(nc, worker.Config{RowSyncInterval: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.HandleFunc("later", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
-		for i := range 12 { // 1.2 s: longer than the window
-			if err := run.Chunk(ctx, i); err != nil {
-				return worker.Result{}, err
+	jetruntest.StartWorker(t, rt, worker.Config{RowSyncInterval: 20 * time.Millisecond}, func(w *worker.Worker) {
+		w.HandleFunc("later", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			for i := range 12 { // 1.2 s: longer than the window
+				if err := run.Chunk(ctx, i); err != nil {
+					return worker.Result{}, err
+				}
+				if err := run.Flush(ctx); err != nil {
+					return worker.Result{}, err
+				}
+				time.Sleep(100 * time.Millisecond) // the handler's own work
 			}
-			if err := run.Flush(ctx); err != nil {
-				return worker.Result{}, err
-			}
-			time.Sleep(100 * time.Millisecond) // the handler's own work
-		}
-		return worker.Result{Summary: "done"}, nil
+			return worker.Result{Summary: "done"}, nil
+		})
 	})
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Stop() })
 	res, err := c.Run(ctx, parent.Request{AgentType: "later", RunID: "q1", Input: 1})
 	if err != nil || res.Summary != "done" {
 		t.Fatalf("re-attached run: %+v, %v", res, err)
@@ -75,37 +71,32 @@ func TestWindowExceededThenRetryResumesOnce(t *testing.T) {
 	t.Parallel()
 	ns := natstest.RunServer(t)
 	nc, _ := natstest.Connect(t, ns)
-	ctx := ctxT(t)
+	ctx := t.Context()
 	var (
 		mu      sync.Mutex
 		starts  []int // attempts started
 		release = make(chan struct{})
 	)
-	w, err := worker.New(nc, worker.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.HandleFunc("slow", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
-		mu.Lock()
-		starts = append(starts, run.Attempt())
-		mu.Unlock()
-		if len(run.Milestones()) == 0 {
-			if _, err := run.Milestone(ctx, "half", nil); err != nil {
-				return worker.Result{}, err
+	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
+	jetruntest.StartWorker(t, rt, worker.Config{}, func(w *worker.Worker) {
+		w.HandleFunc("slow", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			mu.Lock()
+			starts = append(starts, run.Attempt())
+			mu.Unlock()
+			if len(run.Milestones()) == 0 {
+				if _, err := run.Milestone(ctx, "half", nil); err != nil {
+					return worker.Result{}, err
+				}
 			}
-		}
-		select {
-		case <-release:
-			return worker.Result{Summary: "resumed after " + run.Milestones()[0].Name}, nil
-		case <-ctx.Done():
-			return worker.Result{}, context.Cause(ctx)
-		}
+			select {
+			case <-release:
+				return worker.Result{Summary: "resumed after " + run.Milestones()[0].Name}, nil
+			case <-ctx.Done():
+				return worker.Result{}, context.Cause(ctx)
+			}
+		})
 	})
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Stop() })
-	impatient, err := parent.New(ctx, nc, parent.Config{ReattachMaxWindow: 500 * time.Millisecond})
+	impatient, err := parent.New(rt, parent.Config{ReattachMaxWindow: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +105,7 @@ func TestWindowExceededThenRetryResumesOnce(t *testing.T) {
 	if !ok || f.Status != events.StatusInterrupted || f.Reason != events.ReasonWindowExceeded || f.ChildStillRunning || !f.Retryable {
 		t.Fatalf("await past the window: %v", err)
 	}
-	row := jetruntest.WaitRow(t, impatient.Store(), "win", 10*time.Second, func(r *jetruntype.Run) bool {
+	row := jetruntest.WaitRow(t, rt.Store(), "win", 10*time.Second, func(r *jetruntype.Run) bool {
 		return r.Status == events.StatusInterrupted && !r.ChildStillRunning
 	})
 	if row.Reason != events.ReasonWindowExceeded || row.Attempt != 1 {
@@ -122,7 +113,7 @@ func TestWindowExceededThenRetryResumesOnce(t *testing.T) {
 	}
 
 	// Two callers retry at once: one new attempt.
-	patient, err := parent.New(ctx, nc, parent.Config{})
+	patient, err := parent.New(rt, parent.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +125,7 @@ func TestWindowExceededThenRetryResumesOnce(t *testing.T) {
 			results[i], errs[i] = patient.Run(ctx, parent.Request{AgentType: "slow", RunID: "win", Input: 1})
 		})
 	}
-	jetruntest.WaitRow(t, patient.Store(), "win", 10*time.Second, func(r *jetruntype.Run) bool {
+	jetruntest.WaitRow(t, rt.Store(), "win", 10*time.Second, func(r *jetruntype.Run) bool {
 		return r.Status == events.StatusRunning && r.Attempt == 2
 	})
 	close(release)
@@ -161,31 +152,27 @@ func TestSelfDelegationAtConcurrencyOne(t *testing.T) {
 	t.Parallel()
 	ns := natstest.RunServer(t)
 	nc, _ := natstest.Connect(t, ns)
-	ctx := ctxT(t)
-	w, err := worker.New(nc, worker.Config{Concurrency: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx := t.Context()
 	var c *parent.Client
-	w.HandleFunc("self", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
-		if run.Depth() > 0 {
-			return worker.Result{Summary: "child done"}, nil
-		}
-		var child *parent.Result
-		err := run.Park(ctx, func(ctx context.Context) (err error) {
-			child, err = c.Run(ctx, parent.Request{AgentType: "self", RunID: run.ID() + "-child", Parent: run.ID(), Depth: 1, Input: 1})
-			return err
+	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
+	jetruntest.StartWorker(t, rt, worker.Config{Concurrency: 1}, func(w *worker.Worker) {
+		w.HandleFunc("self", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			if run.Depth() > 0 {
+				return worker.Result{Summary: "child done"}, nil
+			}
+			var child *parent.Result
+			err := run.Park(ctx, func(ctx context.Context) (err error) {
+				child, err = c.Run(ctx, parent.Request{AgentType: "self", RunID: run.ID() + "-child", Parent: run.ID(), Depth: 1, Input: 1})
+				return err
+			})
+			if err != nil {
+				return worker.Result{}, err
+			}
+			return worker.Result{Summary: "parent after " + child.Summary}, nil
 		})
-		if err != nil {
-			return worker.Result{}, err
-		}
-		return worker.Result{Summary: "parent after " + child.Summary}, nil
 	})
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Stop() })
-	if c, err = parent.New(ctx, nc, parent.Config{}); err != nil {
+	var err error
+	if c, err = parent.New(rt, parent.Config{}); err != nil {
 		t.Fatal(err)
 	}
 	res, err := c.Run(ctx, parent.Request{AgentType: "self", RunID: "selfie", Input: 1})

@@ -37,15 +37,7 @@ var chunky = worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (work
 func setupReplay(t *testing.T) *bundle {
 	t.Helper()
 	b := setup(t)
-	w, err := worker.New(b.nc, worker.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Handle("chunky", chunky)
-	if err := w.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Stop() })
+	jetruntest.StartWorker(t, b.rt, worker.Config{}, func(w *worker.Worker) { w.Handle("chunky", chunky) })
 	return b
 }
 
@@ -96,7 +88,7 @@ func checkOneToN(t *testing.T, got []int64, n int) {
 func TestReplayOf10000ChunksIsExactAndInOrder(t *testing.T) {
 	t.Parallel()
 	b := setupReplay(t)
-	ctx := ctxT(t)
+	ctx := t.Context()
 	const n = 10_000
 	// A neighbour streams at the same time: its events must never show up.
 	for _, id := range []string{"big", "neighbour"} {
@@ -129,7 +121,7 @@ func TestReplayOf10000ChunksIsExactAndInOrder(t *testing.T) {
 func TestReplayHistoryOnlyAndUnknownRuns(t *testing.T) {
 	t.Parallel()
 	b := setupReplay(t)
-	ctx := ctxT(t)
+	ctx := t.Context()
 	if _, err := b.client.Replay(ctx, "nope", 0, events.HistoryOnly); !errors.Is(err, kv.ErrRunNotFound) {
 		t.Fatalf("replay of an unknown run: %v", err)
 	}
@@ -159,7 +151,7 @@ func TestReplayHistoryOnlyAndUnknownRuns(t *testing.T) {
 func TestAwaitMilestone(t *testing.T) {
 	t.Parallel()
 	b := setupReplay(t)
-	ctx := ctxT(t)
+	ctx := t.Context()
 	if _, err := b.client.Dispatch(ctx, parent.Request{AgentType: "demo", RunID: "ms", Input: map[string]int{"steps": 4, "stepMs": 150}}); err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +196,7 @@ func TestOnProgressHookSeesProgressAndMilestones(t *testing.T) {
 			milestones++
 		}
 	})
-	if _, err := b.client.Run(ctxT(t), parent.Request{AgentType: "demo", RunID: "hooked", Input: map[string]int{"steps": 4, "stepMs": 250}}); err != nil {
+	if _, err := b.client.Run(t.Context(), parent.Request{AgentType: "demo", RunID: "hooked", Input: map[string]int{"steps": 4, "stepMs": 250}}); err != nil {
 		t.Fatal(err)
 	}
 	mu.Lock()
@@ -217,7 +209,7 @@ func TestOnProgressHookSeesProgressAndMilestones(t *testing.T) {
 func TestSignals(t *testing.T) {
 	t.Parallel()
 	b := setupReplay(t)
-	ctx := ctxT(t)
+	ctx := t.Context()
 
 	t.Run("sent before the handler waits", func(t *testing.T) {
 		if _, err := b.client.Dispatch(ctx, parent.Request{AgentType: "demo", RunID: "early",
@@ -294,7 +286,7 @@ func TestSignals(t *testing.T) {
 func TestARecreatedRunStartsAfreshWithoutOldSignals(t *testing.T) {
 	t.Parallel()
 	b := setupReplay(t)
-	ctx := ctxT(t)
+	ctx := t.Context()
 	req := parent.Request{AgentType: "demo", RunID: "again", Input: map[string]int{"steps": 1, "stepMs": 0, "approveAt": 1}}
 	if _, err := b.client.Dispatch(ctx, req); err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/parent"
@@ -104,28 +105,23 @@ func setupKeyed(t *testing.T, open bool) *keyedFleet {
 		if i == 0 {
 			f.nc, f.js = nc, js
 		}
-		w, err := worker.New(nc, worker.Config{ID: fmt.Sprintf("w%d", i)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		w.Handle("serial", f.serial)
-		if err := w.Start(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = w.Stop() })
-		c, err := parent.New(context.Background(), nc, parent.Config{})
+		rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
+		jetruntest.StartWorker(t, rt, worker.Config{ID: fmt.Sprintf("w%d", i)}, func(w *worker.Worker) { w.Handle("serial", f.serial) })
+		c, err := parent.New(rt, parent.Config{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		f.clients = append(f.clients, c)
+		if i == 0 {
+			f.store = rt.Store()
+		}
 	}
-	f.store = f.clients[0].Store()
 	return f
 }
 
 func (f *keyedFleet) submit(t *testing.T, i int, id string, strategy events.Strategy, input any) *jetruntype.Run {
 	t.Helper()
-	row, err := f.clients[i%2].Dispatch(ctxT(t), parent.Request{
+	row, err := f.clients[i%2].Dispatch(t.Context(), parent.Request{
 		AgentType: "serial", RunID: id, Input: input, ConcurrencyKey: "chat-1", Strategy: strategy,
 	})
 	if err != nil {
@@ -204,13 +200,13 @@ func TestKeyLatestSupersedesQueuedRuns(t *testing.T) {
 		if r.Status != events.StatusAborted || r.Reason != events.ReasonSuperseded || r.SupersededBy == "" {
 			t.Fatalf("%s: %s/%s by %q; want aborted/superseded", id, r.Status, r.Reason, r.SupersededBy)
 		}
-		_, err := f.clients[0].Run(ctxT(t), parent.Request{AgentType: "serial", RunID: id, Input: 0})
+		_, err := f.clients[0].Run(t.Context(), parent.Request{AgentType: "serial", RunID: id, Input: 0})
 		var fail *parent.Failure
 		if !errors.As(err, &fail) || fail.Reason != events.ReasonSuperseded {
 			t.Fatalf("Run(%s) = %v; want the superseded failure", id, err)
 		}
 	}
-	if r, _ := f.clients[0].Inspect(ctxT(t), "l3"); r.Status != events.StatusQueued {
+	if r, _ := f.clients[0].Inspect(t.Context(), "l3"); r.Status != events.StatusQueued {
 		t.Fatalf("l3: %s, want queued behind l0", r.Status)
 	}
 	close(f.serial.gate("l0"))
@@ -232,13 +228,13 @@ func TestKeyDropRefusesWhileLive(t *testing.T) {
 	f := setupKeyed(t, false)
 	f.submit(t, 0, "d0", events.StrategyDrop, 0)
 	waitStatus(t, f.store, "d0", events.StatusRunning)
-	_, err := f.clients[1].Dispatch(ctxT(t), parent.Request{
+	_, err := f.clients[1].Dispatch(t.Context(), parent.Request{
 		AgentType: "serial", RunID: "d1", Input: 1, ConcurrencyKey: "chat-1", Strategy: events.StrategyDrop,
 	})
 	if !errors.Is(err, parent.ErrKeyBusy) {
 		t.Fatalf("second drop submit: %v; want ErrKeyBusy", err)
 	}
-	if r, err := f.clients[0].Inspect(ctxT(t), "d1"); r != nil || err != nil {
+	if r, err := f.clients[0].Inspect(t.Context(), "d1"); r != nil || err != nil {
 		t.Fatalf("refused run left a row: %+v %v", r, err)
 	}
 	close(f.serial.gate("d0"))
@@ -260,7 +256,7 @@ func TestKeyDropConcurrentSubmitsAdmitOne(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			_, errs[i] = f.clients[i%2].Dispatch(ctxT(t), parent.Request{
+			_, errs[i] = f.clients[i%2].Dispatch(t.Context(), parent.Request{
 				AgentType: "serial", RunID: fmt.Sprintf("race%d", i), Input: i, ConcurrencyKey: "chat-1", Strategy: events.StrategyDrop,
 			})
 		})
@@ -290,7 +286,7 @@ func TestKeyDebounceRunsTheLastOfABurst(t *testing.T) {
 	f := setupKeyed(t, true)
 	ids := []string{"b0", "b1", "b2", "b3"}
 	for i, id := range ids {
-		row, err := f.clients[i%2].Dispatch(ctxT(t), parent.Request{
+		row, err := f.clients[i%2].Dispatch(t.Context(), parent.Request{
 			AgentType: "serial", RunID: id, Input: i, ConcurrencyKey: "chat-1",
 			Strategy: events.StrategyDebounce, Debounce: 3 * time.Second,
 		})
@@ -354,7 +350,7 @@ func TestKeyCancelQueuedRun(t *testing.T) {
 	waitStatus(t, f.store, "c0", events.StatusRunning)
 	f.submit(t, 1, "c1", events.StrategyQueue, 1)
 	f.submit(t, 0, "c2", events.StrategyQueue, 2)
-	row, err := f.clients[1].Cancel(ctxT(t), "c1", "changed my mind")
+	row, err := f.clients[1].Cancel(t.Context(), "c1", "changed my mind")
 	if err != nil || row.Status != events.StatusAborted {
 		t.Fatalf("cancel queued: %+v %v", row, err)
 	}
@@ -373,7 +369,7 @@ func TestKeyCancelQueuedRun(t *testing.T) {
 func TestKeyPlainNATSDispatch(t *testing.T) {
 	t.Parallel()
 	f := setupKeyed(t, false)
-	ctx := ctxT(t)
+	ctx := t.Context()
 	pub := func(id, strategy string) {
 		t.Helper()
 		body := fmt.Sprintf(`{"runId":%q,"input":{"text":%q},"concurrencyKey":"chat-9","strategy":%q}`, id, id, strategy)
@@ -421,12 +417,13 @@ func TestReconcilerRepairsAKeyWhoseHolderDied(t *testing.T) {
 	t.Parallel()
 	srv := natstest.RunServer(t)
 	nc, _ := natstest.Connect(t, srv)
-	ctx := ctxT(t)
-	c, err := parent.New(ctx, nc, parent.Config{AllowUnknownAgentTypes: true})
+	ctx := t.Context()
+	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
+	c, err := parent.New(rt, parent.Config{AllowUnknownAgentTypes: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := c.Store()
+	store := rt.Store()
 	// No worker serves "orphan": h0 holds the key, h1 waits.
 	for _, id := range []string{"h0", "h1"} {
 		if _, err := c.Dispatch(ctx, parent.Request{AgentType: "orphan", RunID: id, Input: 1, ConcurrencyKey: "k"}); err != nil {
@@ -443,21 +440,18 @@ func TestReconcilerRepairsAKeyWhoseHolderDied(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	rec, err := reconcile.New(nc, reconcile.Config{})
+	rec, err := reconcile.New(rt, reconcile.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = rec.Stop() })
-	if err := rec.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := rec.Sweep(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if r, _ := c.Inspect(ctx, "h1"); r.Status != events.StatusStarting || r.DispatchSeq == 0 {
 		t.Fatalf("h1 after the sweep: %s (dispatch %d); want starting with its dispatch out", r.Status, r.DispatchSeq)
 	}
-	if holder, _ := store.KeyHolder(ctx, "k"); holder != "h1" {
+	if holder, _, _ := store.KeyHolder(ctx, "k"); holder != "h1" {
 		t.Fatalf("holder %q", holder)
 	}
 }
@@ -468,12 +462,13 @@ func TestKeyRetryOfAnInterruptedRunWaitsForTheKey(t *testing.T) {
 	t.Parallel()
 	srv := natstest.RunServer(t)
 	nc, _ := natstest.Connect(t, srv)
-	ctx := ctxT(t)
-	c, err := parent.New(ctx, nc, parent.Config{AllowUnknownAgentTypes: true})
+	ctx := t.Context()
+	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
+	c, err := parent.New(rt, parent.Config{AllowUnknownAgentTypes: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := c.Store()
+	store := rt.Store()
 	// No worker serves "orphan", so rows move only as this test moves them.
 	dispatch := func(id string) *jetruntype.Run {
 		t.Helper()
@@ -506,7 +501,7 @@ func TestKeyRetryOfAnInterruptedRunWaitsForTheKey(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := store.AdvanceKey(ctx, "", "k", kv.Held{}); err != nil {
+	if err := rt.AdvanceKey(ctx, "k", jetrun.Held{}); err != nil {
 		t.Fatal(err)
 	}
 	if r, _ := c.Inspect(ctx, "i0"); r.Status != events.StatusStarting || r.DispatchSeq == 0 {
@@ -520,25 +515,23 @@ func TestReconcilerEntersAQueuedRunMissingFromItsQueue(t *testing.T) {
 	t.Parallel()
 	srv := natstest.RunServer(t)
 	nc, _ := natstest.Connect(t, srv)
-	ctx := ctxT(t)
-	c, err := parent.New(ctx, nc, parent.Config{AllowUnknownAgentTypes: true})
+	ctx := t.Context()
+	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
+	c, err := parent.New(rt, parent.Config{AllowUnknownAgentTypes: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := c.Store()
+	store := rt.Store()
 	row := jetruntype.NewRun("orphan", events.Dispatch{RunID: "lost", Input: json.RawMessage(`1`), ConcurrencyKey: "k2"}, 0, time.Now())
 	row.Status = events.StatusQueued
 	if _, err := store.Create(ctx, row); err != nil { // and the submitter dies here
 		t.Fatal(err)
 	}
-	rec, err := reconcile.New(nc, reconcile.Config{})
+	rec, err := reconcile.New(rt, reconcile.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = rec.Stop() })
-	if err := rec.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := rec.Sweep(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -553,7 +546,7 @@ func TestReconcilerEntersAQueuedRunMissingFromItsQueue(t *testing.T) {
 func TestKeyPlainNATSDebounce(t *testing.T) {
 	t.Parallel()
 	f := setupKeyed(t, true)
-	ctx := ctxT(t)
+	ctx := t.Context()
 	ids := []string{"pd0", "pd1", "pd2"}
 	publish := func(id string) {
 		body := fmt.Sprintf(`{"runId":%q,"input":%q,"concurrencyKey":"chat-5","strategy":"debounce","debounceMs":3000}`, id, id)
@@ -599,8 +592,9 @@ func TestKeyCancelOfAStartingHolderHandsTheKeyOn(t *testing.T) {
 	t.Parallel()
 	srv := natstest.RunServer(t)
 	nc, _ := natstest.Connect(t, srv)
-	ctx := ctxT(t)
-	c, err := parent.New(ctx, nc, parent.Config{AllowUnknownAgentTypes: true})
+	ctx := t.Context()
+	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
+	c, err := parent.New(rt, parent.Config{AllowUnknownAgentTypes: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -95,11 +95,11 @@ func TestZeroOrNeverDisablesABudget(t *testing.T) {
 
 	close(gate)
 	for _, id := range []string{"zero", "never"} {
-		if row := jetruntest.WaitRow(t, e.store, id, 30*time.Second, settled); row.Status != events.StatusCompleted {
+		if row := jetruntest.WaitRow(t, e.store, id, 30*time.Second, (*jetruntype.Run).Settled); row.Status != events.StatusCompleted {
 			t.Fatalf("%s: %+v", id, row)
 		}
 	}
 	for _, id := range []string{"small-silence", "small-life", "defaults"} {
-		jetruntest.WaitRow(t, e.store, id, 30*time.Second, settled)
+		jetruntest.WaitRow(t, e.store, id, 30*time.Second, (*jetruntype.Run).Settled)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/finish"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/obs"
 	"github.com/jetrun/jetrun/pkg/parent"
@@ -42,17 +43,10 @@ func TestUnservedFinishWaitsAsOneCopyThenIsDeadLettered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := worker.New(nc, worker.Config{Streams: streams})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Handle(demo.AgentType, demo.Handler())
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Stop() })
+	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{Streams: streams})
+	jetruntest.StartWorker(t, rt, worker.Config{}, func(w *worker.Worker) { w.Handle(demo.AgentType, demo.Handler()) })
 	// A deliverer serving another handler: "ghost" stays unserved.
-	d, err := finish.New(nc, finish.Config{Streams: streams})
+	d, err := finish.New(rt, finish.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,18 +55,15 @@ func TestUnservedFinishWaitsAsOneCopyThenIsDeadLettered(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = d.Stop() })
-	rec, err := reconcile.New(nc, reconcile.Config{
-		Streams: streams, Interval: 100 * time.Millisecond, Logger: slog.New(obs.NewHandler(slog.DiscardHandler, nc, "", "test")),
+	rec, err := reconcile.New(rt, reconcile.Config{
+		Interval: 100 * time.Millisecond, Logger: slog.New(obs.NewHandler(slog.DiscardHandler, nc, "", "test")),
 		FinishUnservedAfter: time.Second, FinishUnservedWait: 3 * time.Second,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rec.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() { _ = rec.Stop() })
-	c, err := parent.New(ctx, nc, parent.Config{Streams: streams})
+	c, err := parent.New(rt, parent.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,8 +73,8 @@ func TestUnservedFinishWaitsAsOneCopyThenIsDeadLettered(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	jetruntest.WaitRow(t, c.Store(), "to-ghost", 30*time.Second, jetruntest.Final)
-	present := jetruntest.WaitRow(t, c.Store(), "to-present", 30*time.Second, func(r *jetruntype.Run) bool {
+	jetruntest.WaitRow(t, rt.Store(), "to-ghost", 30*time.Second, jetruntest.Final)
+	present := jetruntest.WaitRow(t, rt.Store(), "to-present", 30*time.Second, func(r *jetruntype.Run) bool {
 		return !r.Delivered[events.StatusCompleted].IsZero()
 	})
 	if !present.Finishes[events.StatusCompleted].UnservedSince.IsZero() {
@@ -114,7 +105,7 @@ func TestUnservedFinishWaitsAsOneCopyThenIsDeadLettered(t *testing.T) {
 	// Sweep until the row says the handler has not been seen: many dedup
 	// windows pass meanwhile, and one copy waits all along.
 	var sweeps int
-	row := jetruntest.WaitRow(t, c.Store(), "to-ghost", 30*time.Second, func(r *jetruntype.Run) bool {
+	row := jetruntest.WaitRow(t, rt.Store(), "to-ghost", 30*time.Second, func(r *jetruntype.Run) bool {
 		sweep()
 		sweeps++
 		if n := copies(); n != 1 {
@@ -145,7 +136,7 @@ func TestUnservedFinishWaitsAsOneCopyThenIsDeadLettered(t *testing.T) {
 
 	// Past the wait: dead-lettered with the reason, gone from the finish
 	// stream, recorded on the row; the run settles.
-	row = jetruntest.WaitRow(t, c.Store(), "to-ghost", 30*time.Second, func(r *jetruntype.Run) bool {
+	row = jetruntest.WaitRow(t, rt.Store(), "to-ghost", 30*time.Second, func(r *jetruntype.Run) bool {
 		sweep()
 		if n := copies(); n > 1 {
 			t.Fatalf("%d copies of the finish wait in the stream", n)

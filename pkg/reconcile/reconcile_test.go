@@ -19,6 +19,7 @@ import (
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/finish"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/parent"
@@ -97,24 +98,19 @@ func setup(t *testing.T, o options) *env {
 	nc, js := natstest.Connect(t, ns)
 	ctx := context.Background()
 
-	w, err := worker.New(nc, worker.Config{RowSyncInterval: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Handle(demo.AgentType, demo.Handler())
-	for name, h := range o.handlers {
-		w.Handle(name, h)
-	}
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Stop() })
+	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
+	jetruntest.StartWorker(t, rt, worker.Config{RowSyncInterval: 100 * time.Millisecond}, func(w *worker.Worker) {
+		w.Handle(demo.AgentType, demo.Handler())
+		for name, h := range o.handlers {
+			w.Handle(name, h)
+		}
+	})
 
 	rec := &recorder{}
 	fc := o.finish
 	fc.Timeout = max(fc.Timeout, 2*time.Second)
 	fc.RetryDelay = max(fc.RetryDelay, 50*time.Millisecond)
-	d, err := finish.New(nc, fc)
+	d, err := finish.New(rt, fc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,14 +122,11 @@ func setup(t *testing.T, o options) *env {
 
 	rc := o.reconcile
 	rc.Interval = max(rc.Interval, 200*time.Millisecond)
-	r, err := reconcile.New(nc, rc)
+	r, err := reconcile.New(rt, rc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if o.noReconcile {
-		if err := r.Open(ctx); err != nil {
-			t.Fatal(err)
-		}
 		t.Cleanup(func() { _ = r.Stop() })
 	} else {
 		if err := r.Start(ctx); err != nil {
@@ -142,11 +135,11 @@ func setup(t *testing.T, o options) *env {
 		t.Cleanup(func() { _ = r.Stop() })
 	}
 
-	client, err := parent.New(ctx, nc, parent.Config{})
+	client, err := parent.New(rt, parent.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{ns: ns, nc: nc, js: js, client: client, store: client.Store(), rec: rec, recon: r}
+	return &env{ns: ns, nc: nc, js: js, client: client, store: rt.Store(), rec: rec, recon: r}
 }
 
 func (e *env) detached(t *testing.T, id, agentType string, input any, det events.Detached) {
@@ -166,13 +159,6 @@ func waitDeliveries(t *testing.T, r *recorder, id string, n int) []delivery {
 	return r.of(id)
 }
 
-// settled waits until a run's row is final or given up with its child
-// stopped, and nothing more is owed.
-func settled(r *jetruntype.Run) bool {
-	return (r.Status.Final() || r.Status == events.StatusInterrupted && !r.ChildStillRunning) &&
-		len(r.PendingFinishes()) == 0
-}
-
 func TestDetachedRunsDeliverEachFinishExactlyOnce(t *testing.T) {
 	t.Parallel()
 	e := setup(t, options{})
@@ -182,7 +168,7 @@ func TestDetachedRunsDeliverEachFinishExactlyOnce(t *testing.T) {
 	}
 	for i := range n {
 		id := fmt.Sprintf("d%02d", i)
-		row := jetruntest.WaitRow(t, e.store, id, 30*time.Second, settled)
+		row := jetruntest.WaitRow(t, e.store, id, 30*time.Second, (*jetruntype.Run).Settled)
 		if row.Status != events.StatusCompleted || row.Delivered[events.StatusCompleted].IsZero() {
 			t.Fatalf("%s: %+v", id, row)
 		}
@@ -298,7 +284,7 @@ func TestNoProgressBudget(t *testing.T) {
 	if row.Reason != events.ReasonNoProgress {
 		t.Fatalf("silent: %+v", row)
 	}
-	chatty := jetruntest.WaitRow(t, e.store, "chatty", 30*time.Second, settled)
+	chatty := jetruntest.WaitRow(t, e.store, "chatty", 30*time.Second, (*jetruntype.Run).Settled)
 	if chatty.Status != events.StatusCompleted || chatty.Finishes[events.StatusInterrupted] != nil {
 		t.Fatalf("chatty was given up: %+v", chatty)
 	}
@@ -340,7 +326,7 @@ func TestNoProgressIsArmedOnlyByASignal(t *testing.T) {
 		t.Fatalf("a run that never signalled was given up: %+v", row)
 	}
 	close(gate)
-	if row := jetruntest.WaitRow(t, e.store, "mute", 10*time.Second, settled); row.Status != events.StatusCompleted {
+	if row := jetruntest.WaitRow(t, e.store, "mute", 10*time.Second, (*jetruntype.Run).Settled); row.Status != events.StatusCompleted {
 		t.Fatalf("row = %+v", row)
 	}
 }
@@ -359,7 +345,7 @@ func TestGiveUpThenLateCompletionDeliversBothInOrder(t *testing.T) {
 	e.detached(t, "late", "stubborn", 1, events.Detached{MaxBudgetMs: 1000})
 	waitDeliveries(t, e.rec, "late", 1)
 	close(gaveUp)
-	row := jetruntest.WaitRow(t, e.store, "late", 30*time.Second, settled)
+	row := jetruntest.WaitRow(t, e.store, "late", 30*time.Second, (*jetruntype.Run).Settled)
 	if row.Status != events.StatusCompleted || row.Summary != "finished anyway" || row.Reason != "" {
 		t.Fatalf("row = %+v", row)
 	}
@@ -443,7 +429,7 @@ func TestCancelCascadesToChildrenAndGrandchildren(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"top", "kid1", "kid2", "grandkid"} {
-		row := jetruntest.WaitRow(t, e.store, id, 10*time.Second, settled)
+		row := jetruntest.WaitRow(t, e.store, id, 10*time.Second, (*jetruntype.Run).Settled)
 		if row.Status != events.StatusAborted {
 			t.Fatalf("%s: %s", id, row.Status)
 		}
@@ -566,7 +552,8 @@ func TestOneLeaderAtATimeAndAStandbyTakesOver(t *testing.T) {
 	var recs []*reconcile.Reconciler
 	for i := range 2 {
 		nc, _ := natstest.Connect(t, ns)
-		r, err := reconcile.New(nc, reconcile.Config{ID: fmt.Sprintf("r%d", i), Interval: 300 * time.Millisecond})
+		rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
+		r, err := reconcile.New(rt, reconcile.Config{ID: fmt.Sprintf("r%d", i), Interval: 300 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/reconcile"
@@ -33,7 +34,7 @@ func TestDispatchNoWorkerServesIsVisible(t *testing.T) {
 	if _, err := e.js.Publish(ctx, "jetrun.dispatch.ghost", []byte(`{"input":{}}`), jetstream.WithMsgID("ghost2")); err != nil {
 		t.Fatal(err)
 	}
-	client, err := parent.New(ctx, e.nc, parent.Config{AllowUnknownAgentTypes: true})
+	client, err := parent.New(jetruntest.OpenRuntime(t, e.nc, jetrun.Config{}), parent.Config{AllowUnknownAgentTypes: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,16 +56,12 @@ func TestDispatchNoWorkerServesIsVisible(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	w, err := worker.New(nc, worker.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.HandleFunc("ghost", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
-		return worker.Result{Summary: "finally"}, nil
+	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
+	w := jetruntest.StartWorker(t, rt, worker.Config{}, func(w *worker.Worker) {
+		w.HandleFunc("ghost", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			return worker.Result{Summary: "finally"}, nil
+		})
 	})
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
 	for _, id := range []string{"ghost1", "ghost2", "ghost3"} {
 		row := jetruntest.WaitRow(t, e.store, id, 30*time.Second, jetruntest.Final)
 		if row.Status != events.StatusCompleted || row.Reason != "" || row.Attempt != 1 {

@@ -16,8 +16,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -107,9 +109,10 @@ func TestEventsLeaderLossUnderLoad(t *testing.T) {
 		}
 		return worker.Result{Summary: "done"}, nil
 	})
-	cfg := worker.Config{Concurrency: runs, Logger: logger, Streams: events.StreamOptions{Replicas: 3}}
+	cfg := worker.Config{Concurrency: runs, Logger: logger}
 	for i := range 2 {
-		startWorker(t, connect(i+1), cfg, map[string]worker.Handler{"stream": handler})
+		rt := jetruntest.OpenRuntime(t, connect(i+1), jetrun.Config{Streams: events.StreamOptions{Replicas: 3}})
+		startWorkerOn(t, rt, cfg, map[string]worker.Handler{"stream": handler})
 	}
 	nc := connect(0)
 	js, err := jetstream.New(nc)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
@@ -41,7 +42,7 @@ func delegate() worker.HandlerFunc {
 
 func newClient(t *testing.T, b *bundle) *parent.Client {
 	t.Helper()
-	c, err := parent.New(context.Background(), b.nc, parent.Config{})
+	c, err := parent.New(jetruntest.OpenRuntime(t, b.nc, jetrun.Config{}), parent.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,8 +14,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/worker"
@@ -148,8 +150,9 @@ func TestQuorumLossIsNotALostWorker(t *testing.T) {
 	logs := []*lockedBuffer{{}, {}}
 	for i := range 2 {
 		cfg := worker.Config{Lease: 2 * time.Second, MaxAttempts: 1, Concurrency: runs,
-			Logger: slog.New(slog.NewTextHandler(logs[i], nil)), Streams: events.StreamOptions{Replicas: 3}}
-		startWorker(t, connect(i+1), cfg, map[string]worker.Handler{"quorum": handler})
+			Logger: slog.New(slog.NewTextHandler(logs[i], nil))}
+		rt := jetruntest.OpenRuntime(t, connect(i+1), jetrun.Config{Streams: events.StreamOptions{Replicas: 3}})
+		startWorkerOn(t, rt, cfg, map[string]worker.Handler{"quorum": handler})
 	}
 	nc := connect(0)
 	js, err := jetstream.New(nc)

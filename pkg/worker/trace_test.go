@@ -18,7 +18,6 @@ import (
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/finish"
 	"github.com/jetrun/jetrun/pkg/jetrun"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -35,7 +34,6 @@ func TestTraceContextFollowsTheRun(t *testing.T) {
 	)
 	ns := natstest.RunServer(t)
 	nc, js := natstest.Connect(t, ns)
-	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
 	logs := &lockedBuffer{}
 	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 
@@ -76,6 +74,7 @@ func TestTraceContextFollowsTheRun(t *testing.T) {
 			return worker.Result{Summary: "ok"}, nil
 		}),
 	})
+	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
 	d, err := finish.New(rt, finish.Config{RetryDelay: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -112,9 +111,7 @@ func TestTraceContextFollowsTheRun(t *testing.T) {
 
 	want := events.TraceContext{TraceParent: tp, TraceState: ts}
 	for _, id := range []string{"tr-header", "tr-fields", "tr-parent"} {
-		row := jetruntest.WaitRow(t, store, id, 30*time.Second, func(r *jetruntype.Run) bool {
-			return r.Status.Final() && !r.Delivered[r.Status].IsZero()
-		})
+		row := jetruntest.WaitRow(t, store, id, 30*time.Second, jetruntest.Delivered)
 		if row.Status != events.StatusCompleted || row.Trace() != want {
 			t.Fatalf("%s: row status %s, trace %+v; want completed, %+v", id, row.Status, row.Trace(), want)
 		}

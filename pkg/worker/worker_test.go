@@ -15,6 +15,7 @@ import (
 	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -42,17 +43,20 @@ func setup(t *testing.T, cfg worker.Config, extra map[string]worker.Handler) (*b
 
 func startWorker(t *testing.T, nc *nats.Conn, cfg worker.Config, extra map[string]worker.Handler) *worker.Worker {
 	t.Helper()
-	w, err := worker.New(nc, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Handle(demo.AgentType, demo.Handler())
-	for name, h := range extra {
-		w.Handle(name, h)
-	}
-	if err := w.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	return startWorkerOn(t, jetruntest.OpenRuntime(t, nc, jetrun.Config{}), cfg, extra)
+}
+
+// startWorkerOn is startWorker on a runtime of the test's choosing.
+func startWorkerOn(t *testing.T, rt *jetrun.Runtime, cfg worker.Config, extra map[string]worker.Handler) *worker.Worker {
+	t.Helper()
+	w := jetruntest.StartWorker(t, rt, cfg, func(w *worker.Worker) {
+		w.Handle(demo.AgentType, demo.Handler())
+		for name, h := range extra {
+			w.Handle(name, h)
+		}
+	})
+	// A failed stop fails the test: this cleanup runs before the kit's own
+	// Stop, which ignores the error (a second Stop only repeats it).
 	t.Cleanup(func() {
 		if err := w.Stop(); err != nil {
 			t.Errorf("stop worker: %v", err)
