@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/jetruntest"
+	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
@@ -102,6 +103,16 @@ func TestUnservedDispatchIsDeadLetteredAfterTheWait(t *testing.T) {
 		!strings.Contains(row.Error, "no worker serves agent type nobody") {
 		t.Fatalf("row: %+v", row)
 	}
+	// The row ends first; the dead letter, then the dispatch's removal,
+	// follow it: wait for the last of them.
+	dispatch, err := e.js.Stream(ctx, "JETRUN_DISPATCH")
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		_, err := dispatch.GetLastMsgForSubject(ctx, "jetrun.dispatch.nobody")
+		return errors.Is(err, jetstream.ErrMsgNotFound)
+	}, "the dispatch is still queued")
 	dlq, err := e.js.Stream(ctx, "JETRUN_DLQ")
 	if err != nil {
 		t.Fatal(err)
@@ -112,12 +123,5 @@ func TestUnservedDispatchIsDeadLetteredAfterTheWait(t *testing.T) {
 	}
 	if string(m.Data) != `{"runId":"nobody1","input":{"q":1}}` || !strings.Contains(m.Header.Get(events.HeaderReason), "no worker serves") {
 		t.Fatalf("dead letter %s, headers %v", m.Data, m.Header)
-	}
-	dispatch, err := e.js.Stream(ctx, "JETRUN_DISPATCH")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := dispatch.GetLastMsgForSubject(ctx, "jetrun.dispatch.nobody"); !errors.Is(err, jetstream.ErrMsgNotFound) {
-		t.Fatalf("the dispatch is still queued: %v", err)
 	}
 }
