@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/pull"
+	"github.com/jetrun/jetrun/internal/settle"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
@@ -433,7 +434,7 @@ func (e *execution) finalize(status events.Status, reason, text string, set func
 			// The row is final; a redelivery of the dispatch repairs the
 			// event, the reconciler the finish.
 			e.w.fault(ctx, e.log, "publish final status; leaving the dispatch for a repair", err)
-			e.releaseMsgs(nil)
+			e.releaseMsgs(settle.Leave())
 			return
 		}
 		e.w.unindexIfSettled(ctx, row)
@@ -441,7 +442,7 @@ func (e *execution) finalize(status events.Status, reason, text string, set func
 	e.setOutcome(string(row.Status), row.Reason)
 	e.w.advanceKey(ctx, row)
 	e.log.InfoContext(ctx, "run finished", "status", row.Status)
-	e.releaseMsgs(jetstream.Msg.Ack)
+	e.releaseMsgs(settle.Ack())
 }
 
 // writeFinal writes the outcome, retrying failures with backoff for as long
@@ -498,7 +499,7 @@ func (e *execution) handBack() {
 	}
 	e.setOutcome(OutcomeHandedBack, "")
 	e.log.InfoContext(ctx, "run handed back")
-	e.releaseMsgs(jetstream.Msg.Nak) // immediate redelivery to another worker
+	e.releaseMsgs(settle.Retry(0)) // immediate redelivery to another worker
 }
 
 // release gives the run up after a failure to start it: the run is
@@ -524,7 +525,7 @@ func (e *execution) release(delay time.Duration) {
 		e.log.WarnContext(ctx, "release lease; the run is taken over when it expires", "err", err)
 	}
 	e.setOutcome(OutcomeReleased, "")
-	e.releaseMsgs(func(m jetstream.Msg) error { return m.NakWithDelay(delay) })
+	e.releaseMsgs(settle.Retry(delay))
 }
 
 // abandon gives up an attempt that no longer holds the run. The dispatch is
@@ -545,25 +546,25 @@ func (e *execution) abandon() {
 		// make sure its status event and finish exist before the ack.
 		if err := e.w.ensureFinalEvent(ctx, row); err != nil {
 			e.log.WarnContext(ctx, "announce final status; leaving the dispatch for a repair", "err", err)
-			e.releaseMsgs(nil)
+			e.releaseMsgs(settle.Leave())
 			return
 		}
 		e.setOutcome(OutcomeEndedElsewhere, "")
 		e.log.InfoContext(ctx, "run ended elsewhere; attempt stopped")
-		e.releaseMsgs(jetstream.Msg.Ack)
+		e.releaseMsgs(settle.Ack())
 		return
 	}
 	if errors.Is(err, kv.ErrRunNotFound) {
 		e.setOutcome(OutcomeEndedElsewhere, "")
 		e.log.InfoContext(ctx, "run cleared; attempt stopped")
-		e.releaseMsgs(jetstream.Msg.Ack)
+		e.releaseMsgs(settle.Ack())
 		return
 	}
 	e.setOutcome(OutcomeLeaseLost, "")
 	// When the worker's liveness lapses every attempt stops at once: one
 	// line per interval says so, with the count of the others.
 	e.w.logs.Log(ctx, e.log, slog.LevelWarn, "lease lost", "lease lost; attempt stopped")
-	e.releaseMsgs(nil)
+	e.releaseMsgs(settle.Leave())
 }
 
 // handOffLapsed releases a run whose attempt a lapse of the worker's
@@ -593,7 +594,7 @@ func (e *execution) handOffLapsed() bool {
 	}
 	e.setOutcome(OutcomeLeaseLost, "")
 	e.w.logs.Log(ctx, e.log, slog.LevelInfo, "handed off after a lapse", "run handed off after a lapse of the worker's liveness")
-	e.releaseMsgs(jetstream.Msg.Nak) // at once, to any worker
+	e.releaseMsgs(settle.Retry(0)) // at once, to any worker
 	return true
 }
 
@@ -644,19 +645,14 @@ func (e *execution) adopt(msg jetstream.Msg) bool {
 	return true
 }
 
-// releaseMsgs settles every delivery with settle (nil leaves them to
-// redelivery) and stops adopting new ones.
-func (e *execution) releaseMsgs(settle func(jetstream.Msg) error) {
+// releaseMsgs settles every delivery of the run's dispatch as o says
+// (settle.Leave leaves them to redelivery) and stops adopting new ones.
+func (e *execution) releaseMsgs(o settle.Outcome) {
 	e.msgMu.Lock()
 	defer e.msgMu.Unlock()
 	e.released = true
-	if settle == nil {
-		return
-	}
 	for _, m := range e.msgs {
-		if err := settle(m); err != nil {
-			e.log.Warn("settle dispatch", "err", err)
-		}
+		e.w.settle(context.Background(), e.log, m, o)
 	}
 }
 

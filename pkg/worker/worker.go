@@ -16,6 +16,7 @@ import (
 
 	"github.com/jetrun/jetrun/internal/pull"
 	"github.com/jetrun/jetrun/internal/service"
+	"github.com/jetrun/jetrun/internal/settle"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/obs"
@@ -231,16 +232,18 @@ func (w *Worker) setUp(ctx context.Context) error {
 	w.announce(ctx)
 	w.beats.Go(func() { w.heart(heartCtx) })
 	w.beats.Go(func() { w.announceLoop(heartCtx) })
-	nak := func(m jetstream.Msg) { _ = m.Nak() } // stopping: straight to another worker
+	nak := func(m jetstream.Msg) { w.settle(runCtx, w.log, m, settle.Retry(0)) } // stopping: straight to another worker
 	loops := []pull.Loop{{
 		Consumer: malformed, Concurrency: 1, Handlers: &w.runs, Stopped: nak,
-		Handle: func(m jetstream.Msg, _ *pull.Slot) { w.deadLetterMalformed(runCtx, m) },
+		Handle: func(m jetstream.Msg, _ *pull.Slot) { w.settle(runCtx, w.log, m, w.deadLetterMalformed(runCtx, m)) },
 		Logger: w.log, Name: malformedConsumer, Repair: w.repairConsumer(malformedCfg),
 	}}
 	for agentType, c := range consumers {
 		loops = append(loops, pull.Loop{
 			Consumer: c, Concurrency: w.cfg.Concurrency, Handlers: &w.runs, Stopped: nak,
-			Handle: func(m jetstream.Msg, slot *pull.Slot) { w.process(runCtx, agentType, m, slot) },
+			Handle: func(m jetstream.Msg, slot *pull.Slot) {
+				w.settle(runCtx, w.log, m, w.process(runCtx, agentType, m, slot))
+			},
 			Logger: w.log, Name: events.AgentConsumer(agentType), Repair: w.repairConsumer(configs[agentType]),
 		})
 	}
