@@ -18,10 +18,6 @@ import (
 	"github.com/jetrun/jetrun/pkg/kv"
 )
 
-// writeTimeout bounds the row and event writes that end or hand back a run;
-// they use a context of their own so a shutdown cannot cut them off.
-const writeTimeout = 10 * time.Second
-
 // process handles one delivered dispatch: validate it, find or create the
 // run's row, and decide what to do (nothing, repair, take it, or run it). It
 // returns how to settle the dispatch (the caller applies it: Worker.settle);
@@ -300,29 +296,6 @@ func (w *Worker) endUnclaimed(ctx context.Context, row *jetruntype.Run, rev uint
 	w.unindexIfSettled(ctx, final)
 	w.advanceKey(ctx, final)
 	return settle.Ack(), false, nil
-}
-
-// unindexIfSettled removes a settled run from the active-run index at once,
-// sparing the reconciler a look; the reconciler does it otherwise.
-func (w *Worker) unindexIfSettled(ctx context.Context, r *jetruntype.Run) {
-	if err := w.store.UnindexIfSettled(ctx, r); err != nil {
-		w.log.WarnContext(ctx, "unindex settled run", "run_id", r.ID, "err", err)
-	}
-}
-
-// ensureFinalEvent publishes the status event of a final row unless the run's
-// newest status event already says so.
-func (w *Worker) ensureFinalEvent(ctx context.Context, row *jetruntype.Run) error {
-	subject := w.cfg.Namespace.RunSubject(row.ID, events.KindStatus)
-	last, err := w.eventsStream.GetLastMsgForSubject(ctx, subject)
-	if err == nil {
-		if st, derr := decodeStatus(last.Data); derr == nil && st.Status == row.Status {
-			return nil
-		}
-	} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
-		return fmt.Errorf("worker: read last status of run %s: %w", row.ID, err)
-	}
-	return kv.PublishTransition(ctx, w.js, w.cfg.Namespace, row, w.cfg.ID)
 }
 
 // deriveRunID names a dispatch that carries no runId: its Nats-Msg-Id if it

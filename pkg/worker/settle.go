@@ -38,3 +38,46 @@ func retryDelay(msg jetstream.Msg) time.Duration {
 // or by another delivery being claimed here) comes back: after a lease, as
 // the wake-up for a takeover should the holder die.
 func (w *Worker) busyDelay() time.Duration { return w.cfg.Lease + settle.Jitter(maxJitter) }
+
+// The deliveries of a run's dispatch an execution holds: the one it was
+// claimed with and the redeliveries it adopted while it runs. They are
+// heartbeat (InProgress, not an outcome) while the attempt lives, and settled
+// together once it ends (releaseMsgs).
+
+// firstMsg is the delivery the attempt was claimed with.
+func (e *execution) firstMsg() jetstream.Msg {
+	e.msgMu.Lock()
+	defer e.msgMu.Unlock()
+	return e.msgs[0]
+}
+
+// adopt records another delivery of this run's dispatch.
+func (e *execution) adopt(msg jetstream.Msg) bool {
+	e.msgMu.Lock()
+	defer e.msgMu.Unlock()
+	if e.released {
+		return false
+	}
+	e.msgs = append(e.msgs, msg)
+	return true
+}
+
+// releaseMsgs settles every delivery of the run's dispatch as o says
+// (settle.Leave leaves them to redelivery) and stops adopting new ones.
+func (e *execution) releaseMsgs(o settle.Outcome) {
+	e.msgMu.Lock()
+	defer e.msgMu.Unlock()
+	e.released = true
+	for _, m := range e.msgs {
+		e.w.settle(context.Background(), e.log, m, o)
+	}
+}
+
+// heartbeat tells the server the dispatch is still being worked on.
+func (e *execution) heartbeat() {
+	e.msgMu.Lock()
+	defer e.msgMu.Unlock()
+	for _, m := range e.msgs {
+		_ = m.InProgress()
+	}
+}
