@@ -2,10 +2,13 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -103,5 +106,56 @@ func (ws *waiters) wake(id, name string) {
 		case ch <- struct{}{}:
 		default:
 		}
+	}
+}
+
+// nextSignal returns the first signal named name stored after sequence
+// seen, waiting for one. It reads the stream directly (the next message on
+// the signal's subject); the worker's one signal consumer wakes it when a
+// new signal is stored, so a waiting run costs no server consumer.
+func (e *execution) nextSignal(ctx context.Context, name string, seen uint64, created time.Time) (json.RawMessage, uint64, error) {
+	wake := e.w.waiters.add(e.id, name)
+	defer e.w.waiters.remove(e.id, name, wake)
+	for {
+		payload, seq, err := e.storedSignal(ctx, name, seen, created)
+		if err != nil || seq != 0 {
+			return payload, seq, err
+		}
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return nil, 0, context.Cause(ctx)
+		}
+	}
+}
+
+// storedSignal reads the first signal named name stored after sequence
+// seen; seq 0 when there is none yet. Without a seen sequence, signals
+// stored well before the run was created (an earlier run of the same id)
+// are skipped.
+func (e *execution) storedSignal(ctx context.Context, name string, seen uint64, created time.Time) (json.RawMessage, uint64, error) {
+	subject := e.w.ns.SignalSubject(e.id, name)
+	from := created.Add(-time.Minute) // tolerate clock skew with the server
+	for next := seen + 1; ; {
+		msg, err := e.w.signalsStream.GetMsg(ctx, next, jetstream.WithGetMsgSubject(subject))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil, 0, nil
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, 0, context.Cause(ctx)
+			}
+			return nil, 0, fmt.Errorf("worker: wait for signal %s: %w", name, err)
+		}
+		if seen == 0 && msg.Time.Before(from) {
+			next = msg.Sequence + 1
+			continue
+		}
+		payload := json.RawMessage(msg.Data)
+		if len(payload) == 0 || !json.Valid(payload) {
+			// A plain publish may carry text: hand it over as a JSON string.
+			payload, _ = json.Marshal(string(msg.Data))
+		}
+		return payload, msg.Sequence, nil
 	}
 }

@@ -6,40 +6,36 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/pull"
+	"github.com/jetrun/jetrun/internal/settle"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
 )
 
-// writeTimeout bounds the row and event writes that end or hand back a run;
-// they use a context of their own so a shutdown cannot cut them off.
-const writeTimeout = 10 * time.Second
-
 // process handles one delivered dispatch: validate it, find or create the
-// run's row, and decide what to do (nothing, repair, take it, or run it).
-func (w *Worker) process(ctx context.Context, agentType string, msg jetstream.Msg, slot *pull.Slot) {
+// run's row, and decide what to do (nothing, repair, take it, or run it). It
+// returns how to settle the dispatch (the caller applies it: Worker.settle);
+// Leave when an execution took the dispatch over (it settles it when the
+// attempt ends) or another delivery of it is held here.
+func (w *Worker) process(ctx context.Context, agentType string, msg jetstream.Msg, slot *pull.Slot) settle.Outcome {
 	d, err := events.DecodeDispatch(msg.Data())
 	if err != nil {
-		w.deadLetter(ctx, msg, agentType, DeadLetterMalformed, err.Error())
-		return
+		return w.deadLetter(ctx, msg, agentType, DeadLetterMalformed, err.Error())
 	}
 	if d.RunID == "" {
 		if d.RunID, err = w.deriveRunID(msg); err != nil {
-			w.deadLetter(ctx, msg, agentType, DeadLetterBadID, err.Error())
-			return
+			return w.deadLetter(ctx, msg, agentType, DeadLetterBadID, err.Error())
 		}
 	}
 	d.TakeTrace(msg.Headers())
 	if d.Depth > w.cfg.MaxDepth {
-		w.deadLetter(ctx, msg, agentType, DeadLetterTooDeep, fmt.Sprintf("depth %d exceeds the maximum nesting depth %d", d.Depth, w.cfg.MaxDepth))
-		return
+		return w.deadLetter(ctx, msg, agentType, DeadLetterTooDeep, fmt.Sprintf("depth %d exceeds the maximum nesting depth %d", d.Depth, w.cfg.MaxDepth))
 	}
 	log := w.log.With("run_id", d.RunID, "agent_type", agentType)
 	if id := d.Trace().TraceID(); id != "" {
@@ -57,66 +53,63 @@ func (w *Worker) process(ctx context.Context, agentType string, msg jetstream.Ms
 			// unless the run was cleared.
 			if cleared {
 				log.InfoContext(ctx, "dispatch for a cleared run dropped")
-				_ = msg.Ack()
-				return
+				return settle.Ack()
 			}
 			// A dispatch published straight to the stream is checked
 			// against the agent type's input schema here.
 			if reason := w.inputMismatch(agentType, d.Input); reason != "" {
-				w.deadLetter(ctx, msg, agentType, DeadLetterSchema, reason)
-				return
+				return w.deadLetter(ctx, msg, agentType, DeadLetterSchema, reason)
 			}
 			if d.ConcurrencyKey != "" {
-				if w.submitKeyed(ctx, agentType, d, msg) {
-					return
+				if o, done := w.submitKeyed(ctx, agentType, d, msg); done {
+					return o
 				}
 				continue
 			}
-			var done bool
-			if done, err = w.claimNew(ctx, agentType, d, msg, slot); done {
-				return
+			var (
+				o    settle.Outcome
+				done bool
+			)
+			if o, done, err = w.claimNew(ctx, agentType, d, msg, slot); done {
+				return o
 			}
 			if err == nil {
 				continue // another worker created it first: read it
 			}
 		}
 		if errors.Is(err, kv.ErrCorruptRow) {
-			w.deadLetter(ctx, msg, agentType, DeadLetterCorruptRow, fmt.Sprintf("the row of run %s is not valid JSON", d.RunID))
-			return
+			return w.deadLetter(ctx, msg, agentType, DeadLetterCorruptRow, fmt.Sprintf("the row of run %s is not valid JSON", d.RunID))
 		}
 		if err != nil {
 			if ctx.Err() != nil {
-				_ = msg.Nak()
-				return
+				return settle.Retry(0)
 			}
 			w.fault(ctx, log, "read run row", err)
 			w.ensure(ctx, err)
-			_ = msg.NakWithDelay(retryDelay(msg))
-			return
+			return settle.Retry(retryDelay(msg))
 		}
 		if row.AgentType != agentType {
-			w.deadLetter(ctx, msg, agentType, DeadLetterWrongType, fmt.Sprintf(
+			return w.deadLetter(ctx, msg, agentType, DeadLetterWrongType, fmt.Sprintf(
 				"run %s exists as agent type %q; a dispatch for agent type %q cannot run it", d.RunID, row.AgentType, agentType))
-			return
 		}
-		retry, err := w.decide(ctx, log, msg, row, rev, slot)
+		o, retry, err := w.decide(ctx, log, msg, row, rev, slot)
 		if err == nil && !retry {
-			return
+			return o
 		}
 		if err != nil || try >= 8 {
 			w.fault(ctx, log, "claim run", err, "tries", try+1)
 			if err != nil {
 				w.ensure(ctx, err)
 			}
-			_ = msg.NakWithDelay(retryDelay(msg))
-			return
+			return settle.Retry(retryDelay(msg))
 		}
 	}
 }
 
-// decide acts on one read of the row. retry is true when a compare-and-set
-// lost a race and the row must be read again.
-func (w *Worker) decide(ctx context.Context, log *slog.Logger, msg jetstream.Msg, row *jetruntype.Run, rev uint64, slot *pull.Slot) (retry bool, err error) {
+// decide acts on one read of the row and says how to settle the dispatch.
+// retry is true when a compare-and-set lost a race and the row must be read
+// again; then, and with an error, o is not used.
+func (w *Worker) decide(ctx context.Context, log *slog.Logger, msg jetstream.Msg, row *jetruntype.Run, rev uint64, slot *pull.Slot) (o settle.Outcome, retry bool, err error) {
 	now := time.Now()
 	switch {
 	case row.Status.Final():
@@ -124,25 +117,23 @@ func (w *Worker) decide(ctx context.Context, log *slog.Logger, msg jetstream.Msg
 		// event exists (its writer may have died between the row and the
 		// event), then drop the dispatch.
 		if err := w.ensureFinalEvent(ctx, row); err != nil {
-			return false, err
+			return settle.Leave(), false, err
 		}
 		w.advanceKey(ctx, row)
-		_ = msg.Ack()
-		return false, nil
+		return settle.Ack(), false, nil
 
 	case row.Status == events.StatusQueued:
 		return w.gate(ctx, msg, row)
 
 	case w.adopt(row, msg):
-		return false, nil // a redelivery of a run this process is executing
+		return settle.Leave(), false, nil // a redelivery of a run this process is executing: its execution settles it
 	}
 	if held, err := w.heldElsewhere(ctx, row); err != nil {
-		return false, err
+		return settle.Leave(), false, err
 	} else if held || w.mayBeResuming(ctx, row) {
 		// Another live worker has it. Keep the dispatch as the wake-up for a
 		// takeover in case that worker dies.
-		_ = msg.NakWithDelay(w.cfg.Lease + jitter())
-		return false, nil
+		return settle.Retry(w.busyDelay()), false, nil
 	}
 	if row.Worker == w.cfg.ID && row.WorkerEpoch == w.epoch() {
 		// An attempt of this very process that ended here without a word
@@ -155,15 +146,14 @@ func (w *Worker) decide(ctx context.Context, log *slog.Logger, msg jetstream.Msg
 	case row.Status == events.StatusInterrupted:
 		// Given up on purpose (a budget) and its child stopped: only a
 		// new decision revives it.
-		_ = msg.Ack()
-		return false, nil
+		return settle.Ack(), false, nil
 
 	case row.CancelRequested:
-		return w.endUnclaimed(ctx, msg, row, rev, events.StatusAborted, events.ReasonCancelled,
+		return w.endUnclaimed(ctx, row, rev, events.StatusAborted, events.ReasonCancelled,
 			cmp.Or(row.CancelReason, "cancelled before a worker started it"))
 
 	case row.Attempt-row.Handoffs >= w.cfg.MaxAttempts:
-		return w.endUnclaimed(ctx, msg, row, rev, events.StatusError, events.ReasonMaxAttempts,
+		return w.endUnclaimed(ctx, row, rev, events.StatusError, events.ReasonMaxAttempts,
 			fmt.Sprintf("the run's worker was lost %d times; giving up", row.Attempt-row.Handoffs))
 	}
 
@@ -171,23 +161,22 @@ func (w *Worker) decide(ctx context.Context, log *slog.Logger, msg jetstream.Msg
 	// finds the run.
 	e := w.newExecution(msg, row.ID, slot)
 	if !w.register(e) {
-		_ = msg.NakWithDelay(w.cfg.Lease + jitter()) // another delivery is being claimed here
-		return false, nil
+		return settle.Retry(w.busyDelay()), false, nil // another delivery is being claimed here
 	}
 	claimed := w.claim(row, msg, now)
 	newRev, err := w.store.Update(ctx, claimed, rev)
 	if err != nil {
 		w.unregister(e)
 		if errors.Is(err, kv.ErrConflict) {
-			return true, nil
+			return settle.Leave(), true, nil
 		}
-		return false, err
+		return settle.Leave(), false, err
 	}
 	if row.Attempt > 0 {
 		log.InfoContext(ctx, "run taken over", "attempt", claimed.Attempt, "previous_worker", row.Worker)
 	}
 	w.execute(ctx, e, claimed, newRev)
-	return false, nil
+	return settle.Leave(), false, nil // the execution settled the dispatch
 }
 
 // claim returns row claimed by this worker for a new attempt.
@@ -206,28 +195,28 @@ func (w *Worker) claim(row *jetruntype.Run, msg jetstream.Msg, now time.Time) *j
 
 // claimNew claims a run that has no row by creating its row claimed: one
 // write instead of a create and a claim. done is false when another worker
-// created the row first (err nil: read it) or the create failed (err).
-func (w *Worker) claimNew(ctx context.Context, agentType string, d events.Dispatch, msg jetstream.Msg, slot *pull.Slot) (done bool, err error) {
+// created the row first (err nil: read it) or the create failed (err); o
+// settles the dispatch when done.
+func (w *Worker) claimNew(ctx context.Context, agentType string, d events.Dispatch, msg jetstream.Msg, slot *pull.Slot) (o settle.Outcome, done bool, err error) {
 	now := time.Now()
 	row := jetruntype.NewRun(agentType, d, events.StreamSeq(msg), now)
 	// A top-level run that is not detached needs nothing of the reconciler.
 	row.Unindexed = d.Parent == "" && d.Detached == nil
 	e := w.newExecution(msg, row.ID, slot)
 	if !w.register(e) {
-		_ = msg.NakWithDelay(w.cfg.Lease + jitter()) // another delivery is being claimed here
-		return true, nil
+		return settle.Retry(w.busyDelay()), true, nil // another delivery is being claimed here
 	}
 	claimed := w.claim(row, msg, now)
 	rev, err := w.store.Create(ctx, claimed)
 	if err != nil {
 		w.unregister(e)
 		if errors.Is(err, kv.ErrRunExists) {
-			return false, nil
+			return settle.Leave(), false, nil
 		}
-		return false, err
+		return settle.Leave(), false, err
 	}
 	w.execute(ctx, e, claimed, rev)
-	return true, nil
+	return settle.Leave(), true, nil // the execution settled the dispatch
 }
 
 // readRow reads the row of run id and, when it has none, whether the run
@@ -290,46 +279,23 @@ func (w *Worker) adopt(row *jetruntype.Run, msg jetstream.Msg) bool {
 	return e != nil && e.adopt(msg)
 }
 
-// endUnclaimed moves a run nobody executes to a final status.
-func (w *Worker) endUnclaimed(ctx context.Context, msg jetstream.Msg, row *jetruntype.Run, rev uint64,
-	status events.Status, reason, text string) (retry bool, err error) {
+// endUnclaimed moves a run nobody executes to a final status; its dispatch
+// is acknowledged once the final status event is stored.
+func (w *Worker) endUnclaimed(ctx context.Context, row *jetruntype.Run, rev uint64,
+	status events.Status, reason, text string) (o settle.Outcome, retry bool, err error) {
 	final := row.Clone()
 	final.End(status, reason, text, time.Now())
 	if _, err := w.store.Update(ctx, final, rev); errors.Is(err, kv.ErrConflict) {
-		return true, nil
+		return settle.Leave(), true, nil
 	} else if err != nil {
-		return false, err
+		return settle.Leave(), false, err
 	}
 	if err := w.ensureFinalEvent(ctx, final); err != nil {
-		return false, err
+		return settle.Leave(), false, err
 	}
 	w.unindexIfSettled(ctx, final)
 	w.advanceKey(ctx, final)
-	_ = msg.Ack()
-	return false, nil
-}
-
-// unindexIfSettled removes a settled run from the active-run index at once,
-// sparing the reconciler a look; the reconciler does it otherwise.
-func (w *Worker) unindexIfSettled(ctx context.Context, r *jetruntype.Run) {
-	if err := w.store.UnindexIfSettled(ctx, r); err != nil {
-		w.log.WarnContext(ctx, "unindex settled run", "run_id", r.ID, "err", err)
-	}
-}
-
-// ensureFinalEvent publishes the status event of a final row unless the run's
-// newest status event already says so.
-func (w *Worker) ensureFinalEvent(ctx context.Context, row *jetruntype.Run) error {
-	subject := w.ns.RunSubject(row.ID, events.KindStatus)
-	last, err := w.eventsStream.GetLastMsgForSubject(ctx, subject)
-	if err == nil {
-		if st, derr := decodeStatus(last.Data); derr == nil && st.Status == row.Status {
-			return nil
-		}
-	} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
-		return fmt.Errorf("worker: read last status of run %s: %w", row.ID, err)
-	}
-	return w.rt.Announce(ctx, row, w.cfg.ID)
+	return settle.Ack(), false, nil
 }
 
 // deriveRunID names a dispatch that carries no runId: its Nats-Msg-Id if it
@@ -349,35 +315,23 @@ func (w *Worker) deriveRunID(msg jetstream.Msg) (string, error) {
 	return events.DerivedRunID(epoch, meta.Sequence.Stream), nil
 }
 
-// deadLetter files msg in the DLQ stream with the reason, then terminates it.
-// If the DLQ write fails the dispatch is kept (redelivered later): nothing is
-// dropped.
-func (w *Worker) deadLetter(ctx context.Context, msg jetstream.Msg, agentType string, kind DeadLetterReason, reason string) {
+// deadLetter files msg in the DLQ stream with the reason; the dispatch is
+// then terminated. If the DLQ write fails the dispatch is kept (redelivered
+// later): nothing is dropped.
+func (w *Worker) deadLetter(ctx context.Context, msg jetstream.Msg, agentType string, kind DeadLetterReason, reason string) settle.Outcome {
 	if _, err := w.js.PublishMsg(ctx, events.DeadLetter(w.ns.DLQSubject(agentType), msg, reason)); err != nil {
 		w.log.ErrorContext(ctx, "dead-letter dispatch; keeping it for a retry", "subject", msg.Subject(), "reason", reason, "err", err)
-		_ = msg.NakWithDelay(retryDelay(msg))
-		return
+		return settle.Retry(retryDelay(msg))
 	}
 	w.log.WarnContext(ctx, "dispatch dead-lettered", "subject", msg.Subject(), "reason", reason)
 	if w.cfg.Observer != nil {
 		w.cfg.Observer.DispatchDeadLettered(agentType, kind)
 	}
-	_ = msg.TermWithReason(events.Truncate(reason, 200))
+	return settle.Term(reason)
 }
 
 // deadLetterMalformed files a dispatch whose subject names no valid agent type.
-func (w *Worker) deadLetterMalformed(ctx context.Context, msg jetstream.Msg) {
-	w.deadLetter(ctx, msg, "", DeadLetterBadSubject, fmt.Sprintf(
+func (w *Worker) deadLetterMalformed(ctx context.Context, msg jetstream.Msg) settle.Outcome {
+	return w.deadLetter(ctx, msg, "", DeadLetterBadSubject, fmt.Sprintf(
 		"subject %q does not name a single agent type (jetrun.dispatch.<agentType>)", msg.Subject()))
 }
-
-// retryDelay grows with the number of deliveries: 1s, 2s, 4s … capped at 30s.
-func retryDelay(msg jetstream.Msg) time.Duration {
-	n := uint64(1)
-	if meta, err := msg.Metadata(); err == nil {
-		n = max(meta.NumDelivered, 1)
-	}
-	return min(time.Second<<min(n-1, 5), 30*time.Second) + jitter()
-}
-
-func jitter() time.Duration { return time.Duration(rand.Int64N(int64(250 * time.Millisecond))) }

@@ -27,11 +27,21 @@
 //     a row is claimed by creating the row claimed. The execution is
 //     registered before the claim, so a cancel that arrives right after it
 //     finds the run.
-//   - Who acks. The dispatch stays un-acknowledged while the run lives (it is
-//     the wake-up for a takeover if the worker dies). It is acknowledged once
-//     the run is final and its final status event is stored; it is Nak'ed on
-//     a hand-back (shutdown) and after a start failure; it is left alone when
-//     the attempt lost the run (the new holder owns it).
+//   - Who acks. Every delivery is settled in one place with an outcome
+//     (internal/settle): process returns one and the fetch loop applies
+//     it, or, once an attempt holds the delivery, the execution settles all
+//     the deliveries it holds when the attempt ends (releaseMsgs); a settle
+//     that fails is logged once. While the run lives its dispatch stays
+//     un-acknowledged (it is the wake-up for a takeover if the worker dies)
+//     and is only heartbeat (InProgress). It is acknowledged once the run is
+//     final and its final status event is stored (after the final write,
+//     never before), or when the run is cleared, interrupted or queued
+//     behind its key; it is Nak'ed at once on a hand-back (shutdown, a
+//     lapse the worker came back from) and after a delay after a start
+//     failure, a retry, a fault, or while another worker holds the run; it
+//     is terminated once it is dead-lettered (stored in the DLQ); it is left
+//     alone when the attempt lost the run (the new holder owns it) or its
+//     final status event could not be stored (the redelivery repairs it).
 //   - Fencing. Every row write checks worker and attempt on the row it
 //     writes (compare-and-set). Every event carries the expected last
 //     sequence of the run's status subject, so once another attempt's status
@@ -68,11 +78,38 @@
 //
 // # Lock order
 //
-// An execution's locks nest in one order: curMu (the row this attempt
-// knows, held across its compare-and-set) before emitMu (event numbering)
-// before publisher.mu (the pipeline) or stateMu (pending row fields).
-// ctlMu (handler context, end), parkMu then ctlMu, and msgMu are otherwise
-// leaves; nest.callMu (a call being looked up and stored) comes before
-// emitMu; nest.mu (nested runs and calls) is a leaf. Worker.mu guards the active set and the liveness key and is never
-// held across I/O.
+// An execution's locks nest only in this order (a lock may be taken while
+// holding one listed before it, never after):
+//
+//	curMu          the row this attempt knows; held across its compare-and-set
+//	nest.callMu    a call being looked up and stored (call.go)
+//	parkMu         the concurrency slot; held while taking one back
+//	ctlMu          handler context, begun/ended, heart bookkeeping
+//	emitMu         event numbering; held across a publish
+//	stateMu        row fields awaiting the next row write
+//	publisher.mu   the attempt's event pipeline (publisher.go)
+//	nest.mu        nested runs, waits and call keys
+//	msgMu          the deliveries of the run's dispatch
+//
+// The pairs the code takes: curMu → emitMu and curMu → stateMu (a row write
+// applying pending fields, applyState, which takes emitMu and stateMu one
+// after the other, never together); nest.callMu → emitMu → publisher.mu (a
+// call's or any event's publish); nest.callMu → nest.mu; parkMu → ctlMu
+// (unpark); ctlMu → stateMu (the heart's due); stateMu → nest.mu (waits).
+// The publisher calls back into the execution (lose, lapse) in goroutines
+// of their own, never under publisher.mu. Worker.mu guards the active set,
+// the lapse and the liveness key; it is a leaf, never held across I/O or
+// an execution's lock.
+//
+// # Files
+//
+// worker.go (Worker, Start, Shutdown), dispatch.go (one delivery: claim or
+// act on the row), settle.go (settling deliveries), keys.go (concurrency
+// keys), execution.go (an attempt: claim to handler call), emit.go (the
+// events a handler publishes), publisher.go (fenced, pipelined publishes),
+// row.go (the attempt's row writes and pending fields), heart.go (liveness,
+// heartbeats, row sync), outcome.go (how an attempt ends: final write,
+// hand-back, release, abandon), retry.go, cancels.go (cancels and signals),
+// nested.go and call.go (nested runs and calls), run.go (the handler-facing
+// Run).
 package worker

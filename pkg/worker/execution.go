@@ -10,13 +10,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/pull"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
-	"github.com/jetrun/jetrun/pkg/kv"
 )
 
 // execution is one attempt of one run in this process: the handler call
@@ -212,12 +210,6 @@ func (e *execution) cancelWith(cause error) {
 	}
 }
 
-func (e *execution) firstMsg() jetstream.Msg {
-	e.msgMu.Lock()
-	defer e.msgMu.Unlock()
-	return e.msgs[0]
-}
-
 // historyTimeout bounds reading what earlier attempts left.
 const historyTimeout = 30 * time.Second
 
@@ -311,366 +303,27 @@ func (e *execution) call(ctx context.Context, h Handler, run *Run) (res Result, 
 	return res, err, false
 }
 
-// finish records the attempt's outcome.
-func (e *execution) finish(ctx context.Context, res Result, herr error, panicked bool) {
-	cause := context.Cause(ctx) // nil while ctx is live
-	switch {
-	case errors.Is(cause, ErrLeaseLost) || errors.Is(herr, ErrLeaseLost) || e.pub.isFenced():
-		e.abandon()
-	case herr != nil && errors.Is(cause, ErrShuttingDown):
-		e.handBack()
-	case herr != nil && errors.Is(cause, ErrCancelled):
-		e.finalize(events.StatusAborted, events.ReasonCancelled, "", nil)
-	case panicked:
-		e.finalize(events.StatusError, events.ReasonPanic, herr.Error(), nil)
-	case herr != nil && errors.Is(herr, ErrRetry):
-		e.retry(herr)
-	case herr != nil:
-		e.finalize(events.StatusError, events.ReasonHandlerError, herr.Error(), nil)
-	default:
-		e.complete(res)
-	}
-}
-
-func cancelText(r *jetruntype.Run) string {
-	if r.CancelReason != "" {
-		return "cancelled: " + r.CancelReason
-	}
-	return "cancelled"
-}
-
-// complete validates the result and finalizes the run as completed.
-func (e *execution) complete(res Result) {
-	var output json.RawMessage
-	if res.Output != nil {
-		b, err := json.Marshal(res.Output)
-		if err != nil {
-			e.finalize(events.StatusError, events.ReasonHandlerError, "output is not JSON-encodable: "+err.Error(), nil)
-			return
-		}
-		output = b
-	}
-	switch {
-	case len(output) > events.MaxOutputBytes:
-		e.finalize(events.StatusError, events.ReasonHandlerError,
-			fmt.Sprintf("output is %d bytes; the limit is %d", len(output), events.MaxOutputBytes), nil)
-	case len(res.Summary) > events.MaxSummaryBytes:
-		e.finalize(events.StatusError, events.ReasonHandlerError,
-			fmt.Sprintf("summary is %d bytes; the limit is %d", len(res.Summary), events.MaxSummaryBytes), nil)
-	default:
-		e.finalize(events.StatusCompleted, "", "", func(r *jetruntype.Run) { r.Summary, r.Output = res.Summary, output })
-	}
-}
-
-// writeContext is for the writes that end an attempt: they must outlive a
-// shutdown's cancellation of the handler context.
-func writeContext() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), writeTimeout)
-}
-
-// finalize moves the run to a final status (the compare-and-set), publishes
-// the status event, and acknowledges the dispatch. A cancel that lands on an
-// interrupted run (the reconciler's teardown after a give-up) does not
-// replace the give-up with "aborted": the row stays interrupted, with the
-// child no longer running.
-func (e *execution) finalize(status events.Status, reason, text string, set func(*jetruntype.Run)) {
-	ctx, cancel := writeContext()
-	defer cancel()
-	// Everything the attempt published is stored before the run is final:
-	// through faults, for as long as the worker holds its runs.
-	dctx, dcancel := context.WithDeadline(context.Background(), later(e.w.holdsUntil(), time.Now().Add(writeTimeout)))
-	err := e.drain(dctx)
-	dcancel()
-	if errors.Is(err, ErrLeaseLost) {
-		e.abandon()
-		return
-	} else if err != nil {
-		e.w.fault(ctx, e.log, "store the run's last events", err)
-	}
+// lose stops the attempt: no more writes, handler cancelled.
+func (e *execution) lose() {
 	e.pub.fence()
-	now := time.Now()
-	teardown := false
-	row, err := e.writeFinal(func(r *jetruntype.Run) error {
-		if err := e.owned(r); err != nil {
-			return err
-		}
-		e.applyState(r)
-		if status == events.StatusAborted && r.Status == events.StatusInterrupted {
-			teardown = true
-			r.ChildStopped()
-			return nil
-		}
-		teardown = false
-		msg := text
-		if status == events.StatusAborted && msg == "" {
-			msg = cancelText(r)
-		}
-		r.End(status, reason, msg, now)
-		if set != nil {
-			set(r)
-		}
-		return nil
-	})
-	if err != nil {
-		if errors.Is(err, ErrLeaseLost) {
-			e.abandon()
-			return
-		}
-		// The lease runs out and another worker takes over; the dispatch is
-		// left unacknowledged for exactly that.
-		e.w.fault(ctx, e.log, "record run outcome", err, "status", status)
-		return
-	}
-	if teardown {
-		// The give-up's child has stopped: say so on the timeline (a replay
-		// following the run ends here).
-		msgID := events.StatusMsgID(e.id, row.Attempt, events.StatusInterrupted) + ".stopped"
-		if err := e.w.rt.PublishStatus(ctx, row, e.w.cfg.ID, msgID); err != nil {
-			e.log.WarnContext(ctx, "publish child stopped", "err", err)
-		}
-	} else {
-		if err := e.w.rt.Announce(ctx, row, e.w.cfg.ID); err != nil {
-			// The row is final; a redelivery of the dispatch repairs the
-			// event, the reconciler the finish.
-			e.w.fault(ctx, e.log, "publish final status; leaving the dispatch for a repair", err)
-			e.releaseMsgs(nil)
-			return
-		}
-		e.w.unindexIfSettled(ctx, row)
-	}
-	e.setOutcome(string(row.Status), row.Reason)
-	e.w.advanceKey(ctx, row)
-	e.log.InfoContext(ctx, "run finished", "status", row.Status)
-	e.releaseMsgs(jetstream.Msg.Ack)
+	e.cancelWith(ErrLeaseLost)
 }
 
-// writeFinal writes the outcome, retrying failures with backoff for as long
-// as the lease lasts (heartbeating the dispatch meanwhile), so a KV hiccup
-// does not throw a finished result away.
-func (e *execution) writeFinal(fn func(*jetruntype.Run) error) (*jetruntype.Run, error) {
-	deadline := later(e.w.holdsUntil(), time.Now().Add(writeTimeout))
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	defer cancel()
-	var row *jetruntype.Run
-	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(50*time.Millisecond), backoff.WithMaxInterval(2*time.Second),
-		backoff.WithMaxElapsedTime(0))
-	err := backoff.Retry(func() error {
-		e.heartbeat()
-		r, err := e.write(ctx, fn)
-		if errors.Is(err, ErrLeaseLost) {
-			return backoff.Permanent(err)
-		}
-		row = r
-		return err
-	}, backoff.WithContext(b, ctx))
-	return row, err
-}
-
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
-}
-
-// handBack releases the lease so another worker can take the run over at
-// once, and returns the dispatch to the queue.
-func (e *execution) handBack() {
-	ctx, cancel := writeContext()
-	defer cancel()
-	_ = e.drain(ctx)
-	e.pub.fence()
-	_, err := e.write(ctx, func(r *jetruntype.Run) error {
-		if err := e.owned(r); err != nil {
-			return err
-		}
-		e.applyState(r)
-		r.Worker, r.WorkerEpoch, r.LeaseUntil = "", "", time.Time{}
-		r.Handoffs++
-		return nil
-	})
-	if err != nil {
-		if errors.Is(err, ErrLeaseLost) {
-			e.abandon()
-			return
-		}
-		e.log.WarnContext(ctx, "release lease; the run is taken over when it expires", "err", err)
-	}
-	e.setOutcome(OutcomeHandedBack, "")
-	e.log.InfoContext(ctx, "run handed back")
-	e.releaseMsgs(jetstream.Msg.Nak) // immediate redelivery to another worker
-}
-
-// release gives the run up after a failure to start it: the run is
-// released (the failure was the infrastructure's, not a lost worker's, so
-// it counts as a hand-off, not against MaxAttempts) and the dispatch comes
-// back after delay, so a broken stream does not make workers spin.
-//
-// The release is retried through transient faults for as long as the
-// worker holds its runs (writeFinal): a release that did not land would
-// leave the attempt counted as a lost worker's.
-func (e *execution) release(delay time.Duration) {
-	ctx, cancel := writeContext()
-	defer cancel()
-	e.pub.fence()
-	if _, err := e.writeFinal(func(r *jetruntype.Run) error {
-		if err := e.owned(r); err != nil {
-			return err
-		}
-		r.Worker, r.WorkerEpoch, r.LeaseUntil = "", "", time.Time{}
-		r.Handoffs++
-		return nil
-	}); err != nil && !errors.Is(err, ErrLeaseLost) {
-		e.log.WarnContext(ctx, "release lease; the run is taken over when it expires", "err", err)
-	}
-	e.setOutcome(OutcomeReleased, "")
-	e.releaseMsgs(func(m jetstream.Msg) error { return m.NakWithDelay(delay) })
-}
-
-// abandon gives up an attempt that no longer holds the run. The dispatch is
-// acknowledged only if the run is final; otherwise it belongs to the new
-// holder. An attempt stopped by a lapse of the worker's liveness waits
-// until the worker is back: if it resumed its epoch and the row still
-// names the attempt, the run is handed off (handOffLapsed).
-func (e *execution) abandon() {
-	e.pub.fence()
-	if (e.isLapsed() || e.pub.livenessRanOut()) && e.w.awaitLiveness(e.epoch) && e.handOffLapsed() {
-		return
-	}
-	ctx, cancel := writeContext()
-	defer cancel()
-	row, _, err := e.w.store.Get(ctx, e.id)
-	if err == nil && row.Status.Final() {
-		// Ended elsewhere, or by our own final write whose answer was lost:
-		// make sure its status event and finish exist before the ack.
-		if err := e.w.ensureFinalEvent(ctx, row); err != nil {
-			e.log.WarnContext(ctx, "announce final status; leaving the dispatch for a repair", "err", err)
-			e.releaseMsgs(nil)
-			return
-		}
-		e.setOutcome(OutcomeEndedElsewhere, "")
-		e.log.InfoContext(ctx, "run ended elsewhere; attempt stopped")
-		e.releaseMsgs(jetstream.Msg.Ack)
-		return
-	}
-	if errors.Is(err, kv.ErrRunNotFound) {
-		e.setOutcome(OutcomeEndedElsewhere, "")
-		e.log.InfoContext(ctx, "run cleared; attempt stopped")
-		e.releaseMsgs(jetstream.Msg.Ack)
-		return
-	}
-	e.setOutcome(OutcomeLeaseLost, "")
-	// When the worker's liveness lapses every attempt stops at once: one
-	// line per interval says so, with the count of the others.
-	e.w.logs.Log(ctx, e.log, slog.LevelWarn, "lease lost", "lease lost; attempt stopped")
-	e.releaseMsgs(nil)
-}
-
-// handOffLapsed releases a run whose attempt a lapse of the worker's
-// liveness stopped, once the worker is back with the same epoch, and
-// returns its dispatch to the queue: the attempt is recorded as a blink,
-// a hand-off, so it does not count against MaxAttempts (the process lived
-// on; no worker was lost). It reports false when the row no longer names
-// the attempt (taken over, ended, cleared): abandon goes on as for any lost
-// attempt.
-func (e *execution) handOffLapsed() bool {
-	ctx, cancel := writeContext()
-	defer cancel()
-	_, err := e.write(ctx, func(r *jetruntype.Run) error {
-		if err := e.owned(r); err != nil || r.WorkerEpoch != e.epoch {
-			return ErrLeaseLost
-		}
-		e.applyState(r)
-		r.Worker, r.WorkerEpoch, r.LeaseUntil = "", "", time.Time{}
-		r.RefundBlink(e.attempt)
-		return nil
-	})
-	if err != nil {
-		if !errors.Is(err, ErrLeaseLost) {
-			e.w.fault(ctx, e.log, "hand off a run after a liveness lapse; it is taken over later", err)
-		}
-		return false
-	}
-	e.setOutcome(OutcomeLeaseLost, "")
-	e.w.logs.Log(ctx, e.log, slog.LevelInfo, "handed off after a lapse", "run handed off after a lapse of the worker's liveness")
-	e.releaseMsgs(jetstream.Msg.Nak) // at once, to any worker
-	return true
-}
-
-// drain publishes a pending coalesced progress event and waits until every
-// event of the attempt is stored.
-func (e *execution) drain(ctx context.Context) error {
-	if e.pub.isFenced() {
-		return nil
-	}
-	if err := e.flushProgress(ctx); err != nil {
-		return err
-	}
-	return e.pub.flush(ctx)
-}
-
-// owned fences a row write: only the holding attempt of a live run may write.
-func (e *execution) owned(r *jetruntype.Run) error {
-	if !r.HeldBy(e.w.cfg.ID, e.attempt) || r.Status.Final() {
-		return ErrLeaseLost
-	}
-	return nil
-}
-
-// write applies fn to the newest known row and stores it with a
-// compare-and-set, falling back to a re-read (kv.Store.MutateFrom).
-func (e *execution) write(ctx context.Context, fn func(*jetruntype.Run) error) (*jetruntype.Run, error) {
-	e.curMu.Lock()
-	defer e.curMu.Unlock()
-	row, rev, err := e.w.store.MutateFrom(ctx, e.id, e.cur, e.rev, fn)
-	if errors.Is(err, kv.ErrRunNotFound) {
-		return nil, ErrLeaseLost // cleared
-	}
-	if err != nil {
-		return nil, err
-	}
-	e.cur, e.rev = row, rev
-	return row, nil
-}
-
-// adopt records another delivery of this run's dispatch.
-func (e *execution) adopt(msg jetstream.Msg) bool {
-	e.msgMu.Lock()
-	defer e.msgMu.Unlock()
-	if e.released {
-		return false
-	}
-	e.msgs = append(e.msgs, msg)
-	return true
-}
-
-// releaseMsgs settles every delivery with settle (nil leaves them to
-// redelivery) and stops adopting new ones.
-func (e *execution) releaseMsgs(settle func(jetstream.Msg) error) {
-	e.msgMu.Lock()
-	defer e.msgMu.Unlock()
-	e.released = true
-	if settle == nil {
-		return
-	}
-	for _, m := range e.msgs {
-		if err := settle(m); err != nil {
-			e.log.Warn("settle dispatch", "err", err)
-		}
+// lapse stops the attempt because the worker's liveness lapsed (see
+// Worker.lapse): as lose, and abandon hands the run off once the worker is
+// back. An execution still being claimed is stopped when execute starts.
+func (e *execution) lapse() {
+	e.ctlMu.Lock()
+	e.lapsed = true
+	started := e.cancel != nil // e.pub is set before it
+	e.ctlMu.Unlock()
+	if started {
+		e.lose()
 	}
 }
 
-// heartbeat tells the server the dispatch is still being worked on.
-func (e *execution) heartbeat() {
-	e.msgMu.Lock()
-	defer e.msgMu.Unlock()
-	for _, m := range e.msgs {
-		_ = m.InProgress()
-	}
-}
-
-func decodeStatus(data []byte) (events.StatusEvent, error) {
-	var s events.StatusEvent
-	err := json.Unmarshal(data, &s)
-	return s, err
+func (e *execution) isLapsed() bool {
+	e.ctlMu.Lock()
+	defer e.ctlMu.Unlock()
+	return e.lapsed
 }

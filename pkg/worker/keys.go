@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/settle"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
@@ -26,51 +27,47 @@ import (
 //     dispatch's redelivery (or by the reconciler).
 
 // submitKeyed enters a keyed dispatch without a row under its key. done is
-// false when the caller should read the row and go on.
-func (w *Worker) submitKeyed(ctx context.Context, agentType string, d events.Dispatch, msg jetstream.Msg) (done bool) {
+// false when the caller should read the row and go on; else o settles the
+// dispatch.
+func (w *Worker) submitKeyed(ctx context.Context, agentType string, d events.Dispatch, msg jetstream.Msg) (o settle.Outcome, done bool) {
 	row := jetruntype.NewRun(agentType, d, 0, time.Now())
 	_, err := w.rt.Submit(ctx, row, jetrun.Held{RunID: d.RunID, Seq: events.StreamSeq(msg)})
 	switch {
 	case err == nil, errors.Is(err, kv.ErrRunExists):
-		return false
+		return settle.Leave(), false
 	case errors.Is(err, kv.ErrKeyBusy):
-		w.deadLetter(ctx, msg, agentType, DeadLetterKeyBusy, err.Error())
-		return true
+		return w.deadLetter(ctx, msg, agentType, DeadLetterKeyBusy, err.Error()), true
 	}
 	if ctx.Err() != nil {
-		_ = msg.Nak()
-		return true
+		return settle.Retry(0), true
 	}
 	w.fault(ctx, w.log.With("run_id", d.RunID), "submit keyed run", err)
 	w.ensure(ctx, err)
-	_ = msg.NakWithDelay(retryDelay(msg))
-	return true
+	return settle.Retry(retryDelay(msg)), true
 }
 
 // gate acts on a dispatch of a queued run: wait out a debounce window,
-// else advance the key and run it if that started it.
-func (w *Worker) gate(ctx context.Context, msg jetstream.Msg, row *jetruntype.Run) (retry bool, err error) {
+// else advance the key and run it if that started it (retry: read the row
+// again).
+func (w *Worker) gate(ctx context.Context, msg jetstream.Msg, row *jetruntype.Run) (o settle.Outcome, retry bool, err error) {
 	if wait := time.Until(row.NotBefore); wait > 0 {
-		_ = msg.NakWithDelay(wait + 20*time.Millisecond)
-		return false, nil
+		return settle.Retry(wait + 20*time.Millisecond), false, nil
 	}
 	held := jetrun.Held{RunID: row.ID, Seq: events.StreamSeq(msg)}
 	if err := w.rt.AdvanceKey(ctx, row.ConcurrencyKey, held); err != nil {
-		return false, err
+		return settle.Leave(), false, err
 	}
 	now, _, err := w.store.Get(ctx, row.ID)
 	if errors.Is(err, kv.ErrRunNotFound) {
-		_ = msg.Ack()
-		return false, nil
+		return settle.Ack(), false, nil
 	}
 	if err != nil {
-		return false, err
+		return settle.Leave(), false, err
 	}
 	if now.Status == events.StatusQueued {
-		_ = msg.Ack() // not its turn: the key's next advance dispatches it
-		return false, nil
+		return settle.Ack(), false, nil // not its turn: the key's next advance dispatches it
 	}
-	return true, nil
+	return settle.Leave(), true, nil
 }
 
 // advanceKey hands the key of the keyed run r, just ended, to the next run.

@@ -4,8 +4,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
+	"github.com/jetrun/jetrun/internal/settle"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
@@ -70,5 +69,5 @@ func (e *execution) retry(herr error) {
 	e.setOutcome(OutcomeRetry, "")
 	e.log.Info("attempt failed; the run will be retried", "err", herr)
 	delay := retryDelay(e.firstMsg())
-	e.releaseMsgs(func(m jetstream.Msg) error { return m.NakWithDelay(delay) })
+	e.releaseMsgs(settle.Retry(delay))
 }

@@ -3,12 +3,9 @@ package worker
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
@@ -87,24 +84,11 @@ func (r *Run) Chunk(ctx context.Context, data any) error {
 		}
 		return r.fake.Chunk(ctx, raw)
 	}
-	e := r.e
-	raw, err := e.encodePayload("chunk", data)
+	raw, err := r.e.encodePayload("chunk", data)
 	if err != nil {
 		return err
 	}
-	e.emitMu.Lock()
-	seq := e.chunkSeq + 1
-	_, err = e.pub.publish(ctx, events.KindChunk, events.ChunkMsgID(e.id, seq),
-		events.Chunk{RunID: e.id, Seq: seq, Data: raw, Attempt: e.attempt}, false)
-	if err == nil {
-		e.chunkSeq = seq
-	}
-	e.emitMu.Unlock()
-	if err != nil {
-		return err
-	}
-	e.noteSignal(time.Now(), nil)
-	return nil
+	return r.e.emitChunk(ctx, raw)
 }
 
 // Progress reports progress. Reports are coalesced: at most one progress
@@ -138,21 +122,7 @@ func (r *Run) Progress(ctx context.Context, p Progress) error {
 		}
 		ev.Data = raw
 	}
-	now := time.Now()
-	e.noteSignal(now, &jetruntype.ProgressSnapshot{Fraction: ev.Fraction, Phase: ev.Phase, Message: ev.Message, At: now})
-
-	e.emitMu.Lock()
-	defer e.emitMu.Unlock()
-	if ev.Fraction >= 1 || now.Sub(e.lastProgressAt) >= e.w.cfg.ProgressInterval {
-		e.pending = nil
-		return e.publishProgressLocked(ctx, ev)
-	}
-	first := e.pending == nil
-	e.pending = &ev
-	if first {
-		e.scheduleFlushLocked()
-	}
-	return nil
+	return e.emitProgress(ctx, ev)
 }
 
 // Milestone records that the run reached a named point. Milestones are
@@ -183,22 +153,7 @@ func (r *Run) Milestone(ctx context.Context, name string, data any) (events.Mile
 		}
 		m.Data = raw
 	}
-	e.emitMu.Lock()
-	m.Sequence = 1
-	if n := len(e.milestones); n > 0 {
-		m.Sequence = e.milestones[n-1].Sequence + 1
-	}
-	m.At = time.Now()
-	_, err := e.pub.publish(ctx, events.KindMilestone, events.MilestoneMsgID(e.id, m.Sequence), m, true)
-	if err == nil {
-		e.milestones = append(e.milestones, m)
-	}
-	e.emitMu.Unlock()
-	if err != nil {
-		return events.Milestone{}, err
-	}
-	e.noteSignal(m.At, nil)
-	return m, nil
+	return e.emitMilestone(ctx, m)
 }
 
 // Flush returns once every event the handler published so far is stored,
@@ -301,85 +256,4 @@ func (r *Run) Wait(ctx context.Context, name string) (json.RawMessage, error) {
 		return nil, err
 	}
 	return payload, nil
-}
-
-// nextSignal returns the first signal named name stored after sequence
-// seen, waiting for one. It reads the stream directly (the next message on
-// the signal's subject); the worker's one signal consumer wakes it when a
-// new signal is stored, so a waiting run costs no server consumer.
-func (e *execution) nextSignal(ctx context.Context, name string, seen uint64, created time.Time) (json.RawMessage, uint64, error) {
-	wake := e.w.waiters.add(e.id, name)
-	defer e.w.waiters.remove(e.id, name, wake)
-	for {
-		payload, seq, err := e.storedSignal(ctx, name, seen, created)
-		if err != nil || seq != 0 {
-			return payload, seq, err
-		}
-		select {
-		case <-wake:
-		case <-ctx.Done():
-			return nil, 0, context.Cause(ctx)
-		}
-	}
-}
-
-// storedSignal reads the first signal named name stored after sequence
-// seen; seq 0 when there is none yet. Without a seen sequence, signals
-// stored well before the run was created (an earlier run of the same id)
-// are skipped.
-func (e *execution) storedSignal(ctx context.Context, name string, seen uint64, created time.Time) (json.RawMessage, uint64, error) {
-	subject := e.w.ns.SignalSubject(e.id, name)
-	from := created.Add(-time.Minute) // tolerate clock skew with the server
-	for next := seen + 1; ; {
-		msg, err := e.w.signalsStream.GetMsg(ctx, next, jetstream.WithGetMsgSubject(subject))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return nil, 0, nil
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, 0, context.Cause(ctx)
-			}
-			return nil, 0, fmt.Errorf("worker: wait for signal %s: %w", name, err)
-		}
-		if seen == 0 && msg.Time.Before(from) {
-			next = msg.Sequence + 1
-			continue
-		}
-		payload := json.RawMessage(msg.Data)
-		if len(payload) == 0 || !json.Valid(payload) {
-			// A plain publish may carry text: hand it over as a JSON string.
-			payload, _ = json.Marshal(string(msg.Data))
-		}
-		return payload, msg.Sequence, nil
-	}
-}
-
-// publishSignalEvent puts a wait or a received signal on the run's timeline.
-func (e *execution) publishSignalEvent(ctx context.Context, ev events.SignalEvent) error {
-	e.emitMu.Lock()
-	defer e.emitMu.Unlock()
-	e.signalEvents++
-	ev.RunID, ev.Attempt, ev.At = e.id, e.attempt, time.Now()
-	_, err := e.pub.publish(ctx, events.KindSignal,
-		events.SignalEventMsgID(e.id, e.attempt, ev.Name, ev.State, e.signalEvents), ev, false)
-	return err
-}
-
-// encodePayload encodes a handler's value for an event, within the size
-// limit; what names it in errors ("chunk", "progress data" …).
-func (e *execution) encodePayload(what string, v any) (json.RawMessage, error) {
-	return encodePayload(e.id, what, v)
-}
-
-// encodePayload encodes a handler's value for an event of run id.
-func encodePayload(id, what string, v any) (json.RawMessage, error) {
-	raw, err := json.Marshal(v)
-	if err != nil {
-		return nil, fmt.Errorf("worker: %s of run %s is not JSON-encodable: %w", what, id, err)
-	}
-	if len(raw) > events.MaxChunkBytes {
-		return nil, fmt.Errorf("worker: %s of run %s is %d bytes; the limit is %d: %w",
-			what, id, len(raw), events.MaxChunkBytes, ErrTooLarge)
-	}
-	return raw, nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/jetrun/jetrun/internal/pull"
 	"github.com/jetrun/jetrun/internal/service"
+	"github.com/jetrun/jetrun/internal/settle"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/kv"
@@ -57,13 +58,10 @@ type Worker struct {
 	lapsing   bool                  // the liveness key lapsed and is not back: claim nothing (heart.go)
 	lapseDone chan struct{}         // closed when the lapse is over
 	active    map[string]*execution // runs claimed or executing in this process
-	stopPull  context.CancelFunc
-	cancel    context.CancelCauseFunc // cancels every handler context
+	pullers   *service.Pullers      // the fetch loops and the runs they started; their contexts
 	stopHeart context.CancelFunc
 	cancels   jetstream.ConsumeContext
 	signals   jetstream.ConsumeContext
-	pullers   sync.WaitGroup
-	runs      sync.WaitGroup
 	beats     sync.WaitGroup
 }
 
@@ -200,32 +198,34 @@ func (w *Worker) setUp(ctx context.Context) error {
 		return err
 	}
 
-	runCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	pullCtx, stopPull := context.WithCancel(runCtx)
+	p := service.NewPullers(ctx)
+	runCtx := p.Context()
 	heartCtx, stopHeart := context.WithCancel(context.WithoutCancel(ctx))
 	w.mu.Lock()
-	w.cancel, w.stopPull, w.stopHeart = cancel, stopPull, stopHeart
+	w.pullers, w.stopHeart = p, stopHeart
 	w.stopped = runCtx.Done()
 	w.live, w.cancels, w.signals = live, cancels, signals
 	w.mu.Unlock()
 	w.announce(ctx)
 	w.beats.Go(func() { w.heart(heartCtx) })
 	w.beats.Go(func() { w.announceLoop(heartCtx) })
-	nak := func(m jetstream.Msg) { _ = m.Nak() } // stopping: straight to another worker
+	nak := func(m jetstream.Msg) { w.settle(runCtx, w.log, m, settle.Retry(0)) } // stopping: straight to another worker
 	loops := []pull.Loop{{
-		Consumer: malformed, Concurrency: 1, Handlers: &w.runs, Stopped: nak,
-		Handle: func(m jetstream.Msg, _ *pull.Slot) { w.deadLetterMalformed(runCtx, m) },
+		Consumer: malformed, Concurrency: 1, Stopped: nak,
+		Handle: func(m jetstream.Msg, _ *pull.Slot) { w.settle(runCtx, w.log, m, w.deadLetterMalformed(runCtx, m)) },
 		Logger: w.log, Name: malformedConsumer, Repair: w.repairConsumer(malformedCfg),
 	}}
 	for agentType, c := range consumers {
 		loops = append(loops, pull.Loop{
-			Consumer: c, Concurrency: w.cfg.Concurrency, Handlers: &w.runs, Stopped: nak,
-			Handle: func(m jetstream.Msg, slot *pull.Slot) { w.process(runCtx, agentType, m, slot) },
+			Consumer: c, Concurrency: w.cfg.Concurrency, Stopped: nak,
+			Handle: func(m jetstream.Msg, slot *pull.Slot) {
+				w.settle(runCtx, w.log, m, w.process(runCtx, agentType, m, slot))
+			},
 			Logger: w.log, Name: events.AgentConsumer(agentType), Repair: w.repairConsumer(configs[agentType]),
 		})
 	}
 	for _, l := range loops {
-		w.pullers.Go(func() { l.Run(pullCtx) })
+		p.Go(l)
 	}
 	w.life.Running(ctx, w.drain)
 	w.log.InfoContext(ctx, "worker started", "agent_types", w.AgentTypes(), "concurrency", w.cfg.Concurrency,
@@ -250,16 +250,16 @@ func (w *Worker) Stopped() <-chan struct{} { return w.life.Stopped() }
 // drain is the worker's graceful stop (see Shutdown).
 func (w *Worker) drain(ctx context.Context) error {
 	w.mu.Lock()
-	stopPull, cancel := w.stopPull, w.cancel
+	p := w.pullers
 	w.mu.Unlock()
 
-	defer cancel(ErrShuttingDown) // every handler context ends with the worker
 	defer w.stopBookkeeping()
-	drained := pull.Drain(ctx, stopPull, &w.pullers, &w.runs, func() {
+	// Every handler context ends with the worker (cause ErrShuttingDown);
+	// when ctx ends first, the runs in flight are handed back.
+	p.OnForce(ErrShuttingDown, func() {
 		w.log.WarnContext(ctx, "shutdown timeout: handing runs in flight back", "runs", w.activeIDs())
-		cancel(ErrShuttingDown)
-	}, handbackGrace)
-	if !drained {
+	})
+	if !p.Drain(ctx, handbackGrace) {
 		return fmt.Errorf("worker: runs %v did not return %s after their handlers were cancelled",
 			w.activeIDs(), handbackGrace)
 	}

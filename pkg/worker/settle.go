@@ -1,0 +1,83 @@
+package worker
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetrun/jetrun/internal/settle"
+)
+
+// How a dispatch is settled: process decides an outcome for each delivery
+// (internal/settle) and the fetch loop applies it with settle; a delivery an
+// execution took over is settled by the execution when the attempt ends
+// (releaseMsgs), through the same settle.
+
+// settle applies o to msg; a failure is logged once (fault throttles it).
+func (w *Worker) settle(ctx context.Context, log *slog.Logger, msg jetstream.Msg, o settle.Outcome) {
+	if err := o.Apply(msg); err != nil {
+		w.fault(ctx, log, "settle dispatch ("+o.String()+")", err)
+	}
+}
+
+// maxJitter spreads the redeliveries of dispatches refused at once.
+const maxJitter = 250 * time.Millisecond
+
+// retryDelay grows with the number of deliveries: 1s, 2s, 4s … capped at 30s.
+func retryDelay(msg jetstream.Msg) time.Duration {
+	n := uint64(1)
+	if meta, err := msg.Metadata(); err == nil {
+		n = max(meta.NumDelivered, 1)
+	}
+	return min(time.Second<<min(n-1, 5), 30*time.Second) + settle.Jitter(maxJitter)
+}
+
+// busyDelay is when a dispatch whose run is held (by another live worker,
+// or by another delivery being claimed here) comes back: after a lease, as
+// the wake-up for a takeover should the holder die.
+func (w *Worker) busyDelay() time.Duration { return w.cfg.Lease + settle.Jitter(maxJitter) }
+
+// The deliveries of a run's dispatch an execution holds: the one it was
+// claimed with and the redeliveries it adopted while it runs. They are
+// heartbeat (InProgress, not an outcome) while the attempt lives, and settled
+// together once it ends (releaseMsgs).
+
+// firstMsg is the delivery the attempt was claimed with.
+func (e *execution) firstMsg() jetstream.Msg {
+	e.msgMu.Lock()
+	defer e.msgMu.Unlock()
+	return e.msgs[0]
+}
+
+// adopt records another delivery of this run's dispatch.
+func (e *execution) adopt(msg jetstream.Msg) bool {
+	e.msgMu.Lock()
+	defer e.msgMu.Unlock()
+	if e.released {
+		return false
+	}
+	e.msgs = append(e.msgs, msg)
+	return true
+}
+
+// releaseMsgs settles every delivery of the run's dispatch as o says
+// (settle.Leave leaves them to redelivery) and stops adopting new ones.
+func (e *execution) releaseMsgs(o settle.Outcome) {
+	e.msgMu.Lock()
+	defer e.msgMu.Unlock()
+	e.released = true
+	for _, m := range e.msgs {
+		e.w.settle(context.Background(), e.log, m, o)
+	}
+}
+
+// heartbeat tells the server the dispatch is still being worked on.
+func (e *execution) heartbeat() {
+	e.msgMu.Lock()
+	defer e.msgMu.Unlock()
+	for _, m := range e.msgs {
+		_ = m.InProgress()
+	}
+}
