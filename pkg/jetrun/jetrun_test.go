@@ -189,3 +189,70 @@ func TestRepairRecreatesADeletedStream(t *testing.T) {
 		t.Fatalf("a second Repair within RepairEvery ran: %v", err)
 	}
 }
+
+// Under strategy latest, runs a service published straight to the stream
+// are ordered by their dispatch sequences, not by which worker submitted
+// them first: an older message that arrives late is superseded by the
+// newer one, whether that one waits in the queue or already holds the key.
+func TestLatestOrdersPlainPublishesByDispatchSequence(t *testing.T) {
+	t.Parallel()
+	rt, _ := open(t)
+	ctx := context.Background()
+	submit := func(key, id string, seq uint64) *jetruntype.Run {
+		t.Helper()
+		d := events.Dispatch{RunID: id, Input: json.RawMessage(`{}`), ConcurrencyKey: key, Strategy: events.StrategyLatest}
+		held := jetrun.Held{}
+		if seq > 0 {
+			held = jetrun.Held{RunID: id, Seq: seq}
+		}
+		row, err := rt.Submit(ctx, jetruntype.NewRun("demo", d, 0, time.Now()), held)
+		if err != nil {
+			t.Fatalf("submit %s: %v", id, err)
+		}
+		return row
+	}
+	superseded := func(r *jetruntype.Run, by string) {
+		t.Helper()
+		if r.Status != events.StatusAborted || r.Reason != events.ReasonSuperseded || r.SupersededBy != by {
+			t.Fatalf("%s: %s/%s by %q; want aborted, superseded by %s", r.ID, r.Status, r.Reason, r.SupersededBy, by)
+		}
+	}
+
+	// The newer one waits in the queue.
+	if h := submit("k1", "holder", 0); h.Status != events.StatusStarting {
+		t.Fatalf("holder: %s, want starting (the key was free)", h.Status)
+	}
+	if r := submit("k1", "newer", 20); r.Status != events.StatusQueued {
+		t.Fatalf("newer: %s, want queued behind the holder", r.Status)
+	}
+	superseded(submit("k1", "older", 10), "newer") // published before "newer", submitted after it
+	if r, _, err := rt.Store().Get(ctx, "newer"); err != nil || r.Status != events.StatusQueued {
+		t.Fatalf("newer after the late older one: %v, %v; want still queued", r, err)
+	}
+	if q, err := rt.Store().KeyQueue(ctx, "k1"); err != nil || len(q) != 1 || q[0].ID != "newer" {
+		t.Fatalf("queue of k1: %v, %v; want only newer", q, err)
+	}
+
+	// The newer one holds the key already.
+	if r := submit("k2", "n2", 40); r.Status != events.StatusStarting {
+		t.Fatalf("n2: %s, want starting (k2 was free)", r.Status)
+	}
+	superseded(submit("k2", "o2", 30), "n2")
+
+	// Without dispatch sequences (parent clients), the queue order decides:
+	// the later submit supersedes the earlier one, as before.
+	if r := submit("k1", "c1", 0); r.Status != events.StatusQueued {
+		t.Fatalf("c1: %s, want queued", r.Status)
+	}
+	for _, id := range []string{"newer", "c1"} {
+		r, _, err := rt.Store().Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id == "newer" {
+			superseded(r, "c1")
+		} else if r.Status != events.StatusQueued {
+			t.Fatalf("c1: %s, want queued", r.Status)
+		}
+	}
+}

@@ -66,6 +66,9 @@ func (rt *Runtime) Submit(ctx context.Context, r *jetruntype.Run, held Held) (*j
 	}
 	now := time.Now()
 	r.Status, r.Unindexed = events.StatusQueued, false
+	if held.RunID == r.ID {
+		r.SubmitSeq = held.Seq // published straight to the stream: order by it
+	}
 	if strategy == events.StrategyDebounce {
 		d := r.Dispatch()
 		r.NotBefore = now.Add(d.Debounce())
@@ -83,7 +86,7 @@ func (rt *Runtime) Submit(ctx context.Context, r *jetruntype.Run, held Held) (*j
 		return nil, err
 	}
 	if strategy == events.StrategyLatest || strategy == events.StrategyDebounce {
-		if err := rt.supersede(ctx, key, r.ID, pos); err != nil {
+		if err := rt.supersede(ctx, r, pos); err != nil {
 			return nil, err
 		}
 	}
@@ -364,23 +367,31 @@ func (rt *Runtime) finishMerge(ctx context.Context, h *jetruntype.Run) error {
 	return nil
 }
 
-// supersede ends the runs queued under key before position pos (the queue
-// entry of run by) aborted, reason superseded.
-func (rt *Runtime) supersede(ctx context.Context, key, by string, pos uint64) error {
+// supersede ends the runs queued under me's key that were submitted before
+// me (at queue position pos) aborted, reason superseded. When a run of the
+// key submitted after me is queued already, or holds the key, me is the
+// one superseded: a late arrival of an older message never replaces a newer
+// one, nor runs after it.
+func (rt *Runtime) supersede(ctx context.Context, me *jetruntype.Run, pos uint64) error {
+	key := me.ConcurrencyKey
 	queue, err := rt.store.KeyQueue(ctx, key)
 	if err != nil {
 		return err
 	}
+	newer := ""
 	for _, e := range queue {
-		if e.Rev >= pos || e.ID == by {
+		if e.ID == me.ID {
 			continue
 		}
+		older := false
 		row, _, err := rt.store.Mutate(ctx, e.ID, func(r *jetruntype.Run) error {
 			if r.Status != events.StatusQueued {
 				return kv.ErrNoChange
 			}
-			r.SupersededBy = by
-			r.End(events.StatusAborted, events.ReasonSuperseded, "superseded by run "+by, time.Now())
+			if older = submittedBefore(r, e.Rev, me, pos); !older {
+				return kv.ErrNoChange
+			}
+			supersede(r, me.ID)
 			return nil
 		})
 		if errors.Is(err, kv.ErrRunNotFound) {
@@ -390,14 +401,75 @@ func (rt *Runtime) supersede(ctx context.Context, key, by string, pos uint64) er
 		if err != nil {
 			return fmt.Errorf("jetrun: supersede run %s: %w", e.ID, err)
 		}
-		if row.SupersededBy == by && row.Reason == events.ReasonSuperseded {
+		if older && row.SupersededBy == me.ID && row.Reason == events.ReasonSuperseded {
 			rt.settle(ctx, row)
 		}
 		if row.Status.Final() {
 			rt.store.Dequeue(ctx, key, e.ID)
+		} else if !older && row.Status == events.StatusQueued {
+			newer = row.ID
 		}
 	}
+	if newer == "" && me.SubmitSeq > 0 {
+		if newer, err = rt.newerHolder(ctx, me); err != nil {
+			return err
+		}
+	}
+	if newer == "" {
+		return nil
+	}
+	row, _, err := rt.store.Mutate(ctx, me.ID, func(r *jetruntype.Run) error {
+		if r.Status != events.StatusQueued {
+			return kv.ErrNoChange
+		}
+		supersede(r, newer)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("jetrun: supersede run %s: %w", me.ID, err)
+	}
+	if row.SupersededBy == newer && row.Reason == events.ReasonSuperseded {
+		rt.settle(ctx, row)
+		rt.store.Dequeue(ctx, key, me.ID)
+	}
 	return nil
+}
+
+// submittedBefore reports whether the queued run r, at queue position rev,
+// was submitted before me, at pos: by their dispatch stream sequences when
+// both were published straight to the stream (SubmitSeq), else by their
+// positions in the key's queue.
+func submittedBefore(r *jetruntype.Run, rev uint64, me *jetruntype.Run, pos uint64) bool {
+	if r.SubmitSeq > 0 && me.SubmitSeq > 0 {
+		return r.SubmitSeq < me.SubmitSeq
+	}
+	return rev < pos
+}
+
+// newerHolder returns the id of the live run holding me's key when it was
+// published straight to the stream after me ("" otherwise).
+func (rt *Runtime) newerHolder(ctx context.Context, me *jetruntype.Run) (string, error) {
+	id, _, err := rt.store.KeyHolder(ctx, me.ConcurrencyKey)
+	if err != nil || id == "" || id == me.ID {
+		return "", err
+	}
+	h, _, err := rt.store.Get(ctx, id)
+	if errors.Is(err, kv.ErrRunNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	if h.Live() && h.SubmitSeq > me.SubmitSeq {
+		return h.ID, nil
+	}
+	return "", nil
+}
+
+// supersede ends the queued run r aborted, replaced by run by.
+func supersede(r *jetruntype.Run, by string) {
+	r.SupersededBy = by
+	r.End(events.StatusAborted, events.ReasonSuperseded, "superseded by run "+by, time.Now())
 }
 
 // settle announces a run a strategy ended and removes it from the index

@@ -109,6 +109,10 @@ type Run struct {
 	DebounceMs     int64           `json:"debounceMs,omitempty"`
 	// NotBefore is when a queued debounce run's quiet window ends.
 	NotBefore time.Time `json:"notBefore,omitzero"`
+	// SubmitSeq is the dispatch stream sequence of a keyed run a service
+	// published straight to the stream: latest and debounce order such runs
+	// by it (by publish, not by which worker got to them first).
+	SubmitSeq uint64 `json:"submitSeq,omitempty"`
 	// SupersededBy names the newer run that replaced this queued one
 	// (reason superseded); MergedInto the run that carries its input
 	// (reason merged); Merged lists, on that run, the runs it carries.
