@@ -272,15 +272,18 @@ func TestClusterLosesNodesAndNoRun(t *testing.T) {
 	}
 	var failed, missing, duplicated []string
 	for _, id := range ids {
-		var row *jetruntype.Run
+		var row, last *jetruntype.Run
 		natstest.Eventually(t, 3*time.Minute, func() bool {
 			r, _, err := e.store.Get(context.Background(), id)
+			if err == nil {
+				last = r
+			}
 			if err == nil && r.Status.Final() && (r.Detached == nil || !r.Delivered[r.Status].IsZero()) {
 				row = r
 				return true
 			}
 			return false
-		}, "run %s did not end (with its finish delivered)", id)
+		}, "run %s did not end (with its finish delivered); its row: %v", id, rowDump{&last})
 		if row.Status != events.StatusCompleted {
 			failed = append(failed, fmt.Sprintf("%s %s/%s %s", id, row.Status, row.Reason, row.Error))
 		}
@@ -362,4 +365,16 @@ func completedTwice(t *testing.T, js jetstream.JetStream, ids []string) []string
 		}
 	}
 	return twice
+}
+
+// rowDump prints a row as JSON when formatted (a failure message's
+// argument, read at the failure).
+type rowDump struct{ r **jetruntype.Run }
+
+func (d rowDump) String() string {
+	if *d.r == nil {
+		return "none"
+	}
+	b, _ := json.Marshal(*d.r)
+	return string(b)
 }
