@@ -8,6 +8,7 @@ import (
 	"iter"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -160,6 +161,7 @@ func Replay(ctx context.Context, js jetstream.JetStream, ns Namespace, runID str
 			return
 		}
 		defer it.Stop()
+		dec := newEventDecoder(ns, runID)
 		for {
 			msg, err := it.Next(jetstream.NextContext(ctx))
 			if err != nil {
@@ -170,14 +172,14 @@ func Replay(ctx context.Context, js jetstream.JetStream, ns Namespace, runID str
 				}
 				return
 			}
-			ev, err := decodeEvent(ns, msg)
+			ev, seq, err := dec.decode(msg)
 			if err == nil && (len(kinds) == 0 || slices.Contains(kinds, ev.Kind)) {
 				if !yield(ev, nil) {
 					return
 				}
 			} // else a foreign or malformed message on the run's subjects: skipped
 			switch {
-			case opts.Follow == HistoryOnly && StreamSeq(msg) >= last:
+			case opts.Follow == HistoryOnly && seq >= last:
 				return
 			case opts.Follow == UntilEnd && err == nil && ev.Ends():
 				return
@@ -211,26 +213,54 @@ func endedBy(ctx context.Context, js jetstream.JetStream, ns Namespace, runID st
 	return m.Sequence <= after && ev.Ends(), nil
 }
 
-// decodeEvent turns a stored message into an Event.
-func decodeEvent(ns Namespace, msg jetstream.Msg) (Event, error) {
+// eventDecoder turns the stored messages of one run into Events.
+type eventDecoder struct {
+	ns    Namespace
+	runID string
+	// prefix is the subject prefix of the run's events,
+	// "<prefix>.run.<runID>.": a subject with it needs no general parse.
+	prefix string
+}
+
+func newEventDecoder(ns Namespace, runID string) eventDecoder {
+	return eventDecoder{ns: ns, runID: runID, prefix: ns.Prefix() + ".run." + runID + "."}
+}
+
+// decode turns a stored message into an Event; seq is the message's stream
+// sequence (0 if unknown), set even when err is not nil.
+func (d eventDecoder) decode(msg jetstream.Msg) (ev Event, seq uint64, err error) {
 	meta, err := msg.Metadata()
 	if err != nil {
-		return Event{}, err
+		return Event{}, 0, err
 	}
-	runID, kind, err := ns.ParseRunSubject(msg.Subject())
+	seq = meta.Sequence.Stream
+	runID, kind, err := d.parseSubject(msg.Subject())
 	if err != nil {
-		return Event{}, err
+		return Event{}, seq, err
 	}
-	ev := Event{
-		Seq: meta.Sequence.Stream, Time: meta.Timestamp, RunID: runID, Kind: kind,
+	ev = Event{
+		Seq: seq, Time: meta.Timestamp, RunID: runID, Kind: kind,
 		Pending: meta.NumPending, Data: json.RawMessage(msg.Data()),
 	}
 	ev.Attempt = attemptHeader(msg.Headers())
-	return ev, ev.decode()
+	return ev, seq, ev.decode()
+}
+
+// parseSubject is ns.ParseRunSubject, without the general parse for a
+// subject of the decoder's run.
+func (d eventDecoder) parseSubject(subject string) (runID, kind string, err error) {
+	if kind, ok := strings.CutPrefix(subject, d.prefix); ok && kind != "" {
+		return d.runID, kind, nil
+	}
+	return d.ns.ParseRunSubject(subject)
 }
 
 func attemptHeader(h nats.Header) int {
-	n, _ := strconv.Atoi(h.Get(HeaderAttempt))
+	v := h.Get(HeaderAttempt)
+	if v == "" {
+		return 0 // no attempt (strconv.Atoi would fail and say 0)
+	}
+	n, _ := strconv.Atoi(v)
 	return n
 }
 
