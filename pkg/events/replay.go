@@ -229,21 +229,71 @@ func newEventDecoder(ns Namespace, runID string) eventDecoder {
 // decode turns a stored message into an Event; seq is the message's stream
 // sequence (0 if unknown), set even when err is not nil.
 func (d eventDecoder) decode(msg jetstream.Msg) (ev Event, seq uint64, err error) {
-	meta, err := msg.Metadata()
-	if err != nil {
-		return Event{}, 0, err
+	seq, stamp, pending, ok := ackFields(msg.Reply())
+	if !ok {
+		meta, err := msg.Metadata()
+		if err != nil {
+			return Event{}, 0, err
+		}
+		seq, stamp, pending = meta.Sequence.Stream, meta.Timestamp, meta.NumPending
 	}
-	seq = meta.Sequence.Stream
 	runID, kind, err := d.parseSubject(msg.Subject())
 	if err != nil {
 		return Event{}, seq, err
 	}
 	ev = Event{
-		Seq: seq, Time: meta.Timestamp, RunID: runID, Kind: kind,
-		Pending: meta.NumPending, Data: json.RawMessage(msg.Data()),
+		Seq: seq, Time: stamp, RunID: runID, Kind: kind,
+		Pending: pending, Data: json.RawMessage(msg.Data()),
 	}
 	ev.Attempt = attemptHeader(msg.Headers())
 	return ev, seq, ev.decode()
+}
+
+// ackFields reads a delivered message's stream sequence, timestamp and
+// pending count from its ack subject, reply, as msg.Metadata() does
+// (nats.go's parser: "$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.
+// <ts>.<pending>", or with a domain and account hash before the stream and
+// any tokens after the pending count) but without building the whole
+// metadata. false means "not that shape": ask msg.Metadata(), which says
+// why. (Metadata also refuses a message not bound to a subscription; a
+// consumer's messages always are.)
+func ackFields(reply string) (seq uint64, stamp time.Time, pending uint64, ok bool) {
+	rest, ok := strings.CutPrefix(reply, "$JS.ACK.")
+	if !ok {
+		return 0, time.Time{}, 0, false
+	}
+	skip := 0 // tokens before the stream's
+	switch n := strings.Count(reply, ".") + 1; {
+	case n == 9:
+	case n >= 11:
+		skip = 2
+	default:
+		return 0, time.Time{}, 0, false
+	}
+	for i := 0; ; i++ {
+		var tok string
+		tok, rest, _ = strings.Cut(rest, ".")
+		switch i - skip {
+		case 3:
+			seq = ackNum(tok)
+		case 5:
+			stamp = time.Unix(0, int64(ackNum(tok)))
+		case 6:
+			return seq, stamp, ackNum(tok), true
+		}
+	}
+}
+
+// ackNum is nats.go's parser.ParseNum: the decimal number d, 0 if d is not
+// one.
+func ackNum(d string) (n uint64) {
+	for i := 0; i < len(d); i++ {
+		if d[i] < '0' || d[i] > '9' {
+			return 0
+		}
+		n = n*10 + uint64(d[i]-'0')
+	}
+	return n
 }
 
 // parseSubject is ns.ParseRunSubject, without the general parse for a

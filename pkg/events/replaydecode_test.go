@@ -101,3 +101,38 @@ func TestEventDecoderMatchesGeneralDecode(t *testing.T) {
 		})
 	}
 }
+
+// ackFields reads an ack subject as nats.go's Metadata does: the same
+// stream sequence, timestamp and pending count whenever it accepts one, and
+// it refuses exactly the subjects Metadata refuses.
+func FuzzAckFieldsMatchesMetadata(f *testing.F) {
+	for _, s := range []string{
+		"$JS.ACK.S.C.1.42.7.1700000000000000000.3",
+		"$JS.ACK.dom.HASH.S.C.1.42.7.1700000000000000000.3.rand",
+		"$JS.ACK._.HASH.S.C.1.42.7.1700000000000000000.3",
+		"$JS.ACK.dom.HASH.S.C.1.42.7.1700000000000000000.3.rand.more.tokens",
+		"$JS.ACK.S.C.1.4x2.7.17.3",
+		"$JS.ACK.S.C.1.42.7.17.é",
+		"$JS.ACK.S.C.1..7..",
+		"$JS.ACK.S.C.1.99999999999999999999999.7.17.3",
+		"$JS.ACK.S.C.1.42.7.17",
+		"$JS.ACK.a.b.S.C.1.42.7.17.3",
+		"$JS.ACKS.C.1.42.7.17.3.x.y",
+		"$JS.NAK.S.C.1.42.7.17.3",
+		"_INBOX.abc",
+		"",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, reply string) {
+		seq, stamp, pending, ok := ackFields(reply)
+		meta, err := (&nats.Msg{Reply: reply, Sub: &nats.Subscription{}}).Metadata()
+		if ok != (err == nil) {
+			t.Fatalf("ackFields(%q) ok %v; Metadata error %v", reply, ok, err)
+		}
+		if ok && (seq != meta.Sequence.Stream || !stamp.Equal(meta.Timestamp) || stamp != meta.Timestamp || pending != meta.NumPending) {
+			t.Fatalf("ackFields(%q) = %d, %v, %d; Metadata says %d, %v, %d",
+				reply, seq, stamp, pending, meta.Sequence.Stream, meta.Timestamp, meta.NumPending)
+		}
+	})
+}
