@@ -162,8 +162,9 @@ func Replay(ctx context.Context, js jetstream.JetStream, ns Namespace, runID str
 		}
 		defer it.Stop()
 		dec := newEventDecoder(ns, runID)
+		next := jetstream.NextContext(ctx)
 		for {
-			msg, err := it.Next(jetstream.NextContext(ctx))
+			msg, err := it.Next(next)
 			if err != nil {
 				if ctx.Err() != nil {
 					yield(Event{}, fmt.Errorf("events: replay %s: %w: %w", runID, ErrReplayStopped, ctx.Err()))
@@ -323,7 +324,7 @@ func (e *Event) decode() error {
 		target = e.Status
 	case KindChunk:
 		e.Chunk = new(Chunk)
-		return decodeChunk(e.Data, e.Chunk)
+		return decodeChunkOf(e.Data, e.Chunk, e.RunID)
 	case KindProgress:
 		e.Progress = new(Progress)
 		target = e.Progress
