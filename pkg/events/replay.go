@@ -83,6 +83,11 @@ type ReplayOptions struct {
 	Follow Follow
 }
 
+// replayBatch is how many messages a replay's consumer asks for at a time:
+// twice nats.go's default, as a replay mostly reads stored history, which
+// fewer, bigger pulls read faster.
+const replayBatch = 1000
+
 // ErrReplayStopped is the error a replay yields when its context ends.
 var ErrReplayStopped = errors.New("replay stopped")
 
@@ -155,7 +160,7 @@ func Replay(ctx context.Context, js jetstream.JetStream, ns Namespace, runID str
 			yield(Event{}, fmt.Errorf("events: replay %s: %w", runID, err))
 			return
 		}
-		it, err := c.Messages()
+		it, err := c.Messages(jetstream.PullMaxMessages(replayBatch))
 		if err != nil {
 			yield(Event{}, fmt.Errorf("events: replay %s: %w", runID, err))
 			return
