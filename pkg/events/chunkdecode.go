@@ -10,8 +10,12 @@ import (
 // ({"runId":…,"seq":…,"data":<string>[,"attempt":…]}) with a single scan,
 // and anything else with encoding/json. Both give the same Chunk (see
 // TestDecodeChunkMatchesEncodingJSON).
-func decodeChunk(data []byte, c *Chunk) error {
-	if decodeChunkFast(data, c) {
+func decodeChunk(data []byte, c *Chunk) error { return decodeChunkOf(data, c, "") }
+
+// decodeChunkOf is decodeChunk for an event of run runID: a chunk naming
+// that run shares the runID string rather than copying it.
+func decodeChunkOf(data []byte, c *Chunk, runID string) error {
+	if decodeChunkFastOf(data, c, runID) {
 		return nil
 	}
 	*c = Chunk{}
@@ -20,7 +24,11 @@ func decodeChunk(data []byte, c *Chunk) error {
 
 // decodeChunkFast decodes the worker's own shape of a chunk; false means
 // "not that shape, decode it the general way" (c may be partly filled).
-func decodeChunkFast(b []byte, c *Chunk) bool {
+func decodeChunkFast(b []byte, c *Chunk) bool { return decodeChunkFastOf(b, c, "") }
+
+// decodeChunkFastOf is decodeChunkFast sharing runID's string for a chunk
+// of that run.
+func decodeChunkFastOf(b []byte, c *Chunk, runID string) bool {
 	i, ok := expect(b, 0, `{"runId":"`)
 	if !ok {
 		return false
@@ -32,7 +40,11 @@ func decodeChunkFast(b []byte, c *Chunk) bool {
 	if i == start || i-start > 64 || i >= len(b) || b[i] != '"' {
 		return false
 	}
-	c.RunID = string(b[start:i])
+	if id := b[start:i]; string(id) == runID {
+		c.RunID = runID
+	} else {
+		c.RunID = string(id)
+	}
 	if i, ok = expect(b, i+1, `,"seq":`); !ok {
 		return false
 	}

@@ -54,6 +54,13 @@ func TestDecodeChunkMatchesEncodingJSON(t *testing.T) {
 		if wantErr == nil && !reflect.DeepEqual(got, want) {
 			t.Errorf("%s: got %+v, encoding/json %+v", in, got, want)
 		}
+		// Decoding for a run, that chunk's own or another, changes nothing.
+		for _, runID := range []string{want.RunID, "r1", "other"} {
+			var of Chunk
+			if err := decodeChunkOf([]byte(in), &of, runID); (err == nil) != (gotErr == nil) || !reflect.DeepEqual(of, got) {
+				t.Errorf("%s for run %q: got %+v (%v), decodeChunk %+v (%v)", in, runID, of, err, got, gotErr)
+			}
+		}
 	}
 	// What the worker writes takes the fast path.
 	for _, c := range []Chunk{{RunID: "r", Seq: 7, Data: json.RawMessage(`"a\nb"`)}, {RunID: "r", Seq: 1, Data: json.RawMessage(`"x"`), Attempt: 2}} {

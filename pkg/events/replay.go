@@ -8,6 +8,7 @@ import (
 	"iter"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -82,6 +83,11 @@ type ReplayOptions struct {
 	Follow Follow
 }
 
+// replayBatch is how many messages a replay's consumer asks for at a time:
+// twice nats.go's default, as a replay mostly reads stored history, which
+// fewer, bigger pulls read faster.
+const replayBatch = 1000
+
 // ErrReplayStopped is the error a replay yields when its context ends.
 var ErrReplayStopped = errors.New("replay stopped")
 
@@ -154,14 +160,16 @@ func Replay(ctx context.Context, js jetstream.JetStream, ns Namespace, runID str
 			yield(Event{}, fmt.Errorf("events: replay %s: %w", runID, err))
 			return
 		}
-		it, err := c.Messages()
+		it, err := c.Messages(jetstream.PullMaxMessages(replayBatch))
 		if err != nil {
 			yield(Event{}, fmt.Errorf("events: replay %s: %w", runID, err))
 			return
 		}
 		defer it.Stop()
+		dec := newEventDecoder(ns, runID)
+		next := jetstream.NextContext(ctx)
 		for {
-			msg, err := it.Next(jetstream.NextContext(ctx))
+			msg, err := it.Next(next)
 			if err != nil {
 				if ctx.Err() != nil {
 					yield(Event{}, fmt.Errorf("events: replay %s: %w: %w", runID, ErrReplayStopped, ctx.Err()))
@@ -170,14 +178,14 @@ func Replay(ctx context.Context, js jetstream.JetStream, ns Namespace, runID str
 				}
 				return
 			}
-			ev, err := decodeEvent(ns, msg)
+			ev, seq, err := dec.decode(msg)
 			if err == nil && (len(kinds) == 0 || slices.Contains(kinds, ev.Kind)) {
 				if !yield(ev, nil) {
 					return
 				}
 			} // else a foreign or malformed message on the run's subjects: skipped
 			switch {
-			case opts.Follow == HistoryOnly && StreamSeq(msg) >= last:
+			case opts.Follow == HistoryOnly && seq >= last:
 				return
 			case opts.Follow == UntilEnd && err == nil && ev.Ends():
 				return
@@ -211,26 +219,104 @@ func endedBy(ctx context.Context, js jetstream.JetStream, ns Namespace, runID st
 	return m.Sequence <= after && ev.Ends(), nil
 }
 
-// decodeEvent turns a stored message into an Event.
-func decodeEvent(ns Namespace, msg jetstream.Msg) (Event, error) {
-	meta, err := msg.Metadata()
-	if err != nil {
-		return Event{}, err
+// eventDecoder turns the stored messages of one run into Events.
+type eventDecoder struct {
+	ns    Namespace
+	runID string
+	// prefix is the subject prefix of the run's events,
+	// "<prefix>.run.<runID>.": a subject with it needs no general parse.
+	prefix string
+}
+
+func newEventDecoder(ns Namespace, runID string) eventDecoder {
+	return eventDecoder{ns: ns, runID: runID, prefix: ns.Prefix() + ".run." + runID + "."}
+}
+
+// decode turns a stored message into an Event; seq is the message's stream
+// sequence (0 if unknown), set even when err is not nil.
+func (d eventDecoder) decode(msg jetstream.Msg) (ev Event, seq uint64, err error) {
+	seq, stamp, pending, ok := ackFields(msg.Reply())
+	if !ok {
+		meta, err := msg.Metadata()
+		if err != nil {
+			return Event{}, 0, err
+		}
+		seq, stamp, pending = meta.Sequence.Stream, meta.Timestamp, meta.NumPending
 	}
-	runID, kind, err := ns.ParseRunSubject(msg.Subject())
+	runID, kind, err := d.parseSubject(msg.Subject())
 	if err != nil {
-		return Event{}, err
+		return Event{}, seq, err
 	}
-	ev := Event{
-		Seq: meta.Sequence.Stream, Time: meta.Timestamp, RunID: runID, Kind: kind,
-		Pending: meta.NumPending, Data: json.RawMessage(msg.Data()),
+	ev = Event{
+		Seq: seq, Time: stamp, RunID: runID, Kind: kind,
+		Pending: pending, Data: json.RawMessage(msg.Data()),
 	}
 	ev.Attempt = attemptHeader(msg.Headers())
-	return ev, ev.decode()
+	return ev, seq, ev.decode()
+}
+
+// ackFields reads a delivered message's stream sequence, timestamp and
+// pending count from its ack subject, reply, as msg.Metadata() does
+// (nats.go's parser: "$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.
+// <ts>.<pending>", or with a domain and account hash before the stream and
+// any tokens after the pending count) but without building the whole
+// metadata. false means "not that shape": ask msg.Metadata(), which says
+// why. (Metadata also refuses a message not bound to a subscription; a
+// consumer's messages always are.)
+func ackFields(reply string) (seq uint64, stamp time.Time, pending uint64, ok bool) {
+	rest, ok := strings.CutPrefix(reply, "$JS.ACK.")
+	if !ok {
+		return 0, time.Time{}, 0, false
+	}
+	skip := 0 // tokens before the stream's
+	switch n := strings.Count(reply, ".") + 1; {
+	case n == 9:
+	case n >= 11:
+		skip = 2
+	default:
+		return 0, time.Time{}, 0, false
+	}
+	for i := 0; ; i++ {
+		var tok string
+		tok, rest, _ = strings.Cut(rest, ".")
+		switch i - skip {
+		case 3:
+			seq = ackNum(tok)
+		case 5:
+			stamp = time.Unix(0, int64(ackNum(tok)))
+		case 6:
+			return seq, stamp, ackNum(tok), true
+		}
+	}
+}
+
+// ackNum is nats.go's parser.ParseNum: the decimal number d, 0 if d is not
+// one.
+func ackNum(d string) (n uint64) {
+	for i := 0; i < len(d); i++ {
+		if d[i] < '0' || d[i] > '9' {
+			return 0
+		}
+		n = n*10 + uint64(d[i]-'0')
+	}
+	return n
+}
+
+// parseSubject is ns.ParseRunSubject, without the general parse for a
+// subject of the decoder's run.
+func (d eventDecoder) parseSubject(subject string) (runID, kind string, err error) {
+	if kind, ok := strings.CutPrefix(subject, d.prefix); ok && kind != "" {
+		return d.runID, kind, nil
+	}
+	return d.ns.ParseRunSubject(subject)
 }
 
 func attemptHeader(h nats.Header) int {
-	n, _ := strconv.Atoi(h.Get(HeaderAttempt))
+	v := h.Get(HeaderAttempt)
+	if v == "" {
+		return 0 // no attempt (strconv.Atoi would fail and say 0)
+	}
+	n, _ := strconv.Atoi(v)
 	return n
 }
 
@@ -243,7 +329,7 @@ func (e *Event) decode() error {
 		target = e.Status
 	case KindChunk:
 		e.Chunk = new(Chunk)
-		return decodeChunk(e.Data, e.Chunk)
+		return decodeChunkOf(e.Data, e.Chunk, e.RunID)
 	case KindProgress:
 		e.Progress = new(Progress)
 		target = e.Progress
