@@ -283,7 +283,7 @@ func TestClusterLosesNodesAndNoRun(t *testing.T) {
 				return true
 			}
 			return false
-		}, "run %s did not end (with its finish delivered); its row: %v", id, rowDump{&last})
+		}, "run %s did not end (with its finish delivered); its row: %v", id, rowDump{r: &last, js: js})
 		if row.Status != events.StatusCompleted {
 			failed = append(failed, fmt.Sprintf("%s %s/%s %s", id, row.Status, row.Reason, row.Error))
 		}
@@ -369,12 +369,27 @@ func completedTwice(t *testing.T, js jetstream.JetStream, ids []string) []string
 
 // rowDump prints a row as JSON when formatted (a failure message's
 // argument, read at the failure).
-type rowDump struct{ r **jetruntype.Run }
+type rowDump struct {
+	r  **jetruntype.Run
+	js jetstream.JetStream
+}
 
 func (d rowDump) String() string {
 	if *d.r == nil {
 		return "none"
 	}
 	b, _ := json.Marshal(*d.r)
-	return string(b)
+	out := string(b)
+	if seq := (*d.r).DispatchSeq; seq > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if s, err := d.js.Stream(ctx, "JETRUN_DISPATCH"); err == nil {
+			state := "stored"
+			if _, err := s.GetMsg(ctx, seq); err != nil {
+				state = err.Error()
+			}
+			out += fmt.Sprintf("; its dispatch %d: %s", seq, state)
+		}
+	}
+	return out
 }
