@@ -390,6 +390,14 @@ func (d rowDump) String() string {
 			}
 			out += fmt.Sprintf("; its dispatch %d: %s", seq, state)
 		}
+		// Whether the dispatch is offered at all: pending acks and
+		// redeliveries of the agent type's consumer.
+		if c, err := d.js.Consumer(ctx, "JETRUN_DISPATCH", events.AgentConsumer((*d.r).AgentType)); err == nil {
+			if info, err := c.Info(ctx); err == nil {
+				out += fmt.Sprintf("; consumer %s: ack pending %d, redelivered %d, pending %d, delivered up to %d",
+					info.Name, info.NumAckPending, info.NumRedelivered, info.NumPending, info.Delivered.Stream)
+			}
+		}
 	}
 	return out
 }
