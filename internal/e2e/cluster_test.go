@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -283,7 +284,7 @@ func TestClusterLosesNodesAndNoRun(t *testing.T) {
 				return true
 			}
 			return false
-		}, "run %s did not end (with its finish delivered); its row: %v", id, rowDump{r: &last, js: js})
+		}, "run %s did not end (with its finish delivered); its row: %v", id, rowDump{r: &last, js: js, kids: kids})
 		if row.Status != events.StatusCompleted {
 			failed = append(failed, fmt.Sprintf("%s %s/%s %s", id, row.Status, row.Reason, row.Error))
 		}
@@ -370,8 +371,9 @@ func completedTwice(t *testing.T, js jetstream.JetStream, ids []string) []string
 // rowDump prints a row as JSON when formatted (a failure message's
 // argument, read at the failure).
 type rowDump struct {
-	r  **jetruntype.Run
-	js jetstream.JetStream
+	r    **jetruntype.Run
+	js   jetstream.JetStream
+	kids []*proc // child-workers: SIGQUIT, so their goroutine stacks are in the failure's output
 }
 
 func (d rowDump) String() string {
@@ -397,6 +399,14 @@ func (d rowDump) String() string {
 				out += fmt.Sprintf("; consumer %s: ack pending %d, redelivered %d, pending %d, delivered up to %d",
 					info.Name, info.NumAckPending, info.NumRedelivered, info.NumPending, info.Delivered.Stream)
 			}
+		}
+	}
+	// Which execution holds the run, and where it waits: each child-worker
+	// prints every goroutine's stack on SIGQUIT (in its stderr, below).
+	for _, k := range d.kids {
+		if !k.exited() {
+			_ = k.cmd.Process.Signal(syscall.SIGQUIT)
+			_ = k.wait(10 * time.Second)
 		}
 	}
 	return out
