@@ -32,15 +32,14 @@ func (rt *Runtime) Erase(ctx context.Context, r *jetruntype.Run) error {
 			return fmt.Errorf("jetrun: erase dispatch of run %s: %w", r.ID, err)
 		}
 	}
-	for _, p := range []struct{ stream, subject string }{
-		{ns.EventsStream(), ns.RunWildcard(r.ID)},
-		{ns.SignalsStream(), ns.RunSignalsWildcard(r.ID)},
+	for _, p := range []struct {
+		stream  jetstream.Stream
+		subject string
+	}{
+		{rt.events, ns.RunWildcard(r.ID)},
+		{rt.signals, ns.RunSignalsWildcard(r.ID)},
 	} {
-		st, err := rt.js.Stream(ctx, p.stream)
-		if err != nil {
-			return fmt.Errorf("jetrun: erase run %s: bind %s: %w", r.ID, p.stream, err)
-		}
-		if err := st.Purge(ctx, jetstream.WithPurgeSubject(p.subject)); err != nil {
+		if err := p.stream.Purge(ctx, jetstream.WithPurgeSubject(p.subject)); err != nil {
 			return fmt.Errorf("jetrun: erase run %s: purge %s: %w", r.ID, p.subject, err)
 		}
 	}

@@ -51,6 +51,7 @@ type Runtime struct {
 	store    *kv.Store
 	dispatch jetstream.Stream // bound once, by name
 	events   jetstream.Stream
+	signals  jetstream.Stream
 
 	lastRepair atomic.Int64 // when Repair last ran, in Unix nanoseconds
 }
@@ -83,6 +84,9 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Runtime, error) {
 	if rt.events, err = js.Stream(ctx, ns.EventsStream()); err != nil {
 		return nil, fmt.Errorf("jetrun: bind stream %s: %w", ns.EventsStream(), err)
 	}
+	if rt.signals, err = js.Stream(ctx, ns.SignalsStream()); err != nil {
+		return nil, fmt.Errorf("jetrun: bind stream %s: %w", ns.SignalsStream(), err)
+	}
 	return rt, nil
 }
 
@@ -108,6 +112,9 @@ func (rt *Runtime) DispatchStream() jetstream.Stream { return rt.dispatch }
 
 // EventsStream returns the run events stream, bound at Open.
 func (rt *Runtime) EventsStream() jetstream.Stream { return rt.events }
+
+// SignalsStream returns the signals stream, bound at Open.
+func (rt *Runtime) SignalsStream() jetstream.Stream { return rt.signals }
 
 // Repair re-creates the streams and buckets that are missing, as Open does
 // (what exists is left as it is), at most once every RepairEvery across the

@@ -141,11 +141,7 @@ func (w *Worker) Start(ctx context.Context) error {
 // setUp is Start after its checks.
 func (w *Worker) setUp(ctx context.Context) error {
 	ns := w.ns
-	w.eventsStream = w.rt.EventsStream()
-	var err error
-	if w.signalsStream, err = w.js.Stream(ctx, ns.SignalsStream()); err != nil {
-		return fmt.Errorf("worker: bind stream %s: %w", ns.SignalsStream(), err)
-	}
+	w.eventsStream, w.signalsStream = w.rt.EventsStream(), w.rt.SignalsStream()
 	dispatch, err := w.js.Stream(ctx, ns.DispatchStream())
 	if err != nil {
 		return fmt.Errorf("worker: bind stream %s: %w", ns.DispatchStream(), err)
