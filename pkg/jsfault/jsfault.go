@@ -66,9 +66,18 @@ const (
 	codeDuplicateInProcess jetstream.ErrorCode = 10158 // JSStreamDuplicateMessageConflict
 )
 
+// ErrWriteInFlight is a compare-and-set refused because an earlier write of
+// the same key is still being replicated: a clustered stream's leader
+// refuses a second write expecting the same last sequence of a subject while
+// the first is in process ("wrong last sequence"), and that first write —
+// often the same caller's timed-out try — may yet be lost with its leader.
+// Retry: the next try either lands or finds what the first one stored.
+var ErrWriteInFlight = errors.New("jetstream: an earlier write of the key is still in process")
+
 // transientErrs are the client-side errors of faults that pass by
 // themselves.
 var transientErrs = []error{
+	ErrWriteInFlight,                       // see ErrWriteInFlight
 	nats.ErrNoResponders,                   // nobody answered: no stream leader, JetStream away
 	jetstream.ErrNoStreamResponse,          // the same, for a publish
 	nats.ErrTimeout,                        // a request timed out

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
+	"github.com/jetrun/jetrun/pkg/jsfault"
 )
 
 // Reads of a row are direct gets, which any replica of a replicated bucket
@@ -93,6 +94,28 @@ func leaderLastRaw(ctx context.Context, nc *nats.Conn, stream, subject string) (
 		}
 	}
 	return m, nil
+}
+
+// confirmExists answers a create refused as "exists": ErrRunExists, once the
+// leader of a replicated bucket holds the row. A clustered leader also
+// refuses a create while an earlier one of the same key is still in
+// process — typically the caller's own try that timed out in a leader
+// election — and that one may be lost with its leader: then no row exists
+// and the create is retried (jsfault.ErrWriteInFlight is transient). On a
+// single-replica bucket "exists" is final.
+func (s *Store) confirmExists(ctx context.Context, id string) error {
+	exists := fmt.Errorf("kv: create run %s: %w", id, ErrRunExists)
+	if s.replicas <= 1 {
+		return exists
+	}
+	m, err := leaderLast(ctx, s.js.Conn(), events.BucketStream(s.kv.Bucket()), events.BucketSubject(s.kv.Bucket(), id))
+	switch {
+	case err != nil:
+		return fmt.Errorf("kv: create run %s: confirm it exists: %w", id, err)
+	case m == nil:
+		return fmt.Errorf("kv: create run %s: %w", id, jsfault.ErrWriteInFlight)
+	}
+	return exists
 }
 
 // confirmMissing asks the leader of the runs bucket for the row a direct

@@ -12,6 +12,7 @@ import (
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
+	"github.com/jetrun/jetrun/pkg/jsfault"
 )
 
 // On a replicated bucket a row a direct get missed is looked up on the
@@ -38,6 +39,17 @@ func TestLeaderConfirmsAMissOnAThreeNodeCluster(t *testing.T) {
 	got, grev, err := s.confirmMissing(ctx, "lc1")
 	if err != nil || got.ID != "lc1" || grev != rev {
 		t.Fatalf("leader read of an existing row: %+v rev %d (want %d) %v", got, grev, rev, err)
+	}
+	// A create refused as "exists" is confirmed on the leader: a row that
+	// is there is ErrRunExists; none there (the refusal was for an earlier
+	// create still in process, which may yet be lost) is a transient fault
+	// to retry.
+	if _, err := s.Create(ctx, r); !errors.Is(err, ErrRunExists) {
+		t.Fatalf("second create: %v, want ErrRunExists", err)
+	}
+	if err := s.confirmExists(ctx, "never"); !errors.Is(err, jsfault.ErrWriteInFlight) ||
+		jsfault.Classify(ctx, err) != jsfault.Transient {
+		t.Fatalf("create refused for a row the leader does not have: %v, want a transient ErrWriteInFlight", err)
 	}
 	if _, _, err := s.confirmMissing(ctx, "never"); !errors.Is(err, ErrRunNotFound) {
 		t.Fatalf("leader read of a missing row: %v", err)

@@ -180,7 +180,7 @@ func (s *Store) Create(ctx context.Context, r *jetruntype.Run) (uint64, error) {
 	}
 	rev, err := s.kv.Create(ctx, r.ID, data)
 	if errors.Is(err, jetstream.ErrKeyExists) {
-		return 0, fmt.Errorf("kv: create run %s: %w", r.ID, ErrRunExists)
+		return 0, s.confirmExists(ctx, r.ID)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("kv: create run %s: %w", r.ID, err)
