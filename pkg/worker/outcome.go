@@ -247,11 +247,16 @@ func (e *execution) release(delay time.Duration) {
 // acknowledged only if the run is final; otherwise it belongs to the new
 // holder. An attempt stopped by a lapse of the worker's liveness waits
 // until the worker is back: if it resumed its epoch and the row still
-// names the attempt, the run is handed off (handOffLapsed).
+// names the attempt, the run is handed off (handOffLapsed); if another
+// worker took the run over meanwhile, the attempt is still recorded as the
+// lapse it was (refundLapse).
 func (e *execution) abandon() {
 	e.pub.fence()
-	if (e.isLapsed() || e.pub.livenessRanOut()) && e.w.awaitLiveness(e.epoch) && e.handOffLapsed() {
-		return
+	if (e.isLapsed() || e.pub.livenessRanOut()) && e.w.awaitLiveness(e.epoch) {
+		if e.handOffLapsed() {
+			return
+		}
+		e.refundLapse()
 	}
 	ctx, cancel := writeContext()
 	defer cancel()
@@ -311,6 +316,26 @@ func (e *execution) handOffLapsed() bool {
 	e.w.logs.Log(ctx, e.log, slog.LevelInfo, "handed off after a lapse", "run handed off after a lapse of the worker's liveness")
 	e.releaseMsgs(settle.Retry(0)) // at once, to any worker
 	return true
+}
+
+// refundLapse records a lapse on a run that another worker took over while
+// this worker's liveness was lapsed (its key expired in an outage that
+// outlasted the lease): the worker came back with the same epoch, so the
+// attempt ended with a lapse, not a lost process, and counts as a hand-off
+// (Run.RefundBlink), not against MaxAttempts. Only the run's blink count
+// changes, so the write cannot disturb the attempt that holds the run now.
+func (e *execution) refundLapse() {
+	ctx, cancel := writeContext()
+	defer cancel()
+	_, _, err := e.w.store.Mutate(ctx, e.id, func(r *jetruntype.Run) error {
+		if r.Status.Final() || !r.RefundBlink(e.attempt) {
+			return kv.ErrNoChange
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, kv.ErrRunNotFound) {
+		e.w.fault(ctx, e.log, "record a lapse on a run taken over meanwhile", err)
+	}
 }
 
 // drain publishes a pending coalesced progress event and waits until every

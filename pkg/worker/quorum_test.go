@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -95,6 +96,25 @@ func (c *restartableCluster) stop(i int) {
 	}
 }
 
+// placeable waits until a three-replica stream can be placed and gets a
+// leader.
+func (c *restartableCluster) placeable() {
+	c.mu.Lock()
+	node := c.nodes[0]
+	c.mu.Unlock()
+	_, pjs := natstest.Connect(c.t, node)
+	natstest.Eventually(c.t, 60*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		s, err := pjs.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "PROBE", Subjects: []string{"probe"}, Replicas: 3})
+		if err != nil {
+			return false
+		}
+		info, err := s.Info(ctx)
+		return err == nil && info.Cluster != nil && info.Cluster.Leader != ""
+	}, "cluster cannot place a three-replica stream")
+}
+
 func (c *restartableCluster) urls(first int) string {
 	var out []string
 	for i := range 3 {
@@ -134,19 +154,7 @@ func TestQuorumLossIsNotALostWorker(t *testing.T) {
 			return worker.Result{}, context.Cause(ctx)
 		}
 	})
-	{ // ready when a three-replica stream can be placed and gets a leader
-		_, pjs := natstest.Connect(t, c.nodes[0])
-		natstest.Eventually(t, 60*time.Second, func() bool {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			s, err := pjs.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "PROBE", Subjects: []string{"probe"}, Replicas: 3})
-			if err != nil {
-				return false
-			}
-			info, err := s.Info(ctx)
-			return err == nil && info.Cluster != nil && info.Cluster.Leader != ""
-		}, "cluster cannot place a three-replica stream")
-	}
+	c.placeable()
 	logs := []*lockedBuffer{{}, {}}
 	for i := range 2 {
 		cfg := worker.Config{Lease: 2 * time.Second, MaxAttempts: 1, Concurrency: runs,
@@ -209,5 +217,84 @@ func TestQuorumLossIsNotALostWorker(t *testing.T) {
 	}
 	if len(failed) > 0 {
 		t.Fatalf("%d of %d runs did not complete: %v", len(failed), runs, failed)
+	}
+}
+
+// A worker cut off from JetStream for longer than the lease (its node goes
+// away; the cluster keeps quorum) loses its run to another worker. When it
+// is back with the same epoch, its stopped attempt is recorded as a lapse,
+// not a lost worker: an outage does not use up the run's attempts.
+func TestLapsedWorkerWhoseRunWasTakenOverRecordsTheLapse(t *testing.T) {
+	t.Parallel()
+	c := newRestartableCluster(t)
+	connect := func(node int, opts ...nats.Option) *nats.Conn {
+		nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", c.opts[node].Port),
+			append(opts, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	gate := make(chan struct{})
+	handler := worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+		if len(run.Milestones()) == 0 {
+			if _, err := run.Milestone(ctx, "began", nil); err != nil {
+				return worker.Result{}, err
+			}
+		}
+		select {
+		case <-gate:
+			return worker.Result{Summary: "done"}, nil
+		case <-ctx.Done():
+			return worker.Result{}, context.Cause(ctx)
+		}
+	})
+	c.placeable()
+	nc := connect(0)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{Streams: events.StreamOptions{Replicas: 3}})
+	natstest.WaitForStreamLeaders(t, js, "JETRUN_EVENTS", "JETRUN_DISPATCH", "KV_jetrun_runs", "KV_jetrun_active")
+	store := rt.Store()
+	ctx := context.Background()
+	cfg := func(id string) worker.Config {
+		return worker.Config{ID: id, Lease: 2 * time.Second, MaxAttempts: 2, Concurrency: 4}
+	}
+	// Worker A reaches the cluster only through node 2.
+	ncA := connect(2, nats.IgnoreDiscoveredServers())
+	startWorkerOn(t, jetruntest.OpenRuntime(t, ncA, jetrun.Config{Streams: events.StreamOptions{Replicas: 3}}),
+		cfg("wa"), map[string]worker.Handler{"lapse": handler})
+	publish(t, js, "jetrun.dispatch.lapse", `{"runId":"lapse1","input":{}}`)
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		r, _, err := store.Get(ctx, "lapse1")
+		return err == nil && r.Status == events.StatusRunning && r.Worker == "wa" && r.Milestones >= 1
+	}, "worker A did not start the run")
+
+	startWorkerOn(t, rt, cfg("wb"), map[string]worker.Handler{"lapse": handler})
+	c.stop(2) // A is cut off; its key expires and B takes the run over
+	natstest.Eventually(t, 60*time.Second, func() bool {
+		r, _, err := store.Get(ctx, "lapse1")
+		return err == nil && r.Worker == "wb" && r.Attempt == 2
+	}, "worker B did not take the run over")
+	c.start(2)
+	c.ready(2)
+	var row *jetruntype.Run
+	natstest.Eventually(t, 60*time.Second, func() bool {
+		r, _, err := store.Get(ctx, "lapse1")
+		row = r
+		return err == nil && len(r.Blinks) > 0
+	}, "worker A never recorded its lapse on the run B took over")
+	close(gate)
+	natstest.Eventually(t, 60*time.Second, func() bool {
+		r, _, err := store.Get(ctx, "lapse1")
+		row = r
+		return err == nil && r.Status.Final()
+	}, "run did not end")
+	if row.Status != events.StatusCompleted || row.Attempt != 2 || row.Handoffs != 1 || !slices.Equal(row.Blinks, []int{1}) {
+		t.Fatalf("run %s (%s: %s), attempt %d, handoffs %d, blinks %v; want completed on attempt 2 with attempt 1 a blink",
+			row.Status, row.Reason, row.Error, row.Attempt, row.Handoffs, row.Blinks)
 	}
 }
