@@ -64,13 +64,21 @@ func (w *Worker) heart(ctx context.Context) {
 // nothing and tries to resume its epoch every beat; when another
 // incarnation holds the key, it starts a new epoch.
 func (w *Worker) renew(ctx context.Context) error {
-	rctx, cancel := context.WithTimeout(ctx, w.cfg.Lease/3)
+	// A renewal that cannot land before the worker stops counting on its
+	// key is too late: cut it short, so the lapse comes before the key can
+	// expire and another worker take a run over.
+	timeout := w.cfg.Lease / 3
+	if !w.isLapsing() {
+		timeout = min(timeout, max(time.Until(w.holdsUntil()), w.cfg.Lease/20))
+	}
+	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	live := w.liveness()
+	sent := time.Now() // the key's TTL runs from when the server stores it: no earlier than this
 	if !w.isLapsing() {
 		err := live.Renew(rctx)
 		if err == nil {
-			w.renewed(time.Now())
+			w.renewed(sent)
 			return nil
 		}
 		w.troubled()
@@ -104,7 +112,7 @@ func (w *Worker) renew(ctx context.Context) error {
 	} else if err != nil {
 		return err
 	}
-	w.renewed(time.Now())
+	w.renewed(sent)
 	w.resume()
 	w.log.InfoContext(ctx, "worker liveness back")
 	return nil
@@ -198,7 +206,11 @@ func (w *Worker) awaitLiveness(epoch string) bool {
 	}
 }
 
-// renewed records a successful renewal at t.
+// renewed records a successful renewal whose write was sent at t: the key
+// lives at least a lease from then. Timed from the answer instead, a slow
+// answer (a busy cluster) would have the worker count on its key for longer
+// than the server keeps it, and carry its attempts on past the moment
+// another worker may take them over.
 func (w *Worker) renewed(t time.Time) {
 	w.liveUntil.Store(t.Add(w.cfg.Lease - w.cfg.Lease/6).UnixNano())
 }

@@ -247,16 +247,12 @@ func (e *execution) release(delay time.Duration) {
 // acknowledged only if the run is final; otherwise it belongs to the new
 // holder. An attempt stopped by a lapse of the worker's liveness waits
 // until the worker is back: if it resumed its epoch and the row still
-// names the attempt, the run is handed off (handOffLapsed); if another
-// worker took the run over meanwhile, the attempt is still recorded as the
-// lapse it was (refundLapse).
+// names the attempt, the run is handed off (handOffLapsed). An attempt
+// whose run another worker took over is recorded as a lapse (refundLapse).
 func (e *execution) abandon() {
 	e.pub.fence()
-	if (e.isLapsed() || e.pub.livenessRanOut()) && e.w.awaitLiveness(e.epoch) {
-		if e.handOffLapsed() {
-			return
-		}
-		e.refundLapse()
+	if (e.isLapsed() || e.pub.livenessRanOut()) && e.w.awaitLiveness(e.epoch) && e.handOffLapsed() {
+		return
 	}
 	ctx, cancel := writeContext()
 	defer cancel()
@@ -279,6 +275,9 @@ func (e *execution) abandon() {
 		e.log.InfoContext(ctx, "run cleared; attempt stopped")
 		e.releaseMsgs(settle.Ack())
 		return
+	}
+	if err == nil && row.Attempt > e.attempt {
+		e.refundLapse(ctx)
 	}
 	e.setOutcome(OutcomeLeaseLost, "")
 	// When the worker's liveness lapses every attempt stops at once: one
@@ -318,15 +317,17 @@ func (e *execution) handOffLapsed() bool {
 	return true
 }
 
-// refundLapse records a lapse on a run that another worker took over while
-// this worker's liveness was lapsed (its key expired in an outage that
-// outlasted the lease): the worker came back with the same epoch, so the
-// attempt ended with a lapse, not a lost process, and counts as a hand-off
-// (Run.RefundBlink), not against MaxAttempts. Only the run's blink count
-// changes, so the write cannot disturb the attempt that holds the run now.
-func (e *execution) refundLapse() {
-	ctx, cancel := writeContext()
-	defer cancel()
+// refundLapse records, on a run another worker took over while this
+// process lived on, that the attempt ended with a lapse of the worker's
+// liveness, not a lost process: a run is taken over only when its holder's
+// key is gone, and this process is here to say it did not die (its key
+// expired in an outage that outlasted the lease, or before it could notice).
+// So the attempt counts as a hand-off (Run.RefundBlink), not against
+// MaxAttempts, and an outage does not use up a run's attempts however often
+// it makes workers take each other's runs over. Only the run's blinks and
+// hand-off count change, so the write cannot disturb the attempt that holds
+// the run now.
+func (e *execution) refundLapse(ctx context.Context) {
 	_, _, err := e.w.store.Mutate(ctx, e.id, func(r *jetruntype.Run) error {
 		if r.Status.Final() || !r.RefundBlink(e.attempt) {
 			return kv.ErrNoChange
