@@ -30,28 +30,36 @@ func (w *Worker) heart(ctx context.Context) {
 	renewEvery := w.cfg.Lease / 3
 	tick := time.NewTicker(min(w.cfg.RowSyncInterval, renewEvery))
 	defer tick.Stop()
-	nextRenew := time.Now().Add(renewEvery)
+	// Renewals keep their own cadence, a third of a lease from one send to
+	// the next whatever the tick, so each has the most time to land before
+	// the worker stops counting on its key (holdsUntil).
+	renewal := time.NewTimer(renewEvery)
+	defer renewal.Stop()
 	failing := false
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case now := <-tick.C:
-			if !now.Before(nextRenew) {
-				if err := w.renew(ctx); err != nil {
-					if !failing {
-						w.log.WarnContext(ctx, "renew worker liveness; retrying", "err", err)
-					}
-					failing = true
-					nextRenew = now.Add(min(renewEvery, time.Second))
-				} else {
-					if failing {
-						w.log.InfoContext(ctx, "worker liveness renewed again")
-					}
-					failing = false
-					nextRenew = now.Add(renewEvery)
+		case <-renewal.C:
+			began := time.Now()
+			next := renewEvery
+			if err := w.renew(ctx); err != nil {
+				if !failing {
+					w.log.WarnContext(ctx, "renew worker liveness; retrying", "err", err)
 				}
+				failing = true
+				next = min(renewEvery, time.Second) // an outage: try every beat
+				if !w.isLapsing() {
+					next = w.cfg.Lease / 20 // the key still holds: try again soon, while that lasts
+				}
+			} else {
+				if failing {
+					w.log.InfoContext(ctx, "worker liveness renewed again")
+				}
+				failing = false
 			}
+			renewal.Reset(max(next-time.Since(began), 0))
+		case now := <-tick.C:
 			w.tend(ctx, now, renewEvery)
 		}
 	}

@@ -260,8 +260,15 @@ func TestLapsedWorkerWhoseRunWasTakenOverRecordsTheLapse(t *testing.T) {
 	natstest.WaitForStreamLeaders(t, js, "JETRUN_EVENTS", "JETRUN_DISPATCH", "KV_jetrun_runs", "KV_jetrun_active")
 	store := rt.Store()
 	ctx := context.Background()
+	logs := &lockedBuffer{} // both workers' logs, shown if the test fails
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("worker logs:\n%s", logs)
+		}
+	})
 	cfg := func(id string) worker.Config {
-		return worker.Config{ID: id, Lease: 2 * time.Second, MaxAttempts: 2, Concurrency: 4}
+		return worker.Config{ID: id, Lease: 2 * time.Second, MaxAttempts: 2, Concurrency: 4,
+			Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
 	}
 	// Worker A reaches the cluster only through node 2.
 	ncA := connect(2, nats.IgnoreDiscoveredServers())
