@@ -253,6 +253,60 @@ func BenchmarkWorkloadRunsVersusRaw(b *testing.B) {
 		writesPerRun, rate*writesPerRun/raw)
 }
 
+// BenchmarkWorkloadBurnDown queues 10,000 no-op runs with no worker
+// running, then starts one (on a connection of its own, as a child-worker
+// process has) and reports how fast it works the queue down, as a ratio of
+// raw async publish on the same server: the worker's own rate, where
+// BenchmarkWorkloadRunsVersusRaw also carries the dispatching client's
+// cost in the same process. It runs at the workload benchmarks' worker
+// concurrency and at 256 (agent workers run hundreds of runs at once).
+func BenchmarkWorkloadBurnDown(b *testing.B) {
+	for _, conc := range []int{concurrency, 256} {
+		b.Run(fmt.Sprintf("concurrency=%d", conc), func(b *testing.B) { burnDown(b, conc) })
+	}
+}
+
+func burnDown(b *testing.B, conc int) {
+	ns, nc, js := embeddedServer(b)
+	ctx := context.Background()
+	raw := rawAsyncPublishRate(b, js)
+	client, err := parent.New(jetruntest.OpenRuntime(b, nc, jetrun.Config{}), parent.Config{AllowUnknownAgentTypes: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	lat := newLatencies(runs)
+	sub, err := nc.Subscribe("jetrun.run.*.status", func(m *nats.Msg) {
+		var ev events.StatusEvent
+		if json.Unmarshal(m.Data, &ev) == nil && ev.Status == events.StatusCompleted {
+			lat.end(ev.RunID)
+		}
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+
+	var elapsed time.Duration
+	for b.Loop() {
+		fanOut(b, runs, dispatchers, func(i int) error {
+			id := fmt.Sprintf("burn-%d", i)
+			lat.start(id)
+			_, err := client.Dispatch(ctx, parent.Request{AgentType: "noop", RunID: id, Input: 1})
+			return err
+		})
+		begin := time.Now()
+		startWorker(b, inProcess(b, ns), conc, "noop", noop)
+		lat.wait(b, "queued runs completed")
+		elapsed = time.Since(begin)
+	}
+	rate := runs / elapsed.Seconds()
+	b.ReportMetric(raw, "raw-async-pub/s")
+	b.ReportMetric(rate, "runs/s")
+	b.ReportMetric(rate/raw, "runs-per-raw-msg")
+	report("burndown", "runs", runs, "worker_concurrency", conc, "raw_async_pub_per_s", raw,
+		"runs_per_s", rate, "runs_vs_raw_async_pub", rate/raw, "goal_runs_vs_raw", 0.06)
+}
+
 // BenchmarkWorkloadCancel reports how long a cancel takes to reach the
 // handler and end the run aborted, as a subscriber to the status events sees
 // it.
