@@ -178,6 +178,22 @@ func (l *latencies) end(id string) {
 	}
 }
 
+// follow ends the timing of each run whose "completed" status event a
+// subscriber on nc sees, from now until b's cleanup.
+func (l *latencies) follow(b *testing.B, nc *nats.Conn) {
+	b.Helper()
+	sub, err := nc.Subscribe("jetrun.run.*.status", func(m *nats.Msg) {
+		var ev events.StatusEvent
+		if json.Unmarshal(m.Data, &ev) == nil && ev.Status == events.StatusCompleted {
+			l.end(ev.RunID)
+		}
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = sub.Unsubscribe() })
+}
+
 // wait waits for all n ends and returns the latencies sorted.
 func (l *latencies) wait(b *testing.B, what string) []time.Duration {
 	b.Helper()
@@ -208,16 +224,7 @@ func BenchmarkWorkloadRunsVersusRaw(b *testing.B) {
 
 	// Completions as a subscriber sees them: the final status event.
 	lat := newLatencies(runs)
-	sub, err := nc.Subscribe("jetrun.run.*.status", func(m *nats.Msg) {
-		var ev events.StatusEvent
-		if json.Unmarshal(m.Data, &ev) == nil && ev.Status == events.StatusCompleted {
-			lat.end(ev.RunID)
-		}
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer sub.Unsubscribe()
+	lat.follow(b, nc)
 
 	writesBefore := storedMessages(b, js)
 	var (
@@ -275,16 +282,7 @@ func burnDown(b *testing.B, conc int) {
 		b.Fatal(err)
 	}
 	lat := newLatencies(runs)
-	sub, err := nc.Subscribe("jetrun.run.*.status", func(m *nats.Msg) {
-		var ev events.StatusEvent
-		if json.Unmarshal(m.Data, &ev) == nil && ev.Status == events.StatusCompleted {
-			lat.end(ev.RunID)
-		}
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer sub.Unsubscribe()
+	lat.follow(b, nc)
 
 	var elapsed time.Duration
 	for b.Loop() {

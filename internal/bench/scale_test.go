@@ -2,7 +2,6 @@ package bench_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -511,16 +510,7 @@ func BenchmarkWorkloadShortRunCost(b *testing.B) {
 	}
 	rc := newRequestCounter(b, nc, workerInbox, clientInbox)
 	lat := newLatencies(n)
-	sub, err := nc.Subscribe("jetrun.run.*.status", func(m *nats.Msg) {
-		var ev events.StatusEvent
-		if json.Unmarshal(m.Data, &ev) == nil && ev.Status == events.StatusCompleted {
-			lat.end(ev.RunID)
-		}
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer sub.Unsubscribe()
+	lat.follow(b, nc)
 	if err := nc.Flush(); err != nil {
 		b.Fatal(err)
 	}
@@ -592,16 +582,7 @@ func BenchmarkWorkloadPacedLatency(b *testing.B) {
 		b.Fatal(err)
 	}
 	lat := newLatencies(n)
-	sub, err := nc.Subscribe("jetrun.run.*.status", func(m *nats.Msg) {
-		var ev events.StatusEvent
-		if json.Unmarshal(m.Data, &ev) == nil && ev.Status == events.StatusCompleted {
-			lat.end(ev.RunID)
-		}
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer sub.Unsubscribe()
+	lat.follow(b, nc)
 	if err := nc.Flush(); err != nil {
 		b.Fatal(err)
 	}

@@ -115,6 +115,24 @@ func (c *restartableCluster) placeable() {
 	}, "cluster cannot place a three-replica stream")
 }
 
+// gatedHandler reaches a milestone (once per run), then waits until gate
+// closes and completes, or returns the cause its context ended with.
+func gatedHandler(gate <-chan struct{}) worker.Handler {
+	return worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+		if len(run.Milestones()) == 0 {
+			if _, err := run.Milestone(ctx, "began", nil); err != nil {
+				return worker.Result{}, err
+			}
+		}
+		select {
+		case <-gate:
+			return worker.Result{Summary: "done"}, nil
+		case <-ctx.Done():
+			return worker.Result{}, context.Cause(ctx)
+		}
+	})
+}
+
 func (c *restartableCluster) urls(first int) string {
 	var out []string
 	for i := range 3 {
@@ -141,19 +159,7 @@ func TestQuorumLossIsNotALostWorker(t *testing.T) {
 		return nc
 	}
 	gate := make(chan struct{})
-	handler := worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
-		if len(run.Milestones()) == 0 {
-			if _, err := run.Milestone(ctx, "began", nil); err != nil {
-				return worker.Result{}, err
-			}
-		}
-		select {
-		case <-gate:
-			return worker.Result{Summary: "done"}, nil
-		case <-ctx.Done():
-			return worker.Result{}, context.Cause(ctx)
-		}
-	})
+	handler := gatedHandler(gate)
 	c.placeable()
 	logs := []*lockedBuffer{{}, {}}
 	for i := range 2 {
@@ -237,19 +243,7 @@ func TestLapsedWorkerWhoseRunWasTakenOverRecordsTheLapse(t *testing.T) {
 		return nc
 	}
 	gate := make(chan struct{})
-	handler := worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
-		if len(run.Milestones()) == 0 {
-			if _, err := run.Milestone(ctx, "began", nil); err != nil {
-				return worker.Result{}, err
-			}
-		}
-		select {
-		case <-gate:
-			return worker.Result{Summary: "done"}, nil
-		case <-ctx.Done():
-			return worker.Result{}, context.Cause(ctx)
-		}
-	})
+	handler := gatedHandler(gate)
 	c.placeable()
 	nc := connect(0)
 	js, err := jetstream.New(nc)
