@@ -30,36 +30,28 @@ func (w *Worker) heart(ctx context.Context) {
 	renewEvery := w.cfg.Lease / 3
 	tick := time.NewTicker(min(w.cfg.RowSyncInterval, renewEvery))
 	defer tick.Stop()
-	// Renewals keep their own cadence, a third of a lease from one send to
-	// the next whatever the tick, so each has the most time to land before
-	// the worker stops counting on its key (holdsUntil).
-	renewal := time.NewTimer(renewEvery)
-	defer renewal.Stop()
+	nextRenew := time.Now().Add(renewEvery)
 	failing := false
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-renewal.C:
-			began := time.Now()
-			next := renewEvery
-			if err := w.renew(ctx); err != nil {
-				if !failing {
-					w.log.WarnContext(ctx, "renew worker liveness; retrying", "err", err)
-				}
-				failing = true
-				next = min(renewEvery, time.Second) // an outage: try every beat
-				if !w.isLapsing() {
-					next = w.cfg.Lease / 20 // the key still holds: try again soon, while that lasts
-				}
-			} else {
-				if failing {
-					w.log.InfoContext(ctx, "worker liveness renewed again")
-				}
-				failing = false
-			}
-			renewal.Reset(max(next-time.Since(began), 0))
 		case now := <-tick.C:
+			if !now.Before(nextRenew) {
+				if err := w.renew(ctx); err != nil {
+					if !failing {
+						w.log.WarnContext(ctx, "renew worker liveness; retrying", "err", err)
+					}
+					failing = true
+					nextRenew = now.Add(min(renewEvery, time.Second))
+				} else {
+					if failing {
+						w.log.InfoContext(ctx, "worker liveness renewed again")
+					}
+					failing = false
+					nextRenew = now.Add(renewEvery)
+				}
+			}
 			w.tend(ctx, now, renewEvery)
 		}
 	}
@@ -72,21 +64,13 @@ func (w *Worker) heart(ctx context.Context) {
 // nothing and tries to resume its epoch every beat; when another
 // incarnation holds the key, it starts a new epoch.
 func (w *Worker) renew(ctx context.Context) error {
-	// A renewal that cannot land before the worker stops counting on its
-	// key is too late: cut it short, so the lapse comes before the key can
-	// expire and another worker take a run over.
-	timeout := w.cfg.Lease / 3
-	if !w.isLapsing() {
-		timeout = min(timeout, max(time.Until(w.holdsUntil()), w.cfg.Lease/20))
-	}
-	rctx, cancel := context.WithTimeout(ctx, timeout)
+	rctx, cancel := context.WithTimeout(ctx, w.cfg.Lease/3)
 	defer cancel()
 	live := w.liveness()
-	sent := time.Now() // the key's TTL runs from when the server stores it: no earlier than this
 	if !w.isLapsing() {
 		err := live.Renew(rctx)
 		if err == nil {
-			w.renewed(sent)
+			w.renewed(time.Now())
 			return nil
 		}
 		w.troubled()
@@ -120,7 +104,7 @@ func (w *Worker) renew(ctx context.Context) error {
 	} else if err != nil {
 		return err
 	}
-	w.renewed(sent)
+	w.renewed(time.Now())
 	w.resume()
 	w.log.InfoContext(ctx, "worker liveness back")
 	return nil
@@ -214,11 +198,7 @@ func (w *Worker) awaitLiveness(epoch string) bool {
 	}
 }
 
-// renewed records a successful renewal whose write was sent at t: the key
-// lives at least a lease from then. Timed from the answer instead, a slow
-// answer (a busy cluster) would have the worker count on its key for longer
-// than the server keeps it, and carry its attempts on past the moment
-// another worker may take them over.
+// renewed records a successful renewal at t.
 func (w *Worker) renewed(t time.Time) {
 	w.liveUntil.Store(t.Add(w.cfg.Lease - w.cfg.Lease/6).UnixNano())
 }

@@ -179,12 +179,11 @@ func (w *Worker) setUp(ctx context.Context) error {
 		return fmt.Errorf("worker: create consumer %s: %w", malformedConsumer, err)
 	}
 
-	sent := time.Now()
 	live, err := w.store.AcquireLiveness(ctx, w.cfg.ID, w.cfg.Lease)
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
-	w.renewed(sent)
+	w.renewed(time.Now())
 	cancels, err := w.followCancels(ctx)
 	if err != nil {
 		return err
