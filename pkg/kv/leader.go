@@ -96,6 +96,12 @@ func leaderLastRaw(ctx context.Context, nc *nats.Conn, stream, subject string) (
 	return m, nil
 }
 
+// leaderRow reads the message of run id's row from the runs bucket's
+// leader (see leaderLast).
+func (s *Store) leaderRow(ctx context.Context, id string) (*jetstream.RawStreamMsg, error) {
+	return leaderLast(ctx, s.js.Conn(), events.BucketStream(s.kv.Bucket()), events.BucketSubject(s.kv.Bucket(), id))
+}
+
 // confirmExists answers a create refused as "exists": ErrRunExists, once the
 // leader of a replicated bucket holds the row. A clustered leader also
 // refuses a create while an earlier one of the same key is still in
@@ -108,7 +114,7 @@ func (s *Store) confirmExists(ctx context.Context, id string) error {
 	if s.replicas <= 1 {
 		return exists
 	}
-	m, err := leaderLast(ctx, s.js.Conn(), events.BucketStream(s.kv.Bucket()), events.BucketSubject(s.kv.Bucket(), id))
+	m, err := s.leaderRow(ctx, id)
 	switch {
 	case err != nil:
 		return fmt.Errorf("kv: create run %s: confirm it exists: %w", id, err)
@@ -124,7 +130,7 @@ func (s *Store) confirmMissing(ctx context.Context, id string) (*jetruntype.Run,
 	if s.replicas <= 1 {
 		return nil, 0, fmt.Errorf("kv: get run %s: %w", id, ErrRunNotFound)
 	}
-	m, err := leaderLast(ctx, s.js.Conn(), events.BucketStream(s.kv.Bucket()), events.BucketSubject(s.kv.Bucket(), id))
+	m, err := s.leaderRow(ctx, id)
 	if err != nil {
 		return nil, 0, fmt.Errorf("kv: get run %s: %w", id, err)
 	}

@@ -133,6 +133,16 @@ func gatedHandler(gate <-chan struct{}) worker.Handler {
 	})
 }
 
+// connect dials urls, reconnecting forever, closed at the test's cleanup.
+func (c *restartableCluster) connect(urls string, opts ...nats.Option) *nats.Conn {
+	nc, err := nats.Connect(urls, append(opts, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))...)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(nc.Close)
+	return nc
+}
+
 func (c *restartableCluster) urls(first int) string {
 	var out []string
 	for i := range 3 {
@@ -150,14 +160,7 @@ func TestQuorumLossIsNotALostWorker(t *testing.T) {
 	t.Parallel()
 	const runs = 20
 	c := newRestartableCluster(t)
-	connect := func(first int) *nats.Conn {
-		nc, err := nats.Connect(c.urls(first), nats.DontRandomize(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		return nc
-	}
+	connect := func(first int) *nats.Conn { return c.connect(c.urls(first), nats.DontRandomize()) }
 	gate := make(chan struct{})
 	handler := gatedHandler(gate)
 	c.placeable()
@@ -234,13 +237,7 @@ func TestLapsedWorkerWhoseRunWasTakenOverRecordsTheLapse(t *testing.T) {
 	t.Parallel()
 	c := newRestartableCluster(t)
 	connect := func(node int, opts ...nats.Option) *nats.Conn {
-		nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", c.opts[node].Port),
-			append(opts, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		return nc
+		return c.connect(fmt.Sprintf("nats://127.0.0.1:%d", c.opts[node].Port), opts...)
 	}
 	gate := make(chan struct{})
 	handler := gatedHandler(gate)
