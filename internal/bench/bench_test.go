@@ -284,7 +284,7 @@ func burnDown(b *testing.B, conc int) {
 	lat := newLatencies(runs)
 	lat.follow(b, nc)
 
-	var elapsed time.Duration
+	var elapsed, cpu time.Duration
 	for b.Loop() {
 		fanOut(b, runs, dispatchers, func(i int) error {
 			id := fmt.Sprintf("burn-%d", i)
@@ -292,17 +292,20 @@ func burnDown(b *testing.B, conc int) {
 			_, err := client.Dispatch(ctx, parent.Request{AgentType: "noop", RunID: id, Input: 1})
 			return err
 		})
-		begin := time.Now()
+		begin, cpu0 := time.Now(), cpuTime()
 		startWorker(b, inProcess(b, ns), conc, "noop", noop)
 		lat.wait(b, "queued runs completed")
-		elapsed = time.Since(begin)
+		elapsed, cpu = time.Since(begin), cpuTime()-cpu0
 	}
 	rate := runs / elapsed.Seconds()
+	cpuPerRun := float64(cpu.Microseconds()) / runs // worker and server: both are in this process
 	b.ReportMetric(raw, "raw-async-pub/s")
 	b.ReportMetric(rate, "runs/s")
 	b.ReportMetric(rate/raw, "runs-per-raw-msg")
+	b.ReportMetric(cpuPerRun, "cpu-µs/run")
 	report("burndown", "runs", runs, "worker_concurrency", conc, "raw_async_pub_per_s", raw,
-		"runs_per_s", rate, "runs_vs_raw_async_pub", rate/raw, "goal_runs_vs_raw", 0.06)
+		"runs_per_s", rate, "runs_vs_raw_async_pub", rate/raw, "goal_runs_vs_raw", 0.06,
+		"cpu_us_per_run", cpuPerRun)
 }
 
 // BenchmarkWorkloadCancel reports how long a cancel takes to reach the
