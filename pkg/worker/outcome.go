@@ -161,7 +161,7 @@ func (e *execution) writeFinal(fn func(*jetruntype.Run) error) (*jetruntype.Run,
 	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(50*time.Millisecond), backoff.WithMaxInterval(2*time.Second),
 		backoff.WithMaxElapsedTime(0))
 	err := backoff.Retry(func() error {
-		e.heartbeat()
+		e.beatIfDue(time.Now())
 		r, err := e.write(ctx, fn)
 		if errors.Is(err, ErrLeaseLost) {
 			return backoff.Permanent(err)

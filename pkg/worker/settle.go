@@ -81,3 +81,19 @@ func (e *execution) heartbeat() {
 		_ = m.InProgress()
 	}
 }
+
+// beatIfDue heartbeats the dispatch when its last InProgress is a third of
+// a lease old. The heart does not tend an ended attempt; its final write,
+// retried through a fault, beats for itself, and a run that ends quickly
+// sends no InProgress at all.
+func (e *execution) beatIfDue(now time.Time) {
+	e.ctlMu.Lock()
+	due := now.Sub(e.lastBeat) >= e.w.cfg.Lease/3
+	if due {
+		e.lastBeat = now
+	}
+	e.ctlMu.Unlock()
+	if due {
+		e.heartbeat()
+	}
+}
