@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/jspub"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/jsfault"
@@ -50,7 +51,7 @@ func (rt *Runtime) PublishStatus(ctx context.Context, r *jetruntype.Run, worker,
 		msg.Header.Set(events.HeaderFinishOwed, string(r.Status))
 	}
 	r.Trace().SetHeaders(msg.Header)
-	if _, err := rt.js.PublishMsg(ctx, msg); err != nil {
+	if _, err := jspub.Publish(ctx, rt.nc, msg); err != nil {
 		return fmt.Errorf("jetrun: publish %s status of run %s: %w", r.Status, r.ID, err)
 	}
 	return nil
@@ -70,8 +71,9 @@ func (rt *Runtime) PublishFinish(ctx context.Context, r *jetruntype.Run, s event
 		return nil, fmt.Errorf("jetrun: encode finish of run %s: %w", r.ID, err)
 	}
 	msg := &nats.Msg{Subject: rt.cfg.Namespace.FinishSubject(f.Handler), Data: data, Header: nats.Header{}}
+	msg.Header.Set(jetstream.MsgIDHeader, events.FinishMsgID(r.ID, s))
 	r.Trace().SetHeaders(msg.Header)
-	ack, err := rt.js.PublishMsg(ctx, msg, jetstream.WithMsgID(events.FinishMsgID(r.ID, s)))
+	ack, err := jspub.Publish(ctx, rt.nc, msg)
 	if err != nil {
 		return nil, fmt.Errorf("jetrun: publish %s finish of run %s: %w", s, r.ID, err)
 	}
@@ -93,7 +95,7 @@ func (rt *Runtime) PublishNotice(ctx context.Context, r *jetruntype.Run, name st
 	msg := &nats.Msg{Subject: rt.cfg.Namespace.FinishSubject(n.Handler), Data: data, Header: nats.Header{}}
 	msg.Header.Set(jetstream.MsgIDHeader, events.MilestoneNoticeMsgID(r.ID, name))
 	msg.Header.Set(events.HeaderKind, events.KindMilestoneNotice)
-	ack, err := rt.js.PublishMsg(ctx, msg)
+	ack, err := jspub.Publish(ctx, rt.nc, msg)
 	if err != nil {
 		return nil, fmt.Errorf("jetrun: publish milestone notice %s of run %s: %w", name, r.ID, err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/jspub"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jsfault"
 )
@@ -54,7 +55,8 @@ func (rt *Runtime) PublishDispatch(ctx context.Context, agentType string, d even
 	id := base
 	var out Published
 	publish := func() error {
-		ack, err := rt.js.PublishMsg(ctx, msg, jetstream.WithMsgID(id))
+		msg.Header.Set(jetstream.MsgIDHeader, id)
+		ack, err := jspub.Publish(ctx, rt.nc, msg)
 		if err != nil && !jsfault.IsTransient(ctx, err) && !jsfault.IsMissing(err) {
 			return backoff.Permanent(err) // too large, refused: retrying changes nothing
 		}

@@ -6,11 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/jspub"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/jsfault"
@@ -200,21 +203,26 @@ func (s *Store) Delete(ctx context.Context, r *jetruntype.Run) error {
 // Update writes r if the stored row is still at revision rev, and returns the
 // new revision. It returns ErrConflict if the row changed meanwhile.
 func (s *Store) Update(ctx context.Context, r *jetruntype.Run, rev uint64) (uint64, error) {
+	if err := events.ValidateID(r.ID); err != nil {
+		return 0, fmt.Errorf("kv: update run: %w", err)
+	}
 	data, err := json.Marshal(r)
 	if err != nil {
 		return 0, fmt.Errorf("kv: encode run %s: %w", r.ID, err)
 	}
-	newRev, err := s.kv.Update(ctx, r.ID, data, rev)
-	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+	// A publish to the row's subject expecting its revision, as
+	// jetstream.KeyValue.Update sends, with the answer read by jspub: the
+	// hottest write there is.
+	m := &nats.Msg{Subject: events.BucketSubject(s.kv.Bucket(), r.ID), Data: data, Header: nats.Header{}}
+	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
+	ack, err := jspub.Publish(ctx, s.js.Conn(), m)
+	if events.IsWrongLastSequence(err) {
 		return 0, fmt.Errorf("kv: update run %s at revision %d: %w", r.ID, rev, ErrConflict)
-	}
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return 0, fmt.Errorf("kv: update run %s: %w", r.ID, ErrRunNotFound)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("kv: update run %s: %w", r.ID, err)
 	}
-	return newRev, nil
+	return ack.Sequence, nil
 }
 
 // Mutate applies fn to the current row of run id and writes the result with a
