@@ -102,26 +102,32 @@ func (s *Store) leaderRow(ctx context.Context, id string) (*jetstream.RawStreamM
 	return leaderLast(ctx, s.js.Conn(), events.BucketStream(s.kv.Bucket()), events.BucketSubject(s.kv.Bucket(), id))
 }
 
-// confirmExists answers a create refused as "exists": ErrRunExists, once the
-// leader of a replicated bucket holds the row. A clustered leader also
-// refuses a create while an earlier one of the same key is still in
-// process — typically the caller's own try that timed out in a leader
-// election — and that one may be lost with its leader: then no row exists
-// and the create is retried (jsfault.ErrWriteInFlight is transient). On a
-// single-replica bucket "exists" is final.
-func (s *Store) confirmExists(ctx context.Context, id string) error {
-	exists := fmt.Errorf("kv: create run %s: %w", id, ErrRunExists)
-	if s.replicas <= 1 {
-		return exists
-	}
-	m, err := s.leaderRow(ctx, id)
+// createOver answers a create refused because the key of run id has a
+// message. It reads that message from the bucket's leader: a row means
+// ErrRunExists; the marker a cleared row left behind is replaced by the
+// new row, as jetstream.KeyValue.Create does. Nothing there happens when a
+// clustered leader refused the create while an earlier one of the same key
+// was still in process — typically the caller's own try that timed out in
+// a leader election — and that one was lost with its leader: the create is
+// retried (jsfault.ErrWriteInFlight is transient).
+func (s *Store) createOver(ctx context.Context, id string, data []byte) (uint64, error) {
+	m, err := leaderLastRaw(ctx, s.js.Conn(), events.BucketStream(s.kv.Bucket()), events.BucketSubject(s.kv.Bucket(), id))
 	switch {
 	case err != nil:
-		return fmt.Errorf("kv: create run %s: confirm it exists: %w", id, err)
+		return 0, fmt.Errorf("kv: create run %s: read what its key holds: %w", id, err)
 	case m == nil:
-		return fmt.Errorf("kv: create run %s: %w", id, jsfault.ErrWriteInFlight)
+		return 0, fmt.Errorf("kv: create run %s: %w", id, jsfault.ErrWriteInFlight)
+	case !isMarker(m.Header):
+		return 0, fmt.Errorf("kv: create run %s: %w", id, ErrRunExists)
 	}
-	return exists
+	rev, err := s.write(ctx, id, data, m.Sequence)
+	if events.IsWrongLastSequence(err) {
+		return 0, fmt.Errorf("kv: create run %s: %w", id, ErrRunExists) // another create replaced the marker first
+	}
+	if err != nil {
+		return 0, fmt.Errorf("kv: create run %s: %w", id, err)
+	}
+	return rev, nil
 }
 
 // confirmMissing asks the leader of the runs bucket for the row a direct

@@ -47,7 +47,7 @@ func TestLeaderConfirmsAMissOnAThreeNodeCluster(t *testing.T) {
 	if _, err := s.Create(ctx, r); !errors.Is(err, ErrRunExists) {
 		t.Fatalf("second create: %v, want ErrRunExists", err)
 	}
-	if err := s.confirmExists(ctx, "never"); !errors.Is(err, jsfault.ErrWriteInFlight) ||
+	if _, err := s.createOver(ctx, "never", []byte(`{}`)); !errors.Is(err, jsfault.ErrWriteInFlight) ||
 		jsfault.Classify(ctx, err) != jsfault.Transient {
 		t.Fatalf("create refused for a row the leader does not have: %v, want a transient ErrWriteInFlight", err)
 	}
@@ -62,6 +62,10 @@ func TestLeaderConfirmsAMissOnAThreeNodeCluster(t *testing.T) {
 	}
 	if _, _, err := s.Get(ctx, "lc1"); !errors.Is(err, ErrRunNotFound) {
 		t.Fatalf("get of a deleted row: %v", err)
+	}
+	// The marker a cleared row leaves behind does not block a new row.
+	if _, err := s.Create(ctx, r); err != nil {
+		t.Fatalf("create over a cleared row's marker: %v", err)
 	}
 }
 

@@ -181,14 +181,28 @@ func (s *Store) Create(ctx context.Context, r *jetruntype.Run) (uint64, error) {
 			return 0, err
 		}
 	}
-	rev, err := s.kv.Create(ctx, r.ID, data)
-	if errors.Is(err, jetstream.ErrKeyExists) {
-		return 0, s.confirmExists(ctx, r.ID)
+	rev, err := s.write(ctx, r.ID, data, 0)
+	if events.IsWrongLastSequence(err) {
+		return s.createOver(ctx, r.ID, data)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("kv: create run %s: %w", r.ID, err)
 	}
 	return rev, nil
+}
+
+// write publishes data as the row of run id if the row's last revision is
+// still rev (0: the key has no message), as jetstream.KeyValue.Update
+// does, with the answer read by jspub: these are the hottest writes there
+// are. A lost compare-and-set is events.IsWrongLastSequence.
+func (s *Store) write(ctx context.Context, id string, data []byte, rev uint64) (uint64, error) {
+	m := &nats.Msg{Subject: events.BucketSubject(s.kv.Bucket(), id), Data: data, Header: nats.Header{}}
+	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
+	ack, err := jspub.Publish(ctx, s.js.Conn(), m)
+	if err != nil {
+		return 0, err
+	}
+	return ack.Sequence, nil
 }
 
 // Delete removes the row of run id and its index entries. Watchers see a
@@ -210,19 +224,14 @@ func (s *Store) Update(ctx context.Context, r *jetruntype.Run, rev uint64) (uint
 	if err != nil {
 		return 0, fmt.Errorf("kv: encode run %s: %w", r.ID, err)
 	}
-	// A publish to the row's subject expecting its revision, as
-	// jetstream.KeyValue.Update sends, with the answer read by jspub: the
-	// hottest write there is.
-	m := &nats.Msg{Subject: events.BucketSubject(s.kv.Bucket(), r.ID), Data: data, Header: nats.Header{}}
-	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
-	ack, err := jspub.Publish(ctx, s.js.Conn(), m)
+	newRev, err := s.write(ctx, r.ID, data, rev)
 	if events.IsWrongLastSequence(err) {
 		return 0, fmt.Errorf("kv: update run %s at revision %d: %w", r.ID, rev, ErrConflict)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("kv: update run %s: %w", r.ID, err)
 	}
-	return ack.Sequence, nil
+	return newRev, nil
 }
 
 // Mutate applies fn to the current row of run id and writes the result with a

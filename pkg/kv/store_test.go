@@ -77,6 +77,23 @@ func testCAS(t *testing.T, s *kv.Store) {
 	if _, _, err := s.Get(ctx, "a.b"); !errors.Is(err, events.ErrInvalidID) {
 		t.Fatalf("bad id: %v", err)
 	}
+	bad := newRun("ok")
+	bad.ID = "a.b"
+	if _, err := s.Update(ctx, bad, 1); !errors.Is(err, events.ErrInvalidID) {
+		t.Fatalf("update of a bad id: %v", err)
+	}
+	// A cleared row leaves a marker; a new row of the same id replaces it.
+	if err := s.Delete(ctx, row); err != nil {
+		t.Fatal(err)
+	}
+	again := newRun("r1")
+	again.Summary = "second life"
+	if _, err := s.Create(ctx, again); err != nil {
+		t.Fatalf("create over a cleared row: %v", err)
+	}
+	if row, _, err := s.Get(ctx, "r1"); err != nil || row.Summary != "second life" {
+		t.Fatalf("row created over a cleared one: %+v %v", row, err)
+	}
 }
 
 func TestMutateLosesNoUpdateUnderContention(t *testing.T) {
