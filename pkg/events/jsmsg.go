@@ -99,3 +99,15 @@ func IsWrongLastSequence(err error) bool {
 	return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
 }
+
+// IsSubjectInProcess reports whether err is a clustered stream refusing a
+// publish because another message checked against the same subject's last
+// sequence is still being stored (10164, "last sequence by subject
+// mismatch" without a sequence): a clustered leader lets one such message
+// per subject be in process at a time. It is not a mismatch yet: once the
+// other one is stored, the same publish is checked again for real.
+// IsWrongLastSequence is true for it too.
+func IsSubjectInProcess(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+}

@@ -122,7 +122,7 @@ func (w *Worker) execute(ctx context.Context, e *execution, row *jetruntype.Run,
 	e.cur, e.rev = row, rev
 	e.pub = &publisher{
 		js: w.js, stream: w.eventsStream, store: w.store, ns: w.ns,
-		runID: row.ID, worker: w.cfg.ID, attempt: row.Attempt,
+		runID: row.ID, worker: w.cfg.ID, attempt: row.Attempt, window: &w.eventWindow,
 		lost: e.lose, lapsed: e.lapse, until: w.holdsUntil, trace: trace,
 	}
 

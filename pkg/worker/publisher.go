@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -19,12 +20,28 @@ import (
 )
 
 // publishWindow bounds the events of one attempt in flight (published, not
-// yet acknowledged). A publish beyond it waits for the oldest.
+// yet acknowledged) on a single-replica events stream. A publish beyond it
+// waits for the oldest.
 const publishWindow = 256
 
+// eventWindow is the publish window for an events stream of the given
+// replicas. A clustered stream's leader lets only one message checked
+// against a subject's last sequence be in process at a time and refuses the
+// others at once (events.IsSubjectInProcess), and every event of an
+// attempt is checked against the run's status subject: on a replicated
+// stream an attempt's events go one at a time. Runs still stream side by
+// side, each with its own status subject.
+func eventWindow(replicas int) int {
+	if replicas > 1 {
+		return 1
+	}
+	return publishWindow
+}
+
 // publisher writes one attempt's events to the run's subjects, pipelined:
-// up to publishWindow events are in flight at once, in order, so a chatty
-// run streams at close to JetStream's asynchronous rate.
+// up to window events are in flight at once, in order, so a chatty run
+// streams at close to JetStream's asynchronous rate (on a single-replica
+// stream; see eventWindow).
 //
 // Fencing. Every event carries Nats-Expected-Last-Subject-Sequence for the
 // run's status subject (jetrun.run.<id>.status) at the sequence of the
@@ -52,6 +69,7 @@ type publisher struct {
 	runID   string
 	worker  string
 	attempt int
+	window  *atomic.Int64       // events in flight at most, the worker's (eventWindow); narrowed to 1 by a refusal as "in process"
 	lost    func()              // cancels the handler once the attempt is fenced
 	lapsed  func()              // cancels it when the worker's liveness ran out during a fault
 	until   func() time.Time    // transient faults are retried until then
@@ -70,8 +88,8 @@ type publisher struct {
 type outgoing struct {
 	kind, msgID string
 	data        []byte
-	fut         jetstream.PubAckFuture
-	seq         uint64 // set once acknowledged
+	fut         jetstream.PubAckFuture // nil until sent (again: see resend)
+	seq         uint64                 // set once acknowledged
 }
 
 // publish appends one event. With wait it returns once the event (and
@@ -90,19 +108,34 @@ func (p *publisher) publish(ctx context.Context, kind, msgID string, v any, wait
 	}
 	o := &outgoing{kind: kind, msgID: msgID, data: data}
 	p.inflight = append(p.inflight, o)
-	if err := p.send(ctx, o); err != nil {
+	if err := p.fill(ctx); err != nil {
 		return 0, err
 	}
-	switch {
+	switch window := p.windowSize(); {
 	case wait:
 		if err := p.settle(ctx, len(p.inflight)); err != nil {
 			return 0, err
 		}
 		return o.seq, nil
-	case len(p.inflight) >= publishWindow:
-		return 0, p.settle(ctx, len(p.inflight)-publishWindow+1)
+	case len(p.inflight) >= window:
+		return 0, p.settle(ctx, len(p.inflight)-window+1)
 	}
 	return 0, nil
+}
+
+func (p *publisher) windowSize() int { return int(max(p.window.Load(), 1)) }
+
+// fill sends the events of the window that are not in flight yet: the
+// newest one, or those a fault or a narrowed window held back.
+func (p *publisher) fill(ctx context.Context) error {
+	for _, o := range p.inflight[:min(p.windowSize(), len(p.inflight))] {
+		if o.fut == nil {
+			if err := p.send(ctx, o); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // flush waits until every event published so far is stored.
@@ -158,6 +191,9 @@ func (p *publisher) send(ctx context.Context, o *outgoing) error {
 // in order, recovering from refusals and faults on the way.
 func (p *publisher) settle(ctx context.Context, n int) error {
 	for done := 0; done < n && len(p.inflight) > 0; {
+		if err := p.fill(ctx); err != nil {
+			return err
+		}
 		o := p.inflight[0]
 		select {
 		case ack := <-o.fut.Ok():
@@ -192,6 +228,15 @@ func (p *publisher) settle(ctx context.Context, n int) error {
 // permanent error.
 func (p *publisher) recover(ctx context.Context, o *outgoing, cause error) (landed bool, err error) {
 	switch {
+	case events.IsSubjectInProcess(cause):
+		// A clustered stream lets one event checked against the status
+		// subject be in process at a time: the worker took the events
+		// stream for a single replica (it was scaled up since, say) and
+		// sent a window. From now on its attempts send one event at a
+		// time. Or someone else's status event is being stored: either
+		// way, try again shortly; a real mismatch then refences.
+		p.window.Store(1)
+		return false, p.pause(ctx, cause)
 	case events.IsWrongLastSequence(cause):
 		return p.refence(ctx, o)
 	case jsfault.IsTransient(ctx, cause):
@@ -201,14 +246,15 @@ func (p *publisher) recover(ctx context.Context, o *outgoing, cause error) (land
 	return false, p.err
 }
 
-// resend puts every event in flight again, under the current fence.
+// resend puts the events in flight on their way again, under the current
+// fence, as many at once as the window allows; an answer to an earlier
+// copy is no longer awaited (a copy that landed makes its resend a
+// duplicate the stream acknowledges with the copy's sequence).
 func (p *publisher) resend(ctx context.Context) error {
 	for _, o := range p.inflight {
-		if err := p.send(ctx, o); err != nil {
-			return err
-		}
+		o.fut = nil
 	}
-	return nil
+	return p.fill(ctx)
 }
 
 // refence handles a refusal of o because the run's status subject moved.

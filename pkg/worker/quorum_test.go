@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -294,5 +295,74 @@ func TestLapsedWorkerWhoseRunWasTakenOverRecordsTheLapse(t *testing.T) {
 	if row.Status != events.StatusCompleted || row.Attempt != 2 || row.Handoffs != 1 || !slices.Equal(row.Blinks, []int{1}) {
 		t.Fatalf("run %s (%s: %s), attempt %d, handoffs %d, blinks %v; want completed on attempt 2 with attempt 1 a blink",
 			row.Status, row.Reason, row.Error, row.Attempt, row.Handoffs, row.Blinks)
+	}
+}
+
+// A chatty run on a three-node cluster with R3 streams: a clustered leader
+// lets one message checked against a subject's last sequence be in process
+// at a time, and every event of an attempt is checked against the run's
+// status subject. Each chunk still crosses the wire once (none is refused
+// and sent again) and the worker reads nothing back to re-fence; every
+// chunk is stored once, in order.
+func TestChattyRunOnAThreeNodeClusterSendsEachChunkOnce(t *testing.T) {
+	t.Parallel()
+	nodes := natstest.RunCluster(t)
+	nc, js := natstest.Connect(t, nodes[0])
+	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{Streams: events.StreamOptions{Replicas: 3}})
+	natstest.WaitForStreamLeaders(t, js, "JETRUN_EVENTS", "KV_jetrun_runs")
+	const chunks = 500
+	var sent, reads atomic.Int64
+	watch, _ := natstest.Connect(t, nodes[0])
+	sub, err := watch.Subscribe(">", func(m *nats.Msg) {
+		switch {
+		case m.Subject == "jetrun.run.chatty.chunk":
+			sent.Add(1)
+		case strings.Contains(m.Subject, "GET.JETRUN_EVENTS"):
+			reads.Add(1)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := watch.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	startWorkerOn(t, rt, worker.Config{}, map[string]worker.Handler{
+		"chatty": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			for i := 1; i <= chunks; i++ {
+				if err := run.Chunk(ctx, i); err != nil {
+					return worker.Result{}, err
+				}
+			}
+			return worker.Result{}, nil
+		}),
+	})
+	publish(t, js, "jetrun.dispatch.chatty", `{"runId":"chatty","input":{}}`)
+	row := jetruntest.WaitRow(t, rt.Store(), "chatty", time.Minute, jetruntest.Final)
+	if row.Status != events.StatusCompleted {
+		t.Fatalf("run ended %s (%s): %s", row.Status, row.Reason, row.Error)
+	}
+	if err := sub.Unsubscribe(); err != nil { // before the replay below, whose deliveries it would see
+		t.Fatal(err)
+	}
+	if n := sent.Load(); n != chunks {
+		t.Errorf("%d chunk publishes for %d chunks: refused and sent again", n, chunks)
+	}
+	if n := reads.Load(); n != 0 {
+		t.Errorf("the worker read the events stream %d times to re-fence a run nobody else wrote", n)
+	}
+	var got []int64
+	for _, ev := range jetruntest.ReadEvents(t, js, "chatty") {
+		if ev.Chunk != nil {
+			got = append(got, ev.Chunk.Seq)
+		}
+	}
+	if len(got) != chunks {
+		t.Fatalf("%d chunks stored, want %d", len(got), chunks)
+	}
+	for i, seq := range got {
+		if seq != int64(i+1) {
+			t.Fatalf("chunk %d stored as seq %d", i+1, seq)
+		}
 	}
 }

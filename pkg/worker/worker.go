@@ -41,6 +41,7 @@ type Worker struct {
 
 	// Set by Start.
 	eventsStream  jetstream.Stream
+	eventWindow   atomic.Int64 // an attempt's events in flight at most (eventWindow), shared by its publishers
 	signalsStream jetstream.Stream
 	waiters       waiters      // the Waits in progress
 	streamEpoch   atomic.Value // string: distinguishes dispatch stream incarnations in derived run ids
@@ -142,6 +143,11 @@ func (w *Worker) Start(ctx context.Context) error {
 func (w *Worker) setUp(ctx context.Context) error {
 	ns := w.ns
 	w.eventsStream, w.signalsStream = w.rt.EventsStream(), w.rt.SignalsStream()
+	replicas := 1
+	if info := w.eventsStream.CachedInfo(); info != nil {
+		replicas = info.Config.Replicas
+	}
+	w.eventWindow.Store(int64(eventWindow(replicas)))
 	dispatch, err := w.js.Stream(ctx, ns.DispatchStream())
 	if err != nil {
 		return fmt.Errorf("worker: bind stream %s: %w", ns.DispatchStream(), err)
