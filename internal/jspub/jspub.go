@@ -21,13 +21,21 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Publish sends m to the stream that holds its subject and returns the
-// stream's acknowledgement. Errors are those of jetstream.PublishMsg: a
-// refusal wraps *jetstream.APIError (so errors.Is(err,
-// jetstream.ErrKeyExists) and the like work); no stream answering, after
-// the same retries, is jetstream.ErrNoStreamResponse; an answer that is
-// not an acknowledgement is jetstream.ErrInvalidJSAck.
-func Publish(ctx context.Context, nc *nats.Conn, m *nats.Msg) (*jetstream.PubAck, error) {
+// Publish sends m to the stream that holds its subject, on js's
+// connection, and returns the stream's acknowledgement. It behaves as
+// js.PublishMsg(ctx, m): a ctx without a deadline gets js's default
+// timeout (a stream without a leader answers nothing at all), and the
+// errors are the same: a refusal wraps *jetstream.APIError (so
+// errors.Is(err, jetstream.ErrKeyExists) and the like work); no stream
+// answering, after the same retries, is jetstream.ErrNoStreamResponse; an
+// answer that is not an acknowledgement is jetstream.ErrInvalidJSAck.
+func Publish(ctx context.Context, js jetstream.JetStream, m *nats.Msg) (*jetstream.PubAck, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, js.Options().DefaultTimeout)
+		defer cancel()
+	}
+	nc := js.Conn()
 	resp, err := nc.RequestMsgWithContext(ctx, m)
 	for try := 0; errors.Is(err, nats.ErrNoResponders) && try < jetstream.DefaultPubRetryAttempts; try++ {
 		// A leader election: the stream answers again shortly.

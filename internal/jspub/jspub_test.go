@@ -6,6 +6,7 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -66,7 +67,7 @@ func TestDecodeAckReadsWhatEncodingJSONReads(t *testing.T) {
 
 func TestPublishAnswersAsJetStreamDoes(t *testing.T) {
 	ns := natstest.RunServer(t)
-	nc, js := natstest.Connect(t, ns)
+	_, js := natstest.Connect(t, ns)
 	ctx := context.Background()
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}}); err != nil {
 		t.Fatal(err)
@@ -83,22 +84,52 @@ func TestPublishAnswersAsJetStreamDoes(t *testing.T) {
 		return m
 	}
 
-	ack, err := jspub.Publish(ctx, nc, msg("s.a", "one", "0"))
+	ack, err := jspub.Publish(ctx, js, msg("s.a", "one", "0"))
 	if err != nil || ack.Stream != "S" || ack.Sequence != 1 || ack.Duplicate {
 		t.Fatalf("first publish: %+v, %v", ack, err)
 	}
-	ack, err = jspub.Publish(ctx, nc, msg("s.a", "one", ""))
+	ack, err = jspub.Publish(ctx, js, msg("s.a", "one", ""))
 	if err != nil || ack.Sequence != 1 || !ack.Duplicate {
 		t.Fatalf("same Nats-Msg-Id again: %+v, %v; want a duplicate of 1", ack, err)
 	}
 	// A compare-and-set that lost: the error jetstream gives, so
 	// errors.Is and the callers' checks work on it.
-	_, err = jspub.Publish(ctx, nc, msg("s.a", "", "0"))
+	_, err = jspub.Publish(ctx, js, msg("s.a", "", "0"))
 	_, jsErr := js.PublishMsg(ctx, msg("s.a", "", "0"))
 	if !events.IsWrongLastSequence(err) || !errors.Is(err, jetstream.ErrKeyExists) || err.Error() != jsErr.Error() {
 		t.Fatalf("stale expected sequence: %v; jetstream says %v", err, jsErr)
 	}
-	if _, err := jspub.Publish(ctx, nc, msg("nostream.a", "", "")); !errors.Is(err, jetstream.ErrNoStreamResponse) {
+	if _, err := jspub.Publish(ctx, js, msg("nostream.a", "", "")); !errors.Is(err, jetstream.ErrNoStreamResponse) {
 		t.Fatalf("subject of no stream: %v; want ErrNoStreamResponse", err)
+	}
+}
+
+// A stream that answers nothing at all (one without a leader does that)
+// does not hold a publish whose context has no deadline for ever: it gets
+// the JetStream context's default timeout, as js.PublishMsg does.
+func TestPublishWithoutDeadlineGetsTheDefaultTimeout(t *testing.T) {
+	ns := natstest.RunServer(t)
+	nc, _ := natstest.Connect(t, ns)
+	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	silent, err := nc.Subscribe("silent.>", func(*nats.Msg) {}) // there, so no "no responders"; never answers
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Unsubscribe()
+	done := make(chan error, 1)
+	go func() {
+		_, err := jspub.Publish(context.Background(), js, nats.NewMsg("silent.x"))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
+			t.Fatalf("publish nobody answers: %v; want a timeout", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("a publish nobody answers, without a deadline, did not end")
 	}
 }

@@ -51,7 +51,7 @@ func (rt *Runtime) PublishStatus(ctx context.Context, r *jetruntype.Run, worker,
 		msg.Header.Set(events.HeaderFinishOwed, string(r.Status))
 	}
 	r.Trace().SetHeaders(msg.Header)
-	if _, err := jspub.Publish(ctx, rt.nc, msg); err != nil {
+	if _, err := jspub.Publish(ctx, rt.js, msg); err != nil {
 		return fmt.Errorf("jetrun: publish %s status of run %s: %w", r.Status, r.ID, err)
 	}
 	return nil
@@ -73,7 +73,7 @@ func (rt *Runtime) PublishFinish(ctx context.Context, r *jetruntype.Run, s event
 	msg := &nats.Msg{Subject: rt.cfg.Namespace.FinishSubject(f.Handler), Data: data, Header: nats.Header{}}
 	msg.Header.Set(jetstream.MsgIDHeader, events.FinishMsgID(r.ID, s))
 	r.Trace().SetHeaders(msg.Header)
-	ack, err := jspub.Publish(ctx, rt.nc, msg)
+	ack, err := jspub.Publish(ctx, rt.js, msg)
 	if err != nil {
 		return nil, fmt.Errorf("jetrun: publish %s finish of run %s: %w", s, r.ID, err)
 	}
@@ -95,7 +95,7 @@ func (rt *Runtime) PublishNotice(ctx context.Context, r *jetruntype.Run, name st
 	msg := &nats.Msg{Subject: rt.cfg.Namespace.FinishSubject(n.Handler), Data: data, Header: nats.Header{}}
 	msg.Header.Set(jetstream.MsgIDHeader, events.MilestoneNoticeMsgID(r.ID, name))
 	msg.Header.Set(events.HeaderKind, events.KindMilestoneNotice)
-	ack, err := jspub.Publish(ctx, rt.nc, msg)
+	ack, err := jspub.Publish(ctx, rt.js, msg)
 	if err != nil {
 		return nil, fmt.Errorf("jetrun: publish milestone notice %s of run %s: %w", name, r.ID, err)
 	}

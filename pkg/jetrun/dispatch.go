@@ -56,7 +56,7 @@ func (rt *Runtime) PublishDispatch(ctx context.Context, agentType string, d even
 	var out Published
 	publish := func() error {
 		msg.Header.Set(jetstream.MsgIDHeader, id)
-		ack, err := jspub.Publish(ctx, rt.nc, msg)
+		ack, err := jspub.Publish(ctx, rt.js, msg)
 		if err != nil && !jsfault.IsTransient(ctx, err) && !jsfault.IsMissing(err) {
 			return backoff.Permanent(err) // too large, refused: retrying changes nothing
 		}

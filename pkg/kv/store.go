@@ -198,7 +198,7 @@ func (s *Store) Create(ctx context.Context, r *jetruntype.Run) (uint64, error) {
 func (s *Store) write(ctx context.Context, id string, data []byte, rev uint64) (uint64, error) {
 	m := &nats.Msg{Subject: events.BucketSubject(s.kv.Bucket(), id), Data: data, Header: nats.Header{}}
 	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
-	ack, err := jspub.Publish(ctx, s.js.Conn(), m)
+	ack, err := jspub.Publish(ctx, s.js, m)
 	if err != nil {
 		return 0, err
 	}
