@@ -21,8 +21,8 @@ import (
 
 // Errors returned by Store methods; test with errors.Is.
 var (
-	// ErrRunNotFound is returned by Get, Update and Mutate when no row exists
-	// for the id.
+	// ErrRunNotFound is returned by Get and Mutate when no row exists for the
+	// id (Update of a missing row is ErrConflict: its revision is gone).
 	ErrRunNotFound = errors.New("run not found")
 	// ErrRunExists is returned by Create when a row already exists.
 	ErrRunExists = errors.New("run already exists")
