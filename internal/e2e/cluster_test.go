@@ -385,6 +385,41 @@ type rowDump struct {
 	kids []*proc // child-workers: SIGQUIT, so their goroutine stacks are in the failure's output
 }
 
+// afterStepdown asks the agent type's consumer's leader to step down and
+// says whether the run then ends: whether the consumer's state on its
+// leader was what held the run's dispatch back (a pending message the
+// server does not redeliver).
+func (d rowDump) afterStepdown() string {
+	r := *d.r
+	subject := "$JS.API.CONSUMER.LEADER.STEPDOWN.JETRUN_DISPATCH." + events.AgentConsumer(r.AgentType)
+	if _, err := d.js.Conn().Request(subject, nil, 5*time.Second); err != nil {
+		return "consumer leader stepdown: " + err.Error()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	bucket, err := d.js.KeyValue(ctx, "jetrun_runs")
+	if err != nil {
+		return "after a consumer leader stepdown: " + err.Error()
+	}
+	status := "unknown"
+	for ctx.Err() == nil {
+		if e, err := bucket.Get(ctx, r.ID); err == nil {
+			var now jetruntype.Run
+			if json.Unmarshal(e.Value(), &now) == nil {
+				status = string(now.Status)
+				if now.Status.Final() {
+					break
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	return "30 s after a consumer leader stepdown the run is " + status
+}
+
 func (d rowDump) String() string {
 	if *d.r == nil {
 		return "none"
@@ -409,6 +444,7 @@ func (d rowDump) String() string {
 					info.Name, info.NumAckPending, info.NumRedelivered, info.NumPending, info.Delivered.Stream)
 			}
 		}
+		out += "; " + d.afterStepdown()
 	}
 	// Which execution holds the run, and where it waits: each child-worker
 	// prints every goroutine's stack on SIGQUIT (in its stderr, below).
