@@ -25,7 +25,10 @@ const syncParallelism = 16
 //   - writes the rows of runs with changes pending (progress snapshot,
 //     signal time, counters), each at most every RowSyncInterval;
 //   - ends the attempt of a handler that ignored the end of its context for
-//     a whole lease, so a stuck handler cannot pin a cancelled run.
+//     a whole lease, so a stuck handler cannot pin a cancelled run;
+//   - releases the rows of attempts that ended without releasing them
+//     (leftovers.go), so no run stays held by a live worker that does not
+//     execute it.
 func (w *Worker) heart(ctx context.Context) {
 	renewEvery := w.cfg.Lease / 3
 	tick := time.NewTicker(min(w.cfg.RowSyncInterval, renewEvery))
@@ -252,6 +255,7 @@ func (w *Worker) tend(ctx context.Context, now time.Time, beatEvery time.Duratio
 		}
 	}
 	syncs.Wait()
+	w.releaseLeftovers(ctx)
 }
 
 // due says what the heartbeat at now owes e: an InProgress on its dispatch,

@@ -122,9 +122,12 @@ func (e *execution) finalize(status events.Status, reason, text string, set func
 			e.abandon()
 			return
 		}
-		// The lease runs out and another worker takes over; the dispatch is
-		// left unacknowledged for exactly that.
+		// The outcome is lost: the run is released once JetStream answers
+		// (or taken over if this worker stops) and runs again; the
+		// dispatch is left unacknowledged for exactly that.
 		e.w.fault(ctx, e.log, "record run outcome", err, "status", status)
+		e.leaveBehind(false)
+		e.releaseMsgs(settle.Leave())
 		return
 	}
 	if teardown {
@@ -210,7 +213,8 @@ func (e *execution) handBack() {
 			e.abandon()
 			return
 		}
-		e.log.WarnContext(ctx, "release lease; the run is taken over when it expires", "err", err)
+		e.log.WarnContext(ctx, "hand the run back; it is released once JetStream answers, or taken over if this worker stops", "err", err)
+		e.leaveBehind(false)
 	}
 	e.setOutcome(OutcomeHandedBack, "")
 	e.log.InfoContext(ctx, "run handed back")
@@ -237,7 +241,8 @@ func (e *execution) release(delay time.Duration) {
 		r.Handoffs++
 		return nil
 	}); err != nil && !errors.Is(err, ErrLeaseLost) {
-		e.log.WarnContext(ctx, "release lease; the run is taken over when it expires", "err", err)
+		e.log.WarnContext(ctx, "release the run; it is released once JetStream answers", "err", err)
+		e.leaveBehind(false)
 	}
 	e.setOutcome(OutcomeReleased, "")
 	e.releaseMsgs(settle.Retry(delay))
@@ -278,6 +283,11 @@ func (e *execution) abandon() {
 	}
 	if err == nil && row.Attempt > e.attempt {
 		e.refundLapse(ctx)
+	}
+	if err != nil || row.HeldBy(e.w.cfg.ID, e.attempt) {
+		// Stopped by a lapse, and the hand-off did not land (or the row
+		// could not be read): the row may still name this worker.
+		e.leaveBehind(e.isLapsed() || e.pub.livenessRanOut())
 	}
 	e.setOutcome(OutcomeLeaseLost, "")
 	// When the worker's liveness lapses every attempt stops at once: one

@@ -48,6 +48,7 @@ func newRestartableCluster(t *testing.T) *restartableCluster {
 			JetStream: true, StoreDir: t.TempDir(), JetStreamMaxMemory: 64 << 20, JetStreamMaxStore: 1 << 30,
 			Cluster: server.ClusterOpts{Name: "jetrun-quorum", Host: "127.0.0.1", Port: cports[i]},
 			Routes:  routes, NoSigs: true, NoLog: true,
+			Tags: []string{fmt.Sprintf("q%d", i+1)}, // for placing single-replica streams on one node
 		})
 		c.nodes = append(c.nodes, nil)
 	}
@@ -364,5 +365,68 @@ func TestChattyRunOnAThreeNodeClusterSendsEachChunkOnce(t *testing.T) {
 		if seq != int64(i+1) {
 			t.Fatalf("chunk %d stored as seq %d", i+1, seq)
 		}
+	}
+}
+
+// A run's outcome cannot be written (its row's stream is away) while the
+// worker that holds it lives on: once the stream is back the worker
+// releases the row itself — it does not leave the run held by a live
+// worker that does not execute it, which other workers would defer to
+// for as long as that worker lives — and the run runs again and completes.
+// The runs bucket lives on one node, everything else on another, so only
+// row writes fail.
+func TestAnOutcomeThatCannotBeWrittenLeavesNoRunHeldByALiveWorker(t *testing.T) {
+	t.Parallel()
+	c := newRestartableCluster(t)
+	c.placeable()
+	nc := c.connect(fmt.Sprintf("nats://127.0.0.1:%d", c.opts[1].Port), nats.IgnoreDiscoveredServers())
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ns := events.Namespace("")
+	on := func(node string) *jetstream.Placement { return &jetstream.Placement{Tags: []string{node}} }
+	for bucket, node := range map[string]string{ns.RunsBucket(): "q1", ns.ActiveBucket(): "q2"} {
+		if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, History: 1, Storage: jetstream.FileStorage,
+			LimitMarkerTTL: time.Minute, Placement: on(node)}); err != nil {
+			t.Fatalf("create bucket %s: %v", bucket, err)
+		}
+	}
+	for _, cfg := range events.StreamConfigs(ns, events.StreamOptions{}) {
+		cfg.Placement = on("q2")
+		if _, err := js.CreateStream(ctx, cfg); err != nil {
+			t.Fatalf("create stream %s: %v", cfg.Name, err)
+		}
+	}
+	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
+	gate := make(chan struct{})
+	var calls atomic.Int64
+	logs := &lockedBuffer{}
+	const lease = 20 * time.Second // the dispatch comes back a lease after the attempt's last InProgress
+	startWorkerOn(t, rt, worker.Config{Lease: lease, Concurrency: 1, Logger: slog.New(slog.NewTextHandler(logs, nil))},
+		map[string]worker.Handler{"lost-outcome": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			if calls.Add(1) == 1 {
+				<-gate
+			}
+			return worker.Result{Summary: "done"}, nil
+		})})
+	publish(t, js, "jetrun.dispatch.lost-outcome", `{"runId":"lost","input":{}}`)
+	store := rt.Store()
+	jetruntest.WaitRow(t, store, "lost", time.Minute, func(r *jetruntype.Run) bool { return r.Status == events.StatusRunning })
+
+	c.stop(0) // the runs bucket's only node
+	close(gate)
+	natstest.Eventually(t, time.Minute, func() bool { return strings.Contains(logs.String(), "record run outcome") },
+		"the worker did not give up writing the outcome")
+	c.start(0)
+	c.ready(0)
+	natstest.Eventually(t, time.Minute, func() bool {
+		r, _, err := store.Get(ctx, "lost")
+		return err == nil && r.Attempt == 1 && r.Worker == "" && r.Handoffs == 1
+	}, "the live worker did not release the run it no longer executes; its log:\n%s", logs)
+	row := jetruntest.WaitRow(t, store, "lost", 2*time.Minute, jetruntest.Final)
+	if row.Status != events.StatusCompleted || row.Attempt != 2 || calls.Load() != 2 {
+		t.Fatalf("run ended %s at attempt %d after %d handler calls, want completed at attempt 2 after 2", row.Status, row.Attempt, calls.Load())
 	}
 }

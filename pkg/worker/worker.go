@@ -59,6 +59,7 @@ type Worker struct {
 	lapsing   bool                  // the liveness key lapsed and is not back: claim nothing (heart.go)
 	lapseDone chan struct{}         // closed when the lapse is over
 	active    map[string]*execution // runs claimed or executing in this process
+	leftovers map[string]leftover   // attempts that ended without releasing their rows (leftovers.go)
 	pullers   *service.Pullers      // the fetch loops and the runs they started; their contexts
 	stopHeart context.CancelFunc
 	cancels   jetstream.ConsumeContext
