@@ -170,6 +170,7 @@ func (w *Worker) decide(ctx context.Context, log *slog.Logger, msg jetstream.Msg
 		if errors.Is(err, kv.ErrConflict) {
 			return settle.Leave(), true, nil
 		}
+		w.leaveBehind(claimed.ID, leftover{attempt: claimed.Attempt, epoch: claimed.WorkerEpoch}) // the claim may have landed
 		return settle.Leave(), false, err
 	}
 	if row.Attempt > 0 {
@@ -213,6 +214,7 @@ func (w *Worker) claimNew(ctx context.Context, agentType string, d events.Dispat
 		if errors.Is(err, kv.ErrRunExists) {
 			return settle.Leave(), false, nil
 		}
+		w.leaveBehind(claimed.ID, leftover{attempt: claimed.Attempt, epoch: claimed.WorkerEpoch}) // the create may have landed
 		return settle.Leave(), false, err
 	}
 	w.execute(ctx, e, claimed, rev)

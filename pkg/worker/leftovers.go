@@ -30,13 +30,20 @@ type leftover struct {
 
 // leaveBehind records that e ended without releasing its row.
 func (e *execution) leaveBehind(blink bool) {
-	w := e.w
+	e.w.leaveBehind(e.id, leftover{attempt: e.attempt, epoch: e.epoch, blink: blink})
+}
+
+// leaveBehind records that the row of run id may name this worker for
+// attempt l.attempt with no execution of it here: an attempt that ended
+// without releasing it, or a claim whose write failed without an answer
+// (it may have landed).
+func (w *Worker) leaveBehind(id string, l leftover) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.leftovers == nil {
 		w.leftovers = make(map[string]leftover)
 	}
-	w.leftovers[e.id] = leftover{attempt: e.attempt, epoch: e.epoch, blink: blink}
+	w.leftovers[id] = l
 }
 
 // releaseLeftovers releases the runs left behind, as far as ctx allows;

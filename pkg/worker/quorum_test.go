@@ -302,9 +302,9 @@ func TestLapsedWorkerWhoseRunWasTakenOverRecordsTheLapse(t *testing.T) {
 // A chatty run on a three-node cluster with R3 streams: a clustered leader
 // lets one message checked against a subject's last sequence be in process
 // at a time, and every event of an attempt is checked against the run's
-// status subject. Each chunk still crosses the wire once (none is refused
-// and sent again) and the worker reads nothing back to re-fence; every
-// chunk is stored once, in order.
+// status subject. No chunk is refused and sent again (a few may be, when an
+// answer is lost on a loaded machine) and the worker reads nothing back to
+// re-fence; every chunk is stored once, in order.
 func TestChattyRunOnAThreeNodeClusterSendsEachChunkOnce(t *testing.T) {
 	t.Parallel()
 	nodes := natstest.RunCluster(t)
@@ -346,7 +346,10 @@ func TestChattyRunOnAThreeNodeClusterSendsEachChunkOnce(t *testing.T) {
 	if err := sub.Unsubscribe(); err != nil { // before the replay below, whose deliveries it would see
 		t.Fatal(err)
 	}
-	if n := sent.Load(); n != chunks {
+	// A publish whose answer is lost or late on a loaded machine is sent
+	// again (and deduplicated): a few. A window of 256 on R3 sent a hundred
+	// publishes per chunk.
+	if n := sent.Load(); n > chunks+chunks/50 {
 		t.Errorf("%d chunk publishes for %d chunks: refused and sent again", n, chunks)
 	}
 	if n := reads.Load(); n != 0 {
