@@ -278,9 +278,18 @@ func TestKilledChildWorkerWithHundredsOfWaitingRuns(t *testing.T) {
 			t.Errorf("%s: %s attempt %d (handoffs %d, blinks %v) %s", id, row.Status, row.Attempt, row.Handoffs, row.Blinks, row.Error)
 			continue
 		}
+		// The attempt that completes runs steps 2 and 3 only: the takeover
+		// resumes after step 1 and the approval. If a lapse of the worker
+		// that took over stopped an attempt after the takeover (a blink; its
+		// 300 takeovers at once can starve it past a 2 s lease), that attempt
+		// may have run step 2 already; every milestone is still reached once
+		// (below).
 		var out demo.Output
-		if err := json.Unmarshal(row.Output, &out); err != nil || out.StepsRunHere != 2 || out.Attempt != row.Attempt {
-			t.Errorf("%s: output %s: attempt %d should run steps 2 and 3 only", id, row.Output, row.Attempt)
+		err := json.Unmarshal(row.Output, &out)
+		resumed := out.StepsRunHere == 2 || (len(row.Blinks) > 0 && out.StepsRunHere == 1)
+		if err != nil || !resumed || out.Attempt != row.Attempt {
+			t.Errorf("%s: output %s: attempt %d (blinks %v) should run steps 2 and 3 only, or what a lapsed attempt left",
+				id, row.Output, row.Attempt, row.Blinks)
 		}
 		evs := waitFinalEvent(t, e.js, id)
 		completed := 0
