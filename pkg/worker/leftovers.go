@@ -48,37 +48,65 @@ func (w *Worker) leaveBehind(id string, l leftover) {
 
 // releaseLeftovers releases the runs left behind, as far as ctx allows;
 // the others are tried again at a later beat.
+//
+// A release and a claim of the same run in this process exclude each other
+// (w.releasing, register): a claim whose write failed without an answer
+// may not have landed, and a later claim here can then write the very
+// attempt it names.
 func (w *Worker) releaseLeftovers(ctx context.Context) {
 	w.mu.Lock()
-	left := make(map[string]leftover, len(w.leftovers))
-	for id, l := range w.leftovers {
-		left[id] = l
+	ids := make([]string, 0, len(w.leftovers))
+	for id := range w.leftovers {
+		ids = append(ids, id)
 	}
 	w.mu.Unlock()
-	for id, l := range left {
+	for _, id := range ids {
 		if ctx.Err() != nil {
 			return
 		}
-		_, _, err := w.store.Mutate(ctx, id, func(r *jetruntype.Run) error {
-			if r.Status.Final() || !r.HeldBy(w.cfg.ID, l.attempt) || r.WorkerEpoch != l.epoch {
-				return kv.ErrNoChange
-			}
-			r.Worker, r.WorkerEpoch, r.LeaseUntil = "", "", time.Time{}
-			if !l.blink || !r.RefundBlink(l.attempt) {
-				r.Handoffs++
-			}
-			return nil
-		})
-		if err != nil && !errors.Is(err, kv.ErrRunNotFound) && jsfault.IsTransient(ctx, err) {
-			continue
-		}
-		if err != nil && !errors.Is(err, kv.ErrRunNotFound) {
-			w.log.WarnContext(ctx, "release a run left behind", "run_id", id, "err", err)
-		}
-		w.mu.Lock()
-		if w.leftovers[id] == l {
-			delete(w.leftovers, id)
-		}
-		w.mu.Unlock()
+		w.releaseLeftover(ctx, id)
 	}
+}
+
+// releaseLeftover releases the row of run id if it is still left behind.
+func (w *Worker) releaseLeftover(ctx context.Context, id string) {
+	w.mu.Lock()
+	l, ok := w.leftovers[id]
+	if !ok || w.active[id] != nil {
+		// Gone (claimed again here: register drops it), or the attempt
+		// that left it has not quite finished ending: at a later beat.
+		w.mu.Unlock()
+		return
+	}
+	if w.releasing == nil {
+		w.releasing = make(map[string]bool)
+	}
+	w.releasing[id] = true
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		delete(w.releasing, id)
+		w.mu.Unlock()
+	}()
+	_, _, err := w.store.Mutate(ctx, id, func(r *jetruntype.Run) error {
+		if r.Status.Final() || !r.HeldBy(w.cfg.ID, l.attempt) || r.WorkerEpoch != l.epoch {
+			return kv.ErrNoChange
+		}
+		r.Worker, r.WorkerEpoch, r.LeaseUntil = "", "", time.Time{}
+		if !l.blink || !r.RefundBlink(l.attempt) {
+			r.Handoffs++
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, kv.ErrRunNotFound) && jsfault.IsTransient(ctx, err) {
+		return // tried again at a later beat
+	}
+	if err != nil && !errors.Is(err, kv.ErrRunNotFound) {
+		w.log.WarnContext(ctx, "release a run left behind", "run_id", id, "err", err)
+	}
+	w.mu.Lock()
+	if w.leftovers[id] == l {
+		delete(w.leftovers, id)
+	}
+	w.mu.Unlock()
 }

@@ -60,6 +60,7 @@ type Worker struct {
 	lapseDone chan struct{}         // closed when the lapse is over
 	active    map[string]*execution // runs claimed or executing in this process
 	leftovers map[string]leftover   // attempts that ended without releasing their rows (leftovers.go)
+	releasing map[string]bool       // leftovers whose rows are being released: not claimed meanwhile
 	pullers   *service.Pullers      // the fetch loops and the runs they started; their contexts
 	stopHeart context.CancelFunc
 	cancels   jetstream.ConsumeContext
@@ -288,15 +289,18 @@ func (w *Worker) stopBookkeeping() {
 }
 
 // register enters e, a run about to be claimed, in the active set; false if
-// the run is already being claimed or executed here, or while the worker's
-// liveness has lapsed (it claims nothing until it is back).
+// the run is already being claimed or executed here, its row is being
+// released (leftovers.go), or while the worker's liveness has lapsed (it
+// claims nothing until it is back). A run left behind here is claimed
+// afresh: the claim reads its row and decides.
 func (w *Worker) register(e *execution) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if _, dup := w.active[e.id]; dup || w.lapsing {
+	if _, dup := w.active[e.id]; dup || w.lapsing || w.releasing[e.id] {
 		return false
 	}
 	w.active[e.id] = e
+	delete(w.leftovers, e.id)
 	return true
 }
 
