@@ -23,9 +23,10 @@ import (
 
 // leftover is an attempt whose row may still name this worker.
 type leftover struct {
-	attempt int
-	epoch   string
-	blink   bool // stopped by a lapse of the worker's liveness
+	attempt   int
+	epoch     string
+	blink     bool // stopped by a lapse of the worker's liveness
+	releasing bool // the heart is writing its row: the run is not claimed here meanwhile (register)
 }
 
 // leaveBehind records that e ended without releasing its row.
@@ -50,7 +51,7 @@ func (w *Worker) leaveBehind(id string, l leftover) {
 // the others are tried again at a later beat.
 //
 // A release and a claim of the same run in this process exclude each other
-// (w.releasing, register): a claim whose write failed without an answer
+// (leftover.releasing, register): a claim whose write failed without an answer
 // may not have landed, and a later claim here can then write the very
 // attempt it names.
 func (w *Worker) releaseLeftovers(ctx context.Context) {
@@ -78,16 +79,9 @@ func (w *Worker) releaseLeftover(ctx context.Context, id string) {
 		w.mu.Unlock()
 		return
 	}
-	if w.releasing == nil {
-		w.releasing = make(map[string]bool)
-	}
-	w.releasing[id] = true
+	l.releasing = true
+	w.leftovers[id] = l
 	w.mu.Unlock()
-	defer func() {
-		w.mu.Lock()
-		delete(w.releasing, id)
-		w.mu.Unlock()
-	}()
 	_, _, err := w.store.Mutate(ctx, id, func(r *jetruntype.Run) error {
 		if r.Status.Final() || !r.HeldBy(w.cfg.ID, l.attempt) || r.WorkerEpoch != l.epoch {
 			return kv.ErrNoChange
@@ -98,15 +92,16 @@ func (w *Worker) releaseLeftover(ctx context.Context, id string) {
 		}
 		return nil
 	})
-	if err != nil && !errors.Is(err, kv.ErrRunNotFound) && jsfault.IsTransient(ctx, err) {
-		return // tried again at a later beat
-	}
-	if err != nil && !errors.Is(err, kv.ErrRunNotFound) {
+	retry := err != nil && !errors.Is(err, kv.ErrRunNotFound) && jsfault.IsTransient(ctx, err)
+	if err != nil && !retry && !errors.Is(err, kv.ErrRunNotFound) {
 		w.log.WarnContext(ctx, "release a run left behind", "run_id", id, "err", err)
 	}
 	w.mu.Lock()
-	if w.leftovers[id] == l {
+	defer w.mu.Unlock()
+	if retry {
+		l.releasing = false
+		w.leftovers[id] = l // tried again at a later beat
+	} else {
 		delete(w.leftovers, id)
 	}
-	w.mu.Unlock()
 }

@@ -78,6 +78,7 @@ type publisher struct {
 	mu       sync.Mutex
 	fenceSeq uint64 // sequence of the newest status event of the run known
 	inflight []*outgoing
+	sent     int // the events at the head of inflight that are on their way; the rest wait for room in the window
 	fenced   bool
 	ranOut   bool                        // fenced because the worker's liveness ran out during a fault
 	err      error                       // a permanent failure: every later publish returns it
@@ -88,8 +89,8 @@ type publisher struct {
 type outgoing struct {
 	kind, msgID string
 	data        []byte
-	fut         jetstream.PubAckFuture // nil until sent (again: see resend)
-	seq         uint64                 // set once acknowledged
+	fut         jetstream.PubAckFuture
+	seq         uint64 // set once acknowledged
 }
 
 // publish appends one event. With wait it returns once the event (and
@@ -125,17 +126,21 @@ func (p *publisher) publish(ctx context.Context, kind, msgID string, v any, wait
 
 func (p *publisher) windowSize() int { return int(max(p.window.Load(), 1)) }
 
-// fill sends the events of the window that are not in flight yet: the
+// fill sends the events of the window that are not on their way yet: the
 // newest one, or those a fault or a narrowed window held back.
 func (p *publisher) fill(ctx context.Context) error {
-	for _, o := range p.inflight[:min(p.windowSize(), len(p.inflight))] {
-		if o.fut == nil {
-			if err := p.send(ctx, o); err != nil {
-				return err
-			}
+	for ; p.sent < min(p.windowSize(), len(p.inflight)); p.sent++ {
+		if err := p.send(ctx, p.inflight[p.sent]); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// pop drops the oldest event, stored.
+func (p *publisher) pop() {
+	p.inflight = p.inflight[1:]
+	p.sent--
 }
 
 // flush waits until every event published so far is stored.
@@ -201,7 +206,7 @@ func (p *publisher) settle(ctx context.Context, n int) error {
 				p.bo.Reset()
 			}
 			o.seq = ack.Sequence
-			p.inflight = p.inflight[1:]
+			p.pop()
 			done++
 		case err := <-o.fut.Err():
 			landed, rerr := p.recover(ctx, o, err)
@@ -209,7 +214,7 @@ func (p *publisher) settle(ctx context.Context, n int) error {
 				return rerr
 			}
 			if landed {
-				p.inflight = p.inflight[1:]
+				p.pop()
 				done++
 			}
 			if rerr := p.resend(ctx); rerr != nil {
@@ -251,9 +256,7 @@ func (p *publisher) recover(ctx context.Context, o *outgoing, cause error) (land
 // copy is no longer awaited (a copy that landed makes its resend a
 // duplicate the stream acknowledges with the copy's sequence).
 func (p *publisher) resend(ctx context.Context) error {
-	for _, o := range p.inflight {
-		o.fut = nil
-	}
+	p.sent = 0
 	return p.fill(ctx)
 }
 

@@ -60,7 +60,6 @@ type Worker struct {
 	lapseDone chan struct{}         // closed when the lapse is over
 	active    map[string]*execution // runs claimed or executing in this process
 	leftovers map[string]leftover   // attempts that ended without releasing their rows (leftovers.go)
-	releasing map[string]bool       // leftovers whose rows are being released: not claimed meanwhile
 	pullers   *service.Pullers      // the fetch loops and the runs they started; their contexts
 	stopHeart context.CancelFunc
 	cancels   jetstream.ConsumeContext
@@ -296,7 +295,7 @@ func (w *Worker) stopBookkeeping() {
 func (w *Worker) register(e *execution) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if _, dup := w.active[e.id]; dup || w.lapsing || w.releasing[e.id] {
+	if _, dup := w.active[e.id]; dup || w.lapsing || w.leftovers[e.id].releasing {
 		return false
 	}
 	w.active[e.id] = e
