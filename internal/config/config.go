@@ -27,7 +27,10 @@ import (
 	"github.com/jetrun/jetrun/pkg/worker"
 )
 
-// Prefix is the environment variable prefix.
+// Prefix begins every environment variable. Each field names its variable in
+// full (envconfig:"JETRUN_..."), and Load hands envconfig no prefix: given
+// one, envconfig falls back to the tag without it, so NATS_URL (the nats
+// CLI's own variable) or LEASE would configure jetrun.
 const Prefix = "JETRUN"
 
 // DefaultChildNATSURL is where a child-worker connects when JETRUN_NATS_URL is
@@ -36,15 +39,15 @@ const DefaultChildNATSURL = "nats://127.0.0.1:4222"
 
 // NATS holds the connection settings shared by every binary.
 type NATS struct {
-	URL      string `envconfig:"NATS_URL" desc:"NATS server URL(s), comma-separated; child-worker and jetrun CLI: default nats://127.0.0.1:4222; parent-worker: empty starts an embedded server"`
-	Creds    string `envconfig:"NATS_CREDS" desc:"path to a NATS .creds file (JWT auth)"`
-	NKey     string `envconfig:"NATS_NKEY" desc:"path to an nkey seed file"`
-	User     string `envconfig:"NATS_USER" desc:"NATS user name"`
-	Password string `envconfig:"NATS_PASSWORD" desc:"NATS password (never logged)"`
-	Token    string `envconfig:"NATS_TOKEN" desc:"NATS auth token (never logged)"`
-	TLSCA    string `envconfig:"NATS_TLS_CA" desc:"path to a PEM CA bundle that signs the server's certificate (turns TLS on)"`
-	TLSCert  string `envconfig:"NATS_TLS_CERT" desc:"path to a PEM client certificate, for servers that verify clients (needs JETRUN_NATS_TLS_KEY)"`
-	TLSKey   string `envconfig:"NATS_TLS_KEY" desc:"path to the PEM private key of JETRUN_NATS_TLS_CERT"`
+	URL      string `envconfig:"JETRUN_NATS_URL" desc:"NATS server URL(s), comma-separated; child-worker and jetrun CLI: default nats://127.0.0.1:4222; parent-worker: empty starts an embedded server"`
+	Creds    string `envconfig:"JETRUN_NATS_CREDS" desc:"path to a NATS .creds file (JWT auth)"`
+	NKey     string `envconfig:"JETRUN_NATS_NKEY" desc:"path to an nkey seed file"`
+	User     string `envconfig:"JETRUN_NATS_USER" desc:"NATS user name"`
+	Password string `envconfig:"JETRUN_NATS_PASSWORD" desc:"NATS password (never logged)"`
+	Token    string `envconfig:"JETRUN_NATS_TOKEN" desc:"NATS auth token (never logged)"`
+	TLSCA    string `envconfig:"JETRUN_NATS_TLS_CA" desc:"path to a PEM CA bundle that signs the server's certificate (turns TLS on)"`
+	TLSCert  string `envconfig:"JETRUN_NATS_TLS_CERT" desc:"path to a PEM client certificate, for servers that verify clients (needs JETRUN_NATS_TLS_KEY)"`
+	TLSKey   string `envconfig:"JETRUN_NATS_TLS_KEY" desc:"path to the PEM private key of JETRUN_NATS_TLS_CERT"`
 }
 
 func (n NATS) validate() error {
@@ -56,19 +59,19 @@ func (n NATS) validate() error {
 
 // Streams holds the stream settings shared by every binary.
 type Streams struct {
-	Prefix       string        `envconfig:"PREFIX" default:"jetrun" desc:"subject prefix; streams are <PREFIX>_DISPATCH etc., the bucket <prefix>_runs"`
-	Replicas     int           `envconfig:"REPLICAS" default:"1" desc:"replicas of streams and bucket when created (3 on a cluster)"`
-	DedupWindow  time.Duration `envconfig:"DEDUP_WINDOW" default:"2m" desc:"dedup window of the dispatch stream when created"`
-	EventsMaxAge time.Duration `envconfig:"EVENTS_MAX_AGE" default:"168h" desc:"how long run events are kept for replay, when created"`
-	DLQMaxAge    time.Duration `envconfig:"DLQ_MAX_AGE" default:"720h" desc:"how long dead letters are kept, when created"`
-	FinishMaxAge time.Duration `envconfig:"FINISH_MAX_AGE" default:"168h" desc:"how long a finish waits in the finish stream for a deliverer, when created (an owed one is published again)"`
+	Prefix       string        `envconfig:"JETRUN_PREFIX" default:"jetrun" desc:"subject prefix; streams are <PREFIX>_DISPATCH etc., the bucket <prefix>_runs"`
+	Replicas     int           `envconfig:"JETRUN_REPLICAS" default:"1" desc:"replicas of streams and bucket when created (3 on a cluster)"`
+	DedupWindow  time.Duration `envconfig:"JETRUN_DEDUP_WINDOW" default:"2m" desc:"dedup window of the dispatch stream when created"`
+	EventsMaxAge time.Duration `envconfig:"JETRUN_EVENTS_MAX_AGE" default:"168h" desc:"how long run events are kept for replay, when created"`
+	DLQMaxAge    time.Duration `envconfig:"JETRUN_DLQ_MAX_AGE" default:"720h" desc:"how long dead letters are kept, when created"`
+	FinishMaxAge time.Duration `envconfig:"JETRUN_FINISH_MAX_AGE" default:"168h" desc:"how long a finish waits in the finish stream for a deliverer, when created (an owed one is published again)"`
 }
 
 // Reattach holds how long a caller awaiting a run (parent.Client.Await
 // and Run; the HTTP API and the CLI wait through them) waits.
 type Reattach struct {
-	ReattachNoProgress time.Duration `envconfig:"REATTACH_NO_PROGRESS" default:"2m" desc:"an awaiting caller gives up after this long without a sign of progress (interrupted/no-progress; the run goes on and its id re-attaches); negative: never"`
-	ReattachMaxWindow  time.Duration `envconfig:"REATTACH_MAX_WINDOW" default:"0s" desc:"when positive, the most an awaiting caller waits in all; then the run is given up (interrupted/window-exceeded) and stopped"`
+	ReattachNoProgress time.Duration `envconfig:"JETRUN_REATTACH_NO_PROGRESS" default:"2m" desc:"an awaiting caller gives up after this long without a sign of progress (interrupted/no-progress; the run goes on and its id re-attaches); negative: never"`
+	ReattachMaxWindow  time.Duration `envconfig:"JETRUN_REATTACH_MAX_WINDOW" default:"0s" desc:"when positive, the most an awaiting caller waits in all; then the run is given up (interrupted/window-exceeded) and stopped"`
 }
 
 // ParentConfig is the parent client configuration of these settings.
@@ -81,35 +84,35 @@ func (r Reattach) ParentConfig(logger *slog.Logger) parent.Config {
 
 // Log holds the logging settings.
 type Log struct {
-	Format string `envconfig:"LOG_FORMAT" default:"text" desc:"log format: text or json"`
-	Level  string `envconfig:"LOG_LEVEL" default:"info" desc:"log level: debug, info, warn or error"`
+	Format string `envconfig:"JETRUN_LOG_FORMAT" default:"text" desc:"log format: text or json"`
+	Level  string `envconfig:"JETRUN_LOG_LEVEL" default:"info" desc:"log level: debug, info, warn or error"`
 }
 
 // Pool holds the settings of a pool of child workers.
 type Pool struct {
-	WorkerID         string        `envconfig:"WORKER_ID" desc:"worker id written on the rows it holds (default host-pid-random)"`
-	Concurrency      int           `envconfig:"CONCURRENCY" default:"16" desc:"runs of each agent type this process executes at once"`
-	FleetConcurrency int           `envconfig:"FLEET_CONCURRENCY" default:"100000" desc:"runs of one agent type in flight across all workers (consumer MaxAckPending)"`
-	Lease            time.Duration `envconfig:"LEASE" default:"15s" desc:"worker liveness TTL (renewed every third of it, one write per worker); a dead worker's runs are taken over within about one lease"`
-	MaxAttempts      int           `envconfig:"MAX_ATTEMPTS" default:"5" desc:"takeovers after lost workers before a run ends error (max-attempts)"`
-	ShutdownTimeout  time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"30s" desc:"on SIGTERM, how long runs in flight may finish before they are handed back"`
-	MaxDepth         int           `envconfig:"MAX_DEPTH" default:"8" desc:"deepest nesting of runs accepted (dispatch depth); also bounds cancel cascades"`
+	WorkerID         string        `envconfig:"JETRUN_WORKER_ID" desc:"worker id written on the rows it holds (default host-pid-random)"`
+	Concurrency      int           `envconfig:"JETRUN_CONCURRENCY" default:"16" desc:"runs of each agent type this process executes at once"`
+	FleetConcurrency int           `envconfig:"JETRUN_FLEET_CONCURRENCY" default:"100000" desc:"runs of one agent type in flight across all workers (consumer MaxAckPending)"`
+	Lease            time.Duration `envconfig:"JETRUN_LEASE" default:"15s" desc:"worker liveness TTL (renewed every third of it, one write per worker); a dead worker's runs are taken over within about one lease"`
+	MaxAttempts      int           `envconfig:"JETRUN_MAX_ATTEMPTS" default:"5" desc:"takeovers after lost workers before a run ends error (max-attempts)"`
+	ShutdownTimeout  time.Duration `envconfig:"JETRUN_SHUTDOWN_TIMEOUT" default:"30s" desc:"on SIGTERM, how long runs in flight may finish before they are handed back"`
+	MaxDepth         int           `envconfig:"JETRUN_MAX_DEPTH" default:"8" desc:"deepest nesting of runs accepted (dispatch depth); also bounds cancel cascades"`
 }
 
 // Reconcile holds the reconciler's and finish deliverer's settings.
 type Reconcile struct {
-	ReconcileInterval    time.Duration `envconfig:"RECONCILE_INTERVAL" default:"5s" desc:"time between reconciler sweeps; also its leader lease"`
-	Retention            time.Duration `envconfig:"RETENTION" default:"168h" desc:"final runs older than this are cleared automatically (0 keeps them)"`
-	DetachedMaxBudget    time.Duration `envconfig:"DETACHED_MAX_BUDGET" default:"24h" desc:"absolute budget of a detached run whose dispatch sets none"`
-	DetachedNoProgress   time.Duration `envconfig:"DETACHED_NO_PROGRESS_BUDGET" default:"1h" desc:"no-progress budget of a detached run whose dispatch sets none (armed by its first signal)"`
-	MaxRedispatches      int           `envconfig:"MAX_REDISPATCHES" default:"3" desc:"re-dispatches of a run whose dispatch was lost before it ends error (dispatch-lost)"`
-	FinishWebhooks       []string      `envconfig:"FINISH_WEBHOOKS" desc:"finish handlers that POST the finish as JSON: name=url[,name=url]; 2xx means delivered"`
-	FinishMaxAttempts    int           `envconfig:"FINISH_MAX_ATTEMPTS" default:"5" desc:"finish handler attempts before the finish is dead-lettered"`
-	FinishTimeout        time.Duration `envconfig:"FINISH_TIMEOUT" default:"30s" desc:"bound on one finish handler call; a crashed delivery is retried after it"`
-	FinishRetryDelay     time.Duration `envconfig:"FINISH_RETRY_DELAY" default:"1s" desc:"wait before a failed finish is retried; doubles per attempt, up to 5m"`
-	DispatchUnservedWait time.Duration `envconfig:"DISPATCH_UNSERVED_WAIT" default:"0" desc:"a dispatch for an agent type no worker takes (none serves it, or none is running) is dead-lettered to jetrun.dlq.<agentType> after this long and its run ends error (reason no-worker); 0 keeps it waiting for a worker"`
-	FinishUnservedWait   time.Duration `envconfig:"FINISH_UNSERVED_WAIT" default:"24h" desc:"a finish no deliverer takes (nothing serves its handler) is dead-lettered after this long; after a minute the row and jetrun.obs.finish.unserved say so"`
-	Meter                bool          `envconfig:"METER" default:"true" desc:"meter every run: publish jetrun.obs.run.started and run.finished (agent type, parent, status, attempt, duration)"`
+	ReconcileInterval    time.Duration `envconfig:"JETRUN_RECONCILE_INTERVAL" default:"5s" desc:"time between reconciler sweeps; also its leader lease"`
+	Retention            time.Duration `envconfig:"JETRUN_RETENTION" default:"168h" desc:"final runs older than this are cleared automatically (0 keeps them)"`
+	DetachedMaxBudget    time.Duration `envconfig:"JETRUN_DETACHED_MAX_BUDGET" default:"24h" desc:"absolute budget of a detached run whose dispatch sets none"`
+	DetachedNoProgress   time.Duration `envconfig:"JETRUN_DETACHED_NO_PROGRESS_BUDGET" default:"1h" desc:"no-progress budget of a detached run whose dispatch sets none (armed by its first signal)"`
+	MaxRedispatches      int           `envconfig:"JETRUN_MAX_REDISPATCHES" default:"3" desc:"re-dispatches of a run whose dispatch was lost before it ends error (dispatch-lost)"`
+	FinishWebhooks       []string      `envconfig:"JETRUN_FINISH_WEBHOOKS" desc:"finish handlers that POST the finish as JSON: name=url[,name=url]; 2xx means delivered"`
+	FinishMaxAttempts    int           `envconfig:"JETRUN_FINISH_MAX_ATTEMPTS" default:"5" desc:"finish handler attempts before the finish is dead-lettered"`
+	FinishTimeout        time.Duration `envconfig:"JETRUN_FINISH_TIMEOUT" default:"30s" desc:"bound on one finish handler call; a crashed delivery is retried after it"`
+	FinishRetryDelay     time.Duration `envconfig:"JETRUN_FINISH_RETRY_DELAY" default:"1s" desc:"wait before a failed finish is retried; doubles per attempt, up to 5m"`
+	DispatchUnservedWait time.Duration `envconfig:"JETRUN_DISPATCH_UNSERVED_WAIT" default:"0" desc:"a dispatch for an agent type no worker takes (none serves it, or none is running) is dead-lettered to jetrun.dlq.<agentType> after this long and its run ends error (reason no-worker); 0 keeps it waiting for a worker"`
+	FinishUnservedWait   time.Duration `envconfig:"JETRUN_FINISH_UNSERVED_WAIT" default:"24h" desc:"a finish no deliverer takes (nothing serves its handler) is dead-lettered after this long; after a minute the row and jetrun.obs.finish.unserved say so"`
+	Meter                bool          `envconfig:"JETRUN_METER" default:"true" desc:"meter every run: publish jetrun.obs.run.started and run.finished (agent type, parent, status, attempt, duration)"`
 }
 
 // Agents holds the agent types defined by configuration: http agents hand
@@ -117,14 +120,14 @@ type Reconcile struct {
 // docs/protocol.md, "Write a child in another language"). Every one is
 // served by child-worker, and by parent-worker's in-process pool.
 type Agents struct {
-	HTTPAgents      []string      `envconfig:"HTTP_AGENTS" desc:"http agent types: name=url[,name=url]; each run is POSTed to its url, which answers with NDJSON events"`
-	HTTPAgentTokens []string      `envconfig:"HTTP_AGENT_TOKENS" desc:"bearer tokens of http agent types: name=token[,name=token] (never logged)"`
-	HTTPTimeout     time.Duration `envconfig:"HTTP_TIMEOUT" default:"30s" desc:"http agents: bound on connecting and on the silence between two response lines"`
-	HTTPMaxLine     int           `envconfig:"HTTP_MAX_LINE" default:"1048576" desc:"http agents: longest response line, bytes"`
-	ExecAgents      []string      `envconfig:"EXEC_AGENTS" desc:"exec agent types: name=command arg...[,name=command arg...]; arguments split on spaces"`
-	ExecGrace       time.Duration `envconfig:"EXEC_GRACE" default:"5s" desc:"exec agents: time between SIGTERM and SIGKILL to a stopped command's process group"`
-	ExecMaxLine     int           `envconfig:"EXEC_MAX_LINE" default:"1048576" desc:"exec agents: longest stdout line, bytes"`
-	AgentSchemasDir string        `envconfig:"AGENT_SCHEMAS_DIR" desc:"directory of <agentType>.json files ({description, inputSchema, outputSchema}) describing http and exec agent types in the agent registry"`
+	HTTPAgents      []string      `envconfig:"JETRUN_HTTP_AGENTS" desc:"http agent types: name=url[,name=url]; each run is POSTed to its url, which answers with NDJSON events"`
+	HTTPAgentTokens []string      `envconfig:"JETRUN_HTTP_AGENT_TOKENS" desc:"bearer tokens of http agent types: name=token[,name=token] (never logged)"`
+	HTTPTimeout     time.Duration `envconfig:"JETRUN_HTTP_TIMEOUT" default:"30s" desc:"http agents: bound on connecting and on the silence between two response lines"`
+	HTTPMaxLine     int           `envconfig:"JETRUN_HTTP_MAX_LINE" default:"1048576" desc:"http agents: longest response line, bytes"`
+	ExecAgents      []string      `envconfig:"JETRUN_EXEC_AGENTS" desc:"exec agent types: name=command arg...[,name=command arg...]; arguments split on spaces"`
+	ExecGrace       time.Duration `envconfig:"JETRUN_EXEC_GRACE" default:"5s" desc:"exec agents: time between SIGTERM and SIGKILL to a stopped command's process group"`
+	ExecMaxLine     int           `envconfig:"JETRUN_EXEC_MAX_LINE" default:"1048576" desc:"exec agents: longest stdout line, bytes"`
+	AgentSchemasDir string        `envconfig:"JETRUN_AGENT_SCHEMAS_DIR" desc:"directory of <agentType>.json files ({description, inputSchema, outputSchema}) describing http and exec agent types in the agent registry"`
 }
 
 // Configured returns the http and exec agent types, checked.
@@ -199,8 +202,8 @@ type ChildWorker struct {
 	Pool
 	Agents
 	Log
-	AgentTypes  []string `envconfig:"AGENT_TYPES" desc:"built-in agent types to serve, comma-separated (built-in: demo); default demo when no http or exec agent is configured"`
-	MetricsAddr string   `envconfig:"METRICS_ADDR" desc:"listen address of GET /metrics (Prometheus; empty disables it); parent-worker serves /metrics on JETRUN_HTTP_ADDR"`
+	AgentTypes  []string `envconfig:"JETRUN_AGENT_TYPES" desc:"built-in agent types to serve, comma-separated (built-in: demo); default demo when no http or exec agent is configured"`
+	MetricsAddr string   `envconfig:"JETRUN_METRICS_ADDR" desc:"listen address of GET /metrics (Prometheus; empty disables it); parent-worker serves /metrics on JETRUN_HTTP_ADDR"`
 }
 
 // ParentWorker is the parent-worker binary's configuration.
@@ -212,23 +215,23 @@ type ParentWorker struct {
 	Reattach
 	Agents
 	Log
-	DataDir        string   `envconfig:"DATA_DIR" default:"./data" desc:"embedded server: JetStream store directory"`
-	EmbeddedHost   string   `envconfig:"EMBEDDED_HOST" default:"127.0.0.1" desc:"embedded server: listen address (loopback by default)"`
-	EmbeddedPort   int      `envconfig:"EMBEDDED_PORT" default:"4222" desc:"embedded server: client port (-1 = random; a busy 4222 falls back to random)"`
-	EmbeddedMaxMem int64    `envconfig:"EMBEDDED_MAX_MEMORY" default:"268435456" desc:"embedded server: JetStream memory limit, bytes"`
-	EmbeddedMaxFS  int64    `envconfig:"EMBEDDED_MAX_STORE" default:"10737418240" desc:"embedded server: JetStream file store limit, bytes"`
-	SyncAlways     bool     `envconfig:"SYNC_ALWAYS" default:"false" desc:"embedded server: fsync every write (strict durability, about 1/3 the write rate)"`
-	HTTPAddr       string   `envconfig:"HTTP_ADDR" default:"127.0.0.1:8080" desc:"HTTP API listen address (empty disables it); a non-loopback address needs JETRUN_HTTP_TOKENS"`
-	HTTPTokens     []string `envconfig:"HTTP_TOKENS" desc:"HTTP API bearer tokens as role=token, comma-separated; role read (lists, runs, events, UI) or write (also dispatch, cancel, signal, clear); never logged"`
-	Children       []string `envconfig:"CHILDREN" desc:"built-in agent types to run in an in-process child pool, comma-separated (built-in: demo); http and exec agents join it"`
-	DemoRuns       int      `envconfig:"DEMO_RUNS" default:"0" desc:"at start, dispatch this many demo runs as a fan-out (make run uses 5)"`
+	DataDir        string   `envconfig:"JETRUN_DATA_DIR" default:"./data" desc:"embedded server: JetStream store directory"`
+	EmbeddedHost   string   `envconfig:"JETRUN_EMBEDDED_HOST" default:"127.0.0.1" desc:"embedded server: listen address (loopback by default)"`
+	EmbeddedPort   int      `envconfig:"JETRUN_EMBEDDED_PORT" default:"4222" desc:"embedded server: client port (-1 = random; a busy 4222 falls back to random)"`
+	EmbeddedMaxMem int64    `envconfig:"JETRUN_EMBEDDED_MAX_MEMORY" default:"268435456" desc:"embedded server: JetStream memory limit, bytes"`
+	EmbeddedMaxFS  int64    `envconfig:"JETRUN_EMBEDDED_MAX_STORE" default:"10737418240" desc:"embedded server: JetStream file store limit, bytes"`
+	SyncAlways     bool     `envconfig:"JETRUN_SYNC_ALWAYS" default:"false" desc:"embedded server: fsync every write (strict durability, about 1/3 the write rate)"`
+	HTTPAddr       string   `envconfig:"JETRUN_HTTP_ADDR" default:"127.0.0.1:8080" desc:"HTTP API listen address (empty disables it); a non-loopback address needs JETRUN_HTTP_TOKENS"`
+	HTTPTokens     []string `envconfig:"JETRUN_HTTP_TOKENS" desc:"HTTP API bearer tokens as role=token, comma-separated; role read (lists, runs, events, UI) or write (also dispatch, cancel, signal, clear); never logged"`
+	Children       []string `envconfig:"JETRUN_CHILDREN" desc:"built-in agent types to run in an in-process child pool, comma-separated (built-in: demo); http and exec agents join it"`
+	DemoRuns       int      `envconfig:"JETRUN_DEMO_RUNS" default:"0" desc:"at start, dispatch this many demo runs as a fan-out (make run uses 5)"`
 }
 
 // Load fills spec from the environment, applies the defaults that depend on
 // other settings (ApplyDefaults, for the specs that have one), and validates
 // it.
 func Load(spec interface{ Validate() error }) error {
-	if err := envconfig.Process(Prefix, spec); err != nil {
+	if err := envconfig.Process("", spec); err != nil { // no prefix: see Prefix
 		return fmt.Errorf("config: %w", err)
 	}
 	if d, ok := spec.(interface{ ApplyDefaults() }); ok {
@@ -246,7 +249,7 @@ func Usage(w io.Writer, spec any) error {
 	const format = `{{range .}}  {{usage_key .}}	{{usage_default .}}	{{usage_description .}}
 {{end}}`
 	fmt.Fprintln(tw, "  VARIABLE\tDEFAULT\tMEANING")
-	if err := envconfig.Usagef(Prefix, spec, tw, format); err != nil {
+	if err := envconfig.Usagef("", spec, tw, format); err != nil {
 		return err
 	}
 	return tw.Flush()

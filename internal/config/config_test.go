@@ -138,7 +138,7 @@ func defaulted(typ reflect.Type) []string {
 			continue
 		}
 		if _, ok := f.Tag.Lookup("default"); ok {
-			out = append(out, config.Prefix+"_"+f.Tag.Get("envconfig"))
+			out = append(out, envName(f))
 		}
 	}
 	return out
@@ -210,3 +210,52 @@ func TestConfiguredAgents(t *testing.T) {
 		t.Errorf("error %q shows a token", err)
 	}
 }
+
+// Only JETRUN_* variables are read: envconfig would fall back to a field's
+// tag without the prefix (NATS_URL, LEASE, CONCURRENCY, ...), and NATS_URL
+// is the nats CLI's own variable, which the README tour has users export.
+// Every variable set without its prefix leaves the configuration at its
+// defaults.
+func TestUnprefixedVariablesAreIgnored(t *testing.T) {
+	clearEnv(t)
+	for _, spec := range []any{&config.ParentWorker{}, &config.ChildWorker{}, &config.CLI{}} {
+		if err := config.Load(spec.(interface{ Validate() error })); err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf("%+v", spec)
+		for _, name := range variables(reflect.TypeOf(spec).Elem()) {
+			bare, ok := strings.CutPrefix(name, config.Prefix+"_")
+			if !ok {
+				t.Errorf("%T reads %s, which lacks the %s_ prefix", spec, name, config.Prefix)
+				continue
+			}
+			t.Setenv(bare, "nats://127.0.0.1:1") // not a valid value of most settings: reading it fails Load
+		}
+		t.Setenv("LEASE", "1h")
+		t.Setenv("CONCURRENCY", "3")
+		fresh := reflect.New(reflect.TypeOf(spec).Elem()).Interface()
+		if err := config.Load(fresh.(interface{ Validate() error })); err != nil {
+			t.Fatalf("%T: unprefixed variables were read: %v", spec, err)
+		}
+		if got := fmt.Sprintf("%+v", fresh); got != want {
+			t.Fatalf("%T: unprefixed variables were read:\n got %s\nwant %s", spec, got, want)
+		}
+	}
+}
+
+// variables returns the environment variables of a config struct.
+func variables(typ reflect.Type) []string {
+	var out []string
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		if f.Anonymous {
+			out = append(out, variables(f.Type)...)
+			continue
+		}
+		out = append(out, envName(f))
+	}
+	return out
+}
+
+// envName is the variable of a config field.
+func envName(f reflect.StructField) string { return f.Tag.Get("envconfig") }
