@@ -223,6 +223,7 @@ type ParentWorker struct {
 	SyncAlways     bool     `envconfig:"JETRUN_SYNC_ALWAYS" default:"false" desc:"embedded server: fsync every write (strict durability, about 1/3 the write rate)"`
 	HTTPAddr       string   `envconfig:"JETRUN_HTTP_ADDR" default:"127.0.0.1:8080" desc:"HTTP API listen address (empty disables it); a non-loopback address needs JETRUN_HTTP_TOKENS"`
 	HTTPTokens     []string `envconfig:"JETRUN_HTTP_TOKENS" desc:"HTTP API bearer tokens as role=token, comma-separated; role read (lists, runs, events, UI) or write (also dispatch, cancel, signal, clear); never logged"`
+	HTTPHosts      []string `envconfig:"JETRUN_HTTP_ALLOWED_HOSTS" desc:"host names (no port) the HTTP API answers to besides localhost, IP addresses and the host of JETRUN_HTTP_ADDR, comma-separated: the names it is served under (other Host headers get 403, against DNS rebinding)"`
 	Children       []string `envconfig:"JETRUN_CHILDREN" desc:"built-in agent types to run in an in-process child pool, comma-separated (built-in: demo); http and exec agents join it"`
 	DemoRuns       int      `envconfig:"JETRUN_DEMO_RUNS" default:"0" desc:"at start, dispatch this many demo runs as a fan-out (make run uses 5)"`
 }
@@ -311,6 +312,11 @@ func (c ParentWorker) Validate() error {
 	}
 	tokens, err := c.Tokens()
 	errs = append(errs, err, httpapi.CheckListenAddr(c.HTTPAddr, len(tokens) > 0), c.Reconcile.validate())
+	for _, h := range c.HTTPHosts {
+		if err := httpapi.CheckAllowedHost(h); err != nil {
+			errs = append(errs, fmt.Errorf("JETRUN_HTTP_ALLOWED_HOSTS: %w", err))
+		}
+	}
 	_, err = c.Configured()
 	errs = append(errs, err)
 	return errors.Join(errs...)

@@ -524,6 +524,9 @@ func (c *apiClient) call(method, path string, body, out any) {
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
+	if method != http.MethodGet {
+		req.Header.Set("Content-Type", "application/json") // writes take JSON only, even without a body
+	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		c.t.Fatalf("%s %s: %v", method, path, err)

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/url"
 	"strings"
 )
 
@@ -96,8 +95,8 @@ func needs(r *http.Request) Role {
 }
 
 // authorize wraps next with bearer-token checks. A token comes in an
-// "Authorization: Bearer" header or, for the web UI, in TokenCookie; a
-// write that authenticates by cookie must also come from this origin.
+// "Authorization: Bearer" header or, for the web UI, in TokenCookie (the
+// Guard in front refuses what another site's page sends).
 func (t *tokens) authorize(next http.Handler) http.Handler {
 	if !t.enabled() {
 		return next
@@ -108,7 +107,7 @@ func (t *tokens) authorize(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		tok, byCookie := bearer(r)
+		tok := bearer(r)
 		if tok == "" {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="jetrun"`)
 			writeError(w, http.StatusUnauthorized, "unauthorized", "a bearer token is required (Authorization: Bearer <token>)")
@@ -121,8 +120,6 @@ func (t *tokens) authorize(next http.Handler) http.Handler {
 			writeError(w, http.StatusUnauthorized, "unauthorized", "the bearer token is not valid")
 		case role < need:
 			writeError(w, http.StatusForbidden, "forbidden", fmt.Sprintf("this needs a %s token; yours is %s", need, role))
-		case byCookie && need == RoleWrite && !sameOrigin(r):
-			writeError(w, http.StatusForbidden, "forbidden", "cross-site request refused")
 		default:
 			next.ServeHTTP(w, r)
 		}
@@ -138,7 +135,7 @@ func (t *tokens) guard(snapshot func(*http.Request) (any, error)) func(*http.Req
 		return snapshot
 	}
 	return func(r *http.Request) (any, error) {
-		if tok, _ := bearer(r); tok == "" || t.role(tok) < RoleRead {
+		if tok := bearer(r); tok == "" || t.role(tok) < RoleRead {
 			return nil, errNoReadToken
 		}
 		return snapshot(r)
@@ -147,34 +144,20 @@ func (t *tokens) guard(snapshot func(*http.Request) (any, error)) func(*http.Req
 
 var errNoReadToken = errors.New("no read token: the page carries no runs")
 
-// bearer returns the request's token and whether it came from the cookie.
-func bearer(r *http.Request) (string, bool) {
+// bearer returns the request's token: from the Authorization header, else
+// from the cookie.
+func bearer(r *http.Request) string {
 	if h := r.Header.Get("Authorization"); h != "" {
 		scheme, tok, _ := strings.Cut(h, " ")
 		if strings.EqualFold(scheme, "Bearer") {
-			return strings.TrimSpace(tok), false
+			return strings.TrimSpace(tok)
 		}
-		return "", false
+		return ""
 	}
 	if c, err := r.Cookie(TokenCookie); err == nil {
-		return c.Value, true
+		return c.Value
 	}
-	return "", false
-}
-
-// sameOrigin tells whether a browser sent r from a page of this server.
-// Browsers send Sec-Fetch-Site, or at least Origin, on every POST and
-// DELETE; a request with neither did not come from a browser page.
-func sameOrigin(r *http.Request) bool {
-	if site := r.Header.Get("Sec-Fetch-Site"); site != "" {
-		return site == "same-origin" || site == "none"
-	}
-	origin := r.Header.Get("Origin")
-	if origin == "" {
-		return true
-	}
-	u, err := url.Parse(origin)
-	return err == nil && u.Host == r.Host
+	return ""
 }
 
 // session handles POST /v1/session {"token": "..."}: a valid token is kept
@@ -183,10 +166,6 @@ func (t *tokens) session(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodDelete {
 		http.SetCookie(w, &http.Cookie{Name: TokenCookie, Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
 		w.WriteHeader(http.StatusNoContent)
-		return
-	}
-	if !sameOrigin(r) {
-		writeError(w, http.StatusForbidden, "forbidden", "cross-site request refused")
 		return
 	}
 	var body struct {

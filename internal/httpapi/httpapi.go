@@ -16,7 +16,9 @@
 //
 // With tokens configured every /v1 call needs one ("Authorization: Bearer",
 // or the session cookie): a read token for GETs, a write token for the rest.
-// /healthz and the UI's static pages need none.
+// /healthz and the UI's static pages need none. With or without tokens, a
+// Guard refuses DNS-rebinding and cross-site requests and writes whose body
+// is not application/json.
 //
 // A guessed or malformed id never creates anything: only POST /v1/runs does.
 package httpapi
@@ -67,6 +69,10 @@ type Config struct {
 	// Metrics, if set, serves GET /metrics (a read token when Tokens are
 	// set).
 	Metrics http.Handler
+	// Addr is the listen address: a host name in it is an allowed Host
+	// (Guard), as are AllowedHosts (names without port).
+	Addr         string
+	AllowedHosts []string
 }
 
 type api struct {
@@ -113,7 +119,7 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("POST /v1/session", tokens.session)
 	mux.HandleFunc("DELETE /v1/session", tokens.session)
 	mux.Handle("GET /", webui.Handler(webui.Config{Runs: tokens.guard(a.runsSnapshot), Logger: a.log}))
-	return tokens.authorize(mux)
+	return NewGuard(cfg.Addr, cfg.AllowedHosts).Wrap(tokens.authorize(mux))
 }
 
 // errorBody is every error response.

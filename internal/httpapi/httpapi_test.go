@@ -49,6 +49,12 @@ func setupWith(t *testing.T, tokens map[string]httpapi.Role) *bundle {
 // in front of a parent client and a run view.
 func setupServing(t *testing.T, tokens map[string]httpapi.Role, register func(w *worker.Worker)) *bundle {
 	t.Helper()
+	return setupConfig(t, func(c *httpapi.Config) { c.Tokens = tokens }, register)
+}
+
+// setupConfig is setupServing with the API's configuration changed by mod.
+func setupConfig(t *testing.T, mod func(*httpapi.Config), register func(w *worker.Worker)) *bundle {
+	t.Helper()
 	env := jetruntest.NewEnv(t)
 	env.StartWorker(t, worker.Config{}, register)
 	view, err := runview.Start(context.Background(), env.Store, nil)
@@ -56,17 +62,23 @@ func setupServing(t *testing.T, tokens map[string]httpapi.Role, register func(w 
 		t.Fatal(err)
 	}
 	t.Cleanup(view.Stop)
-	srv := httptest.NewServer(httpapi.New(httpapi.Config{Client: env.Client, View: view, Conn: env.Conn, Tokens: tokens}))
+	cfg := httpapi.Config{Client: env.Client, View: view, Conn: env.Conn}
+	mod(&cfg)
+	srv := httptest.NewServer(httpapi.New(cfg))
 	t.Cleanup(srv.Close)
 	return &bundle{url: srv.URL, store: env.Store}
 }
 
-// do sends a request and decodes the JSON response into out (if not nil).
+// do sends a request (a write as JSON) and decodes the JSON response into
+// out (if not nil).
 func do(t *testing.T, method, url, body string, out any) *http.Response {
 	t.Helper()
 	req, err := http.NewRequest(method, url, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if method != http.MethodGet {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -571,6 +583,9 @@ func TestTokensGuardTheAPI(t *testing.T) {
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
 		}
+		if method != http.MethodGet {
+			req.Header.Set("Content-Type", "application/json")
+		}
 		for k, v := range hdr {
 			req.Header.Set(k, v)
 		}
@@ -636,6 +651,7 @@ func TestTokensGuardTheAPI(t *testing.T) {
 	// cookie naming its role.
 	req, _ := http.NewRequest("POST", b.url+"/v1/session", strings.NewReader(`{"token":"`+readTok+`"}`))
 	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -808,6 +824,7 @@ func TestDispatchCarriesTraceContextHeaders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("traceparent", tp)
 	req.Header.Set("tracestate", "congo=t61rcWkgMzE")
 	resp, err := http.DefaultClient.Do(req)
@@ -822,6 +839,7 @@ func TestDispatchCarriesTraceContextHeaders(t *testing.T) {
 	}
 	// A malformed traceparent is dropped, not an error.
 	req, _ = http.NewRequest("POST", b.url+"/v1/runs", strings.NewReader(`{"agentType":"demo","runId":"ht2","input":{"steps":1,"stepMs":0}}`))
+	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("traceparent", "not-a-trace")
 	resp, err = http.DefaultClient.Do(req)
 	if err != nil {

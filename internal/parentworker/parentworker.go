@@ -196,7 +196,7 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 		defer cancelBase()
 		srv = &http.Server{
 			Handler: httpapi.New(httpapi.Config{Client: client, View: view, Conn: nc, Logger: logger, Tokens: tokens,
-				Metrics: m.Handler()}),
+				Metrics: m.Handler(), Addr: cfg.HTTPAddr, AllowedHosts: cfg.HTTPHosts}),
 			ReadHeaderTimeout: 10 * time.Second,
 			BaseContext:       func(net.Listener) context.Context { return base },
 		}

@@ -10,12 +10,13 @@ export class ApiError extends Error {
   }
 }
 
+// api calls the JSON API. A write always says Content-Type: application/json,
+// body or not: the server refuses other writes (they could come from a form
+// of another site).
 export async function api(method, path, body) {
   const init = { method, headers: { Accept: 'application/json' } };
-  if (body !== undefined) {
-    init.headers['Content-Type'] = 'application/json';
-    init.body = typeof body === 'string' ? body : JSON.stringify(body);
-  }
+  if (method !== 'GET' && method !== 'HEAD') init.headers['Content-Type'] = 'application/json';
+  if (body !== undefined) init.body = typeof body === 'string' ? body : JSON.stringify(body);
   let res;
   try {
     res = await fetch(path, init);

@@ -29,7 +29,7 @@ export function takeSnapshot() {
 /** emptyHelp says how to start a run when there are none. */
 export function emptyHelp() {
   const body = JSON.stringify({ agentType: 'demo', input: { steps: 5, stepMs: 500 } });
-  const cmd = `curl -sf -X POST ${location.origin}/v1/runs -d '${body}'`;
+  const cmd = `curl -sf -X POST ${location.origin}/v1/runs -H 'Content-Type: application/json' -d '${body}'`;
   const pre = h('pre', { class: 'cmd', 'data-testid': 'empty-command', title: 'Click to copy' }, cmd);
   pre.addEventListener('click', () => {
     navigator.clipboard?.writeText(cmd).then(() => toast('Copied', cmd, 'info'), () => {});
