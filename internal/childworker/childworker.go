@@ -57,6 +57,7 @@ func Run(ctx context.Context, cfg config.ChildWorker, logger *slog.Logger) error
 	serveErr := make(chan error, 1)
 	var srv *http.Server
 	if m != nil {
+		m.WorkerAgentTypes(w.AgentTypes()...)
 		m.WatchLag(rt.JetStream(), rt.Namespace(), w.AgentTypes(), 0)
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", m.Handler())

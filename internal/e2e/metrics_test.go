@@ -179,3 +179,59 @@ func TestMetricsFollowARun(t *testing.T) {
 	}
 	waitMetric(t, childURL, "", 1, "jetrun_dead_letters_total", "agent_type", "demo", "reason", "malformed")
 }
+
+// Right after start, before any run, the counters and gauges a process
+// feeds are served at 0 for what it knows (issue 23 item 15): a
+// child-worker's per-agent-type series (every outcome, every dead-letter
+// reason), a parent-worker's meter series for the agent types announced
+// in the registry, its finish handlers' and its reconciler's actions.
+// Prometheus's rate() and increase() miss the first event of a series
+// that appears with it.
+func TestMetricsAtZeroFromTheStart(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	childAddr := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
+	e.childWorker(t, "zero-child", map[string]string{"JETRUN_METRICS_ADDR": childAddr})
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		agents, _ := e.client.Agents(ctx)
+		return len(agents) == 1 && agents[0].AgentType == "demo"
+	}, "the child-worker did not announce demo")
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
+	const child, parent = "child-worker", "parent-worker"
+	e.parentWorker(t, "zero-parent", "http://127.0.0.1:1/unused", map[string]string{"JETRUN_HTTP_ADDR": httpAddr})
+
+	scrapes := map[string]scrape{
+		child: scrapeMetrics(t, "http://"+childAddr+"/metrics", ""), parent: scrapeMetrics(t, "http://"+httpAddr+"/metrics", ""),
+	}
+	for _, c := range []struct {
+		from   string
+		name   string
+		labels []string
+	}{
+		{child, "jetrun_worker_runs_started_total", []string{"agent_type", "demo"}},
+		{child, "jetrun_worker_runs_in_flight", []string{"agent_type", "demo"}},
+		{child, "jetrun_worker_takeovers_total", []string{"agent_type", "demo"}},
+		{child, "jetrun_worker_lease_losses_total", []string{"agent_type", "demo"}},
+		{child, "jetrun_worker_cancels_total", []string{"agent_type", "demo"}},
+		{child, "jetrun_worker_runs_finished_total", []string{"agent_type", "demo", "status", "completed"}},
+		{child, "jetrun_worker_runs_finished_total", []string{"agent_type", "demo", "status", "error"}},
+		{child, "jetrun_worker_runs_finished_total", []string{"agent_type", "demo", "status", "handed-back"}},
+		{child, "jetrun_dead_letters_total", []string{"agent_type", "demo", "reason", "malformed"}},
+		{child, "jetrun_dead_letters_total", []string{"agent_type", "demo", "reason", "schema"}},
+		{parent, "jetrun_finish_deliveries_total", []string{"handler", "hook"}},
+		{parent, "jetrun_finish_failures_total", []string{"handler", "hook"}},
+		{parent, "jetrun_finish_dead_lettered_total", []string{"handler", "hook"}},
+		{parent, "jetrun_reconcile_runs_touched_total", []string{"action", "recovered"}},
+		{parent, "jetrun_reconcile_runs_touched_total", []string{"action", "given-up"}},
+		{parent, "jetrun_reconcile_sweep_errors_total", nil},
+		{parent, "jetrun_runs_started_total", []string{"agent_type", "demo"}},
+		{parent, "jetrun_runs_finished_total", []string{"agent_type", "demo", "status", "completed"}},
+		{parent, "jetrun_runs_finished_total", []string{"agent_type", "demo", "status", "interrupted"}},
+	} {
+		if v, ok := scrapes[c.from].value(c.name, c.labels...); !ok || v != 0 {
+			t.Errorf("%s right after start: %s %v = %v (present %v), want 0", c.from, c.name, c.labels, v, ok)
+		}
+	}
+}

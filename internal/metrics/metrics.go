@@ -3,7 +3,12 @@
 // implements worker.Observer, finish.Observer and reconcile.Observer, gives
 // meter hooks for the cluster-wide run counters, and serves /metrics.
 //
-// Counters count what this process saw; sum them across processes. The
+// Counters count what this process saw; sum them across processes. A
+// counter or gauge is served at 0 from the start for every label value
+// known then (outcomes, reasons, actions; the agent types and finish
+// handlers the process is told of), and for an agent type or handler seen
+// later from its first event on, so rate() and increase() see every event.
+// Histograms appear with their first observation. The
 // run counters fed by the meter (jetrun_runs_*) are cluster-wide but split
 // between the processes that meter (they share one consumer), so they too
 // are summed. Gauges that read JetStream (jetrun_dispatch_pending) are read
@@ -15,6 +20,7 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -31,6 +37,33 @@ import (
 
 // Label values never come from dispatch payloads: agent types, handler
 // names and statuses are validated tokens, reasons a fixed set.
+
+// attemptOutcomes are the outcomes of an attempt (worker.RunEnd.Outcome).
+var attemptOutcomes = []string{
+	string(events.StatusCompleted), string(events.StatusError), string(events.StatusAborted), string(events.StatusInterrupted),
+	worker.OutcomeHandedBack, worker.OutcomeLeaseLost, worker.OutcomeReleased, worker.OutcomeRetry,
+	worker.OutcomeEndedElsewhere, worker.OutcomeUnrecorded,
+}
+
+// finalStatuses are the statuses a run finishes with (meter.Usage.Status).
+var finalStatuses = []string{
+	string(events.StatusCompleted), string(events.StatusError), string(events.StatusAborted), string(events.StatusInterrupted),
+}
+
+// deadLetterReasons are the reasons a dispatch is dead-lettered.
+var deadLetterReasons = []worker.DeadLetterReason{
+	worker.DeadLetterMalformed, worker.DeadLetterBadSubject, worker.DeadLetterBadID, worker.DeadLetterTooDeep,
+	worker.DeadLetterCorruptRow, worker.DeadLetterWrongType, worker.DeadLetterKeyBusy, worker.DeadLetterSchema,
+}
+
+// sweepActions names the counts of reconcile.Stats that are actions.
+func sweepActions(st reconcile.Stats) map[string]int {
+	return map[string]int{
+		"unindexed": st.Unindexed, "republished": st.Republished, "unserved": st.Unserved,
+		"dead-lettered": st.DeadLettered, "given-up": st.GivenUp, "recovered": st.Recovered,
+		"cancelled": st.Cancelled, "failed": st.Failed,
+	}
+}
 
 // durationBuckets spans sub-second handlers to day-long runs.
 var durationBuckets = []float64{0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600, 24 * 3600}
@@ -58,6 +91,23 @@ type Metrics struct {
 	sweepErrors  prometheus.Counter
 	sweepActive  prometheus.Gauge
 	sweepTouched *prometheus.CounterVec
+
+	mu     sync.Mutex
+	zeroed map[zeroKey]bool // the groups of series set to 0 so far
+}
+
+// zeroGroup is a group of series set to 0 together for one label value.
+type zeroGroup int
+
+const (
+	groupWorker  zeroGroup = iota // per agent type: what a worker observes
+	groupMeter                    // per agent type: what the meter counts
+	groupHandler                  // per finish handler
+)
+
+type zeroKey struct {
+	group zeroGroup
+	label string
 }
 
 // New returns Metrics with a fresh registry holding jetrun's metrics and
@@ -119,7 +169,71 @@ func New() *Metrics {
 	m.sweepTouched = counter("jetrun_reconcile_runs_touched_total",
 		"Runs a reconcile sweep acted on, by action.", "action")
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	for action := range sweepActions(reconcile.Stats{}) {
+		m.sweepTouched.WithLabelValues(action)
+	}
+	m.zeroed = map[zeroKey]bool{}
 	return m
+}
+
+// zero creates the series of group for label (at 0), once: an observer
+// calls it before it counts, so a label's every series appears with its
+// first event.
+func (m *Metrics) zero(group zeroGroup, label string) {
+	k := zeroKey{group, label}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.zeroed[k] {
+		return
+	}
+	m.zeroed[k] = true
+	switch group {
+	case groupWorker:
+		for _, c := range []*prometheus.CounterVec{m.started, m.takeovers, m.leaseLosses, m.cancels} {
+			c.WithLabelValues(label)
+		}
+		m.inFlight.WithLabelValues(label)
+		for _, o := range attemptOutcomes {
+			m.finished.WithLabelValues(label, o)
+		}
+		for _, r := range deadLetterReasons {
+			m.deadLetters.WithLabelValues(label, string(r))
+		}
+	case groupMeter:
+		m.meterStarts.WithLabelValues(label)
+		for _, s := range finalStatuses {
+			m.meterEnds.WithLabelValues(label, s)
+		}
+	case groupHandler:
+		for _, c := range []*prometheus.CounterVec{m.delivered, m.failures, m.finishDLQ} {
+			c.WithLabelValues(label)
+		}
+	}
+}
+
+// WorkerAgentTypes serves the series a worker of these agent types feeds
+// (runs started, in flight, finished by every outcome, takeovers, lease
+// losses, cancels, dead letters by every reason) at 0 until they count.
+func (m *Metrics) WorkerAgentTypes(agentTypes ...string) {
+	for _, t := range agentTypes {
+		m.zero(groupWorker, t)
+	}
+}
+
+// MeterAgentTypes serves the meter's series of these agent types (runs
+// started, finished by every final status) at 0 until they count.
+func (m *Metrics) MeterAgentTypes(agentTypes ...string) {
+	for _, t := range agentTypes {
+		m.zero(groupMeter, t)
+	}
+}
+
+// FinishHandlers serves the series of these finish handlers (deliveries,
+// failures, dead letters) at 0 until they count.
+func (m *Metrics) FinishHandlers(handlers ...string) {
+	for _, h := range handlers {
+		m.zero(groupHandler, h)
+	}
 }
 
 // Registry returns the registry, to register more collectors.
@@ -132,6 +246,7 @@ func (m *Metrics) Handler() http.Handler {
 
 // RunStarted implements worker.Observer.
 func (m *Metrics) RunStarted(s worker.RunStart) {
+	m.zero(groupWorker, s.AgentType)
 	m.started.WithLabelValues(s.AgentType).Inc()
 	m.inFlight.WithLabelValues(s.AgentType).Inc()
 	if s.Takeover {
@@ -143,6 +258,7 @@ func (m *Metrics) RunStarted(s worker.RunStart) {
 
 // RunEnded implements worker.Observer.
 func (m *Metrics) RunEnded(e worker.RunEnd) {
+	m.zero(groupWorker, e.AgentType)
 	m.inFlight.WithLabelValues(e.AgentType).Dec()
 	m.finished.WithLabelValues(e.AgentType, e.Outcome).Inc()
 	m.duration.WithLabelValues(e.AgentType, e.Outcome).Observe(e.Took.Seconds())
@@ -156,17 +272,27 @@ func (m *Metrics) RunEnded(e worker.RunEnd) {
 
 // DispatchDeadLettered implements worker.Observer.
 func (m *Metrics) DispatchDeadLettered(agentType string, reason worker.DeadLetterReason) {
+	m.zero(groupWorker, agentType)
 	m.deadLetters.WithLabelValues(agentType, string(reason)).Inc()
 }
 
 // FinishDelivered implements finish.Observer.
-func (m *Metrics) FinishDelivered(handler string) { m.delivered.WithLabelValues(handler).Inc() }
+func (m *Metrics) FinishDelivered(handler string) {
+	m.zero(groupHandler, handler)
+	m.delivered.WithLabelValues(handler).Inc()
+}
 
 // FinishFailed implements finish.Observer.
-func (m *Metrics) FinishFailed(handler string) { m.failures.WithLabelValues(handler).Inc() }
+func (m *Metrics) FinishFailed(handler string) {
+	m.zero(groupHandler, handler)
+	m.failures.WithLabelValues(handler).Inc()
+}
 
 // FinishDeadLettered implements finish.Observer.
-func (m *Metrics) FinishDeadLettered(handler string) { m.finishDLQ.WithLabelValues(handler).Inc() }
+func (m *Metrics) FinishDeadLettered(handler string) {
+	m.zero(groupHandler, handler)
+	m.finishDLQ.WithLabelValues(handler).Inc()
+}
 
 // Swept implements reconcile.Observer.
 func (m *Metrics) Swept(st reconcile.Stats, err error) {
@@ -176,11 +302,7 @@ func (m *Metrics) Swept(st reconcile.Stats, err error) {
 	}
 	m.sweepTook.Observe(st.Took.Seconds())
 	m.sweepActive.Set(float64(st.Active))
-	for action, n := range map[string]int{
-		"unindexed": st.Unindexed, "republished": st.Republished, "unserved": st.Unserved,
-		"dead-lettered": st.DeadLettered, "given-up": st.GivenUp, "recovered": st.Recovered,
-		"cancelled": st.Cancelled, "failed": st.Failed,
-	} {
+	for action, n := range sweepActions(st) {
 		if n > 0 {
 			m.sweepTouched.WithLabelValues(action).Add(float64(n))
 		}
@@ -189,12 +311,14 @@ func (m *Metrics) Swept(st reconcile.Stats, err error) {
 
 // MeterStart is a meter.Hook counting a run's start.
 func (m *Metrics) MeterStart(_ context.Context, u meter.Usage) error {
+	m.zero(groupMeter, u.AgentType)
 	m.meterStarts.WithLabelValues(u.AgentType).Inc()
 	return nil
 }
 
 // MeterFinish is a meter.Hook counting a run's finish.
 func (m *Metrics) MeterFinish(_ context.Context, u meter.Usage) error {
+	m.zero(groupMeter, u.AgentType)
 	m.meterEnds.WithLabelValues(u.AgentType, string(u.Status)).Inc()
 	if u.Duration > 0 {
 		m.meterTook.WithLabelValues(u.AgentType, string(u.Status)).Observe(u.Duration.Seconds())

@@ -18,6 +18,7 @@ import (
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
+	"github.com/jetrun/jetrun/pkg/meter"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -170,5 +171,52 @@ func TestOperationsDocListsEveryMetric(t *testing.T) {
 		if !served[name] {
 			t.Errorf("docs/operations.md lists %s, which is not served", name)
 		}
+	}
+}
+
+// Series are served at 0 before they count: the reconcile actions from
+// New, a worker's or the meter's agent types and the finish handlers when
+// the process names them, and an agent type or handler named by nobody
+// from its first event on, with all its outcomes (issue 23 item 15).
+func TestSeriesAtZeroBeforeTheyCount(t *testing.T) {
+	m := metrics.New()
+	zero := func(name string, labels ...string) {
+		t.Helper()
+		if v, ok := value(t, m, name, labels...); !ok || v != 0 {
+			t.Errorf("%s %v = %v (present %v), want 0", name, labels, v, ok)
+		}
+	}
+	zero("jetrun_reconcile_runs_touched_total", "action", "recovered")
+	zero("jetrun_reconcile_runs_touched_total", "action", "dead-lettered")
+	zero("jetrun_reconcile_sweep_errors_total")
+
+	m.WorkerAgentTypes("alpha")
+	m.MeterAgentTypes("alpha")
+	m.FinishHandlers("audit")
+	zero("jetrun_worker_runs_started_total", "agent_type", "alpha")
+	zero("jetrun_worker_runs_in_flight", "agent_type", "alpha")
+	zero("jetrun_worker_takeovers_total", "agent_type", "alpha")
+	zero("jetrun_worker_lease_losses_total", "agent_type", "alpha")
+	zero("jetrun_worker_cancels_total", "agent_type", "alpha")
+	zero("jetrun_worker_runs_finished_total", "agent_type", "alpha", "status", "lease-lost")
+	zero("jetrun_dead_letters_total", "agent_type", "alpha", "reason", "too-deep")
+	zero("jetrun_runs_started_total", "agent_type", "alpha")
+	zero("jetrun_runs_finished_total", "agent_type", "alpha", "status", "aborted")
+	zero("jetrun_finish_deliveries_total", "handler", "audit")
+	zero("jetrun_finish_failures_total", "handler", "audit")
+	zero("jetrun_finish_dead_lettered_total", "handler", "audit")
+
+	// Known from their first event: every other series of theirs is at 0.
+	m.RunStarted(worker.RunStart{RunID: "r1", AgentType: "beta", Attempt: 1})
+	m.FinishDelivered("later")
+	if err := m.MeterStart(context.Background(), meter.Usage{AgentType: "gamma"}); err != nil {
+		t.Fatal(err)
+	}
+	zero("jetrun_worker_takeovers_total", "agent_type", "beta")
+	zero("jetrun_worker_runs_finished_total", "agent_type", "beta", "status", "completed")
+	zero("jetrun_finish_dead_lettered_total", "handler", "later")
+	zero("jetrun_runs_finished_total", "agent_type", "gamma", "status", "completed")
+	if v, _ := value(t, m, "jetrun_worker_runs_started_total", "agent_type", "beta"); v != 1 {
+		t.Errorf("beta's start counted %v times", v)
 	}
 }

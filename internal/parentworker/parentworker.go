@@ -89,7 +89,8 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 	m.WatchLag(js, cfg.Namespace(), nil, 0)
 	// The agent registry's bucket: parent-worker creates every stream and
 	// bucket, so child-workers need no permission to create any (nats.conf).
-	if _, err := registry.Open(ctx, js, cfg.Namespace(), cfg.Options().Replicas); err != nil {
+	reg, err := registry.Open(ctx, js, cfg.Namespace(), cfg.Options().Replicas)
+	if err != nil {
 		return err
 	}
 
@@ -134,6 +135,7 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 	}
 	for name, url := range hooks {
 		deliverer.HandleFinish(name, finish.Webhook(url, nil))
+		m.FinishHandlers(name)
 	}
 	if err := deliverer.Start(life); err != nil {
 		return err
@@ -170,6 +172,10 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 		if pool, err = agents.StartPool(life, rt, wcfg, cfg.Children, conf); err != nil {
 			return err
 		}
+		m.WorkerAgentTypes(pool.AgentTypes()...)
+	}
+	if cfg.Meter {
+		meterAgentTypes(ctx, m, reg, pool, logger)
 	}
 
 	var srv *http.Server
@@ -237,6 +243,25 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 		logger.Warn("drain nats connection", "err", err)
 	}
 	return errors.Join(errs...)
+}
+
+// meterAgentTypes serves the meter's series at 0 for the agent types known
+// at start: the pool's and those announced in the agent registry (others
+// from their first run on).
+func meterAgentTypes(ctx context.Context, m *metrics.Metrics, reg *registry.Registry, pool *worker.Worker, logger *slog.Logger) {
+	if pool != nil {
+		m.MeterAgentTypes(pool.AgentTypes()...)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	announced, err := reg.Agents(ctx)
+	if err != nil {
+		logger.WarnContext(ctx, "list the agent registry for metrics; their series appear with their first run", "err", err)
+		return
+	}
+	for _, a := range announced {
+		m.MeterAgentTypes(a.AgentType)
+	}
 }
 
 func banner(out io.Writer, cfg config.ParentWorker, natsURL string, embeddedServer bool, httpURL string, pool *worker.Worker) {
