@@ -195,7 +195,7 @@ type browser struct {
 // in parallel; waits poll, so a fast machine never waits long.
 const stepTimeout = 30 * time.Second
 
-func newBrowser(t *testing.T, execPath string) *browser {
+func newBrowser(t *testing.T, execPath string, extra ...chromedp.ExecAllocatorOption) *browser {
 	t.Helper()
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(execPath),
@@ -214,6 +214,7 @@ func newBrowser(t *testing.T, execPath string) *browser {
 		chromedp.Flag("disable-dev-shm-usage", true),
 		chromedp.Flag("disable-default-apps", true),
 	}
+	opts = append(opts, extra...)
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelCtx := chromedp.NewContext(allocCtx, chromedp.WithErrorf(func(string, ...any) {}))
 	stop := sync.OnceFunc(func() {
