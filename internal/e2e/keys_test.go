@@ -64,6 +64,24 @@ func TestKilledWorkerHoldingAConcurrencyKey(t *testing.T) {
 	assertSerial(t, e, []string{"latest-0", "latest-3"}, "latest-0")
 
 	assertSerial(t, e, ids, "key-0")
+
+	// A run that waited queued: its history starts at its "queued" event.
+	for _, id := range ids[1:] {
+		seq, err := e.client.Replay(context.Background(), id, 0, events.HistoryOnly, events.KindStatus)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var statuses []events.Status
+		for ev, err := range seq {
+			if err != nil {
+				t.Fatal(err)
+			}
+			statuses = append(statuses, ev.Status.Status)
+		}
+		if fmt.Sprint(statuses) != "[queued running completed]" {
+			t.Errorf("%s: replayed statuses %v, want [queued running completed]", id, statuses)
+		}
+	}
 }
 
 // assertSerial waits for the runs ids of one key to complete, the one

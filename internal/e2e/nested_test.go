@@ -18,9 +18,9 @@ import (
 )
 
 // nestWorker starts the test worker serving "nester" and "caller".
-func (e *env) nestWorker(t *testing.T, id string) *proc {
+func (e *env) nestWorker(t *testing.T, id string, args ...string) *proc {
 	t.Helper()
-	p := start(t, "nestworker", nil, e.url, id)
+	p := start(t, "nestworker", nil, append([]string{e.url, id}, args...)...)
 	p.waitLog("nestworker serving", 60*time.Second)
 	return p
 }

@@ -177,7 +177,8 @@ func Budget(ms int64, def time.Duration) (time.Duration, bool) {
 
 // Finish tells a finish handler how a detached run ended (or was given
 // up). It is published to jetrun.finish.<handler> with Nats-Msg-Id
-// <runId>.<status>, which is also the idempotency key handlers should use.
+// FinishMsgID (<runId>.<status> for the first ending with the status),
+// which is also the idempotency key handlers should use.
 type Finish struct {
 	RunID             string          `json:"runId"`
 	Handler           string          `json:"handler"`
@@ -188,6 +189,10 @@ type Finish struct {
 	ChildStillRunning bool            `json:"childStillRunning"`
 	Summary           string          `json:"summary,omitempty"`
 	Output            json.RawMessage `json:"output,omitempty"`
+	// Ending counts the run's earlier endings with the same status: 0 (left
+	// out) for the first; 1 when a run given up, then resumed by a retry,
+	// is given up again; and so on.
+	Ending int `json:"ending,omitempty"`
 	// Run is the run's row when the finish was published.
 	Run json.RawMessage `json:"run,omitempty"`
 }
@@ -198,8 +203,15 @@ func SignalEventMsgID(runID string, attempt int, name, state string, n int64) st
 }
 
 // FinishMsgID is the Nats-Msg-Id, and the idempotency key, of the finish of
-// a run for one status.
-func FinishMsgID(runID string, s Status) string { return runID + "." + string(s) }
+// a run for one status: <runId>.<status> for the run's first ending with
+// that status, <runId>.<status>.<n> for its n-th (n = ending+1: a run given
+// up, resumed by a retry and given up again has <runId>.interrupted.2).
+func FinishMsgID(runID string, s Status, ending int) string {
+	if ending <= 0 {
+		return runID + "." + string(s)
+	}
+	return runID + "." + string(s) + "." + itoa(int64(ending+1))
+}
 
 // MilestoneMsgID is the Nats-Msg-Id of a run's milestone with sequence seq.
 func MilestoneMsgID(runID string, seq int) string {

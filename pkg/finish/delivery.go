@@ -132,7 +132,14 @@ func (finishEntry) about() string              { return "" }
 func (e finishEntry) ledgered() bool           { return events.ValidateID(e.res.RunID) == nil }
 func (e finishEntry) reportedAs(string) string { return e.res.Handler }
 
+// A copy of an earlier ending of the status (the run was resumed and
+// ended so again, jetruntype.Run.StaleFinish) is done, and its delivery
+// under way records nothing on the later ending's slot.
+
 func (e finishEntry) check(r *jetruntype.Run, now time.Time) (jetruntype.Delivery, time.Duration) {
+	if r.StaleFinish(e.res) {
+		return jetruntype.DeliveryDone, 0
+	}
 	return r.CheckFinish(e.res.Status, now)
 }
 
@@ -141,11 +148,17 @@ func (e finishEntry) claim(r *jetruntype.Run, by string, until, now time.Time) i
 }
 
 func (e finishEntry) delivered(r *jetruntype.Run, now time.Time) ([]any, error) {
+	if r.StaleFinish(e.res) {
+		return nil, jetruntype.ErrNoChange
+	}
 	due := r.FinishDelivered(e.res.Status, now)
 	return []any{"latency_ms", now.Sub(due).Milliseconds()}, nil
 }
 
 func (e finishEntry) release(r *jetruntype.Run, cause string, failed bool, now time.Time) error {
+	if r.StaleFinish(e.res) {
+		return jetruntype.ErrNoChange
+	}
 	return r.ReleaseFinish(e.res.Status, cause, failed, now)
 }
 

@@ -10,9 +10,10 @@ import (
 // Result is what a finish handler receives: the outcome for one status.
 type Result = events.Finish
 
-// IdempotencyKey is the key a handler deduplicates on: <runId>.<status>,
-// the finish's Nats-Msg-Id.
-func IdempotencyKey(r Result) string { return events.FinishMsgID(r.RunID, r.Status) }
+// IdempotencyKey is the key a handler deduplicates on, the finish's
+// Nats-Msg-Id: <runId>.<status>, or <runId>.<status>.<n> for a run's n-th
+// ending with the status (events.FinishMsgID).
+func IdempotencyKey(r Result) string { return events.FinishMsgID(r.RunID, r.Status, r.Ending) }
 
 // Handler handles finishes. A returned error (or a panic, or running past
 // Config.Timeout) is a failed attempt, retried with backoff.

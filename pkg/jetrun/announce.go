@@ -71,7 +71,7 @@ func (rt *Runtime) PublishFinish(ctx context.Context, r *jetruntype.Run, s event
 		return nil, fmt.Errorf("jetrun: encode finish of run %s: %w", r.ID, err)
 	}
 	msg := &nats.Msg{Subject: rt.cfg.Namespace.FinishSubject(f.Handler), Data: data, Header: nats.Header{}}
-	msg.Header.Set(jetstream.MsgIDHeader, events.FinishMsgID(r.ID, s))
+	msg.Header.Set(jetstream.MsgIDHeader, events.FinishMsgID(r.ID, s, f.Ending))
 	r.Trace().SetHeaders(msg.Header)
 	ack, err := jspub.Publish(ctx, rt.js, msg)
 	if err != nil {

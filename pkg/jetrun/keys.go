@@ -123,22 +123,15 @@ func keyBusy(key string) error {
 	return fmt.Errorf("jetrun: submit under concurrency key %s: %w (strategy drop: a run of the key is live or queued)", key, kv.ErrKeyBusy)
 }
 
-// Requeue resumes the keyed run id, interrupted with its child stopped,
-// as a new attempt that waits for its key like a new submit: it is queued
-// again (at the end of the key's queue) instead of starting at once, so it
-// never runs alongside the key's holder. Of concurrent callers one
-// requeues it; the others get the row as it is.
-func (rt *Runtime) Requeue(ctx context.Context, id string) (*jetruntype.Run, error) {
-	row, _, err := rt.store.Mutate(ctx, id, func(r *jetruntype.Run) error {
-		if r.Status != events.StatusInterrupted || r.ChildStillRunning || r.ConcurrencyKey == "" {
-			return kv.ErrNoChange
-		}
-		r.Resume()
-		r.Status = events.StatusQueued
-		return nil
-	})
+// Requeue resumes the keyed run of row, interrupted with its child
+// stopped, as a new attempt that waits for its key like a new submit: it
+// is queued again (at the end of the key's queue) instead of starting at
+// once, so it never runs alongside the key's holder. Of concurrent callers
+// one requeues it; the others get the row as it is.
+func (rt *Runtime) Requeue(ctx context.Context, row *jetruntype.Run) (*jetruntype.Run, error) {
+	row, _, err := rt.Resume(ctx, row, true)
 	if err != nil {
-		return nil, fmt.Errorf("jetrun: requeue run %s: %w", id, err)
+		return nil, err
 	}
 	if row.Status != events.StatusQueued {
 		return row, nil
@@ -149,8 +142,46 @@ func (rt *Runtime) Requeue(ctx context.Context, id string) (*jetruntype.Run, err
 	if err := rt.RepairKey(ctx, row); err != nil {
 		return nil, err
 	}
-	row, _, err = rt.store.Get(ctx, id)
+	row, _, err = rt.store.Get(ctx, row.ID)
 	return row, err
+}
+
+// Resume resumes the run of row, given up (interrupted) with its child
+// stopped, as a new attempt (jetruntype.Run.Resume): "starting", or with
+// queued "queued" for its concurrency key. A run the active-run index
+// lists (every run not Unindexed) is entered in it again, since its
+// entries went when its give-up settled: before the row moves, so a
+// resumer that dies right after leaves one, and after, in case someone who
+// read the row settled purged them meanwhile (kv.Store.Unindex). So a
+// resumed run is swept again like any live run: budgets, lost dispatches,
+// owed finishes, cancel cascades. resumed is false when another caller
+// resumed it first or it is not resumable; next is then the row as it is.
+// The caller publishes the dispatch (a keyed run waits for its key).
+func (rt *Runtime) Resume(ctx context.Context, row *jetruntype.Run, queued bool) (next *jetruntype.Run, resumed bool, err error) {
+	if err := rt.store.Reindex(ctx, row); err != nil {
+		return nil, false, fmt.Errorf("jetrun: resume run %s: %w", row.ID, err)
+	}
+	next, _, err = rt.store.Mutate(ctx, row.ID, func(r *jetruntype.Run) error {
+		resumed = false
+		if r.Status != events.StatusInterrupted || r.ChildStillRunning || (queued && r.ConcurrencyKey == "") {
+			return kv.ErrNoChange
+		}
+		r.Resume()
+		if queued {
+			r.Status = events.StatusQueued
+		}
+		resumed = true
+		return nil
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("jetrun: resume run %s: %w", row.ID, err)
+	}
+	if resumed {
+		if err := rt.store.Reindex(ctx, next); err != nil {
+			return nil, false, fmt.Errorf("jetrun: resume run %s: %w", row.ID, err)
+		}
+	}
+	return next, resumed, nil
 }
 
 // RepairKey makes sure the queued run r has its entry in its key's queue

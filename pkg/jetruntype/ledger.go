@@ -44,19 +44,44 @@ type FinishState struct {
 	// the finish for a while and none follows its handler: the handler has
 	// not been seen. A deliverer's claim clears it.
 	UnservedSince time.Time `json:"unservedSince,omitzero"`
+	// Ending counts the run's earlier endings with this status whose slot
+	// this one took over: 0 for the first, 1 when a resumed run was given
+	// up again, and so on. It is the finish message's ending and part of
+	// its Nats-Msg-Id (events.FinishMsgID).
+	Ending int `json:"ending,omitempty"`
+	// Resumed says the run was resumed after this ending (Run.Resume): the
+	// run's next ending with this status takes the slot over.
+	Resumed bool `json:"resumed,omitempty"`
 }
 
 func (r *Run) oweFinish(s events.Status, now time.Time) {
 	if r.Detached == nil || r.Detached.OnFinish == "" {
 		return
 	}
-	if _, used := r.Finishes[s]; used {
-		return // one slot per status
+	ending := 0
+	if fs, used := r.Finishes[s]; used {
+		if !fs.Resumed {
+			return // one slot per status and ending
+		}
+		// A resumed run ended with the status again: its handler hears
+		// this ending too, under its own message id. A copy of the earlier
+		// one not delivered by now is dropped (StaleFinish): the handler
+		// hears the later ending.
+		ending = fs.Ending + 1
+		delete(r.Delivered, s)
 	}
 	if r.Finishes == nil {
 		r.Finishes = make(map[events.Status]*FinishState)
 	}
-	r.Finishes[s] = &FinishState{DueAt: now, Reason: r.Reason, Error: r.Error, ChildStillRunning: r.ChildStillRunning}
+	r.Finishes[s] = &FinishState{DueAt: now, Reason: r.Reason, Error: r.Error, ChildStillRunning: r.ChildStillRunning, Ending: ending}
+}
+
+// StaleFinish reports whether f announces an earlier ending of its status
+// than the one r's slot records now (a resumed run ended so again): such a
+// copy is never delivered, and its delivery under way records nothing.
+func (r *Run) StaleFinish(f events.Finish) bool {
+	fs := r.Finishes[f.Status]
+	return fs != nil && f.Ending < fs.Ending
 }
 
 // FinishOwed reports whether the finish for s is due and neither delivered

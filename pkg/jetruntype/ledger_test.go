@@ -112,3 +112,41 @@ func TestNoticeLedger(t *testing.T) {
 		t.Fatalf("seq recorded on a delivered notice: %v", err)
 	}
 }
+
+// A run given up, resumed and given up again owes its handler the second
+// give-up too, under its own ending; a copy of the first is then stale.
+// Interrupting again without a resume owes nothing new.
+func TestASecondGiveUpAfterAResumeIsOwed(t *testing.T) {
+	now := time.Now()
+	r := &jetruntype.Run{ID: "r", Status: events.StatusRunning, Detached: &events.Detached{OnFinish: "h"}}
+	r.Interrupt(events.ReasonBudgetExceeded, "over budget", false, now)
+	first, _ := r.FinishMessage(events.StatusInterrupted)
+	r.FinishDelivered(events.StatusInterrupted, now)
+	r.Interrupt(events.ReasonNoProgress, "again, no resume", false, now)
+	if r.FinishOwed(events.StatusInterrupted) {
+		t.Fatal("an interrupt without a resume owes a second finish")
+	}
+
+	r.Resume()
+	r.Status = events.StatusRunning
+	r.Interrupt(events.ReasonBudgetExceeded, "over budget again", false, now.Add(time.Second))
+	if !r.FinishOwed(events.StatusInterrupted) {
+		t.Fatal("the second give-up owes no finish")
+	}
+	second, ok := r.FinishMessage(events.StatusInterrupted)
+	if !ok || second.Ending != 1 || second.Error != "over budget again" {
+		t.Fatalf("second finish %+v", second)
+	}
+	if got := events.FinishMsgID(r.ID, second.Status, second.Ending); got != "r.interrupted.2" {
+		t.Fatalf("second finish id %s", got)
+	}
+	if got := events.FinishMsgID(r.ID, first.Status, first.Ending); got != "r.interrupted" {
+		t.Fatalf("first finish id %s", got)
+	}
+	if !r.StaleFinish(first) || r.StaleFinish(second) {
+		t.Fatal("stale: want the first's copy only")
+	}
+	if check, _ := r.CheckFinish(events.StatusInterrupted, now); check != jetruntype.DeliverNow {
+		t.Fatalf("second finish: %v, want DeliverNow", check)
+	}
+}

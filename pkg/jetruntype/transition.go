@@ -38,7 +38,9 @@ func (r *Run) Interrupt(reason, text string, childStillRunning bool, now time.Ti
 }
 
 // Resume moves an interrupted run whose child stopped back to "starting",
-// for a new attempt that keeps its milestones, counters and finish ledger.
+// for a new attempt that keeps its milestones, counters and finish ledger;
+// the give-up's finish slot is marked so that a later give-up takes it
+// over and is announced as well (oweFinish).
 // Its budgets start again; the resume does not count against the attempts
 // limit (like a hand-back).
 func (r *Run) Resume() {
@@ -50,6 +52,9 @@ func (r *Run) Resume() {
 	r.WaitingFor = ""
 	r.DispatchSeq = 0
 	r.Handoffs++
+	if fs := r.Finishes[events.StatusInterrupted]; fs != nil {
+		fs.Resumed = true // a second give-up is announced too
+	}
 }
 
 // ChildStopped records that no worker executes r any more (after a give-up,
@@ -112,6 +117,7 @@ func (r *Run) FinishMessage(s events.Status) (events.Finish, bool) {
 		Error:             f.Error,
 		Retryable:         s == events.StatusInterrupted,
 		ChildStillRunning: f.ChildStillRunning,
+		Ending:            f.Ending,
 		Run:               row,
 	}
 	if s == events.StatusCompleted {

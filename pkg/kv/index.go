@@ -58,8 +58,45 @@ func (s *Store) index(ctx context.Context, r *jetruntype.Run) error {
 	return nil
 }
 
-// Unindex removes r's index entries; call it once r is settled.
+// Reindex enters r, a run given up that is being resumed, in the index
+// again (its entries went when its give-up settled). A resume calls it
+// before and after the row's transition: before, so a resumer that dies
+// after the transition leaves an entry; after, so an entry purged meanwhile
+// by someone who read the row settled comes back (see Unindex).
+func (s *Store) Reindex(ctx context.Context, r *jetruntype.Run) error {
+	if r.Unindexed {
+		return nil
+	}
+	return s.index(ctx, r)
+}
+
+// Unindex removes r's index entries; call it once r is settled. A run
+// given up (interrupted) may be resumed meanwhile: its resumer writes the
+// entries again (Reindex) after moving the row, so the purge here may come
+// just after them. For such a run the row is read again after the purge,
+// and a run found live is entered again. A final run is never resumed: it
+// costs no read.
 func (s *Store) Unindex(ctx context.Context, r *jetruntype.Run) error {
+	if err := s.purgeIndex(ctx, r); err != nil {
+		return err
+	}
+	if r.Status != events.StatusInterrupted {
+		return nil
+	}
+	now, _, err := s.Get(ctx, r.ID)
+	if errors.Is(err, ErrRunNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("kv: unindex run %s: check for a resume: %w", r.ID, err)
+	}
+	if now.Settled() {
+		return nil
+	}
+	return s.Reindex(ctx, now)
+}
+
+func (s *Store) purgeIndex(ctx context.Context, r *jetruntype.Run) error {
 	for _, k := range indexKeys(r) {
 		if err := s.active.Purge(ctx, k, jetstream.PurgeTTL(indexMarkerTTL)); err != nil {
 			return fmt.Errorf("kv: unindex run %s: %w", r.ID, err)

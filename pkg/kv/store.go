@@ -211,7 +211,7 @@ func (s *Store) Delete(ctx context.Context, r *jetruntype.Run) error {
 	if err := s.kv.Purge(ctx, r.ID, jetstream.PurgeTTL(markerTTL)); err != nil {
 		return fmt.Errorf("kv: delete run %s: %w", r.ID, err)
 	}
-	return s.Unindex(ctx, r)
+	return s.purgeIndex(ctx, r)
 }
 
 // Update writes r if the stored row is still at revision rev, and returns the

@@ -291,3 +291,48 @@ func TestWatchStopsCleanlyAfterItsConnectionCloses(t *testing.T) {
 	cancel()
 	w.Stop()
 }
+
+// A settled give-up's entries are purged by someone who read it settled
+// just as a retry resumes it and re-enters it in the index: the purge must
+// not leave the resumed run out of the index.
+func TestUnindexOfAGiveUpResumedMeanwhileKeepsItIndexed(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunServer(t))
+	s := openStore(t, js, 1)
+	ctx := context.Background()
+	if _, err := s.Create(ctx, newRun("g1")); err != nil {
+		t.Fatal(err)
+	}
+	settled, _, err := s.Mutate(ctx, "g1", func(r *jetruntype.Run) error {
+		r.Interrupt(events.ReasonBudgetExceeded, "over budget", false, time.Now())
+		return nil
+	})
+	if err != nil || !settled.Settled() {
+		t.Fatalf("give-up: %+v %v", settled, err)
+	}
+	// The resume (jetrun.Runtime.Resume): entries, row, entries.
+	if err := s.Reindex(ctx, settled); err != nil {
+		t.Fatal(err)
+	}
+	resumed, _, err := s.Mutate(ctx, "g1", func(r *jetruntype.Run) error {
+		r.Resume()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Reindex(ctx, resumed); err != nil {
+		t.Fatal(err)
+	}
+	// The late purge of whoever read the row settled.
+	if err := s.Unindex(ctx, settled); err != nil {
+		t.Fatal(err)
+	}
+	active, err := s.Active(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(active) != 1 || active[0].ID != "g1" {
+		t.Fatalf("active %+v; want the resumed run", active)
+	}
+}

@@ -441,17 +441,9 @@ func (c *Client) existing(ctx context.Context, row *jetruntype.Run, req Request)
 // one of concurrent callers moves the row back to "starting" and publishes
 // the dispatch; the others find it starting (or further) and re-attach.
 func (c *Client) resume(ctx context.Context, row *jetruntype.Run) (*jetruntype.Run, error) {
-	resumed := false
-	next, _, err := c.store.Mutate(ctx, row.ID, func(r *jetruntype.Run) error {
-		if r.Status != events.StatusInterrupted || r.ChildStillRunning {
-			return kv.ErrNoChange
-		}
-		r.Resume()
-		resumed = true
-		return nil
-	})
+	next, resumed, err := c.rt.Resume(ctx, row, false)
 	if err != nil {
-		return nil, fmt.Errorf("parent: resume run %s: %w", row.ID, err)
+		return nil, fmt.Errorf("parent: %w", err)
 	}
 	if !resumed {
 		return next, nil

@@ -64,7 +64,7 @@ func (c *Client) dispatchKeyed(ctx context.Context, req Request, d events.Dispat
 // for its key again (kv.Store.Requeue), so it never runs alongside the
 // run that holds the key now.
 func (c *Client) requeue(ctx context.Context, row *jetruntype.Run) (*jetruntype.Run, error) {
-	next, err := c.rt.Requeue(ctx, row.ID)
+	next, err := c.rt.Requeue(ctx, row)
 	if err != nil {
 		return nil, fmt.Errorf("parent: resume run %s: %w", row.ID, err)
 	}

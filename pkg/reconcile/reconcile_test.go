@@ -34,6 +34,7 @@ type delivery struct {
 	RunID  string
 	Status events.Status
 	Reason string
+	Key    string // finish.IdempotencyKey
 	At     time.Time
 }
 
@@ -47,7 +48,7 @@ type recorder struct {
 
 func (r *recorder) HandleFinish(ctx context.Context, run *jetruntype.Run, res finish.Result) error {
 	r.mu.Lock()
-	r.got = append(r.got, delivery{RunID: res.RunID, Status: res.Status, Reason: res.Reason, At: time.Now()})
+	r.got = append(r.got, delivery{RunID: res.RunID, Status: res.Status, Reason: res.Reason, Key: finish.IdempotencyKey(res), At: time.Now()})
 	r.mu.Unlock()
 	if r.fail != nil && r.fail(res.RunID) {
 		return errors.New("the downstream system is down")

@@ -148,7 +148,7 @@ func (s *sweep) republishFinishes(ctx context.Context, row *jetruntype.Run) erro
 		if fs.Seq == 0 && row.Detached != nil && s.now.Sub(fs.DueAt) >= r.republishEvery()/2 {
 			// Past the dedup window a republish would not find the
 			// original: look for it.
-			seq, err := s.findCopy(ctx, row.Detached.OnFinish, events.FinishMsgID(row.ID, st))
+			seq, err := s.findCopy(ctx, row.Detached.OnFinish, events.FinishMsgID(row.ID, st, fs.Ending))
 			if err != nil {
 				return err
 			}
@@ -277,7 +277,7 @@ func (s *sweep) deadLetterUnserved(ctx context.Context, row *jetruntype.Run, st 
 	fs := row.Finishes[st]
 	reason := fmt.Sprintf("no deliverer took this finish for handler %q in %s: nothing serves the handler", f.Handler,
 		waited.Round(time.Second))
-	msgID := events.FinishMsgID(row.ID, st)
+	msgID := events.FinishMsgID(row.ID, st, fs.Ending)
 	dlq := &nats.Msg{Subject: ns.DLQFinishSubject(f.Handler), Data: data, Header: nats.Header{}}
 	dlq.Header.Set(events.HeaderReason, reason)
 	dlq.Header.Set(events.HeaderOriginalSubject, ns.FinishSubject(f.Handler))

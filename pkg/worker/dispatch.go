@@ -145,8 +145,14 @@ func (w *Worker) decide(ctx context.Context, log *slog.Logger, msg jetstream.Msg
 	switch {
 	case row.Status == events.StatusInterrupted:
 		// Given up on purpose (a budget) and its child stopped: only a
-		// new decision revives it.
-		return settle.Ack(), false, nil
+		// new decision revives it. A dispatch published after the give-up
+		// is one (a retry published straight to the stream): it resumes
+		// the run, as a retry through the API does. An older one (a
+		// redelivery, a repair's copy) is dropped.
+		if !publishedAfter(msg, row) {
+			return settle.Ack(), false, nil
+		}
+		return w.resumeGivenUp(ctx, log, row)
 
 	case row.CancelRequested:
 		return w.endUnclaimed(ctx, row, rev, events.StatusAborted, events.ReasonCancelled,
@@ -178,6 +184,39 @@ func (w *Worker) decide(ctx context.Context, log *slog.Logger, msg jetstream.Msg
 	}
 	w.execute(ctx, e, claimed, newRev)
 	return settle.Leave(), false, nil // the execution settled the dispatch
+}
+
+// publishedAfter reports whether msg, a dispatch of the given-up run row,
+// was published after the give-up: not the message that woke its last
+// attempt, and stored after the row's finishedAt (by the server's clock,
+// which the writer's should follow closely).
+func publishedAfter(msg jetstream.Msg, row *jetruntype.Run) bool {
+	meta, err := msg.Metadata()
+	if err != nil {
+		return false
+	}
+	return meta.Sequence.Stream > row.DispatchSeq && meta.Timestamp.After(row.FinishedAt)
+}
+
+// resumeGivenUp resumes the given-up run row for a dispatch published after its
+// give-up (see jetrun.Runtime.Resume): a keyed run is queued again for its
+// key (the key's promotion dispatches it: this message is dropped); any
+// other is moved back to "starting" and claimed with this message on the
+// next read (retry).
+func (w *Worker) resumeGivenUp(ctx context.Context, log *slog.Logger, row *jetruntype.Run) (settle.Outcome, bool, error) {
+	if row.ConcurrencyKey != "" {
+		if _, err := w.rt.Requeue(ctx, row); err != nil {
+			return settle.Leave(), false, err
+		}
+		log.InfoContext(ctx, "given-up run queued again by a dispatch", "attempt", row.Attempt)
+		return settle.Ack(), false, nil
+	}
+	if _, resumed, err := w.rt.Resume(ctx, row, false); err != nil {
+		return settle.Leave(), false, err
+	} else if resumed {
+		log.InfoContext(ctx, "given-up run resumed by a dispatch", "attempt", row.Attempt)
+	}
+	return settle.Leave(), true, nil
 }
 
 // claim returns row claimed by this worker for a new attempt.

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -237,8 +238,12 @@ func (e *execution) start(ctx context.Context) error {
 	e.pub.fenceSeq = seq // our own "running" is the status event we stream after
 	e.pub.mu.Unlock()
 	if e.cur.FirstEventSeq == 0 {
+		first, err := e.firstEvent(ctx, seq)
+		if err != nil {
+			return err
+		}
 		e.stateMu.Lock()
-		e.firstEventSeq, e.dirty = seq, true
+		e.firstEventSeq, e.dirty = first, true
 		e.stateMu.Unlock()
 	}
 	if takeover {
@@ -247,6 +252,26 @@ func (e *execution) start(ctx context.Context) error {
 		return e.loadHistory(hctx)
 	}
 	return nil
+}
+
+// firstEvent returns the stream sequence of the run's first stored event,
+// given running, that of our own "running" event. A first attempt's
+// "running" is its run's first event unless the run waited queued (its
+// "queued" event came first); otherwise an earlier attempt stored events
+// and may have died before its row recorded where they begin (the row
+// sync writes it), so the first one is looked up: one direct get of the
+// next message on the run's subjects from the stream's start, which the
+// server answers from its per-subject index rather than by a scan. Only a
+// row without the sequence pays for it, never a short run's first attempt.
+func (e *execution) firstEvent(ctx context.Context, running uint64) (uint64, error) {
+	if e.attempt <= 1 && e.cur.ConcurrencyKey == "" {
+		return running, nil
+	}
+	m, err := e.w.eventsStream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(e.w.ns.RunWildcard(e.id)))
+	if err != nil {
+		return 0, fmt.Errorf("read the run's first event: %w", err)
+	}
+	return min(m.Sequence, running), nil
 }
 
 // loadHistory reads the last chunk sequence and the milestones already
@@ -268,7 +293,10 @@ func (e *execution) loadHistory(ctx context.Context) error {
 	// over hundreds of runs at once must not open hundreds of consumers.
 	subject := ns.RunSubject(e.id, events.KindMilestone)
 	var ms []events.Milestone
-	for seq := max(e.cur.FirstEventSeq, 1); ; {
+	e.stateMu.Lock()
+	first := cmp.Or(e.cur.FirstEventSeq, e.firstEventSeq, 1)
+	e.stateMu.Unlock()
+	for seq := first; ; {
 		m, err := e.w.eventsStream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			break

@@ -7,8 +7,10 @@
 //   - boss: runs a caller child (call id "b1") and answers its "ask" calls
 //     itself, from its second attempt on (the first never answers).
 //
-// Usage: nestworker NATS_URL WORKER_ID (lease 2s). It logs "nestworker
-// serving" once it pulls, and stops on SIGTERM or SIGINT.
+// Usage: nestworker NATS_URL WORKER_ID [ROW_SYNC] (lease 2s; ROW_SYNC, a
+// duration, sets the row sync interval: a long one keeps what an attempt
+// learns off its row until it ends). It logs "nestworker serving" once it
+// pulls, and stops on SIGTERM or SIGINT.
 package main
 
 import (
@@ -36,8 +38,16 @@ func main() {
 }
 
 func run() error {
-	if len(os.Args) != 3 {
-		return fmt.Errorf("usage: nestworker NATS_URL WORKER_ID")
+	if len(os.Args) != 3 && len(os.Args) != 4 {
+		return fmt.Errorf("usage: nestworker NATS_URL WORKER_ID [ROW_SYNC]")
+	}
+	var rowSync time.Duration
+	if len(os.Args) == 4 {
+		d, err := time.ParseDuration(os.Args[3])
+		if err != nil {
+			return fmt.Errorf("nestworker: row sync interval: %w", err)
+		}
+		rowSync = d
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
@@ -51,7 +61,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	w, err := worker.New(rt, worker.Config{ID: os.Args[2], Lease: 2 * time.Second, Logger: logger})
+	w, err := worker.New(rt, worker.Config{ID: os.Args[2], Lease: 2 * time.Second, RowSyncInterval: rowSync, Logger: logger})
 	if err != nil {
 		return err
 	}
