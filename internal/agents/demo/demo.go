@@ -160,9 +160,17 @@ func serve(ctx context.Context, run *worker.Run) (worker.Result, error) {
 		ran++
 	}
 	return worker.Result{
-		Summary: fmt.Sprintf("finished %d steps", steps),
+		Summary: finished(steps),
 		Output:  Output{Steps: steps, StepsRunHere: ran, Attempt: run.Attempt()},
 	}, nil
+}
+
+// finished is the summary of a run of n steps.
+func finished(n int) string {
+	if n == 1 {
+		return "finished 1 step"
+	}
+	return fmt.Sprintf("finished %d steps", n)
 }
 
 // awaitApproval parks the run until the "approve" signal arrives.
