@@ -47,7 +47,13 @@ type NATS struct {
 	TLSCA    string `envconfig:"NATS_TLS_CA" desc:"path to a PEM CA bundle that signs the server's certificate (turns TLS on)"`
 	TLSCert  string `envconfig:"NATS_TLS_CERT" desc:"path to a PEM client certificate, for servers that verify clients (needs JETRUN_NATS_TLS_KEY)"`
 	TLSKey   string `envconfig:"NATS_TLS_KEY" desc:"path to the PEM private key of JETRUN_NATS_TLS_CERT"`
+
+	urlFile string // the file URL was read from (see Local), if any
 }
+
+// URLFile returns the file the URL was read from when JETRUN_NATS_URL was
+// empty (a local parent-worker's data directory), or "".
+func (n NATS) URLFile() string { return n.urlFile }
 
 func (n NATS) validate() error {
 	if (n.TLSCert == "") != (n.TLSKey == "") {
@@ -61,14 +67,15 @@ type Local struct {
 	DataDir string `envconfig:"DATA_DIR" default:"./data" desc:"data directory of the local parent-worker: its embedded server's JetStream store, and the file nats-url with that server's URL, which child-worker and jetrun read when JETRUN_NATS_URL is empty"`
 }
 
-// natsURL returns the URL of the local parent-worker's embedded server
-// recorded in the data directory, or DefaultChildNATSURL when none is
+// localNATS sets n's URL to the local parent-worker's embedded server: the
+// URL recorded in the data directory, or DefaultChildNATSURL when none is
 // (or the file cannot be read).
-func (l Local) natsURL() string {
+func (l Local) localNATS(n *NATS) {
 	if url, err := localurl.Read(l.DataDir); err == nil && url != "" {
-		return url
+		n.URL, n.urlFile = url, localurl.Path(l.DataDir)
+		return
 	}
-	return DefaultChildNATSURL
+	n.URL = DefaultChildNATSURL
 }
 
 // Streams holds the stream settings shared by every binary.
@@ -276,7 +283,7 @@ func Usage(w io.Writer, spec any) error {
 // (built-in, http or exec) means demo.
 func (c *ChildWorker) ApplyDefaults() {
 	if c.URL == "" {
-		c.URL = c.natsURL()
+		c.localNATS(&c.NATS)
 	}
 	if len(c.AgentTypes) == 0 && len(c.HTTPAgents) == 0 && len(c.ExecAgents) == 0 {
 		c.AgentTypes = []string{demo.AgentType}
@@ -305,7 +312,7 @@ type CLI struct {
 // its data directory records, else the default port).
 func (c *CLI) ApplyDefaults() {
 	if c.URL == "" {
-		c.URL = c.natsURL()
+		c.localNATS(&c.NATS)
 	}
 }
 

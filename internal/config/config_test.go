@@ -83,13 +83,13 @@ func TestLocalServerURLFromTheDataDirectory(t *testing.T) {
 	if err := errors.Join(config.Load(&child), config.Load(&cli)); err != nil {
 		t.Fatal(err)
 	}
-	if child.URL != url || cli.URL != url {
-		t.Fatalf("child-worker connects to %s, the CLI to %s; want %s", child.URL, cli.URL, url)
+	if child.URL != url || cli.URL != url || child.URLFile() != localurl.Path(dir) {
+		t.Fatalf("child-worker connects to %s (from %q), the CLI to %s; want %s", child.URL, child.URLFile(), cli.URL, url)
 	}
 	t.Setenv("JETRUN_NATS_URL", "nats://example.test:4222")
 	child = config.ChildWorker{}
-	if err := config.Load(&child); err != nil || child.URL != "nats://example.test:4222" {
-		t.Fatalf("JETRUN_NATS_URL set: %s %v", child.URL, err)
+	if err := config.Load(&child); err != nil || child.URL != "nats://example.test:4222" || child.URLFile() != "" {
+		t.Fatalf("JETRUN_NATS_URL set: %s (from %q) %v", child.URL, child.URLFile(), err)
 	}
 }
 
