@@ -231,11 +231,13 @@ func Run(ctx, abort context.Context, cfg config.ParentWorker, logger *slog.Logge
 	case err := <-serveErr:
 		return fmt.Errorf("http: %w", err)
 	}
-	waits := []any{"http_requests_timeout", httpShutdownTimeout, "finish_deliveries_timeout", cfg.FinishTimeout}
+	msg, waits := "shutting down: waiting for open HTTP requests and finish deliveries",
+		[]any{"http_requests_timeout", httpShutdownTimeout, "finish_deliveries_timeout", cfg.FinishTimeout}
 	if pool != nil {
+		msg = "shutting down: waiting for open HTTP requests, runs in flight (then handed back) and finish deliveries"
 		waits = append(waits, "runs_in_flight", pool.InFlight(), "runs_timeout", cfg.ShutdownTimeout)
 	}
-	logger.Info("shutting down: waiting for open HTTP requests, runs in flight (then handed back) and finish deliveries", waits...)
+	logger.Info(msg, waits...)
 	var errs []error
 	if srv != nil {
 		hctx, cancel := context.WithTimeout(abort, httpShutdownTimeout)
