@@ -50,7 +50,7 @@ func TestBrowserUI(t *testing.T) {
 	b.do("open the runs list", chromedp.Navigate(base+"/"))
 	b.waitTrue("the runs list to load", `document.querySelector('[data-testid="runs-table"]')?.dataset.state === 'ready'`)
 	const progressRun = "ui-progress"
-	api.dispatch(progressRun, nil, map[string]int{"steps": 150, "stepMs": 200})
+	api.dispatch(progressRun, nil, map[string]int{"steps": 600, "stepMs": 200}) // cancelled long before its end
 	rowSel := fmt.Sprintf(`[data-testid="run-row"][data-run-id=%q]`, progressRun)
 	fractionJS := fmt.Sprintf(`Number(document.querySelector(%q)?.querySelector('[data-testid="progress"]')?.dataset.fraction || 0)`, rowSel)
 	b.waitTrue("the new run's progress bar to move", fractionJS+` > 0`)
@@ -88,7 +88,6 @@ func TestBrowserUI(t *testing.T) {
 	eval[bool](b, `(document.querySelector('[data-testid="cancel"]').click(), true)`)
 	b.waitTrue("the page to ask before cancelling", visibleJS(`[data-testid="confirm-cancel"]`)+
 		fmt.Sprintf(` && document.querySelector('[data-testid="confirm-cancel"]').innerText.includes(%q)`, progressRun))
-	b.screenshot("run-page-confirm-cancel.png")
 	eval[bool](b, `(document.querySelector('[data-testid="confirm-keep"]').click(), true)`)
 	b.waitTrue("the question to go", `!document.querySelector('[data-testid="confirm-cancel"]')`)
 	if row := api.get(progressRun); row.Status != "running" || row.CancelRequested {
@@ -121,6 +120,13 @@ func TestBrowserUI(t *testing.T) {
 		`document.querySelector('[data-testid="child"][data-run-id=%q] [data-testid="child-group"][data-tool-call="deeper"]')?.nextElementSibling?.dataset.runId === %q`,
 		childRun, grandchild))
 	b.waitTrue("the tree counted", `document.querySelector('[data-testid="child-count"]')?.textContent === '2'`)
+	// A grandchild started while the page is open shows up live.
+	const lateGrandchild = "ui-approve-grandchild-2"
+	api.dispatch(lateGrandchild, map[string]any{"parent": childRun, "depth": 2, "parentToolCallId": "deeper", "displayOrder": 1},
+		map[string]int{"steps": 1, "stepMs": 10})
+	b.waitTrue("the late grandchild under the child, live", fmt.Sprintf(
+		`!!document.querySelector('[data-testid="child"][data-run-id=%q] [data-testid="child"][data-run-id=%q]')`, childRun, lateGrandchild))
+	b.waitTrue("the tree recounted", `document.querySelector('[data-testid="child-count"]')?.textContent === '3'`)
 	if eval[bool](b, visibleJS(`[data-testid="approve"]`)) {
 		t.Fatal("the approve button is still shown on a completed run")
 	}
@@ -160,7 +166,7 @@ func TestBrowserUI(t *testing.T) {
 
 	// The list shows every run's outcome, live.
 	b.do("back to the list", chromedp.Click(chromedp.CSS(`a[href="/"]`)))
-	for id, status := range map[string]string{progressRun: "aborted", approveRun: "completed", childRun: "completed", longRun: "completed"} {
+	for id, status := range map[string]string{progressRun: "aborted", approveRun: "completed", childRun: "completed", lateGrandchild: "completed", longRun: "completed"} {
 		b.waitTrue(id+" "+status+" in the list", fmt.Sprintf(`document.querySelector('[data-testid="run-row"][data-run-id=%q]')?.dataset.status === %q`, id, status))
 	}
 	b.screenshot("runs-list.png")
