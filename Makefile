@@ -22,6 +22,19 @@ build: ## build parent-worker, child-worker and the jetrun CLI into bin/
 run: build ## run parent-worker on an embedded nats-server with an in-process demo pool and a demo fan-out
 	./$(BIN)/parent-worker
 
+# The stock nats CLI of the README's tour, pinned, built from the Go module
+# proxy in its own module: its go.sum vouches for its dependencies, and the
+# checksum database has no entry for the module itself (GONOSUMDB). The
+# tests build it the same way.
+NATSCLI_VERSION := v0.2.0
+
+.PHONY: nats
+nats: ## build the stock nats CLI (v0.2.0, the tour's) into bin/, as the tests build it
+	@dir=$$(GONOSUMDB=github.com/nats-io/natscli GOFLAGS=-mod=mod $(GO) mod download -json github.com/nats-io/natscli@$(NATSCLI_VERSION) | \
+		sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p') && test -n "$$dir" && \
+	cd "$$dir" && GONOSUMDB=github.com/nats-io/natscli GOFLAGS=-mod=mod $(GO) build -o $(abspath $(BIN))/nats ./nats
+	@echo "built $(abspath $(BIN))/nats $(NATSCLI_VERSION); put it on your PATH: export PATH=\"$(abspath $(BIN)):\$$PATH\""
+
 .PHONY: test
 test: chromium deps ## run every test with -race (real nats-servers, real processes, headless Chromium)
 	$(GO) test -race -count=1 -timeout 15m $(GOTESTFLAGS) ./...

@@ -17,5 +17,7 @@ import (
 func main() {
 	var cfg config.ChildWorker
 	os.Exit(cli.Main("child-worker", "runs jetrun child runs of the configured agent types", os.Args[1:], &cfg,
-		func(ctx context.Context, logger *slog.Logger) error { return childworker.Run(ctx, cfg, logger) }))
+		func(ctx, abort context.Context, logger *slog.Logger) error {
+			return childworker.Run(ctx, abort, cfg, logger)
+		}))
 }

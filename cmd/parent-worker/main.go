@@ -18,7 +18,7 @@ import (
 func main() {
 	var cfg config.ParentWorker
 	os.Exit(cli.Main("parent-worker", "the jetrun HTTP API, optional in-process child pool and embedded nats-server", os.Args[1:], &cfg,
-		func(ctx context.Context, logger *slog.Logger) error {
-			return parentworker.Run(ctx, cfg, logger, os.Stdout)
+		func(ctx, abort context.Context, logger *slog.Logger) error {
+			return parentworker.Run(ctx, abort, cfg, logger, os.Stdout)
 		}))
 }

@@ -66,22 +66,29 @@ class Child(BaseHTTPRequestHandler):
         topic = inp.get("topic", "tides")
         steps = int(inp.get("steps", 5))
         delay = float(inp.get("stepDelay", 0.2))
-        reached = {m["name"] for m in req.get("milestones", [])}
+        milestones = req.get("milestones") or []
+        reached = {m["name"] for m in milestones}
+        # Steps this attempt ran in an earlier POST of the run (the one that
+        # waited for the signal): their milestones carry this attempt.
+        ran = sum(1 for m in milestones if m["name"].startswith("step-")
+                  and (m.get("data") or {}).get("attempt") == req["attempt"])
         signal = req.get("signal")
         if signal:
             log("run %s: got signal %s" % (run_id, signal["name"]))
 
-        ran = 0
+        started = False
         for i in range(1, steps + 1):
             if "step-%d" % i in reached:
-                continue  # done by an earlier attempt
-            if ran == 0:
+                continue  # done already
+            if not started:
+                started = True
                 log("run %s attempt %d: starting at step %d" % (run_id, req["attempt"], i))
             time.sleep(delay)
             self.emit({"chunk": "step %d: read about %s\n" % (i, topic)})
             self.emit({"progress": {"fraction": i / steps, "phase": "researching",
                                     "message": "step %d of %d" % (i, steps)}})
-            self.emit({"milestone": {"name": "step-%d" % i, "data": {"step": i}}})
+            self.emit({"milestone": {"name": "step-%d" % i,
+                                     "data": {"step": i, "attempt": req["attempt"]}}})
             ran += 1
 
         approval = None

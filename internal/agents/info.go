@@ -11,14 +11,16 @@ import (
 var builtinInfo = map[string]worker.AgentInfo{
 	demo.AgentType: {
 		Description: "A simulated researcher: streams a chunk, reaches a milestone (step-1, step-2, …) and reports " +
-			"progress at every step; optionally fails at a step, or waits for the signal \"approve\" before one.",
+			"progress at every step; optionally fails at a step, waits for the signal \"approve\" before one, or " +
+			"delegates to nested demo runs.",
 		InputSchema: json.RawMessage(`{
   "type": "object",
   "properties": {
     "steps": {"type": "integer", "minimum": 0, "maximum": 100000, "description": "number of steps (default 5)"},
     "stepMs": {"type": "integer", "minimum": 0, "maximum": 600000, "description": "milliseconds per step (default 200)"},
     "failAt": {"type": "integer", "minimum": 0, "description": "fail at this step (0: never)"},
-    "approveAt": {"type": "integer", "minimum": 0, "description": "wait for the signal approve before this step (0: never)"}
+    "approveAt": {"type": "integer", "minimum": 0, "description": "wait for the signal approve before this step (0: never)"},
+    "children": {"type": "integer", "minimum": 0, "maximum": 20, "description": "after the steps, run this many nested demo runs of 2 steps (tool call delegate)"}
   },
   "additionalProperties": false
 }`),
@@ -28,7 +30,8 @@ var builtinInfo = map[string]worker.AgentInfo{
   "properties": {
     "steps": {"type": "integer"},
     "stepsRunHere": {"type": "integer"},
-    "attempt": {"type": "integer"}
+    "attempt": {"type": "integer"},
+    "children": {"type": "integer"}
   }
 }`),
 	},

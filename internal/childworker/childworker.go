@@ -20,8 +20,9 @@ import (
 )
 
 // Run serves until ctx is done. Then it stops pulling, lets runs in flight
-// finish for up to cfg.ShutdownTimeout and hands the rest back.
-func Run(ctx context.Context, cfg config.ChildWorker, logger *slog.Logger) error {
+// finish for up to cfg.ShutdownTimeout and hands the rest back; once abort
+// is done too, it hands them back at once.
+func Run(ctx, abort context.Context, cfg config.ChildWorker, logger *slog.Logger) error {
 	nc, err := natsconn.Connect(cfg.NATS, "jetrun child-worker", logger)
 	if err != nil {
 		return err
@@ -72,7 +73,8 @@ func Run(ctx context.Context, cfg config.ChildWorker, logger *slog.Logger) error
 	case err := <-serveErr:
 		errs = append(errs, fmt.Errorf("metrics: %w", err))
 	}
-	logger.Info("shutting down: finishing runs in flight", "timeout", cfg.ShutdownTimeout)
+	logger.Info("shutting down: waiting for runs in flight to finish, then handing the rest back",
+		"runs_in_flight", w.InFlight(), "timeout", cfg.ShutdownTimeout)
 	if srv != nil {
 		hctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		if err := srv.Shutdown(hctx); err != nil {
@@ -80,10 +82,14 @@ func Run(ctx context.Context, cfg config.ChildWorker, logger *slog.Logger) error
 		}
 		cancel()
 	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+	sctx, cancel := context.WithTimeout(abort, cfg.ShutdownTimeout)
 	defer cancel()
 	if err := w.Shutdown(sctx); err != nil {
 		return errors.Join(append(errs, fmt.Errorf("shutdown: %w", err))...)
+	}
+	if abort.Err() != nil {
+		logger.Info("child-worker stopped at once: runs in flight handed back")
+		return errors.Join(errs...)
 	}
 	if err := nc.Drain(); err != nil {
 		logger.Warn("drain nats connection", "err", err)

@@ -20,6 +20,7 @@ import (
 	"github.com/jetrun/jetrun/internal/agents/execagent"
 	"github.com/jetrun/jetrun/internal/agents/httpagent"
 	"github.com/jetrun/jetrun/internal/httpapi"
+	"github.com/jetrun/jetrun/internal/localurl"
 
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
@@ -34,12 +35,13 @@ import (
 const Prefix = "JETRUN"
 
 // DefaultChildNATSURL is where a child-worker connects when JETRUN_NATS_URL is
-// empty: the parent-worker's embedded server on this host.
+// empty and the data directory names no local server (see Local): the
+// parent-worker's embedded server on this host, on its default port.
 const DefaultChildNATSURL = "nats://127.0.0.1:4222"
 
 // NATS holds the connection settings shared by every binary.
 type NATS struct {
-	URL      string `envconfig:"JETRUN_NATS_URL" desc:"NATS server URL(s), comma-separated; child-worker and jetrun CLI: default nats://127.0.0.1:4222; parent-worker: empty starts an embedded server"`
+	URL      string `envconfig:"JETRUN_NATS_URL" desc:"NATS server URL(s), comma-separated; child-worker and jetrun CLI: default the URL in JETRUN_DATA_DIR/nats-url, else nats://127.0.0.1:4222; parent-worker: empty starts an embedded server"`
 	Creds    string `envconfig:"JETRUN_NATS_CREDS" desc:"path to a NATS .creds file (JWT auth)"`
 	NKey     string `envconfig:"JETRUN_NATS_NKEY" desc:"path to an nkey seed file"`
 	User     string `envconfig:"JETRUN_NATS_USER" desc:"NATS user name"`
@@ -48,13 +50,35 @@ type NATS struct {
 	TLSCA    string `envconfig:"JETRUN_NATS_TLS_CA" desc:"path to a PEM CA bundle that signs the server's certificate (turns TLS on)"`
 	TLSCert  string `envconfig:"JETRUN_NATS_TLS_CERT" desc:"path to a PEM client certificate, for servers that verify clients (needs JETRUN_NATS_TLS_KEY)"`
 	TLSKey   string `envconfig:"JETRUN_NATS_TLS_KEY" desc:"path to the PEM private key of JETRUN_NATS_TLS_CERT"`
+
+	urlFile string // the file URL was read from (see Local), if any
 }
+
+// URLFile returns the file the URL was read from when JETRUN_NATS_URL was
+// empty (a local parent-worker's data directory), or "".
+func (n NATS) URLFile() string { return n.urlFile }
 
 func (n NATS) validate() error {
 	if (n.TLSCert == "") != (n.TLSKey == "") {
 		return errors.New("JETRUN_NATS_TLS_CERT and JETRUN_NATS_TLS_KEY go together: set both or neither")
 	}
 	return nil
+}
+
+// Local is the local parent-worker's data directory.
+type Local struct {
+	DataDir string `envconfig:"JETRUN_DATA_DIR" default:"./data" desc:"data directory of the local parent-worker: its embedded server's JetStream store, and the file nats-url with that server's URL, which child-worker and jetrun read when JETRUN_NATS_URL is empty"`
+}
+
+// localNATS sets n's URL to the local parent-worker's embedded server: the
+// URL recorded in the data directory, or DefaultChildNATSURL when none is
+// (or the file cannot be read).
+func (l Local) localNATS(n *NATS) {
+	if url, err := localurl.Read(l.DataDir); err == nil && url != "" {
+		n.URL, n.urlFile = url, localurl.Path(l.DataDir)
+		return
+	}
+	n.URL = DefaultChildNATSURL
 }
 
 // Streams holds the stream settings shared by every binary.
@@ -198,6 +222,7 @@ func checkAgent(setting, name string, invalid error, known agents.Configured) er
 // ChildWorker is the child-worker binary's configuration.
 type ChildWorker struct {
 	NATS
+	Local
 	Streams
 	Pool
 	Agents
@@ -209,13 +234,13 @@ type ChildWorker struct {
 // ParentWorker is the parent-worker binary's configuration.
 type ParentWorker struct {
 	NATS
+	Local
 	Streams
 	Pool
 	Reconcile
 	Reattach
 	Agents
 	Log
-	DataDir        string   `envconfig:"JETRUN_DATA_DIR" default:"./data" desc:"embedded server: JetStream store directory"`
 	EmbeddedHost   string   `envconfig:"JETRUN_EMBEDDED_HOST" default:"127.0.0.1" desc:"embedded server: listen address (loopback by default)"`
 	EmbeddedPort   int      `envconfig:"JETRUN_EMBEDDED_PORT" default:"4222" desc:"embedded server: client port (-1 = random; a busy 4222 falls back to random)"`
 	EmbeddedMaxMem int64    `envconfig:"JETRUN_EMBEDDED_MAX_MEMORY" default:"268435456" desc:"embedded server: JetStream memory limit, bytes"`
@@ -257,11 +282,12 @@ func Usage(w io.Writer, spec any) error {
 }
 
 // ApplyDefaults sets the defaults that depend on other settings: an empty
-// JETRUN_NATS_URL means the local parent-worker's embedded server, and no
-// agent types (built-in, http or exec) means demo.
+// JETRUN_NATS_URL means the local parent-worker's embedded server (the URL
+// its data directory records, else the default port), and no agent types
+// (built-in, http or exec) means demo.
 func (c *ChildWorker) ApplyDefaults() {
 	if c.URL == "" {
-		c.URL = DefaultChildNATSURL
+		c.localNATS(&c.NATS)
 	}
 	if len(c.AgentTypes) == 0 && len(c.HTTPAgents) == 0 && len(c.ExecAgents) == 0 {
 		c.AgentTypes = []string{demo.AgentType}
@@ -279,16 +305,18 @@ func (c ChildWorker) Validate() error {
 // namespace of the streams and buckets it reads and writes.
 type CLI struct {
 	NATS
+	Local
 	Streams
 	Reattach
 	Log
 }
 
 // ApplyDefaults sets the defaults that depend on other settings: an empty
-// JETRUN_NATS_URL means the local parent-worker's embedded server.
+// JETRUN_NATS_URL means the local parent-worker's embedded server (the URL
+// its data directory records, else the default port).
 func (c *CLI) ApplyDefaults() {
 	if c.URL == "" {
-		c.URL = DefaultChildNATSURL
+		c.localNATS(&c.NATS)
 	}
 }
 

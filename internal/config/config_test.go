@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"reflect"
@@ -12,6 +13,7 @@ import (
 	"github.com/jetrun/jetrun/internal/agents/httpagent"
 	"github.com/jetrun/jetrun/internal/config"
 	"github.com/jetrun/jetrun/internal/embedded"
+	"github.com/jetrun/jetrun/internal/localurl"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/finish"
 	"github.com/jetrun/jetrun/pkg/parent"
@@ -62,6 +64,32 @@ func TestDefaults(t *testing.T) {
 	}
 	if pw.URL != "" || pw.HTTPAddr != "127.0.0.1:8080" || pw.EmbeddedPort != 4222 {
 		t.Fatalf("parent defaults: %+v", pw)
+	}
+}
+
+// With no JETRUN_NATS_URL, child-worker and the CLI connect to the server
+// the local parent-worker recorded in the data directory (its embedded
+// server may be off the default port); a set URL wins.
+func TestLocalServerURLFromTheDataDirectory(t *testing.T) {
+	clearEnv(t)
+	dir := t.TempDir()
+	t.Setenv("JETRUN_DATA_DIR", dir)
+	const url = "nats://127.0.0.1:40123"
+	if err := localurl.Write(dir, url); err != nil {
+		t.Fatal(err)
+	}
+	var child config.ChildWorker
+	var cli config.CLI
+	if err := errors.Join(config.Load(&child), config.Load(&cli)); err != nil {
+		t.Fatal(err)
+	}
+	if child.URL != url || cli.URL != url || child.URLFile() != localurl.Path(dir) {
+		t.Fatalf("child-worker connects to %s (from %q), the CLI to %s; want %s", child.URL, child.URLFile(), cli.URL, url)
+	}
+	t.Setenv("JETRUN_NATS_URL", "nats://example.test:4222")
+	child = config.ChildWorker{}
+	if err := config.Load(&child); err != nil || child.URL != "nats://example.test:4222" || child.URLFile() != "" {
+		t.Fatalf("JETRUN_NATS_URL set: %s (from %q) %v", child.URL, child.URLFile(), err)
 	}
 }
 
@@ -248,11 +276,12 @@ func variables(typ reflect.Type) []string {
 	var out []string
 	for i := range typ.NumField() {
 		f := typ.Field(i)
-		if f.Anonymous {
+		switch {
+		case f.Anonymous:
 			out = append(out, variables(f.Type)...)
-			continue
+		case f.IsExported(): // envconfig reads exported fields only
+			out = append(out, envName(f))
 		}
-		out = append(out, envName(f))
 	}
 	return out
 }

@@ -269,10 +269,19 @@ func TestBrowserRunsListPagingAndFilters(t *testing.T) {
 	if got := eval[string](b, countJS); got != "100 of 301 runs" {
 		t.Fatalf("the first page counts %q", got)
 	}
+	moreJS := `document.querySelector('[data-testid="load-more"]').textContent`
+	if got := eval[string](b, moreJS); got != "Load more (201 remaining)" {
+		t.Fatalf("the load-more button says %q", got)
+	}
 	for shown := 100; shown < 301; {
 		b.do(fmt.Sprintf("load more after %d", shown), chromedp.Click(chromedp.CSS(`[data-testid="load-more"]`)))
 		shown = min(shown+100, 301)
 		b.waitTrue(fmt.Sprintf("%d rows", shown), fmt.Sprintf(`document.querySelectorAll('[data-testid="run-row"]').length === %d`, shown))
+		if shown == 200 {
+			if got := eval[string](b, moreJS); got != "Load more (101 remaining)" {
+				t.Fatalf("after 200 rows the load-more button says %q", got)
+			}
+		}
 	}
 	checkListed(t, "every page", eval[[]listedRow](b, listedJS), all)
 	if got := eval[string](b, countJS); got != "301 runs" || eval[bool](b, visibleJS(`[data-testid="load-more"]`)) {

@@ -50,7 +50,7 @@ func TestBrowserUI(t *testing.T) {
 	b.do("open the runs list", chromedp.Navigate(base+"/"))
 	b.waitTrue("the runs list to load", `document.querySelector('[data-testid="runs-table"]')?.dataset.state === 'ready'`)
 	const progressRun = "ui-progress"
-	api.dispatch(progressRun, nil, map[string]int{"steps": 150, "stepMs": 200})
+	api.dispatch(progressRun, nil, map[string]int{"steps": 600, "stepMs": 200}) // cancelled long before its end
 	rowSel := fmt.Sprintf(`[data-testid="run-row"][data-run-id=%q]`, progressRun)
 	fractionJS := fmt.Sprintf(`Number(document.querySelector(%q)?.querySelector('[data-testid="progress"]')?.dataset.fraction || 0)`, rowSel)
 	b.waitTrue("the new run's progress bar to move", fractionJS+` > 0`)
@@ -79,21 +79,34 @@ func TestBrowserUI(t *testing.T) {
 		t.Fatalf("run page progress bar shows fraction %v", f)
 	}
 
-	// 3. Cancel it from the page: it ends aborted, in the header and the timeline.
+	// 3. Cancel it from the page: the page asks first; kept running, then
+	// cancelled, it ends aborted, in the header and the timeline.
 	b.waitTrue("the cancel button", visibleJS(`[data-testid="cancel"]`))
-	// The button's own click (not a mouse event at its coordinates): the
-	// timeline grows under it while the run streams, and a layout shift
-	// between finding the button and pressing it would miss it.
+	// The buttons' own click (not a mouse event at their coordinates): the
+	// timeline grows under them while the run streams, and a layout shift
+	// between finding a button and pressing it would miss it.
 	eval[bool](b, `(document.querySelector('[data-testid="cancel"]').click(), true)`)
+	b.waitTrue("the page to ask before cancelling", visibleJS(`[data-testid="confirm-cancel"]`)+
+		fmt.Sprintf(` && document.querySelector('[data-testid="confirm-cancel"]').innerText.includes(%q)`, progressRun))
+	eval[bool](b, `(document.querySelector('[data-testid="confirm-keep"]').click(), true)`)
+	b.waitTrue("the question to go", `!document.querySelector('[data-testid="confirm-cancel"]')`)
+	if row := api.get(progressRun); row.Status != "running" || row.CancelRequested {
+		t.Fatalf("kept running, %s is %s (cancel requested: %v)", progressRun, row.Status, row.CancelRequested)
+	}
+	eval[bool](b, `(document.querySelector('[data-testid="cancel"]').click(), true)`)
+	b.waitTrue("the question again", visibleJS(`[data-testid="confirm-cancel"]`))
+	eval[bool](b, `(document.querySelector('[data-testid="confirm-yes"]').click(), true)`)
 	b.waitTrue("the run to end aborted", runStatusJS("aborted"))
 	b.waitTrue("the aborted status in the timeline", `!!document.querySelector('[data-testid="timeline-entry"][data-kind="status"][data-status="aborted"]')`)
 	b.waitTrue("the cancel button to go", `!`+visibleJS(`[data-testid="cancel"]`))
 
-	// 4. Approve a waiting run from its page: it completes. It has a child,
-	// listed on its page and linking back up.
-	const approveRun, childRun = "ui-approve", "ui-approve-child"
+	// 4. Approve a waiting run from its page: it completes. It has a child
+	// and a grandchild, listed on its page as a tree, the child linking
+	// back up.
+	const approveRun, childRun, grandchild = "ui-approve", "ui-approve-child", "ui-approve-grandchild"
 	api.dispatch(approveRun, nil, map[string]int{"steps": 3, "stepMs": 100, "approveAt": 2})
 	api.dispatch(childRun, map[string]any{"parent": approveRun, "depth": 1}, map[string]int{"steps": 2, "stepMs": 50})
+	api.dispatch(grandchild, map[string]any{"parent": childRun, "depth": 2, "parentToolCallId": "deeper"}, map[string]int{"steps": 2, "stepMs": 50})
 	b.do("open the waiting run", chromedp.Navigate(base+"/runs/"+approveRun))
 	b.waitTrue("the approve button", visibleJS(`[data-testid="approve"]`))
 	b.waitTrue("the waiting signal in the timeline", `!!document.querySelector('[data-testid="timeline-entry"][data-kind="signal"][data-state="waiting"]')`)
@@ -103,6 +116,17 @@ func TestBrowserUI(t *testing.T) {
 	b.waitTrue("the timeline to end", `document.querySelector('[data-testid="caught-up"]')?.dataset.state === 'ended'`)
 	b.waitTrue("the output", `(document.querySelector('[data-testid="output"]')?.textContent || '').includes('"steps": 3')`)
 	b.waitTrue("the child in the children list", fmt.Sprintf(`!!document.querySelector('[data-testid="child"][data-run-id=%q] a')`, childRun))
+	b.waitTrue("the grandchild under the child, under its tool call", fmt.Sprintf(
+		`document.querySelector('[data-testid="child"][data-run-id=%q] [data-testid="child-group"][data-tool-call="deeper"]')?.nextElementSibling?.dataset.runId === %q`,
+		childRun, grandchild))
+	b.waitTrue("the tree counted", `document.querySelector('[data-testid="child-count"]')?.textContent === '2'`)
+	// A grandchild started while the page is open shows up live.
+	const lateGrandchild = "ui-approve-grandchild-2"
+	api.dispatch(lateGrandchild, map[string]any{"parent": childRun, "depth": 2, "parentToolCallId": "deeper", "displayOrder": 1},
+		map[string]int{"steps": 1, "stepMs": 10})
+	b.waitTrue("the late grandchild under the child, live", fmt.Sprintf(
+		`!!document.querySelector('[data-testid="child"][data-run-id=%q] [data-testid="child"][data-run-id=%q]')`, childRun, lateGrandchild))
+	b.waitTrue("the tree recounted", `document.querySelector('[data-testid="child-count"]')?.textContent === '3'`)
 	if eval[bool](b, visibleJS(`[data-testid="approve"]`)) {
 		t.Fatal("the approve button is still shown on a completed run")
 	}
@@ -114,9 +138,35 @@ func TestBrowserUI(t *testing.T) {
 	b.waitTrue("the child's page with a link to its parent", fmt.Sprintf(`location.pathname === '/runs/%s' && document.querySelector('[data-testid="parent-link"]')?.getAttribute('href') === '/runs/%s'`, childRun, approveRun))
 	b.waitTrue("the child to complete", runStatusJS("completed"))
 
+	// 6. A long timeline (200 entries and more) collapses by kind: the
+	// milestones hide, the rest stays; a second click shows them again.
+	const longRun = "ui-long"
+	api.dispatch(longRun, nil, map[string]int{"steps": 100, "stepMs": 0})
+	b.do("open the long run", chromedp.Navigate(base+"/runs/"+longRun))
+	b.waitTrue("the long run to end", `document.querySelector('[data-testid="caught-up"]')?.dataset.state === 'ended'`)
+	if n := len(b.timeline()); n < 200 {
+		t.Fatalf("the long run's timeline has %d entries", n)
+	}
+	milestones := `[data-testid="timeline-kind"][data-kind="milestone"]`
+	b.waitTrue("a button for the milestones, counted", fmt.Sprintf(`(document.querySelector(%q)?.textContent || '').includes('milestones 100')`, milestones))
+	visibleOf := func(kind string) int {
+		return eval[int](b, fmt.Sprintf(`[...document.querySelectorAll('[data-testid="timeline-entry"][data-kind=%q]')].filter(e => e.getClientRects().length > 0).length`, kind))
+	}
+	if visibleOf("milestone") != 100 {
+		t.Fatalf("%d milestones shown before collapsing", visibleOf("milestone"))
+	}
+	b.do("collapse the milestones", chromedp.Click(chromedp.CSS(milestones)))
+	b.waitTrue("the milestones hidden", fmt.Sprintf(`document.querySelector(%q).getAttribute('aria-pressed') === 'true'`, milestones))
+	if m, c := visibleOf("milestone"), visibleOf("chunk"); m != 0 || c == 0 {
+		t.Fatalf("collapsed: %d milestones and %d chunk entries shown", m, c)
+	}
+	b.screenshot("run-page-collapsed.png")
+	b.do("show the milestones again", chromedp.Click(chromedp.CSS(milestones)))
+	b.waitTrue("the milestones back", `document.querySelectorAll('[data-testid="timeline-entry"][data-kind="milestone"]:not([hidden])').length === 100`)
+
 	// The list shows every run's outcome, live.
 	b.do("back to the list", chromedp.Click(chromedp.CSS(`a[href="/"]`)))
-	for id, status := range map[string]string{progressRun: "aborted", approveRun: "completed", childRun: "completed"} {
+	for id, status := range map[string]string{progressRun: "aborted", approveRun: "completed", childRun: "completed", lateGrandchild: "completed", longRun: "completed"} {
 		b.waitTrue(id+" "+status+" in the list", fmt.Sprintf(`document.querySelector('[data-testid="run-row"][data-run-id=%q]')?.dataset.status === %q`, id, status))
 	}
 	b.screenshot("runs-list.png")
@@ -342,6 +392,20 @@ type apiClient struct {
 	base  string
 	http  *http.Client
 	token string // sent as a bearer token when set
+}
+
+// get returns the run's row (GET /v1/runs/{id}).
+func (c *apiClient) get(id string) runRow {
+	c.t.Helper()
+	var r runRow
+	c.call("GET", "/v1/runs/"+id, nil, &r)
+	return r
+}
+
+// runRow is the part of a run's row the browser tests check.
+type runRow struct {
+	Status          string `json:"status"`
+	CancelRequested bool   `json:"cancelRequested"`
 }
 
 // dispatch starts a demo run with POST /v1/runs; extra adds fields to the body.

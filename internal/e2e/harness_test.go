@@ -66,12 +66,18 @@ type proc struct {
 // The process is killed with SIGKILL at cleanup if it still runs.
 func start(t testing.TB, name string, env map[string]string, args ...string) *proc {
 	t.Helper()
+	return startIn(t, t.TempDir(), name, env, args...)
+}
+
+// startIn is start with dir as the working directory.
+func startIn(t testing.TB, dir, name string, env map[string]string, args ...string) *proc {
+	t.Helper()
 	cmd := exec.Command(filepath.Join(bin, name), args...)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	cmd.Dir = t.TempDir()
+	cmd.Dir = dir
 	p := &proc{t: t, name: name, cmd: cmd, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.stdout, p.stderr
 	if err := cmd.Start(); err != nil {

@@ -153,9 +153,11 @@ func TestPythonHTTPChildStreamsWaitsForApprovalAndCompletes(t *testing.T) {
 		t.Fatalf("row: %s %q (%s)", row.Status, row.Summary, row.Error)
 	}
 	var out struct {
-		Approval map[string]any `json:"approval"`
+		Approval     map[string]any `json:"approval"`
+		StepsRunHere int            `json:"stepsRunHere"`
 	}
-	if err := json.Unmarshal(row.Output, &out); err != nil || out.Approval["by"] != "ops" {
+	// Its one attempt ran the 3 steps, before the wait.
+	if err := json.Unmarshal(row.Output, &out); err != nil || out.Approval["by"] != "ops" || out.StepsRunHere != 3 {
 		t.Fatalf("output %s: %v", row.Output, err)
 	}
 	evs := waitFinalEvent(t, e.js, "py-1")

@@ -186,7 +186,7 @@ func TestDispatchGetAndWait(t *testing.T) {
 		Summary string `json:"summary"`
 	}
 	wantStatus(t, do(t, "POST", b.url+"/v1/runs?wait=true", `{"agentType":"demo","input":{"steps":1,"stepMs":0}}`, &ok), 200)
-	if !ok.OK || ok.Status != "completed" || ok.Summary != "finished 1 steps" || ok.RunID == "" {
+	if !ok.OK || ok.Status != "completed" || ok.Summary != "finished 1 step" || ok.RunID == "" {
 		t.Fatalf("wait = %+v", ok)
 	}
 	var failed parent.Failure

@@ -72,6 +72,10 @@ func Connect(cfg config.NATS, name string, logger *slog.Logger, extra ...nats.Op
 		opts = append(opts, nats.ClientCert(cfg.TLSCert, cfg.TLSKey))
 	}
 	nc, err := nats.Connect(cfg.URL, append(opts, extra...)...)
+	if err != nil && cfg.URLFile() != "" {
+		return nil, fmt.Errorf("nats: connect to %s, read from %s (written by a parent-worker, which may have been killed; set JETRUN_NATS_URL or remove the file): %w",
+			cfg.Redacted(), cfg.URLFile(), err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("nats: connect to %s: %w", cfg.Redacted(), err)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/jetrun/jetrun/internal/config"
 	"github.com/jetrun/jetrun/internal/embedded"
 	"github.com/jetrun/jetrun/internal/httpapi"
+	"github.com/jetrun/jetrun/internal/localurl"
 	"github.com/jetrun/jetrun/internal/metrics"
 	"github.com/jetrun/jetrun/internal/natsconn"
 	"github.com/jetrun/jetrun/internal/runview"
@@ -40,9 +41,12 @@ import (
 const httpShutdownTimeout = 5 * time.Second
 
 // Run serves until ctx is done, then shuts down in reverse order: HTTP,
-// child pool (graceful, see config.Pool.ShutdownTimeout), NATS connection,
-// embedded server. The banner (where to look) goes to out.
-func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out io.Writer) error {
+// child pool (graceful, see config.Pool.ShutdownTimeout), finish deliverer,
+// meter, reconciler, NATS connection, embedded server. Once abort is done
+// too, every step stops waiting (the pool hands its runs back at once) and
+// the embedded server is shut down cleanly, so its store needs no recovery
+// at the next start. The banner (where to look) goes to out.
+func Run(ctx, abort context.Context, cfg config.ParentWorker, logger *slog.Logger, out io.Writer) error {
 	natsCfg := cfg.NATS
 	var extra []nats.Option
 	var ns *server.Server
@@ -62,6 +66,16 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 		}()
 		natsCfg.URL = ns.ClientURL()
 		extra = append(extra, nats.InProcessServer(ns)) // this process's own components skip the socket
+		// child-worker and jetrun find the server through this file when
+		// it is not on the default port (see localurl).
+		if err := localurl.Write(cfg.DataDir, natsCfg.URL); err != nil {
+			return err
+		}
+		defer func() {
+			if err := localurl.Remove(cfg.DataDir, ns.ClientURL()); err != nil {
+				logger.Warn("remove the nats-url file", "err", err)
+			}
+		}()
 	}
 	nc, err := natsconn.Connect(natsCfg, "jetrun parent-worker", logger, extra...)
 	if err != nil {
@@ -141,7 +155,7 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 		return err
 	}
 	stopDeliverer := func() {
-		dctx, cancel := context.WithTimeout(context.Background(), cfg.FinishTimeout)
+		dctx, cancel := context.WithTimeout(abort, cfg.FinishTimeout)
 		defer cancel()
 		_ = deliverer.Shutdown(dctx) // in-flight deliveries finish, or are retried later
 	}
@@ -223,15 +237,23 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 	case err := <-serveErr:
 		return fmt.Errorf("http: %w", err)
 	}
-	logger.Info("shutting down")
+	msg, waits := "shutting down: waiting for open HTTP requests and finish deliveries",
+		[]any{"http_requests_timeout", httpShutdownTimeout, "finish_deliveries_timeout", cfg.FinishTimeout}
+	if pool != nil {
+		msg = "shutting down: waiting for open HTTP requests, runs in flight (then handed back) and finish deliveries"
+		waits = append(waits, "runs_in_flight", pool.InFlight(), "runs_timeout", cfg.ShutdownTimeout)
+	}
+	logger.Info(msg, waits...)
 	var errs []error
 	if srv != nil {
-		hctx, cancel := context.WithTimeout(context.Background(), httpShutdownTimeout)
-		errs = append(errs, srv.Shutdown(hctx))
+		hctx, cancel := context.WithTimeout(abort, httpShutdownTimeout)
+		if err := srv.Shutdown(hctx); err != nil && abort.Err() == nil {
+			errs = append(errs, err)
+		}
 		cancel()
 	}
 	if pool != nil {
-		pctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+		pctx, cancel := context.WithTimeout(abort, cfg.ShutdownTimeout)
 		errs = append(errs, pool.Shutdown(pctx))
 		cancel()
 	}
@@ -239,6 +261,10 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 	stopMeter()
 	errs = append(errs, rec.Stop())
 	demos.Wait()
+	if abort.Err() != nil {
+		logger.Info("stopped at once: runs in flight handed back")
+		return errors.Join(errs...) // the deferred Close and embedded server shutdown follow
+	}
 	if err := nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 		logger.Warn("drain nats connection", "err", err)
 	}
@@ -272,6 +298,10 @@ func banner(out io.Writer, cfg config.ParentWorker, natsURL string, embeddedServ
 		where = "embedded, store " + cfg.DataDir
 	}
 	fmt.Fprintf(b, "  NATS        %s  (%s)\n", natsURL, where)
+	if embeddedServer && natsURL != config.DefaultChildNATSURL {
+		fmt.Fprintf(b, "              not the default port: child-worker and jetrun read it from %s;\n", localurl.Path(cfg.DataDir))
+		fmt.Fprintf(b, "              from another directory: export JETRUN_NATS_URL=%s\n", natsURL)
+	}
 	if httpURL != "" {
 		fmt.Fprintf(b, "  web UI      %s/\n", httpURL)
 		fmt.Fprintf(b, "  HTTP API    %s/v1/runs  (GET /v1/runs/<id>, /v1/runs/<id>/events, POST /v1/runs)\n", httpURL)

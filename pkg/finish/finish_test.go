@@ -203,7 +203,7 @@ func TestWebhookHandlerDeliversTheFinishAsJSON(t *testing.T) {
 		}
 	}
 	ok := got["hook-ok"]
-	if ok.key != "hook-ok.completed" || ok.body.Status != events.StatusCompleted || ok.body.Summary != "finished 1 steps" {
+	if ok.key != "hook-ok.completed" || ok.body.Status != events.StatusCompleted || ok.body.Summary != "finished 1 step" {
 		t.Fatalf("webhook call %+v", ok)
 	}
 	row := jetruntest.WaitRow(t, rt.Store(), "hook-ok", 10*time.Second, func(r *jetruntype.Run) bool { return len(r.Delivered) == 1 })

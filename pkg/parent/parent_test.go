@@ -304,7 +304,7 @@ func TestStartingRowLeftByADeadCallerIsDispatchedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, err := b.client.Run(ctx, parent.Request{AgentType: "demo", RunID: "orphan", Input: map[string]int{"steps": 9}})
-	if err != nil || res.Summary != "finished 1 steps" {
+	if err != nil || res.Summary != "finished 1 step" {
 		t.Fatalf("run: %+v %v (the stored input must win)", res, err)
 	}
 }

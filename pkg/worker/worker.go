@@ -114,6 +114,13 @@ func (w *Worker) HandleFunc(agentType string, f func(ctx context.Context, run *R
 	w.Handle(agentType, HandlerFunc(f))
 }
 
+// InFlight returns the number of runs this worker executes now.
+func (w *Worker) InFlight() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.active)
+}
+
 // AgentTypes returns the registered agent types, sorted.
 func (w *Worker) AgentTypes() []string {
 	w.mu.Lock()

@@ -1,12 +1,15 @@
 // Package demo is the built-in "demo" agent type: a simulated researcher that
 // streams a chunk, reaches a milestone and reports progress at every step.
 //
-// Input: {"steps": n, "stepMs": ms, "failAt": k, "approveAt": a}, all
-// optional (defaults 5 steps of 200 ms, no failure, no approval). With
-// approveAt, the run parks before step a until it gets the signal "approve"
-// (a payload {"approved": false, "reason": "…"} rejects it). A run taken
-// over by another worker resumes after its last milestone instead of
-// redoing finished steps.
+// Input: {"steps": n, "stepMs": ms, "failAt": k, "approveAt": a,
+// "children": c}, all optional (defaults 5 steps of 200 ms, no failure, no
+// approval, no children). With approveAt, the run parks before step a until
+// it gets the signal "approve" (a payload {"approved": false, "reason": "…"}
+// rejects it). With children, after its steps the run delegates to c nested
+// demo runs of 2 steps each, all started by its tool call "delegate"
+// (ChildCallID), and awaits them. A run taken over by another worker
+// resumes after its last milestone instead of redoing finished steps, and
+// re-attaches to the children it started.
 package demo
 
 import (
@@ -32,7 +35,12 @@ const (
 	DefaultStepMs = 200
 	MaxSteps      = 100_000
 	MaxStepMs     = 10 * 60 * 1000
+	MaxChildren   = 20
+	ChildSteps    = 2 // steps of each nested run
 )
+
+// ChildCallID is the tool call id under which a run starts its children.
+const ChildCallID = "delegate"
 
 // Input is the demo agent's input.
 type Input struct {
@@ -40,11 +48,12 @@ type Input struct {
 	StepMs    *int `json:"stepMs"`
 	FailAt    int  `json:"failAt"`
 	ApproveAt int  `json:"approveAt"`
+	Children  int  `json:"children"`
 }
 
 // Settings is a parsed, checked Input.
 type Settings struct {
-	Steps, StepMs, FailAt, ApproveAt int
+	Steps, StepMs, FailAt, ApproveAt, Children int
 }
 
 // ApprovalSignal is the signal an approval step waits for.
@@ -55,6 +64,7 @@ type Output struct {
 	Steps        int `json:"steps"`
 	StepsRunHere int `json:"stepsRunHere"`
 	Attempt      int `json:"attempt"`
+	Children     int `json:"children,omitempty"`
 }
 
 // ParseInput decodes and checks raw, saying exactly what is wrong.
@@ -71,7 +81,7 @@ func ParseInput(raw json.RawMessage) (Settings, error) {
 			return Settings{}, fmt.Errorf("demo input field %q must be an integer, got %s", typeErr.Field, typeErr.Value)
 		}
 		if field, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-			return Settings{}, fmt.Errorf("demo input has unknown field %s; known fields are steps, stepMs, failAt and approveAt", field)
+			return Settings{}, fmt.Errorf("demo input has unknown field %s; known fields are steps, stepMs, failAt, approveAt and children", field)
 		}
 		return Settings{}, fmt.Errorf("demo input is not valid JSON: %w", err)
 	}
@@ -95,10 +105,13 @@ func ParseInput(raw json.RawMessage) (Settings, error) {
 	if in.ApproveAt < 0 {
 		errs = append(errs, fmt.Errorf("demo input field \"approveAt\" must not be negative, got %d", in.ApproveAt))
 	}
+	if in.Children < 0 || in.Children > MaxChildren {
+		errs = append(errs, fmt.Errorf("demo input field \"children\" must be between 0 and %d, got %d", MaxChildren, in.Children))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return Settings{}, err
 	}
-	return Settings{Steps: steps, StepMs: stepMs, FailAt: in.FailAt, ApproveAt: in.ApproveAt}, nil
+	return Settings{Steps: steps, StepMs: stepMs, FailAt: in.FailAt, ApproveAt: in.ApproveAt, Children: in.Children}, nil
 }
 
 // Handler returns the demo agent's handler.
@@ -159,10 +172,48 @@ func serve(ctx context.Context, run *worker.Run) (worker.Result, error) {
 		}
 		ran++
 	}
+	summary := finished(steps)
+	if in.Children > 0 {
+		if err := delegate(ctx, run, in); err != nil {
+			return worker.Result{}, err
+		}
+		summary += fmt.Sprintf(" and %d nested runs", in.Children)
+	}
 	return worker.Result{
-		Summary: fmt.Sprintf("finished %d steps", steps),
-		Output:  Output{Steps: steps, StepsRunHere: ran, Attempt: run.Attempt()},
+		Summary: summary,
+		Output:  Output{Steps: steps, StepsRunHere: ran, Attempt: run.Attempt(), Children: in.Children},
 	}, nil
+}
+
+// delegate starts in.Children nested demo runs under the tool call
+// ChildCallID, all at once, and awaits each (parked meanwhile). A failed
+// child fails the run.
+func delegate(ctx context.Context, run *worker.Run, in Settings) error {
+	children := make([]*worker.Child, 0, in.Children)
+	for i := range in.Children {
+		c, err := run.Spawn(ctx, worker.ChildRequest{
+			AgentType: AgentType, CallID: ChildCallID, DisplayOrder: i, Passthrough: true,
+			Input: map[string]int{"steps": ChildSteps, "stepMs": in.StepMs},
+		})
+		if err != nil {
+			return fmt.Errorf("start nested run %d: %w", i+1, err)
+		}
+		children = append(children, c)
+	}
+	for _, c := range children {
+		if _, err := c.Await(ctx); err != nil {
+			return fmt.Errorf("nested run %s: %w", c.ID, err)
+		}
+	}
+	return nil
+}
+
+// finished is the summary of a run of n steps.
+func finished(n int) string {
+	if n == 1 {
+		return "finished 1 step"
+	}
+	return fmt.Sprintf("finished %d steps", n)
 }
 
 // awaitApproval parks the run until the "approve" signal arrives.

@@ -23,6 +23,8 @@ func TestParseInput(t *testing.T) {
 		{`{"stepMs":-1}`, 0, 0, 0, `"stepMs" must be between 0 and`},
 		{`{"failAt":-2}`, 0, 0, 0, `"failAt" must not be negative`},
 		{`{"stpes":3}`, 0, 0, 0, `unknown field "stpes"`},
+		{`{"steps":2,"children":3}`, 2, demo.DefaultStepMs, 0, ""},
+		{`{"children":21}`, 0, 0, 0, `"children" must be between 0 and 20`},
 		{`[3]`, 0, 0, 0, "must be a JSON object"},
 		{`"x"`, 0, 0, 0, "must be a JSON object"},
 	}

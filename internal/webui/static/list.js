@@ -374,6 +374,9 @@ export class ListPage {
     const shown = sorted.length;
     this.countEl.textContent = shown === this.total || this.total < shown ? `${shown} run${shown === 1 ? '' : 's'}` : `${shown} of ${this.total} runs`;
     this.foot.hidden = this.moreBtn.hidden = !this.next;
+    // Say how many runs the next pages hold (the total counts them all).
+    const remaining = this.total - shown;
+    setText(this.moreBtn, remaining > 0 ? `Load more (${remaining} remaining)` : 'Load more');
   }
 
   makeRow(s) {

@@ -7,6 +7,16 @@ import { live } from './live.js';
 import { statusBadge, updateBadge, progressBar, updateBar, durCell } from './widgets.js';
 import { Timeline } from './timeline.js';
 
+// MAX_TREE_DEPTH bounds the levels of nested runs a run page fetches and
+// shows (JETRUN_MAX_DEPTH's default); TREE_FANOUT the runs of one level
+// whose own children it fetches.
+const MAX_TREE_DEPTH = 8;
+const TREE_FANOUT = 200;
+
+// KIND_LABELS names the timeline's entry kinds on the buttons that collapse them.
+const KIND_LABELS = { status: 'status', chunk: 'chunks', progress: 'progress', milestone: 'milestones', signal: 'signals',
+  'child-chunk': 'child chunks', call: 'calls', reply: 'replies' };
+
 export class RunPage {
   constructor(root, id) {
     this.root = root;
@@ -74,7 +84,7 @@ export class RunPage {
     this.crumbs = h('div', { class: 'crumbs' }, h('a', { href: '/', style: 'font-family: var(--sans)' }, '← Runs'));
     this.badge = h('span', { class: 'badge big st-starting', 'data-testid': 'run-status', text: '…' });
     this.waitChip = h('span', { class: 'chip warn', hidden: true });
-    this.cancelBtn = h('button', { class: 'btn danger', type: 'button', 'data-testid': 'cancel', hidden: true, onclick: () => this.cancel() }, '⊘ Cancel run');
+    this.cancelBtn = h('button', { class: 'btn danger', type: 'button', 'data-testid': 'cancel', hidden: true, onclick: () => this.confirmCancel() }, '⊘ Cancel run');
     this.meta = h('div', { class: 'run-meta' });
     this.bar = progressBar(true);
     this.pctEl = h('span', { class: 'pct' });
@@ -96,16 +106,20 @@ export class RunPage {
     followBox.addEventListener('change', () => { this.follow = followBox.checked; });
     this.timelineEl = h('div', { class: 'timeline', 'data-testid': 'timeline' });
     this.timeline = new Timeline(this.timelineEl, (p) => this.onProgressEvent(p));
+    this.kindBar = h('div', { class: 'tl-kinds', 'data-testid': 'timeline-kinds', title: 'Click a kind to collapse its entries, again to show them' });
+    this.kindBtns = new Map();
     const tlPanel = h('section', { class: 'panel' },
       h('div', { class: 'panel-head' }, h('span', { class: 'title' }, 'Timeline ', this.tlCounts), this.tlState,
         h('label', { title: 'Scroll to new entries while the run is live' }, followBox, 'follow')),
+      this.kindBar,
       this.timelineEl);
 
     this.facts = h('dl', { class: 'facts' });
     this.jsonPanel = h('section', { class: 'panel', hidden: true });
     this.childList = h('ul', { class: 'children' });
     this.childPanel = h('section', { class: 'panel', hidden: true },
-      h('div', { class: 'panel-head' }, h('span', { class: 'title' }, 'Children'),
+      h('div', { class: 'panel-head' }, h('span', { class: 'title' }, 'Nested runs ',
+        this.childCount = h('span', { class: 'counts', 'data-testid': 'child-count' })),
         h('a', { href: `/?parent=${encodeURIComponent(this.id)}`, style: 'text-transform: none; letter-spacing: 0' }, 'in list')),
       this.childList);
     const side = h('aside', { class: 'side' },
@@ -168,12 +182,25 @@ export class RunPage {
     document.title = `not found · jetrun`;
   }
 
+  /** fetchChildren fetches the run's whole tree of nested runs, level by level. */
   async fetchChildren() {
     try {
-      const page = await api('GET', `/v1/runs?parent=${encodeURIComponent(this.id)}&limit=1000`);
-      if (this.destroyed) return;
-      this.children.clear();
-      for (const s of page.runs || []) this.children.set(s.id, s);
+      const found = new Map();
+      let level = [this.id];
+      for (let depth = 0; level.length && depth < MAX_TREE_DEPTH; depth++) {
+        const pages = await Promise.all(level.slice(0, TREE_FANOUT).map((p) =>
+          api('GET', `/v1/runs?parent=${encodeURIComponent(p)}&limit=1000`)));
+        if (this.destroyed) return;
+        level = [];
+        for (const page of pages) {
+          for (const s of page.runs || []) {
+            if (s.id === this.id || found.has(s.id)) continue;
+            found.set(s.id, s);
+            level.push(s.id);
+          }
+        }
+      }
+      this.children = found;
       this.renderChildren();
     } catch (err) {
       if (!this.destroyed && err.status !== 404) showError('Could not list child runs', err);
@@ -191,7 +218,8 @@ export class RunPage {
       if (this.setRow(s, false) && (s.status !== prev.status || fmtJSON(s.delivered) !== fmtJSON(prev.delivered) ||
         notified(s) !== notified(prev))) this.fetchRow();
     }
-    if (s.parent === this.id) {
+    if (s.id !== this.id && (s.parent === this.id || this.children.has(s.parent))) {
+      // A nested run at any depth of this run's tree.
       this.children.set(s.id, s);
       this.renderChildren();
     }
@@ -275,6 +303,47 @@ export class RunPage {
   renderCounts() {
     const c = this.timeline.counts;
     setText(this.tlCounts, `· ${c.events} events · ${c.chunks} chunks · ${c.milestones} milestones`);
+    this.renderKinds();
+  }
+
+  /** renderKinds keeps one button per kind of event seen, with its count, that collapses its entries. */
+  renderKinds() {
+    for (const [kind, n] of this.timeline.kinds) {
+      let b = this.kindBtns.get(kind);
+      if (!b) {
+        b = h('button', { class: 'btn small kind', type: 'button', 'data-testid': 'timeline-kind', 'data-kind': kind, 'aria-pressed': 'false' });
+        b.addEventListener('click', () => {
+          const hide = b.getAttribute('aria-pressed') !== 'true';
+          b.setAttribute('aria-pressed', String(hide));
+          this.timeline.collapse(kind, hide);
+          this.renderKinds();
+        });
+        this.kindBtns.set(kind, b);
+        this.kindBar.append(b);
+      }
+      const hidden = this.timeline.collapsed.has(kind);
+      setText(b, `${hidden ? '▸' : '▾'} ${KIND_LABELS[kind] || kind} ${n}${hidden ? ' (collapsed)' : ''}`);
+    }
+  }
+
+  /** confirmCancel asks before cancelling: a cancel cannot be undone and reaches the whole tree. */
+  confirmCancel() {
+    if (this.cancelBtn.disabled || document.querySelector('[data-testid="confirm-cancel"]')) return;
+    const live = [...this.children.values()].filter((c) => c.live).length;
+    const dialog = h('dialog', { class: 'token-dialog', 'data-testid': 'confirm-cancel' },
+      h('form', { method: 'dialog', class: 'token-form' },
+        h('h2', {}, 'Cancel run ', h('code', { text: this.id }), '?'),
+        h('p', { text: 'It stops and ends aborted; this cannot be undone.' +
+          (live ? ` Its ${live} live nested run${live === 1 ? ' is' : 's are'} cancelled too.` : '') }),
+        h('div', { class: 'actions' },
+          h('button', { class: 'btn', value: 'keep', 'data-testid': 'confirm-keep', autofocus: true }, 'Keep it running'),
+          h('button', { class: 'btn danger', value: 'cancel', 'data-testid': 'confirm-yes' }, '⊘ Cancel run'))));
+    dialog.addEventListener('close', () => {
+      dialog.remove();
+      if (dialog.returnValue === 'cancel') this.cancel();
+    });
+    document.body.append(dialog);
+    dialog.showModal();
   }
 
   async cancel() {
@@ -491,61 +560,92 @@ export class RunPage {
     put(this.jsonPanel, ...parts);
   }
 
+  /**
+   * renderChildren shows the run's tree of nested runs: at each level the
+   * children grouped by tool call (groups in the order of their first
+   * child), then by display order, each with its own children under it.
+   */
   renderChildren() {
-    // Grouped by tool call (groups in the order of their first child), then by display order.
-    const byTime = [...this.children.values()].sort((a, b) => (timeKey(a.createdAt) < timeKey(b.createdAt) ? -1 : 1));
-    const groupRank = new Map();
-    for (const c of byTime) if (!groupRank.has(c.parentToolCallId || '')) groupRank.set(c.parentToolCallId || '', groupRank.size);
-    const kids = byTime.sort((a, b) =>
-      groupRank.get(a.parentToolCallId || '') - groupRank.get(b.parentToolCallId || '') ||
-      (a.displayOrder || 0) - (b.displayOrder || 0) || (timeKey(a.createdAt) < timeKey(b.createdAt) ? -1 : 1));
-    const grouped = kids.some((c) => c.parentToolCallId);
-    this.groupEls ??= new Map();
-    this.childPanel.hidden = kids.length === 0;
+    const byParent = new Map();
+    for (const c of this.children.values()) {
+      const p = c.parent || '';
+      if (!byParent.has(p)) byParent.set(p, []);
+      byParent.get(p).push(c);
+    }
     this.childEls ??= new Map();
+    this.groupEls ??= new Map();
+    const usedLi = new Set();
+    const usedG = new Set();
+    const level = (parentId, ul, depth) => {
+      const byTime = (byParent.get(parentId) || []).sort((a, b) => (timeKey(a.createdAt) < timeKey(b.createdAt) ? -1 : 1));
+      const groupRank = new Map();
+      for (const c of byTime) if (!groupRank.has(c.parentToolCallId || '')) groupRank.set(c.parentToolCallId || '', groupRank.size);
+      const kids = byTime.sort((a, b) =>
+        groupRank.get(a.parentToolCallId || '') - groupRank.get(b.parentToolCallId || '') ||
+        (a.displayOrder || 0) - (b.displayOrder || 0) || (timeKey(a.createdAt) < timeKey(b.createdAt) ? -1 : 1));
+      const grouped = kids.some((c) => c.parentToolCallId);
+      let prev = null;
+      let group = null;
+      const place = (el) => {
+        const want = prev ? prev.nextSibling : ul.firstChild;
+        if (want !== el) ul.insertBefore(el, want);
+        prev = el;
+      };
+      for (const c of kids) {
+        if (usedLi.has(c.id)) continue;
+        usedLi.add(c.id);
+        const g = c.parentToolCallId || '';
+        if (grouped && g !== group) {
+          group = g;
+          const key = `${parentId}\u0000${g}`;
+          let gl = this.groupEls.get(key);
+          if (!gl) {
+            gl = h('li', { class: 'child-group', 'data-testid': 'child-group', 'data-tool-call': g, 'data-parent': parentId },
+              h('span', { class: 'faint', text: g ? `tool call ${g}` : '(no tool call)' }));
+            this.groupEls.set(key, gl);
+          }
+          usedG.add(key);
+          place(gl);
+        }
+        let li = this.childEls.get(c.id);
+        if (!li) {
+          const bar = progressBar(false);
+          bar.removeAttribute('data-testid');
+          li = h('li', { 'data-run-id': c.id, 'data-testid': 'child' },
+            statusBadge(c.status), h('a', { href: `/runs/${encodeURIComponent(c.id)}`, title: `${c.id} (${c.agentType})` }, c.id), bar);
+          li.bar = bar;
+          this.childEls.set(c.id, li);
+        }
+        li.dataset.parent = parentId;
+        li.dataset.depth = String(depth);
+        updateBadge(li.firstChild, c.status);
+        updateBar(li.bar, c);
+        place(li);
+        if (depth < MAX_TREE_DEPTH && byParent.has(c.id)) {
+          li.sub ??= h('ul', { class: 'children sub' });
+          if (li.sub.parentNode !== li) li.append(li.sub);
+          level(c.id, li.sub, depth + 1);
+        } else {
+          li.sub?.remove();
+        }
+      }
+      for (let rest = prev ? prev.nextSibling : ul.firstChild; rest; rest = prev ? prev.nextSibling : ul.firstChild) rest.remove();
+    };
+    level(this.id, this.childList, 1);
     for (const [id, li] of this.childEls) {
-      if (!this.children.has(id)) {
+      if (!usedLi.has(id)) {
         li.remove();
         this.childEls.delete(id);
       }
     }
-    for (const [g, li] of this.groupEls) {
-      if (!grouped || !groupRank.has(g)) {
-        li.remove();
-        this.groupEls.delete(g);
+    for (const [key, gl] of this.groupEls) {
+      if (!usedG.has(key)) {
+        gl.remove();
+        this.groupEls.delete(key);
       }
     }
-    let prev = null;
-    let group = null;
-    for (const c of kids) {
-      const g = c.parentToolCallId || '';
-      if (grouped && g !== group) {
-        group = g;
-        let gl = this.groupEls.get(g);
-        if (!gl) {
-          gl = h('li', { class: 'child-group', 'data-testid': 'child-group', 'data-tool-call': g },
-            h('span', { class: 'faint', text: g ? `tool call ${g}` : '(no tool call)' }));
-          this.groupEls.set(g, gl);
-        }
-        const wantG = prev ? prev.nextSibling : this.childList.firstChild;
-        if (wantG !== gl) this.childList.insertBefore(gl, wantG);
-        prev = gl;
-      }
-      let li = this.childEls.get(c.id);
-      if (!li) {
-        const bar = progressBar(false);
-        bar.removeAttribute('data-testid');
-        li = h('li', { 'data-run-id': c.id, 'data-testid': 'child' },
-          statusBadge(c.status), h('a', { href: `/runs/${encodeURIComponent(c.id)}`, title: `${c.id} (${c.agentType})` }, c.id), bar);
-        li.bar = bar;
-        this.childEls.set(c.id, li);
-      }
-      updateBadge(li.firstChild, c.status);
-      updateBar(li.bar, c);
-      const want = prev ? prev.nextSibling : this.childList.firstChild;
-      if (want !== li) this.childList.insertBefore(li, want);
-      prev = li;
-    }
+    this.childPanel.hidden = usedLi.size === 0;
+    setText(this.childCount, usedLi.size ? String(usedLi.size) : '');
   }
 }
 

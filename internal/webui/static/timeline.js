@@ -23,6 +23,8 @@ export class Timeline {
     this.phase = null;
     this.interruptedChild = false;
     this.counts = { events: 0, chunks: 0, milestones: 0 };
+    this.kinds = new Map(); // event kind → events of that kind
+    this.collapsed = new Set(); // kinds whose entries are hidden
     this.placeholder = h('div', { class: 'placeholder', text: 'No events yet.' });
     this.el.append(this.placeholder);
   }
@@ -32,6 +34,8 @@ export class Timeline {
     if (!(ev.seq > this.lastSeq)) return false;
     this.lastSeq = ev.seq;
     this.counts.events++;
+    const kind = ev.kind || 'event';
+    this.kinds.set(kind, (this.kinds.get(kind) || 0) + 1);
     const t = parseTime(ev.time);
     if (!Number.isFinite(this.t0)) this.t0 = t;
     const d = ev.data || {};
@@ -58,10 +62,21 @@ export class Timeline {
       fmtOffset(t - this.t0));
     const el = h('div', { class: `tl-entry k-${kind}${cls ? ` ${cls}` : ''}`, 'data-testid': 'timeline-entry', 'data-seq': ev.seq, 'data-kind': kind },
       time, h('span', { class: 'tl-icon', 'aria-hidden': 'true', text: icon }), h('div', { class: 'tl-body' }, ...body));
+    if (this.collapsed.has(kind)) el.hidden = true;
     this.el.append(el);
     this.last = el;
     this.block = null;
     return el;
+  }
+
+  /**
+   * collapse hides (or shows again) every entry of one kind, those to come
+   * included: a long timeline can be read one kind at a time.
+   */
+  collapse(kind, hide) {
+    if (hide) this.collapsed.add(kind);
+    else this.collapsed.delete(kind);
+    for (const el of this.el.querySelectorAll(`.tl-entry[data-kind="${CSS.escape(kind)}"]`)) el.hidden = hide;
   }
 
   chunk(ev, d, attempt, t) {
