@@ -186,11 +186,12 @@ func (w *Worker) setUp(ctx context.Context) error {
 		return fmt.Errorf("worker: create consumer %s: %w", malformedConsumer, err)
 	}
 
+	acquiring := time.Now()
 	live, err := w.store.AcquireLiveness(ctx, w.cfg.ID, w.cfg.Lease)
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
-	w.renewed(time.Now())
+	w.renewed(acquiring)
 	cancels, err := w.followCancels(ctx)
 	if err != nil {
 		return err
