@@ -179,7 +179,7 @@ func (m *Metrics) Swept(st reconcile.Stats, err error) {
 	for action, n := range map[string]int{
 		"unindexed": st.Unindexed, "republished": st.Republished, "unserved": st.Unserved,
 		"dead-lettered": st.DeadLettered, "given-up": st.GivenUp, "recovered": st.Recovered,
-		"cancelled": st.Cancelled, "failed": st.Failed,
+		"cancelled": st.Cancelled, "failed": st.Failed, "released": st.Released,
 	} {
 		if n > 0 {
 			m.sweepTouched.WithLabelValues(action).Add(float64(n))
