@@ -71,12 +71,16 @@ func (w *Worker) heart(ctx context.Context) {
 // nothing and tries to resume its epoch every beat; when another
 // incarnation holds the key, it starts a new epoch.
 func (w *Worker) renew(ctx context.Context) error {
-	rctx, cancel := context.WithTimeout(ctx, w.cfg.Lease/3)
-	defer cancel()
 	live := w.liveness()
 	sent := time.Now() // the key's TTL runs from when the server stores it: no later than this
 	if !w.isLapsing() {
+		// Wait for the answer no longer than the key lives by this
+		// process's reckoning (a lease after the last renewal sent): past
+		// that a takeover may begin, and the worker must have lapsed.
+		expires := w.holdsUntil().Add(w.cfg.Lease / 6)
+		rctx, cancel := context.WithDeadline(ctx, earlier(sent.Add(w.cfg.Lease/3), expires))
 		err := live.Renew(rctx)
+		cancel()
 		if err == nil {
 			w.renewed(sent)
 			return nil
@@ -93,6 +97,8 @@ func (w *Worker) renew(ctx context.Context) error {
 		w.lapse()
 	}
 	w.troubled()
+	rctx, cancel := context.WithTimeout(ctx, w.cfg.Lease/3)
+	defer cancel()
 	err := live.Resume(rctx)
 	if err != nil && !errors.Is(err, kv.ErrLivenessLost) {
 		// A lapse lasts as long as the outage: say so now and then, not
