@@ -464,3 +464,107 @@ func (d rowDump) String() string {
 	}
 	return out
 }
+
+// The lease trade-off, measured (issue 23, item 5; docs/leases.md): with
+// 32 runs in flight on two child-workers, one node is killed with -9:
+// either the node one child-worker is connected to (not the liveness
+// bucket's leader: that worker reconnects elsewhere), or the node leading
+// the liveness bucket (KV_jetrun_active; every worker's renewals then wait
+// for a new leader). It prints, per lease and node, how many attempts the
+// failover restarted. Every run completes, and none is handed off twice for
+// the one fault.
+func TestClusterNodeKillRestartsPerLease(t *testing.T) {
+	for _, lease := range []string{"3s", "15s"} {
+		for _, kill := range []string{"worker-node", "liveness-leader"} {
+			t.Run("lease="+lease+"/kill="+kill, func(t *testing.T) {
+				restarted, twice := nodeKillRestarts(t, lease, kill == "liveness-leader")
+				t.Logf("JETRUN_LEASE=%s, kill %s: restarted %d of 32 attempts in flight; runs handed off twice: %d",
+					lease, kill, restarted, twice)
+				if twice > 0 {
+					t.Errorf("%d runs were handed off twice for one node kill", twice)
+				}
+			})
+		}
+	}
+}
+
+func nodeKillRestarts(t *testing.T, lease string, killLeader bool) (restarted, twice int) {
+	c := startCluster(t)
+	nc, err := nats.Connect(c.url(), nats.UserInfo("admin", rolePasswords["admin"]), nats.MaxReconnects(-1),
+		nats.ReconnectWait(250*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{Streams: events.StreamOptions{Replicas: 3}})
+	client, err := parent.New(rt, parent.Config{AllowUnknownAgentTypes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	natstest.WaitForStreamLeaders(t, js, "JETRUN_DISPATCH", "JETRUN_EVENTS", "JETRUN_SIGNALS", "KV_jetrun_runs", "KV_jetrun_active")
+	e := &env{url: c.url(), js: js, client: client, store: rt.Store()}
+	hook := newHookServer(t)
+	vars := map[string]string{"JETRUN_REPLICAS": "3", "JETRUN_LEASE": lease, "JETRUN_LOG_LEVEL": "info"}
+	e.parentWorker(t, "pw-l", hook.URL, mergeAll(vars, roleEnv(c.url(), "parent")))
+	leader := c.leader(js, "KV_jetrun_active")
+	victim := leader
+	if !killLeader {
+		victim = (leader + 1) % 3
+	}
+	// The first child-worker is given only the victim's URL (it learns the
+	// others from the cluster), so it is connected there when it dies.
+	kids := []*proc{e.childWorker(t, "child-l1", mergeAll(vars, roleEnv(c.urls[victim], "child"))),
+		e.childWorker(t, "child-l2", mergeAll(vars, roleEnv(c.url(), "child")))}
+	const n = 32
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("lk-%02d", i)
+		e.dispatch(t, ids[i], 60, 500) // 30 s: in flight through the failover
+	}
+	natstest.Eventually(t, 60*time.Second, func() bool {
+		for _, id := range ids {
+			if r, _, err := e.store.Get(context.Background(), id); err != nil || r.Status != events.StatusRunning || r.Milestones < 1 {
+				return false
+			}
+		}
+		return true
+	}, "runs not under way")
+	held := 0
+	for _, id := range ids {
+		if r, _, err := e.store.Get(context.Background(), id); err == nil && r.Worker == "child-l1" {
+			held++
+		}
+	}
+	t.Logf("killing %s (KV_jetrun_active leader: %v); child-l1, connected to it, holds %d runs", c.names[victim], killLeader, held)
+	killed := time.Now()
+	c.nodes[victim].kill()
+	natstest.Eventually(t, 60*time.Second, func() bool {
+		l := c.leaderName(js, "KV_jetrun_active")
+		return l != "" && l != c.names[victim]
+	}, "no leader of KV_jetrun_active")
+	t.Logf("KV_jetrun_active has a leader %s after the kill", time.Since(killed).Round(100*time.Millisecond))
+	c.start(victim)
+	for _, id := range ids {
+		var row *jetruntype.Run
+		natstest.Eventually(t, 3*time.Minute, func() bool {
+			r, _, err := e.store.Get(context.Background(), id)
+			row = r
+			return err == nil && r.Status.Final()
+		}, "run %s did not end; child-worker logs:\n%s\n%s", id, kids[0].stderr.String(), kids[1].stderr.String())
+		if row.Status != events.StatusCompleted {
+			t.Errorf("run %s ended %s/%s: %s", id, row.Status, row.Reason, row.Error)
+		}
+		if row.Attempt > 1 {
+			restarted++
+		}
+		if row.Attempt > 2 {
+			twice++
+			t.Logf("run %s: attempt %d, handoffs %d, blinks %v", id, row.Attempt, row.Handoffs, row.Blinks)
+		}
+	}
+	for i, k := range kids {
+		t.Logf("child-l%d lapsed %d times", i+1, strings.Count(k.stderr.String(), "stopping every attempt of this worker"))
+	}
+	return restarted, twice
+}

@@ -117,8 +117,14 @@ func TestRolesSplitAcrossProcessesRunTheLifecycle(t *testing.T) {
 		"JETRUN_RECONCILE_INTERVAL": "60s",
 	}))
 	pw.waitLog("parent-worker ready", 60*time.Second)
-	child := start(t, "child-worker", roleEnv(url, "child"))
+	child := start(t, "child-worker", mergeAll(roleEnv(url, "child"), map[string]string{"JETRUN_WORKER_ID": "roles-child"}))
 	child.waitLog("child-worker serving", 60*time.Second)
+	// The reconciler (as parent) asks the child-worker which runs it no
+	// longer executes, and the child may answer (docs/leases.md).
+	if out, err := natsAs(t, url, "parent", 20*time.Second, "request", "jetrun.worker.roles-child.holds", `{"runs":["nobody"]}`); err != nil ||
+		!strings.Contains(out, `"notExecuted":["nobody"]`) {
+		t.Fatalf("parent: nats request jetrun.worker.roles-child.holds: %v\n%s", err, out)
+	}
 
 	// The viewer follows rows and events from the start.
 	ctx, cancel := context.WithCancel(context.Background())

@@ -1,6 +1,7 @@
 // Package httpapi serves parent-worker's HTTP API and web UI:
 //
 //	GET    /healthz                       200 while NATS is connected and JetStream answers, else 503 with the reason
+//	GET    /livez, /readyz                orchestrator probes (probes.go)
 //	POST   /v1/runs                       dispatch {agentType, runId?, input, detached?, ...}; ?wait=true awaits
 //	GET    /v1/runs                       run summaries, newest first: ?status=a,b&agentType=&parent=&parentToolCallId=&limit=&cursor=
 //	GET    /v1/runs/live                  server-sent events: every run change
@@ -119,7 +120,7 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("POST /v1/session", tokens.session)
 	mux.HandleFunc("DELETE /v1/session", tokens.session)
 	mux.Handle("GET /", webui.Handler(webui.Config{Runs: tokens.guard(a.runsSnapshot), Logger: a.log}))
-	return NewGuard(cfg.Addr, cfg.AllowedHosts).Wrap(tokens.authorize(mux))
+	return NewGuard(cfg.Addr, cfg.AllowedHosts).Wrap(probes(a, tokens.authorize(mux)))
 }
 
 // errorBody is every error response.

@@ -61,7 +61,7 @@ func sweepActions(st reconcile.Stats) map[string]int {
 	return map[string]int{
 		"unindexed": st.Unindexed, "republished": st.Republished, "unserved": st.Unserved,
 		"dead-lettered": st.DeadLettered, "given-up": st.GivenUp, "recovered": st.Recovered,
-		"cancelled": st.Cancelled, "failed": st.Failed,
+		"cancelled": st.Cancelled, "failed": st.Failed, "released": st.Released,
 	}
 }
 

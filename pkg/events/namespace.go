@@ -85,6 +85,12 @@ const MeterConsumer = "meter"
 // CancelWildcard matches every run's cancel subject (jetrun.run.*.cancel).
 func (ns Namespace) CancelWildcard() string { return ns.Prefix() + ".run.*." + KindCancel }
 
+// WorkerSubject is where worker process id answers which of the runs named
+// in a question it no longer executes (package internal/holding).
+func (ns Namespace) WorkerSubject(id string) string {
+	return ns.Prefix() + ".worker." + mustToken("worker id", id) + ".holds"
+}
+
 // DispatchSubject is where a dispatch for agentType is published.
 func (ns Namespace) DispatchSubject(agentType string) string {
 	return ns.Prefix() + ".dispatch." + mustToken("agent type", agentType)

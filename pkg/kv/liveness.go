@@ -147,7 +147,7 @@ func (s *Store) readLiveness(ctx context.Context, worker string) (v livenessValu
 // Resume takes the key back for the same epoch after a lapse (the key
 // expired while JetStream could not be reached, or a renewal could not land
 // in time): if the key is gone it is created again with this epoch; if it
-// still holds this epoch, the worker goes on from it. Either way the rows
+// still holds this epoch, it is extended by its TTL. Either way the rows
 // naming the epoch are held again. It returns ErrLivenessLost if another
 // incarnation of the worker holds the key: this epoch is over for good.
 // Any other error is the call's (retry it).
@@ -167,13 +167,14 @@ func (l *Liveness) Resume(ctx context.Context) error {
 	switch {
 	case err != nil:
 		return fmt.Errorf("kv: resume liveness of worker %s: %w", l.worker, err)
-	case ok && v.Epoch == l.epoch:
-		l.rev = last // still ours: the next Renew extends it
-		return nil
-	case ok:
+	case ok && v.Epoch != l.epoch:
 		return fmt.Errorf("kv: resume liveness of worker %s: another incarnation holds it: %w", l.worker, ErrLivenessLost)
 	}
-	// Gone: create it again, unless someone wrote it since the read.
+	// Gone: create it again, unless someone wrote it since the read. Still
+	// ours: extend it by a whole TTL now. Going on from it as it is would
+	// let a key near (or past: a new leader expires TTLs it inherited a
+	// little later) its end expire right after the resume, and the worker
+	// would lapse a second time, stopping what it claimed meanwhile.
 	ack, err := l.s.js.Publish(ctx, l.s.activeSubject(workerPrefix+l.worker), data,
 		jetstream.WithExpectLastSequencePerSubject(last), jetstream.WithMsgTTL(l.ttl))
 	if err != nil {

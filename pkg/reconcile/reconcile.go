@@ -51,6 +51,7 @@ const (
 	DefaultLeaseGrace       = 30 * time.Second
 	DefaultMaxRedispatches  = 3
 	DefaultParallelism      = 16
+	DefaultHolderCheckEvery = time.Minute
 	// DefaultFinishUnservedAfter is how long a finish may wait untaken
 	// before a handler nobody follows is reported.
 	DefaultFinishUnservedAfter = time.Minute
@@ -124,6 +125,11 @@ type Config struct {
 	// the reason. Zero (the default) lets it wait for a worker forever,
 	// its row saying waiting-for-worker.
 	DispatchUnservedWait time.Duration
+	// HolderCheckEvery is how often each live worker is asked, in one
+	// request, which of the running runs whose rows name it it no longer
+	// executes; those are released and started again (holders.go; default
+	// 1m).
+	HolderCheckEvery time.Duration
 	// MaxDepth bounds cancel cascades (default 8).
 	MaxDepth int
 	// Parallelism bounds the rows a sweep works on at once (default 16).
@@ -161,6 +167,7 @@ func (c Config) withDefaults() Config {
 	c.FinishUnservedWait = cmp.Or(c.FinishUnservedWait, DefaultFinishUnservedWait)
 	c.MaxDepth = cmp.Or(c.MaxDepth, events.DefaultMaxDepth)
 	c.Parallelism = cmp.Or(c.Parallelism, DefaultParallelism)
+	c.HolderCheckEvery = cmp.Or(c.HolderCheckEvery, DefaultHolderCheckEvery)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -181,7 +188,7 @@ func (c Config) Validate() error {
 	for name, d := range map[string]time.Duration{
 		"starting grace": c.StartingGrace, "finish unserved after": c.FinishUnservedAfter,
 		"finish unserved wait": c.FinishUnservedWait, "dispatch unserved wait": c.DispatchUnservedWait,
-		"lease grace": c.LeaseGrace, "retention every": c.RetentionEvery,
+		"lease grace": c.LeaseGrace, "retention every": c.RetentionEvery, "holder check every": c.HolderCheckEvery,
 	} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s must not be negative, got %s", name, d))
@@ -479,6 +486,7 @@ type Stats struct {
 	Recovered    int           // dispatches republished because the run's was lost
 	Cancelled    int           // runs cancelled because their parent was
 	Failed       int           // runs ended "error" because their dispatch was lost too often
+	Released     int           // runs released because their live holder did not execute them
 	Took         time.Duration // how long the sweep took
 }
 
@@ -513,6 +521,9 @@ func (r *Reconciler) Sweep(ctx context.Context) (Stats, error) {
 		})
 	}
 	err = g.Wait()
+	if err == nil {
+		st.askHolders(ctx)
+	}
 	st.stats.Active = len(active)
 	st.stats.Took = time.Since(begin)
 	r.prunePaced(begin)

@@ -91,6 +91,7 @@ type options struct {
 	reconcile   reconcile.Config
 	handlers    map[string]worker.Handler
 	noReconcile bool
+	workerID    string
 }
 
 func setup(t *testing.T, o options) *env {
@@ -100,7 +101,7 @@ func setup(t *testing.T, o options) *env {
 	ctx := context.Background()
 
 	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
-	jetruntest.StartWorker(t, rt, worker.Config{RowSyncInterval: 100 * time.Millisecond}, func(w *worker.Worker) {
+	jetruntest.StartWorker(t, rt, worker.Config{ID: o.workerID, RowSyncInterval: 100 * time.Millisecond}, func(w *worker.Worker) {
 		w.Handle(demo.AgentType, demo.Handler())
 		for name, h := range o.handlers {
 			w.Handle(name, h)

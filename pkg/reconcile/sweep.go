@@ -31,6 +31,7 @@ type sweep struct {
 	served  map[string]bool              // finish handlers a deliverer follows, as seen by this sweep
 	copies  map[string]map[string]uint64 // per handler, Nats-Msg-Id → sequence of the finishes waiting
 	keys    map[string]bool              // concurrency keys this sweep advanced (keys.go)
+	held    map[string][]*jetruntype.Run // per live worker, the running runs it holds (holders.go)
 }
 
 func (s *sweep) count(f func(*Stats)) {
@@ -81,6 +82,7 @@ func (s *sweep) run(ctx context.Context, ir kv.IndexedRun) error {
 	if done, err := s.releaseLostChild(ctx, row); done || err != nil {
 		return err
 	}
+	s.noteHeld(ctx, row)
 	return s.recover(ctx, row)
 }
 

@@ -130,6 +130,13 @@ func (w *Worker) decide(ctx context.Context, log *slog.Logger, msg jetstream.Msg
 	}
 	if held, err := w.heldElsewhere(ctx, row); err != nil {
 		return settle.Leave(), false, err
+	} else if held && w.holderIdle(ctx, row, msg) {
+		// Its live holder does not execute it (holding.go): release it
+		// and read the row again to claim it.
+		if err := w.releaseIdle(ctx, log, row); err != nil {
+			return settle.Leave(), false, err
+		}
+		return settle.Leave(), true, nil
 	} else if held || w.mayBeResuming(ctx, row) {
 		// Another live worker has it. Keep the dispatch as the wake-up for a
 		// takeover in case that worker dies.

@@ -46,7 +46,11 @@ func (w *Worker) heart(ctx context.Context) {
 						w.log.WarnContext(ctx, "renew worker liveness; retrying", "err", err)
 					}
 					failing = true
-					nextRenew = now.Add(min(renewEvery, time.Second))
+					// At the next beat: a worker that reconnects (its node
+					// went away) has a lease minus a renewal's age to get
+					// one renewal through, less than a second with a short
+					// lease.
+					nextRenew = now
 				} else {
 					if failing {
 						w.log.InfoContext(ctx, "worker liveness renewed again")
@@ -67,13 +71,18 @@ func (w *Worker) heart(ctx context.Context) {
 // nothing and tries to resume its epoch every beat; when another
 // incarnation holds the key, it starts a new epoch.
 func (w *Worker) renew(ctx context.Context) error {
-	rctx, cancel := context.WithTimeout(ctx, w.cfg.Lease/3)
-	defer cancel()
 	live := w.liveness()
+	sent := time.Now() // the key's TTL runs from when the server stores it: no later than this
 	if !w.isLapsing() {
+		// Wait for the answer no longer than the key lives by this
+		// process's reckoning (a lease after the last renewal sent): past
+		// that a takeover may begin, and the worker must have lapsed.
+		expires := w.holdsUntil().Add(w.cfg.Lease / 6)
+		rctx, cancel := context.WithDeadline(ctx, earlier(sent.Add(w.cfg.Lease/3), expires))
 		err := live.Renew(rctx)
+		cancel()
 		if err == nil {
-			w.renewed(time.Now())
+			w.renewed(sent)
 			return nil
 		}
 		w.troubled()
@@ -88,6 +97,8 @@ func (w *Worker) renew(ctx context.Context) error {
 		w.lapse()
 	}
 	w.troubled()
+	rctx, cancel := context.WithTimeout(ctx, w.cfg.Lease/3)
+	defer cancel()
 	err := live.Resume(rctx)
 	if err != nil && !errors.Is(err, kv.ErrLivenessLost) {
 		// A lapse lasts as long as the outage: say so now and then, not
@@ -107,7 +118,7 @@ func (w *Worker) renew(ctx context.Context) error {
 	} else if err != nil {
 		return err
 	}
-	w.renewed(time.Now())
+	w.renewed(sent)
 	w.resume()
 	w.log.InfoContext(ctx, "worker liveness back")
 	return nil
@@ -201,7 +212,9 @@ func (w *Worker) awaitLiveness(epoch string) bool {
 	}
 }
 
-// renewed records a successful renewal at t.
+// renewed records a successful renewal sent at t. Counting from the
+// answer instead would let a slow answer (a busy cluster, a reconnect)
+// make the worker count on its key after the server expired it.
 func (w *Worker) renewed(t time.Time) {
 	w.liveUntil.Store(t.Add(w.cfg.Lease - w.cfg.Lease/6).UnixNano())
 }

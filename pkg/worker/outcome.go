@@ -192,6 +192,13 @@ func later(a, b time.Time) time.Time {
 	return b
 }
 
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
 // handBack releases the lease so another worker can take the run over at
 // once, and returns the dispatch to the queue.
 func (e *execution) handBack() {

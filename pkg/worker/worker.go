@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/pull"
@@ -64,6 +65,7 @@ type Worker struct {
 	stopHeart context.CancelFunc
 	cancels   jetstream.ConsumeContext
 	signals   jetstream.ConsumeContext
+	holds     *nats.Subscription // answers which runs this process executes (holding.go)
 	beats     sync.WaitGroup
 }
 
@@ -193,11 +195,12 @@ func (w *Worker) setUp(ctx context.Context) error {
 		return fmt.Errorf("worker: create consumer %s: %w", malformedConsumer, err)
 	}
 
+	acquiring := time.Now()
 	live, err := w.store.AcquireLiveness(ctx, w.cfg.ID, w.cfg.Lease)
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
-	w.renewed(time.Now())
+	w.renewed(acquiring)
 	cancels, err := w.followCancels(ctx)
 	if err != nil {
 		return err
@@ -207,6 +210,12 @@ func (w *Worker) setUp(ctx context.Context) error {
 		cancels.Stop()
 		return err
 	}
+	holds, err := w.answerHolds()
+	if err != nil {
+		cancels.Stop()
+		signals.Stop()
+		return fmt.Errorf("worker: %w", err)
+	}
 
 	p := service.NewPullers(ctx)
 	runCtx := p.Context()
@@ -214,7 +223,7 @@ func (w *Worker) setUp(ctx context.Context) error {
 	w.mu.Lock()
 	w.pullers, w.stopHeart = p, stopHeart
 	w.stopped = runCtx.Done()
-	w.live, w.cancels, w.signals = live, cancels, signals
+	w.live, w.cancels, w.signals, w.holds = live, cancels, signals, holds
 	w.mu.Unlock()
 	w.announce(ctx)
 	w.beats.Go(func() { w.heart(heartCtx) })
@@ -280,12 +289,13 @@ func (w *Worker) drain(ctx context.Context) error {
 // liveness key, so runs not handed back are taken over at once.
 func (w *Worker) stopBookkeeping() {
 	w.mu.Lock()
-	stopHeart, cancels, signals, live := w.stopHeart, w.cancels, w.signals, w.live
+	stopHeart, cancels, signals, holds, live := w.stopHeart, w.cancels, w.signals, w.holds, w.live
 	w.mu.Unlock()
 	stopHeart()
 	w.beats.Wait()
 	cancels.Stop()
 	signals.Stop()
+	_ = holds.Unsubscribe() // fails only on a closed connection
 	ctx, cancel := writeContext()
 	defer cancel()
 	w.withdraw(ctx)

@@ -1,0 +1,71 @@
+package worker
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetrun/jetrun/internal/holding"
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
+	"github.com/jetrun/jetrun/pkg/kv"
+)
+
+// answerHolds answers, on the worker's own subject, which of the runs a
+// question names this process no longer executes (internal/holding): the
+// reconciler asks for the runs whose rows name this worker, and another
+// worker asks for a run whose dispatch was redelivered to it; either
+// releases what this process does not execute. A run is executed here while it is claimed
+// or executing, and also while it is left behind (leftovers.go): then the
+// heart releases its row itself.
+func (w *Worker) answerHolds() (*nats.Subscription, error) {
+	return holding.Serve(w.js.Conn(), w.ns.WorkerSubject(w.cfg.ID), func(id string) bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		_, left := w.leftovers[id]
+		return w.active[id] != nil || left
+	})
+}
+
+// holderIdle reports whether the live worker holding row says it does not
+// execute it. Asked only for a redelivered dispatch (the holder of a run
+// it executes keeps its dispatch from being redelivered, so a redelivery
+// reaching another worker is already a sign); no answer counts as "it
+// executes it".
+func (w *Worker) holderIdle(ctx context.Context, row *jetruntype.Run, msg jetstream.Msg) bool {
+	if meta, err := msg.Metadata(); err != nil || meta.NumDelivered < 2 {
+		return false
+	}
+	qctx, cancel := context.WithTimeout(ctx, holderQuestionTimeout)
+	defer cancel()
+	idle, err := holding.Ask(qctx, w.js.Conn(), w.ns.WorkerSubject(row.Worker), []string{row.ID})
+	return err == nil && slices.Contains(idle, row.ID)
+}
+
+// holderQuestionTimeout bounds a question to another worker.
+const holderQuestionTimeout = time.Second
+
+// releaseIdle clears the holder of row, a run its live worker says it does
+// not execute, unless the row moved on since it was read: the attempt
+// counts as a hand-off (its process lives on), and the run is claimed
+// afresh.
+func (w *Worker) releaseIdle(ctx context.Context, log *slog.Logger, row *jetruntype.Run) error {
+	_, _, err := w.store.Mutate(ctx, row.ID, func(r *jetruntype.Run) error {
+		if r.Status != events.StatusRunning || r.Worker != row.Worker || r.WorkerEpoch != row.WorkerEpoch ||
+			r.Attempt != row.Attempt {
+			return kv.ErrNoChange
+		}
+		r.Worker, r.WorkerEpoch, r.LeaseUntil = "", "", time.Time{}
+		r.Handoffs++
+		return nil
+	})
+	if err == nil {
+		log.InfoContext(ctx, "run held by a live worker that does not execute it; released",
+			"holder", row.Worker, "holder_attempt", row.Attempt)
+	}
+	return err
+}
