@@ -637,3 +637,79 @@ func replayVersusRaw(b *testing.B, js jetstream.JetStream, id string) (raw, repl
 	}
 	return raw, replay, n
 }
+
+// BenchmarkWorkloadParkedSlot reports how soon a parked run gets its slot
+// back at concurrency 1 (issue 23 item 3): from a signal to the handler
+// resumed (Run.Wait returned), and the time of a run that delegates to
+// itself three levels deep (RunChild of its own agent type, each child
+// taking the slot its parent lent out).
+func BenchmarkWorkloadParkedSlot(b *testing.B) {
+	const samples = 5
+	_, nc, _ := embeddedServer(b)
+	ctx := context.Background()
+	resumed := make(chan time.Time, 1)
+	startWorker(b, nc, 1, "wait", func(ctx context.Context, r *worker.Run) (worker.Result, error) {
+		if _, err := r.Wait(ctx, "go"); err != nil {
+			return worker.Result{}, err
+		}
+		resumed <- time.Now()
+		return worker.Result{}, nil
+	})
+	startWorker(b, nc, 1, "self", func(ctx context.Context, r *worker.Run) (worker.Result, error) {
+		var level int
+		if err := json.Unmarshal(r.Input(), &level); err != nil {
+			return worker.Result{}, err
+		}
+		if level < 3 {
+			if _, err := r.RunChild(ctx, worker.ChildRequest{AgentType: "self", Input: level + 1}); err != nil {
+				return worker.Result{}, err
+			}
+		}
+		return worker.Result{}, nil
+	})
+	client, err := parent.New(jetruntest.OpenRuntime(b, nc, jetrun.Config{}), parent.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var signalled, delegated []time.Duration
+	for b.Loop() {
+		signalled, delegated = signalled[:0], delegated[:0]
+		for i := range samples {
+			id := fmt.Sprintf("park-%d-%d", i, time.Now().UnixNano())
+			if _, err := client.Dispatch(ctx, parent.Request{AgentType: "wait", RunID: id, Input: 1}); err != nil {
+				b.Fatal(err)
+			}
+			natstest.Eventually(b, 30*time.Second, func() bool {
+				row, err := client.Inspect(ctx, id)
+				return err == nil && row.WaitingFor == "go"
+			}, "run %s never waited", id)
+			t0 := time.Now()
+			if _, err := client.Signal(ctx, id, "go", 1); err != nil {
+				b.Fatal(err)
+			}
+			select {
+			case t := <-resumed:
+				signalled = append(signalled, t.Sub(t0))
+			case <-time.After(30 * time.Second):
+				b.Fatal("the signalled run never resumed")
+			}
+		}
+		for i := range samples {
+			t0 := time.Now()
+			rctx, cancel := context.WithTimeout(ctx, time.Minute)
+			_, err := client.Run(rctx, parent.Request{AgentType: "self", RunID: fmt.Sprintf("self-%d-%d", i, time.Now().UnixNano()), Input: 1})
+			cancel()
+			if err != nil {
+				b.Fatal(err)
+			}
+			delegated = append(delegated, time.Since(t0))
+		}
+	}
+	slices.Sort(signalled)
+	slices.Sort(delegated)
+	b.ReportMetric(ms(percentile(signalled, 0.5)), "signal-resume-p50-ms")
+	b.ReportMetric(ms(signalled[len(signalled)-1]), "signal-resume-max-ms")
+	b.ReportMetric(ms(percentile(delegated, 0.5)), "self-delegation-3-p50-ms")
+	b.Logf("concurrency 1: signal → handler resumed p50 %.1f ms, max %.1f ms; 3 levels of self-delegation p50 %.1f ms, max %.1f ms (%d samples each)",
+		ms(percentile(signalled, 0.5)), ms(signalled[len(signalled)-1]), ms(percentile(delegated, 0.5)), ms(delegated[len(delegated)-1]), samples)
+}

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -37,8 +38,10 @@ type Loop struct {
 	// Handle processes one message and settles it (ack, nak, term…). slot
 	// is the handler slot the message holds; see Slot.
 	Handle func(jetstream.Msg, *Slot)
-	// Stopped settles a message that arrived after the loop's context
-	// ended (typically a Nak, so another process takes it at once).
+	// Stopped settles a message the loop does not handle (typically a Nak,
+	// so another process takes it at once): one that arrived after the
+	// loop's context ended, or one whose slot a parked handler took back
+	// while the fetch waited for it (see Slot.Acquire).
 	Stopped func(jetstream.Msg)
 	// Handlers counts the running handlers; the caller waits on it.
 	Handlers *sync.WaitGroup
@@ -65,7 +68,7 @@ const RepairEvery = 5 * time.Second
 // a pause that grows with backoff while the failures go on, so an outage of
 // any length costs a bounded number of requests and log lines.
 func (l Loop) Run(ctx context.Context) {
-	slots := make(chan struct{}, max(l.Concurrency, 1))
+	s := newSlots(l.Concurrency)
 	bo := jsfault.NewBackOff(MaxErrorPause)
 	logs := &obs.Throttle{Every: l.LogEvery}
 	var lastRepair time.Time
@@ -83,7 +86,7 @@ func (l Loop) Run(ctx context.Context) {
 		pause(ctx, bo.NextBackOff())
 	}
 	for ctx.Err() == nil {
-		n := acquire(ctx, slots)
+		n := s.lend(ctx)
 		if n == 0 {
 			return
 		}
@@ -91,7 +94,7 @@ func (l Loop) Run(ctx context.Context) {
 		batch, err := l.Consumer.Fetch(n, jetstream.FetchContext(fctx))
 		if err != nil {
 			cancel()
-			release(slots, n)
+			s.unlend()
 			if ctx.Err() == nil {
 				failed(err)
 			}
@@ -99,21 +102,21 @@ func (l Loop) Run(ctx context.Context) {
 		}
 		got := 0
 		for msg := range batch.Messages() {
-			if ctx.Err() != nil {
+			got++
+			if ctx.Err() != nil || !s.use() {
 				l.Stopped(msg)
 				continue
 			}
-			got++
 			l.Handlers.Add(1)
 			go func() {
 				defer l.Handlers.Done()
-				slot := &Slot{slots: slots, held: true}
+				slot := &Slot{slots: s, held: true}
 				defer slot.Release()
 				l.Handle(msg, slot)
 			}()
 		}
 		cancel()
-		release(slots, n-got)
+		s.unlend()
 		switch err := batch.Error(); {
 		case ctx.Err() != nil:
 		case got > 0 || err == nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
@@ -129,7 +132,7 @@ func (l Loop) Run(ctx context.Context) {
 // may Release it, so the loop fetches other work meanwhile, and Acquire it
 // again before it goes on. A Slot is used by one goroutine at a time.
 type Slot struct {
-	slots chan struct{}
+	slots *slots
 	held  bool
 }
 
@@ -137,47 +140,142 @@ type Slot struct {
 func (s *Slot) Release() {
 	if s.held {
 		s.held = false
-		<-s.slots
+		s.slots.give()
 	}
 }
 
-// Acquire takes a slot again, waiting for one to be free; it does nothing
-// if the slot is held.
+// Acquire takes a slot again; it does nothing if the slot is held. A
+// handler taking its slot back goes before new messages: it takes a free
+// slot, else one the outstanding fetch holds for a message that has not
+// come yet (such a message, should it come, finds no slot and is settled
+// with Loop.Stopped), else it waits for the first slot given back, ahead
+// of the loop's next fetch.
 func (s *Slot) Acquire(ctx context.Context) error {
 	if s.held {
 		return nil
 	}
-	select {
-	case s.slots <- struct{}{}:
-		s.held = true
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
+	if err := s.slots.take(ctx); err != nil {
+		return err
 	}
+	s.held = true
+	return nil
 }
 
-// acquire blocks for one free slot, then takes every other free one. It
-// returns 0 when ctx is done.
-func acquire(ctx context.Context, slots chan struct{}) int {
-	select {
-	case slots <- struct{}{}:
-	case <-ctx.Done():
-		return 0
-	}
-	n := 1
+// slots counts a loop's handler slots: held by handlers, or lent to the
+// outstanding fetch until its messages come. Handlers waiting to take a
+// slot back queue first come, first served; a slot given back goes to the
+// first of them, and the loop fetches only with slots nobody waits for. No
+// cost grows with the parked handlers: only the ones waiting are queued.
+type slots struct {
+	size int
+
+	mu    sync.Mutex
+	used  int             // held by handlers or lent to the fetch
+	lent  int             // of used: lent to the outstanding fetch
+	queue []chan struct{} // handlers waiting for a slot, first first; closed when given one
+	freed chan struct{}   // wakes the loop waiting for a free slot (buffered 1)
+}
+
+func newSlots(size int) *slots {
+	return &slots{size: max(size, 1), freed: make(chan struct{}, 1)}
+}
+
+// lend waits until slots are free and no handler waits for one, and lends
+// them all to a fetch. It returns how many, 0 when ctx is done.
+func (s *slots) lend(ctx context.Context) int {
 	for {
-		select {
-		case slots <- struct{}{}:
-			n++
-		default:
+		s.mu.Lock()
+		if n := s.size - s.used; n > 0 && len(s.queue) == 0 {
+			s.used, s.lent = s.size, n
+			s.mu.Unlock()
 			return n
+		}
+		s.mu.Unlock()
+		select {
+		case <-s.freed:
+		case <-ctx.Done():
+			return 0
 		}
 	}
 }
 
-func release(slots chan struct{}, n int) {
-	for range n {
-		<-slots
+// use gives a message the fetch brought a slot: one lent to the fetch, or
+// one given back since, if no handler waits for it. False when there is
+// none: a parked handler took the fetch's slot back meanwhile.
+func (s *slots) use() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.lent > 0:
+		s.lent--
+	case s.used < s.size && len(s.queue) == 0:
+		s.used++
+	default:
+		return false
+	}
+	return true
+}
+
+// unlend gives back the slots the fetch that ended did not use.
+func (s *slots) unlend() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for ; s.lent > 0; s.lent-- {
+		s.giveLocked()
+	}
+}
+
+// take takes a slot for a handler (see Slot.Acquire).
+func (s *slots) take(ctx context.Context) error {
+	s.mu.Lock()
+	switch {
+	case s.used < s.size && len(s.queue) == 0:
+		s.used++
+		s.mu.Unlock()
+		return nil
+	case s.lent > 0:
+		s.lent--
+		s.mu.Unlock()
+		return nil
+	}
+	given := make(chan struct{})
+	s.queue = append(s.queue, given)
+	s.mu.Unlock()
+	select {
+	case <-given:
+		return nil
+	case <-ctx.Done():
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if i := slices.Index(s.queue, given); i >= 0 {
+		s.queue = slices.Delete(s.queue, i, i+1)
+	} else {
+		s.giveLocked() // given one as ctx ended: pass it on
+	}
+	return context.Cause(ctx)
+}
+
+// give gives a handler's slot back.
+func (s *slots) give() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.giveLocked()
+}
+
+// giveLocked hands one held slot to the first waiting handler, or frees it
+// and wakes the loop. s.mu is held.
+func (s *slots) giveLocked() {
+	if len(s.queue) > 0 {
+		close(s.queue[0])
+		s.queue[0] = nil
+		s.queue = s.queue[1:]
+		return
+	}
+	s.used--
+	select {
+	case s.freed <- struct{}{}:
+	default:
 	}
 }
 

@@ -166,3 +166,120 @@ func TestLoopOutageLogsBounded(t *testing.T) {
 		t.Fatalf("%d log lines during %s of outage, want at most %d", len(lines), outage, bound)
 	}
 }
+
+// TestParkedHandlerTakesSlotBackAtOnce parks the only handler of a loop at
+// concurrency 1 (its slot released), lets the loop lend that slot to a
+// fetch that waits for messages, and has the handler take its slot back:
+// it gets it at once, well before the fetch's request would expire (issue
+// 23: it waited for the idle request to time out). A message that comes
+// while the handler holds the slot is not handled beside it: it is handed
+// back (Stopped) and handled once the handler is done.
+func TestParkedHandlerTakesSlotBackAtOnce(t *testing.T) {
+	t.Parallel()
+	ns := natstest.RunServer(t)
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	parked, resume, finish := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	done := sync.OnceFunc(func() { close(finish) })
+	acquired := make(chan error, 1)
+	handled := make(chan string, 10)
+	var running, most atomic.Int64
+	var handedBack atomic.Int64
+	var handlers, loops sync.WaitGroup
+	loop := pull.Loop{
+		Consumer:    cons,
+		Concurrency: 1,
+		Handle: func(m jetstream.Msg, slot *pull.Slot) {
+			n := running.Add(1)
+			defer running.Add(-1)
+			for old := most.Load(); n > old && !most.CompareAndSwap(old, n); old = most.Load() {
+			}
+			_ = m.Ack()
+			if string(m.Data()) == "parks" {
+				running.Add(-1)
+				slot.Release()
+				close(parked)
+				<-resume
+				// Well below the fetch's request expiry (5 s).
+				actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				err := slot.Acquire(actx)
+				cancel()
+				running.Add(1)
+				acquired <- err
+				<-finish
+			}
+			handled <- string(m.Data())
+		},
+		Stopped:  func(m jetstream.Msg) { handedBack.Add(1); _ = m.Nak() },
+		Handlers: &handlers,
+		Name:     "c",
+	}
+	lctx, stop := context.WithCancel(ctx)
+	loops.Add(1)
+	go func() {
+		defer loops.Done()
+		loop.Run(lctx)
+	}()
+	defer func() {
+		stop()
+		done()
+		loops.Wait()
+		handlers.Wait()
+	}()
+
+	if _, err := js.Publish(ctx, "s.a", []byte("parks")); err != nil {
+		t.Fatal(err)
+	}
+	<-parked
+	// The loop lends the released slot to a fetch that waits on the server.
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumWaiting == 1
+	}, "the loop did not fetch with the released slot")
+	close(resume)
+	if err := <-acquired; err != nil {
+		t.Fatalf("the parked handler did not get its slot back before the idle fetch expired: %v", err)
+	}
+
+	// The fetch still waits (unless this machine took seconds to get
+	// here); what it brings finds the slot taken.
+	if _, err := js.Publish(ctx, "s.a", []byte("second")); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		info, err := cons.Info(ctx)
+		return handedBack.Load() > 0 || err == nil && info.NumWaiting == 0
+	}, "the message the fetch brought was not handed back")
+	done()
+	for _, want := range []string{"parks", "second"} {
+		select {
+		case got := <-handled:
+			if got != want {
+				t.Fatalf("handled %q, want %q", got, want)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%q not handled", want)
+		}
+	}
+	if m := most.Load(); m != 1 {
+		t.Fatalf("%d handlers ran at once at concurrency 1", m)
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -253,6 +255,65 @@ func TestLatestOrdersPlainPublishesByDispatchSequence(t *testing.T) {
 			superseded(r, "c1")
 		} else if r.Status != events.StatusQueued {
 			t.Fatalf("c1: %s, want queued", r.Status)
+		}
+	}
+}
+
+// Under strategy merge, runs a service published straight to the stream
+// merge oldest first by their dispatch sequences, not in the order workers
+// happened to submit them (issue 23: a burst km0..km3 merged as [km1, km2,
+// km0, km3]): the oldest carries the others.
+func TestMergeOrdersPlainPublishesByDispatchSequence(t *testing.T) {
+	t.Parallel()
+	rt, _ := open(t)
+	ctx := context.Background()
+	submit := func(id string, seq uint64) *jetruntype.Run {
+		t.Helper()
+		d := events.Dispatch{RunID: id, Input: json.RawMessage(strconv.Quote(id)), ConcurrencyKey: "km", Strategy: events.StrategyMerge}
+		row, err := rt.Submit(ctx, jetruntype.NewRun("demo", d, 0, time.Now()), jetrun.Held{RunID: id, Seq: seq})
+		if err != nil {
+			t.Fatalf("submit %s: %v", id, err)
+		}
+		return row
+	}
+	if h := submit("holder", 1); h.Status != events.StatusStarting {
+		t.Fatalf("holder: %s, want starting (the key was free)", h.Status)
+	}
+	// Published km0..km3, submitted by the workers in another order.
+	for _, p := range []struct {
+		id  string
+		seq uint64
+	}{{"km1", 12}, {"km2", 13}, {"km0", 11}, {"km3", 14}} {
+		if r := submit(p.id, p.seq); r.Status != events.StatusQueued {
+			t.Fatalf("%s: %s, want queued behind the holder", p.id, r.Status)
+		}
+	}
+	if _, _, err := rt.Store().Mutate(ctx, "holder", func(r *jetruntype.Run) error {
+		r.End(events.StatusCompleted, "", "", time.Now())
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.AdvanceKey(ctx, "km", jetrun.Held{}); err != nil {
+		t.Fatal(err)
+	}
+	row, _, err := rt.Store().Get(ctx, "km0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inputs []string
+	if err := json.Unmarshal(row.Input, &inputs); err != nil {
+		t.Fatalf("km0 input %s: %v", row.Input, err)
+	}
+	if row.Status != events.StatusStarting || !slices.Equal(inputs, []string{"km0", "km1", "km2", "km3"}) ||
+		!slices.Equal(row.Merged, []string{"km1", "km2", "km3"}) {
+		t.Fatalf("km0: %s, input %s, merged %v; want starting with [km0 km1 km2 km3], carrying km1..km3",
+			row.Status, row.Input, row.Merged)
+	}
+	for _, id := range []string{"km1", "km2", "km3"} {
+		r, _, err := rt.Store().Get(ctx, id)
+		if err != nil || r.Status != events.StatusAborted || r.Reason != events.ReasonMerged || r.MergedInto != "km0" {
+			t.Fatalf("%s: %+v, %v; want aborted, merged into km0", id, r, err)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -253,6 +254,14 @@ func (rt *Runtime) AdvanceKey(ctx context.Context, key string, held Held) error 
 		if next == nil {
 			return nil
 		}
+		if next.Strategy == events.StrategyMerge {
+			// The oldest of the merge runs queued together carries them.
+			block, err := rt.mergeBlock(ctx, next)
+			if err != nil {
+				return err
+			}
+			next = block[0]
+		}
 		err = rt.store.TakeKey(ctx, key, next.ID, holderRev)
 		if errors.Is(err, kv.ErrConflict) {
 			continue // another process moved the key: look again
@@ -269,10 +278,10 @@ func (rt *Runtime) AdvanceKey(ctx context.Context, key string, held Held) error 
 // takes the inputs of the merge runs queued behind it), then publishes its
 // dispatch unless held is it.
 func (rt *Runtime) promote(ctx context.Context, h *jetruntype.Run, held Held) error {
-	var merged []*jetruntype.Run
+	var block []*jetruntype.Run // h and the merge runs queued with it, oldest first
 	if h.Strategy == events.StrategyMerge {
 		var err error
-		if merged, err = rt.mergeCandidates(ctx, h); err != nil {
+		if block, err = rt.mergeBlock(ctx, h); err != nil {
 			return err
 		}
 	}
@@ -283,15 +292,29 @@ func (rt *Runtime) promote(ctx context.Context, h *jetruntype.Run, held Held) er
 		}
 		r.Status, r.NotBefore = events.StatusStarting, time.Time{}
 		if r.Strategy == events.StrategyMerge {
-			inputs := []json.RawMessage{r.Input}
+			// r and the oldest of the others that fit, oldest first.
 			size := len(r.Input)
 			r.Merged = nil
-			for _, m := range merged {
+			carried := map[string]bool{r.ID: true}
+			for _, m := range block {
+				if m.ID == r.ID {
+					continue
+				}
 				if size += len(m.Input) + 1; size > events.MaxInputBytes-2 {
 					break // the rest run next, merged among themselves
 				}
-				inputs = append(inputs, m.Input)
 				r.Merged = append(r.Merged, m.ID)
+				carried[m.ID] = true
+			}
+			var inputs []json.RawMessage
+			for _, m := range block {
+				if carried[m.ID] {
+					input := m.Input
+					if m.ID == r.ID {
+						input = r.Input
+					}
+					inputs = append(inputs, input)
+				}
 			}
 			list, err := json.Marshal(inputs)
 			if err != nil {
@@ -336,37 +359,59 @@ func (rt *Runtime) promote(ctx context.Context, h *jetruntype.Run, held Held) er
 	return err
 }
 
-// mergeCandidates returns the merge runs queued right behind h in its key's
-// queue (up to the first queued run of another strategy).
-func (rt *Runtime) mergeCandidates(ctx context.Context, h *jetruntype.Run) ([]*jetruntype.Run, error) {
+// mergeBlock returns h, a queued merge run, with the merge runs queued
+// together with it (up to the nearest queued runs of other strategies in
+// its key's queue), oldest first: by dispatch stream sequence between runs
+// published straight to the stream, else by queue position (see
+// submittedBefore).
+func (rt *Runtime) mergeBlock(ctx context.Context, h *jetruntype.Run) ([]*jetruntype.Run, error) {
 	queue, err := rt.store.KeyQueue(ctx, h.ConcurrencyKey)
 	if err != nil {
 		return nil, err
 	}
-	var out []*jetruntype.Run
-	behind := false
+	type queued struct {
+		r   *jetruntype.Run
+		pos uint64
+	}
+	var block []queued
+	found := false
 	for _, e := range queue {
-		if e.ID == h.ID {
-			behind = true
-			continue
-		}
-		if !behind {
-			continue
-		}
-		r, _, err := rt.store.Get(ctx, e.ID)
-		if errors.Is(err, kv.ErrRunNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		if r.Status != events.StatusQueued {
-			continue
+		r := h
+		if e.ID != h.ID {
+			if r, _, err = rt.store.Get(ctx, e.ID); errors.Is(err, kv.ErrRunNotFound) {
+				continue
+			} else if err != nil {
+				return nil, err
+			}
+			if r.Status != events.StatusQueued {
+				continue
+			}
 		}
 		if r.Strategy != events.StrategyMerge {
-			break
+			if found {
+				break
+			}
+			block = block[:0]
+			continue
 		}
-		out = append(out, r)
+		block = append(block, queued{r, e.Rev})
+		found = found || e.ID == h.ID
+	}
+	if !found { // h has no queue entry (left by a crash): it merges nothing
+		return []*jetruntype.Run{h}, nil
+	}
+	slices.SortStableFunc(block, func(a, b queued) int {
+		switch {
+		case submittedBefore(a.r, a.pos, b.r, b.pos):
+			return -1
+		case submittedBefore(b.r, b.pos, a.r, a.pos):
+			return 1
+		}
+		return 0
+	})
+	out := make([]*jetruntype.Run, len(block))
+	for i, q := range block {
+		out[i] = q.r
 	}
 	return out, nil
 }

@@ -91,12 +91,12 @@ func (c *Client) Await(ctx context.Context, id string) (*Result, error) {
 		return nil, fmt.Errorf("parent: await run %s: %w", id, err)
 	}
 	defer c.statuses.remove(id, wake)
-	// A status event wakes the wait; the row is the answer. The periodic
-	// read covers a change whose status event was lost or never sent, and
-	// the re-attach budgets.
-	reread := time.NewTicker(min(awaitReread, max(c.cfg.ReattachNoProgress/4, 10*time.Millisecond)))
-	defer reread.Stop()
+	// A status event wakes the wait; the row is the answer. The reads
+	// between cover a change whose status event was lost or never sent,
+	// and the re-attach budgets (reattachBudget.nextRead).
 	budget := reattachBudget{began: time.Now(), noProgress: c.cfg.ReattachNoProgress, window: c.cfg.ReattachMaxWindow}
+	reread := time.NewTimer(awaitReread)
+	defer reread.Stop()
 	for {
 		row, err := c.awaitRead(ctx, id)
 		if err != nil {
@@ -115,6 +115,7 @@ func (c *Client) Await(ctx context.Context, id string) (*Result, error) {
 			}
 			return nil, f
 		}
+		reread.Reset(budget.nextRead(time.Now()))
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("parent: await run %s: %w", id, ctx.Err())
@@ -124,8 +125,13 @@ func (c *Client) Await(ctx context.Context, id string) (*Result, error) {
 	}
 }
 
-// awaitReread is how often an Await reads its row without being woken.
+// awaitReread is the longest an Await goes without reading its row.
 const awaitReread = 5 * time.Second
+
+// budgetSlack is the least overrun of a re-attach budget an Await allows:
+// it honours its budgets within a tenth of theirs or budgetSlack, whichever
+// is larger.
+const budgetSlack = 100 * time.Millisecond
 
 // awaitReadTimeout bounds one read of an Await. A read that gets no answer
 // (a replica catching up after a restart, a stream without a leader) would
@@ -171,6 +177,33 @@ func (b *reattachBudget) check(r *jetruntype.Run, now time.Time) *Failure {
 	}
 	return &Failure{RunID: r.ID, Status: events.StatusInterrupted, Retryable: true, Reason: events.ReasonNoProgress,
 		ChildStillRunning: true, Message: msg}
+}
+
+// nextRead is how long after now an Await reads its row again unwoken: at
+// the latest awaitReread after the last read; when the window ends; when
+// the no-progress budget would run out; and often enough that progress is
+// seen within a tenth of that budget (budgetSlack at least), so a run that
+// stopped progressing is given up within that much of its budget.
+// A budget that ran out unseen (the last read failed) adds no read of its
+// own.
+func (b *reattachBudget) nextRead(now time.Time) time.Duration {
+	const past = time.Millisecond // a budget ends once exceeded
+	d := awaitReread
+	until := func(end time.Time) {
+		if left := end.Sub(now); left >= 0 {
+			d = min(d, left+past)
+		}
+	}
+	if b.window > 0 {
+		until(b.began.Add(b.window))
+	}
+	if b.noProgress >= 0 {
+		d = min(d, max(b.noProgress/10, budgetSlack))
+		if !b.lastMoved.IsZero() {
+			until(b.lastMoved.Add(b.noProgress))
+		}
+	}
+	return d
 }
 
 // progressMark changes whenever the row shows a sign of progress.

@@ -180,3 +180,29 @@ func TestSelfDelegationAtConcurrencyOne(t *testing.T) {
 		t.Fatalf("self-delegation: %+v, %v", res, err)
 	}
 }
+
+// A short window is honoured, not rounded up to the Await's periodic read
+// of its row (issue 23: a 1 s window gave up after 5 s): the caller's
+// deadline here ends before that read would come.
+func TestShortWindowGivesUpOnTime(t *testing.T) {
+	t.Parallel()
+	ns := natstest.RunServer(t)
+	nc, _ := natstest.Connect(t, ns)
+	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
+	jetruntest.StartWorker(t, rt, worker.Config{}, func(w *worker.Worker) {
+		w.HandleFunc("silent", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			<-ctx.Done() // no progress, no status event until it is stopped
+			return worker.Result{}, context.Cause(ctx)
+		})
+	})
+	c, err := parent.New(rt, parent.Config{ReattachMaxWindow: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 3500*time.Millisecond)
+	defer cancel()
+	_, err = c.Run(ctx, parent.Request{AgentType: "silent", RunID: "short", Input: 1})
+	if f, ok := parent.IsFailure(err); !ok || f.Reason != events.ReasonWindowExceeded {
+		t.Fatalf("await with a 1 s window: %v; want given up, window-exceeded, before the caller's deadline", err)
+	}
+}

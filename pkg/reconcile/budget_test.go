@@ -103,3 +103,27 @@ func TestZeroOrNeverDisablesABudget(t *testing.T) {
 		jetruntest.WaitRow(t, e.store, id, 30*time.Second, (*jetruntype.Run).Settled)
 	}
 }
+
+// A no-progress budget shorter than the sweep interval is enforced when it
+// runs out, not at the next sweep (issue 23): the sweep that finds the run
+// within its budget has it looked at again then. The deadline below ends
+// long before the next sweep.
+func TestShortBudgetIsEnforcedBetweenSweeps(t *testing.T) {
+	t.Parallel()
+	const interval = 20 * time.Second
+	e := setup(t, options{
+		handlers:    map[string]worker.Handler{"signal": signaller(50 * time.Millisecond)},
+		reconcile:   reconcile.Config{Interval: interval},
+		noReconcile: true,
+	})
+	e.detached(t, "quiet", "signal", -1, events.Detached{NoProgressBudgetMs: 1500}) // one signal, then silence
+	// The budget is armed; the reconciler's first sweep comes now.
+	jetruntest.WaitRow(t, e.store, "quiet", 30*time.Second, func(r *jetruntype.Run) bool { return !r.LastSignalAt.IsZero() })
+	if err := e.recon.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	row := jetruntest.WaitRow(t, e.store, "quiet", interval/4, func(r *jetruntype.Run) bool { return r.Status == events.StatusInterrupted })
+	if row.Reason != events.ReasonNoProgress {
+		t.Fatalf("quiet: %+v", row)
+	}
+}

@@ -219,6 +219,10 @@ type Reconciler struct {
 	workers  *kv.Workers          // worker liveness, followed while leading
 	finishes jetstream.Stream     // bound on first use
 	paced    map[string]time.Time // run+action → last time the action was taken (republishes)
+	// budgetDue holds the runs whose budgets may run out before the next
+	// sweep, and when (budgets.go).
+	budgetDue      map[string]time.Time
+	givenUpBetween int // runs given up by those looks since the last sweep
 
 	life service.Lifecycle
 }
@@ -311,10 +315,20 @@ func (r *Reconciler) loop(ctx context.Context) {
 		nextRetention := time.Now().Add(r.cfg.RetentionEvery)
 		var nextUnserved time.Time
 		bo := jsfault.NewBackOff(maxSweepPause) // after a failed sweep; reset by one that succeeds
+		budgets := time.NewTimer(r.cfg.Interval)
+		defer budgets.Stop()
 		for {
+			var budgetsDue <-chan time.Time
+			if d, ok := r.nextBudgetCheck(time.Now()); ok {
+				budgets.Reset(d)
+				budgetsDue = budgets.C
+			}
 			select {
 			case <-ctx.Done():
 				return
+			case <-budgetsDue:
+				r.checkBudgets(ctx)
+				continue
 			case <-sweeps:
 			}
 			if _, err := r.Sweep(ctx); err != nil && ctx.Err() == nil {
@@ -459,6 +473,7 @@ func (r *Reconciler) dropWatch() {
 	r.mu.Lock()
 	w, ws := r.watch, r.workers
 	r.watch, r.workers = nil, nil
+	r.budgetDue = nil // the next leader's sweeps note them again
 	r.mu.Unlock()
 	if w != nil {
 		w.Stop()
@@ -482,7 +497,7 @@ type Stats struct {
 	Republished  int           // finishes republished
 	Unserved     int           // finishes found waiting for a handler nobody serves
 	DeadLettered int           // finishes dead-lettered because nobody served their handler
-	GivenUp      int           // runs interrupted for a budget
+	GivenUp      int           // runs interrupted for a budget (since the last sweep: see budgets.go)
 	Recovered    int           // dispatches republished because the run's was lost
 	Cancelled    int           // runs cancelled because their parent was
 	Failed       int           // runs ended "error" because their dispatch was lost too often
@@ -526,6 +541,10 @@ func (r *Reconciler) Sweep(ctx context.Context) (Stats, error) {
 	}
 	st.stats.Active = len(active)
 	st.stats.Took = time.Since(begin)
+	r.mu.Lock()
+	st.stats.GivenUp += r.givenUpBetween
+	r.givenUpBetween = 0
+	r.mu.Unlock()
 	r.prunePaced(begin)
 	if r.cfg.Observer != nil {
 		r.cfg.Observer.Swept(st.stats, cmp.Or(err, ctx.Err()))

@@ -464,6 +464,7 @@ func (s *sweep) enforceBudgets(ctx context.Context, row *jetruntype.Run) (bool, 
 	}
 	reason, text := s.overBudget(row, s.now)
 	if reason == "" {
+		s.noteBudget(row.ID, s.budgetDue(row, s.now))
 		return false, nil
 	}
 	var gaveUp bool

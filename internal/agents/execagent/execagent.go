@@ -13,7 +13,8 @@
 //
 // Outcomes: exit status 0 completes the run with the last result event, or
 // without one, with the last output line as summary and the whole output
-// (its last 256 KiB) as a JSON string. An error event ends the run with its
+// as a JSON string (its tail, when that is longer than the 256 KiB limit
+// once encoded). An error event ends the run with its
 // text (retried as a new attempt when it says "retryable": true), whatever
 // the exit status. Any other non-zero exit ends the run "error" with the
 // status and the tail of stderr. An event line that breaks the format stops
@@ -40,6 +41,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
@@ -208,16 +210,48 @@ func (h *handler) ServeRun(ctx context.Context, run *worker.Run) (worker.Result,
 	}
 	var output any
 	if out.Len() > 0 {
-		s := out.String()
-		if len(s) > events.MaxOutputBytes-2<<10 { // room for JSON escapes
-			s = s[len(s)-(events.MaxOutputBytes-2<<10):]
-		}
-		output = s
+		output = outputTail(out.String(), events.MaxOutputBytes)
 	}
 	if len(lastLine) > events.MaxSummaryBytes {
 		lastLine = lastLine[:events.MaxSummaryBytes]
 	}
 	return worker.Result{Summary: lastLine, Output: output}, nil
+}
+
+// outputTail returns the longest tail of s whose encoding as a JSON string
+// (as encoding/json writes it) is at most limit bytes: plain output that is
+// full of quotes, control characters or invalid UTF-8 grows when encoded,
+// and the run's own output must never fail it. The tail starts on a rune.
+func outputTail(s string, limit int) json.RawMessage {
+	enc := func(from int) json.RawMessage {
+		b, _ := json.Marshal(runeFrom(s, from)) // a string always encodes
+		return b
+	}
+	// Search the first start whose tail fits: the encoding only shrinks as
+	// the start moves on, and a byte never encodes to less than a byte.
+	lo, hi := max(len(s)-(limit-2), 0), len(s)
+	if b := enc(lo); len(b) <= limit {
+		return b
+	}
+	for lo+1 < hi { // enc(lo) does not fit, enc(hi) does
+		mid := lo + (hi-lo)/2
+		if len(enc(mid)) <= limit {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	return enc(hi)
+}
+
+// runeFrom returns s from byte i on, moved forward to the start of a rune
+// (or an invalid byte), never in the middle of one.
+func runeFrom(s string, i int) string {
+	end := min(i+utf8.UTFMax, len(s))
+	for i < end && !utf8.RuneStart(s[i]) {
+		i++
+	}
+	return s[i:]
 }
 
 func describe(s *os.ProcessState) string {

@@ -2,6 +2,7 @@ package execagent_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -238,5 +239,33 @@ func TestCallGetsTheReplyOnStdin(t *testing.T) {
 	if row.Status != events.StatusCompleted ||
 		string(row.Output) != `{"reply":{"name":"ask","output":{"asked":"{\"q\":\"colour?\"}","colour":"blue"}}}` {
 		t.Fatalf("row: %s %q %s (%s)", row.Status, row.Summary, row.Output, row.Error)
+	}
+}
+
+// Plain output full of quotes grows when encoded as a JSON string: the
+// kept tail is cut to fit the output limit once encoded, so a run that did
+// all its work completes (issue 23: it ended "error", "output is 310117
+// bytes; the limit is 262144").
+func TestPlainOutputTailFitsTheLimitOnceEncoded(t *testing.T) {
+	t.Parallel()
+	client, store, _ := setup(t, map[string]execagent.Config{"quotes": script("quotes.sh", "20000")})
+	row := run(t, client, store, "quotes", "q1")
+	if row.Status != events.StatusCompleted {
+		t.Fatalf("row: %s (%s)", row.Status, row.Error)
+	}
+	if len(row.Output) > events.MaxOutputBytes {
+		t.Fatalf("output is %d bytes, over the limit %d", len(row.Output), events.MaxOutputBytes)
+	}
+	var tail string
+	if err := json.Unmarshal(row.Output, &tail); err != nil {
+		t.Fatalf("output %.80s…: %v", row.Output, err)
+	}
+	if !strings.HasSuffix(tail, "{\"chunk\": \"token 19999 \"}\n{\"chunk\": \"token 20000 \"}\n") ||
+		len(row.Output) < events.MaxOutputBytes-1<<10 {
+		t.Fatalf("output keeps %d bytes (%d encoded), ending %q; want the tail, up to the limit",
+			len(tail), len(row.Output), tail[max(len(tail)-60, 0):])
+	}
+	if row.Summary != "{\"chunk\": \"token 20000 \"}" {
+		t.Fatalf("summary %q", row.Summary)
 	}
 }
