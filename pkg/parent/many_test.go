@@ -118,7 +118,7 @@ func TestDispatchManyRunsEveryRunOnceAndAgainStartsNothing(t *testing.T) {
 
 // TestDispatchManyReportsBadItemsAndDispatchesTheRest mixes a bad id, an
 // unknown agent type and an oversize input into a batch: each is reported
-// on its own, and the others run.
+// on its own, and the others run, a run id given twice once.
 func TestDispatchManyReportsBadItemsAndDispatchesTheRest(t *testing.T) {
 	t.Parallel()
 	env := jetruntest.NewEnv(t)
@@ -133,10 +133,15 @@ func TestDispatchManyReportsBadItemsAndDispatchesTheRest(t *testing.T) {
 		{AgentType: "nobody-serves-this", RunID: "unknown-type", Input: 3},
 		{AgentType: "count", RunID: "good-2", Input: 4},
 		{AgentType: "count", RunID: "too-big", Input: oversize},
-		{AgentType: "count", Input: 5}, // a generated id
+		{AgentType: "count", Input: 5},                  // a generated id
+		{AgentType: "count", RunID: "good-1", Input: 6}, // twice in a batch: one run
 	}
 	got := env.Client.DispatchMany(ctx, reqs)
-	wantErr := []error{nil, parent.ErrBadRequest, parent.ErrUnknownAgentType, nil, parent.ErrBadRequest, nil}
+	if got[0].Created == got[6].Created || got[6].Err != nil || got[6].Run == nil || got[6].Run.ID != "good-1" {
+		t.Fatalf("good-1 twice: %+v and %+v, want one run created once", got[0], got[6])
+	}
+	got[0].Created, got[6].Created = true, true
+	wantErr := []error{nil, parent.ErrBadRequest, parent.ErrUnknownAgentType, nil, parent.ErrBadRequest, nil, nil}
 	for i, res := range got {
 		switch {
 		case wantErr[i] == nil && (res.Err != nil || !res.Created):
@@ -158,6 +163,9 @@ func TestDispatchManyReportsBadItemsAndDispatchesTheRest(t *testing.T) {
 	}
 	for _, id := range []string{"good-1", "good-2", got[5].RunID} {
 		jetruntest.WaitRow(t, env.Store, id, time.Minute, jetruntest.Final)
+	}
+	if runs, total := c.executions(); runs != 3 || total != 3 {
+		t.Fatalf("%d runs executed %d times", runs, total)
 	}
 	for _, id := range []string{"unknown-type", "too-big"} {
 		if ok, err := env.Client.HasRun(ctx, id); err != nil || ok {
