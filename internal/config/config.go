@@ -245,7 +245,7 @@ type ParentWorker struct {
 	EmbeddedPort   int      `envconfig:"JETRUN_EMBEDDED_PORT" default:"4222" desc:"embedded server: client port (-1 = random; a busy 4222 falls back to random)"`
 	EmbeddedMaxMem int64    `envconfig:"JETRUN_EMBEDDED_MAX_MEMORY" default:"268435456" desc:"embedded server: JetStream memory limit, bytes"`
 	EmbeddedMaxFS  int64    `envconfig:"JETRUN_EMBEDDED_MAX_STORE" default:"10737418240" desc:"embedded server: JetStream file store limit, bytes"`
-	SyncAlways     bool     `envconfig:"JETRUN_SYNC_ALWAYS" default:"false" desc:"embedded server: fsync every write (strict durability, about 1/3 the write rate)"`
+	SyncAlways     bool     `envconfig:"JETRUN_SYNC_ALWAYS" default:"false" desc:"embedded server: fsync every write (no acknowledged write lost to a power loss; make bench prints the cost)"`
 	HTTPAddr       string   `envconfig:"JETRUN_HTTP_ADDR" default:"127.0.0.1:8080" desc:"HTTP API listen address (empty disables it); a non-loopback address needs JETRUN_HTTP_TOKENS"`
 	HTTPTokens     []string `envconfig:"JETRUN_HTTP_TOKENS" desc:"HTTP API bearer tokens as role=token, comma-separated; role read (lists, runs, events, UI) or write (also dispatch, cancel, signal, clear); never logged"`
 	HTTPHosts      []string `envconfig:"JETRUN_HTTP_ALLOWED_HOSTS" desc:"host names (no port) the HTTP API answers to besides localhost, IP addresses and the host of JETRUN_HTTP_ADDR, comma-separated: the names it is served under (other Host headers get 403, against DNS rebinding)"`

@@ -3,6 +3,7 @@
 //	GET    /healthz                       200 while NATS is connected and JetStream answers, else 503 with the reason
 //	GET    /livez, /readyz                orchestrator probes (probes.go)
 //	POST   /v1/runs                       dispatch {agentType, runId?, input, detached?, ...}; ?wait=true awaits
+//	POST   /v1/runs:batch                 dispatch many {runs: [...]} (at most MaxBatchRuns): a result per run
 //	GET    /v1/runs                       run summaries, newest first: ?status=a,b&agentType=&parent=&parentToolCallId=&limit=&cursor=
 //	GET    /v1/runs/live                  server-sent events: every run change
 //	GET    /v1/runs/{id}                  one row; 404 for an unknown or malformed id
@@ -102,6 +103,7 @@ func New(cfg Config) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", a.health)
 	mux.HandleFunc("POST /v1/runs", a.dispatch)
+	mux.HandleFunc("POST /v1/runs:batch", a.dispatchBatch)
 	mux.HandleFunc("GET /v1/runs", a.list)
 	mux.HandleFunc("GET /v1/runs/live", a.live)
 	mux.HandleFunc("GET /v1/runs/{id}", a.get)
@@ -156,36 +158,10 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 	writeJSON(w, status, errorBody{Error: msg, Code: code})
 }
 
-// fail maps an error from the parent API to a response.
+// fail maps an error from the parent API to a response (errorStatus).
 func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
-	switch {
-	case errors.Is(err, parent.ErrBadRequest), errors.Is(err, events.ErrInvalidID):
-		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
-	case errors.Is(err, parent.ErrUnknownAgentType):
-		writeError(w, http.StatusUnprocessableEntity, "unknown_agent_type", err.Error())
-	case errors.Is(err, parent.ErrRunIDConflict):
-		writeError(w, http.StatusConflict, "run_id_conflict", err.Error())
-	case errors.Is(err, runview.ErrBadCursor):
-		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
-	case errors.Is(err, parent.ErrRunNotFound):
-		writeError(w, http.StatusNotFound, "not_found", err.Error())
-	case errors.Is(err, parent.ErrRunEnded):
-		writeError(w, http.StatusConflict, "run_ended", err.Error())
-	case errors.Is(err, parent.ErrKeyBusy):
-		writeError(w, http.StatusConflict, "key_busy", err.Error())
-	case errors.Is(err, parent.ErrConcurrencyLimit):
-		writeError(w, http.StatusTooManyRequests, "concurrency_limit", err.Error())
-	case errors.Is(err, parent.ErrDispatchFailed):
-		writeError(w, http.StatusServiceUnavailable, "dispatch_failed", err.Error())
-	case r.Context().Err() != nil:
-		// The client went away; nobody reads this.
-		writeError(w, http.StatusServiceUnavailable, "cancelled", err.Error())
-	default:
-		class := jsfault.Classify(r.Context(), err).String()
-		a.logs.Log(r.Context(), a.log, slog.LevelError, "request failed/"+r.Method+" "+r.Pattern+"/"+class, "request failed",
-			"method", r.Method, "path", r.URL.Path, "fault", class, "err", err)
-		writeError(w, http.StatusServiceUnavailable, "unavailable", err.Error())
-	}
+	status, code := a.errorStatus(r, err)
+	writeError(w, status, code, err.Error())
 }
 
 func (a *api) health(w http.ResponseWriter, r *http.Request) {
@@ -274,24 +250,7 @@ func (a *api) dispatch(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
 	}
-	req := parent.Request{
-		AgentType:        body.AgentType,
-		RunID:            body.RunID,
-		Input:            body.Input,
-		Parent:           body.Parent,
-		ParentToolCallID: body.ParentToolCallID,
-		DisplayOrder:     body.DisplayOrder,
-		Depth:            body.Depth,
-		Detached:         body.Detached,
-		MaxConcurrent:    body.MaxConcurrent,
-		// The caller's W3C trace context, if any, goes with the run.
-		Trace: events.TraceContext{
-			TraceParent: r.Header.Get(events.HeaderTraceParent), TraceState: r.Header.Get(events.HeaderTraceState),
-		}.Valid(),
-		ConcurrencyKey: body.ConcurrencyKey,
-		Strategy:       body.Strategy,
-		Debounce:       time.Duration(body.DebounceMs) * time.Millisecond,
-	}
+	req := body.request(traceOf(r))
 	row, created, err := a.client.DispatchNew(r.Context(), req)
 	if err != nil {
 		a.fail(w, r, err)

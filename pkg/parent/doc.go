@@ -10,6 +10,8 @@
 //     if that fails the row ends "error" (reason "dispatch-failed"). A
 //     caller that dies between the two leaves a "starting" row whose
 //     dispatch the reconciler (or a new Dispatch of the id) publishes.
+//   - DispatchMany is Dispatch of each request, pipelined: a bounded
+//     number in flight, one result per request, a bad one failing alone.
 //   - Awaiting watches the row; a parent that dies while awaiting loses
 //     nothing: Run with the same id later collects the real result.
 //   - Cancel is durable (recorded on the row), idempotent, and never rewrites
