@@ -23,6 +23,7 @@ import (
 	"github.com/jetrun/jetrun/internal/config"
 	"github.com/jetrun/jetrun/internal/embedded"
 	"github.com/jetrun/jetrun/internal/httpapi"
+	"github.com/jetrun/jetrun/internal/mcpserver"
 	"github.com/jetrun/jetrun/internal/metrics"
 	"github.com/jetrun/jetrun/internal/natsconn"
 	"github.com/jetrun/jetrun/internal/runview"
@@ -185,6 +186,9 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 			return err
 		}
 		defer view.Stop()
+		mcpSrv := mcpserver.New(mcpserver.Config{Client: client, Logger: logger})
+		mcpSrv.Start(life)
+		defer mcpSrv.Stop()
 		ln, err := net.Listen("tcp", cfg.HTTPAddr)
 		if err != nil {
 			return fmt.Errorf("http: listen on %s: %w", cfg.HTTPAddr, err)
@@ -196,11 +200,12 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 		defer cancelBase()
 		srv = &http.Server{
 			Handler: httpapi.New(httpapi.Config{Client: client, View: view, Conn: nc, Logger: logger, Tokens: tokens,
-				Metrics: m.Handler()}),
+				Metrics: m.Handler(), MCP: mcpSrv.Handler()}),
 			ReadHeaderTimeout: 10 * time.Second,
 			BaseContext:       func(net.Listener) context.Context { return base },
 		}
 		srv.RegisterOnShutdown(cancelBase)
+		srv.RegisterOnShutdown(mcpSrv.Stop) // MCP calls in flight stop awaiting; their runs go on
 		go func() { serveErr <- srv.Serve(ln) }()
 	}
 
@@ -251,6 +256,7 @@ func banner(out io.Writer, cfg config.ParentWorker, natsURL string, embeddedServ
 		fmt.Fprintf(b, "  web UI      %s/\n", httpURL)
 		fmt.Fprintf(b, "  HTTP API    %s/v1/runs  (GET /v1/runs/<id>, /v1/runs/<id>/events, POST /v1/runs)\n", httpURL)
 		fmt.Fprintf(b, "  metrics     %s/metrics  (Prometheus)\n", httpURL)
+		fmt.Fprintf(b, "  MCP         %s%s  (streamable HTTP; every agent type a tool)\n", httpURL, httpapi.MCPPath)
 	}
 	if pool != nil {
 		fmt.Fprintf(b, "  child pool  %s (in-process, worker %s)\n", strings.Join(pool.AgentTypes(), ","), pool.ID())
