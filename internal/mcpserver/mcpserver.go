@@ -68,6 +68,10 @@ const MaxIdempotencyKeyLength = 256
 // appear or go.
 const DefaultSyncEvery = 2 * time.Second
 
+// progressDrain bounds how long an answer waits for the progress before it
+// to be sent.
+const progressDrain = 5 * time.Second
+
 // cancelTimeout bounds the cancel of a run whose call the client cancelled.
 const cancelTimeout = 10 * time.Second
 
@@ -286,10 +290,23 @@ func (s *Server) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallT
 	stopLife := context.AfterFunc(s.life, stopWaiting)
 	defer stopLife()
 	if token := req.Params.GetProgressToken(); token != nil {
-		var progress sync.WaitGroup
-		defer progress.Wait()
-		defer stopWaiting() // runs first: the progress follower stops before the answer goes
-		progress.Go(func() { s.progress(wait, req.Session, token, id) })
+		followed := make(chan struct{})
+		go func() {
+			defer close(followed)
+			s.progress(wait, req.Session, token, id)
+		}()
+		// The follower reads the run's events up to its end: let it send
+		// the last progress before the answer goes, for a bounded time.
+		defer func() {
+			t := time.NewTimer(progressDrain)
+			defer t.Stop()
+			select {
+			case <-followed:
+			case <-t.C:
+			}
+			stopWaiting()
+			<-followed
+		}()
 	}
 	res, err := s.client.Await(wait, id)
 	switch {
