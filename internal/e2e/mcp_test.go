@@ -33,15 +33,23 @@ func mcpStack(t *testing.T) (*env, string) {
 	t.Helper()
 	e := newEnv(t)
 	e.childWorker(t, "mcp-child", nil)
+	_, url := mcpParentWorker(t, e, "mcp-parent")
+	return e, url
+}
+
+// mcpParentWorker starts a parent-worker with a write token on e's
+// nats-server and returns it and its /mcp URL.
+func mcpParentWorker(t *testing.T, e *env, id string) (*proc, string) {
+	t.Helper()
 	addr := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
 	pw := start(t, "parent-worker", map[string]string{
 		"JETRUN_NATS_URL":    e.url,
-		"JETRUN_WORKER_ID":   "mcp-parent",
+		"JETRUN_WORKER_ID":   id,
 		"JETRUN_HTTP_ADDR":   addr,
 		"JETRUN_HTTP_TOKENS": "write=" + mcpWriteToken,
 	})
 	pw.waitLog("parent-worker ready", 60*time.Second)
-	return e, "http://" + addr + "/mcp"
+	return pw, "http://" + addr + "/mcp"
 }
 
 type bearerTransport struct{ token string }

@@ -26,6 +26,11 @@
 // Bad requests are JSON-RPC errors (-32602, invalid params) whose message
 // says why: an unknown tool, arguments that break the input schema (the
 // validator's words), arguments over MaxArgumentBytes, a malformed key.
+//
+// A tools/call that declares the tasks extension (io.modelcontextprotocol/tasks)
+// in its per-request capabilities gets a task at once: a detached run whose
+// task id is the run id, served from JetStream by any parent-worker
+// (tasks/get, tasks/update, tasks/cancel; see tasks.go).
 package mcpserver
 
 import (
@@ -122,13 +127,18 @@ func New(cfg Config) *Server {
 		cfg.Version = "dev"
 	}
 	s.life, s.stop = context.WithCancel(context.Background())
+	caps := &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}}
+	caps.AddExtension(TasksExtension, nil)
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "jetrun", Title: "jetrun agents", Version: cfg.Version}, &mcp.ServerOptions{
 		Instructions: "Every tool is a jetrun agent type: a call runs it durably and answers its output. " +
 			"Pass _meta[\"" + MetaIdempotencyKey + "\"] to make a retried call re-attach to its run.",
 		Logger:       s.log,
-		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}},
+		Capabilities: caps,
 	})
 	s.mcp.AddReceivingMiddleware(s.fresh)
+	if err := s.addTasks(); err != nil {
+		panic(err) // only a name clash with a standard method: a programming error
+	}
 	return s
 }
 
@@ -185,11 +195,14 @@ func (s *Server) ServeStdio(ctx context.Context, in io.ReadCloser, out io.WriteC
 }
 
 // fresh reads the registry before tools/list, and before a tools/call of a
-// tool not listed yet, so both see the agent types of this moment.
+// tool not listed yet, so both see the agent types of this moment; a
+// tools/call that declares the tasks extension becomes a task (tasks.go).
 func (s *Server) fresh(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		refresh := method == "tools/list"
-		if call, ok := req.(*mcp.CallToolRequest); ok && method == "tools/call" {
+		call, isCall := req.(*mcp.CallToolRequest)
+		isCall = isCall && method == "tools/call"
+		if isCall {
 			_, listed := s.tool(call.Params.Name)
 			refresh = !listed
 		}
@@ -197,6 +210,9 @@ func (s *Server) fresh(next mcp.MethodHandler) mcp.MethodHandler {
 			if err := s.sync(ctx); err != nil {
 				s.log.WarnContext(ctx, "mcp: list the agent types", "err", err)
 			}
+		}
+		if isCall && wantsTask(call.Params.Meta) {
+			return s.startTask(ctx, call)
 		}
 		return next(ctx, method, req)
 	}
@@ -327,12 +343,7 @@ func (s *Server) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallT
 		return nil, ctx.Err()
 	}
 	if f, ok := parent.IsFailure(err); ok {
-		return &mcp.CallToolResult{
-			Meta:              mcp.Meta{MetaRunID: id},
-			IsError:           true,
-			Content:           []mcp.Content{&mcp.TextContent{Text: f.Error()}},
-			StructuredContent: f,
-		}, nil
+		return failed(f), nil
 	}
 	if err != nil {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("await run %s: %v", id, err)}
