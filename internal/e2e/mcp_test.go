@@ -237,3 +237,34 @@ func TestMCPStdio(t *testing.T) {
 		t.Errorf("text %q; want the summary", text)
 	}
 }
+
+// The README's recipe with the MCP inspector's CLI works against a
+// parent-worker started the way make run starts it.
+func TestReadmeMCPInspectorRecipe(t *testing.T) {
+	t.Parallel()
+	dir := examples(t, "js")
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@modelcontextprotocol", "inspector")); err != nil {
+		t.Fatalf("the MCP inspector is not installed (make deps runs npm ci in examples/js): %v", err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
+	pw := start(t, "parent-worker", map[string]string{
+		"JETRUN_CHILDREN": "demo", "JETRUN_HTTP_ADDR": addr, "JETRUN_EMBEDDED_PORT": "-1", "JETRUN_DATA_DIR": t.TempDir(),
+	})
+	pw.waitLog("parent-worker ready", 60*time.Second)
+	cmds := readmeCommands(t, "Try it with the MCP inspector's CLI", "## Configuration", "npx @modelcontextprotocol/inspector ", 2)
+	wants := []string{`"name": "demo"`, `"text": "finished 3 steps"`}
+	for i, c := range cmds {
+		c = strings.ReplaceAll(c, "http://127.0.0.1:8080", "http://"+addr)
+		cmd := exec.Command("sh", "-c", c)
+		cmd.Dir = dir
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "npm_config_offline=true"}
+		cmd.WaitDelay = 5 * time.Second
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", c, err, out)
+		}
+		if i < len(wants) && !strings.Contains(string(out), wants[i]) {
+			t.Errorf("%s printed no %s:\n%s", c, wants[i], out)
+		}
+	}
+}
