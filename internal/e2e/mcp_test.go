@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -266,5 +267,100 @@ func TestReadmeMCPInspectorRecipe(t *testing.T) {
 		if i < len(wants) && !strings.Contains(string(out), wants[i]) {
 			t.Errorf("%s printed no %s:\n%s", c, wants[i], out)
 		}
+	}
+}
+
+// A client retrying a call with the same idempotency key re-attaches to its
+// run, through another parent-worker after the first was killed with
+// kill -9 in the middle of the call (sessionless, protocol 2026-07-28): the
+// run goes on, is answered once, and runs once.
+func TestMCPRetryReattachesThroughAnotherParentWorker(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.childWorker(t, "mcp-retry-child", nil)
+	pwA, urlA := mcpParentWorker(t, e, "mcp-retry-a")
+	_, urlB := mcpParentWorker(t, e, "mcp-retry-b")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	transport := func(url string) mcp.Transport {
+		return &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: bearerTransport{mcpWriteToken}}, MaxRetries: 1}
+	}
+	const key = "e2e-retry"
+	id := parent.RunID("mcp", key)
+	params := &mcp.CallToolParams{Name: "demo", Arguments: map[string]int{"steps": 3, "stepMs": 10, "approveAt": 2},
+		Meta: mcp.Meta{mcpserver.MetaIdempotencyKey: key}}
+
+	csA := mcpConnect(t, ctx, transport(urlA), nil)
+	if v := csA.InitializeResult().ProtocolVersion; v != mcpserver.SessionlessRevision {
+		t.Fatalf("negotiated %s; want %s", v, mcpserver.SessionlessRevision)
+	}
+	first := make(chan error, 1)
+	callCtx, cancelFirst := context.WithCancel(ctx)
+	defer func() { cancelFirst(); <-first }()
+	go func() {
+		_, err := csA.CallTool(callCtx, params)
+		first <- err
+	}()
+	jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *jetruntype.Run) bool { return r.WaitingFor != "" })
+	pwA.kill() // kill -9 in the middle of the call
+
+	csB := mcpConnect(t, ctx, transport(urlB), nil)
+	second := make(chan *mcp.CallToolResult, 1)
+	go func() {
+		res, err := csB.CallTool(ctx, params)
+		if err != nil {
+			t.Errorf("retried call through another parent-worker: %v", err)
+		}
+		second <- res
+	}()
+	if _, err := e.client.Signal(ctx, id, "approve", map[string]bool{"approved": true}); err != nil {
+		t.Fatal(err)
+	}
+	res := <-second
+	if res == nil || res.IsError || res.Meta[mcpserver.MetaRunID] != id {
+		t.Fatalf("retried call: %+v; want the run %s completed", res, id)
+	}
+	if out, _ := json.Marshal(res.StructuredContent); string(out) != `{"attempt":1,"steps":3,"stepsRunHere":3}` {
+		t.Errorf("output %s; want the one run, attempt 1, every step run once", out)
+	}
+	if row := jetruntest.WaitRow(t, e.store, id, 30*time.Second, jetruntest.Final); row.Status != events.StatusCompleted || row.Attempt != 1 {
+		t.Errorf("run %s attempt %d; want completed at attempt 1", row.Status, row.Attempt)
+	}
+}
+
+// Stopping a parent-worker (SIGTERM) with a sessionless call in flight ends
+// the call, not its run: in protocol 2026-07-28 a request that ends is a
+// cancel, and a shutdown must not look like one.
+func TestMCPShutdownLeavesTheRunRunning(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.childWorker(t, "mcp-stop-child", nil)
+	pw, url := mcpParentWorker(t, e, "mcp-stop-parent")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cs := mcpConnect(t, ctx, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: bearerTransport{mcpWriteToken}}, MaxRetries: 1}, nil)
+	const key = "e2e-stop"
+	id := parent.RunID("mcp", key)
+	done := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "demo", Arguments: map[string]int{"steps": 2, "stepMs": 1, "approveAt": 1},
+			Meta: mcp.Meta{mcpserver.MetaIdempotencyKey: key}})
+		done <- err
+	}()
+	jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *jetruntype.Run) bool { return r.WaitingFor != "" })
+	pw.signal(syscall.SIGTERM)
+	// Its exit status is not the point: a connection the client opens as
+	// the call fails can hold http.Server.Shutdown past parent-worker's 5 s
+	// (net/http counts a new connection as active for 5 s), and it then
+	// exits 1.
+	if err := pw.wait(30 * time.Second); err != nil {
+		t.Logf("parent-worker exit: %v", err)
+	}
+	if err := <-done; err == nil {
+		t.Error("the call answered although its parent-worker stopped")
+	}
+	row, err := e.client.Inspect(ctx, id)
+	if err != nil || row == nil || row.Status != events.StatusRunning || row.CancelRequested {
+		t.Fatalf("after the parent-worker stopped the run is %+v (%v); want running, no cancel", row, err)
 	}
 }

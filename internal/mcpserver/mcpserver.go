@@ -15,8 +15,10 @@
 //     _meta["io.jetrun/runId"].
 //   - With a progressToken, the run's progress goes to the client as
 //     notifications/progress (progress = the run's fraction, total 1).
-//   - notifications/cancelled for the call cancels the run. A session that
-//     goes away without cancelling leaves the run running.
+//   - Cancelling the call cancels the run: notifications/cancelled in a
+//     session (2025-11-25 and older; a session that merely goes away leaves
+//     the run running), closing the request in protocol 2026-07-28, which is
+//     served sessionless (Handler). Stop ends the calls, not their runs.
 //   - The run id: a call with _meta["io.jetrun/idempotencyKey"] = K runs as
 //     parent.RunID("mcp", K), so calling again with the same key (from any
 //     session, on any parent-worker) re-attaches to that run, or answers its
@@ -174,15 +176,34 @@ func (s *Server) Stop() {
 	s.loop.Wait()
 }
 
-// Handler returns the streamable HTTP transport. It refuses cross-origin
-// browser requests (http.CrossOriginProtection) and, on a loopback listener,
-// requests naming another host (the SDK's DNS rebinding protection); bearer
-// tokens are the caller's (parent-worker mounts it behind its API's).
+// Handler returns the streamable HTTP transport. A request of protocol
+// 2026-07-28 or later (its Mcp-Protocol-Version header) is served
+// sessionless: any parent-worker answers it, and closing its response
+// stream cancels it, as that revision says. Older revisions get sessions
+// (Mcp-Session-Id), which live in this process. It refuses cross-origin
+// browser requests (http.CrossOriginProtection) and, on a loopback
+// listener, requests naming another host (the SDK's DNS rebinding
+// protection); bearer tokens are the caller's (parent-worker mounts it
+// behind its API's).
 func (s *Server) Handler() http.Handler {
-	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp },
-		&mcp.StreamableHTTPOptions{Logger: s.log, MaxRequestBodyBytes: 2 * MaxArgumentBytes})
+	get := func(*http.Request) *mcp.Server { return s.mcp }
+	opts := mcp.StreamableHTTPOptions{Logger: s.log, MaxRequestBodyBytes: 2 * MaxArgumentBytes}
+	sessions := mcp.NewStreamableHTTPHandler(get, &opts)
+	opts.Stateless, opts.PropagateRequestCancellation = true, true
+	sessionless := mcp.NewStreamableHTTPHandler(get, &opts)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Mcp-Protocol-Version") >= SessionlessRevision {
+			sessionless.ServeHTTP(w, r)
+			return
+		}
+		sessions.ServeHTTP(w, r)
+	})
 	return http.NewCrossOriginProtection().Handler(h)
 }
+
+// SessionlessRevision is the first protocol revision served without
+// sessions.
+const SessionlessRevision = "2026-07-28"
 
 // ServeStdio serves one session on in and out (newline-delimited JSON-RPC)
 // until the peer closes in or ctx ends.

@@ -174,6 +174,7 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 	}
 
 	var srv *http.Server
+	stopMCP := func() {}
 	httpURL := ""
 	serveErr := make(chan error, 1)
 	if cfg.HTTPAddr != "" {
@@ -188,7 +189,8 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 		defer view.Stop()
 		mcpSrv := mcpserver.New(mcpserver.Config{Client: client, Logger: logger})
 		mcpSrv.Start(life)
-		defer mcpSrv.Stop()
+		stopMCP = mcpSrv.Stop
+		defer mcpSrv.Stop() // idempotent; the normal path stops it below
 		ln, err := net.Listen("tcp", cfg.HTTPAddr)
 		if err != nil {
 			return fmt.Errorf("http: listen on %s: %w", cfg.HTTPAddr, err)
@@ -205,7 +207,6 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 			BaseContext:       func(net.Listener) context.Context { return base },
 		}
 		srv.RegisterOnShutdown(cancelBase)
-		srv.RegisterOnShutdown(mcpSrv.Stop) // MCP calls in flight stop awaiting; their runs go on
 		go func() { serveErr <- srv.Serve(ln) }()
 	}
 
@@ -224,6 +225,10 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 	}
 	logger.Info("shutting down")
 	var errs []error
+	// MCP calls in flight stop awaiting before their requests' contexts end
+	// with the HTTP server's: a request that ends is a cancel in MCP
+	// 2026-07-28, and a shutdown must not cancel runs.
+	stopMCP()
 	if srv != nil {
 		hctx, cancel := context.WithTimeout(context.Background(), httpShutdownTimeout)
 		errs = append(errs, srv.Shutdown(hctx))
