@@ -19,10 +19,11 @@ import (
 // see the tasks extension's messages as they are on the wire (the Go SDK
 // v1.8.0 has no tasks).
 type rawMCP struct {
-	t       *testing.T
-	url     string
-	session string
-	id      int
+	t           *testing.T
+	url         string
+	session     string
+	id          int
+	sessionless bool // protocol 2026-07-28: no session, the _meta triple on every request
 }
 
 type rpcError struct {
@@ -49,10 +50,19 @@ func newRawMCP(t *testing.T, url string) *rawMCP {
 	return c
 }
 
+// newSessionlessMCP speaks protocol 2026-07-28: no session, every request
+// says who it is.
+func newSessionlessMCP(t *testing.T, url string) *rawMCP {
+	return &rawMCP{t: t, url: url, sessionless: true}
+}
+
 func (c *rawMCP) headers(req *http.Request) {
 	req.Header.Set("Authorization", "Bearer "+mcpWriteToken)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
+	if c.sessionless {
+		req.Header.Set("Mcp-Protocol-Version", "2026-07-28")
+	}
 	if c.session != "" {
 		req.Header.Set("Mcp-Session-Id", c.session)
 		req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
@@ -65,6 +75,17 @@ func (c *rawMCP) post(msg any) []json.RawMessage {
 	body, _ := json.Marshal(msg)
 	req, _ := http.NewRequest(http.MethodPost, c.url, bytes.NewReader(body))
 	c.headers(req)
+	if c.sessionless { // the routing headers: the method, and the tool or task it names
+		var m struct {
+			Method string
+			Params struct{ Name, TaskID string }
+		}
+		_ = json.Unmarshal(body, &m)
+		req.Header.Set("Mcp-Method", m.Method)
+		if name := m.Params.Name + m.Params.TaskID; name != "" {
+			req.Header.Set("Mcp-Name", name)
+		}
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		c.t.Fatalf("POST %s: %v", c.url, err)
@@ -74,7 +95,8 @@ func (c *rawMCP) post(msg any) []json.RawMessage {
 		c.session = s
 	}
 	data, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode/100 != 2 {
+	// Sessionless, a JSON-RPC error also comes with an HTTP error status.
+	if resp.StatusCode/100 != 2 && !(c.sessionless && json.Valid(data)) {
 		c.t.Fatalf("POST %s: %s: %s", c.url, resp.Status, data)
 	}
 	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
@@ -98,6 +120,23 @@ func (c *rawMCP) post(msg any) []json.RawMessage {
 func (c *rawMCP) call(method string, params any) (json.RawMessage, *rpcError) {
 	c.t.Helper()
 	c.id++
+	if c.sessionless {
+		var p map[string]any
+		raw, _ := json.Marshal(params)
+		_ = json.Unmarshal(raw, &p)
+		meta, _ := p["_meta"].(map[string]any)
+		if meta == nil {
+			meta = map[string]any{}
+		}
+		meta["io.modelcontextprotocol/protocolVersion"] = "2026-07-28"
+		meta["io.modelcontextprotocol/clientInfo"] = map[string]string{"name": "jetrun-e2e-raw", "version": "1"}
+		if _, ok := meta["io.modelcontextprotocol/clientCapabilities"]; !ok {
+			meta["io.modelcontextprotocol/clientCapabilities"] = map[string]any{
+				"extensions": map[string]any{"io.modelcontextprotocol/tasks": map[string]any{}}}
+		}
+		p["_meta"] = meta
+		params = p
+	}
 	for _, m := range c.post(map[string]any{"jsonrpc": "2.0", "id": c.id, "method": method, "params": params}) {
 		var resp struct {
 			ID     *int            `json:"id"`
@@ -165,7 +204,9 @@ func (c *rawMCP) pollTask(id string, what string, cond func(taskWire) bool) task
 // A task started through one parent-worker outlives it: that process is
 // killed with kill -9, and another one answers tasks/get, takes the input
 // the task waits for (the demo's approval signal) through tasks/update,
-// polls it to its result, and cancels a second task.
+// polls it to its result, and cancels a second task. The first
+// parent-worker is asked in a 2025-11-25 session, the second sessionless
+// (2026-07-28).
 func TestMCPTasksSurviveTheirParentWorker(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -181,7 +222,7 @@ func TestMCPTasksSurviveTheirParentWorker(t *testing.T) {
 	pwA.kill() // kill -9
 
 	_, urlB := mcpParentWorker(t, e, "tasks-parent-b")
-	b := newRawMCP(t, urlB)
+	b := newSessionlessMCP(t, urlB) // and the other replica is asked without a session
 	waiting := b.pollTask(approve.TaskID, "input_required", func(tw taskWire) bool { return tw.Status == "input_required" })
 	const key = "signal:approve:0"
 	req, ok := waiting.InputRequests[key]
