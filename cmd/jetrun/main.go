@@ -1,7 +1,8 @@
 // Command jetrun dispatches, watches and steers jetrun runs from a terminal:
 // dispatch (with --wait, a live progress bar), get, ls, replay, cancel,
-// signal and clear. It reads the same JETRUN_* variables as the workers;
-// jetrun --help lists them.
+// signal and clear; jetrun mcp serves the agent types as MCP tools on
+// stdio. It reads the same JETRUN_* variables as the workers; jetrun --help
+// lists them.
 package main
 
 import (

@@ -79,12 +79,15 @@ func (t *tokens) role(tok string) Role {
 }
 
 // needs is the role a request needs: nothing for health and the UI's static
-// pages (they hold no data), read for other reads, write for the rest.
+// pages (they hold no data), read for other reads, write for MCP and the
+// rest.
 func needs(r *http.Request) Role {
 	path := r.URL.Path
 	switch {
 	case path == "/healthz", r.Method == http.MethodPost && path == "/v1/session":
 		return 0
+	case path == MCPPath:
+		return RoleWrite
 	case r.Method == http.MethodGet || r.Method == http.MethodHead:
 		if strings.HasPrefix(path, "/v1/") || path == "/metrics" {
 			return RoleRead

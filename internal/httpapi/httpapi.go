@@ -15,6 +15,7 @@
 //	GET    /v1/tools                      LLM tool definitions for them: ?format=openai (default), anthropic or mcp
 //	POST   /v1/session                    {token}: keep a token in an HttpOnly cookie for the web UI
 //	GET    /, /runs/{id}                  the web UI; / carries the first page of GET /v1/runs for its query
+//	*      /mcp                           the MCP server (Config.MCP; internal/mcpserver), with a write token
 //
 // With tokens configured every /v1 call needs one ("Authorization: Bearer",
 // or the session cookie): a read token for GETs, a write token for the rest.
@@ -75,6 +76,9 @@ type Config struct {
 	// (Guard), as are AllowedHosts (names without port).
 	Addr         string
 	AllowedHosts []string
+	// MCP, if set, serves MCPPath (the MCP server's streamable HTTP
+	// transport), with a write token when Tokens are set.
+	MCP http.Handler
 }
 
 type api struct {
@@ -118,6 +122,7 @@ func New(cfg Config) http.Handler {
 	}
 	mux.HandleFunc("GET /v1/agents", a.agents)
 	mux.HandleFunc("GET /v1/tools", a.tools)
+	mountMCP(mux, cfg.MCP)
 	tokens := newTokens(cfg.Tokens)
 	mux.HandleFunc("POST /v1/session", tokens.session)
 	mux.HandleFunc("DELETE /v1/session", tokens.session)

@@ -50,6 +50,7 @@ Usage:
   jetrun reply [--error TEXT] [--json] ID SEQ [OUTPUT]   (answer a run's call; jetrun get lists them)
   jetrun clear [--status S[,S]] [--older-than DURATION] [--all] [--json]
   jetrun agents [--tools openai|anthropic|mcp] [--json]
+  jetrun mcp                             (an MCP server on stdin/stdout: every live agent type a tool)
 
 INPUT and PAYLOAD are JSON ('{"steps":5}'), or @file, or - for standard input.
 dispatch --wait shows the run's progress live and exits with the outcome:

@@ -24,6 +24,7 @@ import (
 	"github.com/jetrun/jetrun/internal/embedded"
 	"github.com/jetrun/jetrun/internal/httpapi"
 	"github.com/jetrun/jetrun/internal/localurl"
+	"github.com/jetrun/jetrun/internal/mcpserver"
 	"github.com/jetrun/jetrun/internal/metrics"
 	"github.com/jetrun/jetrun/internal/natsconn"
 	"github.com/jetrun/jetrun/internal/runview"
@@ -193,6 +194,7 @@ func Run(ctx, abort context.Context, cfg config.ParentWorker, logger *slog.Logge
 	}
 
 	var srv *http.Server
+	stopMCP := func() {}
 	httpURL := ""
 	serveErr := make(chan error, 1)
 	if cfg.HTTPAddr != "" {
@@ -205,6 +207,10 @@ func Run(ctx, abort context.Context, cfg config.ParentWorker, logger *slog.Logge
 			return err
 		}
 		defer view.Stop()
+		mcpSrv := mcpserver.New(mcpserver.Config{Client: client, Logger: logger})
+		mcpSrv.Start(life)
+		stopMCP = mcpSrv.Stop
+		defer mcpSrv.Stop() // idempotent; the normal path stops it below
 		ln, err := net.Listen("tcp", cfg.HTTPAddr)
 		if err != nil {
 			return fmt.Errorf("http: listen on %s: %w", cfg.HTTPAddr, err)
@@ -216,7 +222,7 @@ func Run(ctx, abort context.Context, cfg config.ParentWorker, logger *slog.Logge
 		defer cancelBase()
 		srv = &http.Server{
 			Handler: httpapi.New(httpapi.Config{Client: client, View: view, Conn: nc, Logger: logger, Tokens: tokens,
-				Metrics: m.Handler(), Addr: cfg.HTTPAddr, AllowedHosts: cfg.HTTPHosts}),
+				Metrics: m.Handler(), MCP: mcpSrv.Handler(), Addr: cfg.HTTPAddr, AllowedHosts: cfg.HTTPHosts}),
 			ReadHeaderTimeout: 10 * time.Second,
 			BaseContext:       func(net.Listener) context.Context { return base },
 		}
@@ -245,6 +251,10 @@ func Run(ctx, abort context.Context, cfg config.ParentWorker, logger *slog.Logge
 	}
 	logger.Info(msg, waits...)
 	var errs []error
+	// MCP calls in flight stop awaiting before their requests' contexts end
+	// with the HTTP server's: a request that ends is a cancel in MCP
+	// 2026-07-28, and a shutdown must not cancel runs.
+	stopMCP()
 	if srv != nil {
 		hctx, cancel := context.WithTimeout(abort, httpShutdownTimeout)
 		if err := srv.Shutdown(hctx); err != nil && abort.Err() == nil {
@@ -306,6 +316,7 @@ func banner(out io.Writer, cfg config.ParentWorker, natsURL string, embeddedServ
 		fmt.Fprintf(b, "  web UI      %s/\n", httpURL)
 		fmt.Fprintf(b, "  HTTP API    %s/v1/runs  (GET /v1/runs/<id>, /v1/runs/<id>/events, POST /v1/runs)\n", httpURL)
 		fmt.Fprintf(b, "  metrics     %s/metrics  (Prometheus)\n", httpURL)
+		fmt.Fprintf(b, "  MCP         %s%s  (streamable HTTP; every agent type a tool)\n", httpURL, httpapi.MCPPath)
 	}
 	if pool != nil {
 		fmt.Fprintf(b, "  child pool  %s (in-process, worker %s)\n", strings.Join(pool.AgentTypes(), ","), pool.ID())

@@ -34,22 +34,8 @@ var anyObject = json.RawMessage(`{"type":"object","additionalProperties":true}`)
 //   - mcp: a tools/list result, {"tools":[{"name","description","inputSchema","outputSchema"}]}
 //     (outputSchema only for a type that announces an object schema).
 func Tools(agents []Agent, format string) (any, error) {
-	params := func(a Agent) json.RawMessage {
-		switch {
-		case len(a.InputSchema) == 0:
-			return anyObject
-		case isObjectSchema(a.InputSchema):
-			return a.InputSchema
-		}
-		// Tool APIs want an object: wrap the input as its field "input".
-		return json.RawMessage(`{"type":"object","properties":{"input":` + string(a.InputSchema) + `},"required":["input"]}`)
-	}
-	desc := func(a Agent) string {
-		if a.Description != "" {
-			return a.Description
-		}
-		return "Run the jetrun agent " + a.AgentType + "."
-	}
+	params := func(a Agent) json.RawMessage { return ToolOf(a).InputSchema }
+	desc := func(a Agent) string { return ToolOf(a).Description }
 	switch format {
 	case FormatOpenAI, "":
 		type fn struct {
@@ -86,15 +72,50 @@ func Tools(agents []Agent, format string) (any, error) {
 		}
 		out := make([]tool, 0, len(agents))
 		for _, a := range agents {
-			t := tool{Name: a.AgentType, Description: desc(a), InputSchema: params(a)}
-			if isObjectSchema(a.OutputSchema) {
-				t.OutputSchema = a.OutputSchema
-			}
-			out = append(out, t)
+			t := ToolOf(a)
+			out = append(out, tool{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema, OutputSchema: t.OutputSchema})
 		}
 		return map[string]any{"tools": out}, nil
 	}
 	return nil, fmt.Errorf("%w %q: use openai, anthropic or mcp", ErrUnknownFormat, format)
+}
+
+// Tool is an agent type as an LLM tool: what Tools lists for it.
+type Tool struct {
+	// Name is the agent type.
+	Name string
+	// Description is the type's, or a sentence naming the type.
+	Description string
+	// InputSchema is the schema of the tool's arguments: the type's input
+	// schema when it is an object schema, any object when the type has
+	// none, else an object whose field "input" is the type's input
+	// (Wrapped).
+	InputSchema json.RawMessage
+	// Wrapped says the dispatch's input is the arguments' field "input".
+	Wrapped bool
+	// OutputSchema is the type's output schema when it is an object schema
+	// (MCP wants one), else empty.
+	OutputSchema json.RawMessage
+}
+
+// ToolOf returns agent type a as an LLM tool.
+func ToolOf(a Agent) Tool {
+	t := Tool{Name: a.AgentType, Description: a.Description, InputSchema: a.InputSchema}
+	if t.Description == "" {
+		t.Description = "Run the jetrun agent " + a.AgentType + "."
+	}
+	switch {
+	case len(a.InputSchema) == 0:
+		t.InputSchema = anyObject
+	case !isObjectSchema(a.InputSchema):
+		// Tool APIs want an object: wrap the input as its field "input".
+		t.InputSchema = json.RawMessage(`{"type":"object","properties":{"input":` + string(a.InputSchema) + `},"required":["input"]}`)
+		t.Wrapped = true
+	}
+	if isObjectSchema(a.OutputSchema) {
+		t.OutputSchema = a.OutputSchema
+	}
+	return t
 }
 
 // isObjectSchema reports whether raw is a schema of "type": "object" (MCP

@@ -1,0 +1,377 @@
+package mcpserver
+
+// Tasks: the MCP tasks extension (io.modelcontextprotocol/tasks, SEP-2663,
+// with the 2026-07-28 revision). The Go SDK v1.8.0 has no tasks, so the
+// methods are custom methods on the SDK's server and task-augmented
+// tools/call is a receiving middleware.
+//
+// A task is a detached run and its task id is the run id: everything a
+// task is lives in JetStream (the row, the calls, the signals), so any
+// parent-worker answers tasks/get, tasks/update and tasks/cancel for any
+// task, also after the one that created it died. The mapping:
+//
+//	row                                   task
+//	starting, running, queued, interrupted working (statusMessage: the progress)
+//	waiting for a signal or a call reply  input_required, inputRequests:
+//	                                        "call:<seq>"           elicitation/create: the call's name and input
+//	                                        "signal:<name>:<seen>" elicitation/create: the signal's name
+//	completed                             completed, result = the tools/call result
+//	error                                 completed, result isError with jetrun's failure value
+//	aborted                               cancelled
+//
+// tasks/update's inputResponses answer: "accept" replies to a call with the
+// response's content as its output (or sends the signal with the content
+// as payload); "decline" and "cancel" reply to a call with an error (and
+// are ignored for a signal). Keys not outstanding are ignored.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
+	"github.com/jetrun/jetrun/pkg/parent"
+)
+
+// TasksExtension is the extension's identifier, in capabilities.
+const TasksExtension = "io.modelcontextprotocol/tasks"
+
+// PollIntervalMs is the polling interval tasks suggest.
+const PollIntervalMs = 1000
+
+// Task statuses.
+const (
+	TaskWorking       = "working"
+	TaskInputRequired = "input_required"
+	TaskCompleted     = "completed"
+	TaskFailed        = "failed"
+	TaskCancelled     = "cancelled"
+)
+
+// Task is a task as tasks/get answers it (the extension's DetailedTask).
+type Task struct {
+	TaskID        string `json:"taskId"`
+	Status        string `json:"status"`
+	StatusMessage string `json:"statusMessage,omitempty"`
+	CreatedAt     string `json:"createdAt"`
+	LastUpdatedAt string `json:"lastUpdatedAt"`
+	// TTLMs is null: a run is kept as long as parent-worker's retention
+	// says (JETRUN_RETENTION), which a task cannot promise.
+	TTLMs          *int64                  `json:"ttlMs"`
+	PollIntervalMs int                     `json:"pollIntervalMs,omitempty"`
+	InputRequests  map[string]InputRequest `json:"inputRequests,omitempty"`
+	Result         *mcp.CallToolResult     `json:"result,omitempty"`
+	Error          *jsonrpc.Error          `json:"error,omitempty"`
+}
+
+// InputRequest is a server-to-client request a task waits on.
+type InputRequest struct {
+	Method string          `json:"method"`
+	Params json.RawMessage `json:"params"`
+}
+
+// InputResponse is a client's answer to an InputRequest (an elicitation's
+// result).
+type InputResponse struct {
+	Action  string          `json:"action"`
+	Content json.RawMessage `json:"content,omitempty"`
+}
+
+// taskResult is the answer of tasks/get, and, with resultType "task", of a
+// task-augmented tools/call (CreateTaskResult).
+type taskResult struct {
+	mcp.ResultBase
+	ResultType string `json:"resultType"`
+	Task
+}
+
+// emptyTaskResult acknowledges tasks/update and tasks/cancel.
+type emptyTaskResult struct {
+	mcp.ResultBase
+	ResultType string `json:"resultType"`
+}
+
+type taskParams struct {
+	mcp.ParamsBase
+	TaskID string `json:"taskId"`
+}
+
+type updateTaskParams struct {
+	mcp.ParamsBase
+	TaskID         string                   `json:"taskId"`
+	InputResponses map[string]InputResponse `json:"inputResponses"`
+}
+
+// addTasks registers the tasks methods and advertises the extension.
+func (s *Server) addTasks() error {
+	if err := mcp.AddReceivingCustomMethod(s.mcp, "tasks/get", func(ctx context.Context, _ *mcp.ServerSession, p *taskParams) (*taskResult, error) {
+		t, err := s.taskOf(ctx, p.TaskID)
+		if err != nil {
+			return nil, err
+		}
+		return &taskResult{ResultType: "complete", Task: *t}, nil
+	}); err != nil {
+		return err
+	}
+	if err := mcp.AddReceivingCustomMethod(s.mcp, "tasks/update", func(ctx context.Context, _ *mcp.ServerSession, p *updateTaskParams) (*emptyTaskResult, error) {
+		if err := s.updateTask(ctx, p.TaskID, p.InputResponses); err != nil {
+			return nil, err
+		}
+		return &emptyTaskResult{ResultType: "complete"}, nil
+	}); err != nil {
+		return err
+	}
+	return mcp.AddReceivingCustomMethod(s.mcp, "tasks/cancel", func(ctx context.Context, _ *mcp.ServerSession, p *taskParams) (*emptyTaskResult, error) {
+		if _, err := s.taskRow(ctx, p.TaskID); err != nil {
+			return nil, err
+		}
+		if _, err := s.client.Cancel(ctx, p.TaskID, "cancelled by the MCP client (tasks/cancel)"); err != nil {
+			return nil, internalError("cancel run %s: %v", p.TaskID, err)
+		}
+		return &emptyTaskResult{ResultType: "complete"}, nil
+	})
+}
+
+func internalError(format string, args ...any) error {
+	return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf(format, args...)}
+}
+
+// wantsTask reports whether a tools/call declares the tasks extension in
+// its per-request capabilities: only then may it get a task.
+func wantsTask(meta mcp.Meta) bool {
+	caps, ok := meta[mcp.MetaKeyClientCapabilities].(map[string]any)
+	if !ok {
+		return false
+	}
+	exts, ok := caps["extensions"].(map[string]any)
+	if !ok {
+		return false
+	}
+	_, ok = exts[TasksExtension]
+	return ok
+}
+
+// startTask handles a task-augmented tools/call: it dispatches a detached
+// run and answers the task once the run's row exists.
+func (s *Server) startTask(ctx context.Context, req *mcp.CallToolRequest) (mcp.Result, error) {
+	name := req.Params.Name
+	t, ok := s.tool(name)
+	if !ok {
+		return nil, invalidParams("unknown tool %q: no live worker serves the agent type", name)
+	}
+	input, err := t.input(req.Params.Arguments)
+	if err != nil {
+		return nil, err
+	}
+	id, err := runID(req.Params.Meta)
+	if err != nil {
+		return nil, err
+	}
+	row, _, err := s.client.DispatchNew(ctx, parent.Request{AgentType: name, RunID: id, Input: input, Detached: &events.Detached{}})
+	if err != nil {
+		return nil, dispatchError(name, err)
+	}
+	task, err := s.taskFromRow(ctx, row)
+	if err != nil {
+		return nil, err
+	}
+	return &taskResult{ResultType: "task", Task: *task}, nil
+}
+
+// taskRow returns the row of task id, or the extension's error for an
+// unknown task.
+func (s *Server) taskRow(ctx context.Context, id string) (*jetruntype.Run, error) {
+	if events.ValidateID(id) != nil {
+		return nil, invalidParams("unknown task %q", id)
+	}
+	row, err := s.client.Inspect(ctx, id)
+	if err != nil {
+		return nil, internalError("read task %s: %v", id, err)
+	}
+	if row == nil {
+		return nil, invalidParams("unknown task %q", id)
+	}
+	return row, nil
+}
+
+func (s *Server) taskOf(ctx context.Context, id string) (*Task, error) {
+	row, err := s.taskRow(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return s.taskFromRow(ctx, row)
+}
+
+// taskFromRow maps a run's row (and, while it runs, its pending calls) to
+// its task.
+func (s *Server) taskFromRow(ctx context.Context, row *jetruntype.Run) (*Task, error) {
+	t := &Task{TaskID: row.ID, CreatedAt: stamp(row.CreatedAt), LastUpdatedAt: stamp(lastUpdated(row)), PollIntervalMs: PollIntervalMs}
+	switch row.Status {
+	case events.StatusCompleted:
+		t.Status, t.StatusMessage = TaskCompleted, row.Summary
+		t.Result = completed(&parent.Result{RunID: row.ID, Summary: row.Summary, Output: row.Output, Row: row})
+		return t, nil
+	case events.StatusError:
+		f := row.Failure()
+		t.Status, t.StatusMessage = TaskCompleted, f.Error()
+		t.Result = failed(f)
+		return t, nil
+	case events.StatusAborted:
+		t.Status, t.StatusMessage = TaskCancelled, row.CancelReason
+		if t.StatusMessage == "" {
+			t.StatusMessage = row.Error
+		}
+		return t, nil
+	}
+	t.Status = TaskWorking
+	if p := row.Progress; p != nil {
+		t.StatusMessage = strings.TrimSpace(fmt.Sprintf("%.0f%% %s", 100*p.Fraction, firstOf(p.Message, p.Phase)))
+	}
+	if row.Status == events.StatusInterrupted {
+		t.StatusMessage = "interrupted (" + row.Reason + "); the run may go on"
+	}
+	requests, err := s.inputRequests(ctx, row)
+	if err != nil {
+		return nil, err
+	}
+	if len(requests) > 0 {
+		t.Status, t.InputRequests = TaskInputRequired, requests
+	}
+	return t, nil
+}
+
+// inputRequests lists what a run waits on from its caller: its unanswered
+// calls and the signal it waits for.
+func (s *Server) inputRequests(ctx context.Context, row *jetruntype.Run) (map[string]InputRequest, error) {
+	out := map[string]InputRequest{}
+	if row.Status == events.StatusRunning {
+		calls, err := s.client.Calls(ctx, row.ID)
+		if err != nil {
+			return nil, internalError("read the calls of run %s: %v", row.ID, err)
+		}
+		for _, c := range calls {
+			if c.Reply != nil {
+				continue
+			}
+			out["call:"+strconv.FormatInt(c.Call.Seq, 10)] = elicitation(
+				fmt.Sprintf("The run calls %q with input %s: reply with its output.", c.Call.Name, compact(c.Call.Input)),
+				map[string]any{"call": map[string]any{"seq": c.Call.Seq, "name": c.Call.Name, "input": c.Call.Input}})
+		}
+	}
+	if name := row.WaitingFor; name != "" {
+		key := "signal:" + name + ":" + strconv.FormatUint(row.SignalsSeen[name], 10)
+		out[key] = elicitation(fmt.Sprintf("The run waits for the signal %q: accept to send it, the content being its payload.", name),
+			map[string]any{"signal": map[string]any{"name": name}})
+	}
+	return out, nil
+}
+
+// elicitation is a form elicitation/create whose accepted content is the
+// reply (any object); jetrun's own description of the request goes in
+// _meta["io.jetrun/input"].
+func elicitation(message string, what map[string]any) InputRequest {
+	params, _ := json.Marshal(map[string]any{
+		"mode":            "form",
+		"message":         message,
+		"requestedSchema": map[string]any{"type": "object", "properties": map[string]any{}},
+		"_meta":           map[string]any{"io.jetrun/input": what},
+	})
+	return InputRequest{Method: "elicitation/create", Params: params}
+}
+
+// updateTask delivers a client's inputResponses: call replies and signals.
+func (s *Server) updateTask(ctx context.Context, id string, responses map[string]InputResponse) error {
+	row, err := s.taskRow(ctx, id)
+	if err != nil {
+		return err
+	}
+	outstanding, err := s.inputRequests(ctx, row)
+	if err != nil {
+		return err
+	}
+	for key, resp := range responses {
+		if _, ok := outstanding[key]; !ok {
+			continue // not outstanding: answered already, superseded or never asked
+		}
+		content := resp.Content
+		if len(content) == 0 {
+			content = json.RawMessage("{}")
+		}
+		kind, rest, _ := strings.Cut(key, ":")
+		switch kind {
+		case "call":
+			seq, _ := strconv.ParseInt(rest, 10, 64)
+			var output any = content
+			errText := ""
+			if resp.Action != "accept" {
+				output, errText = nil, "the MCP client answered "+firstOf(resp.Action, "nothing")
+			}
+			_, err := s.client.AnswerCall(ctx, id, seq, output, errText)
+			if err != nil && !errors.Is(err, parent.ErrCallAnswered) && !errors.Is(err, parent.ErrRunEnded) {
+				return internalError("reply to call %d of run %s: %v", seq, id, err)
+			}
+		case "signal":
+			if resp.Action != "accept" {
+				continue
+			}
+			name, _, _ := strings.Cut(rest, ":")
+			if _, err := s.client.Signal(ctx, id, name, content); err != nil && !errors.Is(err, parent.ErrRunEnded) {
+				return internalError("send signal %q to run %s: %v", name, id, err)
+			}
+		}
+	}
+	return nil
+}
+
+// failed is the tools/call result of a run that did not complete.
+func failed(f *jetruntype.Failure) *mcp.CallToolResult {
+	return &mcp.CallToolResult{
+		Meta:              mcp.Meta{MetaRunID: f.RunID},
+		IsError:           true,
+		Content:           []mcp.Content{&mcp.TextContent{Text: f.Error()}},
+		StructuredContent: f,
+	}
+}
+
+func lastUpdated(row *jetruntype.Run) time.Time {
+	last := row.CreatedAt
+	for _, t := range []time.Time{row.StartedAt, row.LastSignalAt, row.FinishedAt} {
+		if t.After(last) {
+			last = t
+		}
+	}
+	if row.Progress != nil && row.Progress.At.After(last) {
+		last = row.Progress.At
+	}
+	return last
+}
+
+func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+func firstOf(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// compact is raw without insignificant space, cut to a readable length.
+func compact(raw json.RawMessage) string {
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		return string(raw)
+	}
+	if b.Len() <= 200 {
+		return b.String()
+	}
+	return string(b.Bytes()[:200]) + "…"
+}
