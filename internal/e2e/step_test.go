@@ -154,3 +154,44 @@ func TestPythonExecChildStepsSurviveAKilledWorker(t *testing.T) {
 	}
 	t.Logf("stored before the kill: %v; paid: %v", before, paid)
 }
+
+// The README's Python steps section works as written: its child-worker
+// command (against a test server) serves agent.py, and its jetrun
+// dispatch command completes.
+func TestReadmePythonAgentSteps(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var workerCmd, dispatchCmd string
+	for _, c := range readmeCommands(t, "Durable steps from Python", "The contracts", "", 0) {
+		switch {
+		case strings.Contains(c, "./bin/child-worker"):
+			workerCmd = c
+		case strings.HasPrefix(c, "./bin/jetrun dispatch"):
+			dispatchCmd = c
+		}
+	}
+	if workerCmd == "" || dispatchCmd == "" {
+		t.Fatal("README's Python steps section lacks its commands")
+	}
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The shell replaces itself with the binary (so that killing it stops
+	// the binary); python3 is the real interpreter, not a shim.
+	local := func(c string) string {
+		c = strings.ReplaceAll(c, "$PWD", root)
+		c = strings.Replace(c, "./bin/child-worker", "exec "+filepath.Join(bin, "child-worker"), 1)
+		return strings.Replace(c, "./bin/jetrun", "exec "+filepath.Join(bin, "jetrun"), 1)
+	}
+	env := map[string]string{"JETRUN_NATS_URL": e.url, "PATH": filepath.Dir(python3(t)) + ":" + os.Getenv("PATH")}
+	w := startProgram(t, "/bin/sh", env, "-c", local(workerCmd))
+	w.waitLog("child-worker serving", 60*time.Second)
+	out := startProgram(t, "/bin/sh", env, "-c", local(dispatchCmd))
+	if err := out.wait(60 * time.Second); err != nil {
+		t.Fatalf("%s: %v\n%s%s", dispatchCmd, err, out.stdout, out.stderr)
+	}
+	if got := out.stdout.String(); !strings.Contains(got, "answered in 5 turns") {
+		t.Fatalf("%s:\n%s", dispatchCmd, got)
+	}
+}
