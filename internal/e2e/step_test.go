@@ -1,8 +1,10 @@
 package e2e_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -193,5 +195,52 @@ func TestReadmePythonAgentSteps(t *testing.T) {
 	}
 	if got := out.stdout.String(); !strings.Contains(got, "answered in 5 turns") {
 		t.Fatalf("%s:\n%s", dispatchCmd, got)
+	}
+}
+
+// The JavaScript producer, following a Python agent's run from the
+// stream, sees each durable step by its wire names (name, output,
+// attempt, at).
+func TestJavaScriptProducerSeesSteps(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	node := interpreter(t, "node")
+	dir := examples(t, "js")
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "nats")); err != nil {
+		t.Fatalf("the NATS JavaScript client is not installed (make deps runs npm ci in examples/js): %v", err)
+	}
+	e.childWorker(t, "js-steps", map[string]string{"JETRUN_EXEC_AGENTS": "agent-py=" + python3(t) + " " + examples(t, "python", "agent.py")})
+
+	cmd := exec.Command(node, "produce.mjs", "--nats", e.url, "--run-id", "js-s", "--agent", "agent-py",
+		"--input", `{"turns":3,"delay":0.05}`)
+	cmd.Dir = dir
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node produce.mjs: %v\n%s", err, out)
+	}
+	var steps []string
+	var final struct{ Status, Summary string }
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		var said struct {
+			What, Name, At, Status, Summary string
+			Bytes                           int
+			Attempt                         any // a number on step lines
+		}
+		if err := json.Unmarshal([]byte(l), &said); err != nil {
+			t.Fatalf("produce.mjs printed a non-JSON line %q:\n%s", l, out)
+		}
+		switch said.What {
+		case "step":
+			if said.Bytes < 10 || said.At == "" {
+				t.Errorf("step line %s", l)
+			}
+			steps = append(steps, fmt.Sprintf("%s@%v", said.Name, said.Attempt))
+		case "final":
+			final.Status, final.Summary = said.Status, said.Summary
+		}
+	}
+	if !slices.Equal(steps, []string{"think-1@1", "think-2@1", "think-3@1"}) || final.Status != "completed" || final.Summary != "answered in 3 turns" {
+		t.Fatalf("JavaScript saw steps %v, final %+v:\n%s", steps, final, out)
 	}
 }
