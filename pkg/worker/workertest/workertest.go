@@ -1,6 +1,6 @@
 // Package workertest unit-tests a worker.Handler without a NATS server: a
 // Run hands the handler a *worker.Run that records its chunks, progress
-// reports, milestones and result, answers its signal waits and calls from
+// reports, milestones, steps and result, answers its signal waits and calls from
 // the test, and lets the test cancel it.
 //
 //	run := workertest.NewRun(workertest.Config{AgentType: "research", Input: map[string]any{"topic": "tides"}})
