@@ -372,6 +372,8 @@ func (r *renderer) event(ev events.Event) {
 		r.note(printable(strings.TrimRight(chunkText(ev.Chunk.Data), "\n")))
 	case ev.Milestone != nil:
 		r.note("✓ " + ev.Milestone.Name)
+	case ev.Step != nil:
+		r.note("▣ step " + stepOf(*ev.Step).describe())
 	case ev.Status != nil:
 		s := ev.Status
 		switch {

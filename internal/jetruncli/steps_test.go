@@ -18,7 +18,8 @@ import (
 )
 
 // jetrun get lists a run's steps (name, when, size, attempt), its --json
-// carries them, and jetrun replay shows them in the timeline.
+// carries them, and jetrun replay and dispatch --wait show them as they
+// come.
 func TestGetAndReplayShowSteps(t *testing.T) {
 	ns := natstest.RunServer(t)
 	nc, js := natstest.Connect(t, ns)
@@ -68,5 +69,8 @@ func TestGetAndReplayShowSteps(t *testing.T) {
 	}
 	if got := cli("replay", "g1"); !strings.Contains(got, "step       plan-1  12 B") {
 		t.Errorf("jetrun replay g1:\n%s", got)
+	}
+	if got := cli("dispatch", "--wait", "--run-id", "g2", "stepper", `{}`); !strings.Contains(got, "▣ step plan-1  12 B") {
+		t.Errorf("jetrun dispatch --wait:\n%s", got)
 	}
 }
