@@ -24,7 +24,9 @@ import (
 //
 // At most twice: work that was running when its worker died, or whose
 // store was refused because the run was taken over meanwhile, is not
-// stored, and the next attempt runs it again.
+// stored, and the next attempt runs it again. A step interrupted by one
+// crash thus runs twice at most; each further crash inside the same step
+// adds one run.
 
 // ErrPermanent marks a step's failure as permanent (see Permanent): Step
 // stores it and returns it again, as a *StepError, on every later call and
@@ -79,8 +81,8 @@ type steps struct {
 // stored and returned (as a *StepError) again.
 //
 // Names are unique per run (see events.ValidateStepName): a loop names its
-// steps "plan-1", "plan-2"… Work interrupted by a crash runs again: at
-// most twice per crash. Do not run the same name from two goroutines at
+// steps "plan-1", "plan-2"… Work interrupted by a crash runs again: a
+// step interrupted once runs at most twice. Do not run the same name from two goroutines at
 // once: both would run fn, and the first stored output wins.
 func (r *Run) Step(ctx context.Context, name string, fn func(ctx context.Context) (any, error)) (json.RawMessage, error) {
 	if err := events.ValidateStepName(name); err != nil {
