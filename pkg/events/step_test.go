@@ -73,3 +73,22 @@ func TestStepEventStoredOnceAndReplayed(t *testing.T) {
 		t.Errorf("step = %+v", st)
 	}
 }
+
+// A step name that validates is safe in a Nats-Msg-Id header: no
+// whitespace, control characters or wildcards, and within the limit.
+func FuzzValidateStepName(f *testing.F) {
+	for _, s := range []string{"plan-1", "search:tides.v2", "", "a b", "a\r\n", "a*", ">", strings.Repeat("x", 200)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		if events.ValidateStepName(name) != nil {
+			return
+		}
+		if name == "" || len(name) > events.MaxStepNameLength || strings.ContainsAny(name, " \t\r\n*>\x00") {
+			t.Fatalf("ValidateStepName accepted %q", name)
+		}
+		if id := events.StepMsgID("r1", name); id != "r1.step."+name {
+			t.Fatalf("StepMsgID = %q", id)
+		}
+	})
+}
