@@ -16,7 +16,7 @@ import (
 )
 
 // The run page's timeline shows each durable step of a Python agent's run
-// (name, size) as it is streamed over SSE, and counts them.
+// (name, size) as it is streamed over SSE.
 func TestBrowserShowsSteps(t *testing.T) {
 	t.Parallel()
 	chromium := chromiumPath(t)
@@ -49,7 +49,6 @@ func TestBrowserShowsSteps(t *testing.T) {
 	if n := eval[int](b, `Math.min(...[...document.querySelectorAll('[data-testid="timeline-entry"][data-kind="step"]')].map(e => Number(e.dataset.bytes)))`); n < 10 {
 		t.Fatalf("a step entry shows %d bytes", n)
 	}
-	b.waitTrue("the step count", `document.body.innerText.includes('3 steps')`)
 	if text := eval[string](b, `document.querySelector('[data-kind="step"]').innerText`); !strings.Contains(text, "think-1") || !strings.Contains(text, " B ·") {
 		t.Fatalf("step entry text %q", text)
 	}

@@ -274,7 +274,7 @@ export class RunPage {
 
   renderCounts() {
     const c = this.timeline.counts;
-    setText(this.tlCounts, `· ${c.events} events · ${c.chunks} chunks · ${c.milestones} milestones${c.steps ? ` · ${c.steps} steps` : ''}`);
+    setText(this.tlCounts, `· ${c.events} events · ${c.chunks} chunks · ${c.milestones} milestones`);
   }
 
   async cancel() {

@@ -22,7 +22,7 @@ export class Timeline {
     this.block = null; // the open chunk block: {el, pre, seqs, attempt}
     this.phase = null;
     this.interruptedChild = false;
-    this.counts = { events: 0, chunks: 0, milestones: 0, steps: 0 };
+    this.counts = { events: 0, chunks: 0, milestones: 0 };
     this.placeholder = h('div', { class: 'placeholder', text: 'No events yet.' });
     this.el.append(this.placeholder);
   }
@@ -135,7 +135,6 @@ export class Timeline {
     this.steps ??= new Set();
     if (this.steps.has(d.name)) return; // a copy stored twice: the first counts
     this.steps.add(d.name);
-    this.counts.steps++;
     const failed = !!d.error;
     const bytes = failed ? 0 : new TextEncoder().encode(JSON.stringify(d.output ?? null)).length;
     const meta = [failed ? 'failed' : fmtSize(bytes)];
