@@ -49,7 +49,7 @@ func TestBrowserShowsSteps(t *testing.T) {
 	if n := eval[int](b, `Math.min(...[...document.querySelectorAll('[data-testid="timeline-entry"][data-kind="step"]')].map(e => Number(e.dataset.bytes)))`); n < 10 {
 		t.Fatalf("a step entry shows %d bytes", n)
 	}
-	if text := eval[string](b, `document.querySelector('[data-kind="step"]').innerText`); !strings.Contains(text, "think-1") || !strings.Contains(text, " B ·") {
+	if text := eval[string](b, `document.querySelector('[data-testid="timeline-entry"][data-kind="step"]').innerText`); !strings.Contains(text, "think-1") || !strings.Contains(text, " B ·") {
 		t.Fatalf("step entry text %q", text)
 	}
 }
