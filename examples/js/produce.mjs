@@ -3,6 +3,7 @@
 // JetStream publish, follows the run's events from the stream (one ordered
 // consumer: history, then live), answers the run's wait with a signal,
 // replays the events again from a stream sequence, and reads the final row.
+// It prints the durable steps the run stores (name, size, attempt).
 //
 //   npm ci
 //   node produce.mjs --agent demo --input '{"steps":3,"stepMs":100,"approveAt":2}' \
@@ -65,6 +66,11 @@ for await (const m of messages) {
   seen.push({ seq: m.seq, kind });
   lastSeq = m.seq;
   say("event", { seq: m.seq, kind, attempt: m.headers?.get("Jetrun-Attempt"), body });
+  // A durable step (docs/protocol.md, Steps): stored once per run and name.
+  if (kind === "step") {
+    say("step", { name: body.name, bytes: JSON.stringify(body.output ?? null).length, attempt: body.attempt,
+      at: body.at, durationMs: body.durationMs ?? 0, failed: body.error !== undefined });
+  }
   // 3. Signal: the run waits; publish the payload to <prefix>.signal.<id>.<name>.
   if (kind === "signal" && body.state === "waiting" && body.name === opt.signal && !signalled) {
     const s = await js.publish(`${prefix}.signal.${id}.${opt.signal}`, new TextEncoder().encode(opt.payload));

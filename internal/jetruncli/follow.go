@@ -272,6 +272,8 @@ func describeEvent(ev events.Event) string {
 		return fmt.Sprintf("progress   %3.0f%% %s", ev.Progress.Fraction*100, phaseMessage(ev.Progress.Phase, ev.Progress.Message))
 	case ev.Milestone != nil:
 		return fmt.Sprintf("milestone  #%d %s", ev.Milestone.Sequence, ev.Milestone.Name)
+	case ev.Step != nil:
+		return "step       " + stepOf(*ev.Step).describe()
 	case ev.Signal != nil:
 		text := fmt.Sprintf("signal     %s %s", ev.Signal.Name, ev.Signal.State)
 		if len(ev.Signal.Payload) > 0 {
@@ -370,6 +372,8 @@ func (r *renderer) event(ev events.Event) {
 		r.note(printable(strings.TrimRight(chunkText(ev.Chunk.Data), "\n")))
 	case ev.Milestone != nil:
 		r.note("✓ " + ev.Milestone.Name)
+	case ev.Step != nil:
+		r.note("▣ step " + stepOf(*ev.Step).describe())
 	case ev.Status != nil:
 		s := ev.Status
 		switch {

@@ -206,6 +206,9 @@ func (c *cli) getCmd(fs *flag.FlagSet) func(context.Context, []string) (int, err
 		if tree.Calls, err = c.client.Calls(ctx, row.ID); err != nil {
 			return 0, err
 		}
+		if tree.Steps, err = c.steps(ctx, row.ID); err != nil {
+			return 0, err
+		}
 		if c.json {
 			return ExitOK, c.printJSON(tree)
 		}

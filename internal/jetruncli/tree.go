@@ -21,6 +21,8 @@ type treeNode struct {
 	// Calls are the run's calls to its caller, each with its reply once
 	// answered (top run only).
 	Calls []parent.CallState `json:"calls,omitempty"`
+	// Steps are the run's durable steps (top run only; steps.go).
+	Steps []stepLine `json:"steps,omitempty"`
 }
 
 // runTree returns r with its descendants (down to depth levels), children
@@ -78,6 +80,7 @@ func orderChildren(rows []*jetruntype.Run) []*jetruntype.Run {
 // describeTree prints the run's calls and its nested runs, grouped by tool
 // call, under the row describe printed.
 func (c *cli) describeTree(n treeNode) {
+	c.describeSteps(n.Steps)
 	if len(n.Calls) > 0 {
 		fmt.Fprintln(c.out, "calls")
 		for _, cs := range n.Calls {

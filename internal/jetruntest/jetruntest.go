@@ -30,6 +30,7 @@ type Event struct {
 	Chunk     *events.Chunk
 	Progress  *events.Progress
 	Milestone *events.Milestone
+	Step      *events.Step
 }
 
 // ReadEvents replays every stored event of run id, in stream order. It reads
@@ -86,6 +87,9 @@ func ReadEvents(t testing.TB, js jetstream.JetStream, id string) []Event {
 		case events.KindMilestone:
 			ev.Milestone = new(events.Milestone)
 			target = ev.Milestone
+		case events.KindStep:
+			ev.Step = new(events.Step)
+			target = ev.Step
 		}
 		if target != nil {
 			if err := json.Unmarshal(msg.Data(), target); err != nil {

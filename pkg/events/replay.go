@@ -42,6 +42,8 @@ type Event struct {
 	ChildChunk *ChildChunk `json:"-"`
 	Call       *Call       `json:"-"`
 	Reply      *Reply      `json:"-"`
+	// Step: a durable step (step.go).
+	Step *Step `json:"-"`
 }
 
 // Ends reports whether a replay that follows the run until it ends stops
@@ -348,6 +350,9 @@ func (e *Event) decode() error {
 	case KindReply:
 		e.Reply = new(Reply)
 		target = e.Reply
+	case KindStep:
+		e.Step = new(Step)
+		target = e.Step
 	default:
 		return nil // an unknown kind is passed through with its raw data
 	}

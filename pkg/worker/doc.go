@@ -1,7 +1,7 @@
 // Package worker is jetrun's child runtime: a Worker pulls the dispatches of
 // the agent types it has handlers for, claims their runs, calls the handlers
-// with a Run handle (input, chunks, progress, milestones, signals, parking,
-// cancellation) and writes their outcomes.
+// with a Run handle (input, chunks, progress, milestones, durable steps,
+// signals, parking, cancellation) and writes their outcomes.
 //
 //	w, _ := worker.New(nc, worker.Config{Concurrency: 500})
 //	w.HandleFunc("research", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
@@ -71,6 +71,11 @@
 //     Forwarded child chunks are child-chunk events on the parent's
 //     subjects, fenced like its own events, deduplicated by the child's
 //     chunk sequence.
+//   - Steps. Run.Step stores a step's output (fenced, acknowledged) before
+//     it returns; an attempt after the first reads the run's stored steps
+//     once, at its first Step, and returns them instead of running their
+//     work again, so a stored step never runs twice and one interrupted by
+//     a crash runs at most twice (step.go). A first attempt reads nothing.
 //   - Calls. Run.Call stores the request on the run's call subject before
 //     waiting, numbered per attempt in call order; an attempt finds the
 //     calls and replies of earlier ones, so a call is never asked twice
@@ -81,6 +86,7 @@
 // An execution's locks nest only in this order (a lock may be taken while
 // holding one listed before it, never after):
 //
+//	Run.steps.mu   the stored steps of the run; held while reading them (step.go)
 //	curMu          the row this attempt knows; held across its compare-and-set
 //	nest.callMu    a call being looked up and stored (call.go)
 //	parkMu         the concurrency slot; held while taking one back
@@ -91,7 +97,8 @@
 //	nest.mu        nested runs, waits and call keys
 //	msgMu          the deliveries of the run's dispatch
 //
-// The pairs the code takes: curMu → emitMu and curMu → stateMu (a row write
+// The pairs the code takes: Run.steps.mu → curMu (reading the steps from
+// the row's first event); curMu → emitMu and curMu → stateMu (a row write
 // applying pending fields, applyState, which takes emitMu and stateMu one
 // after the other, never together); nest.callMu → emitMu → publisher.mu (a
 // call's or any event's publish); nest.callMu → nest.mu; parkMu → ctlMu
@@ -110,6 +117,6 @@
 // row.go (the attempt's row writes and pending fields), heart.go (liveness,
 // heartbeats, row sync), outcome.go (how an attempt ends: final write,
 // hand-back, release, abandon), retry.go, cancels.go (cancels and signals),
-// nested.go and call.go (nested runs and calls), run.go (the handler-facing
-// Run).
+// nested.go and call.go (nested runs and calls), step.go (durable steps),
+// run.go (the handler-facing Run).
 package worker

@@ -83,6 +83,8 @@ type execution struct {
 	signalEvents  int64             // numbers the signal events' message ids
 
 	nest execNested // nested runs and calls (nested.go, call.go)
+
+	resumed bool // an earlier attempt may have stored steps (step.go); set by start
 }
 
 // newExecution prepares the attempt of a run the worker is about to claim;
@@ -220,6 +222,7 @@ const historyTimeout = 30 * time.Second
 // before the handler, so it reads e.cur, the claimed row, without a lock.
 func (e *execution) start(ctx context.Context) error {
 	takeover := e.attempt > 1 || e.cur.FirstEventSeq != 0
+	e.resumed = takeover
 	if takeover {
 		last, err := e.w.eventsStream.GetLastMsgForSubject(ctx, e.w.ns.RunSubject(e.id, events.KindStatus))
 		switch {

@@ -25,6 +25,8 @@ type Run struct {
 	row *jetruntype.Run
 	// fake, when set (workertest), receives the calls instead of e.
 	fake runhook.Backend
+	// steps holds the run's stored steps (step.go).
+	steps steps
 }
 
 func init() {

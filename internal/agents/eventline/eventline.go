@@ -11,6 +11,7 @@
 //	{"milestone": {"name": "…", "data": <any>}}
 //	{"wait": "<signal name>"}
 //	{"call": {"name": "<call name>", "input": <any>}}
+//	{"step": {"name": "<step name>", "output": <any>}}
 //	{"result": {"summary": "…", "output": <any>}}
 //	{"error": "…", "retryable": false}
 //
@@ -42,7 +43,7 @@ const (
 	KindError     = "error"
 )
 
-var kinds = []string{KindChunk, KindProgress, KindMilestone, KindWait, KindCall, KindResult, KindError}
+var kinds = []string{KindChunk, KindProgress, KindMilestone, KindWait, KindCall, KindStep, KindResult, KindError}
 
 // Request is what a child receives for a run: the http type POSTs it, the
 // exec type writes it as the first line of the command's stdin.
@@ -55,6 +56,8 @@ type Request struct {
 	Parent           string          `json:"parent,omitempty"`
 	ParentToolCallID string          `json:"parentToolCallId,omitempty"`
 	Depth            int             `json:"depth"`
+	// Steps holds the output of every step the run stored, by name (step.go).
+	Steps map[string]json.RawMessage `json:"steps"`
 	// Signal is set when the request answers a wait (http: the second
 	// request of the run; exec: a later stdin line carries only it).
 	Signal *Signal `json:"signal,omitempty"`
@@ -107,12 +110,17 @@ type Signal struct {
 }
 
 // NewRequest returns the request for run as it stands now.
-func NewRequest(run *worker.Run) Request {
+func NewRequest(ctx context.Context, run *worker.Run) (Request, error) {
 	row := run.Row()
+	steps, err := Steps(ctx, run)
+	if err != nil {
+		return Request{}, err
+	}
 	return Request{
 		RunID: run.ID(), AgentType: run.AgentType(), Attempt: run.Attempt(), Input: run.Input(),
 		Milestones: Milestones(run), Parent: row.Parent, ParentToolCallID: row.ParentToolCallID, Depth: row.Depth,
-	}
+		Steps: steps,
+	}, nil
 }
 
 // Milestones returns the run's milestones reached so far, never nil.
@@ -138,6 +146,10 @@ type Event struct {
 	Call struct {
 		Name  string
 		Input json.RawMessage
+	}
+	Step struct {
+		Name   string
+		Output json.RawMessage
 	}
 	Result    worker.Result
 	Error     string
@@ -242,6 +254,10 @@ func Parse(n int, line []byte) (Event, error) {
 		if len(c.Input) > 0 && !bytes.Equal(c.Input, []byte("null")) {
 			ev.Call.Input = c.Input
 		}
+	case KindStep:
+		if reason := parseStep(raw, &ev); reason != "" {
+			return bad("%s", reason)
+		}
 	case KindResult:
 		var r struct {
 			Summary string          `json:"summary"`
@@ -265,8 +281,9 @@ func Parse(n int, line []byte) (Event, error) {
 	return ev, nil
 }
 
-// Apply maps a chunk, progress or milestone event onto run. Other kinds are
-// the caller's to handle.
+// Apply maps a chunk, progress, milestone or step event onto run, each
+// stored (a step, a milestone) or on its way (a chunk, progress) when it
+// returns. Other kinds are the caller's to handle.
 func Apply(ctx context.Context, run *worker.Run, ev Event) error {
 	switch ev.Kind {
 	case KindChunk:
@@ -280,6 +297,8 @@ func Apply(ctx context.Context, run *worker.Run, ev Event) error {
 		}
 		_, err := run.Milestone(ctx, ev.Milestone.Name, data)
 		return err
+	case KindStep:
+		return storeStep(ctx, run, ev)
 	}
 	return fmt.Errorf("eventline: %s is not a run event", ev.Kind)
 }

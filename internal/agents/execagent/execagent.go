@@ -4,7 +4,7 @@
 //
 // The command gets, as the first line of its stdin, the run as JSON
 // (eventline.Request: runId, agentType, attempt, input, milestones already
-// reached, parent, parentToolCallId, depth); stdin stays open for signals.
+// reached, steps already stored, parent, parentToolCallId, depth); stdin stays open for signals.
 // Every stdout line becomes a chunk (the line and its newline, as a JSON
 // string), except a line starting with Marker ("@jetrun "), whose rest is
 // one event of package eventline. After a wait event the worker parks the
@@ -106,7 +106,11 @@ type line struct {
 }
 
 func (h *handler) ServeRun(ctx context.Context, run *worker.Run) (worker.Result, error) {
-	req, err := json.Marshal(eventline.NewRequest(run))
+	first, err := eventline.NewRequest(ctx, run)
+	if err != nil {
+		return worker.Result{}, err
+	}
+	req, err := json.Marshal(first)
 	if err != nil {
 		return worker.Result{}, fmt.Errorf("exec agent: encode the request: %w", err)
 	}

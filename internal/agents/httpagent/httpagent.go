@@ -2,14 +2,14 @@
 // an HTTP service (any language) and maps the service's answer onto the run.
 //
 // For an attempt the worker POSTs the run as JSON (eventline.Request:
-// runId, agentType, attempt, input, milestones already reached, parent,
-// parentToolCallId, depth) and reads the response, status 2xx, as
+// runId, agentType, attempt, input, milestones already reached, steps
+// already stored, parent, parentToolCallId, depth) and reads the response, status 2xx, as
 // newline-delimited JSON events (package eventline). The response ends with
 // a result or error line. A wait line ends the response too: the worker
 // parks the run until the signal arrives (worker.Run.Wait: durable, the
 // concurrency slot lent out meanwhile), then POSTs the same request to the
-// same URL with "signal": {"name", "payload"} and the milestones reached so
-// far; that response continues the run.
+// same URL with "signal": {"name", "payload"} and the milestones reached and
+// steps stored so far; that response continues the run.
 //
 // Outcomes: a cancel, a lease loss or a shutdown aborts the request (the
 // worker then aborts, abandons or hands back the run). A connection that
@@ -102,7 +102,10 @@ type handler struct {
 var errSilent = errors.New("silent")
 
 func (h *handler) ServeRun(ctx context.Context, run *worker.Run) (worker.Result, error) {
-	req := eventline.NewRequest(run)
+	req, err := eventline.NewRequest(ctx, run)
+	if err != nil {
+		return worker.Result{}, err
+	}
 	for {
 		res, pause, err := h.post(ctx, run, req)
 		if err != nil || pause == nil {
@@ -123,6 +126,9 @@ func (h *handler) ServeRun(ctx context.Context, run *worker.Run) (worker.Result,
 			req.Signal = &eventline.Signal{Name: pause.Wait, Payload: payload}
 		}
 		req.Milestones = eventline.Milestones(run)
+		if req.Steps, err = eventline.Steps(ctx, run); err != nil {
+			return worker.Result{}, err
+		}
 	}
 }
 

@@ -343,3 +343,44 @@ func TestChildCallsItsCallerAndGetsTheReply(t *testing.T) {
 		t.Fatalf("requests %+v", reqs)
 	}
 }
+
+// A step line is stored before the child's next line is acted on; the
+// next attempt's request carries it in "steps", and a name stored already
+// keeps its first output.
+func TestStepsReachTheNextAttempt(t *testing.T) {
+	t.Parallel()
+	c := &child{}
+	c.serve = func(w http.ResponseWriter, r *http.Request, req eventline.Request) {
+		if req.Attempt == 1 {
+			lines(w, `{"step":{"name":"plan-1","output":{"queries":["tides"]}}}`, `{"chunk":"after the step"}`,
+				`{"error":"model overloaded","retryable":true}`)
+			return
+		}
+		lines(w, `{"step":{"name":"plan-1","output":"a second plan"}}`,
+			fmt.Sprintf(`{"result":{"summary":"attempt %d", "output":%s}}`, req.Attempt, req.Steps["plan-1"]))
+	}
+	client, store, evs := setup(t, c, httpagent.Config{}, worker.Config{MaxAttempts: 2})
+	dispatch(t, client, "s1")
+	row := jetruntest.WaitRow(t, store, "s1", 60*time.Second, jetruntest.Final)
+	if row.Status != events.StatusCompleted || row.Summary != "attempt 2" || string(row.Output) != `{"queries":["tides"]}` {
+		t.Fatalf("row: %s %q %s (%s)", row.Status, row.Summary, row.Output, row.Error)
+	}
+	reqs := c.received()
+	if len(reqs[0].Steps) != 0 || reqs[0].Steps == nil {
+		t.Errorf("first request steps = %v, want an empty object", reqs[0].Steps)
+	}
+	var stepSeq, chunkSeq uint64
+	var steps []string
+	for _, ev := range evs("s1") {
+		switch {
+		case ev.Step != nil:
+			stepSeq = ev.Seq
+			steps = append(steps, ev.Step.Name+"="+string(ev.Step.Output))
+		case ev.Chunk != nil:
+			chunkSeq = ev.Seq
+		}
+	}
+	if fmt.Sprint(steps) != `[plan-1={"queries":["tides"]}]` || stepSeq == 0 || chunkSeq < stepSeq {
+		t.Errorf("steps %v at %d, chunk at %d; want one step stored before the chunk", steps, stepSeq, chunkSeq)
+	}
+}

@@ -255,7 +255,7 @@ export class RunPage {
       this.renderCounts();
       if (stick) window.scrollTo(0, document.documentElement.scrollHeight);
     };
-    for (const k of ['status', 'chunk', 'progress', 'milestone', 'signal', 'child-chunk', 'call', 'reply']) es.addEventListener(k, onEvent);
+    for (const k of ['status', 'chunk', 'progress', 'milestone', 'signal', 'child-chunk', 'call', 'reply', 'step']) es.addEventListener(k, onEvent);
     es.onmessage = onEvent; // kinds this page does not know yet
     es.addEventListener('caught-up', () => {
       this.caughtUp = true;

@@ -1,7 +1,7 @@
 // timeline.js: a run's timeline, rebuilt by replaying its events.
 
 import { h, setText } from './dom.js';
-import { parseTime, fmtAbs, fmtOffset, fmtJSON, pct } from './format.js';
+import { parseTime, fmtAbs, fmtOffset, fmtJSON, fmtDur, pct } from './format.js';
 
 // ENDS are the statuses drawn as the end of a segment of the timeline. A
 // status event carries its status only; whether the run is final is the
@@ -49,6 +49,7 @@ export class Timeline {
       case 'child-chunk': this.childChunk(ev, d, t); break;
       case 'call': this.call(ev, d, t); break;
       case 'reply': this.reply(ev, d, t); break;
+      case 'step': this.step(ev, d, t); break;
       default:
         this.entry(ev, t, { kind: ev.kind || 'event', icon: '•' },
           h('span', { class: 'k', text: ev.kind }), ' ', h('span', { class: 'jsonv', text: fmtJSON(d) }));
@@ -144,6 +145,24 @@ export class Timeline {
       data ? [' ', h('span', { class: 'jsonv', text: data })] : null);
   }
 
+  /** step shows a durable step: its name, size, duration and attempt (a later attempt reuses it). */
+  step(ev, d, t) {
+    this.steps ??= new Set();
+    if (this.steps.has(d.name)) return; // a copy stored twice: the first counts
+    this.steps.add(d.name);
+    const failed = !!d.error;
+    const bytes = failed ? 0 : new TextEncoder().encode(JSON.stringify(d.output ?? null)).length;
+    const meta = [failed ? 'failed' : fmtSize(bytes)];
+    if (d.durationMs) meta.push(fmtDur(d.durationMs));
+    if (d.attempt) meta.push(`attempt ${d.attempt}`);
+    const el = this.entry(ev, t, { kind: 'step', icon: '▣', cls: failed ? 'step-failed' : '' },
+      h('span', { class: 'k', text: 'step' }), ' ', h('code', { class: 'name', text: d.name || '?' }),
+      h('span', { class: 'sub', text: ` · ${meta.join(' · ')}` }),
+      failed ? h('div', { class: 'err', text: d.error }) : null);
+    el.dataset.step = d.name || '';
+    el.dataset.bytes = String(bytes);
+  }
+
   progress(ev, d, t) {
     this.onProgress?.(d, ev);
     // Only phase changes make an entry: the bar shows the latest value.
@@ -214,4 +233,11 @@ export class Timeline {
       payload ? [' ', h('span', { class: 'jsonv', text: payload })] : null);
     el.dataset.state = d.state || '';
   }
+}
+
+/** fmtSize renders a byte count: 512 B, 1.5 KB, 2.0 MB. */
+function fmtSize(n) {
+  if (n < 1024) return `${n} B`;
+  if (n < 1024 * 1024) return `${(n / 1024).toFixed(1)} KB`;
+  return `${(n / 1024 / 1024).toFixed(1)} MB`;
 }

@@ -1,6 +1,6 @@
 // Package workertest unit-tests a worker.Handler without a NATS server: a
 // Run hands the handler a *worker.Run that records its chunks, progress
-// reports, milestones and result, answers its signal waits and calls from
+// reports, milestones, steps and result, answers its signal waits and calls from
 // the test, and lets the test cancel it.
 //
 //	run := workertest.NewRun(workertest.Config{AgentType: "research", Input: map[string]any{"topic": "tides"}})
@@ -8,7 +8,7 @@
 //	// run.Chunks(), run.Progress(), run.Milestones() …
 //
 // The Run's methods check what the worker checks (JSON-encodable payloads
-// within events.MaxChunkBytes, milestone, signal and call names) and fail
+// within events.MaxChunkBytes, milestone, signal, call and step names) and fail
 // with worker.ErrLeaseLost once the handler returned, as they do on a
 // worker. Progress reports are recorded as made, not coalesced. Nested runs
 // (Spawn, RunChild) fail with ErrUnsupported.
@@ -57,6 +57,9 @@ type Config struct {
 	Input any
 	// Milestones are the milestones earlier attempts reached (a takeover).
 	Milestones []events.Milestone
+	// Steps are the steps earlier attempts stored: worker.Run.Step returns
+	// their output without running the step's function.
+	Steps []events.Step
 	// Call answers the handler's worker.Run.Call; nil answers every call
 	// with an error.
 	Call func(ctx context.Context, name string, input json.RawMessage) (json.RawMessage, error)
@@ -88,6 +91,7 @@ type Run struct {
 	chunks     []json.RawMessage
 	progress   []Progress
 	milestones []events.Milestone
+	steps      []events.Step
 	waiting    string
 	signals    map[string][]json.RawMessage
 	result     *worker.Result
@@ -129,6 +133,7 @@ func NewRun(cfg Config) *Run {
 		log:        cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)),
 		changed:    make(chan struct{}),
 		milestones: slices.Clone(cfg.Milestones),
+		steps:      slices.Clone(cfg.Steps),
 		signals:    make(map[string][]json.RawMessage),
 	}
 	r.handle = runhook.NewRun(row, backend{r}).(*worker.Run)
@@ -224,6 +229,14 @@ func (r *Run) Milestones() []events.Milestone {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.milestones)
+}
+
+// Steps returns every stored step: Config.Steps, then those the handler
+// stored.
+func (r *Run) Steps() []events.Step {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.steps)
 }
 
 // Waiting returns the signal name the handler waits for, if any.
@@ -365,4 +378,10 @@ func (b backend) Call(ctx context.Context, name string, input json.RawMessage) (
 		return nil, fmt.Errorf("workertest: call %s: no Config.Call to answer it", name)
 	}
 	return b.r.cfg.Call(ctx, name, input)
+}
+
+func (b backend) Steps() []events.Step { return slices.Clone(b.r.cfg.Steps) }
+
+func (b backend) StoreStep(ctx context.Context, st events.Step) error {
+	return b.record(func() { b.r.steps = append(b.r.steps, st) })
 }

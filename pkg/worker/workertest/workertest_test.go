@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -81,5 +82,30 @@ func TestCancelBeforeServeStartsTheHandlerCancelled(t *testing.T) {
 	}))
 	if !errors.Is(err, worker.ErrShuttingDown) {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// A step that Config.Steps says an earlier attempt stored is returned
+// without running; a new one runs and is recorded.
+func TestRunStepsReplayConfiguredSteps(t *testing.T) {
+	t.Parallel()
+	run := workertest.NewRun(workertest.Config{Attempt: 2, Steps: []events.Step{
+		{RunID: workertest.DefaultRunID, Name: "plan-1", Output: json.RawMessage(`"stored plan"`), Attempt: 1},
+	}})
+	ran := 0
+	res, err := run.Serve(context.Background(), worker.HandlerFunc(func(ctx context.Context, r *worker.Run) (worker.Result, error) {
+		plan, err := worker.Step(ctx, r, "plan-1", func(ctx context.Context) (string, error) { ran++; return "new plan", nil })
+		if err != nil {
+			return worker.Result{}, err
+		}
+		n, err := worker.Step(ctx, r, "count", func(ctx context.Context) (int, error) { ran++; return 7, nil })
+		return worker.Result{Summary: fmt.Sprintf("%s %d", plan, n)}, err
+	}))
+	if err != nil || res.Summary != "stored plan 7" || ran != 1 {
+		t.Fatalf("summary %q, err %v, functions ran %d; want the stored plan and one run", res.Summary, err, ran)
+	}
+	steps := run.Steps()
+	if len(steps) != 2 || steps[1].Name != "count" || string(steps[1].Output) != "7" || steps[1].Attempt != 2 {
+		t.Fatalf("steps = %+v", steps)
 	}
 }

@@ -45,6 +45,11 @@ type Backend interface {
 	Wait(ctx context.Context, name string) (json.RawMessage, error)
 	// Call is called with a valid call name.
 	Call(ctx context.Context, name string, input json.RawMessage) (json.RawMessage, error)
+	// Steps returns the steps earlier attempts stored.
+	Steps() []events.Step
+	// StoreStep records a step the handler completed (or failed
+	// permanently), validated and encoded.
+	StoreStep(ctx context.Context, st events.Step) error
 }
 
 // NewRun returns a *worker.Run for row whose methods call b. Package worker

@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""A jetrun agent loop in Python with durable steps, run through the exec
+agent type.
+
+    JETRUN_EXEC_AGENTS="agent-py=python3 $PWD/examples/python/agent.py" ./bin/child-worker
+
+Each turn of the loop is a (simulated, slow, paid) model call wrapped in a
+step: the child prints {"step": {"name": "think-<n>", "output": ...}} once
+the call returns, and the worker stores it before it acts on any later line.
+When the run is executed again (its worker was killed, a retry), the request
+carries every stored step in "steps", and step() returns the stored output
+instead of paying for the call again. A call that was running when the
+worker died is made again: at most twice.
+
+Input: {"question": "...", "turns": n, "delay": seconds, "ledger": "path"};
+with "ledger", every model call actually made appends a line
+"<step> <attempt>" to that file, so you can check none is paid twice.
+"""
+
+import json
+import sys
+import time
+
+
+def event(ev):
+    print("@jetrun " + json.dumps(ev), flush=True)
+
+
+class Run:
+    def __init__(self, req):
+        self.req = req
+        self.steps = dict(req.get("steps") or {})  # name -> output, stored by earlier attempts
+
+    def step(self, name, work):
+        """Returns the stored output of step name, or runs work() and stores
+        what it returns (any JSON value)."""
+        if name in self.steps:
+            return self.steps[name]
+        output = work()
+        event({"step": {"name": name, "output": output}})
+        self.steps[name] = output
+        return output
+
+
+def main():
+    req = json.loads(sys.stdin.readline())  # not sys.stdin.read(): stdin stays open for signals
+    run = Run(req)
+    inp = req.get("input") or {}
+    question = inp.get("question", "why do tides happen?")
+    turns = int(inp.get("turns", 3))
+    delay = float(inp.get("delay", 0.2))
+    ledger = inp.get("ledger")
+
+    def model_call(name, prompt):
+        time.sleep(delay)  # a slow, paid call
+        if ledger:
+            with open(ledger, "a") as f:
+                f.write("%s %d\n" % (name, req["attempt"]))
+        return {"thought": "about %r, given %d earlier thoughts" % (question, len(prompt))}
+
+    thoughts = []
+    for n in range(1, turns + 1):
+        name = "think-%d" % n
+        thought = run.step(name, lambda: model_call(name, thoughts))
+        thoughts.append(thought)
+        print("turn %d: %s" % (n, thought["thought"]), flush=True)
+        event({"progress": {"fraction": n / turns, "phase": "thinking"}})
+    event({"result": {"summary": "answered in %d turns" % turns,
+                      "output": {"turns": turns, "attempt": req["attempt"]}}})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+package events
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// KindStep is the kind of a run's durable step: the stored output of one
+// named piece of work (a model call, a tool call), on jetrun.run.<id>.step.
+const KindStep = "step"
+
+// MaxStepNameLength bounds a step name.
+const MaxStepNameLength = 128
+
+// Step is a step a run completed, published once on jetrun.run.<id>.step
+// with Nats-Msg-Id <runId>.step.<name> (StepMsgID). A later attempt of the
+// run gets Output back instead of doing the work again. Error, when set,
+// is a permanent failure stored in place of an output (Output is null).
+type Step struct {
+	RunID  string          `json:"runId"`
+	Name   string          `json:"name"`
+	Output json.RawMessage `json:"output"`
+	Error  string          `json:"error,omitempty"`
+	// Attempt is the attempt that did the work.
+	Attempt int       `json:"attempt"`
+	At      time.Time `json:"at"`
+	// DurationMs is how long the work took, when known.
+	DurationMs int64 `json:"durationMs,omitempty"`
+}
+
+// StepMsgID is the Nats-Msg-Id of a run's step named name.
+func StepMsgID(runID, name string) string { return runID + ".step." + name }
+
+// ValidateStepName reports whether name can name a step: 1 to
+// MaxStepNameLength bytes of letters, digits and '-', '_', '.', ':'. Names
+// are unique per run: a loop names its steps "plan-1", "plan-2"…
+func ValidateStepName(name string) error {
+	if name == "" {
+		return fmt.Errorf("%w: step name is empty", ErrInvalidID)
+	}
+	if len(name) > MaxStepNameLength {
+		return fmt.Errorf("%w: step name is %d bytes long; the limit is %d", ErrInvalidID, len(name), MaxStepNameLength)
+	}
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; !tokenByte(c) && c != '.' && c != ':' {
+			return fmt.Errorf("%w: step name %.80q has %q at position %d; only letters, digits, '-', '_', '.' and ':' are allowed",
+				ErrInvalidID, name, c, i)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,93 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jetrun/jetrun/internal/jetruntest"
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/worker"
+)
+
+// A step stored by one attempt is returned to the next without running
+// again; a step whose function failed is run again; a permanent failure is
+// stored and returned again; a name reused in one attempt returns the
+// stored value; names and sizes are checked.
+func TestStepsAreStoredOnceAcrossAttempts(t *testing.T) {
+	t.Parallel()
+	var plans, refusals, flaky atomic.Int64
+	type plan struct {
+		Topic string `json:"topic"`
+		Try   int    `json:"try"`
+	}
+	checks := make(chan error, 8)
+	h := worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+		p, err := worker.Step(ctx, run, "plan-1", func(ctx context.Context) (plan, error) {
+			plans.Add(1)
+			return plan{Topic: "tides", Try: run.Attempt()}, nil
+		})
+		if err != nil {
+			return worker.Result{}, err
+		}
+		again, err := run.Step(ctx, "plan-1", func(ctx context.Context) (any, error) { return "never", nil })
+		if err != nil || string(again) != `{"topic":"tides","try":1}` {
+			checks <- fmt.Errorf("reused name in attempt %d: %s, %v", run.Attempt(), again, err)
+		}
+		_, err = run.Step(ctx, "refused", func(ctx context.Context) (any, error) {
+			refusals.Add(1)
+			return nil, worker.Permanent(errors.New("prompt refused"))
+		})
+		var se *worker.StepError
+		if !errors.As(err, &se) || !errors.Is(err, worker.ErrPermanent) || se.Message != "prompt refused" {
+			checks <- fmt.Errorf("permanent failure in attempt %d: %v", run.Attempt(), err)
+		}
+		if _, err := run.Step(ctx, "bad name", nil); !errors.Is(err, events.ErrInvalidID) {
+			checks <- fmt.Errorf("bad name: %v", err)
+		}
+		big := strings.Repeat("x", events.MaxOutputBytes)
+		if _, err := run.Step(ctx, "big", func(ctx context.Context) (any, error) { return big, nil }); !errors.Is(err, worker.ErrTooLarge) {
+			checks <- fmt.Errorf("oversized output: %v", err)
+		}
+		n, err := worker.Step(ctx, run, "flaky", func(ctx context.Context) (int, error) {
+			if flaky.Add(1) == 1 {
+				return 0, errors.New("upstream 503")
+			}
+			return 42, nil
+		})
+		if err != nil {
+			return worker.Result{}, worker.Retryable(err) // not stored: the next attempt runs it again
+		}
+		return worker.Result{Output: map[string]any{"plan": p, "n": n}}, nil
+	})
+	b, _ := setup(t, worker.Config{MaxAttempts: 3}, map[string]worker.Handler{"stepper": h})
+	publish(t, b.js, "jetrun.dispatch.stepper", `{"runId":"st1","input":{}}`)
+
+	row := jetruntest.WaitRow(t, b.store, "st1", 60*time.Second, jetruntest.Final)
+	if row.Status != events.StatusCompleted || row.Attempt != 2 {
+		t.Fatalf("row: status %s attempt %d error %q", row.Status, row.Attempt, row.Error)
+	}
+	close(checks)
+	for err := range checks {
+		t.Error(err)
+	}
+	if string(row.Output) != `{"n":42,"plan":{"topic":"tides","try":1}}` {
+		t.Errorf("output = %s", row.Output)
+	}
+	if plans.Load() != 1 || refusals.Load() != 1 || flaky.Load() != 2 {
+		t.Errorf("step functions ran: plan %d, refused %d, flaky %d; want 1, 1, 2", plans.Load(), refusals.Load(), flaky.Load())
+	}
+	var stored []string
+	for _, ev := range jetruntest.ReadEvents(t, b.js, "st1") {
+		if st := ev.Step; st != nil {
+			stored = append(stored, fmt.Sprintf("%s@%d", st.Name, st.Attempt))
+		}
+	}
+	if got := fmt.Sprint(stored); got != "[plan-1@1 refused@1 flaky@2]" {
+		t.Errorf("stored steps = %s", got)
+	}
+}
