@@ -15,7 +15,7 @@ const TREE_FANOUT = 200;
 
 // KIND_LABELS names the timeline's entry kinds on the buttons that collapse them.
 const KIND_LABELS = { status: 'status', chunk: 'chunks', progress: 'progress', milestone: 'milestones', signal: 'signals',
-  'child-chunk': 'child chunks', call: 'calls', reply: 'replies' };
+  'child-chunk': 'child chunks', call: 'calls', reply: 'replies', step: 'steps' };
 
 export class RunPage {
   constructor(root, id) {
