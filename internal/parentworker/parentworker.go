@@ -26,6 +26,7 @@ import (
 	"github.com/jetrun/jetrun/internal/metrics"
 	"github.com/jetrun/jetrun/internal/natsconn"
 	"github.com/jetrun/jetrun/internal/runview"
+	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/finish"
 	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/meter"
@@ -91,6 +92,21 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 	// bucket, so child-workers need no permission to create any (nats.conf).
 	if _, err := registry.Open(ctx, js, cfg.Namespace(), cfg.Options().Replicas); err != nil {
 		return err
+	}
+	// Buckets an earlier jetrun created allowed roll-ups (one message with
+	// Nats-Rollup: all from any role that writes a key erased the bucket):
+	// refuse them from now on.
+	hardened, err := rt.Store().Harden(ctx)
+	if err != nil {
+		return err
+	}
+	if ok, err := events.HardenBucket(ctx, js, cfg.Namespace().AgentsBucket()); err != nil {
+		return err
+	} else if ok {
+		hardened = append(hardened, cfg.Namespace().AgentsBucket())
+	}
+	for _, b := range hardened {
+		logger.Warn("bucket migrated: roll-ups refused from now on", "bucket", b)
 	}
 
 	rec, err := reconcile.New(rt, reconcile.Config{
