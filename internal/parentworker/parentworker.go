@@ -164,7 +164,7 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 	stopMeter := func() {}
 	if cfg.Meter {
 		m, err := meter.New(rt, meter.Config{Logger: logger,
-			OnStart: m.MeterStart, OnFinish: m.MeterFinish})
+			OnStart: m.MeterStart, OnFinish: m.MeterFinish, Observer: m})
 		if err != nil {
 			return err
 		}
@@ -188,6 +188,26 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 		}
 	}
 
+	// The summary of every row, for the HTTP API, is also the guard of
+	// final rows: a row seen leaving a final status (rewritten by a
+	// credential that may write the runs bucket) is restored from the
+	// run's final status event.
+	view, err := runview.StartGuard(ctx, rt.Store(), logger, func(ctx context.Context, id string) {
+		ev, ok, err := rt.RepairFinal(ctx, id)
+		switch {
+		case err != nil:
+			logger.ErrorContext(ctx, "a final row was rewritten; repairing it failed", "run_id", id, "err", err)
+		case ok:
+			m.RowRepaired()
+			logger.ErrorContext(ctx, "a final row was rewritten by someone outside jetrun; restored from its final status event",
+				"run_id", id, "status", ev.Status, "attempt", ev.Attempt)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	defer view.Stop()
+
 	var srv *http.Server
 	httpURL := ""
 	serveErr := make(chan error, 1)
@@ -196,11 +216,6 @@ func Run(ctx context.Context, cfg config.ParentWorker, logger *slog.Logger, out 
 		if err != nil {
 			return err
 		}
-		view, err := runview.Start(ctx, rt.Store(), logger)
-		if err != nil {
-			return err
-		}
-		defer view.Stop()
 		ln, err := net.Listen("tcp", cfg.HTTPAddr)
 		if err != nil {
 			return fmt.Errorf("http: listen on %s: %w", cfg.HTTPAddr, err)
