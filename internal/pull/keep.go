@@ -157,6 +157,16 @@ func (k *Keeper) restore(ctx context.Context, cur *jetstream.ConsumerInfo) error
 	from := k.floor.Load() + 1
 	if k.Resume && k.known.Load() {
 		cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = jetstream.DeliverByStartSequencePolicy, from, nil
+		// A stream deleted and created again (jetrun.Runtime.Repair)
+		// numbers its messages from 1: everything in it is new.
+		s, err := k.JS.Stream(ctx, k.Stream)
+		if err != nil {
+			return fmt.Errorf("restore consumer %s: %w", k.Config.Durable, err)
+		}
+		if s.CachedInfo().State.LastSeq < from-1 {
+			cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverAllPolicy, 0
+			k.floor.Store(0)
+		}
 	}
 	_, err := k.JS.CreateConsumer(ctx, k.Stream, cfg)
 	if errors.Is(err, jetstream.ErrConsumerExists) {
