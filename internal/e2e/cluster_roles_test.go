@@ -16,3 +16,15 @@ func TestClusterChildCannotRollUpABucket(t *testing.T) {
 	pw.waitLog("parent-worker ready", 120*time.Second)
 	rollupRefused(t, c.url())
 }
+
+// TestRolesCannotDeleteOrRepointConsumers on the shipped cluster.
+func TestClusterRolesCannotDeleteOrRepointConsumers(t *testing.T) {
+	c := startCluster(t)
+	consumersKept(t, c.url(), map[string]string{"JETRUN_REPLICAS": "3"})
+}
+
+// TestRolesForgedFinalRowIsRepaired on the shipped cluster.
+func TestClusterForgedFinalRowIsRepaired(t *testing.T) {
+	c := startCluster(t)
+	forgedRowRepaired(t, c.url(), map[string]string{"JETRUN_REPLICAS": "3"})
+}

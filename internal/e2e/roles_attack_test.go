@@ -165,13 +165,18 @@ func repoint(ctx context.Context, admin, as jetstream.JetStream, stream, name st
 // run.finished for every run.
 func TestRolesCannotDeleteOrRepointConsumers(t *testing.T) {
 	t.Parallel()
-	url := roleServer(t)
+	consumersKept(t, roleServer(t), nil)
+}
+
+// consumersKept is TestRolesCannotDeleteOrRepointConsumers on the server
+// at url, the processes started with env on top of their roles'.
+func consumersKept(t *testing.T, url string, env map[string]string) {
 	hook := newHookServer(t) // a finish handler: the deliverer then follows milestones too
 	pw := start(t, "parent-worker", mergeAll(roleEnv(url, "parent"),
-		map[string]string{"JETRUN_HTTP_ADDR": "", "JETRUN_FINISH_WEBHOOKS": "hook=" + hook.URL}))
-	pw.waitLog("parent-worker ready", 60*time.Second)
-	child := start(t, "child-worker", roleEnv(url, "child"))
-	child.waitLog("child-worker serving", 60*time.Second)
+		map[string]string{"JETRUN_HTTP_ADDR": "", "JETRUN_FINISH_WEBHOOKS": "hook=" + hook.URL}, env))
+	pw.waitLog("parent-worker ready", 120*time.Second)
+	child := start(t, "child-worker", mergeAll(roleEnv(url, "child"), env))
+	child.waitLog("child-worker serving", 120*time.Second)
 	admin := jsAs(t, url, "admin")
 
 	// Run finishes, as the meter reports them, seen by a viewer.
@@ -306,11 +311,16 @@ func TestRolesCannotDeleteOrRepointConsumers(t *testing.T) {
 // and counts it; whoever reads the run sees its real result.
 func TestRolesForgedFinalRowIsRepaired(t *testing.T) {
 	t.Parallel()
-	url := roleServer(t)
+	forgedRowRepaired(t, roleServer(t), nil)
+}
+
+// forgedRowRepaired is TestRolesForgedFinalRowIsRepaired on the server at
+// url, the processes started with env on top of their roles'.
+func forgedRowRepaired(t *testing.T, url string, env map[string]string) {
 	addr := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
-	pw := start(t, "parent-worker", mergeAll(roleEnv(url, "parent"), map[string]string{"JETRUN_HTTP_ADDR": addr}))
-	pw.waitLog("parent-worker ready", 60*time.Second)
-	start(t, "child-worker", roleEnv(url, "child")).waitLog("child-worker serving", 60*time.Second)
+	pw := start(t, "parent-worker", mergeAll(roleEnv(url, "parent"), map[string]string{"JETRUN_HTTP_ADDR": addr}, env))
+	pw.waitLog("parent-worker ready", 120*time.Second)
+	start(t, "child-worker", mergeAll(roleEnv(url, "child"), env)).waitLog("child-worker serving", 120*time.Second)
 	if out, err := natsAs(t, url, "producer", 20*time.Second, "pub", "jetrun.dispatch.demo",
 		`{"runId":"forged","input":{"steps":2,"stepMs":1}}`); err != nil {
 		t.Fatalf("producer: nats pub: %v\n%s", err, out)
