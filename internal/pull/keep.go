@@ -206,6 +206,14 @@ func (k *Keeper) restored(ctx context.Context, reason, drift string, from uint64
 // ack wait so short it would redeliver every message at once.
 const minAckWait = time.Second
 
+// The pull request limits Drift accepts: a server may fill them in from its
+// own limits, so only values too small for jetrun's fetches (which wait up
+// to 5 s for batches of up to a loop's concurrency) count as drift.
+const (
+	minRequestExpires = 10 * time.Second
+	minRequestBatch   = 8
+)
+
 // Drift says how got (a consumer's settings on the server) differs from
 // want (as jetrun creates it) in what decides which messages the consumer
 // delivers, and how: "" when it does not.
@@ -223,9 +231,10 @@ func Drift(want, got jetstream.ConsumerConfig) string {
 		return "paused until " + got.PauseUntil.String()
 	case got.HeadersOnly != want.HeadersOnly:
 		return "headers only"
-	case got.MaxRequestBatch != want.MaxRequestBatch || got.MaxRequestExpires != want.MaxRequestExpires ||
-		got.MaxRequestMaxBytes != want.MaxRequestMaxBytes:
-		return "pull request limits"
+	case got.MaxRequestExpires > 0 && got.MaxRequestExpires < minRequestExpires:
+		return fmt.Sprintf("max request expires %s", got.MaxRequestExpires)
+	case got.MaxRequestBatch > 0 && got.MaxRequestBatch < minRequestBatch:
+		return fmt.Sprintf("max request batch %d", got.MaxRequestBatch)
 	case got.DeliverSubject != want.DeliverSubject:
 		return "deliver subject " + got.DeliverSubject
 	case len(got.BackOff) != len(want.BackOff):

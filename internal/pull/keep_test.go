@@ -31,6 +31,8 @@ func TestDriftFlagsWhatChangesDelivery(t *testing.T) {
 		"max ack pending 9":  {func(c *jetstream.ConsumerConfig) { c.MaxAckPending = 9 }, false},
 		"headers only":       {func(c *jetstream.ConsumerConfig) { c.HeadersOnly = true }, true},
 		"max request batch":  {func(c *jetstream.ConsumerConfig) { c.MaxRequestBatch = 1 }, true},
+		"server's batch":     {func(c *jetstream.ConsumerConfig) { c.MaxRequestBatch = 1000 }, false},
+		"max expires 1ms":    {func(c *jetstream.ConsumerConfig) { c.MaxRequestExpires = time.Millisecond }, true},
 		"push (deliver to)":  {func(c *jetstream.ConsumerConfig) { c.DeliverSubject = "x" }, true},
 		"description edited": {func(c *jetstream.ConsumerConfig) { c.Description = "mine now" }, false},
 	} {
