@@ -55,6 +55,7 @@ type Keeper struct {
 	Restorer Restorer
 	Logger   *slog.Logger
 
+	batch atomic.Int64  // the largest batch its loop fetches
 	floor atomic.Uint64 // the last ack floor (stream sequence) seen
 	known atomic.Bool   // floor was read from the consumer at least once
 }
@@ -84,7 +85,7 @@ func (k *Keeper) Check(ctx context.Context) error {
 		return err
 	}
 	if info != nil {
-		if d := Drift(k.Config, info.Config); d == "" {
+		if d := k.drift(info.Config); d == "" {
 			k.Observe(info)
 			return nil
 		}
@@ -114,12 +115,24 @@ func (k *Keeper) info(ctx context.Context) (*jetstream.ConsumerInfo, error) {
 	return c.CachedInfo(), nil
 }
 
+// drift is Drift, plus a max request batch below what the loop fetches
+// at once (its fetches would all fail).
+func (k *Keeper) drift(got jetstream.ConsumerConfig) string {
+	if d := Drift(k.Config, got); d != "" {
+		return d
+	}
+	if b := k.batch.Load(); got.MaxRequestBatch > 0 && int64(got.MaxRequestBatch) < b {
+		return fmt.Sprintf("max request batch %d, below the %d fetched at once", got.MaxRequestBatch, b)
+	}
+	return ""
+}
+
 // restore deletes the drifted consumer (if it still is) and creates it
 // again with its configured settings.
 func (k *Keeper) restore(ctx context.Context, cur *jetstream.ConsumerInfo) error {
 	reason, drift := "missing", ""
 	if cur != nil && k.ByUpdate {
-		reason, drift = "drifted", Drift(k.Config, cur.Config)
+		reason, drift = "drifted", k.drift(cur.Config)
 		if _, err := k.JS.UpdateConsumer(ctx, k.Stream, k.Config); err != nil {
 			return fmt.Errorf("restore consumer %s: update it back: %w", k.Config.Durable, err)
 		}
@@ -127,7 +140,7 @@ func (k *Keeper) restore(ctx context.Context, cur *jetstream.ConsumerInfo) error
 		return nil
 	}
 	if cur != nil {
-		reason, drift = "drifted", Drift(k.Config, cur.Config)
+		reason, drift = "drifted", k.drift(cur.Config)
 		if err := k.JS.DeleteConsumer(ctx, k.Stream, k.Config.Durable); err != nil &&
 			!errors.Is(err, jetstream.ErrConsumerNotFound) {
 			return fmt.Errorf("restore consumer %s: delete the drifted one: %w", k.Config.Durable, err)

@@ -72,6 +72,9 @@ func (l Loop) Run(ctx context.Context) {
 	bo := jsfault.NewBackOff(MaxErrorPause)
 	logs := &obs.Throttle{Every: l.LogEvery}
 	var lastRepair, lastKeep time.Time
+	if l.Keep != nil {
+		l.Keep.batch.Store(int64(cap(slots)))
+	}
 	failed := func(err error) {
 		class := jsfault.Classify(ctx, err)
 		logs.Log(ctx, l.Logger, slog.LevelWarn, class.String(), "fetch", "consumer", l.Name, "fault", class.String(), "err", err)
