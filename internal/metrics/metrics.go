@@ -91,6 +91,8 @@ type Metrics struct {
 	sweepErrors  prometheus.Counter
 	sweepActive  prometheus.Gauge
 	sweepTouched *prometheus.CounterVec
+	restored     *prometheus.CounterVec
+	repaired     prometheus.Counter
 
 	mu     sync.Mutex
 	zeroed map[zeroKey]bool // the groups of series set to 0 so far
@@ -168,6 +170,12 @@ func New() *Metrics {
 	m.reg.MustRegister(m.sweepTook, m.sweepErrors, m.sweepActive)
 	m.sweepTouched = counter("jetrun_reconcile_runs_touched_total",
 		"Runs a reconcile sweep acted on, by action.", "action")
+	m.restored = counter("jetrun_consumers_restored_total",
+		"Durable consumers this process restored because someone deleted them (missing) or changed their settings (drifted).",
+		"consumer", "reason")
+	m.repaired = prometheus.NewCounter(prometheus.CounterOpts{Name: "jetrun_rows_repaired_total",
+		Help: "Rows this process saw leave a final status (rewritten outside jetrun) and restored from the run's final status event."})
+	m.reg.MustRegister(m.repaired)
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for action := range sweepActions(reconcile.Stats{}) {
 		m.sweepTouched.WithLabelValues(action)
@@ -293,6 +301,15 @@ func (m *Metrics) FinishDeadLettered(handler string) {
 	m.zero(groupHandler, handler)
 	m.finishDLQ.WithLabelValues(handler).Inc()
 }
+
+// ConsumerRestored implements meter.Observer and pull.Restorer (the
+// finish deliverer's and the worker's consumers).
+func (m *Metrics) ConsumerRestored(consumer, reason string) {
+	m.restored.WithLabelValues(consumer, reason).Inc()
+}
+
+// RowRepaired counts a final row restored after someone rewrote it.
+func (m *Metrics) RowRepaired() { m.repaired.Inc() }
 
 // Swept implements reconcile.Observer.
 func (m *Metrics) Swept(st reconcile.Stats, err error) {

@@ -28,6 +28,7 @@ import (
 	"github.com/jetrun/jetrun/internal/metrics"
 	"github.com/jetrun/jetrun/internal/natsconn"
 	"github.com/jetrun/jetrun/internal/runview"
+	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/finish"
 	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/meter"
@@ -108,6 +109,21 @@ func Run(ctx, abort context.Context, cfg config.ParentWorker, logger *slog.Logge
 	if err != nil {
 		return err
 	}
+	// Buckets an earlier jetrun created allowed roll-ups (one message with
+	// Nats-Rollup: all from any role that writes a key erased the bucket):
+	// refuse them from now on.
+	hardened, err := rt.Store().Harden(ctx)
+	if err != nil {
+		return err
+	}
+	if ok, err := events.HardenBucket(ctx, js, cfg.Namespace().AgentsBucket()); err != nil {
+		return err
+	} else if ok {
+		hardened = append(hardened, cfg.Namespace().AgentsBucket())
+	}
+	for _, b := range hardened {
+		logger.Warn("bucket migrated: roll-ups refused from now on", "bucket", b)
+	}
 
 	rec, err := reconcile.New(rt, reconcile.Config{
 		ID:                   cfg.WorkerID,
@@ -165,7 +181,7 @@ func Run(ctx, abort context.Context, cfg config.ParentWorker, logger *slog.Logge
 	stopMeter := func() {}
 	if cfg.Meter {
 		m, err := meter.New(rt, meter.Config{Logger: logger,
-			OnStart: m.MeterStart, OnFinish: m.MeterFinish})
+			OnStart: m.MeterStart, OnFinish: m.MeterFinish, Observer: m})
 		if err != nil {
 			return err
 		}
@@ -193,6 +209,26 @@ func Run(ctx, abort context.Context, cfg config.ParentWorker, logger *slog.Logge
 		meterAgentTypes(ctx, m, reg, pool, logger)
 	}
 
+	// The summary of every row, for the HTTP API, is also the guard of
+	// final rows: a row seen leaving a final status (rewritten by a
+	// credential that may write the runs bucket) is restored from the
+	// run's final status event.
+	view, err := runview.StartGuard(ctx, rt.Store(), logger, func(ctx context.Context, id string) {
+		ev, ok, err := rt.RepairFinal(ctx, id)
+		switch {
+		case err != nil:
+			logger.ErrorContext(ctx, "a final row was rewritten; repairing it failed", "run_id", id, "err", err)
+		case ok:
+			m.RowRepaired()
+			logger.ErrorContext(ctx, "a final row was rewritten by someone outside jetrun; restored from its final status event",
+				"run_id", id, "status", ev.Status, "attempt", ev.Attempt)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	defer view.Stop()
+
 	var srv *http.Server
 	stopMCP := func() {}
 	httpURL := ""
@@ -202,11 +238,6 @@ func Run(ctx, abort context.Context, cfg config.ParentWorker, logger *slog.Logge
 		if err != nil {
 			return err
 		}
-		view, err := runview.Start(ctx, rt.Store(), logger)
-		if err != nil {
-			return err
-		}
-		defer view.Stop()
 		mcpSrv := mcpserver.New(mcpserver.Config{Client: client, Logger: logger})
 		mcpSrv.Start(life)
 		stopMCP = mcpSrv.Stop

@@ -56,6 +56,9 @@ type Loop struct {
 	// it is called at most every RepairEvery: a consumer or stream deleted
 	// at run time answers a fetch with "no responders", as an outage does.
 	Repair func(ctx context.Context) error
+	// Keep, when set, checks the consumer every KeepEvery between fetches
+	// and restores it when it vanished or its settings drifted.
+	Keep *Keeper
 }
 
 // RepairEvery bounds how often a failing loop calls its Repair.
@@ -71,7 +74,10 @@ func (l Loop) Run(ctx context.Context) {
 	s := newSlots(l.Concurrency)
 	bo := jsfault.NewBackOff(MaxErrorPause)
 	logs := &obs.Throttle{Every: l.LogEvery}
-	var lastRepair time.Time
+	var lastRepair, lastKeep time.Time
+	if l.Keep != nil {
+		l.Keep.batch.Store(int64(s.size))
+	}
 	failed := func(err error) {
 		class := jsfault.Classify(ctx, err)
 		logs.Log(ctx, l.Logger, slog.LevelWarn, class.String(), "fetch", "consumer", l.Name, "fault", class.String(), "err", err)
@@ -86,6 +92,14 @@ func (l Loop) Run(ctx context.Context) {
 		pause(ctx, bo.NextBackOff())
 	}
 	for ctx.Err() == nil {
+		if l.Keep != nil && time.Since(lastKeep) >= KeepEvery {
+			lastKeep = time.Now()
+			if err := l.Keep.Check(ctx); err != nil && ctx.Err() == nil {
+				class := jsfault.Classify(ctx, err).String()
+				logs.Log(ctx, l.Logger, slog.LevelWarn, "keep/"+class, "check consumer", "consumer", l.Name,
+					"fault", class, "err", err)
+			}
+		}
 		n := s.lend(ctx)
 		if n == 0 {
 			return
@@ -314,21 +328,5 @@ func Drain(ctx context.Context, stop func(), loops, handlers *sync.WaitGroup, fo
 		return true
 	case <-t.C:
 		return false
-	}
-}
-
-// Recreate returns a Loop.Repair that re-creates streams (ensure, which
-// must be idempotent) and then the durable consumer cfg on stream, with the
-// settings it was first created with. The Loop's Consumer handle keeps
-// working: fetches name the consumer, not a server-side object.
-func Recreate(js jetstream.JetStream, ensure func(ctx context.Context) error, stream string, cfg jetstream.ConsumerConfig) func(ctx context.Context) error {
-	return func(ctx context.Context) error {
-		if ensure != nil {
-			if err := ensure(ctx); err != nil {
-				return err
-			}
-		}
-		_, err := js.CreateOrUpdateConsumer(ctx, stream, cfg)
-		return err
 	}
 }

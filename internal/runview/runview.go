@@ -121,11 +121,26 @@ type View struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	logs   obs.Throttle // watch faults, per message and class
+
+	// unfinalized, if set, is called (from the watch's goroutine) with
+	// the id of a run whose row left a final status: jetrun never does
+	// that, so someone rewrote the row.
+	unfinalized func(ctx context.Context, id string)
 }
 
 // Start loads every row (ctx bounds the load) and follows the bucket until
 // Stop.
 func Start(ctx context.Context, store *kv.Store, logger *slog.Logger) (*View, error) {
+	return StartGuard(ctx, store, logger, nil)
+}
+
+// StartGuard is Start with a guard: unfinalized (when not nil) is called,
+// from the watch's goroutine, with the id of every run whose row it saw
+// leave a final status (completed, error, aborted), live or when it
+// reloads after a broken watch. jetrun never does that: the row was
+// rewritten by someone who may write the bucket (jetrun.Runtime.RepairFinal
+// restores it).
+func StartGuard(ctx context.Context, store *kv.Store, logger *slog.Logger, unfinalized func(ctx context.Context, id string)) (*View, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -133,6 +148,7 @@ func Start(ctx context.Context, store *kv.Store, logger *slog.Logger) (*View, er
 	v := &View{
 		store: store, log: logger, runs: make(map[string]Summary),
 		subs: make(map[chan Summary]struct{}), cancel: cancel, done: make(chan struct{}),
+		unfinalized: unfinalized,
 	}
 	v.changed = sync.NewCond(&v.mu)
 	ready := make(chan error, 1)
@@ -189,6 +205,12 @@ func (v *View) loop(ctx context.Context, ready chan<- error) {
 			if c.Loaded { // the initial state is complete
 				bo.Reset()
 				v.mu.Lock()
+				var left []string // rows that left a final status while the watch was broken
+				for id, s := range initial {
+					if old, ok := v.runs[id]; ok && old.Final && !s.Final {
+						left = append(left, id)
+					}
+				}
 				v.runs, loading = initial, false
 				v.lastRev = max(v.lastRev, baseline)
 				v.changed.Broadcast()
@@ -196,6 +218,9 @@ func (v *View) loop(ctx context.Context, ready chan<- error) {
 				if first {
 					first = false
 					ready <- nil
+				}
+				for _, id := range left {
+					v.unfinalize(ctx, id)
 				}
 				continue
 			}
@@ -212,7 +237,7 @@ func (v *View) loop(ctx context.Context, ready chan<- error) {
 				v.setRev(c.Revision)
 				continue
 			}
-			v.apply(c.ID, s, c.Run != nil, c.Revision)
+			v.apply(ctx, c.ID, s, c.Run != nil, c.Revision)
 		}
 		w.Stop() // broken: reload everything, and make live subscribers reload too
 		v.closeSubs()
@@ -249,8 +274,9 @@ func (v *View) setRev(rev uint64) {
 }
 
 // apply records a change and tells the subscribers.
-func (v *View) apply(id string, s Summary, present bool, rev uint64) {
+func (v *View) apply(ctx context.Context, id string, s Summary, present bool, rev uint64) {
 	v.mu.Lock()
+	left := present && !s.Final && v.runs[id].Final
 	if present {
 		v.runs[id] = s
 	} else {
@@ -268,6 +294,16 @@ func (v *View) apply(id string, s Summary, present bool, rev uint64) {
 		}
 	}
 	v.mu.Unlock()
+	if left {
+		v.unfinalize(ctx, id)
+	}
+}
+
+// unfinalize calls the guard for run id, if there is one.
+func (v *View) unfinalize(ctx context.Context, id string) {
+	if v.unfinalized != nil {
+		v.unfinalized(ctx, id)
+	}
 }
 
 func (v *View) closeSubs() {

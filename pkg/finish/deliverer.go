@@ -222,12 +222,13 @@ func (d *Deliverer) Start(ctx context.Context) error {
 		return nil
 	}
 	for name, c := range consumers {
+		keep := d.keeper(ns.FinishStream(), configs[name], false) // a work queue: what was acked is gone
 		p.Go(pull.Loop{
 			Consumer: c, Concurrency: d.cfg.Concurrency,
 			Handle:  func(m jetstream.Msg, _ *pull.Slot) { d.deliver(runCtx, name, m) },
 			Stopped: func(m jetstream.Msg) { d.settle(runCtx, d.log, m, settle.Retry(time.Second)) },
 			Logger:  d.log, Name: events.FinishConsumer(name),
-			Repair: pull.Recreate(d.js, d.rt.Repair, ns.FinishStream(), configs[name]),
+			Repair: keep.Repair, Keep: keep,
 		})
 	}
 	if err := d.startNotices(ctx, p); err != nil {
@@ -258,3 +259,12 @@ func (d *Deliverer) Stop() error { return d.life.Stop() }
 
 // Stopped returns a channel closed once the deliverer has stopped.
 func (d *Deliverer) Stopped() <-chan struct{} { return d.life.Stopped() }
+
+// keeper keeps the durable consumer cfg on stream (see pull.Keeper).
+func (d *Deliverer) keeper(stream string, cfg jetstream.ConsumerConfig, resume bool) *pull.Keeper {
+	k := &pull.Keeper{JS: d.js, Stream: stream, Config: cfg, Resume: resume, Ensure: d.rt.Repair, Logger: d.log}
+	if r, ok := d.cfg.Observer.(pull.Restorer); ok {
+		k.Restorer = r
+	}
+	return k
+}

@@ -115,6 +115,10 @@ func (d *Deliverer) startNotices(ctx context.Context, p *service.Pullers) error 
 		return fmt.Errorf("finish: create consumer %s: %w", events.NoticeConsumer, err)
 	}
 	runCtx := p.Context()
+	// Notices owed must not be skipped: a consumer someone deleted or
+	// re-pointed is restored from where it had got to.
+	keep := d.keeper(ns.EventsStream(), cfg, true)
+	keep.Observe(c.CachedInfo())
 	p.Go(pull.Loop{
 		// One at a time, in stream order: the first milestone of a name
 		// is recorded first.
@@ -122,7 +126,7 @@ func (d *Deliverer) startNotices(ctx context.Context, p *service.Pullers) error 
 		Handle:  func(m jetstream.Msg, _ *pull.Slot) { d.settle(runCtx, d.log, m, d.recordNotice(runCtx, m)) },
 		Stopped: func(m jetstream.Msg) { d.settle(runCtx, d.log, m, settle.Retry(time.Second)) },
 		Logger:  d.log, Name: events.NoticeConsumer,
-		Repair: pull.Recreate(d.js, d.rt.Repair, ns.EventsStream(), cfg),
+		Repair: keep.Repair, Keep: keep,
 	})
 	return nil
 }

@@ -24,7 +24,7 @@ import (
 //	child.<parent>.<id>    one entry per unsettled run that has a parent
 //
 // Entries are created before the row (Create) and removed once the run is
-// settled (Unindex) with a purge whose marker expires after a second: a
+// settled (Unindex) with a delete marker that expires after a second: a
 // watcher sees the removal, and markers never pile up. The reconciler
 // follows the index with a watch (WatchActive) rather than listing it each
 // sweep, because listing a stream costs in proportion to the entries removed
@@ -98,7 +98,7 @@ func (s *Store) Unindex(ctx context.Context, r *jetruntype.Run) error {
 
 func (s *Store) purgeIndex(ctx context.Context, r *jetruntype.Run) error {
 	for _, k := range indexKeys(r) {
-		if err := s.active.Purge(ctx, k, jetstream.PurgeTTL(indexMarkerTTL)); err != nil {
+		if err := events.DeleteKey(ctx, s.js, s.active.Bucket(), k, indexMarkerTTL); err != nil {
 			return fmt.Errorf("kv: unindex run %s: %w", r.ID, err)
 		}
 	}
@@ -117,7 +117,7 @@ func (s *Store) UnindexIfSettled(ctx context.Context, r *jetruntype.Run) error {
 
 // UnindexID removes the index entry of a run whose row is gone.
 func (s *Store) UnindexID(ctx context.Context, id string) error {
-	if err := s.active.Purge(ctx, indexRunPrefix+id, jetstream.PurgeTTL(indexMarkerTTL)); err != nil {
+	if err := events.DeleteKey(ctx, s.js, s.active.Bucket(), indexRunPrefix+id, indexMarkerTTL); err != nil {
 		return fmt.Errorf("kv: unindex run %s: %w", id, err)
 	}
 	return nil

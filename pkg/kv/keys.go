@@ -104,7 +104,7 @@ func (s *Store) Enqueue(ctx context.Context, key, id string) (uint64, error) {
 // Dequeue drops run id's queue entry; a failure leaves it for a later
 // advance of the key, which drops entries of runs no longer queued.
 func (s *Store) Dequeue(ctx context.Context, key, id string) {
-	_ = s.active.Purge(ctx, keyQueuePrefix+key+"."+id, jetstream.PurgeTTL(keyMarkerTTL))
+	_ = events.DeleteKey(ctx, s.js, s.active.Bucket(), keyQueuePrefix+key+"."+id, keyMarkerTTL)
 }
 
 // KeyHolder returns the id of the run that holds key or held it last ("":
@@ -168,8 +168,8 @@ func (s *Store) KeyQueue(ctx context.Context, key string) ([]QueueEntry, error) 
 // Withdraw removes a drop submit that lost its key: its row (still queued
 // at rev; ErrConflict if it changed) and its queue entry.
 func (s *Store) Withdraw(ctx context.Context, r *jetruntype.Run, rev uint64) error {
-	err := s.kv.Purge(ctx, r.ID, jetstream.LastRevision(rev), jetstream.PurgeTTL(markerTTL))
-	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+	err := events.DeleteKey(ctx, s.js, s.kv.Bucket(), r.ID, markerTTL, jetstream.WithExpectLastSequencePerSubject(rev))
+	if events.IsWrongLastSequence(err) {
 		return fmt.Errorf("kv: withdraw run %s: %w", r.ID, ErrConflict)
 	}
 	if err != nil {

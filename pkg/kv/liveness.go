@@ -54,6 +54,22 @@ type Liveness struct {
 type livenessValue struct {
 	Epoch string    `json:"epoch"`
 	Since time.Time `json:"since"`
+	// TTLMs is the key's TTL: the bucket leaves no marker when the key
+	// expires (it refuses roll-ups, see events.HardenBucket), so a watcher
+	// counts the lapse itself (Workers).
+	TTLMs int64 `json:"ttlMs,omitempty"`
+}
+
+// fallbackLivenessTTL is the TTL assumed for a key written without one
+// (an older worker).
+const fallbackLivenessTTL = 15 * time.Second
+
+// liveKey is a followed liveness key: its epoch and when it lapses unless
+// renewed, counted from when the watcher received it (never earlier than
+// the server expires it).
+type liveKey struct {
+	epoch string
+	until time.Time
 }
 
 // AcquireLiveness writes worker's liveness key with a fresh epoch and a TTL
@@ -63,7 +79,7 @@ func (s *Store) AcquireLiveness(ctx context.Context, worker string, ttl time.Dur
 	var b [9]byte
 	_, _ = rand.Read(b[:])
 	l := &Liveness{s: s, worker: worker, epoch: fmt.Sprintf("%x", b), ttl: max(ttl, time.Second)}
-	data, err := json.Marshal(livenessValue{Epoch: l.epoch, Since: time.Now()})
+	data, err := json.Marshal(livenessValue{Epoch: l.epoch, Since: time.Now(), TTLMs: l.ttl.Milliseconds()})
 	if err != nil {
 		return nil, fmt.Errorf("kv: encode liveness of worker %s: %w", worker, err)
 	}
@@ -85,7 +101,7 @@ func (l *Liveness) Epoch() string { return l.epoch }
 func (l *Liveness) Renew(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	data, err := json.Marshal(livenessValue{Epoch: l.epoch, Since: time.Now()})
+	data, err := json.Marshal(livenessValue{Epoch: l.epoch, Since: time.Now(), TTLMs: l.ttl.Milliseconds()})
 	if err != nil {
 		return fmt.Errorf("kv: encode liveness of worker %s: %w", l.worker, err)
 	}
@@ -159,7 +175,7 @@ func (s *Store) readLiveness(ctx context.Context, worker string) (v livenessValu
 func (l *Liveness) Resume(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	data, err := json.Marshal(livenessValue{Epoch: l.epoch, Since: time.Now()})
+	data, err := json.Marshal(livenessValue{Epoch: l.epoch, Since: time.Now(), TTLMs: l.ttl.Milliseconds()})
 	if err != nil {
 		return fmt.Errorf("kv: encode liveness of worker %s: %w", l.worker, err)
 	}
@@ -189,9 +205,8 @@ func (l *Liveness) Resume(ctx context.Context) error {
 func (l *Liveness) Release(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if err := l.s.active.Purge(ctx, workerPrefix+l.worker, jetstream.LastRevision(l.rev),
-		jetstream.PurgeTTL(indexMarkerTTL)); err != nil && !events.IsWrongLastSequence(err) &&
-		!errors.Is(err, jetstream.ErrKeyExists) {
+	if err := events.DeleteKey(ctx, l.s.js, l.s.active.Bucket(), workerPrefix+l.worker, indexMarkerTTL,
+		jetstream.WithExpectLastSequencePerSubject(l.rev)); err != nil && !events.IsWrongLastSequence(err) {
 		return fmt.Errorf("kv: release liveness of worker %s: %w", l.worker, err)
 	}
 	return nil
@@ -248,7 +263,7 @@ func (s *Store) HolderAlive(ctx context.Context, r *jetruntype.Run) (bool, error
 // with the number of workers.
 type Workers struct {
 	mu     sync.Mutex
-	epochs map[string]string // worker id → epoch
+	epochs map[string]liveKey // worker id → its key
 	ready  chan struct{}
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -259,7 +274,7 @@ type Workers struct {
 // watch is re-created.
 func (s *Store) WatchWorkers(ctx context.Context) (*Workers, error) {
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	ws := &Workers{epochs: make(map[string]string), ready: make(chan struct{}), cancel: cancel, done: make(chan struct{})}
+	ws := &Workers{epochs: make(map[string]liveKey), ready: make(chan struct{}), cancel: cancel, done: make(chan struct{})}
 	go ws.loop(wctx, s)
 	select {
 	case <-ws.ready:
@@ -280,7 +295,7 @@ func (ws *Workers) loop(ctx context.Context, s *Store) {
 			_ = jsfault.Sleep(ctx, bo.NextBackOff())
 			continue
 		}
-		fresh := make(map[string]string)
+		fresh := make(map[string]liveKey)
 		for e := range w.Updates() {
 			ws.mu.Lock()
 			if e == nil {
@@ -288,7 +303,11 @@ func (ws *Workers) loop(ctx context.Context, s *Store) {
 			} else if id := strings.TrimPrefix(e.Key(), workerPrefix); e.Operation() == jetstream.KeyValuePut {
 				var v livenessValue
 				if json.Unmarshal(e.Value(), &v) == nil {
-					fresh[id] = v.Epoch
+					ttl := time.Duration(v.TTLMs) * time.Millisecond
+					if ttl <= 0 {
+						ttl = fallbackLivenessTTL
+					}
+					fresh[id] = liveKey{epoch: v.Epoch, until: time.Now().Add(ttl)}
 				}
 			} else {
 				delete(fresh, id)
@@ -318,7 +337,8 @@ func (ws *Workers) Alive(r *jetruntype.Run) bool {
 	}
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
-	return ws.epochs[r.Worker] == r.WorkerEpoch
+	k, ok := ws.epochs[r.Worker]
+	return ok && k.epoch == r.WorkerEpoch && time.Now().Before(k.until)
 }
 
 // Stop ends the watch and waits for its goroutine. It is idempotent.

@@ -75,23 +75,21 @@ const markerTTL = time.Minute
 func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, error) {
 	replicas := cmp.Or(cfg.Replicas, 1)
 	runs, err := openBucket(ctx, js, jetstream.KeyValueConfig{
-		Bucket:         cfg.Namespace.RunsBucket(),
-		Description:    "jetrun run rows: one per run, key = run id",
-		History:        1,
-		Storage:        jetstream.FileStorage,
-		Replicas:       replicas,
-		LimitMarkerTTL: markerTTL, // cleared rows leave markers that expire
+		Bucket:      cfg.Namespace.RunsBucket(),
+		Description: "jetrun run rows: one per run, key = run id",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    replicas,
 	})
 	if err != nil {
 		return nil, err
 	}
 	active, err := openBucket(ctx, js, jetstream.KeyValueConfig{
-		Bucket:         cfg.Namespace.ActiveBucket(),
-		Description:    "jetrun active-run index (run.<id>, child.<parent>.<id>), concurrency slots, reconciler lease",
-		History:        1,
-		Storage:        jetstream.FileStorage,
-		Replicas:       replicas,
-		LimitMarkerTTL: indexMarkerTTL, // removals leave markers watchers see, then expire
+		Bucket:      cfg.Namespace.ActiveBucket(),
+		Description: "jetrun active-run index (run.<id>, child.<parent>.<id>), concurrency slots, reconciler lease",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    replicas,
 	})
 	if err != nil {
 		return nil, err
@@ -118,6 +116,9 @@ func bucketReplicas(st jetstream.KeyValueStatus) int {
 	return 1
 }
 
+// openBucket binds bucket cfg, creating it when it does not exist; a
+// bucket it creates refuses roll-ups (events.HardenBucket). An existing
+// bucket is used as it is: Harden migrates one an earlier jetrun created.
 func openBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
 	kv, err := js.KeyValue(ctx, cfg.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
@@ -125,11 +126,32 @@ func openBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyVa
 		if errors.Is(err, jetstream.ErrBucketExists) {
 			kv, err = js.KeyValue(ctx, cfg.Bucket) // another process won the race
 		}
+		if err == nil {
+			_, err = events.HardenBucket(ctx, js, cfg.Bucket)
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("kv: open bucket %s: %w", cfg.Bucket, err)
 	}
 	return kv, nil
+}
+
+// Harden makes the runs and active buckets refuse roll-ups if they do not
+// yet (buckets an earlier jetrun created), and returns the names of those
+// it changed. It needs the permission to update streams: parent-worker
+// calls it at start.
+func (s *Store) Harden(ctx context.Context) ([]string, error) {
+	var changed []string
+	for _, b := range []string{s.kv.Bucket(), s.active.Bucket()} {
+		ok, err := events.HardenBucket(ctx, s.js, b)
+		if err != nil {
+			return changed, fmt.Errorf("kv: %w", err)
+		}
+		if ok {
+			changed = append(changed, b)
+		}
+	}
+	return changed, nil
 }
 
 // Get returns the row of run id and its revision, or ErrRunNotFound.
@@ -206,9 +228,9 @@ func (s *Store) write(ctx context.Context, id string, data []byte, rev uint64) (
 }
 
 // Delete removes the row of run id and its index entries. Watchers see a
-// purge; the marker it leaves expires after a minute.
+// deletion; the marker it leaves expires after a minute.
 func (s *Store) Delete(ctx context.Context, r *jetruntype.Run) error {
-	if err := s.kv.Purge(ctx, r.ID, jetstream.PurgeTTL(markerTTL)); err != nil {
+	if err := events.DeleteKey(ctx, s.js, s.kv.Bucket(), r.ID, markerTTL); err != nil {
 		return fmt.Errorf("kv: delete run %s: %w", r.ID, err)
 	}
 	return s.purgeIndex(ctx, r)

@@ -336,3 +336,41 @@ func TestUnindexOfAGiveUpResumedMeanwhileKeepsItIndexed(t *testing.T) {
 		t.Fatalf("active %+v; want the resumed run", active)
 	}
 }
+
+// A worker's liveness key that lapses (its TTL ran out, the bucket leaves
+// no marker because it refuses roll-ups) makes the followed workers say
+// its runs' holder is gone; a key released at once does the same.
+func TestWorkersSeeALapsedKeyWithoutAMarker(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunServer(t))
+	s := openStore(t, js, 1)
+	ctx := context.Background()
+	ws, err := s.WatchWorkers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Stop()
+	lapsing, err := s.AcquireLiveness(ctx, "w-lapse", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	released, err := s.AcquireLiveness(ctx, "w-release", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := func(worker, epoch string) *jetruntype.Run {
+		return &jetruntype.Run{ID: "r", Worker: worker, WorkerEpoch: epoch}
+	}
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		return ws.Alive(held("w-lapse", lapsing.Epoch())) && ws.Alive(held("w-release", released.Epoch()))
+	}, "the workers' keys were not seen")
+	if err := released.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		return !ws.Alive(held("w-lapse", lapsing.Epoch())) && !ws.Alive(held("w-release", released.Epoch()))
+	}, "a lapsed or released worker still counts as alive")
+	if alive, err := s.WorkerAlive(ctx, "w-lapse", lapsing.Epoch()); err != nil || alive {
+		t.Fatalf("WorkerAlive of a lapsed key: %v %v", alive, err)
+	}
+}

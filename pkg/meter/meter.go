@@ -98,6 +98,17 @@ type Config struct {
 	// run.started and run.finished at debug level (obs.NewHandler
 	// publishes them at every level).
 	Logger *slog.Logger
+	// Observer, if set, is told when the meter's consumer had to be
+	// restored (deleted or changed by someone else), for metrics.
+	Observer Observer
+}
+
+// Observer is told what a Meter repairs. Its methods must be safe for
+// concurrent use.
+type Observer interface {
+	// ConsumerRestored is called when the durable consumer was restored
+	// after it vanished ("missing") or its settings changed ("drifted").
+	ConsumerRestored(consumer, reason string)
 }
 
 // Validate reports every invalid field at once.
@@ -156,6 +167,14 @@ func (m *Meter) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("meter: create consumer: %w", err)
 	}
+	// Metering is billing: a consumer someone deleted or re-pointed is
+	// restored from where it had got to, not "deliver new".
+	keep := &pull.Keeper{JS: m.js, Stream: ns.EventsStream(), Config: cfg, Resume: true, Ensure: m.rt.Repair,
+		Logger: m.log}
+	if m.cfg.Observer != nil {
+		keep.Restorer = m.cfg.Observer
+	}
+	keep.Observe(c.CachedInfo())
 	p := service.NewPullers(ctx)
 	runCtx := p.Context()
 	p.Go(pull.Loop{
@@ -163,7 +182,7 @@ func (m *Meter) Start(ctx context.Context) error {
 		Handle:  func(msg jetstream.Msg, _ *pull.Slot) { m.handle(runCtx, msg) },
 		Stopped: func(msg jetstream.Msg) { _ = settle.Retry(0).Apply(msg) }, // another process takes it at once
 		Logger:  m.log, Name: events.MeterConsumer,
-		Repair: pull.Recreate(m.js, m.rt.Repair, ns.EventsStream(), cfg),
+		Repair: keep.Repair, Keep: keep,
 	})
 	m.life.Running(ctx, func(ctx context.Context) error {
 		if !p.Drain(ctx, shutdownGrace) {

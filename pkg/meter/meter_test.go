@@ -185,3 +185,98 @@ func TestEveryRunIsMeteredOncePerStartAndFinish(t *testing.T) {
 		t.Errorf("the failing hook was called %d times, want 2", retried)
 	}
 }
+
+// restores counts the consumers a meter restored, by reason.
+type restores struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (r *restores) ConsumerRestored(_, reason string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.n[reason]++
+}
+
+func (r *restores) of(reason string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n[reason]
+}
+
+// Someone who may create consumers deletes the meter's consumer over and
+// over, or re-points it at a subject nothing uses: the meter restores it
+// each time, says so, and every run's finish is still metered (a restored
+// consumer resumes where its predecessor had got to, not "deliver new").
+func TestMeterRestoresItsConsumerAndSkipsNoFinish(t *testing.T) {
+	t.Parallel()
+	ns := natstest.RunServer(t)
+	nc, js := natstest.Connect(t, ns)
+	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	l := &ledger{calls: map[string]int{}}
+	r := &restores{n: map[string]int{}}
+	m, err := meter.New(rt, meter.Config{OnFinish: l.hook(&l.finishes, ""), Observer: r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Stop() })
+
+	stream := rt.Namespace().EventsStream()
+	const n = 300
+	publish := func(from, to int) {
+		for i := from; i < to; i++ {
+			id := fmt.Sprintf("mr-%03d", i)
+			data, _ := json.Marshal(events.StatusEvent{RunID: id, Status: events.StatusCompleted, At: time.Now()})
+			if _, err := js.Publish(ctx, rt.Namespace().RunSubject(id, events.KindStatus), data); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	restored := func(reason string, was int) {
+		natstest.Eventually(t, 30*time.Second, func() bool { return r.of(reason) > was }, "the meter did not restore its consumer (%s)", reason)
+	}
+	for round := range 5 {
+		base := round * n / 5
+		publish(base, base+n/10)
+		// Deleted, while events arrive.
+		was := r.of("missing")
+		if err := js.DeleteConsumer(ctx, stream, events.MeterConsumer); err != nil {
+			t.Fatal(err)
+		}
+		publish(base+n/10, base+n/10+n/20)
+		restored("missing", was)
+		// Re-pointed at a subject nothing uses, while events arrive.
+		c, err := js.Consumer(ctx, stream, events.MeterConsumer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := c.CachedInfo().Config
+		cfg.FilterSubject = "jetrun.run.nothing.status"
+		was = r.of("drifted")
+		// (Right after a consumer is re-created the server may answer an
+		// update with a transient error: try again.)
+		natstest.Eventually(t, 10*time.Second, func() bool {
+			_, err := js.UpdateConsumer(ctx, stream, cfg)
+			return err == nil
+		}, "re-point the meter's consumer")
+		publish(base+n/10+n/20, base+n/5)
+		restored("drifted", was)
+	}
+	for i := range n {
+		id := fmt.Sprintf("mr-%03d", i)
+		natstest.Eventually(t, 60*time.Second, func() bool { return len(l.of(&l.finishes, id)) >= 1 },
+			"%s: its finish was never metered (restored: %d missing, %d drifted)", id, r.of("missing"), r.of("drifted"))
+	}
+	if r.of("missing") == 0 || r.of("drifted") == 0 {
+		t.Fatalf("restores: %d missing, %d drifted", r.of("missing"), r.of("drifted"))
+	}
+	c, err := js.Consumer(ctx, stream, events.MeterConsumer)
+	if err != nil || c.CachedInfo().Config.FilterSubject != rt.Namespace().StatusWildcard() {
+		t.Fatalf("the meter's consumer was not restored: %v", err)
+	}
+}

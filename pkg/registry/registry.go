@@ -37,7 +37,7 @@ import (
 // DefaultTTL is how long an announcement lives unless rewritten.
 const DefaultTTL = 30 * time.Second
 
-// markerTTL is how long the marker an expired or purged key leaves lives.
+// markerTTL is how long the marker of a withdrawn announcement lives.
 const markerTTL = time.Minute
 
 // Info describes an agent type. Zero fields are left out: a type without
@@ -101,15 +101,17 @@ func Open(ctx context.Context, js jetstream.JetStream, ns events.Namespace, repl
 	kv, err := js.KeyValue(ctx, bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:         bucket,
-			Description:    "jetrun agent registry: <agentType>.<worker> = the worker's announcement, with a TTL",
-			History:        1,
-			Storage:        jetstream.FileStorage,
-			Replicas:       cmp.Or(replicas, 1),
-			LimitMarkerTTL: markerTTL,
+			Bucket:      bucket,
+			Description: "jetrun agent registry: <agentType>.<worker> = the worker's announcement, with a TTL",
+			History:     1,
+			Storage:     jetstream.FileStorage,
+			Replicas:    cmp.Or(replicas, 1),
 		})
 		if errors.Is(err, jetstream.ErrBucketExists) {
 			kv, err = js.KeyValue(ctx, bucket)
+		}
+		if err == nil { // it refuses roll-ups: see events.HardenBucket
+			_, err = events.HardenBucket(ctx, js, bucket)
 		}
 	}
 	if err != nil {
@@ -151,7 +153,7 @@ func (r *Registry) Announce(ctx context.Context, a Announcement, ttl time.Durati
 
 // Withdraw removes worker's announcement of agentType.
 func (r *Registry) Withdraw(ctx context.Context, agentType, worker string) error {
-	if err := r.kv.Purge(ctx, key(agentType, worker), jetstream.PurgeTTL(markerTTL)); err != nil {
+	if err := events.DeleteKey(ctx, r.js, r.kv.Bucket(), key(agentType, worker), markerTTL); err != nil {
 		return fmt.Errorf("registry: withdraw agent type %s of worker %s: %w", agentType, worker, err)
 	}
 	return nil

@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/pull"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jsfault"
@@ -39,6 +40,22 @@ func (w *Worker) repairConsumer(cfg jetstream.ConsumerConfig) func(ctx context.C
 		}
 		return nil
 	}
+}
+
+// keeper keeps the dispatch consumer cfg as configured: a consumer another
+// process (any credential that may create one) re-pointed or paused is
+// restored loudly (pull.Keeper), by an update: the child role may not
+// delete consumers.
+func (w *Worker) keeper(cfg jetstream.ConsumerConfig) *pull.Keeper {
+	k := &pull.Keeper{JS: w.js, Stream: w.ns.DispatchStream(), Config: cfg, Logger: w.log, ByUpdate: true,
+		Ensure: func(ctx context.Context) error {
+			w.ensure(ctx, errors.New("consumer "+cfg.Durable+" is missing"))
+			return nil
+		}}
+	if r, ok := w.cfg.Observer.(pull.Restorer); ok {
+		k.Restorer = r
+	}
+	return k
 }
 
 // ensure re-creates the streams and buckets the worker uses when a JetStream

@@ -232,7 +232,7 @@ func (w *Worker) setUp(ctx context.Context) error {
 	loops := []pull.Loop{{
 		Consumer: malformed, Concurrency: 1, Stopped: nak,
 		Handle: func(m jetstream.Msg, _ *pull.Slot) { w.settle(runCtx, w.log, m, w.deadLetterMalformed(runCtx, m)) },
-		Logger: w.log, Name: malformedConsumer, Repair: w.repairConsumer(malformedCfg),
+		Logger: w.log, Name: malformedConsumer, Repair: w.repairConsumer(malformedCfg), Keep: w.keeper(malformedCfg),
 	}}
 	for agentType, c := range consumers {
 		loops = append(loops, pull.Loop{
@@ -241,6 +241,7 @@ func (w *Worker) setUp(ctx context.Context) error {
 				w.settle(runCtx, w.log, m, w.process(runCtx, agentType, m, slot))
 			},
 			Logger: w.log, Name: events.AgentConsumer(agentType), Repair: w.repairConsumer(configs[agentType]),
+			Keep: w.keeper(configs[agentType]),
 		})
 	}
 	for _, l := range loops {
