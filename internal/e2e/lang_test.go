@@ -401,7 +401,7 @@ func TestJavaScriptProducer(t *testing.T) {
 // for make run) and its curl commands.
 func TestReadmePythonChild(t *testing.T) {
 	t.Parallel()
-	cmds := readmeCommands(t, "### A child in Python", "## Configuration", "", 0)
+	cmds := readmeCommands(t, "### A child in Python", "### Agent registry and LLM tools", "", 0)
 	var pyCmd, runCmd string
 	var curls []string
 	for _, c := range cmds {
