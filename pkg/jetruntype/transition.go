@@ -163,6 +163,9 @@ func NewRun(agentType string, d events.Dispatch, seq uint64, now time.Time) *Run
 		ConcurrencyKey:   d.ConcurrencyKey,
 		Strategy:         d.Strategy,
 		DebounceMs:       d.DebounceMs,
+		Budget:           d.Budget,
+		Root:             d.Root,
+		BudgetFrom:       d.BudgetFrom,
 	}
 }
 
@@ -181,6 +184,9 @@ func (r *Run) Dispatch() events.Dispatch {
 		ConcurrencyKey:   r.ConcurrencyKey,
 		Strategy:         r.Strategy,
 		DebounceMs:       r.DebounceMs,
+		Budget:           r.Budget,
+		Root:             r.Root,
+		BudgetFrom:       r.BudgetFrom,
 	}
 }
 

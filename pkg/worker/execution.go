@@ -82,6 +82,7 @@ type execution struct {
 	signalEvents  int64             // numbers the signal events' message ids
 
 	nest execNested // nested runs and calls (nested.go, call.go)
+	use  execUsage  // usage reports (usage.go)
 }
 
 // newExecution prepares the attempt of a run the worker is about to claim;

@@ -13,6 +13,7 @@
 //	{"call": {"name": "<call name>", "input": <any>}}
 //	{"result": {"summary": "…", "output": <any>}}
 //	{"error": "…", "retryable": false}
+//	{"usage": {"inputTokens": 0, "outputTokens": 0, "costMicros": 0, "model": "…"}}
 //
 // A line that breaks this format is a FormatError: the run ends "error"
 // with the line number and the reason; it is never retried.
@@ -42,7 +43,7 @@ const (
 	KindError     = "error"
 )
 
-var kinds = []string{KindChunk, KindProgress, KindMilestone, KindWait, KindCall, KindResult, KindError}
+var kinds = []string{KindChunk, KindProgress, KindMilestone, KindWait, KindCall, KindResult, KindError, KindUsage}
 
 // Request is what a child receives for a run: the http type POSTs it, the
 // exec type writes it as the first line of the command's stdin.
@@ -142,6 +143,7 @@ type Event struct {
 	Result    worker.Result
 	Error     string
 	Retryable bool
+	Usage     worker.Usage
 }
 
 // FormatError is an event line that breaks the format.
@@ -254,6 +256,11 @@ func Parse(n int, line []byte) (Event, error) {
 		if len(r.Output) > 0 && !bytes.Equal(r.Output, []byte("null")) {
 			ev.Result.Output = r.Output
 		}
+	case KindUsage:
+		var why string
+		if ev.Usage, why = parseUsage(raw); why != "" {
+			return bad("%s", why)
+		}
 	case KindError:
 		if json.Unmarshal(raw, &ev.Error) != nil || ev.Error == "" {
 			return bad(`"error" must be a non-empty string`)
@@ -265,7 +272,7 @@ func Parse(n int, line []byte) (Event, error) {
 	return ev, nil
 }
 
-// Apply maps a chunk, progress or milestone event onto run. Other kinds are
+// Apply maps a chunk, progress, milestone or usage event onto run. Other kinds are
 // the caller's to handle.
 func Apply(ctx context.Context, run *worker.Run, ev Event) error {
 	switch ev.Kind {
@@ -280,6 +287,8 @@ func Apply(ctx context.Context, run *worker.Run, ev Event) error {
 		}
 		_, err := run.Milestone(ctx, ev.Milestone.Name, data)
 		return err
+	case KindUsage:
+		return run.Usage(ctx, ev.Usage)
 	}
 	return fmt.Errorf("eventline: %s is not a run event", ev.Kind)
 }

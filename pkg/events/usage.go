@@ -1,0 +1,81 @@
+package events
+
+import (
+	"errors"
+	"fmt"
+)
+
+// UsageReport is one report of what a run spent: tokens and cost (in
+// millionths of the caller's currency unit) on a model. Every field is
+// optional; reports add up. It is the payload of an event line
+// {"usage": {...}} and of worker.Run.Usage.
+type UsageReport struct {
+	InputTokens  int64  `json:"inputTokens,omitempty"`
+	OutputTokens int64  `json:"outputTokens,omitempty"`
+	CostMicros   int64  `json:"costMicros,omitempty"`
+	Model        string `json:"model,omitempty"`
+}
+
+// MaxModelNameLength bounds UsageReport.Model.
+const MaxModelNameLength = 128
+
+// Validate checks that u's counts are not negative and its model name fits.
+func (u UsageReport) Validate() error {
+	var errs []error
+	if u.InputTokens < 0 || u.OutputTokens < 0 || u.CostMicros < 0 {
+		errs = append(errs, errors.New("usage counts must not be negative"))
+	}
+	if len(u.Model) > MaxModelNameLength {
+		errs = append(errs, fmt.Errorf("usage model name is %d bytes; the limit is %d", len(u.Model), MaxModelNameLength))
+	}
+	return errors.Join(errs...)
+}
+
+// Empty reports whether u adds nothing.
+func (u UsageReport) Empty() bool {
+	return u.InputTokens == 0 && u.OutputTokens == 0 && u.CostMicros == 0
+}
+
+// TreeBudget bounds what a run and every run nested under it may spend
+// together: tokens (input plus output), cost in micros, and the number of
+// nested runs started. A zero field sets no bound.
+//
+// Nested runs draw from the budget of every ancestor that carries one; a
+// nested run may carry a smaller budget of its own for its own subtree.
+// Usage past a budget stops the subtree of the run that carries it: every
+// live run in it ends interrupted with reason budget-exceeded.
+type TreeBudget struct {
+	Tokens     int64 `json:"tokens,omitempty"`
+	CostMicros int64 `json:"costMicros,omitempty"`
+	Runs       int64 `json:"runs,omitempty"`
+}
+
+// Validate checks that b's bounds are not negative.
+func (b *TreeBudget) Validate() error {
+	if b == nil {
+		return nil
+	}
+	if b.Tokens < 0 || b.CostMicros < 0 || b.Runs < 0 {
+		return errors.New(`"budget" bounds must not be negative`)
+	}
+	return nil
+}
+
+// validateTree checks the budget and tree fields of d.
+func (d *Dispatch) validateTree() []error {
+	var errs []error
+	if err := d.Budget.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if d.Root != "" {
+		if err := ValidateID(d.Root); err != nil {
+			errs = append(errs, fmt.Errorf(`"root": %w`, err))
+		}
+	}
+	for _, id := range d.BudgetFrom {
+		if err := ValidateID(id); err != nil {
+			errs = append(errs, fmt.Errorf(`"budgetFrom": %w`, err))
+		}
+	}
+	return errs
+}

@@ -1,0 +1,178 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
+	"github.com/jetrun/jetrun/pkg/parent"
+)
+
+// Usage is one report of what a handler spent (Run.Usage): tokens and cost
+// in millionths of a currency unit, optionally on a named model.
+type Usage = events.UsageReport
+
+// ErrBudgetExceeded is returned by Run.Usage once the run's tree is
+// stopped for a budget (parent.ErrBudgetExceeded). A handler that returns
+// it ends its run interrupted, reason budget-exceeded.
+var ErrBudgetExceeded = parent.ErrBudgetExceeded
+
+// Usage and the row.
+//
+// A report adds to the attempt's totals in memory; the row's usage is the
+// usage it had when the attempt started plus the attempt's, written by the
+// next row sync (every RowSyncInterval while the run reports) and by the
+// attempt's final write, like progress: no round trip per report. A
+// takeover starts from the row's usage, so what a kill -9 loses is the
+// reports of the attempt's last RowSyncInterval (the work behind them is
+// usually done again by the next attempt, and reported again).
+//
+// The tree. The usage is also added to the tree totals of the top of the
+// run's tree and of every run whose budget it draws from
+// (jetruntype.Run.Charges; parent.Client.Charge): for a run in a tree with
+// a budget at every report, before Usage returns (one compare-and-set per
+// budget), so the budget is enforced where the usage lands; for a run in a
+// tree without one, at the row sync, before the run's own row. A tree's
+// totals count every report they were charged with, so a report charged
+// and then lost from the run's own row by a kill -9 counts once in the
+// tree and not in the run.
+
+// execUsage is an attempt's usage state; mu is a leaf lock, chargeMu
+// (held while a charge is on its way) comes before it.
+type execUsage struct {
+	mu       sync.Mutex
+	started  bool
+	base     *jetruntype.Usage // the row's usage when the attempt started
+	attempt  jetruntype.Usage  // reported by this attempt
+	charges  []string          // the runs whose tree totals the usage adds to
+	budgeted bool
+
+	chargeMu sync.Mutex
+	charged  jetruntype.UsageTotals // of attempt, added to the tree totals
+}
+
+// Usage reports what the handler spent: reports add up on the run's row
+// (usage: totals and per model) and on its tree's (treeUsage on the top of
+// the tree). In a tree with a budget each report is counted against it
+// before Usage returns; once the tree is stopped for a budget, Usage
+// returns ErrBudgetExceeded (wrapped) and the run's context is cancelled.
+func (r *Run) Usage(ctx context.Context, u Usage) error {
+	if err := u.Validate(); err != nil {
+		return fmt.Errorf("worker: usage: %w", err)
+	}
+	if r.fake != nil || u.Empty() {
+		return nil
+	}
+	e := r.e
+	if e.isEnded() {
+		return ErrLeaseLost
+	}
+	e.use.mu.Lock()
+	if !e.use.started {
+		e.use.started, e.use.base = true, r.row.Usage.Clone()
+		e.use.charges, e.use.budgeted = r.row.Charges(), r.row.Budgeted()
+	}
+	e.use.attempt.Add(u)
+	budgeted := e.use.budgeted
+	e.use.mu.Unlock()
+	e.stateMu.Lock()
+	e.dirty = true
+	e.stateMu.Unlock()
+	if !budgeted {
+		return nil
+	}
+	if err := e.chargeTree(ctx); err != nil {
+		return fmt.Errorf("worker: usage of run %s: %w", e.id, err)
+	}
+	return nil
+}
+
+// applyUsage sets the row's usage (applyState; cumulative, so idempotent).
+func (e *execution) applyUsage(r *jetruntype.Run) {
+	e.use.mu.Lock()
+	defer e.use.mu.Unlock()
+	if !e.use.started {
+		return
+	}
+	u := e.use.attempt
+	if e.use.base != nil {
+		u = e.use.base.Plus(u)
+	}
+	r.Usage = &u
+}
+
+// usageTotals returns the run's own usage as the row will have it.
+func (e *execution) usageTotals() (jetruntype.Usage, bool) {
+	e.use.mu.Lock()
+	defer e.use.mu.Unlock()
+	if !e.use.started {
+		return jetruntype.Usage{}, false
+	}
+	u := e.use.attempt
+	if e.use.base != nil {
+		u = e.use.base.Plus(u)
+	}
+	return u, true
+}
+
+// chargeTree adds the attempt's usage not yet charged to the tree totals
+// of the runs it is charged to. A failed charge stays pending for the next.
+func (e *execution) chargeTree(ctx context.Context) error {
+	e.use.chargeMu.Lock()
+	defer e.use.chargeMu.Unlock()
+	e.use.mu.Lock()
+	if !e.use.started {
+		e.use.mu.Unlock()
+		return nil
+	}
+	total, charges := e.use.attempt.UsageTotals, e.use.charges
+	e.use.mu.Unlock()
+	d := total.Sub(e.use.charged)
+	if d.IsZero() {
+		return nil
+	}
+	client, err := e.w.parentClient(ctx)
+	if err != nil {
+		return err
+	}
+	err = client.Charge(ctx, charges, d)
+	if err == nil || errors.Is(err, parent.ErrBudgetExceeded) {
+		e.use.charged = total
+	}
+	if errors.Is(err, parent.ErrBudgetExceeded) {
+		e.cancelWith(err)
+	}
+	return err
+}
+
+// chargeAtSync charges the tree of an unbudgeted run before a row write
+// (heart sync, final write); a fault is logged and the charge retried at
+// the next.
+func (e *execution) chargeAtSync(ctx context.Context) {
+	if err := e.chargeTree(ctx); err != nil && !errors.Is(err, parent.ErrBudgetExceeded) {
+		e.log.WarnContext(ctx, "charge usage to the run's tree; retried at the next row sync", "err", err)
+	}
+}
+
+// budgetStop ends an attempt whose handler returned ErrBudgetExceeded:
+// interrupted, reason budget-exceeded (a run the tree's stop reached first
+// keeps the interrupt it wrote).
+func (e *execution) budgetStop(herr, cause error) {
+	if herr == nil || !errors.Is(herr, ErrBudgetExceeded) {
+		herr = cause
+	}
+	e.finalize(events.StatusInterrupted, events.ReasonBudgetExceeded, herr.Error(), func(r *jetruntype.Run) {
+		r.Interrupt(events.ReasonBudgetExceeded, herr.Error(), false, r.FinishedAt)
+	})
+}
+
+// keepsBudgetStop reports whether an attempt's outcome status leaves r,
+// interrupted, as it is: a run stopped for its tree's budget stays stopped
+// unless it completed (the handler's error is most likely the stop's own
+// doing, a child's failure or a refused report).
+func keepsBudgetStop(r *jetruntype.Run, status events.Status) bool {
+	return r.Overrun != nil && r.Reason == events.ReasonBudgetExceeded && status != events.StatusCompleted
+}
