@@ -91,6 +91,7 @@ type Metrics struct {
 	sweepErrors  prometheus.Counter
 	sweepActive  prometheus.Gauge
 	sweepTouched *prometheus.CounterVec
+	usage        usageCounters
 
 	mu     sync.Mutex
 	zeroed map[zeroKey]bool // the groups of series set to 0 so far
@@ -168,6 +169,7 @@ func New() *Metrics {
 	m.reg.MustRegister(m.sweepTook, m.sweepErrors, m.sweepActive)
 	m.sweepTouched = counter("jetrun_reconcile_runs_touched_total",
 		"Runs a reconcile sweep acted on, by action.", "action")
+	m.usage = newUsageCounters(counter)
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for action := range sweepActions(reconcile.Stats{}) {
 		m.sweepTouched.WithLabelValues(action)
@@ -262,6 +264,7 @@ func (m *Metrics) RunEnded(e worker.RunEnd) {
 	m.inFlight.WithLabelValues(e.AgentType).Dec()
 	m.finished.WithLabelValues(e.AgentType, e.Outcome).Inc()
 	m.duration.WithLabelValues(e.AgentType, e.Outcome).Observe(e.Took.Seconds())
+	m.usage.count(e.AgentType, e.Usage)
 	switch {
 	case e.Outcome == worker.OutcomeLeaseLost:
 		m.leaseLosses.WithLabelValues(e.AgentType).Inc()

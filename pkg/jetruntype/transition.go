@@ -90,6 +90,9 @@ func (r *Run) StatusEvent(worker string) events.StatusEvent {
 	if r.Status == events.StatusRunning {
 		ev.Worker = worker
 	}
+	if r.Status.Terminal() {
+		ev.Usage = r.Usage.Clone()
+	}
 	return ev
 }
 

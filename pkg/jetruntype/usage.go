@@ -2,84 +2,21 @@ package jetruntype
 
 import (
 	"fmt"
-	"maps"
 	"slices"
 	"time"
 
 	"github.com/jetrun/jetrun/pkg/events"
 )
 
-// UsageTotals is what a run, or a tree of runs, spent.
-type UsageTotals struct {
-	InputTokens  int64 `json:"inputTokens"`
-	OutputTokens int64 `json:"outputTokens"`
-	CostMicros   int64 `json:"costMicros"`
-}
-
-// Tokens is the input plus output tokens.
-func (u UsageTotals) Tokens() int64 { return u.InputTokens + u.OutputTokens }
-
-// Add returns u plus v.
-func (u UsageTotals) Add(v UsageTotals) UsageTotals {
-	return UsageTotals{u.InputTokens + v.InputTokens, u.OutputTokens + v.OutputTokens, u.CostMicros + v.CostMicros}
-}
-
-// Sub returns u minus v.
-func (u UsageTotals) Sub(v UsageTotals) UsageTotals {
-	return UsageTotals{u.InputTokens - v.InputTokens, u.OutputTokens - v.OutputTokens, u.CostMicros - v.CostMicros}
-}
-
-// IsZero reports whether u counts nothing.
-func (u UsageTotals) IsZero() bool { return u == UsageTotals{} }
+// UsageTotals and Usage are the events package's (a run's usage travels
+// on its status events).
+type (
+	UsageTotals = events.UsageTotals
+	Usage       = events.Usage
+)
 
 // TotalsOf returns the totals of one report.
-func TotalsOf(r events.UsageReport) UsageTotals {
-	return UsageTotals{r.InputTokens, r.OutputTokens, r.CostMicros}
-}
-
-// Usage is a run's own usage: its totals across attempts, and per model
-// (reports without a model count only in the totals).
-type Usage struct {
-	UsageTotals
-	Models map[string]UsageTotals `json:"models,omitempty"`
-}
-
-// Add adds one report to u.
-func (u *Usage) Add(r events.UsageReport) {
-	t := TotalsOf(r)
-	u.UsageTotals = u.UsageTotals.Add(t)
-	if r.Model != "" {
-		if u.Models == nil {
-			u.Models = make(map[string]UsageTotals)
-		}
-		u.Models[r.Model] = u.Models[r.Model].Add(t)
-	}
-}
-
-// Plus returns u with every count of v added.
-func (u Usage) Plus(v Usage) Usage {
-	out := Usage{UsageTotals: u.UsageTotals.Add(v.UsageTotals)}
-	if len(u.Models)+len(v.Models) > 0 {
-		out.Models = maps.Clone(u.Models)
-		if out.Models == nil {
-			out.Models = make(map[string]UsageTotals, len(v.Models))
-		}
-		for m, t := range v.Models {
-			out.Models[m] = out.Models[m].Add(t)
-		}
-	}
-	return out
-}
-
-// Clone returns a deep copy of u (nil for nil).
-func (u *Usage) Clone() *Usage {
-	if u == nil {
-		return nil
-	}
-	c := *u
-	c.Models = maps.Clone(u.Models)
-	return &c
-}
+func TotalsOf(r events.UsageReport) UsageTotals { return events.TotalsOf(r) }
 
 // Overrun says which budget of a tree was exceeded and by how much.
 type Overrun struct {

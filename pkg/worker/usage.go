@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 
 	"github.com/jetrun/jetrun/pkg/events"
@@ -175,4 +176,13 @@ func (e *execution) budgetStop(herr, cause error) {
 // doing, a child's failure or a refused report).
 func keepsBudgetStop(r *jetruntype.Run, status events.Status) bool {
 	return r.Overrun != nil && r.Reason == events.ReasonBudgetExceeded && status != events.StatusCompleted
+}
+
+// attemptUsage returns what this attempt reported.
+func (e *execution) attemptUsage() events.Usage {
+	e.use.mu.Lock()
+	defer e.use.mu.Unlock()
+	u := e.use.attempt
+	u.Models = maps.Clone(u.Models)
+	return u
 }
