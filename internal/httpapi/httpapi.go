@@ -174,6 +174,8 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, http.StatusConflict, "key_busy", err.Error())
 	case errors.Is(err, parent.ErrConcurrencyLimit):
 		writeError(w, http.StatusTooManyRequests, "concurrency_limit", err.Error())
+	case errors.Is(err, parent.ErrBudgetExceeded):
+		writeError(w, http.StatusConflict, "budget_exceeded", err.Error())
 	case errors.Is(err, parent.ErrDispatchFailed):
 		writeError(w, http.StatusServiceUnavailable, "dispatch_failed", err.Error())
 	case r.Context().Err() != nil:
@@ -248,6 +250,8 @@ type dispatchBody struct {
 	ConcurrencyKey   string           `json:"concurrencyKey"`
 	Strategy         events.Strategy  `json:"strategy"`
 	DebounceMs       int64            `json:"debounceMs"`
+	// Budget bounds the run's tree (events.TreeBudget).
+	Budget *events.TreeBudget `json:"budget"`
 }
 
 // outcomeBody is the response of POST /v1/runs?wait=true.
@@ -290,6 +294,7 @@ func (a *api) dispatch(w http.ResponseWriter, r *http.Request) {
 		ConcurrencyKey: body.ConcurrencyKey,
 		Strategy:       body.Strategy,
 		Debounce:       time.Duration(body.DebounceMs) * time.Millisecond,
+		Budget:         body.Budget,
 	}
 	row, created, err := a.client.DispatchNew(r.Context(), req)
 	if err != nil {

@@ -79,8 +79,8 @@ func (c *Client) fillTree(ctx context.Context, d *events.Dispatch, parentRow *je
 
 // Charge adds usage d to the tree totals of the runs ids (a run's
 // jetruntype.Run.Charges), one compare-and-set each. A charge that takes a
-// budget past its bound stops that budget's subtree (StopTree) before
-// Charge returns. It returns an error wrapping ErrBudgetExceeded when any
+// budget past its bound, or lands in a tree stopped for one, stops that
+// budget's subtree (StopTree) before Charge returns. It returns an error wrapping ErrBudgetExceeded when any
 // of the runs' trees is stopped for a budget (by this charge or before).
 func (c *Client) Charge(ctx context.Context, ids []string, d jetruntype.UsageTotals) error {
 	var stopped *jetruntype.Overrun
@@ -97,9 +97,14 @@ func (c *Client) Charge(ctx context.Context, ids []string, d jetruntype.UsageTot
 		if err != nil {
 			return fmt.Errorf("parent: charge usage to run %s: %w", id, err)
 		}
-		if crossed != nil {
-			if err := c.StopTree(ctx, *crossed); err != nil {
-				return err
+		// A charge into a tree stopped already stops it again (a no-op
+		// once done): its run then ends only after every run above it was
+		// stopped, never while the stop is still under way.
+		// A failed stop is the reconciler's to complete; the charge landed
+		// and must not be repeated.
+		if o := cmpOverrun(crossed, was); o != nil {
+			if err := c.StopTree(ctx, *o); err != nil {
+				c.log.WarnContext(ctx, "stop a tree past its budget; the reconciler completes it", "run_id", o.Owner, "err", err)
 			}
 		}
 		stopped = cmpOverrun(stopped, crossed, was)

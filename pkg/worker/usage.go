@@ -121,7 +121,12 @@ func (e *execution) usageTotals() (jetruntype.Usage, bool) {
 
 // chargeTree adds the attempt's usage not yet charged to the tree totals
 // of the runs it is charged to. A failed charge stays pending for the next.
+// A charge under way is not cut short by the end of the handler's context
+// (a cancel by the very stop it caused, say): a charge that landed and was
+// not recorded would count twice.
 func (e *execution) chargeTree(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+	defer cancel()
 	e.use.chargeMu.Lock()
 	defer e.use.chargeMu.Unlock()
 	e.use.mu.Lock()
