@@ -9,6 +9,7 @@ import (
 
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
+	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/parent"
 )
 
@@ -71,11 +72,10 @@ func (r *Run) Usage(ctx context.Context, u Usage) error {
 	if e.isEnded() {
 		return ErrLeaseLost
 	}
-	e.use.mu.Lock()
-	if !e.use.started {
-		e.use.started, e.use.base = true, r.row.Usage.Clone()
-		e.use.charges, e.use.budgeted = r.row.Charges(), r.row.Budgeted()
+	if err := e.startUsage(ctx, r.row); err != nil {
+		return err
 	}
+	e.use.mu.Lock()
 	e.use.attempt.Add(u)
 	budgeted := e.use.budgeted
 	e.use.mu.Unlock()
@@ -87,6 +87,37 @@ func (r *Run) Usage(ctx context.Context, u Usage) error {
 	}
 	if err := e.chargeTree(ctx); err != nil {
 		return fmt.Errorf("worker: usage of run %s: %w", e.id, err)
+	}
+	return nil
+}
+
+// startUsage prepares the attempt's usage state at its first report. A
+// nested run dispatched by a plain publish names its parent but not its
+// tree: the parent's row says which (one read, at the first report).
+func (e *execution) startUsage(ctx context.Context, row *jetruntype.Run) error {
+	e.use.mu.Lock()
+	started := e.use.started
+	e.use.mu.Unlock()
+	if started {
+		return nil
+	}
+	tree := row
+	if row.Parent != "" && row.Root == "" {
+		p, _, err := e.w.store.Get(ctx, row.Parent)
+		switch {
+		case errors.Is(err, kv.ErrRunNotFound):
+		case err != nil:
+			return fmt.Errorf("worker: usage of run %s: read its parent: %w", e.id, err)
+		default:
+			tree = row.Clone()
+			tree.Root, tree.BudgetFrom = p.ChildTree()
+		}
+	}
+	e.use.mu.Lock()
+	defer e.use.mu.Unlock()
+	if !e.use.started {
+		e.use.started, e.use.base = true, row.Usage.Clone()
+		e.use.charges, e.use.budgeted = tree.Charges(), tree.Budgeted()
 	}
 	return nil
 }
@@ -125,21 +156,23 @@ func (e *execution) usageTotals() (jetruntype.Usage, bool) {
 // (a cancel by the very stop it caused, say): a charge that landed and was
 // not recorded would count twice.
 func (e *execution) chargeTree(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
-	defer cancel()
+	e.use.mu.Lock()
+	started := e.use.started
+	e.use.mu.Unlock()
+	if !started {
+		return nil // no usage: nothing on the hot path
+	}
 	e.use.chargeMu.Lock()
 	defer e.use.chargeMu.Unlock()
 	e.use.mu.Lock()
-	if !e.use.started {
-		e.use.mu.Unlock()
-		return nil
-	}
 	total, charges := e.use.attempt.UsageTotals, e.use.charges
 	e.use.mu.Unlock()
 	d := total.Sub(e.use.charged)
 	if d.IsZero() {
 		return nil
 	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+	defer cancel()
 	client, err := e.w.parentClient(ctx)
 	if err != nil {
 		return err

@@ -257,3 +257,35 @@ func TestTreeBudgetRunsRefusesChild(t *testing.T) {
 		t.Fatal("the refused child has a row")
 	}
 }
+
+// A nested run dispatched by a plain publish (naming only its parent)
+// draws from its tree's budget too: its first report reads its parent's
+// row to learn the tree.
+func TestPlainPublishedChildDrawsFromItsRootsBudget(t *testing.T) {
+	t.Parallel()
+	b, _ := setup(t, worker.Config{Concurrency: 3}, map[string]worker.Handler{
+		"idle": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			<-ctx.Done()
+			return worker.Result{}, context.Cause(ctx)
+		}),
+		"pay": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			return worker.Result{}, spendLoop(ctx, run, 40)
+		}),
+	})
+	c := newClient(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := c.Dispatch(ctx, parent.Request{AgentType: "idle", RunID: "pp-root", Input: 1,
+		Budget: &events.TreeBudget{Tokens: 100}}); err != nil {
+		t.Fatal(err)
+	}
+	jetruntest.WaitRow(t, b.store, "pp-root", 30*time.Second, func(r *jetruntype.Run) bool { return r.Status == events.StatusRunning })
+	publish(t, b.js, "jetrun.dispatch.pay", `{"runId":"pp-child","input":1,"parent":"pp-root","depth":1}`)
+	stopped := func(r *jetruntype.Run) bool { return r.Status == events.StatusInterrupted && r.Worker == "" }
+	for _, id := range []string{"pp-root", "pp-child"} {
+		row := jetruntest.WaitRow(t, b.store, id, 30*time.Second, stopped)
+		if row.Reason != events.ReasonBudgetExceeded || row.Overrun == nil || row.Overrun.Owner != "pp-root" {
+			t.Fatalf("%s: %s %q overrun %+v", id, row.Status, row.Reason, row.Overrun)
+		}
+	}
+}
