@@ -289,3 +289,42 @@ func TestPlainPublishedChildDrawsFromItsRootsBudget(t *testing.T) {
 		}
 	}
 }
+
+// A nested run with a smaller budget of its own: past it, only its
+// subtree stops; the root goes on, and its tree totals count the child's
+// spend.
+func TestChildBudgetStopsOnlyItsSubtree(t *testing.T) {
+	t.Parallel()
+	b, _ := setup(t, worker.Config{Concurrency: 3}, map[string]worker.Handler{
+		"pay": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			return worker.Result{}, spendLoop(ctx, run, 40)
+		}),
+		"boss": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			_, err := run.RunChild(ctx, worker.ChildRequest{AgentType: "pay", CallID: "sub", Input: 1,
+				Budget: &events.TreeBudget{Tokens: 100}})
+			if f, ok := parent.IsFailure(err); !ok || f.Reason != events.ReasonBudgetExceeded {
+				return worker.Result{}, fmt.Errorf("child: %v", err)
+			}
+			return worker.Result{Summary: "went on"}, nil
+		}),
+	})
+	c := newClient(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := c.Run(ctx, parent.Request{AgentType: "boss", RunID: "cb", Input: 1, Budget: &events.TreeBudget{Tokens: 100000}})
+	if err != nil || res.Summary != "went on" {
+		t.Fatalf("root: %+v %v", res, err)
+	}
+	sub := jetruntest.WaitRow(t, b.store, parent.RunID("cb", "sub"), 30*time.Second, func(r *jetruntype.Run) bool {
+		return r.Status == events.StatusInterrupted && r.Worker == ""
+	})
+	if sub.Overrun == nil || sub.Overrun.Owner != sub.ID || sub.Overrun.Limit != 100 {
+		t.Fatalf("child overrun %+v", sub.Overrun)
+	}
+	root := jetruntest.WaitRow(t, b.store, "cb", 10*time.Second, func(r *jetruntype.Run) bool {
+		return r.TreeUsage != nil && sub.TreeUsage != nil && *r.TreeUsage == *sub.TreeUsage
+	})
+	if root.Overrun != nil || root.Status != events.StatusCompleted {
+		t.Fatalf("root: %s overrun %+v", root.Status, root.Overrun)
+	}
+}
