@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"github.com/jetrun/jetrun/internal/jetruntest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
+	"github.com/jetrun/jetrun/pkg/parent"
 )
 
 // A Python exec child reports usage per model call; its worker is killed
@@ -51,5 +53,29 @@ func TestPythonExecChildUsageAcrossAKill(t *testing.T) {
 	}
 	if row.TreeUsage == nil || row.TreeUsage.InputTokens < low || row.TreeUsage.InputTokens > high {
 		t.Fatalf("tree usage %+v, want input tokens in [%d, %d]", row.TreeUsage, low, high)
+	}
+}
+
+// The same Python child dispatched with a token budget: the usage line
+// that goes past it stops the run, interrupted with reason
+// budget-exceeded, and no call is paid after the one that crossed it.
+func TestPythonExecChildStoppedByItsBudget(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.childWorker(t, "sp-budget", map[string]string{
+		"JETRUN_EXEC_AGENTS": "spender=" + python3(t) + " " + examples(t, "python", "spender.py"),
+		"JETRUN_EXEC_GRACE":  "1s",
+	})
+	if _, err := e.client.Dispatch(context.Background(), parent.Request{AgentType: "spender", RunID: "sp-b",
+		Input: map[string]any{"calls": 50, "delay": 0.02}, Budget: &events.TreeBudget{Tokens: 500}}); err != nil {
+		t.Fatal(err)
+	}
+	row := jetruntest.WaitRow(t, e.store, "sp-b", 60*time.Second, func(r *jetruntype.Run) bool {
+		return r.Status == events.StatusInterrupted && r.Worker == ""
+	})
+	// 120 tokens a call: the fifth call (600) crosses 500.
+	if row.Reason != events.ReasonBudgetExceeded || row.Overrun == nil || row.Overrun.Used != 600 ||
+		row.TreeUsage == nil || row.TreeUsage.Tokens() != 600 {
+		t.Fatalf("row: %s %q overrun %+v tree %+v (%s)", row.Status, row.Reason, row.Overrun, row.TreeUsage, row.Error)
 	}
 }
