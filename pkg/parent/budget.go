@@ -102,12 +102,12 @@ func (c *Client) Charge(ctx context.Context, ids []string, d jetruntype.UsageTot
 		// stopped, never while the stop is still under way.
 		// A failed stop is the reconciler's to complete; the charge landed
 		// and must not be repeated.
-		if o := cmpOverrun(crossed, was); o != nil {
+		if o := firstOverrun(crossed, was); o != nil {
 			if err := c.StopTree(ctx, *o); err != nil {
 				c.log.WarnContext(ctx, "stop a tree past its budget; the reconciler completes it", "run_id", o.Owner, "err", err)
 			}
 		}
-		stopped = cmpOverrun(stopped, crossed, was)
+		stopped = firstOverrun(stopped, crossed, was)
 	}
 	if stopped != nil {
 		return fmt.Errorf("parent: %w: %s", ErrBudgetExceeded, stopped)
@@ -115,7 +115,8 @@ func (c *Client) Charge(ctx context.Context, ids []string, d jetruntype.UsageTot
 	return nil
 }
 
-func cmpOverrun(os ...*jetruntype.Overrun) *jetruntype.Overrun {
+// firstOverrun returns the first of os that is not nil.
+func firstOverrun(os ...*jetruntype.Overrun) *jetruntype.Overrun {
 	for _, o := range os {
 		if o != nil {
 			return o

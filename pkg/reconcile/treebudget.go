@@ -6,7 +6,6 @@ import (
 
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
-	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/obs"
 )
 
@@ -29,12 +28,9 @@ func (s *sweep) stoppedTree(ctx context.Context, row *jetruntype.Run) (bool, err
 	o := *p.Overrun
 	changed := false
 	next, _, err := s.r.store.Mutate(ctx, row.ID, func(r *jetruntype.Run) error {
-		err := r.StopForBudget(o, s.r.holderAlive(ctx, r), time.Now())
+		err := r.StopForBudget(o, s.r.holderAlive(ctx, r), time.Now()) // nil or jetruntype.ErrNoChange
 		changed = err == nil
-		if err != nil {
-			return kv.ErrNoChange
-		}
-		return nil
+		return err
 	})
 	if err != nil || !changed {
 		return true, err

@@ -202,6 +202,7 @@ func (e *execution) handBack() {
 	defer cancel()
 	_ = e.drain(ctx)
 	e.pub.fence()
+	e.chargeAtSync(ctx)
 	_, err := e.write(ctx, func(r *jetruntype.Run) error {
 		if err := e.owned(r); err != nil {
 			return err
