@@ -20,6 +20,10 @@ type UsageReport struct {
 // MaxModelNameLength bounds UsageReport.Model.
 const MaxModelNameLength = 128
 
+// MaxUsageModels bounds the models a run's usage is kept per (Usage.Models):
+// reports on more models count only in the totals, so a row stays small.
+const MaxUsageModels = 32
+
 // Validate checks that u's counts are not negative and its model name fits.
 func (u UsageReport) Validate() error {
 	var errs []error
@@ -116,11 +120,11 @@ type Usage struct {
 	Models map[string]UsageTotals `json:"models,omitempty"`
 }
 
-// Add adds one report to u.
+// Add adds one report to u (per model for the first MaxUsageModels models).
 func (u *Usage) Add(r UsageReport) {
 	t := TotalsOf(r)
 	u.UsageTotals = u.UsageTotals.Add(t)
-	if r.Model != "" {
+	if _, known := u.Models[r.Model]; r.Model != "" && (known || len(u.Models) < MaxUsageModels) {
 		if u.Models == nil {
 			u.Models = make(map[string]UsageTotals)
 		}

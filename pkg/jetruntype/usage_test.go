@@ -2,6 +2,7 @@ package jetruntype_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -83,5 +84,16 @@ func TestChargesAndChildTree(t *testing.T) {
 	plain := &jetruntype.Run{ID: "p"}
 	if got := plain.Charges(); len(got) != 1 || got[0] != "p" || plain.Budgeted() {
 		t.Fatalf("top-level charges %v", got)
+	}
+}
+
+func TestUsageKeepsABoundedNumberOfModels(t *testing.T) {
+	var u jetruntype.Usage
+	for i := range events.MaxUsageModels + 5 {
+		u.Add(events.UsageReport{InputTokens: 1, Model: fmt.Sprint("m", i)})
+	}
+	u.Add(events.UsageReport{InputTokens: 1, Model: "m0"})
+	if len(u.Models) != events.MaxUsageModels || u.InputTokens != events.MaxUsageModels+6 || u.Models["m0"].InputTokens != 2 {
+		t.Fatalf("models %d, totals %+v", len(u.Models), u.UsageTotals)
 	}
 }
