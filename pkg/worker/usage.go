@@ -53,7 +53,7 @@ type execUsage struct {
 	budgeted bool
 
 	chargeMu sync.Mutex
-	charged  jetruntype.UsageTotals // of attempt, added to the tree totals
+	charged  map[string]jetruntype.UsageTotals // per run charged, the attempt's totals it has
 }
 
 // Usage reports what the handler spent: reports add up on the run's row
@@ -151,10 +151,13 @@ func (e *execution) usageTotals() (jetruntype.Usage, bool) {
 }
 
 // chargeTree adds the attempt's usage not yet charged to the tree totals
-// of the runs it is charged to. A failed charge stays pending for the next.
-// A charge under way is not cut short by the end of the handler's context
-// (a cancel by the very stop it caused, say): a charge that landed and was
-// not recorded would count twice.
+// of the runs it is charged to, each on its own: a failed charge stays
+// pending for the next, and one that landed is never repeated. The run's
+// own row (the top of its tree, or a run with a budget) is charged through
+// the attempt's row writes, so the row sync that follows does not lose a
+// compare-and-set to it. A charge under way is not cut short by the end
+// of the handler's context (a cancel by the very stop it caused, say): a
+// charge that landed and was not recorded would count twice.
 func (e *execution) chargeTree(ctx context.Context) error {
 	e.use.mu.Lock()
 	started := e.use.started
@@ -167,8 +170,13 @@ func (e *execution) chargeTree(ctx context.Context) error {
 	e.use.mu.Lock()
 	total, charges := e.use.attempt.UsageTotals, e.use.charges
 	e.use.mu.Unlock()
-	d := total.Sub(e.use.charged)
-	if d.IsZero() {
+	var pending []string
+	for _, id := range charges {
+		if e.use.charged[id] != total {
+			pending = append(pending, id)
+		}
+	}
+	if len(pending) == 0 {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
@@ -177,14 +185,58 @@ func (e *execution) chargeTree(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	err = client.Charge(ctx, charges, d)
-	if err == nil || errors.Is(err, parent.ErrBudgetExceeded) {
-		e.use.charged = total
+	var (
+		errs []error
+		over error
+	)
+	for _, id := range pending {
+		d := total.Sub(e.use.charged[id])
+		var err error
+		if id == e.id {
+			err = e.chargeSelf(ctx, client, d)
+		} else {
+			err = client.Charge(ctx, []string{id}, d)
+		}
+		switch {
+		case errors.Is(err, parent.ErrBudgetExceeded):
+			over = err
+		case err != nil:
+			errs = append(errs, err)
+			continue
+		}
+		if e.use.charged == nil {
+			e.use.charged = make(map[string]jetruntype.UsageTotals, len(charges))
+		}
+		e.use.charged[id] = total
 	}
-	if errors.Is(err, parent.ErrBudgetExceeded) {
-		e.cancelWith(err)
+	if over != nil {
+		e.cancelWith(over)
+		return over
 	}
-	return err
+	return errors.Join(errs...)
+}
+
+// chargeSelf adds d to the run's own tree totals, as Client.Charge does
+// for another run's.
+func (e *execution) chargeSelf(ctx context.Context, client *parent.Client, d jetruntype.UsageTotals) error {
+	var crossed, was *jetruntype.Overrun
+	if _, err := e.write(ctx, func(r *jetruntype.Run) error {
+		was, crossed = r.Overrun, r.Charge(d)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("worker: charge usage to run %s: %w", e.id, err)
+	}
+	o := crossed
+	if o == nil {
+		o = was
+	}
+	if o == nil {
+		return nil
+	}
+	if err := client.StopTree(ctx, *o); err != nil {
+		e.log.WarnContext(ctx, "stop a tree past its budget; the reconciler completes it", "err", err)
+	}
+	return fmt.Errorf("worker: %w: %s", parent.ErrBudgetExceeded, o)
 }
 
 // chargeAtSync charges the tree of an unbudgeted run before a row write
