@@ -110,6 +110,7 @@ func (body dispatchBody) request(trace events.TraceContext) parent.Request {
 		ConcurrencyKey:   body.ConcurrencyKey,
 		Strategy:         body.Strategy,
 		Debounce:         time.Duration(body.DebounceMs) * time.Millisecond,
+		Budget:           body.Budget,
 	}
 }
 

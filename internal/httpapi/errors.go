@@ -31,6 +31,8 @@ func (a *api) errorStatus(r *http.Request, err error) (int, string) {
 		return http.StatusConflict, "key_busy"
 	case errors.Is(err, parent.ErrConcurrencyLimit):
 		return http.StatusTooManyRequests, "concurrency_limit"
+	case errors.Is(err, parent.ErrBudgetExceeded):
+		return http.StatusConflict, "budget_exceeded"
 	case errors.Is(err, parent.ErrDispatchFailed):
 		return http.StatusServiceUnavailable, "dispatch_failed"
 	case r.Context().Err() != nil:

@@ -230,6 +230,8 @@ type dispatchBody struct {
 	ConcurrencyKey   string           `json:"concurrencyKey"`
 	Strategy         events.Strategy  `json:"strategy"`
 	DebounceMs       int64            `json:"debounceMs"`
+	// Budget bounds the run's tree (events.TreeBudget).
+	Budget *events.TreeBudget `json:"budget"`
 }
 
 // outcomeBody is the response of POST /v1/runs?wait=true.

@@ -344,6 +344,19 @@ func TestClearAndConcurrencyLimit(t *testing.T) {
 	if resp.StatusCode != 429 || body.Code != "concurrency_limit" {
 		t.Fatalf("over the cap: %d %+v", resp.StatusCode, body)
 	}
+
+	// A runs budget in the body: the child past it is refused.
+	wantStatus(t, do(t, "POST", b.url+"/v1/runs",
+		`{"agentType":"demo","runId":"bud","budget":{"runs":1},"input":{"steps":50,"stepMs":100}}`, nil), 201)
+	kid := `{"agentType":"demo","runId":"%s","parent":"bud","depth":1,"input":{"steps":1,"stepMs":0}}`
+	wantStatus(t, do(t, "POST", b.url+"/v1/runs", fmt.Sprintf(kid, "bud-1"), nil), 201)
+	resp = do(t, "POST", b.url+"/v1/runs", fmt.Sprintf(kid, "bud-2"), &body)
+	if resp.StatusCode != 409 || body.Code != "budget_exceeded" {
+		t.Fatalf("past the runs budget: %d %+v", resp.StatusCode, body)
+	}
+	if row, _, err := b.store.Get(context.Background(), "bud-1"); err != nil || row.Root != "bud" || len(row.BudgetFrom) != 1 {
+		t.Fatalf("child row %+v %v", row, err)
+	}
 }
 
 // sseEvent is one server-sent event.

@@ -237,6 +237,9 @@ func (c *cli) describe(r *jetruntype.Run) {
 	if r.Milestones > 0 {
 		line("milestones", fmt.Sprintf("%d (last: %s)", r.Milestones, r.LastMilestone))
 	}
+	for _, kv := range usageLines(r) {
+		line(kv[0], kv[1])
+	}
 	line("waiting for", r.WaitingFor)
 	if r.Attempt > 0 {
 		line("attempt", fmt.Sprint(r.Attempt))

@@ -93,6 +93,7 @@ type Metrics struct {
 	sweepTouched *prometheus.CounterVec
 	restored     *prometheus.CounterVec
 	repaired     prometheus.Counter
+	usage        usageCounters
 
 	mu     sync.Mutex
 	zeroed map[zeroKey]bool // the groups of series set to 0 so far
@@ -176,6 +177,7 @@ func New() *Metrics {
 	m.repaired = prometheus.NewCounter(prometheus.CounterOpts{Name: "jetrun_rows_repaired_total",
 		Help: "Rows this process saw leave a final status (rewritten outside jetrun) and restored from the run's final status event."})
 	m.reg.MustRegister(m.repaired)
+	m.usage = newUsageCounters(counter)
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for action := range sweepActions(reconcile.Stats{}) {
 		m.sweepTouched.WithLabelValues(action)
@@ -270,6 +272,7 @@ func (m *Metrics) RunEnded(e worker.RunEnd) {
 	m.inFlight.WithLabelValues(e.AgentType).Dec()
 	m.finished.WithLabelValues(e.AgentType, e.Outcome).Inc()
 	m.duration.WithLabelValues(e.AgentType, e.Outcome).Observe(e.Took.Seconds())
+	m.usage.count(e.AgentType, e.Usage)
 	switch {
 	case e.Outcome == worker.OutcomeLeaseLost:
 		m.leaseLosses.WithLabelValues(e.AgentType).Inc()

@@ -87,6 +87,9 @@ func TestWorkerObserverCounts(t *testing.T) {
 	m := metrics.New()
 	jetruntest.StartWorker(t, rt, worker.Config{Observer: m}, func(w *worker.Worker) {
 		w.HandleFunc("quick", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			if err := run.Usage(ctx, worker.Usage{InputTokens: 3, OutputTokens: 4, CostMicros: 5, Model: "m1"}); err != nil {
+				return worker.Result{}, err
+			}
 			return worker.Result{Summary: "done"}, nil
 		})
 		w.HandleFunc("waits", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
@@ -109,6 +112,9 @@ func TestWorkerObserverCounts(t *testing.T) {
 	waitValue(t, m, 1, "jetrun_worker_runs_finished_total", "agent_type", "quick", "status", "completed")
 	waitValue(t, m, 0, "jetrun_worker_runs_in_flight", "agent_type", "quick")
 	waitValue(t, m, 1, "jetrun_worker_dispatch_to_start_seconds", "agent_type", "quick")
+	waitValue(t, m, 3, "jetrun_worker_usage_tokens_total", "agent_type", "quick", "model", "m1", "kind", "input")
+	waitValue(t, m, 4, "jetrun_worker_usage_tokens_total", "agent_type", "quick", "model", "m1", "kind", "output")
+	waitValue(t, m, 5, "jetrun_worker_usage_cost_micros_total", "agent_type", "quick", "model", "m1")
 
 	if _, err := client.Dispatch(context.Background(), parent.Request{AgentType: "waits", RunID: "w1", Input: 1}); err != nil {
 		t.Fatal(err)

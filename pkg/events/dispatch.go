@@ -32,6 +32,13 @@ type Dispatch struct {
 	// traceparent is dropped (see TraceContext.Valid).
 	TraceParent string `json:"traceparent,omitempty"`
 	TraceState  string `json:"tracestate,omitempty"`
+	// Budget bounds what this run and the runs nested under it spend
+	// (usage.go). Root is the id of the top of the run's tree (empty for a
+	// top-level run) and BudgetFrom the ids of its ancestors that carry a
+	// budget it draws from; the parent API fills both for a nested run.
+	Budget     *TreeBudget `json:"budget,omitempty"`
+	Root       string      `json:"root,omitempty"`
+	BudgetFrom []string    `json:"budgetFrom,omitempty"`
 }
 
 // Trace returns d's trace context (zero if it has none or it is malformed).
@@ -103,6 +110,7 @@ func (d *Dispatch) Validate() error {
 		errs = append(errs, det.validateMilestones()...)
 	}
 	errs = append(errs, d.validateKey()...)
+	errs = append(errs, d.validateTree()...)
 	if len(errs) > 0 {
 		return fmt.Errorf("%w: %w", ErrBadDispatch, errors.Join(errs...))
 	}

@@ -58,6 +58,9 @@ type StatusEvent struct {
 	AgentType string    `json:"agentType,omitempty"`
 	Parent    string    `json:"parent,omitempty"`
 	StartedAt time.Time `json:"startedAt,omitzero"`
+	// Usage is the run's usage so far (its row's), on the status events
+	// that end it; nil when it reported none.
+	Usage *Usage `json:"usage,omitempty"`
 }
 
 // Chunk is one piece of a run's streamed output, on jetrun.run.<id>.chunk.

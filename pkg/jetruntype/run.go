@@ -120,6 +120,21 @@ type Run struct {
 	MergedInto   string   `json:"mergedInto,omitempty"`
 	Merged       []string `json:"merged,omitempty"`
 
+	// Usage is what the run reported spending (usage.go), across attempts.
+	Usage *Usage `json:"usage,omitempty"`
+	// Root is the top of the run's tree (empty at the top); BudgetFrom the
+	// ancestors whose budgets it draws from; Budget its own tree budget.
+	Root       string             `json:"root,omitempty"`
+	BudgetFrom []string           `json:"budgetFrom,omitempty"`
+	Budget     *events.TreeBudget `json:"budget,omitempty"`
+	// TreeUsage, on the top of a tree and on a run that carries a budget,
+	// is what the whole tree under it spent (itself included); TreeRuns
+	// the nested runs counted against its runs budget.
+	TreeUsage *UsageTotals `json:"treeUsage,omitempty"`
+	TreeRuns  int64        `json:"treeRuns,omitempty"`
+	// Overrun says which budget stopped the run's tree, and by how much.
+	Overrun *Overrun `json:"overrun,omitempty"`
+
 	// FirstEventSeq is the JETRUN_EVENTS sequence of the run's first event,
 	// where a replay starts; 0 until known.
 	FirstEventSeq uint64 `json:"firstEventSeq,omitempty"`
@@ -163,6 +178,7 @@ func (r *Run) Clone() *Run {
 		}
 	}
 	c.Notices = cloneNotices(r.Notices)
+	cloneTreeFields(&c, r)
 	return &c
 }
 

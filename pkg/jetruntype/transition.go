@@ -95,6 +95,9 @@ func (r *Run) StatusEvent(worker string) events.StatusEvent {
 	if r.Status == events.StatusRunning {
 		ev.Worker = worker
 	}
+	if r.Status.Terminal() {
+		ev.Usage = r.Usage.Clone()
+	}
 	return ev
 }
 
@@ -169,6 +172,9 @@ func NewRun(agentType string, d events.Dispatch, seq uint64, now time.Time) *Run
 		ConcurrencyKey:   d.ConcurrencyKey,
 		Strategy:         d.Strategy,
 		DebounceMs:       d.DebounceMs,
+		Budget:           d.Budget,
+		Root:             d.Root,
+		BudgetFrom:       d.BudgetFrom,
 	}
 }
 
@@ -187,6 +193,9 @@ func (r *Run) Dispatch() events.Dispatch {
 		ConcurrencyKey:   r.ConcurrencyKey,
 		Strategy:         r.Strategy,
 		DebounceMs:       r.DebounceMs,
+		Budget:           r.Budget,
+		Root:             r.Root,
+		BudgetFrom:       r.BudgetFrom,
 	}
 }
 

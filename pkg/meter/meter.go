@@ -72,6 +72,11 @@ type Usage struct {
 	Duration time.Duration `json:"duration,omitempty"`
 	// Seq is the status event's sequence in the events stream.
 	Seq uint64 `json:"seq"`
+	// Usage, on a finish, is the tokens and cost the run reported so far
+	// (its totals and per model; nil if none). It is cumulative: a run
+	// that finishes twice (interrupted, then its real status) carries its
+	// totals both times.
+	Usage *events.Usage `json:"usage,omitempty"`
 }
 
 // Key identifies u across redeliveries: <runId>.<attempt>.<status>.
@@ -234,7 +239,7 @@ func (m *Meter) meter(ctx context.Context, msg jetstream.Msg) settle.Outcome {
 		return settle.Ack()
 	}
 	u := Usage{RunID: ev.RunID, AgentType: ev.AgentType, Parent: ev.Parent, Status: ev.Status, Reason: ev.Reason,
-		Attempt: ev.Attempt, StartedAt: ev.StartedAt, At: ev.At}
+		Attempt: ev.Attempt, StartedAt: ev.StartedAt, At: ev.At, Usage: ev.Usage}
 	if md, err := msg.Metadata(); err == nil {
 		u.Seq = md.Sequence.Stream
 	}
@@ -253,6 +258,10 @@ func (m *Meter) meter(ctx context.Context, msg jetstream.Msg) settle.Outcome {
 	attrs := []any{"agent_type", u.AgentType, "parent", u.Parent, "status", u.Status, "attempt", u.Attempt, "seq", u.Seq}
 	if event == obs.RunFinished {
 		attrs = append(attrs, "reason", u.Reason, "duration_ms", u.Duration.Milliseconds())
+		if u.Usage != nil {
+			attrs = append(attrs, "input_tokens", u.Usage.InputTokens, "output_tokens", u.Usage.OutputTokens,
+				"cost_micros", u.Usage.CostMicros)
+		}
 	}
 	obs.Debug(ctx, m.log, event, u.RunID, attrs...)
 	return settle.Ack()

@@ -179,6 +179,13 @@ type Request struct {
 	ConcurrencyKey string
 	Strategy       events.Strategy
 	Debounce       time.Duration
+	// Budget bounds what the run and every run nested under it spend
+	// (events.TreeBudget; budget.go). A nested run draws from the budgets
+	// of its ancestors as well as its own.
+	Budget *events.TreeBudget
+	// ParentRow, when set, is the row of Parent, which a nested dispatch
+	// otherwise reads to learn its tree (a worker's Spawn passes it).
+	ParentRow *jetruntype.Run
 }
 
 func (req Request) dispatch() (events.Dispatch, error) {
@@ -209,6 +216,7 @@ func (req Request) dispatch() (events.Dispatch, error) {
 		DisplayOrder:     req.DisplayOrder,
 		Depth:            req.Depth,
 		Detached:         req.Detached,
+		Budget:           req.Budget,
 	}
 	d.SetTrace(req.Trace.Valid())
 	errs = append(errs, req.keyed(&d)...)
@@ -272,6 +280,9 @@ func (c *Client) DispatchNew(ctx context.Context, req Request) (row *jetruntype.
 	if err := c.checkInput(ctx, req.AgentType, d.Input); err != nil {
 		return nil, false, err
 	}
+	if err := c.fillTree(ctx, &d, req.ParentRow); err != nil {
+		return nil, false, err
+	}
 	if req.ConcurrencyKey != "" {
 		return c.dispatchKeyed(ctx, req, d)
 	}
@@ -285,7 +296,7 @@ func (c *Client) DispatchNew(ctx context.Context, req Request) (row *jetruntype.
 			return nil, false, err
 		}
 	}
-	if d.Parent == "" && d.Detached == nil {
+	if d.Parent == "" && d.Detached == nil && d.Budget == nil {
 		return c.dispatchPlain(ctx, req, d)
 	}
 	row = jetruntype.NewRun(req.AgentType, d, 0, time.Now())

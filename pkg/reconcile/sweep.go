@@ -70,6 +70,9 @@ func (s *sweep) run(ctx context.Context, ir kv.IndexedRun) error {
 		return nil // its finishes are on their way
 	}
 	s.renotifyCancel(ctx, row)
+	if done, err := s.stoppedTree(ctx, row); done || err != nil {
+		return err
+	}
 	if done, err := s.cascade(ctx, row); done || err != nil {
 		return err
 	}

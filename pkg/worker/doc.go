@@ -1,7 +1,7 @@
 // Package worker is jetrun's child runtime: a Worker pulls the dispatches of
 // the agent types it has handlers for, claims their runs, calls the handlers
 // with a Run handle (input, chunks, progress, milestones, durable steps,
-// signals, parking, cancellation) and writes their outcomes.
+// usage, signals, parking, cancellation) and writes their outcomes.
 //
 //	w, _ := worker.New(nc, worker.Config{Concurrency: 500})
 //	w.HandleFunc("research", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
@@ -49,7 +49,9 @@
 //     is fenced cancels its handler with ErrLeaseLost and writes nothing more.
 //   - Durability. Chunks and progress are pipelined; Milestone returns once
 //     stored; every event of an attempt is stored before its run is written
-//     final.
+//     final. Usage is coalesced into the row like progress (a kill -9 loses
+//     the reports of the last row-sync interval); in a tree with a budget
+//     every report is charged to the budget before Usage returns (usage.go).
 //   - Liveness. When the worker cannot renew its liveness key before it
 //     would expire, every attempt is stopped (ErrLeaseLost) and a new epoch
 //     begins; runs of the old epoch are taken over by others.

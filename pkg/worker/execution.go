@@ -84,7 +84,8 @@ type execution struct {
 
 	nest execNested // nested runs and calls (nested.go, call.go)
 
-	resumed bool // an earlier attempt may have stored steps (step.go); set by start
+	resumed bool      // an earlier attempt may have stored steps (step.go); set by start
+	use     execUsage // usage reports (usage.go)
 }
 
 // newExecution prepares the attempt of a run the worker is about to claim;

@@ -307,6 +307,7 @@ func (e *execution) sync(ctx context.Context) {
 	if e.pub.isFenced() {
 		return
 	}
+	e.chargeAtSync(ctx)
 	row, err := e.write(ctx, func(r *jetruntype.Run) error {
 		if err := e.owned(r); err != nil {
 			return err

@@ -42,6 +42,9 @@ type ChildRequest struct {
 	RunID string
 	// Detached makes the child a detached run (finish handler, budgets).
 	Detached *events.Detached
+	// Budget bounds what the child and its own children spend, within
+	// the budgets of this run's tree (events.TreeBudget).
+	Budget *events.TreeBudget
 	// MaxConcurrent caps this run's live children (see
 	// parent.Request.MaxConcurrent).
 	MaxConcurrent int
@@ -151,6 +154,7 @@ func (r *Run) Spawn(ctx context.Context, req ChildRequest) (*Child, error) {
 		AgentType: req.AgentType, RunID: id, Input: req.Input,
 		Parent: r.ID(), ParentToolCallID: callID, DisplayOrder: req.DisplayOrder, Depth: r.Depth() + 1,
 		Detached: req.Detached, MaxConcurrent: req.MaxConcurrent,
+		Budget: req.Budget, ParentRow: r.row,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("worker: run %s: start child %s: %w", r.ID(), id, err)

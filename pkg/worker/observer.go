@@ -65,6 +65,9 @@ type RunEnd struct {
 	Reason string
 	// Took is how long the attempt ran.
 	Took time.Duration
+	// Usage is what the attempt reported (Run.Usage): this attempt's
+	// reports only, so counting it per attempt counts each report once.
+	Usage events.Usage
 }
 
 // Cancelled reports whether the attempt ended because the run was cancelled.
@@ -117,5 +120,5 @@ func (w *Worker) observeEnd(e *execution) {
 	agentType := e.cur.AgentType
 	e.curMu.Unlock()
 	w.cfg.Observer.RunEnded(RunEnd{RunID: e.id, AgentType: agentType, Attempt: e.attempt,
-		Outcome: cmp.Or(outcome, OutcomeUnrecorded), Reason: reason, Took: time.Since(begunAt)})
+		Outcome: cmp.Or(outcome, OutcomeUnrecorded), Reason: reason, Took: time.Since(begunAt), Usage: e.attemptUsage()})
 }

@@ -31,6 +31,8 @@ func (e *execution) finish(ctx context.Context, res Result, herr error, panicked
 		e.abandon()
 	case herr != nil && errors.Is(cause, ErrShuttingDown):
 		e.handBack()
+	case errors.Is(cause, ErrBudgetExceeded) || errors.Is(herr, ErrBudgetExceeded):
+		e.budgetStop(herr, cause)
 	case herr != nil && errors.Is(cause, ErrCancelled):
 		e.finalize(events.StatusAborted, events.ReasonCancelled, "", nil)
 	case panicked:
@@ -94,6 +96,7 @@ func (e *execution) finalize(status events.Status, reason, text string, set func
 		e.w.fault(ctx, e.log, "store the run's last events", err)
 	}
 	e.pub.fence()
+	e.chargeAtSync(ctx)
 	now := time.Now()
 	teardown := false
 	row, err := e.writeFinal(func(r *jetruntype.Run) error {
@@ -101,7 +104,7 @@ func (e *execution) finalize(status events.Status, reason, text string, set func
 			return err
 		}
 		e.applyState(r)
-		if status == events.StatusAborted && r.Status == events.StatusInterrupted {
+		if r.Status == events.StatusInterrupted && (status == events.StatusAborted || keepsBudgetStop(r, status)) {
 			teardown = true
 			r.ChildStopped()
 			return nil
@@ -206,6 +209,7 @@ func (e *execution) handBack() {
 	defer cancel()
 	_ = e.drain(ctx)
 	e.pub.fence()
+	e.chargeAtSync(ctx)
 	_, err := e.write(ctx, func(r *jetruntype.Run) error {
 		if err := e.owned(r); err != nil {
 			return err

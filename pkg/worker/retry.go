@@ -50,6 +50,7 @@ func (e *execution) retry(herr error) {
 		return
 	}
 	e.pub.fence()
+	e.chargeAtSync(ctx)
 	_, err := e.write(ctx, func(r *jetruntype.Run) error {
 		if err := e.owned(r); err != nil {
 			return err

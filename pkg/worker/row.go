@@ -93,5 +93,6 @@ func (e *execution) applyState(r *jetruntype.Run) {
 	if r.FirstEventSeq == 0 {
 		r.FirstEventSeq = e.firstEventSeq
 	}
+	e.applyUsage(r)
 	e.dirty = false
 }

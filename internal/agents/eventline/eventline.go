@@ -14,6 +14,7 @@
 //	{"step": {"name": "<step name>", "output": <any>}}
 //	{"result": {"summary": "…", "output": <any>}}
 //	{"error": "…", "retryable": false}
+//	{"usage": {"inputTokens": 0, "outputTokens": 0, "costMicros": 0, "model": "…"}}
 //
 // A line that breaks this format is a FormatError: the run ends "error"
 // with the line number and the reason; it is never retried.
@@ -43,7 +44,7 @@ const (
 	KindError     = "error"
 )
 
-var kinds = []string{KindChunk, KindProgress, KindMilestone, KindWait, KindCall, KindStep, KindResult, KindError}
+var kinds = []string{KindChunk, KindProgress, KindMilestone, KindWait, KindCall, KindStep, KindResult, KindError, KindUsage}
 
 // Request is what a child receives for a run: the http type POSTs it, the
 // exec type writes it as the first line of the command's stdin.
@@ -154,6 +155,7 @@ type Event struct {
 	Result    worker.Result
 	Error     string
 	Retryable bool
+	Usage     worker.Usage
 }
 
 // FormatError is an event line that breaks the format.
@@ -270,6 +272,11 @@ func Parse(n int, line []byte) (Event, error) {
 		if len(r.Output) > 0 && !bytes.Equal(r.Output, []byte("null")) {
 			ev.Result.Output = r.Output
 		}
+	case KindUsage:
+		var why string
+		if ev.Usage, why = parseUsage(raw); why != "" {
+			return bad("%s", why)
+		}
 	case KindError:
 		if json.Unmarshal(raw, &ev.Error) != nil || ev.Error == "" {
 			return bad(`"error" must be a non-empty string`)
@@ -281,9 +288,9 @@ func Parse(n int, line []byte) (Event, error) {
 	return ev, nil
 }
 
-// Apply maps a chunk, progress, milestone or step event onto run, each
-// stored (a step, a milestone) or on its way (a chunk, progress) when it
-// returns. Other kinds are the caller's to handle.
+// Apply maps a chunk, progress, milestone, step or usage event onto run,
+// each stored (a step, a milestone) or on its way (a chunk, progress, usage)
+// when it returns. Other kinds are the caller's to handle.
 func Apply(ctx context.Context, run *worker.Run, ev Event) error {
 	switch ev.Kind {
 	case KindChunk:
@@ -299,6 +306,8 @@ func Apply(ctx context.Context, run *worker.Run, ev Event) error {
 		return err
 	case KindStep:
 		return storeStep(ctx, run, ev)
+	case KindUsage:
+		return run.Usage(ctx, ev.Usage)
 	}
 	return fmt.Errorf("eventline: %s is not a run event", ev.Kind)
 }

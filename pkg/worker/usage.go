@@ -1,0 +1,278 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
+	"github.com/jetrun/jetrun/pkg/kv"
+	"github.com/jetrun/jetrun/pkg/parent"
+)
+
+// Usage is one report of what a handler spent (Run.Usage): tokens and cost
+// in millionths of a currency unit, optionally on a named model.
+type Usage = events.UsageReport
+
+// ErrBudgetExceeded is returned by Run.Usage once the run's tree is
+// stopped for a budget (parent.ErrBudgetExceeded). A handler that returns
+// it ends its run interrupted, reason budget-exceeded.
+var ErrBudgetExceeded = parent.ErrBudgetExceeded
+
+// Usage and the row.
+//
+// A report adds to the attempt's totals in memory; the row's usage is the
+// usage it had when the attempt started plus the attempt's, written by the
+// next row sync (every RowSyncInterval while the run reports) and by the
+// attempt's final write, like progress: no round trip per report. A
+// takeover starts from the row's usage, so what a kill -9 loses is the
+// reports of the attempt's last RowSyncInterval (the work behind them is
+// usually done again by the next attempt, and reported again).
+//
+// The tree. The usage is also added to the tree totals of the top of the
+// run's tree and of every run whose budget it draws from
+// (jetruntype.Run.Charges; parent.Client.Charge): for a run in a tree with
+// a budget at every report, before Usage returns (one compare-and-set per
+// budget), so the budget is enforced where the usage lands; for a run in a
+// tree without one, at the row sync, before the run's own row. A tree's
+// totals count every report they were charged with, so a report charged
+// and then lost from the run's own row by a kill -9 counts once in the
+// tree and not in the run.
+
+// execUsage is an attempt's usage state; mu is a leaf lock, chargeMu
+// (held while a charge is on its way) comes before it.
+type execUsage struct {
+	mu       sync.Mutex
+	started  bool
+	base     *jetruntype.Usage // the row's usage when the attempt started
+	attempt  jetruntype.Usage  // reported by this attempt
+	charges  []string          // the runs whose tree totals the usage adds to
+	budgeted bool
+
+	chargeMu sync.Mutex
+	charged  map[string]jetruntype.UsageTotals // per run charged, the attempt's totals it has
+}
+
+// Usage reports what the handler spent: reports add up on the run's row
+// (usage: totals and per model) and on its tree's (treeUsage on the top of
+// the tree). In a tree with a budget each report is counted against it
+// before Usage returns; once the tree is stopped for a budget, Usage
+// returns ErrBudgetExceeded (wrapped) and the run's context is cancelled.
+func (r *Run) Usage(ctx context.Context, u Usage) error {
+	if err := u.Validate(); err != nil {
+		return fmt.Errorf("worker: usage: %w", err)
+	}
+	if r.fake != nil || u.Empty() {
+		return nil
+	}
+	e := r.e
+	if e.isEnded() {
+		return ErrLeaseLost
+	}
+	if err := e.startUsage(ctx, r.row); err != nil {
+		return err
+	}
+	e.use.mu.Lock()
+	e.use.attempt.Add(u)
+	budgeted := e.use.budgeted
+	e.use.mu.Unlock()
+	e.stateMu.Lock()
+	e.dirty = true
+	e.stateMu.Unlock()
+	if !budgeted {
+		return nil
+	}
+	if err := e.chargeTree(ctx); err != nil {
+		return fmt.Errorf("worker: usage of run %s: %w", e.id, err)
+	}
+	return nil
+}
+
+// startUsage prepares the attempt's usage state at its first report. A
+// nested run dispatched by a plain publish names its parent but not its
+// tree: the parent's row says which (one read, at the first report).
+func (e *execution) startUsage(ctx context.Context, row *jetruntype.Run) error {
+	e.use.mu.Lock()
+	started := e.use.started
+	e.use.mu.Unlock()
+	if started {
+		return nil
+	}
+	tree := row
+	if row.Parent != "" && row.Root == "" {
+		p, _, err := e.w.store.Get(ctx, row.Parent)
+		switch {
+		case errors.Is(err, kv.ErrRunNotFound):
+		case err != nil:
+			return fmt.Errorf("worker: usage of run %s: read its parent: %w", e.id, err)
+		default:
+			tree = row.Clone()
+			tree.Root, tree.BudgetFrom = p.ChildTree()
+		}
+	}
+	e.use.mu.Lock()
+	defer e.use.mu.Unlock()
+	if !e.use.started {
+		e.use.started, e.use.base = true, row.Usage.Clone()
+		e.use.charges, e.use.budgeted = tree.Charges(), tree.Budgeted()
+	}
+	return nil
+}
+
+// applyUsage sets the row's usage (applyState; cumulative, so idempotent).
+func (e *execution) applyUsage(r *jetruntype.Run) {
+	e.use.mu.Lock()
+	defer e.use.mu.Unlock()
+	if !e.use.started {
+		return
+	}
+	u := e.use.attempt
+	if e.use.base != nil {
+		u = e.use.base.Plus(u)
+	}
+	r.Usage = &u
+}
+
+// usageTotals returns the run's own usage as the row will have it.
+func (e *execution) usageTotals() (jetruntype.Usage, bool) {
+	e.use.mu.Lock()
+	defer e.use.mu.Unlock()
+	if !e.use.started {
+		return jetruntype.Usage{}, false
+	}
+	u := e.use.attempt
+	if e.use.base != nil {
+		u = e.use.base.Plus(u)
+	}
+	return u, true
+}
+
+// chargeTree adds the attempt's usage not yet charged to the tree totals
+// of the runs it is charged to, each on its own: a failed charge stays
+// pending for the next, and one that landed is never repeated. The run's
+// own row (the top of its tree, or a run with a budget) is charged through
+// the attempt's row writes, so the row sync that follows does not lose a
+// compare-and-set to it. A charge under way is not cut short by the end
+// of the handler's context (a cancel by the very stop it caused, say): a
+// charge that landed and was not recorded would count twice.
+func (e *execution) chargeTree(ctx context.Context) error {
+	e.use.mu.Lock()
+	started := e.use.started
+	e.use.mu.Unlock()
+	if !started {
+		return nil // no usage: nothing on the hot path
+	}
+	e.use.chargeMu.Lock()
+	defer e.use.chargeMu.Unlock()
+	e.use.mu.Lock()
+	total, charges := e.use.attempt.UsageTotals, e.use.charges
+	e.use.mu.Unlock()
+	var pending []string
+	for _, id := range charges {
+		if e.use.charged[id] != total {
+			pending = append(pending, id)
+		}
+	}
+	if len(pending) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+	defer cancel()
+	client, err := e.w.parentClient(ctx)
+	if err != nil {
+		return err
+	}
+	var (
+		errs []error
+		over error
+	)
+	for _, id := range pending {
+		d := total.Sub(e.use.charged[id])
+		var err error
+		if id == e.id {
+			err = e.chargeSelf(ctx, client, d)
+		} else {
+			err = client.Charge(ctx, []string{id}, d)
+		}
+		switch {
+		case errors.Is(err, parent.ErrBudgetExceeded):
+			over = err
+		case err != nil:
+			errs = append(errs, err)
+			continue
+		}
+		if e.use.charged == nil {
+			e.use.charged = make(map[string]jetruntype.UsageTotals, len(charges))
+		}
+		e.use.charged[id] = total
+	}
+	if over != nil {
+		e.cancelWith(over)
+		return over
+	}
+	return errors.Join(errs...)
+}
+
+// chargeSelf adds d to the run's own tree totals, as Client.Charge does
+// for another run's.
+func (e *execution) chargeSelf(ctx context.Context, client *parent.Client, d jetruntype.UsageTotals) error {
+	var crossed, was *jetruntype.Overrun
+	if _, err := e.write(ctx, func(r *jetruntype.Run) error {
+		was, crossed = r.Overrun, r.Charge(d)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("worker: charge usage to run %s: %w", e.id, err)
+	}
+	o := crossed
+	if o == nil {
+		o = was
+	}
+	if o == nil {
+		return nil
+	}
+	if err := client.StopTree(ctx, *o); err != nil {
+		e.log.WarnContext(ctx, "stop a tree past its budget; the reconciler completes it", "err", err)
+	}
+	return fmt.Errorf("worker: %w: %s", parent.ErrBudgetExceeded, o)
+}
+
+// chargeAtSync charges the tree of an unbudgeted run before a row write
+// (heart sync, final write); a fault is logged and the charge retried at
+// the next.
+func (e *execution) chargeAtSync(ctx context.Context) {
+	if err := e.chargeTree(ctx); err != nil && !errors.Is(err, parent.ErrBudgetExceeded) {
+		e.log.WarnContext(ctx, "charge usage to the run's tree; retried at the next row sync", "err", err)
+	}
+}
+
+// budgetStop ends an attempt whose handler returned ErrBudgetExceeded:
+// interrupted, reason budget-exceeded (a run the tree's stop reached first
+// keeps the interrupt it wrote).
+func (e *execution) budgetStop(herr, cause error) {
+	if herr == nil || !errors.Is(herr, ErrBudgetExceeded) {
+		herr = cause
+	}
+	e.finalize(events.StatusInterrupted, events.ReasonBudgetExceeded, herr.Error(), func(r *jetruntype.Run) {
+		r.Interrupt(events.ReasonBudgetExceeded, herr.Error(), false, r.FinishedAt)
+	})
+}
+
+// keepsBudgetStop reports whether an attempt's outcome status leaves r,
+// interrupted, as it is: a run stopped for its tree's budget stays stopped
+// unless it completed (the handler's error is most likely the stop's own
+// doing, a child's failure or a refused report).
+func keepsBudgetStop(r *jetruntype.Run, status events.Status) bool {
+	return r.Overrun != nil && r.Reason == events.ReasonBudgetExceeded && status != events.StatusCompleted
+}
+
+// attemptUsage returns what this attempt reported.
+func (e *execution) attemptUsage() events.Usage {
+	e.use.mu.Lock()
+	defer e.use.mu.Unlock()
+	u := e.use.attempt
+	u.Models = maps.Clone(u.Models)
+	return u
+}
