@@ -136,20 +136,6 @@ func (e *execution) applyUsage(r *jetruntype.Run) {
 	r.Usage = &u
 }
 
-// usageTotals returns the run's own usage as the row will have it.
-func (e *execution) usageTotals() (jetruntype.Usage, bool) {
-	e.use.mu.Lock()
-	defer e.use.mu.Unlock()
-	if !e.use.started {
-		return jetruntype.Usage{}, false
-	}
-	u := e.use.attempt
-	if e.use.base != nil {
-		u = e.use.base.Plus(u)
-	}
-	return u, true
-}
-
 // chargeTree adds the attempt's usage not yet charged to the tree totals
 // of the runs it is charged to, each on its own: a failed charge stays
 // pending for the next, and one that landed is never repeated. The run's
