@@ -5,8 +5,9 @@ agent type.
     JETRUN_EXEC_AGENTS="agent-py=python3 $PWD/examples/python/agent.py" ./bin/child-worker
 
 Each turn of the loop is a (simulated, slow, paid) model call wrapped in a
-step: the child prints {"step": {"name": "think-<n>", "output": ...}} once
-the call returns, and the worker stores it before it acts on any later line.
+step: the child prints {"step": {"name": "think-<n>", "output": ...,
+"usage": {...}}} once the call returns, and the worker stores it (with what
+the call spent, counted on the run once) before it acts on any later line.
 When the run is executed again (its worker was killed, a retry), the request
 carries every stored step in "steps", and step() returns the stored output
 instead of paying for the call again. A call that was running when the
@@ -33,11 +34,15 @@ class Run:
 
     def step(self, name, work):
         """Returns the stored output of step name, or runs work() and stores
-        what it returns (any JSON value)."""
+        what it returns: (output, usage), any JSON value and what the work
+        spent (the fields of a usage line, or None)."""
         if name in self.steps:
             return self.steps[name]
-        output = work()
-        event({"step": {"name": name, "output": output}})
+        output, usage = work()
+        line = {"name": name, "output": output}
+        if usage:
+            line["usage"] = usage  # counted on the run once, stored with the step
+        event({"step": line})
         self.steps[name] = output
         return output
 
@@ -56,7 +61,9 @@ def main():
         if ledger:
             with open(ledger, "a") as f:
                 f.write("%s %d\n" % (name, req["attempt"]))
-        return {"thought": "about %r, given %d earlier thoughts" % (question, len(prompt))}
+        thought = {"thought": "about %r, given %d earlier thoughts" % (question, len(prompt))}
+        spent = {"inputTokens": 40 + 30 * len(prompt), "outputTokens": 12, "model": "sim-1"}
+        return thought, spent
 
     thoughts = []
     for n in range(1, turns + 1):

@@ -12,16 +12,17 @@ import (
 // stepLine is a durable step as `jetrun get` shows it: its name, when it
 // was stored, by which attempt, and its output's size (not the output).
 type stepLine struct {
-	Name       string    `json:"name"`
-	At         time.Time `json:"at"`
-	Attempt    int       `json:"attempt"`
-	Bytes      int       `json:"bytes"`
-	DurationMs int64     `json:"durationMs,omitempty"`
-	Error      string    `json:"error,omitempty"`
+	Name       string        `json:"name"`
+	At         time.Time     `json:"at"`
+	Attempt    int           `json:"attempt"`
+	Bytes      int           `json:"bytes"`
+	DurationMs int64         `json:"durationMs,omitempty"`
+	Error      string        `json:"error,omitempty"`
+	Usage      *events.Usage `json:"usage,omitempty"`
 }
 
 func stepOf(st events.Step) stepLine {
-	l := stepLine{Name: st.Name, At: st.At, Attempt: st.Attempt, DurationMs: st.DurationMs, Error: st.Error}
+	l := stepLine{Name: st.Name, At: st.At, Attempt: st.Attempt, DurationMs: st.DurationMs, Error: st.Error, Usage: st.Usage}
 	if st.Error == "" {
 		l.Bytes = len(st.Output)
 	}
@@ -41,7 +42,8 @@ func (c *cli) steps(ctx context.Context, id string) ([]stepLine, error) {
 	return out, nil
 }
 
-// describe renders a step in one line: "plan-1  412 B  1.2s  attempt 1".
+// describe renders a step in one line: "plan-1  412 B  1.2s  attempt 1",
+// with what it spent when it reported usage.
 func (l stepLine) describe() string {
 	parts := []string{l.Name}
 	if l.Error != "" {
@@ -51,6 +53,9 @@ func (l stepLine) describe() string {
 	}
 	if l.DurationMs > 0 {
 		parts = append(parts, (time.Duration(l.DurationMs) * time.Millisecond).String())
+	}
+	if l.Usage != nil {
+		parts = append(parts, totals(l.Usage.UsageTotals))
 	}
 	parts = append(parts, fmt.Sprintf("attempt %d", l.Attempt))
 	return strings.Join(parts, "  ")

@@ -27,6 +27,11 @@ type Step struct {
 	At      time.Time `json:"at"`
 	// DurationMs is how long the work took, when known.
 	DurationMs int64 `json:"durationMs,omitempty"`
+	// Usage is what the work spent, when it reported any: the usage
+	// reported with the step's context (worker.Run.Usage inside the step's
+	// function), or on the step line of a child. It is also in the run's
+	// totals.
+	Usage *Usage `json:"usage,omitempty"`
 }
 
 // StepMsgID is the Nats-Msg-Id of a run's step named name.

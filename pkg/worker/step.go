@@ -63,6 +63,34 @@ func (e *StepError) Error() string        { return "step " + e.Name + " failed: 
 func (e *StepError) Unwrap() error        { return e.err }
 func (e *StepError) Is(target error) bool { return target == ErrPermanent }
 
+// stepUsage adds up the usage reported with one step's context (Run.Usage
+// finds it there): the step's own spending, stored with it.
+type stepUsage struct {
+	mu sync.Mutex
+	u  events.Usage
+	n  int
+}
+
+type stepUsageKey struct{}
+
+func (s *stepUsage) add(u Usage) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.u.Add(u)
+	s.n++
+}
+
+// total is the step's usage, nil when it reported none.
+func (s *stepUsage) total() *events.Usage {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n == 0 {
+		return nil
+	}
+	u := s.u
+	return &u
+}
+
 // steps is a run's book of stored steps, read once per attempt.
 type steps struct {
 	mu     sync.Mutex
@@ -78,7 +106,9 @@ type steps struct {
 // name, in this attempt or any later one, returns the stored output
 // without calling fn. An error from fn is returned and not stored, so the
 // next call runs fn again, unless it is marked Permanent: then it is
-// stored and returned (as a *StepError) again.
+// stored and returned (as a *StepError) again. What Run.Usage reports
+// with fn's context is the step's usage, stored with it (and counted in
+// the run's totals as any report).
 //
 // Names are unique per run (see events.ValidateStepName): a loop names its
 // steps "plan-1", "plan-2"… Work interrupted by a crash runs again: a
@@ -94,10 +124,11 @@ func (r *Run) Step(ctx context.Context, name string, fn func(ctx context.Context
 		return stepResult(st, nil)
 	}
 	start := time.Now()
-	v, ferr := fn(ctx)
+	spent := &stepUsage{}
+	v, ferr := fn(context.WithValue(ctx, stepUsageKey{}, spent))
 	st := events.Step{
 		RunID: r.row.ID, Name: name, Attempt: r.row.Attempt, At: time.Now(),
-		DurationMs: time.Since(start).Milliseconds(),
+		DurationMs: time.Since(start).Milliseconds(), Usage: spent.total(),
 	}
 	switch {
 	case ferr == nil:

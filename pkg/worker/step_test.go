@@ -91,3 +91,53 @@ func TestStepsAreStoredOnceAcrossAttempts(t *testing.T) {
 		t.Errorf("stored steps = %s", got)
 	}
 }
+
+// What a step's function reports with its context is the step's usage,
+// stored with it and counted in the run's totals once: the attempt that
+// finds the step stored does not run it, so it reports nothing again.
+// Usage reported outside any step is the run's only.
+func TestStepStoresTheUsageItsFunctionReported(t *testing.T) {
+	t.Parallel()
+	h := worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+		if _, err := run.Step(ctx, "think-1", func(ctx context.Context) (any, error) {
+			if err := run.Usage(ctx, worker.Usage{InputTokens: 100, OutputTokens: 20, CostMicros: 7, Model: "m1"}); err != nil {
+				return nil, err
+			}
+			return "an idea", run.Usage(ctx, worker.Usage{OutputTokens: 5, Model: "m1"})
+		}); err != nil {
+			return worker.Result{}, err
+		}
+		if err := run.Usage(ctx, worker.Usage{InputTokens: 1}); err != nil { // the run's, not a step's
+			return worker.Result{}, err
+		}
+		if run.Attempt() == 1 {
+			return worker.Result{}, worker.Retryable(errors.New("try again"))
+		}
+		return worker.Result{Summary: "done"}, nil
+	})
+	b, _ := setup(t, worker.Config{MaxAttempts: 3}, map[string]worker.Handler{"thinker": h})
+	publish(t, b.js, "jetrun.dispatch.thinker", `{"runId":"su1","input":{}}`)
+
+	row := jetruntest.WaitRow(t, b.store, "su1", 60*time.Second, jetruntest.Final)
+	if row.Status != events.StatusCompleted || row.Attempt != 2 {
+		t.Fatalf("row: status %s attempt %d error %q", row.Status, row.Attempt, row.Error)
+	}
+	var steps []events.Step
+	for _, ev := range jetruntest.ReadEvents(t, b.js, "su1") {
+		if st := ev.Step; st != nil {
+			steps = append(steps, *st)
+		}
+	}
+	if len(steps) != 1 || steps[0].Usage == nil {
+		t.Fatalf("stored steps = %+v; want think-1 with its usage", steps)
+	}
+	want := events.UsageTotals{InputTokens: 100, OutputTokens: 25, CostMicros: 7}
+	if got := steps[0].Usage.UsageTotals; got != want || steps[0].Usage.Models["m1"] != want {
+		t.Errorf("step usage = %+v; want %+v, all on m1", steps[0].Usage, want)
+	}
+	// The run: the step's once, plus one input token per attempt.
+	wantRun := events.UsageTotals{InputTokens: 102, OutputTokens: 25, CostMicros: 7}
+	if row.Usage == nil || row.Usage.UsageTotals != wantRun {
+		t.Errorf("run usage = %+v; want %+v", row.Usage, wantRun)
+	}
+}

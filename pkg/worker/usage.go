@@ -68,6 +68,9 @@ func (r *Run) Usage(ctx context.Context, u Usage) error {
 	if r.fake != nil || u.Empty() {
 		return nil
 	}
+	if s, ok := ctx.Value(stepUsageKey{}).(*stepUsage); ok {
+		s.add(u)
+	}
 	e := r.e
 	if e.isEnded() {
 		return ErrLeaseLost

@@ -27,6 +27,8 @@ func TestParse(t *testing.T) {
 		{`{"step":null}`, "", `"step" must be an object`},
 		{`{"step":{"output":1}}`, "", `"step.name"`},
 		{`{"step":{"name":"a b"}}`, "", `"step.name"`},
+		{`{"step":{"name":"think-1","output":"x","usage":{"inputTokens":3,"model":"m"}}}`, eventline.KindStep, ""},
+		{`{"step":{"name":"think-1","usage":{"inputTokens":-3}}}`, "", `"step.usage"`},
 		{`{"error":"boom","retryable":true}`, eventline.KindError, ""},
 		{`chunk`, "", "line 7: not a JSON object"},
 		{`{"chunk":`, "", "not valid JSON"},

@@ -10,7 +10,10 @@ import (
 	"github.com/jetrun/jetrun/pkg/worker"
 )
 
-// KindStep stores a durable step: {"step": {"name": "…", "output": <any>}}.
+// KindStep stores a durable step: {"step": {"name": "…", "output": <any>}},
+// with an optional "usage" ({"inputTokens", …} as a usage line): what the
+// step spent, counted on the run as a usage line is and stored with the
+// step (a step stored already is not counted again).
 // The run's next request carries it in "steps", so a child that is run
 // again (a takeover, a retry) finds the work done. It is stored before any
 // later line of the child is acted on. A name already stored keeps its
@@ -22,6 +25,7 @@ func parseStep(raw json.RawMessage, ev *Event) (reason string) {
 	var s struct {
 		Name   string          `json:"name"`
 		Output json.RawMessage `json:"output"`
+		Usage  *worker.Usage   `json:"usage"`
 	}
 	if bytes.Equal(bytes.TrimSpace(raw), []byte("null")) || json.Unmarshal(raw, &s) != nil {
 		return `"step" must be an object {"name": "…", "output": …}`
@@ -29,8 +33,14 @@ func parseStep(raw json.RawMessage, ev *Event) (reason string) {
 	if err := events.ValidateStepName(s.Name); err != nil {
 		return fmt.Sprintf(`"step.name": %v`, err)
 	}
+	if s.Usage != nil {
+		if err := s.Usage.Validate(); err != nil {
+			return fmt.Sprintf(`"step.usage": %v`, err)
+		}
+	}
 	ev.Step.Name = s.Name
 	ev.Step.Output = s.Output
+	ev.Step.Usage = s.Usage
 	if len(ev.Step.Output) == 0 {
 		ev.Step.Output = json.RawMessage("null")
 	}
@@ -39,7 +49,15 @@ func parseStep(raw json.RawMessage, ev *Event) (reason string) {
 
 // storeStep stores the step ev carries through worker.Run.Step.
 func storeStep(ctx context.Context, run *worker.Run, ev Event) error {
-	_, err := run.Step(ctx, ev.Step.Name, func(context.Context) (any, error) { return ev.Step.Output, nil })
+	_, err := run.Step(ctx, ev.Step.Name, func(ctx context.Context) (any, error) {
+		if ev.Step.Usage != nil {
+			// What the step spent: counted as a usage line, and the step's.
+			if err := run.Usage(ctx, *ev.Step.Usage); err != nil {
+				return nil, err
+			}
+		}
+		return ev.Step.Output, nil
+	})
 	return err
 }
 

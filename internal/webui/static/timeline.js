@@ -145,7 +145,7 @@ export class Timeline {
       data ? [' ', h('span', { class: 'jsonv', text: data })] : null);
   }
 
-  /** step shows a durable step: its name, size, duration and attempt (a later attempt reuses it). */
+  /** step shows a durable step: its name, size, duration, usage and attempt (a later attempt reuses it). */
   step(ev, d, t) {
     this.steps ??= new Set();
     if (this.steps.has(d.name)) return; // a copy stored twice: the first counts
@@ -154,6 +154,8 @@ export class Timeline {
     const bytes = failed ? 0 : new TextEncoder().encode(JSON.stringify(d.output ?? null)).length;
     const meta = [failed ? 'failed' : fmtSize(bytes)];
     if (d.durationMs) meta.push(fmtDur(d.durationMs));
+    const u = d.usage;
+    if (u) meta.push(`${(u.inputTokens || 0) + (u.outputTokens || 0)} tokens` + (u.costMicros ? `, ${u.costMicros} micros` : ''));
     if (d.attempt) meta.push(`attempt ${d.attempt}`);
     const el = this.entry(ev, t, { kind: 'step', icon: '▣', cls: failed ? 'step-failed' : '' },
       h('span', { class: 'k', text: 'step' }), ' ', h('code', { class: 'name', text: d.name || '?' }),
