@@ -14,7 +14,9 @@ import { Waterfall, fmtUsage } from './waterfall.js';
 const MAX_TREE_DEPTH = 8;
 const TREE_FANOUT = 200;
 
-// TRACE_EVERY_MS spaces the trace's refetches while the tree changes.
+// TRACE_EVERY_MS spaces the trace's refetches while the tree changes, or
+// ten times what the last fetch took when more (a big tree costs the server
+// a replay per run).
 const TRACE_EVERY_MS = 1000;
 
 // KIND_LABELS names the timeline's entry kinds on the buttons that collapse them.
@@ -218,10 +220,14 @@ export class RunPage {
   async fetchTrace() {
     clearTimeout(this.traceTimer);
     this.traceTimer = null;
-    this.traceAt = Date.now();
+    const began = Date.now();
+    this.traceAt = began;
+    const seq = (this.traceSeq = (this.traceSeq || 0) + 1);
     try {
       const trace = await api('GET', `/v1/runs/${encodeURIComponent(this.id)}/trace`);
-      if (!this.destroyed) this.waterfall.render(trace);
+      this.traceTook = Date.now() - began;
+      // An answer overtaken by a later fetch's is older: drop it.
+      if (!this.destroyed && seq === this.traceSeq) this.waterfall.render(trace);
     } catch (err) {
       if (!this.destroyed && err.status !== 404) showError('Could not load the trace', err);
     }
@@ -230,7 +236,8 @@ export class RunPage {
   /** traceSoon refetches the trace after a change, at most once per TRACE_EVERY_MS. */
   traceSoon() {
     if (this.traceTimer || this.destroyed || !this.eventsStarted) return;
-    const wait = Math.max(0, (this.traceAt || 0) + TRACE_EVERY_MS - Date.now());
+    const every = Math.max(TRACE_EVERY_MS, 10 * (this.traceTook || 0));
+    const wait = Math.max(0, (this.traceAt || 0) + every - Date.now());
     this.traceTimer = setTimeout(() => this.fetchTrace(), wait);
   }
 
