@@ -69,6 +69,14 @@ func treeAgents(w *worker.Worker) {
 	w.HandleFunc("leaf", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
 		return worker.Result{}, work(ctx, run, "search", 10)
 	})
+	w.HandleFunc("busy", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+		for i := range httpapi.MaxTraceSteps + 1 {
+			if _, err := run.Step(ctx, fmt.Sprintf("s-%d", i), func(context.Context) (any, error) { return i, nil }); err != nil {
+				return worker.Result{}, err
+			}
+		}
+		return worker.Result{}, nil
+	})
 }
 
 // GET /v1/runs/{id}/trace answers the run's tree depth first, each run
@@ -106,7 +114,8 @@ func TestTraceAnswersTheTree(t *testing.T) {
 	wantStatus(t, do(t, "GET", b.url+"/v1/runs/bad..id/trace", "", nil), 404)
 }
 
-// A tree bigger than the cap is cut at the cap, and the answer says so.
+// A tree bigger than the cap, or a run with more steps, is cut at the cap,
+// and the answer says so.
 func TestTraceIsCappedAndSaysSo(t *testing.T) {
 	t.Parallel()
 	b := setupConfig(t, func(c *httpapi.Config) { c.MaxTraceRuns = 3 }, treeAgents)
@@ -115,5 +124,15 @@ func TestTraceIsCappedAndSaysSo(t *testing.T) {
 	wantStatus(t, do(t, "GET", b.url+"/v1/runs/tr2/trace", "", &tr), 200)
 	if len(tr.Runs) != 3 || !tr.Truncated || tr.MaxRuns != 3 || tr.Totals.Runs != 3 {
 		t.Fatalf("capped trace: %d runs, truncated %v, maxRuns %d, totals %+v", len(tr.Runs), tr.Truncated, tr.MaxRuns, tr.Totals)
+	}
+	// A run with more steps than MaxTraceSteps shows the first ones.
+	wantStatus(t, do(t, "POST", b.url+"/v1/runs?wait=true", `{"agentType":"busy","runId":"tr3","input":1}`, nil), 200)
+	tr = traceAnswer{}
+	wantStatus(t, do(t, "GET", b.url+"/v1/runs/tr3/trace", "", &tr), 200)
+	if len(tr.Runs) != 1 {
+		t.Fatalf("trace of a lone run: %d runs", len(tr.Runs))
+	}
+	if steps := tr.Runs[0].Steps; len(steps) != httpapi.MaxTraceSteps || steps[0].Name != "s-0" || !tr.Truncated {
+		t.Fatalf("a run of %d steps: %d steps in its trace, truncated %v", httpapi.MaxTraceSteps+1, len(steps), tr.Truncated)
 	}
 }
