@@ -8,6 +8,7 @@
 //	GET    /v1/runs/live                  server-sent events: every run change
 //	GET    /v1/runs/{id}                  one row; 404 for an unknown or malformed id
 //	GET    /v1/runs/{id}/events           server-sent events: the run's history, then live (Last-Event-ID resumes)
+//	GET    /v1/runs/{id}/trace            the run's tree: runs and steps with times, status, usage, totals (trace.go)
 //	POST   /v1/runs/{id}/cancel           cancel {reason?}, with the run's descendants; idempotent
 //	POST   /v1/runs/{id}/signals/{name}   send a signal (the body is its JSON payload)
 //	DELETE /v1/runs                       clear: ?status=a,b&olderThan=24h (or ?all=true); live runs are cancelled first
@@ -28,6 +29,7 @@ package httpapi
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -76,6 +78,9 @@ type Config struct {
 	// (Guard), as are AllowedHosts (names without port).
 	Addr         string
 	AllowedHosts []string
+	// MaxTraceRuns bounds the runs of GET /v1/runs/{id}/trace; 0 means
+	// MaxTraceRuns.
+	MaxTraceRuns int
 	// MCP, if set, serves MCPPath (the MCP server's streamable HTTP
 	// transport), with a write token when Tokens are set.
 	MCP http.Handler
@@ -88,6 +93,8 @@ type api struct {
 	log    *slog.Logger
 	logs   obs.Throttle // faults, per message and class
 	probe  jetStreamProbe
+	// maxTraceRuns bounds a trace (Config.MaxTraceRuns).
+	maxTraceRuns int
 }
 
 // fault logs a failed JetStream call at warn level, at most once per
@@ -100,7 +107,7 @@ func (a *api) fault(ctx context.Context, msg string, err error, args ...any) {
 
 // New returns the API's handler.
 func New(cfg Config) http.Handler {
-	a := &api{client: cfg.Client, view: cfg.View, conn: cfg.Conn, log: cfg.Logger}
+	a := &api{client: cfg.Client, view: cfg.View, conn: cfg.Conn, log: cfg.Logger, maxTraceRuns: cmp.Or(cfg.MaxTraceRuns, MaxTraceRuns)}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
@@ -112,6 +119,7 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("GET /v1/runs/live", a.live)
 	mux.HandleFunc("GET /v1/runs/{id}", a.get)
 	mux.HandleFunc("GET /v1/runs/{id}/events", a.events)
+	mux.HandleFunc("GET /v1/runs/{id}/trace", a.trace)
 	mux.HandleFunc("POST /v1/runs/{id}/cancel", a.cancel)
 	mux.HandleFunc("POST /v1/runs/{id}/signals/{name}", a.signal)
 	mux.HandleFunc("GET /v1/runs/{id}/calls", a.calls)

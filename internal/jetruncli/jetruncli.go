@@ -42,7 +42,7 @@ const usage = `jetrun: dispatch, watch and steer jetrun runs.
 
 Usage:
   jetrun dispatch [--wait] [--run-id ID] [--parent ID] [--tool-call-id ID] [--on-finish HANDLER [--on-milestones A,B]] [--json] TYPE INPUT
-  jetrun get [--json] ID                 (the run, its nested runs by tool call, its calls)
+  jetrun get [--json] ID                 (the run, its tree of nested runs by tool call with steps and usage, its calls)
   jetrun ls [--status S[,S]] [--type TYPE] [--parent ID] [--tool-call-id ID] [--limit N] [--json]
   jetrun replay [--follow] [--after SEQ] [--json] ID
   jetrun cancel [--reason TEXT] [--json] ID
@@ -206,14 +206,15 @@ func (c *cli) getCmd(fs *flag.FlagSet) func(context.Context, []string) (int, err
 		if tree.Calls, err = c.client.Calls(ctx, row.ID); err != nil {
 			return 0, err
 		}
-		if tree.Steps, err = c.steps(ctx, row.ID); err != nil {
+		allSteps, err := c.addSteps(ctx, &tree)
+		if err != nil {
 			return 0, err
 		}
 		if c.json {
 			return ExitOK, c.printJSON(tree)
 		}
 		c.describe(row)
-		c.describeTree(tree)
+		c.describeTree(tree, allSteps)
 		return ExitOK, nil
 	}
 }
@@ -249,6 +250,7 @@ func (c *cli) describe(r *jetruntype.Run) {
 	line("created", stamp(r.CreatedAt))
 	line("started", stamp(r.StartedAt))
 	line("finished", stamp(r.FinishedAt))
+	line("duration", runDuration(r, time.Now()))
 	if len(r.Output) > 0 {
 		line("output", string(r.Output))
 	}

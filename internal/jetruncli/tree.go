@@ -3,11 +3,13 @@ package jetruncli
 import (
 	"cmp"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
@@ -21,8 +23,58 @@ type treeNode struct {
 	// Calls are the run's calls to its caller, each with its reply once
 	// answered (top run only).
 	Calls []parent.CallState `json:"calls,omitempty"`
-	// Steps are the run's durable steps (top run only; steps.go).
+	// Steps are the run's durable steps (steps.go), for the first
+	// maxTreeStepRuns runs of the tree.
 	Steps []stepLine `json:"steps,omitempty"`
+	// Totals add up the usage of the whole tree (top run only).
+	Totals *treeTotals `json:"totals,omitempty"`
+}
+
+// treeTotals are a tree's totals as jetrun get shows them.
+type treeTotals struct {
+	jetruntype.UsageTotals
+	Runs  int `json:"runs"`
+	Steps int `json:"steps"`
+}
+
+// maxTreeStepRuns bounds the runs of a tree whose steps jetrun get reads
+// (one replay each), depth first from the top.
+const maxTreeStepRuns = 100
+
+// addSteps reads the steps of n's runs, depth first, for at most
+// maxTreeStepRuns runs, and sets n's totals; it reports whether it read
+// them all.
+func (c *cli) addSteps(ctx context.Context, n *treeNode) (bool, error) {
+	t := &treeTotals{}
+	read := 0
+	var walk func(n *treeNode) error
+	walk = func(n *treeNode) error {
+		if read < maxTreeStepRuns {
+			read++
+			var err error
+			if n.Steps, err = c.steps(ctx, n.ID); err != nil && !errors.Is(err, parent.ErrRunNotFound) {
+				return err
+			}
+		}
+		t.Runs++
+		t.Steps += len(n.Steps)
+		if u := n.Usage; u != nil {
+			t.InputTokens += u.InputTokens
+			t.OutputTokens += u.OutputTokens
+			t.CostMicros += u.CostMicros
+		}
+		for i := range n.Children {
+			if err := walk(&n.Children[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := walk(n); err != nil {
+		return false, err
+	}
+	n.Totals = t
+	return t.Runs <= maxTreeStepRuns, nil
 }
 
 // runTree returns r with its descendants (down to depth levels), children
@@ -79,7 +131,7 @@ func orderChildren(rows []*jetruntype.Run) []*jetruntype.Run {
 
 // describeTree prints the run's calls and its nested runs, grouped by tool
 // call, under the row describe printed.
-func (c *cli) describeTree(n treeNode) {
+func (c *cli) describeTree(n treeNode, allSteps bool) {
 	c.describeSteps(n.Steps)
 	if len(n.Calls) > 0 {
 		fmt.Fprintln(c.out, "calls")
@@ -98,6 +150,25 @@ func (c *cli) describeTree(n treeNode) {
 		fmt.Fprintln(c.out, "children")
 		c.printChildren(n.Children, "  ")
 	}
+	if t := n.Totals; t != nil && (len(n.Children) > 0 || t.Steps > 0) {
+		line := fmt.Sprintf("tree totals  %d runs, %d steps, %s", t.Runs, t.Steps, totals(t.UsageTotals))
+		if !allSteps {
+			line += fmt.Sprintf(" (steps of the first %d runs)", maxTreeStepRuns)
+		}
+		fmt.Fprintln(c.out, line)
+	}
+}
+
+// runDuration is how long r ran ("running 4s" while it runs), or "" if it
+// has not started.
+func runDuration(r *jetruntype.Run, now time.Time) string {
+	switch {
+	case r.StartedAt.IsZero():
+		return ""
+	case r.FinishedAt.IsZero():
+		return "running " + now.Sub(r.StartedAt).Round(time.Millisecond).String()
+	}
+	return r.FinishedAt.Sub(r.StartedAt).Round(time.Millisecond).String()
 }
 
 func (c *cli) printChildren(children []treeNode, indent string) {
@@ -111,10 +182,19 @@ func (c *cli) printChildren(children []treeNode, indent string) {
 		if ch.Reason != "" && ch.Status != events.StatusCompleted {
 			line += " (" + ch.Reason + ")"
 		}
+		if d := runDuration(ch.Run, time.Now()); d != "" {
+			line += "  " + d
+		}
+		if ch.Usage != nil {
+			line += "  " + totals(ch.Usage.UsageTotals)
+		}
 		if ch.Summary != "" {
 			line += "  " + oneLine(ch.Summary, 60)
 		}
 		fmt.Fprintln(c.out, line)
+		for _, st := range ch.Steps {
+			fmt.Fprintf(c.out, "%s      step %s\n", indent, st.describe())
+		}
 		c.printChildren(ch.Children, indent+"    ")
 	}
 }

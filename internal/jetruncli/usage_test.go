@@ -3,6 +3,7 @@ package jetruncli_test
 import (
 	"bytes"
 	"context"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -48,6 +49,60 @@ func TestGetShowsUsageAndBudget(t *testing.T) {
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("jetrun get lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// jetrun get prints the run's tree with usage: each run with its status,
+// duration, tokens and cost, its steps under it, and the tree's totals.
+func TestGetShowsTheTreeWithUsageAndSteps(t *testing.T) {
+	ns := natstest.RunServer(t)
+	nc, _ := natstest.Connect(t, ns)
+	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	work := func(ctx context.Context, run *worker.Run, step string, tokens int64) error {
+		if _, err := run.Step(ctx, step, func(context.Context) (any, error) { return "done", nil }); err != nil {
+			return err
+		}
+		return run.Usage(ctx, worker.Usage{InputTokens: tokens, OutputTokens: 1, CostMicros: 10 * tokens})
+	}
+	jetruntest.StartWorker(t, rt, worker.Config{}, func(w *worker.Worker) {
+		w.HandleFunc("planner", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			if err := work(ctx, run, "plan", 100); err != nil {
+				return worker.Result{}, err
+			}
+			_, err := run.RunChild(ctx, worker.ChildRequest{AgentType: "leaf", CallID: "c1", Input: 1})
+			return worker.Result{}, err
+		})
+		w.HandleFunc("leaf", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			return worker.Result{}, work(ctx, run, "search", 10)
+		})
+	})
+	client, err := parent.New(rt, parent.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Run(ctx, parent.Request{AgentType: "planner", RunID: "p1", Input: 1}); err != nil {
+		t.Fatal(err)
+	}
+	child := parent.RunID("p1", "c1")
+	t.Setenv("JETRUN_NATS_URL", ns.ClientURL())
+	var out, errw bytes.Buffer
+	if code := jetruncli.Main(ctx, []string{"get", "p1"}, nil, &out, &errw); code != jetruncli.ExitOK {
+		t.Fatalf("jetrun get: exit %d: %s", code, errw.String())
+	}
+	text := out.String()
+	for _, re := range []string{
+		`(?m)^duration +\d+(\.\d+)?[µm]?s$`,
+		`(?m)^usage +100 in \+ 1 out tokens, 1000 micros$`,
+		`(?m)^steps\n  .*  plan  6 B  .*attempt 1$`,
+		`(?m)^children\n  c1\n    ` + regexp.QuoteMeta(child) + `  leaf  completed  \d+(\.\d+)?[µm]?s  10 in \+ 1 out tokens, 100 micros\n` +
+			`        step search  6 B  .*attempt 1$`,
+		`(?m)^tree totals  2 runs, 2 steps, 110 in \+ 2 out tokens, 1100 micros$`,
+	} {
+		if !regexp.MustCompile(re).MatchString(text) {
+			t.Errorf("jetrun get does not match %s:\n%s", re, text)
 		}
 	}
 }

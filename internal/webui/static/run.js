@@ -6,12 +6,18 @@ import { api, toast, showError } from './api.js';
 import { live } from './live.js';
 import { statusBadge, updateBadge, progressBar, updateBar, durCell } from './widgets.js';
 import { Timeline } from './timeline.js';
+import { Waterfall, fmtUsage } from './waterfall.js';
 
 // MAX_TREE_DEPTH bounds the levels of nested runs a run page fetches and
 // shows (JETRUN_MAX_DEPTH's default); TREE_FANOUT the runs of one level
 // whose own children it fetches.
 const MAX_TREE_DEPTH = 8;
 const TREE_FANOUT = 200;
+
+// TRACE_EVERY_MS spaces the trace's refetches while the tree changes, or
+// ten times what the last fetch took when more (a big tree costs the server
+// a replay per run).
+const TRACE_EVERY_MS = 1000;
 
 // KIND_LABELS names the timeline's entry kinds on the buttons that collapse them.
 const KIND_LABELS = { status: 'status', chunk: 'chunks', progress: 'progress', milestone: 'milestones', signal: 'signals',
@@ -34,7 +40,7 @@ export class RunPage {
     document.title = `${id} · jetrun`;
     this.build();
     this.unsubscribe = live.subscribe({
-      onOpen: () => { this.fetchRow(); this.fetchChildren(); },
+      onOpen: () => { this.fetchRow(); this.fetchChildren(); this.traceSoon(); },
       onDown: () => { if (!this.run) this.fetchRow(); },
       onRun: (s) => this.onSummary(s),
       onRemoved: (id) => {
@@ -58,6 +64,7 @@ export class RunPage {
     this.es?.close();
     clearTimeout(this.retry);
     clearTimeout(this.hideTimer);
+    clearTimeout(this.traceTimer);
     document.removeEventListener('visibilitychange', this.onVisibility);
   }
 
@@ -126,7 +133,8 @@ export class RunPage {
       h('section', { class: 'panel' }, h('div', { class: 'panel-head' }, 'Details'), h('div', { class: 'panel-body' }, this.facts)),
       this.childPanel, this.jsonPanel);
 
-    this.root.append(this.crumbs, head, h('div', { class: 'run-grid' }, tlPanel, side));
+    this.waterfall = new Waterfall(() => this.fetchTrace());
+    this.root.append(this.crumbs, head, this.waterfall.el, h('div', { class: 'run-grid' }, tlPanel, side));
   }
 
   async fetchRow() {
@@ -136,8 +144,8 @@ export class RunPage {
       if (this.destroyed) return;
       if (this.liveDirty && this.run && !row.final) {
         // A live update arrived while fetching: it is newer; keep it.
-        const { input, output, finishes, notices, cancelReason } = row;
-        Object.assign(this.run, { input, output, finishes, notices, cancelReason });
+        const { input, output, finishes, notices, cancelReason, usage, treeUsage, budget, overrun } = row;
+        Object.assign(this.run, { input, output, finishes, notices, cancelReason, usage, treeUsage, budget, overrun });
         this.render();
       } else {
         this.setRow(row, true);
@@ -162,13 +170,14 @@ export class RunPage {
     const prev = this.run;
     if (prev && prev.final && !row.final) return false;
     const keep = full || !prev ? row : prev;
-    const { input, output, finishes, notices, cancelReason } = keep;
-    this.run = { ...row, input, output, finishes, notices, cancelReason };
+    const { input, output, finishes, notices, cancelReason, usage, treeUsage, budget, overrun } = keep;
+    this.run = { ...row, input, output, finishes, notices, cancelReason, usage, treeUsage, budget, overrun };
     this.render();
     if (!this.eventsStarted) {
       // The run exists: replay its events.
       this.eventsStarted = true;
       this.openEvents(0);
+      this.fetchTrace();
     }
     return true;
   }
@@ -207,7 +216,33 @@ export class RunPage {
     }
   }
 
+  /** fetchTrace fetches and shows the trace of the run's tree. */
+  async fetchTrace() {
+    clearTimeout(this.traceTimer);
+    this.traceTimer = null;
+    const began = Date.now();
+    this.traceAt = began;
+    const seq = (this.traceSeq = (this.traceSeq || 0) + 1);
+    try {
+      const trace = await api('GET', `/v1/runs/${encodeURIComponent(this.id)}/trace`);
+      this.traceTook = Date.now() - began;
+      // An answer overtaken by a later fetch's is older: drop it.
+      if (!this.destroyed && seq === this.traceSeq) this.waterfall.render(trace);
+    } catch (err) {
+      if (!this.destroyed && err.status !== 404) showError('Could not load the trace', err);
+    }
+  }
+
+  /** traceSoon refetches the trace after a change, at most once per TRACE_EVERY_MS. */
+  traceSoon() {
+    if (this.traceTimer || this.destroyed || !this.eventsStarted) return;
+    const every = Math.max(TRACE_EVERY_MS, 10 * (this.traceTook || 0));
+    const wait = Math.max(0, (this.traceAt || 0) + every - Date.now());
+    this.traceTimer = setTimeout(() => this.fetchTrace(), wait);
+  }
+
   onSummary(s) {
+    if (s.id === this.id || this.children.has(s.id) || this.children.has(s.parent) || s.parent === this.id) this.traceSoon();
     if (s.id === this.id) {
       this.liveDirty = true;
       if (!this.run) return;
@@ -247,6 +282,7 @@ export class RunPage {
       if (ev.seq === undefined && e.lastEventId) ev.seq = Number(e.lastEventId);
       const stick = this.follow && this.caughtUp && nearBottom();
       if (!this.timeline.add(ev)) return;
+      if (ev.kind === 'step' && this.caughtUp) this.traceSoon();
       if (ev.kind === 'status' && this.caughtUp && this.run && ev.data?.status) {
         // The status event is as fresh as the row: show it at once.
         this.run.status = ev.data.status;
@@ -267,6 +303,7 @@ export class RunPage {
       this.caughtUp = true;
       this.markCaughtUp('ended');
       this.fetchRow();
+      this.traceSoon();
     });
     es.onerror = () => {
       if (this.ended || this.destroyed) return;
@@ -502,6 +539,10 @@ export class RunPage {
     if (Number.isFinite(lease) && r.live) rows.push(['Lease until', h('span', { title: fmtAbs(lease) }, fmtClock(lease))]);
     rows.push(['Chunks', String(r.chunks || 0)]);
     rows.push(['Milestones', r.milestones ? `${r.milestones} · last ${r.lastMilestone || '?'}` : '0']);
+    if (fmtUsage(r.usage)) rows.push(['Usage', h('span', { 'data-testid': 'usage', text: fmtUsage(r.usage) })]);
+    if (r.treeUsage) rows.push(['Tree usage', fmtUsage(r.treeUsage) || '0']);
+    if (r.budget) rows.push(['Budget', Object.entries(r.budget).map(([k, v]) => `${k} ${v}`).join(', ')]);
+    if (r.overrun) rows.push(['Overrun', h('span', { class: 'err', text: `${r.overrun.budget} budget of ${r.overrun.owner} exceeded: used ${r.overrun.used} of ${r.overrun.limit}` })]);
     const sig = parseTime(r.lastSignalAt);
     if (Number.isFinite(sig)) rows.push(['Last activity', time(sig)]);
     if (r.parent) rows.push(['Parent', h('a', { href: `/runs/${encodeURIComponent(r.parent)}`, class: 'mono' }, r.parent)]);

@@ -1,11 +1,14 @@
-// Command nestworker is a test worker process serving two agent types the
+// Command nestworker is a test worker process serving agent types the
 // end-to-end tests kill with -9 mid-wait:
 //
 //   - nester: starts one nested demo run (call id "c1", chunks passed
 //     through) with its own input and returns the child's outcome;
 //   - caller: calls "ask" with its own input and returns the answer;
 //   - boss: runs a caller child (call id "b1") and answers its "ask" calls
-//     itself, from its second attempt on (the first never answers).
+//     itself, from its second attempt on (the first never answers);
+//   - planner: stores step "plan", reports usage (100 in, 10 out tokens,
+//     1000 micros) and runs two researcher children (call id "r");
+//   - researcher: stores step "search", reports usage (10 in, 1 out, 100).
 //
 // Usage: nestworker NATS_URL WORKER_ID [ROW_SYNC] (lease 2s; ROW_SYNC, a
 // duration, sets the row sync interval: a long one keeps what an attempt
@@ -101,6 +104,26 @@ func run() error {
 			return worker.Result{}, err
 		}
 		return worker.Result{Summary: "boss: " + res.Summary, Output: res.Output}, nil
+	})
+	traced := func(ctx context.Context, run *worker.Run, step string, tokens int64) error {
+		if _, err := run.Step(ctx, step, func(context.Context) (any, error) { return map[string]string{"did": step}, nil }); err != nil {
+			return err
+		}
+		return run.Usage(ctx, worker.Usage{InputTokens: tokens, OutputTokens: tokens / 10, CostMicros: tokens * 10, Model: "m"})
+	}
+	w.HandleFunc("planner", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+		if err := traced(ctx, run, "plan", 100); err != nil {
+			return worker.Result{}, err
+		}
+		for i := range 2 {
+			if _, err := run.RunChild(ctx, worker.ChildRequest{AgentType: "researcher", CallID: "r", DisplayOrder: i, Input: i}); err != nil {
+				return worker.Result{}, err
+			}
+		}
+		return worker.Result{Summary: "planned"}, nil
+	})
+	w.HandleFunc("researcher", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+		return worker.Result{Summary: "found"}, traced(ctx, run, "search", 10)
 	})
 	if err := w.Start(ctx); err != nil {
 		return err
