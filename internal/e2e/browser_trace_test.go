@@ -71,6 +71,11 @@ func TestBrowserShowsTheTraceOfATree(t *testing.T) {
 	if !strings.Contains(usage, "100 in + 10 out tokens · 1,000 micros") || strings.Count(usage, "10 in + 1 out tokens · 100 micros") != 2 {
 		t.Fatalf("run usage %q", usage)
 	}
+	// Each step shows what it spent.
+	stepUsage := eval[string](b, `[...document.querySelectorAll('[data-testid="trace-step"] [data-testid="trace-step-usage"]')].map(e => e.innerText).join('|')`)
+	if !strings.Contains(stepUsage, "100 in + 10 out tokens") || strings.Count(stepUsage, "10 in + 1 out tokens") != 2 {
+		t.Fatalf("step usage %q", stepUsage)
+	}
 	// A child's bar lies within its parent's.
 	if ok := eval[bool](b, `(() => {
 		const bars = [...document.querySelectorAll('[data-testid="trace-run"] [data-testid="trace-bar"]')].map(e => e.getBoundingClientRect());

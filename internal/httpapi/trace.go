@@ -66,7 +66,7 @@ type traceRun struct {
 
 // traceStep is a stored step: it ended when it was stored (At) and began
 // DurationMs before (0 when unknown). Its output is not included, only its
-// size.
+// size, and what it spent.
 type traceStep struct {
 	Name       string    `json:"name"`
 	At         time.Time `json:"at"`
@@ -74,6 +74,8 @@ type traceStep struct {
 	Attempt    int       `json:"attempt"`
 	Bytes      int       `json:"bytes"`
 	Error      string    `json:"error,omitempty"`
+	// Usage is what the step's work spent, if it reported any.
+	Usage *jetruntype.Usage `json:"usage,omitempty"`
 }
 
 type traceTotals struct {
@@ -185,7 +187,7 @@ func (a *api) traceRun(ctx context.Context, row *jetruntype.Run, level int) (tr 
 		steps, cut = steps[:MaxTraceSteps], true
 	}
 	for _, st := range steps {
-		ts := traceStep{Name: st.Name, At: st.At, DurationMs: st.DurationMs, Attempt: st.Attempt, Error: st.Error}
+		ts := traceStep{Name: st.Name, At: st.At, DurationMs: st.DurationMs, Attempt: st.Attempt, Error: st.Error, Usage: st.Usage}
 		if st.Error == "" {
 			ts.Bytes = len(st.Output)
 		}

@@ -69,7 +69,8 @@ export class Waterfall {
           h('div', { class: 'wf-label', style: `padding-left: ${r.level * 14 + 18}px` }, h('span', { class: 'mono', text: `↳ ${s.name}` })),
           bar(ss, se, 'step', s.error ? 'var(--st-error)' : color),
           h('div', { class: 'wf-meta' }, s.durationMs ? fmtDur(s.durationMs) : '—',
-            h('span', { class: 'faint', text: s.error ? ` · failed: ${s.error}` : ` · ${fmtCount(s.bytes)} B` }))));
+            h('span', { class: 'faint', text: s.error ? ` · failed: ${s.error}` : ` · ${fmtCount(s.bytes)} B` }),
+            s.usage ? h('span', { class: 'faint', 'data-testid': 'trace-step-usage', text: ` · ${fmtUsage(s.usage)}` }) : null)));
       }
     }
     const t = trace.totals || {};

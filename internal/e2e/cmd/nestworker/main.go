@@ -106,10 +106,12 @@ func run() error {
 		return worker.Result{Summary: "boss: " + res.Summary, Output: res.Output}, nil
 	})
 	traced := func(ctx context.Context, run *worker.Run, step string, tokens int64) error {
-		if _, err := run.Step(ctx, step, func(context.Context) (any, error) { return map[string]string{"did": step}, nil }); err != nil {
-			return err
-		}
-		return run.Usage(ctx, worker.Usage{InputTokens: tokens, OutputTokens: tokens / 10, CostMicros: tokens * 10, Model: "m"})
+		_, err := run.Step(ctx, step, func(ctx context.Context) (any, error) {
+			// Reported with the step's context: the step's usage, and the run's.
+			err := run.Usage(ctx, worker.Usage{InputTokens: tokens, OutputTokens: tokens / 10, CostMicros: tokens * 10, Model: "m"})
+			return map[string]string{"did": step}, err
+		})
+		return err
 	}
 	w.HandleFunc("planner", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
 		if err := traced(ctx, run, "plan", 100); err != nil {
