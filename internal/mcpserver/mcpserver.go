@@ -108,6 +108,11 @@ type Server struct {
 	life context.Context // ends at Stop: calls stop awaiting, runs go on
 	stop context.CancelFunc
 	loop sync.WaitGroup
+
+	notifyMu     sync.Mutex
+	outlets      map[string]outlet // connected sessions by id (notify.go)
+	outletTokens map[string]*int
+	watches      map[*mcp.ServerSession]*sessionWatch
 }
 
 // tool is a listed tool and its compiled input schema.
@@ -118,7 +123,8 @@ type tool struct {
 
 // New returns a Server; Start begins following the registry.
 func New(cfg Config) *Server {
-	s := &Server{client: cfg.Client, log: cfg.Logger, every: cfg.SyncEvery, tools: map[string]tool{}}
+	s := &Server{client: cfg.Client, log: cfg.Logger, every: cfg.SyncEvery, tools: map[string]tool{},
+		outlets: map[string]outlet{}, outletTokens: map[string]*int{}, watches: map[*mcp.ServerSession]*sessionWatch{}}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -192,11 +198,14 @@ func (s *Server) Handler() http.Handler {
 	opts.Stateless, opts.PropagateRequestCancellation = true, true
 	sessionless := mcp.NewStreamableHTTPHandler(get, &opts)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Mcp-Protocol-Version") >= SessionlessRevision {
+		switch {
+		case r.Header.Get("Mcp-Protocol-Version") >= SessionlessRevision:
 			sessionless.ServeHTTP(w, r)
-			return
+		case r.Method == http.MethodGet && r.Header.Get("Mcp-Session-Id") != "":
+			s.serveStream(sessions, w, r) // a session's own stream: its task notifications too
+		default:
+			sessions.ServeHTTP(w, r)
 		}
-		sessions.ServeHTTP(w, r)
 	})
 	return http.NewCrossOriginProtection().Handler(h)
 }
@@ -208,7 +217,11 @@ const SessionlessRevision = "2026-07-28"
 // ServeStdio serves one session on in and out (newline-delimited JSON-RPC)
 // until the peer closes in or ctx ends.
 func (s *Server) ServeStdio(ctx context.Context, in io.ReadCloser, out io.WriteCloser) error {
-	err := s.mcp.Run(ctx, &mcp.IOTransport{Reader: in, Writer: out})
+	t := &stdioTransport{Transport: &mcp.IOTransport{Reader: in, Writer: out}, s: s}
+	err := s.mcp.Run(ctx, t)
+	if t.unplug != nil {
+		t.unplug()
+	}
 	if ctx.Err() != nil || errors.Is(err, io.EOF) {
 		return nil
 	}

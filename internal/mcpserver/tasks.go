@@ -113,11 +113,12 @@ type updateTaskParams struct {
 
 // addTasks registers the tasks methods and advertises the extension.
 func (s *Server) addTasks() error {
-	if err := mcp.AddReceivingCustomMethod(s.mcp, "tasks/get", func(ctx context.Context, _ *mcp.ServerSession, p *taskParams) (*taskResult, error) {
+	if err := mcp.AddReceivingCustomMethod(s.mcp, "tasks/get", func(ctx context.Context, ss *mcp.ServerSession, p *taskParams) (*taskResult, error) {
 		t, err := s.taskOf(ctx, p.TaskID)
 		if err != nil {
 			return nil, err
 		}
+		s.watchTask(ss, t.TaskID, t.Status)
 		return &taskResult{ResultType: "complete", Task: *t}, nil
 	}); err != nil {
 		return err
@@ -184,6 +185,7 @@ func (s *Server) startTask(ctx context.Context, req *mcp.CallToolRequest) (mcp.R
 	if err != nil {
 		return nil, err
 	}
+	s.watchTask(req.Session, task.TaskID, task.Status)
 	return &taskResult{ResultType: "task", Task: *task}, nil
 }
 

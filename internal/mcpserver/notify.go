@@ -1,0 +1,272 @@
+package mcpserver
+
+// Task status notifications. A session (protocol 2025-11-25 and older, or
+// stdio) that created a task or polled it is told when the task's status
+// changes, while it is connected: the server follows the run's events and,
+// at each, reads the task again; a new status goes to the session as
+// notifications/tasks (the extension's DetailedTask). Each session follows
+// at most MaxWatchedTasks tasks; its followers stop when the session ends,
+// when their run ends, or at Stop.
+//
+// The Go SDK v1.8.0 sends only the notifications it knows, so these are
+// written by jetrun itself: over streamable HTTP as an event of the
+// session's standalone SSE stream (its GET), which must be open; over stdio
+// as a line of the connection. Sessionless requests (2026-07-28) get none:
+// that revision delivers task notifications on a subscriptions/listen stream
+// that names the tasks (notifications.taskIds), and the SDK's listen drops
+// that field; such clients poll tasks/get.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/jetrun/jetrun/pkg/events"
+)
+
+// MaxWatchedTasks bounds the tasks a session is told about.
+const MaxWatchedTasks = 64
+
+// NotificationTaskStatus is the extension's task status notification.
+const NotificationTaskStatus = "notifications/tasks"
+
+// watchedKinds are the events after which a followed task is read again.
+var watchedKinds = []string{events.KindStatus, events.KindProgress, events.KindSignal, events.KindCall, events.KindReply, events.KindCancel}
+
+// finalReads bounds the reads of a row after its run's end event, for the
+// row to show the end.
+const finalReads = 20
+
+// outlet writes one JSON-RPC notification to a connected session.
+type outlet func(ctx context.Context, method string, params json.RawMessage) error
+
+// sessionWatch is what one session follows.
+type sessionWatch struct {
+	ctx   context.Context // ends with the session or the server
+	tasks map[string]bool
+}
+
+// outletOf returns the outlet of session id ("" is the stdio session), if
+// it is connected.
+func (s *Server) outletOf(id string) (outlet, bool) {
+	s.notifyMu.Lock()
+	defer s.notifyMu.Unlock()
+	o, ok := s.outlets[id]
+	return o, ok
+}
+
+// plug makes o the outlet of session id until the returned func is called.
+func (s *Server) plug(id string, o outlet) (unplug func()) {
+	token := new(int)
+	s.notifyMu.Lock()
+	s.outlets[id] = o
+	s.outletTokens[id] = token
+	s.notifyMu.Unlock()
+	return func() {
+		s.notifyMu.Lock()
+		defer s.notifyMu.Unlock()
+		if s.outletTokens[id] == token { // not replaced by a newer stream
+			delete(s.outlets, id)
+			delete(s.outletTokens, id)
+		}
+	}
+}
+
+// watchTask follows task id for session ss, which has just seen it with
+// status seen. Sessionless requests and sessions over their bound are not
+// followed.
+func (s *Server) watchTask(ss *mcp.ServerSession, id, seen string) {
+	if ss == nil || terminal(seen) {
+		return
+	}
+	if p := ss.InitializeParams(); p == nil || p.ProtocolVersion >= SessionlessRevision {
+		return
+	}
+	s.notifyMu.Lock()
+	w, ok := s.watches[ss]
+	if !ok {
+		ctx, cancel := context.WithCancel(s.life)
+		w = &sessionWatch{ctx: ctx, tasks: map[string]bool{}}
+		s.watches[ss] = w
+		// The session's end ends its followers.
+		go func() {
+			done := make(chan struct{})
+			go func() { _ = ss.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-ctx.Done():
+			}
+			cancel()
+			s.notifyMu.Lock()
+			delete(s.watches, ss)
+			s.notifyMu.Unlock()
+		}()
+	}
+	if w.tasks[id] || len(w.tasks) >= MaxWatchedTasks {
+		s.notifyMu.Unlock()
+		return
+	}
+	w.tasks[id] = true
+	s.notifyMu.Unlock()
+	s.loop.Go(func() {
+		defer func() {
+			s.notifyMu.Lock()
+			delete(w.tasks, id)
+			s.notifyMu.Unlock()
+		}()
+		s.follow(w.ctx, ss.ID(), id, seen)
+	})
+}
+
+func terminal(status string) bool {
+	return status == TaskCompleted || status == TaskFailed || status == TaskCancelled
+}
+
+// follow tells session sid each new status of task id until it is
+// terminal or ctx ends.
+func (s *Server) follow(ctx context.Context, sid, id, seen string) {
+	after, err := s.client.LastEventSeq(ctx, id)
+	if err != nil {
+		return
+	}
+	tell := func() bool { // reads the task; false when it is over
+		t, err := s.taskOf(ctx, id)
+		if err != nil {
+			return false
+		}
+		if t.Status != seen {
+			seen = t.Status
+			s.notifyTask(ctx, sid, t)
+		}
+		return !terminal(seen)
+	}
+	if !tell() { // what happened before the follow began
+		return
+	}
+	seq, err := s.client.Replay(ctx, id, after, events.UntilEnd, watchedKinds...)
+	if err != nil {
+		return
+	}
+	for _, err := range seq {
+		if err != nil || !tell() {
+			return
+		}
+	}
+	// The run ended: its row shows it soon after its end event.
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for range finalReads {
+		if !tell() {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// notifyTask sends task t to session sid if it is connected.
+func (s *Server) notifyTask(ctx context.Context, sid string, t *Task) {
+	o, ok := s.outletOf(sid)
+	if !ok {
+		return
+	}
+	params, err := json.Marshal(t)
+	if err != nil {
+		return
+	}
+	if err := o(ctx, NotificationTaskStatus, params); err != nil {
+		s.log.DebugContext(ctx, "mcp: task notification not sent", "task_id", t.TaskID, "err", err)
+	}
+}
+
+// notification is a JSON-RPC notification's wire form.
+func notification(method string, params json.RawMessage) ([]byte, error) {
+	return json.Marshal(struct {
+		JSONRPC string          `json:"jsonrpc"`
+		Method  string          `json:"method"`
+		Params  json.RawMessage `json:"params"`
+	}{"2.0", method, params})
+}
+
+// streamWriter is the response of a session's standalone SSE stream (its
+// GET), shared by the SDK and jetrun's notifications: a write is one whole
+// event, under a lock.
+type streamWriter struct {
+	http.ResponseWriter
+	mu      sync.Mutex
+	started bool // the SDK has sent the headers
+}
+
+func (w *streamWriter) WriteHeader(code int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.started = code == http.StatusOK
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *streamWriter) Write(b []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *streamWriter) FlushError() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// event writes one SSE event of data, once the SDK has started the stream.
+func (w *streamWriter) event(data []byte) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.started {
+		return fmt.Errorf("the stream is not open yet")
+	}
+	if _, err := fmt.Fprintf(w.ResponseWriter, "data: %s\n\n", data); err != nil {
+		return err
+	}
+	return http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// serveStream serves a session's standalone SSE stream through the SDK,
+// the stream being the session's outlet meanwhile.
+func (s *Server) serveStream(sdk http.Handler, w http.ResponseWriter, r *http.Request) {
+	sw := &streamWriter{ResponseWriter: w}
+	unplug := s.plug(r.Header.Get("Mcp-Session-Id"), func(_ context.Context, method string, params json.RawMessage) error {
+		msg, err := notification(method, params)
+		if err != nil {
+			return err
+		}
+		return sw.event(msg)
+	})
+	defer unplug()
+	sdk.ServeHTTP(sw, r)
+}
+
+// stdioTransport makes its connection the outlet of the stdio session.
+type stdioTransport struct {
+	mcp.Transport
+	s      *Server
+	unplug func()
+}
+
+func (t *stdioTransport) Connect(ctx context.Context) (mcp.Connection, error) {
+	c, err := t.Transport.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	t.unplug = t.s.plug("", func(ctx context.Context, method string, params json.RawMessage) error {
+		return c.Write(ctx, &jsonrpc.Request{Method: method, Params: params})
+	})
+	return c, nil
+}
