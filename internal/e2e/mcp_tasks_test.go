@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/mcpserver"
 	"github.com/jetrun/jetrun/internal/natstest"
 )
 
@@ -120,7 +121,9 @@ func (c *rawMCP) post(msg any) []json.RawMessage {
 func (c *rawMCP) call(method string, params any) (json.RawMessage, *rpcError) {
 	c.t.Helper()
 	c.id++
-	if c.sessionless {
+	if c.sessionless || strings.HasPrefix(method, "tasks/") {
+		// Every tasks request declares the extension (else a session gets
+		// the 2025-11-25 form); sessionless, every request says who it is.
 		var p map[string]any
 		raw, _ := json.Marshal(params)
 		_ = json.Unmarshal(raw, &p)
@@ -128,8 +131,10 @@ func (c *rawMCP) call(method string, params any) (json.RawMessage, *rpcError) {
 		if meta == nil {
 			meta = map[string]any{}
 		}
-		meta["io.modelcontextprotocol/protocolVersion"] = "2026-07-28"
-		meta["io.modelcontextprotocol/clientInfo"] = map[string]string{"name": "jetrun-e2e-raw", "version": "1"}
+		if c.sessionless {
+			meta["io.modelcontextprotocol/protocolVersion"] = "2026-07-28"
+			meta["io.modelcontextprotocol/clientInfo"] = map[string]string{"name": "jetrun-e2e-raw", "version": "1"}
+		}
 		if _, ok := meta["io.modelcontextprotocol/clientCapabilities"]; !ok {
 			meta["io.modelcontextprotocol/clientCapabilities"] = map[string]any{
 				"extensions": map[string]any{"io.modelcontextprotocol/tasks": map[string]any{}}}
@@ -246,6 +251,12 @@ func TestMCPTasksSurviveTheirParentWorker(t *testing.T) {
 
 	if _, rerr := b.call("tasks/get", map[string]string{"taskId": "no-such-task"}); rerr == nil || rerr.Code != -32602 || !strings.Contains(rerr.Message, "unknown task") {
 		t.Fatalf("tasks/get of an unknown task: %+v; want invalid params, unknown task", rerr)
+	}
+	// Sessionless, a tasks request that does not declare the extension is
+	// refused with the extension's error.
+	if _, rerr := b.call("tasks/get", map[string]any{"taskId": approve.TaskID, "_meta": map[string]any{
+		"io.modelcontextprotocol/clientCapabilities": map[string]any{}}}); rerr == nil || rerr.Code != mcpserver.CodeMissingRequiredClientCapability {
+		t.Fatalf("tasks/get without the extension declared: %+v; want %d", rerr, mcpserver.CodeMissingRequiredClientCapability)
 	}
 }
 

@@ -204,6 +204,7 @@ func (s *Server) Handler() http.Handler {
 		case r.Method == http.MethodGet && r.Header.Get("Mcp-Session-Id") != "":
 			s.serveStream(sessions, w, r) // a session's own stream: its task notifications too
 		default:
+			liftHTTP(r, opts.MaxRequestBodyBytes) // params.task of the 2025-11-25 form
 			sessions.ServeHTTP(w, r)
 		}
 	})
@@ -245,10 +246,24 @@ func (s *Server) fresh(next mcp.MethodHandler) mcp.MethodHandler {
 				s.log.WarnContext(ctx, "mcp: list the agent types", "err", err)
 			}
 		}
-		if isCall && wantsTask(call.Params.Meta) {
-			return s.startTask(ctx, call)
+		switch {
+		case isCall && wantsTask(call.Params.Meta):
+			return s.startTask(ctx, call, false)
+		case isCall && wantsLegacyTask(call.Params.Meta) && legacySession(call.Session):
+			return s.startTask(ctx, call, true)
 		}
-		return next(ctx, method, req)
+		res, err := next(ctx, method, req)
+		if err != nil {
+			return res, err
+		}
+		// What the SDK's types cannot say (legacy.go).
+		switch r := res.(type) {
+		case *mcp.InitializeResult:
+			return initializeResult{r}, nil
+		case *mcp.ListToolsResult:
+			return listToolsResult{r}, nil
+		}
+		return res, nil
 	}
 }
 

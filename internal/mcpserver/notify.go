@@ -21,6 +21,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -46,10 +47,11 @@ const finalReads = 20
 // outlet writes one JSON-RPC notification to a connected session.
 type outlet func(ctx context.Context, method string, params json.RawMessage) error
 
-// sessionWatch is what one session follows.
+// sessionWatch is what one session follows, and the tasks it created.
 type sessionWatch struct {
-	ctx   context.Context // ends with the session or the server
-	tasks map[string]bool
+	ctx     context.Context // ends with the session or the server
+	tasks   map[string]bool
+	created []string // newest last, at most MaxListedTasks
 }
 
 // outletOf returns the outlet of session id ("" is the stdio session), if
@@ -78,36 +80,66 @@ func (s *Server) plug(id string, o outlet) (unplug func()) {
 	}
 }
 
-// watchTask follows task id for session ss, which has just seen it with
-// status seen. Sessionless requests and sessions over their bound are not
-// followed.
-func (s *Server) watchTask(ss *mcp.ServerSession, id, seen string) {
-	if ss == nil || terminal(seen) {
-		return
+// sessionOf returns what session ss follows; s.notifyMu is held. The
+// session's end forgets it.
+func (s *Server) sessionOf(ss *mcp.ServerSession) *sessionWatch {
+	if w, ok := s.watches[ss]; ok {
+		return w
 	}
-	if p := ss.InitializeParams(); p == nil || p.ProtocolVersion >= SessionlessRevision {
+	ctx, cancel := context.WithCancel(s.life)
+	w := &sessionWatch{ctx: ctx, tasks: map[string]bool{}}
+	s.watches[ss] = w
+	go func() { // owned by the session: ends with it or with the server
+		done := make(chan struct{})
+		go func() { _ = ss.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+		}
+		cancel()
+		s.notifyMu.Lock()
+		delete(s.watches, ss)
+		s.notifyMu.Unlock()
+	}()
+	return w
+}
+
+// created records that session ss created task id (for tasks/list).
+func (s *Server) created(ss *mcp.ServerSession, id string) {
+	if ss == nil || !legacySession(ss) {
 		return
 	}
 	s.notifyMu.Lock()
+	defer s.notifyMu.Unlock()
+	w := s.sessionOf(ss)
+	w.created = append(w.created, id)
+	if len(w.created) > MaxListedTasks {
+		w.created = w.created[len(w.created)-MaxListedTasks:]
+	}
+}
+
+// createdBy returns the tasks session ss created, newest first.
+func (s *Server) createdBy(ss *mcp.ServerSession) []string {
+	s.notifyMu.Lock()
+	defer s.notifyMu.Unlock()
 	w, ok := s.watches[ss]
 	if !ok {
-		ctx, cancel := context.WithCancel(s.life)
-		w = &sessionWatch{ctx: ctx, tasks: map[string]bool{}}
-		s.watches[ss] = w
-		// The session's end ends its followers.
-		go func() {
-			done := make(chan struct{})
-			go func() { _ = ss.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-ctx.Done():
-			}
-			cancel()
-			s.notifyMu.Lock()
-			delete(s.watches, ss)
-			s.notifyMu.Unlock()
-		}()
+		return nil
 	}
+	out := slices.Clone(w.created)
+	slices.Reverse(out)
+	return out
+}
+
+// watchTask follows task id for session ss, which has just seen it with
+// status seen, in the extension's form or (legacy) the 2025-11-25 one.
+// Sessionless requests and sessions over their bound are not followed.
+func (s *Server) watchTask(ss *mcp.ServerSession, id, seen string, legacy bool) {
+	if ss == nil || terminal(seen) || !legacySession(ss) {
+		return
+	}
+	s.notifyMu.Lock()
+	w := s.sessionOf(ss)
 	if w.tasks[id] || len(w.tasks) >= MaxWatchedTasks {
 		s.notifyMu.Unlock()
 		return
@@ -120,7 +152,7 @@ func (s *Server) watchTask(ss *mcp.ServerSession, id, seen string) {
 			delete(w.tasks, id)
 			s.notifyMu.Unlock()
 		}()
-		s.follow(w.ctx, ss.ID(), id, seen)
+		s.follow(w.ctx, ss.ID(), id, seen, legacy)
 	})
 }
 
@@ -130,7 +162,7 @@ func terminal(status string) bool {
 
 // follow tells session sid each new status of task id until it is
 // terminal or ctx ends.
-func (s *Server) follow(ctx context.Context, sid, id, seen string) {
+func (s *Server) follow(ctx context.Context, sid, id, seen string, legacy bool) {
 	after, err := s.client.LastEventSeq(ctx, id)
 	if err != nil {
 		return
@@ -140,9 +172,13 @@ func (s *Server) follow(ctx context.Context, sid, id, seen string) {
 		if err != nil {
 			return false
 		}
-		if t.Status != seen {
-			seen = t.Status
-			s.notifyTask(ctx, sid, t)
+		status := t.Status
+		if legacy {
+			status = legacyStatus(t)
+		}
+		if status != seen {
+			seen = status
+			s.notifyTask(ctx, sid, t, legacy)
 		}
 		return !terminal(seen)
 	}
@@ -174,16 +210,22 @@ func (s *Server) follow(ctx context.Context, sid, id, seen string) {
 }
 
 // notifyTask sends task t to session sid if it is connected.
-func (s *Server) notifyTask(ctx context.Context, sid string, t *Task) {
+func (s *Server) notifyTask(ctx context.Context, sid string, t *Task, legacyForm bool) {
 	o, ok := s.outletOf(sid)
 	if !ok {
 		return
 	}
-	params, err := json.Marshal(t)
+	method, params, err := NotificationTaskStatus, []byte(nil), error(nil)
+	if legacyForm {
+		method = NotificationTaskStatusLegacy
+		params, err = json.Marshal(legacy(t))
+	} else {
+		params, err = json.Marshal(t)
+	}
 	if err != nil {
 		return
 	}
-	if err := o(ctx, NotificationTaskStatus, params); err != nil {
+	if err := o(ctx, method, params); err != nil {
 		s.log.DebugContext(ctx, "mcp: task notification not sent", "task_id", t.TaskID, "err", err)
 	}
 }
@@ -268,5 +310,5 @@ func (t *stdioTransport) Connect(ctx context.Context) (mcp.Connection, error) {
 	t.unplug = t.s.plug("", func(ctx context.Context, method string, params json.RawMessage) error {
 		return c.Write(ctx, &jsonrpc.Request{Method: method, Params: params})
 	})
-	return c, nil
+	return liftingConn{c}, nil
 }

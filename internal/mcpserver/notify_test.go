@@ -52,7 +52,19 @@ func (c *rawSession) do(ctx context.Context, method string, msg any) *http.Respo
 // call sends a request and returns the result of its response.
 func (c *rawSession) call(ctx context.Context, method string, params any) json.RawMessage {
 	c.t.Helper()
+	res, rerr := c.callErr(ctx, method, params)
+	if rerr != nil {
+		c.t.Fatalf("%s: %s", method, rerr)
+	}
+	return res
+}
+
+// callErr sends a request and returns the result or the error of its
+// response.
+func (c *rawSession) callErr(ctx context.Context, method string, params any) (json.RawMessage, json.RawMessage) {
+	c.t.Helper()
 	c.seq++
+	seq := c.seq
 	resp := c.do(ctx, http.MethodPost, map[string]any{"jsonrpc": "2.0", "id": c.seq, "method": method, "params": params})
 	defer resp.Body.Close()
 	if s := resp.Header.Get("Mcp-Session-Id"); s != "" {
@@ -64,15 +76,12 @@ func (c *rawSession) call(ctx context.Context, method string, params any) json.R
 			Result json.RawMessage
 			Error  json.RawMessage
 		}
-		if json.Unmarshal(msg, &r) == nil && r.ID != nil && *r.ID == c.seq {
-			if r.Error != nil {
-				c.t.Fatalf("%s: %s", method, r.Error)
-			}
-			return r.Result
+		if json.Unmarshal(msg, &r) == nil && r.ID != nil && *r.ID == seq {
+			return r.Result, r.Error
 		}
 	}
 	c.t.Fatalf("%s: no response", method)
-	return nil
+	return nil, nil
 }
 
 // sseData yields the data of each event of an SSE body, or the body itself
