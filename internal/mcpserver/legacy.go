@@ -25,6 +25,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"time"
@@ -199,11 +200,17 @@ func legacySession(ss *mcp.ServerSession) bool {
 // addLegacyTasks registers tasks/result and tasks/list.
 func (s *Server) addLegacyTasks() error {
 	if err := mcp.AddReceivingCustomMethod(s.mcp, "tasks/result", func(ctx context.Context, ss *mcp.ServerSession, p *taskParams) (*mcp.CallToolResult, error) {
+		if !legacySession(ss) {
+			return nil, sessionsOnly("tasks/result")
+		}
 		return s.taskResult(ctx, ss, p.TaskID)
 	}); err != nil {
 		return err
 	}
 	return mcp.AddReceivingCustomMethod(s.mcp, "tasks/list", func(ctx context.Context, ss *mcp.ServerSession, _ *listTasksParams) (*listTasksResult, error) {
+		if !legacySession(ss) {
+			return nil, sessionsOnly("tasks/list")
+		}
 		out := &listTasksResult{Tasks: []LegacyTask{}}
 		for _, id := range s.createdBy(ss) {
 			t, err := s.taskOf(ctx, id)
@@ -214,6 +221,13 @@ func (s *Server) addLegacyTasks() error {
 		}
 		return out, nil
 	})
+}
+
+// sessionsOnly is the error of a 2025-11-25 tasks method asked without a
+// session: that revision's tasks extension has no such method.
+func sessionsOnly(method string) error {
+	return &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound,
+		Message: fmt.Sprintf("%s is of the 2025-11-25 experimental tasks, served in sessions; with %s use tasks/get", method, SessionlessRevision)}
 }
 
 // taskResult waits for task id to end and answers its tools/call result,

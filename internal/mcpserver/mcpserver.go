@@ -10,8 +10,9 @@
 //   - tools/call checks the arguments against the tool's input schema,
 //     dispatches a run and awaits it: a completed run answers its output as
 //     structuredContent and its summary as text; a run that did not complete
-//     answers isError with jetrun's failure value (jetruntype.Failure) as
-//     structuredContent. Every result carries the run id in
+//     answers isError with jetrun's failure value (jetruntype.Failure) in
+//     _meta["io.jetrun/failure"], and as structuredContent unless the tool
+//     has an output schema. Every result carries the run id in
 //     _meta["io.jetrun/runId"].
 //   - With a progressToken, the run's progress goes to the client as
 //     notifications/progress (progress = the run's fraction, total 1).
@@ -63,6 +64,9 @@ const (
 	MetaIdempotencyKey = "io.jetrun/idempotencyKey"
 	// MetaRunID carries the run's id on a tools/call result.
 	MetaRunID = "io.jetrun/runId"
+	// MetaFailure carries jetrun's failure value on the isError result of
+	// a run that did not complete.
+	MetaFailure = "io.jetrun/failure"
 )
 
 // MaxArgumentBytes bounds a tools/call's arguments: a run's input.
@@ -109,10 +113,9 @@ type Server struct {
 	stop context.CancelFunc
 	loop sync.WaitGroup
 
-	notifyMu     sync.Mutex
-	outlets      map[string]outlet // connected sessions by id (notify.go)
-	outletTokens map[string]*int
-	watches      map[*mcp.ServerSession]*sessionWatch
+	notifyMu sync.Mutex
+	outlets  map[string][]*outlet // connected sessions' streams by session id (notify.go)
+	watches  map[*mcp.ServerSession]*sessionWatch
 }
 
 // tool is a listed tool and its compiled input schema.
@@ -124,7 +127,7 @@ type tool struct {
 // New returns a Server; Start begins following the registry.
 func New(cfg Config) *Server {
 	s := &Server{client: cfg.Client, log: cfg.Logger, every: cfg.SyncEvery, tools: map[string]tool{},
-		outlets: map[string]outlet{}, outletTokens: map[string]*int{}, watches: map[*mcp.ServerSession]*sessionWatch{}}
+		outlets: map[string][]*outlet{}, watches: map[*mcp.ServerSession]*sessionWatch{}}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -392,7 +395,7 @@ func (s *Server) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallT
 		return nil, ctx.Err()
 	}
 	if f, ok := parent.IsFailure(err); ok {
-		return failed(f), nil
+		return s.failed(f, name), nil
 	}
 	if err != nil {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("await run %s: %v", id, err)}

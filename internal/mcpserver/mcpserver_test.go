@@ -313,6 +313,9 @@ func TestFailedRunIsAnError(t *testing.T) {
 			fail.RunID == "" || fail.RunID != res.Meta[mcpserver.MetaRunID] {
 			t.Errorf("structuredContent = %s (%v); want jetrun's failure: status error, error boom, the run id", raw, err)
 		}
+		if meta, _ := json.Marshal(res.Meta[mcpserver.MetaFailure]); string(meta) != string(raw) {
+			t.Errorf("_meta failure = %s; want the failure, as structuredContent (the tool has no output schema)", meta)
+		}
 		if text, ok := res.Content[0].(*mcp.TextContent); !ok || !strings.Contains(text.Text, "boom") {
 			t.Errorf("content = %+v; want the failure's text", res.Content)
 		}

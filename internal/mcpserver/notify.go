@@ -1,10 +1,11 @@
 package mcpserver
 
-// Task status notifications. A session (protocol 2025-11-25 and older, or
-// stdio) that created a task or polled it is told when the task's status
+// Task status notifications. A session (protocol 2025-11-25 and older, over
+// HTTP or stdio) that created a task or polled it is told when the task's status
 // changes, while it is connected: the server follows the run's events and,
 // at each, reads the task again; a new status goes to the session as
-// notifications/tasks (the extension's DetailedTask). Each session follows
+// notifications/tasks (the extension's DetailedTask), or, for a task of the
+// 2025-11-25 form (legacy.go), notifications/tasks/status. Each session follows
 // at most MaxWatchedTasks tasks; its followers stop when the session ends,
 // when their run ends, or at Stop.
 //
@@ -54,28 +55,32 @@ type sessionWatch struct {
 	created []string // newest last, at most MaxListedTasks
 }
 
-// outletOf returns the outlet of session id ("" is the stdio session), if
-// it is connected.
-func (s *Server) outletOf(id string) (outlet, bool) {
+// outletsOf returns the outlets of session id ("" is the stdio session),
+// newest first: a session may have a stream that is ending and its
+// successor, or a request naming it that the SDK is about to refuse.
+func (s *Server) outletsOf(id string) []outlet {
 	s.notifyMu.Lock()
 	defer s.notifyMu.Unlock()
-	o, ok := s.outlets[id]
-	return o, ok
+	var out []outlet
+	for _, o := range slices.Backward(s.outlets[id]) {
+		out = append(out, *o)
+	}
+	return out
 }
 
-// plug makes o the outlet of session id until the returned func is called.
+// plug adds o to the outlets of session id until the returned func is
+// called.
 func (s *Server) plug(id string, o outlet) (unplug func()) {
-	token := new(int)
+	p := &o
 	s.notifyMu.Lock()
-	s.outlets[id] = o
-	s.outletTokens[id] = token
+	s.outlets[id] = append(s.outlets[id], p)
 	s.notifyMu.Unlock()
 	return func() {
 		s.notifyMu.Lock()
 		defer s.notifyMu.Unlock()
-		if s.outletTokens[id] == token { // not replaced by a newer stream
+		s.outlets[id] = slices.DeleteFunc(s.outlets[id], func(x *outlet) bool { return x == p })
+		if len(s.outlets[id]) == 0 {
 			delete(s.outlets, id)
-			delete(s.outletTokens, id)
 		}
 	}
 }
@@ -209,12 +214,9 @@ func (s *Server) follow(ctx context.Context, sid, id, seen string, legacy bool) 
 	}
 }
 
-// notifyTask sends task t to session sid if it is connected.
+// notifyTask sends task t to session sid if it is connected: through its
+// newest outlet that takes it.
 func (s *Server) notifyTask(ctx context.Context, sid string, t *Task, legacyForm bool) {
-	o, ok := s.outletOf(sid)
-	if !ok {
-		return
-	}
 	method, params, err := NotificationTaskStatus, []byte(nil), error(nil)
 	if legacyForm {
 		method = NotificationTaskStatusLegacy
@@ -225,7 +227,12 @@ func (s *Server) notifyTask(ctx context.Context, sid string, t *Task, legacyForm
 	if err != nil {
 		return
 	}
-	if err := o(ctx, method, params); err != nil {
+	for _, o := range s.outletsOf(sid) {
+		if err = o(ctx, method, params); err == nil {
+			return
+		}
+	}
+	if err != nil {
 		s.log.DebugContext(ctx, "mcp: task notification not sent", "task_id", t.TaskID, "err", err)
 	}
 }

@@ -290,7 +290,7 @@ func (s *Server) taskFromRow(ctx context.Context, row *jetruntype.Run) (*Task, e
 	case events.StatusError:
 		f := row.Failure()
 		t.Status, t.StatusMessage = TaskCompleted, f.Error()
-		t.Result = failed(f)
+		t.Result = s.failed(f, row.AgentType)
 		return t, nil
 	case events.StatusAborted:
 		t.Status, t.StatusMessage = TaskCancelled, row.CancelReason
@@ -399,14 +399,22 @@ func (s *Server) updateTask(ctx context.Context, id string, responses map[string
 	return nil
 }
 
-// failed is the tools/call result of a run that did not complete.
-func failed(f *jetruntype.Failure) *mcp.CallToolResult {
-	return &mcp.CallToolResult{
-		Meta:              mcp.Meta{MetaRunID: f.RunID},
-		IsError:           true,
-		Content:           []mcp.Content{&mcp.TextContent{Text: f.Error()}},
-		StructuredContent: f,
+// failed is the tools/call result of a run of agent type name that did not
+// complete: jetrun's failure value in _meta[MetaFailure], and as
+// structuredContent too unless the tool declares an output schema (which
+// it would break: MCP wants structuredContent to match it, and the
+// TypeScript SDK's client refuses a result where it does not, isError or
+// not).
+func (s *Server) failed(f *jetruntype.Failure, name string) *mcp.CallToolResult {
+	res := &mcp.CallToolResult{
+		Meta:    mcp.Meta{MetaRunID: f.RunID, MetaFailure: f},
+		IsError: true,
+		Content: []mcp.Content{&mcp.TextContent{Text: f.Error()}},
 	}
+	if t, ok := s.tool(name); !ok || len(t.OutputSchema) == 0 {
+		res.StructuredContent = f
+	}
+	return res
 }
 
 func lastUpdated(row *jetruntype.Run) time.Time {
