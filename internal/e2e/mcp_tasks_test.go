@@ -3,10 +3,12 @@ package e2e_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -297,4 +299,115 @@ print("@jetrun " + json.dumps({"result": {"summary": "budget decided", "output":
 	if done.Result == nil || done.Result.IsError || string(done.Result.StructuredContent) != `{"decision":{"approved":true,"cap":1000}}` {
 		t.Fatalf("completed task %+v (%s); want the call's reply in the output", done, done.Result.StructuredContent)
 	}
+}
+
+// jetrun mcp (stdio) in a 2025-11-25 session: a tools/call with params.task
+// (the 2025-11-25 experimental form, which the SDK would drop) answers a
+// task, its status notifications come on the connection, and tasks/get
+// answers that form.
+func TestMCPStdioTasks(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.childWorker(t, "mcp-stdio-tasks-child", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "jetrun"), "mcp")
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "JETRUN_NATS_URL=" + e.url}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = in.Close(); _ = cmd.Wait() })
+	lines := make(chan json.RawMessage, 256)
+	go func() {
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 1<<20), 4<<20)
+		for sc.Scan() {
+			lines <- json.RawMessage(append([]byte(nil), sc.Bytes()...))
+		}
+		close(lines)
+	}()
+	var notes []json.RawMessage // notifications/tasks/status, in order
+	id := 0
+	call := func(method string, params any) json.RawMessage {
+		t.Helper()
+		id++
+		msg, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+		if _, err := in.Write(append(msg, '\n')); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			select {
+			case line, ok := <-lines:
+				if !ok {
+					t.Fatalf("%s: jetrun mcp closed its output", method)
+				}
+				var m struct {
+					ID     *int
+					Method string
+					Params json.RawMessage
+					Result json.RawMessage
+					Error  json.RawMessage
+				}
+				_ = json.Unmarshal(line, &m)
+				switch {
+				case m.Method == mcpserver.NotificationTaskStatusLegacy:
+					notes = append(notes, m.Params)
+				case m.ID != nil && *m.ID == id:
+					if m.Error != nil {
+						t.Fatalf("%s: %s", method, m.Error)
+					}
+					return m.Result
+				}
+			case <-ctx.Done():
+				t.Fatalf("%s: no answer", method)
+			}
+		}
+	}
+	call("initialize", map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{},
+		"clientInfo": map[string]string{"name": "jetrun-e2e-stdio", "version": "1"}})
+	if _, err := in.Write([]byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}` + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		return strings.Contains(string(call("tools/list", map[string]any{})), `"demo"`)
+	}, "demo is not listed")
+	var created struct {
+		Task struct{ TaskID, Status string }
+	}
+	raw := call("tools/call", map[string]any{"name": "demo", "arguments": map[string]int{"steps": 2, "stepMs": 10, "approveAt": 1}, "task": map[string]any{}})
+	if err := json.Unmarshal(raw, &created); err != nil || created.Task.TaskID == "" {
+		t.Fatalf("tools/call with params.task over stdio: %s; want {task}", raw)
+	}
+	task := created.Task.TaskID
+	// Poll (in that form) until the notifications said input_required.
+	natstest.Eventually(t, 60*time.Second, func() bool {
+		var got struct{ Status string }
+		_ = json.Unmarshal(call("tasks/get", map[string]string{"taskId": task}), &got)
+		for _, n := range notes {
+			if strings.Contains(string(n), `"status":"input_required"`) && strings.Contains(string(n), task) {
+				return got.Status == "input_required"
+			}
+		}
+		return false
+	}, "no input_required notification of task %s: %s", task, &notes)
+	if _, err := e.client.Signal(ctx, task, "approve", map[string]bool{"approved": true}); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 60*time.Second, func() bool {
+		call("tasks/get", map[string]string{"taskId": task})
+		for _, n := range notes {
+			if strings.Contains(string(n), `"status":"completed"`) && strings.Contains(string(n), task) {
+				return true
+			}
+		}
+		return false
+	}, "no completed notification of task %s", task)
 }
