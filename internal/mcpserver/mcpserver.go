@@ -178,10 +178,13 @@ func (s *Server) Start(ctx context.Context) {
 	})
 }
 
-// Stop stops polling the registry, and the calls in flight stop awaiting
-// their runs (which go on: the same idempotency key re-attaches). Idempotent.
+// Stop stops polling the registry and following tasks for notifications,
+// and the calls in flight stop awaiting their runs (which go on: the same
+// idempotency key re-attaches). Idempotent.
 func (s *Server) Stop() {
+	s.notifyMu.Lock() // no follower starts after this (watchTask)
 	s.stop()
+	s.notifyMu.Unlock()
 	s.loop.Wait()
 }
 

@@ -373,3 +373,39 @@ func TestBadCallsAreJSONRPCErrors(t *testing.T) {
 		}
 	})
 }
+
+// The endpoint refuses what the MCP specification asks a server to refuse:
+// a cross-origin browser request, and on a loopback listener a Host that
+// is not loopback (DNS rebinding). The same request without them is served.
+func TestMCPRefusesCrossOriginAndRebinding(t *testing.T) {
+	f := newFixture(t)
+	post := func(header map[string]string, host string) int {
+		t.Helper()
+		body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
+		req, _ := http.NewRequest(http.MethodPost, f.url, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+writeToken)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		for k, v := range header {
+			req.Header.Set(k, v)
+		}
+		if host != "" {
+			req.Host = host
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := post(nil, ""); code != http.StatusOK {
+		t.Fatalf("a plain initialize: HTTP %d; want 200", code)
+	}
+	if code := post(map[string]string{"Sec-Fetch-Site": "cross-site", "Origin": "http://evil.example"}, ""); code != http.StatusForbidden {
+		t.Errorf("a cross-origin browser request: HTTP %d; want 403", code)
+	}
+	if code := post(nil, "evil.example"); code != http.StatusForbidden {
+		t.Errorf("a Host that is not loopback on a loopback listener: HTTP %d; want 403", code)
+	}
+}

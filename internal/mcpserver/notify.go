@@ -144,13 +144,15 @@ func (s *Server) watchTask(ss *mcp.ServerSession, id, seen string, legacy bool) 
 		return
 	}
 	s.notifyMu.Lock()
+	defer s.notifyMu.Unlock()
+	if s.life.Err() != nil { // stopped: s.loop takes no more (Stop)
+		return
+	}
 	w := s.sessionOf(ss)
 	if w.tasks[id] || len(w.tasks) >= MaxWatchedTasks {
-		s.notifyMu.Unlock()
 		return
 	}
 	w.tasks[id] = true
-	s.notifyMu.Unlock()
 	s.loop.Go(func() {
 		defer func() {
 			s.notifyMu.Lock()
