@@ -33,7 +33,9 @@
 // A tools/call that declares the tasks extension (io.modelcontextprotocol/tasks)
 // in its per-request capabilities gets a task at once: a detached run whose
 // task id is the run id, served from JetStream by any parent-worker
-// (tasks/get, tasks/update, tasks/cancel; see tasks.go).
+// (tasks/get, tasks/update, tasks/cancel; see tasks.go), with status
+// notifications (notify.go, listen.go). Sessions also get the 2025-11-25
+// experimental tasks form (legacy.go).
 package mcpserver
 
 import (
@@ -206,7 +208,9 @@ func (s *Server) Handler() http.Handler {
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case r.Header.Get("Mcp-Protocol-Version") >= SessionlessRevision:
-			sessionless.ServeHTTP(w, r)
+			if !s.serveTaskListen(w, r, opts.MaxRequestBodyBytes) { // a listen naming tasks (listen.go)
+				sessionless.ServeHTTP(w, r)
+			}
 		case r.Method == http.MethodGet && r.Header.Get("Mcp-Session-Id") != "":
 			s.serveStream(sessions, w, r) // a session's own stream: its task notifications too
 		default:

@@ -12,10 +12,9 @@ package mcpserver
 // The Go SDK v1.8.0 sends only the notifications it knows, so these are
 // written by jetrun itself: over streamable HTTP as an event of the
 // session's standalone SSE stream (its GET), which must be open; over stdio
-// as a line of the connection. Sessionless requests (2026-07-28) get none:
-// that revision delivers task notifications on a subscriptions/listen stream
-// that names the tasks (notifications.taskIds), and the SDK's listen drops
-// that field; such clients poll tasks/get.
+// as a line of the connection. Without a session (2026-07-28) task
+// notifications go on a subscriptions/listen that names the tasks
+// (listen.go).
 
 import (
 	"context"
@@ -159,7 +158,8 @@ func (s *Server) watchTask(ss *mcp.ServerSession, id, seen string, legacy bool) 
 			delete(w.tasks, id)
 			s.notifyMu.Unlock()
 		}()
-		s.follow(w.ctx, ss.ID(), id, seen, legacy)
+		sid := ss.ID()
+		s.follow(w.ctx, id, seen, legacy, func(t *Task) { s.notifyTask(w.ctx, sid, t, legacy) })
 	})
 }
 
@@ -167,9 +167,9 @@ func terminal(status string) bool {
 	return status == TaskCompleted || status == TaskFailed || status == TaskCancelled
 }
 
-// follow tells session sid each new status of task id until it is
-// terminal or ctx ends.
-func (s *Server) follow(ctx context.Context, sid, id, seen string, legacy bool) {
+// follow sends each new status of task id (in the extension's form or,
+// legacy, the 2025-11-25 one) until it is terminal or ctx ends.
+func (s *Server) follow(ctx context.Context, id, seen string, legacy bool, send func(*Task)) {
 	after, err := s.client.LastEventSeq(ctx, id)
 	if err != nil {
 		return
@@ -185,7 +185,7 @@ func (s *Server) follow(ctx context.Context, sid, id, seen string, legacy bool) 
 		}
 		if status != seen {
 			seen = status
-			s.notifyTask(ctx, sid, t, legacy)
+			send(t)
 		}
 		return !terminal(seen)
 	}
