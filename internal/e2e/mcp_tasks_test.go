@@ -236,6 +236,15 @@ func TestMCPTasksSurviveTheirParentWorker(t *testing.T) {
 	if !ok || !strings.Contains(string(req), `"elicitation/create"`) || !strings.Contains(string(req), `"approve"`) {
 		t.Fatalf("inputRequests %v; want %s, an elicitation naming the signal approve", waiting.InputRequests, key)
 	}
+	// A listen on the other replica follows the task to its end.
+	listened := make(chan []json.RawMessage, 1)
+	go func() {
+		listened <- b.post(map[string]any{"jsonrpc": "2.0", "id": 900, "method": "subscriptions/listen", "params": map[string]any{
+			"_meta": map[string]any{"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+				"io.modelcontextprotocol/clientInfo":         map[string]string{"name": "jetrun-e2e-raw", "version": "1"},
+				"io.modelcontextprotocol/clientCapabilities": map[string]any{"extensions": map[string]any{"io.modelcontextprotocol/tasks": map[string]any{}}}},
+			"notifications": map[string]any{"taskIds": []string{approve.TaskID}}}})
+	}()
 	if res, rerr := b.call("tasks/update", map[string]any{"taskId": approve.TaskID, "inputResponses": map[string]any{
 		key: map[string]any{"action": "accept", "content": map[string]bool{"approved": true}}}}); rerr != nil {
 		t.Fatalf("tasks/update: %+v %s", rerr, res)
@@ -243,6 +252,16 @@ func TestMCPTasksSurviveTheirParentWorker(t *testing.T) {
 	done := b.pollTask(approve.TaskID, "completed", func(tw taskWire) bool { return tw.Status == "completed" })
 	if done.Result == nil || done.Result.IsError || !strings.Contains(string(done.Result.StructuredContent), `"steps":3`) {
 		t.Fatalf("completed task %+v; want the demo's output", done)
+	}
+
+	var completed bool
+	msgs := <-listened
+	for _, m := range msgs {
+		completed = completed || (strings.Contains(string(m), `"notifications/tasks"`) && strings.Contains(string(m), `"status":"completed"`))
+	}
+	if len(msgs) == 0 || !strings.Contains(string(msgs[0]), `"taskIds":["`+approve.TaskID+`"]`) || !completed ||
+		!strings.Contains(string(msgs[len(msgs)-1]), `"id":900`) {
+		t.Errorf("subscriptions/listen: %s; want the acknowledgement, the completed task, the listen's result", msgs)
 	}
 
 	b.pollTask(doomed.TaskID, "input_required", func(tw taskWire) bool { return tw.Status == "input_required" })
