@@ -27,6 +27,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"time"
 
@@ -65,8 +66,16 @@ func legacy(t *Task) LegacyTask {
 		LastUpdatedAt: t.LastUpdatedAt, TTL: t.TTLMs, PollInterval: t.PollIntervalMs}
 }
 
+// legacyStatus is a task's status in the 2025-11-25 form, where a tool
+// result with isError is a failed task and a cancel is final at once (the
+// receiver "MUST transition the task to cancelled" before answering
+// tasks/cancel): a run whose cancel was requested is cancelled there, also
+// if it then ends otherwise.
 func legacyStatus(t *Task) string {
-	if t.Status == TaskCompleted && t.Result != nil && t.Result.IsError {
+	switch {
+	case t.cancelRequested:
+		return TaskCancelled
+	case t.Status == TaskCompleted && t.Result != nil && t.Result.IsError:
 		return TaskFailed
 	}
 	return t.Status
@@ -242,10 +251,11 @@ func (s *Server) taskResult(ctx context.Context, ss *mcp.ServerSession, id strin
 		if err != nil {
 			return nil, err
 		}
-		switch t.Status {
-		case TaskCompleted:
+		switch legacyStatus(t) {
+		case TaskCompleted, TaskFailed:
 			res := *t.Result
-			res.Meta = mcp.Meta{MetaRunID: id, metaRelatedTask: map[string]string{"taskId": id}}
+			res.Meta = maps.Clone(res.Meta)
+			res.Meta[metaRelatedTask] = map[string]string{"taskId": id}
 			return &res, nil
 		case TaskCancelled:
 			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "task " + id + " was cancelled: " + t.StatusMessage}

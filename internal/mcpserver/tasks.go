@@ -71,6 +71,8 @@ type Task struct {
 	InputRequests  map[string]InputRequest `json:"inputRequests,omitempty"`
 	Result         *mcp.CallToolResult     `json:"result,omitempty"`
 	Error          *jsonrpc.Error          `json:"error,omitempty"`
+
+	cancelRequested bool // the row's: the 2025-11-25 form says cancelled at once (legacy.go)
 }
 
 // InputRequest is a server-to-client request a task waits on.
@@ -281,7 +283,8 @@ func (s *Server) taskOf(ctx context.Context, id string) (*Task, error) {
 // taskFromRow maps a run's row (and, while it runs, its pending calls) to
 // its task.
 func (s *Server) taskFromRow(ctx context.Context, row *jetruntype.Run) (*Task, error) {
-	t := &Task{TaskID: row.ID, CreatedAt: stamp(row.CreatedAt), LastUpdatedAt: stamp(lastUpdated(row)), PollIntervalMs: PollIntervalMs}
+	t := &Task{TaskID: row.ID, CreatedAt: stamp(row.CreatedAt), LastUpdatedAt: stamp(lastUpdated(row)), PollIntervalMs: PollIntervalMs,
+		cancelRequested: row.CancelRequested}
 	switch row.Status {
 	case events.StatusCompleted:
 		t.Status, t.StatusMessage = TaskCompleted, row.Summary
