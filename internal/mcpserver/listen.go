@@ -80,6 +80,7 @@ func (s *Server) serveTaskListen(w http.ResponseWriter, r *http.Request, limit i
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	sw := &streamWriter{ResponseWriter: w}
+	defer sw.close()
 	sw.WriteHeader(http.StatusOK)
 	subscription := mcp.Meta{mcp.MetaKeySubscriptionID: json.RawMessage(req.ID)}
 	send := func(method string, params any) error {

@@ -254,20 +254,34 @@ func notification(method string, params json.RawMessage) ([]byte, error) {
 type streamWriter struct {
 	http.ResponseWriter
 	mu      sync.Mutex
-	started bool // the SDK has sent the headers
+	header  bool // the status is sent
+	started bool // ... and it is 200: the stream is open
+	closed  bool // the request is over: nothing more may be written
 }
 
 func (w *streamWriter) WriteHeader(code int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.started = code == http.StatusOK
+	if !w.header {
+		w.header, w.started = true, code == http.StatusOK
+	}
 	w.ResponseWriter.WriteHeader(code)
 }
 
 func (w *streamWriter) Write(b []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if !w.header { // an implicit 200
+		w.header, w.started = true, true
+	}
 	return w.ResponseWriter.Write(b)
+}
+
+// close ends jetrun's writes: the request is over.
+func (w *streamWriter) close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.closed = true
 }
 
 func (w *streamWriter) FlushError() error {
@@ -280,8 +294,8 @@ func (w *streamWriter) FlushError() error {
 func (w *streamWriter) event(data []byte) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !w.started {
-		return fmt.Errorf("the stream is not open yet")
+	if !w.started || w.closed {
+		return fmt.Errorf("the stream is not open")
 	}
 	if _, err := fmt.Fprintf(w.ResponseWriter, "data: %s\n\n", data); err != nil {
 		return err
@@ -300,7 +314,7 @@ func (s *Server) serveStream(sdk http.Handler, w http.ResponseWriter, r *http.Re
 		}
 		return sw.event(msg)
 	})
-	defer unplug()
+	defer func() { sw.close(); unplug() }()
 	sdk.ServeHTTP(sw, r)
 }
 
