@@ -3,15 +3,18 @@ package e2e_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/mcpserver"
 	"github.com/jetrun/jetrun/internal/natstest"
 )
 
@@ -120,7 +123,9 @@ func (c *rawMCP) post(msg any) []json.RawMessage {
 func (c *rawMCP) call(method string, params any) (json.RawMessage, *rpcError) {
 	c.t.Helper()
 	c.id++
-	if c.sessionless {
+	if c.sessionless || strings.HasPrefix(method, "tasks/") {
+		// Every tasks request declares the extension (else a session gets
+		// the 2025-11-25 form); sessionless, every request says who it is.
 		var p map[string]any
 		raw, _ := json.Marshal(params)
 		_ = json.Unmarshal(raw, &p)
@@ -128,8 +133,10 @@ func (c *rawMCP) call(method string, params any) (json.RawMessage, *rpcError) {
 		if meta == nil {
 			meta = map[string]any{}
 		}
-		meta["io.modelcontextprotocol/protocolVersion"] = "2026-07-28"
-		meta["io.modelcontextprotocol/clientInfo"] = map[string]string{"name": "jetrun-e2e-raw", "version": "1"}
+		if c.sessionless {
+			meta["io.modelcontextprotocol/protocolVersion"] = "2026-07-28"
+			meta["io.modelcontextprotocol/clientInfo"] = map[string]string{"name": "jetrun-e2e-raw", "version": "1"}
+		}
 		if _, ok := meta["io.modelcontextprotocol/clientCapabilities"]; !ok {
 			meta["io.modelcontextprotocol/clientCapabilities"] = map[string]any{
 				"extensions": map[string]any{"io.modelcontextprotocol/tasks": map[string]any{}}}
@@ -229,6 +236,15 @@ func TestMCPTasksSurviveTheirParentWorker(t *testing.T) {
 	if !ok || !strings.Contains(string(req), `"elicitation/create"`) || !strings.Contains(string(req), `"approve"`) {
 		t.Fatalf("inputRequests %v; want %s, an elicitation naming the signal approve", waiting.InputRequests, key)
 	}
+	// A listen on the other replica follows the task to its end.
+	listened := make(chan []json.RawMessage, 1)
+	go func() {
+		listened <- b.post(map[string]any{"jsonrpc": "2.0", "id": 900, "method": "subscriptions/listen", "params": map[string]any{
+			"_meta": map[string]any{"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+				"io.modelcontextprotocol/clientInfo":         map[string]string{"name": "jetrun-e2e-raw", "version": "1"},
+				"io.modelcontextprotocol/clientCapabilities": map[string]any{"extensions": map[string]any{"io.modelcontextprotocol/tasks": map[string]any{}}}},
+			"notifications": map[string]any{"taskIds": []string{approve.TaskID}}}})
+	}()
 	if res, rerr := b.call("tasks/update", map[string]any{"taskId": approve.TaskID, "inputResponses": map[string]any{
 		key: map[string]any{"action": "accept", "content": map[string]bool{"approved": true}}}}); rerr != nil {
 		t.Fatalf("tasks/update: %+v %s", rerr, res)
@@ -236,6 +252,16 @@ func TestMCPTasksSurviveTheirParentWorker(t *testing.T) {
 	done := b.pollTask(approve.TaskID, "completed", func(tw taskWire) bool { return tw.Status == "completed" })
 	if done.Result == nil || done.Result.IsError || !strings.Contains(string(done.Result.StructuredContent), `"steps":3`) {
 		t.Fatalf("completed task %+v; want the demo's output", done)
+	}
+
+	var completed bool
+	msgs := <-listened
+	for _, m := range msgs {
+		completed = completed || (strings.Contains(string(m), `"notifications/tasks"`) && strings.Contains(string(m), `"status":"completed"`))
+	}
+	if len(msgs) == 0 || !strings.Contains(string(msgs[0]), `"taskIds":["`+approve.TaskID+`"]`) || !completed ||
+		!strings.Contains(string(msgs[len(msgs)-1]), `"id":900`) {
+		t.Errorf("subscriptions/listen: %s; want the acknowledgement, the completed task, the listen's result", msgs)
 	}
 
 	b.pollTask(doomed.TaskID, "input_required", func(tw taskWire) bool { return tw.Status == "input_required" })
@@ -246,6 +272,12 @@ func TestMCPTasksSurviveTheirParentWorker(t *testing.T) {
 
 	if _, rerr := b.call("tasks/get", map[string]string{"taskId": "no-such-task"}); rerr == nil || rerr.Code != -32602 || !strings.Contains(rerr.Message, "unknown task") {
 		t.Fatalf("tasks/get of an unknown task: %+v; want invalid params, unknown task", rerr)
+	}
+	// Sessionless, a tasks request that does not declare the extension is
+	// refused with the extension's error.
+	if _, rerr := b.call("tasks/get", map[string]any{"taskId": approve.TaskID, "_meta": map[string]any{
+		"io.modelcontextprotocol/clientCapabilities": map[string]any{}}}); rerr == nil || rerr.Code != mcpserver.CodeMissingRequiredClientCapability {
+		t.Fatalf("tasks/get without the extension declared: %+v; want %d", rerr, mcpserver.CodeMissingRequiredClientCapability)
 	}
 }
 
@@ -286,4 +318,115 @@ print("@jetrun " + json.dumps({"result": {"summary": "budget decided", "output":
 	if done.Result == nil || done.Result.IsError || string(done.Result.StructuredContent) != `{"decision":{"approved":true,"cap":1000}}` {
 		t.Fatalf("completed task %+v (%s); want the call's reply in the output", done, done.Result.StructuredContent)
 	}
+}
+
+// jetrun mcp (stdio) in a 2025-11-25 session: a tools/call with params.task
+// (the 2025-11-25 experimental form, which the SDK would drop) answers a
+// task, its status notifications come on the connection, and tasks/get
+// answers that form.
+func TestMCPStdioTasks(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.childWorker(t, "mcp-stdio-tasks-child", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "jetrun"), "mcp")
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "JETRUN_NATS_URL=" + e.url}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = in.Close(); _ = cmd.Wait() })
+	lines := make(chan json.RawMessage, 256)
+	go func() {
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 1<<20), 4<<20)
+		for sc.Scan() {
+			lines <- json.RawMessage(append([]byte(nil), sc.Bytes()...))
+		}
+		close(lines)
+	}()
+	var notes []json.RawMessage // notifications/tasks/status, in order
+	id := 0
+	call := func(method string, params any) json.RawMessage {
+		t.Helper()
+		id++
+		msg, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+		if _, err := in.Write(append(msg, '\n')); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			select {
+			case line, ok := <-lines:
+				if !ok {
+					t.Fatalf("%s: jetrun mcp closed its output", method)
+				}
+				var m struct {
+					ID     *int
+					Method string
+					Params json.RawMessage
+					Result json.RawMessage
+					Error  json.RawMessage
+				}
+				_ = json.Unmarshal(line, &m)
+				switch {
+				case m.Method == mcpserver.NotificationTaskStatusLegacy:
+					notes = append(notes, m.Params)
+				case m.ID != nil && *m.ID == id:
+					if m.Error != nil {
+						t.Fatalf("%s: %s", method, m.Error)
+					}
+					return m.Result
+				}
+			case <-ctx.Done():
+				t.Fatalf("%s: no answer", method)
+			}
+		}
+	}
+	call("initialize", map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{},
+		"clientInfo": map[string]string{"name": "jetrun-e2e-stdio", "version": "1"}})
+	if _, err := in.Write([]byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}` + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		return strings.Contains(string(call("tools/list", map[string]any{})), `"demo"`)
+	}, "demo is not listed")
+	var created struct {
+		Task struct{ TaskID, Status string }
+	}
+	raw := call("tools/call", map[string]any{"name": "demo", "arguments": map[string]int{"steps": 2, "stepMs": 10, "approveAt": 1}, "task": map[string]any{}})
+	if err := json.Unmarshal(raw, &created); err != nil || created.Task.TaskID == "" {
+		t.Fatalf("tools/call with params.task over stdio: %s; want {task}", raw)
+	}
+	task := created.Task.TaskID
+	// Poll (in that form) until the notifications said input_required.
+	natstest.Eventually(t, 60*time.Second, func() bool {
+		var got struct{ Status string }
+		_ = json.Unmarshal(call("tasks/get", map[string]string{"taskId": task}), &got)
+		for _, n := range notes {
+			if strings.Contains(string(n), `"status":"input_required"`) && strings.Contains(string(n), task) {
+				return got.Status == "input_required"
+			}
+		}
+		return false
+	}, "no input_required notification of task %s: %s", task, &notes)
+	if _, err := e.client.Signal(ctx, task, "approve", map[string]bool{"approved": true}); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 60*time.Second, func() bool {
+		call("tasks/get", map[string]string{"taskId": task})
+		for _, n := range notes {
+			if strings.Contains(string(n), `"status":"completed"`) && strings.Contains(string(n), task) {
+				return true
+			}
+		}
+		return false
+	}, "no completed notification of task %s", task)
 }

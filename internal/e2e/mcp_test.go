@@ -133,8 +133,10 @@ func TestMCPGoClient(t *testing.T) {
 	if err != nil || !res.IsError {
 		t.Fatalf("failing run: %+v %v; want isError", res, err)
 	}
-	if out, _ := json.Marshal(res.StructuredContent); !strings.Contains(string(out), `"status":"error"`) {
-		t.Errorf("structuredContent %s; want jetrun's failure", out)
+	// demo has an output schema, which the failure would break: the
+	// failure is in _meta only.
+	if out, _ := json.Marshal(res.Meta[mcpserver.MetaFailure]); !strings.Contains(string(out), `"status":"error"`) || res.StructuredContent != nil {
+		t.Errorf("_meta failure %s, structuredContent %v; want jetrun's failure in _meta only", out, res.StructuredContent)
 	}
 
 	// A call the client cancels: its run is aborted.
@@ -156,11 +158,20 @@ func TestMCPGoClient(t *testing.T) {
 		t.Errorf("cancelled call's run ended %s; want aborted", row.Status)
 	}
 
-	// Arguments that break the schema.
-	_, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "demo", Arguments: map[string]any{"steps": "three"}})
-	var rpcErr *jsonrpc.Error
-	if !errors.As(err, &rpcErr) || rpcErr.Code != jsonrpc.CodeInvalidParams || !strings.Contains(rpcErr.Message, "/steps") {
-		t.Errorf("schema-breaking call: %v; want invalid params naming /steps", err)
+	// Arguments that break the schema, an unknown tool, oversize arguments.
+	for _, tc := range []struct {
+		params *mcp.CallToolParams
+		want   string
+	}{
+		{&mcp.CallToolParams{Name: "demo", Arguments: map[string]any{"steps": "three"}}, "/steps"},
+		{&mcp.CallToolParams{Name: "no-such-tool", Arguments: map[string]any{}}, `unknown tool "no-such-tool"`},
+		{&mcp.CallToolParams{Name: "demo", Arguments: map[string]any{"pad": strings.Repeat("x", mcpserver.MaxArgumentBytes)}}, "the limit is 262144"},
+	} {
+		_, err = cs.CallTool(ctx, tc.params)
+		var rpcErr *jsonrpc.Error
+		if !errors.As(err, &rpcErr) || rpcErr.Code != jsonrpc.CodeInvalidParams || !strings.Contains(rpcErr.Message, tc.want) {
+			t.Errorf("tools/call %s: %v; want invalid params saying %s", tc.params.Name, err, tc.want)
+		}
 	}
 }
 
@@ -172,11 +183,14 @@ func TestMCPTypeScriptClient(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@modelcontextprotocol", "sdk")); err != nil {
 		t.Fatalf("the MCP TypeScript SDK is not installed (make deps runs npm ci in examples/js): %v", err)
 	}
-	_, url := mcpStack(t)
+	e, url := mcpStack(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	const cancelKey = "ts-cancel"
 	cmd := exec.CommandContext(ctx, node, "mcp-client.mjs", "--url", url, "--token", mcpWriteToken,
-		"--tool", "demo", "--args", `{"steps":3,"stepMs":20}`, "--bad-args", `{"steps":"three"}`)
+		"--tool", "demo", "--args", `{"steps":3,"stepMs":20}`, "--bad-args", `{"steps":"three"}`, "--checks",
+		"--fail-args", `{"steps":2,"stepMs":1,"failAt":1}`,
+		"--cancel-args", `{"steps":2,"stepMs":1,"approveAt":1}`, "--cancel-key", cancelKey)
 	cmd.Dir = dir
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
 	out, err := cmd.CombinedOutput()
@@ -185,12 +199,14 @@ func TestMCPTypeScriptClient(t *testing.T) {
 	}
 	var tools, result, rpcErr map[string]any
 	var progress []float64
+	lines := map[string]map[string]any{}
 	sc := bufio.NewScanner(strings.NewReader(string(out)))
 	for sc.Scan() {
 		var line map[string]any
 		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
 			t.Fatalf("output line %q: %v\n%s", sc.Text(), err, out)
 		}
+		lines[fmt.Sprint(line["what"])] = line
 		switch line["what"] {
 		case "tools":
 			tools = line
@@ -213,6 +229,118 @@ func TestMCPTypeScriptClient(t *testing.T) {
 	}
 	if rpcErr["code"] != float64(jsonrpc.CodeInvalidParams) || !strings.Contains(fmt.Sprint(rpcErr["message"]), "/steps") {
 		t.Errorf("bad arguments gave %v; want invalid params naming /steps\n%s", rpcErr, out)
+	}
+	for what, want := range map[string]string{"unknown-tool": `unknown tool "no-such-tool"`, "oversize": "the limit is 262144"} {
+		if l := lines[what]; l["code"] != float64(jsonrpc.CodeInvalidParams) || !strings.Contains(fmt.Sprint(l["message"]), want) {
+			t.Errorf("%s gave %v; want invalid params saying %s\n%s", what, l, want, out)
+		}
+	}
+	// A failed run: the SDK accepts the isError result (its structured
+	// content would have to match demo's output schema), the failure is in
+	// _meta.
+	if failed, _ := json.Marshal(lines["failed"]); lines["failed"]["isError"] != true || !strings.Contains(string(failed), `"io.jetrun/failure":{`) {
+		t.Errorf("failed run gave %s; want isError with the failure in _meta\n%s", failed, out)
+	}
+	// The call aborted at its first progress: notifications/cancelled
+	// cancelled its run.
+	if lines["cancelled"] == nil {
+		t.Errorf("the aborted call did not end cancelled\n%s", out)
+	}
+	if again, _ := json.Marshal(lines["cancelled-run"]); !strings.Contains(string(again), `"status":"aborted"`) {
+		t.Errorf("calling again with the key gave %s; want the run aborted\n%s", again, out)
+	}
+	if row := jetruntest.WaitRow(t, e.store, parent.RunID("mcp", cancelKey), 30*time.Second, jetruntest.Final); row.Status != events.StatusAborted {
+		t.Errorf("the aborted call's run ended %s; want aborted", row.Status)
+	}
+}
+
+// The official TypeScript SDK's tasks (the 2025-11-25 experimental form):
+// a tool called as a task, its status notifications, the run's approval
+// asked as an elicitation during tasks/result and answered, the result,
+// tasks/list, tasks/cancel, and an unknown task.
+func TestMCPTypeScriptTasks(t *testing.T) {
+	t.Parallel()
+	node := interpreter(t, "node")
+	dir := examples(t, "js")
+	e, url := mcpStack(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, "mcp-tasks.mjs", "--url", url, "--token", mcpWriteToken,
+		"--tool", "demo", "--args", `{"steps":3,"stepMs":20,"approveAt":2}`, "--answer", `{"approved":true}`)
+	cmd.Dir = dir
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node mcp-tasks.mjs: %v\n%s", err, out)
+	}
+	type line struct {
+		What, TaskID, Status string
+		Tools                []struct{ Execution map[string]string }
+		Meta                 map[string]json.RawMessage `json:"_meta"`
+		StructuredContent    json.RawMessage
+		Tasks                []struct{ TaskID string }
+		Code                 int
+	}
+	var created, result, cancelled, unknown *line
+	statuses := map[string]bool{}
+	var elicited []line
+	var toolsLine *line
+	sc := bufio.NewScanner(strings.NewReader(string(out)))
+	var listed []string
+	for sc.Scan() {
+		var l line
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			t.Fatalf("output line %q: %v\n%s", sc.Text(), err, out)
+		}
+		switch l.What {
+		case "tools":
+			toolsLine = &l
+		case "taskCreated":
+			created = &l
+		case "task-status":
+			if created != nil && l.TaskID == created.TaskID {
+				statuses[l.Status] = true
+			}
+		case "elicitation":
+			elicited = append(elicited, l)
+		case "result":
+			result = &l
+		case "tasks":
+			for _, tk := range l.Tasks {
+				listed = append(listed, tk.TaskID)
+			}
+		case "cancel":
+			cancelled = &l
+		case "unknown-task":
+			unknown = &l
+		}
+	}
+	if toolsLine == nil || len(toolsLine.Tools) != 1 || toolsLine.Tools[0].Execution["taskSupport"] != "optional" {
+		t.Errorf("tools/list: %+v; want demo with execution.taskSupport optional\n%s", toolsLine, out)
+	}
+	if created == nil || created.TaskID == "" {
+		t.Fatalf("no task created\n%s", out)
+	}
+	if !statuses["input_required"] || !statuses["completed"] {
+		t.Errorf("notifications/tasks/status of the task: %v; want input_required and completed\n%s", statuses, out)
+	}
+	if len(elicited) != 1 || !strings.Contains(string(elicited[0].Meta["io.modelcontextprotocol/related-task"]), created.TaskID) {
+		t.Errorf("elicitations %+v; want one, related to the task\n%s", elicited, out)
+	}
+	if result == nil || !strings.Contains(string(result.StructuredContent), `"steps":3`) {
+		t.Errorf("result %+v; want the demo's output\n%s", result, out)
+	}
+	if len(listed) != 1 || listed[0] != created.TaskID {
+		t.Errorf("tasks/list %v; want [%s]\n%s", listed, created.TaskID, out)
+	}
+	if unknown == nil || unknown.Code != jsonrpc.CodeInvalidParams {
+		t.Errorf("tasks/get of an unknown task: %+v; want invalid params\n%s", unknown, out)
+	}
+	if cancelled == nil || cancelled.TaskID == "" {
+		t.Fatalf("no task cancelled\n%s", out)
+	}
+	if row := jetruntest.WaitRow(t, e.store, cancelled.TaskID, 30*time.Second, jetruntest.Final); row.Status != events.StatusAborted {
+		t.Errorf("the cancelled task's run ended %s; want aborted", row.Status)
 	}
 }
 

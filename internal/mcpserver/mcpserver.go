@@ -10,8 +10,9 @@
 //   - tools/call checks the arguments against the tool's input schema,
 //     dispatches a run and awaits it: a completed run answers its output as
 //     structuredContent and its summary as text; a run that did not complete
-//     answers isError with jetrun's failure value (jetruntype.Failure) as
-//     structuredContent. Every result carries the run id in
+//     answers isError with jetrun's failure value (jetruntype.Failure) in
+//     _meta["io.jetrun/failure"], and as structuredContent unless the tool
+//     has an output schema. Every result carries the run id in
 //     _meta["io.jetrun/runId"].
 //   - With a progressToken, the run's progress goes to the client as
 //     notifications/progress (progress = the run's fraction, total 1).
@@ -32,7 +33,9 @@
 // A tools/call that declares the tasks extension (io.modelcontextprotocol/tasks)
 // in its per-request capabilities gets a task at once: a detached run whose
 // task id is the run id, served from JetStream by any parent-worker
-// (tasks/get, tasks/update, tasks/cancel; see tasks.go).
+// (tasks/get, tasks/update, tasks/cancel; see tasks.go), with status
+// notifications (notify.go, listen.go). Sessions also get the 2025-11-25
+// experimental tasks form (legacy.go).
 package mcpserver
 
 import (
@@ -63,6 +66,9 @@ const (
 	MetaIdempotencyKey = "io.jetrun/idempotencyKey"
 	// MetaRunID carries the run's id on a tools/call result.
 	MetaRunID = "io.jetrun/runId"
+	// MetaFailure carries jetrun's failure value on the isError result of
+	// a run that did not complete.
+	MetaFailure = "io.jetrun/failure"
 )
 
 // MaxArgumentBytes bounds a tools/call's arguments: a run's input.
@@ -108,6 +114,10 @@ type Server struct {
 	life context.Context // ends at Stop: calls stop awaiting, runs go on
 	stop context.CancelFunc
 	loop sync.WaitGroup
+
+	notifyMu sync.Mutex
+	outlets  map[string][]*outlet // connected sessions' streams by session id (notify.go)
+	watches  map[*mcp.ServerSession]*sessionWatch
 }
 
 // tool is a listed tool and its compiled input schema.
@@ -118,7 +128,8 @@ type tool struct {
 
 // New returns a Server; Start begins following the registry.
 func New(cfg Config) *Server {
-	s := &Server{client: cfg.Client, log: cfg.Logger, every: cfg.SyncEvery, tools: map[string]tool{}}
+	s := &Server{client: cfg.Client, log: cfg.Logger, every: cfg.SyncEvery, tools: map[string]tool{},
+		outlets: map[string][]*outlet{}, watches: map[*mcp.ServerSession]*sessionWatch{}}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -169,10 +180,13 @@ func (s *Server) Start(ctx context.Context) {
 	})
 }
 
-// Stop stops polling the registry, and the calls in flight stop awaiting
-// their runs (which go on: the same idempotency key re-attaches). Idempotent.
+// Stop stops polling the registry and following tasks for notifications,
+// and the calls in flight stop awaiting their runs (which go on: the same
+// idempotency key re-attaches). Idempotent.
 func (s *Server) Stop() {
+	s.notifyMu.Lock() // no follower starts after this (watchTask)
 	s.stop()
+	s.notifyMu.Unlock()
 	s.loop.Wait()
 }
 
@@ -192,11 +206,17 @@ func (s *Server) Handler() http.Handler {
 	opts.Stateless, opts.PropagateRequestCancellation = true, true
 	sessionless := mcp.NewStreamableHTTPHandler(get, &opts)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Mcp-Protocol-Version") >= SessionlessRevision {
-			sessionless.ServeHTTP(w, r)
-			return
+		switch {
+		case r.Header.Get("Mcp-Protocol-Version") >= SessionlessRevision:
+			if !s.serveTaskListen(w, r, opts.MaxRequestBodyBytes) { // a listen naming tasks (listen.go)
+				sessionless.ServeHTTP(w, r)
+			}
+		case r.Method == http.MethodGet && r.Header.Get("Mcp-Session-Id") != "":
+			s.serveStream(sessions, w, r) // a session's own stream: its task notifications too
+		default:
+			liftHTTP(r, opts.MaxRequestBodyBytes) // params.task of the 2025-11-25 form
+			sessions.ServeHTTP(w, r)
 		}
-		sessions.ServeHTTP(w, r)
 	})
 	return http.NewCrossOriginProtection().Handler(h)
 }
@@ -208,7 +228,11 @@ const SessionlessRevision = "2026-07-28"
 // ServeStdio serves one session on in and out (newline-delimited JSON-RPC)
 // until the peer closes in or ctx ends.
 func (s *Server) ServeStdio(ctx context.Context, in io.ReadCloser, out io.WriteCloser) error {
-	err := s.mcp.Run(ctx, &mcp.IOTransport{Reader: in, Writer: out})
+	t := &stdioTransport{Transport: &mcp.IOTransport{Reader: in, Writer: out}, s: s}
+	err := s.mcp.Run(ctx, t)
+	if t.unplug != nil {
+		t.unplug()
+	}
 	if ctx.Err() != nil || errors.Is(err, io.EOF) {
 		return nil
 	}
@@ -232,10 +256,24 @@ func (s *Server) fresh(next mcp.MethodHandler) mcp.MethodHandler {
 				s.log.WarnContext(ctx, "mcp: list the agent types", "err", err)
 			}
 		}
-		if isCall && wantsTask(call.Params.Meta) {
-			return s.startTask(ctx, call)
+		switch {
+		case isCall && wantsTask(call.Params.Meta):
+			return s.startTask(ctx, call, false)
+		case isCall && wantsLegacyTask(call.Params.Meta) && legacySession(call.Session):
+			return s.startTask(ctx, call, true)
 		}
-		return next(ctx, method, req)
+		res, err := next(ctx, method, req)
+		if err != nil {
+			return res, err
+		}
+		// What the SDK's types cannot say (legacy.go).
+		switch r := res.(type) {
+		case *mcp.InitializeResult:
+			return initializeResult{r}, nil
+		case *mcp.ListToolsResult:
+			return listToolsResult{r}, nil
+		}
+		return res, nil
 	}
 }
 
@@ -364,7 +402,7 @@ func (s *Server) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallT
 		return nil, ctx.Err()
 	}
 	if f, ok := parent.IsFailure(err); ok {
-		return failed(f), nil
+		return s.failed(f, name), nil
 	}
 	if err != nil {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("await run %s: %v", id, err)}

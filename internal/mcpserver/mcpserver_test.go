@@ -313,6 +313,9 @@ func TestFailedRunIsAnError(t *testing.T) {
 			fail.RunID == "" || fail.RunID != res.Meta[mcpserver.MetaRunID] {
 			t.Errorf("structuredContent = %s (%v); want jetrun's failure: status error, error boom, the run id", raw, err)
 		}
+		if meta, _ := json.Marshal(res.Meta[mcpserver.MetaFailure]); string(meta) != string(raw) {
+			t.Errorf("_meta failure = %s; want the failure, as structuredContent (the tool has no output schema)", meta)
+		}
 		if text, ok := res.Content[0].(*mcp.TextContent); !ok || !strings.Contains(text.Text, "boom") {
 			t.Errorf("content = %+v; want the failure's text", res.Content)
 		}
@@ -369,4 +372,40 @@ func TestBadCallsAreJSONRPCErrors(t *testing.T) {
 			})
 		}
 	})
+}
+
+// The endpoint refuses what the MCP specification asks a server to refuse:
+// a cross-origin browser request, and on a loopback listener a Host that
+// is not loopback (DNS rebinding). The same request without them is served.
+func TestMCPRefusesCrossOriginAndRebinding(t *testing.T) {
+	f := newFixture(t)
+	post := func(header map[string]string, host string) int {
+		t.Helper()
+		body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
+		req, _ := http.NewRequest(http.MethodPost, f.url, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+writeToken)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		for k, v := range header {
+			req.Header.Set(k, v)
+		}
+		if host != "" {
+			req.Host = host
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := post(nil, ""); code != http.StatusOK {
+		t.Fatalf("a plain initialize: HTTP %d; want 200", code)
+	}
+	if code := post(map[string]string{"Sec-Fetch-Site": "cross-site", "Origin": "http://evil.example"}, ""); code != http.StatusForbidden {
+		t.Errorf("a cross-origin browser request: HTTP %d; want 403", code)
+	}
+	if code := post(nil, "evil.example"); code != http.StatusForbidden {
+		t.Errorf("a Host that is not loopback on a loopback listener: HTTP %d; want 403", code)
+	}
 }

@@ -71,6 +71,8 @@ type Task struct {
 	InputRequests  map[string]InputRequest `json:"inputRequests,omitempty"`
 	Result         *mcp.CallToolResult     `json:"result,omitempty"`
 	Error          *jsonrpc.Error          `json:"error,omitempty"`
+
+	cancelRequested bool // the row's: the 2025-11-25 form says cancelled at once (legacy.go)
 }
 
 // InputRequest is a server-to-client request a task waits on.
@@ -111,18 +113,33 @@ type updateTaskParams struct {
 	InputResponses map[string]InputResponse `json:"inputResponses"`
 }
 
-// addTasks registers the tasks methods and advertises the extension.
+// addTasks registers the tasks methods. tasks/get and tasks/cancel answer
+// in the extension's form when the request declares the extension, else,
+// in a session, in the 2025-11-25 form (legacy.go); a sessionless request
+// that does not declare it is refused, as the extension says.
 func (s *Server) addTasks() error {
-	if err := mcp.AddReceivingCustomMethod(s.mcp, "tasks/get", func(ctx context.Context, _ *mcp.ServerSession, p *taskParams) (*taskResult, error) {
+	if err := mcp.AddReceivingCustomMethod(s.mcp, "tasks/get", func(ctx context.Context, ss *mcp.ServerSession, p *taskParams) (mcp.Result, error) {
+		legacyForm, err := taskForm(ss, p.Meta)
+		if err != nil {
+			return nil, err
+		}
 		t, err := s.taskOf(ctx, p.TaskID)
 		if err != nil {
 			return nil, err
 		}
+		if legacyForm {
+			s.watchTask(ss, t.TaskID, legacyStatus(t), true)
+			return &legacyTaskResult{LegacyTask: legacy(t)}, nil
+		}
+		s.watchTask(ss, t.TaskID, t.Status, false)
 		return &taskResult{ResultType: "complete", Task: *t}, nil
 	}); err != nil {
 		return err
 	}
-	if err := mcp.AddReceivingCustomMethod(s.mcp, "tasks/update", func(ctx context.Context, _ *mcp.ServerSession, p *updateTaskParams) (*emptyTaskResult, error) {
+	if err := mcp.AddReceivingCustomMethod(s.mcp, "tasks/update", func(ctx context.Context, ss *mcp.ServerSession, p *updateTaskParams) (*emptyTaskResult, error) {
+		if !wantsTask(p.Meta) && !legacySession(ss) {
+			return nil, missingTasksCapability()
+		}
 		if err := s.updateTask(ctx, p.TaskID, p.InputResponses); err != nil {
 			return nil, err
 		}
@@ -130,16 +147,59 @@ func (s *Server) addTasks() error {
 	}); err != nil {
 		return err
 	}
-	return mcp.AddReceivingCustomMethod(s.mcp, "tasks/cancel", func(ctx context.Context, _ *mcp.ServerSession, p *taskParams) (*emptyTaskResult, error) {
-		if _, err := s.taskRow(ctx, p.TaskID); err != nil {
+	if err := mcp.AddReceivingCustomMethod(s.mcp, "tasks/cancel", func(ctx context.Context, ss *mcp.ServerSession, p *taskParams) (mcp.Result, error) {
+		legacyForm, err := taskForm(ss, p.Meta)
+		if err != nil {
 			return nil, err
 		}
-		if _, err := s.client.Cancel(ctx, p.TaskID, "cancelled by the MCP client (tasks/cancel)"); err != nil {
+		t, err := s.taskOf(ctx, p.TaskID)
+		if err != nil {
+			return nil, err
+		}
+		if legacyForm && terminal(legacyStatus(t)) {
+			return nil, invalidParams("task %s is %s already: it cannot be cancelled", t.TaskID, legacyStatus(t))
+		}
+		row, err := s.client.Cancel(ctx, p.TaskID, "cancelled by the MCP client (tasks/cancel)")
+		if err != nil {
 			return nil, internalError("cancel run %s: %v", p.TaskID, err)
 		}
-		return &emptyTaskResult{ResultType: "complete"}, nil
-	})
+		if !legacyForm {
+			return &emptyTaskResult{ResultType: "complete"}, nil
+		}
+		if t, err = s.taskFromRow(ctx, row); err != nil {
+			return nil, err
+		}
+		return &legacyTaskResult{LegacyTask: legacy(t)}, nil
+	}); err != nil {
+		return err
+	}
+	return s.addLegacyTasks()
 }
+
+// taskForm says which form a tasks request gets: the 2025-11-25 one
+// (legacy) when it does not declare the extension in a session; an error
+// when it does not declare it without a session.
+func taskForm(ss *mcp.ServerSession, meta mcp.Meta) (legacy bool, err error) {
+	if wantsTask(meta) {
+		return false, nil
+	}
+	if legacySession(ss) {
+		return true, nil
+	}
+	return false, missingTasksCapability()
+}
+
+// missingTasksCapability is the extension's error for a request that needs
+// it but does not declare it.
+func missingTasksCapability() error {
+	data, _ := json.Marshal(map[string]any{"requiredCapabilities": map[string]any{"extensions": map[string]any{TasksExtension: map[string]any{}}}})
+	return &jsonrpc.Error{Code: CodeMissingRequiredClientCapability, Message: "Missing required client capability: declare " + TasksExtension +
+		" in _meta[\"" + mcp.MetaKeyClientCapabilities + "\"]", Data: data}
+}
+
+// CodeMissingRequiredClientCapability is the JSON-RPC error of a request
+// that needs a client capability it does not declare.
+const CodeMissingRequiredClientCapability = -32021
 
 func internalError(format string, args ...any) error {
 	return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf(format, args...)}
@@ -161,8 +221,9 @@ func wantsTask(meta mcp.Meta) bool {
 }
 
 // startTask handles a task-augmented tools/call: it dispatches a detached
-// run and answers the task once the run's row exists.
-func (s *Server) startTask(ctx context.Context, req *mcp.CallToolRequest) (mcp.Result, error) {
+// run and answers the task, in the extension's form or (legacy) the
+// 2025-11-25 one, once the run's row exists.
+func (s *Server) startTask(ctx context.Context, req *mcp.CallToolRequest, legacyForm bool) (mcp.Result, error) {
 	name := req.Params.Name
 	t, ok := s.tool(name)
 	if !ok {
@@ -184,6 +245,14 @@ func (s *Server) startTask(ctx context.Context, req *mcp.CallToolRequest) (mcp.R
 	if err != nil {
 		return nil, err
 	}
+	s.created(req.Session, task.TaskID)
+	if legacyForm {
+		s.watchTask(req.Session, task.TaskID, legacyStatus(task), true)
+		return &createLegacyTaskResult{Task: legacy(task)}, nil
+	}
+	s.watchTask(req.Session, task.TaskID, task.Status, false)
+	// CreateTaskResult carries no result, error or inputRequests.
+	task.Result, task.Error, task.InputRequests = nil, nil, nil
 	return &taskResult{ResultType: "task", Task: *task}, nil
 }
 
@@ -214,7 +283,8 @@ func (s *Server) taskOf(ctx context.Context, id string) (*Task, error) {
 // taskFromRow maps a run's row (and, while it runs, its pending calls) to
 // its task.
 func (s *Server) taskFromRow(ctx context.Context, row *jetruntype.Run) (*Task, error) {
-	t := &Task{TaskID: row.ID, CreatedAt: stamp(row.CreatedAt), LastUpdatedAt: stamp(lastUpdated(row)), PollIntervalMs: PollIntervalMs}
+	t := &Task{TaskID: row.ID, CreatedAt: stamp(row.CreatedAt), LastUpdatedAt: stamp(lastUpdated(row)), PollIntervalMs: PollIntervalMs,
+		cancelRequested: row.CancelRequested}
 	switch row.Status {
 	case events.StatusCompleted:
 		t.Status, t.StatusMessage = TaskCompleted, row.Summary
@@ -223,7 +293,7 @@ func (s *Server) taskFromRow(ctx context.Context, row *jetruntype.Run) (*Task, e
 	case events.StatusError:
 		f := row.Failure()
 		t.Status, t.StatusMessage = TaskCompleted, f.Error()
-		t.Result = failed(f)
+		t.Result = s.failed(f, row.AgentType)
 		return t, nil
 	case events.StatusAborted:
 		t.Status, t.StatusMessage = TaskCancelled, row.CancelReason
@@ -332,14 +402,22 @@ func (s *Server) updateTask(ctx context.Context, id string, responses map[string
 	return nil
 }
 
-// failed is the tools/call result of a run that did not complete.
-func failed(f *jetruntype.Failure) *mcp.CallToolResult {
-	return &mcp.CallToolResult{
-		Meta:              mcp.Meta{MetaRunID: f.RunID},
-		IsError:           true,
-		Content:           []mcp.Content{&mcp.TextContent{Text: f.Error()}},
-		StructuredContent: f,
+// failed is the tools/call result of a run of agent type name that did not
+// complete: jetrun's failure value in _meta[MetaFailure], and as
+// structuredContent too unless the tool declares an output schema (which
+// it would break: MCP wants structuredContent to match it, and the
+// TypeScript SDK's client refuses a result where it does not, isError or
+// not).
+func (s *Server) failed(f *jetruntype.Failure, name string) *mcp.CallToolResult {
+	res := &mcp.CallToolResult{
+		Meta:    mcp.Meta{MetaRunID: f.RunID, MetaFailure: f},
+		IsError: true,
+		Content: []mcp.Content{&mcp.TextContent{Text: f.Error()}},
 	}
+	if t, ok := s.tool(name); !ok || len(t.OutputSchema) == 0 {
+		res.StructuredContent = f
+	}
+	return res
 }
 
 func lastUpdated(row *jetruntype.Run) time.Time {

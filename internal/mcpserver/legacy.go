@@ -1,0 +1,337 @@
+package mcpserver
+
+// The 2025-11-25 experimental tasks form, served to sessions (2025-11-25
+// and older, and stdio) next to the extension's form:
+//
+//   - tools/call with params.task answers {task} at once (the same detached
+//     run, task id = run id). The Go SDK v1.8.0 drops params.task when it
+//     decodes the request, so jetrun lifts it into _meta[metaLiftedTask]
+//     before the SDK reads the message: from the POST body over HTTP
+//     (liftHTTP), from the connection over stdio (liftingConn).
+//   - tasks/get and tasks/cancel answer the Task of that form (ttl,
+//     pollInterval; a run that ended "error" is failed) when the request
+//     does not declare the extension; tasks/cancel of a finished task is an
+//     error.
+//   - tasks/result waits for the end and answers the tools/call result; while
+//     it waits, what the run waits on (its calls, its signal) goes to the
+//     client as elicitation/create requests, and their answers reply.
+//   - tasks/list lists the tasks the session created (a session lives in one
+//     process; its tasks do not).
+//   - notifications/tasks/status (notify.go) carries that Task.
+//   - initialize advertises capabilities.tasks; tools/list marks every tool
+//     execution.taskSupport "optional" (a call may be a task or not).
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// metaLiftedTask is where a tools/call's params.task goes, for the
+// middleware to see; a client's own value there is dropped.
+const metaLiftedTask = "io.jetrun/liftedTask"
+
+// metaRelatedTask ties a message to its task (2025-11-25).
+const metaRelatedTask = "io.modelcontextprotocol/related-task"
+
+// NotificationTaskStatusLegacy is the 2025-11-25 task status notification.
+const NotificationTaskStatusLegacy = "notifications/tasks/status"
+
+// MaxListedTasks bounds what tasks/list remembers per session.
+const MaxListedTasks = 256
+
+// LegacyTask is a task in the 2025-11-25 form.
+type LegacyTask struct {
+	TaskID        string `json:"taskId"`
+	Status        string `json:"status"`
+	StatusMessage string `json:"statusMessage,omitempty"`
+	CreatedAt     string `json:"createdAt"`
+	LastUpdatedAt string `json:"lastUpdatedAt"`
+	TTL           *int64 `json:"ttl"`
+	PollInterval  int    `json:"pollInterval,omitempty"`
+}
+
+// legacy maps a task to the 2025-11-25 form, where a tool result with
+// isError is a failed task.
+func legacy(t *Task) LegacyTask {
+	return LegacyTask{TaskID: t.TaskID, Status: legacyStatus(t), StatusMessage: t.StatusMessage, CreatedAt: t.CreatedAt,
+		LastUpdatedAt: t.LastUpdatedAt, TTL: t.TTLMs, PollInterval: t.PollIntervalMs}
+}
+
+// legacyStatus is a task's status in the 2025-11-25 form, where a tool
+// result with isError is a failed task and a cancel is final at once (the
+// receiver "MUST transition the task to cancelled" before answering
+// tasks/cancel): a run whose cancel was requested is cancelled there, also
+// if it then ends otherwise.
+func legacyStatus(t *Task) string {
+	switch {
+	case t.cancelRequested:
+		return TaskCancelled
+	case t.Status == TaskCompleted && t.Result != nil && t.Result.IsError:
+		return TaskFailed
+	}
+	return t.Status
+}
+
+type legacyTaskResult struct {
+	mcp.ResultBase
+	LegacyTask
+}
+
+type createLegacyTaskResult struct {
+	mcp.ResultBase
+	Task LegacyTask `json:"task"`
+}
+
+type listTasksParams struct {
+	mcp.ParamsBase
+	Cursor string `json:"cursor,omitempty"`
+}
+
+type listTasksResult struct {
+	mcp.ResultBase
+	Tasks []LegacyTask `json:"tasks"`
+}
+
+// liftTask moves a tools/call's params.task into _meta[metaLiftedTask]
+// (and drops a value the client put there). Other messages are returned as
+// they are.
+func liftTask(msg []byte) []byte {
+	var m struct {
+		Method string                     `json:"method"`
+		Params map[string]json.RawMessage `json:"params"`
+	}
+	if json.Unmarshal(msg, &m) != nil || m.Method != "tools/call" || m.Params == nil {
+		return msg
+	}
+	var full map[string]json.RawMessage
+	if json.Unmarshal(msg, &full) != nil {
+		return msg
+	}
+	lifted, err := liftParams(full["params"])
+	if err != nil {
+		return msg
+	}
+	full["params"] = lifted
+	out, err := json.Marshal(full)
+	if err != nil {
+		return msg
+	}
+	return out
+}
+
+func liftParams(raw json.RawMessage) (json.RawMessage, error) {
+	var p map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return nil, err
+	}
+	var meta map[string]json.RawMessage
+	if m, ok := p["_meta"]; ok && json.Unmarshal(m, &meta) != nil {
+		return raw, nil
+	}
+	task, hasTask := p["task"]
+	_, hasLifted := meta[metaLiftedTask]
+	if !hasTask && !hasLifted {
+		return raw, nil
+	}
+	delete(meta, metaLiftedTask)
+	if hasTask {
+		if meta == nil {
+			meta = map[string]json.RawMessage{}
+		}
+		meta[metaLiftedTask] = task
+		delete(p, "task")
+	}
+	m, err := json.Marshal(meta)
+	if err != nil {
+		return nil, err
+	}
+	p["_meta"] = m
+	return json.Marshal(p)
+}
+
+// liftHTTP lifts params.task from a session's POST body before the SDK
+// reads it. A body over limit is left for the SDK to refuse.
+func liftHTTP(r *http.Request, limit int64) {
+	if r.Method != http.MethodPost || r.Body == nil {
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	rest := r.Body
+	if err != nil || int64(len(body)) > limit {
+		r.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(body), rest), rest}
+		return
+	}
+	_ = rest.Close()
+	body = liftTask(body)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+}
+
+// liftingConn lifts params.task from the messages a stdio client sends.
+type liftingConn struct{ mcp.Connection }
+
+func (c liftingConn) Read(ctx context.Context) (jsonrpc.Message, error) {
+	msg, err := c.Connection.Read(ctx)
+	if req, ok := msg.(*jsonrpc.Request); ok && err == nil && req.Method == "tools/call" && len(req.Params) > 0 {
+		if lifted, err := liftParams(req.Params); err == nil {
+			req.Params = lifted
+		}
+	}
+	return msg, err
+}
+
+// wantsLegacyTask reports whether a tools/call asked for a task in the
+// 2025-11-25 form.
+func wantsLegacyTask(meta mcp.Meta) bool {
+	_, ok := meta[metaLiftedTask]
+	return ok
+}
+
+// legacySession reports whether ss speaks a revision with sessions, where
+// the 2025-11-25 form is served.
+func legacySession(ss *mcp.ServerSession) bool {
+	p := ss.InitializeParams()
+	return p != nil && p.ProtocolVersion < SessionlessRevision
+}
+
+// addLegacyTasks registers tasks/result and tasks/list.
+func (s *Server) addLegacyTasks() error {
+	if err := mcp.AddReceivingCustomMethod(s.mcp, "tasks/result", func(ctx context.Context, ss *mcp.ServerSession, p *taskParams) (*mcp.CallToolResult, error) {
+		if !legacySession(ss) {
+			return nil, sessionsOnly("tasks/result")
+		}
+		return s.taskResult(ctx, ss, p.TaskID)
+	}); err != nil {
+		return err
+	}
+	return mcp.AddReceivingCustomMethod(s.mcp, "tasks/list", func(ctx context.Context, ss *mcp.ServerSession, _ *listTasksParams) (*listTasksResult, error) {
+		if !legacySession(ss) {
+			return nil, sessionsOnly("tasks/list")
+		}
+		out := &listTasksResult{Tasks: []LegacyTask{}}
+		for _, id := range s.createdBy(ss) {
+			t, err := s.taskOf(ctx, id)
+			if err != nil {
+				continue // gone: cleared or past retention
+			}
+			out.Tasks = append(out.Tasks, legacy(t))
+		}
+		return out, nil
+	})
+}
+
+// sessionsOnly is the error of a 2025-11-25 tasks method asked without a
+// session: that revision's tasks extension has no such method.
+func sessionsOnly(method string) error {
+	return &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound,
+		Message: fmt.Sprintf("%s is of the 2025-11-25 experimental tasks, served in sessions; with %s use tasks/get", method, SessionlessRevision)}
+}
+
+// taskResult waits for task id to end and answers its tools/call result,
+// asking the client (elicitation/create) for what the run waits on
+// meanwhile.
+func (s *Server) taskResult(ctx context.Context, ss *mcp.ServerSession, id string) (*mcp.CallToolResult, error) {
+	asked := map[string]bool{}
+	tick := time.NewTicker(PollIntervalMs * time.Millisecond / 4)
+	defer tick.Stop()
+	for {
+		t, err := s.taskOf(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		switch legacyStatus(t) {
+		case TaskCompleted, TaskFailed:
+			res := *t.Result
+			res.Meta = maps.Clone(res.Meta)
+			res.Meta[metaRelatedTask] = map[string]string{"taskId": id}
+			return &res, nil
+		case TaskCancelled:
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "task " + id + " was cancelled: " + t.StatusMessage}
+		}
+		for key, req := range t.InputRequests {
+			if asked[key] {
+				continue
+			}
+			asked[key] = true
+			var p mcp.ElicitParams
+			if err := json.Unmarshal(req.Params, &p); err != nil {
+				continue
+			}
+			if p.Meta == nil {
+				p.Meta = mcp.Meta{}
+			}
+			p.Meta[metaRelatedTask] = map[string]string{"taskId": id}
+			res, err := ss.Elicit(ctx, &p)
+			if err != nil {
+				s.log.WarnContext(ctx, "mcp: ask the client for a task's input", "task_id", id, "input", key, "err", err)
+				continue // the client polls; the run waits
+			}
+			content, _ := json.Marshal(res.Content)
+			if err := s.updateTask(ctx, id, map[string]InputResponse{key: {Action: res.Action, Content: content}}); err != nil {
+				return nil, err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// initializeResult adds capabilities.tasks (2025-11-25) to the SDK's
+// initialize result.
+type initializeResult struct{ *mcp.InitializeResult }
+
+func (r initializeResult) MarshalJSON() ([]byte, error) {
+	return patchJSON(r.InitializeResult, func(m map[string]any) {
+		caps, _ := m["capabilities"].(map[string]any)
+		if caps == nil {
+			caps = map[string]any{}
+			m["capabilities"] = caps
+		}
+		caps["tasks"] = map[string]any{"list": map[string]any{}, "cancel": map[string]any{},
+			"requests": map[string]any{"tools": map[string]any{"call": map[string]any{}}}}
+	})
+}
+
+// listToolsResult marks every tool execution.taskSupport "optional".
+type listToolsResult struct{ *mcp.ListToolsResult }
+
+func (r listToolsResult) MarshalJSON() ([]byte, error) {
+	return patchJSON(r.ListToolsResult, func(m map[string]any) {
+		tools, _ := m["tools"].([]any)
+		for _, t := range tools {
+			if tool, ok := t.(map[string]any); ok {
+				tool["execution"] = map[string]any{"taskSupport": "optional"}
+			}
+		}
+	})
+}
+
+func patchJSON(v any, patch func(map[string]any)) ([]byte, error) {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	if err := d.Decode(&m); err != nil {
+		return nil, err
+	}
+	patch(m)
+	return json.Marshal(m)
+}
