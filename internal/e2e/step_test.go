@@ -143,9 +143,30 @@ func TestPythonExecChildStepsSurviveAKilledWorker(t *testing.T) {
 			t.Errorf("step %s paid %d times, want 1 or 2", name, paid[name])
 		}
 	}
+	evs := waitFinalEvent(t, e.js, "py-s")
 	var names []string
-	for _, s := range storedSteps(waitFinalEvent(t, e.js, "py-s")) {
+	for _, s := range storedSteps(evs) {
 		names = append(names, s[:strings.IndexByte(s, '@')])
+	}
+	// Usage comes with the step lines only: each stored step carries what
+	// its call spent, and the run counts a step's usage once, however often
+	// the call was made. The row may lack what attempt 1 reported after its
+	// last row sync (a kill -9 loses that), never what attempt 2 did.
+	var stored, second int64
+	for _, ev := range evs {
+		if st := ev.Step; st != nil {
+			if st.Usage == nil || st.Usage.OutputTokens != 12 || st.Usage.Models["sim-1"].OutputTokens != 12 {
+				t.Errorf("step %s usage %+v; want 12 output tokens on sim-1", st.Name, st.Usage)
+				continue
+			}
+			stored += st.Usage.Tokens()
+			if st.Attempt == 2 {
+				second += st.Usage.Tokens()
+			}
+		}
+	}
+	if row.Usage == nil || row.Usage.Tokens() > stored || row.Usage.Tokens() < second {
+		t.Errorf("run usage %+v; want between attempt 2's steps (%d tokens) and all stored steps (%d)", row.Usage, second, stored)
 	}
 	want := make([]string, turns)
 	for i := range want {
