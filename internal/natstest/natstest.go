@@ -91,6 +91,48 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg strin
 // its servers once JetStream has a meta leader.
 func RunCluster(t testing.TB) []*server.Server {
 	t.Helper()
+	var servers []*server.Server
+	for try := 1; ; try++ {
+		var err error
+		if servers, err = startCluster(t); err == nil {
+			break
+		} else if try == 3 {
+			t.Fatalf("natstest: %v (%d tries)", err, try)
+		}
+	}
+	Eventually(t, 30*time.Second, func() bool {
+		for _, s := range servers {
+			if s.JetStreamIsLeader() {
+				return true
+			}
+		}
+		return false
+	}, "cluster has no JetStream meta leader")
+	// Ready when a three-replica stream can be placed and gets a leader.
+	nc, js := Connect(t, servers[0])
+	defer nc.Close()
+	Eventually(t, 30*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "NATSTEST_PROBE", Subjects: []string{"natstest.probe"}, Replicas: 3})
+		if err != nil {
+			return false
+		}
+		info, err := s.Info(ctx)
+		return err == nil && info.Cluster != nil && info.Cluster.Leader != ""
+	}, "cluster cannot place a three-replica stream")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = js.DeleteStream(ctx, "NATSTEST_PROBE")
+	return servers
+}
+
+// startCluster starts three routed servers. Their cluster ports are picked
+// free beforehand (routes must name them), so another test may take one in
+// between: then a server cannot listen for routes, is never ready, and the
+// servers are shut down for a new try with other ports.
+func startCluster(t testing.TB) ([]*server.Server, error) {
+	t.Helper()
 	ports := make([]int, 3)
 	var routes []*url.URL
 	for i := range ports {
@@ -121,34 +163,13 @@ func RunCluster(t testing.TB) []*server.Server {
 	}
 	for _, s := range servers {
 		if !s.ReadyForConnections(30 * time.Second) {
-			t.Fatal("natstest: cluster server not ready within 30s")
+			for _, s := range servers {
+				s.Shutdown()
+			}
+			return nil, fmt.Errorf("cluster server %s not ready within 30s", s.Name())
 		}
 	}
-	Eventually(t, 30*time.Second, func() bool {
-		for _, s := range servers {
-			if s.JetStreamIsLeader() {
-				return true
-			}
-		}
-		return false
-	}, "cluster has no JetStream meta leader")
-	// Ready when a three-replica stream can be placed and gets a leader.
-	nc, js := Connect(t, servers[0])
-	defer nc.Close()
-	Eventually(t, 30*time.Second, func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "NATSTEST_PROBE", Subjects: []string{"natstest.probe"}, Replicas: 3})
-		if err != nil {
-			return false
-		}
-		info, err := s.Info(ctx)
-		return err == nil && info.Cluster != nil && info.Cluster.Leader != ""
-	}, "cluster cannot place a three-replica stream")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_ = js.DeleteStream(ctx, "NATSTEST_PROBE")
-	return servers
+	return servers, nil
 }
 
 // WaitForStreamLeaders waits until every named stream has a cluster leader,
