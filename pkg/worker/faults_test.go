@@ -112,10 +112,8 @@ func TestRunOutlivesServerRestart(t *testing.T) {
 		t.Fatalf("the handler saw %d errors, first %v", len(handlerErrs), handlerErrs[0])
 	}
 	seen := map[int]int{}
-	for _, ev := range jetruntest.ReadEvents(t, js, "r1") {
-		if ev.Chunk != nil {
-			seen[int(ev.Chunk.Seq)]++
-		}
+	for _, c := range jetruntest.Chunks(jetruntest.ReadEvents(t, js, "r1")) {
+		seen[int(c.Seq)]++
 	}
 	for i := 1; i <= chunks; i++ {
 		if seen[i] != 1 {
