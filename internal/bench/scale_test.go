@@ -377,6 +377,11 @@ func streamOne(b *testing.B, nc *nats.Conn, client *parent.Client, js jetstream.
 				return worker.Result{}, err
 			}
 		}
+		// Until every chunk is stored: a coalesced stream's last events
+		// are still open or in flight when the loop ends.
+		if err := run.Flush(ctx); err != nil {
+			return worker.Result{}, err
+		}
 		took <- time.Since(t0)
 		return worker.Result{}, nil
 	})
