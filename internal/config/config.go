@@ -4,6 +4,7 @@
 package config
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -121,6 +122,7 @@ type Pool struct {
 	MaxAttempts      int           `envconfig:"JETRUN_MAX_ATTEMPTS" default:"5" desc:"takeovers after lost workers before a run ends error (max-attempts)"`
 	ShutdownTimeout  time.Duration `envconfig:"JETRUN_SHUTDOWN_TIMEOUT" default:"30s" desc:"on SIGTERM, how long runs in flight may finish before they are handed back"`
 	MaxDepth         int           `envconfig:"JETRUN_MAX_DEPTH" default:"8" desc:"deepest nesting of runs accepted (dispatch depth); also bounds cancel cascades"`
+	ChunkWindow      time.Duration `envconfig:"JETRUN_CHUNK_WINDOW" default:"5ms" desc:"chunks a run emits within this window leave as one stored event (readers still see them one by one); 0 turns coalescing off"`
 }
 
 // Reconcile holds the reconciler's and finish deliverer's settings.
@@ -444,6 +446,9 @@ func (p Pool) validate() error {
 	if p.ShutdownTimeout < 0 {
 		errs = append(errs, fmt.Errorf("JETRUN_SHUTDOWN_TIMEOUT must not be negative, got %s", p.ShutdownTimeout))
 	}
+	if p.ChunkWindow < 0 {
+		errs = append(errs, fmt.Errorf("JETRUN_CHUNK_WINDOW must not be negative, got %s", p.ChunkWindow))
+	}
 	if p.MaxDepth < 1 {
 		errs = append(errs, fmt.Errorf("JETRUN_MAX_DEPTH must be at least 1, got %d", p.MaxDepth))
 	}
@@ -483,6 +488,7 @@ func (p Pool) WorkerConfig(logger *slog.Logger) worker.Config {
 		Lease:            p.Lease,
 		MaxAttempts:      p.MaxAttempts,
 		MaxDepth:         p.MaxDepth,
+		ChunkWindow:      cmp.Or(p.ChunkWindow, -1), // 0 turns coalescing off; worker.Config's 0 is the default
 		Logger:           logger,
 	}
 }

@@ -123,6 +123,7 @@ func TestDefaultsMatchThePackages(t *testing.T) {
 		"JETRUN_LEASE":                       {pw.Lease, worker.DefaultLease},
 		"JETRUN_MAX_ATTEMPTS":                {pw.MaxAttempts, worker.DefaultMaxAttempts},
 		"JETRUN_MAX_DEPTH":                   {pw.MaxDepth, events.DefaultMaxDepth},
+		"JETRUN_CHUNK_WINDOW":                {pw.ChunkWindow, worker.DefaultChunkWindow},
 		"JETRUN_RECONCILE_INTERVAL":          {pw.ReconcileInterval, reconcile.DefaultInterval},
 		"JETRUN_RETENTION":                   {pw.Retention, reconcile.DefaultRetention},
 		"JETRUN_DETACHED_MAX_BUDGET":         {pw.DetachedMaxBudget, reconcile.DefaultMaxBudget},

@@ -115,12 +115,10 @@ func (e *env) dispatchInput(t *testing.T, agentType, id string, input any) {
 
 func chunkText(evs []jetruntest.Event) []string {
 	var out []string
-	for _, ev := range evs {
-		if ev.Chunk != nil {
-			var s string
-			_ = json.Unmarshal(ev.Chunk.Data, &s)
-			out = append(out, s)
-		}
+	for _, c := range jetruntest.Chunks(evs) {
+		var s string
+		_ = json.Unmarshal(c.Data, &s)
+		out = append(out, s)
 	}
 	return out
 }

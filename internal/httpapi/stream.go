@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -36,14 +37,14 @@ func startSSE(w http.ResponseWriter) *sseWriter {
 	return s
 }
 
-// send writes one event; id 0 means none.
-func (s *sseWriter) send(id uint64, event string, data any) error {
+// send writes one event; id "" means none.
+func (s *sseWriter) send(id, event string, data any) error {
 	payload, err := json.Marshal(data)
 	if err != nil {
 		return err
 	}
-	if id > 0 {
-		if _, err := fmt.Fprintf(s.w, "id: %d\n", id); err != nil {
+	if id != "" {
+		if _, err := fmt.Fprintf(s.w, "id: %s\n", id); err != nil {
 			return err
 		}
 	}
@@ -63,8 +64,9 @@ func (s *sseWriter) comment(text string) error {
 func (s *sseWriter) flush() error { return s.rc.Flush() }
 
 // events streams a run's events: GET /v1/runs/{id}/events?after=N&follow=bool.
-// Each event's id is its stream sequence, so a client that reconnects with
-// Last-Event-ID resumes without gap or duplicate. "caught-up" follows the
+// Each event's id is its stream sequence ("<seq>.<part>" for a chunk of a
+// coalesced chunk event but its last: see events.Event.Part), so a client
+// that reconnects with Last-Event-ID resumes without gap or duplicate. "caught-up" follows the
 // stored history; "end" closes the stream once the run ended, and
 // "history-end" closes a follow=false stream of a run that goes on.
 func (a *api) events(w http.ResponseWriter, r *http.Request) {
@@ -72,19 +74,20 @@ func (a *api) events(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var after uint64
+	from := position{part: -1}
 	for _, v := range []string{r.Header.Get("Last-Event-ID"), r.URL.Query().Get("after")} {
 		if v == "" {
 			continue
 		}
-		n, err := strconv.ParseUint(v, 10, 64)
+		p, err := parsePosition(v)
 		if err != nil {
 			writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("event id %q is not a stream sequence", v))
 			return
 		}
-		after = n
+		from = p
 		break
 	}
+	after := from.after()
 	follow := true
 	if v := r.URL.Query().Get("follow"); v != "" {
 		b, err := strconv.ParseBool(v)
@@ -127,7 +130,6 @@ func (a *api) events(w http.ResponseWriter, r *http.Request) {
 		// duplicate, and an outage costs neither a hot loop nor a log line
 		// per viewer and try.
 		bo := jsfault.NewBackOff(0)
-		from := after
 		for {
 			var failed error
 			for ev, err := range seq {
@@ -135,12 +137,15 @@ func (a *api) events(w http.ResponseWriter, r *http.Request) {
 					failed = err
 					break
 				}
+				if from.sent(ev) {
+					continue
+				}
 				select {
 				case items <- item{ev: ev}:
 				case <-ctx.Done():
 					return
 				}
-				from = ev.Seq
+				from = positionOf(ev)
 				bo.Reset()
 			}
 			if failed == nil {
@@ -158,7 +163,7 @@ func (a *api) events(w http.ResponseWriter, r *http.Request) {
 				if jsfault.Sleep(ctx, bo.NextBackOff()) != nil {
 					return
 				}
-				if seq, failed = a.client.Replay(ctx, row.ID, from, mode); failed == nil {
+				if seq, failed = a.client.Replay(ctx, row.ID, from.after(), mode); failed == nil {
 					break
 				}
 			}
@@ -169,7 +174,7 @@ func (a *api) events(w http.ResponseWriter, r *http.Request) {
 	ended := !row.Live() // the run had ended, or an event sent ends it
 	caughtUp := last <= after
 	if caughtUp {
-		if out.send(0, "caught-up", struct{}{}) != nil {
+		if out.send("", "caught-up", struct{}{}) != nil {
 			return
 		}
 	}
@@ -186,9 +191,9 @@ func (a *api) events(w http.ResponseWriter, r *http.Request) {
 		case it, open := <-items:
 			if !open {
 				if mode == events.UntilEnd || ended {
-					_ = out.send(0, "end", struct{}{})
+					_ = out.send("", "end", struct{}{})
 				} else {
-					_ = out.send(0, "history-end", struct{}{}) // the run goes on
+					_ = out.send("", "history-end", struct{}{}) // the run goes on
 				}
 				return
 			}
@@ -198,13 +203,13 @@ func (a *api) events(w http.ResponseWriter, r *http.Request) {
 				}
 				return
 			}
-			if out.send(it.ev.Seq, it.ev.Kind, it.ev) != nil {
+			if out.send(positionOf(it.ev).String(), it.ev.Kind, it.ev) != nil {
 				return
 			}
 			ended = ended || it.ev.Ends()
-			if !caughtUp && (it.ev.Pending == 0 || it.ev.Seq >= last) {
+			if !caughtUp && it.ev.LastPart() && (it.ev.Pending == 0 || it.ev.Seq >= last) {
 				caughtUp = true
-				if out.send(0, "caught-up", struct{}{}) != nil {
+				if out.send("", "caught-up", struct{}{}) != nil {
 					return
 				}
 			}
@@ -219,7 +224,7 @@ func (a *api) live(w http.ResponseWriter, r *http.Request) {
 	changes, stop := a.view.Subscribe()
 	defer stop()
 	out := startSSE(w)
-	if out.send(0, "hello", struct{}{}) != nil {
+	if out.send("", "hello", struct{}{}) != nil {
 		return
 	}
 	ping := time.NewTicker(keepAlive)
@@ -238,13 +243,68 @@ func (a *api) live(w http.ResponseWriter, r *http.Request) {
 			}
 			var err error
 			if s.Removed {
-				err = out.send(0, "removed", map[string]string{"id": s.ID})
+				err = out.send("", "removed", map[string]string{"id": s.ID})
 			} else {
-				err = out.send(0, "run", s)
+				err = out.send("", "run", s)
 			}
 			if err != nil {
 				return
 			}
 		}
 	}
+}
+
+// position is where an event stream stands: after stream sequence seq, or,
+// mid (part >= 0), after chunk part of the coalesced chunk event seq.
+type position struct {
+	seq  uint64
+	part int // -1: the whole event at seq
+}
+
+// positionOf is the position just after ev.
+func positionOf(ev events.Event) position {
+	if ev.LastPart() {
+		return position{seq: ev.Seq, part: -1}
+	}
+	return position{seq: ev.Seq, part: ev.Part}
+}
+
+// parsePosition reads an event id: "<seq>" or "<seq>.<part>".
+func parsePosition(v string) (position, error) {
+	s, p, mid := strings.Cut(v, ".")
+	seq, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return position{}, err
+	}
+	if !mid {
+		return position{seq: seq, part: -1}, nil
+	}
+	part, err := strconv.Atoi(p)
+	if err != nil || part < 0 || seq == 0 {
+		return position{}, fmt.Errorf("bad part in %q", v)
+	}
+	return position{seq: seq, part: part}, nil
+}
+
+// String is the event id of the position.
+func (p position) String() string {
+	if p.part < 0 {
+		return strconv.FormatUint(p.seq, 10)
+	}
+	return strconv.FormatUint(p.seq, 10) + "." + strconv.Itoa(p.part)
+}
+
+// after is the stream sequence to replay after: the one before a
+// coalesced event left midway.
+func (p position) after() uint64 {
+	if p.part >= 0 {
+		return p.seq - 1
+	}
+	return p.seq
+}
+
+// sent reports whether ev lies at or before p (a replay resumed midway
+// through a coalesced chunk event yields its first chunks again).
+func (p position) sent(ev events.Event) bool {
+	return p.part >= 0 && ev.Seq == p.seq && ev.Part <= p.part
 }

@@ -114,12 +114,27 @@ func Statuses(evs []Event) []events.Status {
 	return out
 }
 
-// ChunkSeqs returns the chunk sequence numbers, in order.
+// ChunkSeqs returns the chunk sequence numbers, in order, each chunk of a
+// coalesced chunk event on its own.
 func ChunkSeqs(evs []Event) []int64 {
 	var out []int64
 	for _, e := range evs {
 		if e.Chunk != nil {
-			out = append(out, e.Chunk.Seq)
+			for _, c := range e.Chunk.Pieces() {
+				out = append(out, c.Seq)
+			}
+		}
+	}
+	return out
+}
+
+// Chunks returns the chunks stored, in order, each chunk of a coalesced
+// chunk event on its own.
+func Chunks(evs []Event) []events.Chunk {
+	var out []events.Chunk
+	for _, e := range evs {
+		if e.Chunk != nil {
+			out = append(out, e.Chunk.Pieces()...)
 		}
 	}
 	return out

@@ -65,11 +65,39 @@ type StatusEvent struct {
 
 // Chunk is one piece of a run's streamed output, on jetrun.run.<id>.chunk.
 // Seq is 1, 2, 3… per run, across attempts.
+//
+// A stored chunk event may carry several chunks emitted within the
+// worker's chunk window (coalesced): Data is chunk Seq's, More holds the
+// data of chunks Seq+1 … Last in order, and Last is the range's last
+// sequence. A single chunk has neither Last nor More. Replay (and
+// everything reading through it: SSE, the UI, the CLI, parent.Replay)
+// yields every chunk on its own, so only a reader of raw stored messages
+// sees More.
 type Chunk struct {
-	RunID   string          `json:"runId"`
-	Seq     int64           `json:"seq"`
-	Data    json.RawMessage `json:"data"`
-	Attempt int             `json:"attempt,omitempty"`
+	RunID   string            `json:"runId"`
+	Seq     int64             `json:"seq"`
+	Data    json.RawMessage   `json:"data"`
+	Attempt int               `json:"attempt,omitempty"`
+	Last    int64             `json:"last,omitempty"`
+	More    []json.RawMessage `json:"more,omitempty"`
+}
+
+// LastSeq is the sequence of the last chunk c carries: Last for a
+// coalesced event, else Seq.
+func (c Chunk) LastSeq() int64 { return max(c.Seq, c.Last) }
+
+// Pieces returns the chunks c carries, one Chunk each, in order: c itself
+// when it carries one.
+func (c Chunk) Pieces() []Chunk {
+	if len(c.More) == 0 {
+		return []Chunk{c}
+	}
+	out := make([]Chunk, 0, 1+len(c.More))
+	out = append(out, Chunk{RunID: c.RunID, Seq: c.Seq, Data: c.Data, Attempt: c.Attempt})
+	for i, d := range c.More {
+		out = append(out, Chunk{RunID: c.RunID, Seq: c.Seq + 1 + int64(i), Data: d, Attempt: c.Attempt})
+	}
+	return out
 }
 
 // Progress is a coalesced progress snapshot, on jetrun.run.<id>.progress.
@@ -234,6 +262,15 @@ const StoppedSuffix = ".stopped"
 
 // ChunkMsgID is the Nats-Msg-Id of a run's chunk with sequence seq.
 func ChunkMsgID(runID string, seq int64) string { return runID + ".c." + itoa(seq) }
+
+// ChunkRangeMsgID is the Nats-Msg-Id of a coalesced chunk event carrying
+// the run's chunks first … last: ChunkMsgID for a single chunk.
+func ChunkRangeMsgID(runID string, first, last int64) string {
+	if last <= first {
+		return ChunkMsgID(runID, first)
+	}
+	return runID + ".c." + itoa(first) + "-" + itoa(last)
+}
 
 // ProgressMsgID is the Nats-Msg-Id of the n-th progress event of an attempt.
 func ProgressMsgID(runID string, attempt int, n int64) string {

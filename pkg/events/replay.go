@@ -18,7 +18,11 @@ import (
 // Event is one stored event of a run, as Replay yields it.
 type Event struct {
 	// Seq is the event's sequence in the events stream: its identity.
-	// Resuming a replay after a Seq yields no gap and no duplicate.
+	// Resuming a replay after a Seq yields no gap and no duplicate. The
+	// chunks of one coalesced chunk event share its Seq (see Part): a reader
+	// that stopped at one of them but the last (!LastPart) resumes after
+	// Seq-1 and skips the chunks it has (Chunk.Seq, 1, 2, 3… per run, says
+	// which).
 	Seq uint64 `json:"seq"`
 	// Time is when the server stored the event.
 	Time  time.Time `json:"time"`
@@ -30,6 +34,13 @@ type Event struct {
 	// Pending is how many matching events were stored after this one when
 	// it was delivered: 0 means the replay caught up with the live stream.
 	Pending uint64 `json:"pending"`
+	// Part and Parts place a chunk within a coalesced chunk event (one
+	// stored event carrying several chunks, see Chunk): Replay yields each
+	// of its chunks as an Event of its own with the stored event's Seq,
+	// Part 0, 1 … Parts-1, and Data the chunk alone in the single-chunk
+	// shape. Both are 0 for an event carrying one chunk.
+	Part  int `json:"part,omitempty"`
+	Parts int `json:"parts,omitempty"`
 	// Data is the event's body; exactly one of the typed fields below is
 	// set for a known kind.
 	Data      json.RawMessage `json:"data"`
@@ -44,6 +55,30 @@ type Event struct {
 	Reply      *Reply      `json:"-"`
 	// Step: a durable step (step.go).
 	Step *Step `json:"-"`
+}
+
+// LastPart reports whether e is the last (or only) chunk of its stored
+// event: resuming after its Seq skips nothing.
+func (e Event) LastPart() bool { return e.Part >= e.Parts-1 }
+
+// Split returns the events e stands for: one per chunk of a coalesced
+// chunk event (see Part), else e itself.
+func (e Event) Split() []Event {
+	if e.Chunk == nil || len(e.Chunk.More) == 0 {
+		return []Event{e}
+	}
+	pieces := e.Chunk.Pieces()
+	out := make([]Event, len(pieces))
+	for i := range pieces {
+		c := &pieces[i]
+		data, err := json.Marshal(c)
+		if err != nil {
+			data = nil // a RawMessage that decoded encodes again; never here
+		}
+		out[i] = e
+		out[i].Chunk, out[i].Data, out[i].Part, out[i].Parts = c, data, i, len(pieces)
+	}
+	return out
 }
 
 // Ends reports whether a replay that follows the run until it ends stops
@@ -182,8 +217,10 @@ func Replay(ctx context.Context, js jetstream.JetStream, ns Namespace, runID str
 			}
 			ev, seq, err := dec.decode(msg)
 			if err == nil && (len(kinds) == 0 || slices.Contains(kinds, ev.Kind)) {
-				if !yield(ev, nil) {
-					return
+				for _, piece := range ev.Split() {
+					if !yield(piece, nil) {
+						return
+					}
 				}
 			} // else a foreign or malformed message on the run's subjects: skipped
 			switch {

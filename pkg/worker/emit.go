@@ -15,13 +15,13 @@ import (
 // handed to the attempt's publisher (publisher.go), which fences and
 // pipelines them.
 
-// emitChunk publishes raw as the run's next chunk (numbered under emitMu);
-// it returns once the chunk is in flight.
+// emitChunk publishes raw as the run's next chunk (numbered under emitMu),
+// coalesced with the chunks around it within the chunk window
+// (coalesce.go); it returns once the chunk is in its batch or in flight.
 func (e *execution) emitChunk(ctx context.Context, raw json.RawMessage) error {
 	e.emitMu.Lock()
 	seq := e.chunkSeq + 1
-	_, err := e.pub.publish(ctx, events.KindChunk, events.ChunkMsgID(e.id, seq),
-		events.Chunk{RunID: e.id, Seq: seq, Data: raw, Attempt: e.attempt}, false)
+	err := e.pub.chunk(ctx, events.Chunk{RunID: e.id, Seq: seq, Data: raw, Attempt: e.attempt})
 	if err == nil {
 		e.chunkSeq = seq
 	}

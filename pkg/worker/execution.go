@@ -128,6 +128,7 @@ func (w *Worker) execute(ctx context.Context, e *execution, row *jetruntype.Run,
 		js: w.js, stream: w.eventsStream, store: w.store, ns: w.ns,
 		runID: row.ID, worker: w.cfg.ID, attempt: row.Attempt, window: &w.eventWindow,
 		lost: e.lose, lapsed: e.lapse, until: w.holdsUntil, trace: trace,
+		chunks: chunkBatch{window: w.cfg.ChunkWindow},
 	}
 
 	hctx, cancel := context.WithCancelCause(withTrace(ctx, trace))
@@ -287,7 +288,7 @@ func (e *execution) loadHistory(ctx context.Context) error {
 	case err == nil:
 		var c events.Chunk
 		if json.Unmarshal(m.Data, &c) == nil {
-			e.chunkSeq = c.Seq
+			e.chunkSeq = c.LastSeq() // a coalesced event's last chunk
 		}
 	case !errors.Is(err, jetstream.ErrMsgNotFound):
 		return fmt.Errorf("read the last chunk: %w", err)

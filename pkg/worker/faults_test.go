@@ -53,9 +53,43 @@ func TestDeletedStreamAndBucketAreRecreated(t *testing.T) {
 // The server goes away in the middle of a run and comes back on the same
 // port and store a few seconds later, within the lease: the handler never
 // sees the fault (Chunk and Milestone return nil), the run completes on its
-// first attempt, and every chunk is stored exactly once.
+// first attempt, and every chunk is stored exactly once: one event per
+// chunk with coalescing off, or, with a window longer than the run, the two
+// coalesced events the milestone and the run's end close ([1, 99] before
+// the milestone, sent and re-sent through the outage, and [100, 200]).
 func TestRunOutlivesServerRestart(t *testing.T) {
 	t.Parallel()
+	for _, c := range []struct {
+		name   string
+		window time.Duration
+		events [][2]int64 // the chunk ranges stored, nil for one per chunk
+	}{
+		{"window off", -1, nil},
+		{"one window", time.Hour, [][2]int64{{1, 99}, {100, 200}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			evs := streamThroughRestart(t, c.window)
+			if c.events == nil {
+				return
+			}
+			var got [][2]int64
+			for _, ev := range evs {
+				if ev.Chunk != nil {
+					got = append(got, [2]int64{ev.Chunk.Seq, ev.Chunk.LastSeq()})
+				}
+			}
+			if !slices.Equal(got, c.events) {
+				t.Fatalf("chunk events stored %v, want %v", got, c.events)
+			}
+		})
+	}
+}
+
+// streamThroughRestart runs 200 chunks and a milestone through a server
+// restart with chunk window window, checks every chunk is stored once, and
+// returns the run's events.
+func streamThroughRestart(t *testing.T, window time.Duration) []jetruntest.Event {
 	opts := &server.Options{}
 	ns := natstest.RunServerWithOptions(t, opts)
 	port, storeDir := ns.Addr().(*net.TCPAddr).Port, opts.StoreDir
@@ -73,7 +107,7 @@ func TestRunOutlivesServerRestart(t *testing.T) {
 	const chunks = 200
 	halfway, resume := make(chan struct{}), make(chan struct{})
 	var handlerErrs []error
-	startWorker(t, nc, worker.Config{}, map[string]worker.Handler{
+	startWorker(t, nc, worker.Config{ChunkWindow: window}, map[string]worker.Handler{
 		"restart": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
 			for i := 1; i <= chunks; i++ {
 				if i == chunks/2 {
@@ -112,16 +146,16 @@ func TestRunOutlivesServerRestart(t *testing.T) {
 		t.Fatalf("the handler saw %d errors, first %v", len(handlerErrs), handlerErrs[0])
 	}
 	seen := map[int]int{}
-	for _, ev := range jetruntest.ReadEvents(t, js, "r1") {
-		if ev.Chunk != nil {
-			seen[int(ev.Chunk.Seq)]++
-		}
+	evs := jetruntest.ReadEvents(t, js, "r1")
+	for _, c := range jetruntest.Chunks(evs) {
+		seen[int(c.Seq)]++
 	}
 	for i := 1; i <= chunks; i++ {
 		if seen[i] != 1 {
 			t.Fatalf("chunk %d stored %d times", i, seen[i])
 		}
 	}
+	return evs
 }
 
 // An operator deletes the dispatch stream (and so the worker's consumers)

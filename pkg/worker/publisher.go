@@ -74,6 +74,7 @@ type publisher struct {
 	lapsed  func()              // cancels it when the worker's liveness ran out during a fault
 	until   func() time.Time    // transient faults are retried until then
 	trace   events.TraceContext // set as headers on every event
+	chunks  chunkBatch          // the open batch of coalesced chunks (coalesce.go), guarded by mu
 
 	mu       sync.Mutex
 	fenceSeq uint64 // sequence of the newest status event of the run known
@@ -107,7 +108,15 @@ func (p *publisher) publish(ctx context.Context, kind, msgID string, v any, wait
 	if err := p.failed(); err != nil {
 		return 0, err
 	}
-	o := &outgoing{kind: kind, msgID: msgID, data: data}
+	if err := p.closeChunksLocked(ctx); err != nil { // the chunks before it go first
+		return 0, err
+	}
+	return p.enqueueLocked(ctx, &outgoing{kind: kind, msgID: msgID, data: data}, wait)
+}
+
+// enqueueLocked appends o to the events in flight (see publish); p.mu must
+// be held.
+func (p *publisher) enqueueLocked(ctx context.Context, o *outgoing, wait bool) (uint64, error) {
 	p.inflight = append(p.inflight, o)
 	if err := p.fill(ctx); err != nil {
 		return 0, err
@@ -148,6 +157,9 @@ func (p *publisher) flush(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err := p.failed(); err != nil {
+		return err
+	}
+	if err := p.closeChunksLocked(ctx); err != nil {
 		return err
 	}
 	return p.settle(ctx, len(p.inflight))
@@ -332,6 +344,7 @@ func (p *publisher) fence() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.fenced = true
+	p.dropChunksLocked()
 }
 
 func (p *publisher) fenceLocked() {

@@ -356,10 +356,8 @@ func TestChattyRunOnAThreeNodeClusterSendsEachChunkOnce(t *testing.T) {
 		t.Errorf("the worker read the events stream %d times to re-fence a run nobody else wrote", n)
 	}
 	var got []int64
-	for _, ev := range jetruntest.ReadEvents(t, js, "chatty") {
-		if ev.Chunk != nil {
-			got = append(got, ev.Chunk.Seq)
-		}
+	for _, c := range jetruntest.Chunks(jetruntest.ReadEvents(t, js, "chatty")) {
+		got = append(got, c.Seq)
 	}
 	if len(got) != chunks {
 		t.Fatalf("%d chunks stored, want %d", len(got), chunks)

@@ -77,7 +77,9 @@ func (r *Run) Milestones() []events.Milestone {
 // order of the calls. Chunk returns once the chunk is on its way: chunks are
 // pipelined (a bounded window is in flight), so a chunk that cannot be
 // stored (the run was taken over: ErrLeaseLost) fails a later call, or
-// Flush; everything is stored before the run ends.
+// Flush; everything is stored before the run ends. Chunks emitted within
+// the worker's ChunkWindow are stored as one event carrying their range;
+// readers still see them one by one (events.Replay).
 func (r *Run) Chunk(ctx context.Context, data any) error {
 	if r.fake != nil {
 		raw, err := encodePayload(r.row.ID, "chunk", data)

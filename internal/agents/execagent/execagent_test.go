@@ -63,10 +63,8 @@ func run(t *testing.T, client *parent.Client, store *kv.Store, agentType, id str
 
 func chunks(evs []jetruntest.Event) string {
 	var b strings.Builder
-	for _, e := range evs {
-		if e.Chunk != nil {
-			b.Write(e.Chunk.Data)
-		}
+	for _, c := range jetruntest.Chunks(evs) {
+		b.Write(c.Data)
 	}
 	return b.String()
 }

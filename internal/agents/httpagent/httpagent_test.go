@@ -126,10 +126,8 @@ func TestChildStreamsWaitsForASignalAndCompletes(t *testing.T) {
 	}
 	got := evs("h1")
 	var chunks []string
-	for _, e := range got {
-		if e.Chunk != nil {
-			chunks = append(chunks, string(e.Chunk.Data))
-		}
+	for _, c := range jetruntest.Chunks(got) {
+		chunks = append(chunks, string(c.Data))
 	}
 	if strings.Join(chunks, " ") != `"reading " {"tokens":2} "approved"` {
 		t.Fatalf("chunks %v", chunks)

@@ -83,7 +83,7 @@ export class RunPage {
     if (!this.paused || this.ended || this.destroyed) return;
     this.paused = false;
     this.setTlState('reconnecting', 'catching up');
-    this.openEvents(this.timeline.lastSeq);
+    this.openEvents(this.timeline.lastId);
   }
 
   build() {
@@ -273,7 +273,7 @@ export class RunPage {
     this.es?.close();
     clearTimeout(this.retry);
     this.retry = null;
-    const url = `/v1/runs/${encodeURIComponent(this.id)}/events${after ? `?after=${after}` : ''}`;
+    const url = `/v1/runs/${encodeURIComponent(this.id)}/events${after && after !== '0' ? `?after=${encodeURIComponent(after)}` : ''}`;
     const es = new EventSource(url);
     this.es = es;
     const onEvent = (e) => {
@@ -312,7 +312,7 @@ export class RunPage {
         this.setTlState('reconnecting', 'stream failed, retrying');
         this.retry = setTimeout(() => {
           this.fetchRow(); // a cleared run answers 404: say so instead of retrying
-          this.openEvents(this.timeline.lastSeq);
+          this.openEvents(this.timeline.lastId);
         }, 3000);
       } else {
         this.setTlState('reconnecting', 'reconnecting');

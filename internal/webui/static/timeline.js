@@ -17,6 +17,7 @@ export class Timeline {
     this.el = container;
     this.onProgress = onProgress;
     this.lastSeq = 0;
+    this.lastPart = null; // set while inside a coalesced chunk event: the part shown last
     this.t0 = NaN;
     this.last = null; // the newest entry element
     this.block = null; // the open chunk block: {el, pre, seqs, attempt}
@@ -29,10 +30,21 @@ export class Timeline {
     this.el.append(this.placeholder);
   }
 
+  /**
+   * lastId is the id of the last event applied, to resume after: its stream
+   * seq, or "<seq>.<part>" inside a coalesced chunk event (whose chunks share
+   * the seq and arrive one by one with part 0 … parts-1).
+   */
+  get lastId() {
+    return this.lastPart === null ? String(this.lastSeq) : `${this.lastSeq}.${this.lastPart}`;
+  }
+
   /** add applies one event; it returns false for a duplicate. */
   add(ev) {
-    if (!(ev.seq > this.lastSeq)) return false;
+    const part = ev.part || 0;
+    if (ev.seq < this.lastSeq || !(ev.seq > this.lastSeq) && !(this.lastPart !== null && part > this.lastPart)) return false;
     this.lastSeq = ev.seq;
+    this.lastPart = ev.parts && part < ev.parts - 1 ? part : null;
     this.counts.events++;
     const kind = ev.kind || 'event';
     this.kinds.set(kind, (this.kinds.get(kind) || 0) + 1);

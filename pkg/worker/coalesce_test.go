@@ -1,0 +1,135 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jetrun/jetrun/internal/jetruntest"
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/worker"
+)
+
+// streamer emits n chunks "c<seq>" as fast as it can, then ends.
+func streamer(n int) worker.Handler {
+	return worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+		for i := 1; i <= n; i++ {
+			if err := run.Chunk(ctx, fmt.Sprintf("c%d", i)); err != nil {
+				return worker.Result{}, err
+			}
+		}
+		if _, err := run.Milestone(ctx, "streamed", nil); err != nil {
+			return worker.Result{}, err
+		}
+		return worker.Result{Summary: "streamed"}, nil
+	})
+}
+
+// replayChunks follows run id from its start until it ends and returns its
+// chunks in the order yielded, checking the stream positions only go on.
+func replayChunks(t *testing.T, b *bundle, id string) []events.Chunk {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var out []events.Chunk
+	var prev uint64
+	prevPart := -1
+	for ev, err := range events.Replay(ctx, b.js, events.Namespace(""), id, events.ReplayOptions{}) {
+		if err != nil {
+			t.Errorf("replay %s: %v", id, err)
+			return out
+		}
+		if ev.Seq < prev || ev.Seq == prev && ev.Part != prevPart+1 || ev.Seq > prev && ev.Part != 0 {
+			t.Errorf("replay went from %d/%d to %d/%d", prev, prevPart, ev.Seq, ev.Part)
+		}
+		prev, prevPart = ev.Seq, ev.Part
+		if ev.Chunk != nil {
+			out = append(out, *ev.Chunk)
+		}
+	}
+	return out
+}
+
+// checkChunks says whether got is c1 … cn, each once, in order.
+func checkChunks(t *testing.T, what string, got []events.Chunk, n int) {
+	t.Helper()
+	if len(got) != n {
+		t.Fatalf("%s: %d chunks, want %d", what, len(got), n)
+	}
+	for i, c := range got {
+		if c.Seq != int64(i+1) || string(c.Data) != fmt.Sprintf(`"c%d"`, i+1) || len(c.More) != 0 {
+			t.Fatalf("%s: chunk %d is seq %d data %s (+%d more): a gap, a duplicate or out of order", what, i, c.Seq, c.Data, len(c.More))
+		}
+	}
+}
+
+// Chunks emitted within the window are stored as fewer events, each with
+// its range; a live follower and a replay of the history both see every
+// chunk once, in order, in the single-chunk shape.
+func TestCoalescedChunksReplayOneByOne(t *testing.T) {
+	t.Parallel()
+	const n = 2000
+	b, _ := setup(t, worker.Config{ChunkWindow: 20 * time.Millisecond}, map[string]worker.Handler{"stream": streamer(n)})
+
+	var wg sync.WaitGroup
+	var live []events.Chunk
+	wg.Go(func() { live = replayChunks(t, b, "s1") }) // follows from before the first event
+	publish(t, b.js, "jetrun.dispatch.stream", `{"runId":"s1","input":{}}`)
+	row := jetruntest.WaitRow(t, b.store, "s1", time.Minute, jetruntest.Final)
+	wg.Wait()
+	if row.Status != events.StatusCompleted || row.Chunks != n {
+		t.Fatalf("row: %s, %d chunks (%s)", row.Status, row.Chunks, row.Error)
+	}
+	checkChunks(t, "live", live, n)
+	checkChunks(t, "history", replayChunks(t, b, "s1"), n)
+
+	evs := waitForStatus(t, b.js, "s1", events.StatusCompleted)
+	stored, coalesced := 0, 0
+	for _, ev := range evs {
+		if ev.Chunk == nil {
+			continue
+		}
+		stored++
+		if ev.Chunk.LastSeq() > ev.Chunk.Seq {
+			coalesced++
+			if want := events.ChunkRangeMsgID("s1", ev.Chunk.Seq, ev.Chunk.Last); ev.Header.Get("Nats-Msg-Id") != want {
+				t.Errorf("coalesced event %d-%d has Nats-Msg-Id %q, want %q", ev.Chunk.Seq, ev.Chunk.Last, ev.Header.Get("Nats-Msg-Id"), want)
+			}
+		}
+	}
+	if coalesced == 0 || stored >= n {
+		t.Fatalf("%d chunks stored as %d events, %d of them coalesced", n, stored, coalesced)
+	}
+	t.Logf("%d chunks stored as %d events", n, stored)
+	// The milestone after the last chunk is stored after it.
+	if last := evs[len(evs)-1]; last.Status == nil {
+		t.Fatalf("last event %s", last.Kind)
+	}
+	if m := evs[len(evs)-2]; m.Milestone == nil || evs[len(evs)-3].Chunk == nil || evs[len(evs)-3].Chunk.LastSeq() != n {
+		t.Fatalf("the milestone did not follow the last chunk: %s, %s", m.Kind, evs[len(evs)-3].Kind)
+	}
+}
+
+// A negative window (JETRUN_CHUNK_WINDOW=0) stores one event per chunk,
+// in the single-chunk shape, as before coalescing.
+func TestNoChunkWindowStoresOneEventPerChunk(t *testing.T) {
+	t.Parallel()
+	const n = 300
+	b, _ := setup(t, worker.Config{ChunkWindow: -1}, map[string]worker.Handler{"stream": streamer(n)})
+	publish(t, b.js, "jetrun.dispatch.stream", `{"runId":"s0","input":{}}`)
+	jetruntest.WaitRow(t, b.store, "s0", time.Minute, jetruntest.Final)
+	evs := waitForStatus(t, b.js, "s0", events.StatusCompleted)
+	var stored []events.Chunk
+	for _, ev := range evs {
+		if ev.Chunk != nil {
+			stored = append(stored, *ev.Chunk)
+			if id := ev.Header.Get("Nats-Msg-Id"); id != events.ChunkMsgID("s0", ev.Chunk.Seq) || ev.Chunk.Last != 0 {
+				t.Fatalf("chunk %d: Nats-Msg-Id %q, last %d", ev.Chunk.Seq, id, ev.Chunk.Last)
+			}
+		}
+	}
+	checkChunks(t, "stored", stored, n)
+	checkChunks(t, "replayed", replayChunks(t, b, "s0"), n)
+}
