@@ -133,7 +133,7 @@ func (w *Worker) decide(ctx context.Context, log *slog.Logger, msg jetstream.Msg
 	} else if held && w.holderIdle(ctx, row, msg) {
 		// Its live holder does not execute it (holding.go): release it
 		// and read the row again to claim it.
-		if err := w.releaseIdle(ctx, log, row); err != nil {
+		if err := w.releaseIdle(ctx, log, row, false); err != nil {
 			return settle.Leave(), false, err
 		}
 		return settle.Leave(), true, nil
@@ -141,6 +141,15 @@ func (w *Worker) decide(ctx context.Context, log *slog.Logger, msg jetstream.Msg
 		// Another live worker has it. Keep the dispatch as the wake-up for a
 		// takeover in case that worker dies.
 		return settle.Retry(w.busyDelay()), false, nil
+	} else if alive, idle := w.lapsedHolderAnswers(ctx, row); alive && idle {
+		// Its holder's key lapsed but the process lives and no longer
+		// executes it: a hand-off, not a lost worker.
+		if err := w.releaseIdle(ctx, log, row, true); err != nil {
+			return settle.Leave(), false, err
+		}
+		return settle.Leave(), true, nil
+	} else if alive {
+		return settle.Retry(w.busyDelay()), false, nil // it will resume its key, or let the run go
 	}
 	if row.Worker == w.cfg.ID && row.WorkerEpoch == w.epoch() {
 		// An attempt of this very process that ended here without a word

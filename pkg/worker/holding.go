@@ -46,21 +46,51 @@ func (w *Worker) holderIdle(ctx context.Context, row *jetruntype.Run, msg jetstr
 	return err == nil && slices.Contains(idle, row.ID)
 }
 
+// lapsedHolderAnswers asks the holder of row, a running run whose holder
+// has no liveness key, whether it executes the run. A process that answers
+// is alive: its key lapsed in an outage (a quorum loss, a reconnect) and it
+// has not written it again yet, so its runs are not a lost worker's. alive
+// says it answered, idle that it does not execute the run. A dead holder
+// has no subscription, so the question fails at once (no responders). A
+// key of another incarnation of the same worker id means the holder is
+// gone: then nobody is asked (the new process would answer for the old).
+func (w *Worker) lapsedHolderAnswers(ctx context.Context, row *jetruntype.Run) (alive, idle bool) {
+	if row.Status != events.StatusRunning || row.Worker == "" || row.Worker == w.cfg.ID || row.WorkerEpoch == "" {
+		return false, false
+	}
+	if epoch, err := w.store.LivenessEpoch(ctx, row.Worker); err != nil || epoch != "" {
+		return false, false
+	}
+	qctx, cancel := context.WithTimeout(ctx, holderQuestionTimeout)
+	defer cancel()
+	notExecuted, err := holding.Ask(qctx, w.js.Conn(), w.ns.WorkerSubject(row.Worker), []string{row.ID})
+	if err != nil {
+		return false, false
+	}
+	return true, slices.Contains(notExecuted, row.ID)
+}
+
 // holderQuestionTimeout bounds a question to another worker.
 const holderQuestionTimeout = time.Second
 
 // releaseIdle clears the holder of row, a run its live worker says it does
 // not execute, unless the row moved on since it was read: the attempt
 // counts as a hand-off (its process lives on), and the run is claimed
-// afresh.
-func (w *Worker) releaseIdle(ctx context.Context, log *slog.Logger, row *jetruntype.Run) error {
+// afresh. lapsed says the holder's liveness lapsed: the attempt is then
+// recorded as a blink, which the holder records too once it is back
+// (once per attempt, whoever is first).
+func (w *Worker) releaseIdle(ctx context.Context, log *slog.Logger, row *jetruntype.Run, lapsed bool) error {
 	_, _, err := w.store.Mutate(ctx, row.ID, func(r *jetruntype.Run) error {
 		if r.Status != events.StatusRunning || r.Worker != row.Worker || r.WorkerEpoch != row.WorkerEpoch ||
 			r.Attempt != row.Attempt {
 			return kv.ErrNoChange
 		}
 		r.Worker, r.WorkerEpoch, r.LeaseUntil = "", "", time.Time{}
-		r.Handoffs++
+		if lapsed {
+			r.RefundBlink(r.Attempt)
+		} else {
+			r.Handoffs++
+		}
 		return nil
 	})
 	if err == nil {
