@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/bucket"
 	"github.com/jetrun/jetrun/internal/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 )
@@ -86,7 +87,7 @@ func rollupRefused(t *testing.T, url string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !events.Hardened(s.CachedInfo().Config) {
+		if !bucket.Hardened(s.CachedInfo().Config) {
 			t.Errorf("bucket %s allows roll-ups", b)
 		}
 	}

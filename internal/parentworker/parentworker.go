@@ -20,6 +20,7 @@ import (
 
 	"github.com/jetrun/jetrun/internal/agents"
 	"github.com/jetrun/jetrun/internal/agents/demo"
+	"github.com/jetrun/jetrun/internal/bucket"
 	"github.com/jetrun/jetrun/internal/config"
 	"github.com/jetrun/jetrun/internal/embedded"
 	"github.com/jetrun/jetrun/internal/httpapi"
@@ -28,7 +29,6 @@ import (
 	"github.com/jetrun/jetrun/internal/metrics"
 	"github.com/jetrun/jetrun/internal/natsconn"
 	"github.com/jetrun/jetrun/internal/runview"
-	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/finish"
 	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/meter"
@@ -116,7 +116,7 @@ func Run(ctx, abort context.Context, cfg config.ParentWorker, logger *slog.Logge
 	if err != nil {
 		return err
 	}
-	if ok, err := events.HardenBucket(ctx, js, cfg.Namespace().AgentsBucket()); err != nil {
+	if ok, err := bucket.Harden(ctx, js, cfg.Namespace().AgentsBucket()); err != nil {
 		return err
 	} else if ok {
 		hardened = append(hardened, cfg.Namespace().AgentsBucket())

@@ -15,9 +15,6 @@ type (
 	Usage       = events.Usage
 )
 
-// TotalsOf returns the totals of one report.
-func TotalsOf(r events.UsageReport) UsageTotals { return events.TotalsOf(r) }
-
 // Overrun says which budget of a tree was exceeded and by how much.
 type Overrun struct {
 	// Owner is the run that carries the budget (the top of the stopped
@@ -36,8 +33,8 @@ func (o Overrun) String() string {
 	return fmt.Sprintf("the %s budget of run %s (%d) was exceeded by %d (used %d)", o.Budget, o.Owner, o.Limit, o.By(), o.Used)
 }
 
-// TreeRoot is the id of the top of r's tree (r's own id at the top).
-func (r *Run) TreeRoot() string {
+// treeRoot is the id of the top of r's tree (r's own id at the top).
+func (r *Run) treeRoot() string {
 	if r.Root != "" {
 		return r.Root
 	}
@@ -48,7 +45,7 @@ func (r *Run) TreeRoot() string {
 // its tree, every ancestor that carries a budget, and r itself when it
 // carries one.
 func (r *Run) Charges() []string {
-	out := []string{r.TreeRoot()}
+	out := []string{r.treeRoot()}
 	for _, id := range r.BudgetFrom {
 		if !slices.Contains(out, id) {
 			out = append(out, id)
@@ -70,7 +67,7 @@ func (r *Run) ChildTree() (root string, budgetFrom []string) {
 	if r.Budget != nil {
 		budgetFrom = append(budgetFrom, r.ID)
 	}
-	return r.TreeRoot(), budgetFrom
+	return r.treeRoot(), budgetFrom
 }
 
 // overrun returns the first bound of r's budget its tree totals exceed.

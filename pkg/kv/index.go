@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/bucket"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/jsfault"
@@ -98,7 +99,7 @@ func (s *Store) Unindex(ctx context.Context, r *jetruntype.Run) error {
 
 func (s *Store) purgeIndex(ctx context.Context, r *jetruntype.Run) error {
 	for _, k := range indexKeys(r) {
-		if err := events.DeleteKey(ctx, s.js, s.active.Bucket(), k, indexMarkerTTL); err != nil {
+		if err := bucket.DeleteKey(ctx, s.js, s.active.Bucket(), k, indexMarkerTTL); err != nil {
 			return fmt.Errorf("kv: unindex run %s: %w", r.ID, err)
 		}
 	}
@@ -117,7 +118,7 @@ func (s *Store) UnindexIfSettled(ctx context.Context, r *jetruntype.Run) error {
 
 // UnindexID removes the index entry of a run whose row is gone.
 func (s *Store) UnindexID(ctx context.Context, id string) error {
-	if err := events.DeleteKey(ctx, s.js, s.active.Bucket(), indexRunPrefix+id, indexMarkerTTL); err != nil {
+	if err := bucket.DeleteKey(ctx, s.js, s.active.Bucket(), indexRunPrefix+id, indexMarkerTTL); err != nil {
 		return fmt.Errorf("kv: unindex run %s: %w", id, err)
 	}
 	return nil

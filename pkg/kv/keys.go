@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/bucket"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
@@ -104,7 +105,7 @@ func (s *Store) Enqueue(ctx context.Context, key, id string) (uint64, error) {
 // Dequeue drops run id's queue entry; a failure leaves it for a later
 // advance of the key, which drops entries of runs no longer queued.
 func (s *Store) Dequeue(ctx context.Context, key, id string) {
-	_ = events.DeleteKey(ctx, s.js, s.active.Bucket(), keyQueuePrefix+key+"."+id, keyMarkerTTL)
+	_ = bucket.DeleteKey(ctx, s.js, s.active.Bucket(), keyQueuePrefix+key+"."+id, keyMarkerTTL)
 }
 
 // KeyHolder returns the id of the run that holds key or held it last ("":
@@ -168,7 +169,7 @@ func (s *Store) KeyQueue(ctx context.Context, key string) ([]QueueEntry, error) 
 // Withdraw removes a drop submit that lost its key: its row (still queued
 // at rev; ErrConflict if it changed) and its queue entry.
 func (s *Store) Withdraw(ctx context.Context, r *jetruntype.Run, rev uint64) error {
-	err := events.DeleteKey(ctx, s.js, s.kv.Bucket(), r.ID, markerTTL, jetstream.WithExpectLastSequencePerSubject(rev))
+	err := bucket.DeleteKey(ctx, s.js, s.kv.Bucket(), r.ID, markerTTL, jetstream.WithExpectLastSequencePerSubject(rev))
 	if events.IsWrongLastSequence(err) {
 		return fmt.Errorf("kv: withdraw run %s: %w", r.ID, ErrConflict)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/bucket"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/jsfault"
@@ -55,7 +56,7 @@ type livenessValue struct {
 	Epoch string    `json:"epoch"`
 	Since time.Time `json:"since"`
 	// TTLMs is the key's TTL: the bucket leaves no marker when the key
-	// expires (it refuses roll-ups, see events.HardenBucket), so a watcher
+	// expires (it refuses roll-ups, see bucket.Harden), so a watcher
 	// counts the lapse itself (Workers).
 	TTLMs int64 `json:"ttlMs,omitempty"`
 }
@@ -205,7 +206,7 @@ func (l *Liveness) Resume(ctx context.Context) error {
 func (l *Liveness) Release(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if err := events.DeleteKey(ctx, l.s.js, l.s.active.Bucket(), workerPrefix+l.worker, indexMarkerTTL,
+	if err := bucket.DeleteKey(ctx, l.s.js, l.s.active.Bucket(), workerPrefix+l.worker, indexMarkerTTL,
 		jetstream.WithExpectLastSequencePerSubject(l.rev)); err != nil && !events.IsWrongLastSequence(err) {
 		return fmt.Errorf("kv: release liveness of worker %s: %w", l.worker, err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/bucket"
 	"github.com/jetrun/jetrun/internal/jspub"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
@@ -117,7 +118,7 @@ func bucketReplicas(st jetstream.KeyValueStatus) int {
 }
 
 // openBucket binds bucket cfg, creating it when it does not exist; a
-// bucket it creates refuses roll-ups (events.HardenBucket). An existing
+// bucket it creates refuses roll-ups (bucket.Harden). An existing
 // bucket is used as it is: Harden migrates one an earlier jetrun created.
 func openBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
 	kv, err := js.KeyValue(ctx, cfg.Bucket)
@@ -127,7 +128,7 @@ func openBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyVa
 			kv, err = js.KeyValue(ctx, cfg.Bucket) // another process won the race
 		}
 		if err == nil {
-			_, err = events.HardenBucket(ctx, js, cfg.Bucket)
+			_, err = bucket.Harden(ctx, js, cfg.Bucket)
 		}
 	}
 	if err != nil {
@@ -143,7 +144,7 @@ func openBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyVa
 func (s *Store) Harden(ctx context.Context) ([]string, error) {
 	var changed []string
 	for _, b := range []string{s.kv.Bucket(), s.active.Bucket()} {
-		ok, err := events.HardenBucket(ctx, s.js, b)
+		ok, err := bucket.Harden(ctx, s.js, b)
 		if err != nil {
 			return changed, fmt.Errorf("kv: %w", err)
 		}
@@ -230,7 +231,7 @@ func (s *Store) write(ctx context.Context, id string, data []byte, rev uint64) (
 // Delete removes the row of run id and its index entries. Watchers see a
 // deletion; the marker it leaves expires after a minute.
 func (s *Store) Delete(ctx context.Context, r *jetruntype.Run) error {
-	if err := events.DeleteKey(ctx, s.js, s.kv.Bucket(), r.ID, markerTTL); err != nil {
+	if err := bucket.DeleteKey(ctx, s.js, s.kv.Bucket(), r.ID, markerTTL); err != nil {
 		return fmt.Errorf("kv: delete run %s: %w", r.ID, err)
 	}
 	return s.purgeIndex(ctx, r)

@@ -31,6 +31,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/bucket"
 	"github.com/jetrun/jetrun/pkg/events"
 )
 
@@ -97,25 +98,25 @@ type Registry struct {
 
 // Open binds the agents bucket, creating it when it does not exist.
 func Open(ctx context.Context, js jetstream.JetStream, ns events.Namespace, replicas int) (*Registry, error) {
-	bucket := ns.AgentsBucket()
-	kv, err := js.KeyValue(ctx, bucket)
+	name := ns.AgentsBucket()
+	kv, err := js.KeyValue(ctx, name)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:      bucket,
+			Bucket:      name,
 			Description: "jetrun agent registry: <agentType>.<worker> = the worker's announcement, with a TTL",
 			History:     1,
 			Storage:     jetstream.FileStorage,
 			Replicas:    cmp.Or(replicas, 1),
 		})
 		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, bucket)
+			kv, err = js.KeyValue(ctx, name)
 		}
-		if err == nil { // it refuses roll-ups: see events.HardenBucket
-			_, err = events.HardenBucket(ctx, js, bucket)
+		if err == nil { // it refuses roll-ups: see bucket.Harden
+			_, err = bucket.Harden(ctx, js, name)
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("registry: open bucket %s: %w", bucket, err)
+		return nil, fmt.Errorf("registry: open bucket %s: %w", name, err)
 	}
 	return &Registry{kv: kv, js: js}, nil
 }
@@ -153,7 +154,7 @@ func (r *Registry) Announce(ctx context.Context, a Announcement, ttl time.Durati
 
 // Withdraw removes worker's announcement of agentType.
 func (r *Registry) Withdraw(ctx context.Context, agentType, worker string) error {
-	if err := events.DeleteKey(ctx, r.js, r.kv.Bucket(), key(agentType, worker), markerTTL); err != nil {
+	if err := bucket.DeleteKey(ctx, r.js, r.kv.Bucket(), key(agentType, worker), markerTTL); err != nil {
 		return fmt.Errorf("registry: withdraw agent type %s of worker %s: %w", agentType, worker, err)
 	}
 	return nil

@@ -1,4 +1,7 @@
-package events
+// Package bucket holds the JetStream operations on jetrun's KV buckets
+// that nats.go's KeyValue does not offer: refusing roll-ups (Harden) and
+// removing a key with a delete marker that expires (DeleteKey).
+package bucket
 
 import (
 	"context"
@@ -7,6 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetrun/jetrun/pkg/events"
 )
 
 // jetrun's KV buckets refuse roll-ups. A roll-up is a header
@@ -25,12 +30,12 @@ func Hardened(cfg jetstream.StreamConfig) bool {
 	return !cfg.AllowRollup && cfg.SubjectDeleteMarkerTTL == 0 && cfg.AllowMsgTTL
 }
 
-// HardenBucket makes the stream of bucket refuse roll-ups, if it does not
+// Harden makes the stream of bucket refuse roll-ups, if it does not
 // yet (a bucket created by an earlier jetrun, or by nats.go's
 // CreateKeyValue, which always allows them). It reports whether it changed
 // anything. It needs the permission to update streams (the parent role).
-func HardenBucket(ctx context.Context, js jetstream.JetStream, bucket string) (bool, error) {
-	s, err := js.Stream(ctx, BucketStream(bucket))
+func Harden(ctx context.Context, js jetstream.JetStream, bucket string) (bool, error) {
+	s, err := js.Stream(ctx, events.BucketStream(bucket))
 	if err != nil {
 		return false, fmt.Errorf("harden bucket %s: %w", bucket, err)
 	}
@@ -52,7 +57,7 @@ func HardenBucket(ctx context.Context, js jetstream.JetStream, bucket string) (b
 // sequence (jetstream.WithExpectLastSequencePerSubject): a compare-and-set
 // removal.
 func DeleteKey(ctx context.Context, js jetstream.JetStream, bucket, key string, ttl time.Duration, opts ...jetstream.PublishOpt) error {
-	m := &nats.Msg{Subject: BucketSubject(bucket, key), Header: nats.Header{}}
+	m := &nats.Msg{Subject: events.BucketSubject(bucket, key), Header: nats.Header{}}
 	m.Header.Set("KV-Operation", "DEL")
 	opts = append(opts, jetstream.WithMsgTTL(max(ttl, time.Second)))
 	if _, err := js.PublishMsg(ctx, m, opts...); err != nil {
