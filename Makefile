@@ -79,20 +79,20 @@ deps: ## install what the cross-language tests need: python3, node, npm, and exa
 
 .PHONY: test-cluster
 test-cluster: ## on the nats-cluster/ three-node cluster: kill -9 nodes under 300 runs, restarts per node kill at 3 s and 15 s leases, the role attacks (prints the figures)
-	$(GO) test -race -count=1 -tags cluster -timeout 20m -run '^TestCluster' -v ./internal/e2e/
+	$(GO) test -race -count=1 -tags cluster -timeout 20m -run '^TestCluster' -v ./internal/testkit/e2e/
 
 .PHONY: bench
 bench: ## measure jetrun against raw JetStream in one run (prints ratios)
-	$(GO) test -run '^$$' -bench '^BenchmarkWorkload' -benchtime 1x -timeout 20m ./internal/bench/
-	$(GO) test -run '^$$' -bench '^BenchmarkScale' -benchtime 1x -timeout 20m ./internal/bench/
-	$(GO) test -run '^$$' -bench '^BenchmarkLeaseRenewal' -timeout 20m ./internal/bench/
+	$(GO) test -run '^$$' -bench '^BenchmarkWorkload' -benchtime 1x -timeout 20m ./internal/testkit/bench/
+	$(GO) test -run '^$$' -bench '^BenchmarkScale' -benchtime 1x -timeout 20m ./internal/testkit/bench/
+	$(GO) test -run '^$$' -bench '^BenchmarkLeaseRenewal' -timeout 20m ./internal/testkit/bench/
 
 .PHONY: fuzz
 fuzz: ## fuzz the decoders (dispatch, child event lines) and id validation for 30s each
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeDispatch$$' -fuzztime 30s ./pkg/events/
 	$(GO) test -run '^$$' -fuzz '^FuzzValidateID$$' -fuzztime 30s ./pkg/events/
 	$(GO) test -run '^$$' -fuzz '^FuzzRunID$$' -fuzztime 30s ./pkg/parent/
-	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 30s ./internal/agents/eventline/
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 30s ./internal/app/agents/eventline/
 
 # staticcheck, pinned: installed from the Go module proxy into bin/tools/
 # on first use (a new version installs next to the old one).

@@ -9,9 +9,9 @@ import (
 	"log/slog"
 	"os"
 
-	"github.com/jetrun/jetrun/internal/childworker"
-	"github.com/jetrun/jetrun/internal/cli"
-	"github.com/jetrun/jetrun/internal/config"
+	"github.com/jetrun/jetrun/internal/app/childworker"
+	"github.com/jetrun/jetrun/internal/app/cli"
+	"github.com/jetrun/jetrun/internal/app/config"
 )
 
 func main() {

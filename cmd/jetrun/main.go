@@ -11,7 +11,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/jetrun/jetrun/internal/jetruncli"
+	"github.com/jetrun/jetrun/internal/app/jetruncli"
 )
 
 func main() {

@@ -10,9 +10,9 @@ import (
 	"log/slog"
 	"os"
 
-	"github.com/jetrun/jetrun/internal/cli"
-	"github.com/jetrun/jetrun/internal/config"
-	"github.com/jetrun/jetrun/internal/parentworker"
+	"github.com/jetrun/jetrun/internal/app/cli"
+	"github.com/jetrun/jetrun/internal/app/config"
+	"github.com/jetrun/jetrun/internal/app/parentworker"
 )
 
 func main() {

@@ -15,14 +15,14 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jetrun/jetrun/internal/pull"
-	"github.com/jetrun/jetrun/internal/service"
-	"github.com/jetrun/jetrun/internal/settle"
+	"github.com/jetrun/jetrun/internal/engine/obs"
+	"github.com/jetrun/jetrun/internal/engine/pull"
+	"github.com/jetrun/jetrun/internal/engine/runstore"
+	"github.com/jetrun/jetrun/internal/engine/service"
+	"github.com/jetrun/jetrun/internal/engine/settle"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
-	"github.com/jetrun/jetrun/pkg/kv"
-	"github.com/jetrun/jetrun/pkg/obs"
 )
 
 // Defaults used where Config leaves a field zero.
@@ -83,7 +83,7 @@ type Deliverer struct {
 	// milestones are the handlers registered with HandleMilestone.
 	milestones map[string]MilestoneHandler
 	listed     listedCache // per run, the milestone names it lists
-	store      *kv.Store
+	store      *runstore.Store
 	logs       obs.Throttle // warnings about JetStream faults, per message and class
 
 	life     service.Lifecycle

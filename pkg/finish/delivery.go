@@ -12,12 +12,12 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jetrun/jetrun/internal/settle"
+	"github.com/jetrun/jetrun/internal/engine/jsfault"
+	"github.com/jetrun/jetrun/internal/engine/obs"
+	"github.com/jetrun/jetrun/internal/engine/runstore"
+	"github.com/jetrun/jetrun/internal/engine/settle"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
-	"github.com/jetrun/jetrun/pkg/jsfault"
-	"github.com/jetrun/jetrun/pkg/kv"
-	"github.com/jetrun/jetrun/pkg/obs"
 )
 
 // deliver handles one message of handler name's consumer: a finish or a
@@ -221,7 +221,7 @@ func (d *Deliverer) claim(ctx context.Context, log *slog.Logger, e entry) (claim
 	k := e.kind()
 	for try := 0; try < 10; try++ {
 		row, rev, err := d.store.Get(ctx, e.runID())
-		if errors.Is(err, kv.ErrRunNotFound) {
+		if errors.Is(err, runstore.ErrRunNotFound) {
 			if k.cleared != "" {
 				log.InfoContext(ctx, k.cleared)
 			}
@@ -242,7 +242,7 @@ func (d *Deliverer) claim(ctx context.Context, log *slog.Logger, e entry) (claim
 		attempts := e.claim(next, d.cfg.ID, now.Add(d.cfg.Timeout+time.Second), now)
 		newRev, err := d.store.Update(ctx, next, rev)
 		if err != nil {
-			if errors.Is(err, kv.ErrConflict) {
+			if errors.Is(err, runstore.ErrConflict) {
 				continue
 			}
 			d.fault(ctx, log, k.claim, err)
@@ -254,7 +254,7 @@ func (d *Deliverer) claim(ctx context.Context, log *slog.Logger, e entry) (claim
 }
 
 // claimed is the row as a delivery's claim left it, so the writes that
-// follow start from it (kv.Store.MutateFrom); the zero value knows no row.
+// follow start from it (runstore.Store.MutateFrom); the zero value knows no row.
 type claimed struct {
 	row      *jetruntype.Run
 	rev      uint64
@@ -334,7 +334,7 @@ func (d *Deliverer) release(log *slog.Logger, e entry, c claimed, cause error, f
 	row, _, err := d.store.MutateFrom(ctx, e.runID(), c.row, c.rev, func(r *jetruntype.Run) error {
 		return e.release(r, text, failed, time.Now())
 	})
-	if err != nil && !errors.Is(err, kv.ErrRunNotFound) {
+	if err != nil && !errors.Is(err, runstore.ErrRunNotFound) {
 		d.fault(ctx, log, e.kind().release, err)
 	}
 	return row

@@ -15,14 +15,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
-	"github.com/jetrun/jetrun/internal/agents/demo"
-	"github.com/jetrun/jetrun/internal/jetruntest"
-	"github.com/jetrun/jetrun/internal/natstest"
+	"github.com/jetrun/jetrun/internal/app/agents/demo"
+	"github.com/jetrun/jetrun/internal/engine/runstore"
+	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
+	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/finish"
 	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
-	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -31,7 +31,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // setup starts a server, a demo worker, a deliverer with handlers, and a
 // parent client.
-func setup(t *testing.T, cfg finish.Config, handlers map[string]finish.Handler) (*nats.Conn, *parent.Client, *kv.Store) {
+func setup(t *testing.T, cfg finish.Config, handlers map[string]finish.Handler) (*nats.Conn, *parent.Client, *runstore.Store) {
 	t.Helper()
 	ns := natstest.RunServer(t)
 	nc, _ := natstest.Connect(t, ns)

@@ -10,9 +10,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/jetrun/jetrun/internal/engine/jsfault"
+	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jsfault"
-	"github.com/jetrun/jetrun/pkg/kv"
 )
 
 // The finisher.
@@ -103,7 +103,7 @@ func (f *finisher) publish(ctx context.Context, m *nats.Msg) {
 	err := jsfault.Retry(ctx, finisherRetry, func(ctx context.Context) error {
 		for try := range 5 {
 			row, _, err := d.store.Get(ctx, ev.RunID)
-			if errors.Is(err, kv.ErrRunNotFound) {
+			if errors.Is(err, runstore.ErrRunNotFound) {
 				return nil // cleared
 			}
 			if err != nil {

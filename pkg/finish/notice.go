@@ -12,12 +12,12 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jetrun/jetrun/internal/pull"
-	"github.com/jetrun/jetrun/internal/service"
-	"github.com/jetrun/jetrun/internal/settle"
+	"github.com/jetrun/jetrun/internal/engine/pull"
+	"github.com/jetrun/jetrun/internal/engine/runstore"
+	"github.com/jetrun/jetrun/internal/engine/service"
+	"github.com/jetrun/jetrun/internal/engine/settle"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
-	"github.com/jetrun/jetrun/pkg/kv"
 )
 
 // Milestone notices.
@@ -145,7 +145,7 @@ func (d *Deliverer) recordNotice(ctx context.Context, msg jetstream.Msg) settle.
 	log := d.log.With("run_id", m.RunID, "milestone", m.Name)
 	row, _, err := d.store.Get(ctx, m.RunID)
 	switch {
-	case errors.Is(err, kv.ErrRunNotFound):
+	case errors.Is(err, runstore.ErrRunNotFound):
 		return settle.Ack()
 	case err != nil:
 		d.fault(ctx, log, "read row for a milestone notice", err)
@@ -161,7 +161,7 @@ func (d *Deliverer) recordNotice(ctx context.Context, msg jetstream.Msg) settle.
 	}
 	if cur, recorded := row.Notices[m.Name]; !recorded || cur.Milestone.Sequence > m.Sequence {
 		if row, _, err = d.store.Mutate(ctx, m.RunID, func(r *jetruntype.Run) error { return r.OweNotice(m, time.Now()) }); err != nil {
-			if errors.Is(err, kv.ErrRunNotFound) {
+			if errors.Is(err, runstore.ErrRunNotFound) {
 				return settle.Ack()
 			}
 			d.fault(ctx, log, "record a milestone notice", err)
@@ -294,7 +294,7 @@ const catchUpTimeout = 30 * time.Second
 func (d *Deliverer) catchUpNotices(ctx context.Context, log *slog.Logger, runID string) (bool, error) {
 	row, _, err := d.store.Get(ctx, runID)
 	if err != nil {
-		if errors.Is(err, kv.ErrRunNotFound) {
+		if errors.Is(err, runstore.ErrRunNotFound) {
 			return false, nil
 		}
 		return false, err
@@ -335,7 +335,7 @@ func (d *Deliverer) catchUpNotices(ctx context.Context, log *slog.Logger, runID 
 					}
 				}
 				if len(added) == 0 {
-					return kv.ErrNoChange
+					return runstore.ErrNoChange
 				}
 				return nil
 			})

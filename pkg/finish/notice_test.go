@@ -11,13 +11,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jetrun/jetrun/internal/jetruntest"
-	"github.com/jetrun/jetrun/internal/natstest"
+	"github.com/jetrun/jetrun/internal/engine/runstore"
+	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
+	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/finish"
 	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
-	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -48,7 +48,7 @@ func (h *heard) snapshot() ([]string, map[string]int) {
 // setupMilestones starts a server, a worker whose agent "steps" reaches the
 // milestones named in its input ({"names": [...]}), a deliverer configured
 // by register, and a parent client.
-func setupMilestones(t *testing.T, register func(d *finish.Deliverer)) (*parent.Client, *kv.Store) {
+func setupMilestones(t *testing.T, register func(d *finish.Deliverer)) (*parent.Client, *runstore.Store) {
 	t.Helper()
 	ns := natstest.RunServer(t)
 	nc, _ := natstest.Connect(t, ns)

@@ -12,11 +12,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
-	"github.com/jetrun/jetrun/internal/natstest"
+	"github.com/jetrun/jetrun/internal/engine/runstore"
+	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
-	"github.com/jetrun/jetrun/pkg/kv"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -152,7 +152,7 @@ func TestEraseRemovesEveryTrace(t *testing.T) {
 	if err := rt.Erase(ctx, row); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := rt.Store().Get(ctx, "r3"); !errors.Is(err, kv.ErrRunNotFound) {
+	if _, _, err := rt.Store().Get(ctx, "r3"); !errors.Is(err, runstore.ErrRunNotFound) {
 		t.Errorf("row after Erase: %v, want not found", err)
 	}
 	if q, err := rt.DispatchQueued(ctx, p.Seq); err != nil || q {

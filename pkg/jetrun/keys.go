@@ -9,15 +9,15 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
-	"github.com/jetrun/jetrun/pkg/kv"
 )
 
 // Concurrency keys. Runs submitted under one key (Run.ConcurrencyKey) never
 // execute at the same time; the key's strategy (events.Strategy) says what a
 // submit does while the key is taken. The key's state is a holder and a
-// queue in the store (kv.Store.KeyHolder, KeyQueue, TakeKey).
+// queue in the store (runstore.Store.KeyHolder, KeyQueue, TakeKey).
 //
 // A keyed run is created "queued" (no dispatch is out for it), entered in
 // the key's queue, and then the key is advanced (AdvanceKey). The queue's
@@ -105,7 +105,7 @@ func (rt *Runtime) Submit(ctx context.Context, r *jetruntype.Run, held Held) (*j
 		if err == nil {
 			return nil, keyBusy(key)
 		}
-		if !errors.Is(err, kv.ErrConflict) {
+		if !errors.Is(err, runstore.ErrConflict) {
 			return nil, err
 		}
 		if row, _, err = rt.store.Get(ctx, r.ID); err != nil {
@@ -121,7 +121,7 @@ func (rt *Runtime) Submit(ctx context.Context, r *jetruntype.Run, held Held) (*j
 }
 
 func keyBusy(key string) error {
-	return fmt.Errorf("jetrun: submit under concurrency key %s: %w (strategy drop: a run of the key is live or queued)", key, kv.ErrKeyBusy)
+	return fmt.Errorf("jetrun: submit under concurrency key %s: %w (strategy drop: a run of the key is live or queued)", key, runstore.ErrKeyBusy)
 }
 
 // Requeue resumes the keyed run of row, interrupted with its child
@@ -153,7 +153,7 @@ func (rt *Runtime) Requeue(ctx context.Context, row *jetruntype.Run) (*jetruntyp
 // lists (every run not Unindexed) is entered in it again, since its
 // entries went when its give-up settled: before the row moves, so a
 // resumer that dies right after leaves one, and after, in case someone who
-// read the row settled purged them meanwhile (kv.Store.Unindex). So a
+// read the row settled purged them meanwhile (runstore.Store.Unindex). So a
 // resumed run is swept again like any live run: budgets, lost dispatches,
 // owed finishes, cancel cascades. resumed is false when another caller
 // resumed it first or it is not resumable; next is then the row as it is.
@@ -165,7 +165,7 @@ func (rt *Runtime) Resume(ctx context.Context, row *jetruntype.Run, queued bool)
 	next, _, err = rt.store.Mutate(ctx, row.ID, func(r *jetruntype.Run) error {
 		resumed = false
 		if r.Status != events.StatusInterrupted || r.ChildStillRunning || (queued && r.ConcurrencyKey == "") {
-			return kv.ErrNoChange
+			return runstore.ErrNoChange
 		}
 		r.Resume()
 		if queued {
@@ -212,7 +212,7 @@ func (rt *Runtime) AdvanceKey(ctx context.Context, key string, held Held) error 
 		if holder != "" {
 			h, _, err := rt.store.Get(ctx, holder)
 			switch {
-			case errors.Is(err, kv.ErrRunNotFound): // cleared: the key is free
+			case errors.Is(err, runstore.ErrRunNotFound): // cleared: the key is free
 			case err != nil:
 				return err
 			case h.Status == events.StatusQueued:
@@ -229,7 +229,7 @@ func (rt *Runtime) AdvanceKey(ctx context.Context, key string, held Held) error 
 		var next *jetruntype.Run
 		for _, e := range queue {
 			row, _, err := rt.store.Get(ctx, e.ID)
-			if errors.Is(err, kv.ErrRunNotFound) {
+			if errors.Is(err, runstore.ErrRunNotFound) {
 				rt.store.Dequeue(ctx, key, e.ID)
 				continue
 			}
@@ -263,7 +263,7 @@ func (rt *Runtime) AdvanceKey(ctx context.Context, key string, held Held) error 
 			next = block[0]
 		}
 		err = rt.store.TakeKey(ctx, key, next.ID, holderRev)
-		if errors.Is(err, kv.ErrConflict) {
+		if errors.Is(err, runstore.ErrConflict) {
 			continue // another process moved the key: look again
 		}
 		if err != nil {
@@ -271,7 +271,7 @@ func (rt *Runtime) AdvanceKey(ctx context.Context, key string, held Held) error 
 		}
 		return rt.promote(ctx, next, held)
 	}
-	return fmt.Errorf("jetrun: advance concurrency key %s: %w", key, kv.ErrConflict)
+	return fmt.Errorf("jetrun: advance concurrency key %s: %w", key, runstore.ErrConflict)
 }
 
 // promote starts h, which holds its key: queued → starting (a merge run
@@ -288,7 +288,7 @@ func (rt *Runtime) promote(ctx context.Context, h *jetruntype.Run, held Held) er
 	promoted := false
 	row, _, err := rt.store.Mutate(ctx, h.ID, func(r *jetruntype.Run) error {
 		if r.Status != events.StatusQueued {
-			return kv.ErrNoChange
+			return runstore.ErrNoChange
 		}
 		r.Status, r.NotBefore = events.StatusStarting, time.Time{}
 		if r.Strategy == events.StrategyMerge {
@@ -328,7 +328,7 @@ func (rt *Runtime) promote(ctx context.Context, h *jetruntype.Run, held Held) er
 		promoted = true
 		return nil
 	})
-	if errors.Is(err, kv.ErrRunNotFound) {
+	if errors.Is(err, runstore.ErrRunNotFound) {
 		rt.store.Dequeue(ctx, h.ConcurrencyKey, h.ID)
 		return nil
 	}
@@ -351,7 +351,7 @@ func (rt *Runtime) promote(ctx context.Context, h *jetruntype.Run, held Held) er
 	rt.store.Dequeue(ctx, h.ConcurrencyKey, h.ID)
 	_, _, err = rt.store.Mutate(ctx, row.ID, func(r *jetruntype.Run) error {
 		if r.Status != events.StatusStarting || r.DispatchSeq != 0 {
-			return kv.ErrNoChange
+			return runstore.ErrNoChange
 		}
 		r.DispatchSeq = seq
 		return nil
@@ -378,7 +378,7 @@ func (rt *Runtime) mergeBlock(ctx context.Context, h *jetruntype.Run) ([]*jetrun
 	for _, e := range queue {
 		r := h
 		if e.ID != h.ID {
-			if r, _, err = rt.store.Get(ctx, e.ID); errors.Is(err, kv.ErrRunNotFound) {
+			if r, _, err = rt.store.Get(ctx, e.ID); errors.Is(err, runstore.ErrRunNotFound) {
 				continue
 			} else if err != nil {
 				return nil, err
@@ -422,13 +422,13 @@ func (rt *Runtime) finishMerge(ctx context.Context, h *jetruntype.Run) error {
 	for _, id := range h.Merged {
 		row, _, err := rt.store.Mutate(ctx, id, func(r *jetruntype.Run) error {
 			if r.Status != events.StatusQueued {
-				return kv.ErrNoChange
+				return runstore.ErrNoChange
 			}
 			r.MergedInto = h.ID
 			r.End(events.StatusAborted, events.ReasonMerged, "merged into run "+h.ID, time.Now())
 			return nil
 		})
-		if errors.Is(err, kv.ErrRunNotFound) {
+		if errors.Is(err, runstore.ErrRunNotFound) {
 			rt.store.Dequeue(ctx, h.ConcurrencyKey, id)
 			continue
 		}
@@ -462,15 +462,15 @@ func (rt *Runtime) supersede(ctx context.Context, me *jetruntype.Run, pos uint64
 		older := false
 		row, _, err := rt.store.Mutate(ctx, e.ID, func(r *jetruntype.Run) error {
 			if r.Status != events.StatusQueued {
-				return kv.ErrNoChange
+				return runstore.ErrNoChange
 			}
 			if older = submittedBefore(r, e.Rev, me, pos); !older {
-				return kv.ErrNoChange
+				return runstore.ErrNoChange
 			}
 			supersede(r, me.ID)
 			return nil
 		})
-		if errors.Is(err, kv.ErrRunNotFound) {
+		if errors.Is(err, runstore.ErrRunNotFound) {
 			rt.store.Dequeue(ctx, key, e.ID)
 			continue
 		}
@@ -496,7 +496,7 @@ func (rt *Runtime) supersede(ctx context.Context, me *jetruntype.Run, pos uint64
 	}
 	row, _, err := rt.store.Mutate(ctx, me.ID, func(r *jetruntype.Run) error {
 		if r.Status != events.StatusQueued {
-			return kv.ErrNoChange
+			return runstore.ErrNoChange
 		}
 		supersede(r, newer)
 		return nil
@@ -530,7 +530,7 @@ func (rt *Runtime) newerHolder(ctx context.Context, me *jetruntype.Run) (string,
 		return "", err
 	}
 	h, _, err := rt.store.Get(ctx, id)
-	if errors.Is(err, kv.ErrRunNotFound) {
+	if errors.Is(err, runstore.ErrRunNotFound) {
 		return "", nil
 	}
 	if err != nil {

@@ -9,9 +9,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
-	"github.com/jetrun/jetrun/pkg/kv"
 )
 
 // RepairFinal restores the row of run id from the run's last status event
@@ -43,7 +43,7 @@ func (rt *Runtime) RepairFinal(ctx context.Context, id string) (*events.StatusEv
 	_, _, err = rt.store.Mutate(ctx, id, func(r *jetruntype.Run) error {
 		repaired = false
 		if r.Status.Final() {
-			return kv.ErrNoChange
+			return runstore.ErrNoChange
 		}
 		r.Status, r.Reason, r.Error = ev.Status, ev.Reason, ev.Error
 		r.Retryable, r.ChildStillRunning = false, false
@@ -52,7 +52,7 @@ func (rt *Runtime) RepairFinal(ctx context.Context, id string) (*events.StatusEv
 		repaired = true
 		return nil
 	})
-	if errors.Is(err, kv.ErrRunNotFound) {
+	if errors.Is(err, runstore.ErrRunNotFound) {
 		return nil, false, nil
 	}
 	if err != nil {

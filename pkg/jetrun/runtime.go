@@ -9,8 +9,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/kv"
 )
 
 // Config says where a Runtime's streams and buckets are and how they are
@@ -48,7 +48,7 @@ type Runtime struct {
 	nc       *nats.Conn
 	js       jetstream.JetStream
 	cfg      Config
-	store    *kv.Store
+	store    *runstore.Store
 	dispatch jetstream.Stream // bound once, by name
 	events   jetstream.Stream
 	signals  jetstream.Stream
@@ -73,7 +73,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Runtime, error) {
 	if err := events.EnsureStreams(ctx, js, ns, cfg.Streams); err != nil {
 		return nil, fmt.Errorf("jetrun: %w", err)
 	}
-	store, err := kv.Open(ctx, js, kv.Config{Namespace: ns, Replicas: cfg.Streams.Replicas})
+	store, err := runstore.Open(ctx, js, runstore.Config{Namespace: ns, Replicas: cfg.Streams.Replicas})
 	if err != nil {
 		return nil, fmt.Errorf("jetrun: %w", err)
 	}
@@ -103,7 +103,7 @@ func (rt *Runtime) Namespace() events.Namespace { return rt.cfg.Namespace }
 func (rt *Runtime) Streams() events.StreamOptions { return rt.cfg.Streams }
 
 // Store returns the run row store.
-func (rt *Runtime) Store() *kv.Store { return rt.store }
+func (rt *Runtime) Store() *runstore.Store { return rt.store }
 
 // DispatchStream returns the dispatch stream, bound at Open (by name: it
 // still answers for a stream re-created since, but its CachedInfo is
@@ -133,7 +133,7 @@ func (rt *Runtime) Repair(ctx context.Context) error {
 	if err := events.EnsureStreams(ctx, rt.js, ns, rt.cfg.Streams); err != nil {
 		return fmt.Errorf("jetrun: repair: %w", err)
 	}
-	if _, err := kv.Open(ctx, rt.js, kv.Config{Namespace: ns, Replicas: rt.cfg.Streams.Replicas}); err != nil {
+	if _, err := runstore.Open(ctx, rt.js, runstore.Config{Namespace: ns, Replicas: rt.cfg.Streams.Replicas}); err != nil {
 		return fmt.Errorf("jetrun: repair: %w", err)
 	}
 	return nil

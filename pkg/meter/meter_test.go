@@ -12,13 +12,13 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/jetrun/jetrun/internal/agents/demo"
-	"github.com/jetrun/jetrun/internal/jetruntest"
-	"github.com/jetrun/jetrun/internal/natstest"
+	"github.com/jetrun/jetrun/internal/app/agents/demo"
+	"github.com/jetrun/jetrun/internal/engine/obs"
+	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
+	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/meter"
-	"github.com/jetrun/jetrun/pkg/obs"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )

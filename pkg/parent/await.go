@@ -13,9 +13,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
-	"github.com/jetrun/jetrun/pkg/kv"
 )
 
 // cancelOnReturnTimeout bounds the cancel Run sends when its caller's context
@@ -103,7 +103,7 @@ func (c *Client) Await(ctx context.Context, id string) (*Result, error) {
 			if ctx.Err() != nil {
 				return nil, fmt.Errorf("parent: await run %s: %w", id, ctx.Err())
 			}
-			if errors.Is(err, kv.ErrRunNotFound) {
+			if errors.Is(err, runstore.ErrRunNotFound) {
 				return nil, fmt.Errorf("parent: await: %w", err)
 			}
 			c.fault(ctx, "await: read run row; retrying", err, "run_id", id)
@@ -223,7 +223,7 @@ func (c *Client) giveUp(ctx context.Context, id string, f *Failure) {
 	defer cancel()
 	row, _, err := c.store.Mutate(ctx, id, func(r *jetruntype.Run) error {
 		if !r.Live() || r.Status == events.StatusInterrupted {
-			return kv.ErrNoChange
+			return runstore.ErrNoChange
 		}
 		held, err := c.store.HolderAlive(ctx, r)
 		if err != nil {
@@ -352,7 +352,7 @@ func (c *Client) cancelDescendants(ctx context.Context, id, reason string) {
 				continue
 			}
 			for _, ch := range children {
-				if _, err := c.cancelOne(ctx, ch.ID, reason); err != nil && !errors.Is(err, kv.ErrRunNotFound) {
+				if _, err := c.cancelOne(ctx, ch.ID, reason); err != nil && !errors.Is(err, runstore.ErrRunNotFound) {
 					c.log.WarnContext(ctx, "cancel child run", "run_id", ch.ID, "parent", p, "err", err)
 				}
 				next = append(next, ch.ID)

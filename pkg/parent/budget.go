@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
-	"github.com/jetrun/jetrun/pkg/kv"
 )
 
 // Budgets over a run tree (events.TreeBudget).
@@ -41,7 +41,7 @@ func (c *Client) fillTree(ctx context.Context, d *events.Dispatch, parentRow *je
 	if parentRow == nil || parentRow.ID != d.Parent {
 		p, _, err := c.get(ctx, d.Parent)
 		switch {
-		case errors.Is(err, kv.ErrRunNotFound):
+		case errors.Is(err, runstore.ErrRunNotFound):
 			return nil // a parent jetrun does not know: no tree to draw from
 		case err != nil:
 			return fmt.Errorf("parent: dispatch run %s: read its parent: %w", d.RunID, err)
@@ -60,14 +60,14 @@ func (c *Client) fillTree(ctx context.Context, d *events.Dispatch, parentRow *je
 		_, _, err := c.store.Mutate(ctx, id, func(r *jetruntype.Run) error {
 			if r.Overrun != nil {
 				over = r.Overrun
-				return kv.ErrNoChange
+				return runstore.ErrNoChange
 			}
 			if over = r.ChargeRun(); over != nil {
-				return kv.ErrNoChange
+				return runstore.ErrNoChange
 			}
 			return nil
 		})
-		if err != nil && !errors.Is(err, kv.ErrRunNotFound) {
+		if err != nil && !errors.Is(err, runstore.ErrRunNotFound) {
 			return fmt.Errorf("parent: dispatch run %s: count it against the budget of %s: %w", d.RunID, id, err)
 		}
 		if over != nil {
@@ -91,7 +91,7 @@ func (c *Client) Charge(ctx context.Context, ids []string, d jetruntype.UsageTot
 			crossed = r.Charge(d)
 			return nil
 		})
-		if errors.Is(err, kv.ErrRunNotFound) {
+		if errors.Is(err, runstore.ErrRunNotFound) {
 			continue
 		}
 		if err != nil {
@@ -132,7 +132,7 @@ func firstOverrun(os ...*jetruntype.Overrun) *jetruntype.Overrun {
 // reconciler completes a stop a crash cut short (a live run under a parent
 // stopped for a budget is stopped too).
 func (c *Client) StopTree(ctx context.Context, o jetruntype.Overrun) error {
-	if err := c.stopOne(ctx, o.Owner, o); err != nil && !errors.Is(err, kv.ErrRunNotFound) {
+	if err := c.stopOne(ctx, o.Owner, o); err != nil && !errors.Is(err, runstore.ErrRunNotFound) {
 		return fmt.Errorf("parent: stop the tree of run %s: %w", o.Owner, err)
 	}
 	level := []string{o.Owner}
@@ -145,7 +145,7 @@ func (c *Client) StopTree(ctx context.Context, o jetruntype.Overrun) error {
 				continue
 			}
 			for _, ch := range children {
-				if err := c.stopOne(ctx, ch.ID, o); err != nil && !errors.Is(err, kv.ErrRunNotFound) {
+				if err := c.stopOne(ctx, ch.ID, o); err != nil && !errors.Is(err, runstore.ErrRunNotFound) {
 					c.log.WarnContext(ctx, "stop child run for its tree's budget", "run_id", ch.ID, "err", err)
 				}
 				next = append(next, ch.ID)

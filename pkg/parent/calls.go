@@ -13,9 +13,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/engine/jsfault"
+	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jsfault"
-	"github.com/jetrun/jetrun/pkg/kv"
 )
 
 // Call is a run's request to its caller (events.Call): its name, input,
@@ -322,7 +322,7 @@ func (c *Client) callSettled(ctx context.Context, call *Call, streamSeq uint64) 
 	}
 	row, _, err := c.store.Get(ctx, call.RunID)
 	switch {
-	case errors.Is(err, kv.ErrRunNotFound):
+	case errors.Is(err, runstore.ErrRunNotFound):
 		return "run not found", nil
 	case err != nil:
 		return "", err
@@ -349,7 +349,7 @@ func (c *Client) Calls(ctx context.Context, id string) ([]CallState, error) {
 		return nil, err
 	}
 	if row == nil {
-		return nil, fmt.Errorf("parent: calls of run %s: %w", id, kv.ErrRunNotFound)
+		return nil, fmt.Errorf("parent: calls of run %s: %w", id, runstore.ErrRunNotFound)
 	}
 	opts := events.ReplayOptions{
 		StartSeq: row.FirstEventSeq, StartTime: row.CreatedAt.Add(-time.Minute),
@@ -418,7 +418,7 @@ func (c *Client) AnswerCall(ctx context.Context, id string, seq int64, output an
 	case err != nil:
 		return nil, err
 	case row == nil:
-		return nil, fmt.Errorf("parent: answer call %d of run %s: %w", seq, id, kv.ErrRunNotFound)
+		return nil, fmt.Errorf("parent: answer call %d of run %s: %w", seq, id, runstore.ErrRunNotFound)
 	case row.Status.Final():
 		return nil, fmt.Errorf("parent: answer call %d of run %s: %w (%s)", seq, id, ErrRunEnded, row.Status)
 	}

@@ -7,9 +7,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
-	"github.com/jetrun/jetrun/pkg/kv"
 )
 
 // clearWait bounds how long Clear waits for cancelled runs to stop before it
@@ -66,7 +66,7 @@ func (c *Client) Clear(ctx context.Context, f ClearFilter) (int, error) {
 	var live []string
 	for _, r := range rows {
 		if r.Live() {
-			if _, err := c.Cancel(ctx, r.ID, "cleared"); err != nil && !errors.Is(err, kv.ErrRunNotFound) {
+			if _, err := c.Cancel(ctx, r.ID, "cleared"); err != nil && !errors.Is(err, runstore.ErrRunNotFound) {
 				return 0, fmt.Errorf("parent: clear: %w", err)
 			}
 			live = append(live, r.ID)
@@ -77,7 +77,7 @@ func (c *Client) Clear(ctx context.Context, f ClearFilter) (int, error) {
 	n := 0
 	for _, r := range rows {
 		cur, _, err := c.store.Get(ctx, r.ID)
-		if errors.Is(err, kv.ErrRunNotFound) {
+		if errors.Is(err, runstore.ErrRunNotFound) {
 			continue
 		}
 		if err != nil {

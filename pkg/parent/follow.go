@@ -10,7 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jetrun/jetrun/pkg/jsfault"
+	"github.com/jetrun/jetrun/internal/engine/jsfault"
 )
 
 // statusFollower wakes the Awaits of a Client when their run's status

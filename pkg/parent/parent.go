@@ -15,13 +15,13 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/engine/jsfault"
+	"github.com/jetrun/jetrun/internal/engine/obs"
+	"github.com/jetrun/jetrun/internal/engine/registry"
+	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
-	"github.com/jetrun/jetrun/pkg/jsfault"
-	"github.com/jetrun/jetrun/pkg/kv"
-	"github.com/jetrun/jetrun/pkg/obs"
-	"github.com/jetrun/jetrun/pkg/registry"
 )
 
 // Defaults used where Config leaves a field zero.
@@ -53,7 +53,7 @@ var (
 	ErrConcurrencyLimit = errors.New("parent's concurrency limit reached")
 	// ErrRunNotFound is returned for a run id with no row (never
 	// dispatched, or cleared).
-	ErrRunNotFound = kv.ErrRunNotFound
+	ErrRunNotFound = runstore.ErrRunNotFound
 )
 
 // Failure is the value a run that did not complete yields: Run returns it as
@@ -95,7 +95,7 @@ type Client struct {
 	rt           *jetrun.Runtime
 	js           jetstream.JetStream
 	ns           events.Namespace
-	store        *kv.Store
+	store        *runstore.Store
 	log          *slog.Logger
 	eventsStream jetstream.Stream
 
@@ -305,7 +305,7 @@ func (c *Client) DispatchNew(ctx context.Context, req Request) (row *jetruntype.
 		return err
 	})
 	if err != nil {
-		if !errors.Is(err, kv.ErrRunExists) {
+		if !errors.Is(err, runstore.ErrRunExists) {
 			return nil, false, fmt.Errorf("parent: dispatch run %s: %w", d.RunID, err)
 		}
 		existing, _, err := c.get(ctx, d.RunID)
@@ -338,7 +338,7 @@ func (c *Client) dispatchPlain(ctx context.Context, req Request, d events.Dispat
 		row, err := c.existing(ctx, existing, req)
 		return row, false, err
 	}
-	if !errors.Is(err, kv.ErrRunNotFound) {
+	if !errors.Is(err, runstore.ErrRunNotFound) {
 		return nil, false, fmt.Errorf("parent: dispatch run %s: %w", d.RunID, err)
 	}
 	// The dispatch goes out first on the connection, the row's create right
@@ -360,7 +360,7 @@ func (c *Client) dispatchPlain(ctx context.Context, req Request, d events.Dispat
 		seq, fresh = p.Seq, !p.Duplicate
 	}
 	switch {
-	case errors.Is(cerr, kv.ErrRunExists):
+	case errors.Is(cerr, runstore.ErrRunExists):
 		// A worker was quicker (it created the row claimed), or a
 		// concurrent Dispatch of the same id: the same run either way.
 		existing, _, err := c.get(ctx, d.RunID)
@@ -391,7 +391,7 @@ func (c *Client) failDispatch(ctx context.Context, id string, cause error) {
 	defer cancel()
 	row, _, err := c.store.Mutate(ctx, id, func(r *jetruntype.Run) error {
 		if r.Status != events.StatusStarting {
-			return kv.ErrNoChange
+			return runstore.ErrNoChange
 		}
 		r.End(events.StatusError, events.ReasonDispatchFailed, "dispatch failed: "+cause.Error(), time.Now())
 		return nil
@@ -436,7 +436,7 @@ func (c *Client) existing(ctx context.Context, row *jetruntype.Run, req Request)
 	}
 	next, _, err := c.store.Mutate(ctx, row.ID, func(r *jetruntype.Run) error {
 		if r.Status != events.StatusStarting {
-			return kv.ErrNoChange
+			return runstore.ErrNoChange
 		}
 		r.DispatchSeq = seq
 		return nil
@@ -468,7 +468,7 @@ func (c *Client) resume(ctx context.Context, row *jetruntype.Run) (*jetruntype.R
 	}
 	next, _, err = c.store.Mutate(ctx, row.ID, func(r *jetruntype.Run) error {
 		if r.Status != events.StatusStarting {
-			return kv.ErrNoChange
+			return runstore.ErrNoChange
 		}
 		r.DispatchSeq = seq
 		return nil
@@ -523,7 +523,7 @@ func (c *Client) get(ctx context.Context, id string) (*jetruntype.Run, uint64, e
 }
 
 // lookup is get for the check before a create: a miss is not confirmed on
-// the leader (kv.Store.Lookup), since the create's compare-and-set catches
+// the leader (runstore.Store.Lookup), since the create's compare-and-set catches
 // a row a replica missed.
 func (c *Client) lookup(ctx context.Context, id string) (*jetruntype.Run, uint64, error) {
 	return c.read(ctx, id, c.store.Lookup)
@@ -549,7 +549,7 @@ func (c *Client) fault(ctx context.Context, msg string, err error, args ...any) 
 // record of it yet.
 func (c *Client) Inspect(ctx context.Context, id string) (*jetruntype.Run, error) {
 	row, _, err := c.get(ctx, id)
-	if errors.Is(err, kv.ErrRunNotFound) {
+	if errors.Is(err, runstore.ErrRunNotFound) {
 		return nil, nil
 	}
 	if err != nil {

@@ -13,13 +13,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
-	"github.com/jetrun/jetrun/internal/agents/demo"
-	"github.com/jetrun/jetrun/internal/jetruntest"
-	"github.com/jetrun/jetrun/internal/natstest"
+	"github.com/jetrun/jetrun/internal/app/agents/demo"
+	"github.com/jetrun/jetrun/internal/engine/runstore"
+	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
+	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
-	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -65,7 +65,7 @@ type bundle struct {
 	rt     *jetrun.Runtime
 	js     jetstream.JetStream
 	client *parent.Client
-	store  *kv.Store
+	store  *runstore.Store
 	gated  *gated
 	worker *worker.Worker
 }
@@ -210,7 +210,7 @@ func TestCancel(t *testing.T) {
 	})
 
 	t.Run("unknown run", func(t *testing.T) {
-		if _, err := b.client.Cancel(ctx, "nope", ""); !errors.Is(err, kv.ErrRunNotFound) {
+		if _, err := b.client.Cancel(ctx, "nope", ""); !errors.Is(err, runstore.ErrRunNotFound) {
 			t.Fatalf("err = %v", err)
 		}
 	})

@@ -10,12 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jetrun/jetrun/internal/agents/demo"
-	"github.com/jetrun/jetrun/internal/jetruntest"
-	"github.com/jetrun/jetrun/internal/natstest"
+	"github.com/jetrun/jetrun/internal/app/agents/demo"
+	"github.com/jetrun/jetrun/internal/engine/runstore"
+	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
+	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
-	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -132,7 +132,7 @@ func TestReplayHistoryOnlyAndUnknownRuns(t *testing.T) {
 	t.Parallel()
 	b := setupReplay(t)
 	ctx := t.Context()
-	if _, err := b.client.Replay(ctx, "nope", 0, events.HistoryOnly); !errors.Is(err, kv.ErrRunNotFound) {
+	if _, err := b.client.Replay(ctx, "nope", 0, events.HistoryOnly); !errors.Is(err, runstore.ErrRunNotFound) {
 		t.Fatalf("replay of an unknown run: %v", err)
 	}
 	if _, err := b.client.Run(ctx, parent.Request{AgentType: "demo", RunID: "short", Input: map[string]int{"steps": 3, "stepMs": 250}}); err != nil {
@@ -282,7 +282,7 @@ func TestSignals(t *testing.T) {
 	})
 
 	t.Run("bad signals", func(t *testing.T) {
-		if _, err := b.client.Signal(ctx, "ghost", "approve", 1); !errors.Is(err, kv.ErrRunNotFound) {
+		if _, err := b.client.Signal(ctx, "ghost", "approve", 1); !errors.Is(err, runstore.ErrRunNotFound) {
 			t.Fatalf("unknown run: %v", err)
 		}
 		if _, err := b.client.Signal(ctx, "early", "a.b", 1); !errors.Is(err, parent.ErrBadRequest) {

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/jetrun/jetrun/pkg/registry"
+	"github.com/jetrun/jetrun/internal/engine/registry"
 )
 
 // checkInput refuses an input that does not match the input schema its

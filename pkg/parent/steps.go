@@ -5,20 +5,20 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/kv"
 )
 
 // Steps returns the durable steps run id stored (worker.Run.Step, a child's
 // step line), in the order they were stored, each name once (the first
-// stored copy). It returns kv.ErrRunNotFound for an unknown run.
+// stored copy). It returns runstore.ErrRunNotFound for an unknown run.
 func (c *Client) Steps(ctx context.Context, id string) ([]events.Step, error) {
 	row, err := c.Inspect(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	if row == nil {
-		return nil, fmt.Errorf("parent: steps of run %s: %w", id, kv.ErrRunNotFound)
+		return nil, fmt.Errorf("parent: steps of run %s: %w", id, runstore.ErrRunNotFound)
 	}
 	opts := events.ReplayOptions{
 		StartSeq: row.FirstEventSeq, StartTime: row.CreatedAt.Add(-time.Minute),

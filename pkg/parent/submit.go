@@ -6,16 +6,16 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
-	"github.com/jetrun/jetrun/pkg/kv"
 )
 
 // ErrKeyBusy is returned by Dispatch and Run for a submit with strategy
 // drop while a run of its concurrency key is live or queued; the run id is
 // not used, so the same request can be made again later.
-var ErrKeyBusy = kv.ErrKeyBusy
+var ErrKeyBusy = runstore.ErrKeyBusy
 
 // keyed copies the concurrency key fields of req onto d and checks them.
 func (req Request) keyed(d *events.Dispatch) []error {
@@ -42,11 +42,11 @@ func (c *Client) dispatchKeyed(ctx context.Context, req Request, d events.Dispat
 	if existing, _, err := c.lookup(ctx, d.RunID); err == nil {
 		row, err := c.existing(ctx, existing, req)
 		return row, false, err
-	} else if !errors.Is(err, kv.ErrRunNotFound) {
+	} else if !errors.Is(err, runstore.ErrRunNotFound) {
 		return nil, false, fmt.Errorf("parent: dispatch run %s: %w", d.RunID, err)
 	}
 	row, err := c.rt.Submit(ctx, jetruntype.NewRun(req.AgentType, d, 0, time.Now()), jetrun.Held{})
-	if errors.Is(err, kv.ErrRunExists) {
+	if errors.Is(err, runstore.ErrRunExists) {
 		existing, _, err := c.get(ctx, d.RunID)
 		if err != nil {
 			return nil, false, fmt.Errorf("parent: dispatch run %s: %w", d.RunID, err)
@@ -61,7 +61,7 @@ func (c *Client) dispatchKeyed(ctx context.Context, req Request, d events.Dispat
 }
 
 // requeue resumes an interrupted keyed run whose child stopped: it waits
-// for its key again (kv.Store.Requeue), so it never runs alongside the
+// for its key again (runstore.Store.Requeue), so it never runs alongside the
 // run that holds the key now.
 func (c *Client) requeue(ctx context.Context, row *jetruntype.Run) (*jetruntype.Run, error) {
 	next, err := c.rt.Requeue(ctx, row)

@@ -14,14 +14,14 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jetrun/jetrun/internal/jetruntest"
-	"github.com/jetrun/jetrun/internal/natstest"
+	"github.com/jetrun/jetrun/internal/engine/reconcile"
+	"github.com/jetrun/jetrun/internal/engine/runstore"
+	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
+	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
-	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/parent"
-	"github.com/jetrun/jetrun/pkg/reconcile"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
 
@@ -92,7 +92,7 @@ type keyedFleet struct {
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	clients []*parent.Client
-	store   *kv.Store
+	store   *runstore.Store
 	serial  *serial
 }
 
@@ -130,7 +130,7 @@ func (f *keyedFleet) submit(t *testing.T, i int, id string, strategy events.Stra
 	return row
 }
 
-func waitStatus(t *testing.T, store *kv.Store, id string, s events.Status) *jetruntype.Run {
+func waitStatus(t *testing.T, store *runstore.Store, id string, s events.Status) *jetruntype.Run {
 	t.Helper()
 	return jetruntest.WaitRow(t, store, id, 30*time.Second, func(r *jetruntype.Run) bool { return r.Status == s })
 }

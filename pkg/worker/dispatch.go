@@ -11,11 +11,11 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jetrun/jetrun/internal/pull"
-	"github.com/jetrun/jetrun/internal/settle"
+	"github.com/jetrun/jetrun/internal/engine/pull"
+	"github.com/jetrun/jetrun/internal/engine/runstore"
+	"github.com/jetrun/jetrun/internal/engine/settle"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
-	"github.com/jetrun/jetrun/pkg/kv"
 )
 
 // process handles one delivered dispatch: validate it, find or create the
@@ -47,7 +47,7 @@ func (w *Worker) process(ctx context.Context, agentType string, msg jetstream.Ms
 		// with its row: the tombstone is read only after a miss.
 		parallel := try == 0 && msg.Headers().Get(events.HeaderRowAfter) == ""
 		row, rev, cleared, err := w.readRow(ctx, d.RunID, events.StreamSeq(msg), try == 0, parallel)
-		if errors.Is(err, kv.ErrRunNotFound) {
+		if errors.Is(err, runstore.ErrRunNotFound) {
 			// The dispatch is the record (a service published it straight
 			// to the stream): the run is claimed by creating its row,
 			// unless the run was cleared.
@@ -77,7 +77,7 @@ func (w *Worker) process(ctx context.Context, agentType string, msg jetstream.Ms
 				continue // another worker created it first: read it
 			}
 		}
-		if errors.Is(err, kv.ErrCorruptRow) {
+		if errors.Is(err, runstore.ErrCorruptRow) {
 			return w.deadLetter(ctx, msg, agentType, DeadLetterCorruptRow, fmt.Sprintf("the row of run %s is not valid JSON", d.RunID))
 		}
 		if err != nil {
@@ -189,7 +189,7 @@ func (w *Worker) decide(ctx context.Context, log *slog.Logger, msg jetstream.Msg
 	newRev, err := w.store.Update(ctx, claimed, rev)
 	if err != nil {
 		w.unregister(e)
-		if errors.Is(err, kv.ErrConflict) {
+		if errors.Is(err, runstore.ErrConflict) {
 			return settle.Leave(), true, nil
 		}
 		w.leaveBehind(claimed.ID, leftover{attempt: claimed.Attempt, epoch: claimed.WorkerEpoch}) // the claim may have landed
@@ -266,7 +266,7 @@ func (w *Worker) claimNew(ctx context.Context, agentType string, d events.Dispat
 	rev, err := w.store.Create(ctx, claimed)
 	if err != nil {
 		w.unregister(e)
-		if errors.Is(err, kv.ErrRunExists) {
+		if errors.Is(err, runstore.ErrRunExists) {
 			return settle.Leave(), false, nil
 		}
 		w.leaveBehind(claimed.ID, leftover{attempt: claimed.Attempt, epoch: claimed.WorkerEpoch}) // the create may have landed
@@ -278,7 +278,7 @@ func (w *Worker) claimNew(ctx context.Context, agentType string, d events.Dispat
 
 // readRow reads the row of run id and, when it has none, whether the run
 // was cleared after the dispatch at seq was published (see
-// kv.Store.Cleared). first is the first read of a delivery; with parallel
+// runstore.Store.Cleared). first is the first read of a delivery; with parallel
 // too, the two reads go out together: one round trip.
 func (w *Worker) readRow(ctx context.Context, id string, seq uint64, first, parallel bool) (row *jetruntype.Run, rev uint64, cleared bool, err error) {
 	var (
@@ -298,7 +298,7 @@ func (w *Worker) readRow(ctx context.Context, id string, seq uint64, first, para
 	}
 	row, rev, err = get(ctx, id)
 	tomb.Wait()
-	if !errors.Is(err, kv.ErrRunNotFound) {
+	if !errors.Is(err, runstore.ErrRunNotFound) {
 		return row, rev, false, err
 	}
 	if !both {
@@ -342,7 +342,7 @@ func (w *Worker) endUnclaimed(ctx context.Context, row *jetruntype.Run, rev uint
 	status events.Status, reason, text string) (o settle.Outcome, retry bool, err error) {
 	final := row.Clone()
 	final.End(status, reason, text, time.Now())
-	if _, err := w.store.Update(ctx, final, rev); errors.Is(err, kv.ErrConflict) {
+	if _, err := w.store.Update(ctx, final, rev); errors.Is(err, runstore.ErrConflict) {
 		return settle.Leave(), true, nil
 	} else if err != nil {
 		return settle.Leave(), false, err

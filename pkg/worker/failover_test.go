@@ -16,11 +16,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jetrun/jetrun/internal/jetruntest"
-	"github.com/jetrun/jetrun/internal/natstest"
+	"github.com/jetrun/jetrun/internal/engine/runstore"
+	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
+	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
-	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
 
@@ -124,7 +124,7 @@ func TestEventsLeaderLossUnderLoad(t *testing.T) {
 	for i := range runs {
 		publish(t, js, "jetrun.dispatch.stream", fmt.Sprintf(`{"runId":"f%d","input":{}}`, i))
 	}
-	store, err := kv.Open(ctx, js, kv.Config{Replicas: 3})
+	store, err := runstore.Open(ctx, js, runstore.Config{Replicas: 3})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,11 +15,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jetrun/jetrun/internal/jetruntest"
-	"github.com/jetrun/jetrun/internal/natstest"
+	"github.com/jetrun/jetrun/internal/engine/runstore"
+	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
+	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
-	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
 
@@ -134,7 +134,7 @@ func streamThroughRestart(t *testing.T, window time.Duration) []jetruntest.Event
 		"the connection did not try to reconnect")
 	natstest.RunServerWithOptions(t, &server.Options{Port: port, StoreDir: storeDir})
 
-	store, err := kv.Open(context.Background(), js, kv.Config{})
+	store, err := runstore.Open(context.Background(), js, runstore.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +233,7 @@ func TestALivenessLapseIsNotALostWorker(t *testing.T) {
 	time.Sleep(time.Second)
 	natstest.RunServerWithOptions(t, &server.Options{Port: port, StoreDir: storeDir})
 
-	store, err := kv.Open(context.Background(), js, kv.Config{})
+	store, err := runstore.Open(context.Background(), js, runstore.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +274,7 @@ func TestADeadHolderIsTakenOverAfterAnOutage(t *testing.T) {
 		map[string]worker.Handler{"ghostly": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
 			return worker.Result{Summary: "ran"}, nil
 		})})
-	store, err := kv.Open(context.Background(), js, kv.Config{})
+	store, err := runstore.Open(context.Background(), js, runstore.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

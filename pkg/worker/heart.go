@@ -7,9 +7,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
-	"github.com/jetrun/jetrun/pkg/kv"
 )
 
 // syncParallelism bounds the row syncs one heartbeat runs at once.
@@ -19,7 +19,7 @@ const syncParallelism = 16
 // so what a waiting run costs is memory, not writes or goroutines. Every
 // tick it
 //   - renews the worker's liveness key every third of a lease: one stored
-//     write keeps every run of the worker held (kv.Liveness);
+//     write keeps every run of the worker held (runstore.Liveness);
 //   - sends InProgress on each held dispatch every third of a lease (not
 //     stored), so the server redelivers it only when the worker is gone;
 //   - writes the rows of runs with changes pending (progress snapshot,
@@ -86,7 +86,7 @@ func (w *Worker) renew(ctx context.Context) error {
 			return nil
 		}
 		w.troubled()
-		if !errors.Is(err, kv.ErrLivenessLost) && time.Now().Before(w.holdsUntil()) {
+		if !errors.Is(err, runstore.ErrLivenessLost) && time.Now().Before(w.holdsUntil()) {
 			// Re-creating streams can take seconds while JetStream is away:
 			// never on the heart's own time, or it would miss the lapse.
 			w.ensureAside(ctx, err)
@@ -100,13 +100,13 @@ func (w *Worker) renew(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(ctx, w.cfg.Lease/3)
 	defer cancel()
 	err := live.Resume(rctx)
-	if err != nil && !errors.Is(err, kv.ErrLivenessLost) {
+	if err != nil && !errors.Is(err, runstore.ErrLivenessLost) {
 		// A lapse lasts as long as the outage: say so now and then, not
 		// only when it began.
 		w.logs.Log(ctx, w.log, slog.LevelWarn, "liveness still lapsed",
 			"worker liveness lost: still lapsed, claiming nothing; resuming once JetStream answers", "err", err)
 	}
-	if errors.Is(err, kv.ErrLivenessLost) {
+	if errors.Is(err, runstore.ErrLivenessLost) {
 		next, aerr := w.store.AcquireLiveness(rctx, w.cfg.ID, w.cfg.Lease)
 		if aerr != nil {
 			return errors.Join(err, aerr)
@@ -223,7 +223,7 @@ func (w *Worker) renewed(t time.Time) {
 // it renews its liveness: a little before its key would expire.
 func (w *Worker) holdsUntil() time.Time { return time.Unix(0, w.liveUntil.Load()) }
 
-func (w *Worker) liveness() *kv.Liveness {
+func (w *Worker) liveness() *runstore.Liveness {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.live

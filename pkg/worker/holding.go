@@ -9,10 +9,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jetrun/jetrun/internal/holding"
+	"github.com/jetrun/jetrun/internal/engine/holding"
+	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
-	"github.com/jetrun/jetrun/pkg/kv"
 )
 
 // answerHolds answers, on the worker's own subject, which of the runs a
@@ -83,7 +83,7 @@ func (w *Worker) releaseIdle(ctx context.Context, log *slog.Logger, row *jetrunt
 	_, _, err := w.store.Mutate(ctx, row.ID, func(r *jetruntype.Run) error {
 		if r.Status != events.StatusRunning || r.Worker != row.Worker || r.WorkerEpoch != row.WorkerEpoch ||
 			r.Attempt != row.Attempt {
-			return kv.ErrNoChange
+			return runstore.ErrNoChange
 		}
 		r.Worker, r.WorkerEpoch, r.LeaseUntil = "", "", time.Time{}
 		if lapsed {

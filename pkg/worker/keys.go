@@ -7,11 +7,11 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jetrun/jetrun/internal/settle"
+	"github.com/jetrun/jetrun/internal/engine/runstore"
+	"github.com/jetrun/jetrun/internal/engine/settle"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
-	"github.com/jetrun/jetrun/pkg/kv"
 )
 
 // Concurrency keys on the worker side (jetrun.Runtime.Submit explains the
@@ -33,9 +33,9 @@ func (w *Worker) submitKeyed(ctx context.Context, agentType string, d events.Dis
 	row := jetruntype.NewRun(agentType, d, 0, time.Now())
 	_, err := w.rt.Submit(ctx, row, jetrun.Held{RunID: d.RunID, Seq: events.StreamSeq(msg)})
 	switch {
-	case err == nil, errors.Is(err, kv.ErrRunExists):
+	case err == nil, errors.Is(err, runstore.ErrRunExists):
 		return settle.Leave(), false
-	case errors.Is(err, kv.ErrKeyBusy):
+	case errors.Is(err, runstore.ErrKeyBusy):
 		return w.deadLetter(ctx, msg, agentType, DeadLetterKeyBusy, err.Error()), true
 	}
 	if ctx.Err() != nil {
@@ -58,7 +58,7 @@ func (w *Worker) gate(ctx context.Context, msg jetstream.Msg, row *jetruntype.Ru
 		return settle.Leave(), false, err
 	}
 	now, _, err := w.store.Get(ctx, row.ID)
-	if errors.Is(err, kv.ErrRunNotFound) {
+	if errors.Is(err, runstore.ErrRunNotFound) {
 		return settle.Ack(), false, nil
 	}
 	if err != nil {

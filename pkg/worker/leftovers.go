@@ -5,9 +5,9 @@ import (
 	"errors"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/jsfault"
+	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
-	"github.com/jetrun/jetrun/pkg/jsfault"
-	"github.com/jetrun/jetrun/pkg/kv"
 )
 
 // An attempt that ends without releasing its row — the write that would
@@ -84,7 +84,7 @@ func (w *Worker) releaseLeftover(ctx context.Context, id string) {
 	w.mu.Unlock()
 	_, _, err := w.store.Mutate(ctx, id, func(r *jetruntype.Run) error {
 		if r.Status.Final() || !r.HeldBy(w.cfg.ID, l.attempt) || r.WorkerEpoch != l.epoch {
-			return kv.ErrNoChange
+			return runstore.ErrNoChange
 		}
 		r.Worker, r.WorkerEpoch, r.LeaseUntil = "", "", time.Time{}
 		if !l.blink || !r.RefundBlink(l.attempt) {
@@ -92,8 +92,8 @@ func (w *Worker) releaseLeftover(ctx context.Context, id string) {
 		}
 		return nil
 	})
-	retry := err != nil && !errors.Is(err, kv.ErrRunNotFound) && jsfault.IsTransient(ctx, err)
-	if err != nil && !retry && !errors.Is(err, kv.ErrRunNotFound) {
+	retry := err != nil && !errors.Is(err, runstore.ErrRunNotFound) && jsfault.IsTransient(ctx, err)
+	if err != nil && !retry && !errors.Is(err, runstore.ErrRunNotFound) {
 		w.log.WarnContext(ctx, "release a run left behind", "run_id", id, "err", err)
 	}
 	w.mu.Lock()

@@ -11,11 +11,11 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jetrun/jetrun/internal/jetruntest"
-	"github.com/jetrun/jetrun/internal/natstest"
+	"github.com/jetrun/jetrun/internal/engine/runstore"
+	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
+	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
-	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
 
@@ -318,7 +318,7 @@ func TestFleetConcurrencyCapsRunsAcrossWorkers(t *testing.T) {
 		js = j
 		startWorker(t, nc, cfg, map[string]worker.Handler{"capped": h})
 	}
-	store, err := kv.Open(context.Background(), js, kv.Config{})
+	store, err := runstore.Open(context.Background(), js, runstore.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,10 +11,10 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jetrun/jetrun/internal/settle"
+	"github.com/jetrun/jetrun/internal/engine/runstore"
+	"github.com/jetrun/jetrun/internal/engine/settle"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
-	"github.com/jetrun/jetrun/pkg/kv"
 )
 
 // How an attempt ends (execution.end runs one of these once): the final
@@ -286,7 +286,7 @@ func (e *execution) abandon() {
 		e.releaseMsgs(settle.Ack())
 		return
 	}
-	if errors.Is(err, kv.ErrRunNotFound) {
+	if errors.Is(err, runstore.ErrRunNotFound) {
 		e.setOutcome(OutcomeEndedElsewhere, "")
 		e.log.InfoContext(ctx, "run cleared; attempt stopped")
 		e.releaseMsgs(settle.Ack())
@@ -351,11 +351,11 @@ func (e *execution) handOffLapsed() bool {
 func (e *execution) refundLapse(ctx context.Context) {
 	_, _, err := e.w.store.Mutate(ctx, e.id, func(r *jetruntype.Run) error {
 		if r.Status.Final() || !r.RefundBlink(e.attempt) {
-			return kv.ErrNoChange
+			return runstore.ErrNoChange
 		}
 		return nil
 	})
-	if err != nil && !errors.Is(err, kv.ErrRunNotFound) {
+	if err != nil && !errors.Is(err, runstore.ErrRunNotFound) {
 		e.w.fault(ctx, e.log, "record a lapse on a run taken over meanwhile", err)
 	}
 }

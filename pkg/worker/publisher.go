@@ -14,9 +14,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/engine/jsfault"
+	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jsfault"
-	"github.com/jetrun/jetrun/pkg/kv"
 )
 
 // publishWindow bounds the events of one attempt in flight (published, not
@@ -64,7 +64,7 @@ func eventWindow(replicas int) int {
 type publisher struct {
 	js      jetstream.JetStream
 	stream  jetstream.Stream // the events stream, for last-message lookups
-	store   *kv.Store
+	store   *runstore.Store
 	ns      events.Namespace
 	runID   string
 	worker  string
@@ -301,7 +301,7 @@ func (p *publisher) refence(ctx context.Context, o *outgoing) (landed bool, err 
 		}
 		row, _, err := p.store.Get(ctx, p.runID)
 		switch {
-		case errors.Is(err, kv.ErrRunNotFound):
+		case errors.Is(err, runstore.ErrRunNotFound):
 		case err != nil:
 			if jsfault.IsTransient(ctx, err) {
 				if perr := p.pause(ctx, err); perr != nil {

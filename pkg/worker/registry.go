@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jetrun/jetrun/pkg/registry"
+	"github.com/jetrun/jetrun/internal/engine/registry"
 )
 
 // AgentInfo describes an agent type a worker serves: a description and the

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/jetrun/jetrun/internal/settle"
+	"github.com/jetrun/jetrun/internal/engine/settle"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
-	"github.com/jetrun/jetrun/pkg/kv"
 )
 
 // The row an attempt writes: e.cur and e.rev are the newest row it knows
@@ -25,12 +25,12 @@ func (e *execution) owned(r *jetruntype.Run) error {
 }
 
 // write applies fn to the newest known row and stores it with a
-// compare-and-set, falling back to a re-read (kv.Store.MutateFrom).
+// compare-and-set, falling back to a re-read (runstore.Store.MutateFrom).
 func (e *execution) write(ctx context.Context, fn func(*jetruntype.Run) error) (*jetruntype.Run, error) {
 	e.curMu.Lock()
 	defer e.curMu.Unlock()
 	row, rev, err := e.w.store.MutateFrom(ctx, e.id, e.cur, e.rev, fn)
-	if errors.Is(err, kv.ErrRunNotFound) {
+	if errors.Is(err, runstore.ErrRunNotFound) {
 		return nil, ErrLeaseLost // cleared
 	}
 	if err != nil {
@@ -61,7 +61,7 @@ func (e *execution) isDirty() bool {
 }
 
 // applyState copies the pending row fields onto r. It is cumulative, hence
-// idempotent, as kv.Store.Mutate requires.
+// idempotent, as runstore.Store.Mutate requires.
 func (e *execution) applyState(r *jetruntype.Run) {
 	e.emitMu.Lock()
 	chunks, milestones, lastName := e.chunkSeq, 0, ""

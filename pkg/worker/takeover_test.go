@@ -13,12 +13,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jetrun/jetrun/internal/agents/demo"
-	"github.com/jetrun/jetrun/internal/jetruntest"
-	"github.com/jetrun/jetrun/internal/natstest"
+	"github.com/jetrun/jetrun/internal/app/agents/demo"
+	"github.com/jetrun/jetrun/internal/engine/runstore"
+	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
+	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
-	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
 
@@ -33,7 +33,7 @@ func TestShutdownHandsRunsBackToAnotherWorker(t *testing.T) {
 	// move the run in time.
 	cfg := worker.Config{Lease: 5 * time.Minute, Concurrency: 1}
 	a := startWorker(t, nc, cfg, nil)
-	store, err := kv.Open(context.Background(), js, kv.Config{})
+	store, err := runstore.Open(context.Background(), js, runstore.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +175,7 @@ func TestAStuckHandlerDoesNotPinACancelledRun(t *testing.T) {
 	nc2, _ := natstest.Connect(t, ns)
 	startWorker(t, nc2, cfg, map[string]worker.Handler{"stuck": stuck})
 	t.Cleanup(func() { close(release) }) // before the workers stop (cleanups run last-in first)
-	store, err := kv.Open(context.Background(), js, kv.Config{})
+	store, err := runstore.Open(context.Background(), js, runstore.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,9 +7,9 @@ import (
 	"maps"
 	"sync"
 
+	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
-	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/parent"
 )
 
@@ -108,7 +108,7 @@ func (e *execution) startUsage(ctx context.Context, row *jetruntype.Run) error {
 	if row.Parent != "" && row.Root == "" {
 		p, _, err := e.w.store.Get(ctx, row.Parent)
 		switch {
-		case errors.Is(err, kv.ErrRunNotFound):
+		case errors.Is(err, runstore.ErrRunNotFound):
 		case err != nil:
 			return fmt.Errorf("worker: usage of run %s: read its parent: %w", e.id, err)
 		default:

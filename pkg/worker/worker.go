@@ -14,13 +14,13 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jetrun/jetrun/internal/pull"
-	"github.com/jetrun/jetrun/internal/service"
-	"github.com/jetrun/jetrun/internal/settle"
+	"github.com/jetrun/jetrun/internal/engine/obs"
+	"github.com/jetrun/jetrun/internal/engine/pull"
+	"github.com/jetrun/jetrun/internal/engine/runstore"
+	"github.com/jetrun/jetrun/internal/engine/service"
+	"github.com/jetrun/jetrun/internal/engine/settle"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
-	"github.com/jetrun/jetrun/pkg/kv"
-	"github.com/jetrun/jetrun/pkg/obs"
 )
 
 // handbackGrace is how long Shutdown waits, after cancelling handlers, for
@@ -35,7 +35,7 @@ type Worker struct {
 	rt       *jetrun.Runtime
 	js       jetstream.JetStream
 	ns       events.Namespace
-	store    *kv.Store
+	store    *runstore.Store
 	log      *slog.Logger
 	handlers map[string]Handler
 	agents   agentSet // what the worker announces in the agent registry
@@ -56,7 +56,7 @@ type Worker struct {
 	mu        sync.Mutex
 	life      service.Lifecycle
 	started   bool                  // handlers can no longer be registered
-	live      *kv.Liveness          // this process's liveness key
+	live      *runstore.Liveness    // this process's liveness key
 	lapsing   bool                  // the liveness key lapsed and is not back: claim nothing (heart.go)
 	lapseDone chan struct{}         // closed when the lapse is over
 	active    map[string]*execution // runs claimed or executing in this process

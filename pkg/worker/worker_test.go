@@ -11,12 +11,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
-	"github.com/jetrun/jetrun/internal/agents/demo"
-	"github.com/jetrun/jetrun/internal/jetruntest"
-	"github.com/jetrun/jetrun/internal/natstest"
+	"github.com/jetrun/jetrun/internal/app/agents/demo"
+	"github.com/jetrun/jetrun/internal/engine/runstore"
+	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
+	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
-	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
 
@@ -25,7 +25,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 type bundle struct {
 	nc    *nats.Conn
 	js    jetstream.JetStream
-	store *kv.Store
+	store *runstore.Store
 }
 
 // setup starts a server and a worker serving demo plus any extra handlers.
@@ -34,7 +34,7 @@ func setup(t *testing.T, cfg worker.Config, extra map[string]worker.Handler) (*b
 	ns := natstest.RunServer(t)
 	nc, js := natstest.Connect(t, ns)
 	w := startWorker(t, nc, cfg, extra)
-	store, err := kv.Open(context.Background(), js, kv.Config{})
+	store, err := runstore.Open(context.Background(), js, runstore.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,467 @@
+// Package runview keeps an in-memory summary of every run row, fed by one
+// watch of the runs bucket, for the HTTP API's listing and live updates: a
+// list request or a UI refresh costs nothing on the server, and every
+// viewer shares the one watch.
+package runview
+
+import (
+	"cmp"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jetrun/jetrun/internal/engine/jsfault"
+	"github.com/jetrun/jetrun/internal/engine/obs"
+	"github.com/jetrun/jetrun/internal/engine/runstore"
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
+)
+
+// maxText bounds the error and summary texts kept in a Summary.
+const maxText = 500
+
+// syncTimeout bounds how long Sync waits for the watch to catch up.
+const syncTimeout = 5 * time.Second
+
+// Summary is a run row without its input and output.
+type Summary struct {
+	ID                string                       `json:"id"`
+	AgentType         string                       `json:"agentType"`
+	Parent            string                       `json:"parent,omitempty"`
+	ParentToolCallID  string                       `json:"parentToolCallId,omitempty"`
+	Depth             int                          `json:"depth,omitempty"`
+	DisplayOrder      int                          `json:"displayOrder,omitempty"`
+	Status            events.Status                `json:"status"`
+	Reason            string                       `json:"reason,omitempty"`
+	Error             string                       `json:"error,omitempty"`
+	Retryable         bool                         `json:"retryable,omitempty"`
+	ChildStillRunning bool                         `json:"childStillRunning,omitempty"`
+	Summary           string                       `json:"summary,omitempty"`
+	Progress          *jetruntype.ProgressSnapshot `json:"progress,omitempty"`
+	Milestones        int                          `json:"milestones,omitempty"`
+	LastMilestone     string                       `json:"lastMilestone,omitempty"`
+	Chunks            int64                        `json:"chunks,omitempty"`
+	Attempt           int                          `json:"attempt,omitempty"`
+	Handoffs          int                          `json:"handoffs,omitempty"`
+	Worker            string                       `json:"worker,omitempty"`
+	LeaseUntil        time.Time                    `json:"leaseUntil,omitzero"`
+	WaitingFor        string                       `json:"waitingFor,omitempty"`
+	CancelRequested   bool                         `json:"cancelRequested,omitempty"`
+	Detached          *events.Detached             `json:"detached,omitempty"`
+	Delivered         map[events.Status]time.Time  `json:"delivered,omitempty"`
+	CreatedAt         time.Time                    `json:"createdAt"`
+	StartedAt         time.Time                    `json:"startedAt,omitzero"`
+	LastSignalAt      time.Time                    `json:"lastSignalAt,omitzero"`
+	FinishedAt        time.Time                    `json:"finishedAt,omitzero"`
+	// Notified counts the milestone notices delivered (see jetruntype.Run.Notices).
+	Notified int `json:"notified,omitempty"`
+	// Live reports jetruntype.Run.Live: the run may still be executing (and can be
+	// cancelled). The UI reads it instead of deriving it from the status.
+	Live bool `json:"live"`
+	// Final reports that the status is final (events.Status.Final): the row
+	// never changes status again.
+	Final bool `json:"final"`
+	// Removed marks a change event for a run that was cleared.
+	Removed bool `json:"removed,omitempty"`
+}
+
+// Summarize returns r's summary.
+func Summarize(r *jetruntype.Run) Summary {
+	return Summary{
+		ID: r.ID, AgentType: r.AgentType, Parent: r.Parent, ParentToolCallID: r.ParentToolCallID,
+		Depth: r.Depth, DisplayOrder: r.DisplayOrder, Status: r.Status, Reason: r.Reason,
+		Error: clip(r.Error), Retryable: r.Retryable, ChildStillRunning: r.ChildStillRunning,
+		Summary: clip(r.Summary), Progress: r.Progress, Milestones: r.Milestones, LastMilestone: r.LastMilestone,
+		Chunks: r.Chunks, Attempt: r.Attempt, Handoffs: r.Handoffs, Worker: r.Worker, LeaseUntil: r.LeaseUntil,
+		WaitingFor: r.WaitingFor, CancelRequested: r.CancelRequested, Detached: r.Detached,
+		Delivered: r.Delivered, CreatedAt: r.CreatedAt, StartedAt: r.StartedAt,
+		LastSignalAt: r.LastSignalAt, FinishedAt: r.FinishedAt, Notified: notified(r),
+		Live: r.Live(), Final: r.Status.Final(),
+	}
+}
+
+// notified counts r's milestone notices delivered.
+func notified(r *jetruntype.Run) int {
+	n := 0
+	for _, s := range r.Notices {
+		if !s.DeliveredAt.IsZero() {
+			n++
+		}
+	}
+	return n
+}
+
+func clip(s string) string {
+	if len(s) <= maxText {
+		return s
+	}
+	return s[:maxText] + "…"
+}
+
+// View is the in-memory summary of every run. Create it with Start; stop it
+// with Stop.
+type View struct {
+	store *runstore.Store
+	log   *slog.Logger
+
+	mu      sync.RWMutex
+	stopped bool // no more subscriptions
+	runs    map[string]Summary
+	lastRev uint64
+	subs    map[chan Summary]struct{}
+	changed *sync.Cond // signalled when lastRev moves
+
+	cancel context.CancelFunc
+	done   chan struct{}
+	logs   obs.Throttle // watch faults, per message and class
+
+	// unfinalized, if set, is called (from the watch's goroutine) with
+	// the id of a run whose row left a final status: jetrun never does
+	// that, so someone rewrote the row.
+	unfinalized func(ctx context.Context, id string)
+}
+
+// Start loads every row (ctx bounds the load) and follows the bucket until
+// Stop.
+func Start(ctx context.Context, store *runstore.Store, logger *slog.Logger) (*View, error) {
+	return StartGuard(ctx, store, logger, nil)
+}
+
+// StartGuard is Start with a guard: unfinalized (when not nil) is called,
+// from the watch's goroutine, with the id of every run whose row it saw
+// leave a final status (completed, error, aborted), live or when it
+// reloads after a broken watch. jetrun never does that: the row was
+// rewritten by someone who may write the bucket (jetrun.Runtime.RepairFinal
+// restores it).
+func StartGuard(ctx context.Context, store *runstore.Store, logger *slog.Logger, unfinalized func(ctx context.Context, id string)) (*View, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	v := &View{
+		store: store, log: logger, runs: make(map[string]Summary),
+		subs: make(map[chan Summary]struct{}), cancel: cancel, done: make(chan struct{}),
+		unfinalized: unfinalized,
+	}
+	v.changed = sync.NewCond(&v.mu)
+	ready := make(chan error, 1)
+	go v.loop(wctx, ready)
+	select {
+	case err := <-ready:
+		if err != nil {
+			v.Stop()
+			return nil, err
+		}
+		return v, nil
+	case <-ctx.Done():
+		v.Stop()
+		return nil, fmt.Errorf("runview: load runs: %w", ctx.Err())
+	}
+}
+
+// Stop ends the watch and closes every subscription. It is idempotent.
+func (v *View) Stop() {
+	v.cancel()
+	<-v.done
+}
+
+func (v *View) loop(ctx context.Context, ready chan<- error) {
+	defer close(v.done)
+	defer func() {
+		v.mu.Lock()
+		v.stopped = true
+		v.mu.Unlock()
+		v.closeSubs()
+	}()
+	first := true
+	bo := jsfault.NewBackOff(rewatchPause) // reset by a watch that loads
+	for ctx.Err() == nil {
+		// Everything written up to here is in the initial state, even a
+		// revision the watch never shows (an expired marker).
+		baseline, berr := v.lastSeq(ctx)
+		w, err := v.store.WatchRows(ctx)
+		if err == nil {
+			err = berr
+		}
+		if err != nil {
+			if first {
+				ready <- fmt.Errorf("runview: watch runs: %w", err)
+				return
+			}
+			v.fault(ctx, "watch runs; retrying", err)
+			_ = jsfault.Sleep(ctx, bo.NextBackOff())
+			continue
+		}
+		initial := make(map[string]Summary)
+		loading := true
+		for c := range w.Changes() {
+			if c.Loaded { // the initial state is complete
+				bo.Reset()
+				v.mu.Lock()
+				var left []string // rows that left a final status while the watch was broken
+				for id, s := range initial {
+					if old, ok := v.runs[id]; ok && old.Final && !s.Final {
+						left = append(left, id)
+					}
+				}
+				v.runs, loading = initial, false
+				v.lastRev = max(v.lastRev, baseline)
+				v.changed.Broadcast()
+				v.mu.Unlock()
+				if first {
+					first = false
+					ready <- nil
+				}
+				for _, id := range left {
+					v.unfinalize(ctx, id)
+				}
+				continue
+			}
+			var s Summary
+			if c.Run != nil {
+				s = Summarize(c.Run)
+			}
+			if loading {
+				if c.Run != nil {
+					initial[s.ID] = s
+				} else {
+					delete(initial, c.ID)
+				}
+				v.setRev(c.Revision)
+				continue
+			}
+			v.apply(ctx, c.ID, s, c.Run != nil, c.Revision)
+		}
+		w.Stop() // broken: reload everything, and make live subscribers reload too
+		v.closeSubs()
+		if ctx.Err() == nil {
+			v.fault(ctx, "runs watch ended; reloading", errors.New("watch closed"))
+			_ = jsfault.Sleep(ctx, bo.NextBackOff())
+		}
+	}
+}
+
+// rewatchPause is the longest pause between two tries to watch the runs.
+const rewatchPause = 5 * time.Second
+
+// fault logs a failed watch at warn level, at most once per
+// obs.DefaultLogEvery for each message and class of fault.
+func (v *View) fault(ctx context.Context, msg string, err error) {
+	class := jsfault.Classify(ctx, err).String()
+	v.logs.Log(ctx, v.log, slog.LevelWarn, msg+"/"+class, msg, "fault", class, "err", err)
+}
+
+// lastSeq is the runs bucket's newest revision.
+func (v *View) lastSeq(ctx context.Context) (uint64, error) {
+	rev, err := v.store.LastRevision(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("runview: %w", err)
+	}
+	return rev, nil
+}
+
+func (v *View) setRev(rev uint64) {
+	v.mu.Lock()
+	v.lastRev = max(v.lastRev, rev)
+	v.mu.Unlock()
+}
+
+// apply records a change and tells the subscribers.
+func (v *View) apply(ctx context.Context, id string, s Summary, present bool, rev uint64) {
+	v.mu.Lock()
+	left := present && !s.Final && v.runs[id].Final
+	if present {
+		v.runs[id] = s
+	} else {
+		delete(v.runs, id)
+		s = Summary{ID: id, Removed: true}
+	}
+	v.lastRev = max(v.lastRev, rev)
+	v.changed.Broadcast()
+	for ch := range v.subs {
+		select {
+		case ch <- s:
+		default: // a subscriber that cannot keep up is dropped; it reconnects and reloads
+			delete(v.subs, ch)
+			close(ch)
+		}
+	}
+	v.mu.Unlock()
+	if left {
+		v.unfinalize(ctx, id)
+	}
+}
+
+// unfinalize calls the guard for run id, if there is one.
+func (v *View) unfinalize(ctx context.Context, id string) {
+	if v.unfinalized != nil {
+		v.unfinalized(ctx, id)
+	}
+}
+
+func (v *View) closeSubs() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for ch := range v.subs {
+		close(ch)
+	}
+	v.subs = map[chan Summary]struct{}{}
+	v.changed.Broadcast()
+}
+
+// Subscribe returns a channel of changes (a Summary with Removed set for a
+// cleared run) and a function that ends the subscription. The channel is
+// closed if the subscriber falls behind or the view stops.
+func (v *View) Subscribe() (<-chan Summary, func()) {
+	ch := make(chan Summary, 256)
+	v.mu.Lock()
+	if v.stopped { // nothing will come
+		v.mu.Unlock()
+		close(ch)
+		return ch, func() {}
+	}
+	v.subs[ch] = struct{}{}
+	v.mu.Unlock()
+	return ch, func() {
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		if _, ok := v.subs[ch]; ok {
+			delete(v.subs, ch)
+			close(ch)
+		}
+	}
+}
+
+// Sync waits until the view reflects every write made to the bucket before
+// the call, so a client lists what it just wrote.
+func (v *View) Sync(ctx context.Context) error {
+	target, err := v.lastSeq(ctx)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(syncTimeout)
+	stop := context.AfterFunc(ctx, func() {
+		v.mu.Lock()
+		v.changed.Broadcast()
+		v.mu.Unlock()
+	})
+	defer stop()
+	timer := time.AfterFunc(time.Until(deadline), func() {
+		v.mu.Lock()
+		v.changed.Broadcast()
+		v.mu.Unlock()
+	})
+	defer timer.Stop()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for v.lastRev < target {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if time.Now().After(deadline) {
+			return errors.New("runview: sync: the runs watch is behind")
+		}
+		v.changed.Wait()
+	}
+	return nil
+}
+
+// Filter selects runs to list. Zero fields do not filter.
+type Filter struct {
+	Statuses  []events.Status
+	AgentType string
+	Parent    string
+	// ParentToolCallID selects the runs one tool call of a parent dispatched.
+	ParentToolCallID string
+	Limit            int
+	// Cursor continues a listing after the last run of the previous page.
+	Cursor string
+}
+
+// Page is one page of a listing.
+type Page struct {
+	Runs  []Summary `json:"runs"`
+	Total int       `json:"total"`
+	Next  string    `json:"next,omitempty"`
+}
+
+// ErrBadCursor is returned by List for a cursor it did not hand out.
+var ErrBadCursor = errors.New("bad cursor")
+
+// List returns the runs the filter selects, newest first.
+func (v *View) List(f Filter) (Page, error) {
+	var after *position
+	if f.Cursor != "" {
+		p, err := decodeCursor(f.Cursor)
+		if err != nil {
+			return Page{}, err
+		}
+		after = &p
+	}
+	v.mu.RLock()
+	out := make([]Summary, 0, min(len(v.runs), 1024))
+	for _, s := range v.runs {
+		if len(f.Statuses) > 0 && !slices.Contains(f.Statuses, s.Status) ||
+			f.AgentType != "" && s.AgentType != f.AgentType ||
+			f.Parent != "" && s.Parent != f.Parent ||
+			f.ParentToolCallID != "" && s.ParentToolCallID != f.ParentToolCallID {
+			continue
+		}
+		out = append(out, s)
+	}
+	v.mu.RUnlock()
+	slices.SortFunc(out, func(a, b Summary) int { return positionOf(a).compare(positionOf(b)) })
+	total := len(out)
+	if after != nil {
+		i, _ := slices.BinarySearchFunc(out, *after, func(s Summary, p position) int { return positionOf(s).compare(p) })
+		if i < len(out) && positionOf(out[i]) == *after {
+			i++
+		}
+		out = out[i:]
+	}
+	page := Page{Runs: out, Total: total}
+	if limit := cmp.Or(f.Limit, len(out)); len(out) > limit {
+		page.Runs = out[:limit]
+		page.Next = encodeCursor(positionOf(out[limit-1]))
+	}
+	return page, nil
+}
+
+// position orders runs newest first, then by id.
+type position struct {
+	created int64
+	id      string
+}
+
+func positionOf(s Summary) position { return position{created: s.CreatedAt.UnixNano(), id: s.ID} }
+
+func (p position) compare(q position) int {
+	if c := cmp.Compare(q.created, p.created); c != 0 {
+		return c
+	}
+	return strings.Compare(p.id, q.id)
+}
+
+func encodeCursor(p position) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(p.created, 10) + ":" + p.id))
+}
+
+func decodeCursor(c string) (position, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return position{}, fmt.Errorf("%w: %v", ErrBadCursor, err)
+	}
+	ns, id, ok := strings.Cut(string(raw), ":")
+	n, err := strconv.ParseInt(ns, 10, 64)
+	if !ok || err != nil || events.ValidateID(id) != nil {
+		return position{}, ErrBadCursor
+	}
+	return position{created: n, id: id}, nil
+}

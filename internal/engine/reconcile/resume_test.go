@@ -1,0 +1,119 @@
+package reconcile_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jetrun/jetrun/internal/app/agents/demo"
+	"github.com/jetrun/jetrun/internal/engine/runstore"
+	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
+	"github.com/jetrun/jetrun/internal/testkit/natstest"
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
+	"github.com/jetrun/jetrun/pkg/parent"
+)
+
+// A detached run given up by its budget, its finish delivered (so it left
+// the active-run index), is retried by each way there is to retry a run.
+// Each resumes it as attempt 2 and puts it back in the index: its budget
+// is enforced again, and its finish handler hears the second give-up too,
+// under its own idempotency key.
+func TestEveryRetryOfAGivenUpRunIsSweptAndItsSecondEndingAnnounced(t *testing.T) {
+	t.Parallel()
+	e := setup(t, options{})
+	input := map[string]int{"steps": 40, "stepMs": 250} // 10 s under a 1.5 s budget
+	retries := []struct {
+		name  string
+		key   string // the run's concurrency key
+		retry func(ctx context.Context, id string) error
+	}{
+		{"dispatch", "", func(ctx context.Context, id string) error {
+			_, err := e.client.Dispatch(ctx, parent.Request{AgentType: demo.AgentType, RunID: id, Input: input})
+			return err
+		}},
+		{"run", "", func(ctx context.Context, id string) error {
+			_, err := e.client.Run(ctx, parent.Request{AgentType: demo.AgentType, RunID: id, Input: input})
+			if f, ok := parent.IsFailure(err); ok && f.Status == events.StatusInterrupted {
+				return nil // given up again: what this test wants
+			}
+			return fmt.Errorf("run: %v, want the second give-up", err)
+		}},
+		{"capped", "", func(ctx context.Context, id string) error {
+			_, err := e.client.Dispatch(ctx, parent.Request{AgentType: demo.AgentType, RunID: id, Input: input,
+				Parent: "boss", MaxConcurrent: 5})
+			return err
+		}},
+		{"keyed", "k-resume", func(ctx context.Context, id string) error {
+			_, err := e.client.Dispatch(ctx, parent.Request{AgentType: demo.AgentType, RunID: id, Input: input,
+				ConcurrencyKey: "k-resume"})
+			return err
+		}},
+		{"publish", "", func(ctx context.Context, id string) error {
+			data, err := json.Marshal(events.Dispatch{RunID: id, Input: json.RawMessage(`{"steps": 40, "stepMs": 250}`)})
+			if err != nil {
+				return err
+			}
+			return e.nc.Publish(events.Namespace("").DispatchSubject(demo.AgentType), data)
+		}},
+	}
+	for _, rt := range retries {
+		t.Run(rt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			id := "resume-" + rt.name
+			det := events.Detached{OnFinish: "record", MaxBudgetMs: 1500}
+			req := parent.Request{AgentType: demo.AgentType, RunID: id, Input: input, Detached: &det}
+			req.ConcurrencyKey = rt.key
+			if _, err := e.client.Dispatch(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+			givenUp := func(r *jetruntype.Run) bool {
+				return r.Status == events.StatusInterrupted && !r.ChildStillRunning && r.Settled()
+			}
+			row := jetruntest.WaitRow(t, e.store, id, 30*time.Second, givenUp)
+			if row.Attempt != 1 || row.Reason != events.ReasonBudgetExceeded {
+				t.Fatalf("first give-up: %+v", row)
+			}
+			waitDeliveries(t, e.rec, id, 1)
+			natstest.Eventually(t, 10*time.Second, func() bool { return !indexed(t, e, id) },
+				"%s stays in the active-run index once settled", id)
+
+			if err := rt.retry(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			row = jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *jetruntype.Run) bool {
+				return r.Attempt == 2 && (r.Status == events.StatusRunning || r.Status == events.StatusInterrupted)
+			})
+			if row.Unindexed {
+				t.Errorf("resumed row says unindexed")
+			}
+			row = jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *jetruntype.Run) bool {
+				return r.Attempt == 2 && givenUp(r)
+			})
+			if row.Reason != events.ReasonBudgetExceeded || row.Milestones >= 40 {
+				t.Fatalf("second give-up: %+v", row)
+			}
+			got := waitDeliveries(t, e.rec, id, 2)
+			keys := []string{got[0].Key, got[1].Key}
+			if statuses(got) != "[interrupted interrupted]" || !slices.Equal(keys, []string{id + ".interrupted", id + ".interrupted.2"}) {
+				t.Fatalf("deliveries %+v; want both give-ups, keys %s.interrupted and %s.interrupted.2", got, id, id)
+			}
+			natstest.Eventually(t, 10*time.Second, func() bool { return !indexed(t, e, id) },
+				"%s stays in the active-run index once settled again", id)
+		})
+	}
+}
+
+// indexed reports whether run id is in the active-run index.
+func indexed(t *testing.T, e *env, id string) bool {
+	t.Helper()
+	active, err := e.store.Active(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slices.ContainsFunc(active, func(ir runstore.IndexedRun) bool { return ir.ID == id })
+}

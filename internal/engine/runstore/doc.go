@@ -1,0 +1,19 @@
+// Package kv stores run rows in a JetStream key-value bucket (jetrun_runs,
+// key = run id, History 1).
+//
+// Invariants:
+//   - The row is the authority on a run's state. Every write is a
+//     compare-and-set on the row's revision (Update, Mutate); conflicts are
+//     detected with jetstream.ErrKeyRevisionMismatch, which also covers the
+//     error code replicated buckets report, and surface as ErrConflict.
+//   - Create is the long-horizon idempotency key: a run id is created once.
+//   - Mutate functions must be idempotent, because a write whose
+//     acknowledgement was lost is retried against the row that already holds
+//     it.
+//   - Final statuses (completed, error, aborted) are never left: callers'
+//     Mutate functions check Status.Final before changing a row, and the
+//     compare-and-set makes that check race-free.
+//
+// JetStream errors are translated here, at the boundary: callers test the
+// sentinels of this package with errors.Is.
+package runstore

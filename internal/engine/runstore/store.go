@@ -1,0 +1,390 @@
+package runstore
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetrun/jetrun/internal/engine/bucket"
+	"github.com/jetrun/jetrun/internal/engine/jsfault"
+	"github.com/jetrun/jetrun/internal/engine/jspub"
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
+)
+
+// Errors returned by Store methods; test with errors.Is.
+var (
+	// ErrRunNotFound is returned by Get and Mutate when no row exists for the
+	// id (Update of a missing row is ErrConflict: its revision is gone).
+	ErrRunNotFound = errors.New("run not found")
+	// ErrRunExists is returned by Create when a row already exists.
+	ErrRunExists = errors.New("run already exists")
+	// ErrConflict is returned by Update when the row changed since the
+	// revision the caller read (a lost compare-and-set).
+	ErrConflict = errors.New("run row changed concurrently")
+	// ErrNoChange may be returned by a Mutate function to leave the row as it
+	// is; Mutate then returns the current row and a nil error.
+	ErrNoChange = jetruntype.ErrNoChange
+	// ErrCorruptRow is returned when a stored row is not valid JSON.
+	ErrCorruptRow = errors.New("corrupt run row")
+)
+
+// Config configures a Store. Zero values mean defaults.
+type Config struct {
+	// Namespace names the bucket (default "jetrun" → bucket "jetrun_runs").
+	Namespace events.Namespace
+	// Replicas of the bucket when it is created (default 1).
+	Replicas int
+	// MaxRetry bounds how long Mutate keeps retrying transient faults
+	// (default 10s); lost compare-and-sets are retried until they win.
+	MaxRetry time.Duration
+}
+
+// DefaultMaxRetry bounds Mutate's retries of transient faults when
+// Config.MaxRetry is zero.
+const DefaultMaxRetry = 10 * time.Second
+
+// maxConflicts bounds Mutate's retries of lost compare-and-sets. Each one
+// means another writer succeeded, so they end; the bound is a backstop.
+const maxConflicts = 10_000
+
+// Store reads and writes run rows. Every write is a compare-and-set on the
+// row's revision, so concurrent writers never lose each other's updates and a
+// final status is never rewritten. A Store is safe for concurrent use.
+type Store struct {
+	js       jetstream.JetStream
+	kv       jetstream.KeyValue
+	active   jetstream.KeyValue // the active-run index, see index.go
+	activeKV jetstream.Stream   // the active bucket's stream, for marker-free removals
+	maxRetry time.Duration
+	replicas int // of the runs bucket; more than one: a miss is confirmed with the leader (leader.go)
+}
+
+// markerTTL is how long the marker a cleared row leaves behind lives.
+const markerTTL = time.Minute
+
+// Open binds the runs bucket and the active-run index bucket, creating them
+// when they do not exist. Existing buckets are used as they are.
+func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, error) {
+	replicas := cmp.Or(cfg.Replicas, 1)
+	runs, err := openBucket(ctx, js, jetstream.KeyValueConfig{
+		Bucket:      cfg.Namespace.RunsBucket(),
+		Description: "jetrun run rows: one per run, key = run id",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    replicas,
+	})
+	if err != nil {
+		return nil, err
+	}
+	active, err := openBucket(ctx, js, jetstream.KeyValueConfig{
+		Bucket:      cfg.Namespace.ActiveBucket(),
+		Description: "jetrun active-run index (run.<id>, child.<parent>.<id>), concurrency slots, reconciler lease",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    replicas,
+	})
+	if err != nil {
+		return nil, err
+	}
+	activeKV, err := js.Stream(ctx, events.BucketStream(cfg.Namespace.ActiveBucket()))
+	if err != nil {
+		return nil, fmt.Errorf("kv: bind the stream of bucket %s: %w", cfg.Namespace.ActiveBucket(), err)
+	}
+	status, err := runs.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("kv: status of bucket %s: %w", cfg.Namespace.RunsBucket(), err)
+	}
+	return &Store{
+		js: js, kv: runs, active: active, activeKV: activeKV, maxRetry: cmp.Or(cfg.MaxRetry, DefaultMaxRetry),
+		replicas: bucketReplicas(status),
+	}, nil
+}
+
+// bucketReplicas returns the replicas of the stream behind a bucket.
+func bucketReplicas(st jetstream.KeyValueStatus) int {
+	if kvs, ok := st.(*jetstream.KeyValueBucketStatus); ok && kvs.StreamInfo() != nil {
+		return kvs.StreamInfo().Config.Replicas
+	}
+	return 1
+}
+
+// openBucket binds bucket cfg, creating it when it does not exist; a
+// bucket it creates refuses roll-ups (bucket.Harden). An existing
+// bucket is used as it is: Harden migrates one an earlier jetrun created.
+func openBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, cfg)
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = js.KeyValue(ctx, cfg.Bucket) // another process won the race
+		}
+		if err == nil {
+			_, err = bucket.Harden(ctx, js, cfg.Bucket)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kv: open bucket %s: %w", cfg.Bucket, err)
+	}
+	return kv, nil
+}
+
+// Harden makes the runs and active buckets refuse roll-ups if they do not
+// yet (buckets an earlier jetrun created), and returns the names of those
+// it changed. It needs the permission to update streams: parent-worker
+// calls it at start.
+func (s *Store) Harden(ctx context.Context) ([]string, error) {
+	var changed []string
+	for _, b := range []string{s.kv.Bucket(), s.active.Bucket()} {
+		ok, err := bucket.Harden(ctx, s.js, b)
+		if err != nil {
+			return changed, fmt.Errorf("kv: %w", err)
+		}
+		if ok {
+			changed = append(changed, b)
+		}
+	}
+	return changed, nil
+}
+
+// Get returns the row of run id and its revision, or ErrRunNotFound.
+func (s *Store) Get(ctx context.Context, id string) (*jetruntype.Run, uint64, error) {
+	r, rev, err := s.Lookup(ctx, id)
+	if errors.Is(err, ErrRunNotFound) {
+		return s.confirmMissing(ctx, id)
+	}
+	return r, rev, err
+}
+
+// Lookup is Get without asking the leader about a miss (see leader.go): a
+// replica that is behind may answer ErrRunNotFound for a row that exists.
+// It is for a read whose miss is followed by a Create, whose
+// compare-and-set catches such a row, so the common miss costs one round
+// trip.
+func (s *Store) Lookup(ctx context.Context, id string) (*jetruntype.Run, uint64, error) {
+	if err := events.ValidateID(id); err != nil {
+		return nil, 0, fmt.Errorf("kv: get run: %w", err)
+	}
+	e, err := s.kv.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, fmt.Errorf("kv: get run %s: %w", id, ErrRunNotFound)
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("kv: get run %s: %w", id, err)
+	}
+	r, err := Decode(e.Key(), e.Value())
+	if err != nil {
+		return nil, 0, err
+	}
+	return r, e.Revision(), nil
+}
+
+// Create stores a new row and returns its revision, or ErrRunExists. Unless
+// r.Unindexed, the run is entered in the active-run index first, so such a
+// row that is not settled always has an index entry (an entry without a
+// row, left by a crash, is removed by the reconciler).
+func (s *Store) Create(ctx context.Context, r *jetruntype.Run) (uint64, error) {
+	if err := events.ValidateID(r.ID); err != nil {
+		return 0, fmt.Errorf("kv: create run: %w", err)
+	}
+	data, err := json.Marshal(r)
+	if err != nil {
+		return 0, fmt.Errorf("kv: encode run %s: %w", r.ID, err)
+	}
+	if !r.Unindexed {
+		if err := s.index(ctx, r); err != nil {
+			return 0, err
+		}
+	}
+	rev, err := s.write(ctx, r.ID, data, 0)
+	if events.IsWrongLastSequence(err) {
+		return s.createOver(ctx, r.ID, data)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("kv: create run %s: %w", r.ID, err)
+	}
+	return rev, nil
+}
+
+// write publishes data as the row of run id if the row's last revision is
+// still rev (0: the key has no message), as jetstream.KeyValue.Update
+// does, with the answer read by jspub: these are the hottest writes there
+// are. A lost compare-and-set is events.IsWrongLastSequence.
+func (s *Store) write(ctx context.Context, id string, data []byte, rev uint64) (uint64, error) {
+	m := &nats.Msg{Subject: events.BucketSubject(s.kv.Bucket(), id), Data: data, Header: nats.Header{}}
+	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
+	ack, err := jspub.Publish(ctx, s.js, m)
+	if err != nil {
+		return 0, err
+	}
+	return ack.Sequence, nil
+}
+
+// Delete removes the row of run id and its index entries. Watchers see a
+// deletion; the marker it leaves expires after a minute.
+func (s *Store) Delete(ctx context.Context, r *jetruntype.Run) error {
+	if err := bucket.DeleteKey(ctx, s.js, s.kv.Bucket(), r.ID, markerTTL); err != nil {
+		return fmt.Errorf("kv: delete run %s: %w", r.ID, err)
+	}
+	return s.purgeIndex(ctx, r)
+}
+
+// Update writes r if the stored row is still at revision rev, and returns the
+// new revision. It returns ErrConflict if the row changed meanwhile.
+func (s *Store) Update(ctx context.Context, r *jetruntype.Run, rev uint64) (uint64, error) {
+	if err := events.ValidateID(r.ID); err != nil {
+		return 0, fmt.Errorf("kv: update run: %w", err)
+	}
+	data, err := json.Marshal(r)
+	if err != nil {
+		return 0, fmt.Errorf("kv: encode run %s: %w", r.ID, err)
+	}
+	newRev, err := s.write(ctx, r.ID, data, rev)
+	if events.IsWrongLastSequence(err) {
+		return 0, fmt.Errorf("kv: update run %s at revision %d: %w", r.ID, rev, ErrConflict)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("kv: update run %s: %w", r.ID, err)
+	}
+	return newRev, nil
+}
+
+// Mutate applies fn to the current row of run id and writes the result with a
+// compare-and-set, re-reading and re-applying fn after every lost race, until
+// it succeeds, fn returns an error, or the retry budget runs out.
+//
+// fn receives a private copy it may change. It must be idempotent: when a
+// write lands but its acknowledgement is lost, fn is applied again to the row
+// that already carries its change. Returning ErrNoChange leaves the row
+// untouched and makes Mutate return the current row with a nil error; any
+// other error is returned as is.
+func (s *Store) Mutate(ctx context.Context, id string, fn func(*jetruntype.Run) error) (*jetruntype.Run, uint64, error) {
+	var (
+		row       *jetruntype.Run
+		rev       uint64
+		conflicts int
+	)
+	b := backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(2*time.Millisecond),
+		backoff.WithMaxInterval(250*time.Millisecond),
+		backoff.WithMaxElapsedTime(s.maxRetry),
+	)
+	op := func() error {
+		cur, curRev, err := s.Get(ctx, id)
+		if err != nil {
+			if !jsfault.IsTransient(ctx, err) {
+				return backoff.Permanent(err) // not found, corrupt, a missing bucket…
+			}
+			return err
+		}
+		next := cur.Clone()
+		if err := fn(next); err != nil {
+			if errors.Is(err, ErrNoChange) {
+				row, rev = cur, curRev
+				return nil
+			}
+			return backoff.Permanent(err)
+		}
+		newRev, err := s.Update(ctx, next, curRev)
+		if err != nil && !errors.Is(err, ErrConflict) && !jsfault.IsTransient(ctx, err) {
+			return backoff.Permanent(err)
+		}
+		if errors.Is(err, ErrConflict) {
+			// Another writer got in: that is progress, not a fault, so a
+			// lost race restarts the time budget (kept for faults) and only
+			// a count bounds it.
+			if conflicts++; conflicts > maxConflicts {
+				return backoff.Permanent(fmt.Errorf("%w (%d times in a row)", err, conflicts))
+			}
+			b.Reset()
+			return err
+		}
+		if err != nil {
+			return err // transient faults are retried within the time budget
+		}
+		row, rev = next, newRev
+		return nil
+	}
+	if err := backoff.Retry(op, backoff.WithContext(b, ctx)); err != nil {
+		return nil, 0, err
+	}
+	return row, rev, nil
+}
+
+// MutateFrom is Mutate starting from a row the caller already holds: known,
+// read (or written) at revision rev, spares the first read. fn is applied to
+// a copy of known; if that write loses a race, or fn rejects known (which
+// may be stale), Mutate re-reads the row and decides. A nil known reads
+// first, exactly as Mutate.
+func (s *Store) MutateFrom(ctx context.Context, id string, known *jetruntype.Run, rev uint64, fn func(*jetruntype.Run) error) (*jetruntype.Run, uint64, error) {
+	if known == nil {
+		return s.Mutate(ctx, id, fn)
+	}
+	next := known.Clone()
+	if err := fn(next); err != nil {
+		if errors.Is(err, ErrNoChange) {
+			return known, rev, nil
+		}
+		return s.Mutate(ctx, id, fn)
+	}
+	newRev, err := s.Update(ctx, next, rev)
+	if errors.Is(err, ErrConflict) || jsfault.IsTransient(ctx, err) {
+		return s.Mutate(ctx, id, fn)
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	return next, newRev, nil
+}
+
+// List returns every row for which keep returns true (all rows when keep is
+// nil), reading the bucket in one pass.
+func (s *Store) List(ctx context.Context, keep func(*jetruntype.Run) bool) ([]*jetruntype.Run, error) {
+	w, err := s.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("kv: list runs: %w", err)
+	}
+	defer w.Stop()
+	var out []*jetruntype.Run
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("kv: list runs: %w", ctx.Err())
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, errors.New("kv: list runs: watcher closed")
+			}
+			if e == nil {
+				return out, nil
+			}
+			r, err := Decode(e.Key(), e.Value())
+			if err != nil {
+				continue // a corrupt row is reported by Get, not by a listing
+			}
+			if keep == nil || keep(r) {
+				out = append(out, r)
+			}
+		}
+	}
+}
+
+// Decode decodes the row stored under key (a row written without its id
+// takes the key's). Undecodable data is ErrCorruptRow.
+func Decode(key string, data []byte) (*jetruntype.Run, error) {
+	var r jetruntype.Run
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("kv: run %s: %w: %v", key, ErrCorruptRow, err)
+	}
+	if r.ID == "" {
+		r.ID = key
+	}
+	return &r, nil
+}
