@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/engine/obs"
@@ -75,7 +77,7 @@ type Observer interface {
 // Deliverer delivers finishes to registered handlers.
 type Deliverer struct {
 	cfg      Config
-	rt       *jetrun.Runtime
+	rt       *engine.Runtime
 	js       jetstream.JetStream
 	ns       events.Namespace
 	log      *slog.Logger
@@ -117,7 +119,8 @@ func (c Config) Validate() error {
 
 // New returns a Deliverer on rt. It does no I/O: Start creates the
 // consumers.
-func New(rt *jetrun.Runtime, cfg Config) (*Deliverer, error) {
+func New(runtime *jetrun.Runtime, cfg Config) (*Deliverer, error) {
+	rt := engine.From(runtime)
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("finish: config: %w", err)
 	}
@@ -132,7 +135,7 @@ func New(rt *jetrun.Runtime, cfg Config) (*Deliverer, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Deliverer{
-		cfg: cfg, rt: rt, js: rt.JetStream(), ns: rt.Namespace(), store: rt.Store(),
+		cfg: cfg, rt: rt, js: engine.From(rt).JetStream(), ns: rt.Namespace(), store: engine.From(rt).Store(),
 		log:      cfg.Logger.With("deliverer", cfg.ID),
 		handlers: make(map[string]Handler),
 	}, nil

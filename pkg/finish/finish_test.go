@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/jetrun/jetrun/internal/app/agents/demo"
+	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
@@ -53,7 +54,7 @@ func setup(t *testing.T, cfg finish.Config, handlers map[string]finish.Handler) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	return nc, client, rt.Store()
+	return nc, client, engine.From(rt).Store()
 }
 
 func detached(t *testing.T, c *parent.Client, id, handler string) {
@@ -206,11 +207,11 @@ func TestWebhookHandlerDeliversTheFinishAsJSON(t *testing.T) {
 	if ok.key != "hook-ok.completed" || ok.body.Status != events.StatusCompleted || ok.body.Summary != "finished 1 step" {
 		t.Fatalf("webhook call %+v", ok)
 	}
-	row := jetruntest.WaitRow(t, rt.Store(), "hook-ok", 10*time.Second, func(r *jetruntype.Run) bool { return len(r.Delivered) == 1 })
+	row := jetruntest.WaitRow(t, engine.From(rt).Store(), "hook-ok", 10*time.Second, func(r *jetruntype.Run) bool { return len(r.Delivered) == 1 })
 	if row.Delivered[events.StatusCompleted].IsZero() {
 		t.Fatal("not marked delivered")
 	}
-	failed := jetruntest.WaitRow(t, rt.Store(), "hook-fails", 10*time.Second, func(r *jetruntype.Run) bool {
+	failed := jetruntest.WaitRow(t, engine.From(rt).Store(), "hook-fails", 10*time.Second, func(r *jetruntype.Run) bool {
 		f := r.Finishes[events.StatusCompleted]
 		return f != nil && !f.FailedAt.IsZero()
 	})

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jetrun/jetrun/internal/app/agents/demo"
+	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -35,7 +36,7 @@ func TestTheFinisherNotTheWorkerPublishesFinishes(t *testing.T) {
 
 	// No deliverer: the run completes, its finish is owed and unpublished.
 	detached(t, client, "no-finisher", "h")
-	row := jetruntest.WaitRow(t, rt.Store(), "no-finisher", 10*time.Second, jetruntest.Final)
+	row := jetruntest.WaitRow(t, engine.From(rt).Store(), "no-finisher", 10*time.Second, jetruntest.Final)
 	if !row.FinishOwed(events.StatusCompleted) {
 		t.Fatalf("no finish owed: %+v", row.Finishes)
 	}
@@ -75,7 +76,7 @@ func TestTheFinisherNotTheWorkerPublishesFinishes(t *testing.T) {
 	t.Cleanup(func() { _ = d.Stop() })
 	began := time.Now()
 	detached(t, client, "with-finisher", "h")
-	jetruntest.WaitRow(t, rt.Store(), "with-finisher", 10*time.Second, func(r *jetruntype.Run) bool {
+	jetruntest.WaitRow(t, engine.From(rt).Store(), "with-finisher", 10*time.Second, func(r *jetruntype.Run) bool {
 		return !r.Delivered[events.StatusCompleted].IsZero()
 	})
 	t.Logf("dispatch to delivered finish: %s", time.Since(began))

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
@@ -81,7 +82,7 @@ func setupMilestones(t *testing.T, register func(d *finish.Deliverer)) (*parent.
 	if err != nil {
 		t.Fatal(err)
 	}
-	return client, rt.Store()
+	return client, engine.From(rt).Store()
 }
 
 func dispatchSteps(t *testing.T, c *parent.Client, id string, names, listed []string) {

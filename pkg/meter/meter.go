@@ -35,6 +35,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -131,7 +133,7 @@ func (c Config) Validate() error {
 // Meter reports starts and finishes; see the package comment.
 type Meter struct {
 	cfg Config
-	rt  *jetrun.Runtime
+	rt  *engine.Runtime
 	js  jetstream.JetStream
 	log *slog.Logger
 
@@ -139,7 +141,8 @@ type Meter struct {
 }
 
 // New returns a Meter on rt. It does no I/O: Start creates the consumer.
-func New(rt *jetrun.Runtime, cfg Config) (*Meter, error) {
+func New(runtime *jetrun.Runtime, cfg Config) (*Meter, error) {
+	rt := engine.From(runtime)
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("meter: config: %w", err)
 	}
@@ -149,7 +152,7 @@ func New(rt *jetrun.Runtime, cfg Config) (*Meter, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Meter{cfg: cfg, rt: rt, js: rt.JetStream(), log: cfg.Logger}, nil
+	return &Meter{cfg: cfg, rt: rt, js: engine.From(rt).JetStream(), log: cfg.Logger}, nil
 }
 
 // Start creates (or checks) the durable consumer, then

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -75,7 +76,7 @@ func TestAwaitsSeeTheirRunsEndAcrossAServerRestart(t *testing.T) {
 	}
 	natstest.Eventually(t, 30*time.Second, func() bool {
 		for _, id := range ids {
-			if r, _, err := rt.Store().Get(ctx, id); err != nil || r.Status != events.StatusRunning {
+			if r, _, err := engine.From(rt).Store().Get(ctx, id); err != nil || r.Status != events.StatusRunning {
 				return false
 			}
 		}

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/engine/jsfault"
@@ -92,7 +94,7 @@ type Config struct {
 // cancels them. It is safe for concurrent use.
 type Client struct {
 	cfg          Config
-	rt           *jetrun.Runtime
+	rt           *engine.Runtime
 	js           jetstream.JetStream
 	ns           events.Namespace
 	store        *runstore.Store
@@ -123,7 +125,8 @@ func (c Config) Validate() error {
 
 // New returns a Client on rt. It does no I/O: rt (jetrun.Open) created the
 // streams and buckets.
-func New(rt *jetrun.Runtime, cfg Config) (*Client, error) {
+func New(runtime *jetrun.Runtime, cfg Config) (*Client, error) {
+	rt := engine.From(runtime)
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("parent: config: %w", err)
 	}
@@ -134,9 +137,9 @@ func New(rt *jetrun.Runtime, cfg Config) (*Client, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	c := &Client{
-		cfg: cfg, rt: rt, js: rt.JetStream(), ns: rt.Namespace(), store: rt.Store(), log: cfg.Logger,
-		eventsStream: rt.EventsStream(),
-		agents:       make(map[string]time.Time), schemas: registry.NewCache(rt.JetStream(), rt.Namespace()),
+		cfg: cfg, rt: rt, js: engine.From(rt).JetStream(), ns: rt.Namespace(), store: engine.From(rt).Store(), log: cfg.Logger,
+		eventsStream: engine.From(rt).EventsStream(),
+		agents:       make(map[string]time.Time), schemas: registry.NewCache(engine.From(rt).JetStream(), rt.Namespace()),
 	}
 	c.statuses.c = c
 	return c, nil
@@ -354,9 +357,9 @@ func (c *Client) dispatchPlain(ctx context.Context, req Request, d events.Dispat
 	fresh := perr == nil
 	if perr != nil {
 		// Retried under the same message id: a copy that landed is kept.
-		var p jetrun.Published
+		var p engine.Published
 		p, perr = c.rt.PublishDispatch(ctx, req.AgentType, d,
-			jetrun.DispatchOptions{RowAfter: true, Retry: c.cfg.DispatchRetry, Requeue: true})
+			engine.DispatchOptions{RowAfter: true, Retry: c.cfg.DispatchRetry, Requeue: true})
 		seq, fresh = p.Seq, !p.Duplicate
 	}
 	switch {
@@ -480,11 +483,11 @@ func (c *Client) resume(ctx context.Context, row *jetruntype.Run) (*jetruntype.R
 }
 
 // publishDispatch publishes d under msgID, retrying for DispatchRetry,
-// so that it is queued (jetrun.DispatchOptions.Requeue), and returns its
+// so that it is queued (engine.DispatchOptions.Requeue), and returns its
 // stream sequence.
 func (c *Client) publishDispatch(ctx context.Context, agentType string, d events.Dispatch, msgID string) (uint64, error) {
 	p, err := c.rt.PublishDispatch(ctx, agentType, d,
-		jetrun.DispatchOptions{MsgID: msgID, Retry: c.cfg.DispatchRetry, Requeue: true})
+		engine.DispatchOptions{MsgID: msgID, Retry: c.cfg.DispatchRetry, Requeue: true})
 	return p.Seq, err
 }
 

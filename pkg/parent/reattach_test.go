@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -105,7 +106,7 @@ func TestWindowExceededThenRetryResumesOnce(t *testing.T) {
 	if !ok || f.Status != events.StatusInterrupted || f.Reason != events.ReasonWindowExceeded || f.ChildStillRunning || !f.Retryable {
 		t.Fatalf("await past the window: %v", err)
 	}
-	row := jetruntest.WaitRow(t, rt.Store(), "win", 10*time.Second, func(r *jetruntype.Run) bool {
+	row := jetruntest.WaitRow(t, engine.From(rt).Store(), "win", 10*time.Second, func(r *jetruntype.Run) bool {
 		return r.Status == events.StatusInterrupted && !r.ChildStillRunning
 	})
 	if row.Reason != events.ReasonWindowExceeded || row.Attempt != 1 {
@@ -125,7 +126,7 @@ func TestWindowExceededThenRetryResumesOnce(t *testing.T) {
 			results[i], errs[i] = patient.Run(ctx, parent.Request{AgentType: "slow", RunID: "win", Input: 1})
 		})
 	}
-	jetruntest.WaitRow(t, rt.Store(), "win", 10*time.Second, func(r *jetruntype.Run) bool {
+	jetruntest.WaitRow(t, engine.From(rt).Store(), "win", 10*time.Second, func(r *jetruntype.Run) bool {
 		return r.Status == events.StatusRunning && r.Attempt == 2
 	})
 	close(release)

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
@@ -45,7 +45,7 @@ func (c *Client) dispatchKeyed(ctx context.Context, req Request, d events.Dispat
 	} else if !errors.Is(err, runstore.ErrRunNotFound) {
 		return nil, false, fmt.Errorf("parent: dispatch run %s: %w", d.RunID, err)
 	}
-	row, err := c.rt.Submit(ctx, jetruntype.NewRun(req.AgentType, d, 0, time.Now()), jetrun.Held{})
+	row, err := c.rt.Submit(ctx, jetruntype.NewRun(req.AgentType, d, 0, time.Now()), engine.Held{})
 	if errors.Is(err, runstore.ErrRunExists) {
 		existing, _, err := c.get(ctx, d.RunID)
 		if err != nil {
@@ -78,7 +78,7 @@ func (c *Client) advanceKey(ctx context.Context, row *jetruntype.Run) {
 	if row.ConcurrencyKey == "" {
 		return
 	}
-	if err := c.rt.AdvanceKey(ctx, row.ConcurrencyKey, jetrun.Held{}); err != nil {
+	if err := c.rt.AdvanceKey(ctx, row.ConcurrencyKey, engine.Held{}); err != nil {
 		c.fault(ctx, "advance concurrency key", err, "run_id", row.ID, "key", row.ConcurrencyKey)
 	}
 }

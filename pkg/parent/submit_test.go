@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/engine/reconcile"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
@@ -113,7 +114,7 @@ func setupKeyed(t *testing.T, open bool) *keyedFleet {
 		}
 		f.clients = append(f.clients, c)
 		if i == 0 {
-			f.store = rt.Store()
+			f.store = engine.From(rt).Store()
 		}
 	}
 	return f
@@ -423,7 +424,7 @@ func TestReconcilerRepairsAKeyWhoseHolderDied(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := rt.Store()
+	store := engine.From(rt).Store()
 	// No worker serves "orphan": h0 holds the key, h1 waits.
 	for _, id := range []string{"h0", "h1"} {
 		if _, err := c.Dispatch(ctx, parent.Request{AgentType: "orphan", RunID: id, Input: 1, ConcurrencyKey: "k"}); err != nil {
@@ -440,7 +441,7 @@ func TestReconcilerRepairsAKeyWhoseHolderDied(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	rec, err := reconcile.New(rt, reconcile.Config{})
+	rec, err := reconcile.New(engine.From(rt), reconcile.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -468,7 +469,7 @@ func TestKeyRetryOfAnInterruptedRunWaitsForTheKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := rt.Store()
+	store := engine.From(rt).Store()
 	// No worker serves "orphan", so rows move only as this test moves them.
 	dispatch := func(id string) *jetruntype.Run {
 		t.Helper()
@@ -501,7 +502,7 @@ func TestKeyRetryOfAnInterruptedRunWaitsForTheKey(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := rt.AdvanceKey(ctx, "k", jetrun.Held{}); err != nil {
+	if err := engine.From(rt).AdvanceKey(ctx, "k", engine.Held{}); err != nil {
 		t.Fatal(err)
 	}
 	if r, _ := c.Inspect(ctx, "i0"); r.Status != events.StatusStarting || r.DispatchSeq == 0 {
@@ -521,13 +522,13 @@ func TestReconcilerEntersAQueuedRunMissingFromItsQueue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := rt.Store()
+	store := engine.From(rt).Store()
 	row := jetruntype.NewRun("orphan", events.Dispatch{RunID: "lost", Input: json.RawMessage(`1`), ConcurrencyKey: "k2"}, 0, time.Now())
 	row.Status = events.StatusQueued
 	if _, err := store.Create(ctx, row); err != nil { // and the submitter dies here
 		t.Fatal(err)
 	}
-	rec, err := reconcile.New(rt, reconcile.Config{})
+	rec, err := reconcile.New(engine.From(rt), reconcile.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log"
 
+	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/parent"
@@ -56,7 +57,7 @@ func ExampleRun_Usage() {
 	if f, ok := parent.IsFailure(err); ok {
 		fmt.Println(f.Status, f.Reason)
 	}
-	row, _, err := rt.Store().Get(ctx, "plan-1")
+	row, _, err := engine.From(rt).Store().Get(ctx, "plan-1")
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -7,10 +7,10 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/engine/jsfault"
 	"github.com/jetrun/jetrun/internal/engine/pull"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetrun"
 )
 
 // fault logs a failed JetStream call on a run's path at warn level, at
@@ -28,7 +28,7 @@ func (w *Worker) fault(ctx context.Context, log *slog.Logger, msg string, err er
 func (w *Worker) repairConsumer(cfg jetstream.ConsumerConfig) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
 		w.ensure(ctx, errors.New("fetches of consumer "+cfg.Durable+" fail"))
-		ctx, cancel := context.WithTimeout(ctx, jetrun.RepairEvery)
+		ctx, cancel := context.WithTimeout(ctx, engine.RepairEvery)
 		defer cancel()
 		if _, err := w.js.CreateOrUpdateConsumer(ctx, w.ns.DispatchStream(), cfg); err != nil {
 			return err
@@ -59,7 +59,7 @@ func (w *Worker) keeper(cfg jetstream.ConsumerConfig) *pull.Keeper {
 }
 
 // ensure re-creates the streams and buckets the worker uses when a JetStream
-// call failed (jetrun.Runtime.Repair: at most every jetrun.RepairEvery), so
+// call failed (jetrun.Runtime.Repair: at most every engine.RepairEvery), so
 // an operator's delete (or a lost stream) costs a few seconds of retries,
 // not the runs. It is idempotent: what exists is left as it is.
 func (w *Worker) ensure(ctx context.Context, cause error) {
@@ -68,7 +68,7 @@ func (w *Worker) ensure(ctx context.Context, cause error) {
 
 // ensureAside is ensure in a goroutine of its own, ended with ctx: the
 // heart must not wait on it. Looking up a stream is answered by its leader,
-// so during an election it takes the whole jetrun.RepairEvery, longer than a
+// so during an election it takes the whole engine.RepairEvery, longer than a
 // renewal may wait with a short lease.
 func (w *Worker) ensureAside(ctx context.Context, cause error) {
 	w.beats.Go(func() { w.ensureUntil(ctx, cause) })

@@ -7,10 +7,10 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/engine/settle"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
@@ -31,7 +31,7 @@ import (
 // dispatch.
 func (w *Worker) submitKeyed(ctx context.Context, agentType string, d events.Dispatch, msg jetstream.Msg) (o settle.Outcome, done bool) {
 	row := jetruntype.NewRun(agentType, d, 0, time.Now())
-	_, err := w.rt.Submit(ctx, row, jetrun.Held{RunID: d.RunID, Seq: events.StreamSeq(msg)})
+	_, err := w.rt.Submit(ctx, row, engine.Held{RunID: d.RunID, Seq: events.StreamSeq(msg)})
 	switch {
 	case err == nil, errors.Is(err, runstore.ErrRunExists):
 		return settle.Leave(), false
@@ -53,7 +53,7 @@ func (w *Worker) gate(ctx context.Context, msg jetstream.Msg, row *jetruntype.Ru
 	if wait := time.Until(row.NotBefore); wait > 0 {
 		return settle.Retry(wait + 20*time.Millisecond), false, nil
 	}
-	held := jetrun.Held{RunID: row.ID, Seq: events.StreamSeq(msg)}
+	held := engine.Held{RunID: row.ID, Seq: events.StreamSeq(msg)}
 	if err := w.rt.AdvanceKey(ctx, row.ConcurrencyKey, held); err != nil {
 		return settle.Leave(), false, err
 	}
@@ -77,7 +77,7 @@ func (w *Worker) advanceKey(ctx context.Context, r *jetruntype.Run) {
 	if r == nil || r.ConcurrencyKey == "" || r.Live() {
 		return
 	}
-	if err := w.rt.AdvanceKey(ctx, r.ConcurrencyKey, jetrun.Held{}); err != nil {
+	if err := w.rt.AdvanceKey(ctx, r.ConcurrencyKey, engine.Held{}); err != nil {
 		w.log.WarnContext(ctx, "advance concurrency key", "run_id", r.ID, "key", r.ConcurrencyKey, "err", err)
 	}
 }

@@ -107,7 +107,7 @@ func (w *Worker) parentClient(ctx context.Context) (*parent.Client, error) {
 	if w.nested.client != nil {
 		return w.nested.client, nil
 	}
-	c, err := parent.New(w.rt, parent.Config{
+	c, err := parent.New(w.runtime, parent.Config{
 		MaxDepth:           w.cfg.MaxDepth,
 		ReattachNoProgress: -1, // a handler awaits its child as long as it lives; budgets are the child's own
 		Logger:             w.log,

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
@@ -251,7 +252,7 @@ func TestLapsedWorkerWhoseRunWasTakenOverRecordsTheLapse(t *testing.T) {
 	}
 	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{Streams: events.StreamOptions{Replicas: 3}})
 	natstest.WaitForStreamLeaders(t, js, "JETRUN_EVENTS", "JETRUN_DISPATCH", "KV_jetrun_runs", "KV_jetrun_active")
-	store := rt.Store()
+	store := engine.From(rt).Store()
 	ctx := context.Background()
 	logs := &lockedBuffer{} // both workers' logs, shown if the test fails
 	t.Cleanup(func() {
@@ -339,7 +340,7 @@ func TestChattyRunOnAThreeNodeClusterSendsEachChunkOnce(t *testing.T) {
 		}),
 	})
 	publish(t, js, "jetrun.dispatch.chatty", `{"runId":"chatty","input":{}}`)
-	row := jetruntest.WaitRow(t, rt.Store(), "chatty", time.Minute, jetruntest.Final)
+	row := jetruntest.WaitRow(t, engine.From(rt).Store(), "chatty", time.Minute, jetruntest.Final)
 	if row.Status != events.StatusCompleted {
 		t.Fatalf("run ended %s (%s): %s", row.Status, row.Reason, row.Error)
 	}
@@ -413,7 +414,7 @@ func TestAnOutcomeThatCannotBeWrittenLeavesNoRunHeldByALiveWorker(t *testing.T) 
 			return worker.Result{Summary: "done"}, nil
 		})})
 	publish(t, js, "jetrun.dispatch.lost-outcome", `{"runId":"lost","input":{}}`)
-	store := rt.Store()
+	store := engine.From(rt).Store()
 	jetruntest.WaitRow(t, store, "lost", time.Minute, func(r *jetruntype.Run) bool { return r.Status == events.StatusRunning })
 
 	c.stop(0) // the runs bucket's only node

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -88,7 +89,7 @@ func TestTraceContextFollowsTheRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := rt.Store()
+	store := engine.From(rt).Store()
 
 	// 1. NATS headers on a plain published dispatch.
 	msg := nats.NewMsg("jetrun.dispatch.traced")

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -32,7 +34,8 @@ const handbackGrace = 10 * time.Second
 // Start it; stop it with Shutdown (graceful) or Stop (immediate hand-back).
 type Worker struct {
 	cfg      Config
-	rt       *jetrun.Runtime
+	runtime  *jetrun.Runtime // for the parent client of nested runs
+	rt       *engine.Runtime
 	js       jetstream.JetStream
 	ns       events.Namespace
 	store    *runstore.Store
@@ -70,17 +73,19 @@ type Worker struct {
 }
 
 // New returns a Worker on rt. It does no I/O: Start creates the consumers.
-func New(rt *jetrun.Runtime, cfg Config) (*Worker, error) {
+func New(runtime *jetrun.Runtime, cfg Config) (*Worker, error) {
+	rt := engine.From(runtime)
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("worker: config: %w", err)
 	}
 	cfg = cfg.withDefaults()
 	return &Worker{
 		cfg:      cfg,
+		runtime:  runtime,
 		rt:       rt,
-		js:       rt.JetStream(),
+		js:       engine.From(rt).JetStream(),
 		ns:       rt.Namespace(),
-		store:    rt.Store(),
+		store:    engine.From(rt).Store(),
 		log:      cfg.Logger.With("worker", cfg.ID),
 		handlers: make(map[string]Handler),
 		active:   make(map[string]*execution),

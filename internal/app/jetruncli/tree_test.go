@@ -12,6 +12,7 @@ import (
 
 	"github.com/jetrun/jetrun/internal/app/agents/demo"
 	"github.com/jetrun/jetrun/internal/app/jetruncli"
+	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/jetrun"
@@ -78,7 +79,7 @@ func TestGetShowsTheRunTreeAndCalls(t *testing.T) {
 	x1, x2 := parent.RunID("fan", "call-x#1"), parent.RunID("fan", "call-x#2")
 	y := parent.RunID("fan", "call-y")
 	for _, id := range []string{x1, x2, y} {
-		jetruntest.WaitRow(t, rt.Store(), id, 30*time.Second, jetruntest.Final)
+		jetruntest.WaitRow(t, engine.From(rt).Store(), id, 30*time.Second, jetruntest.Final)
 	}
 
 	var tree struct {
@@ -171,7 +172,7 @@ func TestReplyAnswersACall(t *testing.T) {
 	if code, out := jetrun("reply", "--error", "no", "q1", "2"); code != jetruncli.ExitOK {
 		t.Fatalf("jetrun reply --error: %d %s", code, out)
 	}
-	row := jetruntest.WaitRow(t, rt.Store(), "q1", 30*time.Second, jetruntest.Final)
+	row := jetruntest.WaitRow(t, engine.From(rt).Store(), "q1", 30*time.Second, jetruntest.Final)
 	if row.Summary != "no" || string(row.Output) != `{"yes":true}` {
 		t.Fatalf("row %s %q %s", row.Status, row.Summary, row.Output)
 	}

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/jetrun/jetrun/internal/app/metrics"
+	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -102,7 +103,7 @@ func TestWorkerObserverCounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := rt.Store()
+	store := engine.From(rt).Store()
 
 	if _, err := client.Dispatch(context.Background(), parent.Request{AgentType: "quick", RunID: "q1", Input: 1}); err != nil {
 		t.Fatal(err)

@@ -28,6 +28,7 @@ import (
 	"github.com/jetrun/jetrun/internal/app/metrics"
 	"github.com/jetrun/jetrun/internal/app/natsconn"
 	"github.com/jetrun/jetrun/internal/app/runview"
+	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/engine/bucket"
 	"github.com/jetrun/jetrun/internal/engine/obs"
 	"github.com/jetrun/jetrun/internal/engine/reconcile"
@@ -101,7 +102,7 @@ func Run(ctx, abort context.Context, cfg config.ParentWorker, logger *slog.Logge
 		return err
 	}
 	m := metrics.New()
-	js := rt.JetStream()
+	js := engine.From(rt).JetStream()
 	m.WatchLag(js, cfg.Namespace(), nil, 0)
 	// The agent registry's bucket: parent-worker creates every stream and
 	// bucket, so child-workers need no permission to create any (nats.conf).
@@ -112,7 +113,7 @@ func Run(ctx, abort context.Context, cfg config.ParentWorker, logger *slog.Logge
 	// Buckets an earlier jetrun created allowed roll-ups (one message with
 	// Nats-Rollup: all from any role that writes a key erased the bucket):
 	// refuse them from now on.
-	hardened, err := rt.Store().Harden(ctx)
+	hardened, err := engine.From(rt).Store().Harden(ctx)
 	if err != nil {
 		return err
 	}
@@ -125,7 +126,7 @@ func Run(ctx, abort context.Context, cfg config.ParentWorker, logger *slog.Logge
 		logger.Warn("bucket migrated: roll-ups refused from now on", "bucket", b)
 	}
 
-	rec, err := reconcile.New(rt, reconcile.Config{
+	rec, err := reconcile.New(engine.From(rt), reconcile.Config{
 		ID:                   cfg.WorkerID,
 		Interval:             cfg.ReconcileInterval,
 		MaxBudget:            cfg.DetachedMaxBudget,
@@ -213,8 +214,8 @@ func Run(ctx, abort context.Context, cfg config.ParentWorker, logger *slog.Logge
 	// final rows: a row seen leaving a final status (rewritten by a
 	// credential that may write the runs bucket) is restored from the
 	// run's final status event.
-	view, err := runview.StartGuard(ctx, rt.Store(), logger, func(ctx context.Context, id string) {
-		ev, ok, err := rt.RepairFinal(ctx, id)
+	view, err := runview.StartGuard(ctx, engine.From(rt).Store(), logger, func(ctx context.Context, id string) {
+		ev, ok, err := engine.From(rt).RepairFinal(ctx, id)
 		switch {
 		case err != nil:
 			logger.ErrorContext(ctx, "a final row was rewritten; repairing it failed", "run_id", id, "err", err)

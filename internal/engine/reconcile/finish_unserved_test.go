@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/app/agents/demo"
+	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/engine/obs"
 	"github.com/jetrun/jetrun/internal/engine/reconcile"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
@@ -55,7 +56,7 @@ func TestUnservedFinishWaitsAsOneCopyThenIsDeadLettered(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = d.Stop() })
-	rec, err := reconcile.New(rt, reconcile.Config{
+	rec, err := reconcile.New(engine.From(rt), reconcile.Config{
 		Interval: 100 * time.Millisecond, Logger: slog.New(obs.NewHandler(slog.DiscardHandler, nc, "", "test")),
 		FinishUnservedAfter: time.Second, FinishUnservedWait: 3 * time.Second,
 	})
@@ -73,8 +74,8 @@ func TestUnservedFinishWaitsAsOneCopyThenIsDeadLettered(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	jetruntest.WaitRow(t, rt.Store(), "to-ghost", 30*time.Second, jetruntest.Final)
-	present := jetruntest.WaitRow(t, rt.Store(), "to-present", 30*time.Second, func(r *jetruntype.Run) bool {
+	jetruntest.WaitRow(t, engine.From(rt).Store(), "to-ghost", 30*time.Second, jetruntest.Final)
+	present := jetruntest.WaitRow(t, engine.From(rt).Store(), "to-present", 30*time.Second, func(r *jetruntype.Run) bool {
 		return !r.Delivered[events.StatusCompleted].IsZero()
 	})
 	if !present.Finishes[events.StatusCompleted].UnservedSince.IsZero() {
@@ -105,7 +106,7 @@ func TestUnservedFinishWaitsAsOneCopyThenIsDeadLettered(t *testing.T) {
 	// Sweep until the row says the handler has not been seen: many dedup
 	// windows pass meanwhile, and one copy waits all along.
 	var sweeps int
-	row := jetruntest.WaitRow(t, rt.Store(), "to-ghost", 30*time.Second, func(r *jetruntype.Run) bool {
+	row := jetruntest.WaitRow(t, engine.From(rt).Store(), "to-ghost", 30*time.Second, func(r *jetruntype.Run) bool {
 		sweep()
 		sweeps++
 		if n := copies(); n != 1 {
@@ -136,7 +137,7 @@ func TestUnservedFinishWaitsAsOneCopyThenIsDeadLettered(t *testing.T) {
 
 	// Past the wait: dead-lettered with the reason, gone from the finish
 	// stream, recorded on the row; the run settles.
-	row = jetruntest.WaitRow(t, rt.Store(), "to-ghost", 30*time.Second, func(r *jetruntype.Run) bool {
+	row = jetruntest.WaitRow(t, engine.From(rt).Store(), "to-ghost", 30*time.Second, func(r *jetruntype.Run) bool {
 		sweep()
 		if n := copies(); n > 1 {
 			t.Fatalf("%d copies of the finish wait in the stream", n)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/engine/reconcile"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
@@ -34,10 +35,10 @@ func TestSweepRepublishesALostMilestoneNotice(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := events.Milestone{RunID: "lost-notice", Sequence: 1, Name: "plan", At: time.Now().Add(-time.Hour)}
-	if _, _, err := rt.Store().Mutate(ctx, "lost-notice", func(r *jetruntype.Run) error { return r.OweNotice(m, m.At) }); err != nil {
+	if _, _, err := engine.From(rt).Store().Mutate(ctx, "lost-notice", func(r *jetruntype.Run) error { return r.OweNotice(m, m.At) }); err != nil {
 		t.Fatal(err)
 	}
-	r, err := reconcile.New(rt, reconcile.Config{Interval: 200 * time.Millisecond})
+	r, err := reconcile.New(engine.From(rt), reconcile.Config{Interval: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +62,7 @@ func TestSweepRepublishesALostMilestoneNotice(t *testing.T) {
 		!events.IsMilestoneNotice(msg.Data) {
 		t.Fatalf("republished notice: %v %s", msg.Header, msg.Data)
 	}
-	row, _, err := rt.Store().Get(ctx, "lost-notice")
+	row, _, err := engine.From(rt).Store().Get(ctx, "lost-notice")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,12 +33,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/engine/jsfault"
 	"github.com/jetrun/jetrun/internal/engine/obs"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/engine/service"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
@@ -204,7 +204,7 @@ func (c Config) Validate() error {
 // lease. Create it with New, then Start; stop it with Shutdown or Stop.
 type Reconciler struct {
 	cfg   Config
-	rt    *jetrun.Runtime
+	rt    *engine.Runtime
 	js    jetstream.JetStream
 	ns    events.Namespace
 	log   *slog.Logger
@@ -229,7 +229,7 @@ type Reconciler struct {
 
 // New returns a Reconciler on rt. It does no I/O: Start starts the timers,
 // and Sweep can be called without Start.
-func New(rt *jetrun.Runtime, cfg Config) (*Reconciler, error) {
+func New(rt *engine.Runtime, cfg Config) (*Reconciler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("reconcile: config: %w", err)
 	}

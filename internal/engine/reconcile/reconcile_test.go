@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/jetrun/jetrun/internal/app/agents/demo"
+	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/engine/reconcile"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
@@ -124,7 +125,7 @@ func setup(t *testing.T, o options) *env {
 
 	rc := o.reconcile
 	rc.Interval = max(rc.Interval, 200*time.Millisecond)
-	r, err := reconcile.New(rt, rc)
+	r, err := reconcile.New(engine.From(rt), rc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +142,7 @@ func setup(t *testing.T, o options) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{ns: ns, nc: nc, js: js, client: client, store: rt.Store(), rec: rec, recon: r}
+	return &env{ns: ns, nc: nc, js: js, client: client, store: engine.From(rt).Store(), rec: rec, recon: r}
 }
 
 func (e *env) detached(t *testing.T, id, agentType string, input any, det events.Detached) {
@@ -555,7 +556,7 @@ func TestOneLeaderAtATimeAndAStandbyTakesOver(t *testing.T) {
 	for i := range 2 {
 		nc, _ := natstest.Connect(t, ns)
 		rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
-		r, err := reconcile.New(rt, reconcile.Config{ID: fmt.Sprintf("r%d", i), Interval: 300 * time.Millisecond})
+		r, err := reconcile.New(engine.From(rt), reconcile.Config{ID: fmt.Sprintf("r%d", i), Interval: 300 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,10 +12,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/engine/obs"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
@@ -606,7 +606,7 @@ func (s *sweep) recover(ctx context.Context, row *jetruntype.Run) error {
 // returns its stream sequence, and whether the dedup window found it
 // already stored.
 func (r *Reconciler) publishDispatch(ctx context.Context, row *jetruntype.Run, msgID string) (uint64, bool, error) {
-	p, err := r.rt.PublishDispatch(ctx, row.AgentType, row.Dispatch(), jetrun.DispatchOptions{MsgID: msgID})
+	p, err := r.rt.PublishDispatch(ctx, row.AgentType, row.Dispatch(), engine.DispatchOptions{MsgID: msgID})
 	if err != nil {
 		return 0, false, fmt.Errorf("reconcile: re-dispatch run %s: %w", row.ID, err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
+	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/engine/registry"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
@@ -127,7 +128,7 @@ func TestRegistryGoAPIAndPlainNATS(t *testing.T) {
 	if _, err := js.Publish(ctx, "jetrun.dispatch.wordcount", []byte(`{"runId":"plain-good","input":{"text":"x y"}}`)); err != nil {
 		t.Fatal(err)
 	}
-	row := jetruntest.WaitRow(t, rt.Store(), "plain-good", 10*time.Second, jetruntest.Final)
+	row := jetruntest.WaitRow(t, engine.From(rt).Store(), "plain-good", 10*time.Second, jetruntest.Final)
 	if row.Status != events.StatusCompleted {
 		t.Fatalf("plain good: %s %s", row.Status, row.Error)
 	}

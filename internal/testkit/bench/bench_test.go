@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/engine/reconcile"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
@@ -437,7 +438,7 @@ func BenchmarkWorkloadReconcileSweep(b *testing.B) {
 	const active, retained = 1_000, 100_000
 	_, nc, js := embeddedServer(b)
 	ctx := context.Background()
-	r, err := reconcile.New(jetruntest.OpenRuntime(b, nc, jetrun.Config{}), reconcile.Config{Parallelism: 16})
+	r, err := reconcile.New(engine.From(jetruntest.OpenRuntime(b, nc, jetrun.Config{})), reconcile.Config{Parallelism: 16})
 	if err != nil {
 		b.Fatal(err)
 	}

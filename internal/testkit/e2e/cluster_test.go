@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/app/agents/demo"
+	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -165,7 +166,7 @@ func TestClusterLosesNodesAndNoRun(t *testing.T) {
 	}
 	js, _ := jetstream.New(nc)
 	natstest.WaitForStreamLeaders(t, js, "JETRUN_DISPATCH", "JETRUN_EVENTS", "JETRUN_SIGNALS", "KV_jetrun_runs", "KV_jetrun_active")
-	e := &env{url: c.url(), js: js, client: client, store: rt.Store()}
+	e := &env{url: c.url(), js: js, client: client, store: engine.From(rt).Store()}
 	hook := newHookServer(t)
 	replicas := map[string]string{"JETRUN_REPLICAS": "3", "JETRUN_CONCURRENCY": "400", "JETRUN_LOG_LEVEL": "info", "JETRUN_LEASE": "5s"}
 	pw := e.parentWorker(t, "pw-c", hook.URL, mergeAll(replicas, roleEnv(c.url(), "parent")))
@@ -503,7 +504,7 @@ func nodeKillRestarts(t *testing.T, lease string, killLeader bool) (restarted, t
 	}
 	js, _ := jetstream.New(nc)
 	natstest.WaitForStreamLeaders(t, js, "JETRUN_DISPATCH", "JETRUN_EVENTS", "JETRUN_SIGNALS", "KV_jetrun_runs", "KV_jetrun_active")
-	e := &env{url: c.url(), js: js, client: client, store: rt.Store()}
+	e := &env{url: c.url(), js: js, client: client, store: engine.From(rt).Store()}
 	hook := newHookServer(t)
 	vars := map[string]string{"JETRUN_REPLICAS": "3", "JETRUN_LEASE": lease, "JETRUN_LOG_LEVEL": "info"}
 	e.parentWorker(t, "pw-l", hook.URL, mergeAll(vars, roleEnv(c.url(), "parent")))

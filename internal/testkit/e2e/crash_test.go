@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/app/agents/demo"
+	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
@@ -38,7 +39,7 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{url: ns.ClientURL(), js: js, client: c, store: rt.Store()}
+	return &env{url: ns.ClientURL(), js: js, client: c, store: engine.From(rt).Store()}
 }
 
 func (e *env) childWorker(t *testing.T, id string, extra map[string]string) *proc {

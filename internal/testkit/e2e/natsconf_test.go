@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -68,7 +69,7 @@ func TestNatsConfRunsARealServerTheWorkersUse(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "data", "nats", "jetstream")); err != nil {
 		t.Fatalf("store dir from nats.conf not used: %v", err)
 	}
-	row := jetruntest.WaitRow(t, rt.Store(), "conf", time.Second, jetruntest.Final)
+	row := jetruntest.WaitRow(t, engine.From(rt).Store(), "conf", time.Second, jetruntest.Final)
 	if row.Status != events.StatusCompleted {
 		t.Fatal(row.Status)
 	}

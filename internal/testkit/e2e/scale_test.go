@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/jetrun/jetrun/internal/app/agents/demo"
+	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -192,7 +193,7 @@ func TestThreeThousandRunsInFlightOnADefaultServer(t *testing.T) {
 		"%s of %d handlers returned", loaded{&handlerEnd}, n)
 	t.Logf("all %d handlers returned %s after the first dispatch", n, time.Since(began).Round(time.Millisecond))
 
-	store := rtCnc.Store()
+	store := engine.From(rtCnc).Store()
 	for _, id := range cancelled {
 		row := jetruntest.WaitRow(t, store, id, time.Minute, jetruntest.Final)
 		mu.Lock()

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -46,7 +47,7 @@ func NewEnv(t testing.TB) *Env {
 	if err != nil {
 		t.Fatalf("jetruntest: parent client: %v", err)
 	}
-	return &Env{Server: ns, Conn: nc, JS: js, Namespace: rt.Namespace(), Runtime: rt, Client: client, Store: rt.Store()}
+	return &Env{Server: ns, Conn: nc, JS: js, Namespace: rt.Namespace(), Runtime: rt, Client: client, Store: engine.From(rt).Store()}
 }
 
 // OpenRuntime opens a runtime on nc with cfg (jetrun.Open), failing the

@@ -17,6 +17,7 @@ import (
 
 	"github.com/jetrun/jetrun/internal/app/agents"
 	"github.com/jetrun/jetrun/internal/app/agents/execagent"
+	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
@@ -45,7 +46,7 @@ func setup(t *testing.T, cmds map[string]execagent.Config) (*parent.Client, *run
 	if err != nil {
 		t.Fatal(err)
 	}
-	return client, rt.Store(), func(id string) []jetruntest.Event { return jetruntest.ReadEvents(t, js, id) }
+	return client, engine.From(rt).Store(), func(id string) []jetruntest.Event { return jetruntest.ReadEvents(t, js, id) }
 }
 
 func script(name string, args ...string) execagent.Config {

@@ -16,6 +16,7 @@ import (
 	"github.com/jetrun/jetrun/internal/app/agents"
 	"github.com/jetrun/jetrun/internal/app/agents/eventline"
 	"github.com/jetrun/jetrun/internal/app/agents/httpagent"
+	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
@@ -89,7 +90,7 @@ func setupWorker(t *testing.T, c *child, cfg httpagent.Config, wcfg worker.Confi
 	if err != nil {
 		t.Fatal(err)
 	}
-	return client, rt.Store(), func(id string) []jetruntest.Event { return jetruntest.ReadEvents(t, js, id) }, w
+	return client, engine.From(rt).Store(), func(id string) []jetruntest.Event { return jetruntest.ReadEvents(t, js, id) }, w
 }
 
 func dispatch(t *testing.T, client *parent.Client, id string) {

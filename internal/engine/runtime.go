@@ -1,4 +1,4 @@
-package jetrun
+package engine
 
 import (
 	"context"
@@ -14,21 +14,10 @@ import (
 )
 
 // Config says where a Runtime's streams and buckets are and how they are
-// created. Zero values mean defaults.
+// created: package jetrun's Config, validated there.
 type Config struct {
-	// Namespace is the subject prefix (default "jetrun").
 	Namespace events.Namespace
-	// Streams tunes the streams and buckets when Open creates them;
-	// existing ones are used as they are.
-	Streams events.StreamOptions
-}
-
-// Validate reports every invalid field at once. It does no I/O.
-func (c Config) Validate() error {
-	if err := c.Streams.Validate(); err != nil {
-		return fmt.Errorf("jetrun: config: %w", err)
-	}
-	return nil
+	Streams   events.StreamOptions
 }
 
 // The runtime's pipelined publishes (a worker's events, a parent's
@@ -43,7 +32,9 @@ const (
 const RepairEvery = 5 * time.Second
 
 // Runtime is jetrun's JetStream resources in one namespace, shared by the
-// roles of a process. It is safe for concurrent use.
+// roles of a process, and the writers several roles share. It is safe for
+// concurrent use. Users hold it as a jetrun.Runtime; the roles reach it
+// with From.
 type Runtime struct {
 	nc       *nats.Conn
 	js       jetstream.JetStream
@@ -60,9 +51,6 @@ type Runtime struct {
 // nc and binds them. The connection stays the caller's: nothing in jetrun
 // closes it.
 func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Runtime, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
 	js, err := jetstream.New(nc,
 		jetstream.WithPublishAsyncMaxPending(asyncMaxPending),
 		jetstream.WithPublishAsyncTimeout(asyncAckTimeout))
@@ -138,3 +126,13 @@ func (rt *Runtime) Repair(ctx context.Context) error {
 	}
 	return nil
 }
+
+// from unwraps a public jetrun.Runtime; package jetrun sets it at init.
+var from func(rt any) *Runtime
+
+// SetFrom is called once, by package jetrun's init, with the function that
+// unwraps its Runtime.
+func SetFrom(f func(rt any) *Runtime) { from = f }
+
+// From returns the engine behind rt, a *jetrun.Runtime, or nil for a nil rt.
+func From(rt any) *Runtime { return from(rt) }

@@ -1,4 +1,4 @@
-package jetrun_test
+package engine_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
+	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -21,7 +22,7 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func open(t *testing.T) (*jetrun.Runtime, jetstream.JetStream) {
+func open(t *testing.T) (*engine.Runtime, jetstream.JetStream) {
 	t.Helper()
 	ns := natstest.RunServer(t)
 	nc, js := natstest.Connect(t, ns)
@@ -29,7 +30,7 @@ func open(t *testing.T) (*jetrun.Runtime, jetstream.JetStream) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return rt, js
+	return engine.From(rt), js
 }
 
 func TestOpenCreatesTheStreamsAndBuckets(t *testing.T) {
@@ -63,11 +64,11 @@ func TestPublishDispatchDedupAndRequeue(t *testing.T) {
 	rt, _ := open(t)
 	ctx := context.Background()
 	d := events.Dispatch{RunID: "r1", Input: json.RawMessage(`{}`)}
-	first, err := rt.PublishDispatch(ctx, "demo", d, jetrun.DispatchOptions{})
+	first, err := rt.PublishDispatch(ctx, "demo", d, engine.DispatchOptions{})
 	if err != nil || first.Duplicate {
 		t.Fatalf("first publish: %+v, %v", first, err)
 	}
-	again, err := rt.PublishDispatch(ctx, "demo", d, jetrun.DispatchOptions{})
+	again, err := rt.PublishDispatch(ctx, "demo", d, engine.DispatchOptions{})
 	if err != nil || !again.Duplicate || again.Seq != first.Seq {
 		t.Fatalf("second publish: %+v, %v; want a duplicate of seq %d", again, err, first.Seq)
 	}
@@ -80,11 +81,11 @@ func TestPublishDispatchDedupAndRequeue(t *testing.T) {
 	if q, err := rt.DispatchQueued(ctx, first.Seq); err != nil || q {
 		t.Fatalf("DispatchQueued after delete = %v, %v; want false", q, err)
 	}
-	dup, err := rt.PublishDispatch(ctx, "demo", d, jetrun.DispatchOptions{})
+	dup, err := rt.PublishDispatch(ctx, "demo", d, engine.DispatchOptions{})
 	if err != nil || !dup.Duplicate {
 		t.Fatalf("publish without Requeue: %+v, %v; want the dedup window's answer", dup, err)
 	}
-	re, err := rt.PublishDispatch(ctx, "demo", d, jetrun.DispatchOptions{Requeue: true, Retry: 5 * time.Second})
+	re, err := rt.PublishDispatch(ctx, "demo", d, engine.DispatchOptions{Requeue: true, Retry: 5 * time.Second})
 	if err != nil || re.Duplicate || re.Seq == first.Seq {
 		t.Fatalf("publish with Requeue: %+v, %v; want a new message", re, err)
 	}
@@ -137,7 +138,7 @@ func TestEraseRemovesEveryTrace(t *testing.T) {
 	rt, js := open(t)
 	ctx := context.Background()
 	d := events.Dispatch{RunID: "r3", Input: json.RawMessage(`{}`)}
-	p, err := rt.PublishDispatch(ctx, "demo", d, jetrun.DispatchOptions{})
+	p, err := rt.PublishDispatch(ctx, "demo", d, engine.DispatchOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,9 +204,9 @@ func TestLatestOrdersPlainPublishesByDispatchSequence(t *testing.T) {
 	submit := func(key, id string, seq uint64) *jetruntype.Run {
 		t.Helper()
 		d := events.Dispatch{RunID: id, Input: json.RawMessage(`{}`), ConcurrencyKey: key, Strategy: events.StrategyLatest}
-		held := jetrun.Held{}
+		held := engine.Held{}
 		if seq > 0 {
-			held = jetrun.Held{RunID: id, Seq: seq}
+			held = engine.Held{RunID: id, Seq: seq}
 		}
 		row, err := rt.Submit(ctx, jetruntype.NewRun("demo", d, 0, time.Now()), held)
 		if err != nil {
@@ -270,7 +271,7 @@ func TestMergeOrdersPlainPublishesByDispatchSequence(t *testing.T) {
 	submit := func(id string, seq uint64) *jetruntype.Run {
 		t.Helper()
 		d := events.Dispatch{RunID: id, Input: json.RawMessage(strconv.Quote(id)), ConcurrencyKey: "km", Strategy: events.StrategyMerge}
-		row, err := rt.Submit(ctx, jetruntype.NewRun("demo", d, 0, time.Now()), jetrun.Held{RunID: id, Seq: seq})
+		row, err := rt.Submit(ctx, jetruntype.NewRun("demo", d, 0, time.Now()), engine.Held{RunID: id, Seq: seq})
 		if err != nil {
 			t.Fatalf("submit %s: %v", id, err)
 		}
@@ -294,7 +295,7 @@ func TestMergeOrdersPlainPublishesByDispatchSequence(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := rt.AdvanceKey(ctx, "km", jetrun.Held{}); err != nil {
+	if err := rt.AdvanceKey(ctx, "km", engine.Held{}); err != nil {
 		t.Fatal(err)
 	}
 	row, _, err := rt.Store().Get(ctx, "km0")

@@ -1,4 +1,4 @@
-package jetrun
+package engine
 
 import (
 	"context"
