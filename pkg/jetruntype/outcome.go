@@ -1,9 +1,6 @@
 package jetruntype
 
-import (
-	"fmt"
-	"time"
-)
+import "time"
 
 // Cancel marks err, returned by any jetrun handler (a worker's run handler,
 // a step, a finish or milestone handler, a call handler), as a failure no
@@ -41,10 +38,5 @@ type RetryError struct {
 	Delay time.Duration // 0: the handler's own back-off
 }
 
-func (e *RetryError) Error() string {
-	if e.Delay > 0 {
-		return fmt.Sprintf("%v (retry after %v)", e.Err, e.Delay)
-	}
-	return e.Err.Error()
-}
+func (e *RetryError) Error() string { return e.Err.Error() }
 func (e *RetryError) Unwrap() error { return e.Err }
