@@ -12,6 +12,7 @@ import (
 
 	"github.com/jetrun/jetrun/internal/engine/jsfault"
 	"github.com/jetrun/jetrun/internal/engine/jspub"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
@@ -33,7 +34,7 @@ const AnnounceRetry = 10 * time.Second
 // Transient faults are retried (jsfault.Retry) for at most AnnounceRetry.
 func (rt *Runtime) Announce(ctx context.Context, r *jetruntype.Run, worker string) error {
 	return jsfault.Retry(ctx, AnnounceRetry, func(ctx context.Context) error {
-		return rt.PublishStatus(ctx, r, worker, events.StatusMsgID(r.ID, r.Attempt, r.Status))
+		return rt.PublishStatus(ctx, r, worker, wire.StatusMsgID(r.ID, r.Attempt, r.Status))
 	})
 }
 
@@ -71,7 +72,7 @@ func (rt *Runtime) PublishFinish(ctx context.Context, r *jetruntype.Run, s event
 		return nil, fmt.Errorf("jetrun: encode finish of run %s: %w", r.ID, err)
 	}
 	msg := &nats.Msg{Subject: rt.cfg.Namespace.FinishSubject(f.Handler), Data: data, Header: nats.Header{}}
-	msg.Header.Set(jetstream.MsgIDHeader, events.FinishMsgID(r.ID, s, f.Ending))
+	msg.Header.Set(jetstream.MsgIDHeader, wire.FinishMsgID(r.ID, s, f.Ending))
 	r.Trace().SetHeaders(msg.Header)
 	ack, err := jspub.Publish(ctx, rt.js, msg)
 	if err != nil {
@@ -93,7 +94,7 @@ func (rt *Runtime) PublishNotice(ctx context.Context, r *jetruntype.Run, name st
 		return nil, fmt.Errorf("jetrun: encode milestone notice of run %s: %w", r.ID, err)
 	}
 	msg := &nats.Msg{Subject: rt.cfg.Namespace.FinishSubject(n.Handler), Data: data, Header: nats.Header{}}
-	msg.Header.Set(jetstream.MsgIDHeader, events.MilestoneNoticeMsgID(r.ID, name))
+	msg.Header.Set(jetstream.MsgIDHeader, wire.MilestoneNoticeMsgID(r.ID, name))
 	msg.Header.Set(events.HeaderKind, events.KindMilestoneNotice)
 	ack, err := jspub.Publish(ctx, rt.js, msg)
 	if err != nil {

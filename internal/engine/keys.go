@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jetrun/jetrun/internal/engine/runstore"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
@@ -78,7 +79,7 @@ func (rt *Runtime) Submit(ctx context.Context, r *jetruntype.Run, held Held) (*j
 		return nil, err
 	}
 	if strategy != events.StrategyDrop { // a drop run starts at once or is withdrawn: never seen waiting
-		if err := rt.PublishStatus(ctx, r, "", events.StatusMsgID(r.ID, 0, events.StatusQueued)); err != nil {
+		if err := rt.PublishStatus(ctx, r, "", wire.StatusMsgID(r.ID, 0, events.StatusQueued)); err != nil {
 			return nil, err
 		}
 	}
@@ -137,7 +138,7 @@ func (rt *Runtime) Requeue(ctx context.Context, row *jetruntype.Run) (*jetruntyp
 	if row.Status != events.StatusQueued {
 		return row, nil
 	}
-	if err := rt.PublishStatus(ctx, row, "", events.StatusMsgID(row.ID, row.Attempt, events.StatusQueued)); err != nil {
+	if err := rt.PublishStatus(ctx, row, "", wire.StatusMsgID(row.ID, row.Attempt, events.StatusQueued)); err != nil {
 		return nil, err
 	}
 	if err := rt.RepairKey(ctx, row); err != nil {

@@ -10,13 +10,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/engine/runstore"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 )
 
 // Config says where a Runtime's streams and buckets are and how they are
 // created: package jetrun's Config, validated there.
 type Config struct {
-	Namespace events.Namespace
+	Namespace wire.Namespace
 	Streams   events.StreamOptions
 }
 
@@ -58,7 +59,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Runtime, error) {
 		return nil, fmt.Errorf("jetrun: jetstream: %w", err)
 	}
 	ns := cfg.Namespace
-	if err := events.EnsureStreams(ctx, js, ns, cfg.Streams); err != nil {
+	if err := wire.EnsureStreams(ctx, js, ns, cfg.Streams); err != nil {
 		return nil, fmt.Errorf("jetrun: %w", err)
 	}
 	store, err := runstore.Open(ctx, js, runstore.Config{Namespace: ns, Replicas: cfg.Streams.Replicas})
@@ -85,7 +86,7 @@ func (rt *Runtime) Conn() *nats.Conn { return rt.nc }
 func (rt *Runtime) JetStream() jetstream.JetStream { return rt.js }
 
 // Namespace returns the runtime's namespace.
-func (rt *Runtime) Namespace() events.Namespace { return rt.cfg.Namespace }
+func (rt *Runtime) Namespace() wire.Namespace { return rt.cfg.Namespace }
 
 // Streams returns the stream options the runtime creates streams with.
 func (rt *Runtime) Streams() events.StreamOptions { return rt.cfg.Streams }
@@ -118,7 +119,7 @@ func (rt *Runtime) Repair(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, RepairEvery)
 	defer cancel()
 	ns := rt.cfg.Namespace
-	if err := events.EnsureStreams(ctx, rt.js, ns, rt.cfg.Streams); err != nil {
+	if err := wire.EnsureStreams(ctx, rt.js, ns, rt.cfg.Streams); err != nil {
 		return fmt.Errorf("jetrun: repair: %w", err)
 	}
 	if _, err := runstore.Open(ctx, rt.js, runstore.Config{Namespace: ns, Replicas: rt.cfg.Streams.Replicas}); err != nil {

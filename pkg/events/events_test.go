@@ -6,6 +6,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 )
 
@@ -82,12 +83,12 @@ func TestNamespaceSubjects(t *testing.T) {
 		ns.DispatchSubject("demo"):            "jetrun.dispatch.demo",
 		ns.RunSubject("r1", events.KindChunk): "jetrun.run.r1.chunk",
 		ns.RunWildcard("r1"):                  "jetrun.run.r1.>",
-		ns.DLQSubject("demo"):                 "jetrun.dlq.demo",
-		ns.DLQSubject("a.b"):                  "jetrun.dlq._invalid",
-		ns.DispatchStream():                   "JETRUN_DISPATCH",
-		ns.EventsStream():                     "JETRUN_EVENTS",
-		ns.RunsBucket():                       "jetrun_runs",
-		events.AgentConsumer("demo"):          "agent-demo",
+		wire.Namespace(ns).DLQSubject("demo"): "jetrun.dlq.demo",
+		wire.Namespace(ns).DLQSubject("a.b"):  "jetrun.dlq._invalid",
+		wire.Namespace(ns).DispatchStream():   "JETRUN_DISPATCH",
+		wire.Namespace(ns).EventsStream():     "JETRUN_EVENTS",
+		wire.Namespace(ns).RunsBucket():       "jetrun_runs",
+		wire.AgentConsumer("demo"):            "agent-demo",
 	}
 	for got, want := range checks {
 		if got != want {
@@ -95,16 +96,16 @@ func TestNamespaceSubjects(t *testing.T) {
 		}
 	}
 	other, err := events.NewNamespace("acme")
-	if err != nil || other.DispatchStream() != "ACME_DISPATCH" || other.RunWildcard("x") != "acme.run.x.>" {
-		t.Fatalf("acme namespace: %v %q", err, other.DispatchStream())
+	if err != nil || wire.Namespace(other).DispatchStream() != "ACME_DISPATCH" || other.RunWildcard("x") != "acme.run.x.>" {
+		t.Fatalf("acme namespace: %v %q", err, wire.Namespace(other).DispatchStream())
 	}
 	if _, err := events.NewNamespace("a.b"); err == nil {
 		t.Fatal("prefix with a dot accepted")
 	}
-	if id, kind, err := ns.ParseRunSubject("jetrun.run.r1.milestone"); err != nil || id != "r1" || kind != "milestone" {
+	if id, kind, err := wire.Namespace(ns).ParseRunSubject("jetrun.run.r1.milestone"); err != nil || id != "r1" || kind != "milestone" {
 		t.Fatalf("parse = %q %q %v", id, kind, err)
 	}
-	if ns.AgentTypeFromDispatchSubject("jetrun.dispatch.a.b") != "" || ns.AgentTypeFromDispatchSubject("jetrun.dispatch.demo") != "demo" {
+	if wire.Namespace(ns).AgentTypeFromDispatchSubject("jetrun.dispatch.a.b") != "" || wire.Namespace(ns).AgentTypeFromDispatchSubject("jetrun.dispatch.demo") != "demo" {
 		t.Fatal("AgentTypeFromDispatchSubject")
 	}
 }

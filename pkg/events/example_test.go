@@ -3,6 +3,7 @@ package events_test
 import (
 	"fmt"
 
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 )
 
@@ -11,7 +12,7 @@ func ExampleNamespace() {
 	fmt.Println(ns.DispatchSubject("demo"))
 	fmt.Println(ns.RunWildcard("r1"))
 	fmt.Println(ns.SignalSubject("r1", "approve"))
-	fmt.Println(ns.EventsStream(), ns.RunsBucket())
+	fmt.Println(wire.Namespace(ns).EventsStream(), wire.Namespace(ns).RunsBucket())
 	// Output:
 	// jetrun.dispatch.demo
 	// jetrun.run.r1.>

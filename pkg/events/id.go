@@ -3,8 +3,6 @@ package events
 import (
 	"errors"
 	"fmt"
-	"strconv"
-	"time"
 )
 
 // MaxIDLength is the longest run id, agent type or handler name accepted.
@@ -54,16 +52,4 @@ func mustToken(what, s string) string {
 		panic("events: " + err.Error())
 	}
 	return s
-}
-
-// StreamEpoch encodes a stream's creation time, so run ids derived from
-// stream sequences (DerivedRunID) never repeat across a deleted and
-// re-created stream.
-func StreamEpoch(created time.Time) string { return strconv.FormatInt(created.UnixMilli(), 36) }
-
-// DerivedRunID is the run id of a dispatch that names none and has no
-// usable Nats-Msg-Id: "d<epoch>-<sequence>", from its dispatch stream's
-// StreamEpoch and its stream sequence.
-func DerivedRunID(epoch string, seq uint64) string {
-	return "d" + epoch + "-" + strconv.FormatUint(seq, 10)
 }

@@ -2,7 +2,6 @@ package events
 
 import (
 	"encoding/json"
-	"strconv"
 	"time"
 )
 
@@ -227,54 +226,3 @@ type Finish struct {
 	// Run is the run's row when the finish was published.
 	Run json.RawMessage `json:"run,omitempty"`
 }
-
-// SignalEventMsgID is the Nats-Msg-Id of a run's signal event.
-func SignalEventMsgID(runID string, attempt int, name, state string, n int64) string {
-	return runID + ".w." + itoa(int64(attempt)) + "." + name + "." + state + "." + itoa(n)
-}
-
-// FinishMsgID is the Nats-Msg-Id, and the idempotency key, of the finish of
-// a run for one status: <runId>.<status> for the run's first ending with
-// that status, <runId>.<status>.<n> for its n-th (n = ending+1: a run given
-// up, resumed by a retry and given up again has <runId>.interrupted.2).
-func FinishMsgID(runID string, s Status, ending int) string {
-	if ending <= 0 {
-		return runID + "." + string(s)
-	}
-	return runID + "." + string(s) + "." + itoa(int64(ending+1))
-}
-
-// MilestoneMsgID is the Nats-Msg-Id of a run's milestone with sequence seq.
-func MilestoneMsgID(runID string, seq int) string {
-	return runID + ".m." + itoa(int64(seq))
-}
-
-// StatusMsgID is the Nats-Msg-Id of a status event: one per run, attempt and
-// status, so a retried publish is deduplicated.
-func StatusMsgID(runID string, attempt int, s Status) string {
-	return runID + ".s." + itoa(int64(attempt)) + "." + string(s)
-}
-
-// StoppedSuffix ends the Nats-Msg-Id of the second interrupted status event
-// of an attempt, the one saying its given-up child has stopped:
-// StatusMsgID(id, attempt, StatusInterrupted) + StoppedSuffix.
-const StoppedSuffix = ".stopped"
-
-// ChunkMsgID is the Nats-Msg-Id of a run's chunk with sequence seq.
-func ChunkMsgID(runID string, seq int64) string { return runID + ".c." + itoa(seq) }
-
-// ChunkRangeMsgID is the Nats-Msg-Id of a coalesced chunk event carrying
-// the run's chunks first … last: ChunkMsgID for a single chunk.
-func ChunkRangeMsgID(runID string, first, last int64) string {
-	if last <= first {
-		return ChunkMsgID(runID, first)
-	}
-	return runID + ".c." + itoa(first) + "-" + itoa(last)
-}
-
-// ProgressMsgID is the Nats-Msg-Id of the n-th progress event of an attempt.
-func ProgressMsgID(runID string, attempt int, n int64) string {
-	return runID + ".p." + itoa(int64(attempt)) + "." + itoa(n)
-}
-
-func itoa(n int64) string { return strconv.FormatInt(n, 10) }

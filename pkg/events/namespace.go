@@ -2,7 +2,6 @@ package events
 
 import (
 	"cmp"
-	"fmt"
 	"strings"
 )
 
@@ -44,75 +43,13 @@ func (ns Namespace) streamName(suffix string) string {
 	return strings.ToUpper(ns.Prefix()) + "_" + suffix
 }
 
-// DispatchStream is the work-queue stream holding dispatches (JETRUN_DISPATCH).
-func (ns Namespace) DispatchStream() string { return ns.streamName("DISPATCH") }
-
-// EventsStream is the limits stream holding every run's events (JETRUN_EVENTS).
-func (ns Namespace) EventsStream() string { return ns.streamName("EVENTS") }
-
-// DLQStream is the stream holding rejected messages (JETRUN_DLQ).
-func (ns Namespace) DLQStream() string { return ns.streamName("DLQ") }
-
-// FinishStream is the work-queue stream holding finish deliveries
-// (JETRUN_FINISH).
-func (ns Namespace) FinishStream() string { return ns.streamName("FINISH") }
-
-// SignalsStream is the stream holding signals sent to runs (JETRUN_SIGNALS).
-func (ns Namespace) SignalsStream() string { return ns.streamName("SIGNALS") }
-
-// RunsBucket is the KV bucket holding one row per run (jetrun_runs).
-func (ns Namespace) RunsBucket() string { return ns.Prefix() + "_runs" }
-
-// ActiveBucket is the KV bucket holding the active-run index, the per-parent
-// concurrency slots and the reconciler's leader lease (jetrun_active).
-func (ns Namespace) ActiveBucket() string { return ns.Prefix() + "_active" }
-
-// BucketStream is the stream that holds KV bucket bucket (KV_<bucket>).
-func BucketStream(bucket string) string { return "KV_" + bucket }
-
-// BucketSubject is the subject key of KV bucket bucket is stored under
-// ($KV.<bucket>.<key>): a publish there with a TTL header or an expected
-// last sequence does what the KV API cannot.
-func BucketSubject(bucket, key string) string { return "$KV." + bucket + "." + key }
-
-// StatusWildcard matches every run's status subject.
-func (ns Namespace) StatusWildcard() string { return ns.Prefix() + ".run.*." + KindStatus }
-
 // MeterConsumer is the durable consumer on the events stream that meters
 // runs (package meter), shared by every metering process.
 const MeterConsumer = "meter"
 
-// CancelWildcard matches every run's cancel subject (jetrun.run.*.cancel).
-func (ns Namespace) CancelWildcard() string { return ns.Prefix() + ".run.*." + KindCancel }
-
-// WorkerSubject is where worker process id answers which of the runs named
-// in a question it no longer executes (package internal/holding).
-func (ns Namespace) WorkerSubject(id string) string {
-	return ns.Prefix() + ".worker." + mustToken("worker id", id) + ".holds"
-}
-
 // DispatchSubject is where a dispatch for agentType is published.
 func (ns Namespace) DispatchSubject(agentType string) string {
 	return ns.Prefix() + ".dispatch." + mustToken("agent type", agentType)
-}
-
-// DispatchWildcard matches every dispatch subject.
-func (ns Namespace) DispatchWildcard() string { return ns.Prefix() + ".dispatch.>" }
-
-// DispatchMalformedWildcard matches dispatch subjects with more than one token
-// after "dispatch" ("jetrun.dispatch.a.b"): no agent type can be named that
-// way, so such messages are dead-lettered. It never overlaps a single agent
-// type's subject, as work-queue consumers require.
-func (ns Namespace) DispatchMalformedWildcard() string { return ns.Prefix() + ".dispatch.*.>" }
-
-// AgentTypeFromDispatchSubject returns the agent type token of a dispatch
-// subject, or "" if the subject is not a single-token dispatch subject.
-func (ns Namespace) AgentTypeFromDispatchSubject(subject string) string {
-	rest, ok := strings.CutPrefix(subject, ns.Prefix()+".dispatch.")
-	if !ok || strings.Contains(rest, ".") {
-		return ""
-	}
-	return rest
 }
 
 // RunSubject is the subject of one kind of event of a run.
@@ -125,76 +62,8 @@ func (ns Namespace) RunWildcard(runID string) string {
 	return ns.Prefix() + ".run." + mustToken("run id", runID) + ".>"
 }
 
-// RunsWildcard matches every event of every run.
-func (ns Namespace) RunsWildcard() string { return ns.Prefix() + ".run.>" }
-
-// ParseRunSubject splits a run event subject into its run id and kind.
-func (ns Namespace) ParseRunSubject(subject string) (runID, kind string, err error) {
-	rest, ok := strings.CutPrefix(subject, ns.Prefix()+".run.")
-	if ok {
-		runID, kind, ok = strings.Cut(rest, ".")
-	}
-	if !ok || ValidateID(runID) != nil || kind == "" {
-		return "", "", fmt.Errorf("events: %q is not a run event subject", subject)
-	}
-	return runID, kind, nil
-}
-
-// DLQSubject is where rejected dispatches of agentType are kept. An agent type
-// that is not a valid token is filed under "_invalid".
-func (ns Namespace) DLQSubject(agentType string) string {
-	if ValidateAgentType(agentType) != nil {
-		agentType = "_invalid"
-	}
-	return ns.Prefix() + ".dlq." + agentType
-}
-
 // SignalSubject is where a signal named name is sent to a run: any NATS
 // publish there is stored and reaches the run's run.Wait(ctx, name).
 func (ns Namespace) SignalSubject(runID, name string) string {
 	return ns.Prefix() + ".signal." + mustToken("run id", runID) + "." + mustToken("signal name", name)
 }
-
-// RunSignalsWildcard matches every signal subject of one run.
-func (ns Namespace) RunSignalsWildcard(runID string) string {
-	return ns.Prefix() + ".signal." + mustToken("run id", runID) + ".>"
-}
-
-// SignalsWildcard matches every signal subject.
-func (ns Namespace) SignalsWildcard() string { return ns.Prefix() + ".signal.>" }
-
-// DLQFinishSubject is where finishes that could not be delivered to handler
-// are kept.
-func (ns Namespace) DLQFinishSubject(handler string) string {
-	return ns.Prefix() + ".dlq.finish." + mustToken("handler name", handler)
-}
-
-// FinishSubject is where finishes for the named handler are published.
-func (ns Namespace) FinishSubject(handler string) string {
-	return ns.Prefix() + ".finish." + mustToken("handler name", handler)
-}
-
-// FinisherQueue is the queue group of the finishers (pkg/finish) on
-// StatusWildcard: one finisher of the fleet handles each status event.
-func (ns Namespace) FinisherQueue() string { return ns.Prefix() + "-finisher" }
-
-// FinishWildcard matches every finish subject.
-func (ns Namespace) FinishWildcard() string { return ns.Prefix() + ".finish.>" }
-
-// ObsSubject is the core (not stored) subject of an observability event,
-// such as "finish.delivered"; event tokens are fixed by jetrun.
-func (ns Namespace) ObsSubject(event string) string { return ns.Prefix() + ".obs." + event }
-
-// ObsWildcard matches every observability event.
-func (ns Namespace) ObsWildcard() string { return ns.Prefix() + ".obs.>" }
-
-// DLQWildcard matches every dead-letter subject.
-func (ns Namespace) DLQWildcard() string { return ns.Prefix() + ".dlq.>" }
-
-// FinishConsumer is the durable consumer on the finish stream shared by every
-// deliverer of handler.
-func FinishConsumer(handler string) string { return "finish-" + mustToken("handler name", handler) }
-
-// AgentConsumer is the durable consumer on the dispatch stream shared by
-// every worker of agentType.
-func AgentConsumer(agentType string) string { return "agent-" + mustToken("agent type", agentType) }

@@ -29,11 +29,6 @@ type ChildChunk struct {
 	Attempt    int             `json:"attempt,omitempty"`
 }
 
-// ChildChunkMsgID is the Nats-Msg-Id of a forwarded child chunk.
-func ChildChunkMsgID(runID, childID string, seq int64) string {
-	return runID + ".cc." + childID + "." + itoa(seq)
-}
-
 // Call is a request a run makes to its caller, on jetrun.run.<id>.call,
 // published with Nats-Msg-Id <runId>.call.<seq>. Seq numbers the run's
 // calls 1, 2, 3… in the order its handler makes them (each attempt makes
@@ -73,18 +68,9 @@ type Reply struct {
 	At time.Time `json:"at"`
 }
 
-// CallMsgID is the Nats-Msg-Id of call seq of a run.
-func CallMsgID(runID string, seq int64) string { return runID + ".call." + itoa(seq) }
-
-// ReplyMsgID is the Nats-Msg-Id of the reply to call seq of a run.
-func ReplyMsgID(runID string, seq int64) string { return runID + ".reply." + itoa(seq) }
-
 // ValidateCallName reports whether name can name a call: a token like a
 // run id.
 func ValidateCallName(name string) error { return validateToken("call name", name) }
-
-// CallWildcard matches every run's call subject (jetrun.run.*.call).
-func (ns Namespace) CallWildcard() string { return ns.Prefix() + ".run.*." + KindCall }
 
 // MaxCallBytes bounds a call's input and a reply's output.
 const MaxCallBytes = 256 << 10

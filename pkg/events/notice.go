@@ -34,10 +34,6 @@ type MilestoneNotice struct {
 	Run json.RawMessage `json:"run,omitempty"`
 }
 
-// MilestoneNoticeMsgID is the Nats-Msg-Id, and the idempotency key, of the
-// notice of a run's milestone name.
-func MilestoneNoticeMsgID(runID, name string) string { return runID + ".milestone." + name }
-
 // ValidateMilestoneName reports whether name can be listed in
 // detached.onMilestones: a token like a run id.
 func ValidateMilestoneName(name string) error { return validateToken("milestone name", name) }
@@ -85,7 +81,3 @@ func (d *Detached) validateMilestones() []error {
 // milestones into milestone notices (package finish), shared by every
 // deliverer.
 const NoticeConsumer = "milestone-notices"
-
-// MilestoneWildcard matches every run's milestone subject
-// (jetrun.run.*.milestone).
-func (ns Namespace) MilestoneWildcard() string { return ns.Prefix() + ".run.*." + KindMilestone }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 )
 
@@ -29,7 +30,7 @@ func TestDecodeDispatchChecksOnMilestones(t *testing.T) {
 			t.Errorf("%s: %v, want an error mentioning %s", tc.payload, err, tc.want)
 		}
 	}
-	if got := events.MilestoneNoticeMsgID("r1", "plan"); got != "r1.milestone.plan" {
+	if got := wire.MilestoneNoticeMsgID("r1", "plan"); got != "r1.milestone.plan" {
 		t.Fatalf("notice msg id %q", got)
 	}
 }

@@ -34,9 +34,6 @@ type Step struct {
 	Usage *Usage `json:"usage,omitempty"`
 }
 
-// StepMsgID is the Nats-Msg-Id of a run's step named name.
-func StepMsgID(runID, name string) string { return runID + ".step." + name }
-
 // ValidateStepName reports whether name can name a step: 1 to
 // MaxStepNameLength bytes of letters, digits and '-', '_', '.', ':'. Names
 // are unique per run: a loop names its steps "plan-1", "plan-2"…

@@ -22,6 +22,7 @@ import (
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/engine/service"
 	"github.com/jetrun/jetrun/internal/engine/settle"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
@@ -79,7 +80,7 @@ type Deliverer struct {
 	cfg      Config
 	rt       *engine.Runtime
 	js       jetstream.JetStream
-	ns       events.Namespace
+	ns       wire.Namespace
 	log      *slog.Logger
 	handlers map[string]Handler
 	// milestones are the handlers registered with HandleMilestone.
@@ -194,7 +195,7 @@ func (d *Deliverer) Start(ctx context.Context) error {
 	configs := make(map[string]jetstream.ConsumerConfig, len(d.handlers))
 	for name := range d.handlers {
 		cfg := jetstream.ConsumerConfig{
-			Durable:       events.FinishConsumer(name),
+			Durable:       wire.FinishConsumer(name),
 			Description:   "jetrun finish deliveries to handler " + name,
 			FilterSubject: ns.FinishSubject(name),
 			AckPolicy:     jetstream.AckExplicitPolicy,
@@ -230,7 +231,7 @@ func (d *Deliverer) Start(ctx context.Context) error {
 			Consumer: c, Concurrency: d.cfg.Concurrency,
 			Handle:  func(m jetstream.Msg, _ *pull.Slot) { d.deliver(runCtx, name, m) },
 			Stopped: func(m jetstream.Msg) { d.settle(runCtx, d.log, m, settle.Retry(time.Second)) },
-			Logger:  d.log, Name: events.FinishConsumer(name),
+			Logger:  d.log, Name: wire.FinishConsumer(name),
 			Repair: keep.Repair, Keep: keep,
 		})
 	}

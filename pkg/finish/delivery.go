@@ -16,6 +16,7 @@ import (
 	"github.com/jetrun/jetrun/internal/engine/obs"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/engine/settle"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
@@ -345,7 +346,7 @@ func (d *Deliverer) release(log *slog.Logger, e entry, c claimed, cause error, f
 // the dead-letter write fails, the message is retried.
 func (d *Deliverer) deadLetter(ctx context.Context, name string, msg jetstream.Msg, e entry, c claimed, reason string, attempts int) settle.Outcome {
 	k := e.kind()
-	if _, err := d.js.PublishMsg(ctx, events.DeadLetter(d.ns.DLQFinishSubject(name), msg, reason)); err != nil {
+	if _, err := d.js.PublishMsg(ctx, wire.DeadLetter(d.ns.DLQFinishSubject(name), msg, reason)); err != nil {
 		d.fault(ctx, d.log, k.deadLettering, err, "handler", name)
 		return settle.Retry(5 * time.Second)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/jetrun/jetrun/internal/app/agents/demo"
 	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -240,7 +241,7 @@ func TestADeletedFinishConsumerIsRecreated(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if err := js.DeleteConsumer(ctx, "JETRUN_FINISH", events.FinishConsumer("h")); err != nil {
+	if err := js.DeleteConsumer(ctx, "JETRUN_FINISH", wire.FinishConsumer("h")); err != nil {
 		t.Fatal(err)
 	}
 	detached(t, client, "after-delete", "h")
@@ -252,7 +253,7 @@ func TestADeletedFinishConsumerIsRecreated(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("the finish after the consumer was deleted was never delivered")
 	}
-	if _, err := js.Consumer(ctx, "JETRUN_FINISH", events.FinishConsumer("h")); err != nil {
+	if _, err := js.Consumer(ctx, "JETRUN_FINISH", wire.FinishConsumer("h")); err != nil {
 		t.Fatalf("the consumer was not re-created: %v", err)
 	}
 }

@@ -3,6 +3,7 @@ package finish
 import (
 	"context"
 
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
@@ -12,8 +13,8 @@ type Result = events.Finish
 
 // IdempotencyKey is the key a handler deduplicates on, the finish's
 // Nats-Msg-Id: <runId>.<status>, or <runId>.<status>.<n> for a run's n-th
-// ending with the status (events.FinishMsgID).
-func IdempotencyKey(r Result) string { return events.FinishMsgID(r.RunID, r.Status, r.Ending) }
+// ending with the status (wire.FinishMsgID).
+func IdempotencyKey(r Result) string { return wire.FinishMsgID(r.RunID, r.Status, r.Ending) }
 
 // Handler handles finishes. A returned error (or a panic, or running past
 // Config.Timeout) is a failed attempt, retried with backoff.
@@ -35,7 +36,7 @@ type Notice = events.MilestoneNotice
 // NoticeIdempotencyKey is the key a milestone handler deduplicates on:
 // <runId>.milestone.<name>, the notice's Nats-Msg-Id.
 func NoticeIdempotencyKey(n Notice) string {
-	return events.MilestoneNoticeMsgID(n.RunID, n.Milestone.Name)
+	return wire.MilestoneNoticeMsgID(n.RunID, n.Milestone.Name)
 }
 
 // MilestoneHandler hears the milestone notices of the runs whose

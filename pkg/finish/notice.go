@@ -16,6 +16,7 @@ import (
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/engine/service"
 	"github.com/jetrun/jetrun/internal/engine/settle"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
@@ -312,7 +313,7 @@ func (d *Deliverer) catchUpNotices(ctx context.Context, log *slog.Logger, runID 
 		rctx, cancel := context.WithTimeout(ctx, catchUpTimeout)
 		defer cancel()
 		var found []events.Milestone
-		for ev, err := range events.Replay(rctx, d.js, d.ns, runID, events.ReplayOptions{
+		for ev, err := range wire.Replay(rctx, d.js, d.ns, runID, events.ReplayOptions{
 			StartSeq:  row.FirstEventSeq,
 			StartTime: row.CreatedAt.Add(-time.Minute), // tolerate clock skew with the server
 			Kinds:     []string{events.KindMilestone},

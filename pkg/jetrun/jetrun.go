@@ -7,6 +7,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/jetrun/jetrun/internal/engine"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 )
 
@@ -51,7 +52,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Runtime, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	e, err := engine.Open(ctx, nc, engine.Config{Namespace: cfg.Namespace, Streams: cfg.Streams})
+	e, err := engine.Open(ctx, nc, engine.Config{Namespace: wire.Namespace(cfg.Namespace), Streams: cfg.Streams})
 	if err != nil {
 		return nil, err
 	}
@@ -62,4 +63,4 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Runtime, error) {
 func (rt *Runtime) Conn() *nats.Conn { return rt.engine.Conn() }
 
 // Namespace returns the runtime's namespace.
-func (rt *Runtime) Namespace() events.Namespace { return rt.engine.Namespace() }
+func (rt *Runtime) Namespace() events.Namespace { return events.Namespace(rt.engine.Namespace()) }

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 )
 
@@ -47,7 +48,7 @@ type FinishState struct {
 	// Ending counts the run's earlier endings with this status whose slot
 	// this one took over: 0 for the first, 1 when a resumed run was given
 	// up again, and so on. It is the finish message's ending and part of
-	// its Nats-Msg-Id (events.FinishMsgID).
+	// its Nats-Msg-Id (wire.FinishMsgID).
 	Ending int `json:"ending,omitempty"`
 	// Resumed says the run was resumed after this ending (Run.Resume): the
 	// run's next ending with this status takes the slot over.
@@ -365,7 +366,7 @@ func (r *Run) ReleaseNotice(name, cause string, failed bool, now time.Time) erro
 	}
 	n.ClaimedBy, n.ClaimedUntil = "", time.Time{}
 	if cause != "" {
-		n.LastError = events.Truncate(cause, maxLastError)
+		n.LastError = wire.Truncate(cause, maxLastError)
 	}
 	if failed && n.FailedAt.IsZero() {
 		n.FailedAt = now
@@ -391,7 +392,7 @@ const maxLastError = 1000
 func (fs *FinishState) release(cause string, failed bool, now time.Time) {
 	fs.ClaimedBy, fs.ClaimedUntil = "", time.Time{}
 	if cause != "" {
-		fs.LastError = events.Truncate(cause, maxLastError)
+		fs.LastError = wire.Truncate(cause, maxLastError)
 	}
 	if failed && fs.FailedAt.IsZero() {
 		fs.FailedAt = now

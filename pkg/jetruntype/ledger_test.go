@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
@@ -137,10 +138,10 @@ func TestASecondGiveUpAfterAResumeIsOwed(t *testing.T) {
 	if !ok || second.Ending != 1 || second.Error != "over budget again" {
 		t.Fatalf("second finish %+v", second)
 	}
-	if got := events.FinishMsgID(r.ID, second.Status, second.Ending); got != "r.interrupted.2" {
+	if got := wire.FinishMsgID(r.ID, second.Status, second.Ending); got != "r.interrupted.2" {
 		t.Fatalf("second finish id %s", got)
 	}
-	if got := events.FinishMsgID(r.ID, first.Status, first.Ending); got != "r.interrupted" {
+	if got := wire.FinishMsgID(r.ID, first.Status, first.Ending); got != "r.interrupted" {
 		t.Fatalf("first finish id %s", got)
 	}
 	if !r.StaleFinish(first) || r.StaleFinish(second) {

@@ -134,7 +134,7 @@ func (r *Run) FinishMessage(s events.Status) (events.Finish, bool) {
 // was already requested). A run no live worker holds (not yet claimed, or
 // its holder dead: held is false) is aborted at once (aborted = true:
 // announce it); a running one gets cancelRequested, which its worker acts on
-// once told (events.PublishCancel). A run
+// once told (wire.PublishCancel). A run
 // already given up (interrupted) stays interrupted: its child, if still
 // running, is asked to stop.
 func (r *Run) RequestCancel(reason string, held bool, now time.Time) (aborted bool, err error) {

@@ -44,6 +44,7 @@ import (
 	"github.com/jetrun/jetrun/internal/engine/pull"
 	"github.com/jetrun/jetrun/internal/engine/service"
 	"github.com/jetrun/jetrun/internal/engine/settle"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
 )
@@ -236,7 +237,7 @@ func (m *Meter) meter(ctx context.Context, msg jetstream.Msg) settle.Outcome {
 	switch {
 	case ev.Status == events.StatusRunning:
 		hook, event = m.cfg.OnStart, obs.RunStarted
-	case ev.Status.Terminal() && !strings.HasSuffix(msg.Headers().Get(nats.MsgIdHdr), events.StoppedSuffix):
+	case ev.Status.Terminal() && !strings.HasSuffix(msg.Headers().Get(nats.MsgIdHdr), wire.StoppedSuffix):
 		hook, event = m.cfg.OnFinish, obs.RunFinished
 	default: // starting, or the note that a given-up child has stopped
 		return settle.Ack()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jetrun/jetrun/internal/app/agents/demo"
 	"github.com/jetrun/jetrun/internal/engine/obs"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -226,7 +227,7 @@ func TestMeterRestoresItsConsumerAndSkipsNoFinish(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = m.Stop() })
 
-	stream := rt.Namespace().EventsStream()
+	stream := wire.Namespace(rt.Namespace()).EventsStream()
 	const n = 300
 	publish := func(from, to int) {
 		for i := from; i < to; i++ {
@@ -276,7 +277,7 @@ func TestMeterRestoresItsConsumerAndSkipsNoFinish(t *testing.T) {
 		t.Fatalf("restores: %d missing, %d drifted", r.of("missing"), r.of("drifted"))
 	}
 	c, err := js.Consumer(ctx, stream, events.MeterConsumer)
-	if err != nil || c.CachedInfo().Config.FilterSubject != rt.Namespace().StatusWildcard() {
+	if err != nil || c.CachedInfo().Config.FilterSubject != wire.Namespace(rt.Namespace()).StatusWildcard() {
 		t.Fatalf("the meter's consumer was not restored: %v", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jetrun/jetrun/internal/engine/runstore"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
@@ -172,7 +173,7 @@ func (c *Client) stopOne(ctx context.Context, id string, o jetruntype.Overrun) e
 	}
 	c.announce(ctx, row)
 	if row.CancelRequested && row.Worker != "" {
-		return events.PublishCancel(ctx, c.js, c.ns, row.ID, row.CancelReason)
+		return wire.PublishCancel(ctx, c.js, c.ns, row.ID, row.CancelReason)
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/jetrun/jetrun/internal/engine/jsfault"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 )
 
@@ -286,7 +287,7 @@ func (c *Client) storeReply(ctx context.Context, reply events.Reply) error {
 	}
 	subject := c.ns.RunSubject(reply.RunID, events.KindReply)
 	return jsfault.Retry(ctx, c.cfg.DispatchRetry, func(ctx context.Context) error {
-		_, err := c.js.Publish(ctx, subject, data, jetstream.WithMsgID(events.ReplyMsgID(reply.RunID, reply.Seq)))
+		_, err := c.js.Publish(ctx, subject, data, jetstream.WithMsgID(wire.ReplyMsgID(reply.RunID, reply.Seq)))
 		return err
 	})
 }
@@ -330,7 +331,7 @@ func (c *Client) callSettled(ctx context.Context, call *Call, streamSeq uint64) 
 		return "run ended", nil
 	}
 	opts := events.ReplayOptions{After: streamSeq, Kinds: []string{events.KindReply}, Follow: events.HistoryOnly}
-	for ev, err := range events.Replay(ctx, c.js, c.ns, call.RunID, opts) {
+	for ev, err := range wire.Replay(ctx, c.js, c.ns, call.RunID, opts) {
 		if err != nil {
 			return "", err
 		}
@@ -357,7 +358,7 @@ func (c *Client) Calls(ctx context.Context, id string) ([]CallState, error) {
 	}
 	var out []CallState
 	idx := make(map[int64]int)
-	for ev, err := range events.Replay(ctx, c.js, c.ns, id, opts) {
+	for ev, err := range wire.Replay(ctx, c.js, c.ns, id, opts) {
 		if err != nil {
 			return nil, fmt.Errorf("parent: calls of run %s: %w", id, err)
 		}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/parent"
@@ -100,7 +101,7 @@ func TestDispatchManyRunsEveryRunOnceAndAgainStartsNothing(t *testing.T) {
 			t.Fatalf("again: result %d = %+v", i, res)
 		}
 	}
-	cons, err := env.JS.Consumer(ctx, env.Namespace.DispatchStream(), events.AgentConsumer("count"))
+	cons, err := env.JS.Consumer(ctx, wire.Namespace(env.Namespace).DispatchStream(), wire.AgentConsumer("count"))
 	if err != nil {
 		t.Fatal(err)
 	}

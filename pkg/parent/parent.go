@@ -21,6 +21,7 @@ import (
 	"github.com/jetrun/jetrun/internal/engine/obs"
 	"github.com/jetrun/jetrun/internal/engine/registry"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
@@ -96,7 +97,7 @@ type Client struct {
 	cfg          Config
 	rt           *engine.Runtime
 	js           jetstream.JetStream
-	ns           events.Namespace
+	ns           wire.Namespace
 	store        *runstore.Store
 	log          *slog.Logger
 	eventsStream jetstream.Stream
@@ -504,7 +505,7 @@ func (c *Client) checkAgentType(ctx context.Context, agentType string) error {
 		return nil
 	}
 	err := jsfault.Retry(ctx, c.cfg.DispatchRetry, func(ctx context.Context) error {
-		_, err := c.js.Consumer(ctx, c.ns.DispatchStream(), events.AgentConsumer(agentType))
+		_, err := c.js.Consumer(ctx, c.ns.DispatchStream(), wire.AgentConsumer(agentType))
 		return err
 	})
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
@@ -28,13 +29,13 @@ var (
 // follows it live as follow says; after is the last stream sequence the
 // caller already has (0 for the whole history). It returns
 // kv.ErrRunNotFound for an unknown run: a guessed id never creates
-// anything. See events.Replay.
+// anything. See wire.Replay.
 func (c *Client) Replay(ctx context.Context, id string, after uint64, follow events.Follow, kinds ...string) (iter.Seq2[events.Event, error], error) {
 	row, _, err := c.store.Get(ctx, id)
 	if err != nil {
 		return nil, fmt.Errorf("parent: replay: %w", err)
 	}
-	return events.Replay(ctx, c.js, c.ns, id, replayOptions(row, after, follow, kinds)), nil
+	return wire.Replay(ctx, c.js, c.ns, id, replayOptions(row, after, follow, kinds)), nil
 }
 
 func replayOptions(row *jetruntype.Run, after uint64, follow events.Follow, kinds []string) events.ReplayOptions {
@@ -109,7 +110,7 @@ func (c *Client) Watch(ctx context.Context, id string) error {
 		return fmt.Errorf("parent: watch: %w", err)
 	}
 	opts := replayOptions(row, after, events.UntilEnd, []string{events.KindProgress, events.KindMilestone})
-	for ev, err := range events.Replay(ctx, c.js, c.ns, id, opts) {
+	for ev, err := range wire.Replay(ctx, c.js, c.ns, id, opts) {
 		if err != nil {
 			if errors.Is(err, events.ErrReplayStopped) {
 				return nil

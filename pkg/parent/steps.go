@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jetrun/jetrun/internal/engine/runstore"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 )
 
@@ -26,7 +27,7 @@ func (c *Client) Steps(ctx context.Context, id string) ([]events.Step, error) {
 	}
 	var out []events.Step
 	seen := make(map[string]bool)
-	for ev, err := range events.Replay(ctx, c.js, c.ns, id, opts) {
+	for ev, err := range wire.Replay(ctx, c.js, c.ns, id, opts) {
 		if err != nil {
 			return nil, fmt.Errorf("parent: steps of run %s: %w", id, err)
 		}

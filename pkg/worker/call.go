@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 )
 
@@ -146,7 +147,7 @@ func (e *execution) callFor(ctx context.Context, r *Run, name string, input json
 		TimeoutMs: timeout.Milliseconds(), Attempt: e.attempt, At: time.Now(),
 	}
 	e.emitMu.Lock()
-	seq, err := e.pub.publish(ctx, events.KindCall, events.CallMsgID(e.id, c.Seq), c, true)
+	seq, err := e.pub.publish(ctx, events.KindCall, wire.CallMsgID(e.id, c.Seq), c, true)
 	e.emitMu.Unlock()
 	if err != nil {
 		return nil, err
@@ -175,7 +176,7 @@ func (e *execution) loadCalls(ctx context.Context, r *Run, h *callHistory) error
 		Follow:    events.HistoryOnly,
 	}
 	bySeq := make(map[int64]*callState)
-	for ev, err := range events.Replay(ctx, e.w.js, e.w.ns, e.id, opts) {
+	for ev, err := range wire.Replay(ctx, e.w.js, e.w.ns, e.id, opts) {
 		if err != nil {
 			return fmt.Errorf("read earlier calls: %w", err)
 		}
@@ -205,7 +206,7 @@ func (e *execution) loadCalls(ctx context.Context, r *Run, h *callHistory) error
 // reply to it is stored.
 func (e *execution) awaitReply(ctx context.Context, st *callState) (*events.Reply, error) {
 	opts := events.ReplayOptions{After: st.streamSeq, Kinds: []string{events.KindReply}, Follow: events.Forever}
-	for ev, err := range events.Replay(ctx, e.w.js, e.w.ns, e.id, opts) {
+	for ev, err := range wire.Replay(ctx, e.w.js, e.w.ns, e.id, opts) {
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, context.Cause(ctx)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 )
 
@@ -18,7 +19,7 @@ import (
 // attempt is published or flushed (so the timeline keeps its order).
 //
 // Re-sends. A batch, once closed, is an outgoing event like any other: its
-// body and its Nats-Msg-Id (events.ChunkRangeMsgID, deterministic for its
+// body and its Nats-Msg-Id (wire.ChunkRangeMsgID, deterministic for its
 // range) are fixed, and a fault re-sends exactly that grouping, which the
 // stream deduplicates; a range is never stored twice or with a gap. A new
 // attempt carries on after the last chunk stored (loadHistory reads the
@@ -46,7 +47,7 @@ type chunkBatch struct {
 // is in the batch or in flight; a failure shows on a later call.
 func (p *publisher) chunk(ctx context.Context, c events.Chunk) error {
 	if p.chunks.window <= 0 {
-		_, err := p.publish(ctx, events.KindChunk, events.ChunkMsgID(c.RunID, c.Seq), c, false)
+		_, err := p.publish(ctx, events.KindChunk, wire.ChunkMsgID(c.RunID, c.Seq), c, false)
 		return err
 	}
 	p.mu.Lock()
@@ -88,7 +89,7 @@ func (p *publisher) closeChunksLocked(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("worker: encode chunks %d-%d of run %s: %w", c.Seq, c.LastSeq(), p.runID, err)
 	}
-	o := &outgoing{kind: events.KindChunk, msgID: events.ChunkRangeMsgID(c.RunID, c.Seq, c.LastSeq()), data: data}
+	o := &outgoing{kind: events.KindChunk, msgID: wire.ChunkRangeMsgID(c.RunID, c.Seq, c.LastSeq()), data: data}
 	_, err = p.enqueueLocked(ctx, o, false)
 	return err
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/worker"
@@ -36,7 +37,7 @@ func replayChunks(t *testing.T, b *bundle, id string) []events.Chunk {
 	var out []events.Chunk
 	var prev uint64
 	prevPart := -1
-	for ev, err := range events.Replay(ctx, b.js, events.Namespace(""), id, events.ReplayOptions{}) {
+	for ev, err := range wire.Replay(ctx, b.js, wire.Namespace(events.Namespace("")), id, events.ReplayOptions{}) {
 		if err != nil {
 			t.Errorf("replay %s: %v", id, err)
 			return out
@@ -94,7 +95,7 @@ func TestCoalescedChunksReplayOneByOne(t *testing.T) {
 		stored++
 		if ev.Chunk.LastSeq() > ev.Chunk.Seq {
 			coalesced++
-			if want := events.ChunkRangeMsgID("s1", ev.Chunk.Seq, ev.Chunk.Last); ev.Header.Get("Nats-Msg-Id") != want {
+			if want := wire.ChunkRangeMsgID("s1", ev.Chunk.Seq, ev.Chunk.Last); ev.Header.Get("Nats-Msg-Id") != want {
 				t.Errorf("coalesced event %d-%d has Nats-Msg-Id %q, want %q", ev.Chunk.Seq, ev.Chunk.Last, ev.Header.Get("Nats-Msg-Id"), want)
 			}
 		}
@@ -125,7 +126,7 @@ func TestNoChunkWindowStoresOneEventPerChunk(t *testing.T) {
 	for _, ev := range evs {
 		if ev.Chunk != nil {
 			stored = append(stored, *ev.Chunk)
-			if id := ev.Header.Get("Nats-Msg-Id"); id != events.ChunkMsgID("s0", ev.Chunk.Seq) || ev.Chunk.Last != 0 {
+			if id := ev.Header.Get("Nats-Msg-Id"); id != wire.ChunkMsgID("s0", ev.Chunk.Seq) || ev.Chunk.Last != 0 {
 				t.Fatalf("chunk %d: Nats-Msg-Id %q, last %d", ev.Chunk.Seq, id, ev.Chunk.Last)
 			}
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/jetrun/jetrun/internal/engine/pull"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/engine/settle"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
@@ -46,7 +47,7 @@ func (w *Worker) process(ctx context.Context, agentType string, msg jetstream.Ms
 		// A dispatch whose row its client creates after it is usually found
 		// with its row: the tombstone is read only after a miss.
 		parallel := try == 0 && msg.Headers().Get(events.HeaderRowAfter) == ""
-		row, rev, cleared, err := w.readRow(ctx, d.RunID, events.StreamSeq(msg), try == 0, parallel)
+		row, rev, cleared, err := w.readRow(ctx, d.RunID, wire.StreamSeq(msg), try == 0, parallel)
 		if errors.Is(err, runstore.ErrRunNotFound) {
 			// The dispatch is the record (a service published it straight
 			// to the stream): the run is claimed by creating its row,
@@ -242,7 +243,7 @@ func (w *Worker) claim(row *jetruntype.Run, msg jetstream.Msg, now time.Time) *j
 	claimed.Reason, claimed.Error, claimed.ChildStillRunning = "", "", false
 	claimed.Attempt++
 	claimed.Worker, claimed.WorkerEpoch, claimed.LeaseUntil = w.cfg.ID, w.epoch(), time.Time{}
-	claimed.DispatchSeq = events.StreamSeq(msg) // the message that now wakes a takeover
+	claimed.DispatchSeq = wire.StreamSeq(msg) // the message that now wakes a takeover
 	if claimed.StartedAt.IsZero() {
 		claimed.StartedAt = now
 	}
@@ -255,7 +256,7 @@ func (w *Worker) claim(row *jetruntype.Run, msg jetstream.Msg, now time.Time) *j
 // settles the dispatch when done.
 func (w *Worker) claimNew(ctx context.Context, agentType string, d events.Dispatch, msg jetstream.Msg, slot *pull.Slot) (o settle.Outcome, done bool, err error) {
 	now := time.Now()
-	row := jetruntype.NewRun(agentType, d, events.StreamSeq(msg), now)
+	row := jetruntype.NewRun(agentType, d, wire.StreamSeq(msg), now)
 	// A top-level run that is not detached needs nothing of the reconciler.
 	row.Unindexed = d.Parent == "" && d.Detached == nil
 	e := w.newExecution(msg, row.ID, slot)
@@ -369,14 +370,14 @@ func (w *Worker) deriveRunID(msg jetstream.Msg) (string, error) {
 		return "", fmt.Errorf("dispatch has no runId and no metadata: %w", err)
 	}
 	epoch, _ := w.streamEpoch.Load().(string)
-	return events.DerivedRunID(epoch, meta.Sequence.Stream), nil
+	return wire.DerivedRunID(epoch, meta.Sequence.Stream), nil
 }
 
 // deadLetter files msg in the DLQ stream with the reason; the dispatch is
 // then terminated. If the DLQ write fails the dispatch is kept (redelivered
 // later): nothing is dropped.
 func (w *Worker) deadLetter(ctx context.Context, msg jetstream.Msg, agentType string, kind DeadLetterReason, reason string) settle.Outcome {
-	if _, err := w.js.PublishMsg(ctx, events.DeadLetter(w.ns.DLQSubject(agentType), msg, reason)); err != nil {
+	if _, err := w.js.PublishMsg(ctx, wire.DeadLetter(w.ns.DLQSubject(agentType), msg, reason)); err != nil {
 		w.log.ErrorContext(ctx, "dead-letter dispatch; keeping it for a retry", "subject", msg.Subject(), "reason", reason, "err", err)
 		return settle.Retry(retryDelay(msg))
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
@@ -63,7 +64,7 @@ func (e *execution) emitMilestone(ctx context.Context, m events.Milestone) (even
 		m.Sequence = e.milestones[n-1].Sequence + 1
 	}
 	m.At = time.Now()
-	_, err := e.pub.publish(ctx, events.KindMilestone, events.MilestoneMsgID(e.id, m.Sequence), m, true)
+	_, err := e.pub.publish(ctx, events.KindMilestone, wire.MilestoneMsgID(e.id, m.Sequence), m, true)
 	if err == nil {
 		e.milestones = append(e.milestones, m)
 	}
@@ -89,7 +90,7 @@ func (e *execution) publishSignalEvent(ctx context.Context, ev events.SignalEven
 	e.signalEvents++
 	ev.RunID, ev.Attempt, ev.At = e.id, e.attempt, time.Now()
 	_, err := e.pub.publish(ctx, events.KindSignal,
-		events.SignalEventMsgID(e.id, e.attempt, ev.Name, ev.State, e.signalEvents), ev, false)
+		wire.SignalEventMsgID(e.id, e.attempt, ev.Name, ev.State, e.signalEvents), ev, false)
 	return err
 }
 
@@ -138,7 +139,7 @@ func (e *execution) flushProgress(ctx context.Context) error {
 func (e *execution) publishProgressLocked(ctx context.Context, p events.Progress) error {
 	e.progressN++
 	p.At = time.Now()
-	if _, err := e.pub.publish(ctx, events.KindProgress, events.ProgressMsgID(e.id, e.attempt, e.progressN), p, false); err != nil {
+	if _, err := e.pub.publish(ctx, events.KindProgress, wire.ProgressMsgID(e.id, e.attempt, e.progressN), p, false); err != nil {
 		return err
 	}
 	e.lastProgressAt = p.At

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/engine/pull"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
@@ -234,7 +235,7 @@ func (e *execution) start(ctx context.Context) error {
 			return fmt.Errorf("read the last status event: %w", err)
 		}
 	}
-	seq, err := e.pub.publish(ctx, events.KindStatus, events.StatusMsgID(e.id, e.attempt, events.StatusRunning),
+	seq, err := e.pub.publish(ctx, events.KindStatus, wire.StatusMsgID(e.id, e.attempt, events.StatusRunning),
 		e.cur.StatusEvent(e.w.cfg.ID), true)
 	if err != nil {
 		return err

@@ -10,7 +10,7 @@ import (
 	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/engine/jsfault"
 	"github.com/jetrun/jetrun/internal/engine/pull"
-	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 )
 
 // fault logs a failed JetStream call on a run's path at warn level, at
@@ -36,7 +36,7 @@ func (w *Worker) repairConsumer(cfg jetstream.ConsumerConfig) func(ctx context.C
 		// A re-created dispatch stream numbers its messages from 1 again:
 		// ids derived from sequences take its new epoch.
 		if s, err := w.js.Stream(ctx, w.ns.DispatchStream()); err == nil {
-			w.streamEpoch.Store(events.StreamEpoch(s.CachedInfo().Created))
+			w.streamEpoch.Store(wire.StreamEpoch(s.CachedInfo().Created))
 		}
 		return nil
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/engine/settle"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
@@ -31,7 +32,7 @@ import (
 // dispatch.
 func (w *Worker) submitKeyed(ctx context.Context, agentType string, d events.Dispatch, msg jetstream.Msg) (o settle.Outcome, done bool) {
 	row := jetruntype.NewRun(agentType, d, 0, time.Now())
-	_, err := w.rt.Submit(ctx, row, engine.Held{RunID: d.RunID, Seq: events.StreamSeq(msg)})
+	_, err := w.rt.Submit(ctx, row, engine.Held{RunID: d.RunID, Seq: wire.StreamSeq(msg)})
 	switch {
 	case err == nil, errors.Is(err, runstore.ErrRunExists):
 		return settle.Leave(), false
@@ -53,7 +54,7 @@ func (w *Worker) gate(ctx context.Context, msg jetstream.Msg, row *jetruntype.Ru
 	if wait := time.Until(row.NotBefore); wait > 0 {
 		return settle.Retry(wait + 20*time.Millisecond), false, nil
 	}
-	held := engine.Held{RunID: row.ID, Seq: events.StreamSeq(msg)}
+	held := engine.Held{RunID: row.ID, Seq: wire.StreamSeq(msg)}
 	if err := w.rt.AdvanceKey(ctx, row.ConcurrencyKey, held); err != nil {
 		return settle.Leave(), false, err
 	}

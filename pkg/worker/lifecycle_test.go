@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/engine/runstore"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -63,7 +64,7 @@ func running(r *jetruntype.Run) bool { return r.Status == events.StatusRunning }
 func drained(t *testing.T, js jetstream.JetStream, agentType string) {
 	t.Helper()
 	natstest.Eventually(t, 20*time.Second, func() bool {
-		c, err := js.Consumer(context.Background(), "JETRUN_DISPATCH", events.AgentConsumer(agentType))
+		c, err := js.Consumer(context.Background(), "JETRUN_DISPATCH", wire.AgentConsumer(agentType))
 		if err != nil {
 			return false
 		}
@@ -331,7 +332,7 @@ func TestFleetConcurrencyCapsRunsAcrossWorkers(t *testing.T) {
 		return inFlight == 2
 	}, "two runs never started")
 	// Give a third run every chance to start: the consumer must not deliver it.
-	c, err := js.Consumer(context.Background(), "JETRUN_DISPATCH", events.AgentConsumer("capped"))
+	c, err := js.Consumer(context.Background(), "JETRUN_DISPATCH", wire.AgentConsumer("capped"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
@@ -282,7 +283,7 @@ func (c *Child) forward(ctx context.Context) (stop func(settled bool)) {
 			StartTime: c.Row.CreatedAt.Add(-time.Minute), // tolerate clock skew with the server
 			Kinds:     []string{events.KindChunk},
 		}
-		for ev, err := range events.Replay(fctx, e.w.js, e.w.ns, c.ID, opts) {
+		for ev, err := range wire.Replay(fctx, e.w.js, e.w.ns, c.ID, opts) {
 			if err != nil {
 				if fctx.Err() == nil {
 					e.w.fault(fctx, e.log, "follow child chunks", err, "child_run_id", c.ID)
@@ -294,7 +295,7 @@ func (c *Child) forward(ctx context.Context) (stop func(settled bool)) {
 				continue
 			}
 			cc := events.ChildChunk{RunID: e.id, ChildRunID: c.ID, Seq: ch.Seq, Data: ch.Data, Attempt: e.attempt}
-			if _, err := e.pub.publish(fctx, events.KindChildChunk, events.ChildChunkMsgID(e.id, c.ID, ch.Seq), cc, false); err != nil {
+			if _, err := e.pub.publish(fctx, events.KindChildChunk, wire.ChildChunkMsgID(e.id, c.ID, ch.Seq), cc, false); err != nil {
 				if fctx.Err() == nil && !errors.Is(err, ErrLeaseLost) {
 					e.w.fault(fctx, e.log, "forward child chunk", err, "child_run_id", c.ID)
 				}
@@ -332,7 +333,7 @@ func (e *execution) forwardedUpTo(ctx context.Context, child string) (int64, err
 		Follow:    events.HistoryOnly,
 	}
 	var last int64
-	for ev, err := range events.Replay(ctx, e.w.js, e.w.ns, e.id, opts) {
+	for ev, err := range wire.Replay(ctx, e.w.js, e.w.ns, e.id, opts) {
 		if err != nil {
 			return last, err
 		}
@@ -360,7 +361,7 @@ func (c *Child) answerCalls(ctx context.Context, client *parent.Client) (stop fu
 		}
 		var queued []events.Call // calls seen before the replay caught up
 		answered := make(map[int64]bool)
-		for ev, err := range events.Replay(fctx, e.w.js, e.w.ns, c.ID, opts) {
+		for ev, err := range wire.Replay(fctx, e.w.js, e.w.ns, c.ID, opts) {
 			if err != nil {
 				if fctx.Err() == nil {
 					e.w.fault(fctx, e.log, "follow child calls", err, "child_run_id", c.ID)

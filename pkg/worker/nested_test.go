@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
@@ -93,7 +94,7 @@ func TestRunChildSelfDelegationAtConcurrencyOne(t *testing.T) {
 	// The top run's timeline: its own chunk, then its child's chunks
 	// (which include the grandchild's, forwarded by the child).
 	var cc []events.ChildChunk
-	for ev, err := range events.Replay(ctx, b.js, "", "top", events.ReplayOptions{Follow: events.HistoryOnly}) {
+	for ev, err := range wire.Replay(ctx, b.js, "", "top", events.ReplayOptions{Follow: events.HistoryOnly}) {
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/engine/settle"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
@@ -136,7 +137,7 @@ func (e *execution) finalize(status events.Status, reason, text string, set func
 	if teardown {
 		// The give-up's child has stopped: say so on the timeline (a replay
 		// following the run ends here).
-		msgID := events.StatusMsgID(e.id, row.Attempt, events.StatusInterrupted) + ".stopped"
+		msgID := wire.StatusMsgID(e.id, row.Attempt, events.StatusInterrupted) + ".stopped"
 		if err := e.w.rt.PublishStatus(ctx, row, e.w.cfg.ID, msgID); err != nil {
 			e.log.WarnContext(ctx, "publish child stopped", "err", err)
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/jetrun/jetrun/internal/engine/jsfault"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 )
 
@@ -27,7 +28,7 @@ const publishWindow = 256
 // eventWindow is the publish window for an events stream of the given
 // replicas. A clustered stream's leader lets only one message checked
 // against a subject's last sequence be in process at a time and refuses the
-// others at once (events.IsSubjectInProcess), and every event of an
+// others at once (wire.IsSubjectInProcess), and every event of an
 // attempt is checked against the run's status subject: on a replicated
 // stream an attempt's events go one at a time. Runs still stream side by
 // side, each with its own status subject.
@@ -65,7 +66,7 @@ type publisher struct {
 	js      jetstream.JetStream
 	stream  jetstream.Stream // the events stream, for last-message lookups
 	store   *runstore.Store
-	ns      events.Namespace
+	ns      wire.Namespace
 	runID   string
 	worker  string
 	attempt int
@@ -245,7 +246,7 @@ func (p *publisher) settle(ctx context.Context, n int) error {
 // permanent error.
 func (p *publisher) recover(ctx context.Context, o *outgoing, cause error) (landed bool, err error) {
 	switch {
-	case events.IsSubjectInProcess(cause):
+	case wire.IsSubjectInProcess(cause):
 		// A clustered stream lets one event checked against the status
 		// subject be in process at a time: the worker took the events
 		// stream for a single replica (it was scaled up since, say) and
@@ -254,7 +255,7 @@ func (p *publisher) recover(ctx context.Context, o *outgoing, cause error) (land
 		// way, try again shortly; a real mismatch then refences.
 		p.window.Store(1)
 		return false, p.pause(ctx, cause)
-	case events.IsWrongLastSequence(cause):
+	case wire.IsWrongLastSequence(cause):
 		return p.refence(ctx, o)
 	case jsfault.IsTransient(ctx, cause):
 		return false, p.pause(ctx, cause)

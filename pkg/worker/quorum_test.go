@@ -18,6 +18,7 @@ import (
 
 	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -389,13 +390,13 @@ func TestAnOutcomeThatCannotBeWrittenLeavesNoRunHeldByALiveWorker(t *testing.T) 
 	ctx := context.Background()
 	ns := events.Namespace("")
 	on := func(node string) *jetstream.Placement { return &jetstream.Placement{Tags: []string{node}} }
-	for bucket, node := range map[string]string{ns.RunsBucket(): "q1", ns.ActiveBucket(): "q2"} {
+	for bucket, node := range map[string]string{wire.Namespace(ns).RunsBucket(): "q1", wire.Namespace(ns).ActiveBucket(): "q2"} {
 		if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, History: 1, Storage: jetstream.FileStorage,
 			LimitMarkerTTL: time.Minute, Placement: on(node)}); err != nil {
 			t.Fatalf("create bucket %s: %v", bucket, err)
 		}
 	}
-	for _, cfg := range events.StreamConfigs(ns, events.StreamOptions{}) {
+	for _, cfg := range wire.StreamConfigs(wire.Namespace(ns), events.StreamOptions{}) {
 		cfg.Placement = on("q2")
 		if _, err := js.CreateStream(ctx, cfg); err != nil {
 			t.Fatalf("create stream %s: %v", cfg.Name, err)

@@ -79,7 +79,7 @@ func (r *Run) Milestones() []events.Milestone {
 // stored (the run was taken over: ErrLeaseLost) fails a later call, or
 // Flush; everything is stored before the run ends. Chunks emitted within
 // the worker's ChunkWindow are stored as one event carrying their range;
-// readers still see them one by one (events.Replay).
+// readers still see them one by one (wire.Replay).
 func (r *Run) Chunk(ctx context.Context, data any) error {
 	if r.fake != nil {
 		raw, err := encodePayload(r.row.ID, "chunk", data)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 )
 
@@ -266,7 +267,7 @@ func (r *Run) storeStep(ctx context.Context, st events.Step) (events.Step, error
 // storeStep publishes st and returns once it, and every event before it,
 // is stored.
 func (e *execution) storeStep(ctx context.Context, st events.Step) error {
-	if _, err := e.pub.publish(ctx, events.KindStep, events.StepMsgID(e.id, st.Name), st, true); err != nil {
+	if _, err := e.pub.publish(ctx, events.KindStep, wire.StepMsgID(e.id, st.Name), st, true); err != nil {
 		return err
 	}
 	e.noteSignal(st.At, nil)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/jetrun/jetrun/internal/app/agents/demo"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -124,7 +125,7 @@ func TestLostLeaseFencesTheOldAttempt(t *testing.T) {
 	// The new holder's chunk 2 carries the very message id the zombie's
 	// next chunk will: the zombie must not take it for its own lost ack.
 	chunk := &nats.Msg{Subject: "jetrun.run.z.chunk", Data: []byte(`{"runId":"z","seq":2,"data":"thief"}`), Header: nats.Header{}}
-	chunk.Header.Set(jetstream.MsgIDHeader, events.ChunkMsgID("z", 2))
+	chunk.Header.Set(jetstream.MsgIDHeader, wire.ChunkMsgID("z", 2))
 	chunk.Header.Set(events.HeaderAttempt, fmt.Sprint(thief.Attempt))
 	if _, err := b.js.PublishMsg(ctx, chunk); err != nil {
 		t.Fatal(err)
@@ -187,7 +188,7 @@ func TestAStuckHandlerDoesNotPinACancelledRun(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := events.PublishCancel(context.Background(), js, "", "pinned", "stop"); err != nil {
+	if err := wire.PublishCancel(context.Background(), js, "", "pinned", "stop"); err != nil {
 		t.Fatal(err)
 	}
 	row := jetruntest.WaitRow(t, store, "pinned", 30*time.Second, jetruntest.Final)

@@ -21,6 +21,7 @@ import (
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/engine/service"
 	"github.com/jetrun/jetrun/internal/engine/settle"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
 )
@@ -37,7 +38,7 @@ type Worker struct {
 	runtime  *jetrun.Runtime // for the parent client of nested runs
 	rt       *engine.Runtime
 	js       jetstream.JetStream
-	ns       events.Namespace
+	ns       wire.Namespace
 	store    *runstore.Store
 	log      *slog.Logger
 	handlers map[string]Handler
@@ -167,13 +168,13 @@ func (w *Worker) setUp(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("worker: bind stream %s: %w", ns.DispatchStream(), err)
 	}
-	w.streamEpoch.Store(events.StreamEpoch(dispatch.CachedInfo().Created))
+	w.streamEpoch.Store(wire.StreamEpoch(dispatch.CachedInfo().Created))
 
 	consumers := make(map[string]jetstream.Consumer, len(w.handlers)+1)
 	configs := map[string]jetstream.ConsumerConfig{}
 	for agentType := range w.handlers {
 		configs[agentType] = jetstream.ConsumerConfig{
-			Durable:       events.AgentConsumer(agentType),
+			Durable:       wire.AgentConsumer(agentType),
 			Description:   "jetrun workers of agent type " + agentType,
 			FilterSubject: ns.DispatchSubject(agentType),
 			AckPolicy:     jetstream.AckExplicitPolicy,
@@ -245,7 +246,7 @@ func (w *Worker) setUp(ctx context.Context) error {
 			Handle: func(m jetstream.Msg, slot *pull.Slot) {
 				w.settle(runCtx, w.log, m, w.process(runCtx, agentType, m, slot))
 			},
-			Logger: w.log, Name: events.AgentConsumer(agentType), Repair: w.repairConsumer(configs[agentType]),
+			Logger: w.log, Name: wire.AgentConsumer(agentType), Repair: w.repairConsumer(configs[agentType]),
 			Keep: w.keeper(configs[agentType]),
 		})
 	}

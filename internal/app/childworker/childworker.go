@@ -17,6 +17,7 @@ import (
 	"github.com/jetrun/jetrun/internal/app/metrics"
 	"github.com/jetrun/jetrun/internal/app/natsconn"
 	"github.com/jetrun/jetrun/internal/engine"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/jetrun"
 )
 
@@ -60,7 +61,7 @@ func Run(ctx, abort context.Context, cfg config.ChildWorker, logger *slog.Logger
 	var srv *http.Server
 	if m != nil {
 		m.WorkerAgentTypes(w.AgentTypes()...)
-		m.WatchLag(engine.From(rt).JetStream(), rt.Namespace(), w.AgentTypes(), 0)
+		m.WatchLag(engine.From(rt).JetStream(), wire.Namespace(rt.Namespace()), w.AgentTypes(), 0)
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", m.Handler())
 		srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}

@@ -29,6 +29,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/jetrun/jetrun/internal/engine/reconcile"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/finish"
 	"github.com/jetrun/jetrun/pkg/meter"
@@ -362,7 +363,7 @@ const DefaultLagTimeout = 2 * time.Second
 // acknowledged: in flight) per agent type. agentTypes limits it to those
 // (nil: every agent type with a consumer). A scrape waits for JetStream at
 // most timeout (0: DefaultLagTimeout); what it could not read is left out.
-func (m *Metrics) WatchLag(js jetstream.JetStream, ns events.Namespace, agentTypes []string, timeout time.Duration) {
+func (m *Metrics) WatchLag(js jetstream.JetStream, ns wire.Namespace, agentTypes []string, timeout time.Duration) {
 	if timeout <= 0 {
 		timeout = DefaultLagTimeout
 	}
@@ -370,11 +371,11 @@ func (m *Metrics) WatchLag(js jetstream.JetStream, ns events.Namespace, agentTyp
 }
 
 // agentConsumerPrefix starts the name of every agent type's dispatch consumer.
-var agentConsumerPrefix = strings.TrimSuffix(events.AgentConsumer("x"), "x")
+var agentConsumerPrefix = strings.TrimSuffix(wire.AgentConsumer("x"), "x")
 
 type lag struct {
 	js         jetstream.JetStream
-	ns         events.Namespace
+	ns         wire.Namespace
 	agentTypes []string
 	timeout    time.Duration
 }
@@ -404,7 +405,7 @@ func (l *lag) Collect(ch chan<- prometheus.Metric) {
 	}
 	if l.agentTypes != nil {
 		for _, at := range l.agentTypes {
-			c, err := l.js.Consumer(ctx, l.ns.DispatchStream(), events.AgentConsumer(at))
+			c, err := l.js.Consumer(ctx, l.ns.DispatchStream(), wire.AgentConsumer(at))
 			if err != nil {
 				failed = 1
 				continue

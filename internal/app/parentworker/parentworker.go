@@ -33,6 +33,7 @@ import (
 	"github.com/jetrun/jetrun/internal/engine/obs"
 	"github.com/jetrun/jetrun/internal/engine/reconcile"
 	"github.com/jetrun/jetrun/internal/engine/registry"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/finish"
 	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/meter"
@@ -87,7 +88,7 @@ func Run(ctx, abort context.Context, cfg config.ParentWorker, logger *slog.Logge
 	defer nc.Close()
 	// Log records that are events (reconcile.begin, finish.delivered, …)
 	// are also published on jetrun.obs.<event>.
-	logger = slog.New(obs.NewHandler(logger.Handler(), nc, cfg.Namespace(), "parent-worker"))
+	logger = slog.New(obs.NewHandler(logger.Handler(), nc, wire.Namespace(cfg.Namespace()), "parent-worker"))
 
 	// One runtime for every role of the process: it creates (or checks)
 	// the streams and buckets.
@@ -103,10 +104,10 @@ func Run(ctx, abort context.Context, cfg config.ParentWorker, logger *slog.Logge
 	}
 	m := metrics.New()
 	js := engine.From(rt).JetStream()
-	m.WatchLag(js, cfg.Namespace(), nil, 0)
+	m.WatchLag(js, wire.Namespace(cfg.Namespace()), nil, 0)
 	// The agent registry's bucket: parent-worker creates every stream and
 	// bucket, so child-workers need no permission to create any (nats.conf).
-	reg, err := registry.Open(ctx, js, cfg.Namespace(), cfg.Options().Replicas)
+	reg, err := registry.Open(ctx, js, wire.Namespace(cfg.Namespace()), cfg.Options().Replicas)
 	if err != nil {
 		return err
 	}
@@ -117,10 +118,10 @@ func Run(ctx, abort context.Context, cfg config.ParentWorker, logger *slog.Logge
 	if err != nil {
 		return err
 	}
-	if ok, err := bucket.Harden(ctx, js, cfg.Namespace().AgentsBucket()); err != nil {
+	if ok, err := bucket.Harden(ctx, js, wire.Namespace(cfg.Namespace()).AgentsBucket()); err != nil {
 		return err
 	} else if ok {
-		hardened = append(hardened, cfg.Namespace().AgentsBucket())
+		hardened = append(hardened, wire.Namespace(cfg.Namespace()).AgentsBucket())
 	}
 	for _, b := range hardened {
 		logger.Warn("bucket migrated: roll-ups refused from now on", "bucket", b)
@@ -355,8 +356,8 @@ func banner(out io.Writer, cfg config.ParentWorker, natsURL string, embeddedServ
 	}
 	s := "nats -s " + natsURL
 	fmt.Fprintf(b, "\nWatch and drive it with the nats CLI:\n")
-	fmt.Fprintf(b, "  %s kv watch %s\n", s, cfg.Namespace().RunsBucket())
-	fmt.Fprintf(b, "  %s sub '%s'\n", s, cfg.Namespace().RunsWildcard())
+	fmt.Fprintf(b, "  %s kv watch %s\n", s, wire.Namespace(cfg.Namespace()).RunsBucket())
+	fmt.Fprintf(b, "  %s sub '%s'\n", s, wire.Namespace(cfg.Namespace()).RunsWildcard())
 	fmt.Fprintf(b, "  %s pub %s '{\"input\":{\"steps\":5,\"stepMs\":300}}'\n", s, cfg.Namespace().DispatchSubject(demo.AgentType))
 	if httpURL != "" {
 		fmt.Fprintf(b, "  curl -s %s/v1/runs\n", httpURL)

@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 )
 
 // jetrun's KV buckets refuse roll-ups. A roll-up is a header
@@ -35,7 +35,7 @@ func Hardened(cfg jetstream.StreamConfig) bool {
 // CreateKeyValue, which always allows them). It reports whether it changed
 // anything. It needs the permission to update streams (the parent role).
 func Harden(ctx context.Context, js jetstream.JetStream, bucket string) (bool, error) {
-	s, err := js.Stream(ctx, events.BucketStream(bucket))
+	s, err := js.Stream(ctx, wire.BucketStream(bucket))
 	if err != nil {
 		return false, fmt.Errorf("harden bucket %s: %w", bucket, err)
 	}
@@ -57,7 +57,7 @@ func Harden(ctx context.Context, js jetstream.JetStream, bucket string) (bool, e
 // sequence (jetstream.WithExpectLastSequencePerSubject): a compare-and-set
 // removal.
 func DeleteKey(ctx context.Context, js jetstream.JetStream, bucket, key string, ttl time.Duration, opts ...jetstream.PublishOpt) error {
-	m := &nats.Msg{Subject: events.BucketSubject(bucket, key), Header: nats.Header{}}
+	m := &nats.Msg{Subject: wire.BucketSubject(bucket, key), Header: nats.Header{}}
 	m.Header.Set("KV-Operation", "DEL")
 	opts = append(opts, jetstream.WithMsgTTL(max(ttl, time.Second)))
 	if _, err := js.PublishMsg(ctx, m, opts...); err != nil {

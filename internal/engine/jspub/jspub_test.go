@@ -12,8 +12,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/engine/jspub"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
-	"github.com/jetrun/jetrun/pkg/events"
 )
 
 // decodeLikeJetStream is how jetstream.PublishMsg reads an answer.
@@ -96,7 +96,7 @@ func TestPublishAnswersAsJetStreamDoes(t *testing.T) {
 	// errors.Is and the callers' checks work on it.
 	_, err = jspub.Publish(ctx, js, msg("s.a", "", "0"))
 	_, jsErr := js.PublishMsg(ctx, msg("s.a", "", "0"))
-	if !events.IsWrongLastSequence(err) || !errors.Is(err, jetstream.ErrKeyExists) || err.Error() != jsErr.Error() {
+	if !wire.IsWrongLastSequence(err) || !errors.Is(err, jetstream.ErrKeyExists) || err.Error() != jsErr.Error() {
 		t.Fatalf("stale expected sequence: %v; jetstream says %v", err, jsErr)
 	}
 	if _, err := jspub.Publish(ctx, js, msg("nostream.a", "", "")); !errors.Is(err, jetstream.ErrNoStreamResponse) {

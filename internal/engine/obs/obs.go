@@ -19,6 +19,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 )
 
@@ -87,7 +88,7 @@ func report(ctx context.Context, log *slog.Logger, level slog.Level, event, runI
 // publishes each event record (one with an EventKey attribute) with nc
 // under ns, naming source (a process or component id) in it. Event records
 // are published at every level, even those next leaves out.
-func NewHandler(next slog.Handler, nc *nats.Conn, ns events.Namespace, source string) slog.Handler {
+func NewHandler(next slog.Handler, nc *nats.Conn, ns wire.Namespace, source string) slog.Handler {
 	return &handler{next: next, nc: nc, subject: ns.ObsSubject, source: source}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/engine/obs"
 	"github.com/jetrun/jetrun/internal/engine/reconcile"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -37,7 +38,7 @@ func TestUnservedFinishWaitsAsOneCopyThenIsDeadLettered(t *testing.T) {
 	// A short dedup window: without the one-copy rule every republish
 	// after it would store another copy.
 	streams := events.StreamOptions{DedupWindow: 200 * time.Millisecond, FinishMaxAge: time.Hour}
-	if err := events.EnsureStreams(ctx, js, "", streams); err != nil {
+	if err := wire.EnsureStreams(ctx, js, "", streams); err != nil {
 		t.Fatal(err)
 	}
 	obsSub, err := nc.SubscribeSync("jetrun.obs.finish.>")

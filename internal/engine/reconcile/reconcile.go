@@ -38,6 +38,7 @@ import (
 	"github.com/jetrun/jetrun/internal/engine/obs"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/engine/service"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
@@ -206,7 +207,7 @@ type Reconciler struct {
 	cfg   Config
 	rt    *engine.Runtime
 	js    jetstream.JetStream
-	ns    events.Namespace
+	ns    wire.Namespace
 	log   *slog.Logger
 	store *runstore.Store
 
@@ -445,13 +446,13 @@ func (r *Reconciler) activeWatch(ctx context.Context) (*runstore.ActiveWatch, er
 }
 
 // notifyCancel tells the worker holding row, if any, of its cancel request
-// (events.PublishCancel). A lost notice is published again by a later
+// (wire.PublishCancel). A lost notice is published again by a later
 // sweep.
 func (r *Reconciler) notifyCancel(ctx context.Context, row *jetruntype.Run) {
 	if row.Worker == "" || !row.CancelRequested {
 		return
 	}
-	if err := events.PublishCancel(ctx, r.js, r.ns, row.ID, row.CancelReason); err != nil {
+	if err := wire.PublishCancel(ctx, r.js, r.ns, row.ID, row.CancelReason); err != nil {
 		r.fault(ctx, "publish cancel; a later sweep publishes it again", err, "run_id", row.ID)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/engine/obs"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
@@ -153,7 +154,7 @@ func (s *sweep) republishFinishes(ctx context.Context, row *jetruntype.Run) erro
 		if fs.Seq == 0 && row.Detached != nil && s.now.Sub(fs.DueAt) >= r.republishEvery()/2 {
 			// Past the dedup window a republish would not find the
 			// original: look for it.
-			seq, err := s.findCopy(ctx, row.Detached.OnFinish, events.FinishMsgID(row.ID, st, fs.Ending))
+			seq, err := s.findCopy(ctx, row.Detached.OnFinish, wire.FinishMsgID(row.ID, st, fs.Ending))
 			if err != nil {
 				return err
 			}
@@ -245,7 +246,7 @@ func (s *sweep) handlerServed(ctx context.Context, handler string) (bool, error)
 	if known {
 		return served, nil
 	}
-	c, err := s.r.js.Consumer(ctx, s.r.ns.FinishStream(), events.FinishConsumer(handler))
+	c, err := s.r.js.Consumer(ctx, s.r.ns.FinishStream(), wire.FinishConsumer(handler))
 	switch {
 	case errors.Is(err, jetstream.ErrConsumerNotFound):
 		served = false
@@ -282,7 +283,7 @@ func (s *sweep) deadLetterUnserved(ctx context.Context, row *jetruntype.Run, st 
 	fs := row.Finishes[st]
 	reason := fmt.Sprintf("no deliverer took this finish for handler %q in %s: nothing serves the handler", f.Handler,
 		waited.Round(time.Second))
-	msgID := events.FinishMsgID(row.ID, st, fs.Ending)
+	msgID := wire.FinishMsgID(row.ID, st, fs.Ending)
 	dlq := &nats.Msg{Subject: ns.DLQFinishSubject(f.Handler), Data: data, Header: nats.Header{}}
 	dlq.Header.Set(events.HeaderReason, reason)
 	dlq.Header.Set(events.HeaderOriginalSubject, ns.FinishSubject(f.Handler))

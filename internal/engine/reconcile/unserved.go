@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/engine/runstore"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
@@ -41,7 +42,7 @@ func (r *Reconciler) markUnserved(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("reconcile: dispatch subjects: %w", err)
 	}
-	epoch := events.StreamEpoch(info.Created)
+	epoch := wire.StreamEpoch(info.Created)
 	now := time.Now()
 	marked := 0
 	for subject, n := range info.State.Subjects {
@@ -88,7 +89,7 @@ func (r *Reconciler) markUnserved(ctx context.Context) (int, error) {
 // unserved says why no worker takes agent type's dispatches ("" when one
 // may), and how long a dispatch must have waited to be called unserved.
 func (r *Reconciler) unserved(ctx context.Context, agentType string) (why string, minAge time.Duration, err error) {
-	c, err := r.js.Consumer(ctx, r.ns.DispatchStream(), events.AgentConsumer(agentType))
+	c, err := r.js.Consumer(ctx, r.ns.DispatchStream(), wire.AgentConsumer(agentType))
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return fmt.Sprintf("no worker serves agent type %s", agentType), 0, nil
 	}
@@ -112,7 +113,7 @@ func dispatchOf(epoch string, msg *jetstream.RawStreamMsg) (d events.Dispatch, o
 	if d.RunID == "" {
 		d.RunID = msg.Header.Get(jetstream.MsgIDHeader)
 		if events.ValidateID(d.RunID) != nil {
-			d.RunID = events.DerivedRunID(epoch, msg.Sequence)
+			d.RunID = wire.DerivedRunID(epoch, msg.Sequence)
 		}
 	}
 	return d, d.Validate() == nil
@@ -158,10 +159,10 @@ func (r *Reconciler) deadLetterUnservedDispatch(ctx context.Context, stream jets
 		}
 	}
 	if id := msg.Header.Get(jetstream.MsgIDHeader); id != "" {
-		dlq.Header.Set(events.HeaderOriginalMsgID, events.HeaderValue(id))
+		dlq.Header.Set(events.HeaderOriginalMsgID, wire.HeaderValue(id))
 	}
 	seq := strconv.FormatUint(msg.Sequence, 10)
-	dlq.Header.Set(events.HeaderReason, events.HeaderValue(row.Error))
+	dlq.Header.Set(events.HeaderReason, wire.HeaderValue(row.Error))
 	dlq.Header.Set(events.HeaderOriginalSubject, msg.Subject)
 	dlq.Header.Set(events.HeaderOriginalSequence, seq)
 	dlq.Header.Set(jetstream.MsgIDHeader, "dlq-"+ns.DispatchStream()+"-"+seq)

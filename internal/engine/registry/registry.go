@@ -32,7 +32,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/engine/bucket"
-	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 )
 
 // DefaultTTL is how long an announcement lives unless rewritten.
@@ -97,7 +97,7 @@ type Registry struct {
 }
 
 // Open binds the agents bucket, creating it when it does not exist.
-func Open(ctx context.Context, js jetstream.JetStream, ns events.Namespace, replicas int) (*Registry, error) {
+func Open(ctx context.Context, js jetstream.JetStream, ns wire.Namespace, replicas int) (*Registry, error) {
 	name := ns.AgentsBucket()
 	kv, err := js.KeyValue(ctx, name)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
@@ -123,7 +123,7 @@ func Open(ctx context.Context, js jetstream.JetStream, ns events.Namespace, repl
 
 // Bind binds the agents bucket if it exists; ok is false when no worker
 // ever announced anything.
-func Bind(ctx context.Context, js jetstream.JetStream, ns events.Namespace) (r *Registry, ok bool, err error) {
+func Bind(ctx context.Context, js jetstream.JetStream, ns wire.Namespace) (r *Registry, ok bool, err error) {
 	kv, err := js.KeyValue(ctx, ns.AgentsBucket())
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, false, nil
@@ -145,7 +145,7 @@ func (r *Registry) Announce(ctx context.Context, a Announcement, ttl time.Durati
 	if err != nil {
 		return fmt.Errorf("registry: encode announcement of %s: %w", a.AgentType, err)
 	}
-	subject := events.BucketSubject(r.kv.Bucket(), key(a.AgentType, a.Worker))
+	subject := wire.BucketSubject(r.kv.Bucket(), key(a.AgentType, a.Worker))
 	if _, err := r.js.Publish(ctx, subject, data, jetstream.WithMsgTTL(max(ttl, time.Second))); err != nil {
 		return fmt.Errorf("registry: announce agent type %s of worker %s: %w", a.AgentType, a.Worker, err)
 	}
@@ -253,7 +253,7 @@ func jsonEqual(a, b json.RawMessage) bool {
 // seen within CacheTTL.
 type Cache struct {
 	js jetstream.JetStream
-	ns events.Namespace
+	ns wire.Namespace
 
 	mu  sync.Mutex
 	reg *Registry
@@ -275,7 +275,7 @@ const refreshAhead = CacheTTL / 5
 const CacheTTL = 5 * time.Second
 
 // NewCache returns a cache over the registry of ns.
-func NewCache(js jetstream.JetStream, ns events.Namespace) *Cache {
+func NewCache(js jetstream.JetStream, ns wire.Namespace) *Cache {
 	return &Cache{js: js, ns: ns, by: map[string]cached{}}
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/engine/registry"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -234,7 +235,7 @@ func TestCacheRefreshesAhead(t *testing.T) {
 	ns := natstest.RunServer(t)
 	_, js := natstest.Connect(t, ns)
 	ctx := context.Background()
-	reg, err := registry.Open(ctx, js, events.Namespace(""), 1)
+	reg, err := registry.Open(ctx, js, wire.Namespace(events.Namespace("")), 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +247,7 @@ func TestCacheRefreshesAhead(t *testing.T) {
 		}
 	}
 	announce(`{"type":"string"}`)
-	cache := registry.NewCache(js, events.Namespace(""))
+	cache := registry.NewCache(js, wire.Namespace(events.Namespace("")))
 	first := time.Now()
 	in, _, err := cache.Schemas(ctx, "t")
 	if err != nil || in == nil || in.Validate(json.RawMessage(`"x"`)) != nil {

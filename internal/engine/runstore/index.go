@@ -13,6 +13,7 @@ import (
 
 	"github.com/jetrun/jetrun/internal/engine/bucket"
 	"github.com/jetrun/jetrun/internal/engine/jsfault"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
@@ -124,7 +125,7 @@ func (s *Store) UnindexID(ctx context.Context, id string) error {
 	return nil
 }
 
-func (s *Store) activeSubject(key string) string { return events.BucketSubject(s.active.Bucket(), key) }
+func (s *Store) activeSubject(key string) string { return wire.BucketSubject(s.active.Bucket(), key) }
 
 // IndexedRun is an entry of the active-run index.
 type IndexedRun struct {

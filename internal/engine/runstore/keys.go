@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/engine/bucket"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
@@ -170,7 +171,7 @@ func (s *Store) KeyQueue(ctx context.Context, key string) ([]QueueEntry, error) 
 // at rev; ErrConflict if it changed) and its queue entry.
 func (s *Store) Withdraw(ctx context.Context, r *jetruntype.Run, rev uint64) error {
 	err := bucket.DeleteKey(ctx, s.js, s.kv.Bucket(), r.ID, markerTTL, jetstream.WithExpectLastSequencePerSubject(rev))
-	if events.IsWrongLastSequence(err) {
+	if wire.IsWrongLastSequence(err) {
 		return fmt.Errorf("kv: withdraw run %s: %w", r.ID, ErrConflict)
 	}
 	if err != nil {

@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/engine/jsfault"
-	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
@@ -99,7 +99,7 @@ func leaderLastRaw(ctx context.Context, nc *nats.Conn, stream, subject string) (
 // leaderRow reads the message of run id's row from the runs bucket's
 // leader (see leaderLast).
 func (s *Store) leaderRow(ctx context.Context, id string) (*jetstream.RawStreamMsg, error) {
-	return leaderLast(ctx, s.js.Conn(), events.BucketStream(s.kv.Bucket()), events.BucketSubject(s.kv.Bucket(), id))
+	return leaderLast(ctx, s.js.Conn(), wire.BucketStream(s.kv.Bucket()), wire.BucketSubject(s.kv.Bucket(), id))
 }
 
 // createOver answers a create refused because the key of run id has a
@@ -111,7 +111,7 @@ func (s *Store) leaderRow(ctx context.Context, id string) (*jetstream.RawStreamM
 // a leader election — and that one was lost with its leader: the create is
 // retried (jsfault.ErrWriteInFlight is transient).
 func (s *Store) createOver(ctx context.Context, id string, data []byte) (uint64, error) {
-	m, err := leaderLastRaw(ctx, s.js.Conn(), events.BucketStream(s.kv.Bucket()), events.BucketSubject(s.kv.Bucket(), id))
+	m, err := leaderLastRaw(ctx, s.js.Conn(), wire.BucketStream(s.kv.Bucket()), wire.BucketSubject(s.kv.Bucket(), id))
 	switch {
 	case err != nil:
 		return 0, fmt.Errorf("kv: create run %s: read what its key holds: %w", id, err)
@@ -121,7 +121,7 @@ func (s *Store) createOver(ctx context.Context, id string, data []byte) (uint64,
 		return 0, fmt.Errorf("kv: create run %s: %w", id, ErrRunExists)
 	}
 	rev, err := s.write(ctx, id, data, m.Sequence)
-	if events.IsWrongLastSequence(err) {
+	if wire.IsWrongLastSequence(err) {
 		return 0, fmt.Errorf("kv: create run %s: %w", id, ErrRunExists) // another create replaced the marker first
 	}
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 )
 
 // A Lease is a named key in the active bucket that one holder at a time
@@ -76,7 +76,7 @@ func (l *Lease) Hold(ctx context.Context, holder string, ttl time.Duration) (boo
 	switch {
 	case err == nil:
 		return true, nil
-	case errors.Is(err, jetstream.ErrKeyExists) || events.IsWrongLastSequence(err):
+	case errors.Is(err, jetstream.ErrKeyExists) || wire.IsWrongLastSequence(err):
 		return false, nil // another holder won the race
 	}
 	return false, fmt.Errorf("kv: hold lease %s: %w", l.key, err)
@@ -89,7 +89,7 @@ func (l *Lease) Release(ctx context.Context, holder string) error {
 		return err
 	}
 	if err := l.s.active.Delete(ctx, l.key, jetstream.LastRevision(cur.Revision)); err != nil &&
-		!errors.Is(err, jetstream.ErrKeyExists) && !events.IsWrongLastSequence(err) {
+		!errors.Is(err, jetstream.ErrKeyExists) && !wire.IsWrongLastSequence(err) {
 		return fmt.Errorf("kv: release lease %s: %w", l.key, err)
 	}
 	return nil

@@ -14,7 +14,7 @@ import (
 
 	"github.com/jetrun/jetrun/internal/engine/bucket"
 	"github.com/jetrun/jetrun/internal/engine/jsfault"
-	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
@@ -113,7 +113,7 @@ func (l *Liveness) Renew(ctx context.Context) error {
 			l.rev = ack.Sequence
 			return nil
 		}
-		if !events.IsWrongLastSequence(err) {
+		if !wire.IsWrongLastSequence(err) {
 			return fmt.Errorf("kv: renew liveness of worker %s: %w", l.worker, err)
 		}
 		// A renewal whose answer was lost (a fault, a leader election)
@@ -207,7 +207,7 @@ func (l *Liveness) Release(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err := bucket.DeleteKey(ctx, l.s.js, l.s.active.Bucket(), workerPrefix+l.worker, indexMarkerTTL,
-		jetstream.WithExpectLastSequencePerSubject(l.rev)); err != nil && !events.IsWrongLastSequence(err) {
+		jetstream.WithExpectLastSequencePerSubject(l.rev)); err != nil && !wire.IsWrongLastSequence(err) {
 		return fmt.Errorf("kv: release liveness of worker %s: %w", l.worker, err)
 	}
 	return nil

@@ -16,6 +16,7 @@ import (
 	"github.com/jetrun/jetrun/internal/engine/bucket"
 	"github.com/jetrun/jetrun/internal/engine/jsfault"
 	"github.com/jetrun/jetrun/internal/engine/jspub"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
@@ -40,7 +41,7 @@ var (
 // Config configures a Store. Zero values mean defaults.
 type Config struct {
 	// Namespace names the bucket (default "jetrun" → bucket "jetrun_runs").
-	Namespace events.Namespace
+	Namespace wire.Namespace
 	// Replicas of the bucket when it is created (default 1).
 	Replicas int
 	// MaxRetry bounds how long Mutate keeps retrying transient faults
@@ -95,7 +96,7 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 	if err != nil {
 		return nil, err
 	}
-	activeKV, err := js.Stream(ctx, events.BucketStream(cfg.Namespace.ActiveBucket()))
+	activeKV, err := js.Stream(ctx, wire.BucketStream(cfg.Namespace.ActiveBucket()))
 	if err != nil {
 		return nil, fmt.Errorf("kv: bind the stream of bucket %s: %w", cfg.Namespace.ActiveBucket(), err)
 	}
@@ -205,7 +206,7 @@ func (s *Store) Create(ctx context.Context, r *jetruntype.Run) (uint64, error) {
 		}
 	}
 	rev, err := s.write(ctx, r.ID, data, 0)
-	if events.IsWrongLastSequence(err) {
+	if wire.IsWrongLastSequence(err) {
 		return s.createOver(ctx, r.ID, data)
 	}
 	if err != nil {
@@ -217,9 +218,9 @@ func (s *Store) Create(ctx context.Context, r *jetruntype.Run) (uint64, error) {
 // write publishes data as the row of run id if the row's last revision is
 // still rev (0: the key has no message), as jetstream.KeyValue.Update
 // does, with the answer read by jspub: these are the hottest writes there
-// are. A lost compare-and-set is events.IsWrongLastSequence.
+// are. A lost compare-and-set is wire.IsWrongLastSequence.
 func (s *Store) write(ctx context.Context, id string, data []byte, rev uint64) (uint64, error) {
-	m := &nats.Msg{Subject: events.BucketSubject(s.kv.Bucket(), id), Data: data, Header: nats.Header{}}
+	m := &nats.Msg{Subject: wire.BucketSubject(s.kv.Bucket(), id), Data: data, Header: nats.Header{}}
 	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
 	ack, err := jspub.Publish(ctx, s.js, m)
 	if err != nil {
@@ -248,7 +249,7 @@ func (s *Store) Update(ctx context.Context, r *jetruntype.Run, rev uint64) (uint
 		return 0, fmt.Errorf("kv: encode run %s: %w", r.ID, err)
 	}
 	newRev, err := s.write(ctx, r.ID, data, rev)
-	if events.IsWrongLastSequence(err) {
+	if wire.IsWrongLastSequence(err) {
 		return 0, fmt.Errorf("kv: update run %s at revision %d: %w", r.ID, rev, ErrConflict)
 	}
 	if err != nil {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 )
 
 // An Outcome is how one message is settled.
@@ -56,7 +56,7 @@ func (o Outcome) Apply(msg jetstream.Msg) error {
 		}
 		return msg.NakWithDelay(o.delay)
 	case term:
-		return msg.TermWithReason(events.Truncate(o.reason, maxReason))
+		return msg.TermWithReason(wire.Truncate(o.reason, maxReason))
 	}
 	return nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/engine/reconcile"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -552,13 +553,13 @@ func BenchmarkWorkloadDetachedFinish(b *testing.B) {
 }
 
 // BenchmarkWorkloadReplay reports how fast a run of 10,000 events replays
-// through events.Replay against a raw ordered consumer over the same
+// through wire.Replay against a raw ordered consumer over the same
 // subjects, in a stream shared with other runs' events.
 func BenchmarkWorkloadReplay(b *testing.B) {
 	const events_, others = 10_000, 90_000
 	_, _, js := embeddedServer(b)
 	ctx := context.Background()
-	if err := events.EnsureStreams(ctx, js, "", events.StreamOptions{}); err != nil {
+	if err := wire.EnsureStreams(ctx, js, "", events.StreamOptions{}); err != nil {
 		b.Fatal(err)
 	}
 	// 10,000 chunks of run "big" interleaved with 90,000 of other runs.
@@ -586,14 +587,14 @@ func BenchmarkWorkloadReplay(b *testing.B) {
 }
 
 // replayVersusRaw times a raw ordered consumer over run id's subjects, read
-// up to the run's last stored event, then events.Replay of the same run
+// up to the run's last stored event, then wire.Replay of the same run
 // (history only), and returns both durations and the number of events (the
 // two must agree).
 func replayVersusRaw(b *testing.B, js jetstream.JetStream, id string) (raw, replay time.Duration, n int) {
 	b.Helper()
 	ctx := context.Background()
 	ns := events.Namespace("")
-	stream, err := js.Stream(ctx, ns.EventsStream())
+	stream, err := js.Stream(ctx, wire.Namespace(ns).EventsStream())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -603,7 +604,7 @@ func replayVersusRaw(b *testing.B, js jetstream.JetStream, id string) (raw, repl
 	}
 
 	start := time.Now()
-	c, err := js.OrderedConsumer(ctx, ns.EventsStream(), jetstream.OrderedConsumerConfig{FilterSubjects: []string{ns.RunWildcard(id)}})
+	c, err := js.OrderedConsumer(ctx, wire.Namespace(ns).EventsStream(), jetstream.OrderedConsumerConfig{FilterSubjects: []string{ns.RunWildcard(id)}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -626,7 +627,7 @@ func replayVersusRaw(b *testing.B, js jetstream.JetStream, id string) (raw, repl
 	raw = time.Since(start)
 
 	start = time.Now()
-	for ev, err := range events.Replay(ctx, js, ns, id, events.ReplayOptions{Follow: events.HistoryOnly}) {
+	for ev, err := range wire.Replay(ctx, js, wire.Namespace(ns), id, events.ReplayOptions{Follow: events.HistoryOnly}) {
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -58,7 +59,7 @@ func BenchmarkWorkloadTokenStreams(b *testing.B) {
 func tokenStreams(b *testing.B, nc *nats.Conn, client *parent.Client, js jetstream.JetStream, raw float64, name string, window time.Duration) {
 	ctx := context.Background()
 	agent := "tokens-" + name
-	stream, err := js.Stream(ctx, events.Namespace("").EventsStream())
+	stream, err := js.Stream(ctx, wire.Namespace(events.Namespace("")).EventsStream())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -70,7 +71,7 @@ func tokenStreams(b *testing.B, nc *nats.Conn, client *parent.Client, js jetstre
 		lat         []time.Duration
 		first, last time.Time
 	)
-	cons, err := js.OrderedConsumer(ctx, events.Namespace("").EventsStream(), jetstream.OrderedConsumerConfig{
+	cons, err := js.OrderedConsumer(ctx, wire.Namespace(events.Namespace("")).EventsStream(), jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{"jetrun.run.*.chunk"}, DeliverPolicy: jetstream.DeliverNewPolicy,
 	})
 	if err != nil {

@@ -19,9 +19,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
-	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
@@ -157,7 +157,7 @@ func (l *logCounter) Handle(_ context.Context, r slog.Record) error {
 	key := r.Message
 	r.Attrs(func(a slog.Attr) bool {
 		if a.Key == "err" || a.Key == "error" || a.Key == "cause" {
-			key += ": " + events.Truncate(a.Value.String(), 120)
+			key += ": " + wire.Truncate(a.Value.String(), 120)
 		}
 		return true
 	})

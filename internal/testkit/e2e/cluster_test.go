@@ -19,6 +19,7 @@ import (
 
 	"github.com/jetrun/jetrun/internal/app/agents/demo"
 	"github.com/jetrun/jetrun/internal/engine"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -400,7 +401,7 @@ type rowDump struct {
 // server does not redeliver).
 func (d rowDump) afterStepdown() string {
 	r := *d.r
-	subject := "$JS.API.CONSUMER.LEADER.STEPDOWN.JETRUN_DISPATCH." + events.AgentConsumer(r.AgentType)
+	subject := "$JS.API.CONSUMER.LEADER.STEPDOWN.JETRUN_DISPATCH." + wire.AgentConsumer(r.AgentType)
 	if _, err := d.js.Conn().Request(subject, nil, 5*time.Second); err != nil {
 		return "consumer leader stepdown: " + err.Error()
 	}
@@ -447,7 +448,7 @@ func (d rowDump) String() string {
 		}
 		// Whether the dispatch is offered at all: pending acks and
 		// redeliveries of the agent type's consumer.
-		if c, err := d.js.Consumer(ctx, "JETRUN_DISPATCH", events.AgentConsumer((*d.r).AgentType)); err == nil {
+		if c, err := d.js.Consumer(ctx, "JETRUN_DISPATCH", wire.AgentConsumer((*d.r).AgentType)); err == nil {
 			if info, err := c.Info(ctx); err == nil {
 				out += fmt.Sprintf("; consumer %s: ack pending %d, redelivered %d, pending %d, delivered up to %d",
 					info.Name, info.NumAckPending, info.NumRedelivered, info.NumPending, info.Delivered.Stream)

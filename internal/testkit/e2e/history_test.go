@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
@@ -31,7 +32,7 @@ func TestKilledFirstAttemptStaysInTheRunsHistory(t *testing.T) {
 	if _, err := e.client.Dispatch(ctx, parent.Request{AgentType: "caller", RunID: id, Input: map[string]string{"q": "x"}}); err != nil {
 		t.Fatal(err)
 	}
-	stream, err := e.js.Stream(ctx, events.Namespace("").EventsStream())
+	stream, err := e.js.Stream(ctx, wire.Namespace(events.Namespace("")).EventsStream())
 	if err != nil {
 		t.Fatal(err)
 	}

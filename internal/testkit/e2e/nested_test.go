@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jetrun/jetrun/internal/app/agents/demo"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
@@ -75,7 +76,7 @@ func TestKilledHandlerReattachesToItsNestedChild(t *testing.T) {
 	var seqs []int
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for ev, err := range events.Replay(ctx, e.js, "", id, events.ReplayOptions{Follow: events.HistoryOnly}) {
+	for ev, err := range wire.Replay(ctx, e.js, "", id, events.ReplayOptions{Follow: events.HistoryOnly}) {
 		if err != nil {
 			t.Fatal(err)
 		}

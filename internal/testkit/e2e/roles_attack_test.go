@@ -15,8 +15,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/engine/bucket"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
-	"github.com/jetrun/jetrun/pkg/events"
 )
 
 // The attacks of issue 22 on the shipped nats-users.conf, as the role that
@@ -73,7 +73,7 @@ func rollupRefused(t *testing.T, url string) {
 			}
 		}
 		before := bucketKeys(t, admin, bucket)
-		m := &nats.Msg{Subject: events.BucketSubject(bucket, victim), Data: []byte(`{}`), Header: nats.Header{}}
+		m := &nats.Msg{Subject: wire.BucketSubject(bucket, victim), Data: []byte(`{}`), Header: nats.Header{}}
 		m.Header.Set("Nats-Rollup", "all")
 		if _, err := jsAs(t, url, "child").PublishMsg(ctx, m); err == nil || !strings.Contains(err.Error(), "rollup") {
 			t.Errorf("child: a roll-up write to %s was not refused: %v", m.Subject, err)
@@ -83,7 +83,7 @@ func rollupRefused(t *testing.T, url string) {
 		}
 	}
 	for _, b := range []string{"jetrun_runs", "jetrun_active", "jetrun_agents"} {
-		s, err := admin.Stream(ctx, events.BucketStream(b))
+		s, err := admin.Stream(ctx, wire.BucketStream(b))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/engine/runstore"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
@@ -35,13 +36,13 @@ type Event struct {
 
 // ReadEvents replays every stored event of run id, in stream order. It reads
 // with a plain ordered consumer, as any JetStream client would, not with
-// events.Replay: tests of the replay API compare against it.
+// wire.Replay: tests of the replay API compare against it.
 func ReadEvents(t testing.TB, js jetstream.JetStream, id string) []Event {
 	t.Helper()
 	ns := events.Namespace("")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	stream, err := js.Stream(ctx, ns.EventsStream())
+	stream, err := js.Stream(ctx, wire.Namespace(ns).EventsStream())
 	if err != nil {
 		t.Fatalf("jetruntest: bind events stream: %v", err)
 	}
@@ -52,7 +53,7 @@ func ReadEvents(t testing.TB, js jetstream.JetStream, id string) []Event {
 	if err != nil {
 		t.Fatalf("jetruntest: last event of %s: %v", id, err)
 	}
-	c, err := js.OrderedConsumer(ctx, ns.EventsStream(), jetstream.OrderedConsumerConfig{
+	c, err := js.OrderedConsumer(ctx, wire.Namespace(ns).EventsStream(), jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{ns.RunWildcard(id)},
 	})
 	if err != nil {
@@ -70,7 +71,7 @@ func ReadEvents(t testing.TB, js jetstream.JetStream, id string) []Event {
 			t.Fatalf("jetruntest: read events of %s: %v", id, err)
 		}
 		meta, _ := msg.Metadata()
-		_, kind, _ := ns.ParseRunSubject(msg.Subject())
+		_, kind, _ := wire.Namespace(ns).ParseRunSubject(msg.Subject())
 		ev := Event{Seq: meta.Sequence.Stream, Kind: kind, Attempt: msg.Headers().Get(events.HeaderAttempt),
 			Header: msg.Headers()}
 		var target any

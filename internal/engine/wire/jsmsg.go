@@ -1,4 +1,4 @@
-package events
+package wire
 
 import (
 	"errors"
@@ -10,6 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetrun/jetrun/pkg/events"
 )
 
 // DeadLetter builds the dead-letter copy of msg, to publish on subject: the
@@ -25,13 +27,13 @@ func DeadLetter(subject string, msg jetstream.Msg, reason string) *nats.Msg {
 		}
 	}
 	if id := msg.Headers().Get(jetstream.MsgIDHeader); id != "" {
-		dlq.Header.Set(HeaderOriginalMsgID, HeaderValue(id))
+		dlq.Header.Set(events.HeaderOriginalMsgID, HeaderValue(id))
 	}
-	dlq.Header.Set(HeaderReason, HeaderValue(reason))
-	dlq.Header.Set(HeaderOriginalSubject, msg.Subject())
+	dlq.Header.Set(events.HeaderReason, HeaderValue(reason))
+	dlq.Header.Set(events.HeaderOriginalSubject, msg.Subject())
 	if meta, err := msg.Metadata(); err == nil {
 		seq := strconv.FormatUint(meta.Sequence.Stream, 10)
-		dlq.Header.Set(HeaderOriginalSequence, seq)
+		dlq.Header.Set(events.HeaderOriginalSequence, seq)
 		dlq.Header.Set(jetstream.MsgIDHeader, "dlq-"+meta.Stream+"-"+seq)
 	}
 	return dlq

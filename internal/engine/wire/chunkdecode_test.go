@@ -1,14 +1,16 @@
-package events
+package wire
 
 import (
 	"encoding/json"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/jetrun/jetrun/pkg/events"
 )
 
 // The single-scan chunk decoder agrees with encoding/json on every input:
-// the same Chunk, or an error from both.
+// the same events.Chunk, or an error from both.
 func TestDecodeChunkMatchesEncodingJSON(t *testing.T) {
 	cases := []string{
 		`{"runId":"r1","seq":1,"data":"hello"}`,
@@ -43,9 +45,9 @@ func TestDecodeChunkMatchesEncodingJSON(t *testing.T) {
 		`{"runId":"` + strings.Repeat("a", 70) + `","seq":1,"data":"x"}`,
 	}
 	for _, in := range cases {
-		var want Chunk
+		var want events.Chunk
 		wantErr := json.Unmarshal([]byte(in), &want)
-		var got Chunk
+		var got events.Chunk
 		gotErr := decodeChunk([]byte(in), &got)
 		if (wantErr == nil) != (gotErr == nil) {
 			t.Errorf("%s: error %v, encoding/json %v", in, gotErr, wantErr)
@@ -56,16 +58,16 @@ func TestDecodeChunkMatchesEncodingJSON(t *testing.T) {
 		}
 		// Decoding for a run, that chunk's own or another, changes nothing.
 		for _, runID := range []string{want.RunID, "r1", "other"} {
-			var of Chunk
+			var of events.Chunk
 			if err := decodeChunkOf([]byte(in), &of, runID); (err == nil) != (gotErr == nil) || !reflect.DeepEqual(of, got) {
 				t.Errorf("%s for run %q: got %+v (%v), decodeChunk %+v (%v)", in, runID, of, err, got, gotErr)
 			}
 		}
 	}
 	// What the worker writes takes the fast path.
-	for _, c := range []Chunk{{RunID: "r", Seq: 7, Data: json.RawMessage(`"a\nb"`)}, {RunID: "r", Seq: 1, Data: json.RawMessage(`"x"`), Attempt: 2}} {
+	for _, c := range []events.Chunk{{RunID: "r", Seq: 7, Data: json.RawMessage(`"a\nb"`)}, {RunID: "r", Seq: 1, Data: json.RawMessage(`"x"`), Attempt: 2}} {
 		b, _ := json.Marshal(c)
-		var got Chunk
+		var got events.Chunk
 		if !decodeChunkFast(b, &got) || !reflect.DeepEqual(got, c) {
 			t.Errorf("%s: fast path %+v", b, got)
 		}
@@ -73,16 +75,16 @@ func TestDecodeChunkMatchesEncodingJSON(t *testing.T) {
 }
 
 func BenchmarkDecodeChunk(b *testing.B) {
-	data, _ := json.Marshal(Chunk{RunID: "chatty-1", Seq: 12345, Data: json.RawMessage(`"` + strings.Repeat("x", 100) + `"`)})
+	data, _ := json.Marshal(events.Chunk{RunID: "chatty-1", Seq: 12345, Data: json.RawMessage(`"` + strings.Repeat("x", 100) + `"`)})
 	b.Run("fast", func(b *testing.B) {
 		for b.Loop() {
-			var c Chunk
+			var c events.Chunk
 			_ = decodeChunk(data, &c)
 		}
 	})
 	b.Run("encoding-json", func(b *testing.B) {
 		for b.Loop() {
-			var c Chunk
+			var c events.Chunk
 			_ = json.Unmarshal(data, &c)
 		}
 	})

@@ -1,34 +1,36 @@
-package events
+package wire
 
 import (
 	"encoding/json"
 	"strconv"
+
+	"github.com/jetrun/jetrun/pkg/events"
 )
 
 // decodeChunk decodes a chunk event. Chunks are most of a chatty run's
 // events, so a replay decodes the exact shape the worker writes
 // ({"runId":…,"seq":…,"data":<string>[,"attempt":…]}) with a single scan,
-// and anything else with encoding/json. Both give the same Chunk (see
+// and anything else with encoding/json. Both give the same events.Chunk (see
 // TestDecodeChunkMatchesEncodingJSON).
-func decodeChunk(data []byte, c *Chunk) error { return decodeChunkOf(data, c, "") }
+func decodeChunk(data []byte, c *events.Chunk) error { return decodeChunkOf(data, c, "") }
 
 // decodeChunkOf is decodeChunk for an event of run runID: a chunk naming
 // that run shares the runID string rather than copying it.
-func decodeChunkOf(data []byte, c *Chunk, runID string) error {
+func decodeChunkOf(data []byte, c *events.Chunk, runID string) error {
 	if decodeChunkFastOf(data, c, runID) {
 		return nil
 	}
-	*c = Chunk{}
+	*c = events.Chunk{}
 	return json.Unmarshal(data, c)
 }
 
 // decodeChunkFast decodes the worker's own shape of a chunk; false means
 // "not that shape, decode it the general way" (c may be partly filled).
-func decodeChunkFast(b []byte, c *Chunk) bool { return decodeChunkFastOf(b, c, "") }
+func decodeChunkFast(b []byte, c *events.Chunk) bool { return decodeChunkFastOf(b, c, "") }
 
 // decodeChunkFastOf is decodeChunkFast sharing runID's string for a chunk
 // of that run.
-func decodeChunkFastOf(b []byte, c *Chunk, runID string) bool {
+func decodeChunkFastOf(b []byte, c *events.Chunk, runID string) bool {
 	i, ok := expect(b, 0, `{"runId":"`)
 	if !ok {
 		return false

@@ -1,4 +1,4 @@
-package events
+package wire
 
 import (
 	"context"
@@ -12,33 +12,34 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
+	"github.com/jetrun/jetrun/pkg/events"
 )
 
 // decodeEventReference is the general decode Replay used before
 // eventDecoder: Metadata, ParseRunSubject and the attempt header, each the
 // plain way. eventDecoder must agree with it on every message.
-func decodeEventReference(ns Namespace, msg jetstream.Msg) (Event, uint64, error) {
+func decodeEventReference(ns Namespace, msg jetstream.Msg) (events.Event, uint64, error) {
 	var seq uint64
 	if meta, err := msg.Metadata(); err == nil {
 		seq = meta.Sequence.Stream
 	}
 	meta, err := msg.Metadata()
 	if err != nil {
-		return Event{}, seq, err
+		return events.Event{}, seq, err
 	}
 	runID, kind, err := ns.ParseRunSubject(msg.Subject())
 	if err != nil {
-		return Event{}, seq, err
+		return events.Event{}, seq, err
 	}
-	ev := Event{
+	ev := events.Event{
 		Seq: meta.Sequence.Stream, Time: meta.Timestamp, RunID: runID, Kind: kind,
 		Pending: meta.NumPending, Data: json.RawMessage(msg.Data()),
 	}
-	ev.Attempt, _ = strconv.Atoi(msg.Headers().Get(HeaderAttempt))
-	return ev, seq, ev.decode()
+	ev.Attempt, _ = strconv.Atoi(msg.Headers().Get(events.HeaderAttempt))
+	return ev, seq, decodeEvent(&ev)
 }
 
-// Replay's decoder of one run's messages gives the same Event, sequence and
+// Replay's decoder of one run's messages gives the same events.Event, sequence and
 // error as the general decode, for its own run's subjects and any other.
 func TestEventDecoderMatchesGeneralDecode(t *testing.T) {
 	t.Parallel()
@@ -47,7 +48,7 @@ func TestEventDecoderMatchesGeneralDecode(t *testing.T) {
 			t.Parallel()
 			_, js := natstest.Connect(t, natstest.RunServer(t))
 			ctx := context.Background()
-			if err := EnsureStreams(ctx, js, prefix, StreamOptions{}); err != nil {
+			if err := EnsureStreams(ctx, js, prefix, events.StreamOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			chunk := `{"runId":"r1","seq":1,"data":"x"}`
@@ -56,10 +57,10 @@ func TestEventDecoderMatchesGeneralDecode(t *testing.T) {
 				header        nats.Header
 			}{
 				{"r1.chunk", chunk, nil},
-				{"r1.chunk", chunk, nats.Header{HeaderAttempt: {"3"}}},
-				{"r1.chunk", chunk, nats.Header{HeaderAttempt: {"x"}}},
-				{"r1.chunk", chunk, nats.Header{HeaderAttempt: {"99999999999999999999"}}},
-				{"r1.chunk", chunk, nats.Header{HeaderAttempt: {""}, "Other": {"1"}}},
+				{"r1.chunk", chunk, nats.Header{events.HeaderAttempt: {"3"}}},
+				{"r1.chunk", chunk, nats.Header{events.HeaderAttempt: {"x"}}},
+				{"r1.chunk", chunk, nats.Header{events.HeaderAttempt: {"99999999999999999999"}}},
+				{"r1.chunk", chunk, nats.Header{events.HeaderAttempt: {""}, "Other": {"1"}}},
 				{"r1.chunk", chunk, nats.Header{"Other": {"1"}}},
 				{"r1.chunk", `{"runId":"r1","seq":"bad"}`, nil},
 				{"r1.status", `{"status":"completed"}`, nil},
@@ -70,7 +71,7 @@ func TestEventDecoderMatchesGeneralDecode(t *testing.T) {
 				{"r10.chunk", chunk, nil},
 				{"r1x.chunk", chunk, nil},
 				{"r.chunk", chunk, nil},
-				{"other.chunk", chunk, nats.Header{HeaderAttempt: {"2"}}},
+				{"other.chunk", chunk, nats.Header{events.HeaderAttempt: {"2"}}},
 			}
 			for _, m := range msgs {
 				subject := prefix.Prefix() + ".run." + m.subject

@@ -1,4 +1,4 @@
-package events_test
+package wire_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 )
@@ -17,7 +18,7 @@ import (
 // replayAll collects a replay's events and its error, if any.
 func replayAll(ctx context.Context, js jetstream.JetStream, runID string, opts events.ReplayOptions) ([]events.Event, error) {
 	var evs []events.Event
-	for ev, err := range events.Replay(ctx, js, "", runID, opts) {
+	for ev, err := range wire.Replay(ctx, js, "", runID, opts) {
 		if err != nil {
 			return evs, err
 		}
@@ -43,7 +44,7 @@ func TestReplayFollowModes(t *testing.T) {
 	_, js := natstest.Connect(t, natstest.RunServer(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if err := events.EnsureStreams(ctx, js, "", events.StreamOptions{}); err != nil {
+	if err := wire.EnsureStreams(ctx, js, "", events.StreamOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	publish := func(subject, data string, h nats.Header) {
@@ -121,7 +122,7 @@ func TestReplayFollowModes(t *testing.T) {
 	fctx, fcancel := context.WithCancel(ctx)
 	n := 0
 	var stopErr error
-	for ev, err := range events.Replay(fctx, js, "", "f1", events.ReplayOptions{Follow: events.Forever}) {
+	for ev, err := range wire.Replay(fctx, js, "", "f1", events.ReplayOptions{Follow: events.Forever}) {
 		if err != nil {
 			stopErr = err
 			break

@@ -1,4 +1,4 @@
-package events_test
+package wire_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 )
@@ -27,7 +28,7 @@ func TestEnsureStreamsCreatesThenNeverClobbers(t *testing.T) {
 	}
 	opts := events.StreamOptions{EventsMaxAge: 48 * time.Hour, DedupWindow: time.Minute}
 	for range 2 { // idempotent
-		if err := events.EnsureStreams(ctx, js, ns, opts); err != nil {
+		if err := wire.EnsureStreams(ctx, js, wire.Namespace(ns), opts); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -58,10 +59,10 @@ func TestEnsureStreamsRefusesWrongRetention(t *testing.T) {
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "JETRUN_DISPATCH", Subjects: []string{"jetrun.dispatch.>"}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := events.EnsureStreams(ctx, js, "", events.StreamOptions{}); err == nil {
+	if err := wire.EnsureStreams(ctx, js, "", events.StreamOptions{}); err == nil {
 		t.Fatal("a limits-retention dispatch stream was accepted")
 	}
-	if err := events.EnsureStreams(ctx, js, "", events.StreamOptions{Replicas: 9}); err == nil {
+	if err := wire.EnsureStreams(ctx, js, "", events.StreamOptions{Replicas: 9}); err == nil {
 		t.Fatal("9 replicas accepted")
 	}
 }
@@ -73,7 +74,7 @@ func TestHistoryReplaySkipsAMalformedLastEvent(t *testing.T) {
 	_, js := natstest.Connect(t, natstest.RunServer(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := events.EnsureStreams(ctx, js, "", events.StreamOptions{}); err != nil {
+	if err := wire.EnsureStreams(ctx, js, "", events.StreamOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	for _, m := range []struct{ subject, data string }{
@@ -85,7 +86,7 @@ func TestHistoryReplaySkipsAMalformedLastEvent(t *testing.T) {
 		}
 	}
 	n := 0
-	for _, err := range events.Replay(ctx, js, "", "m1", events.ReplayOptions{Follow: events.HistoryOnly}) {
+	for _, err := range wire.Replay(ctx, js, "", "m1", events.ReplayOptions{Follow: events.HistoryOnly}) {
 		if err != nil {
 			t.Fatalf("replay: %v", err)
 		}

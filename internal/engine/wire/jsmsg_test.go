@@ -1,4 +1,4 @@
-package events_test
+package wire_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 )
@@ -22,15 +23,15 @@ func TestHeaderValue(t *testing.T) {
 		{"two\r\nlines\tand\x00nul", `two\r\nlines\tand\x00nul`},
 	}
 	for _, tc := range tests {
-		if got := events.HeaderValue(tc.in); got != tc.want {
+		if got := wire.HeaderValue(tc.in); got != tc.want {
 			t.Errorf("HeaderValue(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
-	long := events.HeaderValue(strings.Repeat("é", 2000))
+	long := wire.HeaderValue(strings.Repeat("é", 2000))
 	if !utf8.ValidString(long) || len(long) > 1100 {
 		t.Errorf("a long value: %d bytes, valid UTF-8 %v", len(long), utf8.ValidString(long))
 	}
-	if got := events.Truncate("aé", 2); got != "a…" {
+	if got := wire.Truncate("aé", 2); got != "a…" {
 		t.Errorf("Truncate cut a rune: %q", got)
 	}
 }
@@ -58,7 +59,7 @@ func TestDeadLetterReasonIsValidUTF8(t *testing.T) {
 		t.Fatal(err)
 	}
 	reason := "handler said: \xff\xfe\r\nInjected: yes"
-	if _, err := js.PublishMsg(ctx, events.DeadLetter("dlq.a", msg, reason)); err != nil {
+	if _, err := js.PublishMsg(ctx, wire.DeadLetter("dlq.a", msg, reason)); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.GetLastMsgForSubject(ctx, "dlq.a")

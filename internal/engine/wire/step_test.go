@@ -1,4 +1,4 @@
-package events_test
+package wire_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 )
@@ -44,7 +45,7 @@ func TestStepEventStoredOnceAndReplayed(t *testing.T) {
 	_, js := natstest.Connect(t, natstest.RunServer(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if err := events.EnsureStreams(ctx, js, "", events.StreamOptions{}); err != nil {
+	if err := wire.EnsureStreams(ctx, js, "", events.StreamOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	subject := events.Namespace("").RunSubject("s1", events.KindStep)
@@ -56,7 +57,7 @@ func TestStepEventStoredOnceAndReplayed(t *testing.T) {
 		`{"runId":"s1","name":"plan-1","output":{"n":2},"attempt":2,"at":"2026-01-01T00:00:01Z"}`, // a second copy
 	} {
 		msg := &nats.Msg{Subject: subject, Data: []byte(data), Header: nats.Header{}}
-		msg.Header.Set(jetstream.MsgIDHeader, events.StepMsgID("s1", "plan-1"))
+		msg.Header.Set(jetstream.MsgIDHeader, wire.StepMsgID("s1", "plan-1"))
 		if _, err := js.PublishMsg(ctx, msg); err != nil {
 			t.Fatal(err)
 		}
@@ -87,7 +88,7 @@ func FuzzValidateStepName(f *testing.F) {
 		if name == "" || len(name) > events.MaxStepNameLength || strings.ContainsAny(name, " \t\r\n*>\x00") {
 			t.Fatalf("ValidateStepName accepted %q", name)
 		}
-		if id := events.StepMsgID("r1", name); id != "r1.step."+name {
+		if id := wire.StepMsgID("r1", name); id != "r1.step."+name {
 			t.Fatalf("StepMsgID = %q", id)
 		}
 	})
