@@ -128,12 +128,19 @@ func (rt *Runtime) Repair(ctx context.Context) error {
 	return nil
 }
 
+// Public is what From accepts: a *jetrun.Runtime (whose Namespace is an
+// events.Namespace, so an engine Runtime cannot be passed by mistake).
+type Public interface {
+	Conn() *nats.Conn
+	Namespace() events.Namespace
+}
+
 // from unwraps a public jetrun.Runtime; package jetrun sets it at init.
-var from func(rt any) *Runtime
+var from func(rt Public) *Runtime
 
 // SetFrom is called once, by package jetrun's init, with the function that
 // unwraps its Runtime.
-func SetFrom(f func(rt any) *Runtime) { from = f }
+func SetFrom(f func(rt Public) *Runtime) { from = f }
 
-// From returns the engine behind rt, a *jetrun.Runtime, or nil for a nil rt.
-func From(rt any) *Runtime { return from(rt) }
+// From returns the engine behind rt, a *jetrun.Runtime.
+func From(rt Public) *Runtime { return from(rt) }

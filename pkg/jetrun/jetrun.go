@@ -37,7 +37,7 @@ type Runtime struct {
 }
 
 func init() {
-	engine.SetFrom(func(rt any) *engine.Runtime {
+	engine.SetFrom(func(rt engine.Public) *engine.Runtime {
 		if r, _ := rt.(*Runtime); r != nil {
 			return r.engine
 		}
