@@ -119,7 +119,7 @@ func (rt *Runtime) Repair(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, RepairEvery)
 	defer cancel()
 	ns := rt.cfg.Namespace
-	if err := wire.EnsureStreams(ctx, rt.js, ns, rt.cfg.Streams); err != nil {
+	if err := wire.RepairStreams(ctx, rt.js, ns, rt.cfg.Streams); err != nil {
 		return fmt.Errorf("jetrun: repair: %w", err)
 	}
 	if _, err := runstore.Open(ctx, rt.js, runstore.Config{Namespace: ns, Replicas: rt.cfg.Streams.Replicas}); err != nil {

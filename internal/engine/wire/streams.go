@@ -88,27 +88,53 @@ func StreamConfigs(ns Namespace, o events.StreamOptions) []jetstream.StreamConfi
 }
 
 // EnsureStreams creates the streams jetrun needs, or checks the ones that
-// exist. It never rewrites a stream an operator tuned: an existing stream
+// exist. RepairStreams is EnsureStreams for a stream found missing while
+// jetrun runs. It never rewrites a stream an operator tuned: an existing stream
 // keeps its limits, replicas and windows; only a missing jetrun subject is
 // added. A stream whose retention policy differs is an error, because
 // retention cannot be changed in place.
 func EnsureStreams(ctx context.Context, js jetstream.JetStream, ns Namespace, o events.StreamOptions) error {
+	return ensureStreams(ctx, js, ns, o, 0)
+}
+
+// deletedSettle is how long RepairStreams waits before it creates a missing
+// stream again. A file stream created while the server still removes the
+// files of its deleted namesake comes back with the old state and never
+// answers a publish (nats-server 2.12; TestDeletedDispatchStreamAndConsumersAreRecreated
+// failed about one run in five without the wait).
+const deletedSettle = time.Second
+
+// RepairStreams creates the streams that are missing, as EnsureStreams
+// does, after waiting deletedSettle for a stream just deleted to be gone.
+func RepairStreams(ctx context.Context, js jetstream.JetStream, ns Namespace, o events.StreamOptions) error {
+	return ensureStreams(ctx, js, ns, o, deletedSettle)
+}
+
+func ensureStreams(ctx context.Context, js jetstream.JetStream, ns Namespace, o events.StreamOptions, settle time.Duration) error {
 	if err := o.Validate(); err != nil {
 		return fmt.Errorf("events: stream options: %w", err)
 	}
 	for _, cfg := range StreamConfigs(ns, o) {
-		if err := ensureStream(ctx, js, cfg); err != nil {
+		if err := ensureStream(ctx, js, cfg, settle); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig) error {
+func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, settle time.Duration) error {
 	// Look first, create only what is missing: a user whose role may not
 	// create streams (nats.conf: child, producer) starts against streams a
 	// parent-worker created.
 	s, err := js.Stream(ctx, want.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) && settle > 0 {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("events: stream %s: %w", want.Name, ctx.Err())
+		case <-time.After(settle):
+		}
+		s, err = js.Stream(ctx, want.Name) // another process may have created it
+	}
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		if _, err = js.CreateStream(ctx, want); err == nil {
 			return nil
