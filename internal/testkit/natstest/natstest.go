@@ -88,9 +88,14 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg strin
 }
 
 // RunCluster starts a three-node JetStream cluster on loopback and returns
-// its servers once JetStream has a meta leader.
+// its servers once JetStream has a meta leader. Its tests are the slow
+// tier: under -short (make test-short) RunCluster skips the test; make
+// test runs them.
 func RunCluster(t testing.TB) []*server.Server {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("natstest: a three-node cluster test, skipped under -short (make test-short); make test runs it")
+	}
 	var servers []*server.Server
 	for try := 1; ; try++ {
 		var err error
