@@ -39,6 +39,10 @@ nats: ## build the stock nats CLI (v0.2.0, the tour's) into bin/, as the tests b
 test: chromium deps ## run every test with -race (real nats-servers, real processes, headless Chromium)
 	$(GO) test -race -count=1 -timeout 15m $(GOTESTFLAGS) ./...
 
+.PHONY: test-short
+test-short: chromium deps ## the fast tier: every test with -short, which skips the in-process three-node cluster tests
+	$(GO) test -short -count=1 $(GOTESTFLAGS) ./...
+
 # The browser test needs Debian's chromium; install it when missing and we
 # can. Without it the browser test fails (it never skips).
 .PHONY: chromium

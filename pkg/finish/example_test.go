@@ -4,11 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log"
-	"os"
 
-	"github.com/nats-io/nats.go"
-
-	"github.com/jetrun/jetrun/internal/app/embedded"
+	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/finish"
 	"github.com/jetrun/jetrun/pkg/jetrun"
@@ -22,7 +19,9 @@ import (
 // at least once (deduplicate on finish.IdempotencyKey), retrying a failed
 // handler with backoff.
 func ExampleDeliverer_HandleFinishFunc() {
-	nc, stop := startNATS()
+	// A server for the example; your code connects to its own, with
+	// nats.Connect(nats.DefaultURL) say.
+	nc, stop := natstest.ExampleConn()
 	defer stop()
 	ctx := context.Background()
 
@@ -77,27 +76,4 @@ func ExampleDeliverer_HandleFinishFunc() {
 	o := <-audited
 	fmt.Println(o.key, o.status, o.summary)
 	// Output: report-1.completed completed report written
-}
-
-// startNATS starts an embedded nats-server with JetStream on a random
-// loopback port and connects to it; stop closes both.
-func startNATS() (*nats.Conn, func()) {
-	dir, err := os.MkdirTemp("", "jetrun-example-")
-	if err != nil {
-		log.Fatal(err)
-	}
-	ns, err := embedded.Start(embedded.Config{Host: "127.0.0.1", Port: -1, StoreDir: dir})
-	if err != nil {
-		log.Fatal(err)
-	}
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		log.Fatal(err)
-	}
-	return nc, func() {
-		nc.Close()
-		ns.Shutdown()
-		ns.WaitForShutdown()
-		_ = os.RemoveAll(dir)
-	}
 }

@@ -343,14 +343,14 @@ func (c *Client) callSettled(ctx context.Context, call *Call, streamSeq uint64) 
 }
 
 // Calls returns a run's calls in order, each with its reply once
-// answered (nil while pending).
+// answered (nil while pending), or ErrRunNotFound for an unknown run.
 func (c *Client) Calls(ctx context.Context, id string) ([]CallState, error) {
 	row, err := c.Inspect(ctx, id)
+	if errors.Is(err, ErrRunNotFound) {
+		return nil, fmt.Errorf("parent: calls of run %s: %w", id, ErrRunNotFound)
+	}
 	if err != nil {
 		return nil, err
-	}
-	if row == nil {
-		return nil, fmt.Errorf("parent: calls of run %s: %w", id, runstore.ErrRunNotFound)
 	}
 	opts := events.ReplayOptions{
 		StartSeq: row.FirstEventSeq, StartTime: row.CreatedAt.Add(-time.Minute),
@@ -416,10 +416,10 @@ var (
 func (c *Client) AnswerCall(ctx context.Context, id string, seq int64, output any, errText string) (*CallState, error) {
 	row, err := c.Inspect(ctx, id)
 	switch {
+	case errors.Is(err, ErrRunNotFound):
+		return nil, fmt.Errorf("parent: answer call %d of run %s: %w", seq, id, ErrRunNotFound)
 	case err != nil:
 		return nil, err
-	case row == nil:
-		return nil, fmt.Errorf("parent: answer call %d of run %s: %w", seq, id, runstore.ErrRunNotFound)
 	case row.Status.Final():
 		return nil, fmt.Errorf("parent: answer call %d of run %s: %w (%s)", seq, id, ErrRunEnded, row.Status)
 	}

@@ -5,11 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log"
-	"os"
 
-	"github.com/nats-io/nats.go"
-
-	"github.com/jetrun/jetrun/internal/app/embedded"
+	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
@@ -19,7 +16,9 @@ import (
 // or a *parent.Failure as the error for any other outcome. Running the same
 // run id again re-attaches to the run instead of starting another.
 func ExampleClient_Run() {
-	nc, stop := startNATS()
+	// A server for the example; your code connects to its own, with
+	// nats.Connect(nats.DefaultURL) say.
+	nc, stop := natstest.ExampleConn()
 	defer stop()
 	ctx := context.Background()
 
@@ -71,25 +70,47 @@ func ExampleClient_Run() {
 	// check-1 1
 }
 
-// startNATS starts an embedded nats-server with JetStream on a random
-// loopback port and connects to it; stop closes both.
-func startNATS() (*nats.Conn, func()) {
-	dir, err := os.MkdirTemp("", "jetrun-example-")
+// Inspect reads a run's row; a run id with no row (never dispatched, or
+// cleared) is ErrRunNotFound.
+func ExampleClient_Inspect() {
+	// A server for the example; your code connects to its own, with
+	// nats.Connect(nats.DefaultURL) say.
+	nc, stop := natstest.ExampleConn()
+	defer stop()
+	ctx := context.Background()
+	rt, err := jetrun.Open(ctx, nc, jetrun.Config{})
 	if err != nil {
 		log.Fatal(err)
 	}
-	ns, err := embedded.Start(embedded.Config{Host: "127.0.0.1", Port: -1, StoreDir: dir})
+	client, err := parent.New(rt, parent.Config{})
 	if err != nil {
 		log.Fatal(err)
 	}
-	nc, err := nats.Connect(ns.ClientURL())
+	w, err := worker.New(rt, worker.Config{})
 	if err != nil {
 		log.Fatal(err)
 	}
-	return nc, func() {
-		nc.Close()
-		ns.Shutdown()
-		ns.WaitForShutdown()
-		_ = os.RemoveAll(dir)
+	w.HandleFunc("count", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+		return worker.Result{Summary: "counted", Output: len(run.Input())}, nil
+	})
+	if err := w.Start(ctx); err != nil {
+		log.Fatal(err)
 	}
+	defer w.Stop()
+	if _, err := client.Run(ctx, parent.Request{AgentType: "count", RunID: "count-1", Input: "abc"}); err != nil {
+		log.Fatal(err)
+	}
+
+	row, err := client.Inspect(ctx, "count-1")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(row.ID, row.Status, row.Attempt, row.Summary)
+
+	if _, err := client.Inspect(ctx, "never-1"); errors.Is(err, parent.ErrRunNotFound) {
+		fmt.Println("no run never-1")
+	}
+	// Output:
+	// count-1 completed 1 counted
+	// no run never-1
 }

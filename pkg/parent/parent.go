@@ -54,9 +54,9 @@ var (
 	// already has Request.MaxConcurrent live children; the run id is not
 	// used, so the same request can be made again later.
 	ErrConcurrencyLimit = errors.New("parent's concurrency limit reached")
-	// ErrRunNotFound is returned for a run id with no row (never
-	// dispatched, or cleared).
-	ErrRunNotFound = runstore.ErrRunNotFound
+	// ErrRunNotFound is returned (wrapped) for a run id with no row (never
+	// dispatched, or cleared): by Inspect, Await, Cancel, Steps, Calls …
+	ErrRunNotFound = jetruntype.ErrRunNotFound
 )
 
 // Failure is the value a run that did not complete yields: Run returns it as
@@ -549,13 +549,10 @@ func (c *Client) fault(ctx context.Context, msg string, err error, args ...any) 
 	c.logs.Log(ctx, c.log, slog.LevelWarn, msg+"/"+class, msg, append(args, "fault", class, "err", err)...)
 }
 
-// Inspect returns the run's row, or nil (and no error) when there is no
-// record of it yet.
+// Inspect returns the run's row, or an error wrapping ErrRunNotFound when
+// there is no record of it (yet: a run exists once Dispatch created it).
 func (c *Client) Inspect(ctx context.Context, id string) (*jetruntype.Run, error) {
 	row, _, err := c.get(ctx, id)
-	if errors.Is(err, runstore.ErrRunNotFound) {
-		return nil, nil
-	}
 	if err != nil {
 		return nil, fmt.Errorf("parent: inspect: %w", err)
 	}
@@ -568,8 +565,11 @@ func (c *Client) HasRun(ctx context.Context, id string) (bool, error) {
 	if events.ValidateID(id) != nil {
 		return false, nil
 	}
-	row, err := c.Inspect(ctx, id)
-	return row != nil, err
+	_, err := c.Inspect(ctx, id)
+	if errors.Is(err, ErrRunNotFound) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // List returns the rows with one of statuses (every row when none is

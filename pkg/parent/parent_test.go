@@ -272,8 +272,8 @@ func TestInspectAndHasRun(t *testing.T) {
 	b := setup(t)
 	ctx := t.Context()
 	row, err := b.client.Inspect(ctx, "never-dispatched")
-	if row != nil || err != nil {
-		t.Fatalf("inspect unknown = %+v, %v; want nil, nil", row, err)
+	if row != nil || !errors.Is(err, parent.ErrRunNotFound) {
+		t.Fatalf("inspect unknown = %+v, %v; want nil, ErrRunNotFound", row, err)
 	}
 	for _, id := range []string{"never-dispatched", "a.b", "*", ""} {
 		if ok, err := b.client.HasRun(ctx, id); ok || err != nil {
@@ -287,8 +287,8 @@ func TestInspectAndHasRun(t *testing.T) {
 		t.Fatalf("HasRun(seen) = %v, %v", ok, err)
 	}
 	// Neither call created anything.
-	if row, _ := b.client.Inspect(ctx, "never-dispatched"); row != nil {
-		t.Fatal("inspect created a row")
+	if row, err := b.client.Inspect(ctx, "never-dispatched"); !errors.Is(err, parent.ErrRunNotFound) {
+		t.Fatalf("inspect created a row: %+v, %v", row, err)
 	}
 }
 
@@ -397,8 +397,8 @@ func TestClearedRunIsNotRecreatedByItsDispatch(t *testing.T) {
 	if got := <-ran; got != "kept" {
 		t.Fatalf("ran %s", got)
 	}
-	if row, _ := b.client.Inspect(ctx, "gone"); row != nil {
-		t.Fatalf("the cleared run came back: %+v", row)
+	if row, err := b.client.Inspect(ctx, "gone"); !errors.Is(err, parent.ErrRunNotFound) {
+		t.Fatalf("the cleared run came back: %+v, %v", row, err)
 	}
 	select {
 	case id := <-ran:

@@ -28,7 +28,7 @@ var (
 // Replay yields the stored events of a run that exists, in order, then
 // follows it live as follow says; after is the last stream sequence the
 // caller already has (0 for the whole history). It returns
-// kv.ErrRunNotFound for an unknown run: a guessed id never creates
+// ErrRunNotFound for an unknown run: a guessed id never creates
 // anything. See wire.Replay.
 func (c *Client) Replay(ctx context.Context, id string, after uint64, follow events.Follow, kinds ...string) (iter.Seq2[events.Event, error], error) {
 	row, _, err := c.store.Get(ctx, id)
@@ -128,7 +128,7 @@ func (c *Client) Watch(ctx context.Context, id string) error {
 // json.RawMessage passes through) to run id, where a handler's
 // run.Wait(ctx, name) receives it. The signal is stored: a handler that
 // waits later, or a worker that takes the run over, still gets it. It
-// returns the signal's sequence in the signals stream, or kv.ErrRunNotFound
+// returns the signal's sequence in the signals stream, or ErrRunNotFound
 // for an unknown run.
 func (c *Client) Signal(ctx context.Context, id, name string, payload any) (uint64, error) {
 	if err := events.ValidateSignalName(name); err != nil {

@@ -2,24 +2,24 @@ package parent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
-	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 )
 
 // Steps returns the durable steps run id stored (worker.Run.Step, a child's
 // step line), in the order they were stored, each name once (the first
-// stored copy). It returns runstore.ErrRunNotFound for an unknown run.
+// stored copy). It returns ErrRunNotFound for an unknown run.
 func (c *Client) Steps(ctx context.Context, id string) ([]events.Step, error) {
 	row, err := c.Inspect(ctx, id)
+	if errors.Is(err, ErrRunNotFound) {
+		return nil, fmt.Errorf("parent: steps of run %s: %w", id, ErrRunNotFound)
+	}
 	if err != nil {
 		return nil, err
-	}
-	if row == nil {
-		return nil, fmt.Errorf("parent: steps of run %s: %w", id, runstore.ErrRunNotFound)
 	}
 	opts := events.ReplayOptions{
 		StartSeq: row.FirstEventSeq, StartTime: row.CreatedAt.Add(-time.Minute),

@@ -65,7 +65,6 @@ type callHistory struct {
 // DefaultCallTimeout (or ctx's earlier deadline) as ErrCallTimeout; a
 // cancel of the run ends the wait with ctx's cause.
 func (r *Run) Call(ctx context.Context, name string, input any) (json.RawMessage, error) {
-	e := r.e
 	if err := events.ValidateCallName(name); err != nil {
 		return nil, fmt.Errorf("worker: call: %w", err)
 	}
@@ -73,16 +72,18 @@ func (r *Run) Call(ctx context.Context, name string, input any) (json.RawMessage
 	if err != nil {
 		return nil, err
 	}
-	if r.fake != nil {
-		return r.fake.Call(ctx, name, raw)
-	}
+	return r.b.Call(ctx, name, raw)
+}
+
+// Call is Run.Call on a worker.
+func (e *execution) Call(ctx context.Context, name string, raw json.RawMessage) (json.RawMessage, error) {
 	timeout := DefaultCallTimeout
 	if d, ok := ctx.Deadline(); ok {
 		timeout = min(timeout, time.Until(d))
 	}
 	deadline := time.Now().Add(timeout)
 
-	st, err := e.callFor(ctx, r, name, raw, timeout)
+	st, err := e.callFor(ctx, name, raw, timeout)
 	if err != nil {
 		return nil, fmt.Errorf("worker: call %s: %w", name, err)
 	}
@@ -96,7 +97,7 @@ func (r *Run) Call(ctx context.Context, name string, input any) (json.RawMessage
 	}
 	if reply == nil {
 		defer e.beginWait("call:" + name)()
-		err = r.Park(ctx, func(ctx context.Context) (err error) {
+		err = e.Park(ctx, func(ctx context.Context) (err error) {
 			ctx, cancel := context.WithDeadlineCause(ctx, deadline, ErrCallTimeout)
 			defer cancel()
 			reply, err = e.awaitReply(ctx, st)
@@ -121,12 +122,12 @@ func (r *Run) Call(ctx context.Context, name string, input any) (json.RawMessage
 
 // callFor returns the stored call this Call is (an earlier attempt's, with
 // its reply if any), or stores a new one.
-func (e *execution) callFor(ctx context.Context, r *Run, name string, input json.RawMessage, timeout time.Duration) (*callState, error) {
+func (e *execution) callFor(ctx context.Context, name string, input json.RawMessage, timeout time.Duration) (*callState, error) {
 	e.nest.callMu.Lock() // serializes this attempt's calls while one is looked up and stored
 	defer e.nest.callMu.Unlock()
 	h := &e.nest.calls
 	if !h.loaded {
-		if err := e.loadCalls(ctx, r, h); err != nil {
+		if err := e.loadCalls(ctx, h); err != nil {
 			return nil, err
 		}
 	}
@@ -143,7 +144,7 @@ func (e *execution) callFor(ctx context.Context, r *Run, name string, input json
 	}
 	c := events.Call{
 		RunID: e.id, Seq: h.last + 1, Name: name, Key: key, Input: input,
-		AgentType: r.row.AgentType, Parent: r.row.Parent, ParentToolCallID: r.row.ParentToolCallID,
+		AgentType: e.row.AgentType, Parent: e.row.Parent, ParentToolCallID: e.row.ParentToolCallID,
 		TimeoutMs: timeout.Milliseconds(), Attempt: e.attempt, At: time.Now(),
 	}
 	e.emitMu.Lock()
@@ -158,20 +159,20 @@ func (e *execution) callFor(ctx context.Context, r *Run, name string, input json
 }
 
 // loadCalls reads the calls and replies earlier attempts stored.
-func (e *execution) loadCalls(ctx context.Context, r *Run, h *callHistory) error {
+func (e *execution) loadCalls(ctx context.Context, h *callHistory) error {
 	h.byKey = make(map[string]*callState)
 	e.nest.mu.Lock()
 	if e.nest.callKeys == nil {
 		e.nest.callKeys = make(map[string]int)
 	}
 	e.nest.mu.Unlock()
-	if r.row.Attempt <= 1 && r.row.FirstEventSeq == 0 {
+	if e.row.Attempt <= 1 && e.row.FirstEventSeq == 0 {
 		h.loaded = true // a first attempt: nothing before it
 		return nil
 	}
 	opts := events.ReplayOptions{
-		StartSeq:  r.row.FirstEventSeq,
-		StartTime: r.row.CreatedAt.Add(-time.Minute), // tolerate clock skew with the server
+		StartSeq:  e.row.FirstEventSeq,
+		StartTime: e.row.CreatedAt.Add(-time.Minute), // tolerate clock skew with the server
 		Kinds:     []string{events.KindCall, events.KindReply},
 		Follow:    events.HistoryOnly,
 	}

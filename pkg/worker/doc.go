@@ -3,20 +3,19 @@
 // with a Run handle (input, chunks, progress, milestones, durable steps,
 // usage, signals, parking, cancellation) and writes their outcomes.
 //
-//	w, _ := worker.New(nc, worker.Config{Concurrency: 500})
-//	w.HandleFunc("research", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
-//		run.Chunk(ctx, "thinking…")
-//		return worker.Result{Summary: "done"}, nil
-//	})
-//	w.Start(ctx)
-//	defer w.Shutdown(ctx)
+// New builds a Worker on the process's jetrun.Runtime, Handle and
+// HandleFunc register a handler per agent type, Start starts pulling and
+// Shutdown stops it gracefully. The examples show it: Example serves an
+// agent type and runs it from a parent in one process, Example_serve is a
+// worker process, ExampleStep and ExampleRun_Usage show durable steps and
+// usage; package workertest tests a handler without a server.
 //
 // # What a run costs
 //
 // A run in flight costs its worker the handler's goroutine and its state in
 // memory, and the server nothing of its own: the worker's liveness is one
-// key renewed every third of a lease (kv.Liveness), cancels and signals reach
-// the process through one ordered consumer each, and one goroutine (the
+// key renewed every third of a lease, cancels and signals reach the
+// process through one ordered consumer each, and one goroutine (the
 // heart) sends InProgress on every held dispatch and writes rows that have
 // changes pending. docs/leases.md explains the choice.
 //
@@ -120,5 +119,6 @@
 // heartbeats, row sync), outcome.go (how an attempt ends: final write,
 // hand-back, release, abandon), retry.go, cancels.go (cancels and signals),
 // nested.go and call.go (nested runs and calls), step.go (durable steps),
-// run.go (the handler-facing Run).
+// run.go (the handler-facing Run and its backend: the execution, or
+// workertest's recorder).
 package worker

@@ -146,13 +146,8 @@ func (e *execution) publishProgressLocked(ctx context.Context, p events.Progress
 	return nil
 }
 
-// encodePayload encodes a handler's value for an event, within the size
-// limit; what names it in errors ("chunk", "progress data" …).
-func (e *execution) encodePayload(what string, v any) (json.RawMessage, error) {
-	return encodePayload(e.id, what, v)
-}
-
-// encodePayload encodes a handler's value for an event of run id.
+// encodePayload encodes a handler's value for an event of run id, within
+// the size limit; what names it in errors ("chunk", "progress data" …).
 func encodePayload(id, what string, v any) (json.RawMessage, error) {
 	raw, err := json.Marshal(v)
 	if err != nil {

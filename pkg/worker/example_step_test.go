@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log"
 
+	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
@@ -16,7 +17,9 @@ import (
 // takeover does the same); the second attempt gets the stored answer back
 // without calling the model again.
 func ExampleStep() {
-	nc, stop := startNATS()
+	// A server for the example; your code connects to its own, with
+	// nats.Connect(nats.DefaultURL) say.
+	nc, stop := natstest.ExampleConn()
 	defer stop()
 	ctx := context.Background()
 	rt, err := jetrun.Open(ctx, nc, jetrun.Config{})

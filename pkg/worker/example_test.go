@@ -5,11 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"log"
-	"os"
 
-	"github.com/nats-io/nats.go"
-
-	"github.com/jetrun/jetrun/internal/app/embedded"
+	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
@@ -19,7 +16,9 @@ import (
 // registers the handler, Start connects it to JetStream and starts
 // pulling dispatches. A parent (here in the same process) runs one.
 func Example() {
-	nc, stop := startNATS()
+	// A server for the example; your code connects to its own, with
+	// nats.Connect(nats.DefaultURL) say.
+	nc, stop := natstest.ExampleConn()
 	defer stop()
 	ctx := context.Background()
 
@@ -60,27 +59,4 @@ func Example() {
 	}
 	fmt.Println(res.RunID, res.Summary, string(res.Output))
 	// Output: greet-1 greeted Ada {"letters":3}
-}
-
-// startNATS starts an embedded nats-server with JetStream on a random
-// loopback port and connects to it; stop closes both.
-func startNATS() (*nats.Conn, func()) {
-	dir, err := os.MkdirTemp("", "jetrun-example-")
-	if err != nil {
-		log.Fatal(err)
-	}
-	ns, err := embedded.Start(embedded.Config{Host: "127.0.0.1", Port: -1, StoreDir: dir})
-	if err != nil {
-		log.Fatal(err)
-	}
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		log.Fatal(err)
-	}
-	return nc, func() {
-		nc.Close()
-		ns.Shutdown()
-		ns.WaitForShutdown()
-		_ = os.RemoveAll(dir)
-	}
 }

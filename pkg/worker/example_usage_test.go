@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"log"
 
-	"github.com/jetrun/jetrun/internal/engine"
+	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/parent"
@@ -17,7 +17,9 @@ import (
 // report that goes past it stops every run of the tree, interrupted with
 // reason budget-exceeded, and the planner's row says by how much.
 func ExampleRun_Usage() {
-	nc, stop := startNATS()
+	// A server for the example; your code connects to its own, with
+	// nats.Connect(nats.DefaultURL) say.
+	nc, stop := natstest.ExampleConn()
 	defer stop()
 	ctx := context.Background()
 	rt, err := jetrun.Open(ctx, nc, jetrun.Config{})
@@ -57,7 +59,7 @@ func ExampleRun_Usage() {
 	if f, ok := parent.IsFailure(err); ok {
 		fmt.Println(f.Status, f.Reason)
 	}
-	row, _, err := engine.From(rt).Store().Get(ctx, "plan-1")
+	row, err := client.Inspect(ctx, "plan-1")
 	if err != nil {
 		log.Fatal(err)
 	}

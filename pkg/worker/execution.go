@@ -50,6 +50,9 @@ type execution struct {
 	lastBeat  time.Time // the last InProgress on the dispatch
 	lastSync  time.Time // the last row sync
 
+	// row is the row as the attempt started, its Run's (read-only).
+	row *jetruntype.Run
+
 	// cur and rev are the newest row this execution knows of; curMu
 	// serializes the execution's row writes.
 	curMu sync.Mutex
@@ -158,7 +161,8 @@ func (w *Worker) execute(ctx context.Context, e *execution, row *jetruntype.Run,
 		return
 	}
 	e.log.DebugContext(ctx, "run started")
-	run := &Run{e: e, row: e.cur.Clone()} // before the heart may write e.cur
+	e.row = e.cur.Clone() // before the heart may write e.cur
+	run := &Run{b: e, row: e.row}
 	e.ctlMu.Lock()
 	e.begun, e.begunAt, e.lastBeat, e.lastSync = true, time.Now(), time.Now(), time.Now()
 	e.ctlMu.Unlock()

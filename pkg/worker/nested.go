@@ -15,7 +15,6 @@ import (
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
-	"github.com/jetrun/jetrun/pkg/worker/internal/runhook"
 )
 
 // forwardDrain bounds how long an awaited child's passthrough goes on
@@ -75,7 +74,7 @@ type Child struct {
 	// Created is false when the child existed already (re-attached).
 	Created bool
 
-	run         *Run
+	e           *execution // the attempt that started or re-attached it
 	passthrough bool
 	calls       map[string]parent.CallHandler
 	forwarded   atomic.Int64 // the child's last chunk this handle passed through
@@ -127,10 +126,11 @@ func (w *Worker) parentClient(ctx context.Context) (*parent.Client, error) {
 // Errors are those of parent.Client.Dispatch (parent.ErrUnknownAgentType,
 // parent.ErrBadRequest …).
 func (r *Run) Spawn(ctx context.Context, req ChildRequest) (*Child, error) {
-	if r.fake != nil {
-		return nil, fmt.Errorf("worker: run %s: start child: %w", r.ID(), runhook.ErrUnsupported)
-	}
-	e := r.e
+	return r.b.Spawn(ctx, req)
+}
+
+// Spawn is Run.Spawn on a worker.
+func (e *execution) Spawn(ctx context.Context, req ChildRequest) (*Child, error) {
 	if e.isEnded() {
 		return nil, ErrLeaseLost
 	}
@@ -145,7 +145,7 @@ func (r *Run) Spawn(ctx context.Context, req ChildRequest) (*Child, error) {
 		if req.DisplayOrder != 0 {
 			key += "#" + strconv.Itoa(req.DisplayOrder)
 		}
-		id = parent.RunID(r.ID(), key)
+		id = parent.RunID(e.id, key)
 	}
 	client, err := e.w.parentClient(ctx)
 	if err != nil {
@@ -153,23 +153,23 @@ func (r *Run) Spawn(ctx context.Context, req ChildRequest) (*Child, error) {
 	}
 	row, created, err := client.DispatchNew(ctx, parent.Request{
 		AgentType: req.AgentType, RunID: id, Input: req.Input,
-		Parent: r.ID(), ParentToolCallID: callID, DisplayOrder: req.DisplayOrder, Depth: r.Depth() + 1,
+		Parent: e.id, ParentToolCallID: callID, DisplayOrder: req.DisplayOrder, Depth: e.row.Depth + 1,
 		Detached: req.Detached, MaxConcurrent: req.MaxConcurrent,
-		Budget: req.Budget, ParentRow: r.row,
+		Budget: req.Budget, ParentRow: e.row,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("worker: run %s: start child %s: %w", r.ID(), id, err)
+		return nil, fmt.Errorf("worker: run %s: start child %s: %w", e.id, id, err)
 	}
-	if row.Parent != r.ID() {
+	if row.Parent != e.id {
 		return nil, fmt.Errorf("worker: run %s: start child %s: %w (it is a child of %q)",
-			r.ID(), id, parent.ErrRunIDConflict, row.Parent)
+			e.id, id, parent.ErrRunIDConflict, row.Parent)
 	}
 	if created {
 		e.log.DebugContext(ctx, "child run started", "child_run_id", id, "child_agent_type", req.AgentType)
 	} else {
 		e.log.DebugContext(ctx, "child run re-attached", "child_run_id", id, "child_status", row.Status)
 	}
-	return &Child{ID: id, Row: row, Created: created, run: r, passthrough: req.Passthrough, calls: req.Calls}, nil
+	return &Child{ID: id, Row: row, Created: created, e: e, passthrough: req.Passthrough, calls: req.Calls}, nil
 }
 
 // RunChild starts a nested run (as Spawn) and waits for its outcome (as
@@ -193,14 +193,14 @@ func (r *Run) RunChild(ctx context.Context, req ChildRequest) (*parent.Result, e
 // waitingFor "run:<childId>" and the no-progress budget does not run. It
 // never gives up by itself: the child's own budgets bound it.
 func (c *Child) Await(ctx context.Context) (*parent.Result, error) {
-	e := c.run.e
+	e := c.e
 	client, err := e.w.parentClient(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer e.beginWait("run:" + c.ID)()
 	var res *parent.Result
-	err = c.run.Park(ctx, func(ctx context.Context) error {
+	err = e.Park(ctx, func(ctx context.Context) error {
 		var stop func(settled bool)
 		if c.passthrough {
 			stop = c.forward(ctx)
@@ -224,7 +224,7 @@ func (c *Child) Await(ctx context.Context) (*parent.Result, error) {
 		if _, ok := parent.IsFailure(err); ok {
 			return nil, err
 		}
-		return nil, fmt.Errorf("worker: run %s: await child %s: %w", c.run.ID(), c.ID, err)
+		return nil, fmt.Errorf("worker: run %s: await child %s: %w", e.id, c.ID, err)
 	}
 	return res, nil
 }
@@ -265,7 +265,7 @@ func (e *execution) beginWait(what string) func() {
 // child-chunk events until the child ends; stop ends it (after the
 // child's last chunks when it settled).
 func (c *Child) forward(ctx context.Context) (stop func(settled bool)) {
-	e := c.run.e
+	e := c.e
 	fctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -348,7 +348,7 @@ func (e *execution) forwardedUpTo(ctx context.Context, child string) (int64, err
 // handlers of ChildRequest.Calls, every call of theirs that has no reply
 // stored, until stop.
 func (c *Child) answerCalls(ctx context.Context, client *parent.Client) (stop func()) {
-	e := c.run.e
+	e := c.e
 	fctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -395,7 +395,7 @@ func (c *Child) answerCalls(ctx context.Context, client *parent.Client) (stop fu
 
 // answer runs the handler of one call and stores its reply.
 func (c *Child) answer(ctx context.Context, client *parent.Client, call events.Call) {
-	e := c.run.e
+	e := c.e
 	out, err := c.calls[call.Name](ctx, &call)
 	if ctx.Err() != nil {
 		return // the wait ended: a later attempt answers it

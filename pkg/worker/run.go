@@ -21,16 +21,46 @@ const MaxMilestoneNameLength = 256
 // Package workertest builds a Run that records what a handler does, for unit
 // tests of handlers without a NATS server.
 type Run struct {
-	e   *execution
+	b   backend
 	row *jetruntype.Run
-	// fake, when set (workertest), receives the calls instead of e.
-	fake runhook.Backend
 	// steps holds the run's stored steps (step.go).
 	steps steps
 }
 
+// backend carries out what a handler asks of its Run once the Run has
+// checked and encoded it (names, JSON, sizes: what the worker checks), so
+// a backend sees what would go on the wire. On a worker it is the
+// attempt's execution; in package workertest, a recorder, built through
+// runhook.NewRun.
+type backend interface {
+	Logger() *slog.Logger
+	// Milestones returns the milestones reached, earlier attempts' included.
+	Milestones() []events.Milestone
+	Chunk(ctx context.Context, data json.RawMessage) error
+	// Progress gets Fraction clamped to 0..1 and Data encoded; the backend
+	// fills in the run id and attempt.
+	Progress(ctx context.Context, p events.Progress) error
+	// Milestone numbers and records a milestone whose name is valid.
+	Milestone(ctx context.Context, name string, data json.RawMessage) (events.Milestone, error)
+	Flush(ctx context.Context) error
+	Park(ctx context.Context, wait func(ctx context.Context) error) error
+	// Wait is called with a valid signal name.
+	Wait(ctx context.Context, name string) (json.RawMessage, error)
+	// Call is called with a valid call name.
+	Call(ctx context.Context, name string, input json.RawMessage) (json.RawMessage, error)
+	Spawn(ctx context.Context, req ChildRequest) (*Child, error)
+	// Usage is called with a valid report.
+	Usage(ctx context.Context, u Usage) error
+	// LoadSteps returns the steps earlier attempts stored.
+	LoadSteps(ctx context.Context) ([]events.Step, error)
+	// StoreStep stores a step the handler completed (or failed
+	// permanently) and returns once it, and every event before it, is
+	// stored.
+	StoreStep(ctx context.Context, st events.Step) error
+}
+
 func init() {
-	runhook.NewRun = func(row *jetruntype.Run, b runhook.Backend) any { return &Run{row: row, fake: b} }
+	runhook.NewRun = func(row *jetruntype.Run, b any) any { return &Run{row: row, b: b.(backend)} }
 }
 
 // ID returns the run id.
@@ -56,21 +86,11 @@ func (r *Run) Input() json.RawMessage { return r.row.Input }
 func (r *Run) Row() *jetruntype.Run { return r.row.Clone() }
 
 // Logger returns a logger carrying the run id, agent type and attempt.
-func (r *Run) Logger() *slog.Logger {
-	if r.fake != nil {
-		return r.fake.Logger()
-	}
-	return r.e.log
-}
+func (r *Run) Logger() *slog.Logger { return r.b.Logger() }
 
 // Milestones returns the milestones already reached, by earlier attempts
 // included, so a handler that took a run over can skip finished work.
-func (r *Run) Milestones() []events.Milestone {
-	if r.fake != nil {
-		return r.fake.Milestones()
-	}
-	return r.e.milestonesCopy()
-}
+func (r *Run) Milestones() []events.Milestone { return r.b.Milestones() }
 
 // Chunk appends data (any JSON-encodable value; a string stays a string) to
 // the run's streamed output. Chunks get sequence numbers 1, 2, 3… in the
@@ -81,18 +101,11 @@ func (r *Run) Milestones() []events.Milestone {
 // the worker's ChunkWindow are stored as one event carrying their range;
 // readers still see them one by one (wire.Replay).
 func (r *Run) Chunk(ctx context.Context, data any) error {
-	if r.fake != nil {
-		raw, err := encodePayload(r.row.ID, "chunk", data)
-		if err != nil {
-			return err
-		}
-		return r.fake.Chunk(ctx, raw)
-	}
-	raw, err := r.e.encodePayload("chunk", data)
+	raw, err := encodePayload(r.row.ID, "chunk", data)
 	if err != nil {
 		return err
 	}
-	return r.e.emitChunk(ctx, raw)
+	return r.b.Chunk(ctx, raw)
 }
 
 // Progress reports progress. Reports are coalesced: at most one progress
@@ -100,33 +113,15 @@ func (r *Run) Chunk(ctx context.Context, data any) error {
 // window ends; a report with Fraction ≥ 1 goes out at once. The row keeps the
 // latest snapshot (without Data).
 func (r *Run) Progress(ctx context.Context, p Progress) error {
-	if r.fake != nil {
-		fp := runhook.Progress{Fraction: min(max(p.Fraction, 0), 1), Phase: p.Phase, Message: p.Message}
-		if p.Data != nil {
-			raw, err := encodePayload(r.row.ID, "progress data", p.Data)
-			if err != nil {
-				return err
-			}
-			fp.Data = raw
-		}
-		return r.fake.Progress(ctx, fp)
-	}
-	e := r.e
-	ev := events.Progress{
-		RunID:    e.id,
-		Fraction: min(max(p.Fraction, 0), 1),
-		Phase:    p.Phase,
-		Message:  p.Message,
-		Attempt:  e.attempt,
-	}
+	ev := events.Progress{Fraction: min(max(p.Fraction, 0), 1), Phase: p.Phase, Message: p.Message}
 	if p.Data != nil {
-		raw, err := e.encodePayload("progress data", p.Data)
+		raw, err := encodePayload(r.row.ID, "progress data", p.Data)
 		if err != nil {
 			return err
 		}
 		ev.Data = raw
 	}
-	return e.emitProgress(ctx, ev)
+	return r.b.Progress(ctx, ev)
 }
 
 // Milestone records that the run reached a named point. Milestones are
@@ -134,44 +129,23 @@ func (r *Run) Progress(ctx context.Context, p Progress) error {
 // before it, is stored), numbered 1, 2, 3… per run across attempts, and
 // deduplicated by Nats-Msg-Id <runId>.m.<sequence>.
 func (r *Run) Milestone(ctx context.Context, name string, data any) (events.Milestone, error) {
-	e := r.e
 	if name == "" || len(name) > MaxMilestoneNameLength {
 		return events.Milestone{}, fmt.Errorf("worker: milestone name must be 1 to %d bytes, got %d",
 			MaxMilestoneNameLength, len(name))
 	}
-	if r.fake != nil {
-		var raw json.RawMessage
-		if data != nil {
-			var err error
-			if raw, err = encodePayload(r.row.ID, "milestone data", data); err != nil {
-				return events.Milestone{}, err
-			}
-		}
-		return r.fake.Milestone(ctx, name, raw)
-	}
-	m := events.Milestone{RunID: e.id, Name: name, Attempt: e.attempt}
+	var raw json.RawMessage
 	if data != nil {
-		raw, err := e.encodePayload("milestone data", data)
-		if err != nil {
+		var err error
+		if raw, err = encodePayload(r.row.ID, "milestone data", data); err != nil {
 			return events.Milestone{}, err
 		}
-		m.Data = raw
 	}
-	return e.emitMilestone(ctx, m)
+	return r.b.Milestone(ctx, name, raw)
 }
 
 // Flush returns once every event the handler published so far is stored,
 // or the error that stopped one (ErrLeaseLost: the run was taken over).
-func (r *Run) Flush(ctx context.Context) error {
-	if r.fake != nil {
-		return r.fake.Flush(ctx)
-	}
-	e := r.e
-	if err := e.flushProgress(ctx); err != nil {
-		return err
-	}
-	return e.pub.flush(ctx)
-}
+func (r *Run) Flush(ctx context.Context) error { return r.b.Flush(ctx) }
 
 // Park runs wait, something that only waits on what happens outside this
 // process (a person, another run: awaiting a nested run of the same agent
@@ -181,15 +155,7 @@ func (r *Run) Flush(ctx context.Context) error {
 // its worker and its place; only the slot is lent out. Wait parks by
 // itself.
 func (r *Run) Park(ctx context.Context, wait func(ctx context.Context) error) error {
-	if r.fake != nil {
-		return r.fake.Park(ctx, wait)
-	}
-	unpark := r.e.park()
-	err := wait(ctx)
-	if uerr := unpark(ctx); uerr != nil && err == nil {
-		err = uerr
-	}
-	return err
+	return r.b.Park(ctx, wait)
 }
 
 // Wait parks the handler until a signal named name is sent to the run, and
@@ -203,13 +169,49 @@ func (r *Run) Park(ctx context.Context, wait func(ctx context.Context) error) er
 // or a plain NATS publish to jetrun.signal.<runId>.<name>. Do not wait for
 // the same name from two goroutines at once: both would get the same signal.
 func (r *Run) Wait(ctx context.Context, name string) (json.RawMessage, error) {
-	e := r.e
 	if err := events.ValidateSignalName(name); err != nil {
 		return nil, fmt.Errorf("worker: wait: %w", err)
 	}
-	if r.fake != nil {
-		return r.fake.Wait(ctx, name)
+	return r.b.Wait(ctx, name)
+}
+
+// The execution as its Run's backend: what a handler's calls do on a
+// worker.
+
+func (e *execution) Logger() *slog.Logger { return e.log }
+
+func (e *execution) Milestones() []events.Milestone { return e.milestonesCopy() }
+
+func (e *execution) Chunk(ctx context.Context, data json.RawMessage) error {
+	return e.emitChunk(ctx, data)
+}
+
+func (e *execution) Progress(ctx context.Context, p events.Progress) error {
+	p.RunID, p.Attempt = e.id, e.attempt
+	return e.emitProgress(ctx, p)
+}
+
+func (e *execution) Milestone(ctx context.Context, name string, data json.RawMessage) (events.Milestone, error) {
+	return e.emitMilestone(ctx, events.Milestone{RunID: e.id, Name: name, Data: data, Attempt: e.attempt})
+}
+
+func (e *execution) Flush(ctx context.Context) error {
+	if err := e.flushProgress(ctx); err != nil {
+		return err
 	}
+	return e.pub.flush(ctx)
+}
+
+func (e *execution) Park(ctx context.Context, wait func(ctx context.Context) error) error {
+	unpark := e.park()
+	err := wait(ctx)
+	if uerr := unpark(ctx); uerr != nil && err == nil {
+		err = uerr
+	}
+	return err
+}
+
+func (e *execution) Wait(ctx context.Context, name string) (json.RawMessage, error) {
 	e.stateMu.Lock()
 	e.waitingFor = name
 	e.stateMu.Unlock()
@@ -241,7 +243,7 @@ func (r *Run) Wait(ctx context.Context, name string) (json.RawMessage, error) {
 		payload json.RawMessage
 		seq     uint64
 	)
-	err = r.Park(ctx, func(ctx context.Context) (err error) {
+	err = e.Park(ctx, func(ctx context.Context) (err error) {
 		payload, seq, err = e.nextSignal(ctx, name, seen, row.CreatedAt)
 		return err
 	})

@@ -216,15 +216,7 @@ func (r *Run) loadStepsLocked(ctx context.Context) error {
 	if b.loaded {
 		return nil
 	}
-	var (
-		stored []events.Step
-		err    error
-	)
-	if r.fake != nil {
-		stored = r.fake.Steps()
-	} else {
-		stored, err = r.e.loadSteps(ctx)
-	}
+	stored, err := r.b.LoadSteps(ctx)
 	if err != nil {
 		return err
 	}
@@ -249,13 +241,7 @@ func (b *steps) addLocked(st events.Step) events.Step {
 
 // storeStep stores st and returns the step kept under its name.
 func (r *Run) storeStep(ctx context.Context, st events.Step) (events.Step, error) {
-	var err error
-	if r.fake != nil {
-		err = r.fake.StoreStep(ctx, st)
-	} else {
-		err = r.e.storeStep(ctx, st)
-	}
-	if err != nil {
+	if err := r.b.StoreStep(ctx, st); err != nil {
 		return events.Step{}, err
 	}
 	b := &r.steps
@@ -264,9 +250,9 @@ func (r *Run) storeStep(ctx context.Context, st events.Step) (events.Step, error
 	return b.addLocked(st), nil
 }
 
-// storeStep publishes st and returns once it, and every event before it,
+// StoreStep publishes st and returns once it, and every event before it,
 // is stored.
-func (e *execution) storeStep(ctx context.Context, st events.Step) error {
+func (e *execution) StoreStep(ctx context.Context, st events.Step) error {
 	if _, err := e.pub.publish(ctx, events.KindStep, wire.StepMsgID(e.id, st.Name), st, true); err != nil {
 		return err
 	}
@@ -274,10 +260,10 @@ func (e *execution) storeStep(ctx context.Context, st events.Step) error {
 	return nil
 }
 
-// loadSteps reads the steps earlier attempts stored, one direct get at a
+// LoadSteps reads the steps earlier attempts stored, one direct get at a
 // time like the milestones (no consumer per run taken over). A first
 // attempt has none: it reads nothing.
-func (e *execution) loadSteps(ctx context.Context) ([]events.Step, error) {
+func (e *execution) LoadSteps(ctx context.Context) ([]events.Step, error) {
 	if !e.resumed {
 		return nil, nil
 	}

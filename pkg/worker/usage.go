@@ -65,17 +65,21 @@ func (r *Run) Usage(ctx context.Context, u Usage) error {
 	if err := u.Validate(); err != nil {
 		return fmt.Errorf("worker: usage: %w", err)
 	}
-	if r.fake != nil || u.Empty() {
+	return r.b.Usage(ctx, u)
+}
+
+// Usage is Run.Usage on a worker.
+func (e *execution) Usage(ctx context.Context, u Usage) error {
+	if u.Empty() {
 		return nil
 	}
 	if s, ok := ctx.Value(stepUsageKey{}).(*stepUsage); ok {
 		s.add(u)
 	}
-	e := r.e
 	if e.isEnded() {
 		return ErrLeaseLost
 	}
-	if err := e.startUsage(ctx, r.row); err != nil {
+	if err := e.startUsage(ctx, e.row); err != nil {
 		return err
 	}
 	e.use.mu.Lock()

@@ -439,12 +439,12 @@ func (a *api) row(w http.ResponseWriter, r *http.Request) (*jetruntype.Run, bool
 		return nil, false
 	}
 	row, err := a.client.Inspect(r.Context(), id)
-	if err != nil {
-		a.fail(w, r, err)
+	if errors.Is(err, parent.ErrRunNotFound) {
+		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no run %q", id))
 		return nil, false
 	}
-	if row == nil {
-		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no run %q", id))
+	if err != nil {
+		a.fail(w, r, err)
 		return nil, false
 	}
 	return row, true

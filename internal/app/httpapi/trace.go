@@ -123,11 +123,12 @@ func (a *api) buildTrace(ctx context.Context, top *jetruntype.Run) (traceBody, e
 		row := top
 		if it.id != top.ID {
 			var err error
-			if row, err = a.client.Inspect(ctx, it.id); err != nil {
-				return traceBody{}, err
-			}
-			if row == nil {
+			row, err = a.client.Inspect(ctx, it.id)
+			if errors.Is(err, parent.ErrRunNotFound) {
 				continue // cleared since the view listed it
+			}
+			if err != nil {
+				return traceBody{}, err
 			}
 		}
 		tr, cut, err := a.traceRun(ctx, row, it.level)

@@ -43,11 +43,11 @@ func (c *cli) dispatchCmd(fs *flag.FlagSet) func(context.Context, []string) (int
 			ParentToolCallID: *toolCall, ConcurrencyKey: *key, Strategy: events.Strategy(*strategy), Debounce: *debounce}
 		if *parentID != "" {
 			p, err := c.client.Inspect(ctx, *parentID)
+			if errors.Is(err, parent.ErrRunNotFound) {
+				return 0, fmt.Errorf("no parent run %q", *parentID)
+			}
 			if err != nil {
 				return 0, err
-			}
-			if p == nil {
-				return 0, fmt.Errorf("no parent run %q", *parentID)
 			}
 			req.Depth = p.Depth + 1
 		}
@@ -176,7 +176,7 @@ func (c *cli) finish(id string, r *renderer) (int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	row, err := c.client.Inspect(ctx, id)
-	if err != nil || row == nil {
+	if err != nil {
 		return 0, fmt.Errorf("read the outcome of %s: %v", id, err)
 	}
 	code := exitCode(row.Status)

@@ -193,11 +193,11 @@ func (c *cli) getCmd(fs *flag.FlagSet) func(context.Context, []string) (int, err
 			return 0, usagef("want one run id")
 		}
 		row, err := c.client.Inspect(ctx, args[0])
+		if errors.Is(err, parent.ErrRunNotFound) {
+			return 0, fmt.Errorf("no run %q", args[0])
+		}
 		if err != nil {
 			return 0, err
-		}
-		if row == nil {
-			return 0, fmt.Errorf("no run %q", args[0])
 		}
 		tree, err := c.runTree(ctx, row, events.DefaultMaxDepth)
 		if err != nil {

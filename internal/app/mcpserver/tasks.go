@@ -263,11 +263,11 @@ func (s *Server) taskRow(ctx context.Context, id string) (*jetruntype.Run, error
 		return nil, invalidParams("unknown task %q", id)
 	}
 	row, err := s.client.Inspect(ctx, id)
+	if errors.Is(err, parent.ErrRunNotFound) {
+		return nil, invalidParams("unknown task %q", id)
+	}
 	if err != nil {
 		return nil, internalError("read task %s: %v", id, err)
-	}
-	if row == nil {
-		return nil, invalidParams("unknown task %q", id)
 	}
 	return row, nil
 }

@@ -24,8 +24,9 @@ import (
 // Errors returned by Store methods; test with errors.Is.
 var (
 	// ErrRunNotFound is returned by Get and Mutate when no row exists for the
-	// id (Update of a missing row is ErrConflict: its revision is gone).
-	ErrRunNotFound = errors.New("run not found")
+	// id (Update of a missing row is ErrConflict: its revision is gone). It
+	// is the public jetruntype.ErrRunNotFound (parent.ErrRunNotFound).
+	ErrRunNotFound = jetruntype.ErrRunNotFound
 	// ErrRunExists is returned by Create when a row already exists.
 	ErrRunExists = errors.New("run already exists")
 	// ErrConflict is returned by Update when the row changed since the

@@ -6,8 +6,10 @@ package natstest
 import (
 	"context"
 	"fmt"
+	"log"
 	"net"
 	"net/url"
+	"os"
 	"testing"
 	"time"
 
@@ -59,6 +61,38 @@ func RunServerWithOptions(t testing.TB, opts *server.Options) *server.Server {
 	return ns
 }
 
+// ExampleConn starts a JetStream server for a runnable example, which has
+// no *testing.T (on a random loopback port, with a temporary store), and
+// connects to it; stop closes both and removes the store. A failure ends
+// the program (log.Fatal). Code outside an example connects to its own
+// server: nats.Connect(nats.DefaultURL).
+func ExampleConn() (nc *nats.Conn, stop func()) {
+	dir, err := os.MkdirTemp("", "jetrun-example-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	ns, err := server.NewServer(&server.Options{
+		Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: dir,
+		JetStreamMaxMemory: 256 << 20, JetStreamMaxStore: 4 << 30, NoSigs: true, NoLog: true,
+	})
+	if err != nil {
+		log.Fatalf("natstest: new server: %v", err)
+	}
+	ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		log.Fatal("natstest: server not ready within 10s")
+	}
+	if nc, err = nats.Connect(ns.ClientURL()); err != nil {
+		log.Fatalf("natstest: connect: %v", err)
+	}
+	return nc, func() {
+		nc.Close()
+		ns.Shutdown()
+		ns.WaitForShutdown()
+		_ = os.RemoveAll(dir)
+	}
+}
+
 // Connect opens a client connection to ns, closed in t.Cleanup.
 func Connect(t testing.TB, ns *server.Server) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
@@ -88,9 +122,14 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg strin
 }
 
 // RunCluster starts a three-node JetStream cluster on loopback and returns
-// its servers once JetStream has a meta leader.
+// its servers once JetStream has a meta leader. Its tests are the slow
+// tier: under -short (make test-short) RunCluster skips the test; make
+// test runs them.
 func RunCluster(t testing.TB) []*server.Server {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("natstest: a three-node cluster test, skipped under -short (make test-short); make test runs it")
+	}
 	var servers []*server.Server
 	for try := 1; ; try++ {
 		var err error

@@ -289,7 +289,8 @@ func (r *Run) notifyLocked() {
 	r.changed = make(chan struct{})
 }
 
-// backend records what the handler does through its *worker.Run.
+// backend records what the handler does through its *worker.Run: it
+// implements the worker's backend interface, as a worker's execution does.
 type backend struct{ r *Run }
 
 // record runs f under the lock unless the handler returned.
@@ -312,7 +313,7 @@ func (b backend) Chunk(ctx context.Context, data json.RawMessage) error {
 	return b.record(func() { b.r.chunks = append(b.r.chunks, data) })
 }
 
-func (b backend) Progress(ctx context.Context, p runhook.Progress) error {
+func (b backend) Progress(ctx context.Context, p events.Progress) error {
 	return b.record(func() {
 		b.r.progress = append(b.r.progress, Progress{Fraction: p.Fraction, Phase: p.Phase, Message: p.Message, Data: p.Data})
 	})
@@ -380,7 +381,17 @@ func (b backend) Call(ctx context.Context, name string, input json.RawMessage) (
 	return b.r.cfg.Call(ctx, name, input)
 }
 
-func (b backend) Steps() []events.Step { return slices.Clone(b.r.cfg.Steps) }
+func (b backend) Spawn(ctx context.Context, req worker.ChildRequest) (*worker.Child, error) {
+	return nil, fmt.Errorf("worker: run %s: start child: %w", b.r.handle.ID(), ErrUnsupported)
+}
+
+// Usage accepts a valid report (worker.Run.Usage checked it) and keeps
+// nothing.
+func (b backend) Usage(ctx context.Context, u worker.Usage) error { return nil }
+
+func (b backend) LoadSteps(ctx context.Context) ([]events.Step, error) {
+	return slices.Clone(b.r.cfg.Steps), nil
+}
 
 func (b backend) StoreStep(ctx context.Context, st events.Step) error {
 	return b.record(func() { b.r.steps = append(b.r.steps, st) })
