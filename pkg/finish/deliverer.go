@@ -135,7 +135,7 @@ func New(runtime *jetrun.Runtime, cfg Config) (*Deliverer, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Deliverer{
-		cfg: cfg, rt: rt, js: engine.From(rt).JetStream(), ns: rt.Namespace(), store: engine.From(rt).Store(),
+		cfg: cfg, rt: rt, js: rt.JetStream(), ns: rt.Namespace(), store: rt.Store(),
 		log:      cfg.Logger.With("deliverer", cfg.ID),
 		handlers: make(map[string]Handler),
 	}, nil

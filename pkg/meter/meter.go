@@ -152,7 +152,7 @@ func New(runtime *jetrun.Runtime, cfg Config) (*Meter, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Meter{cfg: cfg, rt: rt, js: engine.From(rt).JetStream(), log: cfg.Logger}, nil
+	return &Meter{cfg: cfg, rt: rt, js: rt.JetStream(), log: cfg.Logger}, nil
 }
 
 // Start creates (or checks) the durable consumer, then

@@ -137,9 +137,9 @@ func New(runtime *jetrun.Runtime, cfg Config) (*Client, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	c := &Client{
-		cfg: cfg, rt: rt, js: engine.From(rt).JetStream(), ns: rt.Namespace(), store: engine.From(rt).Store(), log: cfg.Logger,
-		eventsStream: engine.From(rt).EventsStream(),
-		agents:       make(map[string]time.Time), schemas: registry.NewCache(engine.From(rt).JetStream(), rt.Namespace()),
+		cfg: cfg, rt: rt, js: rt.JetStream(), ns: rt.Namespace(), store: rt.Store(), log: cfg.Logger,
+		eventsStream: rt.EventsStream(),
+		agents:       make(map[string]time.Time), schemas: registry.NewCache(rt.JetStream(), rt.Namespace()),
 	}
 	c.statuses.c = c
 	return c, nil
