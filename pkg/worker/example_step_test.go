@@ -7,6 +7,7 @@ import (
 	"log"
 
 	"github.com/jetrun/jetrun/pkg/jetrun"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -37,7 +38,7 @@ func ExampleStep() {
 			return worker.Result{}, err
 		}
 		if run.Attempt() == 1 {
-			return worker.Result{}, worker.Retryable(errors.New("tool server busy"))
+			return worker.Result{}, jetruntype.RetryAfter(errors.New("tool server busy"), 0)
 		}
 		return worker.Result{Summary: fmt.Sprintf("attempt %d: %s", run.Attempt(), plan)}, nil
 	})
