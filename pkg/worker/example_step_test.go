@@ -13,9 +13,9 @@ import (
 )
 
 // A durable step: the "model call" runs once per run. The first attempt
-// stores its answer and then fails with a retryable error (a crash or a
-// takeover does the same); the second attempt gets the stored answer back
-// without calling the model again.
+// stores its answer and then asks for another attempt (RetryAfter; a crash
+// or a takeover does the same); the second attempt gets the stored answer
+// back without calling the model again.
 func ExampleStep() {
 	nc, stop := startNATS()
 	defer stop()
