@@ -43,13 +43,15 @@ type Config struct {
 	// ID names this deliverer in delivery claims (default: random).
 	ID string
 	// MaxAttempts bounds handler invocations per finish (default 5); then
-	// the finish is dead-lettered and the row records the failure.
+	// the finish is dead-lettered and the row records the failure. A
+	// handler's jetruntype.Cancel dead-letters it at once.
 	MaxAttempts int
 	// Timeout bounds one handler invocation (default 30s). A deliverer that
 	// dies mid-invocation leaves a claim that expires after it.
 	Timeout time.Duration
 	// RetryDelay is the wait before the second attempt; it doubles after
-	// each failure, up to MaxRetryDelay (default 1s).
+	// each failure, up to MaxRetryDelay (default 1s). A handler's
+	// jetruntype.RetryAfter(err, d) waits d instead.
 	RetryDelay time.Duration
 	// Concurrency is how many finishes of one handler this process
 	// delivers at once (default 8).
@@ -142,31 +144,33 @@ func New(runtime *jetrun.Runtime, cfg Config) (*Deliverer, error) {
 	}, nil
 }
 
-// HandleFinish registers h under name, the value of detached.onFinish that
-// selects it. It panics on an invalid or duplicate name, or after Start.
-func (d *Deliverer) HandleFinish(name string, h Handler) {
+// Handle registers h for the finishes of handler name, the value of
+// detached.onFinish that selects it (and for its milestone notices, if h is
+// also a MilestoneHandler). It panics on an invalid or duplicate name, or
+// after Start, like net/http's ServeMux.
+func (d *Deliverer) Handle(name string, h Handler) {
 	if err := events.ValidateHandler(name); err != nil {
-		panic("finish: HandleFinish: " + err.Error())
+		panic("finish: Handle: " + err.Error())
 	}
 	if h == nil {
-		panic("finish: HandleFinish: nil handler for " + name)
+		panic("finish: Handle: nil handler for " + name)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.started {
-		panic("finish: HandleFinish called after Start")
+		panic("finish: Handle called after Start")
 	}
 	if prev, dup := d.handlers[name]; dup {
 		if _, stand := prev.(noFinishHandler); !stand {
-			panic("finish: HandleFinish: a handler named " + name + " is already registered")
+			panic("finish: Handle: a handler named " + name + " is already registered")
 		}
 	}
 	d.handlers[name] = h
 }
 
-// HandleFinishFunc registers f under name; see HandleFinish.
-func (d *Deliverer) HandleFinishFunc(name string, f func(ctx context.Context, run *jetruntype.Run, result Result) error) {
-	d.HandleFinish(name, HandlerFunc(f))
+// HandleFunc registers f for the finishes of handler name; see Handle.
+func (d *Deliverer) HandleFunc(name string, f func(ctx context.Context, run *jetruntype.Run, result Result) error) {
+	d.Handle(name, HandlerFunc(f))
 }
 
 // Handlers returns the registered handler names, sorted.

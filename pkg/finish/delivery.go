@@ -165,13 +165,14 @@ func (e finishEntry) release(r *jetruntype.Run, cause string, failed bool, now t
 
 func (e finishEntry) handle(ctx context.Context, d *Deliverer, name string, msg jetstream.Msg, row *jetruntype.Run) error {
 	return d.call(ctx, "finish", name, msg, func(ctx context.Context) error {
-		return d.handlers[name].HandleFinish(ctx, row, e.res)
+		return d.handlers[name].ServeFinish(ctx, row, e.res)
 	})
 }
 
 // deliverEntry delivers e to handler name and says how to settle its
-// message: claim, call, then mark delivered, retry with backoff, or
-// dead-letter.
+// message: claim, call, then mark delivered, retry (after the handler's
+// RetryAfter delay, or with backoff), or dead-letter (at once on the
+// handler's Cancel).
 func (d *Deliverer) deliverEntry(ctx context.Context, log *slog.Logger, name string, msg jetstream.Msg, e entry) settle.Outcome {
 	k := e.kind()
 	c, o := d.claim(ctx, log, e)
@@ -183,13 +184,17 @@ func (d *Deliverer) deliverEntry(ctx context.Context, log *slog.Logger, name str
 	}
 	attempts := c.attempts
 	err := e.handle(ctx, d, name, msg, c.row)
+	var (
+		cancelled *jetruntype.CancelError
+		retry     *jetruntype.RetryError
+	)
 	switch {
 	case err == nil:
 		return d.markDelivered(ctx, log, name, e, c, attempts)
 	case ctx.Err() != nil: // shutting down: release the claim, retry soon
 		d.release(log, e, c, err, false)
 		return settle.Retry(time.Second)
-	case IsPermanent(err):
+	case errors.As(err, &cancelled):
 		log.ErrorContext(ctx, k.what+" handler failed permanently; giving up", "attempts", attempts, "err", err)
 		return d.deadLetter(ctx, name, msg, e, c, fmt.Sprintf("handler %s failed permanently%s: %v", name, e.about(), err), attempts)
 	case attempts >= d.cfg.MaxAttempts:
@@ -197,6 +202,9 @@ func (d *Deliverer) deliverEntry(ctx context.Context, log *slog.Logger, name str
 		return d.deadLetter(ctx, name, msg, e, c, fmt.Sprintf("handler %s failed %d times%s; last error: %v", name, attempts, e.about(), err), attempts)
 	}
 	delay := d.backoff(attempts)
+	if errors.As(err, &retry) && retry.Delay > 0 {
+		delay = retry.Delay
+	}
 	log.WarnContext(ctx, k.what+" handler failed; retrying", "attempts", attempts, "retry_in", delay, "err", err)
 	d.release(log, e, c, err, false)
 	if k.counted && d.cfg.Observer != nil {

@@ -10,8 +10,12 @@
 // program that runs pkg/worker without parent-worker must run a Deliverer
 // (with or without handlers) for finishes to be published promptly.
 //
-// A Deliverer runs one durable consumer per handler (finish-<handler>),
-// shared by every process that registers the handler. For each message it:
+// Handlers are registered as on a net/http ServeMux: Handle(name, h) or
+// HandleFunc(name, f) for finishes (a Handler's ServeFinish), and
+// HandleMilestone / HandleMilestoneFunc for milestone notices (a
+// MilestoneHandler's ServeMilestone). A Deliverer runs one durable consumer
+// per handler (finish-<handler>), shared by every process that registers
+// the handler. For each message it:
 //
 //  1. reads the row and acknowledges at once if the finish was delivered,
 //     given up, or the run is gone;
@@ -21,8 +25,10 @@
 //  3. invokes the handler, heartbeating the message while it runs;
 //  4. on success marks delivered[status] with a compare-and-set, then acks;
 //     on failure records the error and retries with exponential backoff
-//     (NakWithDelay), and after MaxAttempts files the finish in the
-//     dead-letter stream, records the failure on the row and stops.
+//     (NakWithDelay; after d for a handler's jetruntype.RetryAfter(err, d)),
+//     and after MaxAttempts (at once for a handler's jetruntype.Cancel)
+//     files the finish in the dead-letter stream, records the failure on
+//     the row and stops.
 //
 // Delivery is therefore exactly once on the happy path and at least once
 // under a crash: a deliverer that dies after the handler's side effect but

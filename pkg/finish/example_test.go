@@ -18,7 +18,7 @@ import (
 // for it, and when it ends a Deliverer calls that handler with the outcome,
 // at least once (deduplicate on finish.IdempotencyKey), retrying a failed
 // handler with backoff.
-func ExampleDeliverer_HandleFinishFunc() {
+func ExampleDeliverer_HandleFunc() {
 	// A server for the example; your code connects to its own, with
 	// nats.Connect(nats.DefaultURL) say.
 	nc, stop := natstest.ExampleConn()
@@ -41,7 +41,7 @@ func ExampleDeliverer_HandleFinishFunc() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	d.HandleFinishFunc("audit", func(ctx context.Context, run *jetruntype.Run, res finish.Result) error {
+	d.HandleFunc("audit", func(ctx context.Context, run *jetruntype.Run, res finish.Result) error {
 		select {
 		case audited <- outcome{finish.IdempotencyKey(res), res.Status, res.Summary}:
 		default: // a redelivery: already recorded

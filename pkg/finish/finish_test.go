@@ -44,7 +44,7 @@ func setup(t *testing.T, cfg finish.Config, handlers map[string]finish.Handler) 
 		t.Fatal(err)
 	}
 	for name, h := range handlers {
-		d.HandleFinish(name, h)
+		d.Handle(name, h)
 	}
 	if err := d.Start(ctx); err != nil {
 		t.Fatal(err)
@@ -94,15 +94,15 @@ func TestAFailingHandlerIsRetriedUntilItSucceeds(t *testing.T) {
 	}
 }
 
-// A handler that says its failure is permanent is not called again: the
-// finish is dead-lettered at once with the handler's error as the reason.
-func TestAPermanentFailureIsDeadLetteredAtOnce(t *testing.T) {
+// A handler that returns Cancel is not called again: the finish is
+// dead-lettered at once with the handler's error as the reason.
+func TestACancelledFinishIsDeadLetteredAtOnce(t *testing.T) {
 	t.Parallel()
 	var calls atomic.Int32
 	nc, client, store := setup(t, finish.Config{RetryDelay: 20 * time.Millisecond, MaxAttempts: 5}, map[string]finish.Handler{
 		"strict": finish.HandlerFunc(func(ctx context.Context, run *jetruntype.Run, res finish.Result) error {
 			calls.Add(1)
-			return finish.Permanent(errors.New("account closed"))
+			return jetruntype.Cancel(errors.New("account closed"))
 		}),
 	})
 	detached(t, client, "strict-run", "strict")
@@ -111,7 +111,7 @@ func TestAPermanentFailureIsDeadLetteredAtOnce(t *testing.T) {
 		return f != nil && !f.FailedAt.IsZero()
 	})
 	if f := row.Finishes[events.StatusCompleted]; f.Attempts != 1 || !strings.Contains(f.LastError, "account closed") {
-		t.Fatalf("ledger after a permanent failure: %+v", f)
+		t.Fatalf("ledger after a cancelled delivery: %+v", f)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -127,9 +127,67 @@ func TestAPermanentFailureIsDeadLetteredAtOnce(t *testing.T) {
 		return err == nil && strings.Contains(m.Header.Get(events.HeaderReason), "failed permanently: account closed")
 	}, "the finish was not dead-lettered with the handler's error")
 	if n := calls.Load(); n != 1 { // the ledger's one attempt, and the message is terminated
-
 		t.Fatalf("handler called %d times", n)
 	}
+}
+
+// RetryAfter's delay replaces the backoff before the next attempt. With a
+// backoff of minutes, a handler asking for a millisecond is called again at
+// once and its finish is delivered at the third attempt; with a backoff of
+// milliseconds, one asking for an hour is not called again while another
+// handler's plain errors are retried three times.
+func TestRetryAfterSetsTheWaitBeforeTheNextAttempt(t *testing.T) {
+	t.Parallel()
+	t.Run("short", func(t *testing.T) {
+		t.Parallel()
+		var calls atomic.Int32
+		_, client, store := setup(t, finish.Config{RetryDelay: time.Hour}, map[string]finish.Handler{
+			"soon": finish.HandlerFunc(func(context.Context, *jetruntype.Run, finish.Result) error {
+				if calls.Add(1) < 3 {
+					return jetruntype.RetryAfter(errors.New("busy"), time.Millisecond)
+				}
+				return nil
+			}),
+		})
+		detached(t, client, "soon-run", "soon")
+		row := jetruntest.WaitRow(t, store, "soon-run", 20*time.Second, jetruntest.Delivered)
+		if f := row.Finishes[events.StatusCompleted]; f.Attempts != 3 {
+			t.Fatalf("ledger: %+v; want delivered at the third attempt", f)
+		}
+	})
+	t.Run("long", func(t *testing.T) {
+		t.Parallel()
+		var later, plain atomic.Int32
+		_, client, store := setup(t, finish.Config{RetryDelay: time.Millisecond}, map[string]finish.Handler{
+			"later": finish.HandlerFunc(func(context.Context, *jetruntype.Run, finish.Result) error {
+				later.Add(1)
+				return jetruntype.RetryAfter(errors.New("come back in an hour"), time.Hour)
+			}),
+			"plain": finish.HandlerFunc(func(context.Context, *jetruntype.Run, finish.Result) error {
+				if plain.Add(1) < 4 {
+					return errors.New("not yet")
+				}
+				return nil
+			}),
+		})
+		detached(t, client, "later-run", "later")
+		jetruntest.WaitRow(t, store, "later-run", 20*time.Second, func(r *jetruntype.Run) bool {
+			f := r.Finishes[events.StatusCompleted]
+			return f != nil && f.LastError == "come back in an hour" && f.ClaimedBy == ""
+		})
+		detached(t, client, "plain-run", "plain")
+		row := jetruntest.WaitRow(t, store, "plain-run", 20*time.Second, jetruntest.Delivered)
+		if f := row.Finishes[events.StatusCompleted]; f.Attempts != 4 {
+			t.Fatalf("plain ledger: %+v; want delivered at the fourth attempt", f)
+		}
+		row, _, err := store.Get(context.Background(), "later-run")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f := row.Finishes[events.StatusCompleted]; f.Attempts != 1 || !f.FailedAt.IsZero() || later.Load() != 1 {
+			t.Fatalf("later ledger: %+v, handler called %d times; want one attempt, not given up", f, later.Load())
+		}
+	})
 }
 
 func TestAMalformedFinishIsDeadLettered(t *testing.T) {
@@ -178,7 +236,7 @@ func TestWebhookHandlerDeliversTheFinishAsJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.HandleFinish("hook", finish.Webhook(srv.URL, nil))
+	d.Handle("hook", finish.Webhook(srv.URL, nil))
 	ctx := context.Background()
 	if err := d.Start(ctx); err != nil {
 		t.Fatal(err)

@@ -66,7 +66,7 @@ func TestTheFinisherNotTheWorkerPublishesFinishes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.HandleFinishFunc("h", func(ctx context.Context, run *jetruntype.Run, res finish.Result) error {
+	d.HandleFunc("h", func(ctx context.Context, run *jetruntype.Run, res finish.Result) error {
 		calls.Add(1)
 		return nil
 	})

@@ -16,17 +16,20 @@ type Result = events.Finish
 // ending with the status (wire.FinishMsgID).
 func IdempotencyKey(r Result) string { return wire.FinishMsgID(r.RunID, r.Status, r.Ending) }
 
-// Handler handles finishes. A returned error (or a panic, or running past
-// Config.Timeout) is a failed attempt, retried with backoff.
+// Handler serves finishes. A returned error (or a panic, or running past
+// Config.Timeout) is a failed attempt, retried with backoff up to
+// Config.MaxAttempts, then dead-lettered. An error marked
+// jetruntype.RetryAfter(err, d) is retried after d instead of the backoff;
+// one marked jetruntype.Cancel is dead-lettered at once.
 type Handler interface {
-	HandleFinish(ctx context.Context, run *jetruntype.Run, result Result) error
+	ServeFinish(ctx context.Context, run *jetruntype.Run, result Result) error
 }
 
 // HandlerFunc adapts a function to a Handler.
 type HandlerFunc func(ctx context.Context, run *jetruntype.Run, result Result) error
 
-// HandleFinish calls f.
-func (f HandlerFunc) HandleFinish(ctx context.Context, run *jetruntype.Run, result Result) error {
+// ServeFinish calls f.
+func (f HandlerFunc) ServeFinish(ctx context.Context, run *jetruntype.Run, result Result) error {
 	return f(ctx, run, result)
 }
 
@@ -40,18 +43,18 @@ func NoticeIdempotencyKey(n Notice) string {
 }
 
 // MilestoneHandler hears the milestone notices of the runs whose
-// detached.onFinish names it. A Handler registered with HandleFinish that
-// also implements MilestoneHandler hears them; so does one registered with
-// HandleMilestone. A returned error is a failed attempt, retried with
-// backoff like a finish.
+// detached.onFinish names it. A Handler registered with Handle that also
+// implements MilestoneHandler hears them; so does one registered with
+// HandleMilestone. A returned error is a failed attempt, retried (or not)
+// like a finish's.
 type MilestoneHandler interface {
-	HandleMilestone(ctx context.Context, run *jetruntype.Run, notice Notice) error
+	ServeMilestone(ctx context.Context, run *jetruntype.Run, notice Notice) error
 }
 
 // MilestoneHandlerFunc adapts a function to a MilestoneHandler.
 type MilestoneHandlerFunc func(ctx context.Context, run *jetruntype.Run, notice Notice) error
 
-// HandleMilestone calls f.
-func (f MilestoneHandlerFunc) HandleMilestone(ctx context.Context, run *jetruntype.Run, n Notice) error {
+// ServeMilestone calls f.
+func (f MilestoneHandlerFunc) ServeMilestone(ctx context.Context, run *jetruntype.Run, n Notice) error {
 	return f(ctx, run, n)
 }

@@ -42,7 +42,7 @@ import (
 // the same name is never announced.
 
 // HandleMilestone registers h as the milestone handler of name (the value
-// of detached.onFinish). Finishes for name still need HandleFinish, in the
+// of detached.onFinish). Finishes for name still need Handle, in the
 // same deliverer (they share the consumer finish-<name>): without one, a
 // finish that reaches this deliverer fails its attempt. It panics on an
 // invalid or duplicate name, or after Start.
@@ -73,10 +73,10 @@ func (d *Deliverer) HandleMilestone(name string, h MilestoneHandler) {
 }
 
 // noFinishHandler stands for the finish handler of a name registered with
-// HandleMilestone only, until HandleFinish replaces it.
+// HandleMilestone only, until Handle replaces it.
 type noFinishHandler struct{ name string }
 
-func (n noFinishHandler) HandleFinish(context.Context, *jetruntype.Run, Result) error {
+func (n noFinishHandler) ServeFinish(context.Context, *jetruntype.Run, Result) error {
 	return fmt.Errorf("no finish handler %s in this deliverer (only HandleMilestone)", n.name)
 }
 
@@ -235,7 +235,7 @@ func (e noticeEntry) handle(ctx context.Context, d *Deliverer, name string, msg 
 	n := e.n
 	n.Milestone = row.Notices[n.Milestone.Name].Milestone // the ledger says which milestone of the name
 	return d.call(ctx, "milestone", name, msg, func(ctx context.Context) error {
-		return h.HandleMilestone(ctx, row, n)
+		return h.ServeMilestone(ctx, row, n)
 	})
 }
 

@@ -100,7 +100,7 @@ func TestMilestoneNoticesReachAGoHandlerOncePerName(t *testing.T) {
 	t.Parallel()
 	var h heard
 	client, store := setupMilestones(t, func(d *finish.Deliverer) {
-		// The milestone handler first: HandleFinish then takes its place
+		// The milestone handler first: Handle then takes its place
 		// for finishes.
 		d.HandleMilestoneFunc("h", func(_ context.Context, run *jetruntype.Run, n finish.Notice) error {
 			if n.Kind != events.KindMilestoneNotice || n.Handler != "h" || run.ID != n.RunID {
@@ -109,7 +109,7 @@ func TestMilestoneNoticesReachAGoHandlerOncePerName(t *testing.T) {
 			h.add(finish.NoticeIdempotencyKey(n), n.Milestone.Sequence)
 			return nil
 		})
-		d.HandleFinishFunc("h", func(_ context.Context, _ *jetruntype.Run, res finish.Result) error {
+		d.HandleFunc("h", func(_ context.Context, _ *jetruntype.Run, res finish.Result) error {
 			h.add(finish.IdempotencyKey(res), 0)
 			return nil
 		})
@@ -160,7 +160,7 @@ func TestMilestoneNoticesReachAWebhook(t *testing.T) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	t.Cleanup(srv.Close)
-	client, store := setupMilestones(t, func(d *finish.Deliverer) { d.HandleFinish("h", finish.Webhook(srv.URL, nil)) })
+	client, store := setupMilestones(t, func(d *finish.Deliverer) { d.Handle("h", finish.Webhook(srv.URL, nil)) })
 	dispatchSteps(t, client, "ms2", []string{"fetched", "fetched", "parsed"}, []string{"fetched", "parsed"})
 	row := jetruntest.WaitRow(t, store, "ms2", 20*time.Second, (*jetruntype.Run).Settled)
 	mu.Lock()
@@ -176,11 +176,47 @@ func TestMilestoneNoticesReachAWebhook(t *testing.T) {
 	}
 }
 
+// A milestone handler's Cancel gives the notice up at once; one asking
+// RetryAfter a millisecond is called again, and the finish follows both.
+func TestMilestoneHandlerOutcomes(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	calls := map[string]int{}
+	client, store := setupMilestones(t, func(d *finish.Deliverer) {
+		d.HandleMilestoneFunc("h", func(_ context.Context, _ *jetruntype.Run, n finish.Notice) error {
+			mu.Lock()
+			calls[n.Milestone.Name]++
+			c := calls[n.Milestone.Name]
+			mu.Unlock()
+			switch {
+			case n.Milestone.Name == "refused":
+				return jetruntype.Cancel(errors.New("not wanted"))
+			case c == 1:
+				return jetruntype.RetryAfter(errors.New("busy"), time.Millisecond)
+			}
+			return nil
+		})
+		d.HandleFunc("h", func(context.Context, *jetruntype.Run, finish.Result) error { return nil })
+	})
+	dispatchSteps(t, client, "ms3", []string{"refused", "busy"}, []string{"refused", "busy"})
+	row := jetruntest.WaitRow(t, store, "ms3", 20*time.Second, (*jetruntype.Run).Settled)
+	refused, busy := row.Notices["refused"], row.Notices["busy"]
+	if refused.Attempts != 1 || refused.FailedAt.IsZero() || !refused.DeliveredAt.IsZero() {
+		t.Errorf("refused: %+v; want given up after one attempt", refused)
+	}
+	if busy.Attempts != 2 || busy.DeliveredAt.IsZero() {
+		t.Errorf("busy: %+v; want delivered at the second attempt", busy)
+	}
+	if row.Delivered[events.StatusCompleted].IsZero() {
+		t.Errorf("the finish was not delivered: %+v", row.Finishes)
+	}
+}
+
 // A dispatch whose onMilestones is not valid is refused.
 func TestOnMilestonesAreValidated(t *testing.T) {
 	t.Parallel()
 	client, _ := setupMilestones(t, func(d *finish.Deliverer) {
-		d.HandleFinishFunc("h", func(context.Context, *jetruntype.Run, finish.Result) error { return nil })
+		d.HandleFunc("h", func(context.Context, *jetruntype.Run, finish.Result) error { return nil })
 	})
 	for _, det := range []*events.Detached{
 		{OnFinish: "h", OnMilestones: []string{"a.b"}},

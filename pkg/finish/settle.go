@@ -2,7 +2,6 @@ package finish
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"time"
 
@@ -26,24 +25,3 @@ func (d *Deliverer) settle(ctx context.Context, log *slog.Logger, msg jetstream.
 		d.fault(ctx, log, "settle message ("+o.String()+")", err)
 	}
 }
-
-// Permanent marks err, returned by a finish or milestone handler, as a
-// failure no retry can fix: the delivery is dead-lettered at once instead
-// of being retried up to Config.MaxAttempts.
-func Permanent(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &permanentError{err: err}
-}
-
-// IsPermanent reports whether err was marked with Permanent.
-func IsPermanent(err error) bool {
-	var p *permanentError
-	return errors.As(err, &p)
-}
-
-type permanentError struct{ err error }
-
-func (e *permanentError) Error() string { return e.err.Error() }
-func (e *permanentError) Unwrap() error { return e.err }

@@ -18,7 +18,7 @@ import (
 // them. A 2xx answer means delivered; anything else is a failed
 // attempt. client nil means a client with no timeout of its own (the
 // deliverer's Timeout applies). The handler is also a MilestoneHandler: it
-// POSTs milestone notices to the same url (see webhook.HandleMilestone).
+// POSTs milestone notices to the same url (see webhook.ServeMilestone).
 func Webhook(url string, client *http.Client) Handler {
 	if client == nil {
 		client = &http.Client{}
@@ -32,8 +32,8 @@ type webhook struct {
 	client *http.Client
 }
 
-// HandleFinish POSTs the finish.
-func (w webhook) HandleFinish(ctx context.Context, run *jetruntype.Run, res Result) error {
+// ServeFinish POSTs the finish.
+func (w webhook) ServeFinish(ctx context.Context, run *jetruntype.Run, res Result) error {
 	return w.post(ctx, res, withTrace(run, map[string]string{
 		"Idempotency-Key": IdempotencyKey(res),
 		"Jetrun-Run-Id":   res.RunID,
@@ -55,10 +55,10 @@ func withTrace(run *jetruntype.Run, headers map[string]string) map[string]string
 	return headers
 }
 
-// HandleMilestone POSTs a milestone notice, with headers Idempotency-Key
+// ServeMilestone POSTs a milestone notice, with headers Idempotency-Key
 // (<runId>.milestone.<name>), Jetrun-Kind (milestone), Jetrun-Run-Id and
 // Jetrun-Milestone.
-func (w webhook) HandleMilestone(ctx context.Context, run *jetruntype.Run, n Notice) error {
+func (w webhook) ServeMilestone(ctx context.Context, run *jetruntype.Run, n Notice) error {
 	return w.post(ctx, n, withTrace(run, map[string]string{
 		"Idempotency-Key":  NoticeIdempotencyKey(n),
 		events.HeaderKind:  events.KindMilestoneNotice,

@@ -50,7 +50,9 @@ type Config struct {
 	Lease time.Duration
 	// MaxAttempts bounds how many times a run is taken over after its worker
 	// was lost (graceful hand-backs do not count); the run then ends "error"
-	// with reason "max-attempts" (default 5).
+	// with reason "max-attempts" (default 5). Attempts a handler asked for
+	// with jetruntype.RetryAfter count too; when they run out the run ends
+	// "error" with reason "handler-error".
 	MaxAttempts int
 	// ProgressInterval is the progress coalescing window: at most one progress
 	// event per window, the latest value flushed at its end (default 200ms).

@@ -8,14 +8,15 @@ import (
 
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/jetrun"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
 
 // A durable step: the "model call" runs once per run. The first attempt
-// stores its answer and then fails with a retryable error (a crash or a
-// takeover does the same); the second attempt gets the stored answer back
-// without calling the model again.
+// stores its answer and then asks for another attempt (RetryAfter; a crash
+// or a takeover does the same); the second attempt gets the stored answer
+// back without calling the model again.
 func ExampleStep() {
 	// A server for the example; your code connects to its own, with
 	// nats.Connect(nats.DefaultURL) say.
@@ -40,7 +41,7 @@ func ExampleStep() {
 			return worker.Result{}, err
 		}
 		if run.Attempt() == 1 {
-			return worker.Result{}, worker.Retryable(errors.New("tool server busy"))
+			return worker.Result{}, jetruntype.RetryAfter(errors.New("tool server busy"), 0)
 		}
 		return worker.Result{Summary: fmt.Sprintf("attempt %d: %s", run.Attempt(), plan)}, nil
 	})

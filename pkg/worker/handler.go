@@ -8,8 +8,11 @@ import (
 // Handler executes runs of one agent type.
 //
 // ServeRun returns the run's result, or an error that ends the run with
-// status "error" and the error's text. A panic ends the run the same way with
-// the panic text; the worker lives on. ctx is cancelled when the run is
+// status "error" and the error's text (jetruntype.Cancel's too: the run is
+// not retried). An error marked jetruntype.RetryAfter(err, d) asks for
+// another attempt after d instead (retry.go), as long as Config.MaxAttempts
+// allows. A panic ends the run "error" with the panic text; the worker lives
+// on. ctx is cancelled when the run is
 // cancelled, when its worker shuts down, or when the worker lost its lease;
 // context.Cause(ctx) says which (ErrCancelled, ErrShuttingDown, ErrLeaseLost).
 type Handler interface {

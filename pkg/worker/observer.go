@@ -43,7 +43,7 @@ const (
 	OutcomeLeaseLost = "lease-lost"
 	// OutcomeReleased: the attempt could not start and released the run.
 	OutcomeReleased = "released"
-	// OutcomeRetry: the handler asked for a retry (ErrRetry).
+	// OutcomeRetry: the handler asked for a retry (jetruntype.RetryAfter).
 	OutcomeRetry = "retry"
 	// OutcomeEndedElsewhere: the run was ended (or cleared) by someone
 	// else while the attempt ran.

@@ -27,6 +27,7 @@ import (
 // finish records the attempt's outcome.
 func (e *execution) finish(ctx context.Context, res Result, herr error, panicked bool) {
 	cause := context.Cause(ctx) // nil while ctx is live
+	delay, retry := retryAfter(herr)
 	switch {
 	case errors.Is(cause, ErrLeaseLost) || errors.Is(herr, ErrLeaseLost) || e.pub.isFenced():
 		e.abandon()
@@ -38,8 +39,8 @@ func (e *execution) finish(ctx context.Context, res Result, herr error, panicked
 		e.finalize(events.StatusAborted, events.ReasonCancelled, "", nil)
 	case panicked:
 		e.finalize(events.StatusError, events.ReasonPanic, herr.Error(), nil)
-	case herr != nil && errors.Is(herr, ErrRetry):
-		e.retry(herr)
+	case retry:
+		e.retry(herr, delay)
 	case herr != nil:
 		e.finalize(events.StatusError, events.ReasonHandlerError, herr.Error(), nil)
 	default:

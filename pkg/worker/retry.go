@@ -9,33 +9,37 @@ import (
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
-// ErrRetry marks a handler error as worth another attempt: the attempt
-// ends, the run keeps its chunks and milestones, and it is executed again
-// as a new attempt (by this worker or another, after a delay that grows
-// with each try), like a takeover. Such attempts count against
-// Config.MaxAttempts; when none is left the run ends "error" with the
-// handler's text and reason "handler-error". Wrap it with Retryable.
-var ErrRetry = errors.New("retryable")
+// A handler that returns jetruntype.RetryAfter(err, d) asks for another
+// attempt: the attempt ends, the run keeps its chunks, milestones and
+// steps, and it is executed again as a new attempt (by this worker or
+// another) after d, or after a delay that grows with each try when d is 0,
+// like a takeover. Such attempts count against Config.MaxAttempts; when
+// none is left the run ends "error" with the handler's text and reason
+// "handler-error". An error marked jetruntype.Cancel is never retried, even
+// inside a RetryAfter.
 
-// Retryable returns err marked with ErrRetry (nil stays nil).
-func Retryable(err error) error {
-	if err == nil {
-		return nil
+// retryAfter reports whether herr asks for another attempt, and after how
+// long (0: retryDelay's growing delay).
+func retryAfter(herr error) (time.Duration, bool) {
+	var r *jetruntype.RetryError
+	if isCancel(herr) || !errors.As(herr, &r) {
+		return 0, false
 	}
-	return &retryError{err}
+	return max(r.Delay, 0), true
 }
 
-type retryError struct{ err error }
+// isCancel reports whether err is marked jetruntype.Cancel.
+func isCancel(err error) bool {
+	var c *jetruntype.CancelError
+	return errors.As(err, &c)
+}
 
-func (r *retryError) Error() string        { return r.err.Error() }
-func (r *retryError) Unwrap() []error      { return []error{r.err, ErrRetry} }
-func (r *retryError) Is(target error) bool { return target == ErrRetry }
-
-// retry ends an attempt whose handler asked for another one (ErrRetry):
+// retry ends an attempt whose handler asked for another one (RetryAfter):
 // the row is released without counting a hand-off, so the next claim is a
 // new attempt that counts against MaxAttempts, and the dispatch comes back
-// after a delay. The last allowed attempt ends the run "error".
-func (e *execution) retry(herr error) {
+// after delay (retryDelay's when 0). The last allowed attempt ends the run
+// "error".
+func (e *execution) retry(herr error, delay time.Duration) {
 	e.curMu.Lock()
 	used := e.cur.Attempt - e.cur.Handoffs
 	e.curMu.Unlock()
@@ -68,7 +72,9 @@ func (e *execution) retry(herr error) {
 		e.log.Warn("release the run for a retry; it is taken over when its lease expires", "err", err)
 	}
 	e.setOutcome(OutcomeRetry, "")
-	e.log.Info("attempt failed; the run will be retried", "err", herr)
-	delay := retryDelay(e.firstMsg())
+	if delay == 0 {
+		delay = retryDelay(e.firstMsg())
+	}
+	e.log.Info("attempt failed; the run will be retried", "err", herr, "retry_in", delay)
 	e.releaseMsgs(settle.Retry(delay))
 }

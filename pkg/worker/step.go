@@ -12,6 +12,7 @@ import (
 
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // Durable steps: Run.Step runs a piece of work once per run, across
@@ -29,40 +30,26 @@ import (
 // crash thus runs twice at most; each further crash inside the same step
 // adds one run.
 
-// ErrPermanent marks a step's failure as permanent (see Permanent): Step
-// stores it and returns it again, as a *StepError, on every later call and
-// attempt instead of running the work.
-var ErrPermanent = errors.New("permanent failure")
+// A step function that returns an error marked jetruntype.Cancel fails
+// for good: a request the model provider refused as invalid, say. Step
+// stores the failure and returns it, as a *StepError, on every later call
+// and attempt instead of running the function again. Any other error
+// (jetruntype.RetryAfter's too) is not stored: the next call (or attempt)
+// runs the function again.
 
-// Permanent returns err marked with ErrPermanent (nil stays nil). A step
-// function that returns it does not run again: a request the model
-// provider refused as invalid, say. Any other error is not stored: the
-// next call (or attempt) runs the function again.
-func Permanent(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &permanentError{err}
-}
-
-type permanentError struct{ err error }
-
-func (p *permanentError) Error() string        { return p.err.Error() }
-func (p *permanentError) Unwrap() error        { return p.err }
-func (p *permanentError) Is(target error) bool { return target == ErrPermanent }
-
-// StepError is the stored permanent failure of a step, as Step returns it:
-// the first time (wrapping the function's error) and on every later call
-// (with its text only). errors.Is(err, ErrPermanent) holds for it.
+// StepError is the stored failure of a step, as Step returns it: the first
+// time (wrapping the function's error) and on every later call (with its
+// text only). It always wraps a *jetruntype.CancelError, so a handler that
+// returns it ends its run without a retry: another attempt would meet the
+// same stored failure.
 type StepError struct {
 	Name    string // the step
 	Message string // the function's error text
 	err     error
 }
 
-func (e *StepError) Error() string        { return "step " + e.Name + " failed: " + e.Message }
-func (e *StepError) Unwrap() error        { return e.err }
-func (e *StepError) Is(target error) bool { return target == ErrPermanent }
+func (e *StepError) Error() string { return "step " + e.Name + " failed: " + e.Message }
+func (e *StepError) Unwrap() error { return e.err }
 
 // stepUsage adds up the usage reported with one step's context (Run.Usage
 // finds it there): the step's own spending, stored with it.
@@ -106,8 +93,8 @@ type steps struct {
 // beyond) and returns once it is stored; every later call with the same
 // name, in this attempt or any later one, returns the stored output
 // without calling fn. An error from fn is returned and not stored, so the
-// next call runs fn again, unless it is marked Permanent: then it is
-// stored and returned (as a *StepError) again. What Run.Usage reports
+// next call runs fn again, unless it is marked jetruntype.Cancel: then it
+// is stored and returned (as a *StepError) again. What Run.Usage reports
 // with fn's context is the step's usage, stored with it (and counted in
 // the run's totals as any report).
 //
@@ -142,7 +129,7 @@ func (r *Run) Step(ctx context.Context, name string, fn func(ctx context.Context
 				name, r.row.ID, len(raw), events.MaxOutputBytes, ErrTooLarge)
 		}
 		st.Output = raw
-	case errors.Is(ferr, ErrPermanent):
+	case isCancel(ferr):
 		st.Error = ferr.Error()
 		if len(st.Error) > events.MaxOutputBytes {
 			st.Error = st.Error[:events.MaxOutputBytes]
@@ -193,6 +180,9 @@ func (r *Run) Steps(ctx context.Context) ([]events.Step, error) {
 
 func stepResult(st events.Step, ferr error) (json.RawMessage, error) {
 	if st.Error != "" {
+		if !isCancel(ferr) { // a stored failure, or another call's
+			ferr = jetruntype.Cancel(errors.New(st.Error))
+		}
 		return nil, &StepError{Name: st.Name, Message: st.Error, err: ferr}
 	}
 	return st.Output, nil

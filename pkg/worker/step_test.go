@@ -11,13 +11,15 @@ import (
 
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
 
 // A step stored by one attempt is returned to the next without running
-// again; a step whose function failed is run again; a permanent failure is
-// stored and returned again; a name reused in one attempt returns the
-// stored value; names and sizes are checked.
+// again; a step whose function failed is run again; a failure marked
+// Cancel is stored and returned again (a StepError that errors.As finds a
+// CancelError in); a name reused in one attempt returns the stored value;
+// names and sizes are checked.
 func TestStepsAreStoredOnceAcrossAttempts(t *testing.T) {
 	t.Parallel()
 	var plans, refusals, flaky atomic.Int64
@@ -40,10 +42,11 @@ func TestStepsAreStoredOnceAcrossAttempts(t *testing.T) {
 		}
 		_, err = run.Step(ctx, "refused", func(ctx context.Context) (any, error) {
 			refusals.Add(1)
-			return nil, worker.Permanent(errors.New("prompt refused"))
+			return nil, jetruntype.Cancel(errors.New("prompt refused"))
 		})
 		var se *worker.StepError
-		if !errors.As(err, &se) || !errors.Is(err, worker.ErrPermanent) || se.Message != "prompt refused" {
+		var ce *jetruntype.CancelError
+		if !errors.As(err, &se) || !errors.As(err, &ce) || se.Message != "prompt refused" {
 			checks <- fmt.Errorf("permanent failure in attempt %d: %v", run.Attempt(), err)
 		}
 		if _, err := run.Step(ctx, "bad name", nil); !errors.Is(err, events.ErrInvalidID) {
@@ -60,7 +63,7 @@ func TestStepsAreStoredOnceAcrossAttempts(t *testing.T) {
 			return 42, nil
 		})
 		if err != nil {
-			return worker.Result{}, worker.Retryable(err) // not stored: the next attempt runs it again
+			return worker.Result{}, jetruntype.RetryAfter(err, 0) // not stored: the next attempt runs it again
 		}
 		return worker.Result{Output: map[string]any{"plan": p, "n": n}}, nil
 	})
@@ -111,7 +114,7 @@ func TestStepStoresTheUsageItsFunctionReported(t *testing.T) {
 			return worker.Result{}, err
 		}
 		if run.Attempt() == 1 {
-			return worker.Result{}, worker.Retryable(errors.New("try again"))
+			return worker.Result{}, jetruntype.RetryAfter(errors.New("try again"), 0)
 		}
 		return worker.Result{Summary: "done"}, nil
 	})

@@ -80,7 +80,7 @@ func TestTraceContextFollowsTheRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.HandleFinish("hook", finish.Webhook(hook.URL, nil))
+	d.Handle("hook", finish.Webhook(hook.URL, nil))
 	if err := d.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

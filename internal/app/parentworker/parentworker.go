@@ -167,7 +167,7 @@ func Run(ctx, abort context.Context, cfg config.ParentWorker, logger *slog.Logge
 		return err
 	}
 	for name, url := range hooks {
-		deliverer.HandleFinish(name, finish.Webhook(url, nil))
+		deliverer.Handle(name, finish.Webhook(url, nil))
 		m.FinishHandlers(name)
 	}
 	if err := deliverer.Start(life); err != nil {

@@ -52,7 +52,7 @@ func TestUnservedFinishWaitsAsOneCopyThenIsDeadLettered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.HandleFinishFunc("present", func(context.Context, *jetruntype.Run, finish.Result) error { return nil })
+	d.HandleFunc("present", func(context.Context, *jetruntype.Run, finish.Result) error { return nil })
 	if err := d.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -47,7 +47,7 @@ type recorder struct {
 	fail func(runID string) bool
 }
 
-func (r *recorder) HandleFinish(ctx context.Context, run *jetruntype.Run, res finish.Result) error {
+func (r *recorder) ServeFinish(ctx context.Context, run *jetruntype.Run, res finish.Result) error {
 	r.mu.Lock()
 	r.got = append(r.got, delivery{RunID: res.RunID, Status: res.Status, Reason: res.Reason, Key: finish.IdempotencyKey(res), At: time.Now()})
 	r.mu.Unlock()
@@ -117,7 +117,7 @@ func setup(t *testing.T, o options) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.HandleFinish("record", rec)
+	d.Handle("record", rec)
 	if err := d.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -524,7 +524,7 @@ func BenchmarkWorkloadDetachedFinish(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	d.HandleFinishFunc("bench", func(_ context.Context, _ *jetruntype.Run, res finish.Result) error {
+	d.HandleFunc("bench", func(_ context.Context, _ *jetruntype.Run, res finish.Result) error {
 		lat.end(res.RunID)
 		return nil
 	})

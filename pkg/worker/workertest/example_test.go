@@ -3,8 +3,11 @@ package workertest_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"time"
 
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/worker"
 	"github.com/jetrun/jetrun/pkg/worker/workertest"
 )
@@ -90,4 +93,19 @@ func ExampleRun_Cancel() {
 	// Output:
 	// run cancelled 3
 	// run lease lost
+}
+
+// A test asserts how a handler asked its run to end: RetryAfter and Cancel
+// return errors that errors.As finds, with the delay asked for.
+func ExampleRun_Serve_retryAfter() {
+	fetch := func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+		// The upstream said 429, Retry-After: 30.
+		return worker.Result{}, jetruntype.RetryAfter(errors.New("rate limited"), 30*time.Second)
+	}
+	run := workertest.NewRun(workertest.Config{})
+	_, err := run.Serve(context.Background(), worker.HandlerFunc(fetch))
+	var retry *jetruntype.RetryError
+	fmt.Println(errors.As(err, &retry), retry.Delay, err)
+	// Output:
+	// true 30s rate limited
 }

@@ -30,6 +30,7 @@ import (
 	"strings"
 
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
 
@@ -314,11 +315,12 @@ func Apply(ctx context.Context, run *worker.Run, ev Event) error {
 }
 
 // Failure returns the error an error event ends the attempt with: the
-// child's text, marked worker.ErrRetry when it asked for a retry.
+// child's text, marked jetruntype.RetryAfter (the worker's growing delay)
+// when it asked for a retry.
 func Failure(ev Event) error {
 	err := errors.New(ev.Error)
 	if ev.Retryable {
-		return worker.Retryable(err)
+		return jetruntype.RetryAfter(err, 0)
 	}
 	return err
 }

@@ -36,6 +36,7 @@ import (
 
 	"github.com/jetrun/jetrun/internal/app/agents/eventline"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
 
@@ -142,7 +143,7 @@ func (h *handler) post(ctx context.Context, run *worker.Run, body eventline.Requ
 		}
 		err := fmt.Errorf("http agent: POST %s: "+format, append([]any{h.where}, args...)...)
 		if retry {
-			err = worker.Retryable(err)
+			err = jetruntype.RetryAfter(err, 0)
 		}
 		return worker.Result{}, nil, err
 	}
