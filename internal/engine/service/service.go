@@ -19,10 +19,15 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 )
 
 // ErrStarted is returned by a second Start.
 var ErrStarted = errors.New("already started")
+
+// Grace is how long a service's Shutdown waits for the work it cancelled
+// (when its ctx ended first) to return.
+const Grace = 10 * time.Second
 
 // Lifecycle is the state a service embeds: whether it started, how it
 // stops, and the channel Stopped returns. The zero value is ready.
