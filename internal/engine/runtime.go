@@ -134,5 +134,11 @@ var from func(rt any) *Runtime
 // unwraps its Runtime.
 func SetFrom(f func(rt any) *Runtime) { from = f }
 
-// From returns the engine behind rt, a *jetrun.Runtime, or nil for a nil rt.
-func From(rt any) *Runtime { return from(rt) }
+// From returns the engine behind rt, a *jetrun.Runtime (or the engine
+// itself), or nil for a nil rt.
+func From(rt any) *Runtime {
+	if r, ok := rt.(*Runtime); ok {
+		return r
+	}
+	return from(rt)
+}
