@@ -196,7 +196,7 @@ func TestRunChildAnswersTheChildsCalls(t *testing.T) {
 			res, err := run.RunChild(ctx, worker.ChildRequest{
 				AgentType: "asker", CallID: "delegate", Input: map[string]any{"questions": []string{"a", "b"}},
 				Calls: map[string]parent.CallHandler{
-					"ask": func(ctx context.Context, call *parent.Call) (any, error) {
+					"ask": parent.CallHandlerFunc(func(ctx context.Context, call *parent.Call) (any, error) {
 						if call.Parent != run.ID() {
 							return nil, fmt.Errorf("call of %s's child reached %s", call.Parent, run.ID())
 						}
@@ -208,7 +208,7 @@ func TestRunChildAnswersTheChildsCalls(t *testing.T) {
 							return nil, errors.New("not b")
 						}
 						return "boss says " + in.Q, nil
-					},
+					}),
 				},
 			})
 			if err != nil {
