@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -187,9 +188,11 @@ func TestRunChildWaitShowsOnTheRow(t *testing.T) {
 }
 
 // A handler awaiting its child answers the child's calls itself: it is the
-// child's caller.
+// child's caller. A call handler's error marked with RetryAfter is not the
+// answer: the handler is called again.
 func TestRunChildAnswersTheChildsCalls(t *testing.T) {
 	t.Parallel()
+	var triesA atomic.Int32
 	b, _ := setup(t, worker.Config{Concurrency: 1}, map[string]worker.Handler{
 		"asker": asker(),
 		"boss": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
@@ -206,6 +209,9 @@ func TestRunChildAnswersTheChildsCalls(t *testing.T) {
 						}
 						if in.Q == "b" {
 							return nil, errors.New("not b")
+						}
+						if triesA.Add(1) == 1 {
+							return nil, jetruntype.RetryAfter(errors.New("ask again"), 10*time.Millisecond)
 						}
 						return "boss says " + in.Q, nil
 					}),
@@ -226,5 +232,8 @@ func TestRunChildAnswersTheChildsCalls(t *testing.T) {
 	}
 	if got := string(res.Output); got != `["\"boss says a\"","error: not b"]` {
 		t.Fatalf("output %s", got)
+	}
+	if n := triesA.Load(); n != 2 {
+		t.Fatalf("the call retried after its handler's RetryAfter was served %d times, want 2", n)
 	}
 }
