@@ -45,7 +45,7 @@ import (
 const httpShutdownTimeout = 5 * time.Second
 
 // Run serves until ctx is done, then stops its services in order (see
-// stages) and closes the NATS connection and the embedded server. Once
+// build) and closes the NATS connection and the embedded server. Once
 // abort is done too, every step stops waiting (the pool hands its runs
 // back at once) and the embedded server is shut down cleanly, so its store
 // needs no recovery at the next start. The banner (where to look) goes to
@@ -75,8 +75,10 @@ func Run(ctx, abort context.Context, cfg config.ParentWorker, logger *slog.Logge
 	banner(out, cfg, natsCfg.URL, cfg.NATS.URL == "", p.httpURL, p.pool)
 	logger.Info("parent-worker ready", "nats", natsCfg.Redacted(), "http", p.httpURL)
 	var demos sync.WaitGroup
+	demoCtx, stopDemos := context.WithCancel(ctx)
+	defer stopDemos()
 	if cfg.DemoRuns > 0 {
-		demos.Go(func() { demoFanOut(ctx, p.client, cfg.DemoRuns, logger, out, p.httpURL) })
+		demos.Go(func() { demoFanOut(demoCtx, p.client, cfg.DemoRuns, logger, out, p.httpURL) })
 	}
 
 	var errs []error
@@ -85,6 +87,7 @@ func Run(ctx, abort context.Context, cfg config.ParentWorker, logger *slog.Logge
 	case err := <-p.serveErr:
 		errs = append(errs, fmt.Errorf("http: %w", err))
 	}
+	stopDemos()
 	msg, waits := "shutting down: waiting for open HTTP requests and finish deliveries",
 		[]any{"http_requests_timeout", httpShutdownTimeout, "finish_deliveries_timeout", cfg.FinishTimeout}
 	if p.pool != nil {
