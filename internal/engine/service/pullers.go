@@ -9,8 +9,8 @@ import (
 
 // Pullers owns a service's fetch loops and the handlers they start: the
 // contexts they run under, and their two-phase drain. Every consumer
-// service (the finish Deliverer, the Meter, the Worker) runs its loops
-// through one.
+// service (the finish Deliverer, the Meter, the Worker, the CallServer)
+// runs its loops through one.
 type Pullers struct {
 	run      context.Context // handlers' context, ended by the forced phase of Drain
 	cancel   context.CancelCauseFunc

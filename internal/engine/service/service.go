@@ -1,6 +1,7 @@
 // Package service is the lifecycle jetrun's long-running services share
-// (the finish Deliverer, the Reconciler, the Meter, the Worker), like
-// River's startstop: the same verbs on each, written once.
+// (the finish Deliverer, the Reconciler, the Meter, the Worker, the
+// CallServer), like River's startstop: the same verbs on each, written
+// once.
 //
 //   - Start(ctx) starts the service once; a second Start fails with
 //     ErrStarted. The service runs until Shutdown or Stop is called, or ctx
