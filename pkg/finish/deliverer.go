@@ -215,12 +215,12 @@ func (d *Deliverer) Start(ctx context.Context) error {
 	p := service.NewPullers(ctx)
 	runCtx := p.Context()
 	if err := d.startFinisher(runCtx); err != nil {
-		p.Drain(ctx, shutdownGrace)
+		p.Drain(ctx)
 		return err
 	}
 	stop := func(ctx context.Context) bool {
 		d.finisher.stop()
-		ok := p.Drain(ctx, shutdownGrace)
+		ok := p.Drain(ctx)
 		d.finisher.wg.Wait() // its workers end with the handlers' context
 		return ok
 	}
@@ -233,8 +233,10 @@ func (d *Deliverer) Start(ctx context.Context) error {
 		keep := d.keeper(ns.FinishStream(), configs[name], false) // a work queue: what was acked is gone
 		p.Go(pull.Loop{
 			Consumer: c, Concurrency: d.cfg.Concurrency,
-			Handle:  func(m jetstream.Msg, _ *pull.Slot) { d.deliver(runCtx, name, m) },
-			Stopped: func(m jetstream.Msg) { d.settle(runCtx, d.log, m, settle.Retry(time.Second)) },
+			Handle: func(ctx context.Context, m jetstream.Msg, _ *pull.Slot) settle.Outcome {
+				return d.deliver(ctx, name, m)
+			},
+			Stopped: retryLater,
 			Logger:  d.log, Name: wire.FinishConsumer(name),
 			Repair: keep.Repair, Keep: keep,
 		})
@@ -246,7 +248,7 @@ func (d *Deliverer) Start(ctx context.Context) error {
 	d.life.Running(ctx, func(ctx context.Context) error {
 		// Late handlers see their context end; their finishes are retried.
 		if !stop(ctx) {
-			return fmt.Errorf("finish: deliveries did not return %s after their handlers were cancelled", shutdownGrace)
+			return fmt.Errorf("finish: deliveries did not return %s after their handlers were cancelled", service.Grace)
 		}
 		return nil
 	})
@@ -258,9 +260,6 @@ func (d *Deliverer) Start(ctx context.Context) error {
 // done; then it cancels their handlers (those finishes are retried). It is
 // idempotent and safe before Start.
 func (d *Deliverer) Shutdown(ctx context.Context) error { return d.life.Shutdown(ctx) }
-
-// shutdownGrace bounds how long Shutdown waits for handlers it cancelled.
-const shutdownGrace = 10 * time.Second
 
 // Stop cancels deliveries in flight and stops.
 func (d *Deliverer) Stop() error { return d.life.Stop() }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -21,15 +20,13 @@ import (
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
-// deliver handles one message of handler name's consumer: a finish or a
-// milestone notice.
-func (d *Deliverer) deliver(ctx context.Context, name string, msg jetstream.Msg) {
-	log := d.log.With("handler", name)
+// deliver handles one message of handler name's consumer, a finish or a
+// milestone notice, and says how to settle it.
+func (d *Deliverer) deliver(ctx context.Context, name string, msg jetstream.Msg) settle.Outcome {
 	if msg.Headers().Get(events.HeaderKind) == events.KindMilestoneNotice || events.IsMilestoneNotice(msg.Data()) {
-		d.settle(ctx, log, msg, d.deliverNotice(ctx, name, msg))
-		return
+		return d.deliverNotice(ctx, name, msg)
 	}
-	d.settle(ctx, log, msg, d.deliverFinish(ctx, name, msg))
+	return d.deliverFinish(ctx, name, msg)
 }
 
 // deliverFinish delivers one finish and says how to settle its message.
@@ -274,25 +271,11 @@ type claimed struct {
 // configured timeout, heartbeating msg meanwhile so it is not redelivered
 // under the call; a panic is the call's error.
 func (d *Deliverer) call(ctx context.Context, what, name string, msg jetstream.Msg, fn func(ctx context.Context) error) (err error) {
+	stop := settle.KeepAlive(ctx, msg, max(d.cfg.Timeout/3, 100*time.Millisecond))
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
 	defer cancel()
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(max(d.cfg.Timeout/3, 100*time.Millisecond))
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				_ = msg.InProgress()
-			}
-		}
-	})
 	defer func() {
-		close(stop)
-		wg.Wait()
+		stop()
 		if p := recover(); p != nil {
 			err = fmt.Errorf("panic: %v", p)
 			d.log.ErrorContext(ctx, what+" handler panicked", "handler", name, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))

@@ -115,7 +115,6 @@ func (d *Deliverer) startNotices(ctx context.Context, p *service.Pullers) error 
 	if err != nil {
 		return fmt.Errorf("finish: create consumer %s: %w", events.NoticeConsumer, err)
 	}
-	runCtx := p.Context()
 	// Notices owed must not be skipped: a consumer someone deleted or
 	// re-pointed is restored from where it had got to.
 	keep := d.keeper(ns.EventsStream(), cfg, true)
@@ -124,8 +123,10 @@ func (d *Deliverer) startNotices(ctx context.Context, p *service.Pullers) error 
 		// One at a time, in stream order: the first milestone of a name
 		// is recorded first.
 		Consumer: c, Concurrency: 1,
-		Handle:  func(m jetstream.Msg, _ *pull.Slot) { d.settle(runCtx, d.log, m, d.recordNotice(runCtx, m)) },
-		Stopped: func(m jetstream.Msg) { d.settle(runCtx, d.log, m, settle.Retry(time.Second)) },
+		Handle: func(ctx context.Context, m jetstream.Msg, _ *pull.Slot) settle.Outcome {
+			return d.recordNotice(ctx, m)
+		},
+		Stopped: retryLater,
 		Logger:  d.log, Name: events.NoticeConsumer,
 		Repair: keep.Repair, Keep: keep,
 	})

@@ -1,8 +1,6 @@
 package finish
 
 import (
-	"context"
-	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -16,12 +14,9 @@ func (d *Deliverer) backoff(attempts int) time.Duration {
 	return min(d.cfg.RetryDelay<<min(attempts-1, 20), MaxRetryDelay)
 }
 
+// retryLater settles a message the deliverer stopped before handling: it
+// comes back in a second, to whichever deliverer is running then.
+func retryLater(jetstream.Msg) settle.Outcome { return settle.Retry(time.Second) }
+
 // maxJitter spreads the retries of deliverers that wait for the same claim.
 const maxJitter = 250 * time.Millisecond
-
-// settle applies o to msg; a failure is logged once (fault throttles it).
-func (d *Deliverer) settle(ctx context.Context, log *slog.Logger, msg jetstream.Msg, o settle.Outcome) {
-	if err := o.Apply(msg); err != nil {
-		d.fault(ctx, log, "settle message ("+o.String()+")", err)
-	}
-}

@@ -185,25 +185,21 @@ func (m *Meter) Start(ctx context.Context) error {
 	}
 	keep.Observe(c.CachedInfo())
 	p := service.NewPullers(ctx)
-	runCtx := p.Context()
 	p.Go(pull.Loop{
 		Consumer: c, Concurrency: m.cfg.Concurrency,
-		Handle:  func(msg jetstream.Msg, _ *pull.Slot) { m.handle(runCtx, msg) },
-		Stopped: func(msg jetstream.Msg) { _ = settle.Retry(0).Apply(msg) }, // another process takes it at once
+		Handle:  func(ctx context.Context, msg jetstream.Msg, _ *pull.Slot) settle.Outcome { return m.meter(ctx, msg) },
+		Stopped: func(jetstream.Msg) settle.Outcome { return settle.Retry(0) }, // another process takes it at once
 		Logger:  m.log, Name: events.MeterConsumer,
 		Repair: keep.Repair, Keep: keep,
 	})
 	m.life.Running(ctx, func(ctx context.Context) error {
-		if !p.Drain(ctx, shutdownGrace) {
-			return fmt.Errorf("meter: hooks did not return %s after they were cancelled", shutdownGrace)
+		if !p.Drain(ctx) {
+			return fmt.Errorf("meter: hooks did not return %s after they were cancelled", service.Grace)
 		}
 		return nil
 	})
 	return nil
 }
-
-// shutdownGrace bounds how long Shutdown waits for hooks it cancelled.
-const shutdownGrace = 10 * time.Second
 
 // Shutdown stops fetching and waits for hooks in flight until ctx is done,
 // then cancels them (their events are handed out again). It is idempotent
@@ -215,14 +211,6 @@ func (m *Meter) Stop() error { return m.life.Stop() }
 
 // Stopped returns a channel closed once the meter has stopped.
 func (m *Meter) Stopped() <-chan struct{} { return m.life.Stopped() }
-
-// handle meters one status event and settles its message.
-func (m *Meter) handle(ctx context.Context, msg jetstream.Msg) {
-	o := m.meter(ctx, msg)
-	if err := o.Apply(msg); err != nil {
-		m.log.WarnContext(ctx, "settle metered event", "outcome", o.String(), "err", err)
-	}
-}
 
 // meter meters one status event and says how to settle its message.
 func (m *Meter) meter(ctx context.Context, msg jetstream.Msg) settle.Outcome {

@@ -18,7 +18,7 @@
 //     a final status.
 //   - RunID derives a stable id from (parent, tool call id), so a re-issued
 //     tool call re-attaches instead of running twice.
-//   - Calls (HandleCall) are served from one durable consumer per call
+//   - Calls (CallServer) are served from one durable consumer per call
 //     name: a call's reply is stored (jetrun.run.<id>.reply, deduplicated
 //     by <id>.reply.<seq>) before the call is acknowledged, a call with a
 //     reply is never handed to a handler again, and the first reply stored

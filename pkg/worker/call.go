@@ -53,7 +53,7 @@ type callHistory struct {
 // Call asks the run's caller for something only it can do (a tool that
 // runs where the user is) and returns its answer. The request is stored on
 // the run's subject jetrun.run.<id>.call before the handler waits; whoever
-// serves calls named name (parent.Client.HandleCall, or any NATS consumer
+// serves calls named name (a parent.CallServer, or any NATS consumer
 // of the call subject) stores the reply on jetrun.run.<id>.reply. Both are
 // durable: an attempt that takes the run over and makes the same call (the
 // same name and input, the k-th such call of the attempt) finds the stored

@@ -57,7 +57,11 @@ func TestCallAnsweredAndFailed(t *testing.T) {
 
 	release := make(chan struct{})
 	var calls atomic.Int32
-	srv, err := c.HandleCall(ctx, "ask", func(ctx context.Context, call *parent.Call) (any, error) {
+	srv, err := c.NewCallServer(parent.CallServerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.HandleFunc("ask", func(ctx context.Context, call *parent.Call) (any, error) {
 		calls.Add(1)
 		var in struct{ Q string }
 		if err := json.Unmarshal(call.Input, &in); err != nil {
@@ -78,7 +82,7 @@ func TestCallAnsweredAndFailed(t *testing.T) {
 		}
 		return map[string]string{"a": "answer to " + in.Q}, nil
 	})
-	if err != nil {
+	if err := srv.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	defer srv.Stop()
@@ -109,6 +113,55 @@ func TestCallAnsweredAndFailed(t *testing.T) {
 		if s.Call.Seq != int64(i+1) || s.Reply == nil || s.Reply.Seq != s.Call.Seq {
 			t.Fatalf("call %d: %+v", i, s)
 		}
+	}
+}
+
+// A call handler's outcomes: an error marked with RetryAfter leaves the
+// call unanswered and it is served again after the delay; one marked with
+// Cancel is the answer, as a plain error is.
+func TestCallHandlerRetriesAfterAndCancels(t *testing.T) {
+	t.Parallel()
+	b, _ := setup(t, worker.Config{}, map[string]worker.Handler{"asker": asker()})
+	c := newClient(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv, err := c.NewCallServer(parent.CallServerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tries atomic.Int32
+	srv.HandleFunc("ask", func(ctx context.Context, call *parent.Call) (any, error) {
+		var in struct{ Q string }
+		if err := json.Unmarshal(call.Input, &in); err != nil {
+			return nil, err
+		}
+		if in.Q == "never" {
+			return nil, jetruntype.Cancel(errors.New("no, never"))
+		}
+		if tries.Add(1) == 1 {
+			return nil, jetruntype.RetryAfter(errors.New("not yet"), 100*time.Millisecond)
+		}
+		return "now", nil
+	})
+	if err := srv.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+		<-srv.Stopped()
+	}()
+	if _, err := c.Dispatch(ctx, parent.Request{AgentType: "asker", RunID: "o1",
+		Input: map[string]any{"questions": []string{"later", "never"}}}); err != nil {
+		t.Fatal(err)
+	}
+	row := jetruntest.WaitRow(t, b.store, "o1", 30*time.Second, jetruntest.Final)
+	if want := `["\"now\"","error: no, never"]`; row.Status != events.StatusCompleted || string(row.Output) != want {
+		t.Fatalf("row %s %s %s, want output %s", row.Status, row.Error, row.Output, want)
+	}
+	if n := tries.Load(); n != 2 {
+		t.Fatalf("the retried call was served %d times, want 2", n)
 	}
 }
 
@@ -161,12 +214,16 @@ func TestCallServerRestartedMidCall(t *testing.T) {
 	defer cancel()
 
 	started := make(chan struct{}, 1)
-	first, err := c.HandleCall(ctx, "ask", func(ctx context.Context, call *parent.Call) (any, error) {
+	first, err := c.NewCallServer(parent.CallServerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.HandleFunc("ask", func(ctx context.Context, call *parent.Call) (any, error) {
 		started <- struct{}{}
 		<-ctx.Done() // never answers: its process goes away
 		return nil, ctx.Err()
 	})
-	if err != nil {
+	if err := first.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Dispatch(ctx, parent.Request{AgentType: "asker", RunID: "r1",
@@ -177,11 +234,15 @@ func TestCallServerRestartedMidCall(t *testing.T) {
 	first.Stop()
 
 	var answered atomic.Int32
-	second, err := c.HandleCall(ctx, "ask", func(ctx context.Context, call *parent.Call) (any, error) {
+	second, err := c.NewCallServer(parent.CallServerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second.HandleFunc("ask", func(ctx context.Context, call *parent.Call) (any, error) {
 		answered.Add(1)
 		return "restarted answer", nil
 	})
-	if err != nil {
+	if err := second.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	defer second.Stop()

@@ -56,7 +56,10 @@ type ChildRequest struct {
 	// the child is awaited: this handler is the child's caller. A call is
 	// answered once its run's stored replies are known, so an attempt that
 	// re-attaches answers only what is still unanswered (a handler may run
-	// again for a call whose answer an earlier attempt did not store).
+	// again for a call whose answer an earlier attempt did not store). A
+	// handler's error is the answer, unless it is marked with
+	// jetruntype.RetryAfter: then the handler is called again after the
+	// delay (1s for 0) while the child is awaited.
 	Calls map[string]parent.CallHandler
 }
 
@@ -396,9 +399,24 @@ func (c *Child) answerCalls(ctx context.Context, client *parent.Client) (stop fu
 // answer runs the handler of one call and stores its reply.
 func (c *Child) answer(ctx context.Context, client *parent.Client, call events.Call) {
 	e := c.e
-	out, err := c.calls[call.Name](ctx, &call)
-	if ctx.Err() != nil {
-		return // the wait ended: a later attempt answers it
+	var out any
+	var err error
+	for {
+		out, err = c.calls[call.Name].ServeCall(ctx, &call)
+		var retry *jetruntype.RetryError
+		if ctx.Err() != nil {
+			return // the wait ended: a later attempt answers it
+		}
+		if !errors.As(err, &retry) {
+			break
+		}
+		t := time.NewTimer(cmp.Or(retry.Delay, time.Second))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
 	}
 	errText := ""
 	if err != nil {

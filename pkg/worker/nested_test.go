@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -188,16 +189,18 @@ func TestRunChildWaitShowsOnTheRow(t *testing.T) {
 }
 
 // A handler awaiting its child answers the child's calls itself: it is the
-// child's caller.
+// child's caller. A call handler's error marked with RetryAfter is not the
+// answer: the handler is called again.
 func TestRunChildAnswersTheChildsCalls(t *testing.T) {
 	t.Parallel()
+	var triesA atomic.Int32
 	b, _ := setup(t, worker.Config{Concurrency: 1}, map[string]worker.Handler{
 		"asker": asker(),
 		"boss": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
 			res, err := run.RunChild(ctx, worker.ChildRequest{
 				AgentType: "asker", CallID: "delegate", Input: map[string]any{"questions": []string{"a", "b"}},
 				Calls: map[string]parent.CallHandler{
-					"ask": func(ctx context.Context, call *parent.Call) (any, error) {
+					"ask": parent.CallHandlerFunc(func(ctx context.Context, call *parent.Call) (any, error) {
 						if call.Parent != run.ID() {
 							return nil, fmt.Errorf("call of %s's child reached %s", call.Parent, run.ID())
 						}
@@ -208,8 +211,11 @@ func TestRunChildAnswersTheChildsCalls(t *testing.T) {
 						if in.Q == "b" {
 							return nil, errors.New("not b")
 						}
+						if triesA.Add(1) == 1 {
+							return nil, jetruntype.RetryAfter(errors.New("ask again"), 10*time.Millisecond)
+						}
 						return "boss says " + in.Q, nil
-					},
+					}),
 				},
 			})
 			if err != nil {
@@ -227,5 +233,8 @@ func TestRunChildAnswersTheChildsCalls(t *testing.T) {
 	}
 	if got := string(res.Output); got != `["\"boss says a\"","error: not b"]` {
 		t.Fatalf("output %s", got)
+	}
+	if n := triesA.Load(); n != 2 {
+		t.Fatalf("the call retried after its handler's RetryAfter was served %d times, want 2", n)
 	}
 }

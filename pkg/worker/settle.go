@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -11,16 +10,9 @@ import (
 )
 
 // How a dispatch is settled: process decides an outcome for each delivery
-// (internal/settle) and the fetch loop applies it with settle; a delivery an
+// (internal/engine/settle) and the fetch loop applies it; a delivery an
 // execution took over is settled by the execution when the attempt ends
-// (releaseMsgs), through the same settle.
-
-// settle applies o to msg; a failure is logged once (fault throttles it).
-func (w *Worker) settle(ctx context.Context, log *slog.Logger, msg jetstream.Msg, o settle.Outcome) {
-	if err := o.Apply(msg); err != nil {
-		w.fault(ctx, log, "settle dispatch ("+o.String()+")", err)
-	}
-}
+// (releaseMsgs).
 
 // maxJitter spreads the redeliveries of dispatches refused at once.
 const maxJitter = 250 * time.Millisecond
@@ -69,7 +61,9 @@ func (e *execution) releaseMsgs(o settle.Outcome) {
 	defer e.msgMu.Unlock()
 	e.released = true
 	for _, m := range e.msgs {
-		e.w.settle(context.Background(), e.log, m, o)
+		if err := o.Apply(m); err != nil {
+			e.w.fault(context.Background(), e.log, "settle dispatch ("+o.String()+")", err)
+		}
 	}
 }
 

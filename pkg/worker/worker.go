@@ -26,10 +26,6 @@ import (
 	"github.com/jetrun/jetrun/pkg/jetrun"
 )
 
-// handbackGrace is how long Shutdown waits, after cancelling handlers, for
-// them to return so their runs can be handed back.
-const handbackGrace = 10 * time.Second
-
 // Worker pulls dispatches for the agent types it has handlers for and
 // executes them. Create it with New, register handlers with Handle, then
 // Start it; stop it with Shutdown (graceful) or Stop (immediate hand-back).
@@ -234,17 +230,19 @@ func (w *Worker) setUp(ctx context.Context) error {
 	w.announce(ctx)
 	w.beats.Go(func() { w.heart(heartCtx) })
 	w.beats.Go(func() { w.announceLoop(heartCtx) })
-	nak := func(m jetstream.Msg) { w.settle(runCtx, w.log, m, settle.Retry(0)) } // stopping: straight to another worker
+	nak := func(jetstream.Msg) settle.Outcome { return settle.Retry(0) } // stopping: straight to another worker
 	loops := []pull.Loop{{
 		Consumer: malformed, Concurrency: 1, Stopped: nak,
-		Handle: func(m jetstream.Msg, _ *pull.Slot) { w.settle(runCtx, w.log, m, w.deadLetterMalformed(runCtx, m)) },
+		Handle: func(ctx context.Context, m jetstream.Msg, _ *pull.Slot) settle.Outcome {
+			return w.deadLetterMalformed(ctx, m)
+		},
 		Logger: w.log, Name: malformedConsumer, Repair: w.repairConsumer(malformedCfg), Keep: w.keeper(malformedCfg),
 	}}
 	for agentType, c := range consumers {
 		loops = append(loops, pull.Loop{
 			Consumer: c, Concurrency: w.cfg.Concurrency, Stopped: nak,
-			Handle: func(m jetstream.Msg, slot *pull.Slot) {
-				w.settle(runCtx, w.log, m, w.process(runCtx, agentType, m, slot))
+			Handle: func(ctx context.Context, m jetstream.Msg, slot *pull.Slot) settle.Outcome {
+				return w.process(ctx, agentType, m, slot)
 			},
 			Logger: w.log, Name: wire.AgentConsumer(agentType), Repair: w.repairConsumer(configs[agentType]),
 			Keep: w.keeper(configs[agentType]),
@@ -285,9 +283,9 @@ func (w *Worker) drain(ctx context.Context) error {
 	p.OnForce(ErrShuttingDown, func() {
 		w.log.WarnContext(ctx, "shutdown timeout: handing runs in flight back", "runs", w.activeIDs())
 	})
-	if !p.Drain(ctx, handbackGrace) {
+	if !p.Drain(ctx) {
 		return fmt.Errorf("worker: runs %v did not return %s after their handlers were cancelled",
-			w.activeIDs(), handbackGrace)
+			w.activeIDs(), service.Grace)
 	}
 	return nil
 }

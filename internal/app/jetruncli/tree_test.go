@@ -59,8 +59,12 @@ func TestGetShowsTheRunTreeAndCalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := client.HandleCall(ctx, "ask", func(context.Context, *parent.Call) (any, error) { return "yes", nil })
+	srv, err := client.NewCallServer(parent.CallServerConfig{})
 	if err != nil {
+		t.Fatal(err)
+	}
+	srv.HandleFunc("ask", func(context.Context, *parent.Call) (any, error) { return "yes", nil })
+	if err := srv.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	defer srv.Stop()

@@ -11,11 +11,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/jetrun/jetrun/internal/app/agents"
@@ -33,6 +33,7 @@ import (
 	"github.com/jetrun/jetrun/internal/engine/obs"
 	"github.com/jetrun/jetrun/internal/engine/reconcile"
 	"github.com/jetrun/jetrun/internal/engine/registry"
+	"github.com/jetrun/jetrun/internal/engine/service"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/finish"
 	"github.com/jetrun/jetrun/pkg/jetrun"
@@ -44,87 +45,153 @@ import (
 // httpShutdownTimeout bounds how long open HTTP requests may finish.
 const httpShutdownTimeout = 5 * time.Second
 
-// Run serves until ctx is done, then shuts down in reverse order: HTTP,
-// child pool (graceful, see config.Pool.ShutdownTimeout), finish deliverer,
-// meter, reconciler, NATS connection, embedded server. Once abort is done
-// too, every step stops waiting (the pool hands its runs back at once) and
-// the embedded server is shut down cleanly, so its store needs no recovery
-// at the next start. The banner (where to look) goes to out.
+// Run serves until ctx is done, then stops its services in order (see
+// build) and closes the NATS connection and the embedded server. Once
+// abort is done too, every step stops waiting (the pool hands its runs
+// back at once) and the embedded server is shut down cleanly, so its store
+// needs no recovery at the next start. The banner (where to look) goes to
+// out.
 func Run(ctx, abort context.Context, cfg config.ParentWorker, logger *slog.Logger, out io.Writer) error {
-	natsCfg := cfg.NATS
+	nc, natsCfg, closeNATS, err := connect(cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer closeNATS()
+	// Log records that are events (reconcile.begin, finish.delivered, …)
+	// are also published on jetrun.obs.<event>.
+	logger = slog.New(obs.NewHandler(logger.Handler(), nc, wire.Namespace(cfg.Namespace()), "parent-worker"))
+	p, err := build(ctx, abort, cfg, nc, logger)
+	if err != nil {
+		return err
+	}
+	if err := service.StartAll(ctx, p.start...); err != nil {
+		return err
+	}
+	if p.pool != nil {
+		p.metrics.WorkerAgentTypes(p.pool.AgentTypes()...)
+	}
+	if cfg.Meter {
+		meterAgentTypes(ctx, p.metrics, p.registry, p.pool, logger)
+	}
+	banner(out, cfg, natsCfg.URL, cfg.NATS.URL == "", p.httpURL, p.pool)
+	logger.Info("parent-worker ready", "nats", natsCfg.Redacted(), "http", p.httpURL)
+	var demos sync.WaitGroup
+	demoCtx, stopDemos := context.WithCancel(ctx)
+	defer stopDemos()
+	if cfg.DemoRuns > 0 {
+		demos.Go(func() { demoFanOut(demoCtx, p.client, cfg.DemoRuns, logger, out, p.httpURL) })
+	}
+
+	var errs []error
+	select {
+	case <-ctx.Done():
+	case err := <-p.serveErr:
+		errs = append(errs, fmt.Errorf("http: %w", err))
+	}
+	stopDemos()
+	msg, waits := "shutting down: waiting for open HTTP requests and finish deliveries",
+		[]any{"http_requests_timeout", httpShutdownTimeout, "finish_deliveries_timeout", cfg.FinishTimeout}
+	if p.pool != nil {
+		msg = "shutting down: waiting for open HTTP requests, runs in flight (then handed back) and finish deliveries"
+		waits = append(waits, "runs_in_flight", p.pool.InFlight(), "runs_timeout", cfg.ShutdownTimeout)
+	}
+	logger.Info(msg, waits...)
+	for _, stage := range p.stop {
+		errs = append(errs, service.StopAll(abort, stage...))
+	}
+	demos.Wait()
+	if abort.Err() != nil {
+		logger.Info("stopped at once: runs in flight handed back")
+		return errors.Join(errs...) // the deferred Close and embedded server shutdown follow
+	}
+	if err := nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		logger.Warn("drain nats connection", "err", err)
+	}
+	return errors.Join(errs...)
+}
+
+// connect starts the embedded nats-server when no URL is configured (the
+// settings it returns have its URL), and connects. closeNATS closes the
+// connection and shuts the server down.
+func connect(cfg config.ParentWorker, logger *slog.Logger) (nc *nats.Conn, natsCfg config.NATS, closeNATS func(), err error) {
+	natsCfg = cfg.NATS
 	var extra []nats.Option
-	var ns *server.Server
+	cleanups := []func(){}
+	closeNATS = func() {
+		for _, f := range slices.Backward(cleanups) {
+			f()
+		}
+	}
 	if natsCfg.URL == "" {
-		var err error
-		ns, err = embedded.Start(embedded.Config{
+		ns, err := embedded.Start(embedded.Config{
 			StoreDir: cfg.DataDir, Host: cfg.EmbeddedHost, Port: cfg.EmbeddedPort,
 			MaxMemory: cfg.EmbeddedMaxMem, MaxStore: cfg.EmbeddedMaxFS, SyncAlways: cfg.SyncAlways, Logger: logger,
 		})
 		if err != nil {
-			return err
+			return nil, natsCfg, nil, err
 		}
-		defer func() {
+		cleanups = append(cleanups, func() {
 			ns.Shutdown()
 			ns.WaitForShutdown()
 			logger.Info("embedded nats-server stopped")
-		}()
+		})
 		natsCfg.URL = ns.ClientURL()
 		extra = append(extra, nats.InProcessServer(ns)) // this process's own components skip the socket
 		// child-worker and jetrun find the server through this file when
 		// it is not on the default port (see localurl).
 		if err := localurl.Write(cfg.DataDir, natsCfg.URL); err != nil {
-			return err
+			closeNATS()
+			return nil, natsCfg, nil, err
 		}
-		defer func() {
+		cleanups = append(cleanups, func() {
 			if err := localurl.Remove(cfg.DataDir, ns.ClientURL()); err != nil {
 				logger.Warn("remove the nats-url file", "err", err)
 			}
-		}()
+		})
 	}
-	nc, err := natsconn.Connect(natsCfg, "jetrun parent-worker", logger, extra...)
+	nc, err = natsconn.Connect(natsCfg, "jetrun parent-worker", logger, extra...)
 	if err != nil {
-		return err
+		closeNATS()
+		return nil, natsCfg, nil, err
 	}
-	defer nc.Close()
-	// Log records that are events (reconcile.begin, finish.delivered, …)
-	// are also published on jetrun.obs.<event>.
-	logger = slog.New(obs.NewHandler(logger.Handler(), nc, wire.Namespace(cfg.Namespace()), "parent-worker"))
+	cleanups = append(cleanups, nc.Close)
+	return nc, natsCfg, closeNATS, nil
+}
 
+// process is what Run serves: its services, in the order they start
+// (start) and the stages they stop in (stop).
+type process struct {
+	client   *parent.Client
+	metrics  *metrics.Metrics
+	registry *registry.Registry
+	pool     *worker.Worker // nil without children
+	start    []service.Service
+	stop     [][]service.Service
+	httpURL  string     // set once the HTTP server started ("" without one)
+	serveErr chan error // the HTTP server's failure
+}
+
+// build opens the runtime, prepares the buckets and builds the services.
+// It starts none of them.
+func build(ctx, abort context.Context, cfg config.ParentWorker, nc *nats.Conn, logger *slog.Logger) (*process, error) {
 	// One runtime for every role of the process: it creates (or checks)
 	// the streams and buckets.
 	rt, err := jetrun.Open(ctx, nc, cfg.Streams.Runtime())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	pcfg := cfg.Reattach.ParentConfig(logger)
 	pcfg.MaxDepth = cfg.MaxDepth
 	client, err := parent.New(rt, pcfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	m := metrics.New()
+	p := &process{client: client, metrics: metrics.New(), serveErr: make(chan error, 1)}
+	m := p.metrics
 	js := engine.From(rt).JetStream()
 	m.WatchLag(js, wire.Namespace(cfg.Namespace()), nil, 0)
-	// The agent registry's bucket: parent-worker creates every stream and
-	// bucket, so child-workers need no permission to create any (nats.conf).
-	reg, err := registry.Open(ctx, js, wire.Namespace(cfg.Namespace()), cfg.Options().Replicas)
-	if err != nil {
-		return err
-	}
-	// Buckets an earlier jetrun created allowed roll-ups (one message with
-	// Nats-Rollup: all from any role that writes a key erased the bucket):
-	// refuse them from now on.
-	hardened, err := engine.From(rt).Store().Harden(ctx)
-	if err != nil {
-		return err
-	}
-	if ok, err := bucket.Harden(ctx, js, wire.Namespace(cfg.Namespace()).AgentsBucket()); err != nil {
-		return err
-	} else if ok {
-		hardened = append(hardened, wire.Namespace(cfg.Namespace()).AgentsBucket())
-	}
-	for _, b := range hardened {
-		logger.Warn("bucket migrated: roll-ups refused from now on", "bucket", b)
+	if p.registry, err = harden(ctx, rt, cfg, logger); err != nil {
+		return nil, err
 	}
 
 	rec, err := reconcile.New(engine.From(rt), reconcile.Config{
@@ -141,16 +208,8 @@ func Run(ctx, abort context.Context, cfg config.ParentWorker, logger *slog.Logge
 		Observer:             m,
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	// The services run until the shutdown below stops them in order, not
-	// until ctx (the signal) ends, which would stop them at once.
-	life := context.WithoutCancel(ctx)
-	if err := rec.Start(life); err != nil {
-		return err
-	}
-	defer func() { _ = rec.Stop() }() // idempotent; the normal path stops it below
-
 	deliverer, err := finish.New(rt, finish.Config{
 		ID:          cfg.WorkerID,
 		MaxAttempts: cfg.FinishMaxAttempts,
@@ -160,62 +219,172 @@ func Run(ctx, abort context.Context, cfg config.ParentWorker, logger *slog.Logge
 		Observer:    m,
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	hooks, err := cfg.Webhooks()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for name, url := range hooks {
 		deliverer.Handle(name, finish.Webhook(url, nil))
 		m.FinishHandlers(name)
 	}
-	if err := deliverer.Start(life); err != nil {
-		return err
-	}
-	stopDeliverer := func() {
-		dctx, cancel := context.WithTimeout(abort, cfg.FinishTimeout)
-		defer cancel()
-		_ = deliverer.Shutdown(dctx) // in-flight deliveries finish, or are retried later
-	}
-	defer stopDeliverer() // idempotent; the normal path stops it below
-
-	stopMeter := func() {}
+	var mtr service.Service
 	if cfg.Meter {
-		m, err := meter.New(rt, meter.Config{Logger: logger,
-			OnStart: m.MeterStart, OnFinish: m.MeterFinish, Observer: m})
-		if err != nil {
-			return err
+		if mtr, err = meter.New(rt, meter.Config{Logger: logger,
+			OnStart: m.MeterStart, OnFinish: m.MeterFinish, Observer: m}); err != nil {
+			return nil, err
 		}
-		if err := m.Start(life); err != nil {
-			return err
-		}
-		stopMeter = func() { _ = m.Stop() } // metering is at least once: events in flight are handed out again
-		defer stopMeter()                   // idempotent; the normal path stops it below
 	}
-
-	var pool *worker.Worker
 	conf, err := cfg.Configured()
 	if err != nil {
-		return err
+		return nil, err
 	}
+	var pool service.Service
 	if len(cfg.Children) > 0 || len(conf.Names()) > 0 {
 		wcfg := cfg.Pool.WorkerConfig(logger)
 		wcfg.Observer = m
-		if pool, err = agents.StartPool(life, rt, wcfg, cfg.Children, conf); err != nil {
-			return err
+		if p.pool, err = worker.New(rt, wcfg); err != nil {
+			return nil, err
 		}
-		m.WorkerAgentTypes(pool.AgentTypes()...)
+		if err := agents.Register(p.pool, cfg.Children, conf); err != nil {
+			return nil, err
+		}
+		pool = p.pool
 	}
-	if cfg.Meter {
-		meterAgentTypes(ctx, m, reg, pool, logger)
+	var view *runview.View
+	viewSvc := service.Funcs{
+		// The summary of every row, for the HTTP API, is also the guard
+		// of final rows: a row seen leaving a final status (rewritten by a
+		// credential that may write the runs bucket) is restored from the
+		// run's final status event. Its first load ends with ctx.
+		StartFunc: func(context.Context) (err error) {
+			view, err = runview.StartGuard(ctx, engine.From(rt).Store(), logger, repairFinal(rt, m, logger))
+			return err
+		},
+		ShutdownFunc: func(context.Context) error { view.Stop(); return nil },
+	}
+	var mcpSvc, httpSvc service.Service
+	if cfg.HTTPAddr != "" {
+		tokens, err := cfg.Tokens()
+		if err != nil {
+			return nil, err
+		}
+		mcpSrv := mcpserver.New(mcpserver.Config{Client: client, Logger: logger})
+		mcpSvc = service.Funcs{
+			StartFunc:    func(ctx context.Context) error { mcpSrv.Start(ctx); return nil },
+			ShutdownFunc: func(context.Context) error { mcpSrv.Stop(); return nil },
+		}
+		httpSvc = p.httpService(abort, cfg, func() http.Handler {
+			return httpapi.New(httpapi.Config{Client: client, View: view, Conn: nc, Logger: logger, Tokens: tokens,
+				Metrics: m.Handler(), MCP: mcpSrv.Handler(), Addr: cfg.HTTPAddr, AllowedHosts: cfg.HTTPHosts})
+		})
 	}
 
-	// The summary of every row, for the HTTP API, is also the guard of
-	// final rows: a row seen leaving a final status (rewritten by a
-	// credential that may write the runs bucket) is restored from the
-	// run's final status event.
-	view, err := runview.StartGuard(ctx, engine.From(rt).Store(), logger, func(ctx context.Context, id string) {
+	p.start = present(rec, deliverer, mtr, pool, viewSvc, mcpSvc, httpSvc)
+	// The stop order is deliberate. MCP calls in flight stop awaiting
+	// before their requests' contexts end with the HTTP server's: a
+	// request that ends is a cancel in MCP 2026-07-28, and a shutdown must
+	// not cancel runs. The HTTP server goes before the pool, so no new
+	// work comes in; the pool before the deliverer, so the finishes of the
+	// runs that end meanwhile are delivered; the reconciler, the meter
+	// and the run view last.
+	p.stop = [][]service.Service{
+		present(mcpSvc),
+		present(httpSvc), // bounded by httpShutdownTimeout
+		present(within(cfg.ShutdownTimeout, pool, true)),
+		// In-flight deliveries finish, or are retried later.
+		present(within(cfg.FinishTimeout, deliverer, false)),
+		// Metering is at least once: events in flight are handed out again.
+		present(within(0, mtr, false), within(0, rec, true), viewSvc),
+	}
+	return p, nil
+}
+
+// httpService serves handler() (built once the services it reads have
+// started) on cfg.HTTPAddr. Its Shutdown waits at most httpShutdownTimeout
+// for open requests; its failure goes to p.serveErr.
+func (p *process) httpService(abort context.Context, cfg config.ParentWorker, handler func() http.Handler) service.Service {
+	var srv *http.Server
+	return service.Funcs{
+		StartFunc: func(ctx context.Context) error {
+			ln, err := net.Listen("tcp", cfg.HTTPAddr)
+			if err != nil {
+				return fmt.Errorf("http: listen on %s: %w", cfg.HTTPAddr, err)
+			}
+			p.httpURL = "http://" + ln.Addr().String()
+			// Requests derive from base, cancelled when shutdown begins,
+			// so long-lived event streams end instead of holding the
+			// shutdown up.
+			base, cancelBase := context.WithCancel(ctx)
+			srv = &http.Server{
+				Handler:           handler(),
+				ReadHeaderTimeout: 10 * time.Second,
+				BaseContext:       func(net.Listener) context.Context { return base },
+			}
+			srv.RegisterOnShutdown(cancelBase)
+			go func() { p.serveErr <- srv.Serve(ln) }()
+			return nil
+		},
+		ShutdownFunc: func(ctx context.Context) error {
+			ctx, cancel := context.WithTimeout(ctx, httpShutdownTimeout)
+			defer cancel()
+			if err := srv.Shutdown(ctx); err != nil && abort.Err() == nil {
+				return err
+			}
+			return nil
+		},
+	}
+}
+
+// within bounds s's Shutdown to d (0: no wait, as Stop); its error is
+// returned when report is true, else dropped. A nil s stays nil.
+func within(d time.Duration, s service.Service, report bool) service.Service {
+	if s == nil {
+		return nil
+	}
+	s = service.Within(d, s)
+	if report {
+		return s
+	}
+	return service.Funcs{StartFunc: s.Start, ShutdownFunc: func(ctx context.Context) error { _ = s.Shutdown(ctx); return nil }}
+}
+
+// present returns the services that are not nil.
+func present(services ...service.Service) []service.Service {
+	return slices.DeleteFunc(services, func(s service.Service) bool { return s == nil })
+}
+
+// harden opens the agent registry's bucket (parent-worker creates every
+// stream and bucket, so child-workers need no permission to create any:
+// nats.conf) and refuses roll-ups in the buckets an earlier jetrun created
+// allowing them (one message with Nats-Rollup: all from any role that
+// writes a key erased the bucket).
+func harden(ctx context.Context, rt *jetrun.Runtime, cfg config.ParentWorker, logger *slog.Logger) (*registry.Registry, error) {
+	js := engine.From(rt).JetStream()
+	reg, err := registry.Open(ctx, js, wire.Namespace(cfg.Namespace()), cfg.Options().Replicas)
+	if err != nil {
+		return nil, err
+	}
+	hardened, err := engine.From(rt).Store().Harden(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if ok, err := bucket.Harden(ctx, js, wire.Namespace(cfg.Namespace()).AgentsBucket()); err != nil {
+		return nil, err
+	} else if ok {
+		hardened = append(hardened, wire.Namespace(cfg.Namespace()).AgentsBucket())
+	}
+	for _, b := range hardened {
+		logger.Warn("bucket migrated: roll-ups refused from now on", "bucket", b)
+	}
+	return reg, nil
+}
+
+// repairFinal restores a final row someone rewrote from its run's final
+// status event (the run view's guard).
+func repairFinal(rt *jetrun.Runtime, m *metrics.Metrics, logger *slog.Logger) func(ctx context.Context, id string) {
+	return func(ctx context.Context, id string) {
 		ev, ok, err := engine.From(rt).RepairFinal(ctx, id)
 		switch {
 		case err != nil:
@@ -225,93 +394,7 @@ func Run(ctx, abort context.Context, cfg config.ParentWorker, logger *slog.Logge
 			logger.ErrorContext(ctx, "a final row was rewritten by someone outside jetrun; restored from its final status event",
 				"run_id", id, "status", ev.Status, "attempt", ev.Attempt)
 		}
-	})
-	if err != nil {
-		return err
 	}
-	defer view.Stop()
-
-	var srv *http.Server
-	stopMCP := func() {}
-	httpURL := ""
-	serveErr := make(chan error, 1)
-	if cfg.HTTPAddr != "" {
-		tokens, err := cfg.Tokens()
-		if err != nil {
-			return err
-		}
-		mcpSrv := mcpserver.New(mcpserver.Config{Client: client, Logger: logger})
-		mcpSrv.Start(life)
-		stopMCP = mcpSrv.Stop
-		defer mcpSrv.Stop() // idempotent; the normal path stops it below
-		ln, err := net.Listen("tcp", cfg.HTTPAddr)
-		if err != nil {
-			return fmt.Errorf("http: listen on %s: %w", cfg.HTTPAddr, err)
-		}
-		httpURL = "http://" + ln.Addr().String()
-		// Requests derive from base, cancelled when shutdown begins, so
-		// long-lived event streams end instead of holding the shutdown up.
-		base, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
-		defer cancelBase()
-		srv = &http.Server{
-			Handler: httpapi.New(httpapi.Config{Client: client, View: view, Conn: nc, Logger: logger, Tokens: tokens,
-				Metrics: m.Handler(), MCP: mcpSrv.Handler(), Addr: cfg.HTTPAddr, AllowedHosts: cfg.HTTPHosts}),
-			ReadHeaderTimeout: 10 * time.Second,
-			BaseContext:       func(net.Listener) context.Context { return base },
-		}
-		srv.RegisterOnShutdown(cancelBase)
-		go func() { serveErr <- srv.Serve(ln) }()
-	}
-
-	banner(out, cfg, natsCfg.URL, ns != nil, httpURL, pool)
-	logger.Info("parent-worker ready", "nats", natsCfg.Redacted(), "http", httpURL)
-
-	var demos sync.WaitGroup
-	if cfg.DemoRuns > 0 {
-		demos.Go(func() { demoFanOut(ctx, client, cfg.DemoRuns, logger, out, httpURL) })
-	}
-
-	select {
-	case <-ctx.Done():
-	case err := <-serveErr:
-		return fmt.Errorf("http: %w", err)
-	}
-	msg, waits := "shutting down: waiting for open HTTP requests and finish deliveries",
-		[]any{"http_requests_timeout", httpShutdownTimeout, "finish_deliveries_timeout", cfg.FinishTimeout}
-	if pool != nil {
-		msg = "shutting down: waiting for open HTTP requests, runs in flight (then handed back) and finish deliveries"
-		waits = append(waits, "runs_in_flight", pool.InFlight(), "runs_timeout", cfg.ShutdownTimeout)
-	}
-	logger.Info(msg, waits...)
-	var errs []error
-	// MCP calls in flight stop awaiting before their requests' contexts end
-	// with the HTTP server's: a request that ends is a cancel in MCP
-	// 2026-07-28, and a shutdown must not cancel runs.
-	stopMCP()
-	if srv != nil {
-		hctx, cancel := context.WithTimeout(abort, httpShutdownTimeout)
-		if err := srv.Shutdown(hctx); err != nil && abort.Err() == nil {
-			errs = append(errs, err)
-		}
-		cancel()
-	}
-	if pool != nil {
-		pctx, cancel := context.WithTimeout(abort, cfg.ShutdownTimeout)
-		errs = append(errs, pool.Shutdown(pctx))
-		cancel()
-	}
-	stopDeliverer()
-	stopMeter()
-	errs = append(errs, rec.Stop())
-	demos.Wait()
-	if abort.Err() != nil {
-		logger.Info("stopped at once: runs in flight handed back")
-		return errors.Join(errs...) // the deferred Close and embedded server shutdown follow
-	}
-	if err := nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-		logger.Warn("drain nats connection", "err", err)
-	}
-	return errors.Join(errs...)
 }
 
 // meterAgentTypes serves the meter's series at 0 for the agent types known

@@ -1,8 +1,9 @@
 // Package pull is the fetch loop jetrun's durable consumers share. It
 // fetches only as many messages as it has free handler slots, so a busy
 // process never hoards messages another one could handle (their ack wait
-// would tick while they queue), and runs each message's handler in its own
-// goroutine, tracked by the caller's WaitGroup.
+// would tick while they queue), runs each message's handler in its own
+// goroutine, tracked by the caller's WaitGroup, and settles the message as
+// the handler's outcome says.
 package pull
 
 import (
@@ -18,6 +19,7 @@ import (
 
 	"github.com/jetrun/jetrun/internal/engine/jsfault"
 	"github.com/jetrun/jetrun/internal/engine/obs"
+	"github.com/jetrun/jetrun/internal/engine/settle"
 )
 
 // fetchWait bounds one pull request; ending the loop's context interrupts
@@ -35,19 +37,25 @@ type Loop struct {
 	Consumer jetstream.Consumer
 	// Concurrency is how many handlers may run at once.
 	Concurrency int
-	// Handle processes one message and settles it (ack, nak, term…). slot
-	// is the handler slot the message holds; see Slot.
-	Handle func(jetstream.Msg, *Slot)
-	// Stopped settles a message the loop does not handle (typically a Nak,
-	// so another process takes it at once): one that arrived after the
-	// loop's context ended, or one whose slot a parked handler took back
-	// while the fetch waited for it (see Slot.Acquire).
-	Stopped func(jetstream.Msg)
+	// Handle processes one message and says how to settle it; the loop
+	// applies the outcome. slot is the handler slot the message holds; see
+	// Slot.
+	Handle func(ctx context.Context, msg jetstream.Msg, slot *Slot) settle.Outcome
+	// HandlerContext is the context handlers run under (nil: Run's). A
+	// service ends it after Run's, so fetching stops before the work in
+	// flight is cancelled (see service.Pullers).
+	HandlerContext context.Context
+	// Stopped says how to settle a message the loop does not handle
+	// (typically settle.Retry, so another process takes it at once): one
+	// that arrived after the loop's context ended, or one whose slot a
+	// parked handler took back while the fetch waited for it (see
+	// Slot.Acquire).
+	Stopped func(msg jetstream.Msg) settle.Outcome
 	// Handlers counts the running handlers; the caller waits on it.
 	Handlers *sync.WaitGroup
-	// Logger and Name label fetch errors. Fetch errors are logged at most
-	// once per LogEvery (obs.DefaultLogEvery when 0) and class of fault,
-	// with the count of the lines left out.
+	// Logger and Name label failed fetches and settles. They are logged at
+	// most once per LogEvery (obs.DefaultLogEvery when 0) and class of
+	// fault, with the count of the lines left out.
 	Logger   *slog.Logger
 	Name     string
 	LogEvery time.Duration
@@ -77,6 +85,17 @@ func (l Loop) Run(ctx context.Context) {
 	var lastRepair, lastKeep time.Time
 	if l.Keep != nil {
 		l.Keep.batch.Store(int64(s.size))
+	}
+	hctx := l.HandlerContext
+	if hctx == nil {
+		hctx = ctx
+	}
+	settled := func(msg jetstream.Msg, o settle.Outcome) {
+		if err := o.Apply(msg); err != nil {
+			class := jsfault.Classify(hctx, err).String()
+			logs.Log(hctx, l.Logger, slog.LevelWarn, "settle/"+o.String()+"/"+class, "settle message", "consumer", l.Name,
+				"outcome", o.String(), "fault", class, "err", err)
+		}
 	}
 	failed := func(err error) {
 		class := jsfault.Classify(ctx, err)
@@ -118,7 +137,7 @@ func (l Loop) Run(ctx context.Context) {
 		for msg := range batch.Messages() {
 			got++
 			if ctx.Err() != nil || !s.use() {
-				l.Stopped(msg)
+				settled(msg, l.Stopped(msg))
 				continue
 			}
 			l.Handlers.Add(1)
@@ -126,7 +145,7 @@ func (l Loop) Run(ctx context.Context) {
 				defer l.Handlers.Done()
 				slot := &Slot{slots: s, held: true}
 				defer slot.Release()
-				l.Handle(msg, slot)
+				settled(msg, l.Handle(hctx, msg, slot))
 			}()
 		}
 		cancel()

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/jetrun/jetrun/internal/engine/pull"
+	"github.com/jetrun/jetrun/internal/engine/settle"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 )
 
@@ -90,11 +91,12 @@ func TestLoopOutageLogsBounded(t *testing.T) {
 	loop := pull.Loop{
 		Consumer:    cons,
 		Concurrency: 4,
-		Handle: func(m jetstream.Msg, _ *pull.Slot) {
-			_ = m.Ack()
+		Handle: func(_ context.Context, m jetstream.Msg, _ *pull.Slot) settle.Outcome {
+			_ = m.Ack() // before the test goes on to delete the stream
 			got <- string(m.Data())
+			return settle.Leave()
 		},
-		Stopped:  func(m jetstream.Msg) { _ = m.Nak() },
+		Stopped:  func(jetstream.Msg) settle.Outcome { return settle.Retry(0) },
 		Handlers: &handlers,
 		Logger:   slog.New(slog.NewTextHandler(&logs, nil)),
 		Name:     "c",
@@ -207,7 +209,7 @@ func TestParkedHandlerTakesSlotBackAtOnce(t *testing.T) {
 	loop := pull.Loop{
 		Consumer:    cons,
 		Concurrency: 1,
-		Handle: func(m jetstream.Msg, slot *pull.Slot) {
+		Handle: func(_ context.Context, m jetstream.Msg, slot *pull.Slot) settle.Outcome {
 			n := running.Add(1)
 			defer running.Add(-1)
 			for old := most.Load(); n > old && !most.CompareAndSwap(old, n); old = most.Load() {
@@ -227,8 +229,9 @@ func TestParkedHandlerTakesSlotBackAtOnce(t *testing.T) {
 				<-finish
 			}
 			handled <- string(m.Data())
+			return settle.Leave()
 		},
-		Stopped:  func(m jetstream.Msg) { handedBack.Add(1); _ = m.Nak() },
+		Stopped:  func(jetstream.Msg) settle.Outcome { handedBack.Add(1); return settle.Retry(0) },
 		Handlers: &handlers,
 		Name:     "c",
 	}
@@ -281,5 +284,73 @@ func TestParkedHandlerTakesSlotBackAtOnce(t *testing.T) {
 	}
 	if m := most.Load(); m != 1 {
 		t.Fatalf("%d handlers ran at once at concurrency 1", m)
+	}
+}
+
+// TestLoopSettlesAsTheHandlerSays has the handler return an outcome for
+// each message: the loop acknowledges, redelivers and terminates as told.
+func TestLoopSettlesAsTheHandlerSays(t *testing.T) {
+	t.Parallel()
+	ns := natstest.RunServer(t)
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "c",
+		AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	seen := map[string]int{}
+	var handlers, loops sync.WaitGroup
+	loop := pull.Loop{
+		Consumer: cons, Concurrency: 2, Handlers: &handlers, Name: "c",
+		Handle: func(_ context.Context, m jetstream.Msg, _ *pull.Slot) settle.Outcome {
+			mu.Lock()
+			defer mu.Unlock()
+			data := string(m.Data())
+			seen[data]++
+			switch {
+			case data == "term":
+				return settle.Term("no")
+			case data == "retry" && seen[data] == 1:
+				return settle.Retry(0)
+			}
+			return settle.Ack()
+		},
+		Stopped: func(jetstream.Msg) settle.Outcome { return settle.Retry(0) },
+	}
+	lctx, stop := context.WithCancel(ctx)
+	loops.Go(func() { loop.Run(lctx) })
+	defer func() {
+		stop()
+		loops.Wait()
+		handlers.Wait()
+	}()
+	for _, data := range []string{"ack", "retry", "term"} {
+		if _, err := js.Publish(ctx, "s.a", []byte(data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	natstest.Eventually(t, 20*time.Second, func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumAckPending == 0 && info.NumPending == 0 && info.AckFloor.Stream == 3
+	}, "the messages were not all settled")
+	mu.Lock()
+	defer mu.Unlock()
+	if seen["ack"] != 1 || seen["retry"] != 2 || seen["term"] != 1 {
+		t.Fatalf("handled %v, want ack once, retry twice, term once", seen)
 	}
 }

@@ -3,15 +3,14 @@ package service
 import (
 	"context"
 	"sync"
-	"time"
 
 	"github.com/jetrun/jetrun/internal/engine/pull"
 )
 
 // Pullers owns a service's fetch loops and the handlers they start: the
 // contexts they run under, and their two-phase drain. Every consumer
-// service (the finish Deliverer, the Meter, the Worker) runs its loops
-// through one.
+// service (the finish Deliverer, the Meter, the Worker, the CallServer)
+// runs its loops through one.
 type Pullers struct {
 	run      context.Context // handlers' context, ended by the forced phase of Drain
 	cancel   context.CancelCauseFunc
@@ -42,21 +41,21 @@ func (p *Pullers) OnForce(cause error, forced func()) { p.cause, p.forced = caus
 // waiting for them.
 func (p *Pullers) Context() context.Context { return p.run }
 
-// Go runs l until Drain, counting its handlers.
+// Go runs l until Drain, its handlers under Context, counting them.
 func (p *Pullers) Go(l pull.Loop) {
-	l.Handlers = &p.handlers
+	l.Handlers, l.HandlerContext = &p.handlers, p.run
 	p.loops.Go(func() { l.Run(p.pull) })
 }
 
 // Drain stops fetching, waits for the loops, then for the handlers until ctx
-// ends; then it cancels them and waits at most grace more. It reports
+// ends; then it cancels them and waits at most Grace more. It reports
 // whether every handler returned.
-func (p *Pullers) Drain(ctx context.Context, grace time.Duration) bool {
+func (p *Pullers) Drain(ctx context.Context) bool {
 	defer p.cancel(p.cause)
 	return pull.Drain(ctx, p.stopPull, &p.loops, &p.handlers, func() {
 		if p.forced != nil {
 			p.forced()
 		}
 		p.cancel(p.cause)
-	}, grace)
+	}, Grace)
 }

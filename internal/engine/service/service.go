@@ -1,6 +1,7 @@
 // Package service is the lifecycle jetrun's long-running services share
-// (the finish Deliverer, the Reconciler, the Meter, the Worker), like
-// River's startstop: the same verbs on each, written once.
+// (the finish Deliverer, the Reconciler, the Meter, the Worker, the
+// CallServer), like River's startstop: the same verbs on each, written
+// once.
 //
 //   - Start(ctx) starts the service once; a second Start fails with
 //     ErrStarted. The service runs until Shutdown or Stop is called, or ctx
@@ -13,16 +14,98 @@
 // Shutdown and Stop are idempotent and safe before Start, and safe to call
 // from several goroutines: the first runs the service's drain, the others
 // wait for it.
+//
+// StartAll and StopAll start and stop a list of services, as a program
+// composing them does.
 package service
 
 import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 )
 
 // ErrStarted is returned by a second Start.
 var ErrStarted = errors.New("already started")
+
+// Grace is how long a service's Shutdown waits for the work it cancelled
+// (when its ctx ended first) to return.
+const Grace = 10 * time.Second
+
+// Service is what StartAll and StopAll start and stop.
+type Service interface {
+	Start(ctx context.Context) error
+	Shutdown(ctx context.Context) error
+}
+
+// StartAll starts services in order. They run until StopAll (or their own
+// Shutdown), not until ctx ends: ctx's values reach them, its cancellation
+// does not, so that the program stops them in the order it chooses. If one
+// fails to start, the ones started before it are stopped (StopAll, no wait)
+// and its error is returned.
+func StartAll(ctx context.Context, services ...Service) error {
+	ctx = context.WithoutCancel(ctx)
+	for i, s := range services {
+		if err := s.Start(ctx); err != nil {
+			ended, cancel := context.WithCancel(context.Background())
+			cancel()
+			_ = StopAll(ended, services[:i]...)
+			return err
+		}
+	}
+	return nil
+}
+
+// StopAll shuts services down in parallel, each with ctx, and returns
+// their errors joined. To stop in stages, call it once per stage.
+func StopAll(ctx context.Context, services ...Service) error {
+	errs := make([]error, len(services))
+	var wg sync.WaitGroup
+	for i, s := range services {
+		wg.Go(func() { errs[i] = s.Shutdown(ctx) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// Within bounds s's Shutdown to d from the context it is given (0: no
+// wait, as Stop).
+func Within(d time.Duration, s Service) Service { return within{s, d} }
+
+type within struct {
+	Service
+	d time.Duration
+}
+
+func (w within) Shutdown(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, w.d)
+	defer cancel()
+	return w.Service.Shutdown(ctx)
+}
+
+// Funcs makes a Service of two functions, for what has no Lifecycle of its
+// own (an http.Server, say). A nil function does nothing.
+type Funcs struct {
+	StartFunc    func(ctx context.Context) error
+	ShutdownFunc func(ctx context.Context) error
+}
+
+// Start calls StartFunc.
+func (f Funcs) Start(ctx context.Context) error {
+	if f.StartFunc == nil {
+		return nil
+	}
+	return f.StartFunc(ctx)
+}
+
+// Shutdown calls ShutdownFunc.
+func (f Funcs) Shutdown(ctx context.Context) error {
+	if f.ShutdownFunc == nil {
+		return nil
+	}
+	return f.ShutdownFunc(ctx)
+}
 
 // Lifecycle is the state a service embeds: whether it started, how it
 // stops, and the channel Stopped returns. The zero value is ready.

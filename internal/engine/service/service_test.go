@@ -3,6 +3,8 @@ package service_test
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -123,5 +125,87 @@ func TestStopTwice(t *testing.T) {
 		if err := l.Stop(); err != nil {
 			t.Fatalf("Stop = %v", err)
 		}
+	}
+}
+
+// A service that fails to start stops the ones started before it; the
+// ones after it are not started.
+func TestStartAllStopsTheStartedOnError(t *testing.T) {
+	var log []string
+	var mu sync.Mutex
+	note := func(s string) { mu.Lock(); log = append(log, s); mu.Unlock() }
+	svc := func(name string, fail bool) service.Service {
+		return service.Funcs{
+			StartFunc: func(ctx context.Context) error {
+				note("start " + name)
+				if fail {
+					return errors.New(name + " failed")
+				}
+				return nil
+			},
+			ShutdownFunc: func(ctx context.Context) error {
+				if ctx.Err() == nil {
+					t.Errorf("%s stopped with a live context", name)
+				}
+				note("stop " + name)
+				return nil
+			},
+		}
+	}
+	err := service.StartAll(context.Background(), svc("a", false), svc("b", false), svc("c", true), svc("d", false))
+	if err == nil || err.Error() != "c failed" {
+		t.Fatalf("StartAll = %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	got := strings.Join(log[:3], ",") + "|" + strings.Join(slices.Sorted(slices.Values(log[3:])), ",")
+	if want := "start a,start b,start c|stop a,stop b"; got != want {
+		t.Fatalf("got %s, want %s", got, want)
+	}
+}
+
+// StartAll's context does not stop the services when it ends; StopAll
+// stops them in parallel and joins their errors; Within bounds a wait.
+func TestStopAll(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var a, b service.Lifecycle
+	both := make(chan struct{})
+	var arrived atomic.Int32
+	start := func(l *service.Lifecycle, err error) service.Service {
+		return service.Funcs{
+			StartFunc: func(ctx context.Context) error {
+				if err := l.Begin(); err != nil {
+					return err
+				}
+				l.Running(ctx, func(ctx context.Context) error {
+					if arrived.Add(1) == 2 {
+						close(both)
+					}
+					select { // each waits for the other: they stop in parallel
+					case <-both:
+					case <-time.After(10 * time.Second):
+						return errors.New("stopped alone")
+					}
+					<-ctx.Done()
+					return err
+				})
+				return nil
+			},
+			ShutdownFunc: l.Shutdown,
+		}
+	}
+	boom := errors.New("boom")
+	svcs := []service.Service{service.Within(50*time.Millisecond, start(&a, boom)), service.Within(0, start(&b, nil))}
+	if err := service.StartAll(ctx, svcs...); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	select {
+	case <-a.Stopped():
+		t.Fatal("the end of StartAll's context stopped a service")
+	case <-time.After(50 * time.Millisecond):
+	}
+	if err := service.StopAll(context.Background(), svcs...); !errors.Is(err, boom) {
+		t.Fatalf("StopAll = %v, want boom", err)
 	}
 }

@@ -5,7 +5,9 @@
 package settle
 
 import (
+	"context"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -71,4 +73,28 @@ func Jitter(max time.Duration) time.Duration {
 		return 0
 	}
 	return time.Duration(rand.Int64N(int64(max)))
+}
+
+// KeepAlive tells the server msg is still being worked on (InProgress)
+// every every, so it is not redelivered while its handler runs, until ctx
+// ends or stop is called. stop returns once the last InProgress is sent.
+func KeepAlive(ctx context.Context, msg jetstream.Msg, every time.Duration) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				_ = msg.InProgress()
+			}
+		}
+	})
+	return func() {
+		cancel()
+		wg.Wait()
+	}
 }

@@ -106,7 +106,11 @@ func TestKilledCallerGetsTheReplyAfterTakeover(t *testing.T) {
 	var runs atomic.Int32
 	started := make(chan struct{}, 4)
 	release := make(chan struct{})
-	srv, err := e.client.HandleCall(ctx, "ask", func(ctx context.Context, call *parent.Call) (any, error) {
+	srv, err := e.client.NewCallServer(parent.CallServerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.HandleFunc("ask", func(ctx context.Context, call *parent.Call) (any, error) {
 		runs.Add(1)
 		started <- struct{}{}
 		select {
@@ -116,7 +120,7 @@ func TestKilledCallerGetsTheReplyAfterTakeover(t *testing.T) {
 		}
 		return map[string]any{"echo": call.Input, "seq": call.Seq}, nil
 	})
-	if err != nil {
+	if err := srv.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	defer srv.Stop()

@@ -224,10 +224,14 @@ func alive(pid int) bool {
 func TestCallGetsTheReplyOnStdin(t *testing.T) {
 	t.Parallel()
 	client, store, _ := setup(t, map[string]execagent.Config{"caller": script("call.sh")})
-	srv, err := client.HandleCall(context.Background(), "ask", func(_ context.Context, call *parent.Call) (any, error) {
+	srv, err := client.NewCallServer(parent.CallServerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.HandleFunc("ask", func(_ context.Context, call *parent.Call) (any, error) {
 		return map[string]string{"colour": "blue", "asked": string(call.Input)}, nil
 	})
-	if err != nil {
+	if err := srv.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	defer srv.Stop()

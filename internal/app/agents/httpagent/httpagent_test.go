@@ -320,7 +320,11 @@ func TestChildCallsItsCallerAndGetsTheReply(t *testing.T) {
 		}
 	}}
 	client, store, _ := setup(t, c, httpagent.Config{}, worker.Config{})
-	srv, err := client.HandleCall(context.Background(), "ask", func(_ context.Context, call *parent.Call) (any, error) {
+	srv, err := client.NewCallServer(parent.CallServerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.HandleFunc("ask", func(_ context.Context, call *parent.Call) (any, error) {
 		var in struct{ Q string }
 		_ = json.Unmarshal(call.Input, &in)
 		if in.Q == "size?" {
@@ -328,7 +332,7 @@ func TestChildCallsItsCallerAndGetsTheReply(t *testing.T) {
 		}
 		return "blue", nil
 	})
-	if err != nil {
+	if err := srv.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	defer srv.Stop()

@@ -1,5 +1,5 @@
 // Command callserver is a test parent process serving calls named "ask"
-// with parent.Client.HandleCall (ack wait 2s). The end-to-end tests kill it
+// with a parent.CallServer (ack wait 2s). The end-to-end tests kill it
 // with -9 mid-call and start another.
 //
 // Usage: callserver NATS_URL MODE, where MODE is "hang" (log "call
@@ -51,7 +51,11 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	srv, err := client.HandleCall(ctx, "ask", func(ctx context.Context, call *parent.Call) (any, error) {
+	srv, err := client.NewCallServer(parent.CallServerConfig{AckWait: 2 * time.Second})
+	if err != nil {
+		return err
+	}
+	srv.HandleFunc("ask", func(ctx context.Context, call *parent.Call) (any, error) {
 		logger.Info("call received", "run_id", call.RunID, "seq", call.Seq)
 		if mode == "hang" {
 			<-ctx.Done()
@@ -59,12 +63,11 @@ func run() error {
 		}
 		logger.Info("answering call", "run_id", call.RunID, "seq", call.Seq)
 		return map[string]any{"by": mode, "q": json.RawMessage(call.Input)}, nil
-	}, parent.WithCallAckWait(2*time.Second))
-	if err != nil {
+	})
+	if err := srv.Start(ctx); err != nil {
 		return err
 	}
-	defer srv.Stop()
 	logger.Info("callserver serving", "mode", mode)
 	<-ctx.Done()
-	return nil
+	return srv.Stop()
 }

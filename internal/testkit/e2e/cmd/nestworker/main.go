@@ -91,14 +91,14 @@ func run() error {
 	w.HandleFunc("boss", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
 		res, err := run.RunChild(ctx, worker.ChildRequest{
 			AgentType: "caller", CallID: "b1", Input: run.Input(),
-			Calls: map[string]parent.CallHandler{"ask": func(ctx context.Context, call *parent.Call) (any, error) {
+			Calls: map[string]parent.CallHandler{"ask": parent.CallHandlerFunc(func(ctx context.Context, call *parent.Call) (any, error) {
 				logger.Info("boss got a call", "attempt", run.Attempt(), "call_seq", call.Seq)
 				if run.Attempt() == 1 {
 					<-ctx.Done()
 					return nil, ctx.Err()
 				}
 				return map[string]any{"boss": run.Attempt()}, nil
-			}},
+			})},
 		})
 		if err != nil {
 			return worker.Result{}, err
