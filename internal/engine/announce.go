@@ -12,6 +12,7 @@ import (
 
 	"github.com/jetrun/jetrun/internal/engine/jsfault"
 	"github.com/jetrun/jetrun/internal/engine/jspub"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
@@ -41,17 +42,17 @@ func (rt *Runtime) Announce(ctx context.Context, r *jetruntype.Run, worker strin
 // PublishStatus publishes the status event of r's current status once,
 // with the given Nats-Msg-Id.
 func (rt *Runtime) PublishStatus(ctx context.Context, r *jetruntype.Run, worker, msgID string) error {
-	data, err := json.Marshal(r.StatusEvent(worker))
+	data, err := json.Marshal(model.Of(r).StatusEvent(worker))
 	if err != nil {
 		return fmt.Errorf("jetrun: encode status event of run %s: %w", r.ID, err)
 	}
 	msg := &nats.Msg{Subject: rt.cfg.Namespace.RunSubject(r.ID, events.KindStatus), Data: data, Header: nats.Header{}}
 	msg.Header.Set(jetstream.MsgIDHeader, msgID)
 	msg.Header.Set(events.HeaderAttempt, strconv.Itoa(r.Attempt))
-	if r.FinishOwed(r.Status) {
+	if model.Of(r).FinishOwed(r.Status) {
 		msg.Header.Set(events.HeaderFinishOwed, string(r.Status))
 	}
-	r.Trace().SetHeaders(msg.Header)
+	model.Of(r).Trace().SetHeaders(msg.Header)
 	if _, err := jspub.Publish(ctx, rt.js, msg); err != nil {
 		return fmt.Errorf("jetrun: publish %s status of run %s: %w", r.Status, r.ID, err)
 	}
@@ -63,7 +64,7 @@ func (rt *Runtime) PublishStatus(ctx context.Context, r *jetruntype.Run, worker,
 // owes no finish for s): within the dedup window a copy already stored
 // answers Duplicate with that copy's sequence.
 func (rt *Runtime) PublishFinish(ctx context.Context, r *jetruntype.Run, s events.Status) (*jetstream.PubAck, error) {
-	f, ok := r.FinishMessage(s)
+	f, ok := model.Of(r).FinishMessage(s)
 	if !ok {
 		return nil, nil
 	}
@@ -73,7 +74,7 @@ func (rt *Runtime) PublishFinish(ctx context.Context, r *jetruntype.Run, s event
 	}
 	msg := &nats.Msg{Subject: rt.cfg.Namespace.FinishSubject(f.Handler), Data: data, Header: nats.Header{}}
 	msg.Header.Set(jetstream.MsgIDHeader, wire.FinishMsgID(r.ID, s, f.Ending))
-	r.Trace().SetHeaders(msg.Header)
+	model.Of(r).Trace().SetHeaders(msg.Header)
 	ack, err := jspub.Publish(ctx, rt.js, msg)
 	if err != nil {
 		return nil, fmt.Errorf("jetrun: publish %s finish of run %s: %w", s, r.ID, err)
@@ -85,7 +86,7 @@ func (rt *Runtime) PublishFinish(ctx context.Context, r *jetruntype.Run, s event
 // jetrun.finish.<handler> with Nats-Msg-Id <runId>.milestone.<name> and
 // returns the stream's answer (nil if r records no such notice).
 func (rt *Runtime) PublishNotice(ctx context.Context, r *jetruntype.Run, name string) (*jetstream.PubAck, error) {
-	n, ok := r.NoticeMessage(name)
+	n, ok := model.Of(r).NoticeMessage(name)
 	if !ok {
 		return nil, nil
 	}

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/jetrun/jetrun/internal/engine"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -101,8 +102,8 @@ func TestAnnounceMarksAnOwedFinish(t *testing.T) {
 	rt, js := open(t)
 	ctx := context.Background()
 	d := events.Dispatch{RunID: "r2", Input: json.RawMessage(`{}`), Detached: &events.Detached{OnFinish: "h"}}
-	row := jetruntype.NewRun("demo", d, 0, time.Now())
-	row.End(events.StatusCompleted, "", "", time.Now())
+	row := model.NewRun("demo", d, 0, time.Now())
+	model.Of(row).End(events.StatusCompleted, "", "", time.Now())
 	for range 2 {
 		if err := rt.Announce(ctx, row, "w1"); err != nil {
 			t.Fatal(err)
@@ -142,8 +143,8 @@ func TestEraseRemovesEveryTrace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	row := jetruntype.NewRun("demo", d, p.Seq, time.Now())
-	row.End(events.StatusAborted, "", "", time.Now())
+	row := model.NewRun("demo", d, p.Seq, time.Now())
+	model.Of(row).End(events.StatusAborted, "", "", time.Now())
 	if _, err := rt.Store().Create(ctx, row); err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +209,7 @@ func TestLatestOrdersPlainPublishesByDispatchSequence(t *testing.T) {
 		if seq > 0 {
 			held = engine.Held{RunID: id, Seq: seq}
 		}
-		row, err := rt.Submit(ctx, jetruntype.NewRun("demo", d, 0, time.Now()), held)
+		row, err := rt.Submit(ctx, model.NewRun("demo", d, 0, time.Now()), held)
 		if err != nil {
 			t.Fatalf("submit %s: %v", id, err)
 		}
@@ -271,7 +272,7 @@ func TestMergeOrdersPlainPublishesByDispatchSequence(t *testing.T) {
 	submit := func(id string, seq uint64) *jetruntype.Run {
 		t.Helper()
 		d := events.Dispatch{RunID: id, Input: json.RawMessage(strconv.Quote(id)), ConcurrencyKey: "km", Strategy: events.StrategyMerge}
-		row, err := rt.Submit(ctx, jetruntype.NewRun("demo", d, 0, time.Now()), engine.Held{RunID: id, Seq: seq})
+		row, err := rt.Submit(ctx, model.NewRun("demo", d, 0, time.Now()), engine.Held{RunID: id, Seq: seq})
 		if err != nil {
 			t.Fatalf("submit %s: %v", id, err)
 		}
@@ -290,7 +291,7 @@ func TestMergeOrdersPlainPublishesByDispatchSequence(t *testing.T) {
 		}
 	}
 	if _, _, err := rt.Store().Mutate(ctx, "holder", func(r *jetruntype.Run) error {
-		r.End(events.StatusCompleted, "", "", time.Now())
+		model.Of(r).End(events.StatusCompleted, "", "", time.Now())
 		return nil
 	}); err != nil {
 		t.Fatal(err)

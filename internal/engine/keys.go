@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -72,7 +73,7 @@ func (rt *Runtime) Submit(ctx context.Context, r *jetruntype.Run, held Held) (*j
 		r.SubmitSeq = held.Seq // published straight to the stream: order by it
 	}
 	if strategy == events.StrategyDebounce {
-		d := r.Dispatch()
+		d := model.Of(r).Dispatch()
 		r.NotBefore = now.Add(d.Debounce())
 	}
 	if _, err := rt.store.Create(ctx, r); err != nil {
@@ -168,7 +169,7 @@ func (rt *Runtime) Resume(ctx context.Context, row *jetruntype.Run, queued bool)
 		if r.Status != events.StatusInterrupted || r.ChildStillRunning || (queued && r.ConcurrencyKey == "") {
 			return runstore.ErrNoChange
 		}
-		r.Resume()
+		model.Of(r).Resume()
 		if queued {
 			r.Status = events.StatusQueued
 		}
@@ -426,7 +427,7 @@ func (rt *Runtime) finishMerge(ctx context.Context, h *jetruntype.Run) error {
 				return runstore.ErrNoChange
 			}
 			r.MergedInto = h.ID
-			r.End(events.StatusAborted, events.ReasonMerged, "merged into run "+h.ID, time.Now())
+			model.Of(r).End(events.StatusAborted, events.ReasonMerged, "merged into run "+h.ID, time.Now())
 			return nil
 		})
 		if errors.Is(err, runstore.ErrRunNotFound) {
@@ -546,7 +547,7 @@ func (rt *Runtime) newerHolder(ctx context.Context, me *jetruntype.Run) (string,
 // supersede ends the queued run r aborted, replaced by run by.
 func supersede(r *jetruntype.Run, by string) {
 	r.SupersededBy = by
-	r.End(events.StatusAborted, events.ReasonSuperseded, "superseded by run "+by, time.Now())
+	model.Of(r).End(events.StatusAborted, events.ReasonSuperseded, "superseded by run "+by, time.Now())
 }
 
 // settle announces a run a strategy ended and removes it from the index
@@ -561,6 +562,6 @@ func (rt *Runtime) settle(ctx context.Context, r *jetruntype.Run) {
 // try: a failure leaves r starting without a dispatch, which the
 // reconciler publishes).
 func (rt *Runtime) publishKeyed(ctx context.Context, r *jetruntype.Run, msgID string) (uint64, error) {
-	p, err := rt.PublishDispatch(ctx, r.AgentType, r.Dispatch(), DispatchOptions{MsgID: msgID})
+	p, err := rt.PublishDispatch(ctx, r.AgentType, model.Of(r).Dispatch(), DispatchOptions{MsgID: msgID})
 	return p.Seq, err
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/engine/jsfault"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/obs"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/engine/settle"
@@ -73,7 +74,7 @@ type entry interface {
 	// name of the consumer's handler.
 	reportedAs(name string) string
 
-	check(r *jetruntype.Run, now time.Time) (jetruntype.Delivery, time.Duration)
+	check(r *jetruntype.Run, now time.Time) (model.Delivery, time.Duration)
 	// claim takes the slot on r and returns the attempt it starts.
 	claim(r *jetruntype.Run, by string, until, now time.Time) int
 	// delivered marks the slot delivered on r and returns attributes for
@@ -134,30 +135,30 @@ func (e finishEntry) reportedAs(string) string { return e.res.Handler }
 // ended so again, jetruntype.Run.StaleFinish) is done, and its delivery
 // under way records nothing on the later ending's slot.
 
-func (e finishEntry) check(r *jetruntype.Run, now time.Time) (jetruntype.Delivery, time.Duration) {
-	if r.StaleFinish(e.res) {
-		return jetruntype.DeliveryDone, 0
+func (e finishEntry) check(r *jetruntype.Run, now time.Time) (model.Delivery, time.Duration) {
+	if model.Of(r).StaleFinish(e.res) {
+		return model.DeliveryDone, 0
 	}
-	return r.CheckFinish(e.res.Status, now)
+	return model.Of(r).CheckFinish(e.res.Status, now)
 }
 
 func (e finishEntry) claim(r *jetruntype.Run, by string, until, now time.Time) int {
-	return r.ClaimFinish(e.res.Status, e.res, by, until, now)
+	return model.Of(r).ClaimFinish(e.res.Status, e.res, by, until, now)
 }
 
 func (e finishEntry) delivered(r *jetruntype.Run, now time.Time) ([]any, error) {
-	if r.StaleFinish(e.res) {
-		return nil, jetruntype.ErrNoChange
+	if model.Of(r).StaleFinish(e.res) {
+		return nil, model.ErrNoChange
 	}
-	due := r.FinishDelivered(e.res.Status, now)
+	due := model.Of(r).FinishDelivered(e.res.Status, now)
 	return []any{"latency_ms", now.Sub(due).Milliseconds()}, nil
 }
 
 func (e finishEntry) release(r *jetruntype.Run, cause string, failed bool, now time.Time) error {
-	if r.StaleFinish(e.res) {
-		return jetruntype.ErrNoChange
+	if model.Of(r).StaleFinish(e.res) {
+		return model.ErrNoChange
 	}
-	return r.ReleaseFinish(e.res.Status, cause, failed, now)
+	return model.Of(r).ReleaseFinish(e.res.Status, cause, failed, now)
 }
 
 func (e finishEntry) handle(ctx context.Context, d *Deliverer, name string, msg jetstream.Msg, row *jetruntype.Run) error {
@@ -176,7 +177,7 @@ func (d *Deliverer) deliverEntry(ctx context.Context, log *slog.Logger, name str
 	if c.row == nil {
 		return o
 	}
-	if id := c.row.Trace().TraceID(); id != "" && k.traced {
+	if id := model.Of(c.row).Trace().TraceID(); id != "" && k.traced {
 		log = log.With("trace_id", id)
 	}
 	attempts := c.attempts
@@ -239,12 +240,12 @@ func (d *Deliverer) claim(ctx context.Context, log *slog.Logger, e entry) (claim
 		}
 		now := time.Now()
 		switch check, wait := e.check(row, now); check {
-		case jetruntype.DeliveryDone:
+		case model.DeliveryDone:
 			return claimed{}, settle.Ack()
-		case jetruntype.DeliveryLater:
+		case model.DeliveryLater:
 			return claimed{}, settle.Retry(wait + settle.Jitter(maxJitter))
 		}
-		next := row.Clone()
+		next := model.Of(row).Clone()
 		attempts := e.claim(next, d.cfg.ID, now.Add(d.cfg.Timeout+time.Second), now)
 		newRev, err := d.store.Update(ctx, next, rev)
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/jetrun/jetrun/internal/engine/jsfault"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/pkg/events"
 )
@@ -115,7 +116,7 @@ func (f *finisher) publish(ctx context.Context, m *nats.Msg) {
 				time.Sleep(time.Duration(try+1) * 20 * time.Millisecond)
 				continue
 			}
-			if !row.FinishOwed(st) {
+			if !model.Of(row).FinishOwed(st) {
 				return nil
 			}
 			_, err = d.rt.PublishFinish(ctx, row, st)

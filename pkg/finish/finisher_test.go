@@ -8,6 +8,7 @@ import (
 
 	"github.com/jetrun/jetrun/internal/app/agents/demo"
 	"github.com/jetrun/jetrun/internal/engine"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -37,7 +38,7 @@ func TestTheFinisherNotTheWorkerPublishesFinishes(t *testing.T) {
 	// No deliverer: the run completes, its finish is owed and unpublished.
 	detached(t, client, "no-finisher", "h")
 	row := jetruntest.WaitRow(t, engine.From(rt).Store(), "no-finisher", 10*time.Second, jetruntest.Final)
-	if !row.FinishOwed(events.StatusCompleted) {
+	if !model.Of(row).FinishOwed(events.StatusCompleted) {
 		t.Fatalf("no finish owed: %+v", row.Finishes)
 	}
 	last, err := js.Stream(ctx, "JETRUN_EVENTS")

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/pull"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/engine/service"
@@ -162,7 +163,7 @@ func (d *Deliverer) recordNotice(ctx context.Context, msg jetstream.Msg) settle.
 		return settle.Ack()
 	}
 	if cur, recorded := row.Notices[m.Name]; !recorded || cur.Milestone.Sequence > m.Sequence {
-		if row, _, err = d.store.Mutate(ctx, m.RunID, func(r *jetruntype.Run) error { return r.OweNotice(m, time.Now()) }); err != nil {
+		if row, _, err = d.store.Mutate(ctx, m.RunID, func(r *jetruntype.Run) error { return model.Of(r).OweNotice(m, time.Now()) }); err != nil {
 			if errors.Is(err, runstore.ErrRunNotFound) {
 				return settle.Ack()
 			}
@@ -170,14 +171,14 @@ func (d *Deliverer) recordNotice(ctx context.Context, msg jetstream.Msg) settle.
 			return settle.Retry(time.Second)
 		}
 	}
-	if row.NoticeOwed(m.Name) && row.Notices[m.Name].Milestone.Sequence == m.Sequence {
+	if model.Of(row).NoticeOwed(m.Name) && row.Notices[m.Name].Milestone.Sequence == m.Sequence {
 		ack, err := d.rt.PublishNotice(ctx, row, m.Name)
 		if err != nil {
 			d.fault(ctx, log, "publish a milestone notice", err)
 			return settle.Retry(time.Second)
 		}
 		if ack != nil && ack.Sequence != row.Notices[m.Name].Seq {
-			_, _, _ = d.store.Mutate(ctx, m.RunID, func(r *jetruntype.Run) error { return r.RecordNoticeSeq(m.Name, ack.Sequence) })
+			_, _, _ = d.store.Mutate(ctx, m.RunID, func(r *jetruntype.Run) error { return model.Of(r).RecordNoticeSeq(m.Name, ack.Sequence) })
 		}
 	}
 	return settle.Ack()
@@ -212,20 +213,20 @@ func (e noticeEntry) ledgered() bool {
 }
 func (noticeEntry) reportedAs(name string) string { return name }
 
-func (e noticeEntry) check(r *jetruntype.Run, now time.Time) (jetruntype.Delivery, time.Duration) {
-	return r.CheckNotice(e.n.Milestone.Name, now)
+func (e noticeEntry) check(r *jetruntype.Run, now time.Time) (model.Delivery, time.Duration) {
+	return model.Of(r).CheckNotice(e.n.Milestone.Name, now)
 }
 
 func (e noticeEntry) claim(r *jetruntype.Run, by string, until, _ time.Time) int {
-	return r.ClaimNotice(e.n.Milestone.Name, by, until)
+	return model.Of(r).ClaimNotice(e.n.Milestone.Name, by, until)
 }
 
 func (e noticeEntry) delivered(r *jetruntype.Run, now time.Time) ([]any, error) {
-	return nil, r.NoticeDelivered(e.n.Milestone.Name, now)
+	return nil, model.Of(r).NoticeDelivered(e.n.Milestone.Name, now)
 }
 
 func (e noticeEntry) release(r *jetruntype.Run, cause string, failed bool, now time.Time) error {
-	return r.ReleaseNotice(e.n.Milestone.Name, cause, failed, now)
+	return model.Of(r).ReleaseNotice(e.n.Milestone.Name, cause, failed, now)
 }
 
 func (e noticeEntry) handle(ctx context.Context, d *Deliverer, name string, msg jetstream.Msg, row *jetruntype.Run) error {
@@ -332,7 +333,7 @@ func (d *Deliverer) catchUpNotices(ctx context.Context, log *slog.Logger, runID 
 			row, _, err = d.store.Mutate(ctx, runID, func(r *jetruntype.Run) error {
 				added = added[:0]
 				for _, m := range found {
-					if r.OweNotice(m, time.Now()) == nil && !slices.Contains(added, m.Name) {
+					if model.Of(r).OweNotice(m, time.Now()) == nil && !slices.Contains(added, m.Name) {
 						added = append(added, m.Name)
 					}
 				}
@@ -352,5 +353,5 @@ func (d *Deliverer) catchUpNotices(ctx context.Context, log *slog.Logger, runID 
 			log.InfoContext(ctx, "milestone notice found before the finish", "milestone", name)
 		}
 	}
-	return len(row.PendingNotices()) > 0, nil
+	return len(model.Of(row).PendingNotices()) > 0, nil
 }

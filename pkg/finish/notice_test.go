@@ -115,7 +115,7 @@ func TestMilestoneNoticesReachAGoHandlerOncePerName(t *testing.T) {
 		})
 	})
 	dispatchSteps(t, client, "ms1", []string{"plan", "draft", "plan", "unlisted", "review"}, []string{"plan", "review", "never"})
-	row := jetruntest.WaitRow(t, store, "ms1", 20*time.Second, (*jetruntype.Run).Settled)
+	row := jetruntest.WaitRow(t, store, "ms1", 20*time.Second, jetruntest.Settled)
 	natstest.Eventually(t, 10*time.Second, func() bool { k, _ := h.snapshot(); return len(k) >= 3 }, "three deliveries")
 	keys, seqs := h.snapshot()
 	if keys[len(keys)-1] != "ms1.completed" {
@@ -162,7 +162,7 @@ func TestMilestoneNoticesReachAWebhook(t *testing.T) {
 	t.Cleanup(srv.Close)
 	client, store := setupMilestones(t, func(d *finish.Deliverer) { d.Handle("h", finish.Webhook(srv.URL, nil)) })
 	dispatchSteps(t, client, "ms2", []string{"fetched", "fetched", "parsed"}, []string{"fetched", "parsed"})
-	row := jetruntest.WaitRow(t, store, "ms2", 20*time.Second, (*jetruntype.Run).Settled)
+	row := jetruntest.WaitRow(t, store, "ms2", 20*time.Second, jetruntest.Settled)
 	mu.Lock()
 	defer mu.Unlock()
 	want := map[string]int{"ms2.milestone.fetched": 2, "ms2.milestone.parsed": 2, "ms2.completed": 1}
@@ -199,7 +199,7 @@ func TestMilestoneHandlerOutcomes(t *testing.T) {
 		d.HandleFunc("h", func(context.Context, *jetruntype.Run, finish.Result) error { return nil })
 	})
 	dispatchSteps(t, client, "ms3", []string{"refused", "busy"}, []string{"refused", "busy"})
-	row := jetruntest.WaitRow(t, store, "ms3", 20*time.Second, (*jetruntype.Run).Settled)
+	row := jetruntest.WaitRow(t, store, "ms3", 20*time.Second, jetruntest.Settled)
 	refused, busy := row.Notices["refused"], row.Notices["busy"]
 	if refused.Attempts != 1 || refused.FailedAt.IsZero() || !refused.DeliveredAt.IsZero() {
 		t.Errorf("refused: %+v; want given up after one attempt", refused)

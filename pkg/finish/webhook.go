@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
@@ -46,7 +47,7 @@ func withTrace(run *jetruntype.Run, headers map[string]string) map[string]string
 	if run == nil {
 		return headers
 	}
-	if tc := run.Trace(); !tc.IsZero() {
+	if tc := model.Of(run).Trace(); !tc.IsZero() {
 		headers[events.HeaderTraceParent] = tc.TraceParent
 		if tc.TraceState != "" {
 			headers[events.HeaderTraceState] = tc.TraceState

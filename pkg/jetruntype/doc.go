@@ -1,7 +1,7 @@
-// Package jetruntype is jetrun's run model: the run row (Run), the state
-// machine of its status (End, Interrupt, Resume, RequestCancel) and the
-// delivery ledger of a detached run's finishes and milestone notices
-// (ledger.go). It is a leaf package, like River's rivertype: it imports
-// only events, does no I/O, and every change it makes is a plain method on
-// a row that the caller writes with a compare-and-set (kv.Store.Mutate).
+// Package jetruntype is jetrun's read types: the run row (Run), as
+// parent.Client.Inspect, worker handlers and finish handlers see it, the
+// failure of a run (Failure), usage and budgets, and the outcomes every
+// handler may return (Cancel, RetryAfter). It is a leaf package, like
+// River's rivertype: it imports only events and does no I/O. A Run is
+// data; jetrun's engine changes rows, never a user.
 package jetruntype

@@ -2,8 +2,6 @@ package jetruntype
 
 import (
 	"encoding/json"
-	"maps"
-	"slices"
 	"time"
 
 	"github.com/jetrun/jetrun/pkg/events"
@@ -148,40 +146,6 @@ type ProgressSnapshot struct {
 	At       time.Time `json:"at"`
 }
 
-// HeldBy reports whether worker holds r at attempt (expired or not).
-func (r *Run) HeldBy(worker string, attempt int) bool {
-	return r.Worker == worker && r.Attempt == attempt
-}
-
-// Clone returns a deep copy of r.
-func (r *Run) Clone() *Run {
-	c := *r
-	if r.Detached != nil {
-		d := *r.Detached
-		c.Detached = &d
-	}
-	if r.Progress != nil {
-		p := *r.Progress
-		c.Progress = &p
-	}
-	if r.Merged != nil {
-		c.Merged = append([]string(nil), r.Merged...)
-	}
-	c.Blinks = slices.Clone(r.Blinks)
-	c.Delivered = maps.Clone(r.Delivered)
-	c.SignalsSeen = maps.Clone(r.SignalsSeen)
-	if r.Finishes != nil {
-		c.Finishes = make(map[events.Status]*FinishState, len(r.Finishes))
-		for k, v := range r.Finishes {
-			f := *v
-			c.Finishes[k] = &f
-		}
-	}
-	c.Notices = cloneNotices(r.Notices)
-	cloneTreeFields(&c, r)
-	return &c
-}
-
 // Failure is how a parent sees a run that did not complete. Its JSON form
 // carries "reason" and "childStillRunning" only for an interrupted run.
 type Failure struct {
@@ -243,14 +207,12 @@ func (r *Run) Failure() *Failure {
 	}
 }
 
-// RefundBlink records that attempt ended in a lapse of its worker's
-// liveness (see Blinks): it counts as a hand-off, not against the attempt
-// limit. It is idempotent per attempt and reports whether it changed r.
-func (r *Run) RefundBlink(attempt int) bool {
-	if attempt < 1 || attempt > r.Attempt || slices.Contains(r.Blinks, attempt) {
-		return false
-	}
-	r.Blinks = append(r.Blinks, attempt)
-	r.Handoffs++
-	return true
+// Final reports whether r ended for good: completed, error or aborted.
+func (r *Run) Final() bool { return r.Status.Final() }
+
+// Live reports whether r may still be executing: starting, running, or
+// interrupted with its child still running.
+func (r *Run) Live() bool {
+	return r.Status == events.StatusStarting || r.Status == events.StatusRunning ||
+		(r.Status == events.StatusInterrupted && r.ChildStillRunning)
 }

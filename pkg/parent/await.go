@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -230,7 +231,7 @@ func (c *Client) giveUp(ctx context.Context, id string, f *Failure) {
 		if err != nil {
 			return err
 		}
-		r.Interrupt(events.ReasonWindowExceeded, f.Message, held, time.Now())
+		model.Of(r).Interrupt(events.ReasonWindowExceeded, f.Message, held, time.Now())
 		r.CancelRequested, r.CancelReason = true, events.ReasonWindowExceeded
 		return nil
 	})
@@ -320,7 +321,7 @@ func (c *Client) cancelOne(ctx context.Context, id, reason string) (*jetruntype.
 		if err != nil {
 			return err
 		}
-		aborted, err = r.RequestCancel(reason, held, time.Now())
+		aborted, err = model.Of(r).RequestCancel(reason, held, time.Now())
 		return err
 	})
 	if err != nil {

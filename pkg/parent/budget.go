@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -49,7 +50,7 @@ func (c *Client) fillTree(ctx context.Context, d *events.Dispatch, parentRow *je
 		}
 		parentRow = p
 	}
-	d.Root, d.BudgetFrom = parentRow.ChildTree()
+	d.Root, d.BudgetFrom = model.Of(parentRow).ChildTree()
 	if len(d.BudgetFrom) == 0 {
 		return nil
 	}
@@ -63,7 +64,7 @@ func (c *Client) fillTree(ctx context.Context, d *events.Dispatch, parentRow *je
 				over = r.Overrun
 				return runstore.ErrNoChange
 			}
-			if over = r.ChargeRun(); over != nil {
+			if over = model.Of(r).ChargeRun(); over != nil {
 				return runstore.ErrNoChange
 			}
 			return nil
@@ -89,7 +90,7 @@ func (c *Client) Charge(ctx context.Context, ids []string, d jetruntype.UsageTot
 		var crossed, was *jetruntype.Overrun
 		_, _, err := c.store.Mutate(ctx, id, func(r *jetruntype.Run) error {
 			was = r.Overrun
-			crossed = r.Charge(d)
+			crossed = model.Of(r).Charge(d)
 			return nil
 		})
 		if errors.Is(err, runstore.ErrRunNotFound) {
@@ -164,7 +165,7 @@ func (c *Client) stopOne(ctx context.Context, id string, o jetruntype.Overrun) e
 		if err != nil {
 			return err
 		}
-		err = r.StopForBudget(o, held, time.Now())
+		err = model.Of(r).StopForBudget(o, held, time.Now())
 		changed = err == nil
 		return err
 	})

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/engine/jsfault"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/obs"
 	"github.com/jetrun/jetrun/internal/engine/registry"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
@@ -303,7 +304,7 @@ func (c *Client) DispatchNew(ctx context.Context, req Request) (row *jetruntype.
 	if d.Parent == "" && d.Detached == nil && d.Budget == nil {
 		return c.dispatchPlain(ctx, req, d)
 	}
-	row = jetruntype.NewRun(req.AgentType, d, 0, time.Now())
+	row = model.NewRun(req.AgentType, d, 0, time.Now())
 	err = jsfault.RetryRepair(ctx, c.cfg.DispatchRetry, c.rt.Repair, func(ctx context.Context) error {
 		_, err := c.store.Create(ctx, row)
 		return err
@@ -348,7 +349,7 @@ func (c *Client) dispatchPlain(ctx context.Context, req Request, d events.Dispat
 	// The dispatch goes out first on the connection, the row's create right
 	// behind it; only then are their answers awaited.
 	ack := c.rt.PublishDispatchAsync(req.AgentType, d, true, c.cfg.DispatchRetry)
-	row := jetruntype.NewRun(req.AgentType, d, 0, time.Now())
+	row := model.NewRun(req.AgentType, d, 0, time.Now())
 	row.Unindexed = true
 	cerr := jsfault.RetryRepair(ctx, c.cfg.DispatchRetry, c.rt.Repair, func(ctx context.Context) error {
 		_, err := c.store.Create(ctx, row)
@@ -397,7 +398,7 @@ func (c *Client) failDispatch(ctx context.Context, id string, cause error) {
 		if r.Status != events.StatusStarting {
 			return runstore.ErrNoChange
 		}
-		r.End(events.StatusError, events.ReasonDispatchFailed, "dispatch failed: "+cause.Error(), time.Now())
+		model.Of(r).End(events.StatusError, events.ReasonDispatchFailed, "dispatch failed: "+cause.Error(), time.Now())
 		return nil
 	})
 	if err != nil {
@@ -434,7 +435,7 @@ func (c *Client) existing(ctx context.Context, row *jetruntype.Run, req Request)
 			return row, nil
 		}
 	}
-	seq, err := c.publishDispatch(ctx, row.AgentType, row.Dispatch(), row.ID)
+	seq, err := c.publishDispatch(ctx, row.AgentType, model.Of(row).Dispatch(), row.ID)
 	if err != nil {
 		return nil, fmt.Errorf("parent: dispatch run %s: %w: %w", row.ID, ErrDispatchFailed, err)
 	}
@@ -464,7 +465,7 @@ func (c *Client) resume(ctx context.Context, row *jetruntype.Run) (*jetruntype.R
 		return next, nil
 	}
 	msgID := row.ID + ".resume" + strconv.Itoa(next.Attempt)
-	seq, err := c.publishDispatch(ctx, next.AgentType, next.Dispatch(), msgID)
+	seq, err := c.publishDispatch(ctx, next.AgentType, model.Of(next).Dispatch(), msgID)
 	if err != nil {
 		// The row is "starting" without a dispatch: the reconciler
 		// publishes it, as for a parent that died between the two.

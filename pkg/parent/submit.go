@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jetrun/jetrun/internal/engine"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
@@ -45,7 +46,7 @@ func (c *Client) dispatchKeyed(ctx context.Context, req Request, d events.Dispat
 	} else if !errors.Is(err, runstore.ErrRunNotFound) {
 		return nil, false, fmt.Errorf("parent: dispatch run %s: %w", d.RunID, err)
 	}
-	row, err := c.rt.Submit(ctx, jetruntype.NewRun(req.AgentType, d, 0, time.Now()), engine.Held{})
+	row, err := c.rt.Submit(ctx, model.NewRun(req.AgentType, d, 0, time.Now()), engine.Held{})
 	if errors.Is(err, runstore.ErrRunExists) {
 		existing, _, err := c.get(ctx, d.RunID)
 		if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/engine"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/reconcile"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
@@ -436,7 +437,7 @@ func TestReconcilerRepairsAKeyWhoseHolderDied(t *testing.T) {
 	}
 	// h0 ends the way a worker ends it, and nobody hands the key on.
 	if _, _, err := store.Mutate(ctx, "h0", func(r *jetruntype.Run) error {
-		r.End(events.StatusCompleted, "", "", time.Now())
+		model.Of(r).End(events.StatusCompleted, "", "", time.Now())
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -484,7 +485,7 @@ func TestKeyRetryOfAnInterruptedRunWaitsForTheKey(t *testing.T) {
 	}
 	// i0 is given up with its child stopped: the key is free, i1 takes it.
 	if _, _, err := store.Mutate(ctx, "i0", func(r *jetruntype.Run) error {
-		r.Interrupt(events.ReasonBudgetExceeded, "over budget", false, time.Now())
+		model.Of(r).Interrupt(events.ReasonBudgetExceeded, "over budget", false, time.Now())
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -497,7 +498,7 @@ func TestKeyRetryOfAnInterruptedRunWaitsForTheKey(t *testing.T) {
 		t.Fatalf("retried i0: %s (handoffs %d); want queued behind i1", r.Status, r.Handoffs)
 	}
 	if _, _, err := store.Mutate(ctx, "i1", func(r *jetruntype.Run) error {
-		r.End(events.StatusCompleted, "", "", time.Now())
+		model.Of(r).End(events.StatusCompleted, "", "", time.Now())
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -523,7 +524,7 @@ func TestReconcilerEntersAQueuedRunMissingFromItsQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	store := engine.From(rt).Store()
-	row := jetruntype.NewRun("orphan", events.Dispatch{RunID: "lost", Input: json.RawMessage(`1`), ConcurrencyKey: "k2"}, 0, time.Now())
+	row := model.NewRun("orphan", events.Dispatch{RunID: "lost", Input: json.RawMessage(`1`), ConcurrencyKey: "k2"}, 0, time.Now())
 	row.Status = events.StatusQueued
 	if _, err := store.Create(ctx, row); err != nil { // and the submitter dies here
 		t.Fatal(err)

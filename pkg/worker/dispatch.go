@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/pull"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/engine/settle"
@@ -156,8 +157,8 @@ func (w *Worker) decide(ctx context.Context, log *slog.Logger, msg jetstream.Msg
 		// An attempt of this very process that ended here without a word
 		// (stopped by a lapse of its liveness): the process lived on, so it
 		// is a hand-off, not a lost worker. Written by the claim or the end.
-		row = row.Clone()
-		row.RefundBlink(row.Attempt)
+		row = model.Of(row).Clone()
+		model.Of(row).RefundBlink(row.Attempt)
 	}
 	switch {
 	case row.Status == events.StatusInterrupted:
@@ -238,7 +239,7 @@ func (w *Worker) resumeGivenUp(ctx context.Context, log *slog.Logger, row *jetru
 
 // claim returns row claimed by this worker for a new attempt.
 func (w *Worker) claim(row *jetruntype.Run, msg jetstream.Msg, now time.Time) *jetruntype.Run {
-	claimed := row.Clone()
+	claimed := model.Of(row).Clone()
 	claimed.Status = events.StatusRunning
 	claimed.Reason, claimed.Error, claimed.ChildStillRunning = "", "", false
 	claimed.Attempt++
@@ -256,7 +257,7 @@ func (w *Worker) claim(row *jetruntype.Run, msg jetstream.Msg, now time.Time) *j
 // settles the dispatch when done.
 func (w *Worker) claimNew(ctx context.Context, agentType string, d events.Dispatch, msg jetstream.Msg, slot *pull.Slot) (o settle.Outcome, done bool, err error) {
 	now := time.Now()
-	row := jetruntype.NewRun(agentType, d, wire.StreamSeq(msg), now)
+	row := model.NewRun(agentType, d, wire.StreamSeq(msg), now)
 	// A top-level run that is not detached needs nothing of the reconciler.
 	row.Unindexed = d.Parent == "" && d.Detached == nil
 	e := w.newExecution(msg, row.ID, slot)
@@ -341,8 +342,8 @@ func (w *Worker) adopt(row *jetruntype.Run, msg jetstream.Msg) bool {
 // is acknowledged once the final status event is stored.
 func (w *Worker) endUnclaimed(ctx context.Context, row *jetruntype.Run, rev uint64,
 	status events.Status, reason, text string) (o settle.Outcome, retry bool, err error) {
-	final := row.Clone()
-	final.End(status, reason, text, time.Now())
+	final := model.Of(row).Clone()
+	model.Of(final).End(status, reason, text, time.Now())
 	if _, err := w.store.Update(ctx, final, rev); errors.Is(err, runstore.ErrConflict) {
 		return settle.Leave(), true, nil
 	} else if err != nil {

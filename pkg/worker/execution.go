@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/pull"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -123,7 +124,7 @@ func (w *Worker) execute(ctx context.Context, e *execution, row *jetruntype.Run,
 	defer w.unregister(e)
 	e.attempt, e.epoch = row.Attempt, row.WorkerEpoch
 	e.log = w.log.With("run_id", row.ID, "agent_type", row.AgentType, "attempt", row.Attempt)
-	trace := row.Trace()
+	trace := model.Of(row).Trace()
 	if id := trace.TraceID(); id != "" {
 		e.log = e.log.With("trace_id", id)
 	}
@@ -161,7 +162,7 @@ func (w *Worker) execute(ctx context.Context, e *execution, row *jetruntype.Run,
 		return
 	}
 	e.log.DebugContext(ctx, "run started")
-	e.row = e.cur.Clone() // before the heart may write e.cur
+	e.row = model.Of(e.cur).Clone() // before the heart may write e.cur
 	run := &Run{b: e, row: e.row}
 	e.ctlMu.Lock()
 	e.begun, e.begunAt, e.lastBeat, e.lastSync = true, time.Now(), time.Now(), time.Now()
@@ -240,7 +241,7 @@ func (e *execution) start(ctx context.Context) error {
 		}
 	}
 	seq, err := e.pub.publish(ctx, events.KindStatus, wire.StatusMsgID(e.id, e.attempt, events.StatusRunning),
-		e.cur.StatusEvent(e.w.cfg.ID), true)
+		model.Of(e.cur).StatusEvent(e.w.cfg.ID), true)
 	if err != nil {
 		return err
 	}

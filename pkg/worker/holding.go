@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/engine/holding"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
@@ -87,7 +88,7 @@ func (w *Worker) releaseIdle(ctx context.Context, log *slog.Logger, row *jetrunt
 		}
 		r.Worker, r.WorkerEpoch, r.LeaseUntil = "", "", time.Time{}
 		if lapsed {
-			r.RefundBlink(r.Attempt)
+			model.Of(r).RefundBlink(r.Attempt)
 		} else {
 			r.Handoffs++
 		}

@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/engine"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/engine/settle"
 	"github.com/jetrun/jetrun/internal/engine/wire"
@@ -31,7 +32,7 @@ import (
 // false when the caller should read the row and go on; else o settles the
 // dispatch.
 func (w *Worker) submitKeyed(ctx context.Context, agentType string, d events.Dispatch, msg jetstream.Msg) (o settle.Outcome, done bool) {
-	row := jetruntype.NewRun(agentType, d, 0, time.Now())
+	row := model.NewRun(agentType, d, 0, time.Now())
 	_, err := w.rt.Submit(ctx, row, engine.Held{RunID: d.RunID, Seq: wire.StreamSeq(msg)})
 	switch {
 	case err == nil, errors.Is(err, runstore.ErrRunExists):

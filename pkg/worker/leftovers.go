@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jetrun/jetrun/internal/engine/jsfault"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
@@ -83,11 +84,11 @@ func (w *Worker) releaseLeftover(ctx context.Context, id string) {
 	w.leftovers[id] = l
 	w.mu.Unlock()
 	_, _, err := w.store.Mutate(ctx, id, func(r *jetruntype.Run) error {
-		if r.Status.Final() || !r.HeldBy(w.cfg.ID, l.attempt) || r.WorkerEpoch != l.epoch {
+		if r.Status.Final() || !model.Of(r).HeldBy(w.cfg.ID, l.attempt) || r.WorkerEpoch != l.epoch {
 			return runstore.ErrNoChange
 		}
 		r.Worker, r.WorkerEpoch, r.LeaseUntil = "", "", time.Time{}
-		if !l.blink || !r.RefundBlink(l.attempt) {
+		if !l.blink || !model.Of(r).RefundBlink(l.attempt) {
 			r.Handoffs++
 		}
 		return nil

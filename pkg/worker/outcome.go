@@ -11,6 +11,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/engine/settle"
 	"github.com/jetrun/jetrun/internal/engine/wire"
@@ -108,7 +109,7 @@ func (e *execution) finalize(status events.Status, reason, text string, set func
 		e.applyState(r)
 		if r.Status == events.StatusInterrupted && (status == events.StatusAborted || keepsBudgetStop(r, status)) {
 			teardown = true
-			r.ChildStopped()
+			model.Of(r).ChildStopped()
 			return nil
 		}
 		teardown = false
@@ -116,7 +117,7 @@ func (e *execution) finalize(status events.Status, reason, text string, set func
 		if status == events.StatusAborted && msg == "" {
 			msg = cancelText(r)
 		}
-		r.End(status, reason, msg, now)
+		model.Of(r).End(status, reason, msg, now)
 		if set != nil {
 			set(r)
 		}
@@ -297,7 +298,7 @@ func (e *execution) abandon() {
 	if err == nil && row.Attempt > e.attempt {
 		e.refundLapse(ctx)
 	}
-	if err != nil || row.HeldBy(e.w.cfg.ID, e.attempt) {
+	if err != nil || model.Of(row).HeldBy(e.w.cfg.ID, e.attempt) {
 		// Stopped by a lapse, and the hand-off did not land (or the row
 		// could not be read): the row may still name this worker.
 		e.leaveBehind(e.isLapsed() || e.pub.livenessRanOut())
@@ -325,7 +326,7 @@ func (e *execution) handOffLapsed() bool {
 		}
 		e.applyState(r)
 		r.Worker, r.WorkerEpoch, r.LeaseUntil = "", "", time.Time{}
-		r.RefundBlink(e.attempt)
+		model.Of(r).RefundBlink(e.attempt)
 		return nil
 	})
 	if err != nil {
@@ -352,7 +353,7 @@ func (e *execution) handOffLapsed() bool {
 // the run now.
 func (e *execution) refundLapse(ctx context.Context) {
 	_, _, err := e.w.store.Mutate(ctx, e.id, func(r *jetruntype.Run) error {
-		if r.Status.Final() || !r.RefundBlink(e.attempt) {
+		if r.Status.Final() || !model.Of(r).RefundBlink(e.attempt) {
 			return runstore.ErrNoChange
 		}
 		return nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
@@ -18,7 +19,7 @@ import (
 
 // owned fences a row write: only the holding attempt of a live run may write.
 func (e *execution) owned(r *jetruntype.Run) error {
-	if !r.HeldBy(e.w.cfg.ID, e.attempt) || r.Status.Final() {
+	if !model.Of(r).HeldBy(e.w.cfg.ID, e.attempt) || r.Status.Final() {
 		return ErrLeaseLost
 	}
 	return nil

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/worker/internal/runhook"
@@ -83,7 +84,7 @@ func (r *Run) Depth() int { return r.row.Depth }
 func (r *Run) Input() json.RawMessage { return r.row.Input }
 
 // Row returns a copy of the run's row as it was when this attempt started.
-func (r *Run) Row() *jetruntype.Run { return r.row.Clone() }
+func (r *Run) Row() *jetruntype.Run { return model.Of(r.row).Clone() }
 
 // Logger returns a logger carrying the run id, agent type and attempt.
 func (r *Run) Logger() *slog.Logger { return r.b.Logger() }

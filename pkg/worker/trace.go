@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/pkg/events"
 )
 
@@ -38,4 +39,4 @@ func TraceParent(ctx context.Context) string { return TraceContext(ctx).TracePar
 
 // TraceContext returns the run's trace context (zero if it was dispatched
 // without one).
-func (r *Run) TraceContext() events.TraceContext { return r.row.Trace() }
+func (r *Run) TraceContext() events.TraceContext { return model.Of(r.row).Trace() }

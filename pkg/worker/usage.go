@@ -7,6 +7,7 @@ import (
 	"maps"
 	"sync"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
@@ -116,15 +117,15 @@ func (e *execution) startUsage(ctx context.Context, row *jetruntype.Run) error {
 		case err != nil:
 			return fmt.Errorf("worker: usage of run %s: read its parent: %w", e.id, err)
 		default:
-			tree = row.Clone()
-			tree.Root, tree.BudgetFrom = p.ChildTree()
+			tree = model.Of(row).Clone()
+			tree.Root, tree.BudgetFrom = model.Of(p).ChildTree()
 		}
 	}
 	e.use.mu.Lock()
 	defer e.use.mu.Unlock()
 	if !e.use.started {
 		e.use.started, e.use.base = true, row.Usage.Clone()
-		e.use.charges, e.use.budgeted = tree.Charges(), tree.Budgeted()
+		e.use.charges, e.use.budgeted = model.Of(tree).Charges(), model.Of(tree).Budgeted()
 	}
 	return nil
 }
@@ -214,7 +215,7 @@ func (e *execution) chargeTree(ctx context.Context) error {
 func (e *execution) chargeSelf(ctx context.Context, client *parent.Client, d jetruntype.UsageTotals) error {
 	var crossed, was *jetruntype.Overrun
 	if _, err := e.write(ctx, func(r *jetruntype.Run) error {
-		was, crossed = r.Overrun, r.Charge(d)
+		was, crossed = r.Overrun, model.Of(r).Charge(d)
 		return nil
 	}); err != nil {
 		return fmt.Errorf("worker: charge usage to run %s: %w", e.id, err)
@@ -249,7 +250,7 @@ func (e *execution) budgetStop(herr, cause error) {
 		herr = cause
 	}
 	e.finalize(events.StatusInterrupted, events.ReasonBudgetExceeded, herr.Error(), func(r *jetruntype.Run) {
-		r.Interrupt(events.ReasonBudgetExceeded, herr.Error(), false, r.FinishedAt)
+		model.Of(r).Interrupt(events.ReasonBudgetExceeded, herr.Error(), false, r.FinishedAt)
 	})
 }
 

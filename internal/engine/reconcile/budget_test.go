@@ -95,12 +95,12 @@ func TestZeroOrNeverDisablesABudget(t *testing.T) {
 
 	close(gate)
 	for _, id := range []string{"zero", "never"} {
-		if row := jetruntest.WaitRow(t, e.store, id, 30*time.Second, (*jetruntype.Run).Settled); row.Status != events.StatusCompleted {
+		if row := jetruntest.WaitRow(t, e.store, id, 30*time.Second, jetruntest.Settled); row.Status != events.StatusCompleted {
 			t.Fatalf("%s: %+v", id, row)
 		}
 	}
 	for _, id := range []string{"small-silence", "small-life", "defaults"} {
-		jetruntest.WaitRow(t, e.store, id, 30*time.Second, (*jetruntype.Run).Settled)
+		jetruntest.WaitRow(t, e.store, id, 30*time.Second, jetruntest.Settled)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jetrun/jetrun/internal/app/agents/demo"
 	"github.com/jetrun/jetrun/internal/engine"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/obs"
 	"github.com/jetrun/jetrun/internal/engine/reconcile"
 	"github.com/jetrun/jetrun/internal/engine/wire"
@@ -146,7 +147,7 @@ func TestUnservedFinishWaitsAsOneCopyThenIsDeadLettered(t *testing.T) {
 		return !r.Finishes[events.StatusCompleted].FailedAt.IsZero()
 	})
 	fs = row.Finishes[events.StatusCompleted]
-	if !strings.Contains(fs.LastError, `handler "ghost"`) || !row.Settled() {
+	if !strings.Contains(fs.LastError, `handler "ghost"`) || !model.Of(row).Settled() {
 		t.Fatalf("ledger after the dead letter: %+v", fs)
 	}
 	if n := copies(); n != 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/obs"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
@@ -15,7 +16,7 @@ import (
 // A copy that finds the notice delivered is dropped by the deliverer.
 func (s *sweep) republishNotices(ctx context.Context, row *jetruntype.Run) error {
 	r := s.r
-	for _, name := range row.PendingNotices() {
+	for _, name := range model.Of(row).PendingNotices() {
 		n := row.Notices[name]
 		if s.now.Sub(n.DueAt) < r.cfg.Interval || n.ClaimedUntil.After(s.now) {
 			continue // the fast path is on it
@@ -38,7 +39,7 @@ func (s *sweep) republishNotices(ctx context.Context, row *jetruntype.Run) error
 		}
 		if ack.Sequence != n.Seq {
 			if _, _, err := r.store.Mutate(ctx, row.ID, func(run *jetruntype.Run) error {
-				return run.RecordNoticeSeq(name, ack.Sequence)
+				return model.Of(run).RecordNoticeSeq(name, ack.Sequence)
 			}); err != nil && !errors.Is(err, runstore.ErrRunNotFound) {
 				return err
 			}

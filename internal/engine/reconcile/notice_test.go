@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/engine"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/reconcile"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
@@ -35,7 +36,7 @@ func TestSweepRepublishesALostMilestoneNotice(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := events.Milestone{RunID: "lost-notice", Sequence: 1, Name: "plan", At: time.Now().Add(-time.Hour)}
-	if _, _, err := engine.From(rt).Store().Mutate(ctx, "lost-notice", func(r *jetruntype.Run) error { return r.OweNotice(m, m.At) }); err != nil {
+	if _, _, err := engine.From(rt).Store().Mutate(ctx, "lost-notice", func(r *jetruntype.Run) error { return model.Of(r).OweNotice(m, m.At) }); err != nil {
 		t.Fatal(err)
 	}
 	r, err := reconcile.New(engine.From(rt), reconcile.Config{Interval: 200 * time.Millisecond})
@@ -66,7 +67,7 @@ func TestSweepRepublishesALostMilestoneNotice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if row.Notices["plan"].Seq != msg.Sequence || row.Settled() {
+	if row.Notices["plan"].Seq != msg.Sequence || model.Of(row).Settled() {
 		t.Fatalf("ledger after the republish: %+v", row.Notices["plan"])
 	}
 	for range 3 {

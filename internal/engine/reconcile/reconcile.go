@@ -35,6 +35,7 @@ import (
 
 	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/engine/jsfault"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/obs"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/engine/service"
@@ -595,7 +596,7 @@ func (r *Reconciler) Retain(ctx context.Context) (int, error) {
 	}
 	cutoff := time.Now().Add(-r.cfg.Retention)
 	rows, err := r.store.List(ctx, func(run *jetruntype.Run) bool {
-		return run.Settled() && !run.FinishedAt.IsZero() && run.FinishedAt.Before(cutoff)
+		return model.Of(run).Settled() && !run.FinishedAt.IsZero() && run.FinishedAt.Before(cutoff)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("reconcile: retention: %w", err)

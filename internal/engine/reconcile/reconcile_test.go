@@ -171,7 +171,7 @@ func TestDetachedRunsDeliverEachFinishExactlyOnce(t *testing.T) {
 	}
 	for i := range n {
 		id := fmt.Sprintf("d%02d", i)
-		row := jetruntest.WaitRow(t, e.store, id, 30*time.Second, (*jetruntype.Run).Settled)
+		row := jetruntest.WaitRow(t, e.store, id, 30*time.Second, jetruntest.Settled)
 		if row.Status != events.StatusCompleted || row.Delivered[events.StatusCompleted].IsZero() {
 			t.Fatalf("%s: %+v", id, row)
 		}
@@ -287,7 +287,7 @@ func TestNoProgressBudget(t *testing.T) {
 	if row.Reason != events.ReasonNoProgress {
 		t.Fatalf("silent: %+v", row)
 	}
-	chatty := jetruntest.WaitRow(t, e.store, "chatty", 30*time.Second, (*jetruntype.Run).Settled)
+	chatty := jetruntest.WaitRow(t, e.store, "chatty", 30*time.Second, jetruntest.Settled)
 	if chatty.Status != events.StatusCompleted || chatty.Finishes[events.StatusInterrupted] != nil {
 		t.Fatalf("chatty was given up: %+v", chatty)
 	}
@@ -329,7 +329,7 @@ func TestNoProgressIsArmedOnlyByASignal(t *testing.T) {
 		t.Fatalf("a run that never signalled was given up: %+v", row)
 	}
 	close(gate)
-	if row := jetruntest.WaitRow(t, e.store, "mute", 10*time.Second, (*jetruntype.Run).Settled); row.Status != events.StatusCompleted {
+	if row := jetruntest.WaitRow(t, e.store, "mute", 10*time.Second, jetruntest.Settled); row.Status != events.StatusCompleted {
 		t.Fatalf("row = %+v", row)
 	}
 }
@@ -348,7 +348,7 @@ func TestGiveUpThenLateCompletionDeliversBothInOrder(t *testing.T) {
 	e.detached(t, "late", "stubborn", 1, events.Detached{MaxBudgetMs: 1000})
 	waitDeliveries(t, e.rec, "late", 1)
 	close(gaveUp)
-	row := jetruntest.WaitRow(t, e.store, "late", 30*time.Second, (*jetruntype.Run).Settled)
+	row := jetruntest.WaitRow(t, e.store, "late", 30*time.Second, jetruntest.Settled)
 	if row.Status != events.StatusCompleted || row.Summary != "finished anyway" || row.Reason != "" {
 		t.Fatalf("row = %+v", row)
 	}
@@ -432,7 +432,7 @@ func TestCancelCascadesToChildrenAndGrandchildren(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"top", "kid1", "kid2", "grandkid"} {
-		row := jetruntest.WaitRow(t, e.store, id, 10*time.Second, (*jetruntype.Run).Settled)
+		row := jetruntest.WaitRow(t, e.store, id, 10*time.Second, jetruntest.Settled)
 		if row.Status != events.StatusAborted {
 			t.Fatalf("%s: %s", id, row.Status)
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jetrun/jetrun/internal/app/agents/demo"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
@@ -72,7 +73,7 @@ func TestEveryRetryOfAGivenUpRunIsSweptAndItsSecondEndingAnnounced(t *testing.T)
 				t.Fatal(err)
 			}
 			givenUp := func(r *jetruntype.Run) bool {
-				return r.Status == events.StatusInterrupted && !r.ChildStillRunning && r.Settled()
+				return r.Status == events.StatusInterrupted && !r.ChildStillRunning && model.Of(r).Settled()
 			}
 			row := jetruntest.WaitRow(t, e.store, id, 30*time.Second, givenUp)
 			if row.Attempt != 1 || row.Reason != events.ReasonBudgetExceeded {

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/engine"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/obs"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/engine/wire"
@@ -56,7 +57,7 @@ func (s *sweep) run(ctx context.Context, ir runstore.IndexedRun) error {
 	if err != nil {
 		return err
 	}
-	if row.Settled() {
+	if model.Of(row).Settled() {
 		s.count(func(st *Stats) { st.Unindexed++ })
 		s.watch.Forget(ir.ID)
 		return r.store.Unindex(ctx, row)
@@ -113,7 +114,7 @@ func (s *sweep) releaseLostChild(ctx context.Context, row *jetruntype.Run) (bool
 		if r.Status != events.StatusInterrupted || !r.ChildStillRunning || s.r.holderAlive(ctx, r) {
 			return runstore.ErrNoChange
 		}
-		r.ChildStopped()
+		model.Of(r).ChildStopped()
 		return nil
 	})
 	return true, err
@@ -135,7 +136,7 @@ func (s *sweep) releaseLostChild(ctx context.Context, row *jetruntype.Run) (bool
 // unserved.
 func (s *sweep) republishFinishes(ctx context.Context, row *jetruntype.Run) error {
 	r := s.r
-	for _, st := range row.PendingFinishes() {
+	for _, st := range model.Of(row).PendingFinishes() {
 		fs := row.Finishes[st]
 		if s.now.Sub(fs.DueAt) < r.cfg.Interval || fs.ClaimedUntil.After(s.now) {
 			continue // the fast path is on it
@@ -219,7 +220,7 @@ func (s *sweep) unserved(ctx context.Context, row *jetruntype.Run, st events.Sta
 	}
 	var marked bool
 	if _, _, err := r.store.Mutate(ctx, row.ID, func(run *jetruntype.Run) error {
-		if err := run.MarkFinishUnserved(st, s.now); err != nil {
+		if err := model.Of(run).MarkFinishUnserved(st, s.now); err != nil {
 			return err
 		}
 		marked = true
@@ -272,7 +273,7 @@ func (s *sweep) handlerServed(ctx context.Context, handler string) (bool, error)
 func (s *sweep) deadLetterUnserved(ctx context.Context, row *jetruntype.Run, st events.Status, waited time.Duration) error {
 	r := s.r
 	ns := r.ns
-	f, ok := row.FinishMessage(st)
+	f, ok := model.Of(row).FinishMessage(st)
 	if !ok {
 		return nil
 	}
@@ -297,7 +298,7 @@ func (s *sweep) deadLetterUnserved(ctx context.Context, row *jetruntype.Run, st 
 	}
 	var failed bool
 	next, _, err := r.store.Mutate(ctx, row.ID, func(run *jetruntype.Run) error {
-		if err := run.FailUnservedFinish(st, reason, time.Now()); err != nil {
+		if err := model.Of(run).FailUnservedFinish(st, reason, time.Now()); err != nil {
 			return err // a deliverer took it after all
 		}
 		failed = true
@@ -327,7 +328,7 @@ func (s *sweep) deadLetterUnserved(ctx context.Context, row *jetruntype.Run, st 
 // recordFinishSeq records on the ledger of run id's finish for st the
 // sequence of its copy waiting in the finish stream.
 func (r *Reconciler) recordFinishSeq(ctx context.Context, id string, st events.Status, seq uint64) error {
-	_, _, err := r.store.Mutate(ctx, id, func(run *jetruntype.Run) error { return run.RecordFinishSeq(st, seq) })
+	_, _, err := r.store.Mutate(ctx, id, func(run *jetruntype.Run) error { return model.Of(run).RecordFinishSeq(st, seq) })
 	if errors.Is(err, runstore.ErrRunNotFound) {
 		return nil
 	}
@@ -420,7 +421,7 @@ func (s *sweep) cascade(ctx context.Context, row *jetruntype.Run) (bool, error) 
 	reason := "parent run " + p.ID + " was cancelled"
 	aborted, changed := false, false
 	next, _, err := s.r.store.Mutate(ctx, row.ID, func(r *jetruntype.Run) (err error) {
-		aborted, err = r.RequestCancel(reason, s.r.holderAlive(ctx, r), time.Now())
+		aborted, err = model.Of(r).RequestCancel(reason, s.r.holderAlive(ctx, r), time.Now())
 		changed = err == nil
 		return err
 	})
@@ -480,7 +481,7 @@ func (s *sweep) enforceBudgets(ctx context.Context, row *jetruntype.Run) (bool, 
 		if again, _ := s.overBudget(r, now); again == "" {
 			return runstore.ErrNoChange // it signalled meanwhile
 		}
-		r.Interrupt(reason, text, s.r.holderAlive(ctx, r), now)
+		model.Of(r).Interrupt(reason, text, s.r.holderAlive(ctx, r), now)
 		r.CancelRequested, r.CancelReason = true, reason // tear the child down
 		gaveUp = true
 		return nil
@@ -570,7 +571,7 @@ func (s *sweep) recover(ctx context.Context, row *jetruntype.Run) error {
 			if run.Status.Final() || r.holderAlive(ctx, run) || run.DispatchSeq != row.DispatchSeq {
 				return runstore.ErrNoChange
 			}
-			run.End(events.StatusError, events.ReasonDispatchLost, text, time.Now())
+			model.Of(run).End(events.StatusError, events.ReasonDispatchLost, text, time.Now())
 			return nil
 		})
 		if err != nil {
@@ -607,7 +608,7 @@ func (s *sweep) recover(ctx context.Context, row *jetruntype.Run) error {
 // returns its stream sequence, and whether the dedup window found it
 // already stored.
 func (r *Reconciler) publishDispatch(ctx context.Context, row *jetruntype.Run, msgID string) (uint64, bool, error) {
-	p, err := r.rt.PublishDispatch(ctx, row.AgentType, row.Dispatch(), engine.DispatchOptions{MsgID: msgID})
+	p, err := r.rt.PublishDispatch(ctx, row.AgentType, model.Of(row).Dispatch(), engine.DispatchOptions{MsgID: msgID})
 	if err != nil {
 		return 0, false, fmt.Errorf("reconcile: re-dispatch run %s: %w", row.ID, err)
 	}

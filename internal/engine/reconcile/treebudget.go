@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/obs"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
@@ -28,7 +29,7 @@ func (s *sweep) stoppedTree(ctx context.Context, row *jetruntype.Run) (bool, err
 	o := *p.Overrun
 	changed := false
 	next, _, err := s.r.store.Mutate(ctx, row.ID, func(r *jetruntype.Run) error {
-		err := r.StopForBudget(o, s.r.holderAlive(ctx, r), time.Now()) // nil or jetruntype.ErrNoChange
+		err := model.Of(r).StopForBudget(o, s.r.holderAlive(ctx, r), time.Now()) // nil or model.ErrNoChange
 		changed = err == nil
 		return err
 	})

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -138,7 +139,7 @@ func (r *Reconciler) deadLetterUnservedDispatch(ctx context.Context, stream jets
 		if run.Status != events.StatusStarting || run.AgentType != agentType {
 			return runstore.ErrNoChange
 		}
-		run.End(events.StatusError, events.ReasonNoWorker, text, time.Now())
+		model.Of(run).End(events.StatusError, events.ReasonNoWorker, text, time.Now())
 		return nil
 	})
 	if errors.Is(err, runstore.ErrRunNotFound) {
@@ -186,7 +187,7 @@ func (r *Reconciler) markWaiting(ctx context.Context, agentType, epoch string, m
 		return false, nil // a worker dead-letters it
 	}
 	d.TakeTrace(msg.Header)
-	row := jetruntype.NewRun(agentType, d, msg.Sequence, msg.Time)
+	row := model.NewRun(agentType, d, msg.Sequence, msg.Time)
 	row.Reason, row.Error = events.ReasonWaitingForWorker, why
 	if _, err := r.store.Create(ctx, row); err == nil {
 		r.log.InfoContext(ctx, "dispatch waiting for a worker", "run_id", row.ID, "agent_type", agentType, "why", why)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jetrun/jetrun/internal/engine/bucket"
 	"github.com/jetrun/jetrun/internal/engine/jsfault"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
@@ -92,7 +93,7 @@ func (s *Store) Unindex(ctx context.Context, r *jetruntype.Run) error {
 	if err != nil {
 		return fmt.Errorf("kv: unindex run %s: check for a resume: %w", r.ID, err)
 	}
-	if now.Settled() {
+	if model.Of(now).Settled() {
 		return nil
 	}
 	return s.Reindex(ctx, now)
@@ -111,7 +112,7 @@ func (s *Store) purgeIndex(ctx context.Context, r *jetruntype.Run) error {
 // ignored). The reconciler removes settled runs too; doing it at once spares
 // it the look.
 func (s *Store) UnindexIfSettled(ctx context.Context, r *jetruntype.Run) error {
-	if r == nil || r.Unindexed || !r.Settled() {
+	if r == nil || r.Unindexed || !model.Of(r).Settled() {
 		return nil
 	}
 	return s.Unindex(ctx, r)

@@ -16,6 +16,7 @@ import (
 	"github.com/jetrun/jetrun/internal/engine/bucket"
 	"github.com/jetrun/jetrun/internal/engine/jsfault"
 	"github.com/jetrun/jetrun/internal/engine/jspub"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
@@ -34,7 +35,7 @@ var (
 	ErrConflict = errors.New("run row changed concurrently")
 	// ErrNoChange may be returned by a Mutate function to leave the row as it
 	// is; Mutate then returns the current row and a nil error.
-	ErrNoChange = jetruntype.ErrNoChange
+	ErrNoChange = model.ErrNoChange
 	// ErrCorruptRow is returned when a stored row is not valid JSON.
 	ErrCorruptRow = errors.New("corrupt run row")
 )
@@ -287,7 +288,7 @@ func (s *Store) Mutate(ctx context.Context, id string, fn func(*jetruntype.Run) 
 			}
 			return err
 		}
-		next := cur.Clone()
+		next := model.Of(cur).Clone()
 		if err := fn(next); err != nil {
 			if errors.Is(err, ErrNoChange) {
 				row, rev = cur, curRev
@@ -330,7 +331,7 @@ func (s *Store) MutateFrom(ctx context.Context, id string, known *jetruntype.Run
 	if known == nil {
 		return s.Mutate(ctx, id, fn)
 	}
-	next := known.Clone()
+	next := model.Of(known).Clone()
 	if err := fn(next); err != nil {
 		if errors.Is(err, ErrNoChange) {
 			return known, rev, nil

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -304,10 +305,10 @@ func TestUnindexOfAGiveUpResumedMeanwhileKeepsItIndexed(t *testing.T) {
 		t.Fatal(err)
 	}
 	settled, _, err := s.Mutate(ctx, "g1", func(r *jetruntype.Run) error {
-		r.Interrupt(events.ReasonBudgetExceeded, "over budget", false, time.Now())
+		model.Of(r).Interrupt(events.ReasonBudgetExceeded, "over budget", false, time.Now())
 		return nil
 	})
-	if err != nil || !settled.Settled() {
+	if err != nil || !model.Of(settled).Settled() {
 		t.Fatalf("give-up: %+v %v", settled, err)
 	}
 	// The resume (jetrun.Runtime.Resume): entries, row, entries.
@@ -315,7 +316,7 @@ func TestUnindexOfAGiveUpResumedMeanwhileKeepsItIndexed(t *testing.T) {
 		t.Fatal(err)
 	}
 	resumed, _, err := s.Mutate(ctx, "g1", func(r *jetruntype.Run) error {
-		r.Resume()
+		model.Of(r).Resume()
 		return nil
 	})
 	if err != nil {

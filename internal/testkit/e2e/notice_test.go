@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
@@ -129,7 +130,7 @@ func TestParentWorkerKilledBetweenAMilestoneAndItsNotice(t *testing.T) {
 
 	for _, id := range ids {
 		row := jetruntest.WaitRow(t, e.store, id, 90*time.Second, func(r *jetruntype.Run) bool {
-			return jetruntest.Delivered(r) && len(r.Notices) == len(listed) && len(r.PendingNotices()) == 0
+			return jetruntest.Delivered(r) && len(r.Notices) == len(listed) && len(model.Of(r).PendingNotices()) == 0
 		})
 		for _, name := range listed {
 			if row.Notices[name].DeliveredAt.IsZero() || row.Notices[name].Milestone.Name != name {

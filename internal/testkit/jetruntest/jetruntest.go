@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -189,6 +190,10 @@ func WaitRow(t testing.TB, store *runstore.Store, id string, timeout time.Durati
 
 // Final is a WaitRow condition: the run reached a final status.
 func Final(r *jetruntype.Run) bool { return r.Status.Final() }
+
+// Settled is a WaitRow condition: the run is final and owes nothing more
+// (every finish and notice delivered or given up).
+func Settled(r *jetruntype.Run) bool { return model.Of(r).Settled() }
 
 // Delivered is a WaitRow condition: the run reached a final status and the
 // finish owed for it was delivered.

@@ -1,4 +1,4 @@
-package jetruntype
+package model
 
 import (
 	"encoding/json"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // ErrNoChange may be returned by a function that changes a row (a
@@ -16,7 +17,7 @@ var ErrNoChange = errors.New("no change")
 // End moves r to a final status, releases its lease and, for a detached run
 // with a finish handler, records that a finish is owed for the status.
 // Callers check that r is not final already.
-func (r *Run) End(status events.Status, reason, text string, now time.Time) {
+func (r *Row) End(status events.Status, reason, text string, now time.Time) {
 	r.Status, r.Reason, r.Error = status, reason, text
 	r.Retryable, r.ChildStillRunning = false, false
 	r.Worker, r.WorkerEpoch, r.LeaseUntil = "", "", time.Time{}
@@ -27,7 +28,7 @@ func (r *Run) End(status events.Status, reason, text string, now time.Time) {
 // Interrupt gives r up (soft): status interrupted with reason, retryable,
 // and a finish owed for "interrupted". childStillRunning says whether a
 // worker may still be executing it; if not, its lease is released.
-func (r *Run) Interrupt(reason, text string, childStillRunning bool, now time.Time) {
+func (r *Row) Interrupt(reason, text string, childStillRunning bool, now time.Time) {
 	r.Status, r.Reason, r.Error = events.StatusInterrupted, reason, text
 	r.Retryable, r.ChildStillRunning = true, childStillRunning
 	if !childStillRunning {
@@ -43,7 +44,7 @@ func (r *Run) Interrupt(reason, text string, childStillRunning bool, now time.Ti
 // over and is announced as well (oweFinish).
 // Its budgets start again; the resume does not count against the attempts
 // limit (like a hand-back).
-func (r *Run) Resume() {
+func (r *Row) Resume() {
 	r.Status = events.StatusStarting
 	r.Reason, r.Error, r.Retryable, r.ChildStillRunning = "", "", false, false
 	r.CancelRequested, r.CancelReason = false, ""
@@ -59,26 +60,19 @@ func (r *Run) Resume() {
 
 // ChildStopped records that no worker executes r any more (after a give-up,
 // the child's teardown ended or its worker was lost): its lease is released.
-func (r *Run) ChildStopped() {
+func (r *Row) ChildStopped() {
 	r.ChildStillRunning, r.Worker, r.WorkerEpoch, r.LeaseUntil = false, "", "", time.Time{}
 }
 
 // Settled reports whether nothing more will happen to r: final (or given up
 // with its child stopped), and every finish delivered or given up.
-func (r *Run) Settled() bool {
+func (r *Row) Settled() bool {
 	done := r.Status.Final() || (r.Status == events.StatusInterrupted && !r.ChildStillRunning && r.Worker == "")
 	return done && len(r.PendingFinishes()) == 0 && len(r.PendingNotices()) == 0
 }
 
-// Live reports whether r may still be executing: starting, running, or
-// interrupted with its child still running.
-func (r *Run) Live() bool {
-	return r.Status == events.StatusStarting || r.Status == events.StatusRunning ||
-		(r.Status == events.StatusInterrupted && r.ChildStillRunning)
-}
-
 // StatusEvent is the status event announcing r's current status.
-func (r *Run) StatusEvent(worker string) events.StatusEvent {
+func (r *Row) StatusEvent(worker string) events.StatusEvent {
 	ev := events.StatusEvent{
 		RunID:             r.ID,
 		Status:            r.Status,
@@ -103,7 +97,7 @@ func (r *Run) StatusEvent(worker string) events.StatusEvent {
 
 // FinishMessage is the finish owed for status s, if r has a finish handler
 // and reached s.
-func (r *Run) FinishMessage(s events.Status) (events.Finish, bool) {
+func (r *Row) FinishMessage(s events.Status) (events.Finish, bool) {
 	f := r.Finishes[s]
 	if f == nil || r.Detached == nil || r.Detached.OnFinish == "" {
 		return events.Finish{}, false
@@ -137,7 +131,7 @@ func (r *Run) FinishMessage(s events.Status) (events.Finish, bool) {
 // once told (wire.PublishCancel). A run
 // already given up (interrupted) stays interrupted: its child, if still
 // running, is asked to stop.
-func (r *Run) RequestCancel(reason string, held bool, now time.Time) (aborted bool, err error) {
+func (r *Row) RequestCancel(reason string, held bool, now time.Time) (aborted bool, err error) {
 	switch {
 	case r.Status.Final():
 		return false, ErrNoChange
@@ -154,8 +148,8 @@ func (r *Run) RequestCancel(reason string, held bool, now time.Time) (aborted bo
 
 // NewRun is the row of a run about to start: status "starting", from its
 // dispatch d (whose RunID is set) published at dispatch stream sequence seq.
-func NewRun(agentType string, d events.Dispatch, seq uint64, now time.Time) *Run {
-	return &Run{
+func NewRun(agentType string, d events.Dispatch, seq uint64, now time.Time) *jetruntype.Run {
+	return &jetruntype.Run{
 		ID:               d.RunID,
 		AgentType:        agentType,
 		Parent:           d.Parent,
@@ -179,7 +173,7 @@ func NewRun(agentType string, d events.Dispatch, seq uint64, now time.Time) *Run
 }
 
 // Dispatch is the dispatch message that (re)starts r.
-func (r *Run) Dispatch() events.Dispatch {
+func (r *Row) Dispatch() events.Dispatch {
 	return events.Dispatch{
 		RunID:            r.ID,
 		Input:            r.Input,
@@ -200,6 +194,6 @@ func (r *Run) Dispatch() events.Dispatch {
 }
 
 // Trace is r's trace context (zero if it has none).
-func (r *Run) Trace() events.TraceContext {
+func (r *Row) Trace() events.TraceContext {
 	return events.TraceContext{TraceParent: r.TraceParent, TraceState: r.TraceState}.Valid()
 }

@@ -1,4 +1,4 @@
-package jetruntype_test
+package model_test
 
 import (
 	"errors"
@@ -6,27 +6,28 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 func TestChargeCrossesABudgetOnce(t *testing.T) {
 	r := &jetruntype.Run{ID: "root", Budget: &events.TreeBudget{Tokens: 100, CostMicros: 1000}}
-	if o := r.Charge(jetruntype.UsageTotals{InputTokens: 60, OutputTokens: 40}); o != nil {
+	if o := model.Of(r).Charge(jetruntype.UsageTotals{InputTokens: 60, OutputTokens: 40}); o != nil {
 		t.Fatalf("at the budget: %v", o)
 	}
-	o := r.Charge(jetruntype.UsageTotals{OutputTokens: 30})
+	o := model.Of(r).Charge(jetruntype.UsageTotals{OutputTokens: 30})
 	if o == nil || o.Budget != "tokens" || o.Limit != 100 || o.Used != 130 || o.By() != 30 || r.Overrun == nil {
 		t.Fatalf("past the budget: %+v", o)
 	}
-	if again := r.Charge(jetruntype.UsageTotals{CostMicros: 5000}); again != nil {
+	if again := model.Of(r).Charge(jetruntype.UsageTotals{CostMicros: 5000}); again != nil {
 		t.Fatalf("a tree stopped already is crossed again: %v", again)
 	}
 	if got := *r.TreeUsage; got != (jetruntype.UsageTotals{InputTokens: 60, OutputTokens: 70, CostMicros: 5000}) {
 		t.Fatalf("tree usage %+v: every charge counts", got)
 	}
 	cost := &jetruntype.Run{ID: "c", Budget: &events.TreeBudget{CostMicros: 10}}
-	if o := cost.Charge(jetruntype.UsageTotals{InputTokens: 1 << 40, CostMicros: 11}); o == nil || o.Budget != "costMicros" {
+	if o := model.Of(cost).Charge(jetruntype.UsageTotals{InputTokens: 1 << 40, CostMicros: 11}); o == nil || o.Budget != "costMicros" {
 		t.Fatalf("cost budget: %v", o)
 	}
 }
@@ -34,11 +35,11 @@ func TestChargeCrossesABudgetOnce(t *testing.T) {
 func TestChargeRunRefusesPastTheRunsBudget(t *testing.T) {
 	r := &jetruntype.Run{ID: "root", Budget: &events.TreeBudget{Runs: 2}}
 	for range 2 {
-		if o := r.ChargeRun(); o != nil {
+		if o := model.Of(r).ChargeRun(); o != nil {
 			t.Fatal(o)
 		}
 	}
-	if o := r.ChargeRun(); o == nil || o.Budget != "runs" || o.Used != 3 || r.TreeRuns != 2 {
+	if o := model.Of(r).ChargeRun(); o == nil || o.Budget != "runs" || o.Used != 3 || r.TreeRuns != 2 {
 		t.Fatalf("third run: %v, tree runs %d", o, r.TreeRuns)
 	}
 }
@@ -48,22 +49,22 @@ func TestStopForBudget(t *testing.T) {
 	now := time.Now()
 	running := &jetruntype.Run{ID: "a", Status: events.StatusRunning, Worker: "w", Attempt: 1,
 		Detached: &events.Detached{OnFinish: "h"}}
-	if err := running.StopForBudget(o, true, now); err != nil {
+	if err := model.Of(running).StopForBudget(o, true, now); err != nil {
 		t.Fatal(err)
 	}
 	if running.Status != events.StatusInterrupted || running.Reason != events.ReasonBudgetExceeded ||
 		!running.ChildStillRunning || !running.CancelRequested || running.Overrun == nil || running.Finishes[events.StatusInterrupted] == nil {
 		t.Fatalf("running run: %+v", running)
 	}
-	if err := running.StopForBudget(o, true, now); !errors.Is(err, jetruntype.ErrNoChange) {
+	if err := model.Of(running).StopForBudget(o, true, now); !errors.Is(err, model.ErrNoChange) {
 		t.Fatalf("stopped twice: %v", err)
 	}
 	starting := &jetruntype.Run{ID: "b", Status: events.StatusStarting}
-	if err := starting.StopForBudget(o, false, now); err != nil || starting.ChildStillRunning || starting.CancelRequested {
+	if err := model.Of(starting).StopForBudget(o, false, now); err != nil || starting.ChildStillRunning || starting.CancelRequested {
 		t.Fatalf("starting run: %v %+v", err, starting)
 	}
 	done := &jetruntype.Run{ID: "c", Status: events.StatusCompleted}
-	if err := done.StopForBudget(o, false, now); !errors.Is(err, jetruntype.ErrNoChange) {
+	if err := model.Of(done).StopForBudget(o, false, now); !errors.Is(err, model.ErrNoChange) {
 		t.Fatalf("completed run: %v", err)
 	}
 }
@@ -71,18 +72,18 @@ func TestStopForBudget(t *testing.T) {
 func TestChargesAndChildTree(t *testing.T) {
 	root := &jetruntype.Run{ID: "root", Budget: &events.TreeBudget{Tokens: 1}}
 	mid := &jetruntype.Run{ID: "mid", Parent: "root"}
-	mid.Root, mid.BudgetFrom = root.ChildTree()
+	mid.Root, mid.BudgetFrom = model.Of(root).ChildTree()
 	mid.Budget = &events.TreeBudget{Tokens: 1}
 	leaf := &jetruntype.Run{ID: "leaf", Parent: "mid"}
-	leaf.Root, leaf.BudgetFrom = mid.ChildTree()
-	if got := leaf.Charges(); len(got) != 2 || got[0] != "root" || got[1] != "mid" || !leaf.Budgeted() {
+	leaf.Root, leaf.BudgetFrom = model.Of(mid).ChildTree()
+	if got := model.Of(leaf).Charges(); len(got) != 2 || got[0] != "root" || got[1] != "mid" || !model.Of(leaf).Budgeted() {
 		t.Fatalf("leaf charges %v", got)
 	}
-	if got := mid.Charges(); len(got) != 2 || got[0] != "root" || got[1] != "mid" {
+	if got := model.Of(mid).Charges(); len(got) != 2 || got[0] != "root" || got[1] != "mid" {
 		t.Fatalf("mid charges %v", got)
 	}
 	plain := &jetruntype.Run{ID: "p"}
-	if got := plain.Charges(); len(got) != 1 || got[0] != "p" || plain.Budgeted() {
+	if got := model.Of(plain).Charges(); len(got) != 1 || got[0] != "p" || model.Of(plain).Budgeted() {
 		t.Fatalf("top-level charges %v", got)
 	}
 }

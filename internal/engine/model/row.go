@@ -1,0 +1,55 @@
+package model
+
+import (
+	"maps"
+	"slices"
+
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
+)
+
+// HeldBy reports whether worker holds r at attempt (expired or not).
+func (r *Row) HeldBy(worker string, attempt int) bool {
+	return r.Worker == worker && r.Attempt == attempt
+}
+
+// Clone returns a deep copy of r.
+func (r *Row) Clone() *jetruntype.Run {
+	c := *r
+	if r.Detached != nil {
+		d := *r.Detached
+		c.Detached = &d
+	}
+	if r.Progress != nil {
+		p := *r.Progress
+		c.Progress = &p
+	}
+	if r.Merged != nil {
+		c.Merged = append([]string(nil), r.Merged...)
+	}
+	c.Blinks = slices.Clone(r.Blinks)
+	c.Delivered = maps.Clone(r.Delivered)
+	c.SignalsSeen = maps.Clone(r.SignalsSeen)
+	if r.Finishes != nil {
+		c.Finishes = make(map[events.Status]*jetruntype.FinishState, len(r.Finishes))
+		for k, v := range r.Finishes {
+			f := *v
+			c.Finishes[k] = &f
+		}
+	}
+	c.Notices = cloneNotices(r.Notices)
+	cloneTreeFields(&c, r)
+	return c.Run()
+}
+
+// RefundBlink records that attempt ended in a lapse of its worker's
+// liveness (see Blinks): it counts as a hand-off, not against the attempt
+// limit. It is idempotent per attempt and reports whether it changed r.
+func (r *Row) RefundBlink(attempt int) bool {
+	if attempt < 1 || attempt > r.Attempt || slices.Contains(r.Blinks, attempt) {
+		return false
+	}
+	r.Blinks = append(r.Blinks, attempt)
+	r.Handoffs++
+	return true
+}

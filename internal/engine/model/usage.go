@@ -1,0 +1,137 @@
+package model
+
+import (
+	"slices"
+	"time"
+
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
+)
+
+// treeRoot is the id of the top of r's tree (r's own id at the top).
+func (r *Row) treeRoot() string {
+	if r.Root != "" {
+		return r.Root
+	}
+	return r.ID
+}
+
+// Charges lists the runs whose tree totals r's usage adds to: the top of
+// its tree, every ancestor that carries a budget, and r itself when it
+// carries one.
+func (r *Row) Charges() []string {
+	out := []string{r.treeRoot()}
+	for _, id := range r.BudgetFrom {
+		if !slices.Contains(out, id) {
+			out = append(out, id)
+		}
+	}
+	if r.Budget != nil && !slices.Contains(out, r.ID) {
+		out = append(out, r.ID)
+	}
+	return out
+}
+
+// Budgeted reports whether r draws from any budget: its usage is then
+// charged to its tree at every report, not only at row syncs.
+func (r *Row) Budgeted() bool { return r.Budget != nil || len(r.BudgetFrom) > 0 }
+
+// ChildTree returns the Root and BudgetFrom of a run nested under r.
+func (r *Row) ChildTree() (root string, budgetFrom []string) {
+	budgetFrom = slices.Clone(r.BudgetFrom)
+	if r.Budget != nil {
+		budgetFrom = append(budgetFrom, r.ID)
+	}
+	return r.treeRoot(), budgetFrom
+}
+
+// overrun returns the first bound of r's budget its tree totals exceed.
+func (r *Row) overrun() *jetruntype.Overrun {
+	b, t := r.Budget, r.TreeUsage
+	if b == nil {
+		return nil
+	}
+	var tot jetruntype.UsageTotals
+	if t != nil {
+		tot = *t
+	}
+	switch {
+	case b.Tokens > 0 && tot.Tokens() > b.Tokens:
+		return &jetruntype.Overrun{Owner: r.ID, Budget: "tokens", Limit: b.Tokens, Used: tot.Tokens()}
+	case b.CostMicros > 0 && tot.CostMicros > b.CostMicros:
+		return &jetruntype.Overrun{Owner: r.ID, Budget: "costMicros", Limit: b.CostMicros, Used: tot.CostMicros}
+	}
+	return nil
+}
+
+// Charge adds d to r's tree totals, as a Mutate function would. It
+// returns the overrun when the addition takes r's tree past its budget for
+// the first time (nil otherwise: within budget, or already over).
+func (r *Row) Charge(d jetruntype.UsageTotals) *jetruntype.Overrun {
+	was := r.Overrun
+	t := jetruntype.UsageTotals{}
+	if r.TreeUsage != nil {
+		t = *r.TreeUsage
+	}
+	t = t.Add(d)
+	r.TreeUsage = &t
+	if was != nil {
+		return nil
+	}
+	if o := r.overrun(); o != nil {
+		r.Overrun = o
+		return o
+	}
+	return nil
+}
+
+// ChargeRun counts one more nested run against r's runs budget, as a
+// Mutate function would: over the bound it changes nothing and returns the
+// overrun the new run would cause.
+func (r *Row) ChargeRun() *jetruntype.Overrun {
+	if r.Budget != nil && r.Budget.Runs > 0 && r.TreeRuns+1 > r.Budget.Runs {
+		return &jetruntype.Overrun{Owner: r.ID, Budget: "runs", Limit: r.Budget.Runs, Used: r.TreeRuns + 1}
+	}
+	r.TreeRuns++
+	return nil
+}
+
+// StopForBudget gives r up because the budget o of its tree was exceeded,
+// as a Mutate function would: soft interrupted, reason budget-exceeded,
+// with the overrun recorded; a run a live worker executes (held) keeps its
+// worker until it stopped (cancelRequested tells it to). It returns
+// ErrNoChange for a run that is no longer live or already stopped for a
+// budget.
+func (r *Row) StopForBudget(o jetruntype.Overrun, held bool, now time.Time) error {
+	switch {
+	case r.Status.Final(), r.Status == events.StatusInterrupted:
+		return ErrNoChange
+	}
+	if r.Overrun == nil || r.Overrun.Owner != o.Owner {
+		oc := o
+		r.Overrun = &oc
+	}
+	still := held && r.Status == events.StatusRunning
+	r.Interrupt(events.ReasonBudgetExceeded, o.String(), still, now)
+	if still {
+		r.CancelRequested, r.CancelReason = true, events.ReasonBudgetExceeded
+	}
+	return nil
+}
+
+func cloneTreeFields(c, r *Row) {
+	c.Usage = r.Usage.Clone()
+	if r.TreeUsage != nil {
+		t := *r.TreeUsage
+		c.TreeUsage = &t
+	}
+	if r.Budget != nil {
+		b := *r.Budget
+		c.Budget = &b
+	}
+	if r.Overrun != nil {
+		o := *r.Overrun
+		c.Overrun = &o
+	}
+	c.BudgetFrom = slices.Clone(r.BudgetFrom)
+}
