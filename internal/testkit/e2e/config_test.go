@@ -1,7 +1,6 @@
 package e2e_test
 
 import (
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -19,9 +18,7 @@ func TestParentWorkerIgnoresUnprefixedSettings(t *testing.T) {
 		"JETRUN_EMBEDDED_PORT": "-1", "JETRUN_HTTP_ADDR": "", "JETRUN_CHILDREN": "demo",
 	})
 	pw.waitLog("parent-worker ready", 60*time.Second)
-	if out := pw.stdout.String(); !strings.Contains(out, "(embedded, store") {
-		t.Fatalf("parent-worker did not start its embedded server:\n%s", out)
-	}
+	pw.waitOut("(embedded, store", 10*time.Second) // else it did not start its embedded server
 	pw.signal(syscall.SIGTERM)
 	if err := pw.wait(60 * time.Second); err != nil {
 		t.Fatalf("parent-worker exited with %v", err)

@@ -145,6 +145,16 @@ func (p *proc) waitLog(s string, timeout time.Duration) {
 	}, "%s did not log %q; stderr:\n%s", p.name, s, p.stderr)
 }
 
+// waitOut waits until the process's stdout contains s. Stdout and stderr
+// are two pipes: a line written to stdout before a log line may be read
+// after it.
+func (p *proc) waitOut(s string, timeout time.Duration) {
+	p.t.Helper()
+	natstest.Eventually(p.t, timeout, func() bool {
+		return strings.Contains(p.stdout.String(), s)
+	}, "%s did not print %q; stdout:\n%s", p.name, s, p.stdout)
+}
+
 // lines returns stdout's lines.
 func (p *proc) lines() []string {
 	var out []string
