@@ -52,7 +52,7 @@ func (rt *Runtime) PublishStatus(ctx context.Context, r *jetruntype.Run, worker,
 	if model.Of(r).FinishOwed(r.Status) {
 		msg.Header.Set(events.HeaderFinishOwed, string(r.Status))
 	}
-	model.Of(r).Trace().SetHeaders(msg.Header)
+	wire.SetTraceHeaders(model.Of(r).Trace(), msg.Header)
 	if _, err := jspub.Publish(ctx, rt.js, msg); err != nil {
 		return fmt.Errorf("jetrun: publish %s status of run %s: %w", r.Status, r.ID, err)
 	}
@@ -74,7 +74,7 @@ func (rt *Runtime) PublishFinish(ctx context.Context, r *jetruntype.Run, s event
 	}
 	msg := &nats.Msg{Subject: rt.cfg.Namespace.FinishSubject(f.Handler), Data: data, Header: nats.Header{}}
 	msg.Header.Set(jetstream.MsgIDHeader, wire.FinishMsgID(r.ID, s, f.Ending))
-	model.Of(r).Trace().SetHeaders(msg.Header)
+	wire.SetTraceHeaders(model.Of(r).Trace(), msg.Header)
 	ack, err := jspub.Publish(ctx, rt.js, msg)
 	if err != nil {
 		return nil, fmt.Errorf("jetrun: publish %s finish of run %s: %w", s, r.ID, err)

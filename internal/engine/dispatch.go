@@ -15,6 +15,7 @@ import (
 
 	"github.com/jetrun/jetrun/internal/engine/jsfault"
 	"github.com/jetrun/jetrun/internal/engine/jspub"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 )
 
@@ -138,7 +139,7 @@ func (rt *Runtime) dispatchMsg(agentType string, d events.Dispatch, rowAfter boo
 		return nil, fmt.Errorf("jetrun: encode dispatch of run %s: %w", d.RunID, err)
 	}
 	msg := &nats.Msg{Subject: rt.cfg.Namespace.DispatchSubject(agentType), Data: data, Header: nats.Header{}}
-	d.Trace().SetHeaders(msg.Header)
+	wire.SetTraceHeaders(d.Trace(), msg.Header)
 	if rowAfter {
 		msg.Header.Set(events.HeaderRowAfter, "1")
 	}

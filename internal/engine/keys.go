@@ -57,7 +57,7 @@ type Held struct {
 // dispatch that a worker holds back until its quiet window ends, unless
 // held is r's own dispatch.
 func (rt *Runtime) Submit(ctx context.Context, r *jetruntype.Run, held Held) (*jetruntype.Run, error) {
-	key, strategy := r.ConcurrencyKey, r.Strategy.Or()
+	key, strategy := r.ConcurrencyKey, wire.OrQueue(r.Strategy)
 	if strategy == events.StrategyDrop {
 		busy, err := rt.store.KeyBusy(ctx, key)
 		if err != nil {
@@ -74,7 +74,7 @@ func (rt *Runtime) Submit(ctx context.Context, r *jetruntype.Run, held Held) (*j
 	}
 	if strategy == events.StrategyDebounce {
 		d := model.Of(r).Dispatch()
-		r.NotBefore = now.Add(d.Debounce())
+		r.NotBefore = now.Add(wire.Debounce(&d))
 	}
 	if _, err := rt.store.Create(ctx, r); err != nil {
 		return nil, err

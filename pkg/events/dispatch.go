@@ -46,11 +46,6 @@ func (d Dispatch) Trace() TraceContext {
 	return TraceContext{TraceParent: d.TraceParent, TraceState: d.TraceState}.Valid()
 }
 
-// SetTrace sets d's trace context fields from tc.
-func (d *Dispatch) SetTrace(tc TraceContext) {
-	d.TraceParent, d.TraceState = tc.TraceParent, tc.TraceState
-}
-
 // ErrBadDispatch is returned (wrapped, with the reason) by DecodeDispatch and
 // Dispatch.Validate.
 var ErrBadDispatch = errors.New("bad dispatch")

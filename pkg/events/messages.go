@@ -193,18 +193,6 @@ func (d *Detached) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// Budget returns the budget ms sets given the default def, and false when
-// ms disables it (BudgetNever or any negative value).
-func Budget(ms int64, def time.Duration) (time.Duration, bool) {
-	switch {
-	case ms > 0:
-		return time.Duration(ms) * time.Millisecond, true
-	case ms < 0:
-		return 0, false
-	}
-	return def, def > 0
-}
-
 // Finish tells a finish handler how a detached run ended (or was given
 // up). It is published to jetrun.finish.<handler> with Nats-Msg-Id
 // FinishMsgID (<runId>.<status> for the first ending with the status),

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 )
 
 // MaxOnMilestones bounds Detached.OnMilestones.
@@ -37,20 +36,6 @@ type MilestoneNotice struct {
 // ValidateMilestoneName reports whether name can be listed in
 // detached.onMilestones: a token like a run id.
 func ValidateMilestoneName(name string) error { return validateToken("milestone name", name) }
-
-// IsMilestoneNotice reports whether data, a message on a finish subject, is a
-// milestone notice rather than a finish.
-func IsMilestoneNotice(data []byte) bool {
-	var k struct {
-		Kind string `json:"kind"`
-	}
-	return json.Unmarshal(data, &k) == nil && k.Kind == KindMilestoneNotice
-}
-
-// Notifies reports whether d asks for a notice of milestone name.
-func (d *Detached) Notifies(name string) bool {
-	return d != nil && d.OnFinish != "" && slices.Contains(d.OnMilestones, name)
-}
 
 func (d *Detached) validateMilestones() []error {
 	if len(d.OnMilestones) == 0 {

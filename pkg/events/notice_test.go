@@ -21,7 +21,7 @@ func TestDecodeDispatchChecksOnMilestones(t *testing.T) {
 	} {
 		d, err := events.DecodeDispatch([]byte(tc.payload))
 		if tc.want == "" {
-			if err != nil || !d.Detached.Notifies("plan") || d.Detached.Notifies("draft") {
+			if err != nil || !wire.Notifies(d.Detached, "plan") || wire.Notifies(d.Detached, "draft") {
 				t.Errorf("%s: %v", tc.payload, err)
 			}
 			continue

@@ -1,10 +1,5 @@
 package events
 
-import (
-	"fmt"
-	"strings"
-)
-
 // Status is a run's lifecycle state.
 type Status string
 
@@ -60,23 +55,6 @@ func (s Status) Final() bool {
 // Terminal reports whether s ends a run as far as a waiting parent is
 // concerned: a final status or the soft StatusInterrupted.
 func (s Status) Terminal() bool { return s.Final() || s == StatusInterrupted }
-
-// ParseStatuses parses a comma-separated list of statuses ("running,error");
-// blanks are skipped, an unknown status is an error.
-func ParseStatuses(list string) ([]Status, error) {
-	var out []Status
-	for _, part := range strings.Split(list, ",") {
-		if part = strings.TrimSpace(part); part == "" {
-			continue
-		}
-		s := Status(part)
-		if !s.Valid() {
-			return nil, fmt.Errorf("unknown status %q", part)
-		}
-		out = append(out, s)
-	}
-	return out, nil
-}
 
 // Valid reports whether s is one of the known statuses.
 func (s Status) Valid() bool {

@@ -58,22 +58,6 @@ func (s Strategy) Valid() bool {
 	return false
 }
 
-// Or returns s, or StrategyQueue when s is empty.
-func (s Strategy) Or() Strategy {
-	if s == "" {
-		return StrategyQueue
-	}
-	return s
-}
-
-// Debounce returns the quiet window of a debounce dispatch.
-func (d *Dispatch) Debounce() time.Duration {
-	if d.DebounceMs > 0 {
-		return time.Duration(d.DebounceMs) * time.Millisecond
-	}
-	return DefaultDebounce
-}
-
 func (d *Dispatch) validateKey() []error {
 	var errs []error
 	if d.ConcurrencyKey == "" {

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jetrun/jetrun/pkg/events"
 )
@@ -42,18 +41,5 @@ func TestDecodeKeyedDispatch(t *testing.T) {
 				t.Fatalf("err = %v, want ErrBadDispatch mentioning %q", err, tt.want)
 			}
 		})
-	}
-}
-
-func TestDebounceWindow(t *testing.T) {
-	t.Parallel()
-	if d := (&events.Dispatch{}).Debounce(); d != 750*time.Millisecond {
-		t.Fatalf("default window %s", d)
-	}
-	if d := (&events.Dispatch{DebounceMs: 40}).Debounce(); d != 40*time.Millisecond {
-		t.Fatalf("window %s", d)
-	}
-	if events.Strategy("").Or() != events.StrategyQueue {
-		t.Fatal("an empty strategy is not queue")
 	}
 }

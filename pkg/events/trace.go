@@ -2,8 +2,6 @@ package events
 
 import (
 	"strings"
-
-	"github.com/nats-io/nats.go"
 )
 
 // The W3C Trace Context headers (https://www.w3.org/TR/trace-context/),
@@ -56,37 +54,6 @@ func (tc TraceContext) TraceID() string {
 	return tc.TraceParent[3:35]
 }
 
-// SetHeaders sets tc's headers on h (nothing when tc is zero).
-func (tc TraceContext) SetHeaders(h nats.Header) {
-	if tc.TraceParent == "" {
-		return
-	}
-	h.Set(HeaderTraceParent, tc.TraceParent)
-	if tc.TraceState != "" {
-		h.Set(HeaderTraceState, tc.TraceState)
-	}
-}
-
-// TraceFromHeaders reads a valid trace context from h (zero if none). The
-// names match in any case: NATS headers are case-sensitive, and a producer
-// may have set them canonicalized ("Traceparent", as Go's http.Header does).
-func TraceFromHeaders(h nats.Header) TraceContext {
-	return TraceContext{TraceParent: headerFold(h, HeaderTraceParent), TraceState: headerFold(h, HeaderTraceState)}.Valid()
-}
-
-// headerFold is h's first value for name, matched exactly, else in any case.
-func headerFold(h nats.Header, name string) string {
-	if v := h.Get(name); v != "" {
-		return v
-	}
-	for k, vs := range h {
-		if len(vs) > 0 && strings.EqualFold(k, name) {
-			return vs[0]
-		}
-	}
-	return ""
-}
-
 // validTraceParent checks the version-00 layout: a known version, lowercase
 // hex fields of the right lengths, and a trace id and parent id that are
 // not all zeros. Future versions may append fields after the flags.
@@ -105,15 +72,4 @@ func validTraceParent(s string) bool {
 		}
 	}
 	return strings.Trim(s[3:35], "0") != "" && strings.Trim(s[36:52], "0") != ""
-}
-
-// TakeTrace settles d's trace context as a receiver of the dispatch message
-// does: the message's headers h, else d's own fields; a malformed one is
-// dropped.
-func (d *Dispatch) TakeTrace(h nats.Header) {
-	tc := TraceFromHeaders(h)
-	if tc.IsZero() {
-		tc = d.Trace()
-	}
-	d.SetTrace(tc)
 }

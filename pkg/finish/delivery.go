@@ -24,7 +24,7 @@ import (
 // deliver handles one message of handler name's consumer, a finish or a
 // milestone notice, and says how to settle it.
 func (d *Deliverer) deliver(ctx context.Context, name string, msg jetstream.Msg) settle.Outcome {
-	if msg.Headers().Get(events.HeaderKind) == events.KindMilestoneNotice || events.IsMilestoneNotice(msg.Data()) {
+	if msg.Headers().Get(events.HeaderKind) == events.KindMilestoneNotice || wire.IsMilestoneNotice(msg.Data()) {
 		return d.deliverNotice(ctx, name, msg)
 	}
 	return d.deliverFinish(ctx, name, msg)

@@ -159,7 +159,7 @@ func (d *Deliverer) recordNotice(ctx context.Context, msg jetstream.Msg) settle.
 		listed = row.Detached.OnMilestones
 	}
 	d.listed.put(m.RunID, listed)
-	if !row.Detached.Notifies(m.Name) {
+	if !wire.Notifies(row.Detached, m.Name) {
 		return settle.Ack()
 	}
 	if cur, recorded := row.Notices[m.Name]; !recorded || cur.Milestone.Sequence > m.Sequence {
@@ -324,7 +324,7 @@ func (d *Deliverer) catchUpNotices(ctx context.Context, log *slog.Logger, runID 
 			if err != nil {
 				return false, fmt.Errorf("read milestones: %w", err)
 			}
-			if m := *ev.Milestone; row.Detached.Notifies(m.Name) {
+			if m := *ev.Milestone; wire.Notifies(row.Detached, m.Name) {
 				found = append(found, m)
 			}
 		}

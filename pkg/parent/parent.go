@@ -223,7 +223,7 @@ func (req Request) dispatch() (events.Dispatch, error) {
 		Detached:         req.Detached,
 		Budget:           req.Budget,
 	}
-	d.SetTrace(req.Trace.Valid())
+	wire.SetTrace(&d, req.Trace.Valid())
 	errs = append(errs, req.keyed(&d)...)
 	if d.RunID == "" {
 		d.RunID = NewRunID()

@@ -35,7 +35,7 @@ func (w *Worker) process(ctx context.Context, agentType string, msg jetstream.Ms
 			return w.deadLetter(ctx, msg, agentType, DeadLetterBadID, err.Error())
 		}
 	}
-	d.TakeTrace(msg.Headers())
+	wire.TakeTrace(&d, msg.Headers())
 	if d.Depth > w.cfg.MaxDepth {
 		return w.deadLetter(ctx, msg, agentType, DeadLetterTooDeep, fmt.Sprintf("depth %d exceeds the maximum nesting depth %d", d.Depth, w.cfg.MaxDepth))
 	}

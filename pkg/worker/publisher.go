@@ -184,7 +184,7 @@ func (p *publisher) message(o *outgoing) *nats.Msg {
 	m.Header.Set(events.HeaderAttempt, strconv.Itoa(p.attempt))
 	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(p.fenceSeq, 10))
 	m.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, p.ns.RunSubject(p.runID, events.KindStatus))
-	p.trace.SetHeaders(m.Header)
+	wire.SetTraceHeaders(p.trace, m.Header)
 	return m
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/engine/model"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -121,7 +122,7 @@ func TestTraceContextFollowsTheRun(t *testing.T) {
 		kinds := map[string]bool{}
 		for _, ev := range evs {
 			kinds[ev.Kind] = true
-			if got := events.TraceFromHeaders(ev.Header); got != want {
+			if got := wire.TraceFromHeaders(ev.Header); got != want {
 				t.Fatalf("%s: %s event %d has trace headers %+v, want %+v", id, ev.Kind, ev.Seq, got, want)
 			}
 		}
@@ -143,7 +144,7 @@ func TestTraceContextFollowsTheRun(t *testing.T) {
 		select {
 		case m := <-finishes:
 			var f events.Finish
-			if json.Unmarshal(m.Data, &f) == nil && events.TraceFromHeaders(m.Header) == want {
+			if json.Unmarshal(m.Data, &f) == nil && wire.TraceFromHeaders(m.Header) == want {
 				seen[f.RunID] = true
 			}
 		default:

@@ -48,6 +48,7 @@ import (
 	"github.com/jetrun/jetrun/internal/app/webui"
 	"github.com/jetrun/jetrun/internal/engine/jsfault"
 	"github.com/jetrun/jetrun/internal/engine/obs"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
@@ -296,7 +297,7 @@ func (a *api) dispatch(w http.ResponseWriter, r *http.Request) {
 
 // statusParam parses ?status=a,b.
 func statusParam(r *http.Request) ([]events.Status, error) {
-	return events.ParseStatuses(r.URL.Query().Get("status"))
+	return wire.ParseStatuses(r.URL.Query().Get("status"))
 }
 
 func (a *api) clear(w http.ResponseWriter, r *http.Request) {

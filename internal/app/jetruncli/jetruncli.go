@@ -21,6 +21,7 @@ import (
 
 	"github.com/jetrun/jetrun/internal/app/config"
 	"github.com/jetrun/jetrun/internal/app/natsconn"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
@@ -328,7 +329,7 @@ func (c *cli) lsCmd(fs *flag.FlagSet) func(context.Context, []string) (int, erro
 }
 
 func parseStatuses(s string) ([]events.Status, error) {
-	out, err := events.ParseStatuses(s)
+	out, err := wire.ParseStatuses(s)
 	if err != nil {
 		return nil, usagef("%v", err)
 	}

@@ -101,7 +101,7 @@ func cloneNotices(m map[string]*jetruntype.NoticeState) map[string]*jetruntype.N
 // the run does not ask for m's name or a notice of that name is recorded
 // already (only the first milestone of a name, by sequence, is announced).
 func (r *Row) OweNotice(m events.Milestone, now time.Time) error {
-	if !r.Detached.Notifies(m.Name) {
+	if !wire.Notifies(r.Detached, m.Name) {
 		return ErrNoChange
 	}
 	if n, used := r.Notices[m.Name]; used {

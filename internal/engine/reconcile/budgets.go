@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/jetrun/jetrun/internal/engine/runstore"
-	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
@@ -39,10 +39,10 @@ func (s *sweep) budgetDue(r *jetruntype.Run, now time.Time) time.Time {
 	if since.IsZero() {
 		since = r.CreatedAt
 	}
-	if budget, on := events.Budget(r.Detached.MaxBudgetMs, cfg.MaxBudget); on {
+	if budget, on := wire.Budget(r.Detached.MaxBudgetMs, cfg.MaxBudget); on {
 		sooner(since.Add(budget))
 	}
-	if silence, on := events.Budget(r.Detached.NoProgressBudgetMs, cfg.NoProgressBudget); on {
+	if silence, on := wire.Budget(r.Detached.NoProgressBudgetMs, cfg.NoProgressBudget); on {
 		if !r.LastSignalAt.IsZero() && r.WaitingFor == "" {
 			sooner(r.LastSignalAt.Add(silence))
 		} else {

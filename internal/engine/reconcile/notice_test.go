@@ -10,6 +10,7 @@ import (
 	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/reconcile"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -60,7 +61,7 @@ func TestSweepRepublishesALostMilestoneNotice(t *testing.T) {
 		t.Fatal(err)
 	}
 	if msg.Header.Get(jetstream.MsgIDHeader) != "lost-notice.milestone.plan" || msg.Header.Get(events.HeaderKind) != "milestone" ||
-		!events.IsMilestoneNotice(msg.Data) {
+		!wire.IsMilestoneNotice(msg.Data) {
 		t.Fatalf("republished notice: %v %s", msg.Header, msg.Data)
 	}
 	row, _, err := engine.From(rt).Store().Get(ctx, "lost-notice")

@@ -504,10 +504,10 @@ func (s *sweep) overBudget(r *jetruntype.Run, now time.Time) (reason, text strin
 	if since.IsZero() {
 		since = r.CreatedAt
 	}
-	if budget, on := events.Budget(r.Detached.MaxBudgetMs, cfg.MaxBudget); on && now.Sub(since) > budget {
+	if budget, on := wire.Budget(r.Detached.MaxBudgetMs, cfg.MaxBudget); on && now.Sub(since) > budget {
 		return events.ReasonBudgetExceeded, fmt.Sprintf("ran past its absolute budget of %s", budget)
 	}
-	silence, on := events.Budget(r.Detached.NoProgressBudgetMs, cfg.NoProgressBudget)
+	silence, on := wire.Budget(r.Detached.NoProgressBudgetMs, cfg.NoProgressBudget)
 	if on && !r.LastSignalAt.IsZero() && r.WaitingFor == "" && now.Sub(r.LastSignalAt) > silence {
 		return events.ReasonNoProgress, fmt.Sprintf("made no progress for %s (its no-progress budget)", silence)
 	}

@@ -186,7 +186,7 @@ func (r *Reconciler) markWaiting(ctx context.Context, agentType, epoch string, m
 	if !ok {
 		return false, nil // a worker dead-letters it
 	}
-	d.TakeTrace(msg.Header)
+	wire.TakeTrace(&d, msg.Header)
 	row := model.NewRun(agentType, d, msg.Sequence, msg.Time)
 	row.Reason, row.Error = events.ReasonWaitingForWorker, why
 	if _, err := r.store.Create(ctx, row); err == nil {

@@ -1,10 +1,11 @@
-package events_test
+package wire_test
 
 import (
 	"testing"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 )
 
@@ -33,14 +34,14 @@ func TestTraceContextValid(t *testing.T) {
 		}
 	}
 	h := nats.Header{}
-	events.TraceContext{TraceParent: good, TraceState: "a=1"}.SetHeaders(h)
-	if got := events.TraceFromHeaders(h); got.TraceParent != good || got.TraceState != "a=1" {
+	wire.SetTraceHeaders(events.TraceContext{TraceParent: good, TraceState: "a=1"}, h)
+	if got := wire.TraceFromHeaders(h); got.TraceParent != good || got.TraceState != "a=1" {
 		t.Fatalf("TraceFromHeaders = %+v", got)
 	}
-	if got := events.TraceFromHeaders(nats.Header{"Traceparent": {good}}); got.TraceParent != good {
+	if got := wire.TraceFromHeaders(nats.Header{"Traceparent": {good}}); got.TraceParent != good {
 		t.Fatalf("canonicalized header not read: %+v", got)
 	}
-	if got := events.TraceFromHeaders(nats.Header{"traceparent": {"junk"}}); !got.IsZero() {
+	if got := wire.TraceFromHeaders(nats.Header{"traceparent": {"junk"}}); !got.IsZero() {
 		t.Fatalf("junk traceparent kept: %+v", got)
 	}
 }
