@@ -97,8 +97,8 @@ type Deliverer struct {
 	finisher *finisher
 }
 
-// Validate reports every invalid field at once.
-func (c Config) Validate() error {
+// validate reports every invalid field at once.
+func (c Config) validate() error {
 	var errs []error
 	if c.ID != "" {
 		if err := events.ValidateID(c.ID); err != nil {
@@ -124,7 +124,7 @@ func (c Config) Validate() error {
 // consumers.
 func New(runtime *jetrun.Runtime, cfg Config) (*Deliverer, error) {
 	rt := engine.From(runtime)
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("finish: config: %w", err)
 	}
 	if cfg.ID == "" {

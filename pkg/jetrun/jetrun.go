@@ -21,8 +21,8 @@ type Config struct {
 	Streams events.StreamOptions
 }
 
-// Validate reports every invalid field at once. It does no I/O.
-func (c Config) Validate() error {
+// validate reports every invalid field at once. It does no I/O.
+func (c Config) validate() error {
 	if err := c.Streams.Validate(); err != nil {
 		return fmt.Errorf("jetrun: config: %w", err)
 	}
@@ -49,7 +49,7 @@ func init() {
 // nc and binds them. The connection stays the caller's: nothing in jetrun
 // closes it.
 func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Runtime, error) {
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	e, err := engine.Open(ctx, nc, engine.Config{Namespace: wire.Namespace(cfg.Namespace), Streams: cfg.Streams})

@@ -119,8 +119,8 @@ type Observer interface {
 	ConsumerRestored(consumer, reason string)
 }
 
-// Validate reports every invalid field at once.
-func (c Config) Validate() error {
+// validate reports every invalid field at once.
+func (c Config) validate() error {
 	var errs []error
 	if c.Concurrency < 0 {
 		errs = append(errs, fmt.Errorf("concurrency must not be negative, got %d", c.Concurrency))
@@ -144,7 +144,7 @@ type Meter struct {
 // New returns a Meter on rt. It does no I/O: Start creates the consumer.
 func New(runtime *jetrun.Runtime, cfg Config) (*Meter, error) {
 	rt := engine.From(runtime)
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("meter: config: %w", err)
 	}
 	cfg.Concurrency = cmp.Or(cfg.Concurrency, DefaultConcurrency)

@@ -70,8 +70,8 @@ type CallServerConfig struct {
 	Logger *slog.Logger
 }
 
-// Validate reports every invalid field at once.
-func (c CallServerConfig) Validate() error {
+// validate reports every invalid field at once.
+func (c CallServerConfig) validate() error {
 	var errs []error
 	if c.AckWait != 0 && c.AckWait < time.Second {
 		errs = append(errs, fmt.Errorf("ack wait must be at least 1s, got %s", c.AckWait))
@@ -109,7 +109,7 @@ type CallServer struct {
 // NewCallServer returns a CallServer that answers calls for this client.
 // It does no I/O: Start binds the consumers.
 func (c *Client) NewCallServer(cfg CallServerConfig) (*CallServer, error) {
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("parent: call server config: %w", err)
 	}
 	cfg.AckWait = cmp.Or(cfg.AckWait, DefaultCallAckWait)

@@ -113,8 +113,8 @@ type Client struct {
 	hooks   []ProgressHook
 }
 
-// Validate reports every invalid field at once.
-func (c Config) Validate() error {
+// validate reports every invalid field at once.
+func (c Config) validate() error {
 	var errs []error
 	if c.DispatchRetry < 0 {
 		errs = append(errs, fmt.Errorf("dispatch retry must not be negative, got %s", c.DispatchRetry))
@@ -129,7 +129,7 @@ func (c Config) Validate() error {
 // streams and buckets.
 func New(runtime *jetrun.Runtime, cfg Config) (*Client, error) {
 	rt := engine.From(runtime)
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("parent: config: %w", err)
 	}
 	cfg.DispatchRetry = cmp.Or(cfg.DispatchRetry, DefaultDispatchRetry)

@@ -93,8 +93,8 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Validate reports every invalid field at once.
-func (c Config) Validate() error {
+// validate reports every invalid field at once.
+func (c Config) validate() error {
 	var errs []error
 	if c.ID != "" {
 		if err := events.ValidateID(c.ID); err != nil {

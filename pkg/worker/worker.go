@@ -72,7 +72,7 @@ type Worker struct {
 // New returns a Worker on rt. It does no I/O: Start creates the consumers.
 func New(runtime *jetrun.Runtime, cfg Config) (*Worker, error) {
 	rt := engine.From(runtime)
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("worker: config: %w", err)
 	}
 	cfg = cfg.withDefaults()
