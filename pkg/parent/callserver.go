@@ -86,7 +86,7 @@ func (c CallServerConfig) validate() error {
 // Client.NewCallServer, register a handler per call name with Handle, then Start
 // it; stop it with Shutdown (graceful) or Stop.
 //
-// Every server of a name shares one durable consumer (CallConsumer(name)):
+// Every server of a name shares one durable consumer (callConsumer(name)):
 // each call goes to one of them, and a call whose server died before
 // replying goes to another (or the same one, restarted). A call is
 // answered at most once: a server skips calls already answered, calls of
@@ -176,7 +176,7 @@ func (s *CallServer) Start(ctx context.Context) error {
 				return s.serve(ctx, name, m, h)
 			},
 			Stopped: func(jetstream.Msg) settle.Outcome { return settle.Retry(0) }, // straight to another server
-			Logger:  s.log, Name: CallConsumer(name),
+			Logger:  s.log, Name: callConsumer(name),
 		})
 	}
 	s.life.Running(ctx, func(ctx context.Context) error {
@@ -199,14 +199,14 @@ func (s *CallServer) Stop() error { return s.life.Stop() }
 // Stopped returns a channel closed once the server has stopped.
 func (s *CallServer) Stopped() <-chan struct{} { return s.life.Stopped() }
 
-// CallConsumer is the durable consumer on the events stream shared by
+// callConsumer is the durable consumer on the events stream shared by
 // every server of calls named name.
-func CallConsumer(name string) string { return "call-" + name }
+func callConsumer(name string) string { return "call-" + name }
 
 // callConsumer binds the name's consumer, creating it if needed.
 func (c *Client) callConsumer(ctx context.Context, name string, ackWait time.Duration, concurrency int) (jetstream.Consumer, error) {
 	stream := c.ns.EventsStream()
-	cons, err := c.js.Consumer(ctx, stream, CallConsumer(name))
+	cons, err := c.js.Consumer(ctx, stream, callConsumer(name))
 	if err == nil {
 		return cons, nil
 	}
@@ -215,7 +215,7 @@ func (c *Client) callConsumer(ctx context.Context, name string, ackWait time.Dur
 	}
 	from := time.Now().Add(-callBacklog)
 	cons, err = c.js.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{
-		Durable:       CallConsumer(name),
+		Durable:       callConsumer(name),
 		Description:   "jetrun: servers of calls named " + name,
 		FilterSubject: c.ns.CallWildcard(),
 		DeliverPolicy: jetstream.DeliverByStartTimePolicy,
@@ -226,7 +226,7 @@ func (c *Client) callConsumer(ctx context.Context, name string, ackWait time.Dur
 		MaxAckPending: 4 * max(concurrency, DefaultCallConcurrency),
 	})
 	if errors.Is(err, jetstream.ErrConsumerExists) {
-		return c.js.Consumer(ctx, stream, CallConsumer(name))
+		return c.js.Consumer(ctx, stream, callConsumer(name))
 	}
 	return cons, err
 }

@@ -169,7 +169,7 @@ func TestDispatchManyReportsBadItemsAndDispatchesTheRest(t *testing.T) {
 		t.Fatalf("%d runs executed %d times", runs, total)
 	}
 	for _, id := range []string{"unknown-type", "too-big"} {
-		if ok, err := env.Client.HasRun(ctx, id); err != nil || ok {
+		if ok, err := jetruntest.HasRun(ctx, env.Client, id); err != nil || ok {
 			t.Fatalf("HasRun(%s) = %v, %v", id, ok, err)
 		}
 	}

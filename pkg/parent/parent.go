@@ -560,19 +560,6 @@ func (c *Client) Inspect(ctx context.Context, id string) (*jetruntype.Run, error
 	return row, nil
 }
 
-// HasRun reports whether a row exists for id. Use it to gate drill-in: a
-// guessed id never creates anything.
-func (c *Client) HasRun(ctx context.Context, id string) (bool, error) {
-	if events.ValidateID(id) != nil {
-		return false, nil
-	}
-	_, err := c.Inspect(ctx, id)
-	if errors.Is(err, ErrRunNotFound) {
-		return false, nil
-	}
-	return err == nil, err
-}
-
 // List returns the rows with one of statuses (every row when none is
 // given), newest first.
 func (c *Client) List(ctx context.Context, statuses ...events.Status) ([]*jetruntype.Run, error) {

@@ -267,7 +267,7 @@ func TestRunAllSettlesEveryRun(t *testing.T) {
 	}
 }
 
-func TestInspectAndHasRun(t *testing.T) {
+func TestInspectUnknownAndMalformedIDs(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := t.Context()
@@ -275,16 +275,16 @@ func TestInspectAndHasRun(t *testing.T) {
 	if row != nil || !errors.Is(err, parent.ErrRunNotFound) {
 		t.Fatalf("inspect unknown = %+v, %v; want nil, ErrRunNotFound", row, err)
 	}
-	for _, id := range []string{"never-dispatched", "a.b", "*", ""} {
-		if ok, err := b.client.HasRun(ctx, id); ok || err != nil {
-			t.Fatalf("HasRun(%q) = %v, %v", id, ok, err)
+	for _, id := range []string{"a.b", "*", ""} {
+		if row, err := b.client.Inspect(ctx, id); row != nil || !errors.Is(err, events.ErrInvalidID) {
+			t.Fatalf("Inspect(%q) = %+v, %v; want events.ErrInvalidID", id, row, err)
 		}
 	}
 	if _, err := b.client.Run(ctx, parent.Request{AgentType: "demo", RunID: "seen", Input: map[string]int{"steps": 1, "stepMs": 0}}); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := b.client.HasRun(ctx, "seen"); !ok || err != nil {
-		t.Fatalf("HasRun(seen) = %v, %v", ok, err)
+	if row, err := b.client.Inspect(ctx, "seen"); err != nil || row.ID != "seen" {
+		t.Fatalf("Inspect(seen) = %+v, %v", row, err)
 	}
 	// Neither call created anything.
 	if row, err := b.client.Inspect(ctx, "never-dispatched"); !errors.Is(err, parent.ErrRunNotFound) {
@@ -437,7 +437,7 @@ func TestPlainDispatchWritesNoIndexAndStartsOnce(t *testing.T) {
 	if creators != 1 {
 		t.Fatalf("%d Dispatches report creating the run, want 1", creators)
 	}
-	if ok, err := b.client.HasRun(ctx, "plain"); err != nil || !ok {
+	if ok, err := jetruntest.HasRun(ctx, b.client, "plain"); err != nil || !ok {
 		t.Fatalf("has run: %v %v", ok, err)
 	}
 	jetruntest.WaitRow(t, b.store, "plain", 10*time.Second, func(r *jetruntype.Run) bool { return r.Status == events.StatusRunning })

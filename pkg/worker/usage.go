@@ -175,10 +175,7 @@ func (e *execution) chargeTree(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
 	defer cancel()
-	client, err := e.w.parentClient(ctx)
-	if err != nil {
-		return err
-	}
+	trees := e.w.trees
 	var (
 		errs []error
 		over error
@@ -187,9 +184,9 @@ func (e *execution) chargeTree(ctx context.Context) error {
 		d := total.Sub(e.use.charged[id])
 		var err error
 		if id == e.id {
-			err = e.chargeSelf(ctx, client, d)
+			err = e.chargeSelf(ctx, d)
 		} else {
-			err = client.Charge(ctx, []string{id}, d)
+			err = trees.Charge(ctx, []string{id}, d)
 		}
 		switch {
 		case errors.Is(err, parent.ErrBudgetExceeded):
@@ -210,9 +207,9 @@ func (e *execution) chargeTree(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// chargeSelf adds d to the run's own tree totals, as Client.Charge does
-// for another run's.
-func (e *execution) chargeSelf(ctx context.Context, client *parent.Client, d jetruntype.UsageTotals) error {
+// chargeSelf adds d to the run's own tree totals, as budget.Trees.Charge
+// does for another run's.
+func (e *execution) chargeSelf(ctx context.Context, d jetruntype.UsageTotals) error {
 	var crossed, was *jetruntype.Overrun
 	if _, err := e.write(ctx, func(r *jetruntype.Run) error {
 		was, crossed = r.Overrun, model.Of(r).Charge(d)
@@ -227,7 +224,7 @@ func (e *execution) chargeSelf(ctx context.Context, client *parent.Client, d jet
 	if o == nil {
 		return nil
 	}
-	if err := client.StopTree(ctx, *o); err != nil {
+	if err := e.w.trees.Stop(ctx, *o); err != nil {
 		e.log.WarnContext(ctx, "stop a tree past its budget; the reconciler completes it", "err", err)
 	}
 	return fmt.Errorf("worker: %w: %s", parent.ErrBudgetExceeded, o)

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/engine/budget"
 	"github.com/jetrun/jetrun/internal/engine/obs"
 	"github.com/jetrun/jetrun/internal/engine/pull"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
@@ -36,6 +37,7 @@ type Worker struct {
 	js       jetstream.JetStream
 	ns       wire.Namespace
 	store    *runstore.Store
+	trees    *budget.Trees // charges usage to run trees and stops them past a budget
 	log      *slog.Logger
 	handlers map[string]Handler
 	agents   agentSet // what the worker announces in the agent registry
@@ -83,6 +85,7 @@ func New(runtime *jetrun.Runtime, cfg Config) (*Worker, error) {
 		js:       rt.JetStream(),
 		ns:       rt.Namespace(),
 		store:    rt.Store(),
+		trees:    budget.New(rt, cfg.MaxDepth, cfg.Logger.With("worker", cfg.ID)),
 		log:      cfg.Logger.With("worker", cfg.ID),
 		handlers: make(map[string]Handler),
 		active:   make(map[string]*execution),

@@ -684,7 +684,7 @@ func TestClearCancelsLiveRunsThenErasesThem(t *testing.T) {
 		t.Fatalf("clear = %d, %v", n, err)
 	}
 	for _, id := range []string{"done", "busy"} {
-		if ok, _ := e.client.HasRun(ctx, id); ok {
+		if ok, _ := jetruntest.HasRun(ctx, e.client, id); ok {
 			t.Fatalf("%s still has a row", id)
 		}
 		if evs := jetruntest.ReadEvents(t, e.js, id); len(evs) != 0 {
@@ -715,7 +715,7 @@ func TestRetentionClearsOldSettledRuns(t *testing.T) {
 		t.Fatalf("retain = %d, %v", n, err)
 	}
 	for id, want := range map[string]bool{"old": false, "recent": true, "old-live": true} {
-		if ok, _ := e.client.HasRun(ctx, id); ok != want {
+		if ok, _ := jetruntest.HasRun(ctx, e.client, id); ok != want {
 			t.Errorf("%s exists = %v, want %v", id, ok, want)
 		}
 	}
@@ -769,7 +769,7 @@ func TestRetentionZeroKeepsRunsForever(t *testing.T) {
 					t.Fatalf("sweep %d did not end", i+1)
 				}
 			}
-			if ok, err := e.client.HasRun(ctx, "old"); err != nil || ok != tc.kept {
+			if ok, err := jetruntest.HasRun(ctx, e.client, "old"); err != nil || ok != tc.kept {
 				t.Fatalf("the old final run exists = %v (%v), want %v", ok, err, tc.kept)
 			}
 			if tc.kept {

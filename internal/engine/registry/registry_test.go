@@ -106,7 +106,7 @@ func TestRegistryGoAPIAndPlainNATS(t *testing.T) {
 	if !errors.Is(err, parent.ErrBadRequest) || !errors.Is(err, registry.ErrSchemaMismatch) || !strings.Contains(err.Error(), "/text") {
 		t.Fatalf("dispatch with a bad input: %v", err)
 	}
-	if ok, err := client.HasRun(ctx, "bad-in"); ok || err != nil {
+	if ok, err := jetruntest.HasRun(ctx, client, "bad-in"); ok || err != nil {
 		t.Fatalf("a refused dispatch left a run: %v %v", ok, err)
 	}
 	// A good one runs.
@@ -149,7 +149,7 @@ func TestRegistryGoAPIAndPlainNATS(t *testing.T) {
 		!strings.Contains(reason, "text") {
 		t.Fatalf("dead-letter reason: %q", reason)
 	}
-	if ok, _ := client.HasRun(ctx, "plain-bad"); ok {
+	if ok, _ := jetruntest.HasRun(ctx, client, "plain-bad"); ok {
 		t.Fatal("a dead-lettered dispatch left a run")
 	}
 

@@ -20,6 +20,7 @@ import (
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
+	"github.com/jetrun/jetrun/pkg/parent"
 )
 
 // Event is one stored run event, decoded by kind.
@@ -198,3 +199,12 @@ func Settled(r *jetruntype.Run) bool { return model.Of(r).Settled() }
 // Delivered is a WaitRow condition: the run reached a final status and the
 // finish owed for it was delivered.
 func Delivered(r *jetruntype.Run) bool { return Final(r) && !r.Delivered[r.Status].IsZero() }
+
+// HasRun reports whether c knows a run id (Inspect finds its row).
+func HasRun(ctx context.Context, c *parent.Client, id string) (bool, error) {
+	_, err := c.Inspect(ctx, id)
+	if errors.Is(err, parent.ErrRunNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}

@@ -1,0 +1,149 @@
+// Package budget is the home of budgets over a run tree
+// (events.TreeBudget): charging a tree with a run's usage, and stopping a
+// subtree past its budget.
+//
+// A nested run carries the id of the top of its tree (Root) and of every
+// ancestor with a budget (BudgetFrom), filled in from its parent's row when
+// it is dispatched (package parent). Its usage is added to those runs' rows
+// (TreeUsage) by a compare-and-set per report (model.Row.Charge): the
+// report that takes a tree past its budget marks the budget's owner
+// (Overrun) and stops its subtree (Stop). Concurrent reports are
+// serialized by the compare-and-set, each adding all of itself, so a tree
+// overshoots its budget by at most the reports in flight when it is
+// crossed: one report per run that is still running, since a run whose
+// report finds the tree stopped is told so (ErrExceeded) and its worker
+// cancels it.
+package budget
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jetrun/jetrun/internal/engine"
+	"github.com/jetrun/jetrun/internal/engine/model"
+	"github.com/jetrun/jetrun/internal/engine/runstore"
+	"github.com/jetrun/jetrun/internal/engine/wire"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
+)
+
+// ErrExceeded is the error of usage charged into a tree stopped for a
+// budget, and of a nested run its tree's runs budget refuses (it is
+// parent.ErrBudgetExceeded).
+var ErrExceeded = errors.New("budget exceeded")
+
+// Trees charges and stops the run trees of a runtime.
+type Trees struct {
+	rt       *engine.Runtime
+	maxDepth int // how deep Stop walks a subtree
+	log      *slog.Logger
+}
+
+// New returns the Trees of rt; Stop walks at most maxDepth levels.
+func New(rt *engine.Runtime, maxDepth int, log *slog.Logger) *Trees {
+	return &Trees{rt: rt, maxDepth: maxDepth, log: log}
+}
+
+// Charge adds usage d to the tree totals of the runs ids (a run's
+// model.Row.Charges), one compare-and-set each. A charge that takes a
+// budget past its bound, or lands in a tree stopped for one, stops that
+// budget's subtree (Stop) before Charge returns. It returns an error wrapping ErrBudgetExceeded when any
+// of the runs' trees is stopped for a budget (by this charge or before).
+func (t *Trees) Charge(ctx context.Context, ids []string, d jetruntype.UsageTotals) error {
+	var stopped *jetruntype.Overrun
+	for _, id := range ids {
+		var crossed, was *jetruntype.Overrun
+		_, _, err := t.rt.Store().Mutate(ctx, id, func(r *jetruntype.Run) error {
+			was = r.Overrun
+			crossed = model.Of(r).Charge(d)
+			return nil
+		})
+		if errors.Is(err, runstore.ErrRunNotFound) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("budget: charge usage to run %s: %w", id, err)
+		}
+		// A charge into a tree stopped already stops it again (a no-op
+		// once done): its run then ends only after every run above it was
+		// stopped, never while the stop is still under way.
+		// A failed stop is the reconciler's to complete; the charge landed
+		// and must not be repeated.
+		if o := firstOverrun(crossed, was); o != nil {
+			if err := t.Stop(ctx, *o); err != nil {
+				t.log.WarnContext(ctx, "stop a tree past its budget; the reconciler completes it", "run_id", o.Owner, "err", err)
+			}
+		}
+		stopped = firstOverrun(stopped, crossed, was)
+	}
+	if stopped != nil {
+		return fmt.Errorf("budget: %w: %s", ErrExceeded, stopped)
+	}
+	return nil
+}
+
+// firstOverrun returns the first of os that is not nil.
+func firstOverrun(os ...*jetruntype.Overrun) *jetruntype.Overrun {
+	for _, o := range os {
+		if o != nil {
+			return o
+		}
+	}
+	return nil
+}
+
+// Stop stops the subtree of the run that carries the budget o names:
+// it and every live descendant end interrupted, reason budget-exceeded,
+// the overrun on their rows; a run a live worker executes is told to stop
+// (its row keeps childStillRunning until it has). It is idempotent; the
+// reconciler completes a stop a crash cut short (a live run under a parent
+// stopped for a budget is stopped too).
+func (t *Trees) Stop(ctx context.Context, o jetruntype.Overrun) error {
+	if err := t.stopOne(ctx, o.Owner, o); err != nil && !errors.Is(err, runstore.ErrRunNotFound) {
+		return fmt.Errorf("budget: stop the tree of run %s: %w", o.Owner, err)
+	}
+	level := []string{o.Owner}
+	for depth := 0; depth < t.maxDepth && len(level) > 0; depth++ {
+		var next []string
+		for _, p := range level {
+			children, err := t.rt.Store().Children(ctx, p)
+			if err != nil {
+				t.log.WarnContext(ctx, "list children to stop", "run_id", p, "err", err)
+				continue
+			}
+			for _, ch := range children {
+				if err := t.stopOne(ctx, ch.ID, o); err != nil && !errors.Is(err, runstore.ErrRunNotFound) {
+					t.log.WarnContext(ctx, "stop child run for its tree's budget", "run_id", ch.ID, "err", err)
+				}
+				next = append(next, ch.ID)
+			}
+		}
+		level = next
+	}
+	return nil
+}
+
+func (t *Trees) stopOne(ctx context.Context, id string, o jetruntype.Overrun) error {
+	changed := false
+	row, _, err := t.rt.Store().Mutate(ctx, id, func(r *jetruntype.Run) error {
+		held, err := t.rt.Store().HolderAlive(ctx, r)
+		if err != nil {
+			return err
+		}
+		err = model.Of(r).StopForBudget(o, held, time.Now())
+		changed = err == nil
+		return err
+	})
+	if err != nil || !changed {
+		return err
+	}
+	if err := t.rt.Announce(ctx, row, ""); err != nil {
+		t.log.WarnContext(ctx, "announce a run stopped for its tree's budget", "run_id", row.ID, "err", err)
+	}
+	if row.CancelRequested && row.Worker != "" {
+		return wire.PublishCancel(ctx, t.rt.JetStream(), t.rt.Namespace(), row.ID, row.CancelReason)
+	}
+	return nil
+}
