@@ -3,7 +3,6 @@ package events
 import (
 	"errors"
 	"fmt"
-	"maps"
 )
 
 // UsageReport is one report of what a run spent: tokens and cost (in
@@ -34,11 +33,6 @@ func (u UsageReport) Validate() error {
 		errs = append(errs, fmt.Errorf("usage model name is %d bytes; the limit is %d", len(u.Model), MaxModelNameLength))
 	}
 	return errors.Join(errs...)
-}
-
-// Empty reports whether u adds nothing.
-func (u UsageReport) Empty() bool {
-	return u.InputTokens == 0 && u.OutputTokens == 0 && u.CostMicros == 0
 }
 
 // TreeBudget bounds what a run and every run nested under it may spend
@@ -100,59 +94,9 @@ func (u UsageTotals) Add(v UsageTotals) UsageTotals {
 	return UsageTotals{u.InputTokens + v.InputTokens, u.OutputTokens + v.OutputTokens, u.CostMicros + v.CostMicros}
 }
 
-// Sub returns u minus v.
-func (u UsageTotals) Sub(v UsageTotals) UsageTotals {
-	return UsageTotals{u.InputTokens - v.InputTokens, u.OutputTokens - v.OutputTokens, u.CostMicros - v.CostMicros}
-}
-
-// IsZero reports whether u counts nothing.
-func (u UsageTotals) IsZero() bool { return u == UsageTotals{} }
-
-// TotalsOf returns the totals of one report.
-func TotalsOf(r UsageReport) UsageTotals {
-	return UsageTotals{r.InputTokens, r.OutputTokens, r.CostMicros}
-}
-
 // Usage is a run's own usage: its totals across attempts, and per model
 // (reports without a model count only in the totals).
 type Usage struct {
 	UsageTotals
 	Models map[string]UsageTotals `json:"models,omitempty"`
-}
-
-// Add adds one report to u (per model for the first MaxUsageModels models).
-func (u *Usage) Add(r UsageReport) {
-	t := TotalsOf(r)
-	u.UsageTotals = u.UsageTotals.Add(t)
-	if _, known := u.Models[r.Model]; r.Model != "" && (known || len(u.Models) < MaxUsageModels) {
-		if u.Models == nil {
-			u.Models = make(map[string]UsageTotals)
-		}
-		u.Models[r.Model] = u.Models[r.Model].Add(t)
-	}
-}
-
-// Plus returns u with every count of v added.
-func (u Usage) Plus(v Usage) Usage {
-	out := Usage{UsageTotals: u.UsageTotals.Add(v.UsageTotals)}
-	if len(u.Models)+len(v.Models) > 0 {
-		out.Models = maps.Clone(u.Models)
-		if out.Models == nil {
-			out.Models = make(map[string]UsageTotals, len(v.Models))
-		}
-		for m, t := range v.Models {
-			out.Models[m] = out.Models[m].Add(t)
-		}
-	}
-	return out
-}
-
-// Clone returns a deep copy of u (nil for nil).
-func (u *Usage) Clone() *Usage {
-	if u == nil {
-		return nil
-	}
-	c := *u
-	c.Models = maps.Clone(u.Models)
-	return &c
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
@@ -64,7 +65,7 @@ type stepUsageKey struct{}
 func (s *stepUsage) add(u Usage) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.u.Add(u)
+	model.AddReport(&s.u, u)
 	s.n++
 }
 

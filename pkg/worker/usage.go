@@ -71,7 +71,7 @@ func (r *Run) Usage(ctx context.Context, u Usage) error {
 
 // Usage is Run.Usage on a worker.
 func (e *execution) Usage(ctx context.Context, u Usage) error {
-	if u.Empty() {
+	if model.EmptyReport(u) {
 		return nil
 	}
 	if s, ok := ctx.Value(stepUsageKey{}).(*stepUsage); ok {
@@ -84,7 +84,7 @@ func (e *execution) Usage(ctx context.Context, u Usage) error {
 		return err
 	}
 	e.use.mu.Lock()
-	e.use.attempt.Add(u)
+	model.AddReport(&e.use.attempt, u)
 	budgeted := e.use.budgeted
 	e.use.mu.Unlock()
 	e.stateMu.Lock()
@@ -124,7 +124,7 @@ func (e *execution) startUsage(ctx context.Context, row *jetruntype.Run) error {
 	e.use.mu.Lock()
 	defer e.use.mu.Unlock()
 	if !e.use.started {
-		e.use.started, e.use.base = true, row.Usage.Clone()
+		e.use.started, e.use.base = true, model.CloneUsage(row.Usage)
 		e.use.charges, e.use.budgeted = model.Of(tree).Charges(), model.Of(tree).Budgeted()
 	}
 	return nil
@@ -139,7 +139,7 @@ func (e *execution) applyUsage(r *jetruntype.Run) {
 	}
 	u := e.use.attempt
 	if e.use.base != nil {
-		u = e.use.base.Plus(u)
+		u = model.PlusUsage(*e.use.base, u)
 	}
 	r.Usage = &u
 }
@@ -181,7 +181,7 @@ func (e *execution) chargeTree(ctx context.Context) error {
 		over error
 	)
 	for _, id := range pending {
-		d := total.Sub(e.use.charged[id])
+		d := model.SubTotals(total, e.use.charged[id])
 		var err error
 		if id == e.id {
 			err = e.chargeSelf(ctx, d)

@@ -3,6 +3,7 @@ package metrics
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/pkg/events"
 )
 
@@ -32,9 +33,9 @@ func newUsageCounters(counter func(name, help string, labels ...string) *prometh
 // count adds one attempt's usage.
 func (c usageCounters) count(agentType string, u events.Usage) {
 	rest := u.UsageTotals
-	for model, t := range u.Models {
-		c.add(agentType, model, t)
-		rest = rest.Sub(t)
+	for name, t := range u.Models {
+		c.add(agentType, name, t)
+		rest = model.SubTotals(rest, t)
 	}
 	c.add(agentType, noModel, rest)
 }

@@ -90,7 +90,7 @@ func (r *Row) StatusEvent(worker string) events.StatusEvent {
 		ev.Worker = worker
 	}
 	if r.Status.Terminal() {
-		ev.Usage = r.Usage.Clone()
+		ev.Usage = CloneUsage(r.Usage)
 	}
 	return ev
 }

@@ -120,7 +120,7 @@ func (r *Row) StopForBudget(o jetruntype.Overrun, held bool, now time.Time) erro
 }
 
 func cloneTreeFields(c, r *Row) {
-	c.Usage = r.Usage.Clone()
+	c.Usage = CloneUsage(r.Usage)
 	if r.TreeUsage != nil {
 		t := *r.TreeUsage
 		c.TreeUsage = &t

@@ -91,9 +91,9 @@ func TestChargesAndChildTree(t *testing.T) {
 func TestUsageKeepsABoundedNumberOfModels(t *testing.T) {
 	var u jetruntype.Usage
 	for i := range events.MaxUsageModels + 5 {
-		u.Add(events.UsageReport{InputTokens: 1, Model: fmt.Sprint("m", i)})
+		model.AddReport(&u, events.UsageReport{InputTokens: 1, Model: fmt.Sprint("m", i)})
 	}
-	u.Add(events.UsageReport{InputTokens: 1, Model: "m0"})
+	model.AddReport(&u, events.UsageReport{InputTokens: 1, Model: "m0"})
 	if len(u.Models) != events.MaxUsageModels || u.InputTokens != events.MaxUsageModels+6 || u.Models["m0"].InputTokens != 2 {
 		t.Fatalf("models %d, totals %+v", len(u.Models), u.UsageTotals)
 	}
