@@ -139,7 +139,7 @@ func (rt *Runtime) dispatchMsg(agentType string, d events.Dispatch, rowAfter boo
 		return nil, fmt.Errorf("jetrun: encode dispatch of run %s: %w", d.RunID, err)
 	}
 	msg := &nats.Msg{Subject: rt.cfg.Namespace.DispatchSubject(agentType), Data: data, Header: nats.Header{}}
-	wire.SetTraceHeaders(d.Trace(), msg.Header)
+	wire.SetTraceHeaders(wire.DispatchTrace(d), msg.Header)
 	if rowAfter {
 		msg.Header.Set(events.HeaderRowAfter, "1")
 	}

@@ -131,7 +131,6 @@ func (rt *Runtime) Repair(ctx context.Context) error {
 // Public is what From accepts: a *jetrun.Runtime (whose Namespace is an
 // events.Namespace, so an engine Runtime cannot be passed by mistake).
 type Public interface {
-	Conn() *nats.Conn
 	Namespace() events.Namespace
 }
 

@@ -41,11 +41,6 @@ type Dispatch struct {
 	BudgetFrom []string    `json:"budgetFrom,omitempty"`
 }
 
-// Trace returns d's trace context (zero if it has none or it is malformed).
-func (d Dispatch) Trace() TraceContext {
-	return TraceContext{TraceParent: d.TraceParent, TraceState: d.TraceState}.Valid()
-}
-
 // ErrBadDispatch is returned (wrapped, with the reason) by DecodeDispatch and
 // Dispatch.Validate.
 var ErrBadDispatch = errors.New("bad dispatch")
@@ -98,7 +93,7 @@ func (d *Dispatch) Validate() error {
 	}
 	if det := d.Detached; det != nil {
 		if det.OnFinish != "" {
-			if err := ValidateHandler(det.OnFinish); err != nil {
+			if err := ValidateToken("handler name", det.OnFinish); err != nil {
 				errs = append(errs, fmt.Errorf(`"detached.onFinish": %w`, err))
 			}
 		}

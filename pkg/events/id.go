@@ -9,7 +9,7 @@ import (
 const MaxIDLength = 64
 
 // ErrInvalidID is returned (wrapped, with the reason) by ValidateID,
-// ValidateAgentType and ValidateHandler, and by every API that takes an id.
+// ValidateAgentType and ValidateToken, and by every API that takes an id.
 var ErrInvalidID = errors.New("invalid id")
 
 // ValidateID reports whether id can be used as a run id: 1 to 64 characters
@@ -19,11 +19,11 @@ func ValidateID(id string) error { return validateToken("run id", id) }
 // ValidateAgentType reports whether t can be used as an agent type.
 func ValidateAgentType(t string) error { return validateToken("agent type", t) }
 
-// ValidateSignalName reports whether name can be used as a signal name.
-func ValidateSignalName(name string) error { return validateToken("signal name", name) }
-
-// ValidateHandler reports whether name can be used as a finish handler name.
-func ValidateHandler(name string) error { return validateToken("handler name", name) }
+// ValidateToken reports whether s can be used as the name what says (a
+// "signal name", "handler name", "call name", "milestone name"): like a run
+// id, 1 to 64 characters from [A-Za-z0-9_-], a single subject token. The
+// error names what.
+func ValidateToken(what, s string) error { return validateToken(what, s) }
 
 func validateToken(what, s string) error {
 	if s == "" {

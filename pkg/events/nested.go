@@ -68,9 +68,5 @@ type Reply struct {
 	At time.Time `json:"at"`
 }
 
-// ValidateCallName reports whether name can name a call: a token like a
-// run id.
-func ValidateCallName(name string) error { return validateToken("call name", name) }
-
 // MaxCallBytes bounds a call's input and a reply's output.
 const MaxCallBytes = 256 << 10

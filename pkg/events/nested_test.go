@@ -33,8 +33,8 @@ func TestNestedAndCallNames(t *testing.T) {
 		{"a*", events.ErrInvalidID},
 		{"a b", events.ErrInvalidID},
 	} {
-		if err := events.ValidateCallName(tc.name); !errors.Is(err, tc.wantErr) {
-			t.Errorf("ValidateCallName(%q) = %v, want %v", tc.name, err, tc.wantErr)
+		if err := events.ValidateToken("call name", tc.name); !errors.Is(err, tc.wantErr) {
+			t.Errorf("ValidateToken(call name, %q) = %v, want %v", tc.name, err, tc.wantErr)
 		}
 	}
 	runID, kind, err := wire.Namespace(ns).ParseRunSubject("jetrun.run.p1.child-chunk")

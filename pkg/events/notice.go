@@ -33,10 +33,6 @@ type MilestoneNotice struct {
 	Run json.RawMessage `json:"run,omitempty"`
 }
 
-// ValidateMilestoneName reports whether name can be listed in
-// detached.onMilestones: a token like a run id.
-func ValidateMilestoneName(name string) error { return validateToken("milestone name", name) }
-
 func (d *Detached) validateMilestones() []error {
 	if len(d.OnMilestones) == 0 {
 		return nil
@@ -50,7 +46,7 @@ func (d *Detached) validateMilestones() []error {
 	}
 	seen := make(map[string]bool, len(d.OnMilestones))
 	for i, name := range d.OnMilestones {
-		if err := ValidateMilestoneName(name); err != nil {
+		if err := ValidateToken("milestone name", name); err != nil {
 			errs = append(errs, fmt.Errorf(`"detached.onMilestones[%d]": %w`, i, err))
 			continue
 		}

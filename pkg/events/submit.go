@@ -49,8 +49,8 @@ const DefaultDebounce = 750 * time.Millisecond
 // MaxDebounce bounds DebounceMs.
 const MaxDebounce = time.Hour
 
-// Valid reports whether s is a known strategy ("" counts: it means queue).
-func (s Strategy) Valid() bool {
+// valid reports whether s is a known strategy ("" counts: it means queue).
+func (s Strategy) valid() bool {
 	switch s {
 	case "", StrategyQueue, StrategyLatest, StrategyDrop, StrategyDebounce, StrategyMerge:
 		return true
@@ -72,7 +72,7 @@ func (d *Dispatch) validateKey() []error {
 	if err := validateToken("concurrency key", d.ConcurrencyKey); err != nil {
 		errs = append(errs, fmt.Errorf(`"concurrencyKey": %w`, err))
 	}
-	if !d.Strategy.Valid() {
+	if !d.Strategy.valid() {
 		errs = append(errs, fmt.Errorf(`"strategy" %q is not one of queue, latest, drop, debounce, merge`, string(d.Strategy)))
 	}
 	if d.DebounceMs < 0 || time.Duration(d.DebounceMs)*time.Millisecond > MaxDebounce {

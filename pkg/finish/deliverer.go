@@ -149,7 +149,7 @@ func New(runtime *jetrun.Runtime, cfg Config) (*Deliverer, error) {
 // also a MilestoneHandler). It panics on an invalid or duplicate name, or
 // after Start, like net/http's ServeMux.
 func (d *Deliverer) Handle(name string, h Handler) {
-	if err := events.ValidateHandler(name); err != nil {
+	if err := events.ValidateToken("handler name", name); err != nil {
 		panic("finish: Handle: " + err.Error())
 	}
 	if h == nil {
@@ -173,8 +173,8 @@ func (d *Deliverer) HandleFunc(name string, f func(ctx context.Context, run *jet
 	d.Handle(name, HandlerFunc(f))
 }
 
-// Handlers returns the registered handler names, sorted.
-func (d *Deliverer) Handlers() []string {
+// handlerNames returns the registered handler names, sorted.
+func (d *Deliverer) handlerNames() []string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return slices.Sorted(maps.Keys(d.handlers))
@@ -252,7 +252,7 @@ func (d *Deliverer) Start(ctx context.Context) error {
 		}
 		return nil
 	})
-	d.log.InfoContext(ctx, "finish deliverer started", "handlers", d.Handlers())
+	d.log.InfoContext(ctx, "finish deliverer started", "handlers", d.handlerNames())
 	return nil
 }
 

@@ -48,7 +48,7 @@ import (
 // finish that reaches this deliverer fails its attempt. It panics on an
 // invalid or duplicate name, or after Start.
 func (d *Deliverer) HandleMilestone(name string, h MilestoneHandler) {
-	if err := events.ValidateHandler(name); err != nil {
+	if err := events.ValidateToken("handler name", name); err != nil {
 		panic("finish: HandleMilestone: " + err.Error())
 	}
 	if h == nil {
@@ -189,7 +189,7 @@ func (d *Deliverer) recordNotice(ctx context.Context, msg jetstream.Msg) settle.
 func (d *Deliverer) deliverNotice(ctx context.Context, name string, msg jetstream.Msg) settle.Outcome {
 	var n Notice
 	if err := json.Unmarshal(msg.Data(), &n); err != nil || events.ValidateID(n.RunID) != nil ||
-		events.ValidateMilestoneName(n.Milestone.Name) != nil {
+		events.ValidateToken("milestone name", n.Milestone.Name) != nil {
 		reason := "milestone notice is not valid"
 		if err != nil {
 			reason += ": " + err.Error()

@@ -59,8 +59,5 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Runtime, error) {
 	return &Runtime{engine: e}, nil
 }
 
-// Conn returns the NATS connection the runtime was opened on.
-func (rt *Runtime) Conn() *nats.Conn { return rt.engine.Conn() }
-
 // Namespace returns the runtime's namespace.
 func (rt *Runtime) Namespace() events.Namespace { return events.Namespace(rt.engine.Namespace()) }

@@ -24,9 +24,6 @@ type Overrun struct {
 	Used   int64  `json:"used"`
 }
 
-// By is how far past its limit the budget went.
-func (o Overrun) By() int64 { return o.Used - o.Limit }
-
 func (o Overrun) String() string {
-	return fmt.Sprintf("the %s budget of run %s (%d) was exceeded by %d (used %d)", o.Budget, o.Owner, o.Limit, o.By(), o.Used)
+	return fmt.Sprintf("the %s budget of run %s (%d) was exceeded by %d (used %d)", o.Budget, o.Owner, o.Limit, o.Used-o.Limit, o.Used)
 }

@@ -124,7 +124,7 @@ func (c *Client) NewCallServer(cfg CallServerConfig) (*CallServer, error) {
 // valid token, if a handler is already registered for it, or after Start,
 // like net/http's ServeMux.
 func (s *CallServer) Handle(name string, h CallHandler) {
-	if err := events.ValidateCallName(name); err != nil {
+	if err := events.ValidateToken("call name", name); err != nil {
 		panic("parent: CallServer.Handle: " + err.Error())
 	}
 	if h == nil {

@@ -131,7 +131,7 @@ func (c *Client) Watch(ctx context.Context, id string) error {
 // returns the signal's sequence in the signals stream, or ErrRunNotFound
 // for an unknown run.
 func (c *Client) Signal(ctx context.Context, id, name string, payload any) (uint64, error) {
-	if err := events.ValidateSignalName(name); err != nil {
+	if err := events.ValidateToken("signal name", name); err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrBadRequest, err)
 	}
 	var data []byte

@@ -65,7 +65,7 @@ type callHistory struct {
 // DefaultCallTimeout (or ctx's earlier deadline) as ErrCallTimeout; a
 // cancel of the run ends the wait with ctx's cause.
 func (r *Run) Call(ctx context.Context, name string, input any) (json.RawMessage, error) {
-	if err := events.ValidateCallName(name); err != nil {
+	if err := events.ValidateToken("call name", name); err != nil {
 		return nil, fmt.Errorf("worker: call: %w", err)
 	}
 	raw, err := encodePayload(r.row.ID, "call input", input)

@@ -40,7 +40,7 @@ func (w *Worker) process(ctx context.Context, agentType string, msg jetstream.Ms
 		return w.deadLetter(ctx, msg, agentType, DeadLetterTooDeep, fmt.Sprintf("depth %d exceeds the maximum nesting depth %d", d.Depth, w.cfg.MaxDepth))
 	}
 	log := w.log.With("run_id", d.RunID, "agent_type", agentType)
-	if id := d.Trace().TraceID(); id != "" {
+	if id := wire.DispatchTrace(d).TraceID(); id != "" {
 		log = log.With("trace_id", id)
 	}
 

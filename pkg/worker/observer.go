@@ -70,11 +70,6 @@ type RunEnd struct {
 	Usage events.Usage
 }
 
-// Cancelled reports whether the attempt ended because the run was cancelled.
-func (e RunEnd) Cancelled() bool {
-	return e.Outcome == string(events.StatusAborted) && e.Reason == events.ReasonCancelled
-}
-
 // DeadLetterReason classifies why a dispatch was dead-lettered (a bounded
 // set, fit for a metric label; the full text is in the DLQ message).
 type DeadLetterReason string

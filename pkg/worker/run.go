@@ -170,7 +170,7 @@ func (r *Run) Park(ctx context.Context, wait func(ctx context.Context) error) er
 // or a plain NATS publish to jetrun.signal.<runId>.<name>. Do not wait for
 // the same name from two goroutines at once: both would get the same signal.
 func (r *Run) Wait(ctx context.Context, name string) (json.RawMessage, error) {
-	if err := events.ValidateSignalName(name); err != nil {
+	if err := events.ValidateToken("signal name", name); err != nil {
 		return nil, fmt.Errorf("worker: wait: %w", err)
 	}
 	return r.b.Wait(ctx, name)

@@ -33,10 +33,6 @@ func TraceContext(ctx context.Context) events.TraceContext {
 	return tc
 }
 
-// TraceParent returns the W3C traceparent of the run whose handler ctx
-// belongs to ("" if none).
-func TraceParent(ctx context.Context) string { return TraceContext(ctx).TraceParent }
-
 // TraceContext returns the run's trace context (zero if it was dispatched
 // without one).
 func (r *Run) TraceContext() events.TraceContext { return model.Of(r.row).Trace() }

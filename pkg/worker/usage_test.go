@@ -135,7 +135,7 @@ func TestTreeBudgetStopsThreeLevels(t *testing.T) {
 	for _, id := range []string{"b3", mid, leaf} {
 		row := jetruntest.WaitRow(t, b.store, id, 30*time.Second, stopped)
 		if row.Reason != events.ReasonBudgetExceeded || row.Overrun == nil || row.Overrun.Owner != "b3" ||
-			row.Overrun.Budget != "tokens" || row.Overrun.Limit != 1000 || row.Overrun.By() <= 0 {
+			row.Overrun.Budget != "tokens" || row.Overrun.Limit != 1000 || row.Overrun.Used <= row.Overrun.Limit {
 			t.Fatalf("%s: reason %q overrun %+v error %q", id, row.Reason, row.Overrun, row.Error)
 		}
 	}

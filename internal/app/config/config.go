@@ -407,7 +407,7 @@ func (r Reconcile) Webhooks() (map[string]string, error) {
 		if !ok || url == "" {
 			return nil, fmt.Errorf("JETRUN_FINISH_WEBHOOKS: %q is not name=url", pair)
 		}
-		if err := events.ValidateHandler(name); err != nil {
+		if err := events.ValidateToken("handler name", name); err != nil {
 			return nil, fmt.Errorf("JETRUN_FINISH_WEBHOOKS: %w", err)
 		}
 		if !strings.HasPrefix(url, "http://") && !strings.HasPrefix(url, "https://") {

@@ -400,7 +400,7 @@ func (a *api) runsSnapshot(r *http.Request) (any, error) {
 // signal sends a signal: POST /v1/runs/{id}/signals/{name}, the body being
 // its JSON payload (empty means {}).
 func (a *api) signal(w http.ResponseWriter, r *http.Request) {
-	if err := events.ValidateSignalName(r.PathValue("name")); err != nil {
+	if err := events.ValidateToken("signal name", r.PathValue("name")); err != nil {
 		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
 	}

@@ -277,7 +277,7 @@ func (m *Metrics) RunEnded(e worker.RunEnd) {
 	switch {
 	case e.Outcome == worker.OutcomeLeaseLost:
 		m.leaseLosses.WithLabelValues(e.AgentType).Inc()
-	case e.Cancelled():
+	case e.Outcome == string(events.StatusAborted) && e.Reason == events.ReasonCancelled:
 		m.cancels.WithLabelValues(e.AgentType).Inc()
 	}
 }

@@ -52,7 +52,7 @@ func headerFold(h nats.Header, name string) string {
 func TakeTrace(d *events.Dispatch, h nats.Header) {
 	tc := TraceFromHeaders(h)
 	if tc.IsZero() {
-		tc = d.Trace()
+		tc = DispatchTrace(*d)
 	}
 	SetTrace(d, tc)
 }
@@ -119,4 +119,10 @@ func ParseStatuses(list string) ([]events.Status, error) {
 		out = append(out, s)
 	}
 	return out, nil
+}
+
+// DispatchTrace returns d's trace context (zero if it has none or it is
+// malformed).
+func DispatchTrace(d events.Dispatch) events.TraceContext {
+	return events.TraceContext{TraceParent: d.TraceParent, TraceState: d.TraceState}.Valid()
 }

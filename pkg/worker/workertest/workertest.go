@@ -192,7 +192,7 @@ func (r *Run) Cancel(cause error) {
 // worker.Run.Wait for name returns payload (JSON-encoded; a
 // json.RawMessage as is). Signals sent before the wait are kept.
 func (r *Run) Signal(name string, payload any) error {
-	if err := events.ValidateSignalName(name); err != nil {
+	if err := events.ValidateToken("signal name", name); err != nil {
 		return fmt.Errorf("workertest: signal: %w", err)
 	}
 	raw, ok := payload.(json.RawMessage)

@@ -240,7 +240,7 @@ func Parse(n int, line []byte) (Event, error) {
 		if json.Unmarshal(raw, &ev.Wait) != nil || ev.Wait == "" {
 			return bad(`"wait" must be a signal name (a string)`)
 		}
-		if err := events.ValidateSignalName(ev.Wait); err != nil {
+		if err := events.ValidateToken("signal name", ev.Wait); err != nil {
 			return bad(`"wait": %v`, err)
 		}
 	case KindCall:
@@ -251,7 +251,7 @@ func Parse(n int, line []byte) (Event, error) {
 		if isNull || json.Unmarshal(raw, &c) != nil {
 			return bad(`"call" must be an object {"name": "…", "input": …}`)
 		}
-		if err := events.ValidateCallName(c.Name); err != nil {
+		if err := events.ValidateToken("call name", c.Name); err != nil {
 			return bad(`"call.name": %v`, err)
 		}
 		ev.Call.Name = c.Name
