@@ -1,5 +1,7 @@
-// Package events is jetrun's wire contract: subject names, message types,
-// identifier rules and stream configurations.
+// Package events is jetrun's wire contract: the messages on its subjects,
+// the run statuses, identifier rules and the subjects a producer publishes
+// on (Namespace). How the engine stores and reads them on JetStream (stream
+// and consumer names, message ids, replay) is internal.
 //
 // It is a leaf package: it imports nothing else of jetrun, so a service in any
 // language can mirror it from docs/protocol.md alone.

@@ -21,7 +21,7 @@ import (
 // A transition that makes a finish owed (a detached run with a finish
 // handler reaching a final status, or interrupted) records the debt on the
 // run's row (its finishes ledger) and publishes the status event with the
-// header Jetrun-Finish-Owed: <status> (jetrun.Runtime.Announce). Whoever makes
+// header Jetrun-Finish-Owed: <status> (engine.Runtime.Announce). Whoever makes
 // the transition (a child-worker, a parent client's cancel, the reconciler)
 // never publishes to jetrun.finish.>: the finisher does. Every Deliverer
 // runs one (parent-worker always runs a Deliverer): a core NATS queue

@@ -38,7 +38,7 @@ func (req Request) keyed(d *events.Dispatch) []error {
 
 // dispatchKeyed dispatches a run under a concurrency key: the key's
 // strategy decides whether it starts now, waits queued, or is refused
-// (jetrun.Runtime.Submit). An existing run id is re-attached, as for any dispatch.
+// (engine.Runtime.Submit). An existing run id is re-attached, as for any dispatch.
 func (c *Client) dispatchKeyed(ctx context.Context, req Request, d events.Dispatch) (*jetruntype.Run, bool, error) {
 	if existing, _, err := c.lookup(ctx, d.RunID); err == nil {
 		row, err := c.existing(ctx, existing, req)

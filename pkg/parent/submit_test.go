@@ -558,7 +558,7 @@ func TestKeyPlainNATSDebounce(t *testing.T) {
 	}
 	// Two workers admit the dispatches in parallel, in whatever order they
 	// get to them; the dispatch sequence, not that order, says which is
-	// newest (jetrun.Runtime.Submit), so pd2 wins however they arrive.
+	// newest (engine.Runtime.Submit), so pd2 wins however they arrive.
 	for _, id := range ids {
 		publish(id)
 	}

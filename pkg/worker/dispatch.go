@@ -217,7 +217,7 @@ func publishedAfter(msg jetstream.Msg, row *jetruntype.Run) bool {
 }
 
 // resumeGivenUp resumes the given-up run row for a dispatch published after its
-// give-up (see jetrun.Runtime.Resume): a keyed run is queued again for its
+// give-up (see engine.Runtime.Resume): a keyed run is queued again for its
 // key (the key's promotion dispatches it: this message is dropped); any
 // other is moved back to "starting" and claimed with this message on the
 // next read (retry).

@@ -59,7 +59,7 @@ func (w *Worker) keeper(cfg jetstream.ConsumerConfig) *pull.Keeper {
 }
 
 // ensure re-creates the streams and buckets the worker uses when a JetStream
-// call failed (jetrun.Runtime.Repair: at most every engine.RepairEvery), so
+// call failed (engine.Runtime.Repair: at most every engine.RepairEvery), so
 // an operator's delete (or a lost stream) costs a few seconds of retries,
 // not the runs. It is idempotent: what exists is left as it is.
 func (w *Worker) ensure(ctx context.Context, cause error) {

@@ -16,7 +16,7 @@ import (
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
-// Concurrency keys on the worker side (jetrun.Runtime.Submit explains the
+// Concurrency keys on the worker side (engine.Runtime.Submit explains the
 // protocol). A worker:
 //   - submits a keyed dispatch that has no row (a service published it
 //     straight to the stream) under its key, holding the message: a drop

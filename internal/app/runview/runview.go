@@ -138,7 +138,7 @@ func Start(ctx context.Context, store *runstore.Store, logger *slog.Logger) (*Vi
 // from the watch's goroutine, with the id of every run whose row it saw
 // leave a final status (completed, error, aborted), live or when it
 // reloads after a broken watch. jetrun never does that: the row was
-// rewritten by someone who may write the bucket (jetrun.Runtime.RepairFinal
+// rewritten by someone who may write the bucket (engine.Runtime.RepairFinal
 // restores it).
 func StartGuard(ctx context.Context, store *runstore.Store, logger *slog.Logger, unfinalized func(ctx context.Context, id string)) (*View, error) {
 	if logger == nil {

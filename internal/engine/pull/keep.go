@@ -49,7 +49,7 @@ type Keeper struct {
 	// that may not delete consumers (a child: the dispatch consumers).
 	// Without it, a drifted consumer is deleted and created afresh.
 	ByUpdate bool
-	// Ensure, if set, re-creates the streams first (jetrun.Runtime.Repair)
+	// Ensure, if set, re-creates the streams first (engine.Runtime.Repair)
 	// when the consumer is missing.
 	Ensure   func(ctx context.Context) error
 	Restorer Restorer
@@ -170,7 +170,7 @@ func (k *Keeper) restore(ctx context.Context, cur *jetstream.ConsumerInfo) error
 	from := k.floor.Load() + 1
 	if k.Resume && k.known.Load() {
 		cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = jetstream.DeliverByStartSequencePolicy, from, nil
-		// A stream deleted and created again (jetrun.Runtime.Repair)
+		// A stream deleted and created again (engine.Runtime.Repair)
 		// numbers its messages from 1: everything in it is new.
 		s, err := k.JS.Stream(ctx, k.Stream)
 		if err != nil {

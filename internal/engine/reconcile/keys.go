@@ -10,7 +10,7 @@ import (
 // holder ended without handing it on (its worker died between its final
 // write and the hand-off), or whose hand-off stopped half way, moves on to
 // its next queued run, and a queued run whose submitter died before it
-// entered the key's queue is entered now (jetrun.Runtime.RepairKey). A key held
+// entered the key's queue is entered now (engine.Runtime.RepairKey). A key held
 // by a live run is left alone: its worker hands it on, or the run is taken
 // over. Each key is advanced once per sweep, however many runs wait on it.
 func (s *sweep) advanceKey(ctx context.Context, row *jetruntype.Run) error {

@@ -1,4 +1,4 @@
-// Package kv stores run rows in a JetStream key-value bucket (jetrun_runs,
+// Package runstore stores run rows in a JetStream key-value bucket (jetrun_runs,
 // key = run id, History 1).
 //
 // Invariants:

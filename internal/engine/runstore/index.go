@@ -178,7 +178,7 @@ const clearedPrefix = "cleared."
 // Tombstone records that run id was erased when the dispatch stream's last
 // sequence was mark, for 24 h: a copy of its old dispatch still around
 // cannot bring the run back (Cleared), while a new dispatch of the same id,
-// published later, starts it afresh. jetrun.Runtime.Erase writes it first.
+// published later, starts it afresh. engine.Runtime.Erase writes it first.
 func (s *Store) Tombstone(ctx context.Context, id string, mark uint64) error {
 	data := []byte(strconv.FormatUint(mark, 10))
 	if _, err := s.js.Publish(ctx, s.activeSubject(clearedPrefix+id), data, jetstream.WithMsgTTL(clearedTTL)); err != nil {
@@ -188,7 +188,7 @@ func (s *Store) Tombstone(ctx context.Context, id string, mark uint64) error {
 }
 
 // Erase removes a run's records from the buckets: the concurrency slots it
-// held as a parent, then its row. jetrun.Runtime.Erase calls it last, after
+// held as a parent, then its row. engine.Runtime.Erase calls it last, after
 // the run's messages are gone.
 func (s *Store) Erase(ctx context.Context, r *jetruntype.Run) error {
 	if err := s.activeKV.Purge(ctx, jetstream.WithPurgeSubject(s.activeSubject(slotPrefix(r.ID)+">"))); err != nil {

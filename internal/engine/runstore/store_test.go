@@ -311,7 +311,7 @@ func TestUnindexOfAGiveUpResumedMeanwhileKeepsItIndexed(t *testing.T) {
 	if err != nil || !model.Of(settled).Settled() {
 		t.Fatalf("give-up: %+v %v", settled, err)
 	}
-	// The resume (jetrun.Runtime.Resume): entries, row, entries.
+	// The resume (engine.Runtime.Resume): entries, row, entries.
 	if err := s.Reindex(ctx, settled); err != nil {
 		t.Fatal(err)
 	}
