@@ -9,9 +9,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // Config says where a Runtime's streams and buckets are and how they are
@@ -143,3 +145,41 @@ func SetFrom(f func(rt Public) *Runtime) { from = f }
 
 // From returns the engine behind rt, a *jetrun.Runtime.
 func From(rt Public) *Runtime { return from(rt) }
+
+// Resume resumes the run of row, given up (interrupted) with its child
+// stopped, as a new attempt (jetruntype.Run.Resume): "starting", or with
+// queued "queued" for its concurrency key. A run the active-run index
+// lists (every run not Unindexed) is entered in it again, since its
+// entries went when its give-up settled: before the row moves, so a
+// resumer that dies right after leaves one, and after, in case someone who
+// read the row settled purged them meanwhile (runstore.Store.Unindex). So a
+// resumed run is swept again like any live run: budgets, lost dispatches,
+// owed finishes, cancel cascades. resumed is false when another caller
+// resumed it first or it is not resumable; next is then the row as it is.
+// The caller publishes the dispatch (a keyed run waits for its key).
+func (rt *Runtime) Resume(ctx context.Context, row *jetruntype.Run, queued bool) (next *jetruntype.Run, resumed bool, err error) {
+	if err := rt.store.Reindex(ctx, row); err != nil {
+		return nil, false, fmt.Errorf("jetrun: resume run %s: %w", row.ID, err)
+	}
+	next, _, err = rt.store.Mutate(ctx, row.ID, func(r *jetruntype.Run) error {
+		resumed = false
+		if r.Status != events.StatusInterrupted || r.ChildStillRunning || (queued && r.ConcurrencyKey == "") {
+			return runstore.ErrNoChange
+		}
+		model.Of(r).Resume()
+		if queued {
+			r.Status = events.StatusQueued
+		}
+		resumed = true
+		return nil
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("jetrun: resume run %s: %w", row.ID, err)
+	}
+	if resumed {
+		if err := rt.store.Reindex(ctx, next); err != nil {
+			return nil, false, fmt.Errorf("jetrun: resume run %s: %w", row.ID, err)
+		}
+	}
+	return next, resumed, nil
+}

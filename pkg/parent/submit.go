@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jetrun/jetrun/internal/engine"
+	"github.com/jetrun/jetrun/internal/engine/keys"
 	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -38,7 +38,7 @@ func (req Request) keyed(d *events.Dispatch) []error {
 
 // dispatchKeyed dispatches a run under a concurrency key: the key's
 // strategy decides whether it starts now, waits queued, or is refused
-// (engine.Runtime.Submit). An existing run id is re-attached, as for any dispatch.
+// (keys.Submit). An existing run id is re-attached, as for any dispatch.
 func (c *Client) dispatchKeyed(ctx context.Context, req Request, d events.Dispatch) (*jetruntype.Run, bool, error) {
 	if existing, _, err := c.lookup(ctx, d.RunID); err == nil {
 		row, err := c.existing(ctx, existing, req)
@@ -46,7 +46,7 @@ func (c *Client) dispatchKeyed(ctx context.Context, req Request, d events.Dispat
 	} else if !errors.Is(err, runstore.ErrRunNotFound) {
 		return nil, false, fmt.Errorf("parent: dispatch run %s: %w", d.RunID, err)
 	}
-	row, err := c.rt.Submit(ctx, model.NewRun(req.AgentType, d, 0, time.Now()), engine.Held{})
+	row, err := keys.Submit(ctx, c.rt, model.NewRun(req.AgentType, d, 0, time.Now()), keys.Held{})
 	if errors.Is(err, runstore.ErrRunExists) {
 		existing, _, err := c.get(ctx, d.RunID)
 		if err != nil {
@@ -65,7 +65,7 @@ func (c *Client) dispatchKeyed(ctx context.Context, req Request, d events.Dispat
 // for its key again (runstore.Store.Requeue), so it never runs alongside the
 // run that holds the key now.
 func (c *Client) requeue(ctx context.Context, row *jetruntype.Run) (*jetruntype.Run, error) {
-	next, err := c.rt.Requeue(ctx, row)
+	next, err := keys.Requeue(ctx, c.rt, row)
 	if err != nil {
 		return nil, fmt.Errorf("parent: resume run %s: %w", row.ID, err)
 	}
@@ -79,7 +79,7 @@ func (c *Client) advanceKey(ctx context.Context, row *jetruntype.Run) {
 	if row.ConcurrencyKey == "" {
 		return
 	}
-	if err := c.rt.AdvanceKey(ctx, row.ConcurrencyKey, engine.Held{}); err != nil {
+	if err := keys.Advance(ctx, c.rt, row.ConcurrencyKey, keys.Held{}); err != nil {
 		c.fault(ctx, "advance concurrency key", err, "run_id", row.ID, "key", row.ConcurrencyKey)
 	}
 }

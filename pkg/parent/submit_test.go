@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/engine"
+	"github.com/jetrun/jetrun/internal/engine/keys"
 	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/reconcile"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
@@ -503,7 +504,7 @@ func TestKeyRetryOfAnInterruptedRunWaitsForTheKey(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := engine.From(rt).AdvanceKey(ctx, "k", engine.Held{}); err != nil {
+	if err := keys.Advance(ctx, engine.From(rt), "k", keys.Held{}); err != nil {
 		t.Fatal(err)
 	}
 	if r, _ := c.Inspect(ctx, "i0"); r.Status != events.StatusStarting || r.DispatchSeq == 0 {
@@ -558,7 +559,7 @@ func TestKeyPlainNATSDebounce(t *testing.T) {
 	}
 	// Two workers admit the dispatches in parallel, in whatever order they
 	// get to them; the dispatch sequence, not that order, says which is
-	// newest (engine.Runtime.Submit), so pd2 wins however they arrive.
+	// newest (keys.Submit), so pd2 wins however they arrive.
 	for _, id := range ids {
 		publish(id)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/engine/keys"
 	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/pull"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
@@ -223,7 +224,7 @@ func publishedAfter(msg jetstream.Msg, row *jetruntype.Run) bool {
 // next read (retry).
 func (w *Worker) resumeGivenUp(ctx context.Context, log *slog.Logger, row *jetruntype.Run) (settle.Outcome, bool, error) {
 	if row.ConcurrencyKey != "" {
-		if _, err := w.rt.Requeue(ctx, row); err != nil {
+		if _, err := keys.Requeue(ctx, w.rt, row); err != nil {
 			return settle.Leave(), false, err
 		}
 		log.InfoContext(ctx, "given-up run queued again by a dispatch", "attempt", row.Attempt)

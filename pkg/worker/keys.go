@@ -7,7 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jetrun/jetrun/internal/engine"
+	"github.com/jetrun/jetrun/internal/engine/keys"
 	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/engine/settle"
@@ -16,7 +16,7 @@ import (
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
-// Concurrency keys on the worker side (engine.Runtime.Submit explains the
+// Concurrency keys on the worker side (package keys explains the
 // protocol). A worker:
 //   - submits a keyed dispatch that has no row (a service published it
 //     straight to the stream) under its key, holding the message: a drop
@@ -33,7 +33,7 @@ import (
 // dispatch.
 func (w *Worker) submitKeyed(ctx context.Context, agentType string, d events.Dispatch, msg jetstream.Msg) (o settle.Outcome, done bool) {
 	row := model.NewRun(agentType, d, 0, time.Now())
-	_, err := w.rt.Submit(ctx, row, engine.Held{RunID: d.RunID, Seq: wire.StreamSeq(msg)})
+	_, err := keys.Submit(ctx, w.rt, row, keys.Held{RunID: d.RunID, Seq: wire.StreamSeq(msg)})
 	switch {
 	case err == nil, errors.Is(err, runstore.ErrRunExists):
 		return settle.Leave(), false
@@ -55,8 +55,8 @@ func (w *Worker) gate(ctx context.Context, msg jetstream.Msg, row *jetruntype.Ru
 	if wait := time.Until(row.NotBefore); wait > 0 {
 		return settle.Retry(wait + 20*time.Millisecond), false, nil
 	}
-	held := engine.Held{RunID: row.ID, Seq: wire.StreamSeq(msg)}
-	if err := w.rt.AdvanceKey(ctx, row.ConcurrencyKey, held); err != nil {
+	held := keys.Held{RunID: row.ID, Seq: wire.StreamSeq(msg)}
+	if err := keys.Advance(ctx, w.rt, row.ConcurrencyKey, held); err != nil {
 		return settle.Leave(), false, err
 	}
 	now, _, err := w.store.Get(ctx, row.ID)
@@ -79,7 +79,7 @@ func (w *Worker) advanceKey(ctx context.Context, r *jetruntype.Run) {
 	if r == nil || r.ConcurrencyKey == "" || r.Live() {
 		return
 	}
-	if err := w.rt.AdvanceKey(ctx, r.ConcurrencyKey, engine.Held{}); err != nil {
+	if err := keys.Advance(ctx, w.rt, r.ConcurrencyKey, keys.Held{}); err != nil {
 		w.log.WarnContext(ctx, "advance concurrency key", "run_id", r.ID, "key", r.ConcurrencyKey, "err", err)
 	}
 }

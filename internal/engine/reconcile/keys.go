@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 
+	"github.com/jetrun/jetrun/internal/engine/keys"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
@@ -10,7 +11,7 @@ import (
 // holder ended without handing it on (its worker died between its final
 // write and the hand-off), or whose hand-off stopped half way, moves on to
 // its next queued run, and a queued run whose submitter died before it
-// entered the key's queue is entered now (engine.Runtime.RepairKey). A key held
+// entered the key's queue is entered now (keys.Repair). A key held
 // by a live run is left alone: its worker hands it on, or the run is taken
 // over. Each key is advanced once per sweep, however many runs wait on it.
 func (s *sweep) advanceKey(ctx context.Context, row *jetruntype.Run) error {
@@ -27,5 +28,5 @@ func (s *sweep) advanceKey(ctx context.Context, row *jetruntype.Run) error {
 	if done {
 		return s.r.store.EnsureQueued(ctx, row)
 	}
-	return s.r.rt.RepairKey(ctx, row)
+	return keys.Repair(ctx, s.r.rt, row)
 }

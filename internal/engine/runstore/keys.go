@@ -17,7 +17,7 @@ import (
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
-// The state of concurrency keys (engine.Runtime.Submit and AdvanceKey say
+// The state of concurrency keys (package keys says
 // how runs move through it) is two kinds of entries in the active bucket:
 //
 //	keyholder.<key>         the id of the run holding the key

@@ -1,4 +1,31 @@
-package engine
+// Package keys is the home of concurrency keys: Submit enters a keyed run
+// under its key, Advance hands a key to its next run, Repair completes what
+// a crash left half done, Requeue queues a resumed run again. The parent,
+// the worker and the reconciler call these four; the key's state is stored
+// by runstore.
+//
+// Runs submitted under one key (Run.ConcurrencyKey) never
+// execute at the same time; the key's strategy (events.Strategy) says what a
+// submit does while the key is taken. The key's state is a holder and a
+// queue in the store (runstore.Store.KeyHolder, KeyQueue, TakeKey).
+//
+// A keyed run is created "queued" (no dispatch is out for it), entered in
+// the key's queue, and then the key is advanced (Advance). The queue's
+// order is the order of its entries in the bucket's stream (their
+// revisions). The holder entry changes only by compare-and-set, to the
+// first queued run, and only while the run it names is not live: that CAS
+// is the lock. The run it names then goes queued → starting, and its
+// dispatch is published.
+//
+// Whoever ends a keyed run advances its key (the worker that finishes it,
+// a cancel of a queued run needs nothing). Every step is a compare-and-set
+// or idempotent, so a process that dies anywhere leaves a state any later
+// Advance completes: a holder naming a run still queued is promoted, a
+// queue entry of a run no longer queued is dropped. The reconciler calls
+// Advance for every queued run it sweeps, so a key whose last holder's
+// worker died after its final write still moves on.
+
+package keys
 
 import (
 	"context"
@@ -9,6 +36,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/engine/wire"
@@ -16,32 +44,11 @@ import (
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
-// Concurrency keys. Runs submitted under one key (Run.ConcurrencyKey) never
-// execute at the same time; the key's strategy (events.Strategy) says what a
-// submit does while the key is taken. The key's state is a holder and a
-// queue in the store (runstore.Store.KeyHolder, KeyQueue, TakeKey).
-//
-// A keyed run is created "queued" (no dispatch is out for it), entered in
-// the key's queue, and then the key is advanced (AdvanceKey). The queue's
-// order is the order of its entries in the bucket's stream (their
-// revisions). The holder entry changes only by compare-and-set, to the
-// first queued run, and only while the run it names is not live: that CAS
-// is the lock. The run it names then goes queued → starting, and its
-// dispatch is published.
-//
-// Whoever ends a keyed run advances its key (the worker that finishes it,
-// a cancel of a queued run needs nothing). Every step is a compare-and-set
-// or idempotent, so a process that dies anywhere leaves a state any later
-// AdvanceKey completes: a holder naming a run still queued is promoted, a
-// queue entry of a run no longer queued is dropped. The reconciler calls
-// AdvanceKey for every queued run it sweeps, so a key whose last holder's
-// worker died after its final write still moves on.
-
-// advanceTries bounds AdvanceKey's rounds of lost compare-and-sets.
+// advanceTries bounds Advance's rounds of lost compare-and-sets.
 const advanceTries = 32
 
 // Held names a dispatch message of a run that the caller holds (a worker
-// that received it): when AdvanceKey promotes that run it records the
+// that received it): when Advance promotes that run it records the
 // message as the run's dispatch instead of publishing another.
 type Held struct {
 	RunID string
@@ -56,10 +63,10 @@ type Held struct {
 // ErrKeyBusy when the key is taken. A queued debounce run gets a wake-up
 // dispatch that a worker holds back until its quiet window ends, unless
 // held is r's own dispatch.
-func (rt *Runtime) Submit(ctx context.Context, r *jetruntype.Run, held Held) (*jetruntype.Run, error) {
+func (rt keyed) submit(ctx context.Context, r *jetruntype.Run, held Held) (*jetruntype.Run, error) {
 	key, strategy := r.ConcurrencyKey, wire.OrQueue(r.Strategy)
 	if strategy == events.StrategyDrop {
-		busy, err := rt.store.KeyBusy(ctx, key)
+		busy, err := rt.Store().KeyBusy(ctx, key)
 		if err != nil {
 			return nil, err
 		}
@@ -76,7 +83,7 @@ func (rt *Runtime) Submit(ctx context.Context, r *jetruntype.Run, held Held) (*j
 		d := model.Of(r).Dispatch()
 		r.NotBefore = now.Add(wire.Debounce(&d))
 	}
-	if _, err := rt.store.Create(ctx, r); err != nil {
+	if _, err := rt.Store().Create(ctx, r); err != nil {
 		return nil, err
 	}
 	if strategy != events.StrategyDrop { // a drop run starts at once or is withdrawn: never seen waiting
@@ -84,7 +91,7 @@ func (rt *Runtime) Submit(ctx context.Context, r *jetruntype.Run, held Held) (*j
 			return nil, err
 		}
 	}
-	pos, err := rt.store.Enqueue(ctx, key, r.ID)
+	pos, err := rt.Store().Enqueue(ctx, key, r.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -93,24 +100,24 @@ func (rt *Runtime) Submit(ctx context.Context, r *jetruntype.Run, held Held) (*j
 			return nil, err
 		}
 	}
-	if err := rt.AdvanceKey(ctx, key, held); err != nil {
+	if err := rt.advance(ctx, key, held); err != nil {
 		return nil, err
 	}
-	row, rev, err := rt.store.Get(ctx, r.ID)
+	row, rev, err := rt.Store().Get(ctx, r.ID)
 	if err != nil {
 		return nil, err
 	}
 	if strategy == events.StrategyDrop && row.Status == events.StatusQueued {
 		// Another submit took the key between the check and the queue:
 		// withdraw, unless a promotion got there first.
-		err := rt.store.Withdraw(ctx, row, rev)
+		err := rt.Store().Withdraw(ctx, row, rev)
 		if err == nil {
 			return nil, keyBusy(key)
 		}
 		if !errors.Is(err, runstore.ErrConflict) {
 			return nil, err
 		}
-		if row, _, err = rt.store.Get(ctx, r.ID); err != nil {
+		if row, _, err = rt.Store().Get(ctx, r.ID); err != nil {
 			return nil, err
 		}
 	}
@@ -131,7 +138,7 @@ func keyBusy(key string) error {
 // is queued again (at the end of the key's queue) instead of starting at
 // once, so it never runs alongside the key's holder. Of concurrent callers
 // one requeues it; the others get the row as it is.
-func (rt *Runtime) Requeue(ctx context.Context, row *jetruntype.Run) (*jetruntype.Run, error) {
+func (rt keyed) requeue(ctx context.Context, row *jetruntype.Run) (*jetruntype.Run, error) {
 	row, _, err := rt.Resume(ctx, row, true)
 	if err != nil {
 		return nil, err
@@ -142,77 +149,39 @@ func (rt *Runtime) Requeue(ctx context.Context, row *jetruntype.Run) (*jetruntyp
 	if err := rt.PublishStatus(ctx, row, "", wire.StatusMsgID(row.ID, row.Attempt, events.StatusQueued)); err != nil {
 		return nil, err
 	}
-	if err := rt.RepairKey(ctx, row); err != nil {
+	if err := rt.repair(ctx, row); err != nil {
 		return nil, err
 	}
-	row, _, err = rt.store.Get(ctx, row.ID)
+	row, _, err = rt.Store().Get(ctx, row.ID)
 	return row, err
-}
-
-// Resume resumes the run of row, given up (interrupted) with its child
-// stopped, as a new attempt (jetruntype.Run.Resume): "starting", or with
-// queued "queued" for its concurrency key. A run the active-run index
-// lists (every run not Unindexed) is entered in it again, since its
-// entries went when its give-up settled: before the row moves, so a
-// resumer that dies right after leaves one, and after, in case someone who
-// read the row settled purged them meanwhile (runstore.Store.Unindex). So a
-// resumed run is swept again like any live run: budgets, lost dispatches,
-// owed finishes, cancel cascades. resumed is false when another caller
-// resumed it first or it is not resumable; next is then the row as it is.
-// The caller publishes the dispatch (a keyed run waits for its key).
-func (rt *Runtime) Resume(ctx context.Context, row *jetruntype.Run, queued bool) (next *jetruntype.Run, resumed bool, err error) {
-	if err := rt.store.Reindex(ctx, row); err != nil {
-		return nil, false, fmt.Errorf("jetrun: resume run %s: %w", row.ID, err)
-	}
-	next, _, err = rt.store.Mutate(ctx, row.ID, func(r *jetruntype.Run) error {
-		resumed = false
-		if r.Status != events.StatusInterrupted || r.ChildStillRunning || (queued && r.ConcurrencyKey == "") {
-			return runstore.ErrNoChange
-		}
-		model.Of(r).Resume()
-		if queued {
-			r.Status = events.StatusQueued
-		}
-		resumed = true
-		return nil
-	})
-	if err != nil {
-		return nil, false, fmt.Errorf("jetrun: resume run %s: %w", row.ID, err)
-	}
-	if resumed {
-		if err := rt.store.Reindex(ctx, next); err != nil {
-			return nil, false, fmt.Errorf("jetrun: resume run %s: %w", row.ID, err)
-		}
-	}
-	return next, resumed, nil
 }
 
 // RepairKey makes sure the queued run r has its entry in its key's queue
 // (a submitter that died between the two writes left it without one), then
 // advances the key. The reconciler calls it for every queued run.
-func (rt *Runtime) RepairKey(ctx context.Context, r *jetruntype.Run) error {
+func (rt keyed) repair(ctx context.Context, r *jetruntype.Run) error {
 	if r.ConcurrencyKey == "" {
 		return nil
 	}
-	if err := rt.store.EnsureQueued(ctx, r); err != nil {
+	if err := rt.Store().EnsureQueued(ctx, r); err != nil {
 		return err
 	}
-	return rt.AdvanceKey(ctx, r.ConcurrencyKey, Held{})
+	return rt.advance(ctx, r.ConcurrencyKey, Held{})
 }
 
-// AdvanceKey gives key to its first queued run when the run holding it is
+// advance gives key to its first queued run when the run holding it is
 // no longer live, and starts that run. It is safe to call at any time, from
 // any number of processes: the holder's compare-and-set admits one run at
 // a time. A debounce run whose quiet window has not ended yet stays queued
 // (its wake-up dispatch advances the key when it ends).
-func (rt *Runtime) AdvanceKey(ctx context.Context, key string, held Held) error {
+func (rt keyed) advance(ctx context.Context, key string, held Held) error {
 	for range advanceTries {
-		holder, holderRev, err := rt.store.KeyHolder(ctx, key)
+		holder, holderRev, err := rt.Store().KeyHolder(ctx, key)
 		if err != nil {
 			return err
 		}
 		if holder != "" {
-			h, _, err := rt.store.Get(ctx, holder)
+			h, _, err := rt.Store().Get(ctx, holder)
 			switch {
 			case errors.Is(err, runstore.ErrRunNotFound): // cleared: the key is free
 			case err != nil:
@@ -224,15 +193,15 @@ func (rt *Runtime) AdvanceKey(ctx context.Context, key string, held Held) error 
 				return nil
 			}
 		}
-		queue, err := rt.store.KeyQueue(ctx, key)
+		queue, err := rt.Store().KeyQueue(ctx, key)
 		if err != nil {
 			return err
 		}
 		var next *jetruntype.Run
 		for _, e := range queue {
-			row, _, err := rt.store.Get(ctx, e.ID)
+			row, _, err := rt.Store().Get(ctx, e.ID)
 			if errors.Is(err, runstore.ErrRunNotFound) {
-				rt.store.Dequeue(ctx, key, e.ID)
+				rt.Store().Dequeue(ctx, key, e.ID)
 				continue
 			}
 			if err != nil {
@@ -244,7 +213,7 @@ func (rt *Runtime) AdvanceKey(ctx context.Context, key string, held Held) error 
 				if err := rt.finishMerge(ctx, row); err != nil {
 					return err
 				}
-				rt.store.Dequeue(ctx, key, e.ID)
+				rt.Store().Dequeue(ctx, key, e.ID)
 				continue
 			}
 			if row.NotBefore.After(time.Now()) {
@@ -264,7 +233,7 @@ func (rt *Runtime) AdvanceKey(ctx context.Context, key string, held Held) error 
 			}
 			next = block[0]
 		}
-		err = rt.store.TakeKey(ctx, key, next.ID, holderRev)
+		err = rt.Store().TakeKey(ctx, key, next.ID, holderRev)
 		if errors.Is(err, runstore.ErrConflict) {
 			continue // another process moved the key: look again
 		}
@@ -279,7 +248,7 @@ func (rt *Runtime) AdvanceKey(ctx context.Context, key string, held Held) error 
 // promote starts h, which holds its key: queued → starting (a merge run
 // takes the inputs of the merge runs queued behind it), then publishes its
 // dispatch unless held is it.
-func (rt *Runtime) promote(ctx context.Context, h *jetruntype.Run, held Held) error {
+func (rt keyed) promote(ctx context.Context, h *jetruntype.Run, held Held) error {
 	var block []*jetruntype.Run // h and the merge runs queued with it, oldest first
 	if h.Strategy == events.StrategyMerge {
 		var err error
@@ -288,7 +257,7 @@ func (rt *Runtime) promote(ctx context.Context, h *jetruntype.Run, held Held) er
 		}
 	}
 	promoted := false
-	row, _, err := rt.store.Mutate(ctx, h.ID, func(r *jetruntype.Run) error {
+	row, _, err := rt.Store().Mutate(ctx, h.ID, func(r *jetruntype.Run) error {
 		if r.Status != events.StatusQueued {
 			return runstore.ErrNoChange
 		}
@@ -331,7 +300,7 @@ func (rt *Runtime) promote(ctx context.Context, h *jetruntype.Run, held Held) er
 		return nil
 	})
 	if errors.Is(err, runstore.ErrRunNotFound) {
-		rt.store.Dequeue(ctx, h.ConcurrencyKey, h.ID)
+		rt.Store().Dequeue(ctx, h.ConcurrencyKey, h.ID)
 		return nil
 	}
 	if err != nil {
@@ -341,7 +310,7 @@ func (rt *Runtime) promote(ctx context.Context, h *jetruntype.Run, held Held) er
 		return err
 	}
 	if !promoted || row.Status != events.StatusStarting || held.RunID == row.ID {
-		rt.store.Dequeue(ctx, h.ConcurrencyKey, h.ID)
+		rt.Store().Dequeue(ctx, h.ConcurrencyKey, h.ID)
 		return nil
 	}
 	seq, err := rt.publishKeyed(ctx, row, row.ID+".key."+strconv.Itoa(row.Handoffs))
@@ -350,8 +319,8 @@ func (rt *Runtime) promote(ctx context.Context, h *jetruntype.Run, held Held) er
 		// it, as for a parent that died between its two writes.
 		return err
 	}
-	rt.store.Dequeue(ctx, h.ConcurrencyKey, h.ID)
-	_, _, err = rt.store.Mutate(ctx, row.ID, func(r *jetruntype.Run) error {
+	rt.Store().Dequeue(ctx, h.ConcurrencyKey, h.ID)
+	_, _, err = rt.Store().Mutate(ctx, row.ID, func(r *jetruntype.Run) error {
 		if r.Status != events.StatusStarting || r.DispatchSeq != 0 {
 			return runstore.ErrNoChange
 		}
@@ -366,8 +335,8 @@ func (rt *Runtime) promote(ctx context.Context, h *jetruntype.Run, held Held) er
 // its key's queue), oldest first: by dispatch stream sequence between runs
 // published straight to the stream, else by queue position (see
 // submittedBefore).
-func (rt *Runtime) mergeBlock(ctx context.Context, h *jetruntype.Run) ([]*jetruntype.Run, error) {
-	queue, err := rt.store.KeyQueue(ctx, h.ConcurrencyKey)
+func (rt keyed) mergeBlock(ctx context.Context, h *jetruntype.Run) ([]*jetruntype.Run, error) {
+	queue, err := rt.Store().KeyQueue(ctx, h.ConcurrencyKey)
 	if err != nil {
 		return nil, err
 	}
@@ -380,7 +349,7 @@ func (rt *Runtime) mergeBlock(ctx context.Context, h *jetruntype.Run) ([]*jetrun
 	for _, e := range queue {
 		r := h
 		if e.ID != h.ID {
-			if r, _, err = rt.store.Get(ctx, e.ID); errors.Is(err, runstore.ErrRunNotFound) {
+			if r, _, err = rt.Store().Get(ctx, e.ID); errors.Is(err, runstore.ErrRunNotFound) {
 				continue
 			} else if err != nil {
 				return nil, err
@@ -420,9 +389,9 @@ func (rt *Runtime) mergeBlock(ctx context.Context, h *jetruntype.Run) ([]*jetrun
 
 // finishMerge ends the runs h carries (h.Merged) aborted, reason merged,
 // and drops their queue entries. It is idempotent.
-func (rt *Runtime) finishMerge(ctx context.Context, h *jetruntype.Run) error {
+func (rt keyed) finishMerge(ctx context.Context, h *jetruntype.Run) error {
 	for _, id := range h.Merged {
-		row, _, err := rt.store.Mutate(ctx, id, func(r *jetruntype.Run) error {
+		row, _, err := rt.Store().Mutate(ctx, id, func(r *jetruntype.Run) error {
 			if r.Status != events.StatusQueued {
 				return runstore.ErrNoChange
 			}
@@ -431,7 +400,7 @@ func (rt *Runtime) finishMerge(ctx context.Context, h *jetruntype.Run) error {
 			return nil
 		})
 		if errors.Is(err, runstore.ErrRunNotFound) {
-			rt.store.Dequeue(ctx, h.ConcurrencyKey, id)
+			rt.Store().Dequeue(ctx, h.ConcurrencyKey, id)
 			continue
 		}
 		if err != nil {
@@ -440,7 +409,7 @@ func (rt *Runtime) finishMerge(ctx context.Context, h *jetruntype.Run) error {
 		if row.MergedInto == h.ID {
 			rt.settle(ctx, row)
 		}
-		rt.store.Dequeue(ctx, h.ConcurrencyKey, id)
+		rt.Store().Dequeue(ctx, h.ConcurrencyKey, id)
 	}
 	return nil
 }
@@ -450,9 +419,9 @@ func (rt *Runtime) finishMerge(ctx context.Context, h *jetruntype.Run) error {
 // key submitted after me is queued already, or holds the key, me is the
 // one superseded: a late arrival of an older message never replaces a newer
 // one, nor runs after it.
-func (rt *Runtime) supersede(ctx context.Context, me *jetruntype.Run, pos uint64) error {
+func (rt keyed) supersede(ctx context.Context, me *jetruntype.Run, pos uint64) error {
 	key := me.ConcurrencyKey
-	queue, err := rt.store.KeyQueue(ctx, key)
+	queue, err := rt.Store().KeyQueue(ctx, key)
 	if err != nil {
 		return err
 	}
@@ -462,7 +431,7 @@ func (rt *Runtime) supersede(ctx context.Context, me *jetruntype.Run, pos uint64
 			continue
 		}
 		older := false
-		row, _, err := rt.store.Mutate(ctx, e.ID, func(r *jetruntype.Run) error {
+		row, _, err := rt.Store().Mutate(ctx, e.ID, func(r *jetruntype.Run) error {
 			if r.Status != events.StatusQueued {
 				return runstore.ErrNoChange
 			}
@@ -473,7 +442,7 @@ func (rt *Runtime) supersede(ctx context.Context, me *jetruntype.Run, pos uint64
 			return nil
 		})
 		if errors.Is(err, runstore.ErrRunNotFound) {
-			rt.store.Dequeue(ctx, key, e.ID)
+			rt.Store().Dequeue(ctx, key, e.ID)
 			continue
 		}
 		if err != nil {
@@ -483,7 +452,7 @@ func (rt *Runtime) supersede(ctx context.Context, me *jetruntype.Run, pos uint64
 			rt.settle(ctx, row)
 		}
 		if row.Status.Final() {
-			rt.store.Dequeue(ctx, key, e.ID)
+			rt.Store().Dequeue(ctx, key, e.ID)
 		} else if !older && row.Status == events.StatusQueued {
 			newer = row.ID
 		}
@@ -496,7 +465,7 @@ func (rt *Runtime) supersede(ctx context.Context, me *jetruntype.Run, pos uint64
 	if newer == "" {
 		return nil
 	}
-	row, _, err := rt.store.Mutate(ctx, me.ID, func(r *jetruntype.Run) error {
+	row, _, err := rt.Store().Mutate(ctx, me.ID, func(r *jetruntype.Run) error {
 		if r.Status != events.StatusQueued {
 			return runstore.ErrNoChange
 		}
@@ -508,7 +477,7 @@ func (rt *Runtime) supersede(ctx context.Context, me *jetruntype.Run, pos uint64
 	}
 	if row.SupersededBy == newer && row.Reason == events.ReasonSuperseded {
 		rt.settle(ctx, row)
-		rt.store.Dequeue(ctx, key, me.ID)
+		rt.Store().Dequeue(ctx, key, me.ID)
 	}
 	return nil
 }
@@ -526,12 +495,12 @@ func submittedBefore(r *jetruntype.Run, rev uint64, me *jetruntype.Run, pos uint
 
 // newerHolder returns the id of the live run holding me's key when it was
 // published straight to the stream after me ("" otherwise).
-func (rt *Runtime) newerHolder(ctx context.Context, me *jetruntype.Run) (string, error) {
-	id, _, err := rt.store.KeyHolder(ctx, me.ConcurrencyKey)
+func (rt keyed) newerHolder(ctx context.Context, me *jetruntype.Run) (string, error) {
+	id, _, err := rt.Store().KeyHolder(ctx, me.ConcurrencyKey)
 	if err != nil || id == "" || id == me.ID {
 		return "", err
 	}
-	h, _, err := rt.store.Get(ctx, id)
+	h, _, err := rt.Store().Get(ctx, id)
 	if errors.Is(err, runstore.ErrRunNotFound) {
 		return "", nil
 	}
@@ -552,16 +521,41 @@ func supersede(r *jetruntype.Run, by string) {
 
 // settle announces a run a strategy ended and removes it from the index
 // when nothing more is owed; failures are repaired by the reconciler.
-func (rt *Runtime) settle(ctx context.Context, r *jetruntype.Run) {
+func (rt keyed) settle(ctx context.Context, r *jetruntype.Run) {
 	if err := rt.Announce(ctx, r, ""); err == nil {
-		_ = rt.store.UnindexIfSettled(ctx, r)
+		_ = rt.Store().UnindexIfSettled(ctx, r)
 	}
 }
 
 // publishKeyed publishes the dispatch of the keyed run r under msgID (one
 // try: a failure leaves r starting without a dispatch, which the
 // reconciler publishes).
-func (rt *Runtime) publishKeyed(ctx context.Context, r *jetruntype.Run, msgID string) (uint64, error) {
-	p, err := rt.PublishDispatch(ctx, r.AgentType, model.Of(r).Dispatch(), DispatchOptions{MsgID: msgID})
+func (rt keyed) publishKeyed(ctx context.Context, r *jetruntype.Run, msgID string) (uint64, error) {
+	p, err := rt.PublishDispatch(ctx, r.AgentType, model.Of(r).Dispatch(), engine.DispatchOptions{MsgID: msgID})
 	return p.Seq, err
+}
+
+// keyed is the engine runtime seen from the key protocol.
+type keyed struct{ *engine.Runtime }
+
+// Submit enters the keyed run r under its key (see submit).
+func Submit(ctx context.Context, rt *engine.Runtime, r *jetruntype.Run, held Held) (*jetruntype.Run, error) {
+	return keyed{rt}.submit(ctx, r, held)
+}
+
+// Advance hands key to its first queued run when its holder is no longer
+// live (see advance).
+func Advance(ctx context.Context, rt *engine.Runtime, key string, held Held) error {
+	return keyed{rt}.advance(ctx, key, held)
+}
+
+// Repair enters the queued run r in its key's queue if a crash kept it out,
+// then advances the key (see repair).
+func Repair(ctx context.Context, rt *engine.Runtime, r *jetruntype.Run) error {
+	return keyed{rt}.repair(ctx, r)
+}
+
+// Requeue resumes the given-up keyed run row as a queued run (see requeue).
+func Requeue(ctx context.Context, rt *engine.Runtime, row *jetruntype.Run) (*jetruntype.Run, error) {
+	return keyed{rt}.requeue(ctx, row)
 }
