@@ -5,7 +5,7 @@
 // jetrun opens it; the roles reach it with From.
 //
 // The engine's features each have a home below it: model (a row's
-// transitions and delivery ledger), keys (concurrency keys), budget (run
+// transitions and delivery ledger), keys (concurrency keys), calls (a run's calls and replies), budget (run
 // trees' budgets), runstore
 // (rows, the active index, leases, key queues), wire (names, message ids,
 // replay on JetStream), reconcile, registry, and the consumer kit (pull,

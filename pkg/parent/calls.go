@@ -2,7 +2,6 @@ package parent
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -10,11 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/jetrun/jetrun/internal/engine/jsfault"
-	"github.com/jetrun/jetrun/internal/engine/runstore"
-	"github.com/jetrun/jetrun/internal/engine/wire"
+	"github.com/jetrun/jetrun/internal/engine/calls"
 	"github.com/jetrun/jetrun/pkg/events"
 )
 
@@ -31,75 +26,13 @@ func (c *Client) Reply(ctx context.Context, id string, seq int64, name string, o
 	}
 	reply := events.Reply{RunID: id, Seq: seq, Name: name, Error: errText, By: callServerID(), At: time.Now()}
 	if errText == "" {
-		raw, err := encodeOutput(output)
+		raw, err := calls.EncodeOutput(output)
 		if err != nil {
 			return fmt.Errorf("parent: reply to run %s: %w", id, err)
 		}
 		reply.Output = raw
 	}
-	return c.storeReply(ctx, reply)
-}
-
-func (c *Client) storeReply(ctx context.Context, reply events.Reply) error {
-	data, err := json.Marshal(reply)
-	if err != nil {
-		return err
-	}
-	subject := c.ns.RunSubject(reply.RunID, events.KindReply)
-	return jsfault.Retry(ctx, c.cfg.DispatchRetry, func(ctx context.Context) error {
-		_, err := c.js.Publish(ctx, subject, data, jetstream.WithMsgID(wire.ReplyMsgID(reply.RunID, reply.Seq)))
-		return err
-	})
-}
-
-func encodeOutput(out any) (json.RawMessage, error) {
-	var raw json.RawMessage
-	switch v := out.(type) {
-	case nil:
-		return nil, nil
-	case json.RawMessage:
-		if !json.Valid(v) {
-			return nil, errors.New("call output is not valid JSON")
-		}
-		raw = v
-	default:
-		b, err := json.Marshal(v)
-		if err != nil {
-			return nil, fmt.Errorf("call output is not JSON-encodable: %w", err)
-		}
-		raw = b
-	}
-	if len(raw) > events.MaxCallBytes {
-		return nil, fmt.Errorf("call output is %d bytes; the limit is %d", len(raw), events.MaxCallBytes)
-	}
-	return raw, nil
-}
-
-// callSettled says why a call needs no answer ("" when it does): it was
-// answered already, its run ended, or it timed out.
-func (c *Client) callSettled(ctx context.Context, call *Call, streamSeq uint64) (string, error) {
-	if call.TimeoutMs > 0 && time.Since(call.At) > time.Duration(call.TimeoutMs)*time.Millisecond {
-		return "timed out", nil
-	}
-	row, _, err := c.store.Get(ctx, call.RunID)
-	switch {
-	case errors.Is(err, runstore.ErrRunNotFound):
-		return "run not found", nil
-	case err != nil:
-		return "", err
-	case row.Status.Final():
-		return "run ended", nil
-	}
-	opts := events.ReplayOptions{After: streamSeq, Kinds: []string{events.KindReply}, Follow: events.HistoryOnly}
-	for ev, err := range wire.Replay(ctx, c.js, c.ns, call.RunID, opts) {
-		if err != nil {
-			return "", err
-		}
-		if ev.Reply != nil && ev.Reply.Seq == call.Seq {
-			return "answered", nil
-		}
-	}
-	return "", nil
+	return calls.StoreReply(ctx, c.js, c.ns, reply, c.cfg.DispatchRetry)
 }
 
 // Calls returns a run's calls in order, each with its reply once
@@ -112,28 +45,13 @@ func (c *Client) Calls(ctx context.Context, id string) ([]CallState, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := events.ReplayOptions{
-		StartSeq: row.FirstEventSeq, StartTime: row.CreatedAt.Add(-time.Minute),
-		Kinds: []string{events.KindCall, events.KindReply}, Follow: events.HistoryOnly,
+	states, err := calls.Read(ctx, c.js, c.ns, row)
+	if err != nil {
+		return nil, fmt.Errorf("parent: %w", err)
 	}
-	var out []CallState
-	idx := make(map[int64]int)
-	for ev, err := range wire.Replay(ctx, c.js, c.ns, id, opts) {
-		if err != nil {
-			return nil, fmt.Errorf("parent: calls of run %s: %w", id, err)
-		}
-		switch {
-		case ev.Call != nil:
-			if _, dup := idx[ev.Call.Seq]; !dup {
-				idx[ev.Call.Seq] = len(out)
-				out = append(out, CallState{Call: *ev.Call})
-			}
-		case ev.Reply != nil:
-			if i, ok := idx[ev.Reply.Seq]; ok && out[i].Reply == nil {
-				r := *ev.Reply
-				out[i].Reply = &r
-			}
-		}
+	out := make([]CallState, len(states))
+	for i, st := range states {
+		out[i] = CallState{Call: st.Call, Reply: st.Reply}
 	}
 	return out, nil
 }

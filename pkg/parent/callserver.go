@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/engine/calls"
 	"github.com/jetrun/jetrun/internal/engine/jsfault"
 	"github.com/jetrun/jetrun/internal/engine/obs"
 	"github.com/jetrun/jetrun/internal/engine/pull"
@@ -246,7 +247,7 @@ func (s *CallServer) serve(ctx context.Context, name string, m jetstream.Msg, h 
 	if err != nil {
 		return settle.Term("no metadata")
 	}
-	skip, err := c.callSettled(ctx, &call, meta.Sequence.Stream)
+	skip, err := calls.Settled(ctx, c.js, c.ns, c.store, &call, meta.Sequence.Stream)
 	if err != nil {
 		if ctx.Err() == nil {
 			class := jsfault.Classify(ctx, err).String()
@@ -278,14 +279,14 @@ func (s *CallServer) serve(ctx context.Context, name string, m jetstream.Msg, h 
 	reply := events.Reply{RunID: call.RunID, Seq: call.Seq, Name: name, By: callServerID(), At: time.Now()}
 	if herr != nil {
 		reply.Error = herr.Error()
-	} else if raw, err := encodeOutput(out); err != nil {
+	} else if raw, err := calls.EncodeOutput(out); err != nil {
 		reply.Error = err.Error()
 	} else {
 		reply.Output = raw
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.DispatchRetry)
 	defer cancel()
-	if err := c.storeReply(wctx, reply); err != nil {
+	if err := calls.StoreReply(wctx, c.js, c.ns, reply, c.cfg.DispatchRetry); err != nil {
 		log.WarnContext(wctx, "store call reply; the call is served again", "err", err)
 		return settle.Retry(time.Second)
 	}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/calls"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 )
@@ -35,18 +36,10 @@ func (e *CallError) Error() string {
 	return fmt.Sprintf("call %s (%d) failed: %s", e.Name, e.Seq, e.Message)
 }
 
-// callState is one call of the run, as stored by this or an earlier
-// attempt.
-type callState struct {
-	call      events.Call
-	streamSeq uint64        // where the call is stored in the events stream
-	reply     *events.Reply // nil until answered
-}
-
 // callHistory is the run's calls, loaded once per attempt.
 type callHistory struct {
 	loaded bool
-	byKey  map[string]*callState
+	byKey  map[string]*calls.State
 	last   int64 // the highest call sequence stored
 }
 
@@ -87,11 +80,11 @@ func (e *execution) Call(ctx context.Context, name string, raw json.RawMessage) 
 	if err != nil {
 		return nil, fmt.Errorf("worker: call %s: %w", name, err)
 	}
-	reply := st.reply
-	if st.call.TimeoutMs > 0 {
+	reply := st.Reply
+	if st.Call.TimeoutMs > 0 {
 		// A call an earlier attempt made keeps its deadline: its servers
 		// skip it once past.
-		if d := st.call.At.Add(time.Duration(st.call.TimeoutMs) * time.Millisecond); d.Before(deadline) {
+		if d := st.Call.At.Add(time.Duration(st.Call.TimeoutMs) * time.Millisecond); d.Before(deadline) {
 			deadline = d
 		}
 	}
@@ -100,19 +93,19 @@ func (e *execution) Call(ctx context.Context, name string, raw json.RawMessage) 
 		err = e.Park(ctx, func(ctx context.Context) (err error) {
 			ctx, cancel := context.WithDeadlineCause(ctx, deadline, ErrCallTimeout)
 			defer cancel()
-			reply, err = e.awaitReply(ctx, st)
+			reply, err = calls.AwaitReply(ctx, e.w.js, e.w.ns, e.id, st.Call.Seq, st.StreamSeq)
 			return err
 		})
 		if errors.Is(err, context.DeadlineExceeded) && !time.Now().Before(deadline) {
 			err = fmt.Errorf("%w: %w", ErrCallTimeout, err) // ctx's own deadline came first
 		}
 		if err != nil {
-			return nil, fmt.Errorf("worker: call %s (%d): %w", name, st.call.Seq, err)
+			return nil, fmt.Errorf("worker: call %s (%d): %w", name, st.Call.Seq, err)
 		}
 	}
 	e.noteSignal(time.Now(), nil)
 	if reply.Error != "" {
-		return nil, &CallError{Name: name, Seq: st.call.Seq, Message: reply.Error}
+		return nil, &CallError{Name: name, Seq: st.Call.Seq, Message: reply.Error}
 	}
 	if len(reply.Output) == 0 {
 		return json.RawMessage("null"), nil
@@ -122,7 +115,7 @@ func (e *execution) Call(ctx context.Context, name string, raw json.RawMessage) 
 
 // callFor returns the stored call this Call is (an earlier attempt's, with
 // its reply if any), or stores a new one.
-func (e *execution) callFor(ctx context.Context, name string, input json.RawMessage, timeout time.Duration) (*callState, error) {
+func (e *execution) callFor(ctx context.Context, name string, input json.RawMessage, timeout time.Duration) (*calls.State, error) {
 	e.nest.callMu.Lock() // serializes this attempt's calls while one is looked up and stored
 	defer e.nest.callMu.Unlock()
 	h := &e.nest.calls
@@ -138,8 +131,8 @@ func (e *execution) callFor(ctx context.Context, name string, input json.RawMess
 	key := base + ":" + strconv.Itoa(e.nest.callKeys[base])
 	e.nest.mu.Unlock()
 	if st := h.byKey[key]; st != nil {
-		e.log.DebugContext(ctx, "call found from an earlier attempt", "call", name, "call_seq", st.call.Seq,
-			"answered", st.reply != nil)
+		e.log.DebugContext(ctx, "call found from an earlier attempt", "call", name, "call_seq", st.Call.Seq,
+			"answered", st.Reply != nil)
 		return st, nil
 	}
 	c := events.Call{
@@ -153,14 +146,14 @@ func (e *execution) callFor(ctx context.Context, name string, input json.RawMess
 	if err != nil {
 		return nil, err
 	}
-	st := &callState{call: c, streamSeq: seq}
+	st := &calls.State{Call: c, StreamSeq: seq}
 	h.byKey[key], h.last = st, c.Seq
 	return st, nil
 }
 
 // loadCalls reads the calls and replies earlier attempts stored.
 func (e *execution) loadCalls(ctx context.Context, h *callHistory) error {
-	h.byKey = make(map[string]*callState)
+	h.byKey = make(map[string]*calls.State)
 	e.nest.mu.Lock()
 	if e.nest.callKeys == nil {
 		e.nest.callKeys = make(map[string]int)
@@ -170,56 +163,16 @@ func (e *execution) loadCalls(ctx context.Context, h *callHistory) error {
 		h.loaded = true // a first attempt: nothing before it
 		return nil
 	}
-	opts := events.ReplayOptions{
-		StartSeq:  e.row.FirstEventSeq,
-		StartTime: e.row.CreatedAt.Add(-time.Minute), // tolerate clock skew with the server
-		Kinds:     []string{events.KindCall, events.KindReply},
-		Follow:    events.HistoryOnly,
+	states, err := calls.Read(ctx, e.w.js, e.w.ns, e.row)
+	if err != nil {
+		return err
 	}
-	bySeq := make(map[int64]*callState)
-	for ev, err := range wire.Replay(ctx, e.w.js, e.w.ns, e.id, opts) {
-		if err != nil {
-			return fmt.Errorf("read earlier calls: %w", err)
+	for _, st := range states {
+		if st.Call.Key != "" {
+			h.byKey[st.Call.Key] = st
 		}
-		switch {
-		case ev.Call != nil:
-			if bySeq[ev.Call.Seq] != nil {
-				continue // a copy stored twice: the first counts
-			}
-			st := &callState{call: *ev.Call, streamSeq: ev.Seq}
-			bySeq[ev.Call.Seq] = st
-			if ev.Call.Key != "" {
-				h.byKey[ev.Call.Key] = st
-			}
-			h.last = max(h.last, ev.Call.Seq)
-		case ev.Reply != nil:
-			if st := bySeq[ev.Reply.Seq]; st != nil && st.reply == nil {
-				rp := *ev.Reply
-				st.reply = &rp
-			}
-		}
+		h.last = max(h.last, st.Call.Seq)
 	}
 	h.loaded = true
 	return nil
-}
-
-// awaitReply follows the run's reply subject from the call on until the
-// reply to it is stored.
-func (e *execution) awaitReply(ctx context.Context, st *callState) (*events.Reply, error) {
-	opts := events.ReplayOptions{After: st.streamSeq, Kinds: []string{events.KindReply}, Follow: events.Forever}
-	for ev, err := range wire.Replay(ctx, e.w.js, e.w.ns, e.id, opts) {
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, context.Cause(ctx)
-			}
-			return nil, err
-		}
-		if ev.Reply != nil && ev.Reply.Seq == st.call.Seq {
-			return ev.Reply, nil
-		}
-	}
-	if ctx.Err() != nil {
-		return nil, context.Cause(ctx)
-	}
-	return nil, errors.New("reply stream ended")
 }
