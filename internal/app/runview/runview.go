@@ -30,61 +30,29 @@ const maxText = 500
 // syncTimeout bounds how long Sync waits for the watch to catch up.
 const syncTimeout = 5 * time.Second
 
-// Summary is a run row without its input and output.
+// Summary is a run row without what a list does not show (input, output,
+// the delivery ledgers, signal positions), its texts clipped, and the flags
+// the UI reads instead of deriving them.
 type Summary struct {
-	ID                string                       `json:"id"`
-	AgentType         string                       `json:"agentType"`
-	Parent            string                       `json:"parent,omitempty"`
-	ParentToolCallID  string                       `json:"parentToolCallId,omitempty"`
-	Depth             int                          `json:"depth,omitempty"`
-	DisplayOrder      int                          `json:"displayOrder,omitempty"`
-	Status            events.Status                `json:"status"`
-	Reason            string                       `json:"reason,omitempty"`
-	Error             string                       `json:"error,omitempty"`
-	Retryable         bool                         `json:"retryable,omitempty"`
-	ChildStillRunning bool                         `json:"childStillRunning,omitempty"`
-	Summary           string                       `json:"summary,omitempty"`
-	Progress          *jetruntype.ProgressSnapshot `json:"progress,omitempty"`
-	Milestones        int                          `json:"milestones,omitempty"`
-	LastMilestone     string                       `json:"lastMilestone,omitempty"`
-	Chunks            int64                        `json:"chunks,omitempty"`
-	Attempt           int                          `json:"attempt,omitempty"`
-	Handoffs          int                          `json:"handoffs,omitempty"`
-	Worker            string                       `json:"worker,omitempty"`
-	LeaseUntil        time.Time                    `json:"leaseUntil,omitzero"`
-	WaitingFor        string                       `json:"waitingFor,omitempty"`
-	CancelRequested   bool                         `json:"cancelRequested,omitempty"`
-	Detached          *events.Detached             `json:"detached,omitempty"`
-	Delivered         map[events.Status]time.Time  `json:"delivered,omitempty"`
-	CreatedAt         time.Time                    `json:"createdAt"`
-	StartedAt         time.Time                    `json:"startedAt,omitzero"`
-	LastSignalAt      time.Time                    `json:"lastSignalAt,omitzero"`
-	FinishedAt        time.Time                    `json:"finishedAt,omitzero"`
-	// Notified counts the milestone notices delivered (see jetruntype.Run.Notices).
+	*jetruntype.Run
+	// Notified counts the milestone notices delivered (see Run.Notices).
 	Notified int `json:"notified,omitempty"`
-	// Live reports jetruntype.Run.Live: the run may still be executing (and can be
-	// cancelled). The UI reads it instead of deriving it from the status.
+	// Live reports Run.Live: the run may still be executing (and can be
+	// cancelled).
 	Live bool `json:"live"`
-	// Final reports that the status is final (events.Status.Final): the row
-	// never changes status again.
+	// Final reports Run.Final: the row never changes status again.
 	Final bool `json:"final"`
 	// Removed marks a change event for a run that was cleared.
 	Removed bool `json:"removed,omitempty"`
 }
 
-// Summarize returns r's summary.
+// Summarize returns r's summary (r is not changed).
 func Summarize(r *jetruntype.Run) Summary {
-	return Summary{
-		ID: r.ID, AgentType: r.AgentType, Parent: r.Parent, ParentToolCallID: r.ParentToolCallID,
-		Depth: r.Depth, DisplayOrder: r.DisplayOrder, Status: r.Status, Reason: r.Reason,
-		Error: clip(r.Error), Retryable: r.Retryable, ChildStillRunning: r.ChildStillRunning,
-		Summary: clip(r.Summary), Progress: r.Progress, Milestones: r.Milestones, LastMilestone: r.LastMilestone,
-		Chunks: r.Chunks, Attempt: r.Attempt, Handoffs: r.Handoffs, Worker: r.Worker, LeaseUntil: r.LeaseUntil,
-		WaitingFor: r.WaitingFor, CancelRequested: r.CancelRequested, Detached: r.Detached,
-		Delivered: r.Delivered, CreatedAt: r.CreatedAt, StartedAt: r.StartedAt,
-		LastSignalAt: r.LastSignalAt, FinishedAt: r.FinishedAt, Notified: notified(r),
-		Live: r.Live(), Final: r.Status.Final(),
-	}
+	c := *r
+	c.Input, c.Output = nil, nil
+	c.Error, c.Summary = clip(r.Error), clip(r.Summary)
+	c.Finishes, c.Notices, c.SignalsSeen, c.Merged, c.Blinks = nil, nil, nil, nil, nil
+	return Summary{Run: &c, Notified: notified(r), Live: r.Live(), Final: r.Final()}
 }
 
 // notified counts r's milestone notices delivered.
@@ -281,7 +249,7 @@ func (v *View) apply(ctx context.Context, id string, s Summary, present bool, re
 		v.runs[id] = s
 	} else {
 		delete(v.runs, id)
-		s = Summary{ID: id, Removed: true}
+		s = Summary{Run: &jetruntype.Run{ID: id}, Removed: true}
 	}
 	v.lastRev = max(v.lastRev, rev)
 	v.changed.Broadcast()
