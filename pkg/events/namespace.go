@@ -43,10 +43,6 @@ func (ns Namespace) streamName(suffix string) string {
 	return strings.ToUpper(ns.Prefix()) + "_" + suffix
 }
 
-// MeterConsumer is the durable consumer on the events stream that meters
-// runs (package meter), shared by every metering process.
-const MeterConsumer = "meter"
-
 // DispatchSubject is where a dispatch for agentType is published.
 func (ns Namespace) DispatchSubject(agentType string) string {
 	return ns.Prefix() + ".dispatch." + mustToken("agent type", agentType)

@@ -57,8 +57,3 @@ func (d *Detached) validateMilestones() []error {
 	}
 	return errs
 }
-
-// NoticeConsumer is the durable consumer on the events stream that turns
-// milestones into milestone notices (package finish), shared by every
-// deliverer.
-const NoticeConsumer = "milestone-notices"

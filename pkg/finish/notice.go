@@ -104,7 +104,7 @@ const noticeAckWait = 30 * time.Second
 func (d *Deliverer) startNotices(ctx context.Context, p *service.Pullers) error {
 	ns := d.ns
 	cfg := jetstream.ConsumerConfig{
-		Durable:       events.NoticeConsumer,
+		Durable:       wire.NoticeConsumer,
 		Description:   "jetrun milestone notices: records the notices detached runs owe (detached.onMilestones)",
 		FilterSubject: ns.MilestoneWildcard(),
 		DeliverPolicy: jetstream.DeliverNewPolicy,
@@ -114,7 +114,7 @@ func (d *Deliverer) startNotices(ctx context.Context, p *service.Pullers) error 
 	}
 	c, err := d.js.CreateOrUpdateConsumer(ctx, ns.EventsStream(), cfg)
 	if err != nil {
-		return fmt.Errorf("finish: create consumer %s: %w", events.NoticeConsumer, err)
+		return fmt.Errorf("finish: create consumer %s: %w", wire.NoticeConsumer, err)
 	}
 	// Notices owed must not be skipped: a consumer someone deleted or
 	// re-pointed is restored from where it had got to.
@@ -128,7 +128,7 @@ func (d *Deliverer) startNotices(ctx context.Context, p *service.Pullers) error 
 			return d.recordNotice(ctx, m)
 		},
 		Stopped: retryLater,
-		Logger:  d.log, Name: events.NoticeConsumer,
+		Logger:  d.log, Name: wire.NoticeConsumer,
 		Repair: keep.Repair, Keep: keep,
 	})
 	return nil

@@ -164,7 +164,7 @@ func (m *Meter) Start(ctx context.Context) error {
 	}
 	ns := m.rt.Namespace()
 	cfg := jetstream.ConsumerConfig{
-		Durable:       events.MeterConsumer,
+		Durable:       wire.MeterConsumer,
 		Description:   "jetrun metering: every run's starts and finishes",
 		FilterSubject: ns.StatusWildcard(),
 		DeliverPolicy: jetstream.DeliverNewPolicy,
@@ -189,7 +189,7 @@ func (m *Meter) Start(ctx context.Context) error {
 		Consumer: c, Concurrency: m.cfg.Concurrency,
 		Handle:  func(ctx context.Context, msg jetstream.Msg, _ *pull.Slot) settle.Outcome { return m.meter(ctx, msg) },
 		Stopped: func(jetstream.Msg) settle.Outcome { return settle.Retry(0) }, // another process takes it at once
-		Logger:  m.log, Name: events.MeterConsumer,
+		Logger:  m.log, Name: wire.MeterConsumer,
 		Repair: keep.Repair, Keep: keep,
 	})
 	m.life.Running(ctx, func(ctx context.Context) error {

@@ -246,13 +246,13 @@ func TestMeterRestoresItsConsumerAndSkipsNoFinish(t *testing.T) {
 		publish(base, base+n/10)
 		// Deleted, while events arrive.
 		was := r.of("missing")
-		if err := js.DeleteConsumer(ctx, stream, events.MeterConsumer); err != nil {
+		if err := js.DeleteConsumer(ctx, stream, wire.MeterConsumer); err != nil {
 			t.Fatal(err)
 		}
 		publish(base+n/10, base+n/10+n/20)
 		restored("missing", was)
 		// Re-pointed at a subject nothing uses, while events arrive.
-		c, err := js.Consumer(ctx, stream, events.MeterConsumer)
+		c, err := js.Consumer(ctx, stream, wire.MeterConsumer)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -276,7 +276,7 @@ func TestMeterRestoresItsConsumerAndSkipsNoFinish(t *testing.T) {
 	if r.of("missing") == 0 || r.of("drifted") == 0 {
 		t.Fatalf("restores: %d missing, %d drifted", r.of("missing"), r.of("drifted"))
 	}
-	c, err := js.Consumer(ctx, stream, events.MeterConsumer)
+	c, err := js.Consumer(ctx, stream, wire.MeterConsumer)
 	if err != nil || c.CachedInfo().Config.FilterSubject != wire.Namespace(rt.Namespace()).StatusWildcard() {
 		t.Fatalf("the meter's consumer was not restored: %v", err)
 	}

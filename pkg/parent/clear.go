@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jetrun/jetrun/internal/engine/runstore"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
@@ -105,7 +106,7 @@ func (c *Client) waitMetered(ctx context.Context, rows []*jetruntype.Run) {
 		return
 	}
 	ns := c.ns
-	cons, err := c.js.Consumer(ctx, ns.EventsStream(), events.MeterConsumer)
+	cons, err := c.js.Consumer(ctx, ns.EventsStream(), wire.MeterConsumer)
 	if err != nil {
 		return // nobody meters
 	}

@@ -188,3 +188,12 @@ func (ns Namespace) CallWildcard() string { return ns.prefix() + ".run.*." + eve
 // MilestoneWildcard matches every run's milestone subject
 // (jetrun.run.*.milestone).
 func (ns Namespace) MilestoneWildcard() string { return ns.prefix() + ".run.*." + events.KindMilestone }
+
+// MeterConsumer is the durable consumer on the events stream that meters
+// runs (package meter), shared by every metering process.
+const MeterConsumer = "meter"
+
+// NoticeConsumer is the durable consumer on the events stream that turns
+// milestones into milestone notices (package finish), shared by every
+// deliverer.
+const NoticeConsumer = "milestone-notices"
