@@ -370,3 +370,33 @@ func (s *slot) recordSeq(seq uint64) error {
 	s.Seq = seq
 	return nil
 }
+
+// Owed is one delivery a run's ledger still owes: a finish (Status set) or
+// a milestone notice (Milestone set), with its slot.
+type Owed struct {
+	Status    events.Status
+	Milestone string
+	Slot      *jetruntype.Slot
+}
+
+// Owed returns every finish and notice r still owes: finishes in the order
+// they became due, then notices in milestone order.
+func (r *Row) Owed() []Owed {
+	var out []Owed
+	for _, s := range r.PendingFinishes() {
+		out = append(out, Owed{Status: s, Slot: &r.Finishes[s].Slot})
+	}
+	for _, name := range r.PendingNotices() {
+		out = append(out, Owed{Milestone: name, Slot: &r.Notices[name].Slot})
+	}
+	return out
+}
+
+// RecordSeq records the finish stream sequence of o's copy waiting for a
+// deliverer (RecordFinishSeq or RecordNoticeSeq).
+func (r *Row) RecordSeq(o Owed, seq uint64) error {
+	if o.Milestone != "" {
+		return r.RecordNoticeSeq(o.Milestone, seq)
+	}
+	return r.RecordFinishSeq(o.Status, seq)
+}

@@ -62,10 +62,7 @@ func (s *sweep) run(ctx context.Context, ir runstore.IndexedRun) error {
 		s.watch.Forget(ir.ID)
 		return r.store.Unindex(ctx, row)
 	}
-	if err := s.republishFinishes(ctx, row); err != nil {
-		return err
-	}
-	if err := s.republishNotices(ctx, row); err != nil {
+	if err := s.republish(ctx, row); err != nil {
 		return err
 	}
 	if row.Status.Final() {
@@ -120,54 +117,60 @@ func (s *sweep) releaseLostChild(ctx context.Context, row *jetruntype.Run) (bool
 	return true, err
 }
 
-// republishFinishes publishes again the finishes still owed with no
-// delivery under way, in case the transition's own publish was lost (a
-// crash between the row write and the publish). A copy that finds the
-// finish delivered, or a delivery under way, is dropped by the deliverer.
+// republish publishes again the finishes and milestone notices a run's
+// ledger still owes with no delivery under way, in case the transition's
+// own publish was lost (a crash between the row write and the publish). A
+// copy that finds its delivery done, or under way, is dropped by the
+// deliverer.
 //
-// One copy per run and status waits in the finish stream, however long:
-// the stream's answer to a republish names the copy it holds (within the
-// dedup window, the original), the ledger records its sequence, and no
-// copy is published while that one is still in the stream (a work queue:
-// it leaves when a deliverer is done with it, or at the stream's max age).
-// Republishes are paced to once per dedup window.
+// One copy per slot waits in the finish stream, however long: the stream's
+// answer to a republish names the copy it holds (within the dedup window,
+// the original), the ledger records its sequence, and no copy is published
+// while that one is still in the stream (a work queue: it leaves when a
+// deliverer is done with it, or at the stream's max age). Republishes are
+// paced to once per dedup window.
 //
 // A finish no deliverer has taken is checked against its handler: see
-// unserved.
-func (s *sweep) republishFinishes(ctx context.Context, row *jetruntype.Run) error {
+// unserved. A finish whose copy the ledger does not know is looked for
+// first, past the dedup window (findCopy).
+func (s *sweep) republish(ctx context.Context, row *jetruntype.Run) error {
 	r := s.r
-	for _, st := range model.Of(row).PendingFinishes() {
-		fs := row.Finishes[st]
-		if s.now.Sub(fs.DueAt) < r.cfg.Interval || fs.ClaimedUntil.After(s.now) {
+	for _, o := range model.Of(row).Owed() {
+		slot, finish := o.Slot, o.Milestone == ""
+		if s.now.Sub(slot.DueAt) < r.cfg.Interval || slot.ClaimedUntil.After(s.now) {
 			continue // the fast path is on it
 		}
-		if fs.Attempts == 0 {
-			if gone, err := s.unserved(ctx, row, st); gone || err != nil {
+		if finish && slot.Attempts == 0 {
+			if gone, err := s.unserved(ctx, row, o.Status); gone || err != nil {
 				if err != nil {
 					return err
 				}
 				continue
 			}
 		}
-		if !r.paceOK(row.ID+"/finish/"+string(st), s.now, r.republishEvery()) {
+		pace := row.ID + "/notice/" + o.Milestone
+		if finish {
+			pace = row.ID + "/finish/" + string(o.Status)
+		}
+		if !r.paceOK(pace, s.now, r.republishEvery()) {
 			continue
 		}
-		if fs.Seq == 0 && row.Detached != nil && s.now.Sub(fs.DueAt) >= r.republishEvery()/2 {
+		if finish && slot.Seq == 0 && row.Detached != nil && s.now.Sub(slot.DueAt) >= r.republishEvery()/2 {
 			// Past the dedup window a republish would not find the
 			// original: look for it.
-			seq, err := s.findCopy(ctx, row.Detached.OnFinish, wire.FinishMsgID(row.ID, st, fs.Ending))
+			seq, err := s.findCopy(ctx, row.Detached.OnFinish, wire.FinishMsgID(row.ID, o.Status, row.Finishes[o.Status].Ending))
 			if err != nil {
 				return err
 			}
 			if seq != 0 {
-				if err := r.recordFinishSeq(ctx, row.ID, st, seq); err != nil {
+				if err := r.recordSeq(ctx, row.ID, o, seq); err != nil {
 					return err
 				}
 				continue
 			}
 		}
-		if fs.Seq != 0 {
-			waiting, err := r.finishWaiting(ctx, fs.Seq)
+		if slot.Seq != 0 {
+			waiting, err := r.finishWaiting(ctx, slot.Seq)
 			if err != nil {
 				return err
 			}
@@ -175,18 +178,28 @@ func (s *sweep) republishFinishes(ctx context.Context, row *jetruntype.Run) erro
 				continue // its copy still waits for a deliverer
 			}
 		}
-		ack, err := r.rt.PublishFinish(ctx, row, st)
+		var ack *jetstream.PubAck
+		var err error
+		if finish {
+			ack, err = r.rt.PublishFinish(ctx, row, o.Status)
+		} else {
+			ack, err = r.rt.PublishNotice(ctx, row, o.Milestone)
+		}
 		if err != nil || ack == nil {
 			return err
 		}
-		if ack.Sequence != fs.Seq {
-			if err := r.recordFinishSeq(ctx, row.ID, st, ack.Sequence); err != nil {
+		if ack.Sequence != slot.Seq {
+			if err := r.recordSeq(ctx, row.ID, o, ack.Sequence); err != nil {
 				return err
 			}
 		}
 		if !ack.Duplicate {
 			s.count(func(st *Stats) { st.Republished++ })
-			obs.Report(ctx, r.log, obs.RunRecovered, row.ID, "action", "finish republished", "status", st)
+			if finish {
+				obs.Report(ctx, r.log, obs.RunRecovered, row.ID, "action", "finish republished", "status", o.Status)
+			} else {
+				obs.Report(ctx, r.log, obs.RunRecovered, row.ID, "action", "milestone notice republished", "milestone", o.Milestone)
+			}
 		}
 	}
 	return nil
@@ -325,10 +338,10 @@ func (s *sweep) deadLetterUnserved(ctx context.Context, row *jetruntype.Run, st 
 	return nil
 }
 
-// recordFinishSeq records on the ledger of run id's finish for st the
-// sequence of its copy waiting in the finish stream.
-func (r *Reconciler) recordFinishSeq(ctx context.Context, id string, st events.Status, seq uint64) error {
-	_, _, err := r.store.Mutate(ctx, id, func(run *jetruntype.Run) error { return model.Of(run).RecordFinishSeq(st, seq) })
+// recordSeq records on run id's ledger the sequence of o's copy waiting in
+// the finish stream.
+func (r *Reconciler) recordSeq(ctx context.Context, id string, o model.Owed, seq uint64) error {
+	_, _, err := r.store.Mutate(ctx, id, func(run *jetruntype.Run) error { return model.Of(run).RecordSeq(o, seq) })
 	if errors.Is(err, runstore.ErrRunNotFound) {
 		return nil
 	}

@@ -1,0 +1,166 @@
+package model_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jetrun/jetrun/internal/engine/model"
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
+)
+
+// The state machine without a server: each case starts from a row, applies
+// transitions, and checks what a reader of the row would see.
+func TestTransitions(t *testing.T) {
+	now := time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
+	detached := &events.Detached{OnFinish: "h"}
+	running := func(d *events.Detached) *jetruntype.Run {
+		return &jetruntype.Run{ID: "r", Status: events.StatusRunning, Worker: "w", WorkerEpoch: "e", Attempt: 1, Detached: d}
+	}
+	for _, tc := range []struct {
+		name        string
+		row         *jetruntype.Run
+		apply       func(r *model.Row) error
+		status      events.Status
+		live        bool
+		owed        []events.Status // finishes owed afterwards
+		holder      string
+		cancelAsked bool
+	}{
+		{
+			name:   "end completed releases the lease and owes the finish",
+			row:    running(detached),
+			apply:  func(r *model.Row) error { r.End(events.StatusCompleted, "", "", now); return nil },
+			status: events.StatusCompleted, owed: []events.Status{events.StatusCompleted},
+		},
+		{
+			name:   "end of an attached run owes nothing",
+			row:    running(nil),
+			apply:  func(r *model.Row) error { r.End(events.StatusError, events.ReasonHandlerError, "boom", now); return nil },
+			status: events.StatusError,
+		},
+		{
+			name: "a give-up with its child running keeps the holder",
+			row:  running(detached),
+			apply: func(r *model.Row) error {
+				r.Interrupt(events.ReasonBudgetExceeded, "over", true, now)
+				return nil
+			},
+			status: events.StatusInterrupted, live: true, holder: "w", owed: []events.Status{events.StatusInterrupted},
+		},
+		{
+			name: "a give-up, then the child stops, then a resume",
+			row:  running(detached),
+			apply: func(r *model.Row) error {
+				r.Interrupt(events.ReasonBudgetExceeded, "over", true, now)
+				r.ChildStopped()
+				r.Resume()
+				return nil
+			},
+			status: events.StatusStarting, live: true, owed: []events.Status{events.StatusInterrupted},
+		},
+		{
+			name: "a resumed run that ends owes both endings, give-up first",
+			row:  running(detached),
+			apply: func(r *model.Row) error {
+				r.Interrupt(events.ReasonBudgetExceeded, "over", false, now)
+				r.Resume()
+				r.Status = events.StatusRunning
+				r.End(events.StatusCompleted, "", "", now.Add(time.Second))
+				return nil
+			},
+			status: events.StatusCompleted, owed: []events.Status{events.StatusInterrupted, events.StatusCompleted},
+		},
+		{
+			name: "cancel of a held running run asks its worker",
+			row:  running(nil),
+			apply: func(r *model.Row) error {
+				aborted, err := r.RequestCancel("user", true, now)
+				if aborted {
+					return errors.New("aborted a run its worker holds")
+				}
+				return err
+			},
+			status: events.StatusRunning, live: true, holder: "w", cancelAsked: true,
+		},
+		{
+			name: "cancel of a run no live worker holds aborts it",
+			row:  running(detached),
+			apply: func(r *model.Row) error {
+				aborted, err := r.RequestCancel("user", false, now)
+				if !aborted {
+					return errors.New("not aborted")
+				}
+				return err
+			},
+			status: events.StatusAborted, cancelAsked: true, owed: []events.Status{events.StatusAborted},
+		},
+		{
+			name: "cancel of a final run changes nothing",
+			row:  &jetruntype.Run{ID: "r", Status: events.StatusCompleted},
+			apply: func(r *model.Row) error {
+				if _, err := r.RequestCancel("user", false, now); !errors.Is(err, model.ErrNoChange) {
+					return errors.New("a final run took a cancel")
+				}
+				return nil
+			},
+			status: events.StatusCompleted,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := model.Of(tc.row)
+			if err := tc.apply(r); err != nil {
+				t.Fatal(err)
+			}
+			run := r.Run()
+			if run.Status != tc.status || run.Live() != tc.live || run.Worker != tc.holder || run.CancelRequested != tc.cancelAsked {
+				t.Fatalf("status %s live %v worker %q cancelRequested %v; want %s %v %q %v",
+					run.Status, run.Live(), run.Worker, run.CancelRequested, tc.status, tc.live, tc.holder, tc.cancelAsked)
+			}
+			owed := r.PendingFinishes()
+			if len(owed) != len(tc.owed) {
+				t.Fatalf("finishes owed %v, want %v", owed, tc.owed)
+			}
+			for i := range owed {
+				if owed[i] != tc.owed[i] {
+					t.Fatalf("finishes owed %v, want %v", owed, tc.owed)
+				}
+			}
+		})
+	}
+}
+
+// Finishes and notices are one kind of slot to the reconciler: Owed lists
+// both, and RecordSeq records a waiting copy on either.
+func TestOwedListsFinishesThenNotices(t *testing.T) {
+	now := time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
+	r := model.Of(&jetruntype.Run{ID: "r", Status: events.StatusRunning,
+		Detached: &events.Detached{OnFinish: "h", OnMilestones: []string{"draft"}}})
+	if err := r.OweNotice(events.Milestone{Name: "draft", Sequence: 1}, now); err != nil {
+		t.Fatal(err)
+	}
+	r.End(events.StatusCompleted, "", "", now.Add(time.Second))
+	owed := r.Owed()
+	if len(owed) != 2 || owed[0].Status != events.StatusCompleted || owed[1].Milestone != "draft" {
+		t.Fatalf("owed %+v; want the completed finish, then the draft notice", owed)
+	}
+	for i, o := range owed {
+		if err := r.RecordSeq(o, uint64(10+i)); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.RecordSeq(o, uint64(10+i)); !errors.Is(err, model.ErrNoChange) {
+			t.Fatalf("recording the same copy twice: %v", err)
+		}
+	}
+	if r.Finishes[events.StatusCompleted].Seq != 10 || r.Notices["draft"].Seq != 11 {
+		t.Fatalf("seqs %d %d", r.Finishes[events.StatusCompleted].Seq, r.Notices["draft"].Seq)
+	}
+	if err := r.NoticeDelivered("draft", now); err != nil {
+		t.Fatal(err)
+	}
+	r.FinishDelivered(events.StatusCompleted, now)
+	if len(r.Owed()) != 0 {
+		t.Fatalf("owed after delivery: %+v", r.Owed())
+	}
+}
