@@ -2,7 +2,6 @@ package events
 
 import (
 	"cmp"
-	"strings"
 )
 
 // DefaultPrefix is the subject prefix of the zero Namespace.
@@ -38,10 +37,6 @@ func NewNamespace(prefix string) (Namespace, error) {
 
 // Prefix returns the subject prefix.
 func (ns Namespace) Prefix() string { return cmp.Or(string(ns), DefaultPrefix) }
-
-func (ns Namespace) streamName(suffix string) string {
-	return strings.ToUpper(ns.Prefix()) + "_" + suffix
-}
 
 // DispatchSubject is where a dispatch for agentType is published.
 func (ns Namespace) DispatchSubject(agentType string) string {

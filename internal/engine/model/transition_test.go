@@ -35,9 +35,12 @@ func TestTransitions(t *testing.T) {
 			status: events.StatusCompleted, owed: []events.Status{events.StatusCompleted},
 		},
 		{
-			name:   "end of an attached run owes nothing",
-			row:    running(nil),
-			apply:  func(r *model.Row) error { r.End(events.StatusError, events.ReasonHandlerError, "boom", now); return nil },
+			name: "end of an attached run owes nothing",
+			row:  running(nil),
+			apply: func(r *model.Row) error {
+				r.End(events.StatusError, events.ReasonHandlerError, "boom", now)
+				return nil
+			},
 			status: events.StatusError,
 		},
 		{
