@@ -137,11 +137,14 @@ func (e *execution) applyUsage(r *jetruntype.Run) {
 	if !e.use.started {
 		return
 	}
-	u := e.use.attempt
 	if e.use.base != nil {
-		u = model.PlusUsage(*e.use.base, u)
+		u := model.PlusUsage(*e.use.base, e.use.attempt)
+		r.Usage = &u
+		return
 	}
-	r.Usage = &u
+	// A copy with a map of its own: the row is encoded outside use.mu
+	// while the handler's next report adds to the attempt's.
+	r.Usage = model.CloneUsage(&e.use.attempt)
 }
 
 // chargeTree adds the attempt's usage not yet charged to the tree totals
