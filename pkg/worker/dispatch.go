@@ -45,11 +45,27 @@ func (w *Worker) process(ctx context.Context, agentType string, msg jetstream.Ms
 		log = log.With("trace_id", id)
 	}
 
+	blind := plainFirstDelivery(msg, d)
 	for try := 0; ; try++ {
-		// A dispatch whose row its client creates after it is usually found
-		// with its row: the tombstone is read only after a miss.
-		parallel := try == 0 && msg.Headers().Get(events.HeaderRowAfter) == ""
-		row, rev, cleared, err := w.readRow(ctx, d.RunID, wire.StreamSeq(msg), try == 0, parallel)
+		var (
+			row     *jetruntype.Run
+			rev     uint64
+			cleared bool
+			err     error
+		)
+		if try == 0 && blind {
+			// A plain publish's first delivery has no row (the create
+			// below finds one that exists): only the tombstone is read.
+			cleared, err = w.store.Cleared(ctx, d.RunID, wire.StreamSeq(msg))
+			if err == nil {
+				err = runstore.ErrRunNotFound
+			}
+		} else {
+			// A dispatch whose row its client creates after it is usually
+			// found with its row: the tombstone is read only after a miss.
+			parallel := try == 0 && msg.Headers().Get(events.HeaderRowAfter) == ""
+			row, rev, cleared, err = w.readRow(ctx, d.RunID, wire.StreamSeq(msg), try == 0, parallel)
+		}
 		if errors.Is(err, runstore.ErrRunNotFound) {
 			// The dispatch is the record (a service published it straight
 			// to the stream): the run is claimed by creating its row,
@@ -107,6 +123,22 @@ func (w *Worker) process(ctx context.Context, agentType string, msg jetstream.Ms
 			return settle.Retry(retryDelay(msg))
 		}
 	}
+}
+
+// plainFirstDelivery reports whether msg, carrying d, is the first
+// delivery of a dispatch published on its own (a plain publish, from any
+// language): one no client wrote a row for, before it (a nested, detached,
+// budgeted or keyed run; jetrun's own re-dispatches) or after it
+// (events.HeaderRowAfter). Its run has no row unless its id was used
+// before, so the worker creates the row claimed without reading it first:
+// a row that exists makes the create fail, and is read then.
+func plainFirstDelivery(msg jetstream.Msg, d events.Dispatch) bool {
+	if d.Parent != "" || d.Detached != nil || d.Budget != nil || d.ConcurrencyKey != "" ||
+		msg.Headers().Get(events.HeaderRowAfter) != "" {
+		return false
+	}
+	meta, err := msg.Metadata()
+	return err == nil && meta.NumDelivered == 1
 }
 
 // decide acts on one read of the row and says how to settle the dispatch.
