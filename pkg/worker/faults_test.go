@@ -54,9 +54,10 @@ func TestDeletedStreamAndBucketAreRecreated(t *testing.T) {
 // port and store a few seconds later, within the lease: the handler never
 // sees the fault (Chunk and Milestone return nil), the run completes on its
 // first attempt, and every chunk is stored exactly once: one event per
-// chunk with coalescing off, or, with a window longer than the run, the two
-// coalesced events the milestone and the run's end close ([1, 99] before
-// the milestone, sent and re-sent through the outage, and [100, 200]).
+// chunk with coalescing off, or, with a window longer than the run, the
+// first chunk on its own (the run was quiet) and the two coalesced events
+// the milestone and the run's end close ([2, 99] before the milestone,
+// sent and re-sent through the outage, and [100, 200]).
 func TestRunOutlivesServerRestart(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -65,7 +66,7 @@ func TestRunOutlivesServerRestart(t *testing.T) {
 		events [][2]int64 // the chunk ranges stored, nil for one per chunk
 	}{
 		{"window off", -1, nil},
-		{"one window", time.Hour, [][2]int64{{1, 99}, {100, 200}}},
+		{"one window", time.Hour, [][2]int64{{1, 1}, {2, 99}, {100, 200}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
