@@ -12,11 +12,30 @@ import (
 
 // Chunk coalescing. A chatty run emits many small chunks (model tokens);
 // each stored on its own is one message for the events stream's leader to
-// store. With a chunk window the publisher keeps the chunks emitted within
-// the window of the first one open and publishes them as one chunk event
-// carrying their range (events.Chunk: Seq … Last, the data of Seq and More)
-// when the window ends, the batch is full, or any other event of the
-// attempt is published or flushed (so the timeline keeps its order).
+// store. The publisher coalesces adaptively, within a window:
+//
+//   - A quiet run's chunk leaves at once, as an event of its own: one
+//     emitted when the run emitted no chunk within the window before it and
+//     every event the attempt published is acknowledged (stored). A run that
+//     emits now and then (a reply, then a tool call) gets each chunk to its
+//     readers in one round trip, whatever the window.
+//   - Otherwise (the run is streaming, or its last event is still on its
+//     way) the chunk opens a batch, and the chunks after it join; the batch
+//     is published as one chunk event carrying their range (events.Chunk:
+//     Seq … Last, the data of Seq and More) when the window of its first
+//     chunk ends, the batch is full, or any other event of the attempt is
+//     published or flushed (so the timeline keeps its order).
+//
+// So a chunk waits at most the window, a steady stream is stored as about
+// one event per window whatever its rate, and a fleet of them loads the
+// server by the number of runs, not of chunks. The rule looks at
+// the run's own emissions, not only at its acknowledgements: an
+// acknowledgement says a chunk is stored, not that readers kept up, and a
+// fleet of 50-chunk/s streams whose acknowledgements come back within the
+// 20 ms between chunks would otherwise store one event per chunk, as with
+// coalescing off, and its live readers fall seconds behind (make bench,
+// token_streams_breakdown_off: stored in milliseconds, delivered seconds
+// later).
 //
 // Re-sends. A batch, once closed, is an outgoing event like any other: its
 // body and its Nats-Msg-Id (wire.ChunkRangeMsgID, deterministic for its
@@ -40,11 +59,13 @@ type chunkBatch struct {
 	ctx    context.Context // the context of the chunk that opened the batch, for the timer's publish
 	timer  *time.Timer     // closes the batch when its window ends
 	gen    uint64          // counts the batches opened, so a stale timer does nothing
+	last   time.Time       // when the attempt's previous chunk was emitted
 }
 
-// chunk publishes c, the attempt's next chunk: into the open batch when
-// the publisher coalesces, else as an event of its own. It returns once c
-// is in the batch or in flight; a failure shows on a later call.
+// chunk publishes c, the attempt's next chunk: as an event of its own when
+// the publisher does not coalesce or the run is quiet, else into the open
+// batch. It returns once c is in the batch or in flight; a failure shows on
+// a later call.
 func (p *publisher) chunk(ctx context.Context, c events.Chunk) error {
 	if p.chunks.window <= 0 {
 		_, err := p.publish(ctx, events.KindChunk, wire.ChunkMsgID(c.RunID, c.Seq), c, false)
@@ -56,6 +77,17 @@ func (p *publisher) chunk(ctx context.Context, c events.Chunk) error {
 		return err
 	}
 	b := &p.chunks
+	now := time.Now()
+	quiet := b.open == nil && now.Sub(b.last) >= b.window && p.acknowledgedLocked()
+	b.last = now
+	if quiet {
+		data, err := json.Marshal(c)
+		if err != nil {
+			return fmt.Errorf("worker: encode chunk %d of run %s: %w", c.Seq, p.runID, err)
+		}
+		_, err = p.enqueueLocked(ctx, &outgoing{kind: events.KindChunk, msgID: wire.ChunkMsgID(c.RunID, c.Seq), data: data}, false)
+		return err
+	}
 	if o := b.open; o != nil && (c.Seq != o.LastSeq()+1 || c.Attempt != o.Attempt ||
 		b.bytes+len(c.Data) > maxBatchBytes || len(o.More)+1 >= maxBatchChunks) {
 		if err := p.closeChunksLocked(ctx); err != nil {
@@ -73,6 +105,27 @@ func (p *publisher) chunk(ctx context.Context, c events.Chunk) error {
 	b.open.Last = c.Seq
 	b.bytes += len(c.Data)
 	return nil
+}
+
+// acknowledgedLocked reports whether every event the attempt published
+// is acknowledged, dropping those whose acknowledgement arrived; it does not
+// wait. An event refused or lost is left for settle to handle. p.mu must be
+// held.
+func (p *publisher) acknowledgedLocked() bool {
+	for p.sent > 0 {
+		o := p.inflight[0]
+		select {
+		case ack := <-o.fut.Ok():
+			o.seq = ack.Sequence
+			if p.bo != nil {
+				p.bo.Reset()
+			}
+			p.pop()
+		default:
+			return false
+		}
+	}
+	return len(p.inflight) == 0
 }
 
 // closeChunksLocked publishes the open batch, if any, as one chunk event;

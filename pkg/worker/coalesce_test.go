@@ -134,3 +134,67 @@ func TestNoChunkWindowStoresOneEventPerChunk(t *testing.T) {
 	checkChunks(t, "stored", stored, n)
 	checkChunks(t, "replayed", replayChunks(t, b, "s0"), n)
 }
+
+// A quiet run's chunk leaves at once, whatever the window: the handler
+// below waits, after its first chunk, until a live reader saw that chunk,
+// which under a window of an hour it could only do if the chunk did not
+// wait for its window. The burst after it, emitted within the window of
+// the first, is merged into one event, published when the run ends.
+func TestQuietChunkLeavesAtOnceAndABurstIsMerged(t *testing.T) {
+	t.Parallel()
+	seen := make(chan struct{})
+	b, _ := setup(t, worker.Config{ChunkWindow: time.Hour}, map[string]worker.Handler{
+		"quiet": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			if err := run.Chunk(ctx, "c1"); err != nil {
+				return worker.Result{}, err
+			}
+			select {
+			case <-seen: // stored and delivered while the run waits, without a flush
+			case <-ctx.Done():
+				return worker.Result{}, context.Cause(ctx)
+			}
+			for i := 2; i <= 4; i++ {
+				if err := run.Chunk(ctx, fmt.Sprintf("c%d", i)); err != nil {
+					return worker.Result{}, err
+				}
+			}
+			return worker.Result{Summary: "done"}, nil
+		}),
+	})
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var live []events.Chunk
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev, err := range wire.Replay(ctx, b.js, wire.Namespace(events.Namespace("")), "q1", events.ReplayOptions{}) {
+			if err != nil {
+				t.Errorf("replay q1: %v", err)
+				return
+			}
+			if ev.Chunk != nil {
+				if live = append(live, *ev.Chunk); len(live) == 1 {
+					close(seen)
+				}
+			}
+		}
+	}()
+	publish(t, b.js, "jetrun.dispatch.quiet", `{"runId":"q1","input":{}}`)
+	<-done // the run ended, or the minute ran out
+	if len(live) == 0 {
+		t.Fatal("the run's first chunk was not delivered while it waited: it waited for its window")
+	}
+	checkChunks(t, "live", live, 4)
+
+	var stored []string
+	for _, ev := range waitForStatus(t, b.js, "q1", events.StatusCompleted) {
+		if c := ev.Chunk; c != nil {
+			stored = append(stored, fmt.Sprintf("%d-%d %s", c.Seq, c.LastSeq(), ev.Header.Get("Nats-Msg-Id")))
+		}
+	}
+	want := []string{"1-1 " + wire.ChunkMsgID("q1", 1), "2-4 " + wire.ChunkRangeMsgID("q1", 2, 4)}
+	if fmt.Sprint(stored) != fmt.Sprint(want) {
+		t.Fatalf("chunk events stored %q, want %q", stored, want)
+	}
+}

@@ -57,12 +57,16 @@ type Config struct {
 	// ProgressInterval is the progress coalescing window: at most one progress
 	// event per window, the latest value flushed at its end (default 200ms).
 	ProgressInterval time.Duration
-	// ChunkWindow is the chunk coalescing window: the chunks a run emits
-	// within it of the first leave as one stored chunk event carrying
-	// their range, which readers (Replay, SSE, the UI, the CLI) see one by
-	// one as before (default 5ms: a few milliseconds more latency for a
-	// token stream, several tokens per stored message under load). A
-	// negative window turns coalescing off: one event per chunk.
+	// ChunkWindow is the chunk coalescing window. A run's chunk leaves at
+	// once when the run is quiet: it emitted no chunk within the window
+	// before, and every event it published is acknowledged. Otherwise the
+	// chunk opens a batch that leaves when its window ends (or another
+	// event of the run is published, or Flush), with the chunks emitted
+	// meanwhile, as one stored chunk event carrying their range, which
+	// readers (Replay, SSE, the UI, the CLI) see one by one as before. So
+	// a chunk waits at most the window, and a steady stream is stored as
+	// about one event per window (default 5ms). A negative window turns
+	// coalescing off: one event per chunk.
 	ChunkWindow time.Duration
 	// RowSyncInterval bounds how often a run's row is updated with its
 	// progress snapshot and signal time (default 500ms).

@@ -54,9 +54,10 @@ func TestDeletedStreamAndBucketAreRecreated(t *testing.T) {
 // port and store a few seconds later, within the lease: the handler never
 // sees the fault (Chunk and Milestone return nil), the run completes on its
 // first attempt, and every chunk is stored exactly once: one event per
-// chunk with coalescing off, or, with a window longer than the run, the two
-// coalesced events the milestone and the run's end close ([1, 99] before
-// the milestone, sent and re-sent through the outage, and [100, 200]).
+// chunk with coalescing off, or, with a window longer than the run, the
+// first chunk on its own (the run was quiet) and the two coalesced events
+// the milestone and the run's end close ([2, 99] before the milestone,
+// sent and re-sent through the outage, and [100, 200]).
 func TestRunOutlivesServerRestart(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -65,7 +66,7 @@ func TestRunOutlivesServerRestart(t *testing.T) {
 		events [][2]int64 // the chunk ranges stored, nil for one per chunk
 	}{
 		{"window off", -1, nil},
-		{"one window", time.Hour, [][2]int64{{1, 99}, {100, 200}}},
+		{"one window", time.Hour, [][2]int64{{1, 1}, {2, 99}, {100, 200}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -83,6 +84,74 @@ func TestRunOutlivesServerRestart(t *testing.T) {
 				t.Fatalf("chunk events stored %v, want %v", got, c.events)
 			}
 		})
+	}
+}
+
+// A chunk emitted while an event of its run is unacknowledged is not
+// sent at once, even by a run that emitted no chunk before: it opens a
+// batch, and the chunk after it joins. The server is down while the
+// handler publishes a progress report and then two chunks, so the report
+// cannot be acknowledged in between; the chunks are stored as one event.
+func TestChunkBehindAnUnacknowledgedEventJoinsABatch(t *testing.T) {
+	t.Parallel()
+	opts := &server.Options{}
+	ns := natstest.RunServerWithOptions(t, opts)
+	port, storeDir := ns.Addr().(*net.TCPAddr).Port, opts.StoreDir
+	var failedReconnects atomic.Int64
+	nc, err := nats.Connect(ns.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond),
+		nats.ReconnectErrHandler(func(*nats.Conn, error) { failedReconnects.Add(1) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	started, down, emitted := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var handlerErrs []error
+	startWorker(t, nc, worker.Config{ChunkWindow: time.Hour}, map[string]worker.Handler{
+		"behind": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			close(started)
+			<-down
+			if err := run.Progress(ctx, worker.Progress{Fraction: 0.5, Message: "during the outage"}); err != nil {
+				handlerErrs = append(handlerErrs, err)
+			}
+			for _, c := range []string{"c1", "c2"} {
+				if err := run.Chunk(ctx, c); err != nil {
+					handlerErrs = append(handlerErrs, err)
+				}
+			}
+			close(emitted)
+			return worker.Result{Summary: "done"}, nil
+		}),
+	})
+	publish(t, js, "jetrun.dispatch.behind", `{"runId":"b1","input":{}}`)
+	<-started
+	ns.Shutdown()
+	ns.WaitForShutdown()
+	natstest.Eventually(t, 60*time.Second, func() bool { return failedReconnects.Load() >= 1 },
+		"the connection did not notice the server was gone")
+	close(down)
+	<-emitted // both chunks emitted while nothing could be acknowledged
+	natstest.RunServerWithOptions(t, &server.Options{Port: port, StoreDir: storeDir})
+
+	store, err := runstore.Open(context.Background(), js, runstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := jetruntest.WaitRow(t, store, "b1", 60*time.Second, jetruntest.Final)
+	if row.Status != events.StatusCompleted || len(handlerErrs) > 0 {
+		t.Fatalf("run: status %s (%s), handler errors %v", row.Status, row.Error, handlerErrs)
+	}
+	var got [][2]int64
+	for _, ev := range jetruntest.ReadEvents(t, js, "b1") {
+		if ev.Chunk != nil {
+			got = append(got, [2]int64{ev.Chunk.Seq, ev.Chunk.LastSeq()})
+		}
+	}
+	if want := [][2]int64{{1, 2}}; !slices.Equal(got, want) {
+		t.Fatalf("chunk events stored %v, want %v", got, want)
 	}
 }
 

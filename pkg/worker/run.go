@@ -98,9 +98,10 @@ func (r *Run) Milestones() []events.Milestone { return r.b.Milestones() }
 // order of the calls. Chunk returns once the chunk is on its way: chunks are
 // pipelined (a bounded window is in flight), so a chunk that cannot be
 // stored (the run was taken over: ErrLeaseLost) fails a later call, or
-// Flush; everything is stored before the run ends. Chunks emitted within
-// the worker's ChunkWindow are stored as one event carrying their range;
-// readers still see them one by one (wire.Replay).
+// Flush; everything is stored before the run ends. A chunk of a quiet run
+// leaves at once; those of a streaming run wait at most the worker's
+// ChunkWindow and are stored as one event carrying their range; readers
+// still see them one by one (wire.Replay).
 func (r *Run) Chunk(ctx context.Context, data any) error {
 	raw, err := encodePayload(r.row.ID, "chunk", data)
 	if err != nil {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -70,7 +72,9 @@ func tokenStreams(b *testing.B, nc *nats.Conn, client *parent.Client, js jetstre
 		mu          sync.Mutex
 		lat         []time.Duration
 		first, last time.Time
+		br          breakdown
 	)
+	start := time.Now()
 	cons, err := js.OrderedConsumer(ctx, wire.Namespace(events.Namespace("")).EventsStream(), jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{"jetrun.run.*.chunk"}, DeliverPolicy: jetstream.DeliverNewPolicy,
 	})
@@ -83,17 +87,24 @@ func tokenStreams(b *testing.B, nc *nats.Conn, client *parent.Client, js jetstre
 		if json.Unmarshal(m.Data(), &c) != nil {
 			return
 		}
+		var stored time.Time
+		if md, err := m.Metadata(); err == nil {
+			stored = md.Timestamp
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		if first.IsZero() {
 			first = now
 		}
 		last = now
+		var emitted []time.Time
 		for _, p := range c.Pieces() {
 			if at, err := strconv.ParseInt(string(p.Data), 10, 64); err == nil {
+				emitted = append(emitted, time.Unix(0, at))
 				lat = append(lat, now.Sub(time.Unix(0, at)))
 			}
 		}
+		br.add(start, window, emitted, stored, now)
 	})
 	if err != nil {
 		b.Fatal(err)
@@ -117,18 +128,28 @@ func tokenStreams(b *testing.B, nc *nats.Conn, client *parent.Client, js jetstre
 			t := time.NewTicker(fleetTick)
 			defer t.Stop()
 			end := time.Now().Add(fleetFor)
+			calls := make([]time.Duration, 0, int(fleetFor/fleetTick))
+			defer func() {
+				mu.Lock()
+				defer mu.Unlock()
+				br.calls = append(br.calls, calls...)
+			}()
 			for now := range t.C {
 				if now.After(end) {
 					break
 				}
-				if err := run.Chunk(ctx, time.Now().UnixNano()); err != nil {
+				at := time.Now()
+				if err := run.Chunk(ctx, at.UnixNano()); err != nil {
 					failed.Add(1)
 					return worker.Result{}, err
 				}
+				calls = append(calls, time.Since(at))
 				emitted.Add(1)
 			}
 			return worker.Result{}, run.Flush(ctx)
 		})
+	var gc0 debug.GCStats
+	debug.ReadGCStats(&gc0)
 	cpu0, wall0 := cpuTime(), time.Now()
 	fanOut(b, fleetRuns, dispatchers, func(i int) error {
 		_, err := client.Dispatch(ctx, parent.Request{AgentType: agent, RunID: fmt.Sprintf("%s-%d", agent, i), Input: 1})
@@ -161,6 +182,57 @@ func tokenStreams(b *testing.B, nc *nats.Conn, client *parent.Client, js jetstre
 		"p50_ms", ms(percentile(lat, 0.5)), "p99_ms", ms(percentile(lat, 0.99)), "goal_p99_ms", 100,
 		"chunk_events_stored", stored, "chunks_per_stored_event", float64(len(lat))/float64(stored),
 		"process_cpu_cores", cpu.Seconds()/wall.Seconds(), "chunk_errors", failed.Load())
+	var gc debug.GCStats
+	debug.ReadGCStats(&gc)
+	br.report("token_streams_breakdown_"+name, gc.NumGC-gc0.NumGC, gc.PauseTotal-gc0.PauseTotal)
 	b.ReportMetric(rate, "chunks/s-"+name)
 	b.ReportMetric(ms(percentile(lat, 0.99)), "p99-ms-"+name)
+}
+
+// breakdown splits the latency from Run.Chunk to the live subscriber of
+// the token streams: the wait in the worker's open batch (emitted → the
+// batch closed: its window ended, estimated, or it was flushed), the batch
+// on its way (closed → stored, the server's timestamp: the publisher's
+// pipeline and the server's queue) and the delivery (stored → the
+// subscriber's callback); the time Run.Chunk itself took (a call that
+// waits for room in the pipeline shows in the batch's wait); and the p99 by
+// second of the phase, so a ramp-up shows apart from the steady state.
+type breakdown struct {
+	wait, toStored, toSub, calls []time.Duration
+	bySecond                     [][]time.Duration
+}
+
+func (br *breakdown) add(start time.Time, window time.Duration, emitted []time.Time, stored, now time.Time) {
+	if len(emitted) == 0 || stored.IsZero() {
+		return
+	}
+	closed := emitted[len(emitted)-1]
+	if end := emitted[0].Add(max(window, 0)); !stored.Before(end) && end.After(closed) {
+		closed = end // closed when its window ended, else flushed after its last chunk
+	}
+	for _, at := range emitted {
+		br.wait = append(br.wait, closed.Sub(at))
+		br.toStored = append(br.toStored, stored.Sub(closed))
+		br.toSub = append(br.toSub, now.Sub(stored))
+		sec := max(int(at.Sub(start)/time.Second), 0)
+		for len(br.bySecond) <= sec {
+			br.bySecond = append(br.bySecond, nil)
+		}
+		br.bySecond[sec] = append(br.bySecond[sec], now.Sub(at))
+	}
+}
+
+func (br *breakdown) report(what string, gcs int64, gcPause time.Duration) {
+	for _, l := range [][]time.Duration{br.wait, br.toStored, br.toSub, br.calls} {
+		slices.Sort(l)
+	}
+	var bySec []string
+	for _, l := range br.bySecond {
+		slices.Sort(l)
+		bySec = append(bySec, strconv.Itoa(int(ms(percentile(l, 0.99)))))
+	}
+	report(what, "batch_wait_p50_ms", ms(percentile(br.wait, 0.5)), "batch_wait_p99_ms", ms(percentile(br.wait, 0.99)),
+		"closed_to_stored_p50_ms", ms(percentile(br.toStored, 0.5)), "closed_to_stored_p99_ms", ms(percentile(br.toStored, 0.99)),
+		"stored_to_subscriber_p50_ms", ms(percentile(br.toSub, 0.5)), "stored_to_subscriber_p99_ms", ms(percentile(br.toSub, 0.99)),
+		"chunk_call_p99_ms", ms(percentile(br.calls, 0.99)), "chunk_call_max_ms", ms(percentile(br.calls, 1)), "gcs", gcs, "gc_pause_ms", ms(gcPause), "p99_ms_by_second", strings.Join(bySec, ","))
 }
