@@ -22,7 +22,7 @@ const (
 	DefaultMaxAttempts      = 5
 	DefaultProgressInterval = 200 * time.Millisecond
 	DefaultRowSyncInterval  = 500 * time.Millisecond
-	DefaultChunkWindow      = 5 * time.Millisecond
+	DefaultChunkWindow      = 50 * time.Millisecond
 
 	// MinLease is the shortest lease accepted.
 	MinLease = time.Second

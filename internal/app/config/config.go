@@ -122,7 +122,7 @@ type Pool struct {
 	MaxAttempts      int           `envconfig:"JETRUN_MAX_ATTEMPTS" default:"5" desc:"takeovers after lost workers before a run ends error (max-attempts)"`
 	ShutdownTimeout  time.Duration `envconfig:"JETRUN_SHUTDOWN_TIMEOUT" default:"30s" desc:"on SIGTERM, how long runs in flight may finish before they are handed back"`
 	MaxDepth         int           `envconfig:"JETRUN_MAX_DEPTH" default:"8" desc:"deepest nesting of runs accepted (dispatch depth); also bounds cancel cascades"`
-	ChunkWindow      time.Duration `envconfig:"JETRUN_CHUNK_WINDOW" default:"5ms" desc:"a run's chunk leaves at once when the run is quiet (no chunk within the window before it, its events acknowledged); otherwise it waits at most this window, and the chunks emitted meanwhile leave with it as one stored event (readers still see them one by one); 0 turns coalescing off"`
+	ChunkWindow      time.Duration `envconfig:"JETRUN_CHUNK_WINDOW" default:"50ms" desc:"a run's chunk leaves at once when the run is quiet (no chunk within the window before it, its events acknowledged); otherwise it waits at most this window, and the chunks emitted meanwhile leave with it as one stored event (readers still see them one by one); 0 turns coalescing off"`
 }
 
 // Reconcile holds the reconciler's and finish deliverer's settings.

@@ -52,7 +52,7 @@ func BenchmarkWorkloadTokenStreams(b *testing.B) {
 		for _, w := range []struct {
 			name   string
 			window time.Duration
-		}{{"off", -1}, {"default", worker.DefaultChunkWindow}, {"50ms", 50 * time.Millisecond}} {
+		}{{"off", -1}, {"5ms", 5 * time.Millisecond}, {"default", worker.DefaultChunkWindow}} {
 			tokenStreams(b, nc, client, js, raw, w.name, w.window)
 		}
 	}
