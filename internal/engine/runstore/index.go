@@ -251,7 +251,7 @@ func (aw *ActiveWatch) loop(ctx context.Context, s *Store) {
 		// A (re)load fills fresh, which replaces the snapshot once complete
 		// and then takes the changes that follow.
 		fresh := make(map[string]time.Time)
-		for e := range w.Updates() {
+		for e := range updates(ctx, w) {
 			aw.mu.Lock()
 			if e == nil { // the initial state is complete
 				aw.runs = fresh

@@ -297,7 +297,7 @@ func (ws *Workers) loop(ctx context.Context, s *Store) {
 			continue
 		}
 		fresh := make(map[string]liveKey)
-		for e := range w.Updates() {
+		for e := range updates(ctx, w) {
 			ws.mu.Lock()
 			if e == nil {
 				ws.epochs = fresh

@@ -29,7 +29,8 @@ type RowChange struct {
 // repair itself: when the server-side watch breaks, Changes ends, and the
 // caller starts a new one (and reloads).
 type RowWatch struct {
-	w jetstream.KeyWatcher
+	w   jetstream.KeyWatcher
+	ctx context.Context
 }
 
 // WatchRows starts following every row, until ctx ends or Stop is called.
@@ -38,14 +39,14 @@ func (s *Store) WatchRows(ctx context.Context) (*RowWatch, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kv: watch runs: %w", err)
 	}
-	return &RowWatch{w: w}, nil
+	return &RowWatch{w: w, ctx: ctx}, nil
 }
 
 // Changes yields the rows and their changes until the watch breaks or is
 // stopped.
 func (w *RowWatch) Changes() iter.Seq[RowChange] {
 	return func(yield func(RowChange) bool) {
-		for e := range w.w.Updates() {
+		for e := range updates(w.ctx, w.w) {
 			var c RowChange
 			if e == nil {
 				c.Loaded = true

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -146,5 +147,24 @@ func (w *Watcher) rewatch(ctx context.Context, s *Store, id string, last uint64)
 		case <-time.After(delay):
 		}
 		delay = min(2*delay, 2*time.Second)
+	}
+}
+
+// updates yields w's entries (nil marks the end of the initial values)
+// until its channel closes or ctx ends. nats.go closes the channel when the
+// watch's subscription closes; a watch stopped by its context mid-load was
+// seen (under load) to leave it open, so the context ends the loop too.
+func updates(ctx context.Context, w jetstream.KeyWatcher) iter.Seq[jetstream.KeyValueEntry] {
+	return func(yield func(jetstream.KeyValueEntry) bool) {
+		for {
+			select {
+			case e, ok := <-w.Updates():
+				if !ok || !yield(e) {
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
 	}
 }
