@@ -46,7 +46,7 @@ func (rt *Runtime) PublishStatus(ctx context.Context, r *jetruntype.Run, worker,
 	if err != nil {
 		return fmt.Errorf("jetrun: encode status event of run %s: %w", r.ID, err)
 	}
-	msg := &nats.Msg{Subject: rt.cfg.Namespace.RunSubject(r.ID, events.KindStatus), Data: data, Header: nats.Header{}}
+	msg := &nats.Msg{Subject: rt.EventSubject(r.ID, events.KindStatus), Data: data, Header: nats.Header{}}
 	msg.Header.Set(jetstream.MsgIDHeader, msgID)
 	msg.Header.Set(events.HeaderAttempt, strconv.Itoa(r.Attempt))
 	if model.Of(r).FinishOwed(r.Status) {

@@ -40,7 +40,7 @@ func TestOpenCreatesTheStreamsAndBuckets(t *testing.T) {
 			t.Errorf("stream %s after Open: %v", name, err)
 		}
 	}
-	if rt.Namespace() != "" || rt.Store() == nil || rt.DispatchStream() == nil || rt.EventsStream() == nil {
+	if rt.Namespace() != "" || rt.Store() == nil || rt.DispatchStream() == nil || len(rt.EventsStreams()) != 1 {
 		t.Fatalf("runtime not bound: namespace %q", rt.Namespace())
 	}
 }

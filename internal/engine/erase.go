@@ -36,7 +36,7 @@ func (rt *Runtime) Erase(ctx context.Context, r *jetruntype.Run) error {
 		stream  jetstream.Stream
 		subject string
 	}{
-		{rt.events, ns.RunWildcard(r.ID)},
+		{rt.EventsStreamFor(r.ID), ns.RunWildcard(r.ID)},
 		{rt.signals, ns.RunSignalsWildcard(r.ID)},
 	} {
 		if err := p.stream.Purge(ctx, jetstream.WithPurgeSubject(p.subject)); err != nil {

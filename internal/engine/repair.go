@@ -28,7 +28,7 @@ func (rt *Runtime) RepairFinal(ctx context.Context, id string) (*events.StatusEv
 	if err := events.ValidateID(id); err != nil {
 		return nil, false, fmt.Errorf("jetrun: repair run: %w", err)
 	}
-	m, err := rt.events.GetLastMsgForSubject(ctx, rt.cfg.Namespace.RunSubject(id, events.KindStatus))
+	m, err := rt.EventsStreamFor(id).GetLastMsgForSubject(ctx, rt.cfg.Namespace.RunSubject(id, events.KindStatus))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, false, nil
 	}

@@ -43,8 +43,8 @@ type Runtime struct {
 	js       jetstream.JetStream
 	cfg      Config
 	store    *runstore.Store
-	dispatch jetstream.Stream // bound once, by name
-	events   jetstream.Stream
+	dispatch jetstream.Stream   // bound once, by name
+	events   []jetstream.Stream // one per partition (wire.Partition)
 	signals  jetstream.Stream
 
 	lastRepair atomic.Int64 // when Repair last ran, in Unix nanoseconds
@@ -61,6 +61,9 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Runtime, error) {
 		return nil, fmt.Errorf("jetrun: jetstream: %w", err)
 	}
 	ns := cfg.Namespace
+	if cfg.Streams, err = wire.ResolveEventsStreams(ctx, js, ns, cfg.Streams); err != nil {
+		return nil, fmt.Errorf("jetrun: %w", err)
+	}
 	if err := wire.EnsureStreams(ctx, js, ns, cfg.Streams); err != nil {
 		return nil, fmt.Errorf("jetrun: %w", err)
 	}
@@ -72,9 +75,14 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Runtime, error) {
 	if rt.dispatch, err = js.Stream(ctx, ns.DispatchStream()); err != nil {
 		return nil, fmt.Errorf("jetrun: bind stream %s: %w", ns.DispatchStream(), err)
 	}
-	if rt.events, err = js.Stream(ctx, ns.EventsStream()); err != nil {
-		return nil, fmt.Errorf("jetrun: bind stream %s: %w", ns.EventsStream(), err)
+	for _, name := range ns.EventsStreams(cfg.Streams.EventsStreams) {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			return nil, fmt.Errorf("jetrun: bind stream %s: %w", name, err)
+		}
+		rt.events = append(rt.events, s)
 	}
+	wire.RememberEventsStreams(js, ns, len(rt.events))
 	if rt.signals, err = js.Stream(ctx, ns.SignalsStream()); err != nil {
 		return nil, fmt.Errorf("jetrun: bind stream %s: %w", ns.SignalsStream(), err)
 	}
@@ -101,8 +109,27 @@ func (rt *Runtime) Store() *runstore.Store { return rt.store }
 // Open's).
 func (rt *Runtime) DispatchStream() jetstream.Stream { return rt.dispatch }
 
-// EventsStream returns the run events stream, bound at Open.
-func (rt *Runtime) EventsStream() jetstream.Stream { return rt.events }
+// EventsStreams returns the run events streams, bound at Open, in partition
+// order: one unless the namespace spreads events over several
+// (events.StreamOptions.EventsStreams).
+func (rt *Runtime) EventsStreams() []jetstream.Stream { return rt.events }
+
+// EventsStreamNames returns the names of the events streams, partition
+// order.
+func (rt *Runtime) EventsStreamNames() []string {
+	return rt.cfg.Namespace.EventsStreams(len(rt.events))
+}
+
+// EventsStreamFor returns the events stream holding run id's events.
+func (rt *Runtime) EventsStreamFor(runID string) jetstream.Stream {
+	return rt.events[wire.Partition(runID, len(rt.events))]
+}
+
+// EventSubject is the subject a writer publishes event kind of run id on
+// (wire.Namespace.EventSubject): the documented one with one events stream.
+func (rt *Runtime) EventSubject(runID, kind string) string {
+	return rt.cfg.Namespace.EventSubject(runID, kind, len(rt.events))
+}
 
 // SignalsStream returns the signals stream, bound at Open.
 func (rt *Runtime) SignalsStream() jetstream.Stream { return rt.signals }

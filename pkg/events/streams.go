@@ -33,7 +33,16 @@ type StreamOptions struct {
 	// for a deliverer. The reconciler publishes a lost or expired one
 	// again while it is owed, and dead-letters a finish nobody takes.
 	FinishMaxAge time.Duration
+	// EventsStreams is how many streams hold run events, each run's events
+	// in one of them chosen by a hash of its id, so a cluster spreads their
+	// leaders and storage over its nodes (docs/operations.md, Spreading
+	// events over nodes). It applies when the events streams are created;
+	// zero takes the count of the streams that exist, or 1.
+	EventsStreams int
 }
+
+// MaxEventsStreams bounds StreamOptions.EventsStreams.
+const MaxEventsStreams = 64
 
 // Validate reports every invalid option at once.
 func (o StreamOptions) Validate() error {
@@ -52,6 +61,9 @@ func (o StreamOptions) Validate() error {
 	}
 	if o.FinishMaxAge < 0 {
 		errs = append(errs, fmt.Errorf("finish max age must not be negative, got %s", o.FinishMaxAge))
+	}
+	if o.EventsStreams < 0 || o.EventsStreams > MaxEventsStreams {
+		errs = append(errs, fmt.Errorf("events streams must be between 1 and %d, got %d", MaxEventsStreams, o.EventsStreams))
 	}
 	return errors.Join(errs...)
 }

@@ -112,25 +112,27 @@ func (d *Deliverer) startNotices(ctx context.Context, p *service.Pullers) error 
 		AckWait:       noticeAckWait,
 		MaxDeliver:    -1,
 	}
-	c, err := d.js.CreateOrUpdateConsumer(ctx, ns.EventsStream(), cfg)
-	if err != nil {
-		return fmt.Errorf("finish: create consumer %s: %w", wire.NoticeConsumer, err)
+	for _, stream := range d.rt.EventsStreamNames() { // one consumer per events stream
+		c, err := d.js.CreateOrUpdateConsumer(ctx, stream, cfg)
+		if err != nil {
+			return fmt.Errorf("finish: create consumer %s on %s: %w", wire.NoticeConsumer, stream, err)
+		}
+		// Notices owed must not be skipped: a consumer someone deleted or
+		// re-pointed is restored from where it had got to.
+		keep := d.keeper(stream, cfg, true)
+		keep.Observe(c.CachedInfo())
+		p.Go(pull.Loop{
+			// One at a time, in stream order: the first milestone of a
+			// name is recorded first (a run's milestones share a stream).
+			Consumer: c, Concurrency: 1,
+			Handle: func(ctx context.Context, m jetstream.Msg, _ *pull.Slot) settle.Outcome {
+				return d.recordNotice(ctx, m)
+			},
+			Stopped: retryLater,
+			Logger:  d.log, Name: wire.NoticeConsumer,
+			Repair: keep.Repair, Keep: keep,
+		})
 	}
-	// Notices owed must not be skipped: a consumer someone deleted or
-	// re-pointed is restored from where it had got to.
-	keep := d.keeper(ns.EventsStream(), cfg, true)
-	keep.Observe(c.CachedInfo())
-	p.Go(pull.Loop{
-		// One at a time, in stream order: the first milestone of a name
-		// is recorded first.
-		Consumer: c, Concurrency: 1,
-		Handle: func(ctx context.Context, m jetstream.Msg, _ *pull.Slot) settle.Outcome {
-			return d.recordNotice(ctx, m)
-		},
-		Stopped: retryLater,
-		Logger:  d.log, Name: wire.NoticeConsumer,
-		Repair: keep.Repair, Keep: keep,
-	})
 	return nil
 }
 

@@ -172,26 +172,29 @@ func (m *Meter) Start(ctx context.Context) error {
 		AckWait:       m.cfg.Timeout,
 		MaxDeliver:    MaxDeliveries,
 	}
-	c, err := m.js.CreateOrUpdateConsumer(ctx, ns.EventsStream(), cfg)
-	if err != nil {
-		return fmt.Errorf("meter: create consumer: %w", err)
-	}
-	// Metering is billing: a consumer someone deleted or re-pointed is
-	// restored from where it had got to, not "deliver new".
-	keep := &pull.Keeper{JS: m.js, Stream: ns.EventsStream(), Config: cfg, Resume: true, Ensure: m.rt.Repair,
-		Logger: m.log}
-	if m.cfg.Observer != nil {
-		keep.Restorer = m.cfg.Observer
-	}
-	keep.Observe(c.CachedInfo())
 	p := service.NewPullers(ctx)
-	p.Go(pull.Loop{
-		Consumer: c, Concurrency: m.cfg.Concurrency,
-		Handle:  func(ctx context.Context, msg jetstream.Msg, _ *pull.Slot) settle.Outcome { return m.meter(ctx, msg) },
-		Stopped: func(jetstream.Msg) settle.Outcome { return settle.Retry(0) }, // another process takes it at once
-		Logger:  m.log, Name: wire.MeterConsumer,
-		Repair: keep.Repair, Keep: keep,
-	})
+	for _, stream := range m.rt.EventsStreamNames() { // one consumer per events stream
+		c, err := m.js.CreateOrUpdateConsumer(ctx, stream, cfg)
+		if err != nil {
+			p.Drain(ctx) // stops the consumers' loops started already
+			return fmt.Errorf("meter: create consumer on %s: %w", stream, err)
+		}
+		// Metering is billing: a consumer someone deleted or re-pointed is
+		// restored from where it had got to, not "deliver new".
+		keep := &pull.Keeper{JS: m.js, Stream: stream, Config: cfg, Resume: true, Ensure: m.rt.Repair,
+			Logger: m.log}
+		if m.cfg.Observer != nil {
+			keep.Restorer = m.cfg.Observer
+		}
+		keep.Observe(c.CachedInfo())
+		p.Go(pull.Loop{
+			Consumer: c, Concurrency: m.cfg.Concurrency,
+			Handle:  func(ctx context.Context, msg jetstream.Msg, _ *pull.Slot) settle.Outcome { return m.meter(ctx, msg) },
+			Stopped: func(jetstream.Msg) settle.Outcome { return settle.Retry(0) }, // another process takes it at once
+			Logger:  m.log, Name: wire.MeterConsumer,
+			Repair: keep.Repair, Keep: keep,
+		})
+	}
 	m.life.Running(ctx, func(ctx context.Context) error {
 		if !p.Drain(ctx) {
 			return fmt.Errorf("meter: hooks did not return %s after they were cancelled", service.Grace)

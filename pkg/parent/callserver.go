@@ -160,25 +160,29 @@ func (s *CallServer) Start(ctx context.Context) error {
 	if len(handlers) == 0 {
 		return errors.New("parent: call server: no handlers registered")
 	}
-	consumers := make(map[string]jetstream.Consumer, len(handlers))
+	consumers := make(map[string][]jetstream.Consumer, len(handlers))
 	for name := range handlers {
-		cons, err := s.c.callConsumer(ctx, name, s.cfg.AckWait, s.cfg.Concurrency)
-		if err != nil {
-			return fmt.Errorf("parent: call server: consumer of %s: %w", name, err)
+		for _, stream := range s.c.rt.EventsStreamNames() { // one per events stream
+			cons, err := s.c.callConsumer(ctx, stream, name, s.cfg.AckWait, s.cfg.Concurrency)
+			if err != nil {
+				return fmt.Errorf("parent: call server: consumer of %s on %s: %w", name, stream, err)
+			}
+			consumers[name] = append(consumers[name], cons)
 		}
-		consumers[name] = cons
 	}
 	p := service.NewPullers(ctx)
-	for name, cons := range consumers {
+	for name, conss := range consumers {
 		h := handlers[name]
-		p.Go(pull.Loop{
-			Consumer: cons, Concurrency: s.cfg.Concurrency,
-			Handle: func(ctx context.Context, m jetstream.Msg, _ *pull.Slot) settle.Outcome {
-				return s.serve(ctx, name, m, h)
-			},
-			Stopped: func(jetstream.Msg) settle.Outcome { return settle.Retry(0) }, // straight to another server
-			Logger:  s.log, Name: callConsumer(name),
-		})
+		for _, cons := range conss {
+			p.Go(pull.Loop{
+				Consumer: cons, Concurrency: s.cfg.Concurrency,
+				Handle: func(ctx context.Context, m jetstream.Msg, _ *pull.Slot) settle.Outcome {
+					return s.serve(ctx, name, m, h)
+				},
+				Stopped: func(jetstream.Msg) settle.Outcome { return settle.Retry(0) }, // straight to another server
+				Logger:  s.log, Name: callConsumer(name),
+			})
+		}
 	}
 	s.life.Running(ctx, func(ctx context.Context) error {
 		if !p.Drain(ctx) {
@@ -204,9 +208,9 @@ func (s *CallServer) Stopped() <-chan struct{} { return s.life.Stopped() }
 // every server of calls named name.
 func callConsumer(name string) string { return "call-" + name }
 
-// callConsumer binds the name's consumer, creating it if needed.
-func (c *Client) callConsumer(ctx context.Context, name string, ackWait time.Duration, concurrency int) (jetstream.Consumer, error) {
-	stream := c.ns.EventsStream()
+// callConsumer binds the name's consumer on events stream stream, creating
+// it if needed.
+func (c *Client) callConsumer(ctx context.Context, stream, name string, ackWait time.Duration, concurrency int) (jetstream.Consumer, error) {
 	cons, err := c.js.Consumer(ctx, stream, callConsumer(name))
 	if err == nil {
 		return cons, nil

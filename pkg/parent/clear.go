@@ -105,16 +105,27 @@ func (c *Client) waitMetered(ctx context.Context, rows []*jetruntype.Run) {
 	if len(rows) == 0 {
 		return
 	}
-	ns := c.ns
-	cons, err := c.js.Consumer(ctx, ns.EventsStream(), wire.MeterConsumer)
+	names := c.rt.EventsStreamNames()
+	last := make([]uint64, len(names)) // per events stream
+	for _, r := range rows {
+		p := wire.Partition(r.ID, len(names))
+		if msg, err := c.rt.EventsStreamFor(r.ID).GetLastMsgForSubject(ctx, c.ns.RunSubject(r.ID, events.KindStatus)); err == nil {
+			last[p] = max(last[p], msg.Sequence)
+		}
+	}
+	for p, stream := range names {
+		if last[p] > 0 {
+			c.waitMeteredOn(ctx, stream, last[p])
+		}
+	}
+}
+
+// waitMeteredOn waits, up to meterWait, until the meter's consumer on
+// events stream stream, if there is one, has handled sequence last.
+func (c *Client) waitMeteredOn(ctx context.Context, stream string, last uint64) {
+	cons, err := c.js.Consumer(ctx, stream, wire.MeterConsumer)
 	if err != nil {
 		return // nobody meters
-	}
-	var last uint64
-	for _, r := range rows {
-		if msg, err := c.eventsStream.GetLastMsgForSubject(ctx, ns.RunSubject(r.ID, events.KindStatus)); err == nil {
-			last = max(last, msg.Sequence)
-		}
 	}
 	deadline := time.Now().Add(meterWait)
 	for ctx.Err() == nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/engine/jsfault"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 )
 
 // statusFollower wakes the Awaits of a Client when their run's status
@@ -128,13 +129,28 @@ func (f *statusFollower) remove(id string, ch chan struct{}) {
 
 func (f *statusFollower) start(ctx context.Context) (jetstream.ConsumeContext, error) {
 	ns := f.c.ns
-	cons, err := f.c.js.OrderedConsumer(ctx, ns.EventsStream(), jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{ns.StatusWildcard()},
-		DeliverPolicy:  jetstream.DeliverNewPolicy,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("parent: follow run statuses: %w", err)
+	var ccs wire.ConsumeContexts
+	for _, stream := range f.c.rt.EventsStreamNames() {
+		cons, err := f.c.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{ns.StatusWildcard()},
+			DeliverPolicy:  jetstream.DeliverNewPolicy,
+		})
+		if err != nil {
+			ccs.Stop()
+			return nil, fmt.Errorf("parent: follow run statuses: %w", err)
+		}
+		cc, err := f.consume(cons)
+		if err != nil {
+			ccs.Stop()
+			return nil, err
+		}
+		ccs = append(ccs, cc)
 	}
+	return ccs, nil
+}
+
+// consume wakes the Awaits of the runs whose status events cons delivers.
+func (f *statusFollower) consume(cons jetstream.Consumer) (jetstream.ConsumeContext, error) {
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		tokens := strings.Split(m.Subject(), ".") // <prefix>.run.<id>.status
 		if len(tokens) != 4 {

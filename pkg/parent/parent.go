@@ -95,13 +95,12 @@ type Config struct {
 // Client is the parent side: it dispatches runs, awaits, inspects and
 // cancels them. It is safe for concurrent use.
 type Client struct {
-	cfg          Config
-	rt           *engine.Runtime
-	js           jetstream.JetStream
-	ns           wire.Namespace
-	store        *runstore.Store
-	log          *slog.Logger
-	eventsStream jetstream.Stream
+	cfg   Config
+	rt    *engine.Runtime
+	js    jetstream.JetStream
+	ns    wire.Namespace
+	store *runstore.Store
+	log   *slog.Logger
 
 	statuses statusFollower // wakes Awaits
 	logs     obs.Throttle   // warnings about JetStream faults, per message and class
@@ -140,8 +139,7 @@ func New(runtime *jetrun.Runtime, cfg Config) (*Client, error) {
 	}
 	c := &Client{
 		cfg: cfg, rt: rt, js: rt.JetStream(), ns: rt.Namespace(), store: rt.Store(), log: cfg.Logger,
-		eventsStream: rt.EventsStream(),
-		agents:       make(map[string]time.Time), schemas: registry.NewCache(rt.JetStream(), rt.Namespace()),
+		agents: make(map[string]time.Time), schemas: registry.NewCache(rt.JetStream(), rt.Namespace()),
 	}
 	c.statuses.c = c
 	return c, nil

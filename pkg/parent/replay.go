@@ -168,7 +168,7 @@ func (c *Client) Signal(ctx context.Context, id, name string, payload any) (uint
 // LastEventSeq returns the stream sequence of run id's newest stored event,
 // 0 if it has none yet.
 func (c *Client) LastEventSeq(ctx context.Context, id string) (uint64, error) {
-	m, err := c.eventsStream.GetLastMsgForSubject(ctx, c.ns.RunWildcard(id))
+	m, err := c.rt.EventsStreamFor(id).GetLastMsgForSubject(ctx, c.ns.RunWildcard(id))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, nil
 	}

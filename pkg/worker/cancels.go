@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -24,15 +25,24 @@ import (
 // claiming, cancels its handler. A cancel recorded before the claim is on
 // the row the claim read.
 func (w *Worker) followCancels(ctx context.Context) (jetstream.ConsumeContext, error) {
-	return w.follow(ctx, "cancels", w.ns.EventsStream(), w.ns.CancelWildcard(), func(tokens []string) {
-		// jetrun.run.<id>.cancel
-		w.mu.Lock()
-		e := w.active[tokens[len(tokens)-2]]
-		w.mu.Unlock()
-		if e != nil {
-			e.requestCancel()
+	var ccs wire.ConsumeContexts
+	for _, stream := range w.rt.EventsStreamNames() { // one per events stream
+		cc, err := w.follow(ctx, "cancels", stream, w.ns.CancelWildcard(), func(tokens []string) {
+			// jetrun.run.<id>.cancel
+			w.mu.Lock()
+			e := w.active[tokens[len(tokens)-2]]
+			w.mu.Unlock()
+			if e != nil {
+				e.requestCancel()
+			}
+		})
+		if err != nil {
+			ccs.Stop()
+			return nil, err
 		}
-	})
+		ccs = append(ccs, cc)
+	}
+	return ccs, nil
 }
 
 // followSignals starts the consumer of signals (jetrun.signal.<id>.<name>):

@@ -130,7 +130,7 @@ func (w *Worker) execute(ctx context.Context, e *execution, row *jetruntype.Run,
 	}
 	e.cur, e.rev = row, rev
 	e.pub = &publisher{
-		js: w.js, stream: w.eventsStream, store: w.store, ns: w.ns,
+		js: w.js, stream: w.rt.EventsStreamFor(row.ID), streams: len(w.rt.EventsStreams()), store: w.store, ns: w.ns,
 		runID: row.ID, worker: w.cfg.ID, attempt: row.Attempt, window: &w.eventWindow,
 		lost: e.lose, lapsed: e.lapse, until: w.holdsUntil, trace: trace,
 		chunks: chunkBatch{window: w.cfg.ChunkWindow},
@@ -232,7 +232,7 @@ func (e *execution) start(ctx context.Context) error {
 	takeover := e.attempt > 1 || e.cur.FirstEventSeq != 0
 	e.resumed = takeover
 	if takeover {
-		last, err := e.w.eventsStream.GetLastMsgForSubject(ctx, e.w.ns.RunSubject(e.id, events.KindStatus))
+		last, err := e.w.rt.EventsStreamFor(e.id).GetLastMsgForSubject(ctx, e.w.ns.RunSubject(e.id, events.KindStatus))
 		switch {
 		case err == nil:
 			e.pub.fenceSeq = last.Sequence
@@ -278,7 +278,7 @@ func (e *execution) firstEvent(ctx context.Context, running uint64) (uint64, err
 	if e.attempt <= 1 && e.cur.ConcurrencyKey == "" {
 		return running, nil
 	}
-	m, err := e.w.eventsStream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(e.w.ns.RunWildcard(e.id)))
+	m, err := e.w.rt.EventsStreamFor(e.id).GetMsg(ctx, 1, jetstream.WithGetMsgSubject(e.w.ns.RunWildcard(e.id)))
 	if err != nil {
 		return 0, fmt.Errorf("read the run's first event: %w", err)
 	}
@@ -289,7 +289,7 @@ func (e *execution) firstEvent(ctx context.Context, running uint64) (uint64, err
 // reached. After our "running" event no earlier attempt can add to them.
 func (e *execution) loadHistory(ctx context.Context) error {
 	ns := e.w.ns
-	m, err := e.w.eventsStream.GetLastMsgForSubject(ctx, ns.RunSubject(e.id, events.KindChunk))
+	m, err := e.w.rt.EventsStreamFor(e.id).GetLastMsgForSubject(ctx, ns.RunSubject(e.id, events.KindChunk))
 	switch {
 	case err == nil:
 		var c events.Chunk
@@ -308,7 +308,7 @@ func (e *execution) loadHistory(ctx context.Context) error {
 	first := cmp.Or(e.cur.FirstEventSeq, e.firstEventSeq, 1)
 	e.stateMu.Unlock()
 	for seq := first; ; {
-		m, err := e.w.eventsStream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+		m, err := e.w.rt.EventsStreamFor(e.id).GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			break
 		}

@@ -379,7 +379,7 @@ func (e *execution) drain(ctx context.Context) error {
 // newest status event already says so.
 func (w *Worker) ensureFinalEvent(ctx context.Context, row *jetruntype.Run) error {
 	subject := w.ns.RunSubject(row.ID, events.KindStatus)
-	last, err := w.eventsStream.GetLastMsgForSubject(ctx, subject)
+	last, err := w.rt.EventsStreamFor(row.ID).GetLastMsgForSubject(ctx, subject)
 	if err == nil {
 		if st, derr := decodeStatus(last.Data); derr == nil && st.Status == row.Status {
 			return nil

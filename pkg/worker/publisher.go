@@ -65,7 +65,8 @@ func eventWindow(replicas int) int {
 // and milestone sequence numbers say the order.
 type publisher struct {
 	js      jetstream.JetStream
-	stream  jetstream.Stream // the events stream, for last-message lookups
+	stream  jetstream.Stream // the run's events stream, for last-message lookups
+	streams int              // how many events streams there are (wire.Namespace.EventSubject)
 	store   *runstore.Store
 	ns      wire.Namespace
 	runID   string
@@ -179,7 +180,7 @@ func (p *publisher) failed() error {
 
 // message builds o's message, fenced on the run's status subject.
 func (p *publisher) message(o *outgoing) *nats.Msg {
-	m := &nats.Msg{Subject: p.ns.RunSubject(p.runID, o.kind), Data: o.data, Header: nats.Header{}}
+	m := &nats.Msg{Subject: p.ns.EventSubject(p.runID, o.kind, p.streams), Data: o.data, Header: nats.Header{}}
 	m.Header.Set(jetstream.MsgIDHeader, o.msgID)
 	m.Header.Set(events.HeaderAttempt, strconv.Itoa(p.attempt))
 	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(p.fenceSeq, 10))

@@ -264,7 +264,7 @@ func (e *execution) LoadSteps(ctx context.Context) ([]events.Step, error) {
 	subject := e.w.ns.RunSubject(e.id, events.KindStep)
 	var out []events.Step
 	for seq := from; ; {
-		m, err := e.w.eventsStream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+		m, err := e.w.rt.EventsStreamFor(e.id).GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return out, nil
 		}

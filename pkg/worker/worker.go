@@ -43,7 +43,6 @@ type Worker struct {
 	agents   agentSet // what the worker announces in the agent registry
 
 	// Set by Start.
-	eventsStream  jetstream.Stream
 	eventWindow   atomic.Int64 // an attempt's events in flight at most (eventWindow), shared by its publishers
 	signalsStream jetstream.Stream
 	waiters       waiters      // the Waits in progress
@@ -157,9 +156,9 @@ func (w *Worker) Start(ctx context.Context) error {
 // setUp is Start after its checks.
 func (w *Worker) setUp(ctx context.Context) error {
 	ns := w.ns
-	w.eventsStream, w.signalsStream = w.rt.EventsStream(), w.rt.SignalsStream()
+	w.signalsStream = w.rt.SignalsStream()
 	replicas := 1
-	if info := w.eventsStream.CachedInfo(); info != nil {
+	if info := w.rt.EventsStreams()[0].CachedInfo(); info != nil {
 		replicas = info.Config.Replicas
 	}
 	w.eventWindow.Store(int64(eventWindow(replicas)))

@@ -91,9 +91,12 @@ func StoreReply(ctx context.Context, js jetstream.JetStream, ns wire.Namespace, 
 	if err != nil {
 		return err
 	}
-	subject := ns.RunSubject(reply.RunID, events.KindReply)
 	return jsfault.Retry(ctx, retry, func(ctx context.Context) error {
-		_, err := js.Publish(ctx, subject, data, jetstream.WithMsgID(wire.ReplyMsgID(reply.RunID, reply.Seq)))
+		subject, err := wire.PublishSubject(ctx, js, ns, reply.RunID, events.KindReply)
+		if err != nil {
+			return err
+		}
+		_, err = js.Publish(ctx, subject, data, jetstream.WithMsgID(wire.ReplyMsgID(reply.RunID, reply.Seq)))
 		return err
 	})
 }

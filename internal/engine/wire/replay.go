@@ -45,11 +45,16 @@ func Replay(ctx context.Context, js jetstream.JetStream, ns Namespace, runID str
 				filters = append(filters, ns.RunSubject(runID, events.KindStatus)) // to know when it ends
 			}
 		}
+		name, err := RunEventsStream(ctx, js, ns, runID)
+		if err != nil {
+			yield(events.Event{}, fmt.Errorf("events: replay %s: %w", runID, err))
+			return
+		}
 		var last uint64
 		switch opts.Follow {
 		case events.UntilEnd:
 			// Resuming after the run's end: nothing will ever come.
-			ended, err := endedBy(ctx, js, ns, runID, opts.After)
+			ended, err := endedBy(ctx, js, ns, name, runID, opts.After)
 			if err != nil {
 				yield(events.Event{}, fmt.Errorf("events: replay %s: %w", runID, err))
 				return
@@ -58,7 +63,7 @@ func Replay(ctx context.Context, js jetstream.JetStream, ns Namespace, runID str
 				return
 			}
 		case events.HistoryOnly:
-			stream, err := js.Stream(ctx, ns.EventsStream())
+			stream, err := js.Stream(ctx, name)
 			if err != nil {
 				yield(events.Event{}, fmt.Errorf("events: replay %s: %w", runID, err))
 				return
@@ -86,7 +91,7 @@ func Replay(ctx context.Context, js jetstream.JetStream, ns Namespace, runID str
 			from := opts.StartTime
 			cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &from
 		}
-		c, err := js.OrderedConsumer(ctx, ns.EventsStream(), cfg)
+		c, err := js.OrderedConsumer(ctx, name, cfg)
 		if err != nil {
 			yield(events.Event{}, fmt.Errorf("events: replay %s: %w", runID, err))
 			return
@@ -129,15 +134,15 @@ func Replay(ctx context.Context, js jetstream.JetStream, ns Namespace, runID str
 
 // endedBy reports whether the run's newest status event ends it and lies at
 // or before sequence after.
-func endedBy(ctx context.Context, js jetstream.JetStream, ns Namespace, runID string, after uint64) (bool, error) {
+func endedBy(ctx context.Context, js jetstream.JetStream, ns Namespace, stream string, runID string, after uint64) (bool, error) {
 	if after == 0 {
 		return false, nil
 	}
-	stream, err := js.Stream(ctx, ns.EventsStream())
+	s, err := js.Stream(ctx, stream)
 	if err != nil {
 		return false, err
 	}
-	m, err := stream.GetLastMsgForSubject(ctx, ns.RunSubject(runID, events.KindStatus))
+	m, err := s.GetLastMsgForSubject(ctx, ns.RunSubject(runID, events.KindStatus))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return false, nil
 	}

@@ -20,7 +20,11 @@ func PublishCancel(ctx context.Context, js jetstream.JetStream, ns Namespace, id
 	if err != nil {
 		return fmt.Errorf("events: encode cancel of run %s: %w", id, err)
 	}
-	if _, err := js.Publish(ctx, ns.RunSubject(id, events.KindCancel), data); err != nil {
+	subject, err := PublishSubject(ctx, js, ns, id, events.KindCancel)
+	if err != nil {
+		return fmt.Errorf("events: publish cancel of run %s: %w", id, err)
+	}
+	if _, err := js.Publish(ctx, subject, data); err != nil {
 		return fmt.Errorf("events: publish cancel of run %s: %w", id, err)
 	}
 	return nil
@@ -29,7 +33,7 @@ func PublishCancel(ctx context.Context, js jetstream.JetStream, ns Namespace, id
 // StreamConfigs returns the configurations of the streams jetrun needs.
 func StreamConfigs(ns Namespace, o events.StreamOptions) []jetstream.StreamConfig {
 	o = withDefaults(o)
-	return []jetstream.StreamConfig{
+	return append([]jetstream.StreamConfig{
 		{
 			Name:        ns.DispatchStream(),
 			Description: "jetrun dispatches: one message per run, removed once a worker finishes it",
@@ -40,17 +44,6 @@ func StreamConfigs(ns Namespace, o events.StreamOptions) []jetstream.StreamConfi
 			Duplicates:  o.DedupWindow,
 			Discard:     jetstream.DiscardNew,
 			AllowDirect: true, // lets `nats stream view` page a work queue
-		},
-		{
-			Name:        ns.EventsStream(),
-			Description: "jetrun run events: status, chunks, progress and milestones, kept for replay",
-			Subjects:    []string{ns.RunsWildcard()},
-			Retention:   jetstream.LimitsPolicy,
-			Storage:     jetstream.FileStorage,
-			Replicas:    o.Replicas,
-			MaxAge:      o.EventsMaxAge,
-			Duplicates:  min(events.DefaultDedupWindow, o.EventsMaxAge),
-			AllowDirect: true,
 		},
 		{
 			Name:        ns.FinishStream(),
@@ -84,7 +77,7 @@ func StreamConfigs(ns Namespace, o events.StreamOptions) []jetstream.StreamConfi
 			MaxAge:      o.DLQMaxAge,
 			AllowDirect: true,
 		},
-	}
+	}, eventsConfigs(ns, o)...)
 }
 
 // EnsureStreams creates the streams jetrun needs, or checks the ones that
@@ -113,6 +106,10 @@ func RepairStreams(ctx context.Context, js jetstream.JetStream, ns Namespace, o 
 func ensureStreams(ctx context.Context, js jetstream.JetStream, ns Namespace, o events.StreamOptions, settle time.Duration) error {
 	if err := o.Validate(); err != nil {
 		return fmt.Errorf("events: stream options: %w", err)
+	}
+	o, err := ResolveEventsStreams(ctx, js, ns, o)
+	if err != nil {
+		return err
 	}
 	for _, cfg := range StreamConfigs(ns, o) {
 		if err := ensureStream(ctx, js, cfg, settle); err != nil {

@@ -44,7 +44,11 @@ func ReadEvents(t testing.TB, js jetstream.JetStream, id string) []Event {
 	ns := events.Namespace("")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	stream, err := js.Stream(ctx, wire.Namespace(ns).EventsStream())
+	name, err := wire.RunEventsStream(ctx, js, wire.Namespace(ns), id)
+	if err != nil {
+		t.Fatalf("jetruntest: events stream of %s: %v", id, err)
+	}
+	stream, err := js.Stream(ctx, name)
 	if err != nil {
 		t.Fatalf("jetruntest: bind events stream: %v", err)
 	}
@@ -55,7 +59,7 @@ func ReadEvents(t testing.TB, js jetstream.JetStream, id string) []Event {
 	if err != nil {
 		t.Fatalf("jetruntest: last event of %s: %v", id, err)
 	}
-	c, err := js.OrderedConsumer(ctx, wire.Namespace(ns).EventsStream(), jetstream.OrderedConsumerConfig{
+	c, err := js.OrderedConsumer(ctx, name, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{ns.RunWildcard(id)},
 	})
 	if err != nil {
