@@ -117,6 +117,7 @@ func TestDefaultsMatchThePackages(t *testing.T) {
 		"JETRUN_REPLICAS":                    {pw.Replicas, events.DefaultReplicas},
 		"JETRUN_DEDUP_WINDOW":                {pw.DedupWindow, events.DefaultDedupWindow},
 		"JETRUN_EVENTS_MAX_AGE":              {pw.EventsMaxAge, events.DefaultEventsMaxAge},
+		"JETRUN_EVENTS_STREAMS":              {pw.EventsStreams, 0},
 		"JETRUN_DLQ_MAX_AGE":                 {pw.DLQMaxAge, events.DefaultDLQMaxAge},
 		"JETRUN_CONCURRENCY":                 {pw.Concurrency, worker.DefaultConcurrency},
 		"JETRUN_FLEET_CONCURRENCY":           {pw.FleetConcurrency, worker.DefaultFleetConcurrency},
