@@ -2,11 +2,13 @@ package wire
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -235,3 +237,131 @@ func PublishSubject(ctx context.Context, js jetstream.JetStream, ns Namespace, r
 	}
 	return ns.EventSubject(runID, kind, n), nil
 }
+
+// BalanceEventsLeaders moves the leaders of the n events streams so that no
+// node leads more than its share, ceil(n / nodes): a stream led by a node
+// over its share is asked to step down in favour of a current replica on
+// the node leading fewest ($JS.API.STREAM.LEADER.STEPDOWN with a preferred
+// placement, nats-server 2.11 and later). Where the server picks a new
+// stream's leader at random, three streams on three nodes get one leader
+// each only two times in nine. It does nothing with one stream or on a
+// single server. Leaders move on their own when nodes restart; an operator
+// balances them again by hand (docs/operations.md).
+func BalanceEventsLeaders(ctx context.Context, js jetstream.JetStream, ns Namespace, n int) error {
+	names := ns.EventsStreams(n)
+	if len(names) < 2 {
+		return nil
+	}
+	for range 10 * len(names) { // each round moves at most one leader
+		leaders := map[string]string{}    // stream -> leader
+		replicas := map[string][]string{} // stream -> current followers
+		led := map[string]int{}           // node -> streams led
+		for _, name := range names {
+			s, err := js.Stream(ctx, name)
+			if err != nil {
+				return fmt.Errorf("events: balance leaders: %w", err)
+			}
+			info, err := s.Info(ctx)
+			if err != nil {
+				return fmt.Errorf("events: balance leaders: %w", err)
+			}
+			if info.Cluster == nil || info.Config.Replicas < 2 {
+				return nil // nothing to move
+			}
+			if info.Cluster.Leader == "" {
+				break // elections under way: look again
+			}
+			leaders[name] = info.Cluster.Leader
+			led[info.Cluster.Leader]++
+			for _, r := range info.Cluster.Replicas {
+				if _, ok := led[r.Name]; !ok {
+					led[r.Name] = 0
+				}
+				if r.Current && !r.Offline {
+					replicas[name] = append(replicas[name], r.Name)
+				}
+			}
+		}
+		if len(leaders) < len(names) {
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("events: balance leaders: %w", ctx.Err())
+			case <-time.After(100 * time.Millisecond):
+			}
+			continue
+		}
+		share := (len(names) + len(led) - 1) / len(led)
+		moved := false
+		for _, name := range names {
+			if led[leaders[name]] <= share && led[leaders[name]] <= 1+minLed(led) {
+				continue
+			}
+			target := ""
+			for _, r := range replicas[name] {
+				if target == "" || led[r] < led[target] {
+					target = r
+				}
+			}
+			if target == "" || led[target]+1 >= led[leaders[name]] {
+				continue
+			}
+			if err := stepDown(ctx, js, name, leaders[name], target); err != nil {
+				return err
+			}
+			moved = true
+			break
+		}
+		if !moved {
+			return nil
+		}
+	}
+	return nil
+}
+
+func minLed(led map[string]int) int {
+	m := -1
+	for _, c := range led {
+		if m < 0 || c < m {
+			m = c
+		}
+	}
+	return m
+}
+
+// stepDown asks stream's leader, from, to hand over to node, then waits,
+// up to stepDownWait, until another node leads it. The server may pick
+// another node than the one preferred, or elect from again (a transfer to a
+// replica that lags): the caller's next round looks again.
+func stepDown(ctx context.Context, js jetstream.JetStream, stream, from, node string) error {
+	req := []byte(`{"placement":{"preferred":` + strconv.Quote(node) + `}}`)
+	msg, err := js.Conn().RequestWithContext(ctx, "$JS.API.STREAM.LEADER.STEPDOWN."+stream, req)
+	if err != nil {
+		return fmt.Errorf("events: step down the leader of %s: %w", stream, err)
+	}
+	var resp struct {
+		Error *struct {
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(msg.Data, &resp) == nil && resp.Error != nil {
+		return fmt.Errorf("events: step down the leader of %s: %s", stream, resp.Error.Description)
+	}
+	wctx, cancel := context.WithTimeout(ctx, stepDownWait)
+	defer cancel()
+	for {
+		if s, err := js.Stream(wctx, stream); err == nil {
+			if info, err := s.Info(wctx); err == nil && info.Cluster != nil &&
+				info.Cluster.Leader != "" && info.Cluster.Leader != from {
+				return nil
+			}
+		}
+		select {
+		case <-wctx.Done():
+			return ctx.Err() // nil: still led by from, the next round tries again
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// stepDownWait bounds the wait for a stream's new leader.
+const stepDownWait = 2 * time.Second

@@ -224,3 +224,67 @@ func TestEventsStreamsFixedAtCreation(t *testing.T) {
 		t.Fatal("too many events streams validated")
 	}
 }
+
+// On a three-node cluster the creator of three three-replica events streams
+// leaves one leader on each node, and BalanceEventsLeaders spreads them
+// again after two end up on one node.
+func TestEventsLeadersBalanced(t *testing.T) {
+	t.Parallel()
+	servers := natstest.RunCluster(t)
+	nc, js := natstest.Connect(t, servers[0])
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ns := wire.Namespace("")
+	if err := wire.EnsureStreams(ctx, js, "", events.StreamOptions{EventsStreams: 3, Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	leaders := func() map[string]string {
+		t.Helper()
+		m := map[string]string{}
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		for _, name := range ns.EventsStreams(3) {
+			s, err := js.Stream(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			info, err := s.Info(ctx)
+			if err != nil || info.Cluster == nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			m[name] = info.Cluster.Leader
+		}
+		return m
+	}
+	spread := func(m map[string]string) bool {
+		nodes := map[string]bool{}
+		for _, l := range m {
+			nodes[l] = l != ""
+		}
+		return len(nodes) == 3 && !slices.Contains(slices.Collect(func(yield func(bool) bool) {
+			for _, ok := range nodes {
+				if !yield(ok) {
+					return
+				}
+			}
+		}), false)
+	}
+	if m := leaders(); !spread(m) {
+		t.Fatalf("leaders after creation: %v", m)
+	}
+	// Move JETRUN_EVENTS_1's leader to JETRUN_EVENTS's node.
+	m := leaders()
+	req := `{"placement":{"preferred":"` + m["JETRUN_EVENTS"] + `"}}`
+	if _, err := nc.Request("$JS.API.STREAM.LEADER.STEPDOWN.JETRUN_EVENTS_1", []byte(req), 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 10*time.Second, func() bool { return leaders()["JETRUN_EVENTS_1"] == m["JETRUN_EVENTS"] },
+		"JETRUN_EVENTS_1 did not move")
+	if err := wire.BalanceEventsLeaders(ctx, js, ns, 3); err != nil {
+		t.Fatal(err)
+	}
+	if m := leaders(); !spread(m) {
+		t.Fatalf("leaders after balancing: %v", m)
+	}
+	t.Logf("leaders after balancing: %v", leaders())
+}

@@ -111,15 +111,35 @@ func ensureStreams(ctx context.Context, js jetstream.JetStream, ns Namespace, o 
 	if err != nil {
 		return err
 	}
+	created := false // an events stream
 	for _, cfg := range StreamConfigs(ns, o) {
-		if err := ensureStream(ctx, js, cfg, settle); err != nil {
+		made, err := ensureStream(ctx, js, cfg, settle)
+		if err != nil {
 			return err
 		}
+		created = created || made && cfg.Metadata[MetaEventsStreams] != ""
+	}
+	if created && o.Replicas > 1 {
+		// Best effort: unbalanced leaders cost throughput, not correctness.
+		bctx, cancel := context.WithTimeout(ctx, balanceTimeout)
+		defer cancel()
+		_ = BalanceEventsLeaders(bctx, js, ns, o.EventsStreams)
 	}
 	return nil
 }
 
-func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, settle time.Duration) error {
+// balanceTimeout bounds the leader balancing after the events streams are
+// created.
+const balanceTimeout = 10 * time.Second
+
+func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, settle time.Duration) (created bool, err error) {
+	if err := ensureStreamExists(ctx, js, want, settle, &created); err != nil {
+		return false, err
+	}
+	return created, nil
+}
+
+func ensureStreamExists(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, settle time.Duration, created *bool) error {
 	// Look first, create only what is missing: a user whose role may not
 	// create streams (nats.conf: child, producer) starts against streams a
 	// parent-worker created.
@@ -134,6 +154,7 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	}
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		if _, err = js.CreateStream(ctx, want); err == nil {
+			*created = true
 			return nil
 		}
 		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
