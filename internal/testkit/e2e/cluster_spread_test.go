@@ -13,6 +13,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/engine"
+	"github.com/jetrun/jetrun/internal/engine/registry"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -24,7 +26,8 @@ import (
 // TestClusterEventsSpreadOverNodes runs the same streaming runs on the
 // nats-cluster/ three-node cluster twice: in a namespace with one events
 // stream (the default) and in one with three (JETRUN_EVENTS_STREAMS=3),
-// all with three replicas. It prints each node's share of the events
+// all with three replicas; the second as the roles of nats-users.conf (a
+// parent creates the streams, a child works, a producer replays). It prints each node's share of the events
 // streams' leaders and of the events those leaders stored: with one stream
 // one node leads every event; with three each node leads one stream and
 // about a third of the events (chunk coalescing off: one event per
@@ -42,12 +45,41 @@ func TestClusterEventsSpreadOverNodes(t *testing.T) {
 		runs   = 90
 		chunks = 50
 	)
-	for _, streams := range []int{1, 3} {
-		prefix := fmt.Sprintf("spread%d", streams)
+	errs := make(chan error, 16)
+	connect := func(user string) *nats.Conn {
+		t.Helper()
+		nc, err := roleConn(c.url(), user, errs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	for _, tc := range []struct {
+		prefix  string
+		streams int
+		roles   bool // the roles of nats-users.conf: parent creates, child works, producer replays
+	}{{"spread1", 1, false}, {"", 3, true}} {
+		streams, prefix := tc.streams, tc.prefix
 		ns := wire.Namespace(prefix)
-		rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{Namespace: events.Namespace(prefix),
+		creator, workerConn := nc, nc
+		if tc.roles {
+			creator, workerConn = connect("parent"), connect("child")
+		}
+		rt := jetruntest.OpenRuntime(t, creator, jetrun.Config{Namespace: events.Namespace(prefix),
 			Streams: events.StreamOptions{Replicas: 3, EventsStreams: streams}})
-		w, err := worker.New(rt, worker.Config{Concurrency: runs, ChunkWindow: -1}) // one event per chunk
+		if tc.roles { // as parent-worker does: child-workers may create nothing
+			if _, err := registry.Open(context.Background(), engine.From(rt).JetStream(), ns, 3); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Every other process adopts the count the streams were created with.
+		wrt := jetruntest.OpenRuntime(t, workerConn, jetrun.Config{Namespace: events.Namespace(prefix),
+			Streams: events.StreamOptions{Replicas: 3}})
+		if got := len(engine.From(wrt).EventsStreams()); got != streams {
+			t.Fatalf("a worker adopted %d events streams, want %d", got, streams)
+		}
+		w, err := worker.New(wrt, worker.Config{Concurrency: runs, ChunkWindow: -1}) // one event per chunk
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -79,6 +111,29 @@ func TestClusterEventsSpreadOverNodes(t *testing.T) {
 		}
 		took := time.Since(start)
 		_ = w.Stop()
+		if tc.roles {
+			prt := jetruntest.OpenRuntime(t, connect("producer"), jetrun.Config{Streams: events.StreamOptions{Replicas: 3}})
+			viewer, err := parent.New(prt, parent.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range reqs[:6] { // runs of every partition
+				seq, err := viewer.Replay(ctx, r.RunID, 0, events.HistoryOnly, events.KindChunk)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := 0
+				for _, err := range seq {
+					if err != nil {
+						t.Fatalf("producer replays %s: %v", r.RunID, err)
+					}
+					got++
+				}
+				if got != chunks {
+					t.Fatalf("producer replays %d chunks of %s, want %d", got, r.RunID, chunks)
+				}
+			}
+		}
 
 		led, ledEvents, stored := map[string]int{}, map[string]uint64{}, map[string]uint64{}
 		for _, name := range c.names {
@@ -102,7 +157,7 @@ func TestClusterEventsSpreadOverNodes(t *testing.T) {
 			for _, r := range info.Cluster.Replicas {
 				stored[r.Name] += msgs
 			}
-			t.Logf("%s: %s led by %s, %d events", prefix, name, info.Cluster.Leader, msgs)
+			t.Logf("%s led by %s, %d events", name, info.Cluster.Leader, msgs)
 		}
 		cancel()
 		var lines []string
@@ -121,5 +176,10 @@ func TestClusterEventsSpreadOverNodes(t *testing.T) {
 				}
 			}
 		}
+	}
+	select {
+	case err := <-errs:
+		t.Fatalf("a role was refused: %v", err)
+	default:
 	}
 }
