@@ -238,22 +238,36 @@ func TestEventsLeadersBalanced(t *testing.T) {
 	if err := wire.EnsureStreams(ctx, js, "", events.StreamOptions{EventsStreams: 3, Replicas: 3}); err != nil {
 		t.Fatal(err)
 	}
-	leaders := func() map[string]string {
-		t.Helper()
+	// leaders reads each stream's leader; during a leader change a read may
+	// time out, which lookup reports as an error.
+	lookup := func() (map[string]string, error) {
 		m := map[string]string{}
 		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		for _, name := range ns.EventsStreams(3) {
 			s, err := js.Stream(ctx, name)
 			if err != nil {
-				t.Fatal(err)
+				return nil, fmt.Errorf("%s: %w", name, err)
 			}
 			info, err := s.Info(ctx)
-			if err != nil || info.Cluster == nil {
-				t.Fatalf("%s: %v", name, err)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", name, err)
+			}
+			if info.Cluster == nil {
+				return nil, fmt.Errorf("%s: no cluster info", name)
 			}
 			m[name] = info.Cluster.Leader
 		}
+		return m, nil
+	}
+	leaders := func() map[string]string {
+		t.Helper()
+		var m map[string]string
+		natstest.Eventually(t, 30*time.Second, func() bool {
+			var err error
+			m, err = lookup()
+			return err == nil
+		}, "the events streams' leaders could not be read")
 		return m
 	}
 	spread := func(m map[string]string) bool {
@@ -278,8 +292,10 @@ func TestEventsLeadersBalanced(t *testing.T) {
 	if _, err := nc.Request("$JS.API.STREAM.LEADER.STEPDOWN.JETRUN_EVENTS_1", []byte(req), 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	natstest.Eventually(t, 10*time.Second, func() bool { return leaders()["JETRUN_EVENTS_1"] == m["JETRUN_EVENTS"] },
-		"JETRUN_EVENTS_1 did not move")
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		now, err := lookup()
+		return err == nil && now["JETRUN_EVENTS_1"] == m["JETRUN_EVENTS"]
+	}, "JETRUN_EVENTS_1 did not move")
 	if err := wire.BalanceEventsLeaders(ctx, js, ns, 3); err != nil {
 		t.Fatal(err)
 	}
