@@ -134,6 +134,13 @@ func TestBrowserUI(t *testing.T) {
 	// 5. A screenshot of the run page, kept as an artifact.
 	b.screenshot("run-page.png")
 
+	// The trace above the children grows a row for the late grandchild
+	// when it is fetched again; a click aimed while it grows lands on the
+	// wrong line. Click once the trace shows the whole tree, ended.
+	b.waitTrue("the trace of the whole tree, ended", `(() => {
+		const runs = [...document.querySelectorAll('[data-testid="trace-run"]')];
+		return runs.length === 4 && runs.every((r) => r.dataset.status === 'completed');
+	})()`)
 	b.do("open the child", chromedp.Click(chromedp.CSS(fmt.Sprintf(`[data-testid="child"][data-run-id=%q] a`, childRun))))
 	b.waitTrue("the child's page with a link to its parent", fmt.Sprintf(`location.pathname === '/runs/%s' && document.querySelector('[data-testid="parent-link"]')?.getAttribute('href') === '/runs/%s'`, childRun, approveRun))
 	b.waitTrue("the child to complete", runStatusJS("completed"))
