@@ -161,7 +161,7 @@ func TestEraseRemovesEveryTrace(t *testing.T) {
 	if _, err := s.GetLastMsgForSubject(ctx, "jetrun.run.r3.>"); !errors.Is(err, jetstream.ErrMsgNotFound) {
 		t.Errorf("events after Erase: %v, want none", err)
 	}
-	if cleared, err := rt.Store().Cleared(ctx, "r3", p.Seq); err != nil || !cleared {
+	if cleared, err := rt.Store().Index().Cleared(ctx, "r3", p.Seq); err != nil || !cleared {
 		t.Errorf("Cleared(old dispatch) = %v, %v; want true (tombstone)", cleared, err)
 	}
 }

@@ -23,7 +23,7 @@ func (rt *Runtime) Erase(ctx context.Context, r *jetruntype.Run) error {
 	if err != nil {
 		return fmt.Errorf("jetrun: erase run %s: look up dispatch stream: %w", r.ID, err)
 	}
-	if err := rt.store.Tombstone(ctx, r.ID, info.State.LastSeq); err != nil {
+	if err := rt.store.Index().Tombstone(ctx, r.ID, info.State.LastSeq); err != nil {
 		return err
 	}
 	if r.DispatchSeq > 0 {

@@ -185,7 +185,7 @@ func From(rt Public) *Runtime { return from(rt) }
 // resumed it first or it is not resumable; next is then the row as it is.
 // The caller publishes the dispatch (a keyed run waits for its key).
 func (rt *Runtime) Resume(ctx context.Context, row *jetruntype.Run, queued bool) (next *jetruntype.Run, resumed bool, err error) {
-	if err := rt.store.Reindex(ctx, row); err != nil {
+	if err := rt.store.Index().Reindex(ctx, row); err != nil {
 		return nil, false, fmt.Errorf("jetrun: resume run %s: %w", row.ID, err)
 	}
 	next, _, err = rt.store.Mutate(ctx, row.ID, func(r *jetruntype.Run) error {
@@ -204,7 +204,7 @@ func (rt *Runtime) Resume(ctx context.Context, row *jetruntype.Run, queued bool)
 		return nil, false, fmt.Errorf("jetrun: resume run %s: %w", row.ID, err)
 	}
 	if resumed {
-		if err := rt.store.Reindex(ctx, next); err != nil {
+		if err := rt.store.Index().Reindex(ctx, next); err != nil {
 			return nil, false, fmt.Errorf("jetrun: resume run %s: %w", row.ID, err)
 		}
 	}

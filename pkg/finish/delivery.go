@@ -309,7 +309,7 @@ func (d *Deliverer) markDelivered(ctx context.Context, log *slog.Logger, name st
 		d.cfg.Observer.FinishDelivered(handler)
 	}
 	obs.Report(ctx, d.log, obs.FinishDelivered, e.runID(), append(append(e.attrs(), "handler", handler, "attempts", attempts), more...)...)
-	if err := d.store.UnindexIfSettled(ctx, row); err != nil {
+	if err := d.store.Index().UnindexIfSettled(ctx, row); err != nil {
 		log.WarnContext(ctx, "unindex settled run", "err", err)
 	}
 	return settle.Ack()
@@ -344,7 +344,7 @@ func (d *Deliverer) deadLetter(ctx context.Context, name string, msg jetstream.M
 	}
 	if e.ledgered() {
 		row := d.release(d.log, e, c, errors.New(reason), true)
-		if err := d.store.UnindexIfSettled(ctx, row); err != nil {
+		if err := d.store.Index().UnindexIfSettled(ctx, row); err != nil {
 			d.log.WarnContext(ctx, "unindex settled run", "run_id", e.runID(), "err", err)
 		}
 	}

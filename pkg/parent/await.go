@@ -227,7 +227,7 @@ func (c *Client) giveUp(ctx context.Context, id string, f *Failure) {
 		if !r.Live() || r.Status == events.StatusInterrupted {
 			return runstore.ErrNoChange
 		}
-		held, err := c.store.HolderAlive(ctx, r)
+		held, err := c.store.Workers().HolderAlive(ctx, r)
 		if err != nil {
 			return err
 		}
@@ -317,7 +317,7 @@ func (c *Client) Cancel(ctx context.Context, id, reason string) (*jetruntype.Run
 func (c *Client) cancelOne(ctx context.Context, id, reason string) (*jetruntype.Run, error) {
 	aborted := false
 	row, _, err := c.store.Mutate(ctx, id, func(r *jetruntype.Run) (err error) {
-		held, err := c.store.HolderAlive(ctx, r)
+		held, err := c.store.Workers().HolderAlive(ctx, r)
 		if err != nil {
 			return err
 		}
@@ -348,7 +348,7 @@ func (c *Client) cancelDescendants(ctx context.Context, id, reason string) {
 	for depth := 0; depth < c.cfg.MaxDepth && len(level) > 0; depth++ {
 		var next []string
 		for _, p := range level {
-			children, err := c.store.Children(ctx, p)
+			children, err := c.store.Index().Children(ctx, p)
 			if err != nil {
 				c.log.WarnContext(ctx, "list children to cancel", "run_id", p, "err", err)
 				continue

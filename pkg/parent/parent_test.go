@@ -441,7 +441,7 @@ func TestPlainDispatchWritesNoIndexAndStartsOnce(t *testing.T) {
 		t.Fatalf("has run: %v %v", ok, err)
 	}
 	jetruntest.WaitRow(t, b.store, "plain", 10*time.Second, func(r *jetruntype.Run) bool { return r.Status == events.StatusRunning })
-	active, err := b.store.Active(ctx)
+	active, err := b.store.Index().Active(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -454,7 +454,7 @@ func TestReconcilerRepairsAKeyWhoseHolderDied(t *testing.T) {
 	if r, _ := c.Inspect(ctx, "h1"); r.Status != events.StatusStarting || r.DispatchSeq == 0 {
 		t.Fatalf("h1 after the sweep: %s (dispatch %d); want starting with its dispatch out", r.Status, r.DispatchSeq)
 	}
-	if holder, _, _ := store.KeyHolder(ctx, "k"); holder != "h1" {
+	if holder, _, _ := store.Keys().Holder(ctx, "k"); holder != "h1" {
 		t.Fatalf("holder %q", holder)
 	}
 }

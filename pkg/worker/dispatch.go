@@ -56,7 +56,7 @@ func (w *Worker) process(ctx context.Context, agentType string, msg jetstream.Ms
 		if try == 0 && blind {
 			// A plain publish's first delivery has no row (the create
 			// below finds one that exists): only the tombstone is read.
-			cleared, err = w.store.Cleared(ctx, d.RunID, wire.StreamSeq(msg))
+			cleared, err = w.store.Index().Cleared(ctx, d.RunID, wire.StreamSeq(msg))
 			if err == nil {
 				err = runstore.ErrRunNotFound
 			}
@@ -322,7 +322,7 @@ func (w *Worker) readRow(ctx context.Context, id string, seq uint64, first, para
 	)
 	both := first && parallel
 	if both {
-		tomb.Go(func() { cleared, tombErr = w.store.Cleared(ctx, id, seq) })
+		tomb.Go(func() { cleared, tombErr = w.store.Index().Cleared(ctx, id, seq) })
 	}
 	get := w.store.Get
 	if first {
@@ -337,7 +337,7 @@ func (w *Worker) readRow(ctx context.Context, id string, seq uint64, first, para
 		return row, rev, false, err
 	}
 	if !both {
-		cleared, tombErr = w.store.Cleared(ctx, id, seq)
+		cleared, tombErr = w.store.Index().Cleared(ctx, id, seq)
 	}
 	if tombErr != nil {
 		return nil, 0, false, tombErr
@@ -356,7 +356,7 @@ func (w *Worker) heldElsewhere(ctx context.Context, row *jetruntype.Run) (bool, 
 	if row.Worker == w.cfg.ID && row.WorkerEpoch == w.epoch() {
 		return false, nil
 	}
-	return w.store.HolderAlive(ctx, row)
+	return w.store.Workers().HolderAlive(ctx, row)
 }
 
 // adopt attaches a redelivered dispatch to the execution of its run in this

@@ -348,7 +348,7 @@ func TestADeadHolderIsTakenOverAfterAnOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The holder: a worker process whose key will be missing.
-	ghost, err := store.AcquireLiveness(context.Background(), "ghost", lease)
+	ghost, err := store.Workers().Acquire(context.Background(), "ghost", lease)
 	if err != nil {
 		t.Fatal(err)
 	}

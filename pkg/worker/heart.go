@@ -107,7 +107,7 @@ func (w *Worker) renew(ctx context.Context) error {
 			"worker liveness lost: still lapsed, claiming nothing; resuming once JetStream answers", "err", err)
 	}
 	if errors.Is(err, runstore.ErrLivenessLost) {
-		next, aerr := w.store.AcquireLiveness(rctx, w.cfg.ID, w.cfg.Lease)
+		next, aerr := w.store.Workers().Acquire(rctx, w.cfg.ID, w.cfg.Lease)
 		if aerr != nil {
 			return errors.Join(err, aerr)
 		}
@@ -182,7 +182,7 @@ func (w *Worker) mayBeResuming(ctx context.Context, row *jetruntype.Run) bool {
 	if !w.recovering() || row.WorkerEpoch == "" {
 		return false
 	}
-	epoch, err := w.store.LivenessEpoch(ctx, row.Worker)
+	epoch, err := w.store.Workers().Epoch(ctx, row.Worker)
 	return err != nil || epoch == ""
 }
 

@@ -59,7 +59,7 @@ func (w *Worker) lapsedHolderAnswers(ctx context.Context, row *jetruntype.Run) (
 	if row.Status != events.StatusRunning || row.Worker == "" || row.Worker == w.cfg.ID || row.WorkerEpoch == "" {
 		return false, false
 	}
-	if epoch, err := w.store.LivenessEpoch(ctx, row.Worker); err != nil || epoch != "" {
+	if epoch, err := w.store.Workers().Epoch(ctx, row.Worker); err != nil || epoch != "" {
 		return false, false
 	}
 	qctx, cancel := context.WithTimeout(ctx, holderQuestionTimeout)

@@ -25,7 +25,7 @@ func TestARedeliveredRunItsLiveHolderDoesNotExecuteIsTakenUp(t *testing.T) {
 		}),
 	})
 	ctx := context.Background()
-	epoch, err := b.store.LivenessEpoch(ctx, "wa")
+	epoch, err := b.store.Workers().Epoch(ctx, "wa")
 	if err != nil || epoch == "" {
 		t.Fatalf("worker A's epoch: %q, %v", epoch, err)
 	}

@@ -393,7 +393,7 @@ func (w *Worker) ensureFinalEvent(ctx context.Context, row *jetruntype.Run) erro
 // unindexIfSettled removes a settled run from the active-run index at once,
 // sparing the reconciler a look; the reconciler does it otherwise.
 func (w *Worker) unindexIfSettled(ctx context.Context, r *jetruntype.Run) {
-	if err := w.store.UnindexIfSettled(ctx, r); err != nil {
+	if err := w.store.Index().UnindexIfSettled(ctx, r); err != nil {
 		w.log.WarnContext(ctx, "unindex settled run", "run_id", r.ID, "err", err)
 	}
 }

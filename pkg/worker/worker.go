@@ -200,7 +200,7 @@ func (w *Worker) setUp(ctx context.Context) error {
 	}
 
 	acquiring := time.Now()
-	live, err := w.store.AcquireLiveness(ctx, w.cfg.ID, w.cfg.Lease)
+	live, err := w.store.Workers().Acquire(ctx, w.cfg.ID, w.cfg.Lease)
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}

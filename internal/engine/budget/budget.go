@@ -108,7 +108,7 @@ func (t *Trees) Stop(ctx context.Context, o jetruntype.Overrun) error {
 	for depth := 0; depth < t.maxDepth && len(level) > 0; depth++ {
 		var next []string
 		for _, p := range level {
-			children, err := t.rt.Store().Children(ctx, p)
+			children, err := t.rt.Store().Index().Children(ctx, p)
 			if err != nil {
 				t.log.WarnContext(ctx, "list children to stop", "run_id", p, "err", err)
 				continue
@@ -128,7 +128,7 @@ func (t *Trees) Stop(ctx context.Context, o jetruntype.Overrun) error {
 func (t *Trees) stopOne(ctx context.Context, id string, o jetruntype.Overrun) error {
 	changed := false
 	row, _, err := t.rt.Store().Mutate(ctx, id, func(r *jetruntype.Run) error {
-		held, err := t.rt.Store().HolderAlive(ctx, r)
+		held, err := t.rt.Store().Workers().HolderAlive(ctx, r)
 		if err != nil {
 			return err
 		}

@@ -7,7 +7,7 @@
 // Runs submitted under one key (Run.ConcurrencyKey) never
 // execute at the same time; the key's strategy (events.Strategy) says what a
 // submit does while the key is taken. The key's state is a holder and a
-// queue in the store (runstore.Store.KeyHolder, KeyQueue, TakeKey).
+// queue in the store (runstore.Keys: Holder, Queue, Take).
 //
 // A keyed run is created "queued" (no dispatch is out for it), entered in
 // the key's queue, and then the key is advanced (Advance). The queue's
@@ -66,7 +66,7 @@ type Held struct {
 func (rt keyed) submit(ctx context.Context, r *jetruntype.Run, held Held) (*jetruntype.Run, error) {
 	key, strategy := r.ConcurrencyKey, wire.OrQueue(r.Strategy)
 	if strategy == events.StrategyDrop {
-		busy, err := rt.Store().KeyBusy(ctx, key)
+		busy, err := rt.Store().Keys().Busy(ctx, key)
 		if err != nil {
 			return nil, err
 		}
@@ -91,7 +91,7 @@ func (rt keyed) submit(ctx context.Context, r *jetruntype.Run, held Held) (*jetr
 			return nil, err
 		}
 	}
-	pos, err := rt.Store().Enqueue(ctx, key, r.ID)
+	pos, err := rt.Store().Keys().Enqueue(ctx, key, r.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -110,7 +110,7 @@ func (rt keyed) submit(ctx context.Context, r *jetruntype.Run, held Held) (*jetr
 	if strategy == events.StrategyDrop && row.Status == events.StatusQueued {
 		// Another submit took the key between the check and the queue:
 		// withdraw, unless a promotion got there first.
-		err := rt.Store().Withdraw(ctx, row, rev)
+		err := rt.Store().Keys().Withdraw(ctx, row, rev)
 		if err == nil {
 			return nil, keyBusy(key)
 		}
@@ -163,7 +163,7 @@ func (rt keyed) repair(ctx context.Context, r *jetruntype.Run) error {
 	if r.ConcurrencyKey == "" {
 		return nil
 	}
-	if err := rt.Store().EnsureQueued(ctx, r); err != nil {
+	if err := rt.Store().Keys().EnsureQueued(ctx, r); err != nil {
 		return err
 	}
 	return rt.advance(ctx, r.ConcurrencyKey, Held{})
@@ -176,7 +176,7 @@ func (rt keyed) repair(ctx context.Context, r *jetruntype.Run) error {
 // (its wake-up dispatch advances the key when it ends).
 func (rt keyed) advance(ctx context.Context, key string, held Held) error {
 	for range advanceTries {
-		holder, holderRev, err := rt.Store().KeyHolder(ctx, key)
+		holder, holderRev, err := rt.Store().Keys().Holder(ctx, key)
 		if err != nil {
 			return err
 		}
@@ -193,7 +193,7 @@ func (rt keyed) advance(ctx context.Context, key string, held Held) error {
 				return nil
 			}
 		}
-		queue, err := rt.Store().KeyQueue(ctx, key)
+		queue, err := rt.Store().Keys().Queue(ctx, key)
 		if err != nil {
 			return err
 		}
@@ -201,7 +201,7 @@ func (rt keyed) advance(ctx context.Context, key string, held Held) error {
 		for _, e := range queue {
 			row, _, err := rt.Store().Get(ctx, e.ID)
 			if errors.Is(err, runstore.ErrRunNotFound) {
-				rt.Store().Dequeue(ctx, key, e.ID)
+				rt.Store().Keys().Dequeue(ctx, key, e.ID)
 				continue
 			}
 			if err != nil {
@@ -213,7 +213,7 @@ func (rt keyed) advance(ctx context.Context, key string, held Held) error {
 				if err := rt.finishMerge(ctx, row); err != nil {
 					return err
 				}
-				rt.Store().Dequeue(ctx, key, e.ID)
+				rt.Store().Keys().Dequeue(ctx, key, e.ID)
 				continue
 			}
 			if row.NotBefore.After(time.Now()) {
@@ -233,7 +233,7 @@ func (rt keyed) advance(ctx context.Context, key string, held Held) error {
 			}
 			next = block[0]
 		}
-		err = rt.Store().TakeKey(ctx, key, next.ID, holderRev)
+		err = rt.Store().Keys().Take(ctx, key, next.ID, holderRev)
 		if errors.Is(err, runstore.ErrConflict) {
 			continue // another process moved the key: look again
 		}
@@ -300,7 +300,7 @@ func (rt keyed) promote(ctx context.Context, h *jetruntype.Run, held Held) error
 		return nil
 	})
 	if errors.Is(err, runstore.ErrRunNotFound) {
-		rt.Store().Dequeue(ctx, h.ConcurrencyKey, h.ID)
+		rt.Store().Keys().Dequeue(ctx, h.ConcurrencyKey, h.ID)
 		return nil
 	}
 	if err != nil {
@@ -310,7 +310,7 @@ func (rt keyed) promote(ctx context.Context, h *jetruntype.Run, held Held) error
 		return err
 	}
 	if !promoted || row.Status != events.StatusStarting || held.RunID == row.ID {
-		rt.Store().Dequeue(ctx, h.ConcurrencyKey, h.ID)
+		rt.Store().Keys().Dequeue(ctx, h.ConcurrencyKey, h.ID)
 		return nil
 	}
 	seq, err := rt.publishKeyed(ctx, row, row.ID+".key."+strconv.Itoa(row.Handoffs))
@@ -319,7 +319,7 @@ func (rt keyed) promote(ctx context.Context, h *jetruntype.Run, held Held) error
 		// it, as for a parent that died between its two writes.
 		return err
 	}
-	rt.Store().Dequeue(ctx, h.ConcurrencyKey, h.ID)
+	rt.Store().Keys().Dequeue(ctx, h.ConcurrencyKey, h.ID)
 	_, _, err = rt.Store().Mutate(ctx, row.ID, func(r *jetruntype.Run) error {
 		if r.Status != events.StatusStarting || r.DispatchSeq != 0 {
 			return runstore.ErrNoChange
@@ -336,7 +336,7 @@ func (rt keyed) promote(ctx context.Context, h *jetruntype.Run, held Held) error
 // published straight to the stream, else by queue position (see
 // submittedBefore).
 func (rt keyed) mergeBlock(ctx context.Context, h *jetruntype.Run) ([]*jetruntype.Run, error) {
-	queue, err := rt.Store().KeyQueue(ctx, h.ConcurrencyKey)
+	queue, err := rt.Store().Keys().Queue(ctx, h.ConcurrencyKey)
 	if err != nil {
 		return nil, err
 	}
@@ -400,7 +400,7 @@ func (rt keyed) finishMerge(ctx context.Context, h *jetruntype.Run) error {
 			return nil
 		})
 		if errors.Is(err, runstore.ErrRunNotFound) {
-			rt.Store().Dequeue(ctx, h.ConcurrencyKey, id)
+			rt.Store().Keys().Dequeue(ctx, h.ConcurrencyKey, id)
 			continue
 		}
 		if err != nil {
@@ -409,7 +409,7 @@ func (rt keyed) finishMerge(ctx context.Context, h *jetruntype.Run) error {
 		if row.MergedInto == h.ID {
 			rt.settle(ctx, row)
 		}
-		rt.Store().Dequeue(ctx, h.ConcurrencyKey, id)
+		rt.Store().Keys().Dequeue(ctx, h.ConcurrencyKey, id)
 	}
 	return nil
 }
@@ -421,7 +421,7 @@ func (rt keyed) finishMerge(ctx context.Context, h *jetruntype.Run) error {
 // one, nor runs after it.
 func (rt keyed) supersede(ctx context.Context, me *jetruntype.Run, pos uint64) error {
 	key := me.ConcurrencyKey
-	queue, err := rt.Store().KeyQueue(ctx, key)
+	queue, err := rt.Store().Keys().Queue(ctx, key)
 	if err != nil {
 		return err
 	}
@@ -442,7 +442,7 @@ func (rt keyed) supersede(ctx context.Context, me *jetruntype.Run, pos uint64) e
 			return nil
 		})
 		if errors.Is(err, runstore.ErrRunNotFound) {
-			rt.Store().Dequeue(ctx, key, e.ID)
+			rt.Store().Keys().Dequeue(ctx, key, e.ID)
 			continue
 		}
 		if err != nil {
@@ -452,7 +452,7 @@ func (rt keyed) supersede(ctx context.Context, me *jetruntype.Run, pos uint64) e
 			rt.settle(ctx, row)
 		}
 		if row.Status.Final() {
-			rt.Store().Dequeue(ctx, key, e.ID)
+			rt.Store().Keys().Dequeue(ctx, key, e.ID)
 		} else if !older && row.Status == events.StatusQueued {
 			newer = row.ID
 		}
@@ -477,7 +477,7 @@ func (rt keyed) supersede(ctx context.Context, me *jetruntype.Run, pos uint64) e
 	}
 	if row.SupersededBy == newer && row.Reason == events.ReasonSuperseded {
 		rt.settle(ctx, row)
-		rt.Store().Dequeue(ctx, key, me.ID)
+		rt.Store().Keys().Dequeue(ctx, key, me.ID)
 	}
 	return nil
 }
@@ -496,7 +496,7 @@ func submittedBefore(r *jetruntype.Run, rev uint64, me *jetruntype.Run, pos uint
 // newerHolder returns the id of the live run holding me's key when it was
 // published straight to the stream after me ("" otherwise).
 func (rt keyed) newerHolder(ctx context.Context, me *jetruntype.Run) (string, error) {
-	id, _, err := rt.Store().KeyHolder(ctx, me.ConcurrencyKey)
+	id, _, err := rt.Store().Keys().Holder(ctx, me.ConcurrencyKey)
 	if err != nil || id == "" || id == me.ID {
 		return "", err
 	}
@@ -523,7 +523,7 @@ func supersede(r *jetruntype.Run, by string) {
 // when nothing more is owed; failures are repaired by the reconciler.
 func (rt keyed) settle(ctx context.Context, r *jetruntype.Run) {
 	if err := rt.Announce(ctx, r, ""); err == nil {
-		_ = rt.Store().UnindexIfSettled(ctx, r)
+		_ = rt.Store().Index().UnindexIfSettled(ctx, r)
 	}
 }
 

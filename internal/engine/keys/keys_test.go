@@ -72,7 +72,7 @@ func TestLatestOrdersPlainPublishesByDispatchSequence(t *testing.T) {
 	if r, _, err := rt.Store().Get(ctx, "newer"); err != nil || r.Status != events.StatusQueued {
 		t.Fatalf("newer after the late older one: %v, %v; want still queued", r, err)
 	}
-	if q, err := rt.Store().KeyQueue(ctx, "k1"); err != nil || len(q) != 1 || q[0].ID != "newer" {
+	if q, err := rt.Store().Keys().Queue(ctx, "k1"); err != nil || len(q) != 1 || q[0].ID != "newer" {
 		t.Fatalf("queue of k1: %v, %v; want only newer", q, err)
 	}
 

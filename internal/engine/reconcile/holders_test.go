@@ -24,7 +24,7 @@ func TestARunItsLiveHolderDoesNotExecuteIsReleasedAndCompletes(t *testing.T) {
 		LeaseGrace: time.Millisecond, HolderCheckEvery: time.Millisecond,
 	}})
 	ctx := context.Background()
-	epoch, err := e.store.LivenessEpoch(ctx, "w-forgets")
+	epoch, err := e.store.Workers().Epoch(ctx, "w-forgets")
 	if err != nil || epoch == "" {
 		t.Fatalf("the worker's epoch: %q, %v", epoch, err)
 	}

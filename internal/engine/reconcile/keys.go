@@ -26,7 +26,7 @@ func (s *sweep) advanceKey(ctx context.Context, row *jetruntype.Run) error {
 	s.keys[row.ConcurrencyKey] = true
 	s.mu.Unlock()
 	if done {
-		return s.r.store.EnsureQueued(ctx, row)
+		return s.r.store.Keys().EnsureQueued(ctx, row)
 	}
 	return keys.Repair(ctx, s.r.rt, row)
 }

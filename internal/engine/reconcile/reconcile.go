@@ -218,7 +218,7 @@ type Reconciler struct {
 
 	mu       sync.Mutex
 	watch    *runstore.ActiveWatch // the active-run index, followed while leading
-	workers  *runstore.Workers     // worker liveness, followed while leading
+	workers  *runstore.WorkerWatch // worker liveness, followed while leading
 	finishes jetstream.Stream      // bound on first use
 	paced    map[string]time.Time  // run+action → last time the action was taken (republishes)
 	// budgetDue holds the runs whose budgets may run out before the next
@@ -426,11 +426,11 @@ func (r *Reconciler) activeWatch(ctx context.Context) (*runstore.ActiveWatch, er
 	if w != nil {
 		return w, nil
 	}
-	w, err := r.store.WatchActive(ctx)
+	w, err := r.store.Index().Watch(ctx)
 	if err != nil {
 		return nil, err
 	}
-	ws, err := r.store.WatchWorkers(ctx)
+	ws, err := r.store.Workers().Watch(ctx)
 	if err != nil {
 		w.Stop()
 		return nil, err
@@ -467,7 +467,7 @@ func (r *Reconciler) holderAlive(ctx context.Context, row *jetruntype.Run) bool 
 	if ws != nil {
 		return ws.Alive(row)
 	}
-	alive, err := r.store.HolderAlive(ctx, row)
+	alive, err := r.store.Workers().HolderAlive(ctx, row)
 	return alive || err != nil // unsure: take it as held
 }
 

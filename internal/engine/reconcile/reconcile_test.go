@@ -226,7 +226,7 @@ func TestBudgetExceededGivesUpDeliversOnceAndStopsTheChild(t *testing.T) {
 		t.Fatal("the teardown owes an aborted finish")
 	}
 	// Given up, child stopped, finish delivered: settled, out of the index.
-	active, err := e.store.Active(context.Background())
+	active, err := e.store.Index().Active(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -691,7 +691,7 @@ func TestClearCancelsLiveRunsThenErasesThem(t *testing.T) {
 			t.Fatalf("%s still has %d events", id, len(evs))
 		}
 	}
-	if active, _ := e.store.Active(ctx); len(active) != 0 {
+	if active, _ := e.store.Index().Active(ctx); len(active) != 0 {
 		t.Fatalf("index still lists %v", active)
 	}
 }

@@ -112,7 +112,7 @@ func TestEveryRetryOfAGivenUpRunIsSweptAndItsSecondEndingAnnounced(t *testing.T)
 // indexed reports whether run id is in the active-run index.
 func indexed(t *testing.T, e *env, id string) bool {
 	t.Helper()
-	active, err := e.store.Active(context.Background())
+	active, err := e.store.Index().Active(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

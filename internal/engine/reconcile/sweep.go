@@ -50,7 +50,7 @@ func (s *sweep) run(ctx context.Context, ir runstore.IndexedRun) error {
 		if s.now.Sub(ir.CreatedAt) > orphanGrace {
 			s.count(func(st *Stats) { st.Unindexed++ })
 			s.watch.Forget(ir.ID)
-			return r.store.UnindexID(ctx, ir.ID)
+			return r.store.Index().UnindexID(ctx, ir.ID)
 		}
 		return nil
 	}
@@ -60,7 +60,7 @@ func (s *sweep) run(ctx context.Context, ir runstore.IndexedRun) error {
 	if model.Of(row).Settled() {
 		s.count(func(st *Stats) { st.Unindexed++ })
 		s.watch.Forget(ir.ID)
-		return r.store.Unindex(ctx, row)
+		return r.store.Index().Unindex(ctx, row)
 	}
 	if err := s.republish(ctx, row); err != nil {
 		return err
@@ -332,7 +332,7 @@ func (s *sweep) deadLetterUnserved(ctx context.Context, row *jetruntype.Run, st 
 	}
 	s.count(func(st *Stats) { st.DeadLettered++ })
 	obs.Report(ctx, r.log, obs.FinishFailed, row.ID, "status", st, "handler", f.Handler, "attempts", 0, "reason", reason)
-	if err := r.store.UnindexIfSettled(ctx, next); err != nil {
+	if err := r.store.Index().UnindexIfSettled(ctx, next); err != nil {
 		r.log.WarnContext(ctx, "unindex settled run", "run_id", row.ID, "err", err)
 	}
 	return nil

@@ -29,7 +29,7 @@ import (
 // Entries are created before the row (Create) and removed once the run is
 // settled (Unindex) with a delete marker that expires after a second: a
 // watcher sees the removal, and markers never pile up. The reconciler
-// follows the index with a watch (WatchActive) rather than listing it each
+// follows the index with a watch (Index.Watch) rather than listing it each
 // sweep, because listing a stream costs in proportion to the entries removed
 // since its oldest live one, not only to the live ones.
 
@@ -51,7 +51,7 @@ func indexKeys(r *jetruntype.Run) []string {
 	return keys
 }
 
-func (s *Store) index(ctx context.Context, r *jetruntype.Run) error {
+func (s *core) index(ctx context.Context, r *jetruntype.Run) error {
 	val := []byte(r.AgentType)
 	for _, k := range indexKeys(r) {
 		if _, err := s.active.Create(ctx, k, val); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
@@ -66,7 +66,7 @@ func (s *Store) index(ctx context.Context, r *jetruntype.Run) error {
 // before and after the row's transition: before, so a resumer that dies
 // after the transition leaves an entry; after, so an entry purged meanwhile
 // by someone who read the row settled comes back (see Unindex).
-func (s *Store) Reindex(ctx context.Context, r *jetruntype.Run) error {
+func (s Index) Reindex(ctx context.Context, r *jetruntype.Run) error {
 	if r.Unindexed {
 		return nil
 	}
@@ -79,14 +79,14 @@ func (s *Store) Reindex(ctx context.Context, r *jetruntype.Run) error {
 // just after them. For such a run the row is read again after the purge,
 // and a run found live is entered again. A final run is never resumed: it
 // costs no read.
-func (s *Store) Unindex(ctx context.Context, r *jetruntype.Run) error {
+func (s Index) Unindex(ctx context.Context, r *jetruntype.Run) error {
 	if err := s.purgeIndex(ctx, r); err != nil {
 		return err
 	}
 	if r.Status != events.StatusInterrupted {
 		return nil
 	}
-	now, _, err := s.Get(ctx, r.ID)
+	now, _, err := s.rows().Get(ctx, r.ID)
 	if errors.Is(err, ErrRunNotFound) {
 		return nil
 	}
@@ -99,7 +99,7 @@ func (s *Store) Unindex(ctx context.Context, r *jetruntype.Run) error {
 	return s.Reindex(ctx, now)
 }
 
-func (s *Store) purgeIndex(ctx context.Context, r *jetruntype.Run) error {
+func (s *core) purgeIndex(ctx context.Context, r *jetruntype.Run) error {
 	for _, k := range indexKeys(r) {
 		if err := bucket.DeleteKey(ctx, s.js, s.active.Bucket(), k, indexMarkerTTL); err != nil {
 			return fmt.Errorf("kv: unindex run %s: %w", r.ID, err)
@@ -111,7 +111,7 @@ func (s *Store) purgeIndex(ctx context.Context, r *jetruntype.Run) error {
 // UnindexIfSettled removes r's index entries if r is settled (nil is
 // ignored). The reconciler removes settled runs too; doing it at once spares
 // it the look.
-func (s *Store) UnindexIfSettled(ctx context.Context, r *jetruntype.Run) error {
+func (s Index) UnindexIfSettled(ctx context.Context, r *jetruntype.Run) error {
 	if r == nil || r.Unindexed || !model.Of(r).Settled() {
 		return nil
 	}
@@ -119,14 +119,14 @@ func (s *Store) UnindexIfSettled(ctx context.Context, r *jetruntype.Run) error {
 }
 
 // UnindexID removes the index entry of a run whose row is gone.
-func (s *Store) UnindexID(ctx context.Context, id string) error {
+func (s Index) UnindexID(ctx context.Context, id string) error {
 	if err := bucket.DeleteKey(ctx, s.js, s.active.Bucket(), indexRunPrefix+id, indexMarkerTTL); err != nil {
 		return fmt.Errorf("kv: unindex run %s: %w", id, err)
 	}
 	return nil
 }
 
-func (s *Store) activeSubject(key string) string { return wire.BucketSubject(s.active.Bucket(), key) }
+func (s *core) activeSubject(key string) string { return wire.BucketSubject(s.active.Bucket(), key) }
 
 // IndexedRun is an entry of the active-run index.
 type IndexedRun struct {
@@ -135,16 +135,16 @@ type IndexedRun struct {
 }
 
 // Active lists the runs in the active-run index: every run not settled yet.
-func (s *Store) Active(ctx context.Context) ([]IndexedRun, error) {
+func (s Index) Active(ctx context.Context) ([]IndexedRun, error) {
 	return s.listIndex(ctx, indexRunPrefix)
 }
 
 // Children lists the unsettled runs whose parent is parent.
-func (s *Store) Children(ctx context.Context, parent string) ([]IndexedRun, error) {
+func (s Index) Children(ctx context.Context, parent string) ([]IndexedRun, error) {
 	return s.listIndex(ctx, indexChildPrefix+parent+".")
 }
 
-func (s *Store) listIndex(ctx context.Context, prefix string) ([]IndexedRun, error) {
+func (s *core) listIndex(ctx context.Context, prefix string) ([]IndexedRun, error) {
 	w, err := s.active.Watch(ctx, prefix+">", jetstream.IgnoreDeletes())
 	if err != nil {
 		return nil, fmt.Errorf("kv: list index %s: %w", prefix, err)
@@ -179,7 +179,7 @@ const clearedPrefix = "cleared."
 // sequence was mark, for 24 h: a copy of its old dispatch still around
 // cannot bring the run back (Cleared), while a new dispatch of the same id,
 // published later, starts it afresh. engine.Runtime.Erase writes it first.
-func (s *Store) Tombstone(ctx context.Context, id string, mark uint64) error {
+func (s Index) Tombstone(ctx context.Context, id string, mark uint64) error {
 	data := []byte(strconv.FormatUint(mark, 10))
 	if _, err := s.js.Publish(ctx, s.activeSubject(clearedPrefix+id), data, jetstream.WithMsgTTL(clearedTTL)); err != nil {
 		return fmt.Errorf("kv: erase run %s: tombstone: %w", id, err)
@@ -208,13 +208,13 @@ type ActiveWatch struct {
 	done   chan struct{}
 }
 
-// WatchActive starts following the active-run index and returns once the
+// Watch starts following the active-run index and returns once the
 // initial state is loaded; ctx bounds that load only. The watch runs until
 // Stop. A broken watch is re-created, reloading the whole index.
-func (s *Store) WatchActive(ctx context.Context) (*ActiveWatch, error) {
+func (s Index) Watch(ctx context.Context) (*ActiveWatch, error) {
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	aw := &ActiveWatch{runs: make(map[string]time.Time), ready: make(chan struct{}), cancel: cancel, done: make(chan struct{})}
-	go aw.loop(wctx, s)
+	go aw.loop(wctx, s.core)
 	select {
 	case <-aw.ready:
 		if aw.err != nil { // written before ready was closed
@@ -233,7 +233,7 @@ func (s *Store) WatchActive(ctx context.Context) (*ActiveWatch, error) {
 // while the watch keeps failing.
 const rewatchPause = 5 * time.Second
 
-func (aw *ActiveWatch) loop(ctx context.Context, s *Store) {
+func (aw *ActiveWatch) loop(ctx context.Context, s *core) {
 	defer close(aw.done)
 	first := true
 	bo := jsfault.NewBackOff(rewatchPause) // reset by a watch that loads
@@ -306,7 +306,7 @@ func (aw *ActiveWatch) Stop() {
 // Cleared reports whether the dispatch at sequence seq of run id belongs
 // to an incarnation of the run that was erased: it was published before
 // the erase, so it must not re-create the run.
-func (s *Store) Cleared(ctx context.Context, id string, seq uint64) (bool, error) {
+func (s Index) Cleared(ctx context.Context, id string, seq uint64) (bool, error) {
 	e, err := s.active.Get(ctx, clearedPrefix+id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return false, nil

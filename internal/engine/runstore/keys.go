@@ -25,7 +25,7 @@ import (
 //
 // The queue's order is the order of its entries in the bucket's stream
 // (their revisions). The holder entry changes only by compare-and-set
-// (TakeKey): that CAS is the key's lock.
+// (Keys.Take): that CAS is the key's lock.
 
 // ErrKeyBusy is returned by a drop submit while a run of its key is live
 // or queued; no row is left behind.
@@ -38,14 +38,14 @@ const (
 	keyMarkerTTL = time.Second
 )
 
-// KeyBusy reports whether a run of key is live or queued.
-func (s *Store) KeyBusy(ctx context.Context, key string) (bool, error) {
-	holder, _, err := s.KeyHolder(ctx, key)
+// Busy reports whether a run of key is live or queued.
+func (s Keys) Busy(ctx context.Context, key string) (bool, error) {
+	holder, _, err := s.Holder(ctx, key)
 	if err != nil {
 		return false, err
 	}
 	if holder != "" {
-		h, _, err := s.Get(ctx, holder)
+		h, _, err := s.rows().Get(ctx, holder)
 		if err == nil && (h.Live() || h.Status == events.StatusQueued) {
 			return true, nil
 		}
@@ -53,12 +53,12 @@ func (s *Store) KeyBusy(ctx context.Context, key string) (bool, error) {
 			return false, err
 		}
 	}
-	queue, err := s.KeyQueue(ctx, key)
+	queue, err := s.Queue(ctx, key)
 	if err != nil {
 		return false, err
 	}
 	for _, e := range queue {
-		r, _, err := s.Get(ctx, e.ID)
+		r, _, err := s.rows().Get(ctx, e.ID)
 		if err == nil && r.Status == events.StatusQueued {
 			return true, nil
 		}
@@ -71,7 +71,7 @@ func (s *Store) KeyBusy(ctx context.Context, key string) (bool, error) {
 
 // EnsureQueued enters the queued run r in its key's queue unless it is
 // there already.
-func (s *Store) EnsureQueued(ctx context.Context, r *jetruntype.Run) error {
+func (s Keys) EnsureQueued(ctx context.Context, r *jetruntype.Run) error {
 	if r.ConcurrencyKey == "" || r.Status != events.StatusQueued {
 		return nil
 	}
@@ -87,7 +87,7 @@ type QueueEntry struct {
 
 // Enqueue enters run id in key's queue and returns its position; a run
 // already queued keeps its position.
-func (s *Store) Enqueue(ctx context.Context, key, id string) (uint64, error) {
+func (s Keys) Enqueue(ctx context.Context, key, id string) (uint64, error) {
 	k := keyQueuePrefix + key + "." + id
 	rev, err := s.active.Create(ctx, k, []byte(id))
 	if errors.Is(err, jetstream.ErrKeyExists) {
@@ -105,13 +105,13 @@ func (s *Store) Enqueue(ctx context.Context, key, id string) (uint64, error) {
 
 // Dequeue drops run id's queue entry; a failure leaves it for a later
 // advance of the key, which drops entries of runs no longer queued.
-func (s *Store) Dequeue(ctx context.Context, key, id string) {
+func (s Keys) Dequeue(ctx context.Context, key, id string) {
 	_ = bucket.DeleteKey(ctx, s.js, s.active.Bucket(), keyQueuePrefix+key+"."+id, keyMarkerTTL)
 }
 
-// KeyHolder returns the id of the run that holds key or held it last ("":
-// none ever did), and the holder entry's revision (0: none), for TakeKey.
-func (s *Store) KeyHolder(ctx context.Context, key string) (string, uint64, error) {
+// Holder returns the id of the run that holds key or held it last ("":
+// none ever did), and the holder entry's revision (0: none), for Keys.Take.
+func (s Keys) Holder(ctx context.Context, key string) (string, uint64, error) {
 	e, err := s.active.Get(ctx, keyHolderPrefix+key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return "", 0, nil
@@ -122,9 +122,9 @@ func (s *Store) KeyHolder(ctx context.Context, key string) (string, uint64, erro
 	return string(e.Value()), e.Revision(), nil
 }
 
-// TakeKey makes run id key's holder if the holder entry is still at rev
+// Take makes run id key's holder if the holder entry is still at rev
 // (0: there is none). A lost compare-and-set returns ErrConflict.
-func (s *Store) TakeKey(ctx context.Context, key, id string, rev uint64) error {
+func (s Keys) Take(ctx context.Context, key, id string, rev uint64) error {
 	var err error
 	if rev == 0 {
 		_, err = s.active.Create(ctx, keyHolderPrefix+key, []byte(id))
@@ -140,9 +140,9 @@ func (s *Store) TakeKey(ctx context.Context, key, id string, rev uint64) error {
 	return nil
 }
 
-// KeyQueue lists key's queue, oldest first. Entries of runs no longer
+// Queue lists key's queue, oldest first. Entries of runs no longer
 // queued may linger until the key is next advanced.
-func (s *Store) KeyQueue(ctx context.Context, key string) ([]QueueEntry, error) {
+func (s Keys) Queue(ctx context.Context, key string) ([]QueueEntry, error) {
 	prefix := keyQueuePrefix + key + "."
 	w, err := s.active.Watch(ctx, prefix+"*", jetstream.IgnoreDeletes())
 	if err != nil {
@@ -169,7 +169,7 @@ func (s *Store) KeyQueue(ctx context.Context, key string) ([]QueueEntry, error) 
 
 // Withdraw removes a drop submit that lost its key: its row (still queued
 // at rev; ErrConflict if it changed) and its queue entry.
-func (s *Store) Withdraw(ctx context.Context, r *jetruntype.Run, rev uint64) error {
+func (s Keys) Withdraw(ctx context.Context, r *jetruntype.Run, rev uint64) error {
 	err := bucket.DeleteKey(ctx, s.js, s.kv.Bucket(), r.ID, markerTTL, jetstream.WithExpectLastSequencePerSubject(rev))
 	if wire.IsWrongLastSequence(err) {
 		return fmt.Errorf("kv: withdraw run %s: %w", r.ID, ErrConflict)
@@ -178,5 +178,5 @@ func (s *Store) Withdraw(ctx context.Context, r *jetruntype.Run, rev uint64) err
 		return fmt.Errorf("kv: withdraw run %s: %w", r.ID, err)
 	}
 	s.Dequeue(ctx, r.ConcurrencyKey, r.ID)
-	return s.Unindex(ctx, r)
+	return Index(s).Unindex(ctx, r)
 }

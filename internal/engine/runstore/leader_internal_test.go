@@ -127,7 +127,7 @@ func TestResumeLivenessOnAThreeNodeCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	natstest.WaitForStreamLeaders(t, js, "KV_jetrun_runs", "KV_jetrun_active")
-	l, err := s.AcquireLiveness(ctx, "w1", time.Minute)
+	l, err := s.Workers().Acquire(ctx, "w1", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,20 +142,20 @@ func TestResumeLivenessOnAThreeNodeCluster(t *testing.T) {
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if alive, _ := s.WorkerAlive(ctx, "w1", l.Epoch()); alive {
+	if alive, _ := s.Workers().Alive(ctx, "w1", l.Epoch()); alive {
 		t.Fatal("released key still alive")
 	}
 	if err := l.Resume(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if alive, err := s.WorkerAlive(ctx, "w1", l.Epoch()); !alive || err != nil {
+	if alive, err := s.Workers().Alive(ctx, "w1", l.Epoch()); !alive || err != nil {
 		t.Fatalf("after resume: alive %v, %v", alive, err)
 	}
 	if err := l.Renew(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// Another incarnation with the same id: this epoch is over.
-	if _, err := s.AcquireLiveness(ctx, "w1", time.Minute); err != nil {
+	if _, err := s.Workers().Acquire(ctx, "w1", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if err := l.Renew(ctx); !errors.Is(err, ErrLivenessLost) {

@@ -43,7 +43,7 @@ var ErrLivenessLost = errors.New("worker liveness lost")
 // Liveness is one worker process's liveness key. Renew it every third of
 // its TTL from one goroutine.
 type Liveness struct {
-	s      *Store
+	s      *core
 	worker string
 	epoch  string
 	ttl    time.Duration
@@ -57,7 +57,7 @@ type livenessValue struct {
 	Since time.Time `json:"since"`
 	// TTLMs is the key's TTL: the bucket leaves no marker when the key
 	// expires (it refuses roll-ups, see bucket.Harden), so a watcher
-	// counts the lapse itself (Workers).
+	// counts the lapse itself (WorkerWatch).
 	TTLMs int64 `json:"ttlMs,omitempty"`
 }
 
@@ -73,13 +73,13 @@ type liveKey struct {
 	until time.Time
 }
 
-// AcquireLiveness writes worker's liveness key with a fresh epoch and a TTL
+// Acquire writes worker's liveness key with a fresh epoch and a TTL
 // of ttl (at least a second), replacing any key an earlier incarnation of
 // the same id left behind.
-func (s *Store) AcquireLiveness(ctx context.Context, worker string, ttl time.Duration) (*Liveness, error) {
+func (s Workers) Acquire(ctx context.Context, worker string, ttl time.Duration) (*Liveness, error) {
 	var b [9]byte
 	_, _ = rand.Read(b[:])
-	l := &Liveness{s: s, worker: worker, epoch: fmt.Sprintf("%x", b), ttl: max(ttl, time.Second)}
+	l := &Liveness{s: s.core, worker: worker, epoch: fmt.Sprintf("%x", b), ttl: max(ttl, time.Second)}
 	data, err := json.Marshal(livenessValue{Epoch: l.epoch, Since: time.Now(), TTLMs: l.ttl.Milliseconds()})
 	if err != nil {
 		return nil, fmt.Errorf("kv: encode liveness of worker %s: %w", worker, err)
@@ -138,7 +138,7 @@ func (l *Liveness) Renew(ctx context.Context) error {
 // readLiveness reads worker's liveness key from the active bucket's leader
 // (see leader.go). rev is the subject's last sequence, also when ok is false
 // because the key is gone (a marker, 0 when nothing was ever written).
-func (s *Store) readLiveness(ctx context.Context, worker string) (v livenessValue, rev uint64, ok bool, err error) {
+func (s *core) readLiveness(ctx context.Context, worker string) (v livenessValue, rev uint64, ok bool, err error) {
 	subject := s.activeSubject(workerPrefix + worker)
 	var m *jetstream.RawStreamMsg
 	if s.replicas > 1 {
@@ -213,9 +213,9 @@ func (l *Liveness) Release(ctx context.Context) error {
 	return nil
 }
 
-// WorkerAlive reports whether worker's liveness key exists with epoch.
-func (s *Store) WorkerAlive(ctx context.Context, worker, epoch string) (bool, error) {
-	cur, err := s.LivenessEpoch(ctx, worker)
+// Alive reports whether worker's liveness key exists with epoch.
+func (s Workers) Alive(ctx context.Context, worker, epoch string) (bool, error) {
+	cur, err := s.Epoch(ctx, worker)
 	if err != nil || cur == epoch || s.replicas <= 1 {
 		return err == nil && cur == epoch, err
 	}
@@ -229,9 +229,9 @@ func (s *Store) WorkerAlive(ctx context.Context, worker, epoch string) (bool, er
 	return ok && v.Epoch == epoch, nil
 }
 
-// LivenessEpoch returns the epoch of worker's liveness key, "" when it has
+// Epoch returns the epoch of worker's liveness key, "" when it has
 // none (the worker is gone, or its key lapsed and it did not resume yet).
-func (s *Store) LivenessEpoch(ctx context.Context, worker string) (string, error) {
+func (s Workers) Epoch(ctx context.Context, worker string) (string, error) {
 	e, err := s.active.Get(ctx, workerPrefix+worker)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return "", nil
@@ -249,20 +249,20 @@ func (s *Store) LivenessEpoch(ctx context.Context, worker string) (string, error
 // HolderAlive reports whether a live worker holds r: r names a worker and
 // that worker's liveness key exists with the epoch on r. A row claimed
 // without an epoch (an older worker) is held until its leaseUntil.
-func (s *Store) HolderAlive(ctx context.Context, r *jetruntype.Run) (bool, error) {
+func (s Workers) HolderAlive(ctx context.Context, r *jetruntype.Run) (bool, error) {
 	if r.Worker == "" {
 		return false, nil
 	}
 	if r.WorkerEpoch == "" {
 		return time.Now().Before(r.LeaseUntil), nil
 	}
-	return s.WorkerAlive(ctx, r.Worker, r.WorkerEpoch)
+	return s.Alive(ctx, r.Worker, r.WorkerEpoch)
 }
 
-// Workers follows every worker's liveness key in memory, for a process (the
+// WorkerWatch follows every worker's liveness key in memory, for a process (the
 // reconciler) that checks many runs' holders: one watch, whose cost grows
 // with the number of workers.
-type Workers struct {
+type WorkerWatch struct {
 	mu     sync.Mutex
 	epochs map[string]liveKey // worker id → its key
 	ready  chan struct{}
@@ -270,13 +270,13 @@ type Workers struct {
 	done   chan struct{}
 }
 
-// WatchWorkers starts following the liveness keys and returns once the
+// Watch starts following the liveness keys and returns once the
 // current ones are loaded; ctx bounds that load. It runs until Stop; a broken
 // watch is re-created.
-func (s *Store) WatchWorkers(ctx context.Context) (*Workers, error) {
+func (s Workers) Watch(ctx context.Context) (*WorkerWatch, error) {
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	ws := &Workers{epochs: make(map[string]liveKey), ready: make(chan struct{}), cancel: cancel, done: make(chan struct{})}
-	go ws.loop(wctx, s)
+	ws := &WorkerWatch{epochs: make(map[string]liveKey), ready: make(chan struct{}), cancel: cancel, done: make(chan struct{})}
+	go ws.loop(wctx, s.core)
 	select {
 	case <-ws.ready:
 		return ws, nil
@@ -286,7 +286,7 @@ func (s *Store) WatchWorkers(ctx context.Context) (*Workers, error) {
 	}
 }
 
-func (ws *Workers) loop(ctx context.Context, s *Store) {
+func (ws *WorkerWatch) loop(ctx context.Context, s *core) {
 	defer close(ws.done)
 	first := true
 	bo := jsfault.NewBackOff(rewatchPause) // reset by a watch that loads
@@ -327,9 +327,9 @@ func (ws *Workers) loop(ctx context.Context, s *Store) {
 	}
 }
 
-// Alive reports whether a live worker holds r (see Store.HolderAlive), from
+// Alive reports whether a live worker holds r (see Workers.HolderAlive), from
 // the followed keys.
-func (ws *Workers) Alive(r *jetruntype.Run) bool {
+func (ws *WorkerWatch) Alive(r *jetruntype.Run) bool {
 	if r.Worker == "" {
 		return false
 	}
@@ -343,7 +343,7 @@ func (ws *Workers) Alive(r *jetruntype.Run) bool {
 }
 
 // Stop ends the watch and waits for its goroutine. It is idempotent.
-func (ws *Workers) Stop() {
+func (ws *WorkerWatch) Stop() {
 	ws.cancel()
 	<-ws.done
 }

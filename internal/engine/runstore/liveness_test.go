@@ -21,7 +21,7 @@ func TestResumeExtendsAKeyStillHoldingItsEpoch(t *testing.T) {
 	ctx := context.Background()
 	const ttl = 2 * time.Second
 	acquired := time.Now()
-	l, err := s.AcquireLiveness(ctx, "w1", ttl)
+	l, err := s.Workers().Acquire(ctx, "w1", ttl)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +32,7 @@ func TestResumeExtendsAKeyStillHoldingItsEpoch(t *testing.T) {
 	}
 	// Past the TTL the key had before the resume, it is still there.
 	<-time.After(time.Until(acquired.Add(ttl + time.Second)))
-	if alive, err := s.WorkerAlive(ctx, "w1", l.Epoch()); !alive || err != nil {
+	if alive, err := s.Workers().Alive(ctx, "w1", l.Epoch()); !alive || err != nil {
 		t.Fatalf("a TTL after the key was written and after a resume: alive %v (%v); want the resume to extend it", alive, err)
 	}
 	if err := l.Renew(ctx); err != nil {

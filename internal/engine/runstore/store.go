@@ -61,8 +61,35 @@ const maxConflicts = 10_000
 
 // Store reads and writes run rows. Every write is a compare-and-set on the
 // row's revision, so concurrent writers never lose each other's updates and a
-// final status is never rewritten. A Store is safe for concurrent use.
-type Store struct {
+// final status is never rewritten. A Store is safe for concurrent use. The
+// other records of the runs are small stores of their own on the same
+// buckets: the active-run index (Index), concurrency keys (Keys) and the
+// workers' liveness (Workers).
+type Store struct{ *core }
+
+// Index returns the store of the active-run index.
+func (s *Store) Index() Index { return Index{s.core} }
+
+// Keys returns the store of concurrency keys' holders and queues.
+func (s *Store) Keys() Keys { return Keys{s.core} }
+
+// Workers returns the store of the workers' liveness keys.
+func (s *Store) Workers() Workers { return Workers{s.core} }
+
+// Index is the active-run index: an entry per run that may still need the
+// reconciler, and one per run under its parent (index.go).
+type Index struct{ *core }
+
+// Keys is the state of concurrency keys: each key's holder and queue
+// (keys.go; package keys holds the protocol).
+type Keys struct{ *core }
+
+// Workers is the workers' liveness keys: who is alive, with which epoch
+// (liveness.go).
+type Workers struct{ *core }
+
+// core is what the stores share: the buckets and their settings.
+type core struct {
 	js       jetstream.JetStream
 	kv       jetstream.KeyValue
 	active   jetstream.KeyValue // the active-run index, see index.go
@@ -106,10 +133,10 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 	if err != nil {
 		return nil, fmt.Errorf("kv: status of bucket %s: %w", cfg.Namespace.RunsBucket(), err)
 	}
-	return &Store{
+	return &Store{&core{
 		js: js, kv: runs, active: active, activeKV: activeKV, maxRetry: cmp.Or(cfg.MaxRetry, DefaultMaxRetry),
 		replicas: bucketReplicas(status),
-	}, nil
+	}}, nil
 }
 
 // bucketReplicas returns the replicas of the stream behind a bucket.
@@ -391,3 +418,6 @@ func Decode(key string, data []byte) (*jetruntype.Run, error) {
 	}
 	return &r, nil
 }
+
+// rows returns the row store over c.
+func (c *core) rows() *Store { return &Store{c} }

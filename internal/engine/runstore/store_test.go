@@ -312,7 +312,7 @@ func TestUnindexOfAGiveUpResumedMeanwhileKeepsItIndexed(t *testing.T) {
 		t.Fatalf("give-up: %+v %v", settled, err)
 	}
 	// The resume (engine.Runtime.Resume): entries, row, entries.
-	if err := s.Reindex(ctx, settled); err != nil {
+	if err := s.Index().Reindex(ctx, settled); err != nil {
 		t.Fatal(err)
 	}
 	resumed, _, err := s.Mutate(ctx, "g1", func(r *jetruntype.Run) error {
@@ -322,14 +322,14 @@ func TestUnindexOfAGiveUpResumedMeanwhileKeepsItIndexed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Reindex(ctx, resumed); err != nil {
+	if err := s.Index().Reindex(ctx, resumed); err != nil {
 		t.Fatal(err)
 	}
 	// The late purge of whoever read the row settled.
-	if err := s.Unindex(ctx, settled); err != nil {
+	if err := s.Index().Unindex(ctx, settled); err != nil {
 		t.Fatal(err)
 	}
-	active, err := s.Active(ctx)
+	active, err := s.Index().Active(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -346,16 +346,16 @@ func TestWorkersSeeALapsedKeyWithoutAMarker(t *testing.T) {
 	_, js := natstest.Connect(t, natstest.RunServer(t))
 	s := openStore(t, js, 1)
 	ctx := context.Background()
-	ws, err := s.WatchWorkers(ctx)
+	ws, err := s.Workers().Watch(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ws.Stop()
-	lapsing, err := s.AcquireLiveness(ctx, "w-lapse", time.Second)
+	lapsing, err := s.Workers().Acquire(ctx, "w-lapse", time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	released, err := s.AcquireLiveness(ctx, "w-release", time.Minute)
+	released, err := s.Workers().Acquire(ctx, "w-release", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -374,10 +374,10 @@ func TestWorkersSeeALapsedKeyWithoutAMarker(t *testing.T) {
 	// The server removes an expired key on its own timer, which may run a
 	// little after the watcher's count of the TTL: read it until it goes.
 	natstest.Eventually(t, 10*time.Second, func() bool {
-		alive, err := s.WorkerAlive(ctx, "w-lapse", lapsing.Epoch())
+		alive, err := s.Workers().Alive(ctx, "w-lapse", lapsing.Epoch())
 		if err != nil {
-			t.Fatalf("WorkerAlive of a lapsed key: %v", err)
+			t.Fatalf("Alive of a lapsed key: %v", err)
 		}
 		return !alive
-	}, "WorkerAlive still finds the lapsed key")
+	}, "Alive still finds the lapsed key")
 }

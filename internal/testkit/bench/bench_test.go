@@ -492,13 +492,13 @@ func BenchmarkWorkloadReconcileSweep(b *testing.B) {
 				CreatedAt: now, StartedAt: now, FinishedAt: now}
 			return run
 		})
-		all, err := store.Active(ctx)
+		all, err := store.Index().Active(ctx)
 		if err != nil {
 			b.Fatal(err)
 		}
 		for _, ir := range all {
 			if strings.HasPrefix(ir.ID, "done-") {
-				if err := store.UnindexID(ctx, ir.ID); err != nil {
+				if err := store.Index().UnindexID(ctx, ir.ID); err != nil {
 					b.Fatal(err)
 				}
 			}
