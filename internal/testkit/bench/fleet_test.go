@@ -52,7 +52,19 @@ func BenchmarkWorkloadTokenStreams(b *testing.B) {
 		for _, w := range []struct {
 			name   string
 			window time.Duration
-		}{{"off", -1}, {"5ms", 5 * time.Millisecond}, {"default", worker.DefaultChunkWindow}} {
+			gogc   int // the process's GC target for the phase (0: the default, 100)
+		}{
+			{"off", -1, 0}, {"5ms", 5 * time.Millisecond, 0}, {"default", worker.DefaultChunkWindow, 0},
+			// Server, worker and subscriber share this process: every
+			// collection stalls all three (docs/operations.md).
+			{"default_gogc400", worker.DefaultChunkWindow, 400},
+		} {
+			if w.gogc != 0 {
+				prev := debug.SetGCPercent(w.gogc)
+				tokenStreams(b, nc, client, js, raw, w.name, w.window)
+				debug.SetGCPercent(prev)
+				continue
+			}
 			tokenStreams(b, nc, client, js, raw, w.name, w.window)
 		}
 	}
