@@ -13,22 +13,19 @@ import (
 	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
-	"github.com/jetrun/jetrun/internal/testkit/natstest"
+	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// open returns the engine of a fresh runtime (jetruntest.NewEnv) and its
+// JetStream context.
 func open(t *testing.T) (*engine.Runtime, jetstream.JetStream) {
 	t.Helper()
-	ns := natstest.RunServer(t)
-	nc, js := natstest.Connect(t, ns)
-	rt, err := jetrun.Open(context.Background(), nc, jetrun.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return engine.From(rt), js
+	env := jetruntest.NewEnv(t)
+	return engine.From(env.Runtime), env.JS
 }
 
 func TestOpenCreatesTheStreamsAndBuckets(t *testing.T) {

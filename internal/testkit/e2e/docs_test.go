@@ -375,24 +375,7 @@ func TestMakeRunShowsDemoRunsCompleting(t *testing.T) {
 // shown against a parent-worker with read and write tokens.
 func TestProductionChecklistCommands(t *testing.T) {
 	t.Parallel()
-	raw, err := os.ReadFile("../../../docs/operations.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := string(raw)
-	from := strings.Index(text, "## Production checklist")
-	if from < 0 {
-		t.Fatal("docs/operations.md has no production checklist")
-	}
-	var cmds []string
-	for _, l := range strings.Split(text[from:], "\n") {
-		if l = strings.TrimSpace(l); strings.HasPrefix(l, "curl ") || strings.HasPrefix(l, "! curl ") {
-			cmds = append(cmds, l)
-		}
-	}
-	if len(cmds) < 5 {
-		t.Fatalf("the checklist has %d commands", len(cmds))
-	}
+	cmds := checklistCommands(t, "curl ")
 	const readTok, writeTok = "checklist-read-0123456789", "checklist-write-0123456789"
 	addr := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
 	pw := start(t, "parent-worker", map[string]string{
@@ -410,4 +393,30 @@ func TestProductionChecklistCommands(t *testing.T) {
 		}
 		t.Logf("%s\n%s", c, out)
 	}
+}
+
+// checklistCommands returns the lines of docs/operations.md's production
+// checklist that run tool (as shown: "curl ", or refused: "! curl "),
+// failing the test when it has fewer than five.
+func checklistCommands(t *testing.T, tool string) []string {
+	t.Helper()
+	raw, err := os.ReadFile("../../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(raw)
+	from := strings.Index(text, "## Production checklist")
+	if from < 0 {
+		t.Fatal("docs/operations.md has no production checklist")
+	}
+	var cmds []string
+	for _, l := range strings.Split(text[from:], "\n") {
+		if l = strings.TrimSpace(l); strings.HasPrefix(l, tool) || strings.HasPrefix(l, "! "+tool) {
+			cmds = append(cmds, l)
+		}
+	}
+	if len(cmds) < 5 {
+		t.Fatalf("the checklist has %d %scommands", len(cmds), tool)
+	}
+	return cmds
 }

@@ -367,24 +367,7 @@ func TestRolesChildNestingDispatchesNestedRuns(t *testing.T) {
 // allowed ones succeed, the refused ones (`! nats ...`) fail.
 func TestRolesChecklistCommands(t *testing.T) {
 	t.Parallel()
-	raw, err := os.ReadFile("../../../docs/operations.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := string(raw)
-	from := strings.Index(text, "## Production checklist")
-	if from < 0 {
-		t.Fatal("docs/operations.md has no production checklist")
-	}
-	var cmds []string
-	for _, l := range strings.Split(text[from:], "\n") {
-		if l = strings.TrimSpace(l); strings.HasPrefix(l, "nats ") || strings.HasPrefix(l, "! nats ") {
-			cmds = append(cmds, l)
-		}
-	}
-	if len(cmds) < 5 {
-		t.Fatalf("the checklist has %d nats commands", len(cmds))
-	}
+	cmds := checklistCommands(t, "nats ")
 	url := roleServer(t)
 	pw := start(t, "parent-worker", mergeAll(roleEnv(url, "parent"), map[string]string{"JETRUN_HTTP_ADDR": ""}))
 	pw.waitLog("parent-worker ready", 60*time.Second)
