@@ -108,23 +108,10 @@ func (p *publisher) chunk(ctx context.Context, c events.Chunk) error {
 }
 
 // acknowledgedLocked reports whether every event the attempt published
-// is acknowledged, dropping those whose acknowledgement arrived; it does not
-// wait. An event refused or lost is left for settle to handle. p.mu must be
-// held.
+// is acknowledged (see dropAcknowledgedLocked); it does not wait. p.mu must
+// be held.
 func (p *publisher) acknowledgedLocked() bool {
-	for p.sent > 0 {
-		o := p.inflight[0]
-		select {
-		case ack := <-o.fut.Ok():
-			o.seq = ack.Sequence
-			if p.bo != nil {
-				p.bo.Reset()
-			}
-			p.pop()
-		default:
-			return false
-		}
-	}
+	p.dropAcknowledgedLocked()
 	return len(p.inflight) == 0
 }
 

@@ -65,7 +65,7 @@ type Config struct {
 	// meanwhile, as one stored chunk event carrying their range, which
 	// readers (Replay, SSE, the UI, the CLI) see one by one as before. So
 	// a chunk waits at most the window, and a steady stream is stored as
-	// about one event per window (default 5ms). A negative window turns
+	// about one event per window (default 50ms). A negative window turns
 	// coalescing off: one event per chunk.
 	ChunkWindow time.Duration
 	// RowSyncInterval bounds how often a run's row is updated with its

@@ -120,6 +120,7 @@ func (p *publisher) publish(ctx context.Context, kind, msgID string, v any, wait
 // enqueueLocked appends o to the events in flight (see publish); p.mu must
 // be held.
 func (p *publisher) enqueueLocked(ctx context.Context, o *outgoing, wait bool) (uint64, error) {
+	p.dropAcknowledgedLocked()
 	p.inflight = append(p.inflight, o)
 	if err := p.fill(ctx); err != nil {
 		return 0, err
@@ -149,8 +150,29 @@ func (p *publisher) fill(ctx context.Context) error {
 	return nil
 }
 
+// dropAcknowledgedLocked drops the events at the head of the window whose
+// acknowledgement arrived, without waiting, so a streaming run holds only
+// what is still on its way (each event keeps its message until then). An
+// event refused or lost is left for settle to handle. p.mu must be held.
+func (p *publisher) dropAcknowledgedLocked() {
+	for p.sent > 0 {
+		o := p.inflight[0]
+		select {
+		case ack := <-o.fut.Ok():
+			o.seq = ack.Sequence
+			if p.bo != nil {
+				p.bo.Reset()
+			}
+			p.pop()
+		default:
+			return
+		}
+	}
+}
+
 // pop drops the oldest event, stored.
 func (p *publisher) pop() {
+	p.inflight[0] = nil // the backing array outlives the slice's head
 	p.inflight = p.inflight[1:]
 	p.sent--
 }

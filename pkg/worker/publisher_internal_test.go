@@ -1,0 +1,81 @@
+package worker
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetrun/jetrun/internal/engine/wire"
+	"github.com/jetrun/jetrun/internal/testkit/natstest"
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetrun"
+)
+
+// A streaming run holds only the events still on their way: each event it
+// publishes drops those acknowledged before it. Before, a run that never
+// waited for its events held its whole window (256 events, each with its
+// message and headers) until the window filled: a fleet of 1,000 streaming
+// runs kept about 60 MB of stored events alive for the GC to scan, and its
+// p99 from Run.Chunk to a reader doubled (make bench, token streams).
+func TestStreamingRunHoldsOnlyUnacknowledgedEvents(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ns := natstest.RunServer(t)
+	nc, js := natstest.Connect(t, ns)
+	rt, err := jetrun.Open(ctx, nc, jetrun.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := New(rt, Config{ChunkWindow: -1}) // one event per chunk
+	if err != nil {
+		t.Fatal(err)
+	}
+	const streamed = 300 // more than publishWindow
+	subject := wire.Namespace(events.Namespace("")).RunSubject("s1", events.KindChunk)
+	held := make(chan int, 1)
+	w.Handle("stream", HandlerFunc(func(ctx context.Context, run *Run) (Result, error) {
+		for i := 1; i <= streamed; i++ {
+			if err := run.Chunk(ctx, i); err != nil {
+				return Result{}, err
+			}
+		}
+		stream, err := js.Stream(ctx, wire.Namespace(events.Namespace("")).EventsStream())
+		if err != nil {
+			return Result{}, err
+		}
+		natstest.Eventually(t, 30*time.Second, func() bool {
+			info, err := stream.Info(ctx, jetstream.WithSubjectFilter(subject))
+			return err == nil && info.State.Subjects[subject] == streamed
+		}, "the run's %d chunks were not stored", streamed)
+		if err := run.Chunk(ctx, streamed+1); err != nil {
+			return Result{}, err
+		}
+		p := run.b.(*execution).pub
+		p.mu.Lock()
+		held <- len(p.inflight)
+		p.mu.Unlock()
+		return Result{}, nil
+	}))
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := w.Stop(); err != nil {
+			t.Error(err)
+		}
+	}()
+	if _, err := js.Publish(ctx, "jetrun.dispatch.stream", []byte(`{"runId":"s1","input":{}}`)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case n := <-held:
+		if n > 1 {
+			t.Fatalf("after its %d chunks were stored and one more published, the run holds %d events; want at most that one", streamed, n)
+		}
+	case <-ctx.Done():
+		t.Fatal("the run did not stream")
+	}
+}
