@@ -84,13 +84,14 @@ func (l Local) localNATS(n *NATS) {
 
 // Streams holds the stream settings shared by every binary.
 type Streams struct {
-	Prefix        string        `envconfig:"JETRUN_PREFIX" default:"jetrun" desc:"subject prefix; streams are <PREFIX>_DISPATCH etc., the bucket <prefix>_runs"`
-	Replicas      int           `envconfig:"JETRUN_REPLICAS" default:"1" desc:"replicas of streams and bucket when created (3 on a cluster)"`
-	DedupWindow   time.Duration `envconfig:"JETRUN_DEDUP_WINDOW" default:"2m" desc:"dedup window of the dispatch stream when created"`
-	EventsMaxAge  time.Duration `envconfig:"JETRUN_EVENTS_MAX_AGE" default:"168h" desc:"how long run events are kept for replay, when created"`
-	EventsStreams int           `envconfig:"JETRUN_EVENTS_STREAMS" default:"0" desc:"how many streams hold run events, when created: JETRUN_EVENTS and JETRUN_EVENTS_<i>, each run in one (3 on a three-node cluster spreads their leaders; outside writers need the server mapping in docs/operations.md); 0 takes the existing count, or 1"`
-	DLQMaxAge     time.Duration `envconfig:"JETRUN_DLQ_MAX_AGE" default:"720h" desc:"how long dead letters are kept, when created"`
-	FinishMaxAge  time.Duration `envconfig:"JETRUN_FINISH_MAX_AGE" default:"168h" desc:"how long a finish waits in the finish stream for a deliverer, when created (an owed one is published again)"`
+	Prefix            string        `envconfig:"JETRUN_PREFIX" default:"jetrun" desc:"subject prefix; streams are <PREFIX>_DISPATCH etc., the bucket <prefix>_runs"`
+	Replicas          int           `envconfig:"JETRUN_REPLICAS" default:"1" desc:"replicas of streams and bucket when created (3 on a cluster)"`
+	DedupWindow       time.Duration `envconfig:"JETRUN_DEDUP_WINDOW" default:"2m" desc:"dedup window of the dispatch stream when created"`
+	EventsDedupWindow time.Duration `envconfig:"JETRUN_EVENTS_DEDUP_WINDOW" default:"30s" desc:"dedup window of the events streams when created: an event re-sent within it is stored once; keep it above JETRUN_LEASE (the server holds each id that long)"`
+	EventsMaxAge      time.Duration `envconfig:"JETRUN_EVENTS_MAX_AGE" default:"168h" desc:"how long run events are kept for replay, when created"`
+	EventsStreams     int           `envconfig:"JETRUN_EVENTS_STREAMS" default:"0" desc:"how many streams hold run events, when created: JETRUN_EVENTS and JETRUN_EVENTS_<i>, each run in one (3 on a three-node cluster spreads their leaders; outside writers need the server mapping in docs/operations.md); 0 takes the existing count, or 1"`
+	DLQMaxAge         time.Duration `envconfig:"JETRUN_DLQ_MAX_AGE" default:"720h" desc:"how long dead letters are kept, when created"`
+	FinishMaxAge      time.Duration `envconfig:"JETRUN_FINISH_MAX_AGE" default:"168h" desc:"how long a finish waits in the finish stream for a deliverer, when created (an owed one is published again)"`
 }
 
 // Reattach holds how long a caller awaiting a run (parent.Client.Await
@@ -471,7 +472,7 @@ func (s Streams) Namespace() events.Namespace { return events.Namespace(s.Prefix
 
 // Options returns the stream options.
 func (s Streams) Options() events.StreamOptions {
-	return events.StreamOptions{Replicas: s.Replicas, DedupWindow: s.DedupWindow, EventsMaxAge: s.EventsMaxAge, DLQMaxAge: s.DLQMaxAge,
+	return events.StreamOptions{Replicas: s.Replicas, DedupWindow: s.DedupWindow, EventsDedupWindow: s.EventsDedupWindow, EventsMaxAge: s.EventsMaxAge, DLQMaxAge: s.DLQMaxAge,
 		FinishMaxAge: s.FinishMaxAge, EventsStreams: s.EventsStreams}
 }
 

@@ -116,6 +116,7 @@ func TestDefaultsMatchThePackages(t *testing.T) {
 		"JETRUN_EXEC_MAX_LINE":               {pw.ExecMaxLine, execagent.DefaultMaxLine},
 		"JETRUN_REPLICAS":                    {pw.Replicas, events.DefaultReplicas},
 		"JETRUN_DEDUP_WINDOW":                {pw.DedupWindow, events.DefaultDedupWindow},
+		"JETRUN_EVENTS_DEDUP_WINDOW":         {pw.EventsDedupWindow, events.DefaultEventsDedupWindow},
 		"JETRUN_EVENTS_MAX_AGE":              {pw.EventsMaxAge, events.DefaultEventsMaxAge},
 		"JETRUN_EVENTS_STREAMS":              {pw.EventsStreams, 0},
 		"JETRUN_DLQ_MAX_AGE":                 {pw.DLQMaxAge, events.DefaultDLQMaxAge},

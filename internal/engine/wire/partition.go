@@ -104,7 +104,7 @@ func eventsConfigs(ns Namespace, o events.StreamOptions) []jetstream.StreamConfi
 		Storage:     jetstream.FileStorage,
 		Replicas:    o.Replicas,
 		MaxAge:      o.EventsMaxAge,
-		Duplicates:  min(events.DefaultDedupWindow, o.EventsMaxAge),
+		Duplicates:  min(o.EventsDedupWindow, o.EventsMaxAge),
 		AllowDirect: true,
 	}
 	n := max(o.EventsStreams, 1)

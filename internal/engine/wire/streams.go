@@ -191,6 +191,7 @@ func ensureStreamExists(ctx context.Context, js jetstream.JetStream, want jetstr
 func withDefaults(o events.StreamOptions) events.StreamOptions {
 	o.Replicas = cmp.Or(o.Replicas, events.DefaultReplicas)
 	o.DedupWindow = cmp.Or(o.DedupWindow, events.DefaultDedupWindow)
+	o.EventsDedupWindow = cmp.Or(o.EventsDedupWindow, events.DefaultEventsDedupWindow)
 	o.EventsMaxAge = cmp.Or(o.EventsMaxAge, events.DefaultEventsMaxAge)
 	o.DLQMaxAge = cmp.Or(o.DLQMaxAge, events.DefaultDLQMaxAge)
 	o.FinishMaxAge = cmp.Or(o.FinishMaxAge, events.DefaultFinishMaxAge)

@@ -26,7 +26,7 @@ func TestEnsureStreamsCreatesThenNeverClobbers(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	opts := events.StreamOptions{EventsMaxAge: 48 * time.Hour, DedupWindow: time.Minute}
+	opts := events.StreamOptions{EventsMaxAge: 48 * time.Hour, DedupWindow: time.Minute, EventsDedupWindow: 20 * time.Second}
 	for range 2 { // idempotent
 		if err := wire.EnsureStreams(ctx, js, wire.Namespace(ns), opts); err != nil {
 			t.Fatal(err)
@@ -49,6 +49,18 @@ func TestEnsureStreamsCreatesThenNeverClobbers(t *testing.T) {
 	}
 	if _, err := js.Stream(ctx, "JETRUN_DLQ"); err != nil {
 		t.Fatal(err)
+	}
+	// The operator's events stream kept its window; a fresh namespace gets
+	// the option's.
+	if err := wire.EnsureStreams(ctx, js, "fresh", opts); err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := js.Stream(ctx, "FRESH_EVENTS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := fresh.CachedInfo().Config.Duplicates; d != 20*time.Second {
+		t.Fatalf("a new events stream has dedup window %s, want the option's 20s", d)
 	}
 }
 
