@@ -94,12 +94,16 @@ func tokenStreams(b *testing.B, nc *nats.Conn, client *parent.Client, js jetstre
 	// the latency of one chunk of each burst (the burst's first: the one
 	// that waited longest), so a fast phase's samples stay as many as a
 	// slow one's.
+	// The samples' slices are allocated up front: growing one of millions
+	// inside the callback copies it under mu, a stall of the subscriber
+	// that grows with the phase.
+	samples := fleetRuns * int(fleetFor/fleetTick) * 11 / 10
 	var (
 		mu          sync.Mutex
 		seen        int64
-		lat         []time.Duration
+		lat         = make([]time.Duration, 0, samples)
 		first, last time.Time
-		br          breakdown
+		br          = newBreakdown(samples)
 	)
 	start := time.Now()
 	cons, err := js.OrderedConsumer(ctx, wire.Namespace(events.Namespace("")).EventsStream(), jetstream.OrderedConsumerConfig{
@@ -234,6 +238,15 @@ func tokenStreams(b *testing.B, nc *nats.Conn, client *parent.Client, js jetstre
 type breakdown struct {
 	wait, toStored, toSub, calls []time.Duration
 	bySecond                     [][]time.Duration
+	perSecond                    int // room for a second's samples
+}
+
+// newBreakdown returns a breakdown with room for n samples.
+func newBreakdown(n int) breakdown {
+	return breakdown{
+		wait: make([]time.Duration, 0, n), toStored: make([]time.Duration, 0, n), toSub: make([]time.Duration, 0, n),
+		calls: make([]time.Duration, 0, n), perSecond: n / int(fleetFor/time.Second) * 2,
+	}
 }
 
 func (br *breakdown) add(start time.Time, window time.Duration, emitted []time.Time, stored, now time.Time) {
@@ -250,7 +263,7 @@ func (br *breakdown) add(start time.Time, window time.Duration, emitted []time.T
 		br.toSub = append(br.toSub, now.Sub(stored))
 		sec := max(int(at.Sub(start)/time.Second), 0)
 		for len(br.bySecond) <= sec {
-			br.bySecond = append(br.bySecond, nil)
+			br.bySecond = append(br.bySecond, make([]time.Duration, 0, br.perSecond))
 		}
 		br.bySecond[sec] = append(br.bySecond[sec], now.Sub(at))
 	}
