@@ -3,13 +3,17 @@ package worker_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
+	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
 
@@ -196,5 +200,30 @@ func TestQuietChunkLeavesAtOnceAndABurstIsMerged(t *testing.T) {
 	want := []string{"1-1 " + wire.ChunkMsgID("q1", 1), "2-4 " + wire.ChunkRangeMsgID("q1", 2, 4)}
 	if fmt.Sprint(stored) != fmt.Sprint(want) {
 		t.Fatalf("chunk events stored %q, want %q", stored, want)
+	}
+}
+
+// A worker whose lease outlasts the events streams' dedup window says so
+// when it is made: it re-sends an event after a fault for as long as its
+// lease holds, and the stream would store a copy that had landed before the
+// window twice. At the default lease it says nothing.
+func TestWorkerWarnsWhenItsLeaseOutlastsTheEventsDedupWindow(t *testing.T) {
+	t.Parallel()
+	nc, _ := natstest.Connect(t, natstest.RunServer(t))
+	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{}) // the events dedup window at its default, 30 s
+	for _, tc := range []struct {
+		lease time.Duration
+		warns bool
+	}{{worker.DefaultLease, false}, {45 * time.Second, true}} {
+		var logs lockedBuffer
+		logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		if _, err := worker.New(rt, worker.Config{Lease: tc.lease, Logger: logger}); err != nil {
+			t.Fatal(err)
+		}
+		got := strings.Contains(logs.String(), "JETRUN_EVENTS_DEDUP_WINDOW") &&
+			strings.Contains(logs.String(), "dedup_window=30s") && strings.Contains(logs.String(), "lease="+tc.lease.String())
+		if got != tc.warns {
+			t.Errorf("lease %s: warned %v, want %v; logs: %q", tc.lease, got, tc.warns, logs.String())
+		}
 	}
 }

@@ -77,7 +77,7 @@ func New(runtime *jetrun.Runtime, cfg Config) (*Worker, error) {
 		return nil, fmt.Errorf("worker: config: %w", err)
 	}
 	cfg = cfg.withDefaults()
-	return &Worker{
+	w := &Worker{
 		cfg:      cfg,
 		runtime:  runtime,
 		rt:       rt,
@@ -88,7 +88,27 @@ func New(runtime *jetrun.Runtime, cfg Config) (*Worker, error) {
 		log:      cfg.Logger.With("worker", cfg.ID),
 		handlers: make(map[string]Handler),
 		active:   make(map[string]*execution),
-	}, nil
+	}
+	w.checkDedupWindow()
+	return w, nil
+}
+
+// checkDedupWindow warns when an events stream forgets an event's
+// Nats-Msg-Id sooner than the worker's lease: the worker re-sends an event
+// after a fault for as long as its lease holds, and a copy that had landed
+// before the window is stored twice (docs/leases.md, "Faults").
+func (w *Worker) checkDedupWindow() {
+	for _, s := range w.rt.EventsStreams() {
+		info := s.CachedInfo()
+		if info == nil || info.Config.Duplicates >= w.cfg.Lease {
+			continue
+		}
+		w.log.Warn("an events stream forgets event ids sooner than this worker's lease ends: an event re-sent "+
+			"after a fault that long may be stored twice; raise the stream's duplicate window "+
+			"(JETRUN_EVENTS_DEDUP_WINDOW when the streams are created) to the lease or more",
+			"stream", info.Config.Name, "dedup_window", info.Config.Duplicates, "lease", w.cfg.Lease)
+		return
+	}
 }
 
 // ID returns the worker's id, as written on the rows of the runs it holds.
