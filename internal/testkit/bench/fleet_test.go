@@ -50,23 +50,41 @@ const fastBurst = 10
 // delivered per second to a live subscriber (an ordered consumer on every
 // run's chunk subject, as Replay and SSE follow a run: stored chunks), their
 // ratio to raw msgs/s, p99 from run.Chunk to that subscriber, the chunks per
-// stored event, and the process's CPU (server, worker and subscriber share
-// it: embedded, as parent-worker runs).
+// stored event, and the process's CPU: server, worker and subscriber share
+// it with the server embedded, as parent-worker runs; the default and fast
+// phases also run against nats-server as a process of its own (the
+// *_server_process phases, as a child-worker fleet is deployed), whose
+// CPU is then reported on its own.
 func BenchmarkWorkloadTokenStreams(b *testing.B) {
 	for _, p := range []fleetPhase{
-		{"off", -1, 1}, {"5ms", 5 * time.Millisecond, 1}, {"default", worker.DefaultChunkWindow, 1},
-		{"fast", worker.DefaultChunkWindow, fastBurst},
+		{"off", -1, 1, false}, {"5ms", 5 * time.Millisecond, 1, false}, {"default", worker.DefaultChunkWindow, 1, false},
+		{"fast", worker.DefaultChunkWindow, fastBurst, false},
+		{"default_server_process", worker.DefaultChunkWindow, 1, true},
+		{"fast_server_process", worker.DefaultChunkWindow, fastBurst, true},
 	} {
 		b.Run(p.name, func(b *testing.B) {
 			runtime.GC() // the previous phase's server is gone: start from its heap collected
-			_, nc, js := embeddedServer(b)
+			var (
+				nc        *nats.Conn
+				js        jetstream.JetStream
+				serverCPU func() time.Duration // the server process's CPU so far; nil when embedded
+			)
+			if p.serverProcess {
+				var err error
+				nc, serverCPU = serverProcess(b)
+				if js, err = jetstream.New(nc); err != nil {
+					b.Fatal(err)
+				}
+			} else {
+				_, nc, js = embeddedServer(b)
+			}
 			raw := rawAsyncPublishRate(b, js)
 			client, err := parent.New(jetruntest.OpenRuntime(b, nc, jetrun.Config{}), parent.Config{})
 			if err != nil {
 				b.Fatal(err)
 			}
 			for b.Loop() {
-				tokenStreams(b, nc, client, js, raw, p)
+				tokenStreams(b, nc, client, js, raw, p, serverCPU)
 			}
 		})
 	}
@@ -75,12 +93,14 @@ func BenchmarkWorkloadTokenStreams(b *testing.B) {
 // fleetPhase is one phase of BenchmarkWorkloadTokenStreams: every run emits
 // burst chunks every fleetTick, coalesced within window.
 type fleetPhase struct {
-	name   string
-	window time.Duration
-	burst  int
+	name          string
+	window        time.Duration
+	burst         int
+	serverProcess bool // nats-server runs as a process of its own, not embedded
 }
 
-func tokenStreams(b *testing.B, nc *nats.Conn, client *parent.Client, js jetstream.JetStream, raw float64, p fleetPhase) {
+func tokenStreams(b *testing.B, nc *nats.Conn, client *parent.Client, js jetstream.JetStream, raw float64, p fleetPhase,
+	serverCPU func() time.Duration) {
 	ctx := context.Background()
 	name, window := p.name, p.window
 	agent := "tokens-" + name
@@ -187,7 +207,10 @@ func tokenStreams(b *testing.B, nc *nats.Conn, client *parent.Client, js jetstre
 		})
 	var gc0 debug.GCStats
 	debug.ReadGCStats(&gc0)
-	cpu0, wall0 := cpuTime(), time.Now()
+	if serverCPU == nil {
+		serverCPU = func() time.Duration { return 0 }
+	}
+	cpu0, server0, wall0 := cpuTime(), serverCPU(), time.Now()
 	fanOut(b, fleetRuns, dispatchers, func(i int) error {
 		_, err := client.Dispatch(ctx, parent.Request{AgentType: agent, RunID: fmt.Sprintf("%s-%d", agent, i), Input: 1})
 		return err
@@ -199,7 +222,7 @@ func tokenStreams(b *testing.B, nc *nats.Conn, client *parent.Client, js jetstre
 		defer mu.Unlock()
 		return seen >= emitted.Load()
 	}, "the subscriber did not see every chunk")
-	cpu, wall := cpuTime()-cpu0, time.Since(wall0)
+	cpu, server, wall := cpuTime()-cpu0, serverCPU()-server0, time.Since(wall0)
 	if err := w.Stop(); err != nil {
 		b.Fatal(err)
 	}
@@ -213,12 +236,16 @@ func tokenStreams(b *testing.B, nc *nats.Conn, client *parent.Client, js jetstre
 	rate := float64(seen) / last.Sub(first).Seconds()
 	// Stored events of the phase: chunks plus each run's two status events.
 	stored := info.State.Msgs - storedBefore - 2*fleetRuns
-	report("token_streams_window_"+name, "runs", fleetRuns, "chunks_per_run_per_s", float64(p.burst*int(time.Second/fleetTick)),
+	figures := []any{"runs", fleetRuns, "chunks_per_run_per_s", float64(p.burst * int(time.Second/fleetTick)),
 		"for_s", fleetFor.Seconds(), "window_ms", ms(max(window, 0)), "raw_async_pub_per_s", raw,
-		"chunks_delivered", seen, "chunks_delivered_per_s", rate, "chunks_vs_raw", rate/raw, "goal_chunks_vs_raw", 1.0,
+		"chunks_delivered", seen, "chunks_delivered_per_s", rate, "chunks_vs_raw", rate / raw, "goal_chunks_vs_raw", 1.0,
 		"p50_ms", ms(percentile(lat, 0.5)), "p99_ms", ms(percentile(lat, 0.99)), "goal_p99_ms", 100,
-		"chunk_events_stored", stored, "chunks_per_stored_event", float64(seen)/float64(stored),
-		"process_cpu_cores", cpu.Seconds()/wall.Seconds(), "chunk_errors", failed.Load())
+		"chunk_events_stored", stored, "chunks_per_stored_event", float64(seen) / float64(stored),
+		"process_cpu_cores", cpu.Seconds() / wall.Seconds()} // the server's included when it is embedded
+	if p.serverProcess {
+		figures = append(figures, "server_process_cpu_cores", server.Seconds()/wall.Seconds())
+	}
+	report("token_streams_window_"+name, append(figures, "chunk_errors", failed.Load())...)
 	var gc debug.GCStats
 	debug.ReadGCStats(&gc)
 	br.report("token_streams_breakdown_"+name, gc.NumGC-gc0.NumGC, gc.PauseTotal-gc0.PauseTotal)
