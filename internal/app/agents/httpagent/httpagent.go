@@ -31,6 +31,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -137,13 +138,14 @@ func (h *handler) ServeRun(ctx context.Context, run *worker.Run) (worker.Result,
 // run's result, or the wait or call line that pauses the run, or the error
 // that ends the attempt.
 func (h *handler) post(ctx context.Context, run *worker.Run, body eventline.Request) (worker.Result, *eventline.Event, error) {
+	var wait time.Duration // how long the service asked to be left alone (Retry-After); 0: the worker's delay
 	fail := func(retry bool, format string, args ...any) (worker.Result, *eventline.Event, error) {
 		if ctx.Err() != nil { // cancel, shutdown or lease loss: the worker knows which
 			return worker.Result{}, nil, context.Cause(ctx)
 		}
 		err := fmt.Errorf("http agent: POST %s: "+format, append([]any{h.where}, args...)...)
 		if retry {
-			err = jetruntype.RetryAfter(err, 0)
+			err = jetruntype.RetryAfter(err, wait)
 		}
 		return worker.Result{}, nil, err
 	}
@@ -182,6 +184,7 @@ func (h *handler) post(ctx context.Context, run *worker.Run, body eventline.Requ
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		text, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		retry := resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusRequestTimeout
+		wait = retryAfter(resp.Header, time.Now())
 		return fail(retry, "status %s: %s", resp.Status, strings.TrimSpace(string(text)))
 	}
 	silence.Reset(h.cfg.Timeout)
@@ -234,4 +237,25 @@ func unwrapURLError(err error) error {
 		return ue.Err
 	}
 	return err
+}
+
+// maxRetryAfter bounds the wait a response's Retry-After header can ask
+// for before the next attempt.
+const maxRetryAfter = time.Hour
+
+// retryAfter is the wait a retryable response's Retry-After header asks for
+// (RFC 9110: seconds, or an HTTP date), at most maxRetryAfter; 0, the
+// worker's growing delay, when it is absent, unreadable or past.
+func retryAfter(h http.Header, now time.Time) time.Duration {
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if v == "" {
+		return 0
+	}
+	var d time.Duration
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		d = time.Duration(min(max(secs, 0), int64(maxRetryAfter/time.Second))) * time.Second
+	} else if at, err := http.ParseTime(v); err == nil {
+		d = at.Sub(now)
+	}
+	return min(max(d, 0), maxRetryAfter)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -220,6 +221,42 @@ func TestDroppedConnectionAndRetryableErrorsRetryWithMilestones(t *testing.T) {
 	row := jetruntest.WaitRow(t, store, "d1", 60*time.Second, jetruntest.Final)
 	if row.Status != events.StatusCompleted || row.Attempt != 4 || row.Summary != "resumed after fetched" {
 		t.Fatalf("row: %s attempt %d %q (%s)", row.Status, row.Attempt, row.Summary, row.Error)
+	}
+}
+
+// A service that answers 429 (or 503) with Retry-After gets its next request
+// no sooner than it asked: the worker's own first delay is about a second.
+func TestRetryAfterIsHonoured(t *testing.T) {
+	t.Parallel()
+	const asked = 3 * time.Second
+	var (
+		mu sync.Mutex
+		at []time.Time
+	)
+	c := &child{serve: func(w http.ResponseWriter, r *http.Request, req eventline.Request) {
+		mu.Lock()
+		at = append(at, time.Now())
+		mu.Unlock()
+		if req.Attempt == 1 {
+			w.Header().Set("Retry-After", strconv.Itoa(int(asked/time.Second)))
+			http.Error(w, "rate limited", http.StatusTooManyRequests)
+			return
+		}
+		lines(w, `{"result":{"summary":"done"}}`)
+	}}
+	client, store, _ := setup(t, c, httpagent.Config{}, worker.Config{MaxAttempts: 2})
+	dispatch(t, client, "ra")
+	row := jetruntest.WaitRow(t, store, "ra", 60*time.Second, jetruntest.Final)
+	if row.Status != events.StatusCompleted || row.Attempt != 2 {
+		t.Fatalf("row: %s attempt %d %q", row.Status, row.Attempt, row.Error)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(at) != 2 {
+		t.Fatalf("the service got %d requests, want 2", len(at))
+	}
+	if gap := at[1].Sub(at[0]); gap < asked {
+		t.Fatalf("the second request came %s after the 429, before the %s its Retry-After asked for", gap, asked)
 	}
 }
 
