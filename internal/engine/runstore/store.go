@@ -147,20 +147,32 @@ func bucketReplicas(st jetstream.KeyValueStatus) int {
 	return 1
 }
 
+// openRetry bounds how long Open retries a transient failure to open or
+// create a bucket: on a busy cluster, placing a replicated bucket can
+// outlast one request's timeout, and the bucket is there a moment later
+// (a retry then finds it).
+const openRetry = 30 * time.Second
+
 // openBucket binds bucket cfg, creating it when it does not exist; a
 // bucket it creates refuses roll-ups (bucket.Harden). An existing
 // bucket is used as it is: Harden migrates one an earlier jetrun created.
+// Transient failures are retried for up to openRetry.
 func openBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
-	kv, err := js.KeyValue(ctx, cfg.Bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, cfg)
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, cfg.Bucket) // another process won the race
+	var kv jetstream.KeyValue
+	err := jsfault.Retry(ctx, openRetry, func(ctx context.Context) error {
+		var err error
+		kv, err = js.KeyValue(ctx, cfg.Bucket)
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			kv, err = js.CreateKeyValue(ctx, cfg)
+			if errors.Is(err, jetstream.ErrBucketExists) {
+				kv, err = js.KeyValue(ctx, cfg.Bucket) // another process won the race
+			}
+			if err == nil {
+				_, err = bucket.Harden(ctx, js, cfg.Bucket)
+			}
 		}
-		if err == nil {
-			_, err = bucket.Harden(ctx, js, cfg.Bucket)
-		}
-	}
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("kv: open bucket %s: %w", cfg.Bucket, err)
 	}
