@@ -2,14 +2,9 @@ package parent_test
 
 import (
 	"fmt"
-	"net"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 
 	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
@@ -25,16 +20,8 @@ import (
 // Await begun while the server is away does too.
 func TestAwaitsSeeTheirRunsEndAcrossAServerRestart(t *testing.T) {
 	t.Parallel()
-	opts := &server.Options{}
-	ns := natstest.RunServerWithOptions(t, opts)
-	port, storeDir := ns.Addr().(*net.TCPAddr).Port, opts.StoreDir
-	var failedReconnects atomic.Int64
-	nc, err := nats.Connect(ns.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond),
-		nats.ReconnectErrHandler(func(*nats.Conn, error) { failedReconnects.Add(1) }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	outage := natstest.RunOutage(t)
+	nc := outage.Conn
 	g := &gated{runs: map[string]int{}, gates: map[string]chan struct{}{}}
 	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
 	jetruntest.StartWorker(t, rt, worker.Config{Concurrency: 64}, func(w *worker.Worker) { w.Handle("gated", g) })
@@ -83,12 +70,11 @@ func TestAwaitsSeeTheirRunsEndAcrossAServerRestart(t *testing.T) {
 		return true
 	}, "runs not running")
 
-	ns.Shutdown()
-	ns.WaitForShutdown()
+	outage.Stop()
 	await(late, n) // begun while the server is away
-	natstest.Eventually(t, 30*time.Second, func() bool { return failedReconnects.Load() >= 10 },
+	natstest.Eventually(t, 30*time.Second, func() bool { return outage.FailedReconnects() >= 10 },
 		"the connection did not try to reconnect")
-	natstest.RunServerWithOptions(t, &server.Options{Port: port, StoreDir: storeDir})
+	outage.Start()
 	for _, id := range ids {
 		close(g.gate(id))
 	}

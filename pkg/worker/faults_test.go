@@ -4,15 +4,11 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/engine/runstore"
@@ -94,16 +90,8 @@ func TestRunOutlivesServerRestart(t *testing.T) {
 // cannot be acknowledged in between; the chunks are stored as one event.
 func TestChunkBehindAnUnacknowledgedEventJoinsABatch(t *testing.T) {
 	t.Parallel()
-	opts := &server.Options{}
-	ns := natstest.RunServerWithOptions(t, opts)
-	port, storeDir := ns.Addr().(*net.TCPAddr).Port, opts.StoreDir
-	var failedReconnects atomic.Int64
-	nc, err := nats.Connect(ns.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond),
-		nats.ReconnectErrHandler(func(*nats.Conn, error) { failedReconnects.Add(1) }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	outage := natstest.RunOutage(t)
+	nc := outage.Conn
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -128,13 +116,12 @@ func TestChunkBehindAnUnacknowledgedEventJoinsABatch(t *testing.T) {
 	})
 	publish(t, js, "jetrun.dispatch.behind", `{"runId":"b1","input":{}}`)
 	<-started
-	ns.Shutdown()
-	ns.WaitForShutdown()
-	natstest.Eventually(t, 60*time.Second, func() bool { return failedReconnects.Load() >= 1 },
+	outage.Stop()
+	natstest.Eventually(t, 60*time.Second, func() bool { return outage.FailedReconnects() >= 1 },
 		"the connection did not notice the server was gone")
 	close(down)
 	<-emitted // both chunks emitted while nothing could be acknowledged
-	natstest.RunServerWithOptions(t, &server.Options{Port: port, StoreDir: storeDir})
+	outage.Start()
 
 	store, err := runstore.Open(context.Background(), js, runstore.Config{})
 	if err != nil {
@@ -159,16 +146,8 @@ func TestChunkBehindAnUnacknowledgedEventJoinsABatch(t *testing.T) {
 // restart with chunk window window, checks every chunk is stored once, and
 // returns the run's events.
 func streamThroughRestart(t *testing.T, window time.Duration) []jetruntest.Event {
-	opts := &server.Options{}
-	ns := natstest.RunServerWithOptions(t, opts)
-	port, storeDir := ns.Addr().(*net.TCPAddr).Port, opts.StoreDir
-	var failedReconnects atomic.Int64 // attempts to reach the server while it is down
-	nc, err := nats.Connect(ns.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond),
-		nats.ReconnectErrHandler(func(*nats.Conn, error) { failedReconnects.Add(1) }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	outage := natstest.RunOutage(t)
+	nc := outage.Conn
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -195,13 +174,12 @@ func streamThroughRestart(t *testing.T, window time.Duration) []jetruntest.Event
 	})
 	publish(t, js, "jetrun.dispatch.restart", `{"runId":"r1","input":{}}`)
 	<-halfway
-	ns.Shutdown()
-	ns.WaitForShutdown()
+	outage.Stop()
 	close(resume) // the handler goes on publishing while the server is away
 	// Down until the worker's connection has tried to reach it 10 times.
-	natstest.Eventually(t, 60*time.Second, func() bool { return failedReconnects.Load() >= 10 },
+	natstest.Eventually(t, 60*time.Second, func() bool { return outage.FailedReconnects() >= 10 },
 		"the connection did not try to reconnect")
-	natstest.RunServerWithOptions(t, &server.Options{Port: port, StoreDir: storeDir})
+	outage.Start()
 
 	store, err := runstore.Open(context.Background(), js, runstore.Config{})
 	if err != nil {
@@ -257,14 +235,8 @@ func TestDeletedDispatchStreamAndConsumersAreRecreated(t *testing.T) {
 // with attempt 1 recorded as a blink.
 func TestALivenessLapseIsNotALostWorker(t *testing.T) {
 	t.Parallel()
-	opts := &server.Options{}
-	ns := natstest.RunServerWithOptions(t, opts)
-	port, storeDir := ns.Addr().(*net.TCPAddr).Port, opts.StoreDir
-	nc, err := nats.Connect(ns.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	outage := natstest.RunOutage(t)
+	nc := outage.Conn
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -288,8 +260,7 @@ func TestALivenessLapseIsNotALostWorker(t *testing.T) {
 	if a := <-started; a != 1 {
 		t.Fatalf("first attempt %d", a)
 	}
-	ns.Shutdown()
-	ns.WaitForShutdown()
+	outage.Stop()
 	// Down until the worker saw its liveness lapse and stopped the attempt,
 	// then one more lease, so the key has expired when the server is back.
 	natstest.Eventually(t, 30*time.Second, func() bool { return strings.Contains(logs.String(), "worker liveness lost") },
@@ -300,7 +271,7 @@ func TestALivenessLapseIsNotALostWorker(t *testing.T) {
 	// The key's TTL runs out on the clock while no server is up to show
 	// it: one lease after the lapse it has expired.
 	time.Sleep(time.Second)
-	natstest.RunServerWithOptions(t, &server.Options{Port: port, StoreDir: storeDir})
+	outage.Start()
 
 	store, err := runstore.Open(context.Background(), js, runstore.Config{})
 	if err != nil {
@@ -325,14 +296,8 @@ func TestALivenessLapseIsNotALostWorker(t *testing.T) {
 // dispatch about as much.)
 func TestADeadHolderIsTakenOverAfterAnOutage(t *testing.T) {
 	t.Parallel()
-	opts := &server.Options{}
-	ns := natstest.RunServerWithOptions(t, opts)
-	port, storeDir := ns.Addr().(*net.TCPAddr).Port, opts.StoreDir
-	nc, err := nats.Connect(ns.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	outage := natstest.RunOutage(t)
+	nc := outage.Conn
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -356,11 +321,10 @@ func TestADeadHolderIsTakenOverAfterAnOutage(t *testing.T) {
 		Attempt: 1, Worker: "ghost", WorkerEpoch: ghost.Epoch(), CreatedAt: time.Now(), Unindexed: true}); err != nil {
 		t.Fatal(err)
 	}
-	ns.Shutdown()
-	ns.WaitForShutdown()
+	outage.Stop()
 	natstest.Eventually(t, 30*time.Second, func() bool { return strings.Contains(logs.String(), "renew worker liveness; retrying") },
 		"the worker's renewal did not fail")
-	natstest.RunServerWithOptions(t, &server.Options{Port: port, StoreDir: storeDir})
+	outage.Start()
 	natstest.Eventually(t, 30*time.Second, func() bool {
 		return strings.Contains(logs.String(), "renewed again") || strings.Contains(logs.String(), "liveness back")
 	},

@@ -4,17 +4,12 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 
 	"github.com/jetrun/jetrun/internal/app/httpapi"
 	"github.com/jetrun/jetrun/internal/app/runview"
@@ -51,16 +46,8 @@ func (b *logSink) lines() int {
 // of log lines, not a hot loop.
 func TestEventStreamAndRunsViewOutliveAnOutage(t *testing.T) {
 	t.Parallel()
-	opts := &server.Options{}
-	ns := natstest.RunServerWithOptions(t, opts)
-	port, storeDir := ns.Addr().(*net.TCPAddr).Port, opts.StoreDir
-	var failedReconnects atomic.Int64
-	nc, err := nats.Connect(ns.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond),
-		nats.ReconnectErrHandler(func(*nats.Conn, error) { failedReconnects.Add(1) }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	outage := natstest.RunOutage(t)
+	nc := outage.Conn
 	logs := &logSink{}
 	logger := slog.New(slog.NewTextHandler(logs, nil))
 
@@ -112,10 +99,9 @@ func TestEventStreamAndRunsViewOutliveAnOutage(t *testing.T) {
 	}()
 	<-first
 
-	ns.Shutdown()
-	ns.WaitForShutdown()
+	outage.Stop()
 	before := logs.lines()
-	natstest.Eventually(t, 30*time.Second, func() bool { return failedReconnects.Load() >= 50 },
+	natstest.Eventually(t, 30*time.Second, func() bool { return outage.FailedReconnects() >= 50 },
 		"the connection did not try to reconnect")
 	// Viewers keep asking while the server is away (an EventSource
 	// reconnects every few seconds): each gets its answer, the log one
@@ -132,8 +118,8 @@ func TestEventStreamAndRunsViewOutliveAnOutage(t *testing.T) {
 		})
 	}
 	asks.Wait()
-	outage := logs.lines() - before
-	natstest.RunServerWithOptions(t, &server.Options{Port: port, StoreDir: storeDir})
+	lines := logs.lines() - before
+	outage.Start()
 	close(gate)
 
 	evs := <-got
@@ -150,7 +136,7 @@ func TestEventStreamAndRunsViewOutliveAnOutage(t *testing.T) {
 		!strings.Contains(chunks[len(chunks)-1], "after") || kinds[len(kinds)-1] != "end" {
 		t.Fatalf("one stream across the outage: events %v, chunks %v", kinds, chunks)
 	}
-	if outage > 5 {
-		t.Fatalf("%d log lines while the server was away:\n%s", outage, logs.buf.String())
+	if lines > 5 {
+		t.Fatalf("%d log lines while the server was away:\n%s", lines, logs.buf.String())
 	}
 }
