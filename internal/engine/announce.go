@@ -11,7 +11,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/engine/jsfault"
-	"github.com/jetrun/jetrun/internal/engine/jspub"
 	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -53,7 +52,7 @@ func (rt *Runtime) PublishStatus(ctx context.Context, r *jetruntype.Run, worker,
 		msg.Header.Set(events.HeaderFinishOwed, string(r.Status))
 	}
 	wire.SetTraceHeaders(model.Of(r).Trace(), msg.Header)
-	if _, err := jspub.Publish(ctx, rt.js, msg); err != nil {
+	if _, err := rt.pub.Publish(ctx, msg); err != nil {
 		return fmt.Errorf("jetrun: publish %s status of run %s: %w", r.Status, r.ID, err)
 	}
 	return nil
@@ -75,7 +74,7 @@ func (rt *Runtime) PublishFinish(ctx context.Context, r *jetruntype.Run, s event
 	msg := &nats.Msg{Subject: rt.cfg.Namespace.FinishSubject(f.Handler), Data: data, Header: nats.Header{}}
 	msg.Header.Set(jetstream.MsgIDHeader, wire.FinishMsgID(r.ID, s, f.Ending))
 	wire.SetTraceHeaders(model.Of(r).Trace(), msg.Header)
-	ack, err := jspub.Publish(ctx, rt.js, msg)
+	ack, err := rt.pub.Publish(ctx, msg)
 	if err != nil {
 		return nil, fmt.Errorf("jetrun: publish %s finish of run %s: %w", s, r.ID, err)
 	}
@@ -97,7 +96,7 @@ func (rt *Runtime) PublishNotice(ctx context.Context, r *jetruntype.Run, name st
 	msg := &nats.Msg{Subject: rt.cfg.Namespace.FinishSubject(n.Handler), Data: data, Header: nats.Header{}}
 	msg.Header.Set(jetstream.MsgIDHeader, wire.MilestoneNoticeMsgID(r.ID, name))
 	msg.Header.Set(events.HeaderKind, events.KindMilestoneNotice)
-	ack, err := jspub.Publish(ctx, rt.js, msg)
+	ack, err := rt.pub.Publish(ctx, msg)
 	if err != nil {
 		return nil, fmt.Errorf("jetrun: publish milestone notice %s of run %s: %w", name, r.ID, err)
 	}

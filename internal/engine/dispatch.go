@@ -14,7 +14,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/engine/jsfault"
-	"github.com/jetrun/jetrun/internal/engine/jspub"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 )
@@ -57,7 +56,7 @@ func (rt *Runtime) PublishDispatch(ctx context.Context, agentType string, d even
 	var out Published
 	publish := func() error {
 		msg.Header.Set(jetstream.MsgIDHeader, id)
-		ack, err := jspub.Publish(ctx, rt.js, msg)
+		ack, err := rt.pub.Publish(ctx, msg)
 		if err != nil && !jsfault.IsTransient(ctx, err) && !jsfault.IsMissing(err) {
 			return backoff.Permanent(err) // too large, refused: retrying changes nothing
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/engine/jspub"
 	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/engine/wire"
@@ -41,6 +42,7 @@ const RepairEvery = 5 * time.Second
 type Runtime struct {
 	nc       *nats.Conn
 	js       jetstream.JetStream
+	pub      *jspub.Publisher // the synchronous writes: rows, status events, finishes
 	cfg      Config
 	store    *runstore.Store
 	dispatch jetstream.Stream   // bound once, by name
@@ -52,7 +54,8 @@ type Runtime struct {
 
 // Open creates (or checks) jetrun's streams and buckets in cfg.Namespace on
 // nc and binds them. The connection stays the caller's: nothing in jetrun
-// closes it.
+// closes it; the runtime's reply subscriptions (jspub's, and jetstream's
+// for pipelined publishes) end with it.
 func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Runtime, error) {
 	js, err := jetstream.New(nc,
 		jetstream.WithPublishAsyncMaxPending(asyncMaxPending),
@@ -67,26 +70,42 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Runtime, error) {
 	if err := wire.EnsureStreams(ctx, js, ns, cfg.Streams); err != nil {
 		return nil, fmt.Errorf("jetrun: %w", err)
 	}
-	store, err := runstore.Open(ctx, js, runstore.Config{Namespace: ns, Replicas: cfg.Streams.Replicas})
+	pub, err := jspub.New(js)
 	if err != nil {
 		return nil, fmt.Errorf("jetrun: %w", err)
 	}
-	rt := &Runtime{nc: nc, js: js, cfg: cfg, store: store}
-	if rt.dispatch, err = js.Stream(ctx, ns.DispatchStream()); err != nil {
-		return nil, fmt.Errorf("jetrun: bind stream %s: %w", ns.DispatchStream(), err)
+	store, err := runstore.Open(ctx, js, runstore.Config{Namespace: ns, Replicas: cfg.Streams.Replicas, Publisher: pub})
+	if err != nil {
+		_ = pub.Close()
+		return nil, fmt.Errorf("jetrun: %w", err)
 	}
-	for _, name := range ns.EventsStreams(cfg.Streams.EventsStreams) {
+	rt := &Runtime{nc: nc, js: js, pub: pub, cfg: cfg, store: store}
+	if err := rt.bind(ctx); err != nil {
+		_ = pub.Close()
+		return nil, err
+	}
+	return rt, nil
+}
+
+// bind binds the runtime's streams.
+func (rt *Runtime) bind(ctx context.Context) error {
+	ns, js := rt.cfg.Namespace, rt.js
+	var err error
+	if rt.dispatch, err = js.Stream(ctx, ns.DispatchStream()); err != nil {
+		return fmt.Errorf("jetrun: bind stream %s: %w", ns.DispatchStream(), err)
+	}
+	for _, name := range ns.EventsStreams(rt.cfg.Streams.EventsStreams) {
 		s, err := js.Stream(ctx, name)
 		if err != nil {
-			return nil, fmt.Errorf("jetrun: bind stream %s: %w", name, err)
+			return fmt.Errorf("jetrun: bind stream %s: %w", name, err)
 		}
 		rt.events = append(rt.events, s)
 	}
 	wire.RememberEventsStreams(js, ns, len(rt.events))
 	if rt.signals, err = js.Stream(ctx, ns.SignalsStream()); err != nil {
-		return nil, fmt.Errorf("jetrun: bind stream %s: %w", ns.SignalsStream(), err)
+		return fmt.Errorf("jetrun: bind stream %s: %w", ns.SignalsStream(), err)
 	}
-	return rt, nil
+	return nil
 }
 
 // Conn returns the NATS connection the runtime was opened on.
@@ -151,7 +170,7 @@ func (rt *Runtime) Repair(ctx context.Context) error {
 	if err := wire.RepairStreams(ctx, rt.js, ns, rt.cfg.Streams); err != nil {
 		return fmt.Errorf("jetrun: repair: %w", err)
 	}
-	if _, err := runstore.Open(ctx, rt.js, runstore.Config{Namespace: ns, Replicas: rt.cfg.Streams.Replicas}); err != nil {
+	if _, err := runstore.Open(ctx, rt.js, runstore.Config{Namespace: ns, Replicas: rt.cfg.Streams.Replicas, Publisher: rt.pub}); err != nil {
 		return fmt.Errorf("jetrun: repair: %w", err)
 	}
 	return nil

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
+	"sync"
 	"testing"
 	"time"
 
@@ -84,22 +86,27 @@ func TestPublishAnswersAsJetStreamDoes(t *testing.T) {
 		return m
 	}
 
-	ack, err := jspub.Publish(ctx, js, msg("s.a", "one", "0"))
+	pub, err := jspub.New(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	ack, err := pub.Publish(ctx, msg("s.a", "one", "0"))
 	if err != nil || ack.Stream != "S" || ack.Sequence != 1 || ack.Duplicate {
 		t.Fatalf("first publish: %+v, %v", ack, err)
 	}
-	ack, err = jspub.Publish(ctx, js, msg("s.a", "one", ""))
+	ack, err = pub.Publish(ctx, msg("s.a", "one", ""))
 	if err != nil || ack.Sequence != 1 || !ack.Duplicate {
 		t.Fatalf("same Nats-Msg-Id again: %+v, %v; want a duplicate of 1", ack, err)
 	}
 	// A compare-and-set that lost: the error jetstream gives, so
 	// errors.Is and the callers' checks work on it.
-	_, err = jspub.Publish(ctx, js, msg("s.a", "", "0"))
+	_, err = pub.Publish(ctx, msg("s.a", "", "0"))
 	_, jsErr := js.PublishMsg(ctx, msg("s.a", "", "0"))
 	if !wire.IsWrongLastSequence(err) || !errors.Is(err, jetstream.ErrKeyExists) || err.Error() != jsErr.Error() {
 		t.Fatalf("stale expected sequence: %v; jetstream says %v", err, jsErr)
 	}
-	if _, err := jspub.Publish(ctx, js, msg("nostream.a", "", "")); !errors.Is(err, jetstream.ErrNoStreamResponse) {
+	if _, err := pub.Publish(ctx, msg("nostream.a", "", "")); !errors.Is(err, jetstream.ErrNoStreamResponse) {
 		t.Fatalf("subject of no stream: %v; want ErrNoStreamResponse", err)
 	}
 }
@@ -119,9 +126,14 @@ func TestPublishWithoutDeadlineGetsTheDefaultTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer silent.Unsubscribe()
+	pub, err := jspub.New(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
 	done := make(chan error, 1)
 	go func() {
-		_, err := jspub.Publish(context.Background(), js, nats.NewMsg("silent.x"))
+		_, err := pub.Publish(context.Background(), nats.NewMsg("silent.x"))
 		done <- err
 	}()
 	select {
@@ -131,5 +143,82 @@ func TestPublishWithoutDeadlineGetsTheDefaultTimeout(t *testing.T) {
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("a publish nobody answers, without a deadline, did not end")
+	}
+}
+
+// Each of many publishes in flight at once gets its own stream's answer:
+// the sequence the stream stored its message under.
+func TestConcurrentPublishesGetTheirOwnAnswers(t *testing.T) {
+	ns := natstest.RunServer(t)
+	_, js := natstest.Connect(t, ns)
+	ctx := context.Background()
+	s, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := jspub.New(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	const publishers, each = 64, 50
+	var wg sync.WaitGroup
+	for g := range publishers {
+		wg.Go(func() {
+			for i := range each {
+				m := nats.NewMsg(fmt.Sprintf("s.%d", g))
+				m.Data = fmt.Appendf(nil, "%d-%d", g, i)
+				ack, err := pub.Publish(ctx, m)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				stored, err := s.GetMsg(ctx, ack.Sequence)
+				if err != nil || string(stored.Data) != string(m.Data) {
+					t.Errorf("publish %s answered sequence %d, which holds %q (%v)", m.Data, ack.Sequence, stored.Data, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// A request waiting for an answer when the connection closes ends at once,
+// not at its deadline.
+func TestRequestEndsWhenTheConnectionCloses(t *testing.T) {
+	ns := natstest.RunServer(t)
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := jspub.New(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	asked := make(chan struct{})
+	if _, err := nc.Subscribe("silent", func(*nats.Msg) { close(asked) }); err != nil { // never answers
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		_, err := pub.Request(ctx, nats.NewMsg("silent"))
+		done <- err
+	}()
+	<-asked
+	nc.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, nats.ErrConnectionClosed) {
+			t.Fatalf("request when its connection closed: %v; want ErrConnectionClosed", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("a request whose connection closed waited on")
 	}
 }

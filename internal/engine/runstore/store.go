@@ -49,6 +49,9 @@ type Config struct {
 	// MaxRetry bounds how long Mutate keeps retrying transient faults
 	// (default 10s); lost compare-and-sets are retried until they win.
 	MaxRetry time.Duration
+	// Publisher carries the rows' writes and reads (nil: the store
+	// subscribes one of its own on js's connection).
+	Publisher *jspub.Publisher
 }
 
 // DefaultMaxRetry bounds Mutate's retries of transient faults when
@@ -91,6 +94,8 @@ type Workers struct{ *core }
 // core is what the stores share: the buckets and their settings.
 type core struct {
 	js       jetstream.JetStream
+	pub      *jspub.Publisher // the rows' writes and reads
+	direct   bool             // the runs bucket answers direct gets (buckets made by nats.go's CreateKeyValue do)
 	kv       jetstream.KeyValue
 	active   jetstream.KeyValue // the active-run index, see index.go
 	activeKV jetstream.Stream   // the active bucket's stream, for marker-free removals
@@ -133,10 +138,23 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 	if err != nil {
 		return nil, fmt.Errorf("kv: status of bucket %s: %w", cfg.Namespace.RunsBucket(), err)
 	}
+	pub := cfg.Publisher
+	if pub == nil {
+		if pub, err = jspub.New(js); err != nil {
+			return nil, fmt.Errorf("kv: %w", err)
+		}
+	}
 	return &Store{&core{
-		js: js, kv: runs, active: active, activeKV: activeKV, maxRetry: cmp.Or(cfg.MaxRetry, DefaultMaxRetry),
+		js: js, pub: pub, direct: bucketDirect(status), kv: runs, active: active, activeKV: activeKV, maxRetry: cmp.Or(cfg.MaxRetry, DefaultMaxRetry),
 		replicas: bucketReplicas(status),
 	}}, nil
+}
+
+// bucketDirect reports whether the stream behind a bucket answers direct
+// gets.
+func bucketDirect(st jetstream.KeyValueStatus) bool {
+	kvs, ok := st.(*jetstream.KeyValueBucketStatus)
+	return ok && kvs.StreamInfo() != nil && kvs.StreamInfo().Config.AllowDirect
 }
 
 // bucketReplicas returns the replicas of the stream behind a bucket.
@@ -215,18 +233,55 @@ func (s *Store) Lookup(ctx context.Context, id string) (*jetruntype.Run, uint64,
 	if err := events.ValidateID(id); err != nil {
 		return nil, 0, fmt.Errorf("kv: get run: %w", err)
 	}
-	e, err := s.kv.Get(ctx, id)
+	data, rev, err := s.read(ctx, id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, 0, fmt.Errorf("kv: get run %s: %w", id, ErrRunNotFound)
 	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("kv: get run %s: %w", id, err)
 	}
-	r, err := Decode(e.Key(), e.Value())
+	r, err := Decode(id, data)
 	if err != nil {
 		return nil, 0, err
 	}
-	return r, e.Revision(), nil
+	return r, rev, nil
+}
+
+// read returns the value and revision of run id's row, as
+// jetstream.KeyValue.Get does (a key deleted or purged, or expired, is
+// jetstream.ErrKeyNotFound), by direct get through the store's publisher:
+// the read every dispatch starts with.
+func (s *Store) read(ctx context.Context, id string) ([]byte, uint64, error) {
+	if !s.direct {
+		e, err := s.kv.Get(ctx, id)
+		if err != nil {
+			return nil, 0, err
+		}
+		return e.Value(), e.Revision(), nil
+	}
+	bucket := s.kv.Bucket()
+	m := nats.NewMsg("$JS.API.DIRECT.GET." + wire.BucketStream(bucket) + "." + wire.BucketSubject(bucket, id))
+	resp, err := s.pub.Request(ctx, m)
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(resp.Data) == 0 {
+		switch status := resp.Header.Get("Status"); status {
+		case "404":
+			return nil, 0, jetstream.ErrKeyNotFound
+		case "":
+		default:
+			return nil, 0, fmt.Errorf("direct get: %s %s", status, resp.Header.Get("Description"))
+		}
+	}
+	if isMarker(resp.Header) {
+		return nil, 0, jetstream.ErrKeyNotFound
+	}
+	rev, err := strconv.ParseUint(resp.Header.Get(jetstream.SequenceHeader), 10, 64)
+	if err != nil {
+		return nil, 0, fmt.Errorf("direct get: bad %s header: %w", jetstream.SequenceHeader, err)
+	}
+	return resp.Data, rev, nil
 }
 
 // Create stores a new row and returns its revision, or ErrRunExists. Unless
@@ -263,7 +318,7 @@ func (s *Store) Create(ctx context.Context, r *jetruntype.Run) (uint64, error) {
 func (s *Store) write(ctx context.Context, id string, data []byte, rev uint64) (uint64, error) {
 	m := &nats.Msg{Subject: wire.BucketSubject(s.kv.Bucket(), id), Data: data, Header: nats.Header{}}
 	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(rev, 10))
-	ack, err := jspub.Publish(ctx, s.js, m)
+	ack, err := s.pub.Publish(ctx, m)
 	if err != nil {
 		return 0, err
 	}

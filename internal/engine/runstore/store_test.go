@@ -87,6 +87,9 @@ func testCAS(t *testing.T, s *runstore.Store) {
 	if err := s.Delete(ctx, row); err != nil {
 		t.Fatal(err)
 	}
+	if _, _, err := s.Lookup(ctx, "r1"); !errors.Is(err, runstore.ErrRunNotFound) {
+		t.Fatalf("lookup of a cleared row: %v, want ErrRunNotFound", err)
+	}
 	again := newRun("r1")
 	again.Summary = "second life"
 	if _, err := s.Create(ctx, again); err != nil {
