@@ -2,7 +2,6 @@ package bench_test
 
 import (
 	"context"
-
 	"strconv"
 	"sync"
 	"testing"
@@ -14,7 +13,7 @@ import (
 	"github.com/jetrun/jetrun/internal/engine/jspub"
 )
 
-// BenchmarkBareRoundTrips works down 10,000 queued messages with bare
+// BenchmarkWorkloadBareRoundTrips works down 10,000 queued messages with bare
 // nats.go calls shaped like a short run's round trips (a row read, a
 // compare-and-set claim, a status event, a final compare-and-set, a final
 // status event, an ack: BenchmarkWorkloadShortRunCost's count), at the
@@ -25,7 +24,7 @@ import (
 // jetstream.JetStream.Publish), which share the connection's lock, and
 // through a reply subscription of its own (package jspub, what jetrun's
 // run path uses).
-func BenchmarkBareRoundTrips(b *testing.B) {
+func BenchmarkWorkloadBareRoundTrips(b *testing.B) {
 	for _, via := range []string{"natsgo_requests", "own_reply_subscription"} {
 		b.Run(via, func(b *testing.B) {
 			_, _, js := embeddedServer(b)
