@@ -25,20 +25,54 @@ import (
 // through a reply subscription of its own (package jspub, what jetrun's
 // run path uses).
 func BenchmarkWorkloadBareRoundTrips(b *testing.B) {
-	for _, via := range []string{"natsgo_requests", "own_reply_subscription"} {
-		b.Run(via, func(b *testing.B) {
-			_, _, js := embeddedServer(b)
-			raw := rawAsyncPublishRate(b, js)
-			var elapsed, cpu time.Duration
-			for b.Loop() {
-				elapsed, cpu = bareBurnDown(b, js, via == "own_reply_subscription")
+	for _, process := range []bool{false, true} {
+		for _, via := range []string{"natsgo_requests", "own_reply_subscription"} {
+			name := via
+			if process {
+				name = "server_process/" + via
 			}
-			rate := runs / elapsed.Seconds()
-			report("bare_round_trips", "via", via, "runs", runs, "concurrency", concurrency,
-				"raw_async_pub_per_s", raw, "runs_per_s", rate, "runs_vs_raw_async_pub", rate/raw,
-				"cpu_us_per_run", float64(cpu.Microseconds())/runs)
-		})
+			b.Run(name, func(b *testing.B) { bareRoundTrips(b, process, via) })
+		}
 	}
+}
+
+// bareRoundTrips is one phase of BenchmarkWorkloadBareRoundTrips, on an
+// embedded server or on nats-server as a process of its own (over TCP).
+func bareRoundTrips(b *testing.B, process bool, via string) {
+	var js jetstream.JetStream
+	var serverCPU func() time.Duration
+	if process {
+		var nc *nats.Conn
+		nc, serverCPU = serverProcess(b)
+		var err error
+		if js, err = jetstream.New(nc); err != nil {
+			b.Fatal(err)
+		}
+	} else {
+		_, _, js = embeddedServer(b)
+	}
+	raw := rawAsyncPublishRate(b, js)
+	var elapsed, cpu, server time.Duration
+	for b.Loop() {
+		var server0 time.Duration
+		if serverCPU != nil {
+			server0 = serverCPU()
+		}
+		elapsed, cpu = bareBurnDown(b, js, via == "own_reply_subscription")
+		if serverCPU != nil {
+			server = serverCPU() - server0
+		}
+	}
+	rate := runs / elapsed.Seconds()
+	figures := []any{"via", via, "runs", runs, "concurrency", concurrency,
+		"raw_async_pub_per_s", raw, "runs_per_s", rate, "runs_vs_raw_async_pub", rate / raw,
+		"cpu_us_per_run", float64((cpu + server).Microseconds()) / runs}
+	name := "bare_round_trips"
+	if process {
+		name += "_server_process"
+		figures = append(figures, "server_process_cpu_us_per_run", float64(server.Microseconds())/runs)
+	}
+	report(name, figures...)
 }
 
 // bareBurnDown queues runs messages and rows, then works them down; it

@@ -268,15 +268,39 @@ func BenchmarkWorkloadRunsVersusRaw(b *testing.B) {
 // raw async publish on the same server: the worker's own rate, where
 // BenchmarkWorkloadRunsVersusRaw also carries the dispatching client's
 // cost in the same process. It runs at the workload benchmarks' worker
-// concurrency and at 256 (agent workers run hundreds of runs at once).
+// concurrency and at 256 (agent workers run hundreds of runs at once), on
+// an embedded server, and at 64 again against nats-server as a process of
+// its own over TCP, as a fleet of child-workers is deployed (its CPU is
+// then reported apart).
 func BenchmarkWorkloadBurnDown(b *testing.B) {
 	for _, conc := range []int{concurrency, 256} {
-		b.Run(fmt.Sprintf("concurrency=%d", conc), func(b *testing.B) { burnDown(b, conc) })
+		b.Run(fmt.Sprintf("concurrency=%d", conc), func(b *testing.B) {
+			ns, nc, js := embeddedServer(b)
+			burnDown(b, "burndown", nc, js, func() *nats.Conn { return inProcess(b, ns) }, nil, conc)
+		})
 	}
+	b.Run(fmt.Sprintf("server_process/concurrency=%d", concurrency), func(b *testing.B) {
+		nc, serverCPU := serverProcess(b)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			b.Fatal(err)
+		}
+		connect := func() *nats.Conn {
+			wc, err := nats.Connect(nc.ConnectedUrl())
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(wc.Close)
+			return wc
+		}
+		burnDown(b, "burndown_server_process", nc, js, connect, serverCPU, concurrency)
+	})
 }
 
-func burnDown(b *testing.B, conc int) {
-	ns, nc, js := embeddedServer(b)
+// burnDown measures one burn-down on the server nc and js are connected
+// to; the worker connects with connect. serverCPU, when the server is a
+// process of its own, reads its CPU so far.
+func burnDown(b *testing.B, name string, nc *nats.Conn, js jetstream.JetStream, connect func() *nats.Conn, serverCPU func() time.Duration, conc int) {
 	ctx := context.Background()
 	raw := rawAsyncPublishRate(b, js)
 	client, err := parent.New(jetruntest.OpenRuntime(b, nc, jetrun.Config{}), parent.Config{AllowUnknownAgentTypes: true})
@@ -286,7 +310,7 @@ func burnDown(b *testing.B, conc int) {
 	lat := newLatencies(runs)
 	lat.follow(b, nc)
 
-	var elapsed, cpu time.Duration
+	var elapsed, cpu, server time.Duration
 	for b.Loop() {
 		fanOut(b, runs, dispatchers, func(i int) error {
 			id := fmt.Sprintf("burn-%d", i)
@@ -294,20 +318,31 @@ func burnDown(b *testing.B, conc int) {
 			_, err := client.Dispatch(ctx, parent.Request{AgentType: "noop", RunID: id, Input: 1})
 			return err
 		})
+		var server0 time.Duration
+		if serverCPU != nil {
+			server0 = serverCPU()
+		}
 		begin, cpu0 := time.Now(), cpuTime()
-		startWorker(b, inProcess(b, ns), conc, "noop", noop)
+		startWorker(b, connect(), conc, "noop", noop)
 		lat.wait(b, "queued runs completed")
 		elapsed, cpu = time.Since(begin), cpuTime()-cpu0
+		if serverCPU != nil {
+			server = serverCPU() - server0
+		}
 	}
 	rate := runs / elapsed.Seconds()
-	cpuPerRun := float64(cpu.Microseconds()) / runs // worker and server: both are in this process
+	cpuPerRun := float64((cpu + server).Microseconds()) / runs // worker and server
 	b.ReportMetric(raw, "raw-async-pub/s")
 	b.ReportMetric(rate, "runs/s")
 	b.ReportMetric(rate/raw, "runs-per-raw-msg")
 	b.ReportMetric(cpuPerRun, "cpu-µs/run")
-	report("burndown", "runs", runs, "worker_concurrency", conc, "raw_async_pub_per_s", raw,
-		"runs_per_s", rate, "runs_vs_raw_async_pub", rate/raw, "goal_runs_vs_raw", 0.06,
-		"cpu_us_per_run", cpuPerRun)
+	figures := []any{"runs", runs, "worker_concurrency", conc, "raw_async_pub_per_s", raw,
+		"runs_per_s", rate, "runs_vs_raw_async_pub", rate / raw, "goal_runs_vs_raw", 0.06,
+		"cpu_us_per_run", cpuPerRun}
+	if serverCPU != nil {
+		figures = append(figures, "server_process_cpu_us_per_run", float64(server.Microseconds())/runs)
+	}
+	report(name, figures...)
 }
 
 // BenchmarkWorkloadCancel reports how long a cancel takes to reach the
