@@ -47,7 +47,9 @@ func init() {
 
 // Open creates (or checks) jetrun's streams and buckets in cfg.Namespace on
 // nc and binds them. The connection stays the caller's: nothing in jetrun
-// closes it.
+// closes it. A Runtime subscribes once on nc, to the answers of its writes
+// (an inbox of its own), for as long as nc is open: open one per process,
+// not one per request.
 func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Runtime, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
