@@ -94,6 +94,5 @@ func (e *execution) applyState(r *jetruntype.Run) {
 	if r.FirstEventSeq == 0 {
 		r.FirstEventSeq = e.firstEventSeq
 	}
-	e.applyUsage(r)
-	e.dirty = false
+	e.dirty = e.applyUsage(r) // reports not charged yet keep the row due for a sync
 }

@@ -38,10 +38,13 @@ var ErrBudgetExceeded = parent.ErrBudgetExceeded
 // (jetruntype.Run.Charges; parent.Client.Charge): for a run in a tree with
 // a budget at every report, before Usage returns (one compare-and-set per
 // budget), so the budget is enforced where the usage lands; for a run in a
-// tree without one, at the row sync, before the run's own row. A tree's
-// totals count every report they were charged with, so a report charged
-// and then lost from the run's own row by a kill -9 counts once in the
-// tree and not in the run.
+// tree without one, at the row sync, before the run's own row. The row
+// shows only usage every tree total was charged with (synced): a report
+// that arrives between the charge and the row's write waits for the next
+// sync, so a kill -9 right after the write cannot leave the run's usage
+// ahead of its tree's. A tree's totals count every report they were
+// charged with, so a report charged and then lost from the run's own row
+// by a kill -9 counts once in the tree and not in the run.
 
 // execUsage is an attempt's usage state; mu is a leaf lock, chargeMu
 // (held while a charge is on its way) comes before it.
@@ -50,6 +53,7 @@ type execUsage struct {
 	started  bool
 	base     *jetruntype.Usage // the row's usage when the attempt started
 	attempt  jetruntype.Usage  // reported by this attempt
+	synced   *jetruntype.Usage // of attempt, what every run it is charged to was charged with: what the row shows
 	charges  []string          // the runs whose tree totals the usage adds to
 	budgeted bool
 
@@ -130,21 +134,26 @@ func (e *execution) startUsage(ctx context.Context, row *jetruntype.Run) error {
 	return nil
 }
 
-// applyUsage sets the row's usage (applyState; cumulative, so idempotent).
-func (e *execution) applyUsage(r *jetruntype.Run) {
+// applyUsage sets the row's usage (applyState; cumulative, so idempotent):
+// what the attempt's tree totals were charged with. It reports whether the
+// attempt holds reports the row does not show yet (charged at the next
+// sync).
+func (e *execution) applyUsage(r *jetruntype.Run) (behind bool) {
 	e.use.mu.Lock()
 	defer e.use.mu.Unlock()
-	if !e.use.started {
-		return
+	if !e.use.started || e.use.synced == nil {
+		return e.use.started
 	}
+	behind = e.use.synced.UsageTotals != e.use.attempt.UsageTotals
 	if e.use.base != nil {
-		u := model.PlusUsage(*e.use.base, e.use.attempt)
+		u := model.PlusUsage(*e.use.base, *e.use.synced)
 		r.Usage = &u
-		return
+		return behind
 	}
-	// A copy with a map of its own: the row is encoded outside use.mu
-	// while the handler's next report adds to the attempt's.
-	r.Usage = model.CloneUsage(&e.use.attempt)
+	// A copy with a map of its own: synced is replaced, never changed, but
+	// the row may be changed by the write's retries.
+	r.Usage = model.CloneUsage(e.use.synced)
+	return behind
 }
 
 // chargeTree adds the attempt's usage not yet charged to the tree totals
@@ -165,8 +174,9 @@ func (e *execution) chargeTree(ctx context.Context) error {
 	e.use.chargeMu.Lock()
 	defer e.use.chargeMu.Unlock()
 	e.use.mu.Lock()
-	total, charges := e.use.attempt.UsageTotals, e.use.charges
+	upTo, charges := model.CloneUsage(&e.use.attempt), e.use.charges
 	e.use.mu.Unlock()
+	total := upTo.UsageTotals
 	var pending []string
 	for _, id := range charges {
 		if e.use.charged[id] != total {
@@ -174,6 +184,7 @@ func (e *execution) chargeTree(ctx context.Context) error {
 		}
 	}
 	if len(pending) == 0 {
+		e.use.markSynced(upTo)
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
@@ -203,11 +214,22 @@ func (e *execution) chargeTree(ctx context.Context) error {
 		}
 		e.use.charged[id] = total
 	}
+	if len(errs) == 0 {
+		e.use.markSynced(upTo)
+	}
 	if over != nil {
 		e.cancelWith(over)
 		return over
 	}
 	return errors.Join(errs...)
+}
+
+// markSynced records that every run the attempt's usage is charged to has
+// been charged with u.
+func (s *execUsage) markSynced(u *jetruntype.Usage) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.synced = u
 }
 
 // chargeSelf adds d to the run's own tree totals, as budget.Trees.Charge

@@ -328,3 +328,63 @@ func TestChildBudgetStopsOnlyItsSubtree(t *testing.T) {
 		t.Fatalf("root: %s overrun %+v", root.Status, root.Overrun)
 	}
 }
+
+// The row never shows usage its tree's totals were not charged with: were
+// the worker killed (kill -9) right after any write of the row, the tree
+// would count at least what the run does. Reports arrive while the row
+// syncs; every stored revision is checked.
+func TestRowUsageNeverRunsAheadOfItsTree(t *testing.T) {
+	t.Parallel()
+	const reports = 1500
+	b, _ := setup(t, worker.Config{Concurrency: 1, RowSyncInterval: 5 * time.Millisecond}, map[string]worker.Handler{
+		"steady": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			for range reports {
+				if err := run.Usage(ctx, worker.Usage{InputTokens: 1}); err != nil {
+					return worker.Result{}, err
+				}
+				time.Sleep(500 * time.Microsecond)
+			}
+			return worker.Result{}, nil
+		}),
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	kv, err := b.js.KeyValue(ctx, "jetrun_runs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	watch, err := kv.Watch(ctx, "u-steady")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Stop()
+	if _, err := newClient(t, b).Dispatch(ctx, parent.Request{AgentType: "steady", RunID: "u-steady", Input: 1}); err != nil {
+		t.Fatal(err)
+	}
+	withUsage := 0
+	for e := range watch.Updates() {
+		if e == nil {
+			continue
+		}
+		var row jetruntype.Run
+		if err := json.Unmarshal(e.Value(), &row); err != nil {
+			t.Fatal(err)
+		}
+		if row.Usage != nil {
+			withUsage++
+			if row.TreeUsage == nil || row.Usage.InputTokens > row.TreeUsage.InputTokens {
+				t.Fatalf("revision %d shows usage %+v ahead of its tree's %+v", e.Revision(), row.Usage.UsageTotals, row.TreeUsage)
+			}
+		}
+		if row.Status.Final() {
+			if row.Status != events.StatusCompleted || row.Usage == nil || row.Usage.InputTokens != reports {
+				t.Fatalf("final row: %s, usage %+v; want completed with %d tokens", row.Status, row.Usage, reports)
+			}
+			break
+		}
+	}
+	if withUsage < 20 {
+		t.Fatalf("%d revisions showed usage; the test wants the row synced while reports arrive", withUsage)
+	}
+	t.Logf("%d revisions with usage checked", withUsage)
+}
