@@ -42,7 +42,7 @@ const RepairEvery = 5 * time.Second
 type Runtime struct {
 	nc       *nats.Conn
 	js       jetstream.JetStream
-	pub      *jspub.Publisher // the synchronous writes: rows, status events, finishes
+	pub      *jspub.Publisher // waits for the answers on a run's path: row reads and writes, status events, finishes, dispatches
 	cfg      Config
 	store    *runstore.Store
 	dispatch jetstream.Stream   // bound once, by name
