@@ -76,6 +76,11 @@ func (p *publisher) chunk(ctx context.Context, c events.Chunk) error {
 	if err := p.failed(); err != nil {
 		return err
 	}
+	// The attempt's first chunk waits for its "running" (see open), as
+	// any event does, and then finds the run quiet.
+	if err := p.settleOpeningLocked(ctx); err != nil {
+		return err
+	}
 	b := &p.chunks
 	now := time.Now()
 	quiet := b.open == nil && now.Sub(b.last) >= b.window && p.acknowledgedLocked()

@@ -228,9 +228,26 @@ const historyTimeout = 30 * time.Second
 // publisher), then reads what those attempts left (a takeover), so chunk
 // and milestone numbering continue after the last stored ones. It runs
 // before the handler, so it reads e.cur, the claimed row, without a lock.
+//
+// A first attempt that never waited queued has nothing to read: its
+// "running" is the run's first event and no earlier attempt can write
+// after it. Its handler starts without waiting for "running" to be stored
+// (publisher.open): the attempt's next event, a flush, and its end wait
+// for it, so no other event of the attempt is sent under an unknown fence
+// and the run is never made final without it. The claim is on the row
+// already, so the event never claims what the row does not record.
 func (e *execution) start(ctx context.Context) error {
 	takeover := e.attempt > 1 || e.cur.FirstEventSeq != 0
 	e.resumed = takeover
+	msgID := wire.StatusMsgID(e.id, e.attempt, events.StatusRunning)
+	if !takeover && e.cur.ConcurrencyKey == "" {
+		e.pub.opened = func(seq uint64) {
+			e.stateMu.Lock()
+			e.firstEventSeq, e.dirty = seq, true
+			e.stateMu.Unlock()
+		}
+		return e.pub.open(ctx, msgID, model.Of(e.cur).StatusEvent(e.w.cfg.ID))
+	}
 	if takeover {
 		last, err := e.w.rt.EventsStreamFor(e.id).GetLastMsgForSubject(ctx, e.w.ns.RunSubject(e.id, events.KindStatus))
 		switch {
@@ -240,8 +257,7 @@ func (e *execution) start(ctx context.Context) error {
 			return fmt.Errorf("read the last status event: %w", err)
 		}
 	}
-	seq, err := e.pub.publish(ctx, events.KindStatus, wire.StatusMsgID(e.id, e.attempt, events.StatusRunning),
-		model.Of(e.cur).StatusEvent(e.w.cfg.ID), true)
+	seq, err := e.pub.publish(ctx, events.KindStatus, msgID, model.Of(e.cur).StatusEvent(e.w.cfg.ID), true)
 	if err != nil {
 		return err
 	}

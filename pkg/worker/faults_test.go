@@ -342,3 +342,65 @@ func TestADeadHolderIsTakenOverAfterAnOutage(t *testing.T) {
 		t.Fatalf("taken over %s after the outage, want a few leases at most", d)
 	}
 }
+
+// A first attempt's handler starts while its "running" event is on its
+// way, but the run is never made final without it: the events stream
+// refuses every new message while the handler runs and returns, so the
+// run is released, not completed; once the stream takes messages again the
+// run runs again and its timeline begins with "running".
+func TestRunIsNotFinalWithoutItsRunningEvent(t *testing.T) {
+	t.Parallel()
+	calls := make(chan int, 16)
+	b, _ := setup(t, worker.Config{}, map[string]worker.Handler{
+		"quick": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			calls <- run.Attempt()
+			return worker.Result{Summary: "done"}, nil
+		}),
+	})
+	ctx := context.Background()
+	stream, err := b.js.Stream(ctx, "JETRUN_EVENTS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One message so the stream can be capped at what it holds.
+	publish(t, b.js, "jetrun.run.filler.status", `{}`)
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := info.Config
+	refusing := open
+	refusing.MaxMsgs, refusing.Discard = int64(info.State.Msgs), jetstream.DiscardNew
+	if _, err := b.js.UpdateStream(ctx, refusing); err != nil {
+		t.Fatal(err)
+	}
+
+	publish(t, b.js, "jetrun.dispatch.quick", `{"runId":"q1","input":{}}`)
+	select {
+	case attempt := <-calls:
+		if attempt != 1 {
+			t.Fatalf("first call of the handler: attempt %d, want 1", attempt)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the handler did not start while its running event was on its way")
+	}
+	row := jetruntest.WaitRow(t, b.store, "q1", 30*time.Second, func(r *jetruntype.Run) bool { return r.Handoffs >= 1 })
+	if row.Status.Final() {
+		t.Fatalf("run made final while its running event could not be stored: %+v", row)
+	}
+	if evs := jetruntest.ReadEvents(t, b.js, "q1"); len(evs) != 0 {
+		t.Fatalf("events stored while the stream refused them: %d", len(evs))
+	}
+
+	if _, err := b.js.UpdateStream(ctx, open); err != nil {
+		t.Fatal(err)
+	}
+	row = jetruntest.WaitRow(t, b.store, "q1", 60*time.Second, jetruntest.Final)
+	if row.Status != events.StatusCompleted {
+		t.Fatalf("after the stream took messages again: %+v", row)
+	}
+	got := jetruntest.Statuses(jetruntest.ReadEvents(t, b.js, "q1"))
+	if len(got) != 2 || got[0] != events.StatusRunning || got[1] != events.StatusCompleted {
+		t.Fatalf("statuses %v, want [running completed]", got)
+	}
+}

@@ -95,6 +95,13 @@ func (e *execution) finalize(status events.Status, reason, text string, set func
 	if errors.Is(err, ErrLeaseLost) {
 		e.abandon()
 		return
+	} else if err != nil && e.pub.openPending() {
+		// The attempt's "running" event (sent as its handler started,
+		// see start) is not stored: the run is not made final without
+		// it. It is released as after a failed start, and runs again.
+		e.w.fault(ctx, e.log, "store the run's running event; releasing it for a later retry", err)
+		e.release(retryDelay(e.firstMsg()))
+		return
 	} else if err != nil {
 		e.w.fault(ctx, e.log, "store the run's last events", err)
 	}

@@ -80,7 +80,9 @@ type publisher struct {
 	chunks  chunkBatch          // the open batch of coalesced chunks (coalesce.go), guarded by mu
 
 	mu       sync.Mutex
-	fenceSeq uint64 // sequence of the newest status event of the run known
+	fenceSeq uint64           // sequence of the newest status event of the run known
+	opening  *outgoing        // the attempt's "running" event while open's send of it is unsettled
+	opened   func(seq uint64) // told (under mu) the sequence of the event open sent, once stored
 	inflight []*outgoing
 	sent     int // the events at the head of inflight that are on their way; the rest wait for room in the window
 	fenced   bool
@@ -117,9 +119,64 @@ func (p *publisher) publish(ctx context.Context, kind, msgID string, v any, wait
 	return p.enqueueLocked(ctx, &outgoing{kind: kind, msgID: msgID, data: data}, wait)
 }
 
+// open sends the attempt's "running" status event without waiting for its
+// acknowledgement, so a first attempt's handler starts while it is on its
+// way. Its sequence is the fence of every later event (see publisher), so
+// the first of them, or a flush, waits for it first (settleOpeningLocked):
+// no event is sent under a fence that is not known yet. It is the first
+// event of the attempt.
+func (p *publisher) open(ctx context.Context, msgID string, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("worker: encode %s event of run %s: %w", events.KindStatus, p.runID, err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.failed(); err != nil {
+		return err
+	}
+	o := &outgoing{kind: events.KindStatus, msgID: msgID, data: data}
+	p.inflight = append(p.inflight, o)
+	p.opening = o
+	return p.fill(ctx)
+}
+
+// settleOpeningLocked waits until the event open sent is stored, if it is
+// still in flight, and fences every later event on it; p.mu must be held.
+// While it is in flight it is the only event in flight.
+func (p *publisher) settleOpeningLocked(ctx context.Context) error {
+	o := p.opening
+	if o == nil {
+		return nil
+	}
+	if o.seq == 0 {
+		if err := p.settle(ctx, 1); err != nil {
+			return err
+		}
+	}
+	p.opening = nil
+	p.fenceSeq = o.seq // our own "running" is the status event we stream after
+	if p.opened != nil {
+		p.opened(o.seq)
+	}
+	return nil
+}
+
+// openPending reports whether the event open sent is not known to be
+// stored: its attempt must not end its run (every event of an attempt is
+// stored before its run is final).
+func (p *publisher) openPending() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.opening != nil
+}
+
 // enqueueLocked appends o to the events in flight (see publish); p.mu must
 // be held.
 func (p *publisher) enqueueLocked(ctx context.Context, o *outgoing, wait bool) (uint64, error) {
+	if err := p.settleOpeningLocked(ctx); err != nil {
+		return 0, err
+	}
 	p.dropAcknowledgedLocked()
 	p.inflight = append(p.inflight, o)
 	if err := p.fill(ctx); err != nil {
@@ -182,6 +239,9 @@ func (p *publisher) flush(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err := p.failed(); err != nil {
+		return err
+	}
+	if err := p.settleOpeningLocked(ctx); err != nil {
 		return err
 	}
 	if err := p.closeChunksLocked(ctx); err != nil {
