@@ -1,8 +1,9 @@
 // Package pull is the fetch loop jetrun's durable consumers share. It
 // fetches only as many messages as it has free handler slots, so a busy
 // process never hoards messages another one could handle (their ack wait
-// would tick while they queue), runs each message's handler in its own
-// goroutine, tracked by the caller's WaitGroup, and settles the message as
+// would tick while they queue), runs each message's handler in a goroutine
+// of its own (one that ran an earlier message's, when one waits: see
+// runners), tracked by the caller's WaitGroup, and settles the message as
 // the handler's outcome says.
 package pull
 
@@ -51,7 +52,8 @@ type Loop struct {
 	// parked handler took back while the fetch waited for it (see
 	// Slot.Acquire).
 	Stopped func(msg jetstream.Msg) settle.Outcome
-	// Handlers counts the running handlers; the caller waits on it.
+	// Handlers counts the handlers' goroutines, running or waiting for the
+	// next message (until Run's context ends); the caller waits on it.
 	Handlers *sync.WaitGroup
 	// Logger and Name label failed fetches and settles. They are logged at
 	// most once per LogEvery (obs.DefaultLogEvery when 0) and class of
@@ -110,6 +112,11 @@ func (l Loop) Run(ctx context.Context) {
 		}
 		pause(ctx, bo.NextBackOff())
 	}
+	run := newRunners(func(msg jetstream.Msg) {
+		slot := &Slot{slots: s, held: true}
+		defer slot.Release()
+		settled(msg, l.Handle(hctx, msg, slot))
+	}, l.Handlers, ctx.Done(), s.size)
 	for ctx.Err() == nil {
 		if l.Keep != nil && time.Since(lastKeep) >= KeepEvery {
 			lastKeep = time.Now()
@@ -140,13 +147,7 @@ func (l Loop) Run(ctx context.Context) {
 				settled(msg, l.Stopped(msg))
 				continue
 			}
-			l.Handlers.Add(1)
-			go func() {
-				defer l.Handlers.Done()
-				slot := &Slot{slots: s, held: true}
-				defer slot.Release()
-				settled(msg, l.Handle(hctx, msg, slot))
-			}()
+			run.start(msg)
 		}
 		cancel()
 		s.unlend()

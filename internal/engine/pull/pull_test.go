@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -352,5 +353,83 @@ func TestLoopSettlesAsTheHandlerSays(t *testing.T) {
 	defer mu.Unlock()
 	if seen["ack"] != 1 || seen["retry"] != 2 || seen["term"] != 1 {
 		t.Fatalf("handled %v, want ack once, retry twice, term once", seen)
+	}
+}
+
+// A busy loop runs its handlers on goroutines that ran earlier messages'
+// (a fresh goroutine's stack is grown, copied, by its first decode), never
+// more at once than its concurrency, and those goroutines end with the
+// loop.
+func TestHandlersReuseGoroutinesWithinTheConcurrency(t *testing.T) {
+	t.Parallel()
+	ns := natstest.RunServer(t)
+	nc, js := natstest.Connect(t, ns)
+	defer nc.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const msgs, concurrency = 300, 3
+	for i := range msgs {
+		if _, err := js.PublishAsync("s.a", []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	<-js.PublishAsyncComplete()
+
+	var (
+		mu               sync.Mutex
+		goroutines       = map[string]bool{}
+		running, most, n int
+	)
+	handled := make(chan struct{})
+	var handlers, loops sync.WaitGroup
+	loop := pull.Loop{
+		Consumer: cons, Concurrency: concurrency, Handlers: &handlers, Name: "c",
+		Handle: func(_ context.Context, m jetstream.Msg, _ *pull.Slot) settle.Outcome {
+			buf := make([]byte, 64)
+			id, _, _ := strings.Cut(strings.TrimPrefix(string(buf[:runtime.Stack(buf, false)]), "goroutine "), " ")
+			mu.Lock()
+			goroutines[id] = true
+			running++
+			most = max(most, running)
+			mu.Unlock()
+			time.Sleep(time.Millisecond)
+			mu.Lock()
+			running--
+			if n++; n == msgs {
+				close(handled)
+			}
+			mu.Unlock()
+			return settle.Ack()
+		},
+		Stopped: func(jetstream.Msg) settle.Outcome { return settle.Retry(0) },
+	}
+	lctx, stop := context.WithCancel(ctx)
+	loops.Go(func() { loop.Run(lctx) })
+	select {
+	case <-handled:
+	case <-time.After(time.Minute):
+		t.Fatal("not every message was handled")
+	}
+	stop()
+	loops.Wait()
+	handlers.Wait() // the goroutines waiting for a next message end with the loop
+
+	mu.Lock()
+	defer mu.Unlock()
+	if most > concurrency {
+		t.Errorf("%d handlers ran at once; the concurrency is %d", most, concurrency)
+	}
+	// Each fetch hands a batch to the goroutines waiting and starts new
+	// ones only for the rest: far fewer goroutines than messages.
+	if len(goroutines) > msgs/10 {
+		t.Errorf("%d messages ran on %d goroutines: the loop did not reuse them", msgs, len(goroutines))
 	}
 }
