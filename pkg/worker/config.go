@@ -34,7 +34,11 @@ type Config struct {
 	// ID names this worker process on run rows (default: host-pid-random).
 	ID string
 	// Concurrency is how many runs of each agent type this process executes
-	// at once (default 16).
+	// at once (default 16): how many handlers run at once. An attempt whose
+	// handler returned gives its slot back while it stores its end (its
+	// final row and status event), so the next run starts meanwhile; up to
+	// Concurrency attempts of a type end that way at once, so a process
+	// holds at most twice Concurrency runs of a type.
 	Concurrency int
 	// FleetConcurrency caps the runs of one agent type in flight across every
 	// worker process, through the consumer's MaxAckPending (default

@@ -170,7 +170,31 @@ func (w *Worker) execute(ctx context.Context, e *execution, row *jetruntype.Run,
 	w.observeStart(e, row)
 
 	result, herr, panicked := e.call(hctx, w.handlers[row.AgentType], run)
+	defer e.leaveSlot(w.ending[row.AgentType])()
 	e.end(func() { e.finish(hctx, result, herr, panicked) })
+}
+
+// leaveSlot gives the attempt's concurrency slot back once its handler has
+// returned, so the fetch loop takes the next dispatch while the attempt
+// writes its end: its last events, its final row and status event, round
+// trips no handler waits for. At most Concurrency attempts of an agent
+// type end outside their slots at once (ending counts them); past that an
+// attempt keeps its slot to the end, so a process holds at most twice
+// Concurrency runs of an agent type. The returned function is called once
+// the attempt has ended.
+func (e *execution) leaveSlot(ending chan struct{}) (ended func()) {
+	select {
+	case ending <- struct{}{}:
+	default:
+		return func() {}
+	}
+	e.parkMu.Lock()
+	if e.slot != nil {
+		e.slot.Release() // a no-op if a park gave it back already
+		e.slot = nil     // an unpark after the handler returned takes none
+	}
+	e.parkMu.Unlock()
+	return func() { <-ending }
 }
 
 // end writes the attempt's outcome once: either when the handler returns,

@@ -350,3 +350,56 @@ func TestFleetConcurrencyCapsRunsAcrossWorkers(t *testing.T) {
 		t.Fatalf("%d runs in flight at once, want at most 2", hi)
 	}
 }
+
+// At concurrency 1 an attempt gives its slot back when its handler
+// returns, and stores its end outside it: handlers still never overlap,
+// and every run of a plain-published burst ends with its "running" first
+// on its timeline and recorded as the row's first event.
+func TestConcurrencyBoundsHandlersWhileEndsAreStored(t *testing.T) {
+	t.Parallel()
+	var (
+		mu          sync.Mutex
+		inside, top int
+	)
+	b, _ := setup(t, worker.Config{Concurrency: 1}, map[string]worker.Handler{
+		"one": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			mu.Lock()
+			inside++
+			top = max(top, inside)
+			mu.Unlock()
+			defer func() {
+				mu.Lock()
+				inside--
+				mu.Unlock()
+			}()
+			if err := run.Chunk(ctx, "hello"); err != nil { // fenced on a "running" maybe still in flight
+				return worker.Result{}, err
+			}
+			return worker.Result{Summary: "done"}, nil
+		}),
+	})
+	const n = 12
+	for i := range n {
+		publish(t, b.js, "jetrun.dispatch.one", fmt.Sprintf(`{"runId":"one-%d","input":{}}`, i))
+	}
+	for i := range n {
+		id := fmt.Sprintf("one-%d", i)
+		row := jetruntest.WaitRow(t, b.store, id, 20*time.Second, jetruntest.Final)
+		if row.Status != events.StatusCompleted || row.Chunks != 1 {
+			t.Fatalf("run %s: status %s, %d chunks", id, row.Status, row.Chunks)
+		}
+		evs := waitForStatus(t, b.js, id, events.StatusCompleted)
+		if got := fmt.Sprint(jetruntest.Statuses(evs)); got != "[running completed]" {
+			t.Fatalf("run %s: statuses = %s", id, got)
+		}
+		if evs[0].Status == nil || evs[0].Seq != row.FirstEventSeq {
+			t.Fatalf("run %s: first event %+v, row.firstEventSeq %d", id, evs[0], row.FirstEventSeq)
+		}
+	}
+	drained(t, b.js, "one")
+	mu.Lock()
+	defer mu.Unlock()
+	if top != 1 {
+		t.Fatalf("%d handlers ran at once at concurrency 1", top)
+	}
+}

@@ -45,8 +45,9 @@ type Worker struct {
 	// Set by Start.
 	eventWindow   atomic.Int64 // an attempt's events in flight at most (eventWindow), shared by its publishers
 	signalsStream jetstream.Stream
-	waiters       waiters      // the Waits in progress
-	streamEpoch   atomic.Value // string: distinguishes dispatch stream incarnations in derived run ids
+	waiters       waiters                  // the Waits in progress
+	streamEpoch   atomic.Value             // string: distinguishes dispatch stream incarnations in derived run ids
+	ending        map[string]chan struct{} // per agent type, the attempts ending outside their slots (leaveSlot)
 
 	liveUntil atomic.Int64    // holdsUntil, in Unix nanoseconds
 	troubleAt atomic.Int64    // when a renewal of the liveness key last failed, in Unix nanoseconds (recovering)
@@ -188,6 +189,10 @@ func (w *Worker) setUp(ctx context.Context) error {
 	}
 	w.streamEpoch.Store(wire.StreamEpoch(dispatch.CachedInfo().Created))
 
+	w.ending = make(map[string]chan struct{}, len(w.handlers))
+	for agentType := range w.handlers {
+		w.ending[agentType] = make(chan struct{}, w.cfg.Concurrency)
+	}
 	consumers := make(map[string]jetstream.Consumer, len(w.handlers)+1)
 	configs := map[string]jetstream.ConsumerConfig{}
 	for agentType := range w.handlers {

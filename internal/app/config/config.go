@@ -118,7 +118,7 @@ type Log struct {
 // Pool holds the settings of a pool of child workers.
 type Pool struct {
 	WorkerID         string        `envconfig:"JETRUN_WORKER_ID" desc:"worker id written on the rows it holds (default host-pid-random)"`
-	Concurrency      int           `envconfig:"JETRUN_CONCURRENCY" default:"16" desc:"runs of each agent type this process executes at once"`
+	Concurrency      int           `envconfig:"JETRUN_CONCURRENCY" default:"16" desc:"runs of each agent type whose handlers this process runs at once (a run stores its end outside its slot)"`
 	FleetConcurrency int           `envconfig:"JETRUN_FLEET_CONCURRENCY" default:"100000" desc:"runs of one agent type in flight across all workers (consumer MaxAckPending)"`
 	Lease            time.Duration `envconfig:"JETRUN_LEASE" default:"15s" desc:"worker liveness TTL (renewed every third of it, one write per worker); a dead worker's runs are taken over within about one lease"`
 	MaxAttempts      int           `envconfig:"JETRUN_MAX_ATTEMPTS" default:"5" desc:"takeovers after lost workers before a run ends error (max-attempts)"`
