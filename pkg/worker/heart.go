@@ -249,6 +249,7 @@ func (w *Worker) tend(ctx context.Context, now time.Time, beatEvery time.Duratio
 	sem := make(chan struct{}, syncParallelism)
 	var syncs sync.WaitGroup
 	for _, e := range w.executions() {
+		e.tidy()
 		beat, stuck, sync := e.due(now, beatEvery, w.cfg.Lease, w.cfg.RowSyncInterval)
 		if beat {
 			e.heartbeat()
@@ -269,6 +270,17 @@ func (w *Worker) tend(ctx context.Context, now time.Time, beatEvery time.Duratio
 	}
 	syncs.Wait()
 	w.releaseLeftovers(ctx)
+}
+
+// tidy lets the publisher of e's attempt drop what the server stored (see
+// publisher.tidy), once the attempt has begun.
+func (e *execution) tidy() {
+	e.ctlMu.Lock()
+	begun := e.begun && !e.ended
+	e.ctlMu.Unlock()
+	if begun {
+		e.pub.tidy()
+	}
 }
 
 // due says what the heartbeat at now owes e: an InProgress on its dispatch,

@@ -403,3 +403,31 @@ func TestConcurrencyBoundsHandlersWhileEndsAreStored(t *testing.T) {
 		t.Fatalf("%d handlers ran at once at concurrency 1", top)
 	}
 }
+
+// A run whose handler waits and publishes nothing gets its row's
+// firstEventSeq (where a replay of it starts) while it waits: its
+// "running" went out as the handler started, and its acknowledgement is
+// taken up by the worker's heartbeat, not by the run's next event.
+func TestWaitingRunRecordsItsFirstEvent(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	defer close(release)
+	b, _ := setup(t, worker.Config{}, map[string]worker.Handler{
+		"waits": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return worker.Result{}, nil
+		}),
+	})
+	publish(t, b.js, "jetrun.dispatch.waits", `{"runId":"w1","input":{}}`)
+	row := jetruntest.WaitRow(t, b.store, "w1", 30*time.Second, func(r *jetruntype.Run) bool { return r.FirstEventSeq != 0 })
+	if row.Status != events.StatusRunning {
+		t.Fatalf("row %+v, want running", row)
+	}
+	evs := jetruntest.ReadEvents(t, b.js, "w1")
+	if len(evs) != 1 || evs[0].Status == nil || evs[0].Seq != row.FirstEventSeq {
+		t.Fatalf("events %+v, row.firstEventSeq %d: want its running event", evs, row.FirstEventSeq)
+	}
+}

@@ -162,6 +162,23 @@ func (p *publisher) settleOpeningLocked(ctx context.Context) error {
 	return nil
 }
 
+// tidy drops the events whose acknowledgements arrived, without waiting,
+// and takes the fence of the attempt's "running" if its acknowledgement is
+// among them. A run that waits (on a model, a person) may publish nothing
+// for hours: without this its "running" stayed in flight, holding its
+// message, and the row's firstEventSeq stayed unknown until its next event.
+func (p *publisher) tidy() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.failed() != nil {
+		return
+	}
+	p.dropAcknowledgedLocked()
+	if p.opening != nil && p.opening.seq != 0 {
+		_ = p.settleOpeningLocked(context.Background()) // stored already: it does not wait
+	}
+}
+
 // openPending reports whether the event open sent is not known to be
 // stored: its attempt must not end its run (every event of an attempt is
 // stored before its run is final).
