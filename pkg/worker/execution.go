@@ -169,8 +169,11 @@ func (w *Worker) execute(ctx context.Context, e *execution, row *jetruntype.Run,
 	e.ctlMu.Unlock()
 	w.observeStart(e, row)
 
-	result, herr, panicked := e.call(hctx, w.handlers[row.AgentType], run)
-	defer e.leaveSlot(w.ending[row.AgentType])()
+	// Nothing of the claimed row is used once the handler runs: a run
+	// waiting for hours does not keep it (e.row is its copy).
+	h, ending := w.handlers[row.AgentType], w.ending[row.AgentType]
+	result, herr, panicked := e.call(hctx, h, run)
+	defer e.leaveSlot(ending)()
 	e.end(func() { e.finish(hctx, result, herr, panicked) })
 }
 
