@@ -55,11 +55,9 @@ func (w *Worker) process(ctx context.Context, agentType string, msg jetstream.Ms
 		)
 		if try == 0 && blind {
 			// A plain publish's first delivery has no row (the create
-			// below finds one that exists): only the tombstone is read.
-			cleared, err = w.store.Index().Cleared(ctx, d.RunID, wire.StreamSeq(msg))
-			if err == nil {
-				err = runstore.ErrRunNotFound
-			}
+			// below finds one that exists): it reads nothing first, and
+			// claimNew reads the tombstone while it creates the row.
+			err = runstore.ErrRunNotFound
 		} else {
 			// A dispatch whose row its client creates after it is usually
 			// found with its row: the tombstone is read only after a miss.
@@ -89,7 +87,7 @@ func (w *Worker) process(ctx context.Context, agentType string, msg jetstream.Ms
 				o    settle.Outcome
 				done bool
 			)
-			if o, done, err = w.claimNew(ctx, agentType, d, msg, slot); done {
+			if o, done, err = w.claimNew(ctx, agentType, d, msg, slot, try == 0 && blind); done {
 				return o
 			}
 			if err == nil {
@@ -288,7 +286,14 @@ func (w *Worker) claim(row *jetruntype.Run, msg jetstream.Msg, now time.Time) *j
 // write instead of a create and a claim. done is false when another worker
 // created the row first (err nil: read it) or the create failed (err); o
 // settles the dispatch when done.
-func (w *Worker) claimNew(ctx context.Context, agentType string, d events.Dispatch, msg jetstream.Msg, slot *pull.Slot) (o settle.Outcome, done bool, err error) {
+//
+// With checkCleared (a plain publish's first delivery, whose tombstone
+// nothing read yet) the tombstone is read beside the create, in the same
+// round trip: a run cleared after the dispatch was published gets the
+// row the create made deleted again, and is dropped, as if the tombstone
+// had been read first. A tombstone that cannot be read leaves the
+// dispatch for a retry, its row deleted too.
+func (w *Worker) claimNew(ctx context.Context, agentType string, d events.Dispatch, msg jetstream.Msg, slot *pull.Slot, checkCleared bool) (o settle.Outcome, done bool, err error) {
 	now := time.Now()
 	row := model.NewRun(agentType, d, wire.StreamSeq(msg), now)
 	// A top-level run that is not detached needs nothing of the reconciler.
@@ -297,8 +302,21 @@ func (w *Worker) claimNew(ctx context.Context, agentType string, d events.Dispat
 	if !w.register(e) {
 		return settle.Retry(w.busyDelay()), true, nil // another delivery is being claimed here
 	}
+	var (
+		tomb       sync.WaitGroup
+		cleared    bool
+		clearedErr error
+	)
+	if checkCleared {
+		tomb.Go(func() { cleared, clearedErr = w.store.Index().Cleared(ctx, row.ID, row.DispatchSeq) })
+	}
 	claimed := w.claim(row, msg, now)
 	rev, err := w.store.Create(ctx, claimed)
+	tomb.Wait()
+	if err == nil && (cleared || clearedErr != nil) {
+		w.unregister(e)
+		return w.unclaimNew(ctx, claimed, msg, clearedErr), true, nil
+	}
 	if err != nil {
 		w.unregister(e)
 		if errors.Is(err, runstore.ErrRunExists) {
@@ -309,6 +327,26 @@ func (w *Worker) claimNew(ctx context.Context, agentType string, d events.Dispat
 	}
 	w.execute(ctx, e, claimed, rev)
 	return settle.Leave(), true, nil // the execution settled the dispatch
+}
+
+// unclaimNew deletes the row claimNew just created for a run cleared after
+// its dispatch was published (clearedErr nil), or whose tombstone could not
+// be read (clearedErr), and says how to settle the dispatch: dropped, or
+// kept for a retry. A row that cannot be deleted is released for a later
+// delivery instead (see leaveBehind).
+func (w *Worker) unclaimNew(ctx context.Context, claimed *jetruntype.Run, msg jetstream.Msg, clearedErr error) settle.Outcome {
+	if err := w.store.Delete(ctx, claimed); err != nil {
+		w.fault(ctx, w.log, "delete the row of a cleared run", err, "run_id", claimed.ID)
+		w.leaveBehind(claimed.ID, leftover{attempt: claimed.Attempt, epoch: claimed.WorkerEpoch})
+		return settle.Retry(retryDelay(msg))
+	}
+	if clearedErr != nil {
+		w.fault(ctx, w.log, "read the tombstone of a new run", clearedErr, "run_id", claimed.ID)
+		w.ensure(ctx, clearedErr)
+		return settle.Retry(retryDelay(msg))
+	}
+	w.log.InfoContext(ctx, "dispatch for a cleared run dropped", "run_id", claimed.ID)
+	return settle.Ack()
 }
 
 // readRow reads the row of run id and, when it has none, whether the run

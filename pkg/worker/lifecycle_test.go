@@ -16,6 +16,7 @@ import (
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -429,5 +430,50 @@ func TestWaitingRunRecordsItsFirstEvent(t *testing.T) {
 	evs := jetruntest.ReadEvents(t, b.js, "w1")
 	if len(evs) != 1 || evs[0].Status == nil || evs[0].Seq != row.FirstEventSeq {
 		t.Fatalf("events %+v, row.firstEventSeq %d: want its running event", evs, row.FirstEventSeq)
+	}
+}
+
+// A plain-published dispatch of a run cleared after it was published is
+// dropped on its first delivery: the worker reads the run's tombstone
+// beside the create that claims it, deletes the row it made, and never
+// runs the handler. A dispatch published after the clear runs.
+func TestDispatchOfAClearedRunIsDropped(t *testing.T) {
+	t.Parallel()
+	ns := natstest.RunServer(t)
+	nc, js := natstest.Connect(t, ns)
+	ctx := context.Background()
+	jetruntest.OpenRuntime(t, nc, jetrun.Config{}) // the streams, before any worker
+	store, err := runstore.Open(ctx, js, runstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ack, err := js.Publish(ctx, "jetrun.dispatch.gone", []byte(`{"runId":"g1","input":{}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Index().Tombstone(ctx, "g1", ack.Sequence); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, js, "jetrun.dispatch.gone", `{"runId":"g2","input":{}}`)
+
+	var mu sync.Mutex
+	var ran []string
+	startWorker(t, nc, worker.Config{}, map[string]worker.Handler{
+		"gone": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			mu.Lock()
+			ran = append(ran, run.ID())
+			mu.Unlock()
+			return worker.Result{}, nil
+		}),
+	})
+	jetruntest.WaitRow(t, store, "g2", 30*time.Second, jetruntest.Final)
+	drained(t, js, "gone")
+	if _, _, err := store.Get(ctx, "g1"); !errors.Is(err, runstore.ErrRunNotFound) {
+		t.Fatalf("the cleared run's row: %v, want not found", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(ran) != "[g2]" {
+		t.Fatalf("handler ran for %v, want only g2", ran)
 	}
 }
