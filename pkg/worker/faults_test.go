@@ -15,6 +15,7 @@ import (
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -403,4 +404,55 @@ func TestRunIsNotFinalWithoutItsRunningEvent(t *testing.T) {
 	if len(got) != 2 || got[0] != events.StatusRunning || got[1] != events.StatusCompleted {
 		t.Fatalf("statuses %v, want [running completed]", got)
 	}
+}
+
+// One run's events stream going away stalls that run's publishing, never
+// the worker's heartbeat: the publisher retries the fault holding its
+// lock, and the heartbeat, which also tends every run's publisher, does not
+// wait for it. Another run of the worker keeps its attempt through three
+// leases, its handler never cancelled.
+func TestStalledPublisherDoesNotStallTheHeart(t *testing.T) {
+	t.Parallel()
+	const lease = 2 * time.Second
+	streaming, waiting := make(chan struct{}), make(chan struct{})
+	cancelled := make(chan error, 1)
+	b, _ := setup(t, worker.Config{Lease: lease}, map[string]worker.Handler{
+		"chatty": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			close(streaming)
+			for ctx.Err() == nil {
+				if err := run.Chunk(ctx, "token"); err != nil {
+					return worker.Result{}, err
+				}
+				time.Sleep(time.Millisecond)
+			}
+			return worker.Result{}, ctx.Err()
+		}),
+		"quiet": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			close(waiting)
+			<-ctx.Done()
+			select {
+			case cancelled <- context.Cause(ctx):
+			default:
+			}
+			return worker.Result{}, ctx.Err()
+		}),
+	})
+	publish(t, b.js, "jetrun.dispatch.quiet", `{"runId":"q","input":{}}`)
+	<-waiting
+	jetruntest.WaitRow(t, b.store, "q", 10*time.Second, func(r *jetruntype.Run) bool { return r.FirstEventSeq != 0 })
+	publish(t, b.js, "jetrun.dispatch.chatty", `{"runId":"c","input":{}}`)
+	<-streaming
+	if err := b.js.DeleteStream(context.Background(), "JETRUN_EVENTS"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case cause := <-cancelled:
+		t.Fatalf("the quiet run's handler was cancelled while another run's publisher stalled: %v", cause)
+	case <-time.After(3 * lease):
+	}
+	row, _, err := b.store.Get(context.Background(), "q")
+	if err != nil || row.Status != events.StatusRunning || row.Attempt != 1 {
+		t.Fatalf("the quiet run after three leases: %+v, %v", row, err)
+	}
+	jetruntest.OpenRuntime(t, b.nc, jetrun.Config{}) // the stream back, so both runs can end
 }

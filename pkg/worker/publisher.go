@@ -167,8 +167,13 @@ func (p *publisher) settleOpeningLocked(ctx context.Context) error {
 // among them. A run that waits (on a model, a person) may publish nothing
 // for hours: without this its "running" stayed in flight, holding its
 // message, and the row's firstEventSeq stayed unknown until its next event.
+// It never waits for the publisher either: the worker's heartbeat calls it
+// for every run, and a publisher busy publishing (waiting for answers
+// through a fault, say) holds its lock and tends its events itself.
 func (p *publisher) tidy() {
-	p.mu.Lock()
+	if !p.mu.TryLock() {
+		return
+	}
 	defer p.mu.Unlock()
 	if p.failed() != nil {
 		return
