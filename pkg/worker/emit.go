@@ -30,6 +30,7 @@ func (e *execution) emitChunk(ctx context.Context, raw json.RawMessage) error {
 	if err != nil {
 		return err
 	}
+	e.showEmitted(seq, events.Milestone{})
 	e.noteSignal(time.Now(), nil)
 	return nil
 }
@@ -72,8 +73,21 @@ func (e *execution) emitMilestone(ctx context.Context, m events.Milestone) (even
 	if err != nil {
 		return events.Milestone{}, err
 	}
+	e.showEmitted(0, m)
 	e.noteSignal(m.At, nil)
 	return m, nil
+}
+
+// showEmitted records, for the row (applyState), the newest chunk sequence
+// and milestone emitted: under stateMu, so a row sync never waits for
+// emitMu, which an emit holds while its publish waits out a fault.
+func (e *execution) showEmitted(chunk int64, m events.Milestone) {
+	e.stateMu.Lock()
+	defer e.stateMu.Unlock()
+	e.shownChunks = max(e.shownChunks, chunk)
+	if m.Sequence > e.shownMilestone {
+		e.shownMilestone, e.shownMilestoneName = m.Sequence, m.Name
+	}
 }
 
 // milestonesCopy returns the milestones reached, earlier attempts' included.

@@ -86,6 +86,11 @@ type execution struct {
 	waitingFor    string            // the signal the handler waits for now
 	signalsSeen   map[string]uint64 // signals received, not yet on the row
 	signalEvents  int64             // numbers the signal events' message ids
+	// The newest chunk sequence and milestone emitted (showEmitted), for
+	// the row: emitMu's chunkSeq and milestones, readable without it.
+	shownChunks        int64
+	shownMilestone     int
+	shownMilestoneName string
 
 	nest execNested // nested runs and calls (nested.go, call.go)
 
@@ -369,6 +374,11 @@ func (e *execution) loadHistory(ctx context.Context) error {
 		}
 	}
 	e.milestones = ms
+	var last events.Milestone
+	if n := len(ms); n > 0 {
+		last = ms[n-1]
+	}
+	e.showEmitted(e.chunkSeq, last)
 	return nil
 }
 

@@ -407,10 +407,11 @@ func TestRunIsNotFinalWithoutItsRunningEvent(t *testing.T) {
 }
 
 // One run's events stream going away stalls that run's publishing, never
-// the worker's heartbeat: the publisher retries the fault holding its
-// lock, and the heartbeat, which also tends every run's publisher, does not
-// wait for it. Another run of the worker keeps its attempt through three
-// leases, its handler never cancelled.
+// the worker's heartbeat: the run's emit and its publisher wait out the
+// fault holding their locks, and the heartbeat, which tends every run's
+// publisher and syncs its row, waits for neither. Another run of the
+// worker keeps its attempt through three leases, its handler never
+// cancelled.
 func TestStalledPublisherDoesNotStallTheHeart(t *testing.T) {
 	t.Parallel()
 	const lease = 2 * time.Second
@@ -420,6 +421,11 @@ func TestStalledPublisherDoesNotStallTheHeart(t *testing.T) {
 		"chatty": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
 			close(streaming)
 			for ctx.Err() == nil {
+				// Progress leaves the row due for a sync while the
+				// publisher waits: the heart's sync must not wait too.
+				if err := run.Progress(ctx, worker.Progress{Fraction: 0.5}); err != nil {
+					return worker.Result{}, err
+				}
 				if err := run.Chunk(ctx, "token"); err != nil {
 					return worker.Result{}, err
 				}

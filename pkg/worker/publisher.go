@@ -84,8 +84,8 @@ type publisher struct {
 	opening  *outgoing        // the attempt's "running" event while open's send of it is unsettled
 	opened   func(seq uint64) // told (under mu) the sequence of the event open sent, once stored
 	inflight []*outgoing
-	sent     int // the events at the head of inflight that are on their way; the rest wait for room in the window
-	fenced   bool
+	sent     int                         // the events at the head of inflight that are on their way; the rest wait for room in the window
+	fenced   atomic.Bool                 // set under mu; read without it (isFenced), so the heart never waits on a busy publisher
 	ranOut   bool                        // fenced because the worker's liveness ran out during a fault
 	err      error                       // a permanent failure: every later publish returns it
 	bo       *backoff.ExponentialBackOff // pauses between retries of a fault; reset by an acknowledgement
@@ -276,7 +276,7 @@ func (p *publisher) failed() error {
 	switch {
 	case p.err != nil:
 		return p.err
-	case p.fenced:
+	case p.fenced.Load():
 		return ErrLeaseLost
 	}
 	return nil
@@ -432,7 +432,8 @@ func (p *publisher) refence(ctx context.Context, o *outgoing) (landed bool, err 
 func (p *publisher) pause(ctx context.Context, cause error) error {
 	if time.Now().After(p.until()) {
 		p.err = fmt.Errorf("worker: events of run %s: the worker's liveness ran out during a fault: %w: %w", p.runID, ErrLeaseLost, cause)
-		p.fenced, p.ranOut = true, true
+		p.fenced.Store(true)
+		p.ranOut = true
 		go p.lapsed()
 		return p.err
 	}
@@ -450,23 +451,19 @@ const maxFaultPause = time.Second
 func (p *publisher) fence() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.fenced = true
+	p.fenced.Store(true)
 	p.dropChunksLocked()
 }
 
 func (p *publisher) fenceLocked() {
-	if !p.fenced {
-		p.fenced = true
+	if p.fenced.CompareAndSwap(false, true) {
 		go p.lost()
 	}
 }
 
-// isFenced reports whether the publisher stopped accepting events.
-func (p *publisher) isFenced() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.fenced
-}
+// isFenced reports whether the publisher stopped accepting events. It
+// does not wait for a publish in progress (the heart's row sync asks).
+func (p *publisher) isFenced() bool { return p.fenced.Load() }
 
 // livenessRanOut reports whether the publisher fenced the attempt because
 // the worker's liveness ran out during a fault.

@@ -64,14 +64,9 @@ func (e *execution) isDirty() bool {
 // applyState copies the pending row fields onto r. It is cumulative, hence
 // idempotent, as runstore.Store.Mutate requires.
 func (e *execution) applyState(r *jetruntype.Run) {
-	e.emitMu.Lock()
-	chunks, milestones, lastName := e.chunkSeq, 0, ""
-	if n := len(e.milestones); n > 0 {
-		milestones, lastName = e.milestones[n-1].Sequence, e.milestones[n-1].Name
-	}
-	e.emitMu.Unlock()
 	e.stateMu.Lock()
 	defer e.stateMu.Unlock()
+	chunks, milestones, lastName := e.shownChunks, e.shownMilestone, e.shownMilestoneName
 	if milestones >= r.Milestones && lastName != "" {
 		r.LastMilestone = lastName
 	}
