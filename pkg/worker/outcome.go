@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -95,11 +96,12 @@ func (e *execution) finalize(status events.Status, reason, text string, set func
 	if errors.Is(err, ErrLeaseLost) {
 		e.abandon()
 		return
-	} else if err != nil && e.pub.openPending() {
+	} else if e.pub.openPending() {
 		// The attempt's "running" event (sent as its handler started,
-		// see start) is not stored: the run is not made final without
+		// see start) is not known stored (a fault kept it out, or the
+		// attempt was fenced first): the run is not made final without
 		// it. It is released as after a failed start, and runs again.
-		e.w.fault(ctx, e.log, "store the run's running event; releasing it for a later retry", err)
+		e.w.fault(ctx, e.log, "store the run's running event; releasing it for a later retry", cmp.Or(err, ErrLeaseLost))
 		e.release(retryDelay(e.firstMsg()))
 		return
 	} else if err != nil {
