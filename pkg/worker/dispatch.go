@@ -212,6 +212,12 @@ func (w *Worker) decide(ctx context.Context, log *slog.Logger, msg jetstream.Msg
 			fmt.Sprintf("the run's worker was lost %d times; giving up", row.Attempt-row.Handoffs))
 	}
 
+	if dropped, err := w.clearedTakeover(ctx, log, row); err != nil {
+		return settle.Leave(), false, err
+	} else if dropped {
+		return settle.Ack(), false, nil
+	}
+
 	// Registered before the claim, so a cancel that arrives right after it
 	// finds the run.
 	e := w.newExecution(msg, row.ID, slot)
@@ -233,6 +239,26 @@ func (w *Worker) decide(ctx context.Context, log *slog.Logger, msg jetstream.Msg
 	}
 	w.execute(ctx, e, claimed, newRev)
 	return settle.Leave(), false, nil // the execution settled the dispatch
+}
+
+// clearedTakeover drops a first attempt's row about to be taken over when
+// its run was cleared after its dispatch was published: a row claimNew
+// created beside the tombstone read and could not delete (its worker died
+// in between, or the delete failed). It deletes the row and reports
+// whether it did. Only a takeover of a first attempt pays the read.
+func (w *Worker) clearedTakeover(ctx context.Context, log *slog.Logger, row *jetruntype.Run) (dropped bool, err error) {
+	if row.Attempt != 1 || row.DispatchSeq == 0 {
+		return false, nil
+	}
+	cleared, err := w.store.Index().Cleared(ctx, row.ID, row.DispatchSeq)
+	if err != nil || !cleared {
+		return false, err
+	}
+	if err := w.store.Delete(ctx, row); err != nil {
+		return false, err
+	}
+	log.InfoContext(ctx, "row of a cleared run deleted; its dispatch dropped", "attempt", row.Attempt)
+	return true, nil
 }
 
 // publishedAfter reports whether msg, a dispatch of the given-up run row,
@@ -313,8 +339,12 @@ func (w *Worker) claimNew(ctx context.Context, agentType string, d events.Dispat
 	claimed := w.claim(row, msg, now)
 	rev, err := w.store.Create(ctx, claimed)
 	tomb.Wait()
-	if err == nil && (cleared || clearedErr != nil) {
-		w.unregister(e)
+	switch {
+	case cleared && !errors.Is(err, runstore.ErrRunExists),
+		err == nil && clearedErr != nil:
+		// Registered until the row is gone: a delivery of the same id
+		// meanwhile is not claimed here (register, adopt).
+		defer w.unregister(e)
 		return w.unclaimNew(ctx, claimed, msg, clearedErr), true, nil
 	}
 	if err != nil {
@@ -329,15 +359,16 @@ func (w *Worker) claimNew(ctx context.Context, agentType string, d events.Dispat
 	return settle.Leave(), true, nil // the execution settled the dispatch
 }
 
-// unclaimNew deletes the row claimNew just created for a run cleared after
-// its dispatch was published (clearedErr nil), or whose tombstone could not
-// be read (clearedErr), and says how to settle the dispatch: dropped, or
-// kept for a retry. A row that cannot be deleted is released for a later
-// delivery instead (see leaveBehind).
+// unclaimNew deletes the row claimNew may just have created for a run
+// cleared after its dispatch was published (clearedErr nil; the create may
+// have failed without an answer), or created for a run whose tombstone
+// could not be read (clearedErr), and says how to settle the dispatch:
+// dropped, or kept for a retry. A row that cannot be deleted is left
+// claimed; the dispatch's next delivery finds it, reads the tombstone
+// (clearedTakeover) and deletes it then.
 func (w *Worker) unclaimNew(ctx context.Context, claimed *jetruntype.Run, msg jetstream.Msg, clearedErr error) settle.Outcome {
 	if err := w.store.Delete(ctx, claimed); err != nil {
 		w.fault(ctx, w.log, "delete the row of a cleared run", err, "run_id", claimed.ID)
-		w.leaveBehind(claimed.ID, leftover{attempt: claimed.Attempt, epoch: claimed.WorkerEpoch})
 		return settle.Retry(retryDelay(msg))
 	}
 	if clearedErr != nil {

@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
@@ -436,7 +438,9 @@ func TestWaitingRunRecordsItsFirstEvent(t *testing.T) {
 // A plain-published dispatch of a run cleared after it was published is
 // dropped on its first delivery: the worker reads the run's tombstone
 // beside the create that claims it, deletes the row it made, and never
-// runs the handler. A dispatch published after the clear runs.
+// runs the handler. The same holds for the row such a create left behind
+// when its worker was killed before deleting it: the takeover reads the
+// tombstone and deletes it. A dispatch published after the clear runs.
 func TestDispatchOfAClearedRunIsDropped(t *testing.T) {
 	t.Parallel()
 	ns := natstest.RunServer(t)
@@ -454,6 +458,21 @@ func TestDispatchOfAClearedRunIsDropped(t *testing.T) {
 	if err := store.Index().Tombstone(ctx, "g1", ack.Sequence); err != nil {
 		t.Fatal(err)
 	}
+	// g3's create landed, then its worker died before deleting the row.
+	d3 := events.Dispatch{RunID: "g3", Input: json.RawMessage(`{}`)}
+	ack3, err := js.Publish(ctx, "jetrun.dispatch.gone", []byte(`{"runId":"g3","input":{}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Index().Tombstone(ctx, "g3", ack3.Sequence); err != nil {
+		t.Fatal(err)
+	}
+	left := model.NewRun("gone", d3, ack3.Sequence, time.Now())
+	left.Unindexed, left.Status, left.Attempt = true, events.StatusRunning, 1
+	left.Worker, left.WorkerEpoch, left.StartedAt = "killed-worker", "e1", time.Now()
+	if _, err := store.Create(ctx, left); err != nil {
+		t.Fatal(err)
+	}
 	publish(t, js, "jetrun.dispatch.gone", `{"runId":"g2","input":{}}`)
 
 	var mu sync.Mutex
@@ -468,8 +487,10 @@ func TestDispatchOfAClearedRunIsDropped(t *testing.T) {
 	})
 	jetruntest.WaitRow(t, store, "g2", 30*time.Second, jetruntest.Final)
 	drained(t, js, "gone")
-	if _, _, err := store.Get(ctx, "g1"); !errors.Is(err, runstore.ErrRunNotFound) {
-		t.Fatalf("the cleared run's row: %v, want not found", err)
+	for _, id := range []string{"g1", "g3"} {
+		if _, _, err := store.Get(ctx, id); !errors.Is(err, runstore.ErrRunNotFound) {
+			t.Fatalf("the cleared run %s's row: %v, want not found", id, err)
+		}
 	}
 	mu.Lock()
 	defer mu.Unlock()
