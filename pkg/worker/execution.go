@@ -397,7 +397,7 @@ func (e *execution) call(ctx context.Context, h Handler, run *Run) (res Result, 
 
 // lose stops the attempt: no more writes, handler cancelled.
 func (e *execution) lose() {
-	e.pub.fence()
+	e.pub.halt()
 	e.cancelWith(ErrLeaseLost)
 }
 

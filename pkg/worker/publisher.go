@@ -447,7 +447,19 @@ func (p *publisher) pause(ctx context.Context, cause error) error {
 // publish fault (they start at jsfault.InitialInterval).
 const maxFaultPause = time.Second
 
-// fence stops every later publish.
+// halt stops every later publish without waiting for one in progress:
+// the heart calls it (a lapse, a sync that found the run lost) for every
+// run, and a publisher waiting out a fault holds its lock. The attempt's
+// own end still calls fence, which waits.
+func (p *publisher) halt() {
+	p.fenced.Store(true)
+	if p.mu.TryLock() {
+		p.dropChunksLocked()
+		p.mu.Unlock()
+	}
+}
+
+// fence stops every later publish, once a publish in progress is done.
 func (p *publisher) fence() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
