@@ -420,6 +420,8 @@ func TestStalledPublisherDoesNotStallTheHeart(t *testing.T) {
 	b, _ := setup(t, worker.Config{Lease: lease}, map[string]worker.Handler{
 		"chatty": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
 			close(streaming)
+			tokens := time.NewTicker(time.Millisecond) // a model's pace
+			defer tokens.Stop()
 			for ctx.Err() == nil {
 				// Progress leaves the row due for a sync while the
 				// publisher waits: the heart's sync must not wait too.
@@ -429,7 +431,10 @@ func TestStalledPublisherDoesNotStallTheHeart(t *testing.T) {
 				if err := run.Chunk(ctx, "token"); err != nil {
 					return worker.Result{}, err
 				}
-				time.Sleep(time.Millisecond)
+				select {
+				case <-tokens.C:
+				case <-ctx.Done():
+				}
 			}
 			return worker.Result{}, ctx.Err()
 		}),

@@ -61,11 +61,19 @@ func TestStreamingRunHoldsOnlyUnacknowledgedEvents(t *testing.T) {
 			}
 			p.mu.Lock()
 			n = len(p.inflight)
+			var oldest jetstream.PubAckFuture
+			if n > 0 {
+				oldest = p.inflight[0].fut
+			}
 			p.mu.Unlock()
 			if n <= 1 || time.Now().After(deadline) {
 				break
 			}
-			time.Sleep(10 * time.Millisecond)
+			select { // the oldest answer in, then look again
+			case <-oldest.Ok():
+			case <-oldest.Err():
+			case <-time.After(time.Until(deadline)):
+			}
 		}
 		held <- n
 		return Result{}, nil

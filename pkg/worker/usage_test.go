@@ -338,11 +338,17 @@ func TestRowUsageNeverRunsAheadOfItsTree(t *testing.T) {
 	const reports = 1500
 	b, _ := setup(t, worker.Config{Concurrency: 1, RowSyncInterval: 5 * time.Millisecond}, map[string]worker.Handler{
 		"steady": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			pace := time.NewTicker(500 * time.Microsecond) // reports interleave with the syncs
+			defer pace.Stop()
 			for range reports {
 				if err := run.Usage(ctx, worker.Usage{InputTokens: 1}); err != nil {
 					return worker.Result{}, err
 				}
-				time.Sleep(500 * time.Microsecond)
+				select {
+				case <-pace.C:
+				case <-ctx.Done():
+					return worker.Result{}, ctx.Err()
+				}
 			}
 			return worker.Result{}, nil
 		}),

@@ -400,7 +400,6 @@ func TestHandlersReuseGoroutinesWithinTheConcurrency(t *testing.T) {
 			running++
 			most = max(most, running)
 			mu.Unlock()
-			time.Sleep(time.Millisecond)
 			mu.Lock()
 			running--
 			if n++; n == msgs {
