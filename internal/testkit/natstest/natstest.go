@@ -25,8 +25,21 @@ func RunServer(t testing.TB) *server.Server {
 }
 
 // RunServerWithOptions starts a server from opts, filling in a random port,
-// loopback host, a temporary store and explicit JetStream limits.
+// loopback host, a temporary store and explicit JetStream limits; it is
+// shut down at the test's cleanup.
 func RunServerWithOptions(t testing.TB, opts *server.Options) *server.Server {
+	t.Helper()
+	ns := startServer(t, opts)
+	t.Cleanup(func() {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+	})
+	return ns
+}
+
+// startServer is RunServerWithOptions without the cleanup: the caller shuts
+// the server down.
+func startServer(t testing.TB, opts *server.Options) *server.Server {
 	t.Helper()
 	if opts.Host == "" {
 		opts.Host = "127.0.0.1"
@@ -54,10 +67,6 @@ func RunServerWithOptions(t testing.TB, opts *server.Options) *server.Server {
 		ns.Shutdown()
 		t.Fatal("natstest: server not ready within 10s")
 	}
-	t.Cleanup(func() {
-		ns.Shutdown()
-		ns.WaitForShutdown()
-	})
 	return ns
 }
 

@@ -23,11 +23,15 @@ type Outage struct {
 	Conn *nats.Conn
 }
 
-// RunOutage starts a server as RunServer does and connects to it.
+// RunOutage starts a server as RunServer does and connects to it. The
+// server, first or brought back, is shut down at the cleanup's place of
+// RunOutage's call: after whatever the test started later (a worker that
+// stops cleanly while its server still answers).
 func RunOutage(t testing.TB) *Outage {
 	t.Helper()
 	opts := &server.Options{}
-	o := &Outage{t: t, ns: RunServerWithOptions(t, opts), storeDir: opts.StoreDir}
+	o := &Outage{t: t, ns: startServer(t, opts), storeDir: opts.StoreDir}
+	t.Cleanup(o.Stop)
 	o.port = o.ns.Addr().(*net.TCPAddr).Port
 	nc, err := nats.Connect(o.ns.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond),
 		nats.ReconnectErrHandler(func(*nats.Conn, error) { o.failed.Add(1) }))
@@ -48,7 +52,7 @@ func (o *Outage) Stop() {
 // Start brings the server back on its port and store.
 func (o *Outage) Start() {
 	o.t.Helper()
-	o.ns = RunServerWithOptions(o.t, &server.Options{Port: o.port, StoreDir: o.storeDir})
+	o.ns = startServer(o.t, &server.Options{Port: o.port, StoreDir: o.storeDir})
 }
 
 // FailedReconnects counts the connection's attempts to reach the server
