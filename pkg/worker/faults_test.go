@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -466,4 +467,79 @@ func TestStalledPublisherDoesNotStallTheHeart(t *testing.T) {
 		t.Fatalf("the quiet run after three leases: %+v, %v", row, err)
 	}
 	jetruntest.OpenRuntime(t, b.nc, jetrun.Config{}) // the stream back, so both runs can end
+}
+
+// The worker's liveness lapses while one of its runs waits for an event's
+// acknowledgement (the server went away mid-publish): the lapse stops that
+// attempt without waiting for the publish, so the handler's call returns
+// ErrLeaseLost, not the publish's ack timeout (5 s, longer than the lease).
+// Once the server is back the run is handed off and completes on attempt
+// 2, and no event of attempt 1 is stored after attempt 2's running.
+func TestALapseStopsARunWaitingForAnAcknowledgement(t *testing.T) {
+	t.Parallel()
+	outage := natstest.RunOutage(t)
+	nc := outage.Conn
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &lockedBuffer{}
+	streaming := make(chan struct{})
+	stopped := make(chan error, 1)
+	startWorker(t, nc, worker.Config{Lease: time.Second, MaxAttempts: 1, Logger: slog.New(slog.NewTextHandler(logs, nil))},
+		map[string]worker.Handler{
+			"milestones": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+				if run.Attempt() > 1 {
+					return worker.Result{Summary: "done"}, nil
+				}
+				for i := 0; ; i++ {
+					// Each milestone is stored before Milestone returns.
+					if _, err := run.Milestone(ctx, fmt.Sprintf("m%d", i), nil); err != nil {
+						stopped <- err
+						return worker.Result{}, err
+					}
+					if i == 0 {
+						close(streaming)
+					}
+				}
+			}),
+		})
+	publish(t, js, "jetrun.dispatch.milestones", `{"runId":"w1","input":{}}`)
+	<-streaming
+	outage.Stop()
+	select {
+	case err := <-stopped:
+		if !errors.Is(err, worker.ErrLeaseLost) || errors.Is(err, jetstream.ErrAsyncPublishTimeout) {
+			t.Fatalf("the waiting Milestone returned %v; want ErrLeaseLost from the lapse, not the ack timeout", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the waiting Milestone never returned while the server was down")
+	}
+	if !strings.Contains(logs.String(), "worker liveness lost") {
+		t.Fatalf("the attempt stopped but no line says the liveness lapsed:\n%s", logs.String())
+	}
+	outage.Start()
+
+	store, err := runstore.Open(context.Background(), js, runstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := jetruntest.WaitRow(t, store, "w1", 60*time.Second, jetruntest.Final)
+	if row.Status != events.StatusCompleted || row.Attempt != 2 || !slices.Equal(row.Blinks, []int{1}) {
+		t.Fatalf("after the lapse: status %s (%s: %s), attempt %d, blinks %v",
+			row.Status, row.Reason, row.Error, row.Attempt, row.Blinks)
+	}
+	evs := waitForStatus(t, js, "w1", events.StatusCompleted)
+	second := -1
+	for i, ev := range evs {
+		if ev.Status != nil && ev.Status.Status == events.StatusRunning && ev.Attempt == "2" {
+			second = i
+		}
+		if second >= 0 && ev.Attempt == "1" {
+			t.Fatalf("event %d (%s) of attempt 1 stored after attempt 2's running", ev.Seq, ev.Kind)
+		}
+	}
+	if second < 0 {
+		t.Fatalf("no running event of attempt 2 among %d events", len(evs))
+	}
 }
