@@ -212,7 +212,7 @@ func (rt *Runtime) Resume(ctx context.Context, row *jetruntype.Run, queued bool)
 		if r.Status != events.StatusInterrupted || r.ChildStillRunning || (queued && r.ConcurrencyKey == "") {
 			return runstore.ErrNoChange
 		}
-		model.Of(r).Resume()
+		model.Of(r).Resume(time.Now())
 		if queued {
 			r.Status = events.StatusQueued
 		}

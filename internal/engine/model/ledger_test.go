@@ -129,7 +129,7 @@ func TestASecondGiveUpAfterAResumeIsOwed(t *testing.T) {
 		t.Fatal("an interrupt without a resume owes a second finish")
 	}
 
-	model.Of(r).Resume()
+	model.Of(r).Resume(time.Now())
 	r.Status = events.StatusRunning
 	model.Of(r).Interrupt(events.ReasonBudgetExceeded, "over budget again", false, now.Add(time.Second))
 	if !model.Of(r).FinishOwed(events.StatusInterrupted) {

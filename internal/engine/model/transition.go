@@ -42,9 +42,10 @@ func (r *Row) Interrupt(reason, text string, childStillRunning bool, now time.Ti
 // for a new attempt that keeps its milestones, counters and finish ledger;
 // the give-up's finish slot is marked so that a later give-up takes it
 // over and is announced as well (oweFinish).
-// Its budgets start again; the resume does not count against the attempts
-// limit (like a hand-back).
-func (r *Row) Resume() {
+// Its budgets start again, from now (ResumedAt) until the new attempt
+// starts; the resume does not count against the attempts limit (like a
+// hand-back).
+func (r *Row) Resume(now time.Time) {
 	r.Status = events.StatusStarting
 	r.Reason, r.Error, r.Retryable, r.ChildStillRunning = "", "", false, false
 	r.CancelRequested, r.CancelReason = false, ""
@@ -52,10 +53,29 @@ func (r *Row) Resume() {
 	r.StartedAt, r.LastSignalAt, r.FinishedAt = time.Time{}, time.Time{}, time.Time{}
 	r.WaitingFor = ""
 	r.DispatchSeq = 0
+	r.ResumedAt = now
 	r.Handoffs++
 	if fs := r.Finishes[events.StatusInterrupted]; fs != nil {
 		fs.Resumed = true // a second give-up is announced too
 	}
+}
+
+// WaitingSince returns when r began to wait for a worker: its resume, or
+// its creation.
+func (r *Row) WaitingSince() time.Time {
+	if !r.ResumedAt.IsZero() {
+		return r.ResumedAt
+	}
+	return r.CreatedAt
+}
+
+// BudgetSince returns when r's absolute budget began: its attempt's
+// start, or, while no attempt has started, WaitingSince.
+func (r *Row) BudgetSince() time.Time {
+	if !r.StartedAt.IsZero() {
+		return r.StartedAt
+	}
+	return r.WaitingSince()
 }
 
 // ChildStopped records that no worker executes r any more (after a give-up,

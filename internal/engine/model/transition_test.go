@@ -58,7 +58,7 @@ func TestTransitions(t *testing.T) {
 			apply: func(r *model.Row) error {
 				r.Interrupt(events.ReasonBudgetExceeded, "over", true, now)
 				r.ChildStopped()
-				r.Resume()
+				r.Resume(time.Now())
 				return nil
 			},
 			status: events.StatusStarting, live: true, owed: []events.Status{events.StatusInterrupted},
@@ -68,7 +68,7 @@ func TestTransitions(t *testing.T) {
 			row:  running(detached),
 			apply: func(r *model.Row) error {
 				r.Interrupt(events.ReasonBudgetExceeded, "over", false, now)
-				r.Resume()
+				r.Resume(time.Now())
 				r.Status = events.StatusRunning
 				r.End(events.StatusCompleted, "", "", now.Add(time.Second))
 				return nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
@@ -35,12 +36,8 @@ func (s *sweep) budgetDue(r *jetruntype.Run, now time.Time) time.Time {
 			due = t
 		}
 	}
-	since := r.StartedAt
-	if since.IsZero() {
-		since = r.CreatedAt
-	}
 	if budget, on := wire.Budget(r.Detached.MaxBudgetMs, cfg.MaxBudget); on {
-		sooner(since.Add(budget))
+		sooner(model.Of(r).BudgetSince().Add(budget))
 	}
 	if silence, on := wire.Budget(r.Detached.NoProgressBudgetMs, cfg.NoProgressBudget); on {
 		if !r.LastSignalAt.IsZero() && r.WaitingFor == "" {

@@ -10,10 +10,12 @@ import (
 
 	"github.com/jetrun/jetrun/internal/app/agents/demo"
 	"github.com/jetrun/jetrun/internal/engine/model"
+	"github.com/jetrun/jetrun/internal/engine/reconcile"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 )
@@ -117,4 +119,65 @@ func indexed(t *testing.T, e *env, id string) bool {
 		t.Fatal(err)
 	}
 	return slices.ContainsFunc(active, func(ir runstore.IndexedRun) bool { return ir.ID == id })
+}
+
+// A retried run's budgets start again at the retry, also before a worker
+// takes it: a sweep that finds the resumed run still waiting does not give
+// it up at once for the time its first life took. (No worker serves its
+// agent type, so the resumed run waits "starting" for as long as the test
+// looks; the sweeps are the test's own.)
+func TestAResumedRunWaitingForAWorkerHasItsBudgetAgain(t *testing.T) {
+	t.Parallel()
+	e := setup(t, options{noReconcile: true})
+	client, err := parent.New(jetruntest.OpenRuntime(t, e.nc, jetrun.Config{}), parent.Config{AllowUnknownAgentTypes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	const id = "resume-waiting"
+	req := parent.Request{AgentType: "nobody", RunID: id, Input: map[string]any{},
+		Detached: &events.Detached{OnFinish: "record", MaxBudgetMs: 3000}}
+	if _, err := client.Dispatch(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	sweepUntil := func(what string, done func(st reconcile.Stats, row *jetruntype.Run) bool) *jetruntype.Run {
+		t.Helper()
+		var row *jetruntype.Run
+		natstest.Eventually(t, 30*time.Second, func() bool {
+			st, err := e.recon.Sweep(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if row, _, err = e.store.Get(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			return done(st, row)
+		}, "%s: last row %+v", what, row)
+		return row
+	}
+	first := sweepUntil("first give-up", func(_ reconcile.Stats, r *jetruntype.Run) bool { return r.Status == events.StatusInterrupted })
+	if first.Reason != events.ReasonBudgetExceeded || first.Attempt != 0 {
+		t.Fatalf("first give-up: %+v", first)
+	}
+	waitDeliveries(t, e.rec, id, 1)
+
+	if _, err := client.Dispatch(ctx, req); err != nil { // the retry
+		t.Fatal(err)
+	}
+	// The first sweep whose index holds the resumed run again.
+	row := sweepUntil("a sweep sees the resumed run", func(st reconcile.Stats, _ *jetruntype.Run) bool { return st.Active > 0 })
+	if row.Status != events.StatusStarting || row.Handoffs != 1 || row.ResumedAt.IsZero() {
+		t.Fatalf("resumed run after a sweep, well within a budget counted from its retry: status %s (%s: %s), handoffs %d, resumedAt %v",
+			row.Status, row.Reason, row.Error, row.Handoffs, row.ResumedAt)
+	}
+	// Its budget still holds, from the retry.
+	second := sweepUntil("second give-up", func(_ reconcile.Stats, r *jetruntype.Run) bool { return r.Status == events.StatusInterrupted })
+	if second.Reason != events.ReasonBudgetExceeded || !second.FinishedAt.After(row.ResumedAt.Add(3*time.Second)) {
+		t.Fatalf("second give-up %s at %v, resumed at %v: want budget-exceeded past a budget from the retry",
+			second.Reason, second.FinishedAt, row.ResumedAt)
+	}
+	got := waitDeliveries(t, e.rec, id, 2)
+	if got[1].Key != id+".interrupted.2" {
+		t.Fatalf("deliveries %+v: want the second give-up under %s.interrupted.2", got, id)
+	}
 }

@@ -513,11 +513,7 @@ func (s *sweep) enforceBudgets(ctx context.Context, row *jetruntype.Run) (bool, 
 // budgets at now.
 func (s *sweep) overBudget(r *jetruntype.Run, now time.Time) (reason, text string) {
 	cfg := s.r.cfg
-	since := r.StartedAt
-	if since.IsZero() {
-		since = r.CreatedAt
-	}
-	if budget, on := wire.Budget(r.Detached.MaxBudgetMs, cfg.MaxBudget); on && now.Sub(since) > budget {
+	if budget, on := wire.Budget(r.Detached.MaxBudgetMs, cfg.MaxBudget); on && now.Sub(model.Of(r).BudgetSince()) > budget {
 		return events.ReasonBudgetExceeded, fmt.Sprintf("ran past its absolute budget of %s", budget)
 	}
 	silence, on := wire.Budget(r.Detached.NoProgressBudgetMs, cfg.NoProgressBudget)
@@ -539,7 +535,7 @@ func (s *sweep) recover(ctx context.Context, row *jetruntype.Run) error {
 	r := s.r
 	var why string
 	switch {
-	case row.Status == events.StatusStarting && s.now.Sub(row.CreatedAt) > r.cfg.StartingGrace:
+	case row.Status == events.StatusStarting && s.now.Sub(model.Of(row).WaitingSince()) > r.cfg.StartingGrace:
 		why = "dispatch lost before a worker took it"
 	case row.Status == events.StatusRunning && !r.holderAlive(ctx, row) && s.now.Sub(row.LeaseUntil) > r.cfg.LeaseGrace:
 		why = "lease expired and the dispatch that would wake a worker is gone"

@@ -319,7 +319,7 @@ func TestUnindexOfAGiveUpResumedMeanwhileKeepsItIndexed(t *testing.T) {
 		t.Fatal(err)
 	}
 	resumed, _, err := s.Mutate(ctx, "g1", func(r *jetruntype.Run) error {
-		model.Of(r).Resume()
+		model.Of(r).Resume(time.Now())
 		return nil
 	})
 	if err != nil {
