@@ -262,6 +262,28 @@ func TestReadmeTourCommands(t *testing.T) {
 			t.Errorf("%s: output lacks %q:\n%s", c, want, outputs[c])
 		}
 	}
+
+	// The agent registry's recipes: each shows the demo type the
+	// parent-worker's pool announces.
+	const registry, registryEnd = "### Agent registry and LLM tools", "In Go, describe a type"
+	var lines []string
+	for _, prefix := range []string{"jetrun ", "curl ", "nats "} {
+		lines = append(lines, readmeCommands(t, registry, registryEnd, prefix, 1)...)
+	}
+	for _, c := range lines {
+		c = strings.ReplaceAll(c, "http://127.0.0.1:8080", "http://"+addr)
+		c = strings.Replace(strings.Replace(c, "jetrun ", filepath.Join(bin, "jetrun")+" ", 1), "nats ", nats+" ", 1)
+		cmd := exec.Command("sh", "-c", "exec "+c)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", c, err, out)
+		}
+		if !strings.Contains(string(out), "demo") {
+			t.Errorf("%s does not show the demo agent type:\n%s", c, out)
+		}
+	}
+
 	pw.signal(syscall.SIGTERM)
 	if err := pw.wait(30 * time.Second); err != nil {
 		t.Fatalf("parent-worker exit after SIGTERM: %v", err)
