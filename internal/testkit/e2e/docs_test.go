@@ -20,6 +20,7 @@ import (
 
 	"github.com/creack/pty"
 
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 )
 
@@ -441,4 +442,41 @@ func checklistCommands(t *testing.T, tool string) []string {
 		t.Fatalf("the checklist has %d %scommands", len(cmds), tool)
 	}
 	return cmds
+}
+
+// docs/operations.md's recipes for spread events streams agree with
+// jetrun: its python3 one-liner names the partition wire.Partition does
+// (which stream to view), and its server mapping is the one jetrun's tests
+// install (wire.EventsMapping).
+func TestOperationsPartitionRecipes(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("../../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(raw)
+	recipe := regexp.MustCompile("`python3 (-c '[^']*') <id> <N>`").FindStringSubmatch(text)
+	if recipe == nil {
+		t.Fatal("docs/operations.md has no python3 partition recipe")
+	}
+	py := python3(t)
+	for _, id := range []string{"r1", "tour-3", "run_0042", "9f1c2b7e-6a0d-4c1e-8b3a-2f5d7e9a1c3b", "a"} {
+		for _, n := range []int{2, 3, 5, 16} {
+			c := fmt.Sprintf("exec %s %s %s %d", py, recipe[1], id, n)
+			out, err := exec.Command("sh", "-c", c).CombinedOutput()
+			if err != nil {
+				t.Fatalf("%s: %v\n%s", c, err, out)
+			}
+			if got, want := strings.TrimSpace(string(out)), fmt.Sprint(wire.Partition(id, n)); got != want {
+				t.Errorf("run %s over %d streams: the recipe says partition %s, jetrun uses %s", id, n, got, want)
+			}
+		}
+	}
+	mapping := regexp.MustCompile(`"(jetrun\.run\.[^"]*)": "([^"]*)"`).FindStringSubmatch(text)
+	if mapping == nil {
+		t.Fatal("docs/operations.md has no server mapping for the run subjects")
+	}
+	if from, to := wire.Namespace("").EventsMapping(3); mapping[1] != from || mapping[2] != to {
+		t.Errorf("documented mapping %q: %q; jetrun's for 3 streams %q: %q", mapping[1], mapping[2], from, to)
+	}
 }
