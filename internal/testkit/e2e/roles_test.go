@@ -403,3 +403,69 @@ func TestRolesChecklistCommands(t *testing.T) {
 }
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// The four lines of docs/operations.md that run every process as its role
+// work as shown against the shipped nats.conf (only the server's address
+// is the test's): the producer's dispatch, without a run id, runs on the
+// child-worker and the viewer's watch sees it complete.
+func TestRolesRecipeLinesRunADispatch(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("../../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(raw)
+	from := strings.Index(text, "Run every process as its role:")
+	if from < 0 {
+		t.Fatal("docs/operations.md has no role recipe")
+	}
+	var lines []string
+	for _, l := range strings.Split(text[from:], "\n")[1:] {
+		if l == "" && len(lines) > 0 {
+			break
+		}
+		if l = strings.TrimSpace(l); l != "" {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) != 4 {
+		t.Fatalf("the role recipe has %d lines, want 4: %q", len(lines), lines)
+	}
+	url := roleServer(t)
+	// A line "K=V ... ./bin/<binary>": its variables, then the binary.
+	process := func(l string) (string, map[string]string) {
+		env := map[string]string{"JETRUN_NATS_URL": url, "JETRUN_HTTP_ADDR": ""}
+		fields := strings.Fields(l)
+		for _, f := range fields[:len(fields)-1] {
+			k, v, ok := strings.Cut(f, "=")
+			if !ok {
+				t.Fatalf("%q: %q is not a setting", l, f)
+			}
+			env[k] = v
+		}
+		return filepath.Base(fields[len(fields)-1]), env
+	}
+	name, env := process(lines[0])
+	start(t, name, env).waitLog("parent-worker ready", 60*time.Second)
+	name, env = process(lines[1])
+	start(t, name, env).waitLog("child-worker serving", 60*time.Second)
+
+	nats := natsCLI(t)
+	shell := func(l string) *exec.Cmd {
+		cmd := exec.Command("sh", "-c", "exec "+strings.Replace(l, "nats ", nats+" --server "+url+" ", 1))
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
+		return cmd
+	}
+	watch := shell(lines[3])
+	watchOut := &syncBuffer{}
+	watch.Stdout, watch.Stderr = watchOut, watchOut
+	if err := watch.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = watch.Process.Kill(); _ = watch.Wait() }()
+	if out, err := shell(lines[2]).CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", lines[2], err, out)
+	}
+	natstest.Eventually(t, 30*time.Second, func() bool { return strings.Contains(watchOut.String(), `"status":"completed"`) },
+		"%s never showed the run completed:\n%s", lines[3], watchOut)
+}
