@@ -299,6 +299,9 @@ func (w *Worker) claim(row *jetruntype.Run, msg jetstream.Msg, now time.Time) *j
 	claimed := model.Of(row).Clone()
 	claimed.Status = events.StatusRunning
 	claimed.Reason, claimed.Error, claimed.ChildStillRunning = "", "", false
+	// A lost attempt's wait is not the new one's: it waits again if its
+	// handler does (the no-progress budget and Await read this).
+	claimed.WaitingFor = ""
 	claimed.Attempt++
 	claimed.Worker, claimed.WorkerEpoch, claimed.LeaseUntil = w.cfg.ID, w.epoch(), time.Time{}
 	claimed.DispatchSeq = wire.StreamSeq(msg) // the message that now wakes a takeover

@@ -219,3 +219,33 @@ func TestAWaitThatTimesOutClearsWaitingFor(t *testing.T) {
 		return r.Progress != nil && r.Progress.Message == "moving on" && r.WaitingFor == ""
 	})
 }
+
+// A run taken over from a worker that died while its handler waited for a
+// signal does not go on showing that wait: the new attempt waits only if
+// its handler does, so the no-progress budget and Await see it as it is.
+func TestATakeoverDoesNotInheritTheLostAttemptsWait(t *testing.T) {
+	t.Parallel()
+	second := make(chan struct{})
+	b, _ := setup(t, worker.Config{}, map[string]worker.Handler{
+		"silent": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			close(second)
+			<-ctx.Done()
+			return worker.Result{}, context.Cause(ctx)
+		}),
+	})
+	ctx := context.Background()
+	// The row as a worker that died mid-Wait left it: running, held by a
+	// worker with no liveness key, waiting for a signal.
+	dead := &jetruntype.Run{ID: "t1", AgentType: "silent", Input: json.RawMessage(`{}`), Status: events.StatusRunning,
+		Attempt: 1, Worker: "dead-worker", WorkerEpoch: "gone", WaitingFor: "approve",
+		CreatedAt: time.Now(), StartedAt: time.Now()}
+	if _, err := b.store.Create(ctx, dead); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, b.js, "jetrun.dispatch.silent", `{"runId":"t1","input":{}}`)
+	<-second
+	row := jetruntest.WaitRow(t, b.store, "t1", 10*time.Second, func(r *jetruntype.Run) bool { return r.Attempt == 2 })
+	if row.Status != events.StatusRunning || row.WaitingFor != "" {
+		t.Fatalf("taken over: status %s, waitingFor %q; want running and waiting for nothing", row.Status, row.WaitingFor)
+	}
+}
