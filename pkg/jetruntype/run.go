@@ -93,10 +93,11 @@ type Run struct {
 	StartedAt    time.Time `json:"startedAt,omitzero"`
 	LastSignalAt time.Time `json:"lastSignalAt,omitzero"`
 	FinishedAt   time.Time `json:"finishedAt,omitzero"`
-	// ResumedAt is when the run was last resumed after a give-up (a
-	// retry): until its new attempt starts, its budgets and the wait for a
-	// worker count from it, not from CreatedAt.
-	ResumedAt time.Time `json:"resumedAt,omitzero"`
+	// ReadyAt is when the run last became ready for a worker after its
+	// dispatch: promoted from its concurrency key's queue, or resumed after
+	// a give-up (a retry). Until an attempt starts, its budgets and the
+	// wait for a worker count from it, not from CreatedAt.
+	ReadyAt time.Time `json:"readyAt,omitzero"`
 
 	// Unindexed says the run has no entries in the active-run index: a
 	// top-level run that is not detached, dispatched with a plain publish,

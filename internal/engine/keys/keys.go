@@ -262,6 +262,7 @@ func (rt keyed) promote(ctx context.Context, h *jetruntype.Run, held Held) error
 			return runstore.ErrNoChange
 		}
 		r.Status, r.NotBefore = events.StatusStarting, time.Time{}
+		r.ReadyAt = time.Now() // its budgets count from here, not from its wait in the queue
 		if r.Strategy == events.StrategyMerge {
 			// r and the oldest of the others that fit, oldest first.
 			size := len(r.Input)

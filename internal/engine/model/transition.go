@@ -42,7 +42,7 @@ func (r *Row) Interrupt(reason, text string, childStillRunning bool, now time.Ti
 // for a new attempt that keeps its milestones, counters and finish ledger;
 // the give-up's finish slot is marked so that a later give-up takes it
 // over and is announced as well (oweFinish).
-// Its budgets start again, from now (ResumedAt) until the new attempt
+// Its budgets start again, from now (ReadyAt) until the new attempt
 // starts; the resume does not count against the attempts limit (like a
 // hand-back).
 func (r *Row) Resume(now time.Time) {
@@ -53,18 +53,18 @@ func (r *Row) Resume(now time.Time) {
 	r.StartedAt, r.LastSignalAt, r.FinishedAt = time.Time{}, time.Time{}, time.Time{}
 	r.WaitingFor = ""
 	r.DispatchSeq = 0
-	r.ResumedAt = now
+	r.ReadyAt = now
 	r.Handoffs++
 	if fs := r.Finishes[events.StatusInterrupted]; fs != nil {
 		fs.Resumed = true // a second give-up is announced too
 	}
 }
 
-// WaitingSince returns when r began to wait for a worker: its resume, or
-// its creation.
+// WaitingSince returns when r began to wait for a worker: ReadyAt (its
+// promotion or resume), or its creation.
 func (r *Row) WaitingSince() time.Time {
-	if !r.ResumedAt.IsZero() {
-		return r.ResumedAt
+	if !r.ReadyAt.IsZero() {
+		return r.ReadyAt
 	}
 	return r.CreatedAt
 }

@@ -9,8 +9,11 @@ import (
 
 	"github.com/jetrun/jetrun/internal/engine/reconcile"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
+	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
+	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
 
@@ -125,5 +128,61 @@ func TestShortBudgetIsEnforcedBetweenSweeps(t *testing.T) {
 	row := jetruntest.WaitRow(t, e.store, "quiet", interval/4, func(r *jetruntype.Run) bool { return r.Status == events.StatusInterrupted })
 	if row.Reason != events.ReasonNoProgress {
 		t.Fatalf("quiet: %+v", row)
+	}
+}
+
+// A detached keyed run's absolute budget does not run while it waits in
+// its key's queue, nor all at once when it leaves it: it counts from its
+// promotion (readyAt), so a run queued longer than its budget still gets
+// its budget to start in. (No worker serves its agent type, so after its
+// promotion it waits "starting" for as long as the test looks.)
+func TestAKeyedRunsBudgetCountsFromItsPromotion(t *testing.T) {
+	t.Parallel()
+	gate := make(chan struct{})
+	e := setup(t, options{noReconcile: true, handlers: map[string]worker.Handler{
+		"holder": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			select {
+			case <-gate:
+				return worker.Result{Summary: "done"}, nil
+			case <-ctx.Done():
+				return worker.Result{}, context.Cause(ctx)
+			}
+		}),
+	}})
+	client, err := parent.New(jetruntest.OpenRuntime(t, e.nc, jetrun.Config{}), parent.Config{AllowUnknownAgentTypes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	const key, budget = "k-budget", 1500 * time.Millisecond
+	if _, err := client.Dispatch(ctx, parent.Request{AgentType: "holder", RunID: "key-holder", Input: map[string]any{}, ConcurrencyKey: key}); err != nil {
+		t.Fatal(err)
+	}
+	jetruntest.WaitRow(t, e.store, "key-holder", 10*time.Second, func(r *jetruntype.Run) bool { return r.Status == events.StatusRunning })
+	queued, err := client.Dispatch(ctx, parent.Request{AgentType: "nobody", RunID: "key-queued", Input: map[string]any{},
+		ConcurrencyKey: key, Detached: &events.Detached{OnFinish: "record", MaxBudgetMs: budget.Milliseconds()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Swept while queued for longer than its budget: it stays queued.
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		st, err := e.recon.Sweep(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		row, _, err := e.store.Get(ctx, "key-queued")
+		if err != nil || row.Status != events.StatusQueued {
+			t.Fatalf("the queued run while its key is held: %+v, %v", row, err)
+		}
+		return st.Active > 0 && time.Since(queued.CreatedAt) > 2*budget
+	}, "the sweeps did not see the queued run")
+
+	close(gate) // the holder ends; the key promotes the queued run
+	row := jetruntest.WaitRow(t, e.store, "key-queued", 10*time.Second, func(r *jetruntype.Run) bool { return r.Status != events.StatusQueued })
+	if _, err := e.recon.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if row, _, err = e.store.Get(ctx, "key-queued"); err != nil || row.Status != events.StatusStarting || row.ReadyAt.IsZero() {
+		t.Fatalf("promoted run after a sweep, within a budget from its promotion: %+v, %v", row, err)
 	}
 }

@@ -166,15 +166,15 @@ func TestAResumedRunWaitingForAWorkerHasItsBudgetAgain(t *testing.T) {
 	}
 	// The first sweep whose index holds the resumed run again.
 	row := sweepUntil("a sweep sees the resumed run", func(st reconcile.Stats, _ *jetruntype.Run) bool { return st.Active > 0 })
-	if row.Status != events.StatusStarting || row.Handoffs != 1 || row.ResumedAt.IsZero() {
-		t.Fatalf("resumed run after a sweep, well within a budget counted from its retry: status %s (%s: %s), handoffs %d, resumedAt %v",
-			row.Status, row.Reason, row.Error, row.Handoffs, row.ResumedAt)
+	if row.Status != events.StatusStarting || row.Handoffs != 1 || row.ReadyAt.IsZero() {
+		t.Fatalf("resumed run after a sweep, well within a budget counted from its retry: status %s (%s: %s), handoffs %d, readyAt %v",
+			row.Status, row.Reason, row.Error, row.Handoffs, row.ReadyAt)
 	}
 	// Its budget still holds, from the retry.
 	second := sweepUntil("second give-up", func(_ reconcile.Stats, r *jetruntype.Run) bool { return r.Status == events.StatusInterrupted })
-	if second.Reason != events.ReasonBudgetExceeded || !second.FinishedAt.After(row.ResumedAt.Add(3*time.Second)) {
+	if second.Reason != events.ReasonBudgetExceeded || !second.FinishedAt.After(row.ReadyAt.Add(3*time.Second)) {
 		t.Fatalf("second give-up %s at %v, resumed at %v: want budget-exceeded past a budget from the retry",
-			second.Reason, second.FinishedAt, row.ResumedAt)
+			second.Reason, second.FinishedAt, row.ReadyAt)
 	}
 	got := waitDeliveries(t, e.rec, id, 2)
 	if got[1].Key != id+".interrupted.2" {
