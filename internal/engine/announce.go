@@ -34,8 +34,21 @@ const AnnounceRetry = 10 * time.Second
 // Transient faults are retried (jsfault.Retry) for at most AnnounceRetry.
 func (rt *Runtime) Announce(ctx context.Context, r *jetruntype.Run, worker string) error {
 	return jsfault.Retry(ctx, AnnounceRetry, func(ctx context.Context) error {
-		return rt.PublishStatus(ctx, r, worker, wire.StatusMsgID(r.ID, r.Attempt, r.Status))
+		return rt.PublishStatus(ctx, r, worker, statusMsgID(r))
 	})
+}
+
+// statusMsgID is the Nats-Msg-Id of r's current status event:
+// wire.StatusMsgID, one per run, attempt and status, and for a run no
+// attempt started since it was resumed or promoted (readyAt), that moment
+// too: such a run given up again has the attempt and status of its
+// earlier give-up, and its event is not that one's copy.
+func statusMsgID(r *jetruntype.Run) string {
+	id := wire.StatusMsgID(r.ID, r.Attempt, r.Status)
+	if r.StartedAt.IsZero() && !r.ReadyAt.IsZero() {
+		id += ".r" + strconv.FormatInt(r.ReadyAt.UnixNano(), 10)
+	}
+	return id
 }
 
 // PublishStatus publishes the status event of r's current status once,

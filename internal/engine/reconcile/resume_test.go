@@ -180,4 +180,9 @@ func TestAResumedRunWaitingForAWorkerHasItsBudgetAgain(t *testing.T) {
 	if got[1].Key != id+".interrupted.2" {
 		t.Fatalf("deliveries %+v: want the second give-up under %s.interrupted.2", got, id)
 	}
+	// Both give-ups are on the run's timeline, though no attempt ran in
+	// between.
+	if st := jetruntest.Statuses(jetruntest.ReadEvents(t, e.js, id)); !slices.Equal(st, []events.Status{events.StatusInterrupted, events.StatusInterrupted}) {
+		t.Fatalf("status events %v, want both give-ups", st)
+	}
 }
