@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -462,8 +461,7 @@ func (c *Client) resume(ctx context.Context, row *jetruntype.Run) (*jetruntype.R
 	if !resumed {
 		return next, nil
 	}
-	msgID := row.ID + ".resume" + strconv.Itoa(next.Attempt)
-	seq, err := c.publishDispatch(ctx, next.AgentType, model.Of(next).Dispatch(), msgID)
+	seq, err := c.publishDispatch(ctx, next.AgentType, model.Of(next).Dispatch(), model.Of(next).DispatchMsgID())
 	if err != nil {
 		// The row is "starting" without a dispatch: the reconciler
 		// publishes it, as for a parent that died between the two.

@@ -33,7 +33,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/jetrun/jetrun/internal/engine"
@@ -314,7 +313,7 @@ func (rt keyed) promote(ctx context.Context, h *jetruntype.Run, held Held) error
 		rt.Store().Keys().Dequeue(ctx, h.ConcurrencyKey, h.ID)
 		return nil
 	}
-	seq, err := rt.publishKeyed(ctx, row, row.ID+".key."+strconv.Itoa(row.Handoffs))
+	seq, err := rt.publishKeyed(ctx, row, model.Of(row).DispatchMsgID())
 	if err != nil {
 		// The row is starting without a dispatch: the reconciler publishes
 		// it, as for a parent that died between its two writes.

@@ -3,6 +3,7 @@ package model
 import (
 	"encoding/json"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/jetrun/jetrun/pkg/events"
@@ -211,6 +212,23 @@ func (r *Row) Dispatch() events.Dispatch {
 		Root:             r.Root,
 		BudgetFrom:       r.BudgetFrom,
 	}
+}
+
+// DispatchMsgID is the Nats-Msg-Id r's current dispatch is published
+// under, by whoever (re)starts it and by the reconciler when that writer
+// died before publishing: "<id>.key.<handoffs>" for a run started by its
+// concurrency key, "<id>.resume<attempt>" for a run resumed after a
+// give-up (readyAt), its id otherwise. A copy that landed is then found by
+// the dedup window, not confused with an earlier dispatch of the run that
+// a worker already took.
+func (r *Row) DispatchMsgID() string {
+	switch {
+	case r.ConcurrencyKey != "":
+		return r.ID + ".key." + strconv.Itoa(r.Handoffs)
+	case !r.ReadyAt.IsZero():
+		return r.ID + ".resume" + strconv.Itoa(r.Attempt)
+	}
+	return r.ID
 }
 
 // Trace is r's trace context (zero if it has none).

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jetrun/jetrun/internal/app/agents/demo"
+	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/reconcile"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
@@ -18,6 +19,7 @@ import (
 	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
+	"github.com/jetrun/jetrun/pkg/worker"
 )
 
 // A detached run given up by its budget, its finish delivered (so it left
@@ -184,5 +186,39 @@ func TestAResumedRunWaitingForAWorkerHasItsBudgetAgain(t *testing.T) {
 	// between.
 	if st := jetruntest.Statuses(jetruntest.ReadEvents(t, e.js, id)); !slices.Equal(st, []events.Status{events.StatusInterrupted, events.StatusInterrupted}) {
 		t.Fatalf("status events %v, want both give-ups", st)
+	}
+}
+
+// A retry whose writer died between resuming the run and publishing its
+// dispatch: the reconciler publishes that dispatch under the id the
+// writer would have used, not the run's first dispatch's (which a worker
+// took long ago, and which the dedup window would hand back as if it had
+// landed). The run completes on its next attempt, no dispatch counted
+// lost.
+func TestAResumeWhoseWriterDiedBeforeItsDispatchRuns(t *testing.T) {
+	t.Parallel()
+	e := setup(t, options{reconcile: reconcile.Config{StartingGrace: 300 * time.Millisecond}, handlers: map[string]worker.Handler{
+		"second-time": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			if run.Attempt() == 1 {
+				<-ctx.Done() // until its budget gives it up
+				return worker.Result{}, context.Cause(ctx)
+			}
+			return worker.Result{Summary: "done"}, nil
+		}),
+	}})
+	ctx := t.Context()
+	const id = "resume-unpublished"
+	e.detached(t, id, "second-time", map[string]any{}, events.Detached{MaxBudgetMs: 2000}) // the retry is taken well within it
+	row := jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *jetruntype.Run) bool {
+		return r.Status == events.StatusInterrupted && model.Of(r).Settled()
+	})
+	// The retry's writer resumes the row and dies before publishing.
+	if _, resumed, err := engine.From(jetruntest.OpenRuntime(t, e.nc, jetrun.Config{})).Resume(ctx, row, false); err != nil || !resumed {
+		t.Fatalf("resume: %v, resumed %v", err, resumed)
+	}
+	row = jetruntest.WaitRow(t, e.store, id, 30*time.Second, jetruntest.Final)
+	if row.Status != events.StatusCompleted || row.Attempt != 2 || row.Redispatches != 0 {
+		t.Fatalf("after the reconciler published the retry's dispatch: status %s (%s: %s), attempt %d, redispatches %d",
+			row.Status, row.Reason, row.Error, row.Attempt, row.Redispatches)
 	}
 }

@@ -547,10 +547,11 @@ func (s *sweep) recover(ctx context.Context, row *jetruntype.Run) error {
 	}
 	if row.DispatchSeq == 0 {
 		// Where its dispatch is was never recorded (the parent writes the
-		// row, then publishes; a worker's claim records it). Publish it with
-		// the run id as message id: a copy that did land within the dedup
-		// window is not stored twice, and the answer says where it is.
-		seq, dup, err := r.publishDispatch(ctx, row, row.ID)
+		// row, then publishes; a worker's claim records it). Publish it
+		// under the message id its writer used: a copy that did land
+		// within the dedup window is not stored twice, and the answer says
+		// where it is.
+		seq, dup, err := r.publishDispatch(ctx, row, model.Of(row).DispatchMsgID())
 		if err != nil {
 			return err
 		}
