@@ -139,6 +139,12 @@ func (r *Reconciler) deadLetterUnservedDispatch(ctx context.Context, stream jets
 		if run.Status != events.StatusStarting || run.AgentType != agentType {
 			return runstore.ErrNoChange
 		}
+		if time.Since(model.Of(run).WaitingSince()) < r.cfg.DispatchUnservedWait {
+			// A dispatch from before the run was retried: the run itself
+			// has not waited that long for a worker. The message stays
+			// (a worker that comes takes the run with it, or drops it).
+			return runstore.ErrNoChange
+		}
 		model.Of(run).End(events.StatusError, events.ReasonNoWorker, text, time.Now())
 		return nil
 	})

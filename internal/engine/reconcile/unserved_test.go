@@ -125,3 +125,47 @@ func TestUnservedDispatchIsDeadLetteredAfterTheWait(t *testing.T) {
 		t.Fatalf("dead letter %s, headers %v", m.Data, m.Header)
 	}
 }
+
+// A run retried after its first dispatch waited out DispatchUnservedWait
+// (the run was given up meanwhile, so nothing ended it then) gets the
+// wait again from its retry: the old dispatch's age does not end it
+// no-worker at once. Here its budget, shorter than the wait, gives the
+// retried run up first.
+func TestARetriedRunGetsTheUnservedWaitAgain(t *testing.T) {
+	t.Parallel()
+	const wait, budget = 4 * time.Second, 3 * time.Second
+	e := setup(t, options{reconcile: reconcile.Config{StartingGrace: time.Second, DispatchUnservedWait: wait}})
+	client, err := parent.New(jetruntest.OpenRuntime(t, e.nc, jetrun.Config{}), parent.Config{AllowUnknownAgentTypes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	req := parent.Request{AgentType: "nobody", RunID: "unserved-retry", Input: map[string]any{},
+		Detached: &events.Detached{OnFinish: "record", MaxBudgetMs: budget.Milliseconds()}}
+	first, err := client.Dispatch(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Given up by its budget, then kept as it is while its dispatch waits
+	// out the unserved wait.
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		row, _, err := e.store.Get(ctx, req.RunID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if row.Status.Final() {
+			t.Fatalf("the given-up run ended: %+v", row)
+		}
+		return row.Status == events.StatusInterrupted && time.Since(first.CreatedAt) > wait
+	}, "the run was not given up by its budget")
+	if _, err := client.Dispatch(ctx, req); err != nil { // the retry
+		t.Fatal(err)
+	}
+	row := jetruntest.WaitRow(t, e.store, req.RunID, 30*time.Second, func(r *jetruntype.Run) bool {
+		return r.Status != events.StatusStarting && r.Handoffs == 1
+	})
+	if row.Status != events.StatusInterrupted || row.Reason != events.ReasonBudgetExceeded {
+		t.Fatalf("the retried run: %s (%s: %s); want given up by its budget again, not ended for its first dispatch's wait",
+			row.Status, row.Reason, row.Error)
+	}
+}
