@@ -145,7 +145,7 @@ func (rt keyed) requeue(ctx context.Context, row *jetruntype.Run) (*jetruntype.R
 	if row.Status != events.StatusQueued {
 		return row, nil
 	}
-	if err := rt.PublishStatus(ctx, row, "", wire.StatusMsgID(row.ID, row.Attempt, events.StatusQueued)); err != nil {
+	if err := rt.Announce(ctx, row, ""); err != nil {
 		return nil, err
 	}
 	if err := rt.repair(ctx, row); err != nil {

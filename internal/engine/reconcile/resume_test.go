@@ -222,3 +222,35 @@ func TestAResumeWhoseWriterDiedBeforeItsDispatchRuns(t *testing.T) {
 			row.Status, row.Reason, row.Error, row.Attempt, row.Redispatches)
 	}
 }
+
+// A keyed run given up and retried is queued again, and its timeline says
+// so each time, though no attempt ran in between: the retry's queued event
+// is not taken for a copy of the submit's.
+func TestARetriedKeyedRunShowsEachQueue(t *testing.T) {
+	t.Parallel()
+	e := setup(t, options{})
+	client, err := parent.New(jetruntest.OpenRuntime(t, e.nc, jetrun.Config{}), parent.Config{AllowUnknownAgentTypes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	req := parent.Request{AgentType: "nobody", RunID: "keyed-retry", Input: map[string]any{}, ConcurrencyKey: "k-retry",
+		Detached: &events.Detached{OnFinish: "record", MaxBudgetMs: 500}}
+	givenUp := func(handoffs int) func(*jetruntype.Run) bool {
+		return func(r *jetruntype.Run) bool {
+			return r.Status == events.StatusInterrupted && r.Handoffs == handoffs && model.Of(r).Settled()
+		}
+	}
+	if _, err := client.Dispatch(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	jetruntest.WaitRow(t, e.store, req.RunID, 30*time.Second, givenUp(0))
+	if _, err := client.Dispatch(ctx, req); err != nil { // the retry
+		t.Fatal(err)
+	}
+	jetruntest.WaitRow(t, e.store, req.RunID, 30*time.Second, givenUp(1))
+	want := []events.Status{events.StatusQueued, events.StatusInterrupted, events.StatusQueued, events.StatusInterrupted}
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		return slices.Equal(jetruntest.Statuses(jetruntest.ReadEvents(t, e.js, req.RunID)), want)
+	}, "the status events never became %v", want)
+}
