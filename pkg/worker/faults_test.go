@@ -237,16 +237,9 @@ func TestDeletedDispatchStreamAndConsumersAreRecreated(t *testing.T) {
 // with attempt 1 recorded as a blink.
 func TestALivenessLapseIsNotALostWorker(t *testing.T) {
 	t.Parallel()
-	outage := natstest.RunOutage(t)
-	nc := outage.Conn
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := &lockedBuffer{}
 	started := make(chan int, 4)
 	causes := make(chan error, 4)
-	startWorker(t, nc, worker.Config{Lease: time.Second, MaxAttempts: 1, Logger: slog.New(slog.NewTextHandler(logs, nil))},
+	outage, js, logs := outageWorker(t,
 		map[string]worker.Handler{
 			"blink": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
 				started <- run.Attempt()
@@ -477,16 +470,9 @@ func TestStalledPublisherDoesNotStallTheHeart(t *testing.T) {
 // 2, and no event of attempt 1 is stored after attempt 2's running.
 func TestALapseStopsARunWaitingForAnAcknowledgement(t *testing.T) {
 	t.Parallel()
-	outage := natstest.RunOutage(t)
-	nc := outage.Conn
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := &lockedBuffer{}
 	streaming := make(chan struct{})
 	stopped := make(chan error, 1)
-	startWorker(t, nc, worker.Config{Lease: time.Second, MaxAttempts: 1, Logger: slog.New(slog.NewTextHandler(logs, nil))},
+	outage, js, logs := outageWorker(t,
 		map[string]worker.Handler{
 			"milestones": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
 				if run.Attempt() > 1 {
@@ -542,4 +528,19 @@ func TestALapseStopsARunWaitingForAnAcknowledgement(t *testing.T) {
 	if second < 0 {
 		t.Fatalf("no running event of attempt 2 among %d events", len(evs))
 	}
+}
+
+// outageWorker starts a server the test can take down and bring back, and
+// on it a worker serving handlers with a one-second lease, MaxAttempts 1,
+// and its log in logs.
+func outageWorker(t *testing.T, handlers map[string]worker.Handler) (*natstest.Outage, jetstream.JetStream, *lockedBuffer) {
+	t.Helper()
+	outage := natstest.RunOutage(t)
+	js, err := jetstream.New(outage.Conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &lockedBuffer{}
+	startWorker(t, outage.Conn, worker.Config{Lease: time.Second, MaxAttempts: 1, Logger: slog.New(slog.NewTextHandler(logs, nil))}, handlers)
+	return outage, js, logs
 }

@@ -33,6 +33,16 @@ func readme(t *testing.T) string {
 	return string(data)
 }
 
+// operations returns docs/operations.md.
+func operations(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile("../../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
 // helpVars runs "<binary> --help" and returns variable → default.
 func helpVars(t *testing.T, binary string) map[string]string {
 	t.Helper()
@@ -423,11 +433,7 @@ func TestProductionChecklistCommands(t *testing.T) {
 // failing the test when it has fewer than five.
 func checklistCommands(t *testing.T, tool string) []string {
 	t.Helper()
-	raw, err := os.ReadFile("../../../docs/operations.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := string(raw)
+	text := operations(t)
 	from := strings.Index(text, "## Production checklist")
 	if from < 0 {
 		t.Fatal("docs/operations.md has no production checklist")
@@ -450,11 +456,7 @@ func checklistCommands(t *testing.T, tool string) []string {
 // install (wire.EventsMapping).
 func TestOperationsPartitionRecipes(t *testing.T) {
 	t.Parallel()
-	raw, err := os.ReadFile("../../../docs/operations.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := string(raw)
+	text := operations(t)
 	recipe := regexp.MustCompile("`python3 (-c '[^']*') <id> <N>`").FindStringSubmatch(text)
 	if recipe == nil {
 		t.Fatal("docs/operations.md has no python3 partition recipe")

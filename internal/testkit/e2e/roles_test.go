@@ -410,11 +410,7 @@ func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''
 // child-worker and the viewer's watch sees it complete.
 func TestRolesRecipeLinesRunADispatch(t *testing.T) {
 	t.Parallel()
-	raw, err := os.ReadFile("../../../docs/operations.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := string(raw)
+	text := operations(t)
 	from := strings.Index(text, "Run every process as its role:")
 	if from < 0 {
 		t.Fatal("docs/operations.md has no role recipe")
