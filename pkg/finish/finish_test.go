@@ -6,7 +6,10 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -314,4 +317,215 @@ func TestADeletedFinishConsumerIsRecreated(t *testing.T) {
 	if _, err := js.Consumer(ctx, "JETRUN_FINISH", wire.FinishConsumer("h")); err != nil {
 		t.Fatalf("the consumer was not re-created: %v", err)
 	}
+}
+
+// The webhook maps its answer to the outcome the deliverer acts on: a 429
+// or 503's Retry-After (seconds or an HTTP date, capped at MaxRetryAfter)
+// is a RetryAfter delay, a 4xx no retry can fix is Cancel, and the rest
+// are plain errors (the deliverer's backoff).
+func TestWebhookAnswersMapToRetryAfterAndCancel(t *testing.T) {
+	t.Parallel()
+	var status atomic.Int32
+	var retryAfter atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if v := retryAfter.Load().(string); v != "" {
+			w.Header().Set("Retry-After", v)
+		}
+		http.Error(w, "answer body", int(status.Load()))
+	}))
+	t.Cleanup(srv.Close)
+	hook := finish.Webhook(srv.URL, nil)
+	res := finish.Result{RunID: "r1", Status: events.StatusCompleted}
+	soon := time.Now().Add(30 * time.Minute).UTC().Truncate(time.Second) // an HTTP date has whole seconds
+	for _, tc := range []struct {
+		status     int
+		retryAfter string
+		wantDelay  time.Duration // for a RetryAfter; -1: a plain error; -2: Cancel
+	}{
+		{http.StatusServiceUnavailable, "6", 6 * time.Second},
+		{http.StatusTooManyRequests, "120", 2 * time.Minute},
+		{http.StatusServiceUnavailable, "99999999", finish.MaxRetryAfter},
+		{http.StatusTooManyRequests, time.Now().Add(3 * time.Hour).UTC().Format(http.TimeFormat), finish.MaxRetryAfter},
+		{http.StatusTooManyRequests, soon.Format(http.TimeFormat), 30 * time.Minute}, // checked below against the clock
+		{http.StatusServiceUnavailable, "", 0},
+		{http.StatusServiceUnavailable, "soon", 0},
+		{http.StatusServiceUnavailable, "-5", 0},
+		{http.StatusTooManyRequests, time.Now().Add(-time.Hour).UTC().Format(http.TimeFormat), 0},
+		{http.StatusInternalServerError, "6", -1}, // Retry-After counts on 429 and 503 only
+		{http.StatusBadGateway, "", -1},
+		{http.StatusRequestTimeout, "", -1},
+		{http.StatusConflict, "", -1},
+		{http.StatusTooEarly, "", -1},
+		{http.StatusBadRequest, "", -2},
+		{http.StatusUnauthorized, "", -2},
+		{http.StatusNotFound, "6", -2},
+		{http.StatusGone, "", -2},
+	} {
+		status.Store(int32(tc.status))
+		retryAfter.Store(tc.retryAfter)
+		before := time.Now()
+		err := hook.ServeFinish(context.Background(), nil, res)
+		after := time.Now()
+		var (
+			retry     *jetruntype.RetryError
+			cancelled *jetruntype.CancelError
+		)
+		isRetry, isCancel := errors.As(err, &retry), errors.As(err, &cancelled)
+		switch {
+		case err == nil || !strings.Contains(err.Error(), "answer body") || !strings.Contains(err.Error(), strconv.Itoa(tc.status)):
+			t.Errorf("%d %q: error %v; want one naming the status and the answer", tc.status, tc.retryAfter, err)
+		case tc.wantDelay == -1 && (isRetry || isCancel), tc.wantDelay == -2 && (!isCancel || isRetry),
+			tc.wantDelay >= 0 && (!isRetry || isCancel):
+			t.Errorf("%d %q: error %#v; want kind %v", tc.status, tc.retryAfter, err, tc.wantDelay)
+		case tc.retryAfter == soon.Format(http.TimeFormat):
+			// The date is soon - now, now being when the answer was read.
+			if lo, hi := soon.Sub(after), soon.Sub(before); retry.Delay < lo || retry.Delay > hi {
+				t.Errorf("%d %q: delay %s; want between %s and %s", tc.status, tc.retryAfter, retry.Delay, lo, hi)
+			}
+		case tc.wantDelay >= 0 && retry.Delay != tc.wantDelay:
+			t.Errorf("%d %q: delay %s; want %s", tc.status, tc.retryAfter, retry.Delay, tc.wantDelay)
+		}
+	}
+}
+
+// A webhook's Retry-After decides when the deliverer tries again. With a
+// backoff of an hour, a 503 asking for a second is tried again, no sooner
+// than that second, and delivered at the second attempt; with a backoff of
+// a millisecond, a 503 and a 429 asking for an hour are not tried again
+// while another webhook's 500s are retried three times, and a 404 is
+// dead-lettered at the first attempt with its status and answer while a
+// 409 is retried.
+func TestWebhookRetryAfterAndPermanentAnswers(t *testing.T) {
+	t.Parallel()
+	// arrivals records, per run, when each call arrived and what it was
+	// answered; answer says what to answer the n-th call (from 1).
+	type arrival struct {
+		at         time.Time
+		status     int
+		retryAfter string
+	}
+	var mu sync.Mutex
+	arrivals := map[string][]arrival{}
+	hookServer := func(t *testing.T, answer func(runID string, n int) (int, string)) string {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			var body finish.Result
+			_ = json.NewDecoder(r.Body).Decode(&body)
+			mu.Lock()
+			n := len(arrivals[body.RunID]) + 1
+			status, ra := answer(body.RunID, n)
+			arrivals[body.RunID] = append(arrivals[body.RunID], arrival{at: time.Now(), status: status, retryAfter: ra})
+			mu.Unlock()
+			if ra != "" {
+				w.Header().Set("Retry-After", ra)
+			}
+			if status != http.StatusOK {
+				http.Error(w, "answer "+strconv.Itoa(status), status)
+			}
+		}))
+		t.Cleanup(srv.Close)
+		return srv.URL
+	}
+	calls := func(id string) []arrival {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(arrivals[id])
+	}
+
+	t.Run("short", func(t *testing.T) {
+		t.Parallel()
+		url := hookServer(t, func(_ string, n int) (int, string) {
+			if n == 1 {
+				return http.StatusServiceUnavailable, "1"
+			}
+			return http.StatusOK, ""
+		})
+		_, client, store := setup(t, finish.Config{RetryDelay: time.Hour}, map[string]finish.Handler{"busy": finish.Webhook(url, nil)})
+		detached(t, client, "busy-short", "busy")
+		row := jetruntest.WaitRow(t, store, "busy-short", 30*time.Second, jetruntest.Delivered)
+		if f := row.Finishes[events.StatusCompleted]; f.Attempts != 2 {
+			t.Fatalf("ledger %+v; want delivered at the second attempt", f)
+		}
+		got := calls("busy-short")
+		if len(got) != 2 {
+			t.Fatalf("webhook called %d times; want twice", len(got))
+		}
+		secs, _ := strconv.Atoi(got[0].retryAfter)
+		if wait := got[1].at.Sub(got[0].at); wait < time.Duration(secs)*time.Second {
+			t.Fatalf("second call %s after the first, which answered Retry-After: %s", wait, got[0].retryAfter)
+		}
+	})
+
+	t.Run("long and permanent", func(t *testing.T) {
+		t.Parallel()
+		url := hookServer(t, func(id string, n int) (int, string) {
+			switch {
+			case id == "busy-long":
+				return http.StatusServiceUnavailable, "3600"
+			case id == "limited-long":
+				return http.StatusTooManyRequests, time.Now().Add(time.Hour).UTC().Format(http.TimeFormat)
+			case id == "gone" && n == 1:
+				return http.StatusNotFound, ""
+			case id == "conflict" && n == 1:
+				return http.StatusConflict, ""
+			case id == "plain" && n < 4:
+				return http.StatusInternalServerError, ""
+			}
+			return http.StatusOK, ""
+		})
+		nc, client, store := setup(t, finish.Config{RetryDelay: time.Millisecond, MaxAttempts: 5},
+			map[string]finish.Handler{"hook": finish.Webhook(url, nil)})
+		for _, id := range []string{"busy-long", "limited-long", "gone"} {
+			detached(t, client, id, "hook")
+			jetruntest.WaitRow(t, store, id, 30*time.Second, func(r *jetruntype.Run) bool {
+				f := r.Finishes[events.StatusCompleted]
+				return f != nil && f.LastError != "" && f.ClaimedBy == ""
+			})
+		}
+		for _, id := range []string{"plain", "conflict"} {
+			detached(t, client, id, "hook")
+		}
+		if f := jetruntest.WaitRow(t, store, "plain", 30*time.Second, jetruntest.Delivered).Finishes[events.StatusCompleted]; f.Attempts != 4 {
+			t.Fatalf("plain ledger %+v; want delivered at the fourth attempt", f)
+		}
+		if f := jetruntest.WaitRow(t, store, "conflict", 30*time.Second, jetruntest.Delivered).Finishes[events.StatusCompleted]; f.Attempts != 2 {
+			t.Fatalf("409 ledger %+v; want retried, delivered at the second attempt", f)
+		}
+		for _, id := range []string{"busy-long", "limited-long"} {
+			row, _, err := store.Get(context.Background(), id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f, n := row.Finishes[events.StatusCompleted], len(calls(id)); f.Attempts != 1 || !f.FailedAt.IsZero() || n != 1 {
+				t.Fatalf("%s: ledger %+v, webhook called %d times; want one attempt, waiting for its Retry-After", id, f, n)
+			}
+		}
+		gone, _, err := store.Get(context.Background(), "gone")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f := gone.Finishes[events.StatusCompleted]; f.Attempts != 1 || f.FailedAt.IsZero() || !strings.Contains(f.LastError, "404") {
+			t.Fatalf("404 ledger %+v; want given up at the first attempt, with the status", f)
+		}
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		natstest.Eventually(t, 10*time.Second, func() bool {
+			s, err := js.Stream(ctx, "JETRUN_DLQ")
+			if err != nil {
+				return false
+			}
+			m, err := s.GetLastMsgForSubject(ctx, "jetrun.dlq.finish.hook")
+			if err != nil {
+				return false
+			}
+			reason := m.Header.Get(events.HeaderReason)
+			return strings.Contains(reason, "failed permanently") && strings.Contains(reason, "404") &&
+				strings.Contains(reason, "answer 404")
+		}, "the 404 was not dead-lettered with its status and answer")
+		if n := len(calls("gone")); n != 1 {
+			t.Fatalf("the 404 webhook was called %d times; want once", n)
+		}
+	})
 }

@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -16,10 +19,19 @@ import (
 // Webhook returns a Handler that POSTs the finish as JSON to url, with
 // headers Idempotency-Key (<runId>.<status>), Jetrun-Run-Id and
 // Jetrun-Status, and the run's W3C traceparent and tracestate if it has
-// them. A 2xx answer means delivered; anything else is a failed
-// attempt. client nil means a client with no timeout of its own (the
-// deliverer's Timeout applies). The handler is also a MilestoneHandler: it
-// POSTs milestone notices to the same url (see webhook.ServeMilestone).
+// them. A 2xx answer means delivered; anything else is a failed attempt:
+//
+//   - 429 or 503 with a Retry-After header (seconds or an HTTP date) is
+//     retried after that delay (jetruntype.RetryAfter), at most
+//     MaxRetryAfter; without one, with the deliverer's backoff;
+//   - any other 4xx except 408, 409 and 425 is permanent
+//     (jetruntype.Cancel): the finish is dead-lettered at once with the
+//     status and the start of the answer's body as the reason;
+//   - the rest (5xx, 408, 409, 425, no answer) is retried with backoff.
+//
+// client nil means a client with no timeout of its own (the deliverer's
+// Timeout applies). The handler is also a MilestoneHandler: it POSTs
+// milestone notices to the same url (see webhook.ServeMilestone).
 func Webhook(url string, client *http.Client) Handler {
 	if client == nil {
 		client = &http.Client{}
@@ -87,8 +99,47 @@ func (w webhook) post(ctx context.Context, v any, headers map[string]string) err
 	}
 	defer resp.Body.Close()
 	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 200))
-	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("webhook %s answered %s: %s", w.url, resp.Status, bytes.TrimSpace(snippet))
+	if resp.StatusCode/100 == 2 {
+		return nil
 	}
-	return nil
+	err = fmt.Errorf("webhook %s answered %s: %s", w.url, resp.Status, bytes.TrimSpace(snippet))
+	return answerError(err, resp, time.Now())
+}
+
+// MaxRetryAfter bounds the wait a webhook's Retry-After asks for.
+const MaxRetryAfter = time.Hour
+
+// answerError marks err, a webhook's answer resp that is not a 2xx, as
+// retried after its Retry-After (429, 503), permanent (a 4xx no retry can
+// fix), or retried with backoff.
+func answerError(err error, resp *http.Response, now time.Time) error {
+	switch code := resp.StatusCode; {
+	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
+		return jetruntype.RetryAfter(err, retryAfter(resp.Header.Get("Retry-After"), now))
+	case code == http.StatusRequestTimeout || code == http.StatusConflict || code == http.StatusTooEarly:
+		return err
+	case code/100 == 4:
+		return jetruntype.Cancel(fmt.Errorf("%w (a 4xx other than 408, 409, 425 and 429 is not retried)", err))
+	}
+	return err
+}
+
+// retryAfter is the wait a Retry-After header value asks for, as of now:
+// delay-seconds or an HTTP date, at most MaxRetryAfter; 0 (the deliverer's
+// backoff) when it is absent, malformed or already past.
+func retryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	var d time.Duration
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs <= 0 {
+			return 0
+		}
+		d = time.Duration(min(secs, int64(MaxRetryAfter/time.Second))) * time.Second
+	} else if at, err := http.ParseTime(v); err == nil {
+		d = at.Sub(now)
+	}
+	return min(max(d, 0), MaxRetryAfter)
 }
