@@ -13,7 +13,7 @@
 //	{"call": {"name": "<call name>", "input": <any>}}
 //	{"step": {"name": "<step name>", "output": <any>}}
 //	{"result": {"summary": "…", "output": <any>}}
-//	{"error": "…", "retryable": false}
+//	{"error": "…", "retryable": false, "retryAfterMs": 0}
 //	{"usage": {"inputTokens": 0, "outputTokens": 0, "costMicros": 0, "model": "…"}}
 //
 // A line that breaks this format is a FormatError: the run ends "error"
@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
@@ -157,8 +158,15 @@ type Event struct {
 	Result    worker.Result
 	Error     string
 	Retryable bool
-	Usage     worker.Usage
+	// RetryAfter is how long a retryable error asks to wait before the
+	// next attempt ("retryAfterMs", at most MaxRetryAfter); 0: the
+	// worker's growing delay.
+	RetryAfter time.Duration
+	Usage      worker.Usage
 }
+
+// MaxRetryAfter bounds the wait an error line's "retryAfterMs" asks for.
+const MaxRetryAfter = time.Hour
 
 // FormatError is an event line that breaks the format.
 type FormatError struct {
@@ -283,8 +291,20 @@ func Parse(n int, line []byte) (Event, error) {
 		if json.Unmarshal(raw, &ev.Error) != nil || ev.Error == "" {
 			return bad(`"error" must be a non-empty string`)
 		}
-		if r, ok := fields["retryable"]; ok && json.Unmarshal(r, &ev.Retryable) != nil {
+		r, hasRetryable := fields["retryable"]
+		if hasRetryable && json.Unmarshal(r, &ev.Retryable) != nil {
 			return bad(`"retryable" must be true or false`)
+		}
+		if raw, ok := fields["retryAfterMs"]; ok {
+			var ms int64
+			if json.Unmarshal(raw, &ms) != nil || ms < 0 {
+				return bad(`"retryAfterMs" must be a whole number of milliseconds, 0 or more`)
+			}
+			if hasRetryable && !ev.Retryable {
+				return bad(`"retryAfterMs" is for a retryable error; this one says "retryable": false`)
+			}
+			ev.Retryable = true
+			ev.RetryAfter = time.Duration(min(ms, MaxRetryAfter.Milliseconds())) * time.Millisecond
 		}
 	}
 	return ev, nil
@@ -315,12 +335,12 @@ func Apply(ctx context.Context, run *worker.Run, ev Event) error {
 }
 
 // Failure returns the error an error event ends the attempt with: the
-// child's text, marked jetruntype.RetryAfter (the worker's growing delay)
-// when it asked for a retry.
+// child's text, marked jetruntype.RetryAfter when it asked for a retry
+// (after its retryAfterMs, else the worker's growing delay).
 func Failure(ev Event) error {
 	err := errors.New(ev.Error)
 	if ev.Retryable {
-		return jetruntype.RetryAfter(err, 0)
+		return jetruntype.RetryAfter(err, ev.RetryAfter)
 	}
 	return err
 }

@@ -5,8 +5,10 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jetrun/jetrun/internal/app/agents/eventline"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 func TestParse(t *testing.T) {
@@ -44,6 +46,12 @@ func TestParse(t *testing.T) {
 		{`{"call":{"name":"a b"}}`, "", `"call.name"`},
 		{`{"error":""}`, "", "non-empty string"},
 		{`{"error":"x","retryable":"yes"}`, "", "true or false"},
+		{`{"error":"x","retryable":true,"retryAfterMs":6000}`, eventline.KindError, ""},
+		{`{"error":"x","retryAfterMs":6000}`, eventline.KindError, ""},
+		{`{"error":"x","retryable":true,"retryAfterMs":-1}`, "", `"retryAfterMs" must be a whole number`},
+		{`{"error":"x","retryable":true,"retryAfterMs":1.5}`, "", `"retryAfterMs" must be a whole number`},
+		{`{"error":"x","retryable":true,"retryAfterMs":"6s"}`, "", `"retryAfterMs" must be a whole number`},
+		{`{"error":"x","retryable":false,"retryAfterMs":6000}`, "", `"retryAfterMs" is for a retryable error`},
 	} {
 		ev, err := eventline.Parse(7, []byte(tc.line))
 		if tc.wantErr == "" && (err != nil || ev.Kind != tc.kind) {
@@ -52,6 +60,31 @@ func TestParse(t *testing.T) {
 		var fe *eventline.FormatError
 		if tc.wantErr != "" && (!errors.As(err, &fe) || fe.Line != 7 || !strings.Contains(err.Error(), tc.wantErr)) {
 			t.Errorf("%s: err %v, want %q", tc.line, err, tc.wantErr)
+		}
+	}
+}
+
+// An error line's retryAfterMs is the RetryAfter delay of the attempt's
+// failure (capped at MaxRetryAfter), and makes the error retryable.
+func TestErrorLineRetryAfter(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		want time.Duration // -1: not retried
+	}{
+		{`{"error":"x"}`, -1},
+		{`{"error":"x","retryable":true}`, 0},
+		{`{"error":"x","retryable":true,"retryAfterMs":6000}`, 6 * time.Second},
+		{`{"error":"x","retryAfterMs":250}`, 250 * time.Millisecond},
+		{`{"error":"x","retryable":true,"retryAfterMs":99999999999}`, eventline.MaxRetryAfter},
+	} {
+		ev, err := eventline.Parse(1, []byte(tc.line))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.line, err)
+		}
+		var retry *jetruntype.RetryError
+		isRetry := errors.As(eventline.Failure(ev), &retry)
+		if tc.want < 0 && isRetry || tc.want >= 0 && (!isRetry || retry.Delay != tc.want) {
+			t.Errorf("%s: failure %#v; want retried after %s", tc.line, eventline.Failure(ev), tc.want)
 		}
 	}
 }

@@ -260,6 +260,41 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 	}
 }
 
+// An error line with "retryAfterMs" is tried again no sooner than it asks
+// (the worker's own first delay is about a second).
+func TestErrorLineRetryAfterIsHonoured(t *testing.T) {
+	t.Parallel()
+	const asked = 3 * time.Second
+	var (
+		mu sync.Mutex
+		at []time.Time
+	)
+	c := &child{serve: func(w http.ResponseWriter, r *http.Request, req eventline.Request) {
+		mu.Lock()
+		at = append(at, time.Now())
+		mu.Unlock()
+		if req.Attempt == 1 {
+			lines(w, fmt.Sprintf(`{"error":"quota used up","retryable":true,"retryAfterMs":%d}`, asked.Milliseconds()))
+			return
+		}
+		lines(w, `{"result":{"summary":"done"}}`)
+	}}
+	client, store, _ := setup(t, c, httpagent.Config{}, worker.Config{MaxAttempts: 2})
+	dispatch(t, client, "rl")
+	row := jetruntest.WaitRow(t, store, "rl", 60*time.Second, jetruntest.Final)
+	if row.Status != events.StatusCompleted || row.Attempt != 2 {
+		t.Fatalf("row: %s attempt %d %q", row.Status, row.Attempt, row.Error)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(at) != 2 {
+		t.Fatalf("the child got %d requests, want 2", len(at))
+	}
+	if gap := at[1].Sub(at[0]); gap < asked {
+		t.Fatalf("the second request came %s after the error line, before the %s its retryAfterMs asked for", gap, asked)
+	}
+}
+
 func TestRetriesEndWithTheLastError(t *testing.T) {
 	t.Parallel()
 	c := &child{serve: func(w http.ResponseWriter, r *http.Request, req eventline.Request) {
