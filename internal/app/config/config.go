@@ -313,6 +313,7 @@ type CLI struct {
 	Streams
 	Reattach
 	Log
+	Retention time.Duration `envconfig:"JETRUN_RETENTION" default:"168h" desc:"jetrun mcp: the retention of parent-worker's runs, which MCP tasks give as their ttl (0: kept forever)"`
 }
 
 // ApplyDefaults sets the defaults that depend on other settings: an empty

@@ -81,7 +81,7 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	}
 	fs := flag.NewFlagSet("jetrun "+args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	c := &cli{stdin: stdin, out: stdout, errw: stderr}
+	c := &cli{stdin: stdin, out: stdout, errw: stderr, retention: cfg.Retention}
 	fs.BoolVar(&c.json, "json", false, "machine-readable output")
 	run := cmd(c, fs)
 	if err := fs.Parse(args[1:]); err != nil {
@@ -140,6 +140,8 @@ type cli struct {
 	out    io.Writer
 	errw   io.Writer
 	json   bool
+	// retention is the runs' retention (JETRUN_RETENTION), for jetrun mcp.
+	retention time.Duration
 }
 
 // command registers its flags and returns the function that runs it with

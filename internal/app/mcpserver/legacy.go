@@ -15,8 +15,10 @@ package mcpserver
 //   - tasks/result waits for the end and answers the tools/call result; while
 //     it waits, what the run waits on (its calls, its signal) goes to the
 //     client as elicitation/create requests, and their answers reply.
-//   - tasks/list lists the tasks the session created (a session lives in one
-//     process; its tasks do not).
+//   - tasks/list lists every task, whichever session or parent-worker
+//     created it (the runs of task-augmented tools/calls, TaskToolCallID,
+//     read from the runs bucket), newest first, TasksPerPage a page, with
+//     nextCursor.
 //   - notifications/tasks/status (notify.go) carries that Task.
 //   - initialize advertises capabilities.tasks; tools/list marks every tool
 //     execution.taskSupport "optional" (a call may be a task or not).
@@ -24,15 +26,22 @@ package mcpserver
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
 	"net/http"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // metaLiftedTask is where a tools/call's params.task goes, for the
@@ -44,9 +53,6 @@ const metaRelatedTask = "io.modelcontextprotocol/related-task"
 
 // NotificationTaskStatusLegacy is the 2025-11-25 task status notification.
 const NotificationTaskStatusLegacy = "notifications/tasks/status"
-
-// MaxListedTasks bounds what tasks/list remembers per session.
-const MaxListedTasks = 256
 
 // LegacyTask is a task in the 2025-11-25 form.
 type LegacyTask struct {
@@ -98,7 +104,8 @@ type listTasksParams struct {
 
 type listTasksResult struct {
 	mcp.ResultBase
-	Tasks []LegacyTask `json:"tasks"`
+	Tasks      []LegacyTask `json:"tasks"`
+	NextCursor string       `json:"nextCursor,omitempty"`
 }
 
 // liftTask moves a tools/call's params.task into _meta[metaLiftedTask]
@@ -216,20 +223,85 @@ func (s *Server) addLegacyTasks() error {
 	}); err != nil {
 		return err
 	}
-	return mcp.AddReceivingCustomMethod(s.mcp, "tasks/list", func(ctx context.Context, ss *mcp.ServerSession, _ *listTasksParams) (*listTasksResult, error) {
+	return mcp.AddReceivingCustomMethod(s.mcp, "tasks/list", func(ctx context.Context, ss *mcp.ServerSession, p *listTasksParams) (*listTasksResult, error) {
 		if !legacySession(ss) {
 			return nil, sessionsOnly("tasks/list")
 		}
-		out := &listTasksResult{Tasks: []LegacyTask{}}
-		for _, id := range s.createdBy(ss) {
-			t, err := s.taskOf(ctx, id)
-			if err != nil {
-				continue // gone: cleared or past retention
-			}
-			out.Tasks = append(out.Tasks, legacy(t))
+		cursor := ""
+		if p != nil { // params are optional
+			cursor = p.Cursor
 		}
-		return out, nil
+		return s.listTasks(ctx, cursor)
 	})
+}
+
+// listTasks answers a page of tasks/list: the runs created as tasks,
+// newest first (then by id), after cursor.
+func (s *Server) listTasks(ctx context.Context, cursor string) (*listTasksResult, error) {
+	var after *jetruntype.Run
+	if cursor != "" {
+		var err error
+		if after, err = decodeTaskCursor(cursor); err != nil {
+			return nil, invalidParams("tasks/list: the cursor %q is not one this server handed out", cursor)
+		}
+	}
+	rows, err := s.client.List(ctx)
+	if err != nil {
+		return nil, internalError("list the tasks: %v", err)
+	}
+	rows = slices.DeleteFunc(rows, func(r *jetruntype.Run) bool { return r.ParentToolCallID != TaskToolCallID || r.Parent != "" })
+	slices.SortFunc(rows, newestFirst)
+	if after != nil {
+		i, found := slices.BinarySearchFunc(rows, after, newestFirst)
+		if found {
+			i++
+		}
+		rows = rows[i:]
+	}
+	out := &listTasksResult{Tasks: []LegacyTask{}}
+	if len(rows) > s.perPage {
+		rows = rows[:s.perPage]
+		out.NextCursor = taskCursor(rows[len(rows)-1])
+	}
+	for _, row := range rows {
+		t, err := s.taskFromRow(ctx, row)
+		if err != nil {
+			return nil, err
+		}
+		out.Tasks = append(out.Tasks, legacy(t))
+	}
+	return out, nil
+}
+
+// newestFirst orders runs by creation, newest first, then by id.
+func newestFirst(a, b *jetruntype.Run) int {
+	if c := b.CreatedAt.Compare(a.CreatedAt); c != 0 {
+		return c
+	}
+	return strings.Compare(a.ID, b.ID)
+}
+
+// taskCursor is the tasks/list cursor after row: its creation time and id.
+func taskCursor(row *jetruntype.Run) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(row.CreatedAt.UnixNano(), 10) + ":" + row.ID))
+}
+
+// decodeTaskCursor returns the position a taskCursor names, as a run with
+// its creation time and id.
+func decodeTaskCursor(c string) (*jetruntype.Run, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return nil, err
+	}
+	ns, id, _ := strings.Cut(string(raw), ":")
+	n, err := strconv.ParseInt(ns, 10, 64)
+	if err != nil {
+		return nil, err
+	}
+	if err := events.ValidateID(id); err != nil {
+		return nil, err
+	}
+	return &jetruntype.Run{ID: id, CreatedAt: time.Unix(0, n)}, nil
 }
 
 // sessionsOnly is the error of a 2025-11-25 tasks method asked without a

@@ -40,6 +40,7 @@ package mcpserver
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -98,14 +99,25 @@ type Config struct {
 	SyncEvery time.Duration
 	// Version is the server's version in the MCP handshake.
 	Version string
+	// Retention is how long runs are kept after they end (parent-worker's
+	// JETRUN_RETENTION): a task's ttl. 0 keeps them forever (ttl null).
+	Retention time.Duration
+	// TasksPerPage is how many tasks a tasks/list page holds (default
+	// DefaultTasksPerPage).
+	TasksPerPage int
 }
+
+// DefaultTasksPerPage is Config.TasksPerPage's default.
+const DefaultTasksPerPage = 50
 
 // Server is jetrun's MCP server: one per process, shared by every session.
 type Server struct {
-	client *parent.Client
-	log    *slog.Logger
-	every  time.Duration
-	mcp    *mcp.Server
+	client    *parent.Client
+	log       *slog.Logger
+	every     time.Duration
+	retention time.Duration
+	perPage   int
+	mcp       *mcp.Server
 
 	syncMu sync.Mutex // one sync at a time
 	mu     sync.Mutex
@@ -128,7 +140,8 @@ type tool struct {
 
 // New returns a Server; Start begins following the registry.
 func New(cfg Config) *Server {
-	s := &Server{client: cfg.Client, log: cfg.Logger, every: cfg.SyncEvery, tools: map[string]tool{},
+	s := &Server{client: cfg.Client, log: cfg.Logger, every: cfg.SyncEvery, retention: max(cfg.Retention, 0),
+		perPage: cmp.Or(max(cfg.TasksPerPage, 0), DefaultTasksPerPage), tools: map[string]tool{},
 		outlets: map[string][]*outlet{}, watches: map[*mcp.ServerSession]*sessionWatch{}}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)

@@ -1,6 +1,7 @@
 package mcpserver_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -43,7 +44,10 @@ type fixture struct {
 // newFixture serves three agent types: "steps" (progress 1/2, then waits
 // for the signal "go"), "fail" (ends "error") and "block" (runs until
 // cancelled).
-func newFixture(t *testing.T) *fixture {
+func newFixture(t *testing.T) *fixture { return newFixtureWith(t, mcpserver.Config{}) }
+
+// newFixtureWith is newFixture with the MCP server configured by cfg.
+func newFixtureWith(t *testing.T, cfg mcpserver.Config) *fixture {
 	f := &fixture{env: jetruntest.NewEnv(t)}
 	f.env.StartWorker(t, worker.Config{ID: "w1"}, func(w *worker.Worker) {
 		w.HandleWith("steps", worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
@@ -70,15 +74,23 @@ func newFixture(t *testing.T) *fixture {
 			return worker.Result{}, context.Cause(ctx)
 		}), worker.AgentInfo{Description: "Block until cancelled."})
 	})
-	s := mcpserver.New(mcpserver.Config{Client: f.env.Client, SyncEvery: 50 * time.Millisecond})
+	f.url = f.serve(t, cfg)
+	return f
+}
+
+// serve mounts another MCP server configured by cfg (a parent-worker
+// replica) on the fixture's JetStream and returns its endpoint.
+func (f *fixture) serve(t *testing.T, cfg mcpserver.Config) string {
+	cfg.Client = f.env.Client
+	cfg.SyncEvery = cmp.Or(cfg.SyncEvery, 50*time.Millisecond)
+	s := mcpserver.New(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	s.Start(ctx)
 	t.Cleanup(func() { cancel(); s.Stop() })
 	srv := httptest.NewServer(httpapi.New(httpapi.Config{Client: f.env.Client, MCP: s.Handler(),
 		Tokens: map[string]httpapi.Role{writeToken: httpapi.RoleWrite, readToken: httpapi.RoleRead}}))
 	t.Cleanup(srv.Close)
-	f.url = srv.URL + httpapi.MCPPath
-	return f
+	return srv.URL + httpapi.MCPPath
 }
 
 // bearer adds a token to every request.

@@ -47,11 +47,10 @@ const finalReads = 20
 // outlet writes one JSON-RPC notification to a connected session.
 type outlet func(ctx context.Context, method string, params json.RawMessage) error
 
-// sessionWatch is what one session follows, and the tasks it created.
+// sessionWatch is what one session follows.
 type sessionWatch struct {
-	ctx     context.Context // ends with the session or the server
-	tasks   map[string]bool
-	created []string // newest last, at most MaxListedTasks
+	ctx   context.Context // ends with the session or the server
+	tasks map[string]bool
 }
 
 // outletsOf returns the outlets of session id ("" is the stdio session),
@@ -106,33 +105,6 @@ func (s *Server) sessionOf(ss *mcp.ServerSession) *sessionWatch {
 		s.notifyMu.Unlock()
 	}()
 	return w
-}
-
-// created records that session ss created task id (for tasks/list).
-func (s *Server) created(ss *mcp.ServerSession, id string) {
-	if ss == nil || !legacySession(ss) {
-		return
-	}
-	s.notifyMu.Lock()
-	defer s.notifyMu.Unlock()
-	w := s.sessionOf(ss)
-	w.created = append(w.created, id)
-	if len(w.created) > MaxListedTasks {
-		w.created = w.created[len(w.created)-MaxListedTasks:]
-	}
-}
-
-// createdBy returns the tasks session ss created, newest first.
-func (s *Server) createdBy(ss *mcp.ServerSession) []string {
-	s.notifyMu.Lock()
-	defer s.notifyMu.Unlock()
-	w, ok := s.watches[ss]
-	if !ok {
-		return nil
-	}
-	out := slices.Clone(w.created)
-	slices.Reverse(out)
-	return out
 }
 
 // watchTask follows task id for session ss, which has just seen it with

@@ -12,6 +12,7 @@ package mcpserver
 //
 //	row                                   task
 //	starting, running, queued, interrupted working (statusMessage: the progress)
+//	waiting for a child run               working (statusMessage: the child's id)
 //	waiting for a signal or a call reply  input_required, inputRequests:
 //	                                        "call:<seq>"           elicitation/create: the call's name and input
 //	                                        "signal:<name>:<seen>" elicitation/create: the signal's name
@@ -45,6 +46,10 @@ import (
 // TasksExtension is the extension's identifier, in capabilities.
 const TasksExtension = "io.modelcontextprotocol/tasks"
 
+// TaskToolCallID is the parentToolCallId of the runs created as tasks (a
+// task-augmented tools/call, either form): tasks/list lists them.
+const TaskToolCallID = "io.jetrun/mcp-task"
+
 // PollIntervalMs is the polling interval tasks suggest.
 const PollIntervalMs = 1000
 
@@ -64,8 +69,10 @@ type Task struct {
 	StatusMessage string `json:"statusMessage,omitempty"`
 	CreatedAt     string `json:"createdAt"`
 	LastUpdatedAt string `json:"lastUpdatedAt"`
-	// TTLMs is null: a run is kept as long as parent-worker's retention
-	// says (JETRUN_RETENTION), which a task cannot promise.
+	// TTLMs is how long from its creation the task is kept at least: its
+	// run's retention (Config.Retention, from the run's end, so a task
+	// that ended is kept its run's duration longer); null when runs are
+	// kept forever.
 	TTLMs          *int64                  `json:"ttlMs"`
 	PollIntervalMs int                     `json:"pollIntervalMs,omitempty"`
 	InputRequests  map[string]InputRequest `json:"inputRequests,omitempty"`
@@ -237,7 +244,8 @@ func (s *Server) startTask(ctx context.Context, req *mcp.CallToolRequest, legacy
 	if err != nil {
 		return nil, err
 	}
-	row, _, err := s.client.DispatchNew(ctx, parent.Request{AgentType: name, RunID: id, Input: input, Detached: &events.Detached{}})
+	row, _, err := s.client.DispatchNew(ctx, parent.Request{AgentType: name, RunID: id, Input: input, Detached: &events.Detached{},
+		ParentToolCallID: TaskToolCallID})
 	if err != nil {
 		return nil, dispatchError(name, err)
 	}
@@ -245,7 +253,6 @@ func (s *Server) startTask(ctx context.Context, req *mcp.CallToolRequest, legacy
 	if err != nil {
 		return nil, err
 	}
-	s.created(req.Session, task.TaskID)
 	if legacyForm {
 		s.watchTask(req.Session, task.TaskID, legacyStatus(task), true)
 		return &createLegacyTaskResult{Task: legacy(task)}, nil
@@ -284,7 +291,7 @@ func (s *Server) taskOf(ctx context.Context, id string) (*Task, error) {
 // its task.
 func (s *Server) taskFromRow(ctx context.Context, row *jetruntype.Run) (*Task, error) {
 	t := &Task{TaskID: row.ID, CreatedAt: stamp(row.CreatedAt), LastUpdatedAt: stamp(lastUpdated(row)), PollIntervalMs: PollIntervalMs,
-		cancelRequested: row.CancelRequested}
+		TTLMs: s.ttl(row), cancelRequested: row.CancelRequested}
 	switch row.Status {
 	case events.StatusCompleted:
 		t.Status, t.StatusMessage = TaskCompleted, row.Summary
@@ -309,6 +316,9 @@ func (s *Server) taskFromRow(ctx context.Context, row *jetruntype.Run) (*Task, e
 	if row.Status == events.StatusInterrupted {
 		t.StatusMessage = "interrupted (" + row.Reason + "); the run may go on"
 	}
+	if child, ok := strings.CutPrefix(row.WaitingFor, "run:"); ok && t.StatusMessage == "" {
+		t.StatusMessage = "waiting for run " + child
+	}
 	requests, err := s.inputRequests(ctx, row)
 	if err != nil {
 		return nil, err
@@ -319,8 +329,23 @@ func (s *Server) taskFromRow(ctx context.Context, row *jetruntype.Run) (*Task, e
 	return t, nil
 }
 
-// inputRequests lists what a run waits on from its caller: its unanswered
-// calls and the signal it waits for.
+// ttl is the task ttl of row, in milliseconds from its creation: the
+// retention, which counts from the run's end, so a run that ended is kept
+// its duration longer; nil when runs are kept forever.
+func (s *Server) ttl(row *jetruntype.Run) *int64 {
+	if s.retention <= 0 {
+		return nil
+	}
+	d := s.retention
+	if row.Status.Final() && row.FinishedAt.After(row.CreatedAt) {
+		d += row.FinishedAt.Sub(row.CreatedAt)
+	}
+	ms := d.Milliseconds()
+	return &ms
+}
+
+// inputRequests lists what a run waits on from its caller, which a client
+// can answer: its unanswered calls and the signal it waits for.
 func (s *Server) inputRequests(ctx context.Context, row *jetruntype.Run) (map[string]InputRequest, error) {
 	out := map[string]InputRequest{}
 	if row.Status == events.StatusRunning {
@@ -337,7 +362,10 @@ func (s *Server) inputRequests(ctx context.Context, row *jetruntype.Run) (map[st
 				map[string]any{"call": map[string]any{"seq": c.Call.Seq, "name": c.Call.Name, "input": c.Call.Input}})
 		}
 	}
-	if name := row.WaitingFor; name != "" {
+	// waitingFor is also "run:<child id>" (a child it awaits, which no
+	// client answers) or "call:<name>" (listed above, as its call): only a
+	// signal name is a signal.
+	if name := row.WaitingFor; name != "" && events.ValidateToken("signal name", name) == nil {
 		key := "signal:" + name + ":" + strconv.FormatUint(row.SignalsSeen[name], 10)
 		out[key] = elicitation(fmt.Sprintf("The run waits for the signal %q: accept to send it, the content being its payload.", name),
 			map[string]any{"signal": map[string]any{"name": name}})
