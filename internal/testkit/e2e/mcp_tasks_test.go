@@ -165,6 +165,7 @@ type taskWire struct {
 	Status        string                     `json:"status"`
 	StatusMessage string                     `json:"statusMessage"`
 	CreatedAt     string                     `json:"createdAt"`
+	TTLMs         *int64                     `json:"ttlMs"`
 	InputRequests map[string]json.RawMessage `json:"inputRequests"`
 	Result        *struct {
 		IsError           bool            `json:"isError"`
@@ -213,7 +214,9 @@ func (c *rawMCP) pollTask(id string, what string, cond func(taskWire) bool) task
 // the task waits for (the demo's approval signal) through tasks/update,
 // polls it to its result, and cancels a second task. The first
 // parent-worker is asked in a 2025-11-25 session, the second sessionless
-// (2026-07-28).
+// (2026-07-28) and in a session of its own, whose tasks/list lists the
+// tasks the dead one's session created. A task's ttl is the run's
+// retention (JETRUN_RETENTION's default, 7 days).
 func TestMCPTasksSurviveTheirParentWorker(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -235,6 +238,14 @@ func TestMCPTasksSurviveTheirParentWorker(t *testing.T) {
 	req, ok := waiting.InputRequests[key]
 	if !ok || !strings.Contains(string(req), `"elicitation/create"`) || !strings.Contains(string(req), `"approve"`) {
 		t.Fatalf("inputRequests %v; want %s, an elicitation naming the signal approve", waiting.InputRequests, key)
+	}
+	if week := (7 * 24 * time.Hour).Milliseconds(); waiting.TTLMs == nil || *waiting.TTLMs != week {
+		t.Errorf("ttlMs %v; want %d, the default retention", waiting.TTLMs, week)
+	}
+	var listed struct{ Tasks []struct{ TaskID string } }
+	if raw, rerr := newRawMCP(t, urlB).call("tasks/list", map[string]any{}); rerr != nil || json.Unmarshal(raw, &listed) != nil ||
+		len(listed.Tasks) != 2 || listed.Tasks[0].TaskID != doomed.TaskID || listed.Tasks[1].TaskID != approve.TaskID {
+		t.Errorf("tasks/list in a session of the other parent-worker: %s %+v; want [%s %s]", raw, rerr, doomed.TaskID, approve.TaskID)
 	}
 	// A listen on the other replica follows the task to its end.
 	listened := make(chan []json.RawMessage, 1)
