@@ -7,7 +7,7 @@ package mcpserver
 //     run, task id = run id). The Go SDK v1.8.0 drops params.task when it
 //     decodes the request, so jetrun lifts it into _meta[metaLiftedTask]
 //     before the SDK reads the message: from the POST body over HTTP
-//     (liftHTTP), from the connection over stdio (liftingConn).
+//     (servePost, wire.go), from the connection over stdio (liftingConn).
 //   - tasks/get and tasks/cancel answer the Task of that form (ttl,
 //     pollInterval; a run that ended "error" is failed) when the request
 //     does not declare the extension; tasks/cancel of a finished task is an
@@ -29,9 +29,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"io"
 	"maps"
-	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -165,27 +163,6 @@ func liftParams(raw json.RawMessage) (json.RawMessage, error) {
 	return json.Marshal(p)
 }
 
-// liftHTTP lifts params.task from a session's POST body before the SDK
-// reads it. A body over limit is left for the SDK to refuse.
-func liftHTTP(r *http.Request, limit int64) {
-	if r.Method != http.MethodPost || r.Body == nil {
-		return
-	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
-	rest := r.Body
-	if err != nil || int64(len(body)) > limit {
-		r.Body = struct {
-			io.Reader
-			io.Closer
-		}{io.MultiReader(bytes.NewReader(body), rest), rest}
-		return
-	}
-	_ = rest.Close()
-	body = liftTask(body)
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	r.ContentLength = int64(len(body))
-}
-
 // liftingConn lifts params.task from the messages a stdio client sends.
 type liftingConn struct{ mcp.Connection }
 
@@ -216,6 +193,9 @@ func legacySession(ss *mcp.ServerSession) bool {
 // addLegacyTasks registers tasks/result and tasks/list.
 func (s *Server) addLegacyTasks() error {
 	if err := mcp.AddReceivingCustomMethod(s.mcp, "tasks/result", func(ctx context.Context, ss *mcp.ServerSession, p *taskParams) (*mcp.CallToolResult, error) {
+		if p == nil {
+			return nil, missingParams()
+		}
 		if !legacySession(ss) {
 			return nil, sessionsOnly("tasks/result")
 		}

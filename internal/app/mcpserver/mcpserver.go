@@ -127,6 +127,8 @@ type Server struct {
 	stop context.CancelFunc
 	loop sync.WaitGroup
 
+	cancels cancels // the calls in flight in sessions' POSTs (wire.go)
+
 	notifyMu sync.Mutex
 	outlets  map[string][]*outlet // connected sessions' streams by session id (notify.go)
 	watches  map[*mcp.ServerSession]*sessionWatch
@@ -226,8 +228,9 @@ func (s *Server) Handler() http.Handler {
 			}
 		case r.Method == http.MethodGet && r.Header.Get("Mcp-Session-Id") != "":
 			s.serveStream(sessions, w, r) // a session's own stream: its task notifications too
+		case r.Method == http.MethodPost:
+			s.servePost(sessions, w, r, opts.MaxRequestBodyBytes) // JSON-RPC on the wire (wire.go)
 		default:
-			liftHTTP(r, opts.MaxRequestBodyBytes) // params.task of the 2025-11-25 form
 			sessions.ServeHTTP(w, r)
 		}
 	})

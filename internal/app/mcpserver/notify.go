@@ -305,5 +305,5 @@ func (t *stdioTransport) Connect(ctx context.Context) (mcp.Connection, error) {
 	t.unplug = t.s.plug("", func(ctx context.Context, method string, params json.RawMessage) error {
 		return c.Write(ctx, &jsonrpc.Request{Method: method, Params: params})
 	})
-	return liftingConn{c}, nil
+	return liftingConn{&cancelFilter{Connection: c}}, nil
 }

@@ -126,6 +126,9 @@ type updateTaskParams struct {
 // that does not declare it is refused, as the extension says.
 func (s *Server) addTasks() error {
 	if err := mcp.AddReceivingCustomMethod(s.mcp, "tasks/get", func(ctx context.Context, ss *mcp.ServerSession, p *taskParams) (mcp.Result, error) {
+		if p == nil {
+			return nil, missingParams()
+		}
 		legacyForm, err := taskForm(ss, p.Meta)
 		if err != nil {
 			return nil, err
@@ -144,6 +147,9 @@ func (s *Server) addTasks() error {
 		return err
 	}
 	if err := mcp.AddReceivingCustomMethod(s.mcp, "tasks/update", func(ctx context.Context, ss *mcp.ServerSession, p *updateTaskParams) (*emptyTaskResult, error) {
+		if p == nil {
+			return nil, missingParams()
+		}
 		if !wantsTask(p.Meta) && !legacySession(ss) {
 			return nil, missingTasksCapability()
 		}
@@ -155,6 +161,9 @@ func (s *Server) addTasks() error {
 		return err
 	}
 	if err := mcp.AddReceivingCustomMethod(s.mcp, "tasks/cancel", func(ctx context.Context, ss *mcp.ServerSession, p *taskParams) (mcp.Result, error) {
+		if p == nil {
+			return nil, missingParams()
+		}
 		legacyForm, err := taskForm(ss, p.Meta)
 		if err != nil {
 			return nil, err
@@ -195,6 +204,10 @@ func taskForm(ss *mcp.ServerSession, meta mcp.Meta) (legacy bool, err error) {
 	}
 	return false, missingTasksCapability()
 }
+
+// missingParams is the error of a tasks request without params (the SDK
+// lets a custom method's params be absent).
+func missingParams() error { return invalidParams("params are required: {\"taskId\": …}") }
 
 // missingTasksCapability is the extension's error for a request that needs
 // it but does not declare it.
