@@ -29,6 +29,9 @@
 // Bad requests are JSON-RPC errors (-32602, invalid params) whose message
 // says why: an unknown tool, arguments that break the input schema (the
 // validator's words), arguments over MaxArgumentBytes, a malformed key.
+// What the SDK's transport would answer in plain text (a body that is not
+// JSON-RPC, an unknown method, a missing session) is a JSON-RPC error too,
+// and a call the client cancelled gets no response (wire.go).
 //
 // A tools/call that declares the tasks extension (io.modelcontextprotocol/tasks)
 // in its per-request capabilities gets a task at once: a detached run whose
@@ -224,14 +227,12 @@ func (s *Server) Handler() http.Handler {
 		switch {
 		case r.Header.Get("Mcp-Protocol-Version") >= SessionlessRevision:
 			if !s.serveTaskListen(w, r, opts.MaxRequestBodyBytes) { // a listen naming tasks (listen.go)
-				sessionless.ServeHTTP(w, r)
+				s.servePost(sessionless, w, r, opts.MaxRequestBodyBytes, false) // JSON-RPC on the wire (wire.go)
 			}
 		case r.Method == http.MethodGet && r.Header.Get("Mcp-Session-Id") != "":
 			s.serveStream(sessions, w, r) // a session's own stream: its task notifications too
-		case r.Method == http.MethodPost:
-			s.servePost(sessions, w, r, opts.MaxRequestBodyBytes) // JSON-RPC on the wire (wire.go)
 		default:
-			sessions.ServeHTTP(w, r)
+			s.servePost(sessions, w, r, opts.MaxRequestBodyBytes, true)
 		}
 	})
 	return http.NewCrossOriginProtection().Handler(h)

@@ -1,24 +1,28 @@
 package mcpserver
 
-// JSON-RPC on the wire of sessions (protocol 2025-11-25 and older), where
-// the Go SDK v1.8.0's streamable HTTP handler falls short of JSON-RPC and
-// MCP; jetrun reads each POST before the SDK and fixes what a client sees:
+// JSON-RPC on the wire, where the Go SDK v1.8.0's streamable HTTP handler
+// falls short of JSON-RPC and MCP: jetrun reads each POST before the SDK
+// and fixes what a client sees.
 //
 //   - A body that is not JSON is answered -32700 (parse error), one that is
 //     JSON but no JSON-RPC message -32600 (invalid request), both HTTP 400
 //     with id null; the SDK answered them in plain text.
+//   - What the SDK refuses in plain text with HTTP 400 becomes a JSON-RPC
+//     error: an unknown method is -32601 (method not found), answered with
+//     HTTP 200 like any error of a call in a session (sessionless, the SDK
+//     answers it itself, -32601 with HTTP 404); anything else stays HTTP
+//     400 with a -32600 error carrying the SDK's words.
+//
+// In sessions (protocol 2025-11-25 and older) also:
+//
 //   - A request without Mcp-Session-Id other than initialize (and
 //     server/discover) is refused, as MCP says, with HTTP 400 and a -32600
 //     error for its id; the SDK opened a session for it that was never
 //     initialized and answered HTTP 200 with an error of code 0.
-//   - What the SDK refuses in plain text with HTTP 400 becomes a JSON-RPC
-//     error: an unknown method is -32601 (method not found), answered with
-//     HTTP 200 like any error of a call in a session; anything else stays
-//     HTTP 400 with a -32600 error carrying the SDK's words.
 //   - A request the client cancelled (notifications/cancelled) gets no
 //     response, as MCP says: the SDK answers it with an error of code 0
 //     ("context canceled"), which jetrun drops from the request's stream
-//     (over HTTP, see sessionWriter; over stdio, cancelFilter).
+//     (over HTTP, see postWriter; over stdio, cancelFilter).
 
 import (
 	"bytes"
@@ -117,16 +121,19 @@ func writeRPCError(w http.ResponseWriter, status int, id jsonrpc.ID, rpcErr *jso
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Del("X-Content-Type-Options")
 	w.WriteHeader(status)
 	_, _ = w.Write(append(data, '\n'))
 }
 
-// servePost serves a session's POST (protocol 2025-11-25 and older)
-// through the SDK, with the fixes this file's comment lists. A body over
-// limit, a request the SDK refuses for its headers (not JSON, or a DNS
-// rebinding) and one the SDK cannot route are left to the SDK.
-func (s *Server) servePost(sdk http.Handler, w http.ResponseWriter, r *http.Request, limit int64) {
+// servePost serves a POST through the SDK (sessions: in sessions, protocol
+// 2025-11-25 and older), with the fixes this file's comment lists. Other
+// methods, a body over limit and a request the SDK refuses for its headers
+// (not JSON, or a DNS rebinding) are left to the SDK.
+func (s *Server) servePost(sdk http.Handler, w http.ResponseWriter, r *http.Request, limit int64, sessions bool) {
+	if r.Method != http.MethodPost || r.Body == nil {
+		sdk.ServeHTTP(w, r)
+		return
+	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 	rest := r.Body
 	if err != nil || int64(len(body)) > limit || !jsonContent(r) || rebinding(r) {
@@ -144,7 +151,7 @@ func (s *Server) servePost(sdk http.Handler, w http.ResponseWriter, r *http.Requ
 		return
 	}
 	sid := r.Header.Get("Mcp-Session-Id")
-	if sid == "" && !p.opensSession() {
+	if sessions && sid == "" && !p.opensSession() {
 		var id jsonrpc.ID
 		if req, ok := p.single(); ok {
 			id = req.ID
@@ -159,10 +166,10 @@ func (s *Server) servePost(sdk http.Handler, w http.ResponseWriter, r *http.Requ
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
 
-	sw := &sessionWriter{ResponseWriter: w, s: s, session: sid}
-	if sid != "" {
+	sw := &postWriter{ResponseWriter: w, s: s}
+	if sessions && sid != "" {
 		sw.calls = s.cancels.posted(sid, p.msgs)
-		defer s.cancels.done(sid, sw.calls)
+		defer s.cancels.done(sw.calls)
 	}
 	sdk.ServeHTTP(sw, r)
 	sw.refused(p)
@@ -174,20 +181,19 @@ func jsonContent(r *http.Request) bool {
 	return err == nil && mt == "application/json"
 }
 
-// sessionWriter is the response of a session's POST as the SDK writes it:
-// it drops the responses to requests the client cancelled, and holds a
-// plain-text refusal back for refused to answer as JSON-RPC.
-type sessionWriter struct {
+// postWriter is the response to a POST as the SDK writes it: it drops the
+// responses to calls the client cancelled, and holds a plain-text refusal
+// back for refused to answer as JSON-RPC.
+type postWriter struct {
 	http.ResponseWriter
-	s       *Server
-	session string
-	calls   []string // the keys of the calls of this POST (cancels.posted)
+	s     *Server
+	calls []string // in a session, the keys of the calls of this POST (cancels.posted)
 
 	refusal     bool // the SDK refused the POST in plain text
 	refusalText bytes.Buffer
 }
 
-func (w *sessionWriter) WriteHeader(code int) {
+func (w *postWriter) WriteHeader(code int) {
 	if code == http.StatusBadRequest && strings.HasPrefix(w.Header().Get("Content-Type"), "text/plain") {
 		w.refusal = true
 		return
@@ -195,46 +201,50 @@ func (w *sessionWriter) WriteHeader(code int) {
 	w.ResponseWriter.WriteHeader(code)
 }
 
-func (w *sessionWriter) Write(b []byte) (int, error) {
+func (w *postWriter) Write(b []byte) (int, error) {
 	if w.refusal {
 		return w.refusalText.Write(b)
 	}
-	if w.session != "" && w.s.cancels.cancelledResponse(w.session, b) {
+	if len(w.calls) > 0 && w.s.cancels.cancelledResponse(w.calls, b) {
 		return len(b), nil // as if sent: the stream goes on, and ends
 	}
 	return w.ResponseWriter.Write(b)
 }
 
 // Flush flushes what was written; http.NewResponseController finds it.
-func (w *sessionWriter) Flush() {
+func (w *postWriter) Flush() {
 	if !w.refusal {
 		_ = http.NewResponseController(w.ResponseWriter).Flush()
 	}
 }
 
+// Unwrap lets http.NewResponseController reach the connection.
+func (w *postWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
 // refused answers the SDK's plain-text refusal of p as a JSON-RPC error:
 // -32601 with HTTP 200 for a call of an unknown method (what a session
 // answers a call it does not serve), else -32600 with HTTP 400.
-func (w *sessionWriter) refused(p posted) {
+func (w *postWriter) refused(p posted) {
 	if !w.refusal {
 		return
 	}
-	msg := strings.TrimSpace(w.refusalText.String())
 	w.Header().Del("Content-Type")
-	req, ok := p.single()
-	switch {
-	case ok && !slices.Contains(knownMethods, req.Method):
+	req, single := p.single()
+	var id jsonrpc.ID
+	if single {
+		id = req.ID
+	}
+	if single && !slices.Contains(knownMethods, req.Method) {
 		status := http.StatusBadRequest
 		if req.IsCall() {
 			status = http.StatusOK
 		}
-		writeRPCError(w.ResponseWriter, status, req.ID, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound,
+		writeRPCError(w.ResponseWriter, status, id, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound,
 			Message: fmt.Sprintf("Method not found: %q", req.Method)})
-	case ok:
-		writeRPCError(w.ResponseWriter, http.StatusBadRequest, req.ID, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "Invalid Request: " + msg})
-	default:
-		writeRPCError(w.ResponseWriter, http.StatusBadRequest, jsonrpc.ID{}, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "Invalid Request: " + msg})
+		return
 	}
+	writeRPCError(w.ResponseWriter, http.StatusBadRequest, id, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest,
+		Message: "Invalid Request: " + strings.TrimSpace(w.refusalText.String())})
 }
 
 // cancels knows, per session, the calls in flight in this process's POSTs
@@ -281,7 +291,7 @@ func (c *cancels) posted(session string, msgs []jsonrpc.Message) []string {
 }
 
 // done forgets the calls of a POST that is over.
-func (c *cancels) done(_ string, keys []string) {
+func (c *cancels) done(keys []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, k := range keys {
@@ -290,8 +300,16 @@ func (c *cancels) done(_ string, keys []string) {
 }
 
 // cancelledResponse reports whether event, one SSE event the SDK writes on
-// a session's POST stream, is the response to a call the client cancelled.
-func (c *cancels) cancelledResponse(session string, event []byte) bool {
+// the stream of a session's POST whose calls are keys, is the response to
+// one of them that the client cancelled. Events are read only once a call
+// of the POST was cancelled.
+func (c *cancels) cancelledResponse(keys []string, event []byte) bool {
+	c.mu.Lock()
+	cancelled := slices.ContainsFunc(keys, func(k string) bool { return c.calls[k] })
+	c.mu.Unlock()
+	if !cancelled {
+		return false
+	}
 	for line := range bytes.SplitSeq(event, []byte("\n")) {
 		data, ok := bytes.CutPrefix(line, []byte("data: "))
 		if !ok {
@@ -304,7 +322,12 @@ func (c *cancels) cancelledResponse(session string, event []byte) bool {
 		}
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		return c.calls[session+"\x00"+idKey(resp.ID)]
+		for _, k := range keys {
+			if c.calls[k] && strings.HasSuffix(k, "\x00"+idKey(resp.ID)) {
+				return true
+			}
+		}
+		return false
 	}
 	return false
 }

@@ -51,6 +51,10 @@ func (a wireAnswer) rpc() (id json.RawMessage, code int64, message string, ok bo
 	return resp.ID, resp.Error.Code, resp.Error.Message, true
 }
 
+// sessionless stands for the session of a request of protocol 2026-07-28,
+// which has none.
+const sessionless = "(sessionless)"
+
 // postRaw POSTs body as is, in session (none when "").
 func postRaw(t *testing.T, ctx context.Context, url, session, body string) wireAnswer {
 	t.Helper()
@@ -58,7 +62,11 @@ func postRaw(t *testing.T, ctx context.Context, url, session, body string) wireA
 	req.Header.Set("Authorization", "Bearer "+writeToken)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
-	if session != "" {
+	switch session {
+	case "":
+	case sessionless:
+		req.Header.Set("Mcp-Protocol-Version", mcpserver.SessionlessRevision)
+	default:
 		req.Header.Set("Mcp-Session-Id", session)
 		req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
 	}
@@ -73,7 +81,8 @@ func postRaw(t *testing.T, ctx context.Context, url, session, body string) wireA
 
 // What a session's POST gets wrong is answered with a JSON-RPC error a
 // client can parse: a body that is not JSON -32700, one that is no JSON-RPC
-// message -32600 (HTTP 400, id null, as nothing can be answered); a call of
+// message -32600 (HTTP 400, id null, as nothing can be answered; also
+// without a session, in protocol 2026-07-28); a call of
 // an unknown method -32601 for its id; a call the SDK refuses -32600 for
 // its id; a tasks request without params -32602 (it crashed the
 // process); a request without a session (but initialize) HTTP 400 with
@@ -99,6 +108,8 @@ func TestSessionWireErrorsAreJSONRPC(t *testing.T) {
 		{"call without params", c.id, `{"jsonrpc":"2.0","id":5,"method":"tools/call"}`, http.StatusBadRequest, "5", -32600, "params"},
 		{"tasks/get without params", c.id, `{"jsonrpc":"2.0","id":7,"method":"tasks/get"}`, http.StatusOK, "7", -32602, "taskId"},
 		{"tasks/result without params", c.id, `{"jsonrpc":"2.0","id":8,"method":"tasks/result"}`, http.StatusOK, "8", -32602, "taskId"},
+		{"sessionless, not JSON", sessionless, `{"jsonrpc":"2.0","id":1,"method":`, http.StatusBadRequest, "null", -32700, "Parse error"},
+		{"sessionless, no JSON-RPC version", sessionless, `{"id":2,"method":"ping"}`, http.StatusBadRequest, "null", -32600, "Invalid Request"},
 		{"no session", "", `{"jsonrpc":"2.0","id":6,"method":"tools/list","params":{}}`, http.StatusBadRequest, "6", -32600, "Mcp-Session-Id"},
 		{"no session, a notification", "", `{"jsonrpc":"2.0","method":"notifications/initialized"}`, http.StatusBadRequest, "null", -32600, "Mcp-Session-Id"},
 	} {
