@@ -222,7 +222,7 @@ func (s *Server) listTasks(ctx context.Context, cursor string) (*listTasksResult
 	if cursor != "" {
 		var err error
 		if after, err = decodeTaskCursor(cursor); err != nil {
-			return nil, invalidParams("tasks/list: the cursor %q is not one this server handed out", cursor)
+			return nil, invalidParams("tasks/list: %q is not a cursor tasks/list handed out", cursor)
 		}
 	}
 	rows, err := s.client.List(ctx)
