@@ -294,20 +294,11 @@ func (w *Worker) resumeGivenUp(ctx context.Context, log *slog.Logger, row *jetru
 	return settle.Leave(), true, nil
 }
 
-// claim returns row claimed by this worker for a new attempt.
+// claim returns row claimed by this worker for a new attempt (see
+// model.Row.Claim), woken by msg, the message that now wakes a takeover.
 func (w *Worker) claim(row *jetruntype.Run, msg jetstream.Msg, now time.Time) *jetruntype.Run {
 	claimed := model.Of(row).Clone()
-	claimed.Status = events.StatusRunning
-	claimed.Reason, claimed.Error, claimed.ChildStillRunning = "", "", false
-	// A lost attempt's wait is not the new one's: it waits again if its
-	// handler does (the no-progress budget and Await read this).
-	claimed.WaitingFor = ""
-	claimed.Attempt++
-	claimed.Worker, claimed.WorkerEpoch, claimed.LeaseUntil = w.cfg.ID, w.epoch(), time.Time{}
-	claimed.DispatchSeq = wire.StreamSeq(msg) // the message that now wakes a takeover
-	if claimed.StartedAt.IsZero() {
-		claimed.StartedAt = now
-	}
+	model.Of(claimed).Claim(w.cfg.ID, w.epoch(), wire.StreamSeq(msg), now)
 	return claimed
 }
 

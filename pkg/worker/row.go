@@ -70,7 +70,7 @@ func (e *execution) applyState(r *jetruntype.Run) {
 	if milestones >= r.Milestones && lastName != "" {
 		r.LastMilestone = lastName
 	}
-	r.WaitingFor = e.waitingFor
+	model.Of(r).SetWaiting(e.waitingFor, time.Now()) // a wait that ended restarts the no-progress clock
 	for name, seq := range e.signalsSeen {
 		if r.SignalsSeen == nil {
 			r.SignalsSeen = make(map[string]uint64)

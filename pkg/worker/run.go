@@ -228,7 +228,7 @@ func (e *execution) Wait(ctx context.Context, name string) (json.RawMessage, err
 		if err := e.owned(x); err != nil {
 			return err
 		}
-		x.WaitingFor = name
+		model.Of(x).SetWaiting(name, time.Now())
 		return nil
 	})
 	if err != nil {

@@ -61,6 +61,53 @@ func (r *Row) Resume(now time.Time) {
 	}
 }
 
+// Claim records that worker (its liveness epoch) claims r for a new
+// attempt, woken by the dispatch at stream sequence seq. A lost attempt's
+// wait is not the new one's (the handler waits again if it does), and the
+// no-progress clock, if armed, restarts with the attempt: the time an
+// earlier attempt spent waiting, or handed back, is not silence.
+func (r *Row) Claim(worker, epoch string, seq uint64, now time.Time) {
+	r.Status = events.StatusRunning
+	r.Reason, r.Error, r.ChildStillRunning = "", "", false
+	r.WaitingFor = ""
+	r.Attempt++
+	r.Worker, r.WorkerEpoch, r.LeaseUntil = worker, epoch, time.Time{}
+	r.DispatchSeq = seq
+	if r.StartedAt.IsZero() {
+		r.StartedAt = now
+	}
+	r.restartNoProgress(now)
+}
+
+// SetWaiting records what r's handler waits for ("" for nothing). A wait
+// that ends restarts the no-progress clock, if armed: the wait was not
+// silence, and its end is where silence may begin.
+func (r *Row) SetWaiting(name string, now time.Time) {
+	if r.WaitingFor != "" && name == "" {
+		r.restartNoProgress(now)
+	}
+	r.WaitingFor = name
+}
+
+// restartNoProgress moves the no-progress clock to now, if it is armed
+// (r signalled since it became ready).
+func (r *Row) restartNoProgress(now time.Time) {
+	if !r.LastSignalAt.IsZero() && r.LastSignalAt.Before(now) {
+		r.LastSignalAt = now
+	}
+}
+
+// NoProgressSince returns when r's no-progress clock started, and whether
+// it runs: armed by a first signal (LastSignalAt: the last sign of life,
+// the start of the attempt, or the end of a wait, whichever is latest),
+// and not while the handler waits (WaitingFor).
+func (r *Row) NoProgressSince() (time.Time, bool) {
+	if r.LastSignalAt.IsZero() || r.WaitingFor != "" {
+		return time.Time{}, false
+	}
+	return r.LastSignalAt, true
+}
+
 // WaitingSince returns when r began to wait for a worker: ReadyAt (its
 // promotion or resume), or its creation.
 func (r *Row) WaitingSince() time.Time {

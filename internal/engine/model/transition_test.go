@@ -2,6 +2,7 @@ package model_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -27,6 +28,7 @@ func TestTransitions(t *testing.T) {
 		owed        []events.Status // finishes owed afterwards
 		holder      string
 		cancelAsked bool
+		check       func(r *model.Row) error // what else a reader sees (nil: nothing)
 	}{
 		{
 			name:   "end completed releases the lease and owes the finish",
@@ -110,6 +112,57 @@ func TestTransitions(t *testing.T) {
 			},
 			status: events.StatusCompleted,
 		},
+		// The no-progress clock (issue 35, item 6).
+		{
+			name: "a takeover after a long wait restarts an armed no-progress clock",
+			row: &jetruntype.Run{ID: "r", Status: events.StatusRunning, Worker: "dead", WorkerEpoch: "gone", Attempt: 1,
+				WaitingFor: "approve", StartedAt: now.Add(-2 * time.Hour), LastSignalAt: now.Add(-time.Hour)},
+			apply: func(r *model.Row) error {
+				r.Claim("w", "e", 7, now)
+				return nil
+			},
+			status: events.StatusRunning, live: true, holder: "w",
+			check: func(r *model.Row) error {
+				since, runs := r.NoProgressSince()
+				if r.Attempt != 2 || r.WaitingFor != "" || !runs || !since.Equal(now) || !r.StartedAt.Equal(now.Add(-2*time.Hour)) {
+					return fmt.Errorf("claimed: attempt %d, waitingFor %q, no-progress since %v (runs %v), startedAt %v",
+						r.Attempt, r.WaitingFor, since, runs, r.StartedAt)
+				}
+				return nil
+			},
+		},
+		{
+			name:   "a claim leaves an unarmed no-progress clock unarmed",
+			row:    &jetruntype.Run{ID: "r", Status: events.StatusStarting},
+			apply:  func(r *model.Row) error { r.Claim("w", "e", 7, now); return nil },
+			status: events.StatusRunning, live: true, holder: "w",
+			check: func(r *model.Row) error {
+				if _, runs := r.NoProgressSince(); runs || !r.StartedAt.Equal(now) {
+					return fmt.Errorf("no-progress runs %v, startedAt %v", runs, r.StartedAt)
+				}
+				return nil
+			},
+		},
+		{
+			name: "the end of a wait restarts the no-progress clock; a wait that follows another is still a wait",
+			row: &jetruntype.Run{ID: "r", Status: events.StatusRunning, Worker: "w", Attempt: 1,
+				WaitingFor: "approve", LastSignalAt: now.Add(-time.Hour)},
+			apply: func(r *model.Row) error {
+				r.SetWaiting("run:child", now.Add(-time.Minute))
+				if _, runs := r.NoProgressSince(); runs || !r.LastSignalAt.Equal(now.Add(-time.Hour)) {
+					return fmt.Errorf("waiting again: no-progress runs %v from %v", runs, r.LastSignalAt)
+				}
+				r.SetWaiting("", now) // e.g. its hand-back, or the wait timed out
+				return nil
+			},
+			status: events.StatusRunning, live: true, holder: "w",
+			check: func(r *model.Row) error {
+				if since, runs := r.NoProgressSince(); !runs || !since.Equal(now) {
+					return fmt.Errorf("no-progress since %v (runs %v), want from the wait's end", since, runs)
+				}
+				return nil
+			},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := model.Of(tc.row)
@@ -120,6 +173,11 @@ func TestTransitions(t *testing.T) {
 			if run.Status != tc.status || run.Live() != tc.live || run.Worker != tc.holder || run.CancelRequested != tc.cancelAsked {
 				t.Fatalf("status %s live %v worker %q cancelRequested %v; want %s %v %q %v",
 					run.Status, run.Live(), run.Worker, run.CancelRequested, tc.status, tc.live, tc.holder, tc.cancelAsked)
+			}
+			if tc.check != nil {
+				if err := tc.check(r); err != nil {
+					t.Fatal(err)
+				}
 			}
 			owed := r.PendingFinishes()
 			if len(owed) != len(tc.owed) {

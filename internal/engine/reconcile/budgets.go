@@ -40,8 +40,8 @@ func (s *sweep) budgetDue(r *jetruntype.Run, now time.Time) time.Time {
 		sooner(model.Of(r).BudgetSince().Add(budget))
 	}
 	if silence, on := wire.Budget(r.Detached.NoProgressBudgetMs, cfg.NoProgressBudget); on {
-		if !r.LastSignalAt.IsZero() && r.WaitingFor == "" {
-			sooner(r.LastSignalAt.Add(silence))
+		if since, runs := model.Of(r).NoProgressSince(); runs {
+			sooner(since.Add(silence))
 		} else {
 			sooner(now.Add(max(silence/10, budgetSlack)))
 		}

@@ -517,7 +517,7 @@ func (s *sweep) overBudget(r *jetruntype.Run, now time.Time) (reason, text strin
 		return events.ReasonBudgetExceeded, fmt.Sprintf("ran past its absolute budget of %s", budget)
 	}
 	silence, on := wire.Budget(r.Detached.NoProgressBudgetMs, cfg.NoProgressBudget)
-	if on && !r.LastSignalAt.IsZero() && r.WaitingFor == "" && now.Sub(r.LastSignalAt) > silence {
+	if since, runs := model.Of(r).NoProgressSince(); on && runs && now.Sub(since) > silence {
 		return events.ReasonNoProgress, fmt.Sprintf("made no progress for %s (its no-progress budget)", silence)
 	}
 	return "", ""
