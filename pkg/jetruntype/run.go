@@ -72,6 +72,10 @@ type Run struct {
 
 	CancelRequested bool   `json:"cancelRequested,omitempty"`
 	CancelReason    string `json:"cancelReason,omitempty"`
+	// Teardown says the cancel requested is a give-up's own (a budget, a
+	// caller's window): its child is asked to stop, but the run is not
+	// cancelled, so its descendants are not cancelled with it.
+	Teardown bool `json:"teardown,omitempty"`
 
 	// Delivered records, per status, when its finish was delivered.
 	Delivered map[events.Status]time.Time `json:"delivered,omitempty"`

@@ -231,8 +231,7 @@ func (c *Client) giveUp(ctx context.Context, id string, f *Failure) {
 		if err != nil {
 			return err
 		}
-		model.Of(r).Interrupt(events.ReasonWindowExceeded, f.Message, held, time.Now())
-		r.CancelRequested, r.CancelReason = true, events.ReasonWindowExceeded
+		model.Of(r).GiveUp(events.ReasonWindowExceeded, f.Message, held, time.Now())
 		return nil
 	})
 	if err != nil {

@@ -39,6 +39,30 @@ func (r *Row) Interrupt(reason, text string, childStillRunning bool, now time.Ti
 	r.oweFinish(events.StatusInterrupted, now)
 }
 
+// GiveUp interrupts r (Interrupt) for a budget or a caller's window and
+// asks the worker executing it, if any, to stop its child: a teardown,
+// not a cancel (Teardown), so the run's descendants are left as they are
+// (CancelCascades). A cancel requested before stays a cancel.
+func (r *Row) GiveUp(reason, text string, childStillRunning bool, now time.Time) {
+	r.Interrupt(reason, text, childStillRunning, now)
+	r.askStop(reason)
+}
+
+// askStop records a give-up's request that r's child stop, unless a
+// cancel is requested already.
+func (r *Row) askStop(reason string) {
+	if !r.CancelRequested {
+		r.CancelRequested, r.CancelReason, r.Teardown = true, reason, true
+	}
+}
+
+// CancelCascades reports whether r was cancelled, so that its live
+// descendants are cancelled too: aborted, or its cancel requested. A
+// give-up's teardown (GiveUp, StopForBudget) is not a cancel.
+func (r *Row) CancelCascades() bool {
+	return r.Status == events.StatusAborted || (r.CancelRequested && !r.Teardown)
+}
+
 // Resume moves an interrupted run whose child stopped back to "starting",
 // for a new attempt that keeps its milestones, counters and finish ledger;
 // the give-up's finish slot is marked so that a later give-up takes it
@@ -49,7 +73,7 @@ func (r *Row) Interrupt(reason, text string, childStillRunning bool, now time.Ti
 func (r *Row) Resume(now time.Time) {
 	r.Status = events.StatusStarting
 	r.Reason, r.Error, r.Retryable, r.ChildStillRunning = "", "", false, false
-	r.CancelRequested, r.CancelReason = false, ""
+	r.CancelRequested, r.CancelReason, r.Teardown = false, "", false
 	r.Worker, r.WorkerEpoch, r.LeaseUntil = "", "", time.Time{}
 	r.StartedAt, r.LastSignalAt, r.FinishedAt = time.Time{}, time.Time{}, time.Time{}
 	r.WaitingFor = ""
@@ -199,18 +223,22 @@ func (r *Row) FinishMessage(s events.Status) (events.Finish, bool) {
 // once told (wire.PublishCancel). A run
 // already given up (interrupted) stays interrupted: its child, if still
 // running, is asked to stop.
+//
+// A cancel of a run given up is recorded on top of the give-up's teardown
+// (Teardown cleared): the run stays interrupted, but it is now cancelled,
+// and its descendants with it (CancelCascades).
 func (r *Row) RequestCancel(reason string, held bool, now time.Time) (aborted bool, err error) {
 	switch {
 	case r.Status.Final():
 		return false, ErrNoChange
 	case r.Status == events.StatusStarting || r.Status == events.StatusQueued || r.Status == events.StatusRunning && !held:
-		r.CancelRequested, r.CancelReason = true, reason
+		r.CancelRequested, r.CancelReason, r.Teardown = true, reason, false
 		r.End(events.StatusAborted, events.ReasonCancelled, "cancelled: "+reason, now)
 		return true, nil
-	case r.CancelRequested:
+	case r.CancelRequested && !r.Teardown:
 		return false, ErrNoChange
 	}
-	r.CancelRequested, r.CancelReason = true, reason
+	r.CancelRequested, r.CancelReason, r.Teardown = true, reason, false
 	return false, nil
 }
 

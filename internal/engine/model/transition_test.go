@@ -163,6 +163,73 @@ func TestTransitions(t *testing.T) {
 				return nil
 			},
 		},
+		// A give-up is not a cancel (issue 35, item 7).
+		{
+			name: "a give-up asks its child to stop but does not cancel its descendants",
+			row:  running(detached),
+			apply: func(r *model.Row) error {
+				r.GiveUp(events.ReasonBudgetExceeded, "over", true, now)
+				return nil
+			},
+			status: events.StatusInterrupted, live: true, holder: "w", cancelAsked: true,
+			owed: []events.Status{events.StatusInterrupted},
+			check: func(r *model.Row) error {
+				if r.CancelCascades() || !r.Teardown {
+					return fmt.Errorf("cascades %v, teardown %v", r.CancelCascades(), r.Teardown)
+				}
+				return nil
+			},
+		},
+		{
+			name: "a cancel of a given-up run cancels its descendants",
+			row:  running(detached),
+			apply: func(r *model.Row) error {
+				r.GiveUp(events.ReasonNoProgress, "silent", true, now)
+				r.ChildStopped()
+				_, err := r.RequestCancel("user", false, now)
+				return err
+			},
+			status: events.StatusInterrupted, cancelAsked: true, owed: []events.Status{events.StatusInterrupted},
+			check: func(r *model.Row) error {
+				if !r.CancelCascades() || r.CancelReason != "user" {
+					return fmt.Errorf("cascades %v, cancelReason %q", r.CancelCascades(), r.CancelReason)
+				}
+				return nil
+			},
+		},
+		{
+			name: "a give-up of a run whose cancel is pending keeps the cancel",
+			row:  running(detached),
+			apply: func(r *model.Row) error {
+				if _, err := r.RequestCancel("user", true, now); err != nil {
+					return err
+				}
+				r.GiveUp(events.ReasonWindowExceeded, "late", true, now)
+				return nil
+			},
+			status: events.StatusInterrupted, live: true, holder: "w", cancelAsked: true,
+			owed: []events.Status{events.StatusInterrupted},
+			check: func(r *model.Row) error {
+				if !r.CancelCascades() || r.CancelReason != "user" {
+					return fmt.Errorf("cascades %v, cancelReason %q", r.CancelCascades(), r.CancelReason)
+				}
+				return nil
+			},
+		},
+		{
+			name: "a stop for a tree's budget is not a cancel",
+			row:  running(nil),
+			apply: func(r *model.Row) error {
+				return r.StopForBudget(jetruntype.Overrun{Owner: "root", Budget: "tokens", Limit: 10, Used: 2}, true, now)
+			},
+			status: events.StatusInterrupted, live: true, holder: "w", cancelAsked: true,
+			check: func(r *model.Row) error {
+				if r.CancelCascades() {
+					return errors.New("a tree stop cascades as a cancel")
+				}
+				return nil
+			},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := model.Of(tc.row)

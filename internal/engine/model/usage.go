@@ -114,7 +114,7 @@ func (r *Row) StopForBudget(o jetruntype.Overrun, held bool, now time.Time) erro
 	still := held && r.Status == events.StatusRunning
 	r.Interrupt(events.ReasonBudgetExceeded, o.String(), still, now)
 	if still {
-		r.CancelRequested, r.CancelReason = true, events.ReasonBudgetExceeded
+		r.askStop(events.ReasonBudgetExceeded) // its tree is stopped by its budget, not cancelled
 	}
 	return nil
 }

@@ -419,16 +419,17 @@ func (r *Reconciler) finishStream(ctx context.Context) (jetstream.Stream, error)
 }
 
 // cascade cancels a live run whose parent was cancelled: it completes a
-// cascade that a crash cut short.
+// cascade that a crash cut short. A parent given up (a budget, a window)
+// is not cancelled: its children are left to finish (model.Row.GiveUp).
 func (s *sweep) cascade(ctx context.Context, row *jetruntype.Run) (bool, error) {
-	if row.Parent == "" || row.CancelRequested {
+	if row.Parent == "" || (row.CancelRequested && !row.Teardown) {
 		return false, nil
 	}
 	p, err := s.parent(ctx, row.Parent)
 	if p == nil || err != nil {
 		return false, err
 	}
-	if p.Status != events.StatusAborted && !p.CancelRequested {
+	if !model.Of(p).CancelCascades() {
 		return false, nil
 	}
 	reason := "parent run " + p.ID + " was cancelled"
@@ -494,8 +495,7 @@ func (s *sweep) enforceBudgets(ctx context.Context, row *jetruntype.Run) (bool, 
 		if again, _ := s.overBudget(r, now); again == "" {
 			return runstore.ErrNoChange // it signalled meanwhile
 		}
-		model.Of(r).Interrupt(reason, text, s.r.holderAlive(ctx, r), now)
-		r.CancelRequested, r.CancelReason = true, reason // tear the child down
+		model.Of(r).GiveUp(reason, text, s.r.holderAlive(ctx, r), now) // its child is torn down
 		gaveUp = true
 		return nil
 	})
