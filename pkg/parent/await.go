@@ -241,7 +241,7 @@ func (c *Client) giveUp(ctx context.Context, id string, f *Failure) {
 	if row.Status == events.StatusInterrupted && row.Reason == events.ReasonWindowExceeded {
 		c.announce(ctx, row)
 		if row.ChildStillRunning {
-			if err := wire.PublishCancel(ctx, c.js, c.ns, id, row.CancelReason); err != nil {
+			if err := wire.PublishCancelEvent(ctx, c.js, c.ns, model.Of(row).CancelEvent(time.Now())); err != nil {
 				c.log.WarnContext(ctx, "publish cancel", "run_id", id, "err", err)
 			}
 		}
@@ -333,7 +333,7 @@ func (c *Client) cancelOne(ctx context.Context, id, reason string) (*jetruntype.
 	case row.CancelRequested && row.Live() && row.Worker != "":
 		// Tell the worker holding the run; a repeated Cancel tells it
 		// again, and the reconciler does too if this notice is lost.
-		if err := wire.PublishCancel(ctx, c.js, c.ns, row.ID, row.CancelReason); err != nil {
+		if err := wire.PublishCancelEvent(ctx, c.js, c.ns, model.Of(row).CancelEvent(time.Now())); err != nil {
 			return nil, err
 		}
 	}

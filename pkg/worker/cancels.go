@@ -10,8 +10,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetrun/jetrun/internal/engine/model"
+	"github.com/jetrun/jetrun/internal/engine/wire"
+	"github.com/jetrun/jetrun/pkg/events"
 )
 
 // A worker process follows what concerns the runs it holds with two
@@ -21,20 +24,20 @@ import (
 // the worker was reconnecting is missed.
 
 // followCancels starts the consumer of cancel events
-// (jetrun.run.<id>.cancel): a cancel for a run this process holds, or is
-// claiming, cancels its handler. A cancel recorded before the claim is on
-// the row the claim read.
+// (jetrun.run.<id>.cancel): a cancel for the attempt of a run this process
+// holds, or is claiming, cancels its handler. A cancel recorded before the
+// claim is on the row the claim read.
+//
+// An event is acted on only for the attempt the row's cancel was
+// recorded for: the event names it (events.CancelEvent.Attempt), or,
+// when it does not (a writer in another language), the row is read. A
+// late copy of an earlier attempt's cancel (the reconciler re-notifies a
+// cancel until the attempt stops) never stops a retried run's new attempt.
 func (w *Worker) followCancels(ctx context.Context) (jetstream.ConsumeContext, error) {
 	var ccs wire.ConsumeContexts
 	for _, stream := range w.rt.EventsStreamNames() { // one per events stream
-		cc, err := w.follow(ctx, "cancels", stream, w.ns.CancelWildcard(), func(tokens []string) {
-			// jetrun.run.<id>.cancel
-			w.mu.Lock()
-			e := w.active[tokens[len(tokens)-2]]
-			w.mu.Unlock()
-			if e != nil {
-				e.requestCancel()
-			}
+		cc, err := w.follow(ctx, "cancels", stream, w.ns.CancelWildcard(), func(tokens []string, data []byte) {
+			w.onCancel(ctx, tokens[len(tokens)-2], data) // jetrun.run.<id>.cancel
 		})
 		if err != nil {
 			ccs.Stop()
@@ -45,19 +48,58 @@ func (w *Worker) followCancels(ctx context.Context) (jetstream.ConsumeContext, e
 	return ccs, nil
 }
 
+// onCancel acts on the cancel event data of run id (see followCancels).
+func (w *Worker) onCancel(ctx context.Context, id string, data []byte) {
+	w.mu.Lock()
+	e := w.active[id]
+	w.mu.Unlock()
+	if e == nil {
+		return
+	}
+	var ev events.CancelEvent
+	if err := json.Unmarshal(data, &ev); err != nil {
+		ev.Attempt = 0 // unreadable: the row says
+	}
+	if ev.Attempt == 0 {
+		ev.Attempt = w.cancelledAttempt(ctx, id)
+	}
+	if ev.Attempt != 0 {
+		e.requestCancel(ev.Attempt)
+	}
+}
+
+// cancelCheckTimeout bounds the row read that checks a cancel event
+// naming no attempt.
+const cancelCheckTimeout = 2 * time.Second
+
+// cancelledAttempt reads run id's row (from its leader: the cancel's
+// write is there) and returns the attempt of this worker whose cancel it
+// records, or 0. A read that fails is 0: the reconciler tells the worker
+// again (with the attempt) while the cancel is pending.
+func (w *Worker) cancelledAttempt(ctx context.Context, id string) int {
+	ctx, cancel := context.WithTimeout(ctx, cancelCheckTimeout)
+	defer cancel()
+	row, _, err := w.store.Latest(ctx, id)
+	if err != nil {
+		w.log.DebugContext(ctx, "check a cancel event against the row", "run_id", id, "err", err)
+		return 0
+	}
+	return model.Of(row).CancelledAttempt(w.cfg.ID)
+}
+
 // followSignals starts the consumer of signals (jetrun.signal.<id>.<name>):
 // a signal wakes the Waits of its run and name in this process, which read
 // it from the stream (see Run.Wait).
 func (w *Worker) followSignals(ctx context.Context) (jetstream.ConsumeContext, error) {
-	return w.follow(ctx, "signals", w.ns.SignalsStream(), w.ns.SignalsWildcard(), func(tokens []string) {
+	return w.follow(ctx, "signals", w.ns.SignalsStream(), w.ns.SignalsWildcard(), func(tokens []string, _ []byte) {
 		// jetrun.signal.<id>.<name>
 		w.waiters.wake(tokens[len(tokens)-2], tokens[len(tokens)-1])
 	})
 }
 
 // follow consumes filter on stream from now on, handing each message's
-// subject tokens to on.
-func (w *Worker) follow(ctx context.Context, what, stream, filter string, on func(tokens []string)) (jetstream.ConsumeContext, error) {
+// subject tokens and data to on.
+func (w *Worker) follow(ctx context.Context, what, stream, filter string, on func(tokens []string, data []byte)) (jetstream.ConsumeContext, error) {
 	c, err := w.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{filter},
 		DeliverPolicy:  jetstream.DeliverNewPolicy,
@@ -67,7 +109,7 @@ func (w *Worker) follow(ctx context.Context, what, stream, filter string, on fun
 	}
 	cc, err := c.Consume(func(m jetstream.Msg) {
 		if tokens := strings.Split(m.Subject(), "."); len(tokens) >= 4 {
-			on(tokens)
+			on(tokens, m.Data())
 		}
 	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		w.log.Debug("follow "+what, "err", err)

@@ -34,13 +34,14 @@ type execution struct {
 	pub     *publisher
 
 	// ctlMu guards the handler's context: cancel is set once it exists;
-	// cancelled records a cancel that arrived before; ended, that the
+	// cancelFor records the attempt a cancel that arrived before names;
+	// ended, that the
 	// attempt's outcome was written (by the handler's return or by the
 	// heart giving a stuck handler up).
 	ctlMu     sync.Mutex
 	ctx       context.Context
 	cancel    context.CancelCauseFunc
-	cancelled bool
+	cancelFor int
 	stoppedAt time.Time // when the handler's context ended
 	ended     bool
 	lapsed    bool      // stopped by a lapse of the worker's liveness (Worker.lapse)
@@ -146,7 +147,7 @@ func (w *Worker) execute(ctx context.Context, e *execution, row *jetruntype.Run,
 	e.ctlMu.Lock()
 	e.ctx, e.cancel = hctx, cancel
 	lapsed := e.lapsed // the worker's liveness lapsed while the run was being claimed
-	if e.cancelled || row.CancelRequested {
+	if e.cancelFor == row.Attempt || row.CancelRequested {
 		cancel(ErrCancelled)
 	}
 	e.ctlMu.Unlock()
@@ -233,13 +234,18 @@ func (e *execution) isEnded() bool {
 	return e.ended
 }
 
-// requestCancel cancels the handler (cause ErrCancelled), or remembers the
-// cancel for when the handler starts.
-func (e *execution) requestCancel() {
+// requestCancel cancels the handler (cause ErrCancelled) if attempt is
+// the one it runs, or remembers the cancel for when the handler starts
+// (the claim then says which attempt it runs). A cancel of another
+// attempt, an earlier one's that arrives late, is not this one's.
+func (e *execution) requestCancel(attempt int) {
 	e.ctlMu.Lock()
 	defer e.ctlMu.Unlock()
-	e.cancelled = true
-	if e.cancel != nil {
+	if e.cancel == nil {
+		e.cancelFor = attempt
+		return
+	}
+	if attempt == e.attempt { // set before cancel, which is set under ctlMu
 		e.cancel(ErrCancelled)
 	}
 }

@@ -337,7 +337,7 @@ func (e *execution) sync(ctx context.Context) {
 		// Classified without the beat's own bound, which is no caller leaving.
 		e.w.fault(context.WithoutCancel(ctx), e.log, "sync run row", err)
 	case row.CancelRequested:
-		e.requestCancel()
+		e.requestCancel(row.Attempt) // the row this attempt holds (owned)
 	}
 }
 

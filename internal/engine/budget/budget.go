@@ -143,7 +143,7 @@ func (t *Trees) stopOne(ctx context.Context, id string, o jetruntype.Overrun) er
 		t.log.WarnContext(ctx, "announce a run stopped for its tree's budget", "run_id", row.ID, "err", err)
 	}
 	if row.CancelRequested && row.Worker != "" {
-		return wire.PublishCancel(ctx, t.rt.JetStream(), t.rt.Namespace(), row.ID, row.CancelReason)
+		return wire.PublishCancelEvent(ctx, t.rt.JetStream(), t.rt.Namespace(), model.Of(row).CancelEvent(time.Now()))
 	}
 	return nil
 }

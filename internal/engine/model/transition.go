@@ -63,6 +63,22 @@ func (r *Row) CancelCascades() bool {
 	return r.Status == events.StatusAborted || (r.CancelRequested && !r.Teardown)
 }
 
+// CancelledAttempt returns the attempt of worker that r asks to stop: r
+// is live, its cancel (or a give-up's teardown) is requested and worker
+// holds it; 0 if none. A cancel event is acted on only for it.
+func (r *Row) CancelledAttempt(worker string) int {
+	if !r.CancelRequested || !r.Live() || r.Worker != worker {
+		return 0
+	}
+	return r.Attempt
+}
+
+// CancelEvent is the event that tells the worker holding r of its
+// requested cancel: it names the attempt it is for.
+func (r *Row) CancelEvent(now time.Time) events.CancelEvent {
+	return events.CancelEvent{RunID: r.ID, Reason: r.CancelReason, Attempt: r.Attempt, At: now}
+}
+
 // Resume moves an interrupted run whose child stopped back to "starting",
 // for a new attempt that keeps its milestones, counters and finish ledger;
 // the give-up's finish slot is marked so that a later give-up takes it

@@ -174,8 +174,8 @@ func TestTransitions(t *testing.T) {
 			status: events.StatusInterrupted, live: true, holder: "w", cancelAsked: true,
 			owed: []events.Status{events.StatusInterrupted},
 			check: func(r *model.Row) error {
-				if r.CancelCascades() || !r.Teardown {
-					return fmt.Errorf("cascades %v, teardown %v", r.CancelCascades(), r.Teardown)
+				if r.CancelCascades() || !r.Teardown || r.CancelledAttempt("w") != 1 {
+					return fmt.Errorf("cascades %v, teardown %v, cancelled attempt %d", r.CancelCascades(), r.Teardown, r.CancelledAttempt("w"))
 				}
 				return nil
 			},
@@ -229,6 +229,31 @@ func TestTransitions(t *testing.T) {
 				}
 				return nil
 			},
+		},
+		// A cancel event is for one attempt (issue 35, item 8).
+		{
+			name: "a given-up attempt's cancel is not the retried attempt's",
+			row:  running(detached),
+			apply: func(r *model.Row) error {
+				r.GiveUp(events.ReasonBudgetExceeded, "over", true, now)
+				stale := r.CancelEvent(now)
+				r.ChildStopped()
+				r.Resume(now.Add(time.Second))
+				r.Claim("w", "e", 8, now.Add(2*time.Second))
+				if stale.Attempt != 1 || r.Attempt != 2 || r.CancelledAttempt("w") != 0 {
+					return fmt.Errorf("stale cancel for attempt %d; the row at attempt %d cancels attempt %d",
+						stale.Attempt, r.Attempt, r.CancelledAttempt("w"))
+				}
+				if _, err := r.RequestCancel("user", true, now.Add(3*time.Second)); err != nil {
+					return err
+				}
+				if ev := r.CancelEvent(now); ev.Attempt != 2 || r.CancelledAttempt("w") != 2 || r.CancelledAttempt("other") != 0 {
+					return fmt.Errorf("cancel event for attempt %d; cancelled attempt of w %d", ev.Attempt, r.CancelledAttempt("w"))
+				}
+				return nil
+			},
+			status: events.StatusRunning, live: true, holder: "w", cancelAsked: true,
+			owed: []events.Status{events.StatusInterrupted},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

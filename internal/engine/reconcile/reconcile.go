@@ -453,7 +453,7 @@ func (r *Reconciler) notifyCancel(ctx context.Context, row *jetruntype.Run) {
 	if row.Worker == "" || !row.CancelRequested {
 		return
 	}
-	if err := wire.PublishCancel(ctx, r.js, r.ns, row.ID, row.CancelReason); err != nil {
+	if err := wire.PublishCancelEvent(ctx, r.js, r.ns, model.Of(row).CancelEvent(time.Now())); err != nil {
 		r.fault(ctx, "publish cancel; a later sweep publishes it again", err, "run_id", row.ID)
 	}
 }

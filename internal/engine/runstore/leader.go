@@ -149,3 +149,13 @@ func (s *Store) confirmMissing(ctx context.Context, id string) (*jetruntype.Run,
 	}
 	return r, m.Sequence, nil
 }
+
+// Latest returns the row of run id as its newest write left it: read from
+// the runs bucket's leader (a replica may be behind), or, on a
+// single-replica bucket, as Get does. ErrRunNotFound if it has none.
+func (s *Store) Latest(ctx context.Context, id string) (*jetruntype.Run, uint64, error) {
+	if s.replicas <= 1 {
+		return s.Get(ctx, id)
+	}
+	return s.confirmMissing(ctx, id)
+}

@@ -14,9 +14,18 @@ import (
 	"github.com/jetrun/jetrun/pkg/events"
 )
 
-// PublishCancel publishes the cancel event of run id.
+// PublishCancel publishes the cancel event of run id without the attempt
+// it is for: the worker checks it against the row. Writers that have the
+// row publish model.Row.CancelEvent with PublishCancelEvent.
 func PublishCancel(ctx context.Context, js jetstream.JetStream, ns Namespace, id, reason string) error {
-	data, err := json.Marshal(events.CancelEvent{RunID: id, Reason: reason, At: time.Now()})
+	return PublishCancelEvent(ctx, js, ns, events.CancelEvent{RunID: id, Reason: reason, At: time.Now()})
+}
+
+// PublishCancelEvent publishes the cancel event ev on its run's cancel
+// subject.
+func PublishCancelEvent(ctx context.Context, js jetstream.JetStream, ns Namespace, ev events.CancelEvent) error {
+	id := ev.RunID
+	data, err := json.Marshal(ev)
 	if err != nil {
 		return fmt.Errorf("events: encode cancel of run %s: %w", id, err)
 	}
