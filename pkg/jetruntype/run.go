@@ -44,9 +44,12 @@ type Run struct {
 	// Attempt counts claims: 1 for the first worker, +1 at every takeover.
 	// Every write by a worker is fenced by it.
 	Attempt int `json:"attempt,omitempty"`
-	// Handoffs counts attempts handed back on graceful shutdown; they do not
-	// count against the attempt limit.
-	Handoffs int `json:"handoffs,omitempty"`
+	// Handoffs counts attempts handed back on graceful shutdown, released
+	// after a fault, stopped by a lapse (Blinks), or given up and retried;
+	// they do not count against the attempt limit. Each attempt counts
+	// once: HandedOff is the last attempt counted.
+	Handoffs  int `json:"handoffs,omitempty"`
+	HandedOff int `json:"handedOff,omitempty"`
 	// Blinks lists the attempts that ended because their worker's liveness
 	// lapsed while its process lived on (JetStream unreachable for longer
 	// than a lease): they are hand-offs (counted in Handoffs), not lost

@@ -495,8 +495,8 @@ func TestKeyRetryOfAnInterruptedRunWaitsForTheKey(t *testing.T) {
 		t.Fatalf("i1: %s; want starting, the key being free", r.Status)
 	}
 	// Retrying i0 queues it behind i1.
-	if r := dispatch("i0"); r.Status != events.StatusQueued || r.Handoffs != 1 {
-		t.Fatalf("retried i0: %s (handoffs %d); want queued behind i1", r.Status, r.Handoffs)
+	if r := dispatch("i0"); r.Status != events.StatusQueued || r.Handoffs != 0 {
+		t.Fatalf("retried i0: %s (handoffs %d); want queued behind i1, no attempt handed off (none ran)", r.Status, r.Handoffs)
 	}
 	if _, _, err := store.Mutate(ctx, "i1", func(r *jetruntype.Run) error {
 		model.Of(r).End(events.StatusCompleted, "", "", time.Now())

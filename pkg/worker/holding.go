@@ -90,7 +90,7 @@ func (w *Worker) releaseIdle(ctx context.Context, log *slog.Logger, row *jetrunt
 		if lapsed {
 			model.Of(r).RefundBlink(r.Attempt)
 		} else {
-			r.Handoffs++
+			model.Of(r).HandOff()
 		}
 		return nil
 	})

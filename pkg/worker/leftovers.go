@@ -89,7 +89,7 @@ func (w *Worker) releaseLeftover(ctx context.Context, id string) {
 		}
 		r.Worker, r.WorkerEpoch, r.LeaseUntil = "", "", time.Time{}
 		if !l.blink || !model.Of(r).RefundBlink(l.attempt) {
-			r.Handoffs++
+			model.Of(r).HandOff()
 		}
 		return nil
 	})

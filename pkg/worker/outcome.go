@@ -228,7 +228,7 @@ func (e *execution) handBack() {
 		}
 		e.applyState(r)
 		r.Worker, r.WorkerEpoch, r.LeaseUntil = "", "", time.Time{}
-		r.Handoffs++
+		model.Of(r).HandOff()
 		return nil
 	})
 	if err != nil {
@@ -261,7 +261,7 @@ func (e *execution) release(delay time.Duration) {
 			return err
 		}
 		r.Worker, r.WorkerEpoch, r.LeaseUntil = "", "", time.Time{}
-		r.Handoffs++
+		model.Of(r).HandOff()
 		return nil
 	}); err != nil && !errors.Is(err, ErrLeaseLost) {
 		e.log.WarnContext(ctx, "release the run; it is released once JetStream answers", "err", err)

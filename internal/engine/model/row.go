@@ -44,12 +44,31 @@ func (r *Row) Clone() *jetruntype.Run {
 
 // RefundBlink records that attempt ended in a lapse of its worker's
 // liveness (see Blinks): it counts as a hand-off, not against the attempt
-// limit. It is idempotent per attempt and reports whether it changed r.
+// limit (once: not again if it was handed off already). It is idempotent
+// per attempt and reports whether it changed r.
 func (r *Row) RefundBlink(attempt int) bool {
 	if attempt < 1 || attempt > r.Attempt || slices.Contains(r.Blinks, attempt) {
 		return false
 	}
 	r.Blinks = append(r.Blinks, attempt)
+	if attempt != r.HandedOff {
+		r.Handoffs++
+	}
+	if attempt == r.Attempt {
+		r.HandedOff = attempt
+	}
+	return true
+}
+
+// HandOff counts r's current attempt as a hand-off (handed back, released
+// after a fault, given up and retried): it does not count against the
+// attempt limit. An attempt counts once, so it reports false (and changes
+// nothing) when no attempt ran since the last one counted.
+func (r *Row) HandOff() bool {
+	if r.Attempt < 1 || r.HandedOff >= r.Attempt || slices.Contains(r.Blinks, r.Attempt) {
+		return false
+	}
+	r.HandedOff = r.Attempt
 	r.Handoffs++
 	return true
 }

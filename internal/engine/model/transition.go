@@ -84,8 +84,10 @@ func (r *Row) CancelEvent(now time.Time) events.CancelEvent {
 // the give-up's finish slot is marked so that a later give-up takes it
 // over and is announced as well (oweFinish).
 // Its budgets start again, from now (ReadyAt) until the new attempt
-// starts; the resume does not count against the attempts limit (like a
-// hand-back).
+// starts, and so does the count of its lost dispatches; the attempt given
+// up is a hand-off, not counted against the attempts limit (HandOff: once,
+// and only if an attempt ran since the last one counted, so resumes with
+// no attempt between them do not widen the limit).
 func (r *Row) Resume(now time.Time) {
 	r.Status = events.StatusStarting
 	r.Reason, r.Error, r.Retryable, r.ChildStillRunning = "", "", false, false
@@ -93,9 +95,9 @@ func (r *Row) Resume(now time.Time) {
 	r.Worker, r.WorkerEpoch, r.LeaseUntil = "", "", time.Time{}
 	r.StartedAt, r.LastSignalAt, r.FinishedAt = time.Time{}, time.Time{}, time.Time{}
 	r.WaitingFor = ""
-	r.DispatchSeq = 0
+	r.DispatchSeq, r.Redispatches = 0, 0
 	r.ReadyAt = now
-	r.Handoffs++
+	r.HandOff()
 	if fs := r.Finishes[events.StatusInterrupted]; fs != nil {
 		fs.Resumed = true // a second give-up is announced too
 	}
@@ -307,19 +309,30 @@ func (r *Row) Dispatch() events.Dispatch {
 
 // DispatchMsgID is the Nats-Msg-Id r's current dispatch is published
 // under, by whoever (re)starts it and by the reconciler when that writer
-// died before publishing: "<id>.key.<handoffs>" for a run started by its
-// concurrency key, "<id>.resume<attempt>" for a run resumed after a
-// give-up (readyAt), its id otherwise. A copy that landed is then found by
-// the dedup window, not confused with an earlier dispatch of the run that
-// a worker already took.
+// died before publishing: "<id>.key.<readyAt>" for a run started by its
+// concurrency key, "<id>.resume.<readyAt>" for a run resumed after a
+// give-up, its id otherwise (readyAt in Unix nanoseconds: one per
+// promotion or resume, even with no attempt between two). A copy that
+// landed is then found by the dedup window, not confused with an earlier
+// dispatch of the run that a worker already took.
 func (r *Row) DispatchMsgID() string {
+	ready := "." + strconv.FormatInt(r.ReadyAt.UnixNano(), 10)
 	switch {
+	case r.ConcurrencyKey != "" && !r.ReadyAt.IsZero():
+		return r.ID + ".key" + ready
 	case r.ConcurrencyKey != "":
-		return r.ID + ".key." + strconv.Itoa(r.Handoffs)
+		return r.ID + ".key"
 	case !r.ReadyAt.IsZero():
-		return r.ID + ".resume" + strconv.Itoa(r.Attempt)
+		return r.ID + ".resume" + ready
 	}
 	return r.ID
+}
+
+// RedispatchMsgID is the Nats-Msg-Id of the n-th re-publish of r's lost
+// dispatch: DispatchMsgID + ".redispatch.<n>", so a resumed run, whose
+// count starts again, does not reuse an earlier life's.
+func (r *Row) RedispatchMsgID(n int) string {
+	return r.DispatchMsgID() + ".redispatch." + strconv.Itoa(n)
 }
 
 // Trace is r's trace context (zero if it has none).

@@ -255,6 +255,69 @@ func TestTransitions(t *testing.T) {
 			status: events.StatusRunning, live: true, holder: "w", cancelAsked: true,
 			owed: []events.Status{events.StatusInterrupted},
 		},
+		// Hand-offs and dispatch ids of retries (issue 35, item 9).
+		{
+			name: "resumes with no attempt between count the given-up attempt once",
+			row:  running(detached),
+			apply: func(r *model.Row) error {
+				r.Interrupt(events.ReasonBudgetExceeded, "over", false, now)
+				r.Resume(now.Add(time.Second))
+				first := r.DispatchMsgID()
+				r.Redispatches = 3
+				r.Interrupt(events.ReasonBudgetExceeded, "over again", false, now.Add(2*time.Second))
+				r.Resume(now.Add(3 * time.Second))
+				if r.Handoffs != 1 || r.Attempt-r.Handoffs != 0 {
+					return fmt.Errorf("attempt %d, handoffs %d: want the one attempt refunded once", r.Attempt, r.Handoffs)
+				}
+				if r.DispatchMsgID() == first || r.Redispatches != 0 || r.RedispatchMsgID(1) == first+".redispatch.1" {
+					return fmt.Errorf("second resume: dispatch id %s (first %s), redispatches %d", r.DispatchMsgID(), first, r.Redispatches)
+				}
+				return nil
+			},
+			status: events.StatusStarting, live: true, owed: []events.Status{events.StatusInterrupted},
+		},
+		{
+			name: "a resume of a run that never ran counts no hand-off",
+			row:  &jetruntype.Run{ID: "r", Status: events.StatusStarting, Detached: detached},
+			apply: func(r *model.Row) error {
+				r.Interrupt(events.ReasonBudgetExceeded, "over", false, now)
+				r.Resume(now.Add(time.Second))
+				if r.Handoffs != 0 {
+					return fmt.Errorf("handoffs %d with no attempt", r.Handoffs)
+				}
+				return nil
+			},
+			status: events.StatusStarting, live: true, owed: []events.Status{events.StatusInterrupted},
+		},
+		{
+			name: "an attempt handed back, given up and retried, or blinked, counts once",
+			row:  running(detached),
+			apply: func(r *model.Row) error {
+				r.Worker, r.WorkerEpoch = "", ""
+				r.HandOff() // handed back on shutdown
+				r.RefundBlink(1)
+				r.Interrupt(events.ReasonBudgetExceeded, "over", false, now)
+				r.Resume(now.Add(time.Second))
+				if r.Handoffs != 1 {
+					return fmt.Errorf("handoffs %d, want 1", r.Handoffs)
+				}
+				return nil
+			},
+			status: events.StatusStarting, live: true, owed: []events.Status{events.StatusInterrupted},
+		},
+		{
+			name: "each promotion of a keyed run has its own dispatch id",
+			row:  &jetruntype.Run{ID: "r", Status: events.StatusStarting, ConcurrencyKey: "k", ReadyAt: now},
+			apply: func(r *model.Row) error {
+				first := r.DispatchMsgID()
+				r.ReadyAt = now.Add(time.Second)
+				if r.DispatchMsgID() == first {
+					return fmt.Errorf("two promotions share dispatch id %s", first)
+				}
+				return nil
+			},
+			status: events.StatusStarting, live: true,
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := model.Of(tc.row)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jetrun/jetrun/internal/engine/holding"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/obs"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -91,7 +92,7 @@ func (s *sweep) releaseIdle(ctx context.Context, row *jetruntype.Run) error {
 			return runstore.ErrNoChange
 		}
 		run.Worker, run.WorkerEpoch, run.LeaseUntil = "", "", time.Time{}
-		run.Handoffs++ // not a lost worker: its process lives on
+		model.Of(run).HandOff() // not a lost worker: its process lives on
 		released = true
 		return nil
 	})

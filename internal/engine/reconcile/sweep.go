@@ -595,7 +595,7 @@ func (s *sweep) recover(ctx context.Context, row *jetruntype.Run) error {
 		return nil
 	}
 	n := row.Redispatches + 1
-	seq, _, err := r.publishDispatch(ctx, row, row.ID+".redispatch."+strconv.Itoa(n))
+	seq, _, err := r.publishDispatch(ctx, row, model.Of(row).RedispatchMsgID(n))
 	if err != nil {
 		return err
 	}

@@ -162,7 +162,7 @@ func TestARetriedRunGetsTheUnservedWaitAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	row := jetruntest.WaitRow(t, e.store, req.RunID, 30*time.Second, func(r *jetruntype.Run) bool {
-		return r.Status != events.StatusStarting && r.Handoffs == 1
+		return r.Status != events.StatusStarting && !r.ReadyAt.IsZero() // retried (no attempt ran: no hand-off)
 	})
 	if row.Status != events.StatusInterrupted || row.Reason != events.ReasonBudgetExceeded {
 		t.Fatalf("the retried run: %s (%s: %s); want given up by its budget again, not ended for its first dispatch's wait",
