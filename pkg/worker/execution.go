@@ -34,10 +34,9 @@ type execution struct {
 	pub     *publisher
 
 	// ctlMu guards the handler's context: cancel is set once it exists;
-	// cancelFor records the attempt a cancel that arrived before names;
-	// ended, that the
-	// attempt's outcome was written (by the handler's return or by the
-	// heart giving a stuck handler up).
+	// cancelFor records the attempt named by a cancel that arrived before;
+	// ended, that the attempt's outcome was written (by the handler's
+	// return or by the heart giving a stuck handler up).
 	ctlMu     sync.Mutex
 	ctx       context.Context
 	cancel    context.CancelCauseFunc
@@ -242,7 +241,7 @@ func (e *execution) requestCancel(attempt int) {
 	e.ctlMu.Lock()
 	defer e.ctlMu.Unlock()
 	if e.cancel == nil {
-		e.cancelFor = attempt
+		e.cancelFor = max(e.cancelFor, attempt) // attempts only grow: the newest cancel is the one that may be this attempt's
 		return
 	}
 	if attempt == e.attempt { // set before cancel, which is set under ctlMu
