@@ -35,8 +35,9 @@ nats: ## build the stock nats CLI (v0.2.0, the tour's) into bin/, as the tests b
 	cd "$$dir" && GONOSUMDB=github.com/nats-io/natscli GOFLAGS=-mod=mod $(GO) build -o $(abspath $(BIN))/nats ./nats
 	@echo "built $(abspath $(BIN))/nats $(NATSCLI_VERSION); put it on your PATH: export PATH=\"$(abspath $(BIN)):\$$PATH\""
 
+# CI runs make test, so make lint is part of it: what lint reports fails CI.
 .PHONY: test
-test: chromium deps ## run every test with -race (real nats-servers, real processes, headless Chromium)
+test: chromium deps lint ## make lint, then every test with -race (real nats-servers, real processes, headless Chromium)
 	$(GO) test -race -count=1 -timeout 15m $(GOTESTFLAGS) ./...
 
 .PHONY: test-short
@@ -106,11 +107,13 @@ STATICCHECK         := $(BIN)/tools/staticcheck-$(STATICCHECK_VERSION)/staticche
 $(STATICCHECK):
 	GOBIN=$(abspath $(dir $(STATICCHECK))) GOFLAGS= $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
+# Every package with its tests, the cluster-tagged ones (make test-cluster's)
+# included.
 .PHONY: lint
-lint: $(STATICCHECK) ## go vet, gofmt and staticcheck (pinned; installed into bin/tools/ on first use)
-	$(GO) vet ./...
+lint: $(STATICCHECK) ## go vet, gofmt and staticcheck (pinned; installed into bin/tools/ on first use) over every package and test
+	$(GO) vet -tags cluster ./...
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	$(STATICCHECK) ./...
+	$(STATICCHECK) -tests -tags cluster ./...
 
 .PHONY: tidy-check
 tidy-check: ## fail if go.mod or go.sum are not tidy

@@ -178,11 +178,11 @@ func TestAKeyedRunsBudgetCountsFromItsPromotion(t *testing.T) {
 	}, "the sweeps did not see the queued run")
 
 	close(gate) // the holder ends; the key promotes the queued run
-	row := jetruntest.WaitRow(t, e.store, "key-queued", 10*time.Second, func(r *jetruntype.Run) bool { return r.Status != events.StatusQueued })
+	jetruntest.WaitRow(t, e.store, "key-queued", 10*time.Second, func(r *jetruntype.Run) bool { return r.Status != events.StatusQueued })
 	if _, err := e.recon.Sweep(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if row, _, err = e.store.Get(ctx, "key-queued"); err != nil || row.Status != events.StatusStarting || row.ReadyAt.IsZero() {
+	if row, _, err := e.store.Get(ctx, "key-queued"); err != nil || row.Status != events.StatusStarting || row.ReadyAt.IsZero() {
 		t.Fatalf("promoted run after a sweep, within a budget from its promotion: %+v, %v", row, err)
 	}
 }
