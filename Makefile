@@ -35,6 +35,11 @@ nats: ## build the stock nats CLI (v0.2.0, the tour's) into bin/, as the tests b
 	cd "$$dir" && GONOSUMDB=github.com/nats-io/natscli GOFLAGS=-mod=mod $(GO) build -o $(abspath $(BIN))/nats ./nats
 	@echo "built $(abspath $(BIN))/nats $(NATSCLI_VERSION); put it on your PATH: export PATH=\"$(abspath $(BIN)):\$$PATH\""
 
+.PHONY: nats-server
+nats-server: ## build nats-server (the version go.mod pins, as the tests build it) into bin/, for nats.conf and nats-cluster/
+	$(GO) build -o $(BIN)/ github.com/nats-io/nats-server/v2
+	@echo "built $(abspath $(BIN))/nats-server $$($(GO) list -m -f '{{.Version}}' github.com/nats-io/nats-server/v2)"
+
 # CI runs make test, so make lint is part of it: what lint reports fails CI.
 .PHONY: test
 test: chromium deps lint ## make lint, then every test with -race (real nats-servers, real processes, headless Chromium)
