@@ -40,6 +40,17 @@ nats-server: ## build nats-server (the version go.mod pins, as the tests build i
 	$(GO) build -o $(BIN)/ github.com/nats-io/nats-server/v2
 	@echo "built $(abspath $(BIN))/nats-server $$($(GO) list -m -f '{{.Version}}' github.com/nats-io/nats-server/v2)"
 
+# An MCP host launches `jetrun mcp` by its absolute path (it has neither
+# this directory nor bin/ on its PATH) and reaches make run's embedded
+# server through the data directory's nats-url file, whatever its port;
+# with JETRUN_NATS_URL set, the entry names that server instead.
+.PHONY: mcp-config
+mcp-config: ## print an MCP host's config entry for `jetrun mcp` (stdio), with bin/jetrun's absolute path (built first)
+	@$(GO) build -o $(BIN)/ ./cmd/jetrun
+	@printf '{"mcpServers": {\n  "jetrun-stdio": {"command": "%s", "args": ["mcp"], "env": {%s}}\n}}\n' \
+		"$(abspath $(BIN))/jetrun" \
+		'$(if $(JETRUN_NATS_URL),"JETRUN_NATS_URL": "$(JETRUN_NATS_URL)","JETRUN_DATA_DIR": "$(abspath $(or $(JETRUN_DATA_DIR),data))")'
+
 # CI runs make test, so make lint is part of it: what lint reports fails CI.
 .PHONY: test
 test: chromium deps lint ## make lint, then every test with -race (real nats-servers, real processes, headless Chromium)
