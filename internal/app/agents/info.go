@@ -11,8 +11,8 @@ import (
 var builtinInfo = map[string]worker.AgentInfo{
 	demo.AgentType: {
 		Description: "A simulated researcher: streams a chunk, reaches a milestone (step-1, step-2, …) and reports " +
-			"progress at every step; optionally fails at a step, waits for the signal \"approve\" before one, or " +
-			"delegates to nested demo runs.",
+			"progress at every step, whose research is a durable step (lead-1, lead-2, …) reporting simulated token " +
+			"usage; optionally fails at a step, waits for the signal \"approve\" before one, or delegates to nested demo runs.",
 		InputSchema: json.RawMessage(`{
   "type": "object",
   "properties": {

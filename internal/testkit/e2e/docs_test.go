@@ -20,6 +20,7 @@ import (
 
 	"github.com/creack/pty"
 
+	"github.com/jetrun/jetrun/internal/app/agents/demo"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 )
@@ -189,6 +190,11 @@ func TestReadmeTourCommands(t *testing.T) {
 		if strings.Contains(c, " ls --parent ") && strings.Count(string(out), "completed") != 3 {
 			t.Fatalf("%s does not list the 3 nested runs of the tour:\n%s", c, out)
 		}
+		// The tree it shows has what a trace is for: steps and usage
+		// (a demo step per step of each of the 4 runs).
+		if strings.HasSuffix(c, " get tour-7") {
+			tourTreeHasStepsAndUsage(t, c, string(out))
+		}
 	}
 
 	status := func(id string) string {
@@ -298,6 +304,22 @@ func TestReadmeTourCommands(t *testing.T) {
 	pw.signal(syscall.SIGTERM)
 	if err := pw.wait(30 * time.Second); err != nil {
 		t.Fatalf("parent-worker exit after SIGTERM: %v", err)
+	}
+}
+
+// tourTreeHasStepsAndUsage checks jetrun get's tree of tour-7 (2 steps, 3
+// nested runs of demo.ChildSteps): a stored step per demo step, each with
+// the demo's usage, and the tree's totals.
+func tourTreeHasStepsAndUsage(t *testing.T, c, out string) {
+	t.Helper()
+	steps := int64(2 + 3*demo.ChildSteps)
+	u := demo.LeadUsage
+	want := fmt.Sprintf("tree totals  4 runs, %d steps, %d in + %d out tokens", steps, steps*u.InputTokens, steps*u.OutputTokens)
+	if !strings.Contains(out, want) {
+		t.Fatalf("%s: no %q:\n%s", c, want, out)
+	}
+	if n := strings.Count(out, demo.StepName(1)+"  "); n != 4 {
+		t.Fatalf("%s shows step %s %d times, want once per run (4):\n%s", c, demo.StepName(1), n, out)
 	}
 }
 

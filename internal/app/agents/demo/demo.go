@@ -1,5 +1,9 @@
 // Package demo is the built-in "demo" agent type: a simulated researcher that
 // streams a chunk, reaches a milestone and reports progress at every step.
+// Each step's research (its stepMs of waiting) is a durable step "lead-<i>"
+// that reports what a model call would have cost (LeadUsage) and stores
+// its finding, so a run's trace shows its steps, their durations and its
+// usage.
 //
 // Input: {"steps": n, "stepMs": ms, "failAt": k, "approveAt": a,
 // "children": c}, all optional (defaults 5 steps of 200 ms, no failure, no
@@ -41,6 +45,20 @@ const (
 
 // ChildCallID is the tool call id under which a run starts its children.
 const ChildCallID = "delegate"
+
+// LeadUsage is what the research of one step reports, as a model call
+// would: tokens and a cost at 3 and 15 millionths a token, on the model
+// "demo-sim". It adds up on the run's row and its tree's.
+var LeadUsage = worker.Usage{InputTokens: 120, OutputTokens: 30, CostMicros: 120*3 + 30*15, Model: "demo-sim"}
+
+// Finding is the output of a step's research, stored as its durable step.
+type Finding struct {
+	Lead    int    `json:"lead"`
+	Finding string `json:"finding"`
+}
+
+// StepName is the name of step i's durable step.
+func StepName(i int) string { return "lead-" + strconv.Itoa(i) }
 
 // Input is the demo agent's input.
 type Input struct {
@@ -138,14 +156,24 @@ func serve(ctx context.Context, run *worker.Run) (worker.Result, error) {
 	defer timer.Stop()
 	<-timer.C
 	for i := start; i <= steps; i++ {
-		if stepMs > 0 {
-			timer.Reset(time.Duration(stepMs) * time.Millisecond)
-			select {
-			case <-ctx.Done():
-				return worker.Result{}, context.Cause(ctx)
-			case <-timer.C:
+		// The research: a durable step, so an attempt that takes the run
+		// over after the step was stored gets its finding back at once.
+		if _, err := worker.Step(ctx, run, StepName(i), func(ctx context.Context) (Finding, error) {
+			if stepMs > 0 {
+				timer.Reset(time.Duration(stepMs) * time.Millisecond)
+				select {
+				case <-ctx.Done():
+					return Finding{}, context.Cause(ctx)
+				case <-timer.C:
+				}
+			} else if err := context.Cause(ctx); ctx.Err() != nil {
+				return Finding{}, err
 			}
-		} else if err := context.Cause(ctx); ctx.Err() != nil {
+			if err := run.Usage(ctx, LeadUsage); err != nil {
+				return Finding{}, err
+			}
+			return Finding{Lead: i, Finding: fmt.Sprintf("lead %d of %d looks promising", i, steps)}, nil
+		}); err != nil {
 			return worker.Result{}, err
 		}
 		if i == in.ApproveAt && !approved {
