@@ -334,9 +334,12 @@ func listFilter(r *http.Request) (runview.Filter, error) {
 	}
 	q := r.URL.Query()
 	f := runview.Filter{Statuses: statuses, AgentType: q.Get("agentType"), Parent: q.Get("parent"),
-		ParentToolCallID: q.Get("parentToolCallId"), Cursor: q.Get("cursor"), Limit: DefaultListLimit}
+		ParentToolCallID: q.Get("parentToolCallId"), IDContains: q.Get("q"), Cursor: q.Get("cursor"), Limit: DefaultListLimit}
 	if n := len(f.ParentToolCallID); n > events.MaxParentToolCallIDLength {
 		return runview.Filter{}, fmt.Errorf("parentToolCallId is %d characters; the limit is %d", n, events.MaxParentToolCallIDLength)
+	}
+	if n := len(f.IDContains); n > events.MaxIDLength {
+		return runview.Filter{}, fmt.Errorf("q (a part of a run id) is %d characters; a run id has at most %d", n, events.MaxIDLength)
 	}
 	if f.AgentType != "" {
 		if err := events.ValidateAgentType(f.AgentType); err != nil {

@@ -864,3 +864,42 @@ func TestDispatchCarriesTraceContextHeaders(t *testing.T) {
 		t.Fatalf("malformed traceparent kept: %q", row.TraceParent)
 	}
 }
+
+// GET /v1/runs?q= lists the runs whose id contains q, ignoring case (the
+// web UI's search box); a q longer than any run id is refused.
+func TestListSearchesByRunID(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, id := range []string{"Invoice-2024-a", "invoice-2024-b", "report-7"} {
+		body := fmt.Sprintf(`{"agentType":"demo","runId":%q,"input":{"steps":1,"stepMs":0}}`, id)
+		wantStatus(t, do(t, "POST", b.url+"/v1/runs", body, nil), 201)
+	}
+	var page struct {
+		Runs  []jetruntype.Run
+		Total int
+	}
+	ids := func() []string {
+		var out []string
+		for _, r := range page.Runs {
+			out = append(out, r.ID)
+		}
+		slices.Sort(out)
+		return out
+	}
+	wantStatus(t, do(t, "GET", b.url+"/v1/runs?q=INVOICE-2024", "", &page), 200)
+	if got := ids(); page.Total != 2 || !slices.Equal(got, []string{"Invoice-2024-a", "invoice-2024-b"}) {
+		t.Fatalf("q=INVOICE-2024: %d %v", page.Total, got)
+	}
+	page.Runs = nil
+	wantStatus(t, do(t, "GET", b.url+"/v1/runs?q=t-7&agentType=demo", "", &page), 200)
+	if got := ids(); page.Total != 1 || !slices.Equal(got, []string{"report-7"}) {
+		t.Fatalf("q=t-7: %d %v", page.Total, got)
+	}
+	page.Runs = nil
+	wantStatus(t, do(t, "GET", b.url+"/v1/runs?q=nothing-like-it", "", &page), 200)
+	if page.Total != 0 || len(page.Runs) != 0 {
+		t.Fatalf("q matching nothing: %+v", page)
+	}
+	var body struct{ Code string }
+	wantStatus(t, do(t, "GET", b.url+"/v1/runs?q="+strings.Repeat("x", events.MaxIDLength+1), "", &body), 400)
+}

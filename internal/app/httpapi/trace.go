@@ -1,14 +1,17 @@
 package httpapi
 
 import (
+	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jetrun/jetrun/internal/app/runview"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -24,6 +27,9 @@ const (
 	MaxTraceRuns  = 200
 	MaxTraceSteps = 200
 )
+
+// StepPreviewBytes bounds a trace step's preview of its output.
+const StepPreviewBytes = 160
 
 // traceBody is the answer of GET /v1/runs/{id}/trace: the run's tree of
 // nested runs, depth first with siblings by creation, each with its times,
@@ -66,14 +72,17 @@ type traceRun struct {
 
 // traceStep is a stored step: it ended when it was stored (At) and began
 // DurationMs before (0 when unknown). Its output is not included, only its
-// size, and what it spent.
+// size and its first StepPreviewBytes (Preview), and what it spent.
 type traceStep struct {
 	Name       string    `json:"name"`
 	At         time.Time `json:"at"`
 	DurationMs int64     `json:"durationMs,omitempty"`
 	Attempt    int       `json:"attempt"`
 	Bytes      int       `json:"bytes"`
-	Error      string    `json:"error,omitempty"`
+	// Preview is the output's JSON, cut to StepPreviewBytes (at a
+	// character boundary, "…" added) when longer.
+	Preview string `json:"preview,omitempty"`
+	Error   string `json:"error,omitempty"`
 	// Usage is what the step's work spent, if it reported any.
 	Usage *jetruntype.Usage `json:"usage,omitempty"`
 }
@@ -190,9 +199,31 @@ func (a *api) traceRun(ctx context.Context, row *jetruntype.Run, level int) (tr 
 	for _, st := range steps {
 		ts := traceStep{Name: st.Name, At: st.At, DurationMs: st.DurationMs, Attempt: st.Attempt, Error: st.Error, Usage: st.Usage}
 		if st.Error == "" {
-			ts.Bytes = len(st.Output)
+			ts.Bytes, ts.Preview = len(st.Output), preview(st.Output)
 		}
 		tr.Steps = append(tr.Steps, ts)
 	}
 	return tr, cut, nil
+}
+
+// preview returns out's JSON, compacted, cut to StepPreviewBytes at a
+// character boundary with "…" when longer.
+func preview(out json.RawMessage) string {
+	if len(out) == 0 {
+		return ""
+	}
+	var b bytes.Buffer
+	if err := json.Compact(&b, out); err != nil {
+		b.Reset()
+		b.Write(out)
+	}
+	p := b.Bytes()
+	if len(p) <= StepPreviewBytes {
+		return string(p)
+	}
+	cut := StepPreviewBytes
+	for cut > 0 && !utf8.RuneStart(p[cut]) {
+		cut--
+	}
+	return string(p[:cut]) + "…"
 }

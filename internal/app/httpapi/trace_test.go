@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jetrun/jetrun/internal/app/httpapi"
 	"github.com/jetrun/jetrun/pkg/worker"
@@ -26,8 +28,9 @@ type traceAnswer struct {
 			CostMicros  int64 `json:"costMicros"`
 		} `json:"usage"`
 		Steps []struct {
-			Name  string `json:"name"`
-			Bytes int    `json:"bytes"`
+			Name    string `json:"name"`
+			Bytes   int    `json:"bytes"`
+			Preview string `json:"preview"`
 		} `json:"steps"`
 	} `json:"runs"`
 	Totals struct {
@@ -69,6 +72,10 @@ func treeAgents(w *worker.Worker) {
 	w.HandleFunc("leaf", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
 		return worker.Result{}, work(ctx, run, "search", 10)
 	})
+	w.HandleFunc("wordy", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+		_, err := run.Step(ctx, "essay", func(context.Context) (any, error) { return strings.Repeat("é", 500), nil })
+		return worker.Result{}, err
+	})
 	w.HandleFunc("busy", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
 		for i := range httpapi.MaxTraceSteps + 1 {
 			if _, err := run.Step(ctx, fmt.Sprintf("s-%d", i), func(context.Context) (any, error) { return i, nil }); err != nil {
@@ -96,7 +103,8 @@ func TestTraceAnswersTheTree(t *testing.T) {
 			wantStep, wantLevel, wantTokens = "plan", 0, 100
 		}
 		if r.Status != "completed" || r.Level != wantLevel || r.StartedAt.IsZero() || r.FinishedAt.Before(r.StartedAt) ||
-			r.Usage == nil || r.Usage.InputTokens != wantTokens || len(r.Steps) != 1 || r.Steps[0].Name != wantStep || r.Steps[0].Bytes == 0 {
+			r.Usage == nil || r.Usage.InputTokens != wantTokens || len(r.Steps) != 1 || r.Steps[0].Name != wantStep || r.Steps[0].Bytes == 0 ||
+			r.Steps[0].Preview != `{"did":"`+wantStep+`"}` {
 			t.Fatalf("run %d of the trace: %+v", i, r)
 		}
 		if i > 0 && r.Parent != "tr1" {
@@ -134,5 +142,24 @@ func TestTraceIsCappedAndSaysSo(t *testing.T) {
 	}
 	if steps := tr.Runs[0].Steps; len(steps) != httpapi.MaxTraceSteps || steps[0].Name != "s-0" || !tr.Truncated {
 		t.Fatalf("a run of %d steps: %d steps in its trace, truncated %v", httpapi.MaxTraceSteps+1, len(steps), tr.Truncated)
+	}
+}
+
+// A step's preview in the trace is its output's JSON, cut at a character
+// boundary with "…" when longer than httpapi.StepPreviewBytes.
+func TestTraceStepPreviewIsCut(t *testing.T) {
+	t.Parallel()
+	b := setupServing(t, nil, treeAgents)
+	wantStatus(t, do(t, "POST", b.url+"/v1/runs?wait=true", `{"agentType":"wordy","runId":"tr4","input":1}`, nil), 200)
+	var tr traceAnswer
+	wantStatus(t, do(t, "GET", b.url+"/v1/runs/tr4/trace", "", &tr), 200)
+	if len(tr.Runs) != 1 || len(tr.Runs[0].Steps) != 1 {
+		t.Fatalf("trace %+v", tr)
+	}
+	p := tr.Runs[0].Steps[0].Preview
+	body, ok := strings.CutSuffix(p, "…")
+	if !ok || !utf8.ValidString(p) || len(body) > httpapi.StepPreviewBytes || !strings.HasPrefix(body, `"éé`) ||
+		strings.Trim(body, `"é`) != "" || len(body) < httpapi.StepPreviewBytes-1 {
+		t.Fatalf("preview of a 1,000-byte output: %q (%d bytes)", p, len(p))
 	}
 }

@@ -348,7 +348,10 @@ type Filter struct {
 	Parent    string
 	// ParentToolCallID selects the runs one tool call of a parent dispatched.
 	ParentToolCallID string
-	Limit            int
+	// IDContains selects the runs whose id contains it, ignoring case
+	// (the web UI's search by run id).
+	IDContains string
+	Limit      int
 	// Cursor continues a listing after the last run of the previous page.
 	Cursor string
 }
@@ -373,13 +376,15 @@ func (v *View) List(f Filter) (Page, error) {
 		}
 		after = &p
 	}
+	search := strings.ToLower(f.IDContains)
 	v.mu.RLock()
 	out := make([]Summary, 0, min(len(v.runs), 1024))
 	for _, s := range v.runs {
 		if len(f.Statuses) > 0 && !slices.Contains(f.Statuses, s.Status) ||
 			f.AgentType != "" && s.AgentType != f.AgentType ||
 			f.Parent != "" && s.Parent != f.Parent ||
-			f.ParentToolCallID != "" && s.ParentToolCallID != f.ParentToolCallID {
+			f.ParentToolCallID != "" && s.ParentToolCallID != f.ParentToolCallID ||
+			search != "" && !strings.Contains(strings.ToLower(s.ID), search) {
 			continue
 		}
 		out = append(out, s)
