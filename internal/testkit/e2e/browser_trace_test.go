@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,8 +18,9 @@ import (
 )
 
 // The run page shows the trace of a run's tree as a waterfall: a bar per
-// run and per step on one time axis, with status, duration and usage, and
-// the tree's totals.
+// run and per step on one time axis, drawn with its ticks, with status,
+// duration, usage (cost in currency units, not raw micros) and each step's
+// output, and the tree's totals.
 func TestBrowserShowsTheTraceOfATree(t *testing.T) {
 	t.Parallel()
 	chromium := chromiumPath(t)
@@ -51,7 +54,7 @@ func TestBrowserShowsTheTraceOfATree(t *testing.T) {
 	// The page refetches the trace as the tree changes; the totals say when
 	// it has all of it.
 	const totals = `(document.querySelector('[data-testid="trace-totals"]')?.innerText || '')`
-	b.waitTrue("the tree's totals", totals+`.includes('3 runs · 3 steps · 120 in + 12 out tokens · 1,200 micros')`)
+	b.waitTrue("the tree's totals", totals+`.includes('3 runs · 3 steps · 120 in + 12 out tokens · cost 0.0012')`)
 	runs := eval[string](b, `[...document.querySelectorAll('[data-testid="trace-run"]')].map(e => e.dataset.level + ':' + e.dataset.status).join(',')`)
 	if runs != "0:completed,1:completed,1:completed" {
 		t.Fatalf("run rows %q", runs)
@@ -68,13 +71,38 @@ func TestBrowserShowsTheTraceOfATree(t *testing.T) {
 		t.Fatalf("%d rows with a bar, want 6", n)
 	}
 	usage := eval[string](b, `[...document.querySelectorAll('[data-testid="trace-run"] [data-testid="trace-usage"]')].map(e => e.innerText).join('|')`)
-	if !strings.Contains(usage, "100 in + 10 out tokens · 1,000 micros") || strings.Count(usage, "10 in + 1 out tokens · 100 micros") != 2 {
+	if !strings.Contains(usage, "100 in + 10 out tokens · cost 0.001") || strings.Count(usage, "10 in + 1 out tokens · cost 0.0001") != 2 ||
+		strings.Contains(usage, "micros") {
 		t.Fatalf("run usage %q", usage)
 	}
 	// Each step shows what it spent.
 	stepUsage := eval[string](b, `[...document.querySelectorAll('[data-testid="trace-step"] [data-testid="trace-step-usage"]')].map(e => e.innerText).join('|')`)
 	if !strings.Contains(stepUsage, "100 in + 10 out tokens") || strings.Count(stepUsage, "10 in + 1 out tokens") != 2 {
 		t.Fatalf("step usage %q", stepUsage)
+	}
+	// Each step shows its output and when it took place: its duration, or
+	// (under a millisecond) when it was stored.
+	outputs := eval[string](b, `[...document.querySelectorAll('[data-testid="trace-step"] [data-testid="trace-step-output"]')].map(e => e.innerText).join('|')`)
+	if outputs != `→ {"did":"plan"}|→ {"did":"search"}|→ {"did":"search"}` {
+		t.Fatalf("step outputs %q", outputs)
+	}
+	if whens := eval[[]string](b, `[...document.querySelectorAll('[data-testid="trace-step-duration"]')].map(e => e.innerText)`); len(whens) != 3 ||
+		slices.ContainsFunc(whens, func(w string) bool {
+			return !regexp.MustCompile(`^(\d+ms|\d+(\.\d)?s|stored \+\d+\.\d{3}s)$`).MatchString(w)
+		}) {
+		t.Fatalf("step durations %q", whens)
+	}
+	// The axis: ticks from 0, increasing, over the bars' track.
+	ticks := eval[[]float64](b, `[...document.querySelectorAll('[data-testid="trace-axis"] [data-testid="trace-tick"]')].map(e => Number(e.dataset.ms))`)
+	if len(ticks) < 2 || ticks[0] != 0 || !slices.IsSorted(ticks) || eval[string](b, `document.querySelector('[data-testid="trace-tick"]').innerText`) != "0" {
+		t.Fatalf("axis ticks %v", ticks)
+	}
+	if ok := eval[bool](b, `(() => {
+		const axis = document.querySelector('[data-testid="trace-axis"] .wf-track').getBoundingClientRect();
+		const track = document.querySelector('[data-testid="trace-run"] .wf-track').getBoundingClientRect();
+		return Math.abs(axis.left - track.left) < 1 && Math.abs(axis.width - track.width) < 1;
+	})()`); !ok {
+		t.Fatal("the axis does not lie over the bars")
 	}
 	// A child's bar lies within its parent's.
 	if ok := eval[bool](b, `(() => {

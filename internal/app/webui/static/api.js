@@ -77,15 +77,34 @@ export function askToken() {
   input.focus();
 }
 
+/**
+ * toast shows a message in the corner. One that says what a toast on screen
+ * says already is not shown twice: that toast stays up longer instead.
+ */
 export function toast(title, detail, kind = 'error') {
-  const el = h('div', { class: `toast ${kind}`, role: kind === 'error' ? 'alert' : 'status', title: 'Dismiss' },
+  const box = document.getElementById('toasts');
+  const key = `${kind}\u0000${title}\u0000${detail || ''}`;
+  const ttl = kind === 'error' ? 12000 : 5000;
+  const same = [...box.children].find((t) => t.key_ === key);
+  if (same) {
+    clearTimeout(same.timer_);
+    same.timer_ = setTimeout(() => same.remove(), ttl);
+    return;
+  }
+  const el = h('div', { class: `toast ${kind}`, role: kind === 'error' ? 'alert' : 'status', title: 'Dismiss', 'data-testid': 'toast' },
     h('b', { text: title }), detail ? h('span', { text: detail }) : null);
+  el.key_ = key;
   el.addEventListener('click', () => el.remove());
-  document.getElementById('toasts').append(el);
-  setTimeout(() => el.remove(), kind === 'error' ? 12000 : 5000);
+  box.append(el);
+  el.timer_ = setTimeout(() => el.remove(), ttl);
 }
 
+/**
+ * showError toasts a failed call. A 401 shows none: the token dialog
+ * (askToken) already says what is needed.
+ */
 export function showError(what, err) {
+  if (err instanceof ApiError && err.status === 401) return;
   const detail = err instanceof ApiError && err.code && !err.code.startsWith('http_') && err.code !== 'network'
     ? `${err.message} (${err.code})` : err.message;
   toast(what, detail);

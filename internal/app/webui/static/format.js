@@ -77,6 +77,17 @@ export function fmtJSON(v, indent) {
   }
 }
 
+/**
+ * fmtCost formats a cost given in millionths of a currency unit (costMicros)
+ * as currency units: 810 → "0.00081", 1,234,000 → "1.23"; '' for none.
+ */
+export function fmtCost(micros) {
+  const v = Number(micros || 0) / 1e6;
+  if (!(v > 0)) return '';
+  if (v >= 1) return v.toLocaleString('en-US', { minimumFractionDigits: 2, maximumFractionDigits: 2 });
+  return v.toLocaleString('en-US', { maximumSignificantDigits: 2 });
+}
+
 export function pct(f) {
   return `${Math.round(Math.min(1, Math.max(0, f || 0)) * 100)}%`;
 }

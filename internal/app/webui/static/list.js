@@ -52,6 +52,7 @@ export class ListPage {
       statuses: new Set((q.get('status') || '').split(',').filter((s) => STATUSES.includes(s))),
       agentType: q.get('agentType') || '',
       parent: q.get('parent') || '',
+      q: q.get('q') || '', // a part of the run id
     };
     this.runs = new Map(); // id → summary
     this.rows = new Map(); // id → row element
@@ -106,15 +107,33 @@ export class ListPage {
       seg.append(b);
     }
     const debounce = (fn) => { let t; return () => { clearTimeout(t); t = setTimeout(fn, 300); }; };
+    this.searchInput = h('input', { type: 'search', placeholder: 'search run id', value: this.filter.q, 'aria-label': 'Search by run id',
+      spellcheck: 'false', 'data-testid': 'search', title: 'Runs whose id contains this (any case); Enter opens the run of exactly this id' });
     this.agentInput = h('input', { type: 'text', placeholder: 'agent type', list: 'agent-types', value: this.filter.agentType, 'aria-label': 'Agent type filter', spellcheck: 'false' });
     this.parentInput = h('input', { type: 'text', placeholder: 'parent run id', value: this.filter.parent, 'aria-label': 'Parent filter', spellcheck: 'false' });
     const onInput = debounce(() => {
       this.filter.agentType = this.agentInput.value.trim();
       this.filter.parent = this.parentInput.value.trim();
+      this.filter.q = this.searchInput.value.trim();
       this.filtersChanged();
     });
     this.agentInput.addEventListener('input', onInput);
     this.parentInput.addEventListener('input', onInput);
+    this.searchInput.addEventListener('input', onInput);
+    // Enter on a whole run id opens that run; on a part of one, the list
+    // shows the matches.
+    this.searchInput.addEventListener('keydown', async (e) => {
+      const id = this.searchInput.value.trim();
+      if (e.key !== 'Enter' || !id) return;
+      if (!this.runs.has(id)) {
+        try {
+          await api('GET', `/v1/runs/${encodeURIComponent(id)}`);
+        } catch {
+          return; // no run of that id
+        }
+      }
+      if (this.searchInput.value.trim() === id) navigate(`/runs/${encodeURIComponent(id)}`);
+    });
     this.datalist = h('datalist', { id: 'agent-types' });
     this.countEl = h('span', { class: 'count' });
 
@@ -135,7 +154,7 @@ export class ListPage {
     this.moreBtn.addEventListener('click', () => this.loadMore());
     this.foot = h('div', { class: 'list-foot', hidden: true }, this.moreBtn);
     this.root.append(h('section', { class: 'panel' },
-      h('div', { class: 'toolbar' }, seg, this.agentInput, this.parentInput, this.datalist, this.countEl, this.newRunForm()),
+      h('div', { class: 'toolbar' }, seg, this.searchInput, this.agentInput, this.parentInput, this.datalist, this.countEl, this.newRunForm()),
       h('div', { class: 'table-wrap' }, this.table), this.empty, this.foot));
     this.syncFilterUI();
     // A click anywhere on a row opens the run (links keep their own behaviour).
@@ -193,6 +212,7 @@ export class ListPage {
     if (this.filter.statuses.size) q.set('status', [...this.filter.statuses].join(','));
     if (this.filter.agentType) q.set('agentType', this.filter.agentType);
     if (this.filter.parent) q.set('parent', this.filter.parent);
+    if (this.filter.q) q.set('q', this.filter.q);
     return q;
   }
 
@@ -208,7 +228,8 @@ export class ListPage {
     const f = this.filter;
     return (!f.statuses.size || f.statuses.has(s.status)) &&
       (!f.agentType || s.agentType === f.agentType) &&
-      (!f.parent || s.parent === f.parent);
+      (!f.parent || s.parent === f.parent) &&
+      (!f.q || s.id.toLowerCase().includes(f.q.toLowerCase()));
   }
 
   /**
@@ -363,7 +384,7 @@ export class ListPage {
     if (this.datalist.childElementCount !== this.agentTypes.size) {
       put(this.datalist, ...[...this.agentTypes].sort().map((t) => h('option', { value: t })));
     }
-    const filtered = this.filter.statuses.size || this.filter.agentType || this.filter.parent;
+    const filtered = this.filter.statuses.size || this.filter.agentType || this.filter.parent || this.filter.q;
     this.empty.hidden = sorted.length > 0;
     const emptyKind = sorted.length ? '' : filtered ? 'filtered' : 'none';
     if (emptyKind && this.empty.key_ !== emptyKind) {

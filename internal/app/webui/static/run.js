@@ -1,12 +1,12 @@
 // run.js: the run page.
 
 import { h, put, setText } from './dom.js';
-import { parseTime, timeKey, fmtAbs, fmtClock, fmtDur, fmtAgo, fmtJSON, pct, runDuration } from './format.js';
+import { parseTime, timeKey, fmtAbs, fmtClock, fmtDur, fmtAgo, fmtJSON, fmtCost, pct, runDuration } from './format.js';
 import { api, toast, showError } from './api.js';
 import { live } from './live.js';
-import { statusBadge, updateBadge, progressBar, updateBar, durCell } from './widgets.js';
+import { statusBadge, updateBadge, progressBar, updateBar, progressMeta, durCell } from './widgets.js';
 import { Timeline } from './timeline.js';
-import { Waterfall, fmtUsage } from './waterfall.js';
+import { Waterfall, fmtUsage, usageTitle } from './waterfall.js';
 
 // MAX_TREE_DEPTH bounds the levels of nested runs a run page fetches and
 // shows (JETRUN_MAX_DEPTH's default); TREE_FANOUT the runs of one level
@@ -92,6 +92,8 @@ export class RunPage {
     this.badge = h('span', { class: 'badge big st-starting', 'data-testid': 'run-status', text: '…' });
     this.waitChip = h('span', { class: 'chip warn', hidden: true });
     this.cancelBtn = h('button', { class: 'btn danger', type: 'button', 'data-testid': 'cancel', hidden: true, onclick: () => this.confirmCancel() }, '⊘ Cancel run');
+    this.retryBtn = h('button', { class: 'btn primary', type: 'button', 'data-testid': 'retry', hidden: true, onclick: () => this.retryRun(),
+      title: 'Dispatch this run id again: it resumes as a new attempt that keeps its milestones and stored steps' }, '↻ Retry');
     this.meta = h('div', { class: 'run-meta' });
     this.bar = progressBar(true);
     this.pctEl = h('span', { class: 'pct' });
@@ -102,7 +104,7 @@ export class RunPage {
       h('div', { class: 'run-title' },
         h('h1', {}, h('a', { href: idHref, style: 'color: inherit' }, this.id)),
         this.badge, this.waitChip,
-        h('div', { class: 'actions' }, this.cancelBtn)),
+        h('div', { class: 'actions' }, this.retryBtn, this.cancelBtn)),
       this.meta,
       h('div', { class: 'run-progress' }, this.bar, this.pctEl, this.pmeta),
       this.waitBox, this.outcome);
@@ -394,6 +396,29 @@ export class RunPage {
     }
   }
 
+  /** retryRun retries a run given up (interrupted, retryable): its id dispatched again resumes it. */
+  async retryRun() {
+    const r = this.run;
+    if (!r || this.retryBtn.disabled) return;
+    this.retryBtn.disabled = true;
+    try {
+      let input = r.input;
+      if (input === undefined) input = (await api('GET', `/v1/runs/${encodeURIComponent(this.id)}`)).input;
+      const row = await api('POST', '/v1/runs', { agentType: r.agentType, runId: r.id, input: input ?? {} });
+      if (this.destroyed) return;
+      toast('Retrying', `${r.id} runs again as a new attempt.`, 'info');
+      if (row && row.id === this.id) this.setRow(row, true);
+      // Follow the new attempt's events after the ones shown.
+      this.ended = false;
+      this.setTlState('reconnecting', 'following the retry');
+      this.openEvents(this.timeline.lastId);
+      this.traceSoon();
+    } catch (err) {
+      showError('Retry failed', err);
+    }
+    this.retryBtn.disabled = false;
+  }
+
   async signal(name, payload, buttons) {
     for (const b of buttons) b.disabled = true;
     try {
@@ -423,6 +448,9 @@ export class RunPage {
     if (waiting) setText(this.waitChip, `◷ waiting for “${r.waitingFor}”`);
     this.cancelBtn.hidden = !liveRun;
     this.cancelBtn.disabled = !!r.cancelRequested;
+    // A run given up with its child stopped is retried by dispatching its
+    // id again (POST /v1/runs): it resumes as a new attempt.
+    this.retryBtn.hidden = !(r.retryable && r.status === 'interrupted' && !liveRun);
     setText(this.cancelBtn, r.cancelRequested ? 'Cancelling…' : '⊘ Cancel run');
 
     // Crumbs: the parent link.
@@ -472,6 +500,12 @@ export class RunPage {
     const r = this.run;
     updateBar(this.bar, r);
     setText(this.pctEl, r.progress ? pct(r.progress.fraction) : r.status === 'completed' ? '100%' : '—');
+    if (r.final || (r.status === 'interrupted' && !r.live)) {
+      // Ended: its outcome, not the last progress (a run rejected at an
+      // approval is no longer waiting for it).
+      put(this.pmeta, ...progressMeta(r));
+      return;
+    }
     put(this.pmeta, ...(r.progress ? [r.progress.phase ? h('span', { class: 'phase', text: r.progress.phase }) : null,
       r.progress.phase && r.progress.message ? ' · ' : null, r.progress.message || null,
       r.progress.at ? h('span', { class: 'faint', title: fmtAbs(parseTime(r.progress.at)) }, ' · updated ', h('span', { 'data-ago': String(parseTime(r.progress.at)), text: fmtAgo(parseTime(r.progress.at)) })) : null]
@@ -539,10 +573,15 @@ export class RunPage {
     if (Number.isFinite(lease) && r.live) rows.push(['Lease until', h('span', { title: fmtAbs(lease) }, fmtClock(lease))]);
     rows.push(['Chunks', String(r.chunks || 0)]);
     rows.push(['Milestones', r.milestones ? `${r.milestones} · last ${r.lastMilestone || '?'}` : '0']);
-    if (fmtUsage(r.usage)) rows.push(['Usage', h('span', { 'data-testid': 'usage', text: fmtUsage(r.usage) })]);
-    if (r.treeUsage) rows.push(['Tree usage', fmtUsage(r.treeUsage) || '0']);
-    if (r.budget) rows.push(['Budget', Object.entries(r.budget).map(([k, v]) => `${k} ${v}`).join(', ')]);
-    if (r.overrun) rows.push(['Overrun', h('span', { class: 'err', text: `${r.overrun.budget} budget of ${r.overrun.owner} exceeded: used ${r.overrun.used} of ${r.overrun.limit}` })]);
+    if (fmtUsage(r.usage)) rows.push(['Usage', h('span', { 'data-testid': 'usage', title: usageTitle(r.usage), text: fmtUsage(r.usage) })]);
+    if (fmtUsage(r.treeUsage)) rows.push(['Tree usage', h('span', { 'data-testid': 'tree-usage', title: usageTitle(r.treeUsage), text: fmtUsage(r.treeUsage) })]);
+    // Costs come in millionths of a currency unit: shown in units.
+    const amount = (kind, v) => (/cost/i.test(kind) ? fmtCost(v) || '0' : String(v));
+    if (r.budget) rows.push(['Budget', Object.entries(r.budget).map(([k, v]) => `${k === 'costMicros' ? 'cost' : k} ${amount(k, v)}`).join(', ')]);
+    if (r.overrun) {
+      const o = r.overrun;
+      rows.push(['Overrun', h('span', { class: 'err', text: `${/cost/i.test(o.budget) ? 'cost' : o.budget} budget of ${o.owner} exceeded: used ${amount(o.budget, o.used)} of ${amount(o.budget, o.limit)}` })]);
+    }
     const sig = parseTime(r.lastSignalAt);
     if (Number.isFinite(sig)) rows.push(['Last activity', time(sig)]);
     if (r.parent) rows.push(['Parent', h('a', { href: `/runs/${encodeURIComponent(r.parent)}`, class: 'mono' }, r.parent)]);

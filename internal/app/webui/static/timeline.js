@@ -1,7 +1,7 @@
 // timeline.js: a run's timeline, rebuilt by replaying its events.
 
 import { h, setText } from './dom.js';
-import { parseTime, fmtAbs, fmtOffset, fmtJSON, fmtDur, pct } from './format.js';
+import { parseTime, fmtAbs, fmtOffset, fmtJSON, fmtDur, fmtCost, pct } from './format.js';
 
 // ENDS are the statuses drawn as the end of a segment of the timeline. A
 // status event carries its status only; whether the run is final is the
@@ -167,12 +167,16 @@ export class Timeline {
     const meta = [failed ? 'failed' : fmtSize(bytes)];
     if (d.durationMs) meta.push(fmtDur(d.durationMs));
     const u = d.usage;
-    if (u) meta.push(`${(u.inputTokens || 0) + (u.outputTokens || 0)} tokens` + (u.costMicros ? `, ${u.costMicros} micros` : ''));
+    if (u && (u.inputTokens || u.outputTokens)) meta.push(`${(u.inputTokens || 0) + (u.outputTokens || 0)} tokens`);
+    if (u && fmtCost(u.costMicros)) meta.push(`cost ${fmtCost(u.costMicros)}`);
     if (d.attempt) meta.push(`attempt ${d.attempt}`);
+    const out = failed || d.output === undefined || d.output === null ? '' : fmtJSON(d.output);
     const el = this.entry(ev, t, { kind: 'step', icon: '▣', cls: failed ? 'step-failed' : '' },
       h('span', { class: 'k', text: 'step' }), ' ', h('code', { class: 'name', text: d.name || '?' }),
       h('span', { class: 'sub', text: ` · ${meta.join(' · ')}` }),
-      failed ? h('div', { class: 'err', text: d.error }) : null);
+      failed ? h('div', { class: 'err', text: d.error })
+        : out ? [' ', h('span', { class: 'jsonv', 'data-testid': 'step-output', title: out.length > 300 ? out.slice(0, 2000) : undefined,
+          text: out.length > 300 ? `${out.slice(0, 300)}…` : out })] : null);
     el.dataset.step = d.name || '';
     el.dataset.bytes = String(bytes);
   }

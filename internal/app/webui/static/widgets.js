@@ -33,6 +33,10 @@ export function progressMeta(run) {
   if (run.status === 'error' || (run.status === 'interrupted' && run.error)) {
     return [h('span', { class: 'err', text: [run.reason, run.error].filter(Boolean).join(': ') })];
   }
+  if (run.status === 'interrupted' && !run.live) {
+    // Given up: its last progress (say, waiting for an approval) is over.
+    return [h('span', { class: 'err', text: run.reason ? `interrupted: ${run.reason}` : 'interrupted' })];
+  }
   if (run.status === 'completed' && run.summary) return [h('span', { class: 'ok', text: run.summary })];
   if (run.status === 'aborted') return [h('span', { text: run.reason ? `aborted: ${run.reason}` : 'aborted' })];
   const p = run.progress || {};
