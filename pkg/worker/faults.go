@@ -2,15 +2,9 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/engine/jsfault"
-	"github.com/jetrun/jetrun/internal/engine/pull"
-	"github.com/jetrun/jetrun/internal/engine/wire"
 )
 
 // fault logs a failed JetStream call on a run's path at warn level, at
@@ -20,42 +14,6 @@ import (
 func (w *Worker) fault(ctx context.Context, log *slog.Logger, msg string, err error, args ...any) {
 	class := jsfault.Classify(ctx, err).String()
 	w.logs.Log(ctx, log, slog.LevelWarn, msg+"/"+class, msg, append(args, "fault", class, "err", err)...)
-}
-
-// repairConsumer returns a fetch loop's Repair: it re-creates the streams
-// and buckets (ensure), then the dispatch consumer cfg (idempotent: an
-// existing consumer with these settings is left as it is).
-func (w *Worker) repairConsumer(cfg jetstream.ConsumerConfig) func(ctx context.Context) error {
-	return func(ctx context.Context) error {
-		w.ensure(ctx, errors.New("fetches of consumer "+cfg.Durable+" fail"))
-		ctx, cancel := context.WithTimeout(ctx, engine.RepairEvery)
-		defer cancel()
-		if _, err := w.js.CreateOrUpdateConsumer(ctx, w.ns.DispatchStream(), cfg); err != nil {
-			return err
-		}
-		// A re-created dispatch stream numbers its messages from 1 again:
-		// ids derived from sequences take its new epoch.
-		if s, err := w.js.Stream(ctx, w.ns.DispatchStream()); err == nil {
-			w.streamEpoch.Store(wire.StreamEpoch(s.CachedInfo().Created))
-		}
-		return nil
-	}
-}
-
-// keeper keeps the dispatch consumer cfg as configured: a consumer another
-// process (any credential that may create one) re-pointed or paused is
-// restored loudly (pull.Keeper), by an update: the child role may not
-// delete consumers.
-func (w *Worker) keeper(cfg jetstream.ConsumerConfig) *pull.Keeper {
-	k := &pull.Keeper{JS: w.js, Stream: w.ns.DispatchStream(), Config: cfg, Logger: w.log, ByUpdate: true,
-		Ensure: func(ctx context.Context) error {
-			w.ensure(ctx, errors.New("consumer "+cfg.Durable+" is missing"))
-			return nil
-		}}
-	if r, ok := w.cfg.Observer.(pull.Restorer); ok {
-		k.Restorer = r
-	}
-	return k
 }
 
 // ensure re-creates the streams and buckets the worker uses when a JetStream

@@ -123,7 +123,8 @@ func (w *Worker) announce(ctx context.Context) {
 		w.agents.mu.Lock()
 		info := w.agents.info[t]
 		w.agents.mu.Unlock()
-		a := registry.Announcement{AgentType: t, Worker: w.cfg.ID, At: now, Info: info}
+		a := registry.Announcement{AgentType: t, Worker: w.cfg.ID, At: now, Info: info,
+			LeaseMs: w.cfg.Lease.Milliseconds(), FleetConcurrency: w.cfg.FleetConcurrency}
 		if err := reg.Announce(ctx, a, registry.DefaultTTL); err != nil {
 			w.fault(ctx, w.log, "announce agent type", err, "agent_type", t)
 		}

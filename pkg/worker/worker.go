@@ -193,35 +193,17 @@ func (w *Worker) setUp(ctx context.Context) error {
 	for agentType := range w.handlers {
 		w.ending[agentType] = make(chan struct{}, w.cfg.Concurrency)
 	}
-	consumers := make(map[string]jetstream.Consumer, len(w.handlers)+1)
-	configs := map[string]jetstream.ConsumerConfig{}
+	consumers := make(map[string]*dispatchConsumer, len(w.handlers))
 	for agentType := range w.handlers {
-		configs[agentType] = jetstream.ConsumerConfig{
-			Durable:       wire.AgentConsumer(agentType),
-			Description:   "jetrun workers of agent type " + agentType,
-			FilterSubject: ns.DispatchSubject(agentType),
-			AckPolicy:     jetstream.AckExplicitPolicy,
-			AckWait:       w.cfg.Lease,
-			MaxDeliver:    -1, // attempts are bounded on the row, see Config.MaxAttempts
-			MaxAckPending: w.cfg.FleetConcurrency,
-		}
-		c, err := w.js.CreateOrUpdateConsumer(ctx, ns.DispatchStream(), configs[agentType])
+		dc, err := w.bindConsumer(ctx, wire.AgentConsumerConfig(ns, agentType, w.cfg.Lease, w.cfg.FleetConcurrency))
 		if err != nil {
-			return fmt.Errorf("worker: create consumer for agent type %s: %w", agentType, err)
+			return fmt.Errorf("worker: consumer for agent type %s: %w", agentType, err)
 		}
-		consumers[agentType] = c
+		consumers[agentType] = dc
 	}
-	malformedCfg := jetstream.ConsumerConfig{
-		Durable:       malformedConsumer,
-		Description:   "jetrun: dead-letters dispatches whose subject names no valid agent type",
-		FilterSubject: ns.DispatchMalformedWildcard(),
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       30 * time.Second,
-		MaxDeliver:    -1,
-	}
-	malformed, err := w.js.CreateOrUpdateConsumer(ctx, ns.DispatchStream(), malformedCfg)
+	malformed, err := w.bindConsumer(ctx, wire.MalformedConsumerConfig(ns))
 	if err != nil {
-		return fmt.Errorf("worker: create consumer %s: %w", malformedConsumer, err)
+		return err
 	}
 
 	acquiring := time.Now()
@@ -259,20 +241,19 @@ func (w *Worker) setUp(ctx context.Context) error {
 	w.beats.Go(func() { w.announceLoop(heartCtx) })
 	nak := func(jetstream.Msg) settle.Outcome { return settle.Retry(0) } // stopping: straight to another worker
 	loops := []pull.Loop{{
-		Consumer: malformed, Concurrency: 1, Stopped: nak,
+		Consumer: malformed.c, Concurrency: 1, Stopped: nak,
 		Handle: func(ctx context.Context, m jetstream.Msg, _ *pull.Slot) settle.Outcome {
 			return w.deadLetterMalformed(ctx, m)
 		},
-		Logger: w.log, Name: malformedConsumer, Repair: w.repairConsumer(malformedCfg), Keep: w.keeper(malformedCfg),
+		Logger: w.log, Name: wire.MalformedConsumer, Repair: w.repair(malformed), Keep: malformed.keep,
 	}}
-	for agentType, c := range consumers {
+	for agentType, dc := range consumers {
 		loops = append(loops, pull.Loop{
-			Consumer: c, Concurrency: w.cfg.Concurrency, Stopped: nak,
+			Consumer: dc.c, Concurrency: w.cfg.Concurrency, Stopped: nak,
 			Handle: func(ctx context.Context, m jetstream.Msg, slot *pull.Slot) settle.Outcome {
 				return w.process(ctx, agentType, m, slot)
 			},
-			Logger: w.log, Name: wire.AgentConsumer(agentType), Repair: w.repairConsumer(configs[agentType]),
-			Keep: w.keeper(configs[agentType]),
+			Logger: w.log, Name: wire.AgentConsumer(agentType), Repair: w.repair(dc), Keep: dc.keep,
 		})
 	}
 	for _, l := range loops {
@@ -283,8 +264,6 @@ func (w *Worker) setUp(ctx context.Context) error {
 		"lease", w.cfg.Lease)
 	return nil
 }
-
-const malformedConsumer = "dispatch-malformed"
 
 // Shutdown stops pulling new dispatches and waits for the runs in flight to
 // finish. When ctx is done first, it cancels their handlers (cause

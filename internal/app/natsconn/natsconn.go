@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -36,6 +37,13 @@ func Connect(cfg config.NATS, name string, logger *slog.Logger, extra ...nats.Op
 			subject := ""
 			if sub != nil {
 				subject = sub.Subject
+			}
+			if subject, ok := dispatchConsumerCreate(err); ok {
+				// Expected: a child-worker tries to create a missing
+				// dispatch consumer, and waits for a parent-worker to.
+				logger.Info("this user may not create dispatch consumers: a parent-worker creates them "+
+					"(docs/operations.md, What each role can do)", "subject", subject)
+				return
 			}
 			if errors.Is(err, nats.ErrPermissionViolation) {
 				// The server refused a publish or subscription this
@@ -80,4 +88,26 @@ func Connect(cfg config.NATS, name string, logger *slog.Logger, extra ...nats.Op
 		return nil, fmt.Errorf("nats: connect to %s: %w", cfg.Redacted(), err)
 	}
 	return nc, nil
+}
+
+// dispatchConsumerCreate reports whether err is the server refusing to
+// create or update a consumer of a dispatch stream (JETRUN_DISPATCH, or its
+// namesake under another prefix), and the subject refused. The server says
+// so only in the error's text.
+func dispatchConsumerCreate(err error) (string, bool) {
+	if !errors.Is(err, nats.ErrPermissionViolation) {
+		return "", false
+	}
+	const to = `Publish to "`
+	_, rest, ok := strings.Cut(err.Error(), to)
+	if !ok {
+		return "", false
+	}
+	subject, _, _ := strings.Cut(rest, `"`)
+	tokens := strings.Split(subject, ".")
+	if len(tokens) < 5 || tokens[0] != "$JS" || tokens[1] != "API" || tokens[2] != "CONSUMER" || tokens[3] != "CREATE" ||
+		!strings.HasSuffix(tokens[4], "_DISPATCH") {
+		return "", false
+	}
+	return subject, true
 }

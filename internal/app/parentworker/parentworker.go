@@ -252,6 +252,9 @@ func build(ctx, abort context.Context, cfg config.ParentWorker, nc *nats.Conn, l
 		}
 		pool = p.pool
 	}
+	// The dispatch consumers: the child credential may not create them.
+	consumers := &dispatchConsumers{rt: engine.From(rt), reg: p.registry, lease: cfg.Pool.Lease,
+		fleet: cfg.Pool.FleetConcurrency, restorer: m, log: logger}
 	var view *runview.View
 	viewSvc := service.Funcs{
 		// The summary of every row, for the HTTP API, is also the guard
@@ -281,7 +284,7 @@ func build(ctx, abort context.Context, cfg config.ParentWorker, nc *nats.Conn, l
 		})
 	}
 
-	p.start = present(rec, deliverer, mtr, pool, viewSvc, mcpSvc, httpSvc)
+	p.start = present(consumers, rec, deliverer, mtr, pool, viewSvc, mcpSvc, httpSvc)
 	// The stop order is deliberate. MCP calls in flight stop awaiting
 	// before their requests' contexts end with the HTTP server's: a
 	// request that ends is a cancel in MCP 2026-07-28, and a shutdown must
@@ -296,7 +299,7 @@ func build(ctx, abort context.Context, cfg config.ParentWorker, nc *nats.Conn, l
 		// In-flight deliveries finish, or are retried later.
 		present(within(cfg.FinishTimeout, deliverer, false)),
 		// Metering is at least once: events in flight are handed out again.
-		present(within(0, mtr, false), within(0, rec, true), viewSvc),
+		present(within(0, mtr, false), within(0, rec, true), viewSvc, consumers),
 	}
 	return p, nil
 }

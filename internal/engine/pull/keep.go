@@ -45,10 +45,16 @@ type Keeper struct {
 	Stream string
 	Config jetstream.ConsumerConfig
 	Resume bool
-	// ByUpdate restores a drifted consumer by updating it back, for a role
-	// that may not delete consumers (a child: the dispatch consumers).
-	// Without it, a drifted consumer is deleted and created afresh.
+	// ByUpdate restores a drifted consumer by updating it back instead of
+	// deleting it and creating it afresh: its fetch loops keep fetching.
 	ByUpdate bool
+	// Rewind, with ByUpdate, resets a consumer updated back to its ack
+	// floor: while re-pointed (or paused past messages, or with a lower
+	// max deliver) it moved past messages it never delivered, and a
+	// work-queue stream still holds them: they are delivered again, with
+	// those delivered and not yet acknowledged (their handlers must take a
+	// second delivery, as after an ack wait).
+	Rewind bool
 	// Ensure, if set, re-creates the streams first (engine.Runtime.Repair)
 	// when the consumer is missing.
 	Ensure   func(ctx context.Context) error
@@ -136,7 +142,15 @@ func (k *Keeper) restore(ctx context.Context, cur *jetstream.ConsumerInfo) error
 		if _, err := k.JS.UpdateConsumer(ctx, k.Stream, k.Config); err != nil {
 			return fmt.Errorf("restore consumer %s: update it back: %w", k.Config.Durable, err)
 		}
-		k.restored(ctx, reason, drift, 0)
+		var from uint64
+		if k.Rewind {
+			r, err := k.JS.ResetConsumer(ctx, k.Stream, k.Config.Durable)
+			if err != nil {
+				return fmt.Errorf("restore consumer %s: rewind it to its ack floor: %w", k.Config.Durable, err)
+			}
+			from = r.ResetSeq
+		}
+		k.restored(ctx, reason, drift, from)
 		return nil
 	}
 	if cur != nil {

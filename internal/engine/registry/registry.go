@@ -33,6 +33,7 @@ import (
 
 	"github.com/jetrun/jetrun/internal/engine/bucket"
 	"github.com/jetrun/jetrun/internal/engine/wire"
+	"github.com/jetrun/jetrun/pkg/events"
 )
 
 // DefaultTTL is how long an announcement lives unless rewritten.
@@ -71,6 +72,12 @@ type Announcement struct {
 	AgentType string    `json:"agentType"`
 	Worker    string    `json:"worker"`
 	At        time.Time `json:"at"`
+	// LeaseMs and FleetConcurrency are the worker's lease and fleet
+	// concurrency: the ack wait and max ack pending the parent-worker
+	// gives the agent type's dispatch consumer when it creates it (zero:
+	// not said).
+	LeaseMs          int64 `json:"leaseMs,omitempty"`
+	FleetConcurrency int   `json:"fleetConcurrency,omitempty"`
 	Info
 }
 
@@ -209,6 +216,52 @@ func (r *Registry) Agent(ctx context.Context, t string) (Agent, bool, error) {
 		return Agent{}, false, err
 	}
 	return Group(as)[0], true, nil
+}
+
+// Watch follows the announcements: those live now first, then each one
+// as it is written again or anew (a worker rewrites its own every third
+// of their TTL). The agent type is the key's (<agentType>.<worker>): a key
+// whose agent type is not a valid token is skipped, and a value that does
+// not decode comes with the agent type alone. The channel is closed when
+// ctx ends or the watch breaks.
+func (r *Registry) Watch(ctx context.Context) (<-chan Announcement, error) {
+	w, err := r.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("registry: watch: %w", err)
+	}
+	out := make(chan Announcement, 64)
+	go func() {
+		defer close(out)
+		defer func() { _ = w.Stop() }()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case e, ok := <-w.Updates():
+				if !ok {
+					return
+				}
+				if e == nil {
+					continue // the live keys are in
+				}
+				t, _, _ := strings.Cut(e.Key(), ".")
+				if events.ValidateAgentType(t) != nil {
+					continue
+				}
+				var a Announcement
+				if json.Unmarshal(e.Value(), &a) != nil {
+					a = Announcement{}
+				}
+				a.AgentType = t
+				select {
+				case out <- a:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return out, nil
 }
 
 // Group folds announcements into agent types, sorted by name; each lists

@@ -28,3 +28,9 @@ func TestClusterForgedFinalRowIsRepaired(t *testing.T) {
 	c := startCluster(t)
 	forgedRowRepaired(t, c.url(), map[string]string{"JETRUN_REPLICAS": "3"})
 }
+
+// TestRolesChildCannotRepointADispatchConsumer on the shipped cluster.
+func TestClusterChildCannotRepointADispatchConsumer(t *testing.T) {
+	c := startCluster(t)
+	repointRefused(t, c.url(), map[string]string{"JETRUN_REPLICAS": "3"})
+}
