@@ -14,35 +14,37 @@ import (
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
-// RepairFinal restores the row of run id from the run's last status event
-// when that event holds a final status (completed, error, aborted) and the
-// row does not: jetrun never leaves a final status, so such a row was
-// rewritten by someone who may write rows without the compare-and-set
-// (any credential that may write the runs bucket, see docs/operations.md,
-// "What each role can do"). The status, reason, error, attempt and
-// finishedAt come back from the event, the lease is released; fields the
-// event does not carry (output, summary) stay as the row has them. It
-// returns the event and true when it repaired the row; false when there
-// was nothing to repair. It is idempotent and safe to run concurrently.
+// RepairFinal restores the row of run id to the run's real ending when
+// the row says otherwise: the first status event on the run's status
+// subject that holds a final status (completed, error, aborted) for the
+// run. jetrun never leaves a final status nor changes a final row's
+// status, reason, error or attempt, so a row that left its final status or
+// holds another ending was rewritten by someone who may write rows without
+// the compare-and-set (any credential that may write the runs bucket, see
+// docs/operations.md, "What each role can do"); the first final event is
+// the real ending, whatever was published on the subject after it (a junk
+// event, a forged one). The status, reason, error, attempt and finishedAt
+// come back from the event, the lease is released; fields the event does
+// not carry (output, summary) stay as the row has them. It returns the
+// event and true when it repaired the row; false when there was nothing
+// to repair, and ErrNoFinalEvent when the run has no final status event
+// (yet: a writer stores the row before the event). It is idempotent and
+// safe to run concurrently.
 func (rt *Runtime) RepairFinal(ctx context.Context, id string) (*events.StatusEvent, bool, error) {
 	if err := events.ValidateID(id); err != nil {
 		return nil, false, fmt.Errorf("jetrun: repair run: %w", err)
 	}
-	m, err := rt.EventsStreamFor(id).GetLastMsgForSubject(ctx, rt.cfg.Namespace.RunSubject(id, events.KindStatus))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil, false, nil
-	}
+	ev, err := rt.firstFinal(ctx, id)
 	if err != nil {
-		return nil, false, fmt.Errorf("jetrun: repair run %s: read its last status event: %w", id, err)
+		return nil, false, err
 	}
-	var ev events.StatusEvent
-	if err := json.Unmarshal(m.Data, &ev); err != nil || ev.RunID != id || !ev.Status.Final() {
-		return nil, false, nil
+	if ev == nil {
+		return nil, false, fmt.Errorf("jetrun: repair run %s: %w", id, ErrNoFinalEvent)
 	}
 	repaired := false
 	_, _, err = rt.store.Mutate(ctx, id, func(r *jetruntype.Run) error {
 		repaired = false
-		if r.Status.Final() {
+		if r.Status == ev.Status && r.Reason == ev.Reason && r.Error == ev.Error && r.Attempt == ev.Attempt {
 			return runstore.ErrNoChange
 		}
 		r.Status, r.Reason, r.Error = ev.Status, ev.Reason, ev.Error
@@ -61,5 +63,35 @@ func (rt *Runtime) RepairFinal(ctx context.Context, id string) (*events.StatusEv
 	if !repaired {
 		return nil, false, nil
 	}
-	return &ev, true, nil
+	return ev, true, nil
+}
+
+// ErrNoFinalEvent is returned by RepairFinal for a run with no status
+// event that holds a final status.
+var ErrNoFinalEvent = errors.New("the run has no final status event")
+
+// maxStatusEvents bounds the status events firstFinal reads.
+const maxStatusEvents = 1000
+
+// firstFinal returns the first status event of run id that holds a final
+// status, skipping whatever else is on its status subject (live statuses,
+// another run's id, junk); nil if there is none.
+func (rt *Runtime) firstFinal(ctx context.Context, id string) (*events.StatusEvent, error) {
+	stream, subject := rt.EventsStreamFor(id), rt.cfg.Namespace.RunSubject(id, events.KindStatus)
+	seq := uint64(1)
+	for range maxStatusEvents {
+		m, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("jetrun: repair run %s: read its status events: %w", id, err)
+		}
+		var ev events.StatusEvent
+		if json.Unmarshal(m.Data, &ev) == nil && ev.RunID == id && ev.Status.Final() {
+			return &ev, nil
+		}
+		seq = m.Sequence + 1
+	}
+	return nil, nil
 }

@@ -258,9 +258,10 @@ func build(ctx, abort context.Context, cfg config.ParentWorker, nc *nats.Conn, l
 	var view *runview.View
 	viewSvc := service.Funcs{
 		// The summary of every row, for the HTTP API, is also the guard
-		// of final rows: a row seen leaving a final status (rewritten by a
-		// credential that may write the runs bucket) is restored from the
-		// run's final status event. Its first load ends with ctx.
+		// of final rows: a row seen leaving a final status or changing its
+		// ending (rewritten by a credential that may write the runs
+		// bucket) is restored from the run's first final status event.
+		// Its first load ends with ctx.
 		StartFunc: func(context.Context) (err error) {
 			view, err = runview.StartGuard(ctx, engine.From(rt).Store(), logger, repairFinal(rt, m, logger))
 			return err
@@ -384,11 +385,28 @@ func harden(ctx context.Context, rt *jetrun.Runtime, cfg config.ParentWorker, lo
 	return reg, nil
 }
 
-// repairFinal restores a final row someone rewrote from its run's final
-// status event (the run view's guard).
+// The guard looks finalEventTries times, finalEventPause apart, for the
+// final status event of a run whose final row was rewritten: its writer
+// stores the row before the event.
+const (
+	finalEventTries = 10
+	finalEventPause = 200 * time.Millisecond
+)
+
+// repairFinal restores a final row someone rewrote from its run's first
+// final status event (the run view's guard).
 func repairFinal(rt *jetrun.Runtime, m *metrics.Metrics, logger *slog.Logger) func(ctx context.Context, id string) {
 	return func(ctx context.Context, id string) {
 		ev, ok, err := engine.From(rt).RepairFinal(ctx, id)
+		for try := 1; errors.Is(err, engine.ErrNoFinalEvent) && try < finalEventTries && ctx.Err() == nil; try++ {
+			t := time.NewTimer(finalEventPause)
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+			}
+			t.Stop()
+			ev, ok, err = engine.From(rt).RepairFinal(ctx, id)
+		}
 		switch {
 		case err != nil:
 			logger.ErrorContext(ctx, "a final row was rewritten; repairing it failed", "run_id", id, "err", err)

@@ -91,7 +91,8 @@ type View struct {
 	logs   obs.Throttle // watch faults, per message and class
 
 	// unfinalized, if set, is called (from the watch's goroutine) with
-	// the id of a run whose row left a final status: jetrun never does
+	// the id of a run whose final row left its final status or changed
+	// its ending (status, reason, error, attempt): jetrun never does
 	// that, so someone rewrote the row.
 	unfinalized func(ctx context.Context, id string)
 }
@@ -104,10 +105,10 @@ func Start(ctx context.Context, store *runstore.Store, logger *slog.Logger) (*Vi
 
 // StartGuard is Start with a guard: unfinalized (when not nil) is called,
 // from the watch's goroutine, with the id of every run whose row it saw
-// leave a final status (completed, error, aborted), live or when it
-// reloads after a broken watch. jetrun never does that: the row was
-// rewritten by someone who may write the bucket (engine.Runtime.RepairFinal
-// restores it).
+// leave a final status (completed, error, aborted) or change its ending
+// while final, live or when it reloads after a broken watch. jetrun never
+// does that: the row was rewritten by someone who may write the bucket
+// (engine.Runtime.RepairFinal restores it).
 func StartGuard(ctx context.Context, store *runstore.Store, logger *slog.Logger, unfinalized func(ctx context.Context, id string)) (*View, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -173,9 +174,9 @@ func (v *View) loop(ctx context.Context, ready chan<- error) {
 			if c.Loaded { // the initial state is complete
 				bo.Reset()
 				v.mu.Lock()
-				var left []string // rows that left a final status while the watch was broken
+				var left []string // final rows rewritten while the watch was broken
 				for id, s := range initial {
-					if old, ok := v.runs[id]; ok && old.Final && !s.Final {
+					if old, ok := v.runs[id]; ok && rewritten(old, s) {
 						left = append(left, id)
 					}
 				}
@@ -205,7 +206,7 @@ func (v *View) loop(ctx context.Context, ready chan<- error) {
 				v.setRev(c.Revision)
 				continue
 			}
-			v.apply(ctx, c.ID, s, c.Run != nil, c.Revision)
+			v.apply(ctx, c.ID, s, c.Run, c.Revision)
 		}
 		w.Stop() // broken: reload everything, and make live subscribers reload too
 		v.closeSubs()
@@ -241,10 +242,23 @@ func (v *View) setRev(rev uint64) {
 	v.mu.Unlock()
 }
 
-// apply records a change and tells the subscribers.
-func (v *View) apply(ctx context.Context, id string, s Summary, present bool, rev uint64) {
+// rewritten reports whether a row whose summary was old and is now s was
+// rewritten outside jetrun: it was final, and it left its final status or
+// changed its ending.
+func rewritten(old, s Summary) bool {
+	if !old.Final {
+		return false
+	}
+	return !s.Final || s.Status != old.Status || s.Reason != old.Reason || s.Error != old.Error || s.Attempt != old.Attempt
+}
+
+// apply records a change (row r, nil when the run was removed) and tells
+// the subscribers.
+func (v *View) apply(ctx context.Context, id string, s Summary, r *jetruntype.Run, rev uint64) {
+	present := r != nil
 	v.mu.Lock()
-	left := present && !s.Final && v.runs[id].Final
+	old, had := v.runs[id]
+	left := present && had && rewritten(old, s)
 	if present {
 		v.runs[id] = s
 	} else {

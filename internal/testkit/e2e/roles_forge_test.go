@@ -194,6 +194,63 @@ func TestRolesSkippedDispatchesAreFoundAgain(t *testing.T) {
 	}
 }
 
+// putRowAs writes run id's row (read as admin) changed by set, as child,
+// without the compare-and-set.
+func putRowAs(t *testing.T, url string, admin jetstream.JetStream, id string, set func(r map[string]any)) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := jsAs(t, url, "child").KeyValue(ctx, "jetrun_runs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rowOf(t, admin, id)
+	set(r)
+	data, _ := json.Marshal(r)
+	if _, err := kv.Put(ctx, id, data); err != nil {
+		t.Fatalf("child: forge row %s: %v", id, err)
+	}
+}
+
+// Item 3 of issue 35: a child rewrites a completed row to another final
+// status, then publishes a junk status event and rewrites the row to
+// running. Both come back to the run's real ending, the first final status
+// event (the junk after it changes nothing), each said at ERROR and
+// counted.
+func TestRolesForgedEndingIsRepairedPastJunkEvents(t *testing.T) {
+	t.Parallel()
+	url := roleServer(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
+	pw, _ := forgeEnv(t, url, map[string]string{"JETRUN_HTTP_ADDR": addr})
+	admin := jsAs(t, url, "admin")
+	publishDispatches(t, url, []string{"forged-end"})
+	real := func() bool {
+		r := rowOf(t, admin, "forged-end")
+		return r != nil && r["status"] == "completed" && r["reason"] == nil && r["error"] == nil && r["attempt"] == float64(1)
+	}
+	natstest.Eventually(t, 60*time.Second, real, "the run did not complete")
+
+	putRowAs(t, url, admin, "forged-end", func(r map[string]any) {
+		r["status"], r["reason"], r["error"], r["attempt"] = "error", "forged", "forged", 7
+	})
+	natstest.Eventually(t, 30*time.Second, real, "the row rewritten to error was not repaired: %v", rowOf(t, admin, "forged-end"))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := jsAs(t, url, "child").Publish(ctx, "jetrun.run.forged-end.status", []byte(`{}`)); err != nil {
+		t.Fatalf("child: publish a junk status event: %v", err)
+	}
+	putRowAs(t, url, admin, "forged-end", func(r map[string]any) { r["status"] = "running" })
+	natstest.Eventually(t, 30*time.Second, real, "the row rewritten to running after a junk event was not repaired: %v",
+		rowOf(t, admin, "forged-end"))
+	if n := strings.Count(pw.stderr.String(), "a final row was rewritten by someone outside jetrun"); n != 2 {
+		t.Errorf("parent-worker said %d times that it repaired a row, want 2:\n%s", n, pw.stderr)
+	}
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		return strings.Contains(httpGet(t, "http://"+addr+"/metrics"), "jetrun_rows_repaired_total 2")
+	}, "/metrics does not count the 2 repairs")
+}
+
 // Item 3 of issue 35: a dispatch consumer deleted (by admin: no other role
 // may) is created again, counted in jetrun_consumers_restored_total and
 // said at ERROR; the runs dispatched meanwhile run.
