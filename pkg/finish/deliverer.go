@@ -63,7 +63,24 @@ type Config struct {
 	// Observer, if set, is told of every delivery, failed attempt and
 	// dead-lettered finish (for metrics).
 	Observer Observer
+	// Vouch, if set, is asked before a finish is delivered whether a
+	// transition jetrun made owes it: a credential that may write rows
+	// and events (the child's) can make a row and a status event say
+	// anything. parent-worker vouches from its guard of the runs bucket,
+	// which remembers each run's finishes as its transitions recorded
+	// them (docs/operations.md, "What each role can do"). An error
+	// wrapping ErrNotOwed refuses the finish: the handler is not called,
+	// the row records the finish as given up (failedAt, lastError) and an
+	// ERROR line says why; any other error retries the finish later.
+	// Without it, the row is trusted. Either way a final status's finish
+	// is delivered under one key only: a copy of a later ending of it
+	// (<runId>.<status>.<n>) is refused.
+	Vouch func(ctx context.Context, f Result) error
 }
+
+// ErrNotOwed is wrapped by a Config.Vouch error that refuses a finish: no
+// transition jetrun made owes it.
+var ErrNotOwed = errors.New("finish: no transition of jetrun owes this finish")
 
 // Observer is told what a Deliverer does, for metrics. Its methods must be
 // quick and must not block.

@@ -41,6 +41,12 @@ func (d *Deliverer) deliverFinish(ctx context.Context, name string, msg jetstrea
 		return d.deadLetter(ctx, name, msg, finishEntry{res}, claimed{}, reason, 0)
 	}
 	log := d.log.With("run_id", res.RunID, "status", res.Status, "handler", name)
+	if err := d.vouch(ctx, res); errors.Is(err, ErrNotOwed) {
+		return d.refuse(ctx, log, res, err)
+	} else if err != nil {
+		d.fault(ctx, log, "vouch for a finish", err)
+		return settle.Retry(time.Second)
+	}
 	// Milestone notices go out before the run's finishes.
 	if owed, err := d.noticesFirst(ctx, log, res); err != nil || owed {
 		if err != nil {
@@ -49,6 +55,40 @@ func (d *Deliverer) deliverFinish(ctx context.Context, name string, msg jetstrea
 		return settle.Retry(time.Second)
 	}
 	return d.deliverEntry(ctx, log, name, msg, finishEntry{res})
+}
+
+// vouch says whether a transition jetrun made owes res:
+// nil, an error wrapping ErrNotOwed, or why it cannot tell now. A final
+// status is reached once and never left, so its finish has one ending: a
+// later one (<runId>.<status>.<n>) was written by someone else.
+func (d *Deliverer) vouch(ctx context.Context, res Result) error {
+	if res.Status.Final() && res.Ending > 0 {
+		return fmt.Errorf("%w: a final status ends a run once, this is its ending %d", ErrNotOwed, res.Ending+1)
+	}
+	if d.cfg.Vouch == nil {
+		return nil
+	}
+	return d.cfg.Vouch(ctx, res)
+}
+
+// refuse drops res, which no transition of jetrun owes (someone rewrote
+// the run's row or published its status event): it says so at ERROR and
+// records the finish as given up on the row, if the row still owes that
+// ending, so the reconciler does not publish it again.
+func (d *Deliverer) refuse(ctx context.Context, log *slog.Logger, res Result, why error) settle.Outcome {
+	log.ErrorContext(ctx, "a finish no jetrun transition owes: refused, not delivered (someone rewrote the run's row "+
+		"or published its status event)", "ending", res.Ending, "err", why)
+	_, _, err := d.store.Mutate(ctx, res.RunID, func(r *jetruntype.Run) error {
+		fs := r.Finishes[res.Status]
+		if fs == nil || fs.Ending != res.Ending || !model.Of(r).FinishOwed(res.Status) {
+			return model.ErrNoChange
+		}
+		return model.Of(r).ReleaseFinish(res.Status, "refused: "+why.Error(), true, time.Now())
+	})
+	if err != nil && !errors.Is(err, runstore.ErrRunNotFound) {
+		d.fault(ctx, log, "record a refused finish", err)
+	}
+	return settle.Ack()
 }
 
 // An entry is one slot of a run's delivery ledger (jetruntype.Run) on its

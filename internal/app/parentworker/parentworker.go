@@ -210,6 +210,9 @@ func build(ctx, abort context.Context, cfg config.ParentWorker, nc *nats.Conn, l
 	if err != nil {
 		return nil, err
 	}
+	// The run view (started first) follows every row: it is the guard of
+	// final rows and vouches for the finishes the deliverer delivers.
+	var view *runview.View
 	deliverer, err := finish.New(rt, finish.Config{
 		ID:          cfg.WorkerID,
 		MaxAttempts: cfg.FinishMaxAttempts,
@@ -217,6 +220,7 @@ func build(ctx, abort context.Context, cfg config.ParentWorker, nc *nats.Conn, l
 		RetryDelay:  cfg.FinishRetryDelay,
 		Logger:      logger,
 		Observer:    m,
+		Vouch:       func(ctx context.Context, f finish.Result) error { return view.Vouch(ctx, f) },
 	})
 	if err != nil {
 		return nil, err
@@ -255,7 +259,6 @@ func build(ctx, abort context.Context, cfg config.ParentWorker, nc *nats.Conn, l
 	// The dispatch consumers: the child credential may not create them.
 	consumers := &dispatchConsumers{rt: engine.From(rt), reg: p.registry, lease: cfg.Pool.Lease,
 		fleet: cfg.Pool.FleetConcurrency, restorer: m, log: logger}
-	var view *runview.View
 	viewSvc := service.Funcs{
 		// The summary of every row, for the HTTP API, is also the guard
 		// of final rows: a row seen leaving a final status or changing its
@@ -285,7 +288,7 @@ func build(ctx, abort context.Context, cfg config.ParentWorker, nc *nats.Conn, l
 		})
 	}
 
-	p.start = present(consumers, rec, deliverer, mtr, pool, viewSvc, mcpSvc, httpSvc)
+	p.start = present(consumers, viewSvc, rec, deliverer, mtr, pool, mcpSvc, httpSvc)
 	// The stop order is deliberate. MCP calls in flight stop awaiting
 	// before their requests' contexts end with the HTTP server's: a
 	// request that ends is a cancel in MCP 2026-07-28, and a shutdown must

@@ -82,6 +82,7 @@ type View struct {
 	mu      sync.RWMutex
 	stopped bool // no more subscriptions
 	runs    map[string]Summary
+	ledgers map[string]*ledger // the finishes each run's transitions recorded (ledger.go)
 	lastRev uint64
 	subs    map[chan Summary]struct{}
 	changed *sync.Cond // signalled when lastRev moves
@@ -115,7 +116,7 @@ func StartGuard(ctx context.Context, store *runstore.Store, logger *slog.Logger,
 	}
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	v := &View{
-		store: store, log: logger, runs: make(map[string]Summary),
+		store: store, log: logger, runs: make(map[string]Summary), ledgers: make(map[string]*ledger),
 		subs: make(map[chan Summary]struct{}), cancel: cancel, done: make(chan struct{}),
 		unfinalized: unfinalized,
 	}
@@ -169,6 +170,7 @@ func (v *View) loop(ctx context.Context, ready chan<- error) {
 			continue
 		}
 		initial := make(map[string]Summary)
+		ledgers := make(map[string]*ledger)
 		loading := true
 		for c := range w.Changes() {
 			if c.Loaded { // the initial state is complete
@@ -180,7 +182,7 @@ func (v *View) loop(ctx context.Context, ready chan<- error) {
 						left = append(left, id)
 					}
 				}
-				v.runs, loading = initial, false
+				v.runs, v.ledgers, loading = initial, ledgers, false
 				v.lastRev = max(v.lastRev, baseline)
 				v.changed.Broadcast()
 				v.mu.Unlock()
@@ -200,8 +202,12 @@ func (v *View) loop(ctx context.Context, ready chan<- error) {
 			if loading {
 				if c.Run != nil {
 					initial[s.ID] = s
+					if l := v.reloaded(c.ID, c.Run, ledgers[c.ID]); l != nil {
+						ledgers[c.ID] = l
+					}
 				} else {
 					delete(initial, c.ID)
+					delete(ledgers, c.ID)
 				}
 				v.setRev(c.Revision)
 				continue
@@ -259,6 +265,7 @@ func (v *View) apply(ctx context.Context, id string, s Summary, r *jetruntype.Ru
 	v.mu.Lock()
 	old, had := v.runs[id]
 	left := present && had && rewritten(old, s)
+	v.noteLocked(id, r)
 	if present {
 		v.runs[id] = s
 	} else {

@@ -37,8 +37,8 @@ func (r *Row) oweFinish(s events.Status, now time.Time) {
 	}
 	ending := 0
 	if fs, used := r.Finishes[s]; used {
-		if !fs.Resumed {
-			return // one slot per status and ending
+		if !fs.Resumed || s.Final() {
+			return // one slot per status and ending; a final status is reached once
 		}
 		// A resumed run ended with the status again: its handler hears
 		// this ending too, under its own message id. A copy of the earlier

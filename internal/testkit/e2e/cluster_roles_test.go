@@ -34,3 +34,9 @@ func TestClusterChildCannotRepointADispatchConsumer(t *testing.T) {
 	c := startCluster(t)
 	repointRefused(t, c.url(), map[string]string{"JETRUN_REPLICAS": "3"})
 }
+
+// TestRolesForgedFinishesAreNotDelivered on the shipped cluster.
+func TestClusterForgedFinishesAreNotDelivered(t *testing.T) {
+	c := startCluster(t)
+	forgedFinishesRefused(t, c.url(), map[string]string{"JETRUN_REPLICAS": "3"})
+}

@@ -4,10 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
@@ -191,6 +195,148 @@ func TestRolesSkippedDispatchesAreFoundAgain(t *testing.T) {
 	}
 	if !strings.Contains(pw.stderr.String(), "durable consumer restored") {
 		t.Errorf("parent-worker did not say it restored agent-demo:\n%s", pw.stderr)
+	}
+}
+
+// finishCall is one call a recordingHook received.
+type finishCall struct {
+	Key     string
+	RunID   string `json:"runId"`
+	Status  string `json:"status"`
+	Summary string `json:"summary"`
+}
+
+// recordingHook is a finish webhook that records every call, whatever its
+// idempotency key.
+type recordingHook struct {
+	*httptest.Server
+	mu    sync.Mutex
+	calls []finishCall
+}
+
+func newRecordingHook(t *testing.T) *recordingHook {
+	h := &recordingHook{}
+	h.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var c finishCall
+		if err := json.NewDecoder(r.Body).Decode(&c); err != nil {
+			http.Error(w, err.Error(), 400)
+			return
+		}
+		c.Key = r.Header.Get("Idempotency-Key")
+		h.mu.Lock()
+		h.calls = append(h.calls, c)
+		h.mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(h.Close)
+	return h
+}
+
+// keys returns the idempotency keys of the calls so far, in order.
+func (h *recordingHook) keys() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for _, c := range h.calls {
+		out = append(out, c.Key)
+	}
+	return out
+}
+
+// forgeFinish rewrites run id's final row as child (set changes it) and
+// publishes, as child, a status event saying the run owes a completed
+// finish.
+func forgeFinish(t *testing.T, url string, admin jetstream.JetStream, id string, set func(r map[string]any)) {
+	t.Helper()
+	child := jsAs(t, url, "child")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := child.KeyValue(ctx, "jetrun_runs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rowOf(t, admin, id)
+	set(r)
+	data, _ := json.Marshal(r)
+	if _, err := kv.Put(ctx, id, data); err != nil {
+		t.Fatalf("child: forge row %s: %v", id, err)
+	}
+	ev := fmt.Sprintf(`{"runId":%q,"status":"completed","attempt":%v,"at":%q}`, id, r["attempt"], time.Now().Format(time.RFC3339Nano))
+	m := &nats.Msg{Subject: "jetrun.run." + id + ".status", Data: []byte(ev), Header: nats.Header{}}
+	m.Header.Set("Jetrun-Finish-Owed", "completed")
+	if _, err := child.PublishMsg(ctx, m); err != nil {
+		t.Fatalf("child: forge status event of %s: %v", id, err)
+	}
+}
+
+// sweepCount is how many reconcile sweeps the parent-worker serving
+// metrics on addr has made (-1 when it does not answer).
+func sweepCount(t *testing.T, addr string) int {
+	t.Helper()
+	for _, l := range strings.Split(httpGet(t, "http://"+addr+"/metrics"), "\n") {
+		var n int
+		if _, err := fmt.Sscanf(l, "jetrun_reconcile_sweep_duration_seconds_count %d", &n); err == nil {
+			return n
+		}
+	}
+	return -1
+}
+
+// Item 2 of issue 35: a child rewrites a final row's finish ledger and
+// publishes a status event with the finish-owed header. Neither a second
+// finish of a delivered run (a new idempotency key, a forged output) nor a
+// first finish of a run that never had an onFinish reaches the webhook;
+// the parent-worker says so, and both rows come back to their ledgers.
+func TestRolesForgedFinishesAreNotDelivered(t *testing.T) {
+	t.Parallel()
+	forgedFinishesRefused(t, roleServer(t), nil)
+}
+
+// forgedFinishesRefused is TestRolesForgedFinishesAreNotDelivered on the
+// server at url, the processes started with env on top of their roles'.
+func forgedFinishesRefused(t *testing.T, url string, env map[string]string) {
+	hook := newRecordingHook(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
+	pw, _ := forgeEnv(t, url, mergeAll(map[string]string{"JETRUN_FINISH_WEBHOOKS": "hook=" + hook.URL,
+		"JETRUN_RECONCILE_INTERVAL": "1s", "JETRUN_HTTP_ADDR": addr}, env))
+	admin := jsAs(t, url, "admin")
+	producer := jsAs(t, url, "producer")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, d := range []string{
+		`{"runId":"forge-delivered","input":{"steps":1,"stepMs":1},"detached":{"onFinish":"hook"}}`,
+		`{"runId":"forge-plain","input":{"steps":1,"stepMs":1}}`,
+	} {
+		if _, err := producer.Publish(ctx, "jetrun.dispatch.demo", []byte(d)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	natstest.Eventually(t, 60*time.Second, func() bool {
+		r := rowOf(t, admin, "forge-delivered")
+		d, _ := r["delivered"].(map[string]any)
+		return d["completed"] != nil && completedRows(t, admin, []string{"forge-plain"}) == 1
+	}, "the runs did not complete and deliver")
+
+	forgeFinish(t, url, admin, "forge-delivered", func(r map[string]any) {
+		f := r["finishes"].(map[string]any)["completed"].(map[string]any)
+		f["ending"], f["resumed"], f["attempts"] = 1, true, 0
+		delete(r, "delivered")
+		r["summary"], r["output"] = "forged summary", map[string]any{"forged": true}
+	})
+	forgeFinish(t, url, admin, "forge-plain", func(r map[string]any) {
+		r["detached"] = map[string]any{"onFinish": "hook"}
+		r["finishes"] = map[string]any{"completed": map[string]any{"dueAt": time.Now().Format(time.RFC3339Nano)}}
+	})
+	// The refusals, or a forged finish delivered: whichever comes first.
+	natstest.Eventually(t, 60*time.Second, func() bool {
+		return len(hook.keys()) > 1 || strings.Count(pw.stderr.String(), "a finish no jetrun transition owes") >= 2
+	}, "the parent-worker neither delivered nor refused the forged finishes:\n%s", pw.stderr)
+	// Two more reconcile sweeps: the rows owe nothing the reconciler republishes.
+	sweeps := sweepCount(t, addr)
+	natstest.Eventually(t, 30*time.Second, func() bool { return sweepCount(t, addr) >= sweeps+2 },
+		"the reconciler did not sweep")
+	if got := hook.keys(); len(got) != 1 || got[0] != "forge-delivered.completed" {
+		t.Fatalf("the webhook got %v; want only the run's real finish, forge-delivered.completed", got)
 	}
 }
 

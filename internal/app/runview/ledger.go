@@ -1,0 +1,140 @@
+package runview
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/finish"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
+)
+
+// ledger is what the view trusts of one run's finishes: those jetrun's
+// transitions recorded on the run's row while the view saw it not final,
+// and which of them it saw delivered. A credential that may write rows
+// (the child's) can make a row say anything, but jetrun records no new
+// finish on a final row and never leaves a final status: once the view has
+// seen the run final, a later rewrite of its row adds nothing here.
+type ledger struct {
+	final     bool                  // seen final: sealed
+	handler   string                // the run's finish handler, "" for none
+	endings   map[events.Status]int // the finishes recorded: status → ending
+	delivered map[events.Status]int // status → ending+1 of the ending seen delivered
+}
+
+// note records what row r says, as far as the ledger still takes it.
+func (l *ledger) note(r *jetruntype.Run) {
+	if !l.final {
+		l.handler, l.endings = "", nil
+		if r.Detached != nil {
+			l.handler = r.Detached.OnFinish
+		}
+		for s, fs := range r.Finishes {
+			if l.endings == nil {
+				l.endings = make(map[events.Status]int, len(r.Finishes))
+			}
+			l.endings[s] = fs.Ending
+		}
+		l.final = r.Status.Final()
+	}
+	for s := range r.Delivered {
+		if e, ok := l.endings[s]; ok && r.Finishes[s] != nil && r.Finishes[s].Ending == e {
+			if l.delivered == nil {
+				l.delivered = make(map[events.Status]int, 1)
+			}
+			l.delivered[s] = e + 1
+		}
+	}
+}
+
+// noteLocked records row r of run id (nil: the row was removed) in the
+// ledgers. A run gets a ledger once it has a finish handler or is final;
+// v.mu is held.
+func (v *View) noteLocked(id string, r *jetruntype.Run) {
+	if r == nil {
+		delete(v.ledgers, id)
+		return
+	}
+	l := v.ledgers[id]
+	if l == nil {
+		if !r.Status.Final() && (r.Detached == nil || r.Detached.OnFinish == "") {
+			return
+		}
+		l = &ledger{}
+		v.ledgers[id] = l
+	}
+	l.note(r)
+}
+
+// Vouch says whether a transition of jetrun owes finish f (a
+// finish.Config.Vouch): nil when the view saw the run's row record it, an
+// error wrapping finish.ErrNotOwed when the run's transitions recorded no
+// such finish (its row was rewritten after it ended, or before the view
+// saw it end: the finish handler, a status, an ending, a delivery mark
+// removed), or an error when the view cannot catch up with the bucket. A
+// run the view does not know (cleared) is left to the deliverer.
+func (v *View) Vouch(ctx context.Context, f finish.Result) error {
+	if err := v.Sync(ctx); err != nil {
+		return err
+	}
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	s, known := v.runs[f.RunID]
+	l := v.ledgers[f.RunID]
+	switch {
+	case !known:
+		return nil
+	case l == nil || l.handler == "":
+		return fmt.Errorf("%w: run %s was given no finish handler", finish.ErrNotOwed, f.RunID)
+	case l.handler != f.Handler:
+		return fmt.Errorf("%w: run %s finishes to handler %q, not %q", finish.ErrNotOwed, f.RunID, l.handler, f.Handler)
+	}
+	if e, ok := l.endings[f.Status]; !ok || e != f.Ending {
+		return fmt.Errorf("%w: run %s ended %v; no transition recorded its %s ending %d",
+			finish.ErrNotOwed, f.RunID, endingsOf(l), f.Status, f.Ending+1)
+	}
+	if _, marked := s.Delivered[f.Status]; l.delivered[f.Status] == f.Ending+1 && !marked {
+		return fmt.Errorf("%w: run %s's %s finish was delivered; its row no longer says so", finish.ErrNotOwed, f.RunID, f.Status)
+	}
+	return nil
+}
+
+// endingsOf lists l's finishes for a refusal's reason.
+func endingsOf(l *ledger) []string {
+	var out []string
+	for s, e := range l.endings {
+		out = append(out, fmt.Sprintf("%s#%d", s, e+1))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// clone returns a copy of l that notes without changing l.
+func (l *ledger) clone() *ledger {
+	c := *l
+	c.endings, c.delivered = maps.Clone(l.endings), maps.Clone(l.delivered)
+	return &c
+}
+
+// reloaded is the ledger of run id as a reload of the bucket finds row r:
+// a run the view had seen final stays sealed. l is the ledger the reload
+// built so far (nil if none); v.mu is not held.
+func (v *View) reloaded(id string, r *jetruntype.Run, l *ledger) *ledger {
+	if l == nil {
+		v.mu.RLock()
+		old := v.ledgers[id]
+		v.mu.RUnlock()
+		switch {
+		case old != nil && old.final:
+			l = old.clone()
+		case r.Status.Final() || r.Detached != nil && r.Detached.OnFinish != "":
+			l = &ledger{}
+		default:
+			return nil
+		}
+	}
+	l.note(r)
+	return l
+}

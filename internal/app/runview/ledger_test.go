@@ -1,0 +1,73 @@
+package runview_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jetrun/jetrun/internal/app/runview"
+	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/finish"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
+)
+
+// The view vouches for the finishes a run's row recorded while it was not
+// final, and for none that a rewrite of the final row added: a handler
+// given to a run that had none, a later ending, a delivery mark removed.
+func TestVouchTrustsOnlyWhatTheRowRecordedBeforeItsEnd(t *testing.T) {
+	t.Parallel()
+	env := jetruntest.NewEnv(t)
+	ctx := context.Background()
+	v, err := runview.Start(ctx, env.Store, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(v.Stop)
+	kv, err := env.JS.KeyValue(ctx, "jetrun_runs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(r *jetruntype.Run) {
+		t.Helper()
+		data, _ := json.Marshal(r)
+		if _, err := kv.Put(ctx, r.ID, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	completed := map[events.Status]*jetruntype.FinishState{events.StatusCompleted: {Slot: jetruntype.Slot{DueAt: time.Now()}}}
+	owed := finish.Result{RunID: "det", Handler: "h", Status: events.StatusCompleted}
+
+	det := &jetruntype.Run{ID: "det", AgentType: "demo", Status: events.StatusRunning, Detached: &events.Detached{OnFinish: "h"}}
+	put(det)
+	det.Status, det.Finishes = events.StatusCompleted, completed
+	put(det)
+	plain := &jetruntype.Run{ID: "plain", AgentType: "demo", Status: events.StatusCompleted}
+	put(plain)
+	if err := v.Vouch(ctx, owed); err != nil {
+		t.Fatalf("the finish its transition recorded: %v", err)
+	}
+	det.Delivered = map[events.Status]time.Time{events.StatusCompleted: time.Now()}
+	put(det)
+
+	plain.Detached, plain.Finishes = &events.Detached{OnFinish: "h"}, completed
+	put(plain)
+	det.Delivered = nil
+	put(det)
+	for _, f := range []finish.Result{
+		{RunID: "plain", Handler: "h", Status: events.StatusCompleted},
+		owed, // its delivery mark removed
+		{RunID: "det", Handler: "h", Status: events.StatusCompleted, Ending: 1},
+		{RunID: "det", Handler: "other", Status: events.StatusCompleted},
+		{RunID: "det", Handler: "h", Status: events.StatusError},
+	} {
+		if err := v.Vouch(ctx, f); !errors.Is(err, finish.ErrNotOwed) {
+			t.Errorf("%+v: %v, want ErrNotOwed", f, err)
+		}
+	}
+	if err := v.Vouch(ctx, finish.Result{RunID: "cleared", Handler: "h", Status: events.StatusCompleted}); err != nil {
+		t.Errorf("a run the view does not know is left to the deliverer: %v", err)
+	}
+}
