@@ -52,8 +52,12 @@ func TestNatsConfRunsARealServerTheWorkersUse(t *testing.T) {
 		t.Fatal("nats.conf lets a client without a user in")
 	}
 
-	// The parent (here a parent client with the parent user) creates the
-	// streams; the child-worker, as child, finds them.
+	// The parent-worker creates the streams and the dispatch consumers of
+	// the agent types the child-worker announces; the child-worker, as
+	// child, finds them (it may not create them); a parent client with
+	// the parent user runs a run on them.
+	start(t, "parent-worker", mergeAll(roleEnv(url, "parent"), map[string]string{"JETRUN_HTTP_ADDR": ""})).
+		waitLog("parent-worker ready", 60*time.Second)
 	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
 	client, err := parent.New(rt, parent.Config{})
 	if err != nil {
