@@ -132,6 +132,11 @@ type Run struct {
 
 	// Usage is what the run reported spending (usage.go), across attempts.
 	Usage *Usage `json:"usage,omitempty"`
+	// StepUsage is the part of Usage that came with the run's stored
+	// steps (events.Step.Usage): the row counts their usage up to it. An
+	// attempt that takes the run over adds what its stored steps spent
+	// beyond it, so a step's usage counts once whatever dies when.
+	StepUsage *Usage `json:"stepUsage,omitempty"`
 	// Root is the top of the run's tree (empty at the top); BudgetFrom the
 	// ancestors whose budgets it draws from; Budget its own tree budget.
 	Root       string             `json:"root,omitempty"`

@@ -94,8 +94,8 @@ type execution struct {
 
 	nest execNested // nested runs and calls (nested.go, call.go)
 
-	resumed bool      // an earlier attempt may have stored steps (step.go); set by start
-	use     execUsage // usage reports (usage.go)
+	storedSteps []events.Step // the steps earlier attempts stored, read by start (step.go)
+	use         execUsage     // usage reports (usage.go)
 }
 
 // newExecution prepares the attempt of a run the worker is about to claim;
@@ -275,7 +275,6 @@ const historyTimeout = 30 * time.Second
 // already, so the event never claims what the row does not record.
 func (e *execution) start(ctx context.Context) error {
 	takeover := e.attempt > 1 || e.cur.FirstEventSeq != 0
-	e.resumed = takeover
 	msgID := wire.StatusMsgID(e.id, e.attempt, events.StatusRunning)
 	if !takeover && e.cur.ConcurrencyKey == "" {
 		e.pub.opened = func(seq uint64) {
@@ -338,8 +337,10 @@ func (e *execution) firstEvent(ctx context.Context, running uint64) (uint64, err
 	return min(m.Sequence, running), nil
 }
 
-// loadHistory reads the last chunk sequence and the milestones already
-// reached. After our "running" event no earlier attempt can add to them.
+// loadHistory reads the last chunk sequence, the milestones already
+// reached and the steps stored, and counts the usage of stored steps the
+// row does not count yet (startSteps). After our "running" event no
+// earlier attempt can add to them.
 func (e *execution) loadHistory(ctx context.Context) error {
 	ns := e.w.ns
 	m, err := e.w.rt.EventsStreamFor(e.id).GetLastMsgForSubject(ctx, ns.RunSubject(e.id, events.KindChunk))
@@ -384,7 +385,12 @@ func (e *execution) loadHistory(ctx context.Context) error {
 		last = ms[n-1]
 	}
 	e.showEmitted(e.chunkSeq, last)
-	return nil
+	steps, err := e.readSteps(ctx, first)
+	if err != nil {
+		return err
+	}
+	e.storedSteps = steps
+	return e.startSteps(ctx, steps)
 }
 
 // call runs the handler, turning a panic into an error.

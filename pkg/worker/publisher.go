@@ -96,7 +96,8 @@ type outgoing struct {
 	kind, msgID string
 	data        []byte
 	fut         jetstream.PubAckFuture
-	seq         uint64 // set once acknowledged
+	seq         uint64         // set once acknowledged
+	stored      func(dup bool) // if set, called (under mu) once acknowledged; dup: as a copy of an event stored before
 }
 
 // publish appends one event. With wait it returns once the event (and
@@ -104,19 +105,36 @@ type outgoing struct {
 // returns once the event is in flight (seq 0), and a failure shows on a
 // later call.
 func (p *publisher) publish(ctx context.Context, kind, msgID string, v any, wait bool) (uint64, error) {
+	seq, _, err := p.publishOutgoing(ctx, kind, msgID, v, wait, nil)
+	return seq, err
+}
+
+// publishTracked publishes like publish with wait, for an event whose
+// storing matters past the call: stored, if not nil, is called (under the
+// publisher's lock: it must not publish) when the server acknowledges the
+// event, even after publishTracked returned an error (its context ended
+// while it waited, say). queued reports whether the event was put on its
+// way: an event that was not is never stored.
+func (p *publisher) publishTracked(ctx context.Context, kind, msgID string, v any, stored func(dup bool)) (queued bool, err error) {
+	_, queued, err = p.publishOutgoing(ctx, kind, msgID, v, true, stored)
+	return queued, err
+}
+
+func (p *publisher) publishOutgoing(ctx context.Context, kind, msgID string, v any, wait bool, stored func(bool)) (uint64, bool, error) {
 	data, err := json.Marshal(v)
 	if err != nil {
-		return 0, fmt.Errorf("worker: encode %s event of run %s: %w", kind, p.runID, err)
+		return 0, false, fmt.Errorf("worker: encode %s event of run %s: %w", kind, p.runID, err)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err := p.failed(); err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	if err := p.closeChunksLocked(ctx); err != nil { // the chunks before it go first
-		return 0, err
+		return 0, false, err
 	}
-	return p.enqueueLocked(ctx, &outgoing{kind: kind, msgID: msgID, data: data}, wait)
+	seq, err := p.enqueueLocked(ctx, &outgoing{kind: kind, msgID: msgID, data: data, stored: stored}, wait)
+	return seq, true, err
 }
 
 // open sends the attempt's "running" status event without waiting for its
@@ -242,15 +260,19 @@ func (p *publisher) dropAcknowledgedLocked() {
 			if p.bo != nil {
 				p.bo.Reset()
 			}
-			p.pop()
+			p.pop(ack.Duplicate)
 		default:
 			return
 		}
 	}
 }
 
-// pop drops the oldest event, stored.
-func (p *publisher) pop() {
+// pop drops the oldest event, stored (dup: as a copy of an event stored
+// before), and tells its stored hook.
+func (p *publisher) pop(dup bool) {
+	if o := p.inflight[0]; o.stored != nil {
+		o.stored(dup)
+	}
 	p.inflight[0] = nil // the backing array outlives the slice's head
 	p.inflight = p.inflight[1:]
 	p.sent--
@@ -325,7 +347,7 @@ func (p *publisher) settle(ctx context.Context, n int) error {
 				p.bo.Reset()
 			}
 			o.seq = ack.Sequence
-			p.pop()
+			p.pop(ack.Duplicate)
 			done++
 		case err := <-o.fut.Err():
 			landed, rerr := p.recover(ctx, o, err)
@@ -333,7 +355,7 @@ func (p *publisher) settle(ctx context.Context, n int) error {
 				return rerr
 			}
 			if landed {
-				p.pop()
+				p.pop(true)
 				done++
 			}
 			if rerr := p.resend(ctx); rerr != nil {

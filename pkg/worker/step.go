@@ -10,8 +10,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jetrun/jetrun/internal/engine/model"
-	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
@@ -21,9 +19,9 @@ import (
 // subject (jetrun.run.<id>.step, Nats-Msg-Id <runId>.step.<name>), fenced
 // like every event of the attempt and acknowledged before Step returns;
 // a later attempt (a takeover, a retry, a resumed interrupted run) reads
-// the run's stored steps once, at its first Step call, and returns the
-// stored output instead of running the work again. A first attempt has no
-// stored steps to read: its path has no extra round trip.
+// the run's stored steps once, as it starts (with its milestones), and
+// returns the stored output instead of running the work again. A first
+// attempt has no stored steps to read: its path has no extra round trip.
 //
 // At most twice: work that was running when its worker died, or whose
 // store was refused because the run was taken over meanwhile, is not
@@ -51,34 +49,6 @@ type StepError struct {
 
 func (e *StepError) Error() string { return "step " + e.Name + " failed: " + e.Message }
 func (e *StepError) Unwrap() error { return e.err }
-
-// stepUsage adds up the usage reported with one step's context (Run.Usage
-// finds it there): the step's own spending, stored with it.
-type stepUsage struct {
-	mu sync.Mutex
-	u  events.Usage
-	n  int
-}
-
-type stepUsageKey struct{}
-
-func (s *stepUsage) add(u Usage) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	model.AddReport(&s.u, u)
-	s.n++
-}
-
-// total is the step's usage, nil when it reported none.
-func (s *stepUsage) total() *events.Usage {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.n == 0 {
-		return nil
-	}
-	u := s.u
-	return &u
-}
 
 // steps is a run's book of stored steps, read once per attempt.
 type steps struct {
@@ -123,9 +93,11 @@ func (r *Run) Step(ctx context.Context, name string, fn func(ctx context.Context
 	case ferr == nil:
 		raw, err := json.Marshal(v)
 		if err != nil {
+			r.freeStep(spent)
 			return nil, fmt.Errorf("worker: output of step %s of run %s is not JSON-encodable: %w", name, r.row.ID, err)
 		}
 		if len(raw) > events.MaxOutputBytes {
+			r.freeStep(spent)
 			return nil, fmt.Errorf("worker: output of step %s of run %s is %d bytes; the limit is %d: %w",
 				name, r.row.ID, len(raw), events.MaxOutputBytes, ErrTooLarge)
 		}
@@ -136,9 +108,10 @@ func (r *Run) Step(ctx context.Context, name string, fn func(ctx context.Context
 			st.Error = st.Error[:events.MaxOutputBytes]
 		}
 	default:
+		r.freeStep(spent)
 		return nil, ferr
 	}
-	st, err := r.storeStep(ctx, st)
+	st, err := r.storeStep(ctx, st, spent)
 	if err != nil {
 		return nil, err
 	}
@@ -230,9 +203,16 @@ func (b *steps) addLocked(st events.Step) events.Step {
 	return st
 }
 
-// storeStep stores st and returns the step kept under its name.
-func (r *Run) storeStep(ctx context.Context, st events.Step) (events.Step, error) {
-	if err := r.b.StoreStep(ctx, st); err != nil {
+// storeStep stores st, whose usage spent holds, and returns the step kept
+// under its name.
+func (r *Run) storeStep(ctx context.Context, st events.Step, spent *stepUsage) (events.Step, error) {
+	var err error
+	if sb, ok := r.b.(stepBook); ok {
+		err = sb.storeStepWith(ctx, st, spent)
+	} else {
+		err = r.b.StoreStep(ctx, st)
+	}
+	if err != nil {
 		return events.Step{}, err
 	}
 	b := &r.steps
@@ -241,26 +221,32 @@ func (r *Run) storeStep(ctx context.Context, st events.Step) (events.Step, error
 	return b.addLocked(st), nil
 }
 
+// freeStep makes the usage of a step that is not stored the attempt's,
+// on a backend that counts it (stepBook).
+func (r *Run) freeStep(spent *stepUsage) {
+	if sb, ok := r.b.(stepBook); ok {
+		sb.freeStep(spent)
+	}
+}
+
 // StoreStep publishes st and returns once it, and every event before it,
 // is stored.
 func (e *execution) StoreStep(ctx context.Context, st events.Step) error {
-	if _, err := e.pub.publish(ctx, events.KindStep, wire.StepMsgID(e.id, st.Name), st, true); err != nil {
-		return err
-	}
-	e.noteSignal(st.At, nil)
-	return nil
+	return e.storeStepWith(ctx, st, nil)
 }
 
-// LoadSteps reads the steps earlier attempts stored, one direct get at a
-// time like the milestones (no consumer per run taken over). A first
-// attempt has none: it reads nothing.
+// LoadSteps returns the steps earlier attempts stored, read as the attempt
+// started (readSteps).
 func (e *execution) LoadSteps(ctx context.Context) ([]events.Step, error) {
-	if !e.resumed {
-		return nil, nil
-	}
-	e.curMu.Lock()
-	from := max(e.cur.FirstEventSeq, 1)
-	e.curMu.Unlock()
+	return e.storedSteps, nil
+}
+
+// readSteps reads the steps earlier attempts stored, one direct get at a
+// time like the milestones (no consumer per run taken over), from the
+// run's first event (from). Only an attempt that may follow others reads
+// them (start), as it starts: it counts the usage of those the row does
+// not count yet (startSteps), and its handler's Run.Step finds them.
+func (e *execution) readSteps(ctx context.Context, from uint64) ([]events.Step, error) {
 	subject := e.w.ns.RunSubject(e.id, events.KindStep)
 	var out []events.Step
 	for seq := from; ; {

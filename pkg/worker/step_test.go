@@ -12,6 +12,7 @@ import (
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
+	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
 
@@ -142,5 +143,95 @@ func TestStepStoresTheUsageItsFunctionReported(t *testing.T) {
 	wantRun := events.UsageTotals{InputTokens: 102, OutputTokens: 25, CostMicros: 7}
 	if row.Usage == nil || row.Usage.UsageTotals != wantRun {
 		t.Errorf("run usage = %+v; want %+v", row.Usage, wantRun)
+	}
+}
+
+// What a step's function reported counts on the run once whatever becomes
+// of the step: a function that failed (not stored) leaves its usage to
+// the run, one that failed for good (stored) and one that succeeded store
+// theirs; a name called again after it is stored reports nothing. The
+// row's stepUsage counts the stored steps' usage only.
+func TestStepUsageCountsOnceWhateverTheStepBecomes(t *testing.T) {
+	t.Parallel()
+	spend := func(ctx context.Context, run *worker.Run, n int64) error {
+		return run.Usage(ctx, worker.Usage{InputTokens: n, Model: "m"})
+	}
+	h := worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+		if _, err := run.Step(ctx, "flaky", func(ctx context.Context) (any, error) {
+			return nil, errors.Join(spend(ctx, run, 1), errors.New("upstream 503")) // spent, not stored
+		}); err == nil {
+			return worker.Result{}, errors.New("flaky step stored")
+		}
+		if _, err := run.Step(ctx, "refused", func(ctx context.Context) (any, error) {
+			return nil, errors.Join(spend(ctx, run, 10), jetruntype.Cancel(errors.New("refused"))) // stored failed
+		}); err == nil {
+			return worker.Result{}, errors.New("refused step succeeded")
+		}
+		for range 2 { // the second call finds it stored
+			if _, err := run.Step(ctx, "good", func(ctx context.Context) (any, error) {
+				return "ok", spend(ctx, run, 100)
+			}); err != nil {
+				return worker.Result{}, err
+			}
+		}
+		return worker.Result{}, spend(ctx, run, 1000) // the run's own
+	})
+	b, _ := setup(t, worker.Config{}, map[string]worker.Handler{"stepper": h})
+	publish(t, b.js, "jetrun.dispatch.stepper", `{"runId":"suo","input":{}}`)
+	row := jetruntest.WaitRow(t, b.store, "suo", 60*time.Second, jetruntest.Final)
+	if row.Status != events.StatusCompleted {
+		t.Fatalf("row: %s (%s)", row.Status, row.Error)
+	}
+	if row.Usage == nil || row.Usage.InputTokens != 1111 || row.Usage.Models["m"].InputTokens != 1111 {
+		t.Errorf("usage %+v; want 1111 input tokens, once each", row.Usage)
+	}
+	if row.StepUsage == nil || row.StepUsage.InputTokens != 110 {
+		t.Errorf("step usage %+v; want the stored steps' 110", row.StepUsage)
+	}
+	if row.TreeUsage == nil || row.TreeUsage.InputTokens != 1111 {
+		t.Errorf("tree usage %+v; want 1111", row.TreeUsage)
+	}
+}
+
+// A nested run's stored step is in its tree's totals before the step is
+// stored, long before the run's row is written again (its row syncs once a
+// minute here): a worker killed right after the step is stored cannot
+// leave the tree without it, and the run taken over adds it to the run's
+// own usage only.
+func TestNestedStepUsageReachesTheTreeBeforeItIsStored(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	b, _ := setup(t, worker.Config{Concurrency: 2, RowSyncInterval: time.Minute}, map[string]worker.Handler{
+		"nest": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			if run.Depth() == 0 {
+				_, err := run.RunChild(ctx, worker.ChildRequest{AgentType: "nest", CallID: "c", Input: 1})
+				return worker.Result{}, err
+			}
+			if _, err := run.Step(ctx, "think", func(ctx context.Context) (any, error) {
+				return "idea", run.Usage(ctx, worker.Usage{InputTokens: 40, OutputTokens: 2})
+			}); err != nil {
+				return worker.Result{}, err
+			}
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return worker.Result{}, ctx.Err()
+			}
+			return worker.Result{}, nil
+		}),
+	})
+	publish(t, b.js, "jetrun.dispatch.nest", `{"runId":"nest-top","input":{}}`)
+	child := parent.RunID("nest-top", "c")
+	jetruntest.WaitRow(t, b.store, "nest-top", 30*time.Second, func(r *jetruntype.Run) bool {
+		return r.TreeUsage != nil && r.TreeUsage.Tokens() == 42
+	})
+	if row, _, err := b.store.Get(context.Background(), child); err != nil || row.Usage != nil {
+		t.Fatalf("child row before its sync: usage %+v, %v; want none yet", row.Usage, err)
+	}
+	close(release)
+	top := jetruntest.WaitRow(t, b.store, "nest-top", 30*time.Second, jetruntest.Final)
+	kid := jetruntest.WaitRow(t, b.store, child, 30*time.Second, jetruntest.Final)
+	if top.TreeUsage == nil || top.TreeUsage.Tokens() != 42 || kid.Usage == nil || kid.Usage.Tokens() != 42 || kid.TreeUsage != nil {
+		t.Fatalf("tree %+v, child usage %+v, child tree %+v; want 42 once", top.TreeUsage, kid.Usage, kid.TreeUsage)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 
 	"github.com/jetrun/jetrun/internal/engine/model"
@@ -30,8 +31,20 @@ var ErrBudgetExceeded = parent.ErrBudgetExceeded
 // next row sync (every RowSyncInterval while the run reports) and by the
 // attempt's final write, like progress: no round trip per report. A
 // takeover starts from the row's usage, so what a kill -9 loses is the
-// reports of the attempt's last RowSyncInterval (the work behind them is
-// usually done again by the next attempt, and reported again).
+// reports of the attempt's last RowSyncInterval made outside any step (the
+// work behind them is usually done again by the next attempt, and
+// reported again).
+//
+// Steps. A report made with a step's context (Run.Step) is the step's: it
+// is stored with the step (events.Step.Usage) and joins the run's usage
+// with it, once the step is stored, never before. The row's stepUsage says
+// how much of its usage came with stored steps; an attempt that takes the
+// run over adds what the run's stored steps spent beyond it (startSteps),
+// in the same row write that moves stepUsage on. So a stored step's usage
+// counts once on the run whatever dies when, and a step that was not
+// stored (its worker died inside it, or its function failed) is run again
+// and counted when it is. The usage of a step whose function failed
+// without being stored is the attempt's, like a report outside any step.
 //
 // The tree. The usage is also added to the tree totals of the top of the
 // run's tree and of every run whose budget it draws from
@@ -45,17 +58,34 @@ var ErrBudgetExceeded = parent.ErrBudgetExceeded
 // ahead of its tree's. A tree's totals count every report they were
 // charged with, so a report charged and then lost from the run's own row
 // by a kill -9 counts once in the tree and not in the run.
+//
+// A step's usage is in every tree total it is charged to before the step
+// is stored (chargeStep; in a tree without a budget that is one
+// compare-and-set per step with usage on the top of the tree), except the
+// run's own when it is the top of a tree without a budget: that one takes
+// the step's usage in the row write that counts it on the run (applyUsage).
+// So a takeover adds what the stored steps spent to the run's usage, and
+// to its own tree totals only in that case, and a step's usage counts once
+// in every tree total too.
 
 // execUsage is an attempt's usage state; mu is a leaf lock, chargeMu
-// (held while a charge is on its way) comes before it.
+// (held while a charge is on its way) comes before it, and a step's
+// charging lock (stepUsage.charging) before both.
 type execUsage struct {
 	mu       sync.Mutex
 	started  bool
 	base     *jetruntype.Usage // the row's usage when the attempt started
-	attempt  jetruntype.Usage  // reported by this attempt
+	attempt  jetruntype.Usage  // reported by this attempt outside steps, and what its steps not stored spent (freeStep)
 	synced   *jetruntype.Usage // of attempt, what every run it is charged to was charged with: what the row shows
 	charges  []string          // the runs whose tree totals the usage adds to
 	budgeted bool
+	selfTree bool             // the run is the top of a tree without a budget: its steps' usage reaches its own tree totals with the row write
+	reported jetruntype.Usage // every report of this attempt, steps' included (the Observer's)
+
+	stepBase  *jetruntype.Usage // the row's stepUsage when the attempt started
+	recovered jetruntype.Usage  // what stored steps of earlier attempts spent beyond stepBase
+	folded    jetruntype.Usage  // what the steps this attempt stored spent
+	foldedBy  map[string]bool   // the steps whose usage is in folded, by name
 
 	chargeMu sync.Mutex
 	charged  map[string]jetruntype.UsageTotals // per run charged, the attempt's totals it has
@@ -78,7 +108,8 @@ func (e *execution) Usage(ctx context.Context, u Usage) error {
 	if model.EmptyReport(u) {
 		return nil
 	}
-	if s, ok := ctx.Value(stepUsageKey{}).(*stepUsage); ok {
+	s, inStep := ctx.Value(stepUsageKey{}).(*stepUsage)
+	if inStep {
 		s.add(u)
 	}
 	if e.isEnded() {
@@ -88,16 +119,27 @@ func (e *execution) Usage(ctx context.Context, u Usage) error {
 		return err
 	}
 	e.use.mu.Lock()
-	model.AddReport(&e.use.attempt, u)
+	model.AddReport(&e.use.reported, u)
+	if !inStep {
+		model.AddReport(&e.use.attempt, u)
+	}
 	budgeted := e.use.budgeted
 	e.use.mu.Unlock()
-	e.stateMu.Lock()
-	e.dirty = true
-	e.stateMu.Unlock()
+	if !inStep {
+		e.stateMu.Lock()
+		e.dirty = true
+		e.stateMu.Unlock()
+	}
 	if !budgeted {
 		return nil
 	}
-	if err := e.chargeTree(ctx); err != nil {
+	var err error
+	if inStep {
+		err = e.chargeStep(ctx, s)
+	} else {
+		err = e.chargeTree(ctx)
+	}
+	if err != nil {
 		return fmt.Errorf("worker: usage of run %s: %w", e.id, err)
 	}
 	return nil
@@ -128,31 +170,58 @@ func (e *execution) startUsage(ctx context.Context, row *jetruntype.Run) error {
 	e.use.mu.Lock()
 	defer e.use.mu.Unlock()
 	if !e.use.started {
-		e.use.started, e.use.base = true, model.CloneUsage(row.Usage)
+		e.use.started, e.use.base, e.use.stepBase = true, model.CloneUsage(row.Usage), model.CloneUsage(row.StepUsage)
 		e.use.charges, e.use.budgeted = model.Of(tree).Charges(), model.Of(tree).Budgeted()
+		e.use.selfTree = !e.use.budgeted && slices.Contains(e.use.charges, e.id)
 	}
 	return nil
 }
 
 // applyUsage sets the row's usage (applyState; cumulative, so idempotent):
-// what the attempt's tree totals were charged with. It reports whether the
-// attempt holds reports the row does not show yet (charged at the next
-// sync).
+// what the attempt's tree totals were charged with, and what the stored
+// steps spent (with stepUsage, which says so; and, on the top of a tree
+// without a budget, added to its own tree totals by how far stepUsage
+// moves on). It reports whether the attempt holds reports the row does not
+// show yet (charged at the next sync).
 func (e *execution) applyUsage(r *jetruntype.Run) (behind bool) {
 	e.use.mu.Lock()
 	defer e.use.mu.Unlock()
-	if !e.use.started || e.use.synced == nil {
-		return e.use.started
+	if !e.use.started {
+		return false
 	}
-	behind = e.use.synced.UsageTotals != e.use.attempt.UsageTotals
-	if e.use.base != nil {
-		u := model.PlusUsage(*e.use.base, *e.use.synced)
-		r.Usage = &u
+	var free jetruntype.Usage
+	if e.use.synced != nil {
+		free = *e.use.synced
+	}
+	behind = free.UsageTotals != e.use.attempt.UsageTotals
+	steps := model.PlusUsage(e.use.recovered, e.use.folded)
+	stepped := !model.IsZeroUsage(steps)
+	if e.use.synced == nil && !stepped {
 		return behind
 	}
-	// A copy with a map of its own: synced is replaced, never changed, but
-	// the row may be changed by the write's retries.
-	r.Usage = model.CloneUsage(e.use.synced)
+	// Copies with maps of their own: synced is replaced, never changed,
+	// but the row may be changed by the write's retries.
+	var u jetruntype.Usage
+	if e.use.base != nil {
+		u = *e.use.base
+	}
+	u = model.PlusUsage(model.PlusUsage(u, free), steps)
+	r.Usage = &u
+	if !stepped {
+		return behind
+	}
+	var mark, had jetruntype.Usage
+	if e.use.stepBase != nil {
+		mark = *e.use.stepBase
+	}
+	mark = model.PlusUsage(mark, steps)
+	if r.StepUsage != nil {
+		had = *r.StepUsage
+	}
+	if d := model.MinusUsage(mark, had); e.use.selfTree && !model.IsZeroTotals(d.UsageTotals) {
+		model.Of(r).Charge(d.UsageTotals) // no budget: never an overrun
+	}
+	r.StepUsage = &mark
 	return behind
 }
 
@@ -288,7 +357,7 @@ func keepsBudgetStop(r *jetruntype.Run, status events.Status) bool {
 func (e *execution) attemptUsage() events.Usage {
 	e.use.mu.Lock()
 	defer e.use.mu.Unlock()
-	u := e.use.attempt
+	u := e.use.reported
 	u.Models = maps.Clone(u.Models)
 	return u
 }

@@ -121,6 +121,7 @@ func (r *Row) StopForBudget(o jetruntype.Overrun, held bool, now time.Time) erro
 
 func cloneTreeFields(c, r *Row) {
 	c.Usage = CloneUsage(r.Usage)
+	c.StepUsage = CloneUsage(r.StepUsage)
 	if r.TreeUsage != nil {
 		t := *r.TreeUsage
 		c.TreeUsage = &t

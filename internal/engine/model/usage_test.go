@@ -98,3 +98,19 @@ func TestUsageKeepsABoundedNumberOfModels(t *testing.T) {
 		t.Fatalf("models %d, totals %+v", len(u.Models), u.UsageTotals)
 	}
 }
+
+func TestMinusUsageNeverGoesBelowZero(t *testing.T) {
+	u := jetruntype.Usage{UsageTotals: jetruntype.UsageTotals{InputTokens: 50, OutputTokens: 10, CostMicros: 5},
+		Models: map[string]jetruntype.UsageTotals{"a": {InputTokens: 30, OutputTokens: 10}, "b": {InputTokens: 20, CostMicros: 5}}}
+	v := jetruntype.Usage{UsageTotals: jetruntype.UsageTotals{InputTokens: 20, OutputTokens: 15},
+		Models: map[string]jetruntype.UsageTotals{"a": {InputTokens: 20, OutputTokens: 15}}}
+	got := model.MinusUsage(u, v)
+	want := jetruntype.UsageTotals{InputTokens: 30, CostMicros: 5}
+	if got.UsageTotals != want || len(got.Models) != 2 || got.Models["a"] != (jetruntype.UsageTotals{InputTokens: 10}) ||
+		got.Models["b"] != u.Models["b"] {
+		t.Fatalf("u - v = %+v", got)
+	}
+	if d := model.MinusUsage(v, v); !model.IsZeroUsage(d) || d.Models != nil {
+		t.Fatalf("v - v = %+v", d)
+	}
+}

@@ -63,3 +63,36 @@ func CloneUsage(u *events.Usage) *events.Usage {
 	c.Models = maps.Clone(u.Models)
 	return &c
 }
+
+// MinusUsage returns u less v, count by count and model by model, never
+// below zero: what u counts that v does not.
+func MinusUsage(u, v events.Usage) events.Usage {
+	out := events.Usage{UsageTotals: clampTotals(SubTotals(u.UsageTotals, v.UsageTotals))}
+	for m, t := range u.Models {
+		if d := clampTotals(SubTotals(t, v.Models[m])); !IsZeroTotals(d) {
+			if out.Models == nil {
+				out.Models = make(map[string]events.UsageTotals, len(u.Models))
+			}
+			out.Models[m] = d
+		}
+	}
+	return out
+}
+
+// IsZeroUsage reports whether u counts nothing, in its totals or on any
+// model.
+func IsZeroUsage(u events.Usage) bool {
+	if !IsZeroTotals(u.UsageTotals) {
+		return false
+	}
+	for _, t := range u.Models {
+		if !IsZeroTotals(t) {
+			return false
+		}
+	}
+	return true
+}
+
+func clampTotals(t events.UsageTotals) events.UsageTotals {
+	return events.UsageTotals{InputTokens: max(t.InputTokens, 0), OutputTokens: max(t.OutputTokens, 0), CostMicros: max(t.CostMicros, 0)}
+}

@@ -6,10 +6,15 @@
 // <dir>/<name> (the side-effect counter), then, if <dir>/<name>.hold
 // exists, waits until <dir>/<name>.go exists too (so a test can kill the
 // worker inside the step). The run's output maps each step to the attempt
-// whose output it got.
+// whose output it got. With "usage" (a worker.Usage) in the input, each
+// step reports it with the step's context once its work is done (after
+// the hold), so it is stored with the step.
 //
 // Usage: stepworker NATS_URL WORKER_ID (lease 2s). It logs "stepworker
-// serving" once it pulls, and stops on SIGTERM or SIGINT.
+// serving" once it pulls, and stops on SIGTERM or SIGINT. STEPWORKER_ROW_SYNC,
+// a duration, sets the worker's RowSyncInterval (a test that kills the
+// worker right after steps are stored sets it long, so no row sync comes
+// between them).
 package main
 
 import (
@@ -54,7 +59,13 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	w, err := worker.New(rt, worker.Config{ID: os.Args[2], Lease: 2 * time.Second, Logger: logger})
+	var rowSync time.Duration
+	if v := os.Getenv("STEPWORKER_ROW_SYNC"); v != "" {
+		if rowSync, err = time.ParseDuration(v); err != nil {
+			return fmt.Errorf("STEPWORKER_ROW_SYNC: %w", err)
+		}
+	}
+	w, err := worker.New(rt, worker.Config{ID: os.Args[2], Lease: 2 * time.Second, RowSyncInterval: rowSync, Logger: logger})
 	if err != nil {
 		return err
 	}
@@ -71,8 +82,9 @@ func run() error {
 
 func stepper(ctx context.Context, run *worker.Run) (worker.Result, error) {
 	var in struct {
-		Dir   string   `json:"dir"`
-		Steps []string `json:"steps"`
+		Dir   string        `json:"dir"`
+		Steps []string      `json:"steps"`
+		Usage *worker.Usage `json:"usage"`
 	}
 	if err := json.Unmarshal(run.Input(), &in); err != nil {
 		return worker.Result{}, err
@@ -85,6 +97,11 @@ func stepper(ctx context.Context, run *worker.Run) (worker.Result, error) {
 			}
 			if exists(filepath.Join(in.Dir, name+".hold")) {
 				if err := waitFor(ctx, filepath.Join(in.Dir, name+".go")); err != nil {
+					return 0, err
+				}
+			}
+			if in.Usage != nil {
+				if err := run.Usage(ctx, *in.Usage); err != nil {
 					return 0, err
 				}
 			}

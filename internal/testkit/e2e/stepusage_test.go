@@ -1,0 +1,140 @@
+package e2e_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
+	"github.com/jetrun/jetrun/pkg/parent"
+)
+
+// stepUsageOf adds up the usage stored with a run's steps.
+func stepUsageOf(t *testing.T, evs []jetruntest.Event) (sum events.UsageTotals, steps int) {
+	t.Helper()
+	for _, ev := range evs {
+		if st := ev.Step; st != nil && st.Usage != nil {
+			sum = sum.Add(st.Usage.UsageTotals)
+			steps++
+		}
+	}
+	return sum, steps
+}
+
+func totalsOf(u *jetruntype.Usage) events.UsageTotals {
+	if u == nil {
+		return events.UsageTotals{}
+	}
+	return u.UsageTotals
+}
+
+func treeOf(r *jetruntype.Run) events.UsageTotals {
+	if r.TreeUsage == nil {
+		return events.UsageTotals{}
+	}
+	return *r.TreeUsage
+}
+
+// A Go worker is killed with -9 right after its runs stored four steps
+// with usage each, before any row sync (the worker syncs rows every ten
+// minutes here): the run taken over does not run those steps again, and
+// still counts what they spent, once, on the run, on its tree and on the
+// budget it draws from. Top-level runs with and without a budget, and
+// nested runs (dispatched under a live parent) with and without one.
+func TestKilledWorkerCountsStoredStepsUsageOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	worker := func(id string) *proc {
+		p := start(t, "stepworker", map[string]string{"STEPWORKER_ROW_SYNC": "10m"}, e.url, id)
+		p.waitLog("stepworker serving", 60*time.Second)
+		return p
+	}
+	a := worker("su-a")
+
+	per := events.UsageReport{InputTokens: 10, OutputTokens: 2, CostMicros: 3, Model: "m"}
+	steps := []string{"one", "two", "three", "four", "five"}
+	big := &events.TreeBudget{Tokens: 1_000_000}
+	type spec struct {
+		id, parent string
+		budget     *events.TreeBudget
+	}
+	runs := []spec{
+		{id: "su-top"}, {id: "su-topb", budget: big},
+		{id: "su-par"}, {id: "su-kid", parent: "su-par"},
+		{id: "su-parb", budget: big}, {id: "su-kidb", parent: "su-parb"},
+	}
+	dirs := make(map[string]string)
+	for _, r := range runs {
+		dir := t.TempDir()
+		dirs[r.id] = dir
+		touch(t, filepath.Join(dir, "five.hold")) // the worker is inside step five when it is killed
+		_, err := e.client.Dispatch(context.Background(), parent.Request{AgentType: "stepper", RunID: r.id, Parent: r.parent,
+			Budget: r.budget, Input: map[string]any{"dir": dir, "steps": steps, "usage": per}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, r := range runs {
+		waitCounter(t, filepath.Join(dirs[r.id], "five"), 1) // four steps stored
+	}
+	before := make(map[string]*jetruntype.Run)
+	for _, r := range runs {
+		row, _, err := e.store.Get(context.Background(), r.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before[r.id] = row
+	}
+	a.kill()
+
+	worker("su-b")
+	for _, r := range runs {
+		touch(t, filepath.Join(dirs[r.id], "five.go"))
+	}
+	one := events.UsageTotals{InputTokens: per.InputTokens, OutputTokens: per.OutputTokens, CostMicros: per.CostMicros}
+	all := events.UsageTotals{}
+	for range steps {
+		all = all.Add(one)
+	}
+	final := make(map[string]*jetruntype.Run)
+	for _, r := range runs {
+		row := jetruntest.WaitRow(t, e.store, r.id, 90*time.Second, jetruntest.Final)
+		if row.Status != events.StatusCompleted || row.Attempt != 2 {
+			t.Fatalf("%s: %s attempt %d (%s)", r.id, row.Status, row.Attempt, row.Error)
+		}
+		final[r.id] = row
+		stored, n := stepUsageOf(t, waitFinalEvent(t, e.js, r.id))
+		if n != len(steps) || stored != all {
+			t.Fatalf("%s: %d stored steps with usage %+v; want %d, %+v", r.id, n, stored, len(steps), all)
+		}
+		t.Logf("%s: stored steps spent %d tokens; row before the kill %d, after the takeover %d (tree %d)",
+			r.id, stored.Tokens(), totalsOf(before[r.id].Usage).Tokens(), totalsOf(row.Usage).Tokens(), treeOf(row).Tokens())
+	}
+	for _, r := range runs {
+		row := final[r.id]
+		if got := totalsOf(row.Usage); got != all || row.Usage.Models["m"] != all {
+			t.Errorf("%s: usage %+v; want the stored steps' %+v, once", r.id, row.Usage, all)
+		}
+		want := all // the top of a tree: its own, and its child's
+		for _, k := range runs {
+			if k.parent == r.id {
+				want = want.Add(all)
+			}
+		}
+		if r.parent == "" && treeOf(row) != want {
+			t.Errorf("%s: tree usage %+v; want %+v", r.id, treeOf(row), want)
+		}
+		if r.parent != "" && row.TreeUsage != nil {
+			t.Errorf("%s: a nested run without a budget has tree usage %+v", r.id, row.TreeUsage)
+		}
+	}
+	var billed, spent int64
+	for _, r := range runs {
+		billed += totalsOf(final[r.id].Usage).Tokens()
+		spent += all.Tokens()
+	}
+	t.Logf("figures: %d runs, tokens reported by stored steps %d, billed on the runs %d", len(runs), spent, billed)
+}
