@@ -13,9 +13,12 @@ carries every stored step in "steps", and step() returns the stored output
 instead of paying for the call again. A call that was running when the
 worker died is made again: at most twice.
 
-Input: {"question": "...", "turns": n, "delay": seconds, "ledger": "path"};
-with "ledger", every model call actually made appends a line
-"<step> <attempt>" to that file, so you can check none is paid twice.
+Input: {"question": "...", "turns": n, "delay": seconds, "ledger": "path",
+"usageLines": false}; with "ledger", every model call actually made appends
+a line "<step> <attempt>" to that file, so you can check none is paid twice.
+With "usageLines", a call's usage goes on a usage line of its own right
+before the step line instead of inside it: the worker takes it as the
+step's all the same.
 """
 
 import json
@@ -28,9 +31,10 @@ def event(ev):
 
 
 class Run:
-    def __init__(self, req):
+    def __init__(self, req, usage_lines=False):
         self.req = req
         self.steps = dict(req.get("steps") or {})  # name -> output, stored by earlier attempts
+        self.usage_lines = usage_lines
 
     def step(self, name, work):
         """Returns the stored output of step name, or runs work() and stores
@@ -40,7 +44,9 @@ class Run:
             return self.steps[name]
         output, usage = work()
         line = {"name": name, "output": output}
-        if usage:
+        if usage and self.usage_lines:
+            event({"usage": usage})  # right before the step line: the step's
+        elif usage:
             line["usage"] = usage  # counted on the run once, stored with the step
         event({"step": line})
         self.steps[name] = output
@@ -49,8 +55,8 @@ class Run:
 
 def main():
     req = json.loads(sys.stdin.readline())  # not sys.stdin.read(): stdin stays open for signals
-    run = Run(req)
     inp = req.get("input") or {}
+    run = Run(req, bool(inp.get("usageLines")))
     question = inp.get("question", "why do tides happen?")
     turns = int(inp.get("turns", 3))
     delay = float(inp.get("delay", 0.2))

@@ -50,7 +50,8 @@ type backend interface {
 	// Call is called with a valid call name.
 	Call(ctx context.Context, name string, input json.RawMessage) (json.RawMessage, error)
 	Spawn(ctx context.Context, req ChildRequest) (*Child, error)
-	// Usage is called with a valid report.
+	// Usage is called with a valid report that is not empty, added to
+	// its step's usage already when it is made with a step's context.
 	Usage(ctx context.Context, u Usage) error
 	// LoadSteps returns the steps earlier attempts stored.
 	LoadSteps(ctx context.Context) ([]events.Step, error)

@@ -100,18 +100,19 @@ func (r *Run) Usage(ctx context.Context, u Usage) error {
 	if err := u.Validate(); err != nil {
 		return fmt.Errorf("worker: usage: %w", err)
 	}
-	return r.b.Usage(ctx, u)
-}
-
-// Usage is Run.Usage on a worker.
-func (e *execution) Usage(ctx context.Context, u Usage) error {
 	if model.EmptyReport(u) {
 		return nil
 	}
-	s, inStep := ctx.Value(stepUsageKey{}).(*stepUsage)
-	if inStep {
-		s.add(u)
+	if s, ok := ctx.Value(stepUsageKey{}).(*stepUsage); ok {
+		s.add(u) // the step's: stored with it
 	}
+	return r.b.Usage(ctx, u)
+}
+
+// Usage is Run.Usage on a worker, with a report that is not empty (and
+// added to its step's usage, if it is a step's).
+func (e *execution) Usage(ctx context.Context, u Usage) error {
+	s, inStep := ctx.Value(stepUsageKey{}).(*stepUsage)
 	if e.isEnded() {
 		return ErrLeaseLost
 	}

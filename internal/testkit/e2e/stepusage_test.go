@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
+	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
@@ -137,4 +138,78 @@ func TestKilledWorkerCountsStoredStepsUsageOnce(t *testing.T) {
 		spent += all.Tokens()
 	}
 	t.Logf("figures: %d runs, tokens reported by stored steps %d, billed on the runs %d", len(runs), spent, billed)
+}
+
+// Python agents through the exec type store a step per model call, every
+// 50 ms, the call's usage inside the step line or on a usage line right
+// before it; their worker is killed with -9 mid-loop, within a row-sync
+// interval of their last stored steps. The runs taken over bill exactly
+// what their stored steps spent: on the run, on its tree, and on its
+// budget for the runs that have one.
+func TestPythonKilledWorkerCountsStoredStepsUsageOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	agents := map[string]string{"JETRUN_EXEC_AGENTS": "agent-py=" + python3(t) + " " + examples(t, "python", "agent.py")}
+	a := e.childWorker(t, "pys-a", agents)
+	type spec struct {
+		id         string
+		usageLines bool
+		budget     *events.TreeBudget
+	}
+	runs := []spec{
+		{id: "pys-in"}, {id: "pys-lines", usageLines: true},
+		{id: "pys-inb", budget: &events.TreeBudget{Tokens: 1_000_000}},
+		{id: "pys-linesb", usageLines: true, budget: &events.TreeBudget{Tokens: 1_000_000}},
+	}
+	const turns = 40
+	for _, r := range runs {
+		_, err := e.client.Dispatch(context.Background(), parent.Request{AgentType: "agent-py", RunID: r.id, Budget: r.budget,
+			Input: map[string]any{"question": "tides", "turns": turns, "delay": 0.05, "usageLines": r.usageLines}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, r := range runs {
+		natstest.Eventually(t, 60*time.Second, func() bool {
+			return len(storedSteps(jetruntest.ReadEvents(t, e.js, r.id))) >= 4
+		}, "%s did not store 4 steps", r.id)
+	}
+	a.kill()
+	for _, r := range runs {
+		row, _, err := e.store.Get(context.Background(), r.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := len(storedSteps(jetruntest.ReadEvents(t, e.js, r.id)))
+		t.Logf("%s at the kill: %d steps stored, the row counts %d tokens", r.id, n, totalsOf(row.Usage).Tokens())
+	}
+	e.childWorker(t, "pys-b", agents)
+
+	// What the agent's calls of the stored steps cost (agent.py): turn n
+	// reads 40 + 30 × (n − 1) tokens and writes 12.
+	var paid events.UsageTotals
+	for n := range turns {
+		paid = paid.Add(events.UsageTotals{InputTokens: int64(40 + 30*n), OutputTokens: 12})
+	}
+	var billed, spent, lost int64
+	for _, r := range runs {
+		row := jetruntest.WaitRow(t, e.store, r.id, 120*time.Second, jetruntest.Final)
+		if row.Status != events.StatusCompleted || row.Attempt != 2 {
+			t.Fatalf("%s: %s attempt %d (%s)", r.id, row.Status, row.Attempt, row.Error)
+		}
+		stored, n := stepUsageOf(t, waitFinalEvent(t, e.js, r.id))
+		if n != turns || stored != paid {
+			t.Errorf("%s: %d steps stored with usage %+v, want %d with what their calls cost, %+v", r.id, n, stored, turns, paid)
+		}
+		if got := totalsOf(row.Usage); got != stored || row.Usage.Models["sim-1"] != stored {
+			t.Errorf("%s: usage %+v; want its stored steps' %+v, once", r.id, row.Usage, stored)
+		}
+		if treeOf(row) != stored {
+			t.Errorf("%s: tree usage %+v; want %+v", r.id, row.TreeUsage, stored)
+		}
+		billed += totalsOf(row.Usage).Tokens()
+		spent += paid.Tokens()
+		lost += max(paid.Tokens()-totalsOf(row.Usage).Tokens(), 0)
+	}
+	t.Logf("figures: %d runs, tokens their stored steps' calls cost %d, billed on the runs %d (%d short)", len(runs), spent, billed, lost)
 }

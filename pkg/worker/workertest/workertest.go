@@ -386,7 +386,8 @@ func (b backend) Spawn(ctx context.Context, req worker.ChildRequest) (*worker.Ch
 }
 
 // Usage accepts a valid report (worker.Run.Usage checked it) and keeps
-// nothing.
+// nothing; one made with a step's context is stored with the step (Steps),
+// as on a worker.
 func (b backend) Usage(ctx context.Context, u worker.Usage) error { return nil }
 
 func (b backend) LoadSteps(ctx context.Context) ([]events.Step, error) {

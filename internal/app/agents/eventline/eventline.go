@@ -327,7 +327,7 @@ func Apply(ctx context.Context, run *worker.Run, ev Event) error {
 		_, err := run.Milestone(ctx, ev.Milestone.Name, data)
 		return err
 	case KindStep:
-		return storeStep(ctx, run, ev)
+		return storeStep(ctx, run, ev, nil)
 	case KindUsage:
 		return run.Usage(ctx, ev.Usage)
 	}

@@ -13,7 +13,8 @@ import (
 // KindStep stores a durable step: {"step": {"name": "…", "output": <any>}},
 // with an optional "usage" ({"inputTokens", …} as a usage line): what the
 // step spent, counted on the run as a usage line is and stored with the
-// step (a step stored already is not counted again).
+// step (a step stored already is not counted again). Usage lines right
+// before a step line are the step's too (Applier).
 // The run's next request carries it in "steps", so a child that is run
 // again (a takeover, a retry) finds the work done. It is stored before any
 // later line of the child is acted on. A name already stored keeps its
@@ -47,18 +48,39 @@ func parseStep(raw json.RawMessage, ev *Event) (reason string) {
 	return ""
 }
 
-// storeStep stores the step ev carries through worker.Run.Step.
-func storeStep(ctx context.Context, run *worker.Run, ev Event) error {
+// storeStep stores the step ev carries through worker.Run.Step, with the
+// usage lines held right before it (Applier): what the step spent, with
+// the step line's own usage. A step stored already is not stored again:
+// the held usage is then the run's (the child did the work again).
+func storeStep(ctx context.Context, run *worker.Run, ev Event, held []worker.Usage) error {
+	spent := held
+	if ev.Step.Usage != nil {
+		spent = append(spent, *ev.Step.Usage)
+	}
+	ran := false
 	_, err := run.Step(ctx, ev.Step.Name, func(ctx context.Context) (any, error) {
-		if ev.Step.Usage != nil {
-			// What the step spent: counted as a usage line, and the step's.
-			if err := run.Usage(ctx, *ev.Step.Usage); err != nil {
-				return nil, err
-			}
+		ran = true
+		if err := report(ctx, run, spent); err != nil { // the step's
+			return nil, err
 		}
 		return ev.Step.Output, nil
 	})
-	return err
+	if err != nil || ran {
+		return err
+	}
+	return report(ctx, run, held)
+}
+
+// report reports every usage of us (each was spent), and returns the first
+// error.
+func report(ctx context.Context, run *worker.Run, us []worker.Usage) error {
+	var first error
+	for _, u := range us {
+		if err := run.Usage(ctx, u); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // Steps returns the outputs of the steps the run stored, by name, never

@@ -124,6 +124,8 @@ func (h *handler) ServeRun(ctx context.Context, run *worker.Run) (worker.Result,
 	defer stop()
 	p.goStop(stopCtx, h.cfg.Grace)
 	p.send(req)
+	ap := eventline.NewApplier(run)
+	defer func() { _ = ap.Close(ctx) }() // what an early return left held still counts
 
 	var (
 		out      strings.Builder // plain output, its tail kept
@@ -143,6 +145,10 @@ func (h *handler) ServeRun(ctx context.Context, run *worker.Run) (worker.Result,
 		n++
 		rest, isEvent := bytes.CutPrefix(l.text, []byte(Marker))
 		if !isEvent {
+			if err := ap.Flush(ctx); err != nil {
+				stop()
+				return worker.Result{}, err
+			}
 			text := string(l.text) + "\n"
 			if err := run.Chunk(ctx, text); err != nil {
 				stop()
@@ -163,6 +169,13 @@ func (h *handler) ServeRun(ctx context.Context, run *worker.Run) (worker.Result,
 		if err != nil {
 			stop()
 			return worker.Result{}, fmt.Errorf("exec agent: %s: stdout %w", h.cfg.Path, err)
+		}
+		if ev.Kind != eventline.KindUsage && ev.Kind != eventline.KindStep {
+			// A usage line is the step's only when the step line follows it.
+			if err := ap.Flush(ctx); err != nil {
+				stop()
+				return worker.Result{}, err
+			}
 		}
 		switch ev.Kind {
 		case eventline.KindWait:
@@ -190,7 +203,7 @@ func (h *handler) ServeRun(ctx context.Context, run *worker.Run) (worker.Result,
 		case eventline.KindError:
 			failure = eventline.Failure(ev)
 		default:
-			if err := eventline.Apply(ctx, run, ev); err != nil {
+			if err := ap.Apply(ctx, ev); err != nil {
 				stop()
 				if ctx.Err() != nil || errors.Is(err, worker.ErrLeaseLost) {
 					return worker.Result{}, err
@@ -199,10 +212,13 @@ func (h *handler) ServeRun(ctx context.Context, run *worker.Run) (worker.Result,
 			}
 		}
 	}
+	usageErr := ap.Close(ctx)
 	state := p.wait()
 	switch {
 	case ctx.Err() != nil:
 		return worker.Result{}, context.Cause(ctx)
+	case usageErr != nil:
+		return worker.Result{}, usageErr
 	case failure != nil:
 		return worker.Result{}, failure
 	case state == nil:

@@ -33,3 +33,36 @@ func TestStepReachesTheNextAttemptsRequest(t *testing.T) {
 		t.Fatalf("steps %v", steps)
 	}
 }
+
+// Usage lines right before a step line are what the step spent: stored
+// with it and counted on the run once, with it. A usage line followed by
+// another line is the run's; so is one before a step line whose step was
+// stored already (the child did the work again).
+func TestUsageLinesBeforeAStepLineAreStoredWithIt(t *testing.T) {
+	t.Parallel()
+	client, store, evs := setup(t, map[string]execagent.Config{"usagestep": script("usagestep.sh")})
+	row := run(t, client, store, "usagestep", "us1")
+	if row.Status != events.StatusCompleted || row.Attempt != 2 {
+		t.Fatalf("row: %s attempt %d (%s)", row.Status, row.Attempt, row.Error)
+	}
+	step := events.UsageTotals{InputTokens: 40, OutputTokens: 2}
+	var stored []events.UsageTotals
+	for _, ev := range evs("us1") {
+		if st := ev.Step; st != nil {
+			if st.Usage == nil {
+				t.Fatalf("step %s stored without usage", st.Name)
+			}
+			stored = append(stored, st.Usage.UsageTotals)
+		}
+	}
+	if len(stored) != 1 || stored[0] != step {
+		t.Errorf("stored step usage %+v; want [%+v]", stored, step)
+	}
+	want := events.UsageTotals{InputTokens: 52, OutputTokens: 2}
+	if u := row.Usage; u == nil || u.UsageTotals != want || u.Models["m1"] != want {
+		t.Errorf("run usage %+v; want %+v, each line once", u, want)
+	}
+	if u := row.StepUsage; u == nil || u.UsageTotals != step {
+		t.Errorf("run step usage %+v; want %+v", u, step)
+	}
+}

@@ -190,6 +190,8 @@ func (h *handler) post(ctx context.Context, run *worker.Run, body eventline.Requ
 	silence.Reset(h.cfg.Timeout)
 
 	lr := eventline.NewReader(resp.Body, h.cfg.MaxLine)
+	ap := eventline.NewApplier(run)
+	defer func() { _ = ap.Close(ctx) }() // what a failed response left held still counts
 	n := 0
 	for {
 		line, err := lr.Next()
@@ -213,6 +215,13 @@ func (h *handler) post(ctx context.Context, run *worker.Run, body eventline.Requ
 			return fail(false, "response %v", err)
 		}
 		switch ev.Kind {
+		case eventline.KindWait, eventline.KindCall, eventline.KindResult, eventline.KindError:
+			// A usage line is the step's only when the step line follows it.
+			if err := ap.Close(ctx); err != nil {
+				return worker.Result{}, nil, err
+			}
+		}
+		switch ev.Kind {
 		case eventline.KindWait, eventline.KindCall:
 			return worker.Result{}, &ev, nil
 		case eventline.KindResult:
@@ -220,7 +229,7 @@ func (h *handler) post(ctx context.Context, run *worker.Run, body eventline.Requ
 		case eventline.KindError:
 			return worker.Result{}, nil, eventline.Failure(ev)
 		}
-		if err := eventline.Apply(ctx, run, ev); err != nil {
+		if err := ap.Apply(ctx, ev); err != nil {
 			if ctx.Err() != nil || errors.Is(err, worker.ErrLeaseLost) {
 				return worker.Result{}, nil, err
 			}

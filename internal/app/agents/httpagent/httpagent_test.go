@@ -459,3 +459,33 @@ func TestStepsReachTheNextAttempt(t *testing.T) {
 		t.Errorf("steps %v at %d, chunk at %d; want one step stored before the chunk", steps, stepSeq, chunkSeq)
 	}
 }
+
+// Usage lines right before a step line are the step's: stored with it and
+// counted on the run once; a usage line before the result is the run's.
+func TestUsageLinesBeforeAStepLineAreStoredWithIt(t *testing.T) {
+	t.Parallel()
+	c := &child{serve: func(w http.ResponseWriter, r *http.Request, req eventline.Request) {
+		lines(w, `{"usage":{"inputTokens":30,"model":"m1"}}`, `{"usage":{"inputTokens":10,"model":"m1"}}`,
+			`{"step":{"name":"plan-1","output":1,"usage":{"outputTokens":2,"model":"m1"}}}`,
+			`{"usage":{"inputTokens":5,"model":"m1"}}`, `{"result":{"summary":"done"}}`)
+	}}
+	client, store, evs := setup(t, c, httpagent.Config{}, worker.Config{})
+	dispatch(t, client, "us1")
+	row := jetruntest.WaitRow(t, store, "us1", 60*time.Second, jetruntest.Final)
+	if row.Status != events.StatusCompleted {
+		t.Fatalf("row: %s (%s)", row.Status, row.Error)
+	}
+	step := events.UsageTotals{InputTokens: 40, OutputTokens: 2}
+	var stored []events.UsageTotals
+	for _, ev := range evs("us1") {
+		if st := ev.Step; st != nil && st.Usage != nil {
+			stored = append(stored, st.Usage.UsageTotals)
+		}
+	}
+	if len(stored) != 1 || stored[0] != step {
+		t.Errorf("stored step usage %+v; want [%+v]", stored, step)
+	}
+	if want := (events.UsageTotals{InputTokens: 45, OutputTokens: 2}); row.Usage == nil || row.Usage.UsageTotals != want {
+		t.Errorf("run usage %+v; want %+v", row.Usage, want)
+	}
+}
