@@ -20,8 +20,12 @@ type Overrun struct {
 	Owner string `json:"owner"`
 	// Budget names the bound: "tokens", "costMicros" or "runs".
 	Budget string `json:"budget"`
-	Limit  int64  `json:"limit"`
-	Used   int64  `json:"used"`
+	// Limit is the bound; Used what the tree had spent when it was
+	// stopped: with the report that took it past Limit. The owner's
+	// TreeUsage says what the tree spent in the end (reports on their way
+	// when it was stopped, and refused ones, count there too).
+	Limit int64 `json:"limit"`
+	Used  int64 `json:"used"`
 }
 
 func (o Overrun) String() string {

@@ -222,7 +222,13 @@ func TestTreeBudgetOvershootBound(t *testing.T) {
 	if sum != used {
 		t.Fatalf("children's rows sum to %d tokens, the tree to %d", sum, used)
 	}
-	t.Logf("budget %d, used %d: overshoot %d (bound %d)", budget, used, used-budget, children*report)
+	// The overrun says what the tree had spent when the report that
+	// crossed the budget stopped it; the tree totals, what it spent in
+	// the end (the reports already on their way included).
+	if o := top.Overrun; o == nil || o.Limit != budget || o.Used <= budget || o.Used > budget+report || o.Used > used {
+		t.Fatalf("overrun %+v; want used in (%d, %d], at most the tree's %d", top.Overrun, budget, budget+report, used)
+	}
+	t.Logf("budget %d, used %d (%d when stopped): overshoot %d (bound %d)", budget, used, top.Overrun.Used, used-budget, children*report)
 }
 
 // A runs budget refuses the child that would exceed it, with
