@@ -17,7 +17,8 @@
 //	{"usage": {"inputTokens": 0, "outputTokens": 0, "costMicros": 0, "model": "…"}}
 //
 // A line that breaks this format is a FormatError: the run ends "error"
-// with the line number and the reason; it is never retried.
+// with the line number and the reason; it is never retried. Usage lines
+// right before a step line are what the step spent (Applier).
 package eventline
 
 import (
