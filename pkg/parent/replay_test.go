@@ -153,7 +153,7 @@ func TestReplayHistoryOnlyAndUnknownRuns(t *testing.T) {
 		}
 		return len(kinds) > 0 && kinds[len(kinds)-1] == events.KindStatus && len(kinds) > 2
 	}, "no complete history")
-	if got := strings.Join(kinds, " "); got != "status chunk milestone progress chunk milestone progress chunk milestone progress status" {
+	if got := strings.Join(kinds, " "); got != "status step chunk milestone progress step chunk milestone progress step chunk milestone progress status" {
 		t.Fatalf("history = %s", got)
 	}
 }
