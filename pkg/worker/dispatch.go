@@ -161,7 +161,7 @@ func (w *Worker) decide(ctx context.Context, log *slog.Logger, msg jetstream.Msg
 	case w.adopt(row, msg):
 		return settle.Leave(), false, nil // a redelivery of a run this process is executing: its execution settles it
 	}
-	if held, err := w.heldElsewhere(ctx, row); err != nil {
+	if held, until, err := w.heldElsewhere(ctx, row); err != nil {
 		return settle.Leave(), false, err
 	} else if held && w.holderIdle(ctx, row, msg) {
 		// Its live holder does not execute it (holding.go): release it
@@ -170,9 +170,12 @@ func (w *Worker) decide(ctx context.Context, log *slog.Logger, msg jetstream.Msg
 			return settle.Leave(), false, err
 		}
 		return settle.Leave(), true, nil
-	} else if held || w.mayBeResuming(ctx, row) {
+	} else if held {
 		// Another live worker has it. Keep the dispatch as the wake-up for a
-		// takeover in case that worker dies.
+		// takeover in case that worker dies: it comes back when the
+		// holder's key would expire unless renewed.
+		return settle.Retry(w.heldDelay(until)), false, nil
+	} else if w.mayBeResuming(ctx, row) {
 		return settle.Retry(w.busyDelay()), false, nil
 	} else if alive, idle := w.lapsedHolderAnswers(ctx, row); alive && idle {
 		// Its holder's key lapsed but the process lives and no longer
@@ -409,17 +412,18 @@ func (w *Worker) readRow(ctx context.Context, id string, seq uint64, first, para
 }
 
 // heldElsewhere reports whether a live worker other than this process's
-// current attempt holds row. A row naming this worker under its current
-// epoch with no attempt here is not held: this process knows it ran no
-// such attempt any more.
-func (w *Worker) heldElsewhere(ctx context.Context, row *jetruntype.Run) (bool, error) {
+// current attempt holds row, and until when it holds it unless it renews
+// its liveness (runstore.Workers.HolderUntil). A row naming this worker
+// under its current epoch with no attempt here is not held: this process
+// knows it ran no such attempt any more.
+func (w *Worker) heldElsewhere(ctx context.Context, row *jetruntype.Run) (held bool, until time.Time, err error) {
 	if row.Worker == "" || row.Status.Final() {
-		return false, nil
+		return false, time.Time{}, nil
 	}
 	if row.Worker == w.cfg.ID && row.WorkerEpoch == w.epoch() {
-		return false, nil
+		return false, time.Time{}, nil
 	}
-	return w.store.Workers().HolderAlive(ctx, row)
+	return w.store.Workers().HolderUntil(ctx, row)
 }
 
 // adopt attaches a redelivered dispatch to the execution of its run in this

@@ -21,7 +21,9 @@ const syncParallelism = 16
 //   - renews the worker's liveness key every third of a lease: one stored
 //     write keeps every run of the worker held (runstore.Liveness);
 //   - sends InProgress on each held dispatch every third of a lease (not
-//     stored), so the server redelivers it only when the worker is gone;
+//     stored), right after the renewal lands, so the server redelivers it
+//     only when the worker is gone, and not before its key expired: a
+//     dead worker's runs are taken over one lease after its last renewal;
 //   - writes the rows of runs with changes pending (progress snapshot,
 //     signal time, counters), each at most every RowSyncInterval;
 //   - ends the attempt of a handler that ignored the end of its context for
@@ -40,6 +42,7 @@ func (w *Worker) heart(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case now := <-tick.C:
+			renewed := false
 			if !now.Before(nextRenew) {
 				if err := w.renew(ctx); err != nil {
 					if !failing {
@@ -55,11 +58,11 @@ func (w *Worker) heart(ctx context.Context) {
 					if failing {
 						w.log.InfoContext(ctx, "worker liveness renewed again")
 					}
-					failing = false
+					failing, renewed = false, true
 					nextRenew = now.Add(renewEvery)
 				}
 			}
-			w.tend(ctx, now, renewEvery)
+			w.tend(ctx, now, renewEvery, renewed)
 		}
 	}
 }
@@ -239,8 +242,9 @@ func (w *Worker) executions() []*execution {
 	return out
 }
 
-// tend does one heartbeat's work on every run.
-func (w *Worker) tend(ctx context.Context, now time.Time, beatEvery time.Duration) {
+// tend does one heartbeat's work on every run; renewed says the liveness
+// key was renewed at this beat.
+func (w *Worker) tend(ctx context.Context, now time.Time, beatEvery time.Duration, renewed bool) {
 	// Row syncs retry faults; while JetStream is away that must not hold
 	// the heart past its next renewal, or it would miss a lapse. A sync cut
 	// short stays pending for a later beat.
@@ -250,7 +254,7 @@ func (w *Worker) tend(ctx context.Context, now time.Time, beatEvery time.Duratio
 	var syncs sync.WaitGroup
 	for _, e := range w.executions() {
 		e.tidy()
-		beat, stuck, sync := e.due(now, beatEvery, w.cfg.Lease, w.cfg.RowSyncInterval)
+		beat, stuck, sync := e.due(now, beatEvery, renewed, w.cfg.Lease, w.cfg.RowSyncInterval)
 		if beat {
 			e.heartbeat()
 		}
@@ -284,14 +288,17 @@ func (e *execution) tidy() {
 }
 
 // due says what the heartbeat at now owes e: an InProgress on its dispatch,
-// giving up a stuck handler, a row sync.
-func (e *execution) due(now time.Time, beatEvery, lease, syncEvery time.Duration) (beat, stuck, sync bool) {
+// giving up a stuck handler, a row sync. The InProgress goes with every
+// renewal of the liveness key (renewed), so the dispatch's AckWait and the
+// key run out together; a third of a lease after the last one while
+// renewals fail.
+func (e *execution) due(now time.Time, beatEvery time.Duration, renewed bool, lease, syncEvery time.Duration) (beat, stuck, sync bool) {
 	e.ctlMu.Lock()
 	defer e.ctlMu.Unlock()
 	if !e.begun || e.ended {
 		return false, false, false
 	}
-	if now.Sub(e.lastBeat) >= beatEvery {
+	if renewed || now.Sub(e.lastBeat) >= beatEvery {
 		beat, e.lastBeat = true, now
 	}
 	if e.ctx.Err() != nil {

@@ -31,6 +31,24 @@ func retryDelay(msg jetstream.Msg) time.Duration {
 // the wake-up for a takeover should the holder die.
 func (w *Worker) busyDelay() time.Duration { return w.cfg.Lease + settle.Jitter(maxJitter) }
 
+// heldDelay is when a dispatch whose run another live worker holds until
+// (see runstore.Workers.HolderUntil; zero: not known) comes back: a little
+// after then, a lease at most. A dispatch of a holder that died is
+// redelivered about when the holder's key expires (its last InProgress
+// went with its last renewal, see heart), possibly just before the server
+// removed the key, or up to a third of a lease before it when it was sent
+// without a renewal: waiting a whole lease from there took such runs over
+// about two leases after the death. A key seen past its end (the server
+// removes it a moment later; clocks differ a little) brings the dispatch
+// back after the margin alone.
+func (w *Worker) heldDelay(until time.Time) time.Duration {
+	if until.IsZero() {
+		return w.busyDelay()
+	}
+	margin := w.cfg.Lease/20 + settle.Jitter(maxJitter)
+	return min(max(time.Until(until), 0)+margin, w.busyDelay())
+}
+
 // The deliveries of a run's dispatch an execution holds: the one it was
 // claimed with and the redeliveries it adopted while it runs. They are
 // heartbeat (InProgress, not an outcome) while the attempt lives, and settled

@@ -215,48 +215,84 @@ func (l *Liveness) Release(ctx context.Context) error {
 
 // Alive reports whether worker's liveness key exists with epoch.
 func (s Workers) Alive(ctx context.Context, worker, epoch string) (bool, error) {
-	cur, err := s.Epoch(ctx, worker)
-	if err != nil || cur == epoch || s.replicas <= 1 {
-		return err == nil && cur == epoch, err
+	alive, _, err := s.aliveUntil(ctx, worker, epoch)
+	return alive, err
+}
+
+// aliveUntil is Alive, and when the key exists with epoch, until says when
+// it expires unless renewed (zero when not known): the server's time of its
+// last write plus its TTL.
+func (s Workers) aliveUntil(ctx context.Context, worker, epoch string) (alive bool, until time.Time, err error) {
+	cur, until, err := s.key(ctx, worker)
+	switch {
+	case err != nil:
+		return false, time.Time{}, err
+	case cur == epoch:
+		return true, until, nil
+	case s.replicas <= 1:
+		return false, time.Time{}, nil
 	}
 	// A replica that is behind (a node that rejoined after an outage) may
 	// not show the key's newest value yet (nats-server #4710): before a
 	// live worker's runs are taken over as a dead one's, ask the leader.
 	v, _, ok, err := s.readLiveness(ctx, worker)
 	if err != nil {
-		return false, fmt.Errorf("kv: %w", err)
+		return false, time.Time{}, fmt.Errorf("kv: %w", err)
 	}
-	return ok && v.Epoch == epoch, nil
+	return ok && v.Epoch == epoch, time.Time{}, nil
 }
 
 // Epoch returns the epoch of worker's liveness key, "" when it has
 // none (the worker is gone, or its key lapsed and it did not resume yet).
 func (s Workers) Epoch(ctx context.Context, worker string) (string, error) {
+	epoch, _, err := s.key(ctx, worker)
+	return epoch, err
+}
+
+// key reads worker's liveness key: its epoch ("" when there is none) and
+// when it expires unless renewed, by the server's clock (its write time
+// plus its TTL).
+func (s Workers) key(ctx context.Context, worker string) (epoch string, until time.Time, err error) {
 	e, err := s.active.Get(ctx, workerPrefix+worker)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return "", nil
+		return "", time.Time{}, nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("kv: read liveness of worker %s: %w", worker, err)
+		return "", time.Time{}, fmt.Errorf("kv: read liveness of worker %s: %w", worker, err)
 	}
 	var v livenessValue
 	if json.Unmarshal(e.Value(), &v) != nil {
-		return "", nil
+		return "", time.Time{}, nil
 	}
-	return v.Epoch, nil
+	ttl := time.Duration(v.TTLMs) * time.Millisecond
+	if ttl <= 0 {
+		ttl = fallbackLivenessTTL
+	}
+	return v.Epoch, e.Created().Add(ttl), nil
 }
 
 // HolderAlive reports whether a live worker holds r: r names a worker and
 // that worker's liveness key exists with the epoch on r. A row claimed
 // without an epoch (an older worker) is held until its leaseUntil.
 func (s Workers) HolderAlive(ctx context.Context, r *jetruntype.Run) (bool, error) {
+	alive, _, err := s.HolderUntil(ctx, r)
+	return alive, err
+}
+
+// HolderUntil is HolderAlive, and for a live holder until says when it
+// stops holding r unless it renews its liveness: when its key expires (by
+// the server's clock), or r's leaseUntil for a row of an older worker.
+// until is zero when not known. A worker handed a dispatch of a run held
+// elsewhere looks at it again then, so the run of a holder that died is
+// taken over as soon as its key is gone, not a whole lease later.
+func (s Workers) HolderUntil(ctx context.Context, r *jetruntype.Run) (alive bool, until time.Time, err error) {
 	if r.Worker == "" {
-		return false, nil
+		return false, time.Time{}, nil
 	}
 	if r.WorkerEpoch == "" {
-		return time.Now().Before(r.LeaseUntil), nil
+		return time.Now().Before(r.LeaseUntil), r.LeaseUntil, nil
 	}
-	return s.Alive(ctx, r.Worker, r.WorkerEpoch)
+	return s.aliveUntil(ctx, r.Worker, r.WorkerEpoch)
 }
 
 // WorkerWatch follows every worker's liveness key in memory, for a process (the

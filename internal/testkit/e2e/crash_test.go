@@ -15,6 +15,7 @@ import (
 	"github.com/jetrun/jetrun/internal/app/agents/demo"
 	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -142,6 +143,88 @@ func TestKilledChildWorkersRunsAreTakenOverAndResume(t *testing.T) {
 		}
 		if got := jetruntest.MilestoneSeqs(evs); !slices.Equal(got, oneTo(steps)) {
 			t.Errorf("%s: milestone sequences %v, want 1..%d once each", id, got, steps)
+		}
+	}
+}
+
+// A child-worker killed with -9 just after it renewed its liveness key: each
+// of its runs is taken over one lease after that renewal, not two. Its
+// runs began at different moments, so before the fix some of their
+// InProgress beats went out before the renewal; their dispatches came
+// back while the key still lived and another worker then handed them back
+// for a whole lease (takeovers about 1.8 leases after the renewal; the
+// issue saw 27 s with the default 15 s lease). Times are the server's
+// (the key's write) and the taker's (its running event), on one host.
+func TestKilledWorkersRunsAreTakenOverOneLeaseAfterItsLastRenewal(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const lease = 4 * time.Second
+	cfg := map[string]string{"JETRUN_LEASE": lease.String(), "JETRUN_CONCURRENCY": "8"}
+	a := e.childWorker(t, "child-r1", cfg)
+	// Each run begins once the one before reached its first milestone:
+	// their beginnings spread over more than a renewal period.
+	var ids []string
+	for i := range 6 {
+		id := fmt.Sprintf("renewed-%d", i)
+		ids = append(ids, id)
+		e.dispatch(t, id, 10000, 400)
+		jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *jetruntype.Run) bool {
+			return r.Worker == "child-r1" && r.Milestones >= 1
+		})
+	}
+	e.childWorker(t, "child-r2", cfg)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	active, err := e.js.KeyValue(ctx, wire.Namespace("").ActiveBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := active.Watch(ctx, "worker.child-r1", jetstream.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = w.Stop() }()
+	var renewal jetstream.KeyValueEntry
+	for renewal == nil {
+		select {
+		case en := <-w.Updates():
+			if en != nil && en.Operation() == jetstream.KeyValuePut {
+				renewal = en
+			}
+		case <-ctx.Done():
+			t.Fatal("child-r1 did not renew its liveness key")
+		}
+	}
+	a.kill()
+	killed := time.Now()
+
+	for _, id := range ids {
+		jetruntest.WaitRow(t, e.store, id, 10*lease, func(r *jetruntype.Run) bool { return r.Attempt == 2 })
+	}
+	select {
+	case en := <-w.Updates():
+		if en != nil && en.Operation() == jetstream.KeyValuePut {
+			t.Fatalf("child-r1's key was written after the renewal it was killed at: revision %d", en.Revision())
+		}
+	default:
+	}
+	for _, id := range ids {
+		var took time.Time
+		for _, ev := range jetruntest.ReadEvents(t, e.js, id) {
+			if ev.Status != nil && ev.Status.Status == events.StatusRunning && ev.Status.Attempt == 2 {
+				took = ev.Status.At
+			}
+		}
+		if took.IsZero() {
+			t.Fatalf("%s: no running event of attempt 2", id)
+		}
+		after := took.Sub(renewal.Created())
+		t.Logf("%s taken over %.2f leases after the last renewal, %.2f after the kill", id,
+			after.Seconds()/lease.Seconds(), took.Sub(killed).Seconds()/lease.Seconds())
+		if after >= lease+lease/2 {
+			t.Errorf("%s: taken over %.2f leases after its holder's last renewal; want about one (under 1.5)",
+				id, after.Seconds()/lease.Seconds())
 		}
 	}
 }
