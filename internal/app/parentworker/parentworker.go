@@ -51,7 +51,25 @@ const httpShutdownTimeout = 5 * time.Second
 // back at once) and the embedded server is shut down cleanly, so its store
 // needs no recovery at the next start. The banner (where to look) goes to
 // out.
+//
+// What another process may hold is claimed first, before the store is
+// opened: the data directory's lock (two embedded servers on one store
+// corrupt it), then the HTTP address.
 func Run(ctx, abort context.Context, cfg config.ParentWorker, logger *slog.Logger, out io.Writer) error {
+	if cfg.NATS.URL == "" {
+		lock, err := embedded.Lock(cfg.DataDir)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = lock.Unlock() }() // after closeNATS: the server is down
+	}
+	ln, err := listenHTTP(cfg.HTTPAddr)
+	if err != nil {
+		return err
+	}
+	if ln != nil {
+		defer func() { _ = ln.Close() }() // the HTTP server closes it once it served
+	}
 	nc, natsCfg, closeNATS, err := connect(cfg, logger)
 	if err != nil {
 		return err
@@ -60,7 +78,7 @@ func Run(ctx, abort context.Context, cfg config.ParentWorker, logger *slog.Logge
 	// Log records that are events (reconcile.begin, finish.delivered, …)
 	// are also published on jetrun.obs.<event>.
 	logger = slog.New(obs.NewHandler(logger.Handler(), nc, wire.Namespace(cfg.Namespace()), "parent-worker"))
-	p, err := build(ctx, abort, cfg, nc, logger)
+	p, err := build(ctx, abort, cfg, nc, ln, logger)
 	if err != nil {
 		return err
 	}
@@ -108,6 +126,20 @@ func Run(ctx, abort context.Context, cfg config.ParentWorker, logger *slog.Logge
 		logger.Warn("drain nats connection", "err", err)
 	}
 	return errors.Join(errs...)
+}
+
+// listenHTTP opens the HTTP API's listener on addr (nil when addr is empty),
+// so a busy address fails the start before anything else is opened.
+func listenHTTP(addr string) (net.Listener, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("http: listen on %s: %w; set JETRUN_HTTP_ADDR to a free address "+
+			"(JETRUN_HTTP_ADDR= serves no HTTP API)", addr, err)
+	}
+	return ln, nil
 }
 
 // connect starts the embedded nats-server when no URL is configured (the
@@ -173,7 +205,7 @@ type process struct {
 
 // build opens the runtime, prepares the buckets and builds the services.
 // It starts none of them.
-func build(ctx, abort context.Context, cfg config.ParentWorker, nc *nats.Conn, logger *slog.Logger) (*process, error) {
+func build(ctx, abort context.Context, cfg config.ParentWorker, nc *nats.Conn, ln net.Listener, logger *slog.Logger) (*process, error) {
 	// One runtime for every role of the process: it creates (or checks)
 	// the streams and buckets.
 	rt, err := jetrun.Open(ctx, nc, cfg.Streams.Runtime())
@@ -272,7 +304,7 @@ func build(ctx, abort context.Context, cfg config.ParentWorker, nc *nats.Conn, l
 		ShutdownFunc: func(context.Context) error { view.Stop(); return nil },
 	}
 	var mcpSvc, httpSvc service.Service
-	if cfg.HTTPAddr != "" {
+	if ln != nil {
 		tokens, err := cfg.Tokens()
 		if err != nil {
 			return nil, err
@@ -282,7 +314,7 @@ func build(ctx, abort context.Context, cfg config.ParentWorker, nc *nats.Conn, l
 			StartFunc:    func(ctx context.Context) error { mcpSrv.Start(ctx); return nil },
 			ShutdownFunc: func(context.Context) error { mcpSrv.Stop(); return nil },
 		}
-		httpSvc = p.httpService(abort, cfg, func() http.Handler {
+		httpSvc = p.httpService(abort, ln, func() http.Handler {
 			return httpapi.New(httpapi.Config{Client: client, View: view, Conn: nc, Logger: logger, Tokens: tokens,
 				Metrics: m.Handler(), MCP: mcpSrv.Handler(), Addr: cfg.HTTPAddr, AllowedHosts: cfg.HTTPHosts})
 		})
@@ -309,16 +341,12 @@ func build(ctx, abort context.Context, cfg config.ParentWorker, nc *nats.Conn, l
 }
 
 // httpService serves handler() (built once the services it reads have
-// started) on cfg.HTTPAddr. Its Shutdown waits at most httpShutdownTimeout
-// for open requests; its failure goes to p.serveErr.
-func (p *process) httpService(abort context.Context, cfg config.ParentWorker, handler func() http.Handler) service.Service {
+// started) on ln. Its Shutdown waits at most httpShutdownTimeout for open
+// requests; its failure goes to p.serveErr.
+func (p *process) httpService(abort context.Context, ln net.Listener, handler func() http.Handler) service.Service {
 	var srv *http.Server
 	return service.Funcs{
 		StartFunc: func(ctx context.Context) error {
-			ln, err := net.Listen("tcp", cfg.HTTPAddr)
-			if err != nil {
-				return fmt.Errorf("http: listen on %s: %w", cfg.HTTPAddr, err)
-			}
 			p.httpURL = "http://" + ln.Addr().String()
 			// Requests derive from base, cancelled when shutdown begins,
 			// so long-lived event streams end instead of holding the

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -104,4 +106,94 @@ func TestChildWorkerAndCLIFindTheLocalServerOffTheDefaultPort(t *testing.T) {
 	}
 	cw.signal(syscall.SIGTERM)
 	_ = cw.wait(60 * time.Second)
+}
+
+// Two parent-workers on one data directory would open one embedded store
+// twice (issue 35: the next start reported "corrupt record state", a
+// completed run ran again from step 1, another was lost). A second
+// parent-worker started while the first runs, or while the first is still
+// in its graceful stop, refuses to start, saying why, before it opens the
+// store; once the first has exited, the directory is free again and what
+// the first stored is intact.
+func TestASecondParentWorkerOnTheSameDataDirRefusesToStart(t *testing.T) {
+	t.Parallel()
+	data := t.TempDir()
+	addr := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
+	env := map[string]string{
+		"JETRUN_DATA_DIR": data, "JETRUN_EMBEDDED_PORT": "-1", "JETRUN_HTTP_ADDR": addr, "JETRUN_CHILDREN": "demo",
+		"JETRUN_SHUTDOWN_TIMEOUT": "5m",
+	}
+	first := start(t, "parent-worker", env)
+	first.waitLog("parent-worker ready", 60*time.Second)
+	api := newAPIClient(t, "http://"+addr)
+	api.dispatch("done-before", nil, map[string]int{"steps": 2, "stepMs": 10})
+	api.waitRun("done-before", "to complete", func(s runSummary) bool { return s.Status == "completed" })
+	api.dispatch("in-flight", nil, map[string]int{"steps": 1000, "stepMs": 50})
+	api.waitRun("in-flight", "to run", func(s runSummary) bool { return s.Status == "running" })
+
+	// refused starts a second parent-worker on data (another HTTP address)
+	// and checks it exits at once, saying why, without opening the store.
+	refused := func(when string) {
+		t.Helper()
+		other := maps.Clone(env)
+		other["JETRUN_HTTP_ADDR"] = fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
+		second := start(t, "parent-worker", other)
+		if err := second.wait(60 * time.Second); err == nil {
+			t.Fatalf("%s: a second parent-worker on the same data directory exited 0", when)
+		}
+		errOut := second.stderr.String()
+		for _, want := range []string{"data directory in use", data, fmt.Sprintf("process %d", first.cmd.Process.Pid), "JETRUN_DATA_DIR"} {
+			if !strings.Contains(errOut, want) {
+				t.Errorf("%s: the refusal does not say %q:\n%s", when, want, errOut)
+			}
+		}
+		if strings.Contains(errOut, "component=nats-server") || strings.Contains(errOut, "parent-worker ready") {
+			t.Errorf("%s: the second parent-worker started a server on the store:\n%s", when, errOut)
+		}
+	}
+	refused("while the first runs")
+
+	first.signal(syscall.SIGINT)
+	first.waitLog("shutting down: waiting for", 30*time.Second)
+	refused("while the first is stopping")
+	first.signal(syscall.SIGINT) // stop now: the run in flight is handed back
+	_ = first.wait(60 * time.Second)
+
+	again := start(t, "parent-worker", env)
+	again.waitLog("parent-worker ready", 60*time.Second)
+	var row struct {
+		Status  string `json:"status"`
+		Attempt int    `json:"attempt"`
+	}
+	api.call("GET", "/v1/runs/done-before", nil, &row)
+	if row.Status != "completed" || row.Attempt != 1 {
+		t.Fatalf("done-before after the restart: %+v; want completed at attempt 1", row)
+	}
+	again.signal(syscall.SIGINT)
+	again.signal(syscall.SIGINT)
+	_ = again.wait(60 * time.Second)
+}
+
+// A busy HTTP address fails the start before the embedded server opens the
+// store, and the error names the setting to change.
+func TestParentWorkerOnABusyHTTPAddressNamesTheSettingBeforeOpeningTheStore(t *testing.T) {
+	t.Parallel()
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	data := filepath.Join(t.TempDir(), "data")
+	pw := start(t, "parent-worker", map[string]string{
+		"JETRUN_DATA_DIR": data, "JETRUN_EMBEDDED_PORT": "-1", "JETRUN_HTTP_ADDR": busy.Addr().String(),
+	})
+	if err := pw.wait(60 * time.Second); err == nil {
+		t.Fatal("parent-worker on a busy HTTP address exited 0")
+	}
+	if errOut := pw.stderr.String(); !strings.Contains(errOut, "JETRUN_HTTP_ADDR") || !strings.Contains(errOut, busy.Addr().String()) {
+		t.Errorf("the error does not name JETRUN_HTTP_ADDR and the address:\n%s", errOut)
+	}
+	if _, err := os.Stat(filepath.Join(data, "jetstream")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the store was opened before the HTTP address was checked: %s/jetstream: %v", data, err)
+	}
 }
