@@ -5,7 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -227,6 +231,41 @@ func TestKilledWorkersRunsAreTakenOverOneLeaseAfterItsLastRenewal(t *testing.T) 
 				id, after.Seconds()/lease.Seconds())
 		}
 	}
+}
+
+// An exec agent's command dies with its worker: a child-worker killed
+// with -9 cannot stop it, and before the fix it went on working (issue 35:
+// it started its next step 0.2 s after the worker died) beside the run's
+// next attempt. The command here writes nothing to stdout while it works,
+// so no broken pipe stops it either.
+func TestExecCommandDiesWithItsKilledWorker(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	dir := t.TempDir()
+	script := filepath.Join(dir, "steps.sh")
+	if err := os.WriteFile(script, []byte(`#!/bin/sh
+echo $$ > "$1/pid.tmp" && mv "$1/pid.tmp" "$1/pid"
+while :; do echo step >> "$1/steps"; sleep 0.1; done
+`), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	a := e.childWorker(t, "child-x1", map[string]string{"JETRUN_EXEC_AGENTS": "stepper=/bin/sh " + script + " " + dir})
+	e.dispatchInput(t, "stepper", "exec-orphan", map[string]any{})
+	var pid int
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		raw, err := os.ReadFile(filepath.Join(dir, "pid"))
+		if err != nil {
+			return false
+		}
+		pid, err = strconv.Atoi(strings.TrimSpace(string(raw)))
+		return err == nil
+	}, "the command did not start")
+	if !processRuns(pid) {
+		t.Fatalf("the command (pid %d) is not running", pid)
+	}
+	a.kill()
+	natstest.Eventually(t, 30*time.Second, func() bool { return !processRuns(pid) },
+		"the command (pid %d) still runs after its worker was killed with -9", pid)
 }
 
 // A parent process killed with -9 while awaiting Run; a new process calls

@@ -23,7 +23,11 @@
 // The command runs in its own process group. A cancel, a lease loss or a
 // shutdown sends SIGTERM to the group, then SIGKILL after Grace. When the
 // command exits, whatever it left running in its group is killed: a run
-// leaves no process behind, and every process is reaped.
+// leaves no process behind, and every process is reaped. A worker that
+// dies (kill -9) takes the command with it: the kernel sends it SIGKILL
+// (its parent-death signal), so it cannot go on beside the run's next
+// attempt; processes the command started itself are then left to die of
+// the closed pipes, or of their own parent-death signal.
 package execagent
 
 import (
@@ -36,6 +40,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -315,7 +320,10 @@ func (h *handler) start(run *worker.Run) (*process, error) {
 	cmd := exec.Command(h.cfg.Path, h.cfg.Args...)
 	cmd.Dir = h.cfg.Dir
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Pdeathsig: the command dies with the worker, even a worker killed
+	// with -9 (which cannot stop it), instead of running on, unwatched,
+	// beside the next attempt of its run (see startOnOwnThread).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Env = append(childEnv(),
 		"JETRUN_RUN_ID="+run.ID(), "JETRUN_AGENT_TYPE="+run.AgentType(), "JETRUN_ATTEMPT="+strconv.Itoa(run.Attempt()))
 	if tc := run.TraceContext(); !tc.IsZero() { // the names OpenTelemetry's environment carrier reads
@@ -324,13 +332,13 @@ func (h *handler) start(run *worker.Run) (*process, error) {
 			cmd.Env = append(cmd.Env, "TRACESTATE="+tc.TraceState)
 		}
 	}
-	err = cmd.Start()
+	p := &process{cmd: cmd, lines: make(chan line), stdin: make(chan []byte, 4), done: make(chan struct{})}
+	err = p.startOnOwnThread()
 	closeAll(inR, outW, errW) // the child's ends
 	if err != nil {
 		closeAll(inW, outR, errR)
 		return nil, fmt.Errorf("exec agent: start %s: %w", h.cfg.Path, err)
 	}
-	p := &process{cmd: cmd, lines: make(chan line), stdin: make(chan []byte, 4), done: make(chan struct{})}
 	p.wg.Go(func() { // stdout
 		defer outR.Close()
 		defer close(p.lines)
@@ -377,23 +385,48 @@ func (h *handler) start(run *worker.Run) (*process, error) {
 			}
 		}
 	})
-	p.wg.Go(func() { // reaper
-		pid := cmd.Process.Pid
-		var info unix.Siginfo
-		for {
-			// Wait for the exit without reaping, so the group id cannot be
-			// reused before its leftovers are killed.
-			err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
-			if !errors.Is(err, unix.EINTR) {
-				break
-			}
-		}
-		_ = syscall.Kill(-pid, syscall.SIGKILL) // whatever it left in its group
-		err := cmd.Wait()
-		p.state, p.waitErr = cmd.ProcessState, err
-		close(p.done)
-	})
 	return p, nil
+}
+
+// startOnOwnThread starts the command from a goroutine locked to its OS
+// thread, which then reaps it. Linux sends the parent-death signal when
+// the thread that started the child exits, not only the process: Go ends
+// a thread when a goroutine locked to it returns, so an unlocked start
+// could land on a thread some other locked goroutine ends later, and the
+// command would be killed under a live worker. Here the thread lives until
+// the command is reaped (its wait blocks a thread anyway) and ends with
+// the goroutine.
+func (p *process) startOnOwnThread() error {
+	started := make(chan error, 1)
+	p.wg.Go(func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
+		if err := p.cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		p.reap()
+	})
+	return <-started
+}
+
+// reap waits for the command to exit, kills whatever it left in its group,
+// and reaps it.
+func (p *process) reap() {
+	pid := p.cmd.Process.Pid
+	var info unix.Siginfo
+	for {
+		// Wait for the exit without reaping, so the group id cannot be
+		// reused before its leftovers are killed.
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	_ = syscall.Kill(-pid, syscall.SIGKILL) // whatever it left in its group
+	err := p.cmd.Wait()
+	p.state, p.waitErr = p.cmd.ProcessState, err
+	close(p.done)
 }
 
 // send queues a line for the command's stdin.
