@@ -18,7 +18,10 @@ import (
 )
 
 // drainAfterEnd bounds how long --wait keeps reading events once the row
-// says the run ended, so the timeline shown is complete.
+// says the run ended while the replay has not reached the run's end yet
+// (its final status event is normally stored a moment after the row), so
+// the timeline shown is complete. A replay that reached the end returns at
+// once.
 const drainAfterEnd = 2 * time.Second
 
 func (c *cli) dispatchCmd(fs *flag.FlagSet) func(context.Context, []string) (int, error) {
@@ -118,16 +121,25 @@ func (c *cli) follow(ctx context.Context, id string) (int, error) {
 		awaited <- outcome{res, err}
 	})
 
-	var drain <-chan time.Time
-	stream := evs // evs turns nil once the replay ended
+	// The outcome is printed once the row is final and the replay reached
+	// the run's end (its final status event), or drain after the row, at
+	// most, when the replay does not get there.
+	var (
+		drain                 <-chan time.Time
+		rowFinal, replayEnded bool
+		stream                = evs // evs turns nil once the replay ended
+	)
 	for {
+		if rowFinal && replayEnded {
+			cancel()
+			for range stream { // let the replay goroutine finish
+			}
+			return c.finish(id, r)
+		}
 		select {
 		case ev, open := <-evs:
 			if !open {
-				evs = nil
-				if drain == nil {
-					drain = time.After(0) // the replay saw the end; the row follows at once
-				}
+				evs, replayEnded = nil, true
 				continue
 			}
 			if !c.json {
@@ -141,19 +153,10 @@ func (c *cli) follow(ctx context.Context, id string) (int, error) {
 				}
 				return 0, o.err
 			}
-			awaited = nil
-			if drain == nil {
-				drain = time.After(drainAfterEnd)
-			}
+			awaited, rowFinal = nil, true
+			drain = time.After(c.drainAfterEnd())
 		case <-drain:
-			if awaited != nil {
-				drain = nil // the replay ended first: wait for the row
-				continue
-			}
-			cancel()
-			for range stream { // let the replay goroutine finish
-			}
-			return c.finish(id, r)
+			replayEnded = true // the rest of the timeline is not coming
 		case err := <-replayDone:
 			if err != nil && ctx.Err() == nil {
 				r.note("(timeline unavailable: " + err.Error() + "; still waiting for the outcome)")

@@ -5,6 +5,7 @@
 package jetruncli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -142,7 +143,12 @@ type cli struct {
 	json   bool
 	// retention is the runs' retention (JETRUN_RETENTION), for jetrun mcp.
 	retention time.Duration
+	drain     time.Duration // drainAfterEnd when zero (follow)
 }
+
+// drainAfterEnd is how long follow waits, after the row says the run
+// ended, for a replay that has not reached the end.
+func (c *cli) drainAfterEnd() time.Duration { return cmp.Or(c.drain, drainAfterEnd) }
 
 // command registers its flags and returns the function that runs it with
 // the remaining arguments.
