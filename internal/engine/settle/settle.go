@@ -40,6 +40,10 @@ func Retry(after time.Duration) Outcome { return Outcome{verb: nak, delay: after
 // Term terminates the message with reason: it is never redelivered.
 func Term(reason string) Outcome { return Outcome{verb: term, reason: reason} }
 
+// nakAtOnce is the delay of a Nak meant to redeliver at once: the server
+// redelivers it at its next check of pending messages, about 10 ms later.
+const nakAtOnce = time.Millisecond
+
 // Leave neither acknowledges nor refuses the message: it comes back after
 // its AckWait. The zero Outcome.
 func Leave() Outcome { return Outcome{} }
@@ -53,10 +57,13 @@ func (o Outcome) Apply(msg jetstream.Msg) error {
 	case ack:
 		return msg.Ack()
 	case nak:
-		if o.delay <= 0 {
-			return msg.Nak()
-		}
-		return msg.NakWithDelay(o.delay)
+		// Even "at once" is a Nak with a delay (the least): the server
+		// stores a delayed Nak in the consumer's state, where a plain Nak
+		// only queues the message in memory. A message handed back just
+		// before its server stops (the embedded server of a parent-worker
+		// that is stopping) is then redelivered as soon as the server is
+		// back, not an AckWait later.
+		return msg.NakWithDelay(max(o.delay, nakAtOnce))
 	case term:
 		return msg.TermWithReason(wire.Truncate(o.reason, maxReason))
 	}

@@ -197,3 +197,57 @@ func TestParentWorkerOnABusyHTTPAddressNamesTheSettingBeforeOpeningTheStore(t *t
 		t.Errorf("the store was opened before the HTTP address was checked: %s/jetstream: %v", data, err)
 	}
 }
+
+// Runs in flight when parent-worker is stopped with Ctrl-C are handed back,
+// and the next start takes them up at once. The hand-back was a plain Nak,
+// which the embedded server, stopping right after, did not keep: the next
+// start got the dispatches only when their AckWait (the lease) ran out
+// (7–13 s after it was ready in the issue). The lease here is longer than
+// the test may take, once with one Ctrl-C and once with two.
+func TestRunsHandedBackByCtrlCResumeAtTheNextStart(t *testing.T) {
+	t.Parallel()
+	addr := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
+	env := map[string]string{
+		"JETRUN_DATA_DIR": t.TempDir(), "JETRUN_EMBEDDED_PORT": "-1", "JETRUN_HTTP_ADDR": addr, "JETRUN_CHILDREN": "demo",
+		"JETRUN_LEASE": "10m", "JETRUN_SHUTDOWN_TIMEOUT": "100ms",
+	}
+	api := newAPIClient(t, "http://"+addr)
+	ids := []string{"back-0", "back-1", "back-2"}
+	type row struct {
+		Status   string `json:"status"`
+		Attempt  int    `json:"attempt"`
+		Worker   string `json:"worker"`
+		Handoffs int    `json:"handoffs"`
+	}
+	pw := start(t, "parent-worker", env)
+	pw.waitLog("parent-worker ready", 60*time.Second)
+	for _, id := range ids {
+		api.dispatch(id, nil, map[string]int{"steps": 100000, "stepMs": 50})
+	}
+	for attempt, ctrlC := range []int{1, 2} {
+		for _, id := range ids {
+			var r row
+			natstest.Eventually(t, 60*time.Second, func() bool {
+				api.call("GET", "/v1/runs/"+id, nil, &r)
+				return r.Status == "running" && r.Worker != "" && r.Attempt == attempt+1
+			}, "%s is not running its attempt %d: %+v", id, attempt+1, &r)
+		}
+		for range ctrlC {
+			pw.signal(syscall.SIGINT)
+		}
+		pw.waitLog("handed back", 30*time.Second)
+		_ = pw.wait(60 * time.Second)
+		pw = start(t, "parent-worker", env)
+		pw.waitLog("parent-worker ready", 60*time.Second)
+	}
+	for _, id := range ids {
+		var r row
+		natstest.Eventually(t, 60*time.Second, func() bool {
+			api.call("GET", "/v1/runs/"+id, nil, &r)
+			return r.Status == "running" && r.Worker != "" && r.Attempt == 3
+		}, "%s was not taken up again after two hand-backs (the lease is 10m): %+v", id, &r)
+		if r.Handoffs != 2 {
+			t.Errorf("%s: %d hand-offs, want 2", id, r.Handoffs)
+		}
+	}
+}
