@@ -254,7 +254,7 @@ type ParentWorker struct {
 	HTTPTokens     []string `envconfig:"JETRUN_HTTP_TOKENS" desc:"HTTP API bearer tokens as role=token, comma-separated; role read (lists, runs, events, UI) or write (also dispatch, cancel, signal, clear); never logged"`
 	HTTPHosts      []string `envconfig:"JETRUN_HTTP_ALLOWED_HOSTS" desc:"host names (no port) the HTTP API answers to besides localhost, IP addresses and the host of JETRUN_HTTP_ADDR, comma-separated: the names it is served under (other Host headers get 403, against DNS rebinding)"`
 	Children       []string `envconfig:"JETRUN_CHILDREN" desc:"built-in agent types to run in an in-process child pool, comma-separated (built-in: demo); http and exec agents join it"`
-	DemoRuns       int      `envconfig:"JETRUN_DEMO_RUNS" default:"0" desc:"at start, dispatch this many demo runs as a fan-out (make run uses 5)"`
+	DemoRuns       int      `envconfig:"JETRUN_DEMO_RUNS" default:"0" desc:"at start, dispatch this many demo runs as a fan-out, ids demo-1 to demo-N; those already in the store are not dispatched again (make run uses 5)"`
 }
 
 // Load fills spec from the environment, applies the defaults that depend on

@@ -468,6 +468,9 @@ func meterAgentTypes(ctx context.Context, m *metrics.Metrics, reg *registry.Regi
 	}
 }
 
+// demoRunID is the id of the fan-out's demo run i (from 0): demo-1, demo-2, …
+func demoRunID(i int) string { return fmt.Sprintf("demo-%d", i+1) }
+
 func banner(out io.Writer, cfg config.ParentWorker, natsURL string, embeddedServer bool, httpURL string, pool *worker.Worker) {
 	b := &strings.Builder{}
 	fmt.Fprintln(b, "jetrun parent-worker is up")
@@ -502,22 +505,38 @@ func banner(out io.Writer, cfg config.ParentWorker, natsURL string, embeddedServ
 }
 
 // demoFanOut dispatches n demo runs and reports each outcome. Shutting down
-// stops the waiting, not the runs.
+// stops the waiting, not the runs. The runs have stable ids, demo-1 to
+// demo-n: a restart on the same store dispatches none again (dispatching
+// is idempotent by run id) but re-attaches to them, so each start does not
+// add n more runs, and runs a Ctrl-C handed back are waited for again.
 func demoFanOut(ctx context.Context, client *parent.Client, n int, logger *slog.Logger, out io.Writer, httpURL string) {
-	ids := make([]string, 0, n)
-	for i := range n {
-		row, err := client.Dispatch(ctx, parent.Request{
+	reqs := make([]parent.Request, n)
+	for i := range reqs {
+		reqs[i] = parent.Request{
 			AgentType:    demo.AgentType,
+			RunID:        demoRunID(i),
 			DisplayOrder: i,
 			Input:        map[string]int{"steps": 3 + i%5, "stepMs": 400},
-		})
-		if err != nil {
-			logger.Warn("dispatch demo run", "err", err)
+		}
+	}
+	ids := make([]string, 0, n)
+	existed := 0
+	for _, res := range client.DispatchMany(ctx, reqs) {
+		if res.Err != nil {
+			logger.Warn("dispatch demo run", "run_id", res.RunID, "err", res.Err)
 			continue
 		}
-		ids = append(ids, row.ID)
+		ids = append(ids, res.RunID)
+		if !res.Created {
+			existed++
+		}
 	}
-	fmt.Fprintf(out, "dispatched a fan-out of %d demo runs: %s\n", len(ids), strings.Join(ids, " "))
+	if existed == 0 {
+		fmt.Fprintf(out, "dispatched a fan-out of %d demo runs: %s\n", len(ids), strings.Join(ids, " "))
+	} else {
+		fmt.Fprintf(out, "demo fan-out of %d runs: %s (%d from an earlier start: not dispatched again)\n",
+			len(ids), strings.Join(ids, " "), existed)
+	}
 	var wg sync.WaitGroup
 	for _, id := range ids {
 		wg.Go(func() {

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -248,6 +249,34 @@ func TestRunsHandedBackByCtrlCResumeAtTheNextStart(t *testing.T) {
 		}, "%s was not taken up again after two hand-backs (the lease is 10m): %+v", id, &r)
 		if r.Handoffs != 2 {
 			t.Errorf("%s: %d hand-offs, want 2", id, r.Handoffs)
+		}
+	}
+}
+
+// JETRUN_DEMO_RUNS (make run's fan-out) does not add its runs again at each
+// start on the same store: the demo runs have stable ids, and a restart
+// re-attaches to them (before, each restart added five more).
+func TestDemoFanOutIsNotAddedAgainAtARestart(t *testing.T) {
+	t.Parallel()
+	addr := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
+	env := map[string]string{
+		"JETRUN_DATA_DIR": t.TempDir(), "JETRUN_EMBEDDED_PORT": "-1", "JETRUN_HTTP_ADDR": addr, "JETRUN_CHILDREN": "demo",
+		"JETRUN_DEMO_RUNS": "3",
+	}
+	api := newAPIClient(t, "http://"+addr)
+	for n := range 2 {
+		pw := start(t, "parent-worker", env)
+		pw.waitOut("demo fan-out done", 2*time.Minute)
+		if n == 1 && !strings.Contains(pw.stdout.String(), "3 from an earlier start: not dispatched again") {
+			t.Errorf("the restart does not say the demo runs were there:\n%s", pw.stdout)
+		}
+		runs := api.list("").Runs
+		if ids := idsOf(runs); len(ids) != 3 || slices.ContainsFunc(runs, func(s runSummary) bool { return s.Status != "completed" }) {
+			t.Fatalf("start %d: runs %+v; want the 3 demo runs, completed", n+1, runs)
+		}
+		pw.signal(syscall.SIGTERM)
+		if err := pw.wait(60 * time.Second); err != nil {
+			t.Fatalf("parent-worker exit after SIGTERM: %v", err)
 		}
 	}
 }
