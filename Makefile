@@ -16,11 +16,19 @@ help: ## list the targets
 
 .PHONY: build
 build: ## build parent-worker, child-worker and the jetrun CLI into bin/
+	@echo "building $(BIN)/parent-worker, $(BIN)/child-worker and $(BIN)/jetrun (the first build compiles every dependency: about a minute)"
 	$(GO) build -o $(BIN)/ ./cmd/...
 
+# Ctrl-C reaches make, this shell and parent-worker (one process group). The
+# shell outlives it: it waits for parent-worker to exit (passing a SIGTERM
+# sent to make on), and exit codes 130 and 143 (a second Ctrl-C or SIGTERM
+# stopped it at once) end make quietly, as 0 does; any other is an error.
 .PHONY: run
 run: build ## run parent-worker on an embedded nats-server with an in-process demo pool and a demo fan-out
-	./$(BIN)/parent-worker
+	@./$(BIN)/parent-worker & pid=$$!; \
+	trap 'again=1' INT; trap 'again=1; kill -TERM $$pid 2>/dev/null' TERM; \
+	while again=; wait $$pid; code=$$?; [ -n "$$again" ]; do :; done; \
+	case $$code in 0|130|143) ;; *) exit $$code ;; esac
 
 # The stock nats CLI of the README's tour, pinned, built from the Go module
 # proxy in its own module: its go.sum vouches for its dependencies, and the

@@ -365,9 +365,11 @@ func natsCLI(t *testing.T) string {
 	return natsCLIPath
 }
 
-// make run, as a new user runs it: builds, starts parent-worker on an
-// embedded server, and the demo fan-out completes. Ports and the data
-// directory are moved aside so the test runs anywhere.
+// make run, as a new user runs it: says it builds before the build, starts
+// parent-worker on an embedded server, and the demo fan-out completes; a
+// double Ctrl-C (SIGINT to the process group, as a terminal sends it) stops
+// it without make reporting an error (it said "make: *** Error 1").
+// Ports and the data directory are moved aside so the test runs anywhere.
 func TestMakeRunShowsDemoRunsCompleting(t *testing.T) {
 	t.Parallel()
 	root, err := filepath.Abs("../../..")
@@ -398,6 +400,9 @@ func TestMakeRunShowsDemoRunsCompleting(t *testing.T) {
 	natstest.Eventually(t, 3*time.Minute, func() bool { return strings.Contains(out.String(), "demo fan-out done") },
 		"make run: no completed fan-out:\n%s", out)
 	text := out.String()
+	if said, built := strings.Index(text, "building bin/parent-worker"), strings.Index(text, "go build"); said < 0 || built < said {
+		t.Errorf("make run does not say what it builds before the build:\n%s", text)
+	}
 	if n := strings.Count(text, "completed: finished"); n != 5 {
 		t.Fatalf("make run showed %d completed demo runs, want 5:\n%s", n, text)
 	}
@@ -418,11 +423,25 @@ func TestMakeRunShowsDemoRunsCompleting(t *testing.T) {
 		t.Fatalf("GET /v1/runs after make run: %+v", runs)
 	}
 	checkListed(t, "the web UI after make run", domRows(t, capture(t, chromiumPath(t), m[1]+"/", "make-run-list")), runs)
-	stop(syscall.SIGTERM)
+
+	api := newAPIClient(t, m[1])
+	api.dispatch("long", nil, map[string]int{"steps": 1000, "stepMs": 50}) // the first Ctrl-C waits for it
+	api.waitRun("long", "to run", func(s runSummary) bool { return s.Status == "running" })
+	stop(syscall.SIGINT)
+	natstest.Eventually(t, 30*time.Second, func() bool { return strings.Contains(out.String(), "a second signal stops at once") },
+		"the first Ctrl-C was not seen:\n%s", out)
+	stop(syscall.SIGINT)
 	select {
 	case <-exited:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("make run did not stop on SIGTERM:\n%s", out)
+	case <-time.After(60 * time.Second):
+		t.Fatalf("make run did not stop on a double Ctrl-C:\n%s", out)
+	}
+	text = out.String()
+	if !strings.Contains(text, "second interrupt: stopping now") {
+		t.Errorf("the second Ctrl-C did not stop parent-worker at once:\n%s", text)
+	}
+	if strings.Contains(text, "make: ***") {
+		t.Errorf("make reports an error after a double Ctrl-C:\n%s", text)
 	}
 }
 

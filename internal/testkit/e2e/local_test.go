@@ -48,11 +48,16 @@ func TestParentWorkerSecondCtrlCClosesTheStoreCleanly(t *testing.T) {
 		t.Fatalf("the first Ctrl-C does not say what it waits for and how long:\n%s", pw.stderr)
 	}
 	pw.signal(syscall.SIGINT)
-	if err := pw.wait(60 * time.Second); err == nil {
-		t.Fatal("second Ctrl-C: want a non-zero exit")
+	var exit *exec.ExitError
+	if err := pw.wait(60 * time.Second); !errors.As(err, &exit) || exit.ExitCode() != 130 {
+		t.Fatalf("second Ctrl-C: exit %v; want 130 (128 + SIGINT)", err)
 	}
 
-	again := start(t, "parent-worker", env)
+	// The runs handed back are taken up again at once: let SIGTERM hand
+	// them back without waiting the default 30 s.
+	quick := maps.Clone(env)
+	quick["JETRUN_SHUTDOWN_TIMEOUT"] = "1s"
+	again := start(t, "parent-worker", quick)
 	again.waitLog("parent-worker ready", 60*time.Second)
 	again.signal(syscall.SIGTERM)
 	if err := again.wait(60 * time.Second); err != nil {
@@ -210,7 +215,7 @@ func TestRunsHandedBackByCtrlCResumeAtTheNextStart(t *testing.T) {
 	addr := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
 	env := map[string]string{
 		"JETRUN_DATA_DIR": t.TempDir(), "JETRUN_EMBEDDED_PORT": "-1", "JETRUN_HTTP_ADDR": addr, "JETRUN_CHILDREN": "demo",
-		"JETRUN_LEASE": "10m", "JETRUN_SHUTDOWN_TIMEOUT": "100ms",
+		"JETRUN_LEASE": "10m", "JETRUN_SHUTDOWN_TIMEOUT": "3s",
 	}
 	api := newAPIClient(t, "http://"+addr)
 	ids := []string{"back-0", "back-1", "back-2"}
@@ -233,8 +238,11 @@ func TestRunsHandedBackByCtrlCResumeAtTheNextStart(t *testing.T) {
 				return r.Status == "running" && r.Worker != "" && r.Attempt == attempt+1
 			}, "%s is not running its attempt %d: %+v", id, attempt+1, &r)
 		}
-		for range ctrlC {
+		pw.signal(syscall.SIGINT)
+		if ctrlC == 2 {
+			pw.waitLog("a second signal stops at once", 30*time.Second)
 			pw.signal(syscall.SIGINT)
+			pw.waitLog("second interrupt: stopping now", 30*time.Second)
 		}
 		pw.waitLog("handed back", 30*time.Second)
 		_ = pw.wait(60 * time.Second)
