@@ -432,7 +432,7 @@ func (c *Client) existing(ctx context.Context, row *jetruntype.Run, req Request)
 			return row, nil
 		}
 	}
-	seq, err := c.publishDispatch(ctx, row.AgentType, model.Of(row).Dispatch(), row.ID)
+	seq, err := c.publishDispatch(ctx, row.AgentType, model.Of(row).Dispatch(), model.Of(row).DispatchMsgID())
 	if err != nil {
 		return nil, fmt.Errorf("parent: dispatch run %s: %w: %w", row.ID, ErrDispatchFailed, err)
 	}

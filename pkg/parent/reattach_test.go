@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jetrun/jetrun/internal/engine"
+	"github.com/jetrun/jetrun/internal/engine/model"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -205,5 +207,60 @@ func TestShortWindowGivesUpOnTime(t *testing.T) {
 	_, err = c.Run(ctx, parent.Request{AgentType: "silent", RunID: "short", Input: 1})
 	if f, ok := parent.IsFailure(err); !ok || f.Reason != events.ReasonWindowExceeded {
 		t.Fatalf("await with a 1 s window: %v; want given up, window-exceeded, before the caller's deadline", err)
+	}
+}
+
+// A retry whose writer published its dispatch and died before recording
+// it is found by the next Dispatch of the run in the dedup window, under
+// the retry's own message id: not published a second time.
+func TestDispatchFindsARetrysUnrecordedDispatch(t *testing.T) {
+	t.Parallel()
+	ns := natstest.RunServer(t)
+	nc, js := natstest.Connect(t, ns)
+	ctx := t.Context()
+	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
+	c, err := parent.New(rt, parent.Config{ReattachMaxWindow: 300 * time.Millisecond, AllowUnknownAgentTypes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const id = "retry-unrecorded"
+	req := parent.Request{AgentType: "unserved", RunID: id, Input: struct{}{}} // no worker: dispatches stay queued
+	if _, err := c.Run(ctx, req); err == nil {
+		t.Fatal("an unserved run completed")
+	}
+	store := engine.From(rt).Store()
+	row := jetruntest.WaitRow(t, store, id, 30*time.Second, func(r *jetruntype.Run) bool {
+		return r.Status == events.StatusInterrupted && !r.ChildStillRunning
+	})
+	stream, err := js.Stream(ctx, wire.Namespace("").DispatchStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.DeleteMsg(ctx, first.State.LastSeq); err != nil { // as a worker that took it would
+		t.Fatalf("delete the first dispatch: %v", err)
+	}
+	// The retry's writer resumes the row, publishes its dispatch and dies
+	// before recording it on the row.
+	next, resumed, err := engine.From(rt).Resume(ctx, row, false)
+	if err != nil || !resumed {
+		t.Fatalf("resume: %v, resumed %v", err, resumed)
+	}
+	if _, err := engine.From(rt).PublishDispatch(ctx, req.AgentType, model.Of(next).Dispatch(),
+		engine.DispatchOptions{MsgID: model.Of(next).DispatchMsgID()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Dispatch(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 1 {
+		t.Fatalf("%d dispatches queued for one retry", info.State.Msgs)
 	}
 }
