@@ -68,9 +68,18 @@ func TestClusterEventsSpreadOverNodes(t *testing.T) {
 		}
 		rt := jetruntest.OpenRuntime(t, creator, jetrun.Config{Namespace: events.Namespace(prefix),
 			Streams: events.StreamOptions{Replicas: 3, EventsStreams: streams}})
-		if tc.roles { // as parent-worker does: child-workers may create nothing
-			if _, err := registry.Open(context.Background(), engine.From(rt).JetStream(), ns, 3); err != nil {
+		if tc.roles { // as parent-worker does: child-workers may create nothing, dispatch consumers included
+			js := engine.From(rt).JetStream()
+			if _, err := registry.Open(context.Background(), js, ns, 3); err != nil {
 				t.Fatal(err)
+			}
+			for _, cfg := range []jetstream.ConsumerConfig{
+				wire.AgentConsumerConfig(ns, "stream", worker.DefaultLease, worker.DefaultFleetConcurrency),
+				wire.MalformedConsumerConfig(ns),
+			} {
+				if _, err := js.CreateOrUpdateConsumer(context.Background(), ns.DispatchStream(), cfg); err != nil {
+					t.Fatal(err)
+				}
 			}
 		}
 		// Every other process adopts the count the streams were created with.
