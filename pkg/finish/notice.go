@@ -113,7 +113,8 @@ func (d *Deliverer) startNotices(ctx context.Context, p *service.Pullers) error 
 		MaxDeliver:    -1,
 	}
 	for _, stream := range d.rt.EventsStreamNames() { // one consumer per events stream
-		c, err := d.js.CreateOrUpdateConsumer(ctx, stream, cfg)
+		// A consumer restored from where it had got to keeps its start.
+		c, err := pull.CreateOrAdopt(ctx, d.js, stream, cfg)
 		if err != nil {
 			return fmt.Errorf("finish: create consumer %s on %s: %w", wire.NoticeConsumer, stream, err)
 		}

@@ -11,8 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -230,4 +233,68 @@ func TestOnMilestonesAreValidated(t *testing.T) {
 			t.Fatalf("dispatch with %+v: %v, want ErrBadDispatch", det, err)
 		}
 	}
+}
+
+// A deliverer starts after its milestone-notices consumer was deleted and
+// restored: the restored consumer resumes where its predecessor had got to
+// (deliver by start sequence), a setting the server refuses to change, so
+// a deliverer that started later (a parent-worker restarted after the
+// restore) failed to create it ("deliver policy can not be updated") and
+// never started. It adopts the consumer as restored and goes on.
+func TestADelivererStartsAfterItsNoticeConsumerWasRestored(t *testing.T) {
+	t.Parallel()
+	ns := natstest.RunServer(t)
+	nc, js := natstest.Connect(t, ns)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
+	var h heard
+	deliverer := func() *finish.Deliverer {
+		t.Helper()
+		d, err := finish.New(rt, finish.Config{RetryDelay: 20 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.HandleMilestoneFunc("h", func(_ context.Context, _ *jetruntype.Run, n finish.Notice) error {
+			h.add(finish.NoticeIdempotencyKey(n), n.Milestone.Sequence)
+			return nil
+		})
+		d.HandleFunc("h", func(context.Context, *jetruntype.Run, finish.Result) error { return nil })
+		if err := d.Start(ctx); err != nil {
+			t.Fatalf("start a deliverer: %v", err)
+		}
+		t.Cleanup(func() { _ = d.Stop() })
+		return d
+	}
+	jetruntest.StartWorker(t, rt, worker.Config{}, func(w *worker.Worker) {
+		w.HandleFunc("steps", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			_, err := run.Milestone(ctx, "plan", nil)
+			return worker.Result{}, err
+		})
+	})
+	client, err := parent.New(rt, parent.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	noticed := func(id string) {
+		t.Helper()
+		dispatchSteps(t, client, id, nil, []string{"plan"})
+		natstest.Eventually(t, 20*time.Second, func() bool { k, _ := h.snapshot(); return slices.Contains(k, id+".milestone.plan") },
+			"%s: no notice", id)
+	}
+	first := deliverer()
+	noticed("before")
+	stream := engine.From(rt).Namespace().EventsStream()
+	if err := js.DeleteConsumer(ctx, stream, wire.NoticeConsumer); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		c, err := js.Consumer(ctx, stream, wire.NoticeConsumer)
+		return err == nil && c.CachedInfo().Config.DeliverPolicy == jetstream.DeliverByStartSequencePolicy
+	}, "the deliverer did not restore its consumer from where it had got to")
+	if err := first.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	deliverer()
+	noticed("after")
 }

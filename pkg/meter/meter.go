@@ -174,7 +174,8 @@ func (m *Meter) Start(ctx context.Context) error {
 	}
 	p := service.NewPullers(ctx)
 	for _, stream := range m.rt.EventsStreamNames() { // one consumer per events stream
-		c, err := m.js.CreateOrUpdateConsumer(ctx, stream, cfg)
+		// A consumer restored from where it had got to keeps its start.
+		c, err := pull.CreateOrAdopt(ctx, m.js, stream, cfg)
 		if err != nil {
 			p.Drain(ctx) // stops the consumers' loops started already
 			return fmt.Errorf("meter: create consumer on %s: %w", stream, err)

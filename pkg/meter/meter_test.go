@@ -281,3 +281,54 @@ func TestMeterRestoresItsConsumerAndSkipsNoFinish(t *testing.T) {
 		t.Fatalf("the meter's consumer was not restored: %v", err)
 	}
 }
+
+// A meter starts after its consumer was deleted and restored: the restored
+// consumer resumes where its predecessor had got to (deliver by start
+// sequence), a setting the server refuses to change, so a meter that
+// started later (a parent-worker restarted after the restore) failed to
+// create it ("deliver policy can not be updated") and never started. It
+// adopts the consumer as restored and meters what comes next.
+func TestAMeterStartsAfterItsConsumerWasRestored(t *testing.T) {
+	t.Parallel()
+	ns := natstest.RunServer(t)
+	nc, js := natstest.Connect(t, ns)
+	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	l := &ledger{calls: map[string]int{}}
+	r := &restores{n: map[string]int{}}
+	first, err := meter.New(rt, meter.Config{OnFinish: l.hook(&l.finishes, ""), Observer: r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stream := wire.Namespace(rt.Namespace()).EventsStream()
+	finished := func(id string) {
+		t.Helper()
+		data, _ := json.Marshal(events.StatusEvent{RunID: id, Status: events.StatusCompleted, At: time.Now()})
+		if _, err := js.Publish(ctx, rt.Namespace().RunSubject(id, events.KindStatus), data); err != nil {
+			t.Fatal(err)
+		}
+		natstest.Eventually(t, 30*time.Second, func() bool { return len(l.of(&l.finishes, id)) == 1 }, "%s was not metered", id)
+	}
+	finished("before")
+	if err := js.DeleteConsumer(ctx, stream, wire.MeterConsumer); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 30*time.Second, func() bool { return r.of("missing") == 1 }, "the meter did not restore its consumer")
+	if err := first.Stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	second, err := meter.New(rt, meter.Config{OnFinish: l.hook(&l.finishes, "")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := second.Start(ctx); err != nil {
+		t.Fatalf("a meter started after its consumer was restored: %v", err)
+	}
+	t.Cleanup(func() { _ = second.Stop() })
+	finished("after")
+}
