@@ -156,8 +156,15 @@ func RunCluster(t testing.TB) []*server.Server {
 		}
 		return false
 	}, "cluster has no JetStream meta leader")
-	// Ready when a three-replica stream can be placed and gets a leader.
-	nc, js := Connect(t, servers[0])
+	waitPlaceable(t, servers[0])
+	return servers
+}
+
+// waitPlaceable waits until a three-replica stream can be placed through
+// node s and gets a leader: the cluster is ready.
+func waitPlaceable(t testing.TB, s *server.Server) {
+	t.Helper()
+	nc, js := Connect(t, s)
 	defer nc.Close()
 	Eventually(t, 30*time.Second, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -172,7 +179,6 @@ func RunCluster(t testing.TB) []*server.Server {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = js.DeleteStream(ctx, "NATSTEST_PROBE")
-	return servers
 }
 
 // startCluster starts three routed servers. Their cluster ports are picked
