@@ -2,10 +2,13 @@ package runview
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 
+	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/finish"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
@@ -71,20 +74,42 @@ func (v *View) noteLocked(id string, r *jetruntype.Run) {
 // Vouch says whether a transition of jetrun owes finish f (a
 // finish.Config.Vouch): nil when the view saw the run's row record it, an
 // error wrapping finish.ErrNotOwed when the run's transitions recorded no
-// such finish (its row was rewritten after it ended, or before the view
-// saw it end: the finish handler, a status, an ending, a delivery mark
-// removed), or an error when the view cannot catch up with the bucket. A
-// run the view does not know (cleared) is left to the deliverer.
+// such finish (its row was rewritten after the view saw it end: the finish
+// handler, a status, an ending, a delivery mark removed), or another error
+// when it cannot tell yet. A run whose row is gone (cleared) is left to
+// the deliverer.
+//
+// It judges only once the view has taken in the run's row at least as new
+// as the one the bucket's leader has: a view behind it would refuse a
+// finish whose transition it has not seen yet. (The bucket's newest
+// revision cannot tell that: in a leader election a replica that is behind
+// answers it.) A view whose watch does not get there within syncTimeout
+// takes the leader's row as it is, as it takes the rows it finds when it
+// starts or reloads: the finishes a row records before the view sees its
+// run final are the run's.
 func (v *View) Vouch(ctx context.Context, f finish.Result) error {
-	if err := v.Sync(ctx); err != nil {
-		return err
+	row, rev, err := v.store.Latest(ctx, f.RunID)
+	if errors.Is(err, runstore.ErrRunNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("runview: vouch for a finish of run %s: %w", f.RunID, err)
+	}
+	caught := v.await(ctx, func() bool { return v.seen[f.RunID] >= rev })
+	if !caught {
+		if ctx.Err() != nil {
+			return fmt.Errorf("runview: vouch for a finish of run %s: %w", f.RunID, ctx.Err())
+		}
+		v.logs.Log(ctx, v.log, slog.LevelWarn, "vouch-behind", "the runs watch is behind the bucket's leader; "+
+			"a finish is judged with the row the leader has", "run_id", f.RunID, "revision", rev)
+		v.observe(f.RunID, row, rev)
 	}
 	v.mu.RLock()
 	defer v.mu.RUnlock()
-	s, known := v.runs[f.RunID]
 	l := v.ledgers[f.RunID]
+	_, present := v.runs[f.RunID]
 	switch {
-	case !known:
+	case caught && !present: // removed since the leader's read
 		return nil
 	case l == nil || l.handler == "":
 		return fmt.Errorf("%w: run %s was given no finish handler", finish.ErrNotOwed, f.RunID)
@@ -95,10 +120,21 @@ func (v *View) Vouch(ctx context.Context, f finish.Result) error {
 		return fmt.Errorf("%w: run %s ended %v; no transition recorded its %s ending %d",
 			finish.ErrNotOwed, f.RunID, endingsOf(l), f.Status, f.Ending+1)
 	}
-	if _, marked := s.Delivered[f.Status]; l.delivered[f.Status] == f.Ending+1 && !marked {
+	if _, marked := row.Delivered[f.Status]; l.delivered[f.Status] == f.Ending+1 && !marked {
 		return fmt.Errorf("%w: run %s's %s finish was delivered; its row no longer says so", finish.ErrNotOwed, f.RunID, f.Status)
 	}
 	return nil
+}
+
+// observe takes in row r of run id at revision rev, read from the bucket's
+// leader, unless the view has taken in that revision or a newer one.
+func (v *View) observe(id string, r *jetruntype.Run, rev uint64) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if rev > v.seen[id] {
+		v.noteLocked(id, r)
+		v.seen[id] = rev
+	}
 }
 
 // endingsOf lists l's finishes for a refusal's reason.

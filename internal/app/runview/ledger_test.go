@@ -71,3 +71,50 @@ func TestVouchTrustsOnlyWhatTheRowRecordedBeforeItsEnd(t *testing.T) {
 		t.Errorf("a run the view does not know is left to the deliverer: %v", err)
 	}
 }
+
+// A view whose watch does not follow the bucket (here: stopped) judges a
+// finish with the row the bucket's leader has, as it takes the rows it
+// finds when it starts: the finish of a run that ended since is vouched
+// for, not refused or held back forever. A run it saw final stays sealed:
+// a handler written onto its row afterwards is still refused.
+func TestVouchWithAWatchThatDoesNotFollowReadsTheLeader(t *testing.T) {
+	t.Parallel()
+	env := jetruntest.NewEnv(t)
+	ctx := context.Background()
+	v, err := runview.Start(ctx, env.Store, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(v.Stop)
+	kv, err := env.JS.KeyValue(ctx, "jetrun_runs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(r *jetruntype.Run) {
+		t.Helper()
+		data, _ := json.Marshal(r)
+		if _, err := kv.Put(ctx, r.ID, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	det := &jetruntype.Run{ID: "det", AgentType: "demo", Status: events.StatusRunning, Detached: &events.Detached{OnFinish: "h"}}
+	put(det)
+	plain := &jetruntype.Run{ID: "plain", AgentType: "demo", Status: events.StatusCompleted}
+	put(plain)
+	if err := v.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	v.Stop()
+
+	det.Status = events.StatusCompleted
+	det.Finishes = map[events.Status]*jetruntype.FinishState{events.StatusCompleted: {Slot: jetruntype.Slot{DueAt: time.Now()}}}
+	put(det)
+	plain.Detached, plain.Finishes = &events.Detached{OnFinish: "h"}, det.Finishes
+	put(plain)
+	if err := v.Vouch(ctx, finish.Result{RunID: "det", Handler: "h", Status: events.StatusCompleted}); err != nil {
+		t.Errorf("the finish its transition recorded, the view not following: %v", err)
+	}
+	if err := v.Vouch(ctx, finish.Result{RunID: "plain", Handler: "h", Status: events.StatusCompleted}); !errors.Is(err, finish.ErrNotOwed) {
+		t.Errorf("a handler written onto a run the view saw final: %v, want ErrNotOwed", err)
+	}
+}

@@ -83,9 +83,12 @@ type View struct {
 	stopped bool // no more subscriptions
 	runs    map[string]Summary
 	ledgers map[string]*ledger // the finishes each run's transitions recorded (ledger.go)
+	// seen is, per run, the revision of the newest row (or removal) the
+	// view took in: Vouch waits for the row the bucket's leader has.
+	seen    map[string]uint64
 	lastRev uint64
 	subs    map[chan Summary]struct{}
-	changed *sync.Cond // signalled when lastRev moves
+	changed *sync.Cond // signalled when the view takes in a change
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -116,7 +119,7 @@ func StartGuard(ctx context.Context, store *runstore.Store, logger *slog.Logger,
 	}
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	v := &View{
-		store: store, log: logger, runs: make(map[string]Summary), ledgers: make(map[string]*ledger),
+		store: store, log: logger, runs: make(map[string]Summary), ledgers: make(map[string]*ledger), seen: make(map[string]uint64),
 		subs: make(map[chan Summary]struct{}), cancel: cancel, done: make(chan struct{}),
 		unfinalized: unfinalized,
 	}
@@ -169,8 +172,12 @@ func (v *View) loop(ctx context.Context, ready chan<- error) {
 			_ = jsfault.Sleep(ctx, bo.NextBackOff())
 			continue
 		}
+		// The initial state is taken in whole at the Loaded marker: until
+		// then the view answers (and Sync and Vouch wait) with what it had.
 		initial := make(map[string]Summary)
 		ledgers := make(map[string]*ledger)
+		seen := make(map[string]uint64)
+		var loadedRev uint64
 		loading := true
 		for c := range w.Changes() {
 			if c.Loaded { // the initial state is complete
@@ -182,8 +189,8 @@ func (v *View) loop(ctx context.Context, ready chan<- error) {
 						left = append(left, id)
 					}
 				}
-				v.runs, v.ledgers, loading = initial, ledgers, false
-				v.lastRev = max(v.lastRev, baseline)
+				v.runs, v.ledgers, v.seen, loading = initial, ledgers, seen, false
+				v.lastRev = max(v.lastRev, baseline, loadedRev)
 				v.changed.Broadcast()
 				v.mu.Unlock()
 				if first {
@@ -209,7 +216,8 @@ func (v *View) loop(ctx context.Context, ready chan<- error) {
 					delete(initial, c.ID)
 					delete(ledgers, c.ID)
 				}
-				v.setRev(c.Revision)
+				seen[c.ID] = c.Revision
+				loadedRev = max(loadedRev, c.Revision)
 				continue
 			}
 			v.apply(ctx, c.ID, s, c.Run, c.Revision)
@@ -242,12 +250,6 @@ func (v *View) lastSeq(ctx context.Context) (uint64, error) {
 	return rev, nil
 }
 
-func (v *View) setRev(rev uint64) {
-	v.mu.Lock()
-	v.lastRev = max(v.lastRev, rev)
-	v.mu.Unlock()
-}
-
 // rewritten reports whether a row whose summary was old and is now s was
 // rewritten outside jetrun: it was final, and it left its final status or
 // changed its ending.
@@ -265,7 +267,10 @@ func (v *View) apply(ctx context.Context, id string, s Summary, r *jetruntype.Ru
 	v.mu.Lock()
 	old, had := v.runs[id]
 	left := present && had && rewritten(old, s)
-	v.noteLocked(id, r)
+	if rev > v.seen[id] { // not older than a row Vouch took from the leader
+		v.noteLocked(id, r)
+		v.seen[id] = rev
+	}
 	if present {
 		v.runs[id] = s
 	} else {
@@ -335,6 +340,16 @@ func (v *View) Sync(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if !v.await(ctx, func() bool { return v.lastRev >= target }) {
+		return cmp.Or(ctx.Err(), errors.New("runview: sync: the runs watch is behind"))
+	}
+	return nil
+}
+
+// await waits until done (called with v.mu held) reports true, for at
+// most syncTimeout, and says whether it did: false when the view did not
+// get there in time or ctx ended.
+func (v *View) await(ctx context.Context, done func() bool) bool {
 	deadline := time.Now().Add(syncTimeout)
 	stop := context.AfterFunc(ctx, func() {
 		v.mu.Lock()
@@ -350,16 +365,13 @@ func (v *View) Sync(ctx context.Context) error {
 	defer timer.Stop()
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	for v.lastRev < target {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if time.Now().After(deadline) {
-			return errors.New("runview: sync: the runs watch is behind")
+	for !done() {
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return false
 		}
 		v.changed.Wait()
 	}
-	return nil
+	return true
 }
 
 // Filter selects runs to list. Zero fields do not filter.
