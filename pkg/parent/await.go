@@ -56,7 +56,7 @@ func RunID(parent, toolCallID string) string {
 // starts a second execution. If ctx ends first, the run is cancelled and
 // ctx's error returned.
 func (c *Client) Run(ctx context.Context, req Request) (*Result, error) {
-	row, err := c.Dispatch(ctx, req)
+	row, _, err := c.dispatch(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -274,7 +274,7 @@ func (c *Client) RunAll(ctx context.Context, reqs []Request) []Outcome {
 	out := make([]Outcome, len(reqs))
 	var wg sync.WaitGroup
 	for i, req := range reqs {
-		row, err := c.Dispatch(ctx, req)
+		row, _, err := c.dispatch(ctx, req)
 		if err != nil {
 			out[i] = Outcome{RunID: req.RunID, Err: err}
 			continue

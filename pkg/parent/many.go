@@ -6,7 +6,6 @@ import (
 	"sync"
 
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // DefaultDispatchManyInFlight is how many of DispatchMany's requests are
@@ -18,11 +17,10 @@ type DispatchResult struct {
 	// RunID is the request's run id (the generated one when it had none;
 	// empty for a request refused before an id was chosen).
 	RunID string
-	// Run is the run's row, as Dispatch returns it; nil when Err is set.
-	Run *jetruntype.Run
-	// Created says this call started the run (false: the run id already
-	// had a run, which Run is).
-	Created bool
+	// Dispatched is what [Client.Dispatch] returns for the request: the
+	// run's row and whether this call started it (a nil Run when Err is
+	// set).
+	Dispatched
 	// Err is why this request was not dispatched: the errors Dispatch
 	// returns (ErrBadRequest, ErrUnknownAgentType, ErrRunIDConflict,
 	// ErrDispatchFailed, ...), for this request alone.
@@ -79,7 +77,7 @@ func (c *Client) DispatchMany(ctx context.Context, reqs []Request) []DispatchRes
 	return out
 }
 
-// dispatchOne is DispatchNew of req whose agent type check answered
+// dispatchOne is Dispatch of req whose agent type check answered
 // typeErr.
 func (c *Client) dispatchOne(ctx context.Context, req Request, typeErr error) DispatchResult {
 	res := DispatchResult{RunID: req.RunID}
@@ -96,6 +94,6 @@ func (c *Client) dispatchOne(ctx context.Context, req Request, typeErr error) Di
 		res.Err = typeErr
 		return res
 	}
-	res.Run, res.Created, res.Err = c.DispatchNew(ctx, req)
+	res.Run, res.Created, res.Err = c.dispatch(ctx, req)
 	return res
 }

@@ -245,30 +245,44 @@ func NewRunID() string {
 	return "r" + strings.ToLower(rand.Text()[:20])
 }
 
-// Dispatch starts a run and returns its row (status "starting", or further
-// along if a worker was quick).
-//
-// It is idempotent by run id: if a row exists, no second run starts and the
-// existing row is returned. A top-level run that is not detached (no
-// Parent, no Detached, no MaxConcurrent, no ConcurrencyKey) has its
-// dispatch sent first and its row's create right behind it, both awaited
-// together ("starting", or already "running" when a worker was quicker,
-// which created it); a caller that dies between the two leaves a dispatch,
-// which a worker turns into a row. Every other run gets
-// its row (and active-run index entries) first, then the dispatch; a caller
-// that dies between those leaves a "starting" row whose dispatch the
-// reconciler publishes (or the caller's own retry, Dispatch of the same id),
-// so no run is left that never starts. The dispatch is published with
-// Nats-Msg-Id = run id, retried with backoff; if it keeps failing, the row
-// ends "error" (reason "dispatch-failed") and ErrDispatchFailed is returned.
-func (c *Client) Dispatch(ctx context.Context, req Request) (*jetruntype.Run, error) {
-	row, _, err := c.DispatchNew(ctx, req)
-	return row, err
+// Dispatched is what [Client.Dispatch] returns.
+type Dispatched struct {
+	// Run is the run's row: "starting", or further along if a worker was
+	// quick; for a run id that already had a run, that run as it is.
+	Run *jetruntype.Run
+	// Created says this call started the run (false: the run id already
+	// had a run, which Run is).
+	Created bool
 }
 
-// DispatchNew is Dispatch that also reports whether this call started the
-// run (false: the run id already had a run, which is returned).
-func (c *Client) DispatchNew(ctx context.Context, req Request) (row *jetruntype.Run, created bool, err error) {
+// Dispatch starts a run and returns its row.
+//
+// It is idempotent by run id: a run id that has a run never starts a
+// second one; Dispatch then returns that run (re-attached if it is live, as
+// stored if it ended), with [Dispatched.Created] false. No run is left that
+// never starts: a caller that dies mid-dispatch leaves a dispatch a worker
+// takes, or a "starting" row the reconciler (or a Dispatch of the same id)
+// dispatches again. A dispatch that cannot be published ends the run
+// "error" (reason "dispatch-failed") and returns [ErrDispatchFailed].
+func (c *Client) Dispatch(ctx context.Context, req Request) (*Dispatched, error) {
+	row, created, err := c.dispatch(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return &Dispatched{Run: row, Created: created}, nil
+}
+
+// dispatch is Dispatch: the row, and whether this call created it. A
+// top-level run that is not detached (no Parent, Detached, Budget,
+// MaxConcurrent or ConcurrencyKey) has its dispatch sent first and its
+// row's create right behind it, both awaited together (dispatchPlain): a
+// caller that dies between the two leaves a dispatch, which a worker turns
+// into a row. Every other run gets its row (and active-run index entries)
+// first, then the dispatch: a caller that dies between those leaves a
+// "starting" row whose dispatch the reconciler publishes. The dispatch is
+// published with Nats-Msg-Id = run id, retried with backoff for
+// DispatchRetry.
+func (c *Client) dispatch(ctx context.Context, req Request) (row *jetruntype.Run, created bool, err error) {
 	d, err := req.dispatch()
 	if err != nil {
 		return nil, false, err

@@ -109,9 +109,9 @@ func TestRunReattachesToALiveRun(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := t.Context()
-	row, created, err := b.client.DispatchNew(ctx, parent.Request{AgentType: "gated", RunID: "live", Input: struct{}{}})
-	if err != nil || !created || row.Status.Final() {
-		t.Fatalf("dispatch: %+v %v %v", row, created, err)
+	d, err := b.client.Dispatch(ctx, parent.Request{AgentType: "gated", RunID: "live", Input: struct{}{}})
+	if err != nil || !d.Created || d.Run.Status.Final() {
+		t.Fatalf("dispatch: %+v %v", d, err)
 	}
 	jetruntest.WaitRow(t, b.store, "live", 10*time.Second, func(r *jetruntype.Run) bool { return r.Status == events.StatusRunning })
 
@@ -421,12 +421,12 @@ func TestPlainDispatchWritesNoIndexAndStartsOnce(t *testing.T) {
 	creators := 0
 	for range n {
 		wg.Go(func() {
-			row, created, err := b.client.DispatchNew(ctx, parent.Request{AgentType: "gated", RunID: "plain", Input: struct{}{}})
-			if err != nil || row == nil || row.ID != "plain" {
-				t.Errorf("dispatch: %+v %v", row, err)
+			d, err := b.client.Dispatch(ctx, parent.Request{AgentType: "gated", RunID: "plain", Input: struct{}{}})
+			if err != nil || d.Run == nil || d.Run.ID != "plain" {
+				t.Errorf("dispatch: %+v %v", d, err)
 				return
 			}
-			if created {
+			if d.Created {
 				mu.Lock()
 				creators++
 				mu.Unlock()

@@ -124,13 +124,13 @@ func setupKeyed(t *testing.T, open bool) *keyedFleet {
 
 func (f *keyedFleet) submit(t *testing.T, i int, id string, strategy events.Strategy, input any) *jetruntype.Run {
 	t.Helper()
-	row, err := f.clients[i%2].Dispatch(t.Context(), parent.Request{
+	d, err := f.clients[i%2].Dispatch(t.Context(), parent.Request{
 		AgentType: "serial", RunID: id, Input: input, ConcurrencyKey: "chat-1", Strategy: strategy,
 	})
 	if err != nil {
 		t.Fatalf("dispatch %s: %v", id, err)
 	}
-	return row
+	return d.Run
 }
 
 func waitStatus(t *testing.T, store *runstore.Store, id string, s events.Status) *jetruntype.Run {
@@ -289,10 +289,14 @@ func TestKeyDebounceRunsTheLastOfABurst(t *testing.T) {
 	f := setupKeyed(t, true)
 	ids := []string{"b0", "b1", "b2", "b3"}
 	for i, id := range ids {
-		row, err := f.clients[i%2].Dispatch(t.Context(), parent.Request{
+		d, err := f.clients[i%2].Dispatch(t.Context(), parent.Request{
 			AgentType: "serial", RunID: id, Input: i, ConcurrencyKey: "chat-1",
 			Strategy: events.StrategyDebounce, Debounce: 3 * time.Second,
 		})
+		var row *jetruntype.Run
+		if d != nil {
+			row = d.Run
+		}
 		if err != nil || row.Status != events.StatusQueued || row.NotBefore.IsZero() {
 			t.Fatalf("%s: %+v %v; want queued with a quiet window", id, row, err)
 		}
@@ -475,11 +479,11 @@ func TestKeyRetryOfAnInterruptedRunWaitsForTheKey(t *testing.T) {
 	// No worker serves "orphan", so rows move only as this test moves them.
 	dispatch := func(id string) *jetruntype.Run {
 		t.Helper()
-		row, err := c.Dispatch(ctx, parent.Request{AgentType: "orphan", RunID: id, Input: 1, ConcurrencyKey: "k"})
+		d, err := c.Dispatch(ctx, parent.Request{AgentType: "orphan", RunID: id, Input: 1, ConcurrencyKey: "k"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return row
+		return d.Run
 	}
 	if r := dispatch("i0"); r.Status != events.StatusStarting {
 		t.Fatalf("i0: %s", r.Status)

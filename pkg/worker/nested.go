@@ -154,7 +154,7 @@ func (e *execution) Spawn(ctx context.Context, req ChildRequest) (*Child, error)
 	if err != nil {
 		return nil, err
 	}
-	row, created, err := client.DispatchNew(ctx, parent.Request{
+	d, err := client.Dispatch(ctx, parent.Request{
 		AgentType: req.AgentType, RunID: id, Input: req.Input,
 		Parent: e.id, ParentToolCallID: callID, DisplayOrder: req.DisplayOrder, Depth: e.row.Depth + 1,
 		Detached: req.Detached, MaxConcurrent: req.MaxConcurrent,
@@ -163,6 +163,7 @@ func (e *execution) Spawn(ctx context.Context, req ChildRequest) (*Child, error)
 	if err != nil {
 		return nil, fmt.Errorf("worker: run %s: start child %s: %w", e.id, id, err)
 	}
+	row, created := d.Run, d.Created
 	if row.Parent != e.id {
 		return nil, fmt.Errorf("worker: run %s: start child %s: %w (it is a child of %q)",
 			e.id, id, parent.ErrRunIDConflict, row.Parent)

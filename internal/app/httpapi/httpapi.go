@@ -267,14 +267,15 @@ func (a *api) dispatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req := body.request(traceOf(r))
-	row, created, err := a.client.DispatchNew(r.Context(), req)
+	d, err := a.client.Dispatch(r.Context(), req)
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
+	row := d.Run
 	if !wait {
 		status := http.StatusCreated
-		if !created {
+		if !d.Created {
 			status = http.StatusOK // an existing run, re-attached
 		}
 		w.Header().Set("Location", "/v1/runs/"+row.ID)

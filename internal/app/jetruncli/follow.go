@@ -60,13 +60,14 @@ func (c *cli) dispatchCmd(fs *flag.FlagSet) func(context.Context, []string) (int
 				req.Detached.OnMilestones = strings.Split(*onMilestones, ",")
 			}
 		}
-		row, err := c.client.Dispatch(ctx, req)
+		d, err := c.client.Dispatch(ctx, req)
 		if errors.Is(err, parent.ErrBadRequest) || errors.Is(err, parent.ErrUnknownAgentType) {
 			return 0, usageError{err}
 		}
 		if err != nil {
 			return 0, err
 		}
+		row := d.Run
 		if !*wait {
 			if c.json {
 				return ExitOK, c.printJSON(row)

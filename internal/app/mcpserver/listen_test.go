@@ -59,11 +59,11 @@ func TestListenToTasks(t *testing.T) {
 	f := newFixture(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	row, _, err := f.env.Client.DispatchNew(ctx, parent.Request{AgentType: "steps", Input: json.RawMessage(`{"steps":2}`), Detached: &events.Detached{}})
+	d, err := f.env.Client.Dispatch(ctx, parent.Request{AgentType: "steps", Input: json.RawMessage(`{"steps":2}`), Detached: &events.Detached{}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := row.ID
+	id := d.Run.ID
 
 	// Without the extension declared: refused.
 	for m := range listen(t, ctx, f.url, nil, id) {

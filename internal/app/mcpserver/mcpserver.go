@@ -372,7 +372,7 @@ func (s *Server) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallT
 	if err != nil {
 		return nil, err
 	}
-	if _, _, err := s.client.DispatchNew(ctx, parent.Request{AgentType: name, RunID: id, Input: input}); err != nil {
+	if _, err := s.client.Dispatch(ctx, parent.Request{AgentType: name, RunID: id, Input: input}); err != nil {
 		return nil, dispatchError(name, err)
 	}
 

@@ -257,12 +257,12 @@ func (s *Server) startTask(ctx context.Context, req *mcp.CallToolRequest, legacy
 	if err != nil {
 		return nil, err
 	}
-	row, _, err := s.client.DispatchNew(ctx, parent.Request{AgentType: name, RunID: id, Input: input, Detached: &events.Detached{},
+	d, err := s.client.Dispatch(ctx, parent.Request{AgentType: name, RunID: id, Input: input, Detached: &events.Detached{},
 		ParentToolCallID: TaskToolCallID})
 	if err != nil {
 		return nil, dispatchError(name, err)
 	}
-	task, err := s.taskFromRow(ctx, row)
+	task, err := s.taskFromRow(ctx, d.Run)
 	if err != nil {
 		return nil, err
 	}

@@ -174,7 +174,7 @@ func TestAKeyedRunsBudgetCountsFromItsPromotion(t *testing.T) {
 		if err != nil || row.Status != events.StatusQueued {
 			t.Fatalf("the queued run while its key is held: %+v, %v", row, err)
 		}
-		return st.Active > 0 && time.Since(queued.CreatedAt) > 2*budget
+		return st.Active > 0 && time.Since(queued.Run.CreatedAt) > 2*budget
 	}, "the sweeps did not see the queued run")
 
 	close(gate) // the holder ends; the key promotes the queued run

@@ -57,7 +57,7 @@ func TestRetriesWithNoAttemptBetweenAreEachDispatched(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		seqs = append(seqs, resumed.DispatchSeq)
+		seqs = append(seqs, resumed.Run.DispatchSeq)
 		row = sweepUntil(t, e, id, "give-up after a retry", interruptedAfter(row.FinishedAt))
 		if row.Attempt != 0 || row.Handoffs != 0 {
 			t.Fatalf("after retry %d: attempt %d, handoffs %d; no attempt ran, none was handed off", i+1, row.Attempt, row.Handoffs)

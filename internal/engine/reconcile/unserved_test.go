@@ -156,7 +156,7 @@ func TestARetriedRunGetsTheUnservedWaitAgain(t *testing.T) {
 		if row.Status.Final() {
 			t.Fatalf("the given-up run ended: %+v", row)
 		}
-		return row.Status == events.StatusInterrupted && time.Since(first.CreatedAt) > wait
+		return row.Status == events.StatusInterrupted && time.Since(first.Run.CreatedAt) > wait
 	}, "the run was not given up by its budget")
 	if _, err := client.Dispatch(ctx, req); err != nil { // the retry
 		t.Fatal(err)
