@@ -7,7 +7,6 @@ import (
 	"os"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/jetrun/jetrun/internal/engine/calls"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -16,24 +15,6 @@ import (
 // Call is a run's request to its caller (events.Call): its name, input,
 // the run that asks and that run's parent.
 type Call = events.Call
-
-// Reply stores the answer to call seq of run id, as a call server does:
-// output (any JSON-encodable value) or, with errText set, a failure the
-// run gets as an error value. The first reply stored for a call counts.
-func (c *Client) Reply(ctx context.Context, id string, seq int64, name string, output any, errText string) error {
-	if err := events.ValidateID(id); err != nil {
-		return fmt.Errorf("parent: reply: %w", err)
-	}
-	reply := events.Reply{RunID: id, Seq: seq, Name: name, Error: errText, By: callServerID(), At: time.Now()}
-	if errText == "" {
-		raw, err := calls.EncodeOutput(output)
-		if err != nil {
-			return fmt.Errorf("parent: reply to run %s: %w", id, err)
-		}
-		reply.Output = raw
-	}
-	return calls.StoreReply(ctx, c.js, c.ns, reply, c.cfg.DispatchRetry)
-}
 
 // Calls returns a run's calls in order, each with its reply once
 // answered (nil while pending), or ErrRunNotFound for an unknown run.
@@ -76,22 +57,26 @@ func callServerID() string {
 	return serverID
 }
 
-// Errors of AnswerCall; test with errors.Is.
+// Errors of [Client.Answer]; test with errors.Is.
 var (
-	// ErrCallNotFound is returned by AnswerCall for a call the run never
-	// made.
+	// ErrCallNotFound is returned by Answer for a call the run never made.
 	ErrCallNotFound = errors.New("no such call")
-	// ErrCallAnswered is returned by AnswerCall for a call that has a
-	// reply already.
+	// ErrCallAnswered is returned by Answer for a call that has a reply
+	// already.
 	ErrCallAnswered = errors.New("call answered already")
 )
 
-// AnswerCall answers call seq of run id by hand (the HTTP API and the CLI
-// do): output, or errText for a failure the run gets as an error value. It
-// returns ErrRunEnded for a run that ended, ErrCallNotFound, or
-// ErrCallAnswered; a reply stored by someone else at the same moment may
-// still come first (the first stored counts).
-func (c *Client) AnswerCall(ctx context.Context, id string, seq int64, output any, errText string) (*CallState, error) {
+// Answer answers call seq of run id by hand, as a [CallServer] answers the
+// calls it serves: output (any JSON-encodable value; json.RawMessage passes
+// through) or, with errText set, a failure the run gets as an error value
+// ([worker.CallError]). It returns the call, or [ErrRunNotFound],
+// [ErrRunEnded] for a run that ended, [ErrCallNotFound], [ErrCallAnswered],
+// or [ErrBadRequest] for an output that cannot be sent. Two answers given at
+// the same moment may both succeed: the first one stored is the one the run
+// gets.
+//
+// [worker.CallError]: https://pkg.go.dev/github.com/jetrun/jetrun/pkg/worker#CallError
+func (c *Client) Answer(ctx context.Context, id string, seq int64, output any, errText string) (*CallState, error) {
 	row, err := c.Inspect(ctx, id)
 	switch {
 	case errors.Is(err, ErrRunNotFound):
@@ -101,19 +86,23 @@ func (c *Client) AnswerCall(ctx context.Context, id string, seq int64, output an
 	case row.Status.Final():
 		return nil, fmt.Errorf("parent: answer call %d of run %s: %w (%s)", seq, id, ErrRunEnded, row.Status)
 	}
-	calls, err := c.Calls(ctx, id)
+	states, err := c.Calls(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	for _, cs := range calls {
+	for _, cs := range states {
 		if cs.Call.Seq != seq {
 			continue
 		}
 		if cs.Reply != nil {
 			return nil, fmt.Errorf("parent: answer call %d of run %s: %w", seq, id, ErrCallAnswered)
 		}
-		if err := c.Reply(ctx, id, seq, cs.Call.Name, output, errText); err != nil {
-			return nil, err
+		reply, err := calls.NewReply(id, seq, cs.Call.Name, output, errText, callServerID())
+		if err != nil {
+			return nil, fmt.Errorf("parent: answer call %d of run %s: %w: %w", seq, id, ErrBadRequest, err)
+		}
+		if err := calls.StoreReply(ctx, c.js, c.ns, reply, c.cfg.DispatchRetry); err != nil {
+			return nil, fmt.Errorf("parent: answer call %d of run %s: %w", seq, id, err)
 		}
 		return &cs, nil
 	}

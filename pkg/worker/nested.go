@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/calls"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
@@ -211,7 +212,7 @@ func (c *Child) Await(ctx context.Context) (*parent.Result, error) {
 		}
 		var stopCalls func()
 		if len(c.calls) > 0 {
-			stopCalls = c.answerCalls(ctx, client)
+			stopCalls = c.answerCalls(ctx)
 		}
 		var aerr error
 		res, aerr = client.Await(ctx, c.ID)
@@ -351,7 +352,7 @@ func (e *execution) forwardedUpTo(ctx context.Context, child string) (int64, err
 // answerCalls follows the child's calls and replies and answers, with the
 // handlers of ChildRequest.Calls, every call of theirs that has no reply
 // stored, until stop.
-func (c *Child) answerCalls(ctx context.Context, client *parent.Client) (stop func()) {
+func (c *Child) answerCalls(ctx context.Context) (stop func()) {
 	e := c.e
 	fctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -386,7 +387,7 @@ func (c *Child) answerCalls(ctx context.Context, client *parent.Client) (stop fu
 					continue
 				}
 				answered[call.Seq] = true
-				wg.Go(func() { c.answer(fctx, client, call) })
+				wg.Go(func() { c.answer(fctx, call) })
 			}
 			queued = queued[:0]
 		}
@@ -398,7 +399,7 @@ func (c *Child) answerCalls(ctx context.Context, client *parent.Client) (stop fu
 }
 
 // answer runs the handler of one call and stores its reply.
-func (c *Child) answer(ctx context.Context, client *parent.Client, call events.Call) {
+func (c *Child) answer(ctx context.Context, call events.Call) {
 	e := c.e
 	var out any
 	var err error
@@ -423,7 +424,13 @@ func (c *Child) answer(ctx context.Context, client *parent.Client, call events.C
 	if err != nil {
 		errText = err.Error()
 	}
-	if err := client.Reply(ctx, call.RunID, call.Seq, call.Name, out, errText); err != nil && ctx.Err() == nil {
+	// Stored as a call server stores it; an output that cannot be sent is
+	// the answer's failure, so the call does not wait for ever.
+	reply, err := calls.NewReply(call.RunID, call.Seq, call.Name, out, errText, e.w.cfg.ID)
+	if err != nil {
+		reply, _ = calls.NewReply(call.RunID, call.Seq, call.Name, nil, err.Error(), e.w.cfg.ID)
+	}
+	if err := calls.StoreReply(ctx, e.w.js, e.w.ns, reply, parent.DefaultDispatchRetry); err != nil && ctx.Err() == nil {
 		e.w.fault(ctx, e.log, "reply to child call", err, "child_run_id", call.RunID, "call", call.Name)
 	}
 }

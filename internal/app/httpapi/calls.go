@@ -75,7 +75,7 @@ func (a *api) reply(w http.ResponseWriter, r *http.Request) {
 	if len(body.Output) > 0 {
 		output = body.Output
 	}
-	_, err = a.client.AnswerCall(r.Context(), row.ID, seq, output, body.Error)
+	_, err = a.client.Answer(r.Context(), row.ID, seq, output, body.Error)
 	switch {
 	case errors.Is(err, parent.ErrCallAnswered):
 		writeError(w, http.StatusConflict, "already_answered", err.Error())

@@ -222,7 +222,7 @@ func (c *cli) replyCmd(fs *flag.FlagSet) func(context.Context, []string) (int, e
 			}
 			output = raw
 		}
-		cs, err := c.client.AnswerCall(ctx, args[0], seq, output, *errText)
+		cs, err := c.client.Answer(ctx, args[0], seq, output, *errText)
 		if err != nil {
 			return 0, err
 		}

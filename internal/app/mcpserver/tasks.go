@@ -426,7 +426,7 @@ func (s *Server) updateTask(ctx context.Context, id string, responses map[string
 			if resp.Action != "accept" {
 				output, errText = nil, "the MCP client answered "+firstOf(resp.Action, "nothing")
 			}
-			_, err := s.client.AnswerCall(ctx, id, seq, output, errText)
+			_, err := s.client.Answer(ctx, id, seq, output, errText)
 			if err != nil && !errors.Is(err, parent.ErrCallAnswered) && !errors.Is(err, parent.ErrRunEnded) {
 				return internalError("reply to call %d of run %s: %v", seq, id, err)
 			}

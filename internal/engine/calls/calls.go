@@ -101,6 +101,21 @@ func StoreReply(ctx context.Context, js jetstream.JetStream, ns wire.Namespace, 
 	})
 }
 
+// NewReply is the reply to call seq (named name) of run runID, answered by
+// by: output, or with errText set, a failure the run gets as an error value.
+// An output EncodeOutput refuses is an error, and no reply.
+func NewReply(runID string, seq int64, name string, output any, errText, by string) (events.Reply, error) {
+	reply := events.Reply{RunID: runID, Seq: seq, Name: name, Error: errText, By: by, At: time.Now()}
+	if errText == "" {
+		raw, err := EncodeOutput(output)
+		if err != nil {
+			return events.Reply{}, err
+		}
+		reply.Output = raw
+	}
+	return reply, nil
+}
+
 // EncodeOutput is a reply's output as JSON: a json.RawMessage must be valid
 // JSON, anything else is marshalled; at most events.MaxCallBytes.
 func EncodeOutput(out any) (json.RawMessage, error) {

@@ -64,7 +64,7 @@ func TestKilledFirstAttemptStaysInTheRunsHistory(t *testing.T) {
 	if err != nil || len(calls) != 1 || calls[0].Call.Attempt != 1 || calls[0].Reply != nil {
 		t.Fatalf("calls %+v %v; want attempt 1's call, unanswered", calls, err)
 	}
-	if _, err := e.client.AnswerCall(ctx, id, calls[0].Call.Seq, map[string]string{"by": "hand"}, ""); err != nil {
+	if _, err := e.client.Answer(ctx, id, calls[0].Call.Seq, map[string]string{"by": "hand"}, ""); err != nil {
 		t.Fatal(err)
 	}
 	row = jetruntest.WaitRow(t, e.store, id, 60*time.Second, jetruntest.Final)
