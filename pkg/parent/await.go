@@ -75,19 +75,6 @@ func (c *Client) Run(ctx context.Context, req Request) (*Result, error) {
 // status, or interrupted with the child stopped. It does not cancel the run
 // when ctx ends. An unknown run returns ErrRunNotFound.
 func (c *Client) Await(ctx context.Context, id string) (*Result, error) {
-	if len(c.progressHooks()) > 0 {
-		wctx, cancel := context.WithCancel(ctx)
-		var wg sync.WaitGroup
-		defer func() {
-			cancel()
-			wg.Wait()
-		}()
-		wg.Go(func() {
-			if err := c.Watch(wctx, id); err != nil && wctx.Err() == nil {
-				c.log.WarnContext(ctx, "watch progress", "run_id", id, "err", err)
-			}
-		})
-	}
 	wake, err := c.statuses.add(ctx, id)
 	if err != nil {
 		return nil, fmt.Errorf("parent: await run %s: %w", id, err)

@@ -1,7 +1,11 @@
 package parent_test
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +15,7 @@ import (
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -89,5 +94,116 @@ func TestAwaitsSeeTheirRunsEndAcrossAServerRestart(t *testing.T) {
 		if results[i] != "opened "+id {
 			t.Errorf("await %s: %q", id, results[i])
 		}
+	}
+}
+
+// logLines is a log sink, safe for concurrent writes, that tells when a
+// line with a given text was written.
+type logLines struct {
+	mu   sync.Mutex
+	text strings.Builder
+}
+
+func (l *logLines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.text.Write(p)
+}
+
+func (l *logLines) has(s string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Contains(l.text.String(), s)
+}
+
+// The server goes away after a replay of a live run began, and comes back
+// on the same port and store: the replay, which could not reach the
+// events meanwhile, goes on once it is back, with no error, no gap and no
+// duplicate, until the run ends.
+func TestReplayResumesAcrossAServerRestart(t *testing.T) {
+	t.Parallel()
+	outage := natstest.RunOutage(t)
+	rt := jetruntest.OpenRuntime(t, outage.Conn, jetrun.Config{})
+	gate := make(chan struct{})
+	jetruntest.StartWorker(t, rt, worker.Config{}, func(w *worker.Worker) {
+		w.HandleFunc("halves", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			for i, half := range []string{"before", "after"} {
+				if i == 1 {
+					<-gate
+				}
+				if err := run.Chunk(ctx, half); err != nil {
+					return worker.Result{}, err
+				}
+				if err := run.Flush(ctx); err != nil {
+					return worker.Result{}, err
+				}
+			}
+			return worker.Result{Summary: "done"}, nil
+		})
+	})
+	logs := &logLines{}
+	c, err := parent.New(rt, parent.Config{Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No deadline: each JetStream request has its own timeout, as with a
+	// CLI's context, instead of waiting for the deadline.
+	ctx := t.Context()
+	if _, err := c.Dispatch(ctx, parent.Request{AgentType: "halves", RunID: "resumed", Input: 1}); err != nil {
+		t.Fatal(err)
+	}
+	jetruntest.WaitRow(t, engine.From(rt).Store(), "resumed", 30*time.Second, func(r *jetruntype.Run) bool { return r.Chunks > 0 })
+	seq, err := c.Replay(ctx, "resumed", parent.ReplayOptions{Kinds: []string{events.KindChunk, events.KindStatus}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	outage.Stop() // before the replay reads a single event
+
+	type result struct {
+		chunks []string
+		err    error
+	}
+	done := make(chan result, 1)
+	go func() {
+		var r result
+		var last uint64
+		for ev, err := range seq {
+			if err != nil {
+				r.err = err
+				break
+			}
+			if ev.Seq <= last {
+				r.err = fmt.Errorf("stream sequence went from %d to %d: a duplicate", last, ev.Seq)
+				break
+			}
+			last = ev.Seq
+			if ev.Chunk != nil {
+				var text string
+				_ = json.Unmarshal(ev.Chunk.Data, &text)
+				r.chunks = append(r.chunks, text)
+			}
+		}
+		done <- r
+	}()
+	// The replay meets the outage: it says it resumes (or, failing, ends).
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		select {
+		case r := <-done:
+			t.Fatalf("the replay ended while the server was away: chunks %v, %v", r.chunks, r.err)
+		default:
+		}
+		return logs.has("replay run events; resuming")
+	}, "the replay did not meet the outage")
+	outage.Start()
+	close(gate)
+
+	r := <-done
+	// An outage longer than the worker's liveness runs the handler again:
+	// its "before" comes once per attempt.
+	if r.err != nil || len(r.chunks) < 2 || len(r.chunks) > 3 || r.chunks[0] != "before" || r.chunks[len(r.chunks)-1] != "after" {
+		t.Fatalf("replay across the outage: chunks %v, %v; want before, after and no error", r.chunks, r.err)
+	}
+	if row, err := c.Inspect(ctx, "resumed"); err != nil || row.Status != events.StatusCompleted {
+		t.Fatalf("the replay ended before the run: %+v %v", row, err)
 	}
 }

@@ -108,7 +108,6 @@ type Client struct {
 	agents map[string]time.Time // agent types seen registered, until when
 	// schemas holds the input schemas of the agent registry.
 	schemas *registry.Cache
-	hooks   []ProgressHook
 }
 
 // validate reports every invalid field at once.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/engine/jsfault"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
@@ -25,17 +26,106 @@ var (
 	ErrRunEnded = errors.New("run has ended")
 )
 
+// ReplayOptions says where a [Client.Replay] starts, which events it
+// yields and how long it follows the run. The zero value replays the whole
+// history, then follows the run until it ends.
+type ReplayOptions struct {
+	// After is the last [events.Event.Seq] the caller already has: the
+	// replay yields the events stored after it (0: the whole history). A
+	// caller that stopped amid the chunks of one coalesced chunk event (see
+	// [events.Event.Part]) resumes after Seq-1 and skips those it has.
+	After uint64
+	// Follow is how long the replay goes on after the stored history
+	// (default [events.UntilEnd]).
+	Follow events.Follow
+	// Kinds restricts the replay to these kinds ([events.KindChunk], …;
+	// default: every kind).
+	Kinds []string
+}
+
 // Replay yields the stored events of a run that exists, in order, then
-// follows it live as follow says; after is the last stream sequence the
-// caller already has (0 for the whole history). It returns
-// ErrRunNotFound for an unknown run: a guessed id never creates
-// anything. See wire.Replay.
-func (c *Client) Replay(ctx context.Context, id string, after uint64, follow events.Follow, kinds ...string) (iter.Seq2[events.Event, error], error) {
-	row, _, err := c.store.Get(ctx, id)
+// follows it live as [ReplayOptions.Follow] says. History and live events
+// come from one server cursor, so the hand-over neither loses nor repeats
+// an event. A transient fault (the server restarting, a leader election)
+// does not end the replay: it resumes after the last event it yielded,
+// with backoff, for as long as ctx lives. Any other fault is yielded as the
+// last error, and when ctx ends the last error wraps
+// [events.ErrReplayStopped]. Replay returns [ErrRunNotFound] for an
+// unknown run: a guessed id never creates anything.
+func (c *Client) Replay(ctx context.Context, id string, opts ReplayOptions) (iter.Seq2[events.Event, error], error) {
+	row, err := c.Inspect(ctx, id)
 	if err != nil {
 		return nil, fmt.Errorf("parent: replay: %w", err)
 	}
-	return wire.Replay(ctx, c.js, c.ns, id, replayOptions(row, after, follow, kinds)), nil
+	return c.replay(ctx, row, opts), nil
+}
+
+// replay is Replay of row's run: wire.Replay, started again after the last
+// event yielded when it fails on a transient fault.
+func (c *Client) replay(ctx context.Context, row *jetruntype.Run, opts ReplayOptions) iter.Seq2[events.Event, error] {
+	return func(yield func(events.Event, error) bool) {
+		at := replayPosition{seq: opts.After, part: -1}
+		bo := jsfault.NewBackOff(0) // reset by an event
+		for {
+			var failed error
+			for ev, err := range wire.Replay(ctx, c.js, c.ns, row.ID, replayOptions(row, at.after(), opts.Follow, opts.Kinds)) {
+				if err != nil {
+					failed = err
+					break
+				}
+				if at.yielded(ev) {
+					continue // the chunks of a coalesced event yielded before a fault
+				}
+				if !yield(ev, nil) {
+					return
+				}
+				at = positionAfter(ev)
+				bo.Reset()
+			}
+			if failed == nil {
+				return
+			}
+			if ctx.Err() != nil || !jsfault.IsTransient(ctx, failed) {
+				yield(events.Event{}, failed)
+				return
+			}
+			c.fault(ctx, "replay run events; resuming", failed, "run_id", row.ID)
+			if err := jsfault.Sleep(ctx, bo.NextBackOff()); err != nil {
+				yield(events.Event{}, fmt.Errorf("parent: replay %s: %w: %w", row.ID, events.ErrReplayStopped, err))
+				return
+			}
+		}
+	}
+}
+
+// replayPosition is where a replay stands: after stream sequence seq, or,
+// mid (part >= 0), after chunk part of the coalesced chunk event seq.
+type replayPosition struct {
+	seq  uint64
+	part int // -1: the whole event at seq
+}
+
+// positionAfter is the position just after ev.
+func positionAfter(ev events.Event) replayPosition {
+	if ev.LastPart() {
+		return replayPosition{seq: ev.Seq, part: -1}
+	}
+	return replayPosition{seq: ev.Seq, part: ev.Part}
+}
+
+// after is the stream sequence to replay after: the one before a
+// coalesced event left midway.
+func (p replayPosition) after() uint64 {
+	if p.part >= 0 {
+		return p.seq - 1
+	}
+	return p.seq
+}
+
+// yielded reports whether ev lies at or before p (a replay resumed midway
+// through a coalesced chunk event yields its first chunks again).
+func (p replayPosition) yielded(ev events.Event) bool {
+	return p.part >= 0 && ev.Seq == p.seq && ev.Part <= p.part
 }
 
 func replayOptions(row *jetruntype.Run, after uint64, follow events.Follow, kinds []string) events.ReplayOptions {
@@ -54,7 +144,7 @@ func replayOptions(row *jetruntype.Run, after uint64, follow events.Follow, kind
 func (c *Client) AwaitMilestone(ctx context.Context, id, name string) (events.Milestone, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	seq, err := c.Replay(ctx, id, 0, events.UntilEnd, events.KindMilestone, events.KindStatus)
+	seq, err := c.Replay(ctx, id, ReplayOptions{Kinds: []string{events.KindMilestone, events.KindStatus}})
 	if err != nil {
 		return events.Milestone{}, err
 	}
@@ -73,55 +163,6 @@ func (c *Client) AwaitMilestone(ctx context.Context, id, name string) (events.Mi
 		}
 	}
 	return events.Milestone{}, fmt.Errorf("parent: await milestone %s of run %s: %w", name, id, ErrMilestoneNotReached)
-}
-
-// ProgressHook is called for the progress and milestone events of the runs
-// a client watches; ev.Progress or ev.Milestone is set. Hooks are best
-// effort (live events only, not replayed after a restart) and must return
-// quickly.
-type ProgressHook func(runID string, ev events.Event)
-
-// OnProgress registers a hook for the progress and milestones of every run
-// the client awaits (Run, RunAll, Await) or watches (Watch). Register hooks
-// before awaiting.
-func (c *Client) OnProgress(hook ProgressHook) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.hooks = append(c.hooks, hook)
-}
-
-func (c *Client) progressHooks() []ProgressHook {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]ProgressHook(nil), c.hooks...)
-}
-
-// Watch feeds the progress hooks with run id's live progress and milestones
-// until the run ends or ctx does. Await does this by itself.
-func (c *Client) Watch(ctx context.Context, id string) error {
-	hooks := c.progressHooks()
-	row, _, err := c.store.Get(ctx, id)
-	if err != nil {
-		return fmt.Errorf("parent: watch: %w", err)
-	}
-	// Live only: start after the newest event stored now.
-	after, err := c.LastEventSeq(ctx, id)
-	if err != nil {
-		return fmt.Errorf("parent: watch: %w", err)
-	}
-	opts := replayOptions(row, after, events.UntilEnd, []string{events.KindProgress, events.KindMilestone})
-	for ev, err := range wire.Replay(ctx, c.js, c.ns, id, opts) {
-		if err != nil {
-			if errors.Is(err, events.ErrReplayStopped) {
-				return nil
-			}
-			return err
-		}
-		for _, h := range hooks {
-			h(id, ev)
-		}
-	}
-	return nil
 }
 
 // Signal sends a signal named name with payload (any JSON-encodable value;

@@ -50,7 +50,7 @@ func collect(t *testing.T, c *parent.Client, id string, after uint64, stopAfter 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	seq, err := c.Replay(ctx, id, after, events.UntilEnd)
+	seq, err := c.Replay(ctx, id, parent.ReplayOptions{After: after})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestReplayHistoryOnlyAndUnknownRuns(t *testing.T) {
 	t.Parallel()
 	b := setupReplay(t)
 	ctx := t.Context()
-	if _, err := b.client.Replay(ctx, "nope", 0, events.HistoryOnly); !errors.Is(err, runstore.ErrRunNotFound) {
+	if _, err := b.client.Replay(ctx, "nope", parent.ReplayOptions{Follow: events.HistoryOnly}); !errors.Is(err, runstore.ErrRunNotFound) {
 		t.Fatalf("replay of an unknown run: %v", err)
 	}
 	if _, err := b.client.Run(ctx, parent.Request{AgentType: "demo", RunID: "short", Input: map[string]int{"steps": 3, "stepMs": 250}}); err != nil {
@@ -141,7 +141,7 @@ func TestReplayHistoryOnlyAndUnknownRuns(t *testing.T) {
 	var kinds []string
 	natstest.Eventually(t, 10*time.Second, func() bool {
 		kinds = kinds[:0]
-		seq, err := b.client.Replay(ctx, "short", 0, events.HistoryOnly)
+		seq, err := b.client.Replay(ctx, "short", parent.ReplayOptions{Follow: events.HistoryOnly})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -188,31 +188,38 @@ func TestAwaitMilestone(t *testing.T) {
 	_, _ = b.client.Cancel(ctx, "slowms", "")
 }
 
-func TestOnProgressHookSeesProgressAndMilestones(t *testing.T) {
+// A replay restricted to progress and milestones, begun with the run,
+// follows them live and ends with the run.
+func TestReplayOfKindsFollowsProgressAndMilestones(t *testing.T) {
 	t.Parallel()
 	b := setupReplay(t)
-	var mu sync.Mutex
-	var progress, milestones int
-	b.client.OnProgress(func(runID string, ev events.Event) {
-		mu.Lock()
-		defer mu.Unlock()
-		if runID != "hooked" {
-			return
-		}
-		if ev.Progress != nil {
-			progress++
-		}
-		if ev.Milestone != nil {
-			milestones++
-		}
-	})
-	if _, err := b.client.Run(t.Context(), parent.Request{AgentType: "demo", RunID: "hooked", Input: map[string]int{"steps": 4, "stepMs": 250}}); err != nil {
+	ctx := t.Context()
+	if _, err := b.client.Dispatch(ctx, parent.Request{AgentType: "demo", RunID: "watched", Input: map[string]int{"steps": 4, "stepMs": 250}}); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if progress == 0 || milestones < 3 {
-		t.Fatalf("hook saw %d progress and %d milestones", progress, milestones)
+	seq, err := b.client.Replay(ctx, "watched", parent.ReplayOptions{Kinds: []string{events.KindProgress, events.KindMilestone}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var progress, milestones int
+	for ev, err := range seq {
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case ev.Progress != nil:
+			progress++
+		case ev.Milestone != nil:
+			milestones++
+		default:
+			t.Fatalf("replay of progress and milestones yielded a %s event", ev.Kind)
+		}
+	}
+	if progress == 0 || milestones != 4 {
+		t.Fatalf("replay saw %d progress and %d milestones; want some and 4", progress, milestones)
+	}
+	if row, err := b.client.Inspect(ctx, "watched"); err != nil || !row.Final() {
+		t.Fatalf("the replay ended before the run: %+v %v", row, err)
 	}
 }
 
@@ -255,7 +262,7 @@ func TestSignals(t *testing.T) {
 			t.Fatalf("signal not recorded: %+v", final)
 		}
 		var states []string
-		seq, _ := b.client.Replay(ctx, "parked", 0, events.HistoryOnly, events.KindSignal)
+		seq, _ := b.client.Replay(ctx, "parked", parent.ReplayOptions{Follow: events.HistoryOnly, Kinds: []string{events.KindSignal}})
 		for ev, err := range seq {
 			if err != nil {
 				t.Fatal(err)

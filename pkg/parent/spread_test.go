@@ -151,7 +151,7 @@ func TestRunsOverThreeEventsStreams(t *testing.T) {
 		}
 	}
 	for _, r := range reqs {
-		seq, err := client.Replay(ctx, r.RunID, 0, events.HistoryOnly)
+		seq, err := client.Replay(ctx, r.RunID, parent.ReplayOptions{Follow: events.HistoryOnly})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,8 +11,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jetrun/jetrun/internal/engine/jsfault"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/parent"
 )
 
 // keepAlive is how often an idle event stream sends a comment, so proxies
@@ -108,7 +108,10 @@ func (a *api) events(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	seq, err := a.client.Replay(ctx, row.ID, after, mode)
+	// Replay resumes over transient faults itself (a server restart, a
+	// leader election), after the last event it yielded: the stream stays
+	// open without a gap or a duplicate.
+	seq, err := a.client.Replay(ctx, row.ID, parent.ReplayOptions{After: after, Follow: mode})
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -124,48 +127,14 @@ func (a *api) events(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	wg.Go(func() {
 		defer close(items)
-		// A replay that fails on a transient fault (JetStream away, a leader
-		// election) is resumed after the last event sent, with backoff and
-		// throttled logs: the client's stream stays open, without a gap or a
-		// duplicate, and an outage costs neither a hot loop nor a log line
-		// per viewer and try.
-		bo := jsfault.NewBackOff(0)
-		for {
-			var failed error
-			for ev, err := range seq {
-				if err != nil {
-					failed = err
-					break
-				}
-				if from.sent(ev) {
-					continue
-				}
-				select {
-				case items <- item{ev: ev}:
-				case <-ctx.Done():
-					return
-				}
-				from = positionOf(ev)
-				bo.Reset()
+		for ev, err := range seq {
+			if err == nil && from.sent(ev) {
+				continue // a Last-Event-ID amid a coalesced chunk event
 			}
-			if failed == nil {
-				return // the replay ended
-			}
-			for {
-				if ctx.Err() != nil || !jsfault.IsTransient(ctx, failed) {
-					select {
-					case items <- item{err: failed}:
-					case <-ctx.Done():
-					}
-					return
-				}
-				a.fault(ctx, "replay run events; resuming", failed, "run_id", row.ID)
-				if jsfault.Sleep(ctx, bo.NextBackOff()) != nil {
-					return
-				}
-				if seq, failed = a.client.Replay(ctx, row.ID, from.after(), mode); failed == nil {
-					break
-				}
+			select {
+			case items <- item{ev: ev, err: err}:
+			case <-ctx.Done():
+				return
 			}
 		}
 	})

@@ -88,7 +88,7 @@ func (c *cli) follow(ctx context.Context, id string) (int, error) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	seq, err := c.client.Replay(ctx, id, 0, events.UntilEnd)
+	seq, err := c.client.Replay(ctx, id, parent.ReplayOptions{})
 	if err != nil {
 		return 0, err
 	}
@@ -229,7 +229,7 @@ func (c *cli) replayCmd(fs *flag.FlagSet) func(context.Context, []string) (int, 
 		if *follow {
 			mode = events.UntilEnd
 		}
-		seq, err := c.client.Replay(ctx, args[0], *after, mode)
+		seq, err := c.client.Replay(ctx, args[0], parent.ReplayOptions{After: *after, Follow: mode})
 		if err != nil {
 			return 0, err
 		}

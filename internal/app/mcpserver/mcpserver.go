@@ -500,7 +500,7 @@ func completed(res *parent.Result) *mcp.CallToolResult {
 // until the run ends or ctx does. MCP wants progress to increase: a
 // fraction that does not (a new attempt starting over) is not sent.
 func (s *Server) progress(ctx context.Context, ss *mcp.ServerSession, token any, id string) {
-	seq, err := s.client.Replay(ctx, id, 0, events.UntilEnd, events.KindProgress)
+	seq, err := s.client.Replay(ctx, id, parent.ReplayOptions{Kinds: []string{events.KindProgress}})
 	if err != nil {
 		return
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/parent"
 )
 
 // MaxWatchedTasks bounds the tasks a session is told about.
@@ -164,7 +165,7 @@ func (s *Server) follow(ctx context.Context, id, seen string, legacy bool, send 
 	if !tell() { // what happened before the follow began
 		return
 	}
-	seq, err := s.client.Replay(ctx, id, after, events.UntilEnd, watchedKinds...)
+	seq, err := s.client.Replay(ctx, id, parent.ReplayOptions{After: after, Kinds: watchedKinds})
 	if err != nil {
 		return
 	}

@@ -127,7 +127,7 @@ func TestClusterEventsSpreadOverNodes(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, r := range reqs[:6] { // runs of every partition
-				seq, err := viewer.Replay(ctx, r.RunID, 0, events.HistoryOnly, events.KindChunk)
+				seq, err := viewer.Replay(ctx, r.RunID, parent.ReplayOptions{Follow: events.HistoryOnly, Kinds: []string{events.KindChunk}})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -76,7 +76,7 @@ func TestKilledFirstAttemptStaysInTheRunsHistory(t *testing.T) {
 	// follow the run until its end rather than read the history at once.
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	seq, err := e.client.Replay(rctx, id, 0, events.UntilEnd)
+	seq, err := e.client.Replay(rctx, id, parent.ReplayOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

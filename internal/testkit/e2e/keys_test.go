@@ -67,7 +67,7 @@ func TestKilledWorkerHoldingAConcurrencyKey(t *testing.T) {
 
 	// A run that waited queued: its history starts at its "queued" event.
 	for _, id := range ids[1:] {
-		seq, err := e.client.Replay(context.Background(), id, 0, events.HistoryOnly, events.KindStatus)
+		seq, err := e.client.Replay(context.Background(), id, parent.ReplayOptions{Follow: events.HistoryOnly, Kinds: []string{events.KindStatus}})
 		if err != nil {
 			t.Fatal(err)
 		}
