@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -348,15 +347,6 @@ func (c *Client) cancelDescendants(ctx context.Context, id, reason string) {
 		}
 		level = next
 	}
-}
-
-func sortNewestFirst(rows []*jetruntype.Run) {
-	slices.SortFunc(rows, func(a, b *jetruntype.Run) int {
-		if c := b.CreatedAt.Compare(a.CreatedAt); c != 0 {
-			return c
-		}
-		return strings.Compare(a.ID, b.ID)
-	})
 }
 
 // IsFailure reports whether err is a run's failure value, and returns it.

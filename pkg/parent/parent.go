@@ -25,6 +25,7 @@ import (
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
+	"github.com/jetrun/jetrun/pkg/kv"
 )
 
 // Defaults used where Config leaves a field zero.
@@ -99,6 +100,7 @@ type Client struct {
 	js    jetstream.JetStream
 	ns    wire.Namespace
 	store *runstore.Store
+	runs  *kv.Runs // the rows' reads, as every reader makes them
 	log   *slog.Logger
 
 	statuses statusFollower // wakes Awaits
@@ -136,7 +138,7 @@ func New(runtime *jetrun.Runtime, cfg Config) (*Client, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	c := &Client{
-		cfg: cfg, rt: rt, js: rt.JetStream(), ns: rt.Namespace(), store: rt.Store(), log: cfg.Logger,
+		cfg: cfg, rt: rt, js: rt.JetStream(), ns: rt.Namespace(), store: rt.Store(), runs: kv.New(runtime), log: cfg.Logger,
 		agents: make(map[string]time.Time), schemas: registry.NewCache(rt.JetStream(), rt.Namespace()),
 	}
 	c.statuses.c = c
@@ -559,10 +561,11 @@ func (c *Client) fault(ctx context.Context, msg string, err error, args ...any) 
 	c.logs.Log(ctx, c.log, slog.LevelWarn, msg+"/"+class, msg, append(args, "fault", class, "err", err)...)
 }
 
-// Inspect returns the run's row, or an error wrapping ErrRunNotFound when
-// there is no record of it (yet: a run exists once Dispatch created it).
+// Inspect returns the run's row, as [kv.Runs.Get] reads it, or an error
+// wrapping [ErrRunNotFound] when there is no record of it (yet: a run
+// exists once Dispatch created it).
 func (c *Client) Inspect(ctx context.Context, id string) (*jetruntype.Run, error) {
-	row, _, err := c.get(ctx, id)
+	row, err := c.runs.Get(ctx, id)
 	if err != nil {
 		return nil, fmt.Errorf("parent: inspect: %w", err)
 	}
@@ -570,23 +573,12 @@ func (c *Client) Inspect(ctx context.Context, id string) (*jetruntype.Run, error
 }
 
 // List returns the rows with one of statuses (every row when none is
-// given), newest first.
+// given), newest first: [kv.Runs.List] with [kv.ListOptions.Statuses].
 func (c *Client) List(ctx context.Context, statuses ...events.Status) ([]*jetruntype.Run, error) {
-	rows, err := c.store.List(ctx, func(r *jetruntype.Run) bool {
-		if len(statuses) == 0 {
-			return true
-		}
-		for _, s := range statuses {
-			if r.Status == s {
-				return true
-			}
-		}
-		return false
-	})
+	rows, err := c.runs.List(ctx, kv.ListOptions{Statuses: statuses})
 	if err != nil {
 		return nil, fmt.Errorf("parent: %w", err)
 	}
-	sortNewestFirst(rows)
 	return rows, nil
 }
 

@@ -10,7 +10,6 @@ import (
 	"github.com/jetrun/jetrun/internal/app/agents"
 	"github.com/jetrun/jetrun/internal/app/httpapi"
 	"github.com/jetrun/jetrun/internal/app/runview"
-	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/jetrun"
@@ -38,7 +37,7 @@ func TestAgentsToolsAndSchemaErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	view, err := runview.Start(ctx, engine.From(rt).Store(), nil)
+	view, err := runview.Start(ctx, rt, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,7 +57,7 @@ func setupConfig(t *testing.T, mod func(*httpapi.Config), register func(w *worke
 	t.Helper()
 	env := jetruntest.NewEnv(t)
 	env.StartWorker(t, worker.Config{}, register)
-	view, err := runview.Start(context.Background(), env.Store, nil)
+	view, err := runview.Start(context.Background(), env.Runtime, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

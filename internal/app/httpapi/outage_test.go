@@ -13,7 +13,6 @@ import (
 
 	"github.com/jetrun/jetrun/internal/app/httpapi"
 	"github.com/jetrun/jetrun/internal/app/runview"
-	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/jetrun"
@@ -74,7 +73,7 @@ func TestEventStreamAndRunsViewOutliveAnOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	view, err := runview.Start(context.Background(), engine.From(rt).Store(), logger)
+	view, err := runview.Start(context.Background(), rt, logger)
 	if err != nil {
 		t.Fatal(err)
 	}

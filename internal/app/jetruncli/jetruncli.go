@@ -26,6 +26,7 @@ import (
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
+	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/parent"
 )
 
@@ -104,6 +105,7 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		fmt.Fprintf(stderr, "jetrun: %v\n", err)
 		return ExitFailure
 	}
+	c.runs = kv.New(rt)
 	c.client, err = parent.New(rt, cfg.Reattach.ParentConfig(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		fmt.Fprintf(stderr, "jetrun: %v\n", err)
@@ -137,6 +139,7 @@ func usagef(format string, args ...any) error { return usageError{fmt.Errorf(for
 // cli carries what every command uses.
 type cli struct {
 	client *parent.Client
+	runs   *kv.Runs // the rows, for the MCP server
 	stdin  io.Reader
 	out    io.Writer
 	errw   io.Writer

@@ -40,6 +40,7 @@ import (
 
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
+	"github.com/jetrun/jetrun/pkg/kv"
 )
 
 // metaLiftedTask is where a tools/call's params.task goes, for the
@@ -225,11 +226,11 @@ func (s *Server) listTasks(ctx context.Context, cursor string) (*listTasksResult
 			return nil, invalidParams("tasks/list: %q is not a cursor tasks/list handed out", cursor)
 		}
 	}
-	rows, err := s.client.List(ctx)
+	rows, err := s.runs.List(ctx, kv.ListOptions{ParentToolCallID: TaskToolCallID})
 	if err != nil {
 		return nil, internalError("list the tasks: %v", err)
 	}
-	rows = slices.DeleteFunc(rows, func(r *jetruntype.Run) bool { return r.ParentToolCallID != TaskToolCallID || r.Parent != "" })
+	rows = slices.DeleteFunc(rows, func(r *jetruntype.Run) bool { return r.Parent != "" })
 	slices.SortFunc(rows, newestFirst)
 	if after != nil {
 		i, found := slices.BinarySearchFunc(rows, after, newestFirst)

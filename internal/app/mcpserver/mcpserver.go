@@ -60,6 +60,7 @@ import (
 
 	"github.com/jetrun/jetrun/internal/engine/registry"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/parent"
 )
 
@@ -94,7 +95,10 @@ const cancelTimeout = 10 * time.Second
 
 // Config configures a Server.
 type Config struct {
+	// Client dispatches, awaits, signals and cancels the tasks' runs.
 	Client *parent.Client
+	// Runs reads the tasks' rows (kv.New on the Client's runtime).
+	Runs *kv.Runs
 	// Logger receives the server's logs (default: discard).
 	Logger *slog.Logger
 	// SyncEvery is how often the registry is polled for changes to
@@ -116,6 +120,7 @@ const DefaultTasksPerPage = 50
 // Server is jetrun's MCP server: one per process, shared by every session.
 type Server struct {
 	client    *parent.Client
+	runs      *kv.Runs
 	log       *slog.Logger
 	every     time.Duration
 	retention time.Duration
@@ -145,7 +150,7 @@ type tool struct {
 
 // New returns a Server; Start begins following the registry.
 func New(cfg Config) *Server {
-	s := &Server{client: cfg.Client, log: cfg.Logger, every: cfg.SyncEvery, retention: max(cfg.Retention, 0),
+	s := &Server{client: cfg.Client, runs: cfg.Runs, log: cfg.Logger, every: cfg.SyncEvery, retention: max(cfg.Retention, 0),
 		perPage: cmp.Or(max(cfg.TasksPerPage, 0), DefaultTasksPerPage), tools: map[string]tool{},
 		outlets: map[string][]*outlet{}, watches: map[*mcp.ServerSession]*sessionWatch{}}
 	if s.log == nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
+	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -81,7 +82,7 @@ func newFixtureWith(t *testing.T, cfg mcpserver.Config) *fixture {
 // serve mounts another MCP server configured by cfg (a parent-worker
 // replica) on the fixture's JetStream and returns its endpoint.
 func (f *fixture) serve(t *testing.T, cfg mcpserver.Config) string {
-	cfg.Client = f.env.Client
+	cfg.Client, cfg.Runs = f.env.Client, kv.New(f.env.Runtime)
 	cfg.SyncEvery = cmp.Or(cfg.SyncEvery, 50*time.Millisecond)
 	s := mcpserver.New(cfg)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -40,6 +40,7 @@ import (
 
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
+	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/parent"
 )
 
@@ -282,8 +283,8 @@ func (s *Server) taskRow(ctx context.Context, id string) (*jetruntype.Run, error
 	if events.ValidateID(id) != nil {
 		return nil, invalidParams("unknown task %q", id)
 	}
-	row, err := s.client.Inspect(ctx, id)
-	if errors.Is(err, parent.ErrRunNotFound) {
+	row, err := s.runs.Get(ctx, id)
+	if errors.Is(err, kv.ErrRunNotFound) {
 		return nil, invalidParams("unknown task %q", id)
 	}
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
+	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/parent"
 )
 
@@ -180,7 +181,7 @@ func TestCancelledCallGetsNoResponseOverStdio(t *testing.T) {
 	f := newFixture(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	s := mcpserver.New(mcpserver.Config{Client: f.env.Client})
+	s := mcpserver.New(mcpserver.Config{Client: f.env.Client, Runs: kv.New(f.env.Runtime)})
 	s.Start(ctx)
 	defer s.Stop()
 	inR, inW := io.Pipe()

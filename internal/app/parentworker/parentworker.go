@@ -37,6 +37,7 @@ import (
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/finish"
 	"github.com/jetrun/jetrun/pkg/jetrun"
+	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/meter"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
@@ -298,7 +299,7 @@ func build(ctx, abort context.Context, cfg config.ParentWorker, nc *nats.Conn, l
 		// bucket) is restored from the run's first final status event.
 		// Its first load ends with ctx.
 		StartFunc: func(context.Context) (err error) {
-			view, err = runview.StartGuard(ctx, engine.From(rt).Store(), logger, repairFinal(rt, m, logger))
+			view, err = runview.StartGuard(ctx, rt, logger, repairFinal(rt, m, logger))
 			return err
 		},
 		ShutdownFunc: func(context.Context) error { view.Stop(); return nil },
@@ -309,7 +310,7 @@ func build(ctx, abort context.Context, cfg config.ParentWorker, nc *nats.Conn, l
 		if err != nil {
 			return nil, err
 		}
-		mcpSrv := mcpserver.New(mcpserver.Config{Client: client, Logger: logger, Retention: cfg.Retention})
+		mcpSrv := mcpserver.New(mcpserver.Config{Client: client, Runs: kv.New(rt), Logger: logger, Retention: cfg.Retention})
 		mcpSvc = service.Funcs{
 			StartFunc:    func(ctx context.Context) error { mcpSrv.Start(ctx); return nil },
 			ShutdownFunc: func(context.Context) error { mcpSrv.Stop(); return nil },

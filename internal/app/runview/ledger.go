@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/jetrun/jetrun/pkg/kv"
 	"log/slog"
 	"maps"
 	"slices"
 
-	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/finish"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
@@ -88,8 +88,8 @@ func (v *View) noteLocked(id string, r *jetruntype.Run) {
 // starts or reloads: the finishes a row records before the view sees its
 // run final are the run's.
 func (v *View) Vouch(ctx context.Context, f finish.Result) error {
-	row, rev, err := v.store.Latest(ctx, f.RunID)
-	if errors.Is(err, runstore.ErrRunNotFound) {
+	row, rev, err := v.latest(ctx, f.RunID)
+	if errors.Is(err, kv.ErrRunNotFound) {
 		return nil
 	}
 	if err != nil {

@@ -21,7 +21,7 @@ func TestVouchTrustsOnlyWhatTheRowRecordedBeforeItsEnd(t *testing.T) {
 	t.Parallel()
 	env := jetruntest.NewEnv(t)
 	ctx := context.Background()
-	v, err := runview.Start(ctx, env.Store, nil)
+	v, err := runview.Start(ctx, env.Runtime, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestVouchWithAWatchThatDoesNotFollowReadsTheLeader(t *testing.T) {
 	t.Parallel()
 	env := jetruntest.NewEnv(t)
 	ctx := context.Background()
-	v, err := runview.Start(ctx, env.Store, nil)
+	v, err := runview.Start(ctx, env.Runtime, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,7 @@
 // Package runview keeps an in-memory summary of every run row, fed by one
-// watch of the runs bucket, for the HTTP API's listing and live updates: a
-// list request or a UI refresh costs nothing on the server, and every
-// viewer shares the one watch.
+// watch of the rows (pkg/kv, the read-only face a viewer uses), for the
+// HTTP API's listing and live updates: a list request or a UI refresh costs
+// nothing on the server, and every viewer shares the one watch.
 package runview
 
 import (
@@ -17,11 +17,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/engine/jsfault"
 	"github.com/jetrun/jetrun/internal/engine/obs"
-	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
+	"github.com/jetrun/jetrun/pkg/kv"
 )
 
 // maxText bounds the error and summary texts kept in a Summary.
@@ -76,8 +78,14 @@ func clip(s string) string {
 // View is the in-memory summary of every run. Create it with Start; stop it
 // with Stop.
 type View struct {
-	store *runstore.Store
-	log   *slog.Logger
+	rows *kv.Runs
+	// lastRevision is the runs bucket's newest revision (Sync's target):
+	// the one read the face does not offer.
+	lastRevision func(ctx context.Context) (uint64, error)
+	// latest reads a run's row from the runs stream's leader (Vouch's
+	// read, ledger.go), with its revision.
+	latest func(ctx context.Context, id string) (*jetruntype.Run, uint64, error)
+	log    *slog.Logger
 
 	mu      sync.RWMutex
 	stopped bool // no more subscriptions
@@ -101,10 +109,10 @@ type View struct {
 	unfinalized func(ctx context.Context, id string)
 }
 
-// Start loads every row (ctx bounds the load) and follows the bucket until
+// Start loads every row of rt (ctx bounds the load) and follows them until
 // Stop.
-func Start(ctx context.Context, store *runstore.Store, logger *slog.Logger) (*View, error) {
-	return StartGuard(ctx, store, logger, nil)
+func Start(ctx context.Context, rt *jetrun.Runtime, logger *slog.Logger) (*View, error) {
+	return StartGuard(ctx, rt, logger, nil)
 }
 
 // StartGuard is Start with a guard: unfinalized (when not nil) is called,
@@ -113,13 +121,14 @@ func Start(ctx context.Context, store *runstore.Store, logger *slog.Logger) (*Vi
 // while final, live or when it reloads after a broken watch. jetrun never
 // does that: the row was rewritten by someone who may write the bucket
 // (engine.Runtime.RepairFinal restores it).
-func StartGuard(ctx context.Context, store *runstore.Store, logger *slog.Logger, unfinalized func(ctx context.Context, id string)) (*View, error) {
+func StartGuard(ctx context.Context, rt *jetrun.Runtime, logger *slog.Logger, unfinalized func(ctx context.Context, id string)) (*View, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	v := &View{
-		store: store, log: logger, runs: make(map[string]Summary), ledgers: make(map[string]*ledger), seen: make(map[string]uint64),
+		rows: kv.New(rt), lastRevision: engine.From(rt).Store().LastRevision, latest: engine.From(rt).Store().Latest,
+		log: logger, runs: make(map[string]Summary), ledgers: make(map[string]*ledger), seen: make(map[string]uint64),
 		subs: make(map[chan Summary]struct{}), cancel: cancel, done: make(chan struct{}),
 		unfinalized: unfinalized,
 	}
@@ -158,11 +167,7 @@ func (v *View) loop(ctx context.Context, ready chan<- error) {
 	for ctx.Err() == nil {
 		// Everything written up to here is in the initial state, even a
 		// revision the watch never shows (an expired marker).
-		baseline, berr := v.lastSeq(ctx)
-		w, err := v.store.WatchRows(ctx)
-		if err == nil {
-			err = berr
-		}
+		baseline, err := v.lastSeq(ctx)
 		if err != nil {
 			if first {
 				ready <- fmt.Errorf("runview: watch runs: %w", err)
@@ -178,8 +183,18 @@ func (v *View) loop(ctx context.Context, ready chan<- error) {
 		ledgers := make(map[string]*ledger)
 		seen := make(map[string]uint64)
 		var loadedRev uint64
-		loading := true
-		for c := range w.Changes() {
+		loading, watched := true, false
+		broken := errors.New("watch closed")
+		for c, err := range v.rows.Watch(ctx, kv.WatchOptions{}) {
+			if err != nil {
+				if first && !watched { // the watch could not start
+					ready <- fmt.Errorf("runview: %w", err)
+					return
+				}
+				broken = err
+				break // reload below
+			}
+			watched = true
 			if c.Loaded { // the initial state is complete
 				bo.Reset()
 				v.mu.Lock()
@@ -222,10 +237,10 @@ func (v *View) loop(ctx context.Context, ready chan<- error) {
 			}
 			v.apply(ctx, c.ID, s, c.Run, c.Revision)
 		}
-		w.Stop() // broken: reload everything, and make live subscribers reload too
+		// Broken: reload everything, and make live subscribers reload too.
 		v.closeSubs()
 		if ctx.Err() == nil {
-			v.fault(ctx, "runs watch ended; reloading", errors.New("watch closed"))
+			v.fault(ctx, "runs watch ended; reloading", broken)
 			_ = jsfault.Sleep(ctx, bo.NextBackOff())
 		}
 	}
@@ -243,7 +258,7 @@ func (v *View) fault(ctx context.Context, msg string, err error) {
 
 // lastSeq is the runs bucket's newest revision.
 func (v *View) lastSeq(ctx context.Context) (uint64, error) {
-	rev, err := v.store.LastRevision(ctx)
+	rev, err := v.lastRevision(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("runview: %w", err)
 	}

@@ -11,10 +11,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/app/runview"
+	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
+	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/finish"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
@@ -45,11 +48,8 @@ func TestVouchWaitsForTheRowTheLeaderHas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := runstore.Open(ctx, jsConn(t, c.URL(a), nats.IgnoreDiscoveredServers()), runstore.Config{Replicas: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := runview.Start(ctx, store, nil)
+	rt := jetruntest.OpenRuntime(t, natsConn(t, c.URL(a), nats.IgnoreDiscoveredServers()), jetrun.Config{Streams: events.StreamOptions{Replicas: 3}})
+	v, err := runview.Start(ctx, rt, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestVouchWaitsForTheRowTheLeaderHas(t *testing.T) {
 	natstest.Eventually(t, 60*time.Second, func() bool {
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		rev, err := store.LastRevision(ctx)
+		rev, err := engine.From(rt).Store().LastRevision(ctx)
 		return err == nil && rev == liveRev
 	}, "replica %s, alone and behind, did not answer the runs bucket's status", c.Node(a).Name())
 
@@ -126,12 +126,7 @@ func replicas(t *testing.T, c *natstest.Nodes, js jetstream.JetStream, stream st
 // test's cleanup.
 func jsConn(t *testing.T, urls string, opts ...nats.Option) jetstream.JetStream {
 	t.Helper()
-	nc, err := nats.Connect(urls, append(opts, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
+	js, err := jetstream.New(natsConn(t, urls, opts...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,4 +152,15 @@ func put(t *testing.T, kv jetstream.KeyValue, r *jetruntype.Run) uint64 {
 			t.Fatalf("put row %s: %v", r.ID, err)
 		}
 	}
+}
+
+// natsConn connects to urls, reconnecting without end.
+func natsConn(t *testing.T, urls string, opts ...nats.Option) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(urls, append(opts, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
 }

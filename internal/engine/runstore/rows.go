@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
@@ -33,9 +34,31 @@ type RowWatch struct {
 	ctx context.Context
 }
 
-// WatchRows starts following every row, until ctx ends or Stop is called.
-func (s *Store) WatchRows(ctx context.Context) (*RowWatch, error) {
-	w, err := s.kv.WatchAll(ctx)
+// RowWatchOptions narrows a RowWatch. The zero value follows every row
+// from its current state.
+type RowWatchOptions struct {
+	// ID, when set, follows that run's row alone.
+	ID string
+	// UpdatesOnly skips the rows' current state: the watch delivers the
+	// changes written after it started, and no Loaded marker.
+	UpdatesOnly bool
+}
+
+// WatchRows starts following the rows opts selects, until ctx ends or Stop
+// is called.
+func (s *Store) WatchRows(ctx context.Context, opts RowWatchOptions) (*RowWatch, error) {
+	key := ">"
+	if opts.ID != "" {
+		if err := events.ValidateID(opts.ID); err != nil {
+			return nil, fmt.Errorf("kv: watch run: %w", err)
+		}
+		key = opts.ID
+	}
+	var wopts []jetstream.WatchOpt
+	if opts.UpdatesOnly {
+		wopts = append(wopts, jetstream.UpdatesOnly())
+	}
+	w, err := s.kv.Watch(ctx, key, wopts...)
 	if err != nil {
 		return nil, fmt.Errorf("kv: watch runs: %w", err)
 	}

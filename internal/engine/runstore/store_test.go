@@ -284,7 +284,7 @@ func TestWatchStopsCleanlyAfterItsConnectionCloses(t *testing.T) {
 	}
 	// A second watch on the same connection shows when the break reaches
 	// watchers: its updates channel closes with the connection.
-	probe, err := s.WatchRows(ctx)
+	probe, err := s.WatchRows(ctx, runstore.RowWatchOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
