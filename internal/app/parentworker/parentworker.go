@@ -31,7 +31,6 @@ import (
 	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/engine/bucket"
 	"github.com/jetrun/jetrun/internal/engine/obs"
-	"github.com/jetrun/jetrun/internal/engine/reconcile"
 	"github.com/jetrun/jetrun/internal/engine/registry"
 	"github.com/jetrun/jetrun/internal/engine/service"
 	"github.com/jetrun/jetrun/internal/engine/wire"
@@ -40,6 +39,7 @@ import (
 	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/meter"
 	"github.com/jetrun/jetrun/pkg/parent"
+	"github.com/jetrun/jetrun/pkg/reconcile"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
 
@@ -227,7 +227,7 @@ func build(ctx, abort context.Context, cfg config.ParentWorker, nc *nats.Conn, l
 		return nil, err
 	}
 
-	rec, err := reconcile.New(engine.From(rt), reconcile.Config{
+	rec, err := reconcile.New(rt, reconcile.Config{
 		ID:                   cfg.WorkerID,
 		Interval:             cfg.ReconcileInterval,
 		MaxBudget:            cfg.DetachedMaxBudget,
