@@ -11,7 +11,7 @@
 //     matching [A-Za-z0-9_-]{1,64}. Nothing built here ever carries '.', '*',
 //     '>' or whitespace into a subject, whatever the caller passes in:
 //     builders panic on an invalid token, so callers validate first
-//     (ValidateID, ValidateAgentType).
+//     ([ValidateID], [ValidateToken]).
 //   - Every subject and stream name is derived from one Namespace (default
 //     prefix "jetrun"), so two deployments can share a NATS account.
 //   - Decoders never panic on bad input; they return an error that says what

@@ -8,19 +8,17 @@ import (
 // MaxIDLength is the longest run id, agent type or handler name accepted.
 const MaxIDLength = 64
 
-// ErrInvalidID is returned (wrapped, with the reason) by ValidateID,
-// ValidateAgentType and ValidateToken, and by every API that takes an id.
+// ErrInvalidID is returned (wrapped, with the reason) by [ValidateID] and
+// [ValidateToken], and by every API that takes an id.
 var ErrInvalidID = errors.New("invalid id")
 
 // ValidateID reports whether id can be used as a run id: 1 to 64 characters
 // from [A-Za-z0-9_-]. Such an id is a single subject token and a KV key.
 func ValidateID(id string) error { return validateToken("run id", id) }
 
-// ValidateAgentType reports whether t can be used as an agent type.
-func ValidateAgentType(t string) error { return validateToken("agent type", t) }
-
-// ValidateToken reports whether s can be used as the name what says (a
-// "signal name", "handler name", "call name", "milestone name"): like a run
+// ValidateToken reports whether s can be used as the name what says (an
+// "agent type", a "signal name", "handler name", "call name", "milestone
+// name"): like a run
 // id, 1 to 64 characters from [A-Za-z0-9_-], a single subject token. The
 // error names what.
 func ValidateToken(what, s string) error { return validateToken(what, s) }

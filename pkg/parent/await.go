@@ -32,14 +32,6 @@ type Result struct {
 	Row *jetruntype.Run
 }
 
-// DecodeOutput unmarshals the run's structured output into v.
-func (r *Result) DecodeOutput(v any) error {
-	if len(r.Output) == 0 {
-		return fmt.Errorf("parent: run %s has no output", r.RunID)
-	}
-	return json.Unmarshal(r.Output, v)
-}
-
 // RunID derives a stable run id from the parent's identity and a tool call
 // id, so a parent that re-issues the same tool call after a restart gets the
 // same run back instead of a duplicate.
@@ -347,11 +339,4 @@ func (c *Client) cancelDescendants(ctx context.Context, id, reason string) {
 		}
 		level = next
 	}
-}
-
-// IsFailure reports whether err is a run's failure value, and returns it.
-func IsFailure(err error) (*Failure, bool) {
-	var f *Failure
-	ok := errors.As(err, &f)
-	return f, ok
 }

@@ -55,7 +55,8 @@ func ExampleClient_Run() {
 	fmt.Println(res.RunID, res.Summary, string(res.Output))
 
 	_, err = client.Run(ctx, parent.Request{AgentType: "check", RunID: "check-2", Input: "bad"})
-	if f, ok := parent.IsFailure(err); ok {
+	var f *parent.Failure
+	if errors.As(err, &f) {
 		fmt.Println(f.RunID, f.Status, f.Message)
 	}
 

@@ -3,6 +3,7 @@ package parent_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"testing"
 	"time"
 
@@ -18,7 +19,8 @@ import (
 func failureJSON(t *testing.T, c *parent.Client, req parent.Request) map[string]any {
 	t.Helper()
 	_, err := c.Run(t.Context(), req)
-	f, ok := parent.IsFailure(err)
+	var f *parent.Failure
+	ok := errors.As(err, &f)
 	if !ok {
 		t.Fatalf("run %s: want a failure, got %v", req.RunID, err)
 	}

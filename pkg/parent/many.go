@@ -46,10 +46,10 @@ func (c *Client) DispatchMany(ctx context.Context, reqs []Request) []DispatchRes
 	for i := range reqs {
 		req := &reqs[i]
 		if req.RunID == "" {
-			req.RunID = NewRunID()
+			req.RunID = newRunID()
 		}
 		out[i].RunID = req.RunID
-		if _, checked := known[req.AgentType]; !checked && events.ValidateAgentType(req.AgentType) == nil {
+		if _, checked := known[req.AgentType]; !checked && events.ValidateToken("agent type", req.AgentType) == nil {
 			known[req.AgentType] = c.checkAgentType(ctx, req.AgentType)
 		}
 	}

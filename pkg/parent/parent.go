@@ -60,10 +60,10 @@ var (
 	ErrRunNotFound = jetruntype.ErrRunNotFound
 )
 
-// Failure is the value a run that did not complete yields: Run returns it as
-// its error (errors.As), with OK false, the status, the error text, whether a
-// retry could help (only for interrupted), the reason and whether the child
-// may still be running.
+// Failure is the value a run that did not complete yields: [Client.Run] and
+// [Client.Await] return it as their error (find it with errors.As), with OK
+// false, the status, the error text, whether a retry could help (only for
+// interrupted), the reason and whether the child may still be running.
 type Failure = jetruntype.Failure
 
 // Config configures a Client. Zero values mean defaults.
@@ -193,7 +193,7 @@ type Request struct {
 
 func (req Request) dispatch() (events.Dispatch, error) {
 	var errs []error
-	if err := events.ValidateAgentType(req.AgentType); err != nil {
+	if err := events.ValidateToken("agent type", req.AgentType); err != nil {
 		errs = append(errs, err)
 	}
 	var input json.RawMessage
@@ -224,7 +224,7 @@ func (req Request) dispatch() (events.Dispatch, error) {
 	wire.SetTrace(&d, req.Trace.Valid())
 	errs = append(errs, req.keyed(&d)...)
 	if d.RunID == "" {
-		d.RunID = NewRunID()
+		d.RunID = newRunID()
 	}
 	if req.MaxConcurrent < 0 {
 		errs = append(errs, fmt.Errorf("maxConcurrent must not be negative, got %d", req.MaxConcurrent))
@@ -241,8 +241,8 @@ func (req Request) dispatch() (events.Dispatch, error) {
 	return d, nil
 }
 
-// NewRunID returns a random run id.
-func NewRunID() string {
+// newRunID returns a random run id.
+func newRunID() string {
 	return "r" + strings.ToLower(rand.Text()[:20])
 }
 

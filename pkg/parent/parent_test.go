@@ -2,6 +2,7 @@ package parent_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -92,7 +93,7 @@ func TestRunReturnsResultAndIsIdempotentByRunID(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out map[string]string
-	if res.Summary != "opened once" || res.DecodeOutput(&out) != nil || out["id"] != "once" {
+	if res.Summary != "opened once" || json.Unmarshal(res.Output, &out) != nil || out["id"] != "once" {
 		t.Fatalf("result = %+v", res)
 	}
 	// Same id, different input: the stored result, no second execution.
@@ -140,7 +141,8 @@ func TestRunReturnsFailureValue(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	_, err := b.client.Run(t.Context(), parent.Request{AgentType: "demo", Input: map[string]int{"steps": 2, "stepMs": 0, "failAt": 2}})
-	f, ok := parent.IsFailure(err)
+	var f *parent.Failure
+	ok := errors.As(err, &f)
 	if !ok {
 		t.Fatalf("err = %v, want a *Failure", err)
 	}
@@ -166,7 +168,8 @@ func TestCancel(t *testing.T) {
 			}
 		}
 		_, err := b.client.Await(ctx, "c1")
-		f, ok := parent.IsFailure(err)
+		var f *parent.Failure
+		ok := errors.As(err, &f)
 		if !ok || f.Status != events.StatusAborted || f.Retryable || !strings.Contains(f.Message, "user pressed stop") {
 			t.Fatalf("await: %v", err)
 		}
@@ -253,7 +256,8 @@ func TestRunAllSettlesEveryRun(t *testing.T) {
 	if out[0].Err != nil || out[0].Result.Summary != "finished 2 steps" {
 		t.Fatalf("0: %+v", out[0])
 	}
-	if f, ok := parent.IsFailure(out[1].Err); !ok || f.Status != events.StatusError {
+	var f *parent.Failure
+	if !errors.As(out[1].Err, &f) || f.Status != events.StatusError {
 		t.Fatalf("1: %+v", out[1])
 	}
 	if !errors.Is(out[2].Err, parent.ErrUnknownAgentType) {

@@ -2,6 +2,7 @@ package parent_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -36,7 +37,8 @@ func TestAwaitGivesUpAfterNoProgressAndReattaches(t *testing.T) {
 
 	// No worker serves the agent type yet.
 	_, err = c.Run(ctx, parent.Request{AgentType: "later", RunID: "q1", Input: 1})
-	f, ok := parent.IsFailure(err)
+	var f *parent.Failure
+	ok := errors.As(err, &f)
 	if !ok || f.Status != events.StatusInterrupted || f.Reason != events.ReasonNoProgress || !f.ChildStillRunning || !f.Retryable {
 		t.Fatalf("await without a worker: %v", err)
 	}
@@ -104,7 +106,8 @@ func TestWindowExceededThenRetryResumesOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = impatient.Run(ctx, parent.Request{AgentType: "slow", RunID: "win", Input: 1})
-	f, ok := parent.IsFailure(err)
+	var f *parent.Failure
+	ok := errors.As(err, &f)
 	if !ok || f.Status != events.StatusInterrupted || f.Reason != events.ReasonWindowExceeded || f.ChildStillRunning || !f.Retryable {
 		t.Fatalf("await past the window: %v", err)
 	}
@@ -205,7 +208,8 @@ func TestShortWindowGivesUpOnTime(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3500*time.Millisecond)
 	defer cancel()
 	_, err = c.Run(ctx, parent.Request{AgentType: "silent", RunID: "short", Input: 1})
-	if f, ok := parent.IsFailure(err); !ok || f.Reason != events.ReasonWindowExceeded {
+	var f *parent.Failure
+	if !errors.As(err, &f) || f.Reason != events.ReasonWindowExceeded {
 		t.Fatalf("await with a 1 s window: %v; want given up, window-exceeded, before the caller's deadline", err)
 	}
 }

@@ -283,7 +283,8 @@ func TestSignals(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err := b.client.Await(ctx, "rejected")
-		if f, ok := parent.IsFailure(err); !ok || !strings.Contains(f.Message, "not approved: too risky") {
+		var f *parent.Failure
+		if !errors.As(err, &f) || !strings.Contains(f.Message, "not approved: too risky") {
 			t.Fatalf("await: %v", err)
 		}
 	})

@@ -190,7 +190,8 @@ func TestRunsOverThreeEventsStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, err := client.Await(ctx, "held")
-	if f, ok := parent.IsFailure(err); !ok || f.Status != events.StatusAborted {
+	var f *parent.Failure
+	if !errors.As(err, &f) || f.Status != events.StatusAborted {
 		t.Fatalf("cancelled run: %+v, %v", res, err)
 	}
 

@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 
@@ -56,7 +57,8 @@ func ExampleRun_Usage() {
 	}
 	_, err = client.Run(ctx, parent.Request{AgentType: "planner", RunID: "plan-1", Input: "tides",
 		Budget: &events.TreeBudget{Tokens: 250}})
-	if f, ok := parent.IsFailure(err); ok {
+	var f *parent.Failure
+	if errors.As(err, &f) {
 		fmt.Println(f.Status, f.Reason)
 	}
 	row, err := client.Inspect(ctx, "plan-1")

@@ -179,7 +179,7 @@ func (e *execution) Spawn(ctx context.Context, req ChildRequest) (*Child, error)
 
 // RunChild starts a nested run (as Spawn) and waits for its outcome (as
 // Child.Await): a completed child returns its result, any other outcome a
-// *parent.Failure as the error (parent.IsFailure). The handler is parked
+// *parent.Failure as the error (errors.As). The handler is parked
 // while it waits, so a worker at concurrency 1 can run a child of its own
 // agent type. If ctx ends first, the wait ends (a cancel of this run
 // cascades to the child; a lost lease or a shutdown leaves it running for
@@ -220,13 +220,15 @@ func (c *Child) Await(ctx context.Context) (*parent.Result, error) {
 			stopCalls()
 		}
 		if stop != nil {
-			_, failed := parent.IsFailure(aerr)
+			var f *parent.Failure
+			failed := errors.As(aerr, &f)
 			stop(aerr == nil || failed)
 		}
 		return aerr
 	})
 	if err != nil {
-		if _, ok := parent.IsFailure(err); ok {
+		var f *parent.Failure
+		if errors.As(err, &f) {
 			return nil, err
 		}
 		return nil, fmt.Errorf("worker: run %s: await child %s: %w", e.id, c.ID, err)

@@ -126,7 +126,8 @@ func TestRunChildFailureAndReattach(t *testing.T) {
 		"caller": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
 			req := worker.ChildRequest{AgentType: "failing", CallID: "t1", Input: 1}
 			_, err := run.RunChild(ctx, req)
-			f, ok := parent.IsFailure(err)
+			var f *parent.Failure
+			ok := errors.As(err, &f)
 			if !ok {
 				return worker.Result{}, fmt.Errorf("want a failure, got %v", err)
 			}
@@ -135,7 +136,8 @@ func TestRunChildFailureAndReattach(t *testing.T) {
 				return worker.Result{}, err
 			}
 			_, err2 := again.Await(ctx)
-			f2, _ := parent.IsFailure(err2)
+			var f2 *parent.Failure
+			errors.As(err2, &f2)
 			got <- seen{f.Status, f.Message, f2 != nil && f2.RunID == f.RunID, !again.Created}
 			return worker.Result{Summary: "handled"}, nil
 		}),

@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 
-	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/pkg/events"
 )
 
@@ -32,7 +31,3 @@ func TraceContext(ctx context.Context) events.TraceContext {
 	tc, _ := ctx.Value(traceKey{}).(events.TraceContext)
 	return tc
 }
-
-// TraceContext returns the run's trace context (zero if it was dispatched
-// without one).
-func (r *Run) TraceContext() events.TraceContext { return model.Of(r.row).Trace() }

@@ -308,7 +308,8 @@ func TestChildBudgetStopsOnlyItsSubtree(t *testing.T) {
 		"boss": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
 			_, err := run.RunChild(ctx, worker.ChildRequest{AgentType: "pay", CallID: "sub", Input: 1,
 				Budget: &events.TreeBudget{Tokens: 100}})
-			if f, ok := parent.IsFailure(err); !ok || f.Reason != events.ReasonBudgetExceeded {
+			var f *parent.Failure
+			if !errors.As(err, &f) || f.Reason != events.ReasonBudgetExceeded {
 				return worker.Result{}, fmt.Errorf("child: %v", err)
 			}
 			return worker.Result{Summary: "went on"}, nil

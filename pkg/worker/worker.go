@@ -119,7 +119,7 @@ func (w *Worker) ID() string { return w.cfg.ID }
 // token, if a handler is already registered for it, or after Start, like
 // net/http's ServeMux.
 func (w *Worker) Handle(agentType string, h Handler) {
-	if err := events.ValidateAgentType(agentType); err != nil {
+	if err := events.ValidateToken("agent type", agentType); err != nil {
 		panic("worker: Handle: " + err.Error())
 	}
 	if h == nil {

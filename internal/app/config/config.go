@@ -211,7 +211,7 @@ func (a Agents) Configured() (agents.Configured, error) {
 
 // checkAgent checks a configured agent type's name and settings.
 func checkAgent(setting, name string, invalid error, known agents.Configured) error {
-	if err := events.ValidateAgentType(name); err != nil {
+	if err := events.ValidateToken("agent type", name); err != nil {
 		return fmt.Errorf("%s: %w", setting, err)
 	}
 	if slices.Contains(known.Names(), name) || slices.Contains(agents.Names(), name) {

@@ -285,7 +285,8 @@ func (a *api) dispatch(w http.ResponseWriter, r *http.Request) {
 	// Waiting does not cancel the run when the client disconnects: a run is
 	// cancelled only by POST /v1/runs/{id}/cancel.
 	res, err := a.client.Await(r.Context(), row.ID)
-	if f, ok := parent.IsFailure(err); ok {
+	var f *parent.Failure
+	if errors.As(err, &f) {
 		writeJSON(w, http.StatusOK, f)
 		return
 	}
@@ -343,7 +344,7 @@ func listFilter(r *http.Request) (runview.Filter, error) {
 		return runview.Filter{}, fmt.Errorf("q (a part of a run id) is %d characters; a run id has at most %d", n, events.MaxIDLength)
 	}
 	if f.AgentType != "" {
-		if err := events.ValidateAgentType(f.AgentType); err != nil {
+		if err := events.ValidateToken("agent type", f.AgentType); err != nil {
 			return runview.Filter{}, err
 		}
 	}

@@ -171,8 +171,8 @@ func (c *cli) follow(ctx context.Context, id string) (int, error) {
 }
 
 func isFailure(err error) bool {
-	_, ok := parent.IsFailure(err)
-	return ok
+	var f *parent.Failure
+	return errors.As(err, &f)
 }
 
 // finish prints the outcome and maps it to an exit code.

@@ -377,9 +377,11 @@ func (s *Server) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallT
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.client.Dispatch(ctx, parent.Request{AgentType: name, RunID: id, Input: input}); err != nil {
+	d, err := s.client.Dispatch(ctx, parent.Request{AgentType: name, RunID: id, Input: input})
+	if err != nil {
 		return nil, dispatchError(name, err)
 	}
+	id = d.Run.ID
 
 	// wait ends with the call (a cancel from the client) or with the server.
 	wait, stopWaiting := context.WithCancel(ctx)
@@ -423,7 +425,8 @@ func (s *Server) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallT
 		}
 		return nil, ctx.Err()
 	}
-	if f, ok := parent.IsFailure(err); ok {
+	var f *parent.Failure
+	if errors.As(err, &f) {
 		return s.failed(f, name), nil
 	}
 	if err != nil {
@@ -455,11 +458,12 @@ func (t tool) input(args json.RawMessage) (json.RawMessage, error) {
 	return w.Input, nil
 }
 
-// runID is the run a call names with MetaIdempotencyKey, else a new one.
+// runID is the run a call names with MetaIdempotencyKey, else "" (Dispatch
+// then picks a new one, and its row says which).
 func runID(meta mcp.Meta) (string, error) {
 	v, ok := meta[MetaIdempotencyKey]
 	if !ok {
-		return parent.NewRunID(), nil
+		return "", nil
 	}
 	key, ok := v.(string)
 	if !ok || key == "" || len(key) > MaxIdempotencyKeyLength {

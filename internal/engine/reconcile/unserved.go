@@ -48,7 +48,7 @@ func (r *Reconciler) markUnserved(ctx context.Context) (int, error) {
 	marked := 0
 	for subject, n := range info.State.Subjects {
 		agentType := ns.AgentTypeFromDispatchSubject(subject)
-		if n == 0 || events.ValidateAgentType(agentType) != nil {
+		if n == 0 || events.ValidateToken("agent type", agentType) != nil {
 			continue // malformed subjects are dead-lettered by workers
 		}
 		why, minAge, err := r.unserved(ctx, agentType)

@@ -245,7 +245,7 @@ func (r *Registry) Watch(ctx context.Context) (<-chan Announcement, error) {
 					continue // the live keys are in
 				}
 				t, _, _ := strings.Cut(e.Key(), ".")
-				if events.ValidateAgentType(t) != nil {
+				if events.ValidateToken("agent type", t) != nil {
 					continue
 				}
 				var a Announcement

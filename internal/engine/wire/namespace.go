@@ -128,7 +128,7 @@ func (ns Namespace) ParseRunSubject(subject string) (runID, kind string, err err
 // DLQSubject is where rejected dispatches of agentType are kept. An agent type
 // that is not a valid token is filed under "_invalid".
 func (ns Namespace) DLQSubject(agentType string) string {
-	if events.ValidateAgentType(agentType) != nil {
+	if events.ValidateToken("agent type", agentType) != nil {
 		agentType = "_invalid"
 	}
 	return ns.prefix() + ".dlq." + agentType

@@ -119,7 +119,7 @@ func (h *handler) ServeRun(ctx context.Context, run *worker.Run) (worker.Result,
 	if err != nil {
 		return worker.Result{}, fmt.Errorf("exec agent: encode the request: %w", err)
 	}
-	p, err := h.start(run)
+	p, err := h.start(ctx, run)
 	if err != nil {
 		return worker.Result{}, err
 	}
@@ -302,7 +302,7 @@ type process struct {
 	stderr []byte // its tail
 }
 
-func (h *handler) start(run *worker.Run) (*process, error) {
+func (h *handler) start(ctx context.Context, run *worker.Run) (*process, error) {
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("exec agent: pipe: %w", err)
@@ -326,7 +326,7 @@ func (h *handler) start(run *worker.Run) (*process, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Env = append(childEnv(),
 		"JETRUN_RUN_ID="+run.ID(), "JETRUN_AGENT_TYPE="+run.AgentType(), "JETRUN_ATTEMPT="+strconv.Itoa(run.Attempt()))
-	if tc := run.TraceContext(); !tc.IsZero() { // the names OpenTelemetry's environment carrier reads
+	if tc := worker.TraceContext(ctx); !tc.IsZero() { // the names OpenTelemetry's environment carrier reads
 		cmd.Env = append(cmd.Env, "TRACEPARENT="+tc.TraceParent)
 		if tc.TraceState != "" {
 			cmd.Env = append(cmd.Env, "TRACESTATE="+tc.TraceState)

@@ -10,6 +10,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -52,7 +53,8 @@ func main() {
 	fmt.Fprintln(os.Stderr, "awaiting", os.Args[2])
 	res, err := client.Run(ctx, parent.Request{AgentType: "demo", RunID: os.Args[2], Input: json.RawMessage(os.Args[3])})
 	out := map[string]any{"ok": err == nil}
-	if f, ok := parent.IsFailure(err); ok {
+	var f *parent.Failure
+	if errors.As(err, &f) {
 		out["failure"] = f
 	}
 	if err != nil {
