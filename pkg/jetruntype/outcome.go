@@ -18,7 +18,10 @@ type CancelError struct {
 	Err error
 }
 
+// Error is the wrapped error's text.
 func (e *CancelError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the wrapped error.
 func (e *CancelError) Unwrap() error { return e.Err }
 
 // RetryAfter marks err, returned by any jetrun handler, as worth another
@@ -38,5 +41,8 @@ type RetryError struct {
 	Delay time.Duration // 0: the handler's own back-off
 }
 
+// Error is the wrapped error's text.
 func (e *RetryError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the wrapped error.
 func (e *RetryError) Unwrap() error { return e.Err }

@@ -113,7 +113,8 @@ type Run struct {
 	Unindexed bool `json:"unindexed,omitempty"`
 
 	// ConcurrencyKey, Strategy and DebounceMs are the run's submit under a
-	// concurrency key (keys.go): runs of one key never execute at once.
+	// concurrency key: runs of one key never execute at once (see
+	// [events.Strategy]).
 	ConcurrencyKey string          `json:"concurrencyKey,omitempty"`
 	Strategy       events.Strategy `json:"strategy,omitempty"`
 	DebounceMs     int64           `json:"debounceMs,omitempty"`
@@ -130,7 +131,7 @@ type Run struct {
 	MergedInto   string   `json:"mergedInto,omitempty"`
 	Merged       []string `json:"merged,omitempty"`
 
-	// Usage is what the run reported spending (usage.go), across attempts.
+	// Usage is what the run reported spending, across attempts.
 	Usage *Usage `json:"usage,omitempty"`
 	// StepUsage is the part of Usage that came with the run's stored
 	// steps (events.Step.Usage): the row counts their usage up to it. An

@@ -28,6 +28,7 @@ type Overrun struct {
 	Used  int64 `json:"used"`
 }
 
+// String says which budget of which run was exceeded, and by how much.
 func (o Overrun) String() string {
 	return fmt.Sprintf("the %s budget of run %s (%d) was exceeded by %d (used %d)", o.Budget, o.Owner, o.Limit, o.Used-o.Limit, o.Used)
 }

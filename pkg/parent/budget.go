@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/jetrun/jetrun/internal/engine/budget"
 	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -13,14 +12,14 @@ import (
 )
 
 // Budgets over a run tree (events.TreeBudget) are charged and enforced by
-// the engine (internal/engine/budget); a dispatch fills in a nested run's
-// tree and counts it against its tree's runs budgets here.
+// the engine (package budget); a dispatch fills in a nested run's tree and
+// counts it against its tree's runs budgets here.
 
 // ErrBudgetExceeded is returned by Dispatch and Run for a nested run a
 // runs budget of its tree does not allow, or whose tree was stopped for a
 // budget already; a worker's run whose usage lands in a stopped tree is
 // cancelled with it.
-var ErrBudgetExceeded = budget.ErrExceeded
+var ErrBudgetExceeded = jetruntype.ErrBudgetExceeded
 
 // fillTree sets the tree fields of d, a nested run's dispatch, from its
 // parent's row (read unless given), and counts it against every runs

@@ -83,11 +83,12 @@ func (c CallServerConfig) validate() error {
 	return errors.Join(errs...)
 }
 
-// CallServer answers the calls runs make with Run.Call. Create it with
-// Client.NewCallServer, register a handler per call name with Handle, then Start
-// it; stop it with Shutdown (graceful) or Stop.
+// CallServer answers the calls runs make with a worker's Run.Call. Create it
+// with [Client.NewCallServer], register a handler per call name with
+// [CallServer.Handle], then [CallServer.Start] it; stop it with
+// [CallServer.Shutdown] (graceful) or [CallServer.Stop].
 //
-// Every server of a name shares one durable consumer (callConsumer(name)):
+// Every server of a name shares one durable consumer ("call-<name>"):
 // each call goes to one of them, and a call whose server died before
 // replying goes to another (or the same one, restarted). A call is
 // answered at most once: a server skips calls already answered, calls of

@@ -150,8 +150,8 @@ type Request struct {
 	// AgentType names the handler that runs it. Required.
 	AgentType string
 	// RunID identifies the run; dispatching or awaiting the same id again
-	// never starts a second execution. Default: a random id. Use RunID() to
-	// derive a stable one from a tool call.
+	// never starts a second execution. Default: a random id. Use [RunID]
+	// to derive a stable one from a tool call.
 	RunID string
 	// Input is the run's input: any JSON-encodable value (json.RawMessage
 	// passes through). Required.
@@ -172,19 +172,21 @@ type Request struct {
 	MaxConcurrent int
 	// Trace is the W3C trace context the run carries: on its row, as
 	// headers on its dispatch, events and finish, and in its handler's
-	// context (worker.TraceContext). A malformed one is dropped.
+	// context (the worker package's TraceContext). A malformed one is
+	// dropped.
 	Trace events.TraceContext
 	// ConcurrencyKey, when set, makes runs under the same key never execute
 	// at the same time (say one chat session); Strategy says what a submit
-	// does while a run of the key is live or queued (default queue), and
-	// Debounce is the quiet window of strategy debounce (default 750ms).
-	// See submit.go.
+	// does while a run of the key is live or queued (default queue; with
+	// [events.StrategyDrop], a busy key is [ErrKeyBusy]), and Debounce is
+	// the quiet window of strategy debounce (default 750ms).
 	ConcurrencyKey string
 	Strategy       events.Strategy
 	Debounce       time.Duration
 	// Budget bounds what the run and every run nested under it spend
-	// (events.TreeBudget; budget.go). A nested run draws from the budgets
-	// of its ancestors as well as its own.
+	// ([events.TreeBudget]). A nested run draws from the budgets of its
+	// ancestors as well as its own; one they do not allow is
+	// [ErrBudgetExceeded].
 	Budget *events.TreeBudget
 	// ParentRow, when set, is the row of Parent, which a nested dispatch
 	// otherwise reads to learn its tree (a worker's Spawn passes it).

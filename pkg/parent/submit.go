@@ -16,7 +16,7 @@ import (
 // ErrKeyBusy is returned by Dispatch and Run for a submit with strategy
 // drop while a run of its concurrency key is live or queued; the run id is
 // not used, so the same request can be made again later.
-var ErrKeyBusy = runstore.ErrKeyBusy
+var ErrKeyBusy = jetruntype.ErrKeyBusy
 
 // keyed copies the concurrency key fields of req onto d and checks them.
 func (req Request) keyed(d *events.Dispatch) []error {

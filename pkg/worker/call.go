@@ -32,6 +32,7 @@ type CallError struct {
 	Message string
 }
 
+// Error says which call failed, and the caller's message.
 func (e *CallError) Error() string {
 	return fmt.Sprintf("call %s (%d) failed: %s", e.Name, e.Seq, e.Message)
 }

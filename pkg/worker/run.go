@@ -102,7 +102,8 @@ func (r *Run) Milestones() []events.Milestone { return r.b.Milestones() }
 // Flush; everything is stored before the run ends. A chunk of a quiet run
 // leaves at once; those of a streaming run wait at most the worker's
 // ChunkWindow and are stored as one event carrying their range; readers
-// still see them one by one (wire.Replay).
+// still see them one by one (a replay yields each as an [events.Event] of
+// its own: see [events.Event.Part]).
 func (r *Run) Chunk(ctx context.Context, data any) error {
 	raw, err := encodePayload(r.row.ID, "chunk", data)
 	if err != nil {

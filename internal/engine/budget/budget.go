@@ -32,7 +32,7 @@ import (
 // ErrExceeded is the error of usage charged into a tree stopped for a
 // budget, and of a nested run its tree's runs budget refuses (it is
 // parent.ErrBudgetExceeded).
-var ErrExceeded = errors.New("budget exceeded")
+var ErrExceeded = jetruntype.ErrBudgetExceeded
 
 // Trees charges and stops the run trees of a runtime.
 type Trees struct {

@@ -1,6 +1,6 @@
 // Package holding asks a worker process which of the runs whose rows name
 // it it no longer executes, over the worker's request subject
-// (events.Namespace.WorkerSubject), and answers such questions for a
+// (wire.Namespace.WorkerSubject), and answers such questions for a
 // worker from what it has in memory.
 //
 // It is a second line of defence: a run whose row names a live worker that

@@ -24,7 +24,6 @@
 // queue entry of a run no longer queued is dropped. The reconciler calls
 // Advance for every queued run it sweeps, so a key whose last holder's
 // worker died after its final write still moves on.
-
 package keys
 
 import (

@@ -29,7 +29,7 @@ import (
 
 // ErrKeyBusy is returned by a drop submit while a run of its key is live
 // or queued; no row is left behind.
-var ErrKeyBusy = errors.New("concurrency key is busy")
+var ErrKeyBusy = jetruntype.ErrKeyBusy
 
 const (
 	keyHolderPrefix = "keyholder."
