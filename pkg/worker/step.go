@@ -50,8 +50,9 @@ type StepError struct {
 // Error says which step failed, and its stored message.
 func (e *StepError) Error() string { return "step " + e.Name + " failed: " + e.Message }
 
-// Unwrap returns the *jetruntype.CancelError the failure is: around the
-// function's error on the call that ran it, around the stored text after.
+// Unwrap returns the *jetruntype.CancelError the failure is: it wraps the
+// error of the step's function on the call that ran it, and the stored
+// text on later calls.
 func (e *StepError) Unwrap() error { return e.err }
 
 // steps is a run's book of stored steps, read once per attempt.
