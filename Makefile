@@ -107,8 +107,19 @@ deps: ## install what the cross-language tests need: python3, node, npm, and exa
 	fi
 
 .PHONY: test-cluster
-test-cluster: ## on the nats-cluster/ three-node cluster: kill -9 nodes under 300 runs, restarts per node kill at 3 s and 15 s leases, the role attacks (prints the figures)
-	$(GO) test -race -count=1 -tags cluster -timeout 20m -run '^TestCluster' -v ./internal/testkit/e2e/
+test-cluster: ## on the nats-cluster/ three-node cluster: kill -9 nodes under 300 runs, restarts per node kill at 3 s and 15 s leases, the role attacks, a short nemesis (prints the figures)
+	$(GO) test -race -count=1 -tags cluster -timeout 30m -run '^TestCluster' -v ./internal/testkit/e2e/
+
+# The nemesis alone, long: NEMESIS_DURATION of random faults under load
+# (NEMESIS_SEED=N replays the schedule a run printed as "nemesis seed=N";
+# NEMESIS_TIMEOUT must exceed the duration by ten minutes or more).
+NEMESIS_DURATION ?= 30m
+NEMESIS_SEED     ?= 0
+NEMESIS_TIMEOUT  ?= 2h
+.PHONY: test-nemesis
+test-nemesis: ## random faults on the three-node cluster under load for NEMESIS_DURATION (30m); NEMESIS_SEED=N replays a schedule
+	$(GO) test -race -count=1 -tags cluster -timeout $(NEMESIS_TIMEOUT) -run '^TestClusterNemesis$$' -v ./internal/testkit/e2e/ \
+		-nemesis.duration=$(NEMESIS_DURATION) -nemesis.seed=$(NEMESIS_SEED)
 
 .PHONY: bench
 bench: ## measure jetrun against raw JetStream in one run (prints ratios)
