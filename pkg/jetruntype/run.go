@@ -148,6 +148,11 @@ type Run struct {
 	// the nested runs counted against its runs budget.
 	TreeUsage *UsageTotals `json:"treeUsage,omitempty"`
 	TreeRuns  int64        `json:"treeRuns,omitempty"`
+	// ChargeMarks are the marks of the last charges TreeUsage took, one
+	// per charging attempt (at most 64, the oldest dropped first): a charge
+	// whose mark is here already, sent again after its answer was lost,
+	// is not added twice.
+	ChargeMarks []ChargeMark `json:"chargeMarks,omitempty"`
 	// Overrun says which budget stopped the run's tree, and by how much.
 	Overrun *Overrun `json:"overrun,omitempty"`
 

@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/engine/runstore"
@@ -543,4 +545,94 @@ func outageWorker(t *testing.T, handlers map[string]worker.Handler) (*natstest.O
 	logs := &lockedBuffer{}
 	startWorker(t, outage.Conn, worker.Config{Lease: time.Second, MaxAttempts: 1, Logger: slog.New(slog.NewTextHandler(logs, nil))}, handlers)
 	return outage, js, logs
+}
+
+// A report in a tree with a budget is charged while the server's answers
+// are held back for longer than a write may wait: the charge's
+// compare-and-set lands, its answer is lost, and the handler's Usage does
+// not fail for it. The worker sends the charge again once answers flow
+// (the worker holds its runs through the fault: its lease is longer), and
+// the charge counts once: the run completes, and its usage, its own tree
+// totals (a run with a budget charges its own row) or its root's (a nested
+// run charges the top of its tree) count each report once.
+func TestBudgetChargeOutlivesALostAnswer(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, dispatch, charged string
+	}{
+		{"own row", `{"runId":"top","input":{},"budget":{"tokens":1000000}}`, "top"},
+		{"root's row", `{"runId":"kid","parent":"p1","root":"p1","budgetFrom":["p1"],"input":{}}`, "p1"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			ns := natstest.RunServer(t)
+			link := natstest.RunLink(t, ns)
+			wnc, err := nats.Connect(link.URL(), nats.MaxReconnects(-1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(wnc.Close)
+			_, js := natstest.Connect(t, ns) // the test's own view, past the link
+			logs := &lockedBuffer{}
+			ready, fault := make(chan struct{}), make(chan struct{})
+			reported := make(chan error, 1)
+			startWorker(t, wnc, worker.Config{Lease: time.Minute, Logger: slog.New(slog.NewTextHandler(logs, nil))},
+				map[string]worker.Handler{"spender": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+					if err := run.Usage(ctx, worker.Usage{InputTokens: 10}); err != nil {
+						return worker.Result{}, err
+					}
+					close(ready)
+					<-fault
+					err := run.Usage(ctx, worker.Usage{InputTokens: 100, OutputTokens: 20, CostMicros: 7})
+					reported <- err
+					return worker.Result{Summary: "spent"}, err
+				})})
+			store, err := runstore.Open(context.Background(), js, runstore.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.charged == "p1" {
+				if _, err := store.Create(context.Background(), &jetruntype.Run{ID: "p1", AgentType: "elsewhere",
+					Status: events.StatusRunning, Budget: &events.TreeBudget{Tokens: 1_000_000}, CreatedAt: time.Now(), Unindexed: true}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var run struct {
+				RunID string `json:"runId"`
+			}
+			if err := json.Unmarshal([]byte(c.dispatch), &run); err != nil {
+				t.Fatal(err)
+			}
+			publish(t, js, "jetrun.dispatch.spender", c.dispatch)
+			<-ready
+			link.HoldAfter([]byte("PUB $KV.jetrun_runs." + c.charged + " ")) // a write of the charged row
+			close(fault)
+			want := jetruntype.UsageTotals{InputTokens: 110, OutputTokens: 20, CostMicros: 7}
+			// The charge lands on the server...
+			jetruntest.WaitRow(t, store, c.charged, 30*time.Second, func(r *jetruntype.Run) bool {
+				return r.TreeUsage != nil && *r.TreeUsage == want
+			})
+			// ... and its answer is lost: the worker's try ends (and it
+			// tries again), or the report fails.
+			natstest.Eventually(t, 60*time.Second, func() bool {
+				return len(reported) > 0 || strings.Contains(logs.String(), "charge usage to a run's tree; retrying")
+			}, "the charge's try did not end while the answers were held")
+			link.Release()
+
+			row := jetruntest.WaitRow(t, store, run.RunID, 60*time.Second, jetruntest.Final)
+			if err := <-reported; err != nil || row.Status != events.StatusCompleted {
+				t.Fatalf("the report through the fault: %v; the run %s (%s: %s)", err, row.Status, row.Reason, row.Error)
+			}
+			charged, _, err := store.Get(context.Background(), c.charged)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := *charged.TreeUsage; got != want {
+				t.Fatalf("tree usage of %s: %+v, want each report once: %+v", c.charged, got, want)
+			}
+			if got := row.Usage.UsageTotals; got != want {
+				t.Fatalf("usage of %s: %+v, want %+v", run.RunID, got, want)
+			}
+		})
+	}
 }

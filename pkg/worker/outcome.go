@@ -86,8 +86,6 @@ func cancelText(r *jetruntype.Run) string {
 // replace the give-up with "aborted": the row stays interrupted, with the
 // child no longer running.
 func (e *execution) finalize(status events.Status, reason, text string, set func(*jetruntype.Run)) {
-	ctx, cancel := writeContext()
-	defer cancel()
 	// Everything the attempt published is stored before the run is final:
 	// through faults, for as long as the worker holds its runs.
 	dctx, dcancel := context.WithDeadline(context.Background(), later(e.w.holdsUntil(), time.Now().Add(writeTimeout)))
@@ -101,14 +99,16 @@ func (e *execution) finalize(status events.Status, reason, text string, set func
 		// see start) is not known stored (a fault kept it out, or the
 		// attempt was fenced first): the run is not made final without
 		// it. It is released as after a failed start, and runs again.
-		e.w.fault(ctx, e.log, "store the run's running event; releasing it for a later retry", cmp.Or(err, ErrLeaseLost))
+		e.w.fault(context.Background(), e.log, "store the run's running event; releasing it for a later retry", cmp.Or(err, ErrLeaseLost))
 		e.release(retryDelay(e.firstMsg()))
 		return
 	} else if err != nil {
-		e.w.fault(ctx, e.log, "store the run's last events", err)
+		e.w.fault(context.Background(), e.log, "store the run's last events", err)
 	}
 	e.pub.fence()
-	e.chargeAtSync(ctx)
+	e.chargeAtEnd()
+	ctx, cancel := writeContext() // after the charge, which may wait out a fault
+	defer cancel()
 	now := time.Now()
 	teardown := false
 	row, err := e.writeFinal(func(r *jetruntype.Run) error {
@@ -217,11 +217,13 @@ func earlier(a, b time.Time) time.Time {
 // handBack releases the lease so another worker can take the run over at
 // once, and returns the dispatch to the queue.
 func (e *execution) handBack() {
+	dctx, dcancel := writeContext()
+	_ = e.drain(dctx)
+	dcancel()
+	e.pub.fence()
+	e.chargeAtEnd()
 	ctx, cancel := writeContext()
 	defer cancel()
-	_ = e.drain(ctx)
-	e.pub.fence()
-	e.chargeAtSync(ctx)
 	_, err := e.write(ctx, func(r *jetruntype.Run) error {
 		if err := e.owned(r); err != nil {
 			return err

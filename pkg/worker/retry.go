@@ -47,15 +47,18 @@ func (e *execution) retry(herr error, delay time.Duration) {
 		e.finalize(events.StatusError, events.ReasonHandlerError, herr.Error(), nil)
 		return
 	}
-	ctx, cancel := writeContext()
-	defer cancel()
-	if err := e.drain(ctx); errors.Is(err, ErrLeaseLost) {
+	dctx, dcancel := writeContext()
+	err := e.drain(dctx)
+	dcancel()
+	if errors.Is(err, ErrLeaseLost) {
 		e.abandon()
 		return
 	}
 	e.pub.fence()
-	e.chargeAtSync(ctx)
-	_, err := e.write(ctx, func(r *jetruntype.Run) error {
+	e.chargeAtEnd()
+	ctx, cancel := writeContext() // after the charge, which may wait out a fault
+	defer cancel()
+	_, err = e.write(ctx, func(r *jetruntype.Run) error {
 		if err := e.owned(r); err != nil {
 			return err
 		}

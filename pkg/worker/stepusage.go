@@ -105,9 +105,9 @@ func (e *execution) storeStepWith(ctx context.Context, st events.Step, spent *st
 
 // chargeStep adds what step s spent and was not charged yet to the tree
 // totals of the runs the attempt's usage is charged to, as chargeTree does
-// for the attempt's, except the run's own when it is the top of a tree
-// without a budget (selfTree: applyUsage adds the step's usage there once
-// it is stored).
+// for the attempt's (chargeRun, patient: through faults), except the run's
+// own when it is the top of a tree without a budget (selfTree: applyUsage
+// adds the step's usage there once it is stored).
 func (e *execution) chargeStep(ctx context.Context, s *stepUsage) error {
 	s.charging.Lock()
 	defer s.charging.Unlock()
@@ -119,50 +119,37 @@ func (e *execution) chargeStep(ctx context.Context, s *stepUsage) error {
 	e.use.mu.Lock()
 	charges, selfTree := e.use.charges, e.use.selfTree
 	e.use.mu.Unlock()
-	var pending []string
+	e.use.chargeMu.Lock() // one charge of the attempt at a time, in sequence
+	defer e.use.chargeMu.Unlock()
+	var (
+		errs []error
+		over error
+	)
 	for _, id := range charges {
 		if id == e.id && selfTree {
 			continue
 		}
 		s.mu.Lock()
-		have := s.charged[id]
-		s.mu.Unlock()
-		if have != total {
-			pending = append(pending, id)
-		}
-	}
-	if len(pending) == 0 {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
-	defer cancel()
-	var (
-		errs []error
-		over error
-	)
-	for _, id := range pending {
-		s.mu.Lock()
 		d := model.SubTotals(total, s.charged[id])
 		s.mu.Unlock()
-		var err error
-		if id == e.id {
-			err = e.chargeSelf(ctx, d)
-		} else {
-			err = e.w.trees.Charge(ctx, []string{id}, d)
+		if model.IsZeroTotals(d) {
+			continue
+		}
+		taken, err := e.chargeRun(ctx, id, d, true)
+		if taken {
+			s.mu.Lock()
+			if s.charged == nil {
+				s.charged = make(map[string]jetruntype.UsageTotals, len(charges))
+			}
+			s.charged[id] = total
+			s.mu.Unlock()
 		}
 		switch {
 		case errors.Is(err, parent.ErrBudgetExceeded):
 			over = err
 		case err != nil:
 			errs = append(errs, err)
-			continue
 		}
-		s.mu.Lock()
-		if s.charged == nil {
-			s.charged = make(map[string]jetruntype.UsageTotals, len(charges))
-		}
-		s.charged[id] = total
-		s.mu.Unlock()
 	}
 	if over != nil {
 		e.cancelWith(over)

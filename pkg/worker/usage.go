@@ -7,7 +7,11 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"time"
 
+	"github.com/cenkalti/backoff/v4"
+
+	"github.com/jetrun/jetrun/internal/engine/jsfault"
 	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -59,6 +63,16 @@ var ErrBudgetExceeded = parent.ErrBudgetExceeded
 // charged with, so a report charged and then lost from the run's own row
 // by a kill -9 counts once in the tree and not in the run.
 //
+// Charges through faults. A charge is a compare-and-set whose answer a
+// fault may lose after it landed. Each carries a mark (the attempt, and
+// its sequence among the attempt's charges to that row:
+// jetruntype.ChargeMark) and the charged row keeps the marks of the last
+// charges it took (model.Row.ChargeOnce), so a charge not answered is sent
+// again under its mark, before any later one to that row (chargeRun), and
+// counts once. A report's charge is sent again through faults for as long
+// as the worker holds its runs, as the row writes are: Usage waits, it
+// does not fail the run for a fault (sendCharge).
+//
 // A step's usage is in every tree total it is charged to before the step
 // is stored (chargeStep; in a tree without a budget that is one
 // compare-and-set per step with usage on the top of the tree), except the
@@ -88,7 +102,9 @@ type execUsage struct {
 	foldedBy  map[string]bool   // the steps whose usage is in folded, by name
 
 	chargeMu sync.Mutex
-	charged  map[string]jetruntype.UsageTotals // per run charged, the attempt's totals it has
+	charged  map[string]jetruntype.UsageTotals // per run charged, the attempt's totals it has (or has on their way: unsure)
+	seqs     map[string]uint64                 // per run charged, the sequence of the attempt's last charge there
+	unsure   map[string]sentCharge             // per run charged, a charge whose answer did not come: sent again first
 }
 
 // Usage reports what the handler spent: reports add up on the run's row
@@ -138,7 +154,7 @@ func (e *execution) Usage(ctx context.Context, u Usage) error {
 	if inStep {
 		err = e.chargeStep(ctx, s)
 	} else {
-		err = e.chargeTree(ctx)
+		err = e.chargeTree(ctx, true)
 	}
 	if err != nil {
 		return fmt.Errorf("worker: usage of run %s: %w", e.id, err)
@@ -227,64 +243,55 @@ func (e *execution) applyUsage(r *jetruntype.Run) (behind bool) {
 }
 
 // chargeTree adds the attempt's usage not yet charged to the tree totals
-// of the runs it is charged to, each on its own: a failed charge stays
-// pending for the next, and one that landed is never repeated. The run's
-// own row (the top of its tree, or a run with a budget) is charged through
-// the attempt's row writes, so the row sync that follows does not lose a
-// compare-and-set to it. A charge under way is not cut short by the end
-// of the handler's context (a cancel by the very stop it caused, say): a
-// charge that landed and was not recorded would count twice.
-func (e *execution) chargeTree(ctx context.Context) error {
+// of the runs it is charged to, each on its own (chargeRun). The run's own
+// row (the top of its tree, or a run with a budget) is charged through the
+// attempt's row writes, so the row sync that follows does not lose a
+// compare-and-set to it. A charge is not cut short by the end of the
+// handler's context (a cancel by the very stop it caused, say). patient
+// says whether to wait for a charge under way and to retry a transient
+// fault for as long as the worker holds its runs (reports and the
+// attempt's end); the heart's row sync is not (it must not wait: a charge
+// that did not land is sent again at the next).
+func (e *execution) chargeTree(ctx context.Context, patient bool) error {
 	e.use.mu.Lock()
 	started := e.use.started
 	e.use.mu.Unlock()
 	if !started {
 		return nil // no usage: nothing on the hot path
 	}
-	e.use.chargeMu.Lock()
+	if !patient {
+		if !e.use.chargeMu.TryLock() {
+			return nil // a report's charge is on its way: the next sync
+		}
+	} else {
+		e.use.chargeMu.Lock()
+	}
 	defer e.use.chargeMu.Unlock()
 	e.use.mu.Lock()
 	upTo, charges := model.CloneUsage(&e.use.attempt), e.use.charges
 	e.use.mu.Unlock()
 	total := upTo.UsageTotals
-	var pending []string
-	for _, id := range charges {
-		if e.use.charged[id] != total {
-			pending = append(pending, id)
-		}
-	}
-	if len(pending) == 0 {
-		e.use.markSynced(upTo)
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
-	defer cancel()
-	trees := e.w.trees
 	var (
 		errs []error
 		over error
 	)
-	for _, id := range pending {
+	for _, id := range charges {
 		d := model.SubTotals(total, e.use.charged[id])
-		var err error
-		if id == e.id {
-			err = e.chargeSelf(ctx, d)
-		} else {
-			err = trees.Charge(ctx, []string{id}, d)
+		if _, unsure := e.use.unsure[id]; model.IsZeroTotals(d) && !unsure {
+			continue
+		}
+		taken, err := e.chargeRun(ctx, id, d, patient)
+		if taken {
+			e.use.setCharged(id, total)
 		}
 		switch {
 		case errors.Is(err, parent.ErrBudgetExceeded):
 			over = err
 		case err != nil:
 			errs = append(errs, err)
-			continue
 		}
-		if e.use.charged == nil {
-			e.use.charged = make(map[string]jetruntype.UsageTotals, len(charges))
-		}
-		e.use.charged[id] = total
 	}
-	if len(errs) == 0 {
+	if len(errs) == 0 && len(e.use.unsure) == 0 {
 		e.use.markSynced(upTo)
 	}
 	if over != nil {
@@ -292,6 +299,100 @@ func (e *execution) chargeTree(ctx context.Context) error {
 		return over
 	}
 	return errors.Join(errs...)
+}
+
+// sentCharge is one charge of the attempt to a run's tree totals: its
+// sequence among the attempt's charges to that run, and the usage.
+type sentCharge struct {
+	seq uint64
+	d   jetruntype.UsageTotals
+}
+
+// chargeRun charges d to the tree totals of run id as the attempt's next
+// charge there; the caller holds chargeMu. A charge whose answer did not
+// come is kept (unsure) and sent again, under its own sequence, before any
+// other charge to that run: it counts once whether it had landed or not
+// (model.Row.ChargeOnce), and no later charge of the attempt overtakes it.
+// taken says whether d is charged or on its way as such a charge (the
+// caller counts it as charged; the row shows it once nothing is unsure):
+// false when an earlier unsure charge still did not get through.
+func (e *execution) chargeRun(ctx context.Context, id string, d jetruntype.UsageTotals, patient bool) (taken bool, err error) {
+	var over error
+	if c, ok := e.use.unsure[id]; ok {
+		err := e.sendCharge(ctx, id, c, patient)
+		if err != nil && !errors.Is(err, parent.ErrBudgetExceeded) {
+			return false, err
+		}
+		delete(e.use.unsure, id)
+		over = err
+	}
+	if model.IsZeroTotals(d) {
+		return true, over
+	}
+	if e.use.seqs == nil {
+		e.use.seqs = make(map[string]uint64)
+	}
+	e.use.seqs[id]++
+	c := sentCharge{seq: e.use.seqs[id], d: d}
+	err = e.sendCharge(ctx, id, c, patient)
+	switch {
+	case errors.Is(err, parent.ErrBudgetExceeded):
+		return true, err
+	case err != nil:
+		if e.use.unsure == nil {
+			e.use.unsure = make(map[string]sentCharge)
+		}
+		e.use.unsure[id] = c
+		return true, err
+	}
+	return true, over
+}
+
+// sendCharge sends charge c to the tree totals of run id. patient, it
+// sends it again after a transient fault (each try within writeTimeout) for
+// as long as the worker holds its runs, as the attempt's row writes do,
+// and at least writeTimeout: a fault must not fail the run. It then
+// returns ErrLeaseLost (wrapped): the attempt stops. A charge sent again
+// counts once (model.Row.ChargeOnce).
+func (e *execution) sendCharge(ctx context.Context, id string, c sentCharge, patient bool) error {
+	by := jetruntype.ChargeMark{Run: e.id, Attempt: e.attempt, Seq: c.seq}
+	first := time.Now()
+	var pause *backoff.ExponentialBackOff
+	for {
+		base := ctx // the heart's sync: within its beat
+		if patient {
+			base = context.WithoutCancel(ctx)
+		}
+		tctx, cancel := context.WithTimeout(base, writeTimeout)
+		var err error
+		if id == e.id {
+			err = e.chargeSelf(tctx, by, c.d)
+		} else {
+			err = e.w.trees.Charge(tctx, id, by, c.d)
+		}
+		cancel()
+		if err == nil || errors.Is(err, parent.ErrBudgetExceeded) || !patient || !jsfault.IsTransient(context.Background(), err) {
+			return err
+		}
+		until := later(e.w.holdsUntil(), first.Add(writeTimeout))
+		if !time.Now().Before(until) {
+			return fmt.Errorf("worker: charge usage to run %s: the worker's liveness ran out during a fault: %w: %w", id, ErrLeaseLost, err)
+		}
+		e.w.fault(ctx, e.log, "charge usage to a run's tree; retrying", err, "charged_run", id)
+		if pause == nil {
+			pause = jsfault.NewBackOff(maxFaultPause)
+		}
+		_ = jsfault.Sleep(context.Background(), min(pause.NextBackOff(), time.Until(until)+time.Millisecond))
+	}
+}
+
+// setCharged records that every run id was charged with the attempt's
+// totals up to total (or has them on their way).
+func (s *execUsage) setCharged(id string, total jetruntype.UsageTotals) {
+	if s.charged == nil {
+		s.charged = make(map[string]jetruntype.UsageTotals)
+	}
+	s.charged[id] = total
 }
 
 // markSynced records that every run the attempt's usage is charged to has
@@ -302,12 +403,16 @@ func (s *execUsage) markSynced(u *jetruntype.Usage) {
 	s.synced = u
 }
 
-// chargeSelf adds d to the run's own tree totals, as budget.Trees.Charge
-// does for another run's.
-func (e *execution) chargeSelf(ctx context.Context, d jetruntype.UsageTotals) error {
+// chargeSelf adds d to the run's own tree totals as the charge by, as
+// budget.Trees.Charge does for another run's.
+func (e *execution) chargeSelf(ctx context.Context, by jetruntype.ChargeMark, d jetruntype.UsageTotals) error {
 	var crossed, was *jetruntype.Overrun
 	if _, err := e.write(ctx, func(r *jetruntype.Run) error {
-		was, crossed = r.Overrun, model.Of(r).Charge(d)
+		var dup bool
+		was = r.Overrun
+		if crossed, dup = model.Of(r).ChargeOnce(by, d); dup {
+			return runstore.ErrNoChange
+		}
 		return nil
 	}); err != nil {
 		return fmt.Errorf("worker: charge usage to run %s: %w", e.id, err)
@@ -325,12 +430,21 @@ func (e *execution) chargeSelf(ctx context.Context, d jetruntype.UsageTotals) er
 	return fmt.Errorf("worker: %w: %s", parent.ErrBudgetExceeded, o)
 }
 
-// chargeAtSync charges the tree of an unbudgeted run before a row write
-// (heart sync, final write); a fault is logged and the charge retried at
-// the next.
+// chargeAtSync charges the tree of an unbudgeted run before the heart's
+// row sync; a fault is logged and the charge sent again at the next.
 func (e *execution) chargeAtSync(ctx context.Context) {
-	if err := e.chargeTree(ctx); err != nil && !errors.Is(err, parent.ErrBudgetExceeded) {
+	if err := e.chargeTree(ctx, false); err != nil && !errors.Is(err, parent.ErrBudgetExceeded) {
 		e.log.WarnContext(ctx, "charge usage to the run's tree; retried at the next row sync", "err", err)
+	}
+}
+
+// chargeAtEnd charges what the attempt's tree totals were not charged
+// with yet before the write that ends the attempt, through faults for as
+// long as the worker holds its runs; the row shows what landed.
+func (e *execution) chargeAtEnd() {
+	ctx := context.Background()
+	if err := e.chargeTree(ctx, true); err != nil && !errors.Is(err, parent.ErrBudgetExceeded) {
+		e.w.fault(ctx, e.log, "charge usage to the run's tree at the attempt's end", err)
 	}
 }
 

@@ -5,7 +5,8 @@
 // A nested run carries the id of the top of its tree (Root) and of every
 // ancestor with a budget (BudgetFrom), filled in from its parent's row when
 // it is dispatched (package parent). Its usage is added to those runs' rows
-// (TreeUsage) by a compare-and-set per report (model.Row.Charge): the
+// (TreeUsage) by a compare-and-set per report (model.Row.ChargeOnce: a
+// charge retried after its answer was lost counts once): the
 // report that takes a tree past its budget marks the budget's owner
 // (Overrun) and stops its subtree (Stop). Concurrent reports are
 // serialized by the compare-and-set, each adding all of itself, so a tree
@@ -46,42 +47,41 @@ func New(rt *engine.Runtime, maxDepth int, log *slog.Logger) *Trees {
 	return &Trees{rt: rt, maxDepth: maxDepth, log: log}
 }
 
-// Charge adds usage d to the tree totals of the runs ids (a run's
-// model.Row.Charges), one compare-and-set each. A charge that takes a
-// budget past its bound, or lands in a tree stopped for one, stops that
-// budget's subtree (Stop) before Charge returns. It returns an error wrapping ErrBudgetExceeded when any
-// of the runs' trees is stopped for a budget (by this charge or before).
-func (t *Trees) Charge(ctx context.Context, ids []string, d jetruntype.UsageTotals) error {
-	var stopped *jetruntype.Overrun
-	for _, id := range ids {
-		var crossed, was *jetruntype.Overrun
-		_, _, err := t.rt.Store().Mutate(ctx, id, func(r *jetruntype.Run) error {
-			was = r.Overrun
-			crossed = model.Of(r).Charge(d)
-			return nil
-		})
-		if errors.Is(err, runstore.ErrRunNotFound) {
-			continue
+// Charge adds usage d to the tree totals of run id (one of a run's
+// model.Row.Charges) as the charge by, with a compare-and-set: once,
+// however often it is sent (model.Row.ChargeOnce), so a charge whose
+// answer was lost may be sent again. A charge that takes a budget past its
+// bound, or lands in a tree stopped for one, stops that budget's subtree
+// (Stop) before Charge returns, and Charge returns an error wrapping
+// ErrExceeded. A run that does not exist (cleared) takes nothing.
+func (t *Trees) Charge(ctx context.Context, id string, by jetruntype.ChargeMark, d jetruntype.UsageTotals) error {
+	var crossed, was *jetruntype.Overrun
+	_, _, err := t.rt.Store().Mutate(ctx, id, func(r *jetruntype.Run) error {
+		var dup bool
+		was = r.Overrun
+		if crossed, dup = model.Of(r).ChargeOnce(by, d); dup {
+			return runstore.ErrNoChange
 		}
-		if err != nil {
-			return fmt.Errorf("budget: charge usage to run %s: %w", id, err)
-		}
-		// A charge into a tree stopped already stops it again (a no-op
-		// once done): its run then ends only after every run above it was
-		// stopped, never while the stop is still under way.
-		// A failed stop is the reconciler's to complete; the charge landed
-		// and must not be repeated.
-		if o := firstOverrun(crossed, was); o != nil {
-			if err := t.Stop(ctx, *o); err != nil {
-				t.log.WarnContext(ctx, "stop a tree past its budget; the reconciler completes it", "run_id", o.Owner, "err", err)
-			}
-		}
-		stopped = firstOverrun(stopped, crossed, was)
+		return nil
+	})
+	if errors.Is(err, runstore.ErrRunNotFound) {
+		return nil
 	}
-	if stopped != nil {
-		return fmt.Errorf("budget: %w: %s", ErrExceeded, stopped)
+	if err != nil {
+		return fmt.Errorf("budget: charge usage to run %s: %w", id, err)
 	}
-	return nil
+	// A charge into a tree stopped already stops it again (a no-op once
+	// done): its run then ends only after every run above it was stopped,
+	// never while the stop is still under way. A failed stop is the
+	// reconciler's to complete; the charge landed.
+	o := firstOverrun(crossed, was)
+	if o == nil {
+		return nil
+	}
+	if err := t.Stop(ctx, *o); err != nil {
+		t.log.WarnContext(ctx, "stop a tree past its budget; the reconciler completes it", "run_id", o.Owner, "err", err)
+	}
+	return fmt.Errorf("budget: %w: %s", ErrExceeded, o)
 }
 
 // firstOverrun returns the first of os that is not nil.

@@ -85,6 +85,41 @@ func (r *Row) Charge(d jetruntype.UsageTotals) *jetruntype.Overrun {
 	return nil
 }
 
+// MaxChargeMarks bounds a row's ChargeMarks: the marks of the charges of
+// that many attempts are kept, the least recently charged dropped first.
+// A charge is sent again only while its attempt's worker holds its runs,
+// right after a fault; it lands once unless more than MaxChargeMarks other
+// attempts charged the same row in between.
+const MaxChargeMarks = 64
+
+// ChargeOnce adds d to r's tree totals as the charge by, as a Mutate
+// function would, once: a charge r has a mark of (a retry of one whose
+// answer was lost) changes nothing and reports dup. Charges of one attempt
+// to r come one at a time, in the order of their sequences: r keeps the
+// last mark of each attempt, and drops those of the run's earlier
+// attempts (a run is taken over only once its earlier attempt stopped
+// charging). crossed is as Charge's.
+func (r *Row) ChargeOnce(by jetruntype.ChargeMark, d jetruntype.UsageTotals) (crossed *jetruntype.Overrun, dup bool) {
+	for _, m := range r.ChargeMarks {
+		if m.Run == by.Run && m.Attempt == by.Attempt && m.Seq >= by.Seq {
+			return nil, true
+		}
+	}
+	crossed = r.Charge(d)
+	marks := make([]jetruntype.ChargeMark, 0, len(r.ChargeMarks)+1)
+	for _, m := range r.ChargeMarks {
+		if m.Run != by.Run || m.Attempt > by.Attempt {
+			marks = append(marks, m)
+		}
+	}
+	marks = append(marks, by)
+	if n := len(marks) - MaxChargeMarks; n > 0 {
+		marks = slices.Clone(marks[n:])
+	}
+	r.ChargeMarks = marks
+	return crossed, false
+}
+
 // ChargeRun counts one more nested run against r's runs budget, as a
 // Mutate function would: over the bound it changes nothing and returns the
 // overrun the new run would cause.
@@ -126,6 +161,7 @@ func cloneTreeFields(c, r *Row) {
 		t := *r.TreeUsage
 		c.TreeUsage = &t
 	}
+	c.ChargeMarks = slices.Clone(r.ChargeMarks)
 	if r.Budget != nil {
 		b := *r.Budget
 		c.Budget = &b

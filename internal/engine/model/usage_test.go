@@ -114,3 +114,59 @@ func TestMinusUsageNeverGoesBelowZero(t *testing.T) {
 		t.Fatalf("v - v = %+v", d)
 	}
 }
+
+// A charge sent again after its answer was lost (the same mark) adds
+// nothing; the attempt's next charge adds again; a later attempt of the
+// same run starts its sequence afresh and drops the earlier attempt's
+// mark; past MaxChargeMarks attempts the least recently charged mark goes.
+func TestChargeOnceTakesAChargeOnce(t *testing.T) {
+	r := &jetruntype.Run{ID: "root", Budget: &events.TreeBudget{Tokens: 100}}
+	ten := jetruntype.UsageTotals{InputTokens: 10}
+	charge := func(run string, attempt int, seq uint64, d jetruntype.UsageTotals) bool {
+		_, dup := model.Of(r).ChargeOnce(jetruntype.ChargeMark{Run: run, Attempt: attempt, Seq: seq}, d)
+		return dup
+	}
+	for i, c := range []struct {
+		run          string
+		attempt      int
+		seq          uint64
+		wantDup      bool
+		wantTokens   int64
+		wantMarksFor int
+	}{
+		{"kid", 1, 1, false, 10, 1},
+		{"kid", 1, 1, true, 10, 1}, // sent again: its answer was lost
+		{"kid", 1, 2, false, 20, 1},
+		{"kid", 1, 1, true, 20, 1}, // an older one: landed before the second
+		{"other", 1, 1, false, 30, 1},
+		{"kid", 2, 1, false, 40, 1}, // a takeover: attempt 1's mark goes
+		{"kid", 2, 1, true, 40, 1},
+	} {
+		if dup := charge(c.run, c.attempt, c.seq, ten); dup != c.wantDup {
+			t.Fatalf("charge %d (%s/%d/%d): dup %v, want %v", i, c.run, c.attempt, c.seq, dup, c.wantDup)
+		}
+		if got := r.TreeUsage.Tokens(); got != c.wantTokens {
+			t.Fatalf("charge %d: tree tokens %d, want %d", i, got, c.wantTokens)
+		}
+		n := 0
+		for _, m := range r.ChargeMarks {
+			if m.Run == c.run {
+				n++
+			}
+		}
+		if n != c.wantMarksFor {
+			t.Fatalf("charge %d: %d marks of %s, want %d: %v", i, n, c.run, c.wantMarksFor, r.ChargeMarks)
+		}
+	}
+	for i := range model.MaxChargeMarks {
+		charge(fmt.Sprintf("many-%d", i), 1, 1, jetruntype.UsageTotals{})
+	}
+	if len(r.ChargeMarks) != model.MaxChargeMarks || r.ChargeMarks[0].Run != "many-0" {
+		t.Fatalf("%d marks, first %v; want the last %d", len(r.ChargeMarks), r.ChargeMarks[0], model.MaxChargeMarks)
+	}
+	c := model.Of(r).Clone()
+	c.ChargeMarks[0].Seq = 99
+	if r.ChargeMarks[0].Seq == 99 {
+		t.Fatal("a clone shares its marks with the row")
+	}
+}
