@@ -306,7 +306,7 @@ func (c *Client) cancelOne(ctx context.Context, id, reason string) (*jetruntype.
 	}
 	switch {
 	case aborted:
-		c.announce(ctx, row)
+		row = c.announce(ctx, row)
 		c.advanceKey(ctx, row)
 	case row.CancelRequested && row.Live() && row.Worker != "":
 		// Tell the worker holding the run; a repeated Cancel tells it

@@ -585,10 +585,17 @@ func (c *Client) List(ctx context.Context, statuses ...events.Status) ([]*jetrun
 }
 
 // announce publishes the status event of a transition this client made (a
-// finisher publishes an owed finish from it). A failure is logged: the
-// reconciler republishes owed finishes.
-func (c *Client) announce(ctx context.Context, r *jetruntype.Run) {
+// finisher publishes an owed finish from it) and returns the row it
+// announced. A run ended or given up with no worker holding it first
+// counts the steps its lost attempt stored (engine.Runtime.CountLostSteps).
+// A failure is logged: the reconciler republishes owed finishes.
+func (c *Client) announce(ctx context.Context, r *jetruntype.Run) *jetruntype.Run {
+	r, err := c.rt.CountLostSteps(ctx, r)
+	if err != nil {
+		c.fault(ctx, "count the stored steps of a run ended without its worker", err, "run_id", r.ID)
+	}
 	if err := c.rt.Announce(ctx, r, ""); err != nil {
 		c.fault(ctx, "announce transition", err, "run_id", r.ID, "status", r.Status)
 	}
+	return r
 }

@@ -449,12 +449,24 @@ func (w *Worker) endUnclaimed(ctx context.Context, row *jetruntype.Run, rev uint
 	} else if err != nil {
 		return settle.Leave(), false, err
 	}
+	final = w.countLostSteps(ctx, final) // its last attempt was lost
 	if err := w.ensureFinalEvent(ctx, final); err != nil {
 		return settle.Leave(), false, err
 	}
 	w.unindexIfSettled(ctx, final)
 	w.advanceKey(ctx, final)
 	return settle.Ack(), false, nil
+}
+
+// countLostSteps counts on a run that ended with no worker holding it what
+// the steps of its lost attempt spent (engine.Runtime.CountLostSteps), and
+// returns its row as it is now.
+func (w *Worker) countLostSteps(ctx context.Context, row *jetruntype.Run) *jetruntype.Run {
+	next, err := w.rt.CountLostSteps(ctx, row)
+	if err != nil {
+		w.fault(ctx, w.log, "count the stored steps of a run ended without its worker", err, "run_id", row.ID)
+	}
+	return next
 }
 
 // deriveRunID names a dispatch that carries no runId: its Nats-Msg-Id if it

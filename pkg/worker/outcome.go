@@ -287,6 +287,12 @@ func (e *execution) abandon() {
 	ctx, cancel := writeContext()
 	defer cancel()
 	row, _, err := e.w.store.Get(ctx, e.id)
+	if err == nil {
+		// Ended or given up while this attempt was lost (its worker's
+		// liveness lapsed): the steps it stored count on the run, now that
+		// it stores no more.
+		row = e.w.countLostSteps(ctx, row)
+	}
 	if err == nil && row.Status.Final() {
 		// Ended elsewhere, or by our own final write whose answer was lost:
 		// make sure its status event and finish exist before the ack.
@@ -331,7 +337,7 @@ func (e *execution) abandon() {
 func (e *execution) handOffLapsed() bool {
 	ctx, cancel := writeContext()
 	defer cancel()
-	_, err := e.write(ctx, func(r *jetruntype.Run) error {
+	row, err := e.write(ctx, func(r *jetruntype.Run) error {
 		if err := e.owned(r); err != nil || r.WorkerEpoch != e.epoch {
 			return ErrLeaseLost
 		}
@@ -346,6 +352,9 @@ func (e *execution) handOffLapsed() bool {
 		}
 		return false
 	}
+	// A run given up meanwhile (interrupted: no attempt follows) counts
+	// the steps the attempt stored whose answers the lapse cut off.
+	e.w.countLostSteps(ctx, row)
 	e.setOutcome(OutcomeLeaseLost, "")
 	e.w.logs.Log(ctx, e.log, slog.LevelInfo, "handed off after a lapse", "run handed off after a lapse of the worker's liveness")
 	e.releaseMsgs(settle.Retry(0)) // at once, to any worker

@@ -44,10 +44,14 @@ var ErrBudgetExceeded = parent.ErrBudgetExceeded
 // with it, once the step is stored, never before. The row's stepUsage says
 // how much of its usage came with stored steps; an attempt that takes the
 // run over adds what the run's stored steps spent beyond it (startSteps),
-// in the same row write that moves stepUsage on. So a stored step's usage
-// counts once on the run whatever dies when, and a step that was not
-// stored (its worker died inside it, or its function failed) is run again
-// and counted when it is. The usage of a step whose function failed
+// in the same row write that moves stepUsage on. A run that ends or is
+// given up without another attempt after its attempt was lost (a cancel,
+// a stop for a budget, a give-up by the reconciler, the attempts used up)
+// has that done by whoever ends it (engine.Runtime.CountLostSteps), and
+// by the lost attempt itself if its process lives on (abandon). So a
+// stored step's usage counts once on the run whatever dies when, and a
+// step that was not stored (its worker died inside it, or its function
+// failed) is run again and counted when it is. The usage of a step whose function failed
 // without being stored is the attempt's, like a report outside any step.
 //
 // The tree. The usage is also added to the tree totals of the top of the

@@ -139,6 +139,10 @@ func (t *Trees) stopOne(ctx context.Context, id string, o jetruntype.Overrun) er
 	if err != nil || !changed {
 		return err
 	}
+	row, err = t.rt.CountLostSteps(ctx, row) // stopped with no worker: its lost attempt's steps
+	if err != nil {
+		t.log.WarnContext(ctx, "count the stored steps of a run stopped for its tree's budget", "run_id", row.ID, "err", err)
+	}
 	if err := t.rt.Announce(ctx, row, ""); err != nil {
 		t.log.WarnContext(ctx, "announce a run stopped for its tree's budget", "run_id", row.ID, "err", err)
 	}

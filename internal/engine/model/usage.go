@@ -120,6 +120,34 @@ func (r *Row) ChargeOnce(by jetruntype.ChargeMark, d jetruntype.UsageTotals) (cr
 	return crossed, false
 }
 
+// CountStoredSteps counts on r what its stored steps spent (stored, their
+// usage added up) beyond what r counts of them already (StepUsage), as a
+// Mutate function would: it is added to r's usage and StepUsage moves on
+// with it; on the top of a tree without a budget, to its tree totals too
+// (the one tree total a step's usage is not charged to before the step is
+// stored). It is for a run no attempt executes any more (an attempt counts
+// its own steps in its row writes) and reports whether r changed; applied
+// again it changes nothing.
+func (r *Row) CountStoredSteps(stored jetruntype.Usage) bool {
+	var had, u jetruntype.Usage
+	if r.StepUsage != nil {
+		had = *r.StepUsage
+	}
+	missing := MinusUsage(stored, had)
+	if IsZeroUsage(missing) {
+		return false
+	}
+	if r.Usage != nil {
+		u = *r.Usage
+	}
+	u, had = PlusUsage(u, missing), PlusUsage(had, missing)
+	r.Usage, r.StepUsage = &u, &had
+	if !r.Budgeted() && r.Root == "" && r.Parent == "" && !IsZeroTotals(missing.UsageTotals) {
+		r.Charge(missing.UsageTotals) // no budget: never an overrun
+	}
+	return true
+}
+
 // ChargeRun counts one more nested run against r's runs budget, as a
 // Mutate function would: over the bound it changes nothing and returns the
 // overrun the new run would cause.

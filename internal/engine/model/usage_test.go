@@ -170,3 +170,46 @@ func TestChargeOnceTakesAChargeOnce(t *testing.T) {
 		t.Fatal("a clone shares its marks with the row")
 	}
 }
+
+// CountStoredSteps adds what stored steps spent beyond stepUsage to the
+// run's usage, once, and to its own tree totals only at the top of a tree
+// without a budget.
+func TestCountStoredSteps(t *testing.T) {
+	step := jetruntype.Usage{UsageTotals: jetruntype.UsageTotals{InputTokens: 120, OutputTokens: 30, CostMicros: 810},
+		Models: map[string]jetruntype.UsageTotals{"m": {InputTokens: 120, OutputTokens: 30, CostMicros: 810}}}
+	two := model.PlusUsage(step, step)
+	for _, c := range []struct {
+		name     string
+		row      jetruntype.Run
+		wantTree int64
+	}{
+		{"top without a budget", jetruntype.Run{ID: "a"}, 150},
+		{"top with a budget", jetruntype.Run{ID: "b", Budget: &events.TreeBudget{Tokens: 10}}, 0},
+		{"nested", jetruntype.Run{ID: "c", Parent: "p", Root: "p"}, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := c.row
+			r.Usage, r.StepUsage = model.CloneUsage(&step), model.CloneUsage(&step) // one step counted
+			r.Usage.InputTokens += 5                                                // a report outside steps
+			if !model.Of(&r).CountStoredSteps(two) {
+				t.Fatal("nothing counted")
+			}
+			if model.Of(&r).CountStoredSteps(two) {
+				t.Fatal("counted twice")
+			}
+			if got, want := r.Usage.UsageTotals, two.UsageTotals.Add(jetruntype.UsageTotals{InputTokens: 5}); got != want {
+				t.Fatalf("usage %+v, want %+v", got, want)
+			}
+			if r.StepUsage.UsageTotals != two.UsageTotals || r.Usage.Models["m"] != two.Models["m"] {
+				t.Fatalf("stepUsage %+v, usage per model %v", r.StepUsage, r.Usage.Models)
+			}
+			var tree int64
+			if r.TreeUsage != nil {
+				tree = r.TreeUsage.Tokens()
+			}
+			if tree != c.wantTree {
+				t.Fatalf("tree tokens %d, want %d", tree, c.wantTree)
+			}
+		})
+	}
+}

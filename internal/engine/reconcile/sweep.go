@@ -100,6 +100,17 @@ func (s *sweep) renotifyCancel(ctx context.Context, row *jetruntype.Run) {
 	}
 }
 
+// countLostSteps counts on a run the reconciler ended or gave up what the
+// steps of its lost attempt spent (engine.Runtime.CountLostSteps) and
+// returns its row as it is now.
+func (r *Reconciler) countLostSteps(ctx context.Context, row *jetruntype.Run) *jetruntype.Run {
+	next, err := r.rt.CountLostSteps(ctx, row)
+	if err != nil {
+		r.fault(ctx, "count the stored steps of a run ended without its worker", err, "run_id", row.ID)
+	}
+	return next
+}
+
 // releaseLostChild settles a given-up run whose worker died before it could
 // confirm the child stopped: its lease expired long ago, so no child runs.
 func (s *sweep) releaseLostChild(ctx context.Context, row *jetruntype.Run) (bool, error) {
@@ -107,13 +118,16 @@ func (s *sweep) releaseLostChild(ctx context.Context, row *jetruntype.Run) (bool
 		s.now.Sub(row.LeaseUntil) <= s.r.cfg.LeaseGrace {
 		return false, nil
 	}
-	_, _, err := s.r.store.Mutate(ctx, row.ID, func(r *jetruntype.Run) error {
+	next, _, err := s.r.store.Mutate(ctx, row.ID, func(r *jetruntype.Run) error {
 		if r.Status != events.StatusInterrupted || !r.ChildStillRunning || s.r.holderAlive(ctx, r) {
 			return runstore.ErrNoChange
 		}
 		model.Of(r).ChildStopped()
 		return nil
 	})
+	if err == nil {
+		s.r.countLostSteps(ctx, next) // its worker died before its last row write
+	}
 	return true, err
 }
 
@@ -626,8 +640,11 @@ func (r *Reconciler) publishDispatch(ctx context.Context, row *jetruntype.Run, m
 }
 
 // announce publishes a transition the reconciler made; the next sweep
-// republishes an owed finish if this fails.
+// republishes an owed finish if this fails. A run it ended or gave up with
+// no worker holding it first counts the steps its lost attempt stored
+// (countLostSteps).
 func (r *Reconciler) announce(ctx context.Context, row *jetruntype.Run) {
+	row = r.countLostSteps(ctx, row)
 	if err := r.rt.Announce(ctx, row, ""); err != nil {
 		r.fault(ctx, "announce transition", err, "run_id", row.ID, "status", row.Status)
 	}

@@ -2,13 +2,21 @@ package e2e_test
 
 import (
 	"context"
+	"log/slog"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
+	"github.com/jetrun/jetrun/internal/engine"
+	"github.com/jetrun/jetrun/internal/engine/budget"
+	"github.com/jetrun/jetrun/internal/engine/reconcile"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 )
@@ -218,4 +226,133 @@ func TestPythonKilledWorkerCountsStoredStepsUsageOnce(t *testing.T) {
 		lost += max(paid.Tokens()-totalsOf(row.Usage).Tokens(), 0)
 	}
 	t.Logf("figures: %d runs, tokens their stored steps' calls cost %d, billed on the runs %d (%d short)", len(runs), spent, billed, lost)
+}
+
+// A Go worker is killed with -9 right after its runs stored four steps
+// with usage each, before any row sync, and the runs then end without
+// another attempt: stopped for their tree's budget (the top with its
+// budget and a run nested under it, budget.Trees.Stop as a report past
+// the budget does), cancelled (with and without a budget of their own:
+// parent.Client.Cancel), given up by the reconciler past a detached run's
+// absolute budget, or ended max-attempts by the next worker that finds the
+// run's attempts used up. Whoever ends such a run counts what its stored
+// steps spent: each run's usage is its stored steps', once, and each tree
+// total counts them once.
+func TestLostAttemptsStepsCountWhenTheRunEndsWithoutAnother(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	nc, err := nats.Connect(e.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	rt := engine.From(jetruntest.OpenRuntime(t, nc, jetrun.Config{}))
+	worker := func(id string, env map[string]string) *proc {
+		p := start(t, "stepworker", env, e.url, id)
+		p.waitLog("stepworker serving", 60*time.Second)
+		return p
+	}
+	a := worker("ls-a", map[string]string{"STEPWORKER_ROW_SYNC": "10m"})
+
+	per := events.UsageReport{InputTokens: 10, OutputTokens: 2, CostMicros: 3, Model: "m"}
+	steps := []string{"one", "two", "three", "four", "five"}
+	big := &events.TreeBudget{Tokens: 1_000_000}
+	type spec struct {
+		id, parent string
+		budget     *events.TreeBudget
+		detached   *events.Detached
+	}
+	runs := []spec{
+		{id: "ls-stop", budget: big}, {id: "ls-kid", parent: "ls-stop"}, // stopped for ls-stop's budget
+		{id: "ls-cancel"}, {id: "ls-cancelb", budget: big}, // cancelled
+		{id: "ls-late", detached: &events.Detached{MaxBudgetMs: 1}}, // given up by the reconciler
+		{id: "ls-max"}, // ended max-attempts
+	}
+	dirs := make(map[string]string)
+	for _, r := range runs {
+		dir := t.TempDir()
+		dirs[r.id] = dir
+		touch(t, filepath.Join(dir, "five.hold")) // the worker is inside step five when it is killed
+		_, err := e.client.Dispatch(context.Background(), parent.Request{AgentType: "stepper", RunID: r.id, Parent: r.parent,
+			Budget: r.budget, Detached: r.detached, Input: map[string]any{"dir": dir, "steps": steps, "usage": per}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, r := range runs {
+		waitCounter(t, filepath.Join(dirs[r.id], "five"), 1) // four steps stored
+	}
+	a.kill()
+	for _, r := range runs {
+		natstest.Eventually(t, 30*time.Second, func() bool {
+			row, _, err := e.store.Get(context.Background(), r.id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			alive, err := e.store.Workers().HolderAlive(context.Background(), row)
+			return err == nil && !alive
+		}, "%s: its killed worker still counts as alive", r.id)
+	}
+
+	ctx := context.Background()
+	trees := budget.New(rt, 8, slog.New(slog.DiscardHandler))
+	if err := trees.Stop(ctx, jetruntype.Overrun{Owner: "ls-stop", Budget: "tokens", Limit: 1, Used: 2}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"ls-cancel", "ls-cancelb"} {
+		if _, err := e.client.Cancel(ctx, id, "enough"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec, err := reconcile.New(rt, reconcile.Config{Interval: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rec.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rec.Stop() })
+	worker("ls-b", map[string]string{"STEPWORKER_MAX_ATTEMPTS": "1"})
+
+	ended := map[string]events.Status{"ls-stop": events.StatusInterrupted, "ls-kid": events.StatusInterrupted,
+		"ls-cancel": events.StatusAborted, "ls-cancelb": events.StatusAborted, "ls-late": events.StatusInterrupted,
+		"ls-max": events.StatusError}
+	one := events.UsageTotals{InputTokens: per.InputTokens, OutputTokens: per.OutputTokens, CostMicros: per.CostMicros}
+	four := one.Add(one).Add(one).Add(one)
+	final := make(map[string]*jetruntype.Run)
+	for _, r := range runs {
+		// Whoever ends a run writes its row, then announces it: once its
+		// status event is stored, the row is as its ender left it.
+		var evs []jetruntest.Event
+		natstest.Eventually(t, 60*time.Second, func() bool {
+			evs = jetruntest.ReadEvents(t, e.js, r.id)
+			return slices.Contains(jetruntest.Statuses(evs), ended[r.id])
+		}, "%s did not end %s", r.id, ended[r.id])
+		row, _, err := e.store.Get(ctx, r.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		final[r.id] = row
+		stored, n := stepUsageOf(t, evs)
+		if n != 4 || stored != four {
+			t.Fatalf("%s: %d stored steps with usage %+v; want 4, %+v", r.id, n, stored, four)
+		}
+		t.Logf("%s: %s (%s), attempt %d: usage %d tokens of its stored steps' %d", r.id, row.Status, row.Reason, row.Attempt,
+			totalsOf(row.Usage).Tokens(), stored.Tokens())
+	}
+	for _, r := range runs {
+		row := final[r.id]
+		if got := totalsOf(row.Usage); got != four || row.Usage.Models["m"] != four || totalsOf(row.StepUsage) != four {
+			t.Errorf("%s: usage %+v, stepUsage %+v; want its stored steps' %+v, once", r.id, row.Usage, row.StepUsage, four)
+		}
+		want := four // the top of a tree: its own, and its child's
+		for _, k := range runs {
+			if k.parent == r.id {
+				want = want.Add(four)
+			}
+		}
+		if r.parent == "" && treeOf(row) != want {
+			t.Errorf("%s: tree usage %+v; want %+v", r.id, treeOf(row), want)
+		}
+	}
 }

@@ -14,7 +14,7 @@
 // serving" once it pulls, and stops on SIGTERM or SIGINT. STEPWORKER_ROW_SYNC,
 // a duration, sets the worker's RowSyncInterval (a test that kills the
 // worker right after steps are stored sets it long, so no row sync comes
-// between them).
+// between them); STEPWORKER_MAX_ATTEMPTS its MaxAttempts.
 package main
 
 import (
@@ -65,7 +65,14 @@ func run() error {
 			return fmt.Errorf("STEPWORKER_ROW_SYNC: %w", err)
 		}
 	}
-	w, err := worker.New(rt, worker.Config{ID: os.Args[2], Lease: 2 * time.Second, RowSyncInterval: rowSync, Logger: logger})
+	var maxAttempts int
+	if v := os.Getenv("STEPWORKER_MAX_ATTEMPTS"); v != "" {
+		if maxAttempts, err = strconv.Atoi(v); err != nil {
+			return fmt.Errorf("STEPWORKER_MAX_ATTEMPTS: %w", err)
+		}
+	}
+	w, err := worker.New(rt, worker.Config{ID: os.Args[2], Lease: 2 * time.Second, RowSyncInterval: rowSync,
+		MaxAttempts: maxAttempts, Logger: logger})
 	if err != nil {
 		return err
 	}
