@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
@@ -205,5 +207,49 @@ func TestReplayResumesAcrossAServerRestart(t *testing.T) {
 	}
 	if row, err := c.Inspect(ctx, "resumed"); err != nil || row.Status != events.StatusCompleted {
 		t.Fatalf("the replay ended before the run: %+v %v", row, err)
+	}
+}
+
+// A caller whose context ends while its dispatch is on the way does not
+// fail the run: the dispatch may have landed (here it did: only its answer
+// was held), and a run with a row whose dispatch did not land is published
+// by the reconciler. The run completes.
+func TestACallerLeavingDuringItsDispatchDoesNotFailTheRun(t *testing.T) {
+	t.Parallel()
+	ns := natstest.RunServer(t)
+	link := natstest.RunLink(t, ns)
+	pnc, err := nats.Connect(link.URL(), nats.MaxReconnects(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pnc.Close)
+	nc, _ := natstest.Connect(t, ns)
+	c, err := parent.New(jetruntest.OpenRuntime(t, pnc, jetrun.Config{}), parent.Config{AllowUnknownAgentTypes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	link.HoldAfter([]byte("jetrun.dispatch.echo ")) // the dispatch lands; its answer is held
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	go func() {
+		<-ctx.Done()
+		time.Sleep(100 * time.Millisecond) // the caller has seen its context end: the answer comes late
+		link.Release()
+	}()
+	req := parent.Request{AgentType: "echo", RunID: "caller-left", Input: struct{}{}, Detached: &events.Detached{MaxBudgetMs: 60_000}}
+	if _, err := c.Dispatch(ctx, req); err == nil {
+		t.Fatal("the dispatch returned without its answer")
+	}
+	// A worker comes once the caller has left (Dispatch returns after
+	// whatever it writes on its way out): its run is there for it.
+	wrt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
+	jetruntest.StartWorker(t, wrt, worker.Config{}, func(w *worker.Worker) {
+		w.HandleFunc("echo", func(context.Context, *worker.Run) (worker.Result, error) {
+			return worker.Result{Summary: "done"}, nil
+		})
+	})
+	row := jetruntest.WaitRow(t, engine.From(wrt).Store(), req.RunID, 30*time.Second, jetruntest.Final)
+	if row.Status != events.StatusCompleted {
+		t.Fatalf("the run of a caller that left during its dispatch: %s (%s: %s)", row.Status, row.Reason, row.Error)
 	}
 }

@@ -47,7 +47,9 @@ var (
 	ErrRunIDConflict = errors.New("run id belongs to a run of another agent type")
 	// ErrDispatchFailed is returned by Dispatch and Run when the dispatch
 	// could not be published; the run's row then ends "error" with reason
-	// "dispatch-failed" (when that write is possible).
+	// "dispatch-failed" (when that write is possible), unless the caller's
+	// context ended first: the dispatch may have landed, and the run is
+	// left "starting" for a worker or the reconciler.
 	ErrDispatchFailed = errors.New("dispatch failed")
 	// ErrBadRequest is returned (wrapped) for an invalid Request.
 	ErrBadRequest = errors.New("bad request")
@@ -266,7 +268,8 @@ type Dispatched struct {
 // never starts: a caller that dies mid-dispatch leaves a dispatch a worker
 // takes, or a "starting" row the reconciler (or a Dispatch of the same id)
 // dispatches again. A dispatch that cannot be published ends the run
-// "error" (reason "dispatch-failed") and returns [ErrDispatchFailed].
+// "error" (reason "dispatch-failed") and returns [ErrDispatchFailed]; a
+// caller whose context ends meanwhile leaves it "starting", as if it died.
 func (c *Client) Dispatch(ctx context.Context, req Request) (*Dispatched, error) {
 	row, created, err := c.dispatch(ctx, req)
 	if err != nil {
@@ -335,7 +338,11 @@ func (c *Client) dispatch(ctx context.Context, req Request) (row *jetruntype.Run
 		return row, false, err
 	}
 	if _, err := c.publishDispatch(ctx, req.AgentType, d, d.RunID); err != nil {
-		c.failDispatch(ctx, row.ID, err)
+		if ctx.Err() == nil {
+			c.failDispatch(ctx, row.ID, err)
+		}
+		// Else the caller left: the dispatch may have landed, and if it did
+		// not, the reconciler publishes the dispatch of a run left starting.
 		return nil, false, fmt.Errorf("parent: dispatch run %s: %w: %w", d.RunID, ErrDispatchFailed, err)
 	}
 	return row, true, nil
