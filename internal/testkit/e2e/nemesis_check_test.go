@@ -66,7 +66,18 @@ func settle(t *testing.T, js jetstream.JetStream, ld *load, timeout time.Duratio
 	}
 	t.Logf("nemesis: %d runs (nested ones included); %d settled %s after the load stopped, %d did not",
 		len(rows), len(rows)-len(open), time.Since(start).Round(time.Second), len(open))
-	// Awaiting callers of runs that never ended stop now.
+	// Every run ended: its awaiting caller sees it on its own (an Await
+	// reads its row at least every 5 s when it hears nothing), given the
+	// time; callers of runs that never ended stop after that grace.
+	awaited := make(chan struct{})
+	go func() {
+		ld.awaiting.Wait()
+		close(awaited)
+	}()
+	select {
+	case <-awaited:
+	case <-time.After(30 * time.Second):
+	}
 	ld.stopWait()
 	st := &state{rows: rows, statuses: map[string][]statusEv{}, steps: map[string][]stepEv{}}
 	slices.Sort(open)
