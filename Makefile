@@ -128,11 +128,12 @@ bench: ## measure jetrun against raw JetStream in one run (prints ratios)
 	$(GO) test -run '^$$' -bench '^BenchmarkLeaseRenewal' -timeout 20m ./internal/testkit/bench/
 
 .PHONY: fuzz
-fuzz: ## fuzz the decoders (dispatch, child event lines) and id validation for 30s each
+fuzz: ## fuzz the decoders (dispatch, child event lines), id validation and run transitions for 30s each
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeDispatch$$' -fuzztime 30s ./pkg/events/
 	$(GO) test -run '^$$' -fuzz '^FuzzValidateID$$' -fuzztime 30s ./pkg/events/
 	$(GO) test -run '^$$' -fuzz '^FuzzRunID$$' -fuzztime 30s ./pkg/parent/
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 30s ./internal/app/agents/eventline/
+	$(GO) test -run '^$$' -fuzz '^FuzzApply$$' -fuzztime 30s ./internal/engine/model/
 
 # staticcheck, pinned: installed from the Go module proxy into bin/tools/
 # on first use (a new version installs next to the old one).

@@ -1,10 +1,11 @@
 // Package model is the run row's behaviour: the state machine of its
-// status (End, Interrupt, Resume, RequestCancel), the delivery ledger of a
-// detached run's finishes and milestone notices (ledger.go) and the
-// charges of a tree's budgets (usage.go). It does no I/O: every change is
-// a plain method on a Row that the caller writes with a compare-and-set
-// (runstore.Store.Mutate), so transitions are table-tested without a
-// server.
+// status, the delivery ledger of a detached run's finishes and milestone
+// notices (ledger.go) and the charges of a tree's budgets (usage.go).
+// It does no I/O: a row changes by an event (apply.go, marks.go: Claimed,
+// Ended, GaveUp, Resumed, …) applied with Apply, which the caller writes
+// with a compare-and-set (runstore.Store.Mutate, model.Mutation), so
+// transitions are table-tested and fuzzed without a server; Check states
+// the invariants every transition keeps.
 //
 // A Row is a jetruntype.Run, the read-only row users see, with these
 // methods: Of and Row.Run convert a pointer either way for free.
