@@ -192,7 +192,7 @@ func (w *Worker) decide(ctx context.Context, log *slog.Logger, msg jetstream.Msg
 		// (stopped by a lapse of its liveness): the process lived on, so it
 		// is a hand-off, not a lost worker. Written by the claim or the end.
 		row = model.Of(row).Clone()
-		model.Of(row).RefundBlink(row.Attempt)
+		_ = model.Apply(model.Of(row), model.Blinked{Attempt: row.Attempt}, now) // or ErrNoChange: recorded already
 	}
 	switch {
 	case row.Status == events.StatusInterrupted:
@@ -227,7 +227,11 @@ func (w *Worker) decide(ctx context.Context, log *slog.Logger, msg jetstream.Msg
 	if !w.register(e) {
 		return settle.Retry(w.busyDelay()), false, nil // another delivery is being claimed here
 	}
-	claimed := w.claim(row, msg, now)
+	claimed, err := w.claim(row, msg, now)
+	if err != nil {
+		w.unregister(e)
+		return settle.Leave(), false, err
+	}
 	newRev, err := w.store.Update(ctx, claimed, rev)
 	if err != nil {
 		w.unregister(e)
@@ -297,12 +301,15 @@ func (w *Worker) resumeGivenUp(ctx context.Context, log *slog.Logger, row *jetru
 	return settle.Leave(), true, nil
 }
 
-// claim returns row claimed by this worker for a new attempt (see
-// model.Row.Claim), woken by msg, the message that now wakes a takeover.
-func (w *Worker) claim(row *jetruntype.Run, msg jetstream.Msg, now time.Time) *jetruntype.Run {
+// claim returns row claimed by this worker for a new attempt
+// (model.Claimed), woken by msg, the message that now wakes a takeover.
+func (w *Worker) claim(row *jetruntype.Run, msg jetstream.Msg, now time.Time) (*jetruntype.Run, error) {
 	claimed := model.Of(row).Clone()
-	model.Of(claimed).Claim(w.cfg.ID, w.epoch(), wire.StreamSeq(msg), now)
-	return claimed
+	ev := model.Claimed{Worker: w.cfg.ID, Epoch: w.epoch(), DispatchSeq: wire.StreamSeq(msg)}
+	if err := model.Apply(model.Of(claimed), ev, now); err != nil {
+		return nil, fmt.Errorf("worker: claim run %s: %w", row.ID, err)
+	}
+	return claimed, nil
 }
 
 // claimNew claims a run that has no row by creating its row claimed: one
@@ -321,6 +328,10 @@ func (w *Worker) claimNew(ctx context.Context, agentType string, d events.Dispat
 	row := model.NewRun(agentType, d, wire.StreamSeq(msg), now)
 	// A top-level run that is not detached needs nothing of the reconciler.
 	row.Unindexed = d.Parent == "" && d.Detached == nil
+	claimed, err := w.claim(row, msg, now)
+	if err != nil {
+		return settle.Leave(), false, err
+	}
 	e := w.newExecution(msg, row.ID, slot)
 	if !w.register(e) {
 		return settle.Retry(w.busyDelay()), true, nil // another delivery is being claimed here
@@ -333,7 +344,6 @@ func (w *Worker) claimNew(ctx context.Context, agentType string, d events.Dispat
 	if checkCleared {
 		tomb.Go(func() { cleared, clearedErr = w.store.Index().Cleared(ctx, row.ID, row.DispatchSeq) })
 	}
-	claimed := w.claim(row, msg, now)
 	rev, err := w.store.Create(ctx, claimed)
 	tomb.Wait()
 	switch {
@@ -443,7 +453,9 @@ func (w *Worker) adopt(row *jetruntype.Run, msg jetstream.Msg) bool {
 func (w *Worker) endUnclaimed(ctx context.Context, row *jetruntype.Run, rev uint64,
 	status events.Status, reason, text string) (o settle.Outcome, retry bool, err error) {
 	final := model.Of(row).Clone()
-	model.Of(final).End(status, reason, text, time.Now())
+	if err := model.Apply(model.Of(final), model.Ended{Status: status, Reason: reason, Error: text}, time.Now()); err != nil {
+		return settle.Leave(), true, nil // final already: read it again
+	}
 	if _, err := w.store.Update(ctx, final, rev); errors.Is(err, runstore.ErrConflict) {
 		return settle.Leave(), true, nil
 	} else if err != nil {

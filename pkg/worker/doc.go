@@ -100,7 +100,7 @@
 //
 // The pairs the code takes: Run.steps.mu → curMu (reading the steps from
 // the row's first event); curMu → emitMu and curMu → stateMu (a row write
-// applying pending fields, applyState, which takes emitMu and stateMu one
+// applying pending fields, synced, which takes emitMu and stateMu one
 // after the other, never together); nest.callMu → emitMu → publisher.mu (a
 // call's or any event's publish); nest.callMu → nest.mu; parkMu → ctlMu
 // (unpark); ctlMu → stateMu (the heart's due); stateMu → nest.mu (waits).

@@ -78,7 +78,7 @@ func (e *execution) emitMilestone(ctx context.Context, m events.Milestone) (even
 	return m, nil
 }
 
-// showEmitted records, for the row (applyState), the newest chunk sequence
+// showEmitted records, for the row (synced), the newest chunk sequence
 // and milestone emitted: under stateMu, so a row sync never waits for
 // emitMu, which an emit holds while its publish waits out a fault.
 func (e *execution) showEmitted(chunk int64, m events.Milestone) {

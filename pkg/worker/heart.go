@@ -327,19 +327,14 @@ func (e *execution) sync(ctx context.Context) {
 		return
 	}
 	e.chargeAtSync(ctx)
-	row, err := e.write(ctx, func(r *jetruntype.Run) error {
-		if err := e.owned(r); err != nil {
-			return err
-		}
-		e.applyState(r)
-		return nil
-	})
+	now := time.Now()
+	row, err := e.write(ctx, func(r *jetruntype.Run) error { return e.apply(r, now, e.synced()) })
 	switch {
 	case errors.Is(err, ErrLeaseLost):
 		e.lose()
 	case err != nil:
 		e.stateMu.Lock()
-		e.dirty = true // applyState cleared it for a write that did not land
+		e.dirty = true // synced cleared it for a write that did not land
 		e.stateMu.Unlock()
 		// Classified without the beat's own bound, which is no caller leaving.
 		e.w.fault(context.WithoutCancel(ctx), e.log, "sync run row", err)
@@ -354,7 +349,7 @@ func (e *execution) forceOutcome() {
 	cause := context.Cause(e.handlerContext())
 	switch {
 	case errors.Is(cause, ErrCancelled):
-		e.finalize(events.StatusAborted, events.ReasonCancelled, "", nil)
+		e.finalize(events.StatusAborted, events.ReasonCancelled, "", result{})
 	case errors.Is(cause, ErrShuttingDown):
 		e.handBack()
 	default:

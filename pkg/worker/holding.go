@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
 	"time"
@@ -81,22 +82,34 @@ const holderQuestionTimeout = time.Second
 // recorded as a blink, which the holder records too once it is back
 // (once per attempt, whoever is first).
 func (w *Worker) releaseIdle(ctx context.Context, log *slog.Logger, row *jetruntype.Run, lapsed bool) error {
+	var ev model.Event = model.HandedBack{By: heldBy(row)}
+	if lapsed {
+		ev = model.Lapsed{By: heldBy(row)}
+	}
+	now := time.Now()
 	_, _, err := w.store.Mutate(ctx, row.ID, func(r *jetruntype.Run) error {
-		if r.Status != events.StatusRunning || r.Worker != row.Worker || r.WorkerEpoch != row.WorkerEpoch ||
-			r.Attempt != row.Attempt {
+		if r.Status != events.StatusRunning {
 			return runstore.ErrNoChange
 		}
-		r.Worker, r.WorkerEpoch, r.LeaseUntil = "", "", time.Time{}
-		if lapsed {
-			model.Of(r).RefundBlink(r.Attempt)
-		} else {
-			model.Of(r).HandOff()
-		}
-		return nil
+		return releasing(model.Apply(model.Of(r), ev, now))
 	})
 	if err == nil {
 		log.InfoContext(ctx, "run held by a live worker that does not execute it; released",
 			"holder", row.Worker, "holder_attempt", row.Attempt)
+	}
+	return err
+}
+
+// heldBy is the attempt holding row, as read.
+func heldBy(row *jetruntype.Run) model.Holder {
+	return model.Holder{Worker: row.Worker, Epoch: row.WorkerEpoch, Attempt: row.Attempt}
+}
+
+// releasing maps a release's refusal (the row moved on since it was
+// read: taken over, released, ended) to leaving the row as it is.
+func releasing(err error) error {
+	if errors.Is(err, model.ErrNotHolder) {
+		return runstore.ErrNoChange
 	}
 	return err
 }

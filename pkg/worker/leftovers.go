@@ -83,15 +83,14 @@ func (w *Worker) releaseLeftover(ctx context.Context, id string) {
 	l.releasing = true
 	w.leftovers[id] = l
 	w.mu.Unlock()
+	by := model.Holder{Worker: w.cfg.ID, Epoch: l.epoch, Attempt: l.attempt}
+	var ev model.Event = model.HandedBack{By: by}
+	if l.blink {
+		ev = model.Lapsed{By: by}
+	}
+	now := time.Now()
 	_, _, err := w.store.Mutate(ctx, id, func(r *jetruntype.Run) error {
-		if r.Status.Final() || !model.Of(r).HeldBy(w.cfg.ID, l.attempt) || r.WorkerEpoch != l.epoch {
-			return runstore.ErrNoChange
-		}
-		r.Worker, r.WorkerEpoch, r.LeaseUntil = "", "", time.Time{}
-		if !l.blink || !model.Of(r).RefundBlink(l.attempt) {
-			model.Of(r).HandOff()
-		}
-		return nil
+		return releasing(model.Apply(model.Of(r), ev, now)) // unless it moved on meanwhile
 	})
 	retry := err != nil && !errors.Is(err, runstore.ErrRunNotFound) && jsfault.IsTransient(ctx, err)
 	if err != nil && !retry && !errors.Is(err, runstore.ErrRunNotFound) {

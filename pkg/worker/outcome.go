@@ -38,13 +38,13 @@ func (e *execution) finish(ctx context.Context, res Result, herr error, panicked
 	case errors.Is(cause, ErrBudgetExceeded) || errors.Is(herr, ErrBudgetExceeded):
 		e.budgetStop(herr, cause)
 	case herr != nil && errors.Is(cause, ErrCancelled):
-		e.finalize(events.StatusAborted, events.ReasonCancelled, "", nil)
+		e.finalize(events.StatusAborted, events.ReasonCancelled, "", result{})
 	case panicked:
-		e.finalize(events.StatusError, events.ReasonPanic, herr.Error(), nil)
+		e.finalize(events.StatusError, events.ReasonPanic, herr.Error(), result{})
 	case retry:
 		e.retry(herr, delay)
 	case herr != nil:
-		e.finalize(events.StatusError, events.ReasonHandlerError, herr.Error(), nil)
+		e.finalize(events.StatusError, events.ReasonHandlerError, herr.Error(), result{})
 	default:
 		e.complete(res)
 	}
@@ -56,7 +56,7 @@ func (e *execution) complete(res Result) {
 	if res.Output != nil {
 		b, err := json.Marshal(res.Output)
 		if err != nil {
-			e.finalize(events.StatusError, events.ReasonHandlerError, "output is not JSON-encodable: "+err.Error(), nil)
+			e.finalize(events.StatusError, events.ReasonHandlerError, "output is not JSON-encodable: "+err.Error(), result{})
 			return
 		}
 		output = b
@@ -64,13 +64,20 @@ func (e *execution) complete(res Result) {
 	switch {
 	case len(output) > events.MaxOutputBytes:
 		e.finalize(events.StatusError, events.ReasonHandlerError,
-			fmt.Sprintf("output is %d bytes; the limit is %d", len(output), events.MaxOutputBytes), nil)
+			fmt.Sprintf("output is %d bytes; the limit is %d", len(output), events.MaxOutputBytes), result{})
 	case len(res.Summary) > events.MaxSummaryBytes:
 		e.finalize(events.StatusError, events.ReasonHandlerError,
-			fmt.Sprintf("summary is %d bytes; the limit is %d", len(res.Summary), events.MaxSummaryBytes), nil)
+			fmt.Sprintf("summary is %d bytes; the limit is %d", len(res.Summary), events.MaxSummaryBytes), result{})
 	default:
-		e.finalize(events.StatusCompleted, "", "", func(r *jetruntype.Run) { r.Summary, r.Output = res.Summary, output })
+		e.finalize(events.StatusCompleted, "", "", result{summary: res.Summary, output: output})
 	}
+}
+
+// result is what the row of a completed run keeps of its handler's
+// Result.
+type result struct {
+	summary string
+	output  json.RawMessage
 }
 
 func cancelText(r *jetruntype.Run) string {
@@ -81,11 +88,12 @@ func cancelText(r *jetruntype.Run) string {
 }
 
 // finalize moves the run to a final status (the compare-and-set), publishes
-// the status event, and acknowledges the dispatch. A cancel that lands on an
-// interrupted run (the reconciler's teardown after a give-up) does not
-// replace the give-up with "aborted": the row stays interrupted, with the
-// child no longer running.
-func (e *execution) finalize(status events.Status, reason, text string, set func(*jetruntype.Run)) {
+// the status event, and acknowledges the dispatch; with status interrupted
+// (a budget stop) it gives the run up with its child stopped. A cancel that
+// lands on an interrupted run (the reconciler's teardown after a give-up)
+// does not replace the give-up with "aborted": the row stays interrupted,
+// with the child no longer running.
+func (e *execution) finalize(status events.Status, reason, text string, res result) {
 	// Everything the attempt published is stored before the run is final:
 	// through faults, for as long as the worker holds its runs.
 	dctx, dcancel := context.WithDeadline(context.Background(), later(e.w.holdsUntil(), time.Now().Add(writeTimeout)))
@@ -112,25 +120,21 @@ func (e *execution) finalize(status events.Status, reason, text string, set func
 	now := time.Now()
 	teardown := false
 	row, err := e.writeFinal(func(r *jetruntype.Run) error {
-		if err := e.owned(r); err != nil {
-			return err
-		}
-		e.applyState(r)
+		sync := e.synced()
 		if r.Status == events.StatusInterrupted && (status == events.StatusAborted || keepsBudgetStop(r, status)) {
 			teardown = true
-			model.Of(r).ChildStopped()
-			return nil
+			return e.apply(r, now, sync, model.ChildStopped{By: e.holder()})
 		}
 		teardown = false
 		msg := text
 		if status == events.StatusAborted && msg == "" {
 			msg = cancelText(r)
 		}
-		model.Of(r).End(status, reason, msg, now)
-		if set != nil {
-			set(r)
+		var end model.Event = model.Ended{By: e.holder(), Status: status, Reason: reason, Error: msg, Summary: res.summary, Output: res.output}
+		if status == events.StatusInterrupted {
+			end = model.Interrupted{By: e.holder(), Reason: reason, Error: msg}
 		}
-		return nil
+		return e.apply(r, now, sync, end)
 	})
 	if err != nil {
 		if errors.Is(err, ErrLeaseLost) {
@@ -224,14 +228,9 @@ func (e *execution) handBack() {
 	e.chargeAtEnd()
 	ctx, cancel := writeContext()
 	defer cancel()
+	now := time.Now()
 	_, err := e.write(ctx, func(r *jetruntype.Run) error {
-		if err := e.owned(r); err != nil {
-			return err
-		}
-		e.applyState(r)
-		r.Worker, r.WorkerEpoch, r.LeaseUntil = "", "", time.Time{}
-		model.Of(r).HandOff()
-		return nil
+		return e.apply(r, now, e.synced(), model.HandedBack{By: e.holder()})
 	})
 	if err != nil {
 		if errors.Is(err, ErrLeaseLost) {
@@ -258,13 +257,9 @@ func (e *execution) release(delay time.Duration) {
 	ctx, cancel := writeContext()
 	defer cancel()
 	e.pub.fence()
+	now := time.Now()
 	if _, err := e.writeFinal(func(r *jetruntype.Run) error {
-		if err := e.owned(r); err != nil {
-			return err
-		}
-		r.Worker, r.WorkerEpoch, r.LeaseUntil = "", "", time.Time{}
-		model.Of(r).HandOff()
-		return nil
+		return e.apply(r, now, model.HandedBack{By: e.holder()})
 	}); err != nil && !errors.Is(err, ErrLeaseLost) {
 		e.log.WarnContext(ctx, "release the run; it is released once JetStream answers", "err", err)
 		e.leaveBehind(false)
@@ -337,14 +332,11 @@ func (e *execution) abandon() {
 func (e *execution) handOffLapsed() bool {
 	ctx, cancel := writeContext()
 	defer cancel()
+	now := time.Now()
+	lapsed := e.holder()
+	lapsed.Epoch = e.epoch // the attempt of this very incarnation
 	row, err := e.write(ctx, func(r *jetruntype.Run) error {
-		if err := e.owned(r); err != nil || r.WorkerEpoch != e.epoch {
-			return ErrLeaseLost
-		}
-		e.applyState(r)
-		r.Worker, r.WorkerEpoch, r.LeaseUntil = "", "", time.Time{}
-		model.Of(r).RefundBlink(e.attempt)
-		return nil
+		return e.apply(r, now, e.synced(), model.Lapsed{By: lapsed})
 	})
 	if err != nil {
 		if !errors.Is(err, ErrLeaseLost) {
@@ -372,12 +364,7 @@ func (e *execution) handOffLapsed() bool {
 // hand-off count change, so the write cannot disturb the attempt that holds
 // the run now.
 func (e *execution) refundLapse(ctx context.Context) {
-	_, _, err := e.w.store.Mutate(ctx, e.id, func(r *jetruntype.Run) error {
-		if r.Status.Final() || !model.Of(r).RefundBlink(e.attempt) {
-			return runstore.ErrNoChange
-		}
-		return nil
-	})
+	_, _, err := e.w.store.Mutate(ctx, e.id, model.Mutation(time.Now(), model.Blinked{Attempt: e.attempt}))
 	if err != nil && !errors.Is(err, runstore.ErrRunNotFound) {
 		e.w.fault(ctx, e.log, "record a lapse on a run taken over meanwhile", err)
 	}

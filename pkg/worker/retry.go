@@ -4,6 +4,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/settle"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
@@ -44,7 +45,7 @@ func (e *execution) retry(herr error, delay time.Duration) {
 	used := e.cur.Attempt - e.cur.Handoffs
 	e.curMu.Unlock()
 	if used >= e.w.cfg.MaxAttempts {
-		e.finalize(events.StatusError, events.ReasonHandlerError, herr.Error(), nil)
+		e.finalize(events.StatusError, events.ReasonHandlerError, herr.Error(), result{})
 		return
 	}
 	dctx, dcancel := writeContext()
@@ -58,14 +59,10 @@ func (e *execution) retry(herr error, delay time.Duration) {
 	e.chargeAtEnd()
 	ctx, cancel := writeContext() // after the charge, which may wait out a fault
 	defer cancel()
+	now := time.Now()
 	_, err = e.write(ctx, func(r *jetruntype.Run) error {
-		if err := e.owned(r); err != nil {
-			return err
-		}
-		e.applyState(r)
-		r.Worker, r.WorkerEpoch, r.LeaseUntil = "", "", time.Time{}
-		r.Error = herr.Error() // what the next attempt retries; cleared by its claim
-		return nil
+		// herr is what the next attempt retries, shown until its claim.
+		return e.apply(r, now, e.synced(), model.Retrying{By: e.holder(), Error: herr.Error()})
 	})
 	if errors.Is(err, ErrLeaseLost) {
 		e.abandon()

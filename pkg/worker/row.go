@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"maps"
 	"time"
 
 	"github.com/jetrun/jetrun/internal/engine/model"
@@ -11,18 +12,28 @@ import (
 )
 
 // The row an attempt writes: e.cur and e.rev are the newest row it knows
-// (curMu), and every write is a compare-and-set fenced by owned. The fields
-// a handler changes often (progress, signs of life, waits, signals seen)
-// wait in the execution under stateMu until the next row write takes them
-// (applyState): the heart's row sync (heart.go) or the final write
+// (curMu), and every write is a compare-and-set of the attempt's events
+// (apply), which the row refuses once the attempt no longer holds it. The
+// fields a handler changes often (progress, signs of life, waits, signals
+// seen) wait in the execution under stateMu until the next row write takes
+// them (synced): the heart's row sync (heart.go) or the final write
 // (outcome.go).
 
-// owned fences a row write: only the holding attempt of a live run may write.
-func (e *execution) owned(r *jetruntype.Run) error {
-	if !model.Of(r).HeldBy(e.w.cfg.ID, e.attempt) || r.Status.Final() {
+// holder is the attempt as the row names it: every event of the attempt
+// carries it, and the row refuses one it no longer holds.
+func (e *execution) holder() model.Holder {
+	return model.Holder{Worker: e.w.cfg.ID, Attempt: e.attempt}
+}
+
+// apply applies evs, the attempt's events, to r at now (model.ApplyAll):
+// the attempt's fence. A row the attempt no longer holds (taken over,
+// released, ended) refuses them: ErrLeaseLost.
+func (e *execution) apply(r *jetruntype.Run, now time.Time, evs ...model.Event) error {
+	err := model.ApplyAll(model.Of(r), now, evs...)
+	if errors.Is(err, model.ErrNotHolder) {
 		return ErrLeaseLost
 	}
-	return nil
+	return err
 }
 
 // write applies fn to the newest known row and stores it with a
@@ -61,33 +72,29 @@ func (e *execution) isDirty() bool {
 	return e.dirty
 }
 
-// applyState copies the pending row fields onto r. It is cumulative, hence
-// idempotent, as runstore.Store.Mutate requires.
-func (e *execution) applyState(r *jetruntype.Run) {
+// synced is the attempt's row sync (model.Synced): the pending row
+// fields, cumulative, hence idempotent, as runstore.Store.Mutate requires.
+// Taking them clears the attempt's dirty mark, unless it holds usage
+// reports not charged yet (the row stays due for a sync).
+func (e *execution) synced() model.Synced {
 	e.stateMu.Lock()
 	defer e.stateMu.Unlock()
-	chunks, milestones, lastName := e.shownChunks, e.shownMilestone, e.shownMilestoneName
-	if milestones >= r.Milestones && lastName != "" {
-		r.LastMilestone = lastName
-	}
-	model.Of(r).SetWaiting(e.waitingFor, time.Now()) // a wait that ended restarts the no-progress clock
-	for name, seq := range e.signalsSeen {
-		if r.SignalsSeen == nil {
-			r.SignalsSeen = make(map[string]uint64)
-		}
-		r.SignalsSeen[name] = max(r.SignalsSeen[name], seq)
+	ev := model.Synced{
+		By:            e.holder(),
+		LastSignalAt:  e.lastSignalAt,
+		Chunks:        e.shownChunks,
+		Milestones:    e.shownMilestone,
+		LastMilestone: e.shownMilestoneName,
+		WaitingFor:    e.waitingFor, // a wait that ended restarts the no-progress clock
+		SignalsSeen:   maps.Clone(e.signalsSeen),
+		FirstEventSeq: e.firstEventSeq,
 	}
 	if e.snapshot != nil {
 		s := *e.snapshot
-		r.Progress = &s
+		ev.Progress = &s
 	}
-	if e.lastSignalAt.After(r.LastSignalAt) {
-		r.LastSignalAt = e.lastSignalAt
-	}
-	r.Chunks = max(r.Chunks, chunks)
-	r.Milestones = max(r.Milestones, milestones)
-	if r.FirstEventSeq == 0 {
-		r.FirstEventSeq = e.firstEventSeq
-	}
-	e.dirty = e.applyUsage(r) // reports not charged yet keep the row due for a sync
+	var behind bool
+	ev.Usage, ev.StepUsage, ev.ChargeSteps, behind = e.syncedUsage()
+	e.dirty = behind
+	return ev
 }

@@ -226,12 +226,9 @@ func (e *execution) Wait(ctx context.Context, name string) (json.RawMessage, err
 		}
 		e.stateMu.Unlock()
 	}()
+	now := time.Now()
 	row, err := e.write(ctx, func(x *jetruntype.Run) error {
-		if err := e.owned(x); err != nil {
-			return err
-		}
-		model.Of(x).SetWaiting(name, time.Now())
-		return nil
+		return e.apply(x, now, model.Waiting{By: e.holder(), Name: name})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("worker: wait for %s: %w", name, err)
@@ -254,7 +251,7 @@ func (e *execution) Wait(ctx context.Context, name string) (json.RawMessage, err
 	if err != nil {
 		return nil, err
 	}
-	now := time.Now()
+	now = time.Now()
 	e.stateMu.Lock()
 	if e.signalsSeen == nil {
 		e.signalsSeen = make(map[string]uint64)

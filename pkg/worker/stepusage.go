@@ -106,7 +106,7 @@ func (e *execution) storeStepWith(ctx context.Context, st events.Step, spent *st
 // chargeStep adds what step s spent and was not charged yet to the tree
 // totals of the runs the attempt's usage is charged to, as chargeTree does
 // for the attempt's (chargeRun, patient: through faults), except the run's
-// own when it is the top of a tree without a budget (selfTree: applyUsage
+// own when it is the top of a tree without a budget (selfTree: syncedUsage
 // adds the step's usage there once it is stored).
 func (e *execution) chargeStep(ctx context.Context, s *stepUsage) error {
 	s.charging.Lock()

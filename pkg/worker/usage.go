@@ -81,7 +81,7 @@ var ErrBudgetExceeded = parent.ErrBudgetExceeded
 // is stored (chargeStep; in a tree without a budget that is one
 // compare-and-set per step with usage on the top of the tree), except the
 // run's own when it is the top of a tree without a budget: that one takes
-// the step's usage in the row write that counts it on the run (applyUsage).
+// the step's usage in the row write that counts it on the run (syncedUsage).
 // So a takeover adds what the stored steps spent to the run's usage, and
 // to its own tree totals only in that case, and a step's usage counts once
 // in every tree total too.
@@ -198,52 +198,44 @@ func (e *execution) startUsage(ctx context.Context, row *jetruntype.Run) error {
 	return nil
 }
 
-// applyUsage sets the row's usage (applyState; cumulative, so idempotent):
-// what the attempt's tree totals were charged with, and what the stored
-// steps spent (with stepUsage, which says so; and, on the top of a tree
-// without a budget, added to its own tree totals by how far stepUsage
-// moves on). It reports whether the attempt holds reports the row does not
-// show yet (charged at the next sync).
-func (e *execution) applyUsage(r *jetruntype.Run) (behind bool) {
+// syncedUsage is the usage part of the attempt's row sync (synced;
+// cumulative, so idempotent): the run's usage (what the attempt's tree
+// totals were charged with, and what the stored steps spent) and the part
+// of it the stored steps spent (steps, which says so; with chargeSteps, on
+// the top of a tree without a budget, the row adds to its own tree totals
+// how far steps moves on). Either is nil when the row's stays as it is.
+// behind reports whether the attempt holds reports the row does not show
+// yet (charged at the next sync).
+func (e *execution) syncedUsage() (usage, steps *jetruntype.Usage, chargeSteps, behind bool) {
 	e.use.mu.Lock()
 	defer e.use.mu.Unlock()
 	if !e.use.started {
-		return false
+		return nil, nil, false, false
 	}
 	var free jetruntype.Usage
 	if e.use.synced != nil {
 		free = *e.use.synced
 	}
 	behind = free.UsageTotals != e.use.attempt.UsageTotals
-	steps := model.PlusUsage(e.use.recovered, e.use.folded)
-	stepped := !model.IsZeroUsage(steps)
-	if e.use.synced == nil && !stepped {
-		return behind
+	stepped := model.PlusUsage(e.use.recovered, e.use.folded)
+	if e.use.synced == nil && model.IsZeroUsage(stepped) {
+		return nil, nil, false, behind
 	}
-	// Copies with maps of their own: synced is replaced, never changed,
-	// but the row may be changed by the write's retries.
+	// Copies with maps of their own: synced is replaced, never changed.
 	var u jetruntype.Usage
 	if e.use.base != nil {
 		u = *e.use.base
 	}
-	u = model.PlusUsage(model.PlusUsage(u, free), steps)
-	r.Usage = &u
-	if !stepped {
-		return behind
+	u = model.PlusUsage(model.PlusUsage(u, free), stepped)
+	if model.IsZeroUsage(stepped) {
+		return &u, nil, false, behind
 	}
-	var mark, had jetruntype.Usage
+	var mark jetruntype.Usage
 	if e.use.stepBase != nil {
 		mark = *e.use.stepBase
 	}
-	mark = model.PlusUsage(mark, steps)
-	if r.StepUsage != nil {
-		had = *r.StepUsage
-	}
-	if d := model.MinusUsage(mark, had); e.use.selfTree && !model.IsZeroTotals(d.UsageTotals) {
-		model.Of(r).Charge(d.UsageTotals) // no budget: never an overrun
-	}
-	r.StepUsage = &mark
-	return behind
+	mark = model.PlusUsage(mark, stepped)
+	return &u, &mark, e.use.selfTree, behind
 }
 
 // chargeTree adds the attempt's usage not yet charged to the tree totals
@@ -411,11 +403,14 @@ func (s *execUsage) markSynced(u *jetruntype.Usage) {
 // budget.Trees.Charge does for another run's.
 func (e *execution) chargeSelf(ctx context.Context, by jetruntype.ChargeMark, d jetruntype.UsageTotals) error {
 	var crossed, was *jetruntype.Overrun
+	now := time.Now()
 	if _, err := e.write(ctx, func(r *jetruntype.Run) error {
-		var dup bool
-		was = r.Overrun
-		if crossed, dup = model.Of(r).ChargeOnce(by, d); dup {
-			return runstore.ErrNoChange
+		was, crossed = r.Overrun, nil
+		if err := model.Apply(model.Of(r), model.Charged{Mark: by, Delta: d}, now); err != nil {
+			return err // runstore.ErrNoChange: a charge taken already
+		}
+		if was == nil {
+			crossed = r.Overrun // the charge took the tree past its budget
 		}
 		return nil
 	}); err != nil {
@@ -459,9 +454,7 @@ func (e *execution) budgetStop(herr, cause error) {
 	if herr == nil || !errors.Is(herr, ErrBudgetExceeded) {
 		herr = cause
 	}
-	e.finalize(events.StatusInterrupted, events.ReasonBudgetExceeded, herr.Error(), func(r *jetruntype.Run) {
-		model.Of(r).Interrupt(events.ReasonBudgetExceeded, herr.Error(), false, r.FinishedAt)
-	})
+	e.finalize(events.StatusInterrupted, events.ReasonBudgetExceeded, herr.Error(), result{})
 }
 
 // keepsBudgetStop reports whether an attempt's outcome status leaves r,
