@@ -73,13 +73,16 @@ func (rt keyed) submit(ctx context.Context, r *jetruntype.Run, held Held) (*jetr
 		}
 	}
 	now := time.Now()
-	r.Status, r.Unindexed = events.StatusQueued, false
+	var queued model.Queued
 	if held.RunID == r.ID {
-		r.SubmitSeq = held.Seq // published straight to the stream: order by it
+		queued.SubmitSeq = held.Seq // published straight to the stream: order by it
 	}
 	if strategy == events.StrategyDebounce {
 		d := model.Of(r).Dispatch()
-		r.NotBefore = now.Add(wire.Debounce(&d))
+		queued.NotBefore = now.Add(wire.Debounce(&d))
+	}
+	if err := model.Apply(model.Of(r), queued, now); err != nil {
+		return nil, fmt.Errorf("jetrun: submit run %s under concurrency key %s: %w", r.ID, key, err)
 	}
 	if _, err := rt.Store().Create(ctx, r); err != nil {
 		return nil, err
@@ -255,45 +258,24 @@ func (rt keyed) promote(ctx context.Context, h *jetruntype.Run, held Held) error
 		}
 	}
 	promoted := false
+	now := time.Now() // its budgets count from here, not from its wait in the queue
 	row, _, err := rt.Store().Mutate(ctx, h.ID, func(r *jetruntype.Run) error {
+		promoted = false
 		if r.Status != events.StatusQueued {
 			return runstore.ErrNoChange
 		}
-		r.Status, r.NotBefore = events.StatusStarting, time.Time{}
-		r.ReadyAt = time.Now() // its budgets count from here, not from its wait in the queue
+		var ev model.Promoted
 		if r.Strategy == events.StrategyMerge {
-			// r and the oldest of the others that fit, oldest first.
-			size := len(r.Input)
-			r.Merged = nil
-			carried := map[string]bool{r.ID: true}
-			for _, m := range block {
-				if m.ID == r.ID {
-					continue
-				}
-				if size += len(m.Input) + 1; size > events.MaxInputBytes-2 {
-					break // the rest run next, merged among themselves
-				}
-				r.Merged = append(r.Merged, m.ID)
-				carried[m.ID] = true
-			}
-			var inputs []json.RawMessage
-			for _, m := range block {
-				if carried[m.ID] {
-					input := m.Input
-					if m.ID == r.ID {
-						input = r.Input
-					}
-					inputs = append(inputs, input)
-				}
-			}
-			list, err := json.Marshal(inputs)
-			if err != nil {
+			var err error
+			if ev.Merged, ev.Input, err = merge(r, block); err != nil {
 				return err
 			}
-			r.Input = list
 		}
 		if held.RunID == r.ID {
-			r.DispatchSeq = held.Seq
+			ev.DispatchSeq = held.Seq
+		}
+		if err := model.Apply(model.Of(r), ev, now); err != nil {
+			return err
 		}
 		promoted = true
 		return nil
@@ -320,13 +302,43 @@ func (rt keyed) promote(ctx context.Context, h *jetruntype.Run, held Held) error
 	}
 	rt.Store().Keys().Dequeue(ctx, h.ConcurrencyKey, h.ID)
 	_, _, err = rt.Store().Mutate(ctx, row.ID, func(r *jetruntype.Run) error {
-		if r.Status != events.StatusStarting || r.DispatchSeq != 0 {
+		if r.Status != events.StatusStarting {
 			return runstore.ErrNoChange
 		}
-		r.DispatchSeq = seq
-		return nil
+		return model.Apply(model.Of(r), model.DispatchRecorded{Seq: seq}, now) // unless one is recorded
 	})
 	return err
+}
+
+// merge returns what the merge run r, promoted, carries of block (r and
+// the merge runs queued with it, oldest first): r and the oldest of the
+// others that fit, the others' ids (merged) and every input carried, in a
+// JSON list (input). The rest run next, merged among themselves.
+func merge(r *jetruntype.Run, block []*jetruntype.Run) (merged []string, input json.RawMessage, err error) {
+	size := len(r.Input)
+	carried := map[string]bool{r.ID: true}
+	for _, m := range block {
+		if m.ID == r.ID {
+			continue
+		}
+		if size += len(m.Input) + 1; size > events.MaxInputBytes-2 {
+			break
+		}
+		merged = append(merged, m.ID)
+		carried[m.ID] = true
+	}
+	var inputs []json.RawMessage
+	for _, m := range block {
+		if carried[m.ID] {
+			in := m.Input
+			if m.ID == r.ID {
+				in = r.Input
+			}
+			inputs = append(inputs, in)
+		}
+	}
+	input, err = json.Marshal(inputs)
+	return merged, input, err
 }
 
 // mergeBlock returns h, a queued merge run, with the merge runs queued
@@ -389,15 +401,9 @@ func (rt keyed) mergeBlock(ctx context.Context, h *jetruntype.Run) ([]*jetruntyp
 // finishMerge ends the runs h carries (h.Merged) aborted, reason merged,
 // and drops their queue entries. It is idempotent.
 func (rt keyed) finishMerge(ctx context.Context, h *jetruntype.Run) error {
+	now := time.Now()
 	for _, id := range h.Merged {
-		row, _, err := rt.Store().Mutate(ctx, id, func(r *jetruntype.Run) error {
-			if r.Status != events.StatusQueued {
-				return runstore.ErrNoChange
-			}
-			r.MergedInto = h.ID
-			model.Of(r).End(events.StatusAborted, events.ReasonMerged, "merged into run "+h.ID, time.Now())
-			return nil
-		})
+		row, _, err := rt.Store().Mutate(ctx, id, model.Mutation(now, model.Merged{Into: h.ID}))
 		if errors.Is(err, runstore.ErrRunNotFound) {
 			rt.Store().Keys().Dequeue(ctx, h.ConcurrencyKey, id)
 			continue
@@ -425,6 +431,7 @@ func (rt keyed) supersede(ctx context.Context, me *jetruntype.Run, pos uint64) e
 		return err
 	}
 	newer := ""
+	now := time.Now()
 	for _, e := range queue {
 		if e.ID == me.ID {
 			continue
@@ -437,8 +444,7 @@ func (rt keyed) supersede(ctx context.Context, me *jetruntype.Run, pos uint64) e
 			if older = submittedBefore(r, e.Rev, me, pos); !older {
 				return runstore.ErrNoChange
 			}
-			supersede(r, me.ID)
-			return nil
+			return model.Apply(model.Of(r), model.Superseded{By: me.ID}, now)
 		})
 		if errors.Is(err, runstore.ErrRunNotFound) {
 			rt.Store().Keys().Dequeue(ctx, key, e.ID)
@@ -464,13 +470,7 @@ func (rt keyed) supersede(ctx context.Context, me *jetruntype.Run, pos uint64) e
 	if newer == "" {
 		return nil
 	}
-	row, _, err := rt.Store().Mutate(ctx, me.ID, func(r *jetruntype.Run) error {
-		if r.Status != events.StatusQueued {
-			return runstore.ErrNoChange
-		}
-		supersede(r, newer)
-		return nil
-	})
+	row, _, err := rt.Store().Mutate(ctx, me.ID, model.Mutation(now, model.Superseded{By: newer}))
 	if err != nil {
 		return fmt.Errorf("jetrun: supersede run %s: %w", me.ID, err)
 	}
@@ -510,12 +510,6 @@ func (rt keyed) newerHolder(ctx context.Context, me *jetruntype.Run) (string, er
 		return h.ID, nil
 	}
 	return "", nil
-}
-
-// supersede ends the queued run r aborted, replaced by run by.
-func supersede(r *jetruntype.Run, by string) {
-	r.SupersededBy = by
-	model.Of(r).End(events.StatusAborted, events.ReasonSuperseded, "superseded by run "+by, time.Now())
 }
 
 // settle announces a run a strategy ended and removes it from the index
