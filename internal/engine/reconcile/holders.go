@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"maps"
 	"slices"
@@ -86,13 +87,20 @@ func (s *sweep) askHolders(ctx context.Context) {
 // not execute, unless the row moved on since it was read.
 func (s *sweep) releaseIdle(ctx context.Context, row *jetruntype.Run) error {
 	released := false
+	now := time.Now()
+	by := model.Holder{Worker: row.Worker, Epoch: row.WorkerEpoch, Attempt: row.Attempt}
 	_, _, err := s.r.store.Mutate(ctx, row.ID, func(run *jetruntype.Run) error {
-		if run.Status != events.StatusRunning || run.Worker != row.Worker || run.WorkerEpoch != row.WorkerEpoch ||
-			run.Attempt != row.Attempt {
+		released = false
+		if run.Status != events.StatusRunning {
 			return runstore.ErrNoChange
 		}
-		run.Worker, run.WorkerEpoch, run.LeaseUntil = "", "", time.Time{}
-		model.Of(run).HandOff() // not a lost worker: its process lives on
+		// A hand-off, not a lost worker: its process lives on. Unless the
+		// row moved on since it was read.
+		if err := model.Apply(model.Of(run), model.HandedBack{By: by}, now); errors.Is(err, model.ErrNotHolder) {
+			return runstore.ErrNoChange
+		} else if err != nil {
+			return err
+		}
 		released = true
 		return nil
 	})

@@ -118,12 +118,12 @@ func (s *sweep) releaseLostChild(ctx context.Context, row *jetruntype.Run) (bool
 		s.now.Sub(row.LeaseUntil) <= s.r.cfg.LeaseGrace {
 		return false, nil
 	}
+	now := time.Now()
 	next, _, err := s.r.store.Mutate(ctx, row.ID, func(r *jetruntype.Run) error {
-		if r.Status != events.StatusInterrupted || !r.ChildStillRunning || s.r.holderAlive(ctx, r) {
+		if !r.ChildStillRunning || s.r.holderAlive(ctx, r) {
 			return runstore.ErrNoChange
 		}
-		model.Of(r).ChildStopped()
-		return nil
+		return model.Apply(model.Of(r), model.ChildStopped{}, now) // or ErrNoChange: not interrupted
 	})
 	if err == nil {
 		s.r.countLostSteps(ctx, next) // its worker died before its last row write
@@ -247,7 +247,8 @@ func (s *sweep) unserved(ctx context.Context, row *jetruntype.Run, st events.Sta
 	}
 	var marked bool
 	if _, _, err := r.store.Mutate(ctx, row.ID, func(run *jetruntype.Run) error {
-		if err := model.Of(run).MarkFinishUnserved(st, s.now); err != nil {
+		marked = false
+		if err := model.Apply(model.Of(run), model.FinishUnserved{Status: st}, s.now); err != nil {
 			return err
 		}
 		marked = true
@@ -324,8 +325,10 @@ func (s *sweep) deadLetterUnserved(ctx context.Context, row *jetruntype.Run, st 
 		return fmt.Errorf("dead-letter the unserved finish of run %s: %w", row.ID, err)
 	}
 	var failed bool
+	now := time.Now()
 	next, _, err := r.store.Mutate(ctx, row.ID, func(run *jetruntype.Run) error {
-		if err := model.Of(run).FailUnservedFinish(st, reason, time.Now()); err != nil {
+		failed = false
+		if err := model.Apply(model.Of(run), model.UnservedFinishFailed{Status: st, Reason: reason}, now); err != nil {
 			return err // a deliverer took it after all
 		}
 		failed = true
@@ -355,7 +358,7 @@ func (s *sweep) deadLetterUnserved(ctx context.Context, row *jetruntype.Run, st 
 // recordSeq records on run id's ledger the sequence of o's copy waiting in
 // the finish stream.
 func (r *Reconciler) recordSeq(ctx context.Context, id string, o model.Owed, seq uint64) error {
-	_, _, err := r.store.Mutate(ctx, id, func(run *jetruntype.Run) error { return model.Of(run).RecordSeq(o, seq) })
+	_, _, err := r.store.Mutate(ctx, id, model.Mutation(time.Now(), o.SeqRecorded(seq)))
 	if errors.Is(err, runstore.ErrRunNotFound) {
 		return nil
 	}
@@ -448,9 +451,11 @@ func (s *sweep) cascade(ctx context.Context, row *jetruntype.Run) (bool, error) 
 	}
 	reason := "parent run " + p.ID + " was cancelled"
 	aborted, changed := false, false
+	now := time.Now()
 	next, _, err := s.r.store.Mutate(ctx, row.ID, func(r *jetruntype.Run) (err error) {
-		aborted, err = model.Of(r).RequestCancel(reason, s.r.holderAlive(ctx, r), time.Now())
+		err = model.Apply(model.Of(r), model.CancelRequested{Reason: reason, Held: s.r.holderAlive(ctx, r)}, now)
 		changed = err == nil
+		aborted = changed && r.Status == events.StatusAborted
 		return err
 	})
 	if err != nil || !changed {
@@ -501,15 +506,19 @@ func (s *sweep) enforceBudgets(ctx context.Context, row *jetruntype.Run) (bool, 
 		return false, nil
 	}
 	var gaveUp bool
+	now := time.Now()
 	next, _, err := s.r.store.Mutate(ctx, row.ID, func(r *jetruntype.Run) error {
-		now := time.Now()
+		gaveUp = false
 		if r.Status != events.StatusRunning && r.Status != events.StatusStarting {
 			return runstore.ErrNoChange
 		}
 		if again, _ := s.overBudget(r, now); again == "" {
 			return runstore.ErrNoChange // it signalled meanwhile
 		}
-		model.Of(r).GiveUp(reason, text, s.r.holderAlive(ctx, r), now) // its child is torn down
+		// Its child, if a live worker executes it, is torn down.
+		if err := model.Apply(model.Of(r), model.GaveUp{Reason: reason, Error: text, Held: s.r.holderAlive(ctx, r)}, now); err != nil {
+			return err
+		}
 		gaveUp = true
 		return nil
 	})
@@ -569,13 +578,7 @@ func (s *sweep) recover(ctx context.Context, row *jetruntype.Run) error {
 		if err != nil {
 			return err
 		}
-		if _, _, err := r.store.Mutate(ctx, row.ID, func(run *jetruntype.Run) error {
-			if run.DispatchSeq != 0 || run.Status.Final() {
-				return runstore.ErrNoChange
-			}
-			run.DispatchSeq = seq
-			return nil
-		}); err != nil {
+		if _, _, err := r.store.Mutate(ctx, row.ID, model.Mutation(time.Now(), model.DispatchRecorded{Seq: seq})); err != nil {
 			return err
 		}
 		if !dup {
@@ -591,12 +594,12 @@ func (s *sweep) recover(ctx context.Context, row *jetruntype.Run) error {
 	}
 	if row.Redispatches >= r.cfg.MaxRedispatches {
 		text := fmt.Sprintf("the run's dispatch was lost %d times; giving up", row.Redispatches+1)
+		now := time.Now()
 		next, _, err := r.store.Mutate(ctx, row.ID, func(run *jetruntype.Run) error {
 			if run.Status.Final() || r.holderAlive(ctx, run) || run.DispatchSeq != row.DispatchSeq {
 				return runstore.ErrNoChange
 			}
-			model.Of(run).End(events.StatusError, events.ReasonDispatchLost, text, time.Now())
-			return nil
+			return model.Apply(model.Of(run), model.Ended{Status: events.StatusError, Reason: events.ReasonDispatchLost, Error: text}, now)
 		})
 		if err != nil {
 			return err
@@ -613,13 +616,8 @@ func (s *sweep) recover(ctx context.Context, row *jetruntype.Run) error {
 	if err != nil {
 		return err
 	}
-	_, _, err = r.store.Mutate(ctx, row.ID, func(run *jetruntype.Run) error {
-		if run.Status.Final() || run.DispatchSeq != row.DispatchSeq {
-			return runstore.ErrNoChange // claimed meanwhile: the extra dispatch is dropped by its worker
-		}
-		run.Redispatches, run.DispatchSeq = n, seq
-		return nil
-	})
+	// Unless claimed meanwhile: the extra dispatch is dropped by its worker.
+	_, _, err = r.store.Mutate(ctx, row.ID, model.Mutation(time.Now(), model.Redispatched{Lost: row.DispatchSeq, Seq: seq}))
 	if err != nil {
 		return err
 	}

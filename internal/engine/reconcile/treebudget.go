@@ -28,8 +28,9 @@ func (s *sweep) stoppedTree(ctx context.Context, row *jetruntype.Run) (bool, err
 	}
 	o := *p.Overrun
 	changed := false
+	now := time.Now()
 	next, _, err := s.r.store.Mutate(ctx, row.ID, func(r *jetruntype.Run) error {
-		err := model.Of(r).StopForBudget(o, s.r.holderAlive(ctx, r), time.Now()) // nil or model.ErrNoChange
+		err := model.Apply(model.Of(r), model.BudgetStopped{Overrun: o, Held: s.r.holderAlive(ctx, r)}, now) // nil or model.ErrNoChange
 		changed = err == nil
 		return err
 	})

@@ -135,18 +135,18 @@ func (r *Reconciler) deadLetterUnservedDispatch(ctx context.Context, stream jets
 		return nil
 	}
 	text := fmt.Sprintf("%s; its dispatch waited %s and was dead-lettered", why, waited.Round(time.Second))
+	now := time.Now()
 	row, _, err := r.store.Mutate(ctx, d.RunID, func(run *jetruntype.Run) error {
 		if run.Status != events.StatusStarting || run.AgentType != agentType {
 			return runstore.ErrNoChange
 		}
-		if time.Since(model.Of(run).WaitingSince()) < r.cfg.DispatchUnservedWait {
+		if now.Sub(model.Of(run).WaitingSince()) < r.cfg.DispatchUnservedWait {
 			// A dispatch from before the run was retried: the run itself
 			// has not waited that long for a worker. The message stays
 			// (a worker that comes takes the run with it, or drops it).
 			return runstore.ErrNoChange
 		}
-		model.Of(run).End(events.StatusError, events.ReasonNoWorker, text, time.Now())
-		return nil
+		return model.Apply(model.Of(run), model.Ended{Status: events.StatusError, Reason: events.ReasonNoWorker, Error: text}, now)
 	})
 	if errors.Is(err, runstore.ErrRunNotFound) {
 		return nil // cleared; a worker drops its dispatch
@@ -194,7 +194,11 @@ func (r *Reconciler) markWaiting(ctx context.Context, agentType, epoch string, m
 	}
 	wire.TakeTrace(&d, msg.Header)
 	row := model.NewRun(agentType, d, msg.Sequence, msg.Time)
-	row.Reason, row.Error = events.ReasonWaitingForWorker, why
+	waiting := model.WaitingForWorker{Why: why}
+	now := time.Now()
+	if err := model.Apply(model.Of(row), waiting, now); err != nil {
+		return false, err
+	}
 	if _, err := r.store.Create(ctx, row); err == nil {
 		r.log.InfoContext(ctx, "dispatch waiting for a worker", "run_id", row.ID, "agent_type", agentType, "why", why)
 		return true, nil
@@ -203,11 +207,13 @@ func (r *Reconciler) markWaiting(ctx context.Context, agentType, epoch string, m
 	}
 	wrote := false
 	_, _, err := r.store.Mutate(ctx, d.RunID, func(run *jetruntype.Run) error {
-		if run.Status != events.StatusStarting || run.AgentType != agentType ||
-			(run.Reason == events.ReasonWaitingForWorker && run.Error == why) {
+		wrote = false
+		if run.AgentType != agentType {
 			return runstore.ErrNoChange
 		}
-		run.Reason, run.Error = events.ReasonWaitingForWorker, why
+		if err := model.Apply(model.Of(run), waiting, now); err != nil {
+			return err // not starting, or marked so already
+		}
 		wrote = true
 		return nil
 	})
