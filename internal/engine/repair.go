@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
@@ -42,15 +43,12 @@ func (rt *Runtime) RepairFinal(ctx context.Context, id string) (*events.StatusEv
 		return nil, false, fmt.Errorf("jetrun: repair run %s: %w", id, ErrNoFinalEvent)
 	}
 	repaired := false
+	now := time.Now()
 	_, _, err = rt.store.Mutate(ctx, id, func(r *jetruntype.Run) error {
 		repaired = false
-		if r.Status == ev.Status && r.Reason == ev.Reason && r.Error == ev.Error && r.Attempt == ev.Attempt {
-			return runstore.ErrNoChange
+		if err := model.Apply(model.Of(r), model.FinalRepaired{Event: *ev}, now); err != nil {
+			return err // runstore.ErrNoChange: the row agrees with the event
 		}
-		r.Status, r.Reason, r.Error = ev.Status, ev.Reason, ev.Error
-		r.Retryable, r.ChildStillRunning = false, false
-		r.Worker, r.WorkerEpoch, r.LeaseUntil = "", "", time.Time{}
-		r.Attempt, r.FinishedAt = ev.Attempt, ev.At
 		repaired = true
 		return nil
 	})

@@ -207,14 +207,11 @@ func (rt *Runtime) Resume(ctx context.Context, row *jetruntype.Run, queued bool)
 	if err := rt.store.Index().Reindex(ctx, row); err != nil {
 		return nil, false, fmt.Errorf("jetrun: resume run %s: %w", row.ID, err)
 	}
+	now := time.Now()
 	next, _, err = rt.store.Mutate(ctx, row.ID, func(r *jetruntype.Run) error {
 		resumed = false
-		if r.Status != events.StatusInterrupted || r.ChildStillRunning || (queued && r.ConcurrencyKey == "") {
-			return runstore.ErrNoChange
-		}
-		model.Of(r).Resume(time.Now())
-		if queued {
-			r.Status = events.StatusQueued
+		if err := model.Apply(model.Of(r), model.Resumed{Queued: queued}, now); err != nil {
+			return err // runstore.ErrNoChange: not resumable, or resumed already
 		}
 		resumed = true
 		return nil

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -61,12 +62,8 @@ func (rt *Runtime) CountLostSteps(ctx context.Context, r *jetruntype.Run) (*jetr
 	if model.IsZeroUsage(model.MinusUsage(stored, usageOf(r.StepUsage))) {
 		return r, nil
 	}
-	next, _, err := rt.store.Mutate(ctx, r.ID, func(row *jetruntype.Run) error {
-		if row.Worker != "" || !model.Of(row).CountStoredSteps(stored) {
-			return runstore.ErrNoChange // an attempt holds it again: it counts them
-		}
-		return nil
-	})
+	// Unless an attempt holds it again: it counts them.
+	next, _, err := rt.store.Mutate(ctx, r.ID, model.Mutation(time.Now(), model.StepsCounted{Stored: stored}))
 	if errors.Is(err, runstore.ErrRunNotFound) {
 		return r, nil // cleared
 	}

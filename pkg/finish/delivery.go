@@ -78,12 +78,14 @@ func (d *Deliverer) vouch(ctx context.Context, res Result) error {
 func (d *Deliverer) refuse(ctx context.Context, log *slog.Logger, res Result, why error) settle.Outcome {
 	log.ErrorContext(ctx, "a finish no jetrun transition owes: refused, not delivered (someone rewrote the run's row "+
 		"or published its status event)", "ending", res.Ending, "err", why)
+	refused := model.FinishReleased{Status: res.Status, Ending: res.Ending, Cause: "refused: " + why.Error(), Failed: true}
+	now := time.Now()
 	_, _, err := d.store.Mutate(ctx, res.RunID, func(r *jetruntype.Run) error {
 		fs := r.Finishes[res.Status]
 		if fs == nil || fs.Ending != res.Ending || !model.Of(r).FinishOwed(res.Status) {
 			return model.ErrNoChange
 		}
-		return model.Of(r).ReleaseFinish(res.Status, "refused: "+why.Error(), true, time.Now())
+		return model.Apply(model.Of(r), refused, now)
 	})
 	if err != nil && !errors.Is(err, runstore.ErrRunNotFound) {
 		d.fault(ctx, log, "record a refused finish", err)
@@ -183,22 +185,23 @@ func (e finishEntry) check(r *jetruntype.Run, now time.Time) (model.Delivery, ti
 }
 
 func (e finishEntry) claim(r *jetruntype.Run, by string, until, now time.Time) int {
-	return model.Of(r).ClaimFinish(e.res.Status, e.res, by, until, now)
+	_ = model.Apply(model.Of(r), model.FinishClaimed{Status: e.res.Status, Finish: e.res, By: by, Until: until}, now) // never refused
+	return r.Finishes[e.res.Status].Attempts
 }
 
 func (e finishEntry) delivered(r *jetruntype.Run, now time.Time) ([]any, error) {
-	if model.Of(r).StaleFinish(e.res) {
-		return nil, model.ErrNoChange
+	if err := model.Apply(model.Of(r), model.FinishDelivered{Status: e.res.Status, Ending: e.res.Ending}, now); err != nil {
+		return nil, err // ErrNoChange: a copy of an earlier ending
 	}
-	due := model.Of(r).FinishDelivered(e.res.Status, now)
+	var due time.Time
+	if fs := r.Finishes[e.res.Status]; fs != nil {
+		due = fs.DueAt
+	}
 	return []any{"latency_ms", now.Sub(due).Milliseconds()}, nil
 }
 
 func (e finishEntry) release(r *jetruntype.Run, cause string, failed bool, now time.Time) error {
-	if model.Of(r).StaleFinish(e.res) {
-		return model.ErrNoChange
-	}
-	return model.Of(r).ReleaseFinish(e.res.Status, cause, failed, now)
+	return model.Apply(model.Of(r), model.FinishReleased{Status: e.res.Status, Ending: e.res.Ending, Cause: cause, Failed: failed}, now)
 }
 
 func (e finishEntry) handle(ctx context.Context, d *Deliverer, name string, msg jetstream.Msg, row *jetruntype.Run) error {
@@ -364,8 +367,9 @@ func (d *Deliverer) release(log *slog.Logger, e entry, c claimed, cause error, f
 	if cause != nil {
 		text = cause.Error()
 	}
+	now := time.Now()
 	row, _, err := d.store.MutateFrom(ctx, e.runID(), c.row, c.rev, func(r *jetruntype.Run) error {
-		return e.release(r, text, failed, time.Now())
+		return e.release(r, text, failed, now)
 	})
 	if err != nil && !errors.Is(err, runstore.ErrRunNotFound) {
 		d.fault(ctx, log, e.kind().release, err)

@@ -166,7 +166,7 @@ func (d *Deliverer) recordNotice(ctx context.Context, msg jetstream.Msg) settle.
 		return settle.Ack()
 	}
 	if cur, recorded := row.Notices[m.Name]; !recorded || cur.Milestone.Sequence > m.Sequence {
-		if row, _, err = d.store.Mutate(ctx, m.RunID, func(r *jetruntype.Run) error { return model.Of(r).OweNotice(m, time.Now()) }); err != nil {
+		if row, _, err = d.store.Mutate(ctx, m.RunID, model.Mutation(time.Now(), model.NoticeOwed{Milestone: m})); err != nil {
 			if errors.Is(err, runstore.ErrRunNotFound) {
 				return settle.Ack()
 			}
@@ -181,7 +181,7 @@ func (d *Deliverer) recordNotice(ctx context.Context, msg jetstream.Msg) settle.
 			return settle.Retry(time.Second)
 		}
 		if ack != nil && ack.Sequence != row.Notices[m.Name].Seq {
-			_, _, _ = d.store.Mutate(ctx, m.RunID, func(r *jetruntype.Run) error { return model.Of(r).RecordNoticeSeq(m.Name, ack.Sequence) })
+			_, _, _ = d.store.Mutate(ctx, m.RunID, model.Mutation(time.Now(), model.NoticeSeqRecorded{Name: m.Name, Seq: ack.Sequence}))
 		}
 	}
 	return settle.Ack()
@@ -220,16 +220,18 @@ func (e noticeEntry) check(r *jetruntype.Run, now time.Time) (model.Delivery, ti
 	return model.Of(r).CheckNotice(e.n.Milestone.Name, now)
 }
 
-func (e noticeEntry) claim(r *jetruntype.Run, by string, until, _ time.Time) int {
-	return model.Of(r).ClaimNotice(e.n.Milestone.Name, by, until)
+func (e noticeEntry) claim(r *jetruntype.Run, by string, until, now time.Time) int {
+	name := e.n.Milestone.Name
+	_ = model.Apply(model.Of(r), model.NoticeClaimed{Name: name, By: by, Until: until}, now) // checked owed: never refused
+	return r.Notices[name].Attempts
 }
 
 func (e noticeEntry) delivered(r *jetruntype.Run, now time.Time) ([]any, error) {
-	return nil, model.Of(r).NoticeDelivered(e.n.Milestone.Name, now)
+	return nil, model.Apply(model.Of(r), model.NoticeDelivered{Name: e.n.Milestone.Name}, now)
 }
 
 func (e noticeEntry) release(r *jetruntype.Run, cause string, failed bool, now time.Time) error {
-	return model.Of(r).ReleaseNotice(e.n.Milestone.Name, cause, failed, now)
+	return model.Apply(model.Of(r), model.NoticeReleased{Name: e.n.Milestone.Name, Cause: cause, Failed: failed}, now)
 }
 
 func (e noticeEntry) handle(ctx context.Context, d *Deliverer, name string, msg jetstream.Msg, row *jetruntype.Run) error {
@@ -333,10 +335,11 @@ func (d *Deliverer) catchUpNotices(ctx context.Context, log *slog.Logger, runID 
 		}
 		var added []string
 		if len(found) > 0 {
+			now := time.Now()
 			row, _, err = d.store.Mutate(ctx, runID, func(r *jetruntype.Run) error {
 				added = added[:0]
 				for _, m := range found {
-					if model.Of(r).OweNotice(m, time.Now()) == nil && !slices.Contains(added, m.Name) {
+					if model.Apply(model.Of(r), model.NoticeOwed{Milestone: m}, now) == nil && !slices.Contains(added, m.Name) {
 						added = append(added, m.Name)
 					}
 				}

@@ -201,6 +201,7 @@ func progressMark(r *jetruntype.Run) string {
 func (c *Client) giveUp(ctx context.Context, id string, f *Failure) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelOnReturnTimeout)
 	defer cancel()
+	now := time.Now()
 	row, _, err := c.store.Mutate(ctx, id, func(r *jetruntype.Run) error {
 		if !r.Live() || r.Status == events.StatusInterrupted {
 			return runstore.ErrNoChange
@@ -209,8 +210,7 @@ func (c *Client) giveUp(ctx context.Context, id string, f *Failure) {
 		if err != nil {
 			return err
 		}
-		model.Of(r).GiveUp(events.ReasonWindowExceeded, f.Message, held, time.Now())
-		return nil
+		return model.Apply(model.Of(r), model.GaveUp{Reason: events.ReasonWindowExceeded, Error: f.Message, Held: held}, now)
 	})
 	if err != nil {
 		c.log.WarnContext(ctx, "give up run past the caller's window", "run_id", id, "err", err)
@@ -293,13 +293,18 @@ func (c *Client) Cancel(ctx context.Context, id, reason string) (*jetruntype.Run
 
 func (c *Client) cancelOne(ctx context.Context, id, reason string) (*jetruntype.Run, error) {
 	aborted := false
+	now := time.Now()
 	row, _, err := c.store.Mutate(ctx, id, func(r *jetruntype.Run) (err error) {
+		aborted = false
 		held, err := c.store.Workers().HolderAlive(ctx, r)
 		if err != nil {
 			return err
 		}
-		aborted, err = model.Of(r).RequestCancel(reason, held, time.Now())
-		return err
+		if err := model.Apply(model.Of(r), model.CancelRequested{Reason: reason, Held: held}, now); err != nil {
+			return err // runstore.ErrNoChange: final, or its cancel requested already
+		}
+		aborted = r.Status == events.StatusAborted
+		return nil
 	})
 	if err != nil {
 		return nil, err

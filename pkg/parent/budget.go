@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
@@ -46,15 +47,19 @@ func (c *Client) fillTree(ctx context.Context, d *events.Dispatch, parentRow *je
 	if _, _, err := c.lookup(ctx, d.RunID); err == nil {
 		return nil // a re-dispatch: counted when it was created
 	}
+	now := time.Now()
 	for _, id := range d.BudgetFrom {
 		var over *jetruntype.Overrun
 		_, _, err := c.store.Mutate(ctx, id, func(r *jetruntype.Run) error {
-			if r.Overrun != nil {
-				over = r.Overrun
+			if over = r.Overrun; over != nil {
 				return runstore.ErrNoChange
 			}
-			if over = model.Of(r).ChargeRun(); over != nil {
+			var full *model.OverrunError
+			if err := model.Apply(model.Of(r), model.RunCounted{}, now); errors.As(err, &full) {
+				over = &full.Overrun // no room for the run
 				return runstore.ErrNoChange
+			} else if err != nil {
+				return err
 			}
 			return nil
 		})

@@ -415,12 +415,13 @@ func (c *Client) dispatchPlain(ctx context.Context, req Request, d events.Dispat
 func (c *Client) failDispatch(ctx context.Context, id string, cause error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
+	ended := model.Ended{Status: events.StatusError, Reason: events.ReasonDispatchFailed, Error: "dispatch failed: " + cause.Error()}
+	now := time.Now()
 	row, _, err := c.store.Mutate(ctx, id, func(r *jetruntype.Run) error {
 		if r.Status != events.StatusStarting {
 			return runstore.ErrNoChange
 		}
-		model.Of(r).End(events.StatusError, events.ReasonDispatchFailed, "dispatch failed: "+cause.Error(), time.Now())
-		return nil
+		return model.Apply(model.Of(r), ended, now)
 	})
 	if err != nil {
 		c.log.ErrorContext(ctx, "mark undispatched run failed; the reconciler dispatches it again", "run_id", id, "err", err)
@@ -460,13 +461,7 @@ func (c *Client) existing(ctx context.Context, row *jetruntype.Run, req Request)
 	if err != nil {
 		return nil, fmt.Errorf("parent: dispatch run %s: %w: %w", row.ID, ErrDispatchFailed, err)
 	}
-	next, _, err := c.store.Mutate(ctx, row.ID, func(r *jetruntype.Run) error {
-		if r.Status != events.StatusStarting {
-			return runstore.ErrNoChange
-		}
-		r.DispatchSeq = seq
-		return nil
-	})
+	next, _, err := c.store.Mutate(ctx, row.ID, model.Mutation(time.Now(), model.DispatchRecorded{Seq: seq, Replace: true}))
 	if err != nil {
 		return nil, fmt.Errorf("parent: dispatch run %s: %w", row.ID, err)
 	}
@@ -491,13 +486,7 @@ func (c *Client) resume(ctx context.Context, row *jetruntype.Run) (*jetruntype.R
 		// publishes it, as for a parent that died between the two.
 		return nil, fmt.Errorf("parent: resume run %s: %w: %w", row.ID, ErrDispatchFailed, err)
 	}
-	next, _, err = c.store.Mutate(ctx, row.ID, func(r *jetruntype.Run) error {
-		if r.Status != events.StatusStarting {
-			return runstore.ErrNoChange
-		}
-		r.DispatchSeq = seq
-		return nil
-	})
+	next, _, err = c.store.Mutate(ctx, row.ID, model.Mutation(time.Now(), model.DispatchRecorded{Seq: seq, Replace: true}))
 	if err != nil {
 		return nil, fmt.Errorf("parent: resume run %s: %w", row.ID, err)
 	}

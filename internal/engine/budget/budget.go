@@ -56,11 +56,14 @@ func New(rt *engine.Runtime, maxDepth int, log *slog.Logger) *Trees {
 // ErrExceeded. A run that does not exist (cleared) takes nothing.
 func (t *Trees) Charge(ctx context.Context, id string, by jetruntype.ChargeMark, d jetruntype.UsageTotals) error {
 	var crossed, was *jetruntype.Overrun
+	now := time.Now()
 	_, _, err := t.rt.Store().Mutate(ctx, id, func(r *jetruntype.Run) error {
-		var dup bool
-		was = r.Overrun
-		if crossed, dup = model.Of(r).ChargeOnce(by, d); dup {
-			return runstore.ErrNoChange
+		was, crossed = r.Overrun, nil
+		if err := model.Apply(model.Of(r), model.Charged{Mark: by, Delta: d}, now); err != nil {
+			return err // runstore.ErrNoChange: a charge taken already
+		}
+		if was == nil {
+			crossed = r.Overrun // the charge took the tree past its budget
 		}
 		return nil
 	})
@@ -127,12 +130,13 @@ func (t *Trees) Stop(ctx context.Context, o jetruntype.Overrun) error {
 
 func (t *Trees) stopOne(ctx context.Context, id string, o jetruntype.Overrun) error {
 	changed := false
+	now := time.Now()
 	row, _, err := t.rt.Store().Mutate(ctx, id, func(r *jetruntype.Run) error {
 		held, err := t.rt.Store().Workers().HolderAlive(ctx, r)
 		if err != nil {
 			return err
 		}
-		err = model.Of(r).StopForBudget(o, held, time.Now())
+		err = model.Apply(model.Of(r), model.BudgetStopped{Overrun: o, Held: held}, now)
 		changed = err == nil
 		return err
 	})
