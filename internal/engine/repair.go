@@ -44,7 +44,7 @@ func (rt *Runtime) RepairFinal(ctx context.Context, id string) (*events.StatusEv
 	}
 	repaired := false
 	now := time.Now()
-	_, _, err = rt.store.Mutate(ctx, id, func(r *jetruntype.Run) error {
+	_, _, err = rt.store.RewriteFinal(ctx, id, func(r *jetruntype.Run) error {
 		repaired = false
 		if err := model.Apply(model.Of(r), model.FinalRepaired{Event: *ev}, now); err != nil {
 			return err // runstore.ErrNoChange: the row agrees with the event

@@ -10,9 +10,12 @@
 //   - Mutate functions must be idempotent, because a write whose
 //     acknowledgement was lost is retried against the row that already holds
 //     it.
-//   - Final statuses (completed, error, aborted) are never left: callers'
-//     Mutate functions check Status.Final before changing a row, and the
-//     compare-and-set makes that check race-free.
+//   - Final statuses (completed, error, aborted) are never left: a Mutate
+//     function changes a row by model events (model.Apply), which a final
+//     row does not take, and Mutate itself refuses a result that leaves a
+//     final status (ErrFinal); the compare-and-set makes that check
+//     race-free. The one exception, the repair of a row rewritten without
+//     the compare-and-set, is RewriteFinal.
 //
 // JetStream errors are translated here, at the boundary: callers test the
 // sentinels of this package with errors.Is.

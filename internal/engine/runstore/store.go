@@ -38,6 +38,10 @@ var (
 	ErrNoChange = model.ErrNoChange
 	// ErrCorruptRow is returned when a stored row is not valid JSON.
 	ErrCorruptRow = errors.New("corrupt run row")
+	// ErrFinal is returned by Mutate and MutateFrom when fn would move a
+	// row out of its final status (completed, error, aborted): a final
+	// status is never left. Only RewriteFinal may change it.
+	ErrFinal = errors.New("a final status is never left")
 )
 
 // Config configures a Store. Zero values mean defaults.
@@ -362,8 +366,36 @@ func (s *Store) Update(ctx context.Context, r *jetruntype.Run, rev uint64) (uint
 // write lands but its acknowledgement is lost, fn is applied again to the row
 // that already carries its change. Returning ErrNoChange leaves the row
 // untouched and makes Mutate return the current row with a nil error; any
-// other error is returned as is.
+// other error is returned as is. A result that changes a final row's status
+// is not written: Mutate returns ErrFinal.
 func (s *Store) Mutate(ctx context.Context, id string, fn func(*jetruntype.Run) error) (*jetruntype.Run, uint64, error) {
+	return s.mutate(ctx, id, keepFinal(fn))
+}
+
+// RewriteFinal is Mutate for the one write that may change a final row's
+// status: the repair of a row someone rewrote without the compare-and-set,
+// back to the run's real ending (engine.Runtime.RepairFinal).
+func (s *Store) RewriteFinal(ctx context.Context, id string, fn func(*jetruntype.Run) error) (*jetruntype.Run, uint64, error) {
+	return s.mutate(ctx, id, func(_, next *jetruntype.Run) error { return fn(next) })
+}
+
+// keepFinal wraps a Mutate function so that a result that leaves (or
+// changes) a final status is refused with ErrFinal: the one place the
+// store keeps final statuses final.
+func keepFinal(fn func(*jetruntype.Run) error) func(was, next *jetruntype.Run) error {
+	return func(was, next *jetruntype.Run) error {
+		if err := fn(next); err != nil {
+			return err
+		}
+		if was.Status.Final() && next.Status != was.Status {
+			return fmt.Errorf("kv: run %s: %s → %s: %w", was.ID, was.Status, next.Status, ErrFinal)
+		}
+		return nil
+	}
+}
+
+// mutate is Mutate, with fn given the row it changes (was) beside its copy.
+func (s *Store) mutate(ctx context.Context, id string, fn func(was, next *jetruntype.Run) error) (*jetruntype.Run, uint64, error) {
 	var (
 		row       *jetruntype.Run
 		rev       uint64
@@ -383,7 +415,7 @@ func (s *Store) Mutate(ctx context.Context, id string, fn func(*jetruntype.Run) 
 			return err
 		}
 		next := model.Of(cur).Clone()
-		if err := fn(next); err != nil {
+		if err := fn(cur, next); err != nil {
 			if errors.Is(err, ErrNoChange) {
 				row, rev = cur, curRev
 				return nil
@@ -426,7 +458,7 @@ func (s *Store) MutateFrom(ctx context.Context, id string, known *jetruntype.Run
 		return s.Mutate(ctx, id, fn)
 	}
 	next := model.Of(known).Clone()
-	if err := fn(next); err != nil {
+	if err := keepFinal(fn)(known, next); err != nil {
 		if errors.Is(err, ErrNoChange) {
 			return known, rev, nil
 		}

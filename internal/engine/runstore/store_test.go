@@ -204,6 +204,48 @@ func TestMutateFromStartsWithTheKnownRowAndRecoversFromAStaleOne(t *testing.T) {
 	}
 }
 
+// A final status is never left: Mutate and MutateFrom refuse, in one
+// place, a write that would move a final row to another status, whatever
+// its function does; a write that leaves the status alone (a ledger mark)
+// goes through, and the repair of a rewritten row has its own door.
+func TestMutateNeverLeavesAFinalStatus(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunServer(t))
+	s := openStore(t, js, 1)
+	ctx := context.Background()
+	run := newRun("f")
+	run.Detached = &events.Detached{OnFinish: "h"}
+	if _, err := s.Create(ctx, run); err != nil {
+		t.Fatal(err)
+	}
+	done := model.Ended{Status: events.StatusCompleted}
+	final, rev, err := s.Mutate(ctx, "f", model.Mutation(time.Now(), done))
+	if err != nil || final.Status != events.StatusCompleted {
+		t.Fatalf("end: %v %v", final, err)
+	}
+	revive := func(r *jetruntype.Run) error { r.Status = events.StatusRunning; return nil }
+	if _, _, err := s.Mutate(ctx, "f", revive); !errors.Is(err, runstore.ErrFinal) {
+		t.Fatalf("Mutate out of a final status: %v", err)
+	}
+	if _, _, err := s.MutateFrom(ctx, "f", final, rev, revive); !errors.Is(err, runstore.ErrFinal) {
+		t.Fatalf("MutateFrom out of a final status: %v", err)
+	}
+	if got, _, _ := s.Get(ctx, "f"); got.Status != events.StatusCompleted {
+		t.Fatalf("stored %s", got.Status)
+	}
+	marked, _, err := s.Mutate(ctx, "f", model.Mutation(time.Now(), model.FinishSeqRecorded{Status: events.StatusCompleted, Seq: 9}))
+	if err != nil || marked.Finishes[events.StatusCompleted].Seq != 9 {
+		t.Fatalf("a ledger mark on a final row: %v", err)
+	}
+	repair := model.FinalRepaired{Event: events.StatusEvent{RunID: "f", Status: events.StatusError, Reason: "r", At: time.Now()}}
+	if _, _, err := s.Mutate(ctx, "f", model.Mutation(time.Now(), repair)); !errors.Is(err, runstore.ErrFinal) {
+		t.Fatalf("a repair through Mutate: %v", err)
+	}
+	if got, _, err := s.RewriteFinal(ctx, "f", model.Mutation(time.Now(), repair)); err != nil || got.Status != events.StatusError {
+		t.Fatalf("RewriteFinal: %v %v", got, err)
+	}
+}
+
 func TestWatchSeesChangesAndDeletion(t *testing.T) {
 	t.Parallel()
 	_, js := natstest.Connect(t, natstest.RunServer(t))
