@@ -23,7 +23,9 @@ func TestRepairFinalRestoresTheFirstFinalEvent(t *testing.T) {
 	if _, err := rt.Store().Create(ctx, r); err != nil {
 		t.Fatal(err)
 	}
-	model.Of(r).End(events.StatusCompleted, "", "", time.Now())
+	if err := model.Apply(model.Of(r), model.Ended{Status: events.StatusCompleted}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
 	if err := rt.Announce(ctx, r, ""); err != nil {
 		t.Fatal(err)
 	}

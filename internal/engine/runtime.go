@@ -193,7 +193,7 @@ func SetFrom(f func(rt Public) *Runtime) { from = f }
 func From(rt Public) *Runtime { return from(rt) }
 
 // Resume resumes the run of row, given up (interrupted) with its child
-// stopped, as a new attempt (model.Row.Resume): "starting", or with
+// stopped, as a new attempt (model.Resumed): "starting", or with
 // queued "queued" for its concurrency key. A run the active-run index
 // lists (every run not Unindexed) is entered in it again, since its
 // entries went when its give-up settled: before the row moves, so a

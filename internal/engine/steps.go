@@ -41,7 +41,7 @@ func (rt *Runtime) StoredStepUsage(ctx context.Context, id string, from uint64) 
 
 // CountLostSteps counts on the row of r, a run that no attempt executes
 // any more, what its stored steps spent beyond what the row counts of them
-// (model.Row.CountStoredSteps). An attempt counts its steps in its own row
+// (model.StepsCounted). An attempt counts its steps in its own row
 // writes, and one that takes a run over counts what earlier attempts
 // stored; an attempt lost before its row write counted its last steps
 // leaves them to whoever ends or gives up its run without another attempt

@@ -441,10 +441,7 @@ func TestReconcilerRepairsAKeyWhoseHolderDied(t *testing.T) {
 		t.Fatalf("h1: %s", r.Status)
 	}
 	// h0 ends the way a worker ends it, and nobody hands the key on.
-	if _, _, err := store.Mutate(ctx, "h0", func(r *jetruntype.Run) error {
-		model.Of(r).End(events.StatusCompleted, "", "", time.Now())
-		return nil
-	}); err != nil {
+	if _, _, err := store.Mutate(ctx, "h0", model.Mutation(time.Now(), model.Ended{Status: events.StatusCompleted})); err != nil {
 		t.Fatal(err)
 	}
 	rec, err := reconcile.New(engine.From(rt), reconcile.Config{})
@@ -489,10 +486,7 @@ func TestKeyRetryOfAnInterruptedRunWaitsForTheKey(t *testing.T) {
 		t.Fatalf("i0: %s", r.Status)
 	}
 	// i0 is given up with its child stopped: the key is free, i1 takes it.
-	if _, _, err := store.Mutate(ctx, "i0", func(r *jetruntype.Run) error {
-		model.Of(r).Interrupt(events.ReasonBudgetExceeded, "over budget", false, time.Now())
-		return nil
-	}); err != nil {
+	if _, _, err := store.Mutate(ctx, "i0", model.Mutation(time.Now(), model.GaveUp{Reason: events.ReasonBudgetExceeded, Error: "over budget"})); err != nil {
 		t.Fatal(err)
 	}
 	if r := dispatch("i1"); r.Status != events.StatusStarting {
@@ -502,10 +496,7 @@ func TestKeyRetryOfAnInterruptedRunWaitsForTheKey(t *testing.T) {
 	if r := dispatch("i0"); r.Status != events.StatusQueued || r.Handoffs != 0 {
 		t.Fatalf("retried i0: %s (handoffs %d); want queued behind i1, no attempt handed off (none ran)", r.Status, r.Handoffs)
 	}
-	if _, _, err := store.Mutate(ctx, "i1", func(r *jetruntype.Run) error {
-		model.Of(r).End(events.StatusCompleted, "", "", time.Now())
-		return nil
-	}); err != nil {
+	if _, _, err := store.Mutate(ctx, "i1", model.Mutation(time.Now(), model.Ended{Status: events.StatusCompleted})); err != nil {
 		t.Fatal(err)
 	}
 	if err := keys.Advance(ctx, engine.From(rt), "k", keys.Held{}); err != nil {

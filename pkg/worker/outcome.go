@@ -358,7 +358,7 @@ func (e *execution) handOffLapsed() bool {
 // liveness, not a lost process: a run is taken over only when its holder's
 // key is gone, and this process is here to say it did not die (its key
 // expired in an outage that outlasted the lease, or before it could notice).
-// So the attempt counts as a hand-off (Run.RefundBlink), not against
+// So the attempt counts as a hand-off (model.Lapsed, model.Blinked), not against
 // MaxAttempts, and an outage does not use up a run's attempts however often
 // it makes workers take each other's runs over. Only the run's blinks and
 // hand-off count change, so the write cannot disturb the attempt that holds

@@ -71,7 +71,7 @@ var ErrBudgetExceeded = parent.ErrBudgetExceeded
 // fault may lose after it landed. Each carries a mark (the attempt, and
 // its sequence among the attempt's charges to that row:
 // jetruntype.ChargeMark) and the charged row keeps the marks of the last
-// charges it took (model.Row.ChargeOnce), so a charge not answered is sent
+// charges it took (model.Charged), so a charge not answered is sent
 // again under its mark, before any later one to that row (chargeRun), and
 // counts once. A report's charge is sent again through faults for as long
 // as the worker holds its runs, as the row writes are: Usage waits, it
@@ -308,7 +308,7 @@ type sentCharge struct {
 // charge there; the caller holds chargeMu. A charge whose answer did not
 // come is kept (unsure) and sent again, under its own sequence, before any
 // other charge to that run: it counts once whether it had landed or not
-// (model.Row.ChargeOnce), and no later charge of the attempt overtakes it.
+// (model.Charged), and no later charge of the attempt overtakes it.
 // taken says whether d is charged or on its way as such a charge (the
 // caller counts it as charged; the row shows it once nothing is unsure):
 // false when an earlier unsure charge still did not get through.
@@ -349,7 +349,7 @@ func (e *execution) chargeRun(ctx context.Context, id string, d jetruntype.Usage
 // as long as the worker holds its runs, as the attempt's row writes do,
 // and at least writeTimeout: a fault must not fail the run. It then
 // returns ErrLeaseLost (wrapped): the attempt stops. A charge sent again
-// counts once (model.Row.ChargeOnce).
+// counts once (model.Charged).
 func (e *execution) sendCharge(ctx context.Context, id string, c sentCharge, patient bool) error {
 	by := jetruntype.ChargeMark{Run: e.id, Attempt: e.attempt, Seq: c.seq}
 	first := time.Now()

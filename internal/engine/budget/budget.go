@@ -5,7 +5,7 @@
 // A nested run carries the id of the top of its tree (Root) and of every
 // ancestor with a budget (BudgetFrom), filled in from its parent's row when
 // it is dispatched (package parent). Its usage is added to those runs' rows
-// (TreeUsage) by a compare-and-set per report (model.Row.ChargeOnce: a
+// (TreeUsage) by a compare-and-set per report (model.Charged: a
 // charge retried after its answer was lost counts once): the
 // report that takes a tree past its budget marks the budget's owner
 // (Overrun) and stops its subtree (Stop). Concurrent reports are
@@ -49,7 +49,7 @@ func New(rt *engine.Runtime, maxDepth int, log *slog.Logger) *Trees {
 
 // Charge adds usage d to the tree totals of run id (one of a run's
 // model.Row.Charges) as the charge by, with a compare-and-set: once,
-// however often it is sent (model.Row.ChargeOnce), so a charge whose
+// however often it is sent (model.Charged), so a charge whose
 // answer was lost may be sent again. A charge that takes a budget past its
 // bound, or lands in a tree stopped for one, stops that budget's subtree
 // (Stop) before Charge returns, and Charge returns an error wrapping

@@ -125,10 +125,7 @@ func TestMergeOrdersPlainPublishesByDispatchSequence(t *testing.T) {
 			t.Fatalf("%s: %s, want queued behind the holder", p.id, r.Status)
 		}
 	}
-	if _, _, err := rt.Store().Mutate(ctx, "holder", func(r *jetruntype.Run) error {
-		model.Of(r).End(events.StatusCompleted, "", "", time.Now())
-		return nil
-	}); err != nil {
+	if _, _, err := rt.Store().Mutate(ctx, "holder", model.Mutation(time.Now(), model.Ended{Status: events.StatusCompleted})); err != nil {
 		t.Fatal(err)
 	}
 	if err := keys.Advance(ctx, rt, "km", keys.Held{}); err != nil {

@@ -238,7 +238,7 @@ func (ev HandedBack) apply(r *Row, _ time.Time) error {
 		return refuse(ev, r, ErrNotHolder)
 	}
 	r.release()
-	r.HandOff()
+	r.handOff()
 	return nil
 }
 
@@ -252,7 +252,7 @@ func (ev Lapsed) apply(r *Row, _ time.Time) error {
 		return refuse(ev, r, ErrNotHolder)
 	}
 	r.release()
-	r.RefundBlink(ev.By.Attempt)
+	r.refundBlink(ev.By.Attempt)
 	return nil
 }
 
@@ -262,7 +262,7 @@ func (ev Lapsed) apply(r *Row, _ time.Time) error {
 type Blinked struct{ Attempt int }
 
 func (ev Blinked) apply(r *Row, _ time.Time) error {
-	if r.Status.Final() || !r.RefundBlink(ev.Attempt) {
+	if r.Status.Final() || !r.refundBlink(ev.Attempt) {
 		return ErrNoChange
 	}
 	return nil
@@ -452,7 +452,7 @@ func (ev Resumed) apply(r *Row, now time.Time) error {
 		r.enter(events.StatusStarting, now)
 	}
 	r.DispatchSeq, r.Redispatches = 0, 0
-	r.HandOff()
+	r.handOff()
 	if fs := r.Finishes[events.StatusInterrupted]; fs != nil {
 		fs.Resumed = true // a second give-up is announced too
 	}
@@ -674,7 +674,7 @@ func (ev Synced) apply(r *Row, now time.Time) error {
 			had = *r.StepUsage
 		}
 		if d := MinusUsage(*ev.StepUsage, had); ev.ChargeSteps && !IsZeroTotals(d.UsageTotals) {
-			r.Charge(d.UsageTotals) // no budget: never an overrun
+			r.charge(d.UsageTotals) // no budget: never an overrun
 		}
 		r.StepUsage = CloneUsage(ev.StepUsage)
 	}

@@ -96,11 +96,11 @@ func cloneNotices(m map[string]*jetruntype.NoticeState) map[string]*jetruntype.N
 	return c
 }
 
-// OweNotice records, as a Mutate function would, that the handler of a
+// oweNotice records, as a Mutate function would, that the handler of a
 // detached run owes a notice for milestone m: it returns ErrNoChange when
 // the run does not ask for m's name or a notice of that name is recorded
 // already (only the first milestone of a name, by sequence, is announced).
-func (r *Row) OweNotice(m events.Milestone, now time.Time) error {
+func (r *Row) oweNotice(m events.Milestone, now time.Time) error {
 	if !wire.Notifies(r.Detached, m.Name) {
 		return ErrNoChange
 	}
@@ -162,10 +162,10 @@ func (r *Row) CheckFinish(s events.Status, now time.Time) (Delivery, time.Durati
 	return slotOf(&fs.Slot).check(now)
 }
 
-// ClaimFinish claims the finish for s for deliverer by until until and
+// claimFinish claims the finish for s for deliverer by until until and
 // returns the attempt it starts (1 for the first). A finish no transition
 // recorded (published by hand) gets a slot from f, due now.
-func (r *Row) ClaimFinish(s events.Status, f events.Finish, by string, until, now time.Time) int {
+func (r *Row) claimFinish(s events.Status, f events.Finish, by string, until, now time.Time) int {
 	if r.Finishes == nil {
 		r.Finishes = make(map[events.Status]*jetruntype.FinishState)
 	}
@@ -178,9 +178,9 @@ func (r *Row) ClaimFinish(s events.Status, f events.Finish, by string, until, no
 	return slotOf(&fs.Slot).claim(by, until)
 }
 
-// FinishDelivered records that the finish for s was delivered (the first
+// finishDelivered records that the finish for s was delivered (the first
 // delivery's time stays) and returns when it became due.
-func (r *Row) FinishDelivered(s events.Status, now time.Time) (dueAt time.Time) {
+func (r *Row) finishDelivered(s events.Status, now time.Time) (dueAt time.Time) {
 	if r.Delivered == nil {
 		r.Delivered = make(map[events.Status]time.Time)
 	}
@@ -194,10 +194,10 @@ func (r *Row) FinishDelivered(s events.Status, now time.Time) (dueAt time.Time) 
 	return dueAt
 }
 
-// ReleaseFinish drops the claim on the finish for s after a failed attempt,
+// releaseFinish drops the claim on the finish for s after a failed attempt,
 // recording cause; with failed it also records that delivery was given up.
 // It returns ErrNoChange if r records no such finish.
-func (r *Row) ReleaseFinish(s events.Status, cause string, failed bool, now time.Time) error {
+func (r *Row) releaseFinish(s events.Status, cause string, failed bool, now time.Time) error {
 	fs := r.Finishes[s]
 	if fs == nil {
 		return ErrNoChange
@@ -206,10 +206,10 @@ func (r *Row) ReleaseFinish(s events.Status, cause string, failed bool, now time
 	return nil
 }
 
-// RecordFinishSeq records the finish stream sequence of the copy of the
+// recordFinishSeq records the finish stream sequence of the copy of the
 // finish for s waiting for a deliverer; ErrNoChange if it is not owed or
 // already recorded.
-func (r *Row) RecordFinishSeq(s events.Status, seq uint64) error {
+func (r *Row) recordFinishSeq(s events.Status, seq uint64) error {
 	fs := r.Finishes[s]
 	if fs == nil || !r.FinishOwed(s) {
 		return ErrNoChange
@@ -227,10 +227,10 @@ func (r *Row) finishUntaken(s events.Status, now time.Time) (*jetruntype.FinishS
 	return fs, true
 }
 
-// MarkFinishUnserved records that no deliverer follows the handler of the
+// markFinishUnserved records that no deliverer follows the handler of the
 // finish for s, which no deliverer has taken; ErrNoChange if one did or it
 // is marked already.
-func (r *Row) MarkFinishUnserved(s events.Status, now time.Time) error {
+func (r *Row) markFinishUnserved(s events.Status, now time.Time) error {
 	fs, ok := r.finishUntaken(s, now)
 	if !ok || !fs.UnservedSince.IsZero() {
 		return ErrNoChange
@@ -239,10 +239,10 @@ func (r *Row) MarkFinishUnserved(s events.Status, now time.Time) error {
 	return nil
 }
 
-// FailUnservedFinish gives up the finish for s, which no deliverer has
+// failUnservedFinish gives up the finish for s, which no deliverer has
 // taken, with reason (it was dead-lettered); ErrNoChange if a deliverer
 // took it after all.
-func (r *Row) FailUnservedFinish(s events.Status, reason string, now time.Time) error {
+func (r *Row) failUnservedFinish(s events.Status, reason string, now time.Time) error {
 	fs, ok := r.finishUntaken(s, now)
 	if !ok {
 		return ErrNoChange
@@ -261,16 +261,16 @@ func (r *Row) CheckNotice(name string, now time.Time) (Delivery, time.Duration) 
 	return slotOf(&n.Slot).check(now)
 }
 
-// ClaimNotice claims the notice of milestone name (CheckNotice said
+// claimNotice claims the notice of milestone name (CheckNotice said
 // DeliverNow) for deliverer by until until and returns the attempt it
 // starts.
-func (r *Row) ClaimNotice(name, by string, until time.Time) int {
+func (r *Row) claimNotice(name, by string, until time.Time) int {
 	return slotOf(&r.Notices[name].Slot).claim(by, until)
 }
 
-// NoticeDelivered records that the notice of milestone name was delivered;
+// noticeDelivered records that the notice of milestone name was delivered;
 // ErrNoChange if r records no such notice.
-func (r *Row) NoticeDelivered(name string, now time.Time) error {
+func (r *Row) noticeDelivered(name string, now time.Time) error {
 	n := r.Notices[name]
 	if n == nil {
 		return ErrNoChange
@@ -282,9 +282,9 @@ func (r *Row) NoticeDelivered(name string, now time.Time) error {
 	return nil
 }
 
-// ReleaseNotice drops the claim on the notice of milestone name after a
+// releaseNotice drops the claim on the notice of milestone name after a
 // failed attempt, as ReleaseFinish does.
-func (r *Row) ReleaseNotice(name, cause string, failed bool, now time.Time) error {
+func (r *Row) releaseNotice(name, cause string, failed bool, now time.Time) error {
 	n := r.Notices[name]
 	if n == nil {
 		return ErrNoChange
@@ -293,10 +293,10 @@ func (r *Row) ReleaseNotice(name, cause string, failed bool, now time.Time) erro
 	return nil
 }
 
-// RecordNoticeSeq records the finish stream sequence of the copy of the
+// recordNoticeSeq records the finish stream sequence of the copy of the
 // notice of milestone name waiting for a deliverer; ErrNoChange if it is
 // not owed or already recorded.
-func (r *Row) RecordNoticeSeq(name string, seq uint64) error {
+func (r *Row) recordNoticeSeq(name string, seq uint64) error {
 	n := r.Notices[name]
 	if n == nil || !r.NoticeOwed(name) {
 		return ErrNoChange
@@ -390,13 +390,4 @@ func (r *Row) Owed() []Owed {
 		out = append(out, Owed{Milestone: name, Slot: &r.Notices[name].Slot})
 	}
 	return out
-}
-
-// RecordSeq records the finish stream sequence of o's copy waiting for a
-// deliverer (RecordFinishSeq or RecordNoticeSeq).
-func (r *Row) RecordSeq(o Owed, seq uint64) error {
-	if o.Milestone != "" {
-		return r.RecordNoticeSeq(o.Milestone, seq)
-	}
-	return r.RecordFinishSeq(o.Status, seq)
 }

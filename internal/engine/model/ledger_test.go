@@ -15,9 +15,9 @@ import (
 // off until it expires or is released.
 func TestFinishLedger(t *testing.T) {
 	now := time.Now()
-	r := &jetruntype.Run{ID: "r", Status: events.StatusRunning, Detached: &events.Detached{OnFinish: "h"}}
-	model.Of(r).Interrupt(events.ReasonBudgetExceeded, "over budget", true, now)
-	model.Of(r).End(events.StatusCompleted, "", "", now.Add(time.Second))
+	r := &jetruntype.Run{ID: "r", Status: events.StatusRunning, Worker: "w", Attempt: 1, Detached: &events.Detached{OnFinish: "h"}}
+	must(t, r, now, model.GaveUp{Reason: events.ReasonBudgetExceeded, Error: "over budget", Held: true})
+	must(t, r, now.Add(time.Second), model.Ended{Status: events.StatusCompleted})
 	if got := model.Of(r).PendingFinishes(); len(got) != 2 || got[0] != events.StatusInterrupted {
 		t.Fatalf("pending = %v, want interrupted then completed", got)
 	}
@@ -28,23 +28,26 @@ func TestFinishLedger(t *testing.T) {
 		t.Fatalf("interrupted: %v, want DeliverNow", check)
 	}
 	until := now.Add(10 * time.Second)
-	if n := model.Of(r).ClaimFinish(events.StatusInterrupted, events.Finish{}, "d1", until, now); n != 1 {
+	claim := func(by string) int {
+		must(t, r, now, model.FinishClaimed{Status: events.StatusInterrupted, By: by, Until: until})
+		return r.Finishes[events.StatusInterrupted].Attempts
+	}
+	if n := claim("d1"); n != 1 {
 		t.Fatalf("first claim is attempt %d", n)
 	}
 	if check, wait := model.Of(r).CheckFinish(events.StatusInterrupted, now); check != model.DeliveryLater || wait != 10*time.Second {
 		t.Fatalf("claimed finish: %v after %v, want later after 10s", check, wait)
 	}
-	if err := model.Of(r).ReleaseFinish(events.StatusInterrupted, "boom", false, now); err != nil {
-		t.Fatal(err)
-	}
+	must(t, r, now, model.FinishReleased{Status: events.StatusInterrupted, Cause: "boom"})
 	if fs := r.Finishes[events.StatusInterrupted]; fs.LastError != "boom" || !fs.ClaimedUntil.IsZero() {
 		t.Fatalf("released = %+v", fs)
 	}
-	if n := model.Of(r).ClaimFinish(events.StatusInterrupted, events.Finish{}, "d2", until, now); n != 2 {
+	if n := claim("d2"); n != 2 {
 		t.Fatalf("second claim is attempt %d", n)
 	}
-	if due := model.Of(r).FinishDelivered(events.StatusInterrupted, now); !due.Equal(now) {
-		t.Fatalf("due = %v, want %v", due, now)
+	must(t, r, now, model.FinishDelivered{Status: events.StatusInterrupted})
+	if due := r.Finishes[events.StatusInterrupted].DueAt; !due.Equal(now) || r.Delivered[events.StatusInterrupted].IsZero() {
+		t.Fatalf("due = %v, want %v; delivered %v", due, now, r.Delivered)
 	}
 	if check, _ := model.Of(r).CheckFinish(events.StatusInterrupted, now); check != model.DeliveryDone {
 		t.Fatalf("delivered finish: %v, want done", check)
@@ -52,7 +55,7 @@ func TestFinishLedger(t *testing.T) {
 	if check, _ := model.Of(r).CheckFinish(events.StatusCompleted, now); check != model.DeliverNow {
 		t.Fatalf("completed after interrupted was delivered: %v", check)
 	}
-	if err := model.Of(r).ReleaseFinish(events.StatusAborted, "x", true, now); err != model.ErrNoChange {
+	if err := model.Apply(model.Of(r), model.FinishReleased{Status: events.StatusAborted, Cause: "x", Failed: true}, now); err != model.ErrNoChange {
 		t.Fatalf("release of a finish never owed = %v", err)
 	}
 }
@@ -61,25 +64,20 @@ func TestFinishLedger(t *testing.T) {
 func TestUnservedFinishLedger(t *testing.T) {
 	now := time.Now()
 	r := &jetruntype.Run{ID: "r", Status: events.StatusRunning, Detached: &events.Detached{OnFinish: "h"}}
-	model.Of(r).End(events.StatusCompleted, "", "", now)
-	if err := model.Of(r).MarkFinishUnserved(events.StatusCompleted, now); err != nil {
-		t.Fatal(err)
-	}
-	if err := model.Of(r).MarkFinishUnserved(events.StatusCompleted, now); err != model.ErrNoChange {
+	must(t, r, now, model.Ended{Status: events.StatusCompleted}, model.FinishUnserved{Status: events.StatusCompleted})
+	if err := model.Apply(model.Of(r), model.FinishUnserved{Status: events.StatusCompleted}, now); err != model.ErrNoChange {
 		t.Fatalf("second mark = %v", err)
 	}
-	model.Of(r).ClaimFinish(events.StatusCompleted, events.Finish{}, "d", now.Add(time.Minute), now)
+	must(t, r, now, model.FinishClaimed{Status: events.StatusCompleted, By: "d", Until: now.Add(time.Minute)})
 	if !r.Finishes[events.StatusCompleted].UnservedSince.IsZero() {
 		t.Fatal("a claim did not clear unservedSince")
 	}
-	if err := model.Of(r).FailUnservedFinish(events.StatusCompleted, "nobody", now); err != model.ErrNoChange {
+	if err := model.Apply(model.Of(r), model.UnservedFinishFailed{Status: events.StatusCompleted, Reason: "nobody"}, now); err != model.ErrNoChange {
 		t.Fatalf("dead-lettered a finish a deliverer took: %v", err)
 	}
 	r2 := &jetruntype.Run{ID: "r2", Status: events.StatusRunning, Detached: &events.Detached{OnFinish: "h"}}
-	model.Of(r2).End(events.StatusError, "", "e", now)
-	if err := model.Of(r2).FailUnservedFinish(events.StatusError, "nobody", now); err != nil {
-		t.Fatal(err)
-	}
+	must(t, r2, now, model.Ended{Status: events.StatusError, Error: "e"},
+		model.UnservedFinishFailed{Status: events.StatusError, Reason: "nobody"})
 	if model.Of(r2).FinishOwed(events.StatusError) {
 		t.Fatal("a dead-lettered finish is still owed")
 	}
@@ -89,28 +87,24 @@ func TestUnservedFinishLedger(t *testing.T) {
 func TestNoticeLedger(t *testing.T) {
 	now := time.Now()
 	r := &jetruntype.Run{ID: "r", Detached: &events.Detached{OnFinish: "h", OnMilestones: []string{"plan"}}}
-	if err := model.Of(r).OweNotice(events.Milestone{Name: "other", Sequence: 1}, now); err != model.ErrNoChange {
+	if err := model.Apply(model.Of(r), model.NoticeOwed{Milestone: events.Milestone{Name: "other", Sequence: 1}}, now); err != model.ErrNoChange {
 		t.Fatalf("an unlisted milestone = %v", err)
 	}
-	if err := model.Of(r).OweNotice(events.Milestone{Name: "plan", Sequence: 2}, now); err != nil {
-		t.Fatal(err)
-	}
+	must(t, r, now, model.NoticeOwed{Milestone: events.Milestone{Name: "plan", Sequence: 2}})
 	if check, _ := model.Of(r).CheckNotice("plan", now); check != model.DeliverNow {
 		t.Fatalf("owed notice: %v", check)
 	}
-	if n := model.Of(r).ClaimNotice("plan", "d", now.Add(time.Minute)); n != 1 {
-		t.Fatalf("claim = attempt %d", n)
+	if must(t, r, now, model.NoticeClaimed{Name: "plan", By: "d", Until: now.Add(time.Minute)}); r.Notices["plan"].Attempts != 1 {
+		t.Fatalf("claim = attempt %d", r.Notices["plan"].Attempts)
 	}
 	if check, _ := model.Of(r).CheckNotice("plan", now); check != model.DeliveryLater {
 		t.Fatalf("claimed notice: %v", check)
 	}
-	if err := model.Of(r).NoticeDelivered("plan", now); err != nil {
-		t.Fatal(err)
-	}
+	must(t, r, now, model.NoticeDelivered{Name: "plan"})
 	if check, _ := model.Of(r).CheckNotice("plan", now); check != model.DeliveryDone {
 		t.Fatalf("delivered notice: %v", check)
 	}
-	if err := model.Of(r).RecordNoticeSeq("plan", 7); err != model.ErrNoChange {
+	if err := model.Apply(model.Of(r), model.NoticeSeqRecorded{Name: "plan", Seq: 7}, now); err != model.ErrNoChange {
 		t.Fatalf("seq recorded on a delivered notice: %v", err)
 	}
 }
@@ -120,18 +114,17 @@ func TestNoticeLedger(t *testing.T) {
 // Interrupting again without a resume owes nothing new.
 func TestASecondGiveUpAfterAResumeIsOwed(t *testing.T) {
 	now := time.Now()
-	r := &jetruntype.Run{ID: "r", Status: events.StatusRunning, Detached: &events.Detached{OnFinish: "h"}}
-	model.Of(r).Interrupt(events.ReasonBudgetExceeded, "over budget", false, now)
+	r := &jetruntype.Run{ID: "r", Status: events.StatusRunning, Worker: "w", Attempt: 1, Detached: &events.Detached{OnFinish: "h"}}
+	must(t, r, now, model.GaveUp{Reason: events.ReasonBudgetExceeded, Error: "over budget", Held: true})
 	first, _ := model.Of(r).FinishMessage(events.StatusInterrupted)
-	model.Of(r).FinishDelivered(events.StatusInterrupted, now)
-	model.Of(r).Interrupt(events.ReasonNoProgress, "again, no resume", false, now)
+	must(t, r, now, model.FinishDelivered{Status: events.StatusInterrupted},
+		model.Interrupted{Reason: events.ReasonNoProgress, Error: "again, no resume"})
 	if model.Of(r).FinishOwed(events.StatusInterrupted) {
 		t.Fatal("an interrupt without a resume owes a second finish")
 	}
 
-	model.Of(r).Resume(time.Now())
-	r.Status = events.StatusRunning
-	model.Of(r).Interrupt(events.ReasonBudgetExceeded, "over budget again", false, now.Add(time.Second))
+	must(t, r, now, model.Resumed{}, model.Claimed{Worker: "w", Epoch: "e"})
+	must(t, r, now.Add(time.Second), model.GaveUp{Reason: events.ReasonBudgetExceeded, Error: "over budget again"})
 	if !model.Of(r).FinishOwed(events.StatusInterrupted) {
 		t.Fatal("the second give-up owes no finish")
 	}
@@ -150,5 +143,13 @@ func TestASecondGiveUpAfterAResumeIsOwed(t *testing.T) {
 	}
 	if check, _ := model.Of(r).CheckFinish(events.StatusInterrupted, now); check != model.DeliverNow {
 		t.Fatalf("second finish: %v, want DeliverNow", check)
+	}
+}
+
+// must applies evs to r in order at now, each of which must change r.
+func must(t *testing.T, r *jetruntype.Run, now time.Time, evs ...model.Event) {
+	t.Helper()
+	if err := do(model.Of(r), now, evs...); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -22,7 +22,7 @@ type FinishClaimed struct {
 }
 
 func (ev FinishClaimed) apply(r *Row, now time.Time) error {
-	r.ClaimFinish(ev.Status, ev.Finish, ev.By, ev.Until, now)
+	r.claimFinish(ev.Status, ev.Finish, ev.By, ev.Until, now)
 	return nil
 }
 
@@ -38,7 +38,7 @@ func (ev FinishDelivered) apply(r *Row, now time.Time) error {
 	if r.StaleFinish(events.Finish{Status: ev.Status, Ending: ev.Ending}) {
 		return ErrNoChange
 	}
-	r.FinishDelivered(ev.Status, now)
+	r.finishDelivered(ev.Status, now)
 	return nil
 }
 
@@ -56,7 +56,7 @@ func (ev FinishReleased) apply(r *Row, now time.Time) error {
 	if r.StaleFinish(events.Finish{Status: ev.Status, Ending: ev.Ending}) {
 		return ErrNoChange
 	}
-	return r.ReleaseFinish(ev.Status, ev.Cause, ev.Failed, now)
+	return r.releaseFinish(ev.Status, ev.Cause, ev.Failed, now)
 }
 
 // FinishSeqRecorded: the copy of the finish for Status waiting for a
@@ -68,7 +68,7 @@ type FinishSeqRecorded struct {
 }
 
 func (ev FinishSeqRecorded) apply(r *Row, _ time.Time) error {
-	return r.RecordFinishSeq(ev.Status, ev.Seq)
+	return r.recordFinishSeq(ev.Status, ev.Seq)
 }
 
 // FinishUnserved: no deliverer follows the handler of the finish for
@@ -77,7 +77,7 @@ func (ev FinishSeqRecorded) apply(r *Row, _ time.Time) error {
 type FinishUnserved struct{ Status events.Status }
 
 func (ev FinishUnserved) apply(r *Row, now time.Time) error {
-	return r.MarkFinishUnserved(ev.Status, now)
+	return r.markFinishUnserved(ev.Status, now)
 }
 
 // UnservedFinishFailed: the finish for Status, which no deliverer took, is
@@ -89,7 +89,7 @@ type UnservedFinishFailed struct {
 }
 
 func (ev UnservedFinishFailed) apply(r *Row, now time.Time) error {
-	return r.FailUnservedFinish(ev.Status, ev.Reason, now)
+	return r.failUnservedFinish(ev.Status, ev.Reason, now)
 }
 
 // NoticeOwed: the run reached Milestone, whose name its finish handler
@@ -97,7 +97,7 @@ func (ev UnservedFinishFailed) apply(r *Row, now time.Time) error {
 // for it or a notice of that name is recorded already (OweNotice).
 type NoticeOwed struct{ Milestone events.Milestone }
 
-func (ev NoticeOwed) apply(r *Row, now time.Time) error { return r.OweNotice(ev.Milestone, now) }
+func (ev NoticeOwed) apply(r *Row, now time.Time) error { return r.oweNotice(ev.Milestone, now) }
 
 // NoticeClaimed: deliverer By claims the notice of milestone Name until
 // Until (CheckNotice said DeliverNow).
@@ -111,7 +111,7 @@ func (ev NoticeClaimed) apply(r *Row, _ time.Time) error {
 	if r.Notices[ev.Name] == nil {
 		return ErrNoChange
 	}
-	r.ClaimNotice(ev.Name, ev.By, ev.Until)
+	r.claimNotice(ev.Name, ev.By, ev.Until)
 	return nil
 }
 
@@ -119,7 +119,7 @@ func (ev NoticeClaimed) apply(r *Row, _ time.Time) error {
 // if the row records no such notice.
 type NoticeDelivered struct{ Name string }
 
-func (ev NoticeDelivered) apply(r *Row, now time.Time) error { return r.NoticeDelivered(ev.Name, now) }
+func (ev NoticeDelivered) apply(r *Row, now time.Time) error { return r.noticeDelivered(ev.Name, now) }
 
 // NoticeReleased: an attempt to deliver the notice of milestone Name failed
 // with Cause; with Failed, delivery is given up. ErrNoChange if the row
@@ -131,7 +131,7 @@ type NoticeReleased struct {
 }
 
 func (ev NoticeReleased) apply(r *Row, now time.Time) error {
-	return r.ReleaseNotice(ev.Name, ev.Cause, ev.Failed, now)
+	return r.releaseNotice(ev.Name, ev.Cause, ev.Failed, now)
 }
 
 // NoticeSeqRecorded: the copy of the notice of milestone Name waiting for
@@ -143,7 +143,7 @@ type NoticeSeqRecorded struct {
 }
 
 func (ev NoticeSeqRecorded) apply(r *Row, _ time.Time) error {
-	return r.RecordNoticeSeq(ev.Name, ev.Seq)
+	return r.recordNoticeSeq(ev.Name, ev.Seq)
 }
 
 // SeqRecorded is the event recording that o's copy waiting for a
@@ -165,7 +165,7 @@ type Charged struct {
 }
 
 func (ev Charged) apply(r *Row, _ time.Time) error {
-	if _, dup := r.ChargeOnce(ev.Mark, ev.Delta); dup {
+	if _, dup := r.chargeOnce(ev.Mark, ev.Delta); dup {
 		return ErrNoChange
 	}
 	return nil
@@ -177,7 +177,7 @@ func (ev Charged) apply(r *Row, _ time.Time) error {
 type RunCounted struct{}
 
 func (ev RunCounted) apply(r *Row, _ time.Time) error {
-	if o := r.ChargeRun(); o != nil {
+	if o := r.chargeRun(); o != nil {
 		return &OverrunError{Overrun: *o}
 	}
 	return nil
@@ -190,7 +190,7 @@ func (ev RunCounted) apply(r *Row, _ time.Time) error {
 type StepsCounted struct{ Stored jetruntype.Usage }
 
 func (ev StepsCounted) apply(r *Row, _ time.Time) error {
-	if r.Worker != "" || !r.CountStoredSteps(ev.Stored) {
+	if r.Worker != "" || !r.countStoredSteps(ev.Stored) {
 		return ErrNoChange
 	}
 	return nil

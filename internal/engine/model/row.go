@@ -42,11 +42,11 @@ func (r *Row) Clone() *jetruntype.Run {
 	return c.Run()
 }
 
-// RefundBlink records that attempt ended in a lapse of its worker's
+// refundBlink records that attempt ended in a lapse of its worker's
 // liveness (see Blinks): it counts as a hand-off, not against the attempt
 // limit (once: not again if it was handed off already). It is idempotent
 // per attempt and reports whether it changed r.
-func (r *Row) RefundBlink(attempt int) bool {
+func (r *Row) refundBlink(attempt int) bool {
 	if attempt < 1 || attempt > r.Attempt || slices.Contains(r.Blinks, attempt) {
 		return false
 	}
@@ -60,11 +60,11 @@ func (r *Row) RefundBlink(attempt int) bool {
 	return true
 }
 
-// HandOff counts r's current attempt as a hand-off (handed back, released
+// handOff counts r's current attempt as a hand-off (handed back, released
 // after a fault, given up and retried): it does not count against the
 // attempt limit. An attempt counts once, so it reports false (and changes
 // nothing) when no attempt ran since the last one counted.
-func (r *Row) HandOff() bool {
+func (r *Row) handOff() bool {
 	if r.Attempt < 1 || r.HandedOff >= r.Attempt || slices.Contains(r.Blinks, r.Attempt) {
 		return false
 	}

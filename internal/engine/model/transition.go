@@ -15,41 +15,8 @@ import (
 // is nothing to change: the row stays as it is.
 var ErrNoChange = errors.New("no change")
 
-// End moves r to a final status, releases its lease and, for a detached run
-// with a finish handler, records that a finish is owed for the status.
-// Callers check that r is not final already.
-func (r *Row) End(status events.Status, reason, text string, now time.Time) {
-	r.Status, r.Reason, r.Error = status, reason, text
-	r.Retryable, r.ChildStillRunning = false, false
-	r.Worker, r.WorkerEpoch, r.LeaseUntil = "", "", time.Time{}
-	r.FinishedAt = now
-	r.oweFinish(status, now)
-}
-
-// Interrupt gives r up (soft): status interrupted with reason, retryable,
-// and a finish owed for "interrupted". childStillRunning says whether a
-// worker may still be executing it; if not, its lease is released.
-func (r *Row) Interrupt(reason, text string, childStillRunning bool, now time.Time) {
-	r.Status, r.Reason, r.Error = events.StatusInterrupted, reason, text
-	r.Retryable, r.ChildStillRunning = true, childStillRunning
-	if !childStillRunning {
-		r.ChildStopped()
-	}
-	r.FinishedAt = now
-	r.oweFinish(events.StatusInterrupted, now)
-}
-
-// GiveUp interrupts r (Interrupt) for a budget or a caller's window and
-// asks the worker executing it, if any, to stop its child: a teardown,
-// not a cancel (Teardown), so the run's descendants are left as they are
-// (CancelCascades). A cancel requested before stays a cancel.
-func (r *Row) GiveUp(reason, text string, childStillRunning bool, now time.Time) {
-	r.Interrupt(reason, text, childStillRunning, now)
-	r.askStop(reason)
-}
-
-// askStop records a give-up's request that r's child stop, unless a
-// cancel is requested already.
+// askStop records a give-up's request that r's child stop (a teardown,
+// see Teardown), unless a cancel is requested already.
 func (r *Row) askStop(reason string) {
 	if !r.CancelRequested {
 		r.CancelRequested, r.CancelReason, r.Teardown = true, reason, true
@@ -58,7 +25,7 @@ func (r *Row) askStop(reason string) {
 
 // CancelCascades reports whether r was cancelled, so that its live
 // descendants are cancelled too: aborted, or its cancel requested. A
-// give-up's teardown (GiveUp, StopForBudget) is not a cancel.
+// give-up's teardown (GaveUp, BudgetStopped) is not a cancel.
 func (r *Row) CancelCascades() bool {
 	return r.Status == events.StatusAborted || (r.CancelRequested && !r.Teardown)
 }
@@ -77,58 +44,6 @@ func (r *Row) CancelledAttempt(worker string) int {
 // requested cancel: it names the attempt it is for.
 func (r *Row) CancelEvent(now time.Time) events.CancelEvent {
 	return events.CancelEvent{RunID: r.ID, Reason: r.CancelReason, Attempt: r.Attempt, At: now}
-}
-
-// Resume moves an interrupted run whose child stopped back to "starting",
-// for a new attempt that keeps its milestones, counters and finish ledger;
-// the give-up's finish slot is marked so that a later give-up takes it
-// over and is announced as well (oweFinish).
-// Its budgets start again, from now (ReadyAt) until the new attempt
-// starts, and so does the count of its lost dispatches; the attempt given
-// up is a hand-off, not counted against the attempts limit (HandOff: once,
-// and only if an attempt ran since the last one counted, so resumes with
-// no attempt between them do not widen the limit).
-func (r *Row) Resume(now time.Time) {
-	r.Status = events.StatusStarting
-	r.Reason, r.Error, r.Retryable, r.ChildStillRunning = "", "", false, false
-	r.CancelRequested, r.CancelReason, r.Teardown = false, "", false
-	r.Worker, r.WorkerEpoch, r.LeaseUntil = "", "", time.Time{}
-	r.StartedAt, r.LastSignalAt, r.FinishedAt = time.Time{}, time.Time{}, time.Time{}
-	r.WaitingFor = ""
-	r.DispatchSeq, r.Redispatches = 0, 0
-	r.ReadyAt = now
-	r.HandOff()
-	if fs := r.Finishes[events.StatusInterrupted]; fs != nil {
-		fs.Resumed = true // a second give-up is announced too
-	}
-}
-
-// Claim records that worker (its liveness epoch) claims r for a new
-// attempt, woken by the dispatch at stream sequence seq. A lost attempt's
-// wait is not the new one's (the handler waits again if it does), and the
-// no-progress clock, if armed, restarts with the attempt: the time an
-// earlier attempt spent waiting, or handed back, is not silence.
-func (r *Row) Claim(worker, epoch string, seq uint64, now time.Time) {
-	r.Status = events.StatusRunning
-	r.Reason, r.Error, r.ChildStillRunning = "", "", false
-	r.WaitingFor = ""
-	r.Attempt++
-	r.Worker, r.WorkerEpoch, r.LeaseUntil = worker, epoch, time.Time{}
-	r.DispatchSeq = seq
-	if r.StartedAt.IsZero() {
-		r.StartedAt = now
-	}
-	r.restartNoProgress(now)
-}
-
-// SetWaiting records what r's handler waits for ("" for nothing). A wait
-// that ends restarts the no-progress clock, if armed: the wait was not
-// silence, and its end is where silence may begin.
-func (r *Row) SetWaiting(name string, now time.Time) {
-	if r.WaitingFor != "" && name == "" {
-		r.restartNoProgress(now)
-	}
-	r.WaitingFor = name
 }
 
 // restartNoProgress moves the no-progress clock to now, if it is armed
@@ -166,12 +81,6 @@ func (r *Row) BudgetSince() time.Time {
 		return r.StartedAt
 	}
 	return r.WaitingSince()
-}
-
-// ChildStopped records that no worker executes r any more (after a give-up,
-// the child's teardown ended or its worker was lost): its lease is released.
-func (r *Row) ChildStopped() {
-	r.ChildStillRunning, r.Worker, r.WorkerEpoch, r.LeaseUntil = false, "", "", time.Time{}
 }
 
 // Settled reports whether nothing more will happen to r: final (or given up
@@ -231,33 +140,6 @@ func (r *Row) FinishMessage(s events.Status) (events.Finish, bool) {
 		msg.Summary, msg.Output = r.Summary, r.Output
 	}
 	return msg, true
-}
-
-// RequestCancel records a cancel on r, as a Mutate function would: it
-// returns ErrNoChange when there is nothing to do (r is final, or the cancel
-// was already requested). A run no live worker holds (not yet claimed, or
-// its holder dead: held is false) is aborted at once (aborted = true:
-// announce it); a running one gets cancelRequested, which its worker acts on
-// once told (wire.PublishCancel). A run
-// already given up (interrupted) stays interrupted: its child, if still
-// running, is asked to stop.
-//
-// A cancel of a run given up is recorded on top of the give-up's teardown
-// (Teardown cleared): the run stays interrupted, but it is now cancelled,
-// and its descendants with it (CancelCascades).
-func (r *Row) RequestCancel(reason string, held bool, now time.Time) (aborted bool, err error) {
-	switch {
-	case r.Status.Final():
-		return false, ErrNoChange
-	case r.Status == events.StatusStarting || r.Status == events.StatusQueued || r.Status == events.StatusRunning && !held:
-		r.CancelRequested, r.CancelReason, r.Teardown = true, reason, false
-		r.End(events.StatusAborted, events.ReasonCancelled, "cancelled: "+reason, now)
-		return true, nil
-	case r.CancelRequested && !r.Teardown:
-		return false, ErrNoChange
-	}
-	r.CancelRequested, r.CancelReason, r.Teardown = true, reason, false
-	return false, nil
 }
 
 // NewRun is the row of a run about to start: status "starting", from its

@@ -19,6 +19,7 @@ func TestTransitions(t *testing.T) {
 	running := func(d *events.Detached) *jetruntype.Run {
 		return &jetruntype.Run{ID: "r", Status: events.StatusRunning, Worker: "w", WorkerEpoch: "e", Attempt: 1, Detached: d}
 	}
+	w := model.Holder{Worker: "w", Attempt: 1}
 	for _, tc := range []struct {
 		name        string
 		row         *jetruntype.Run
@@ -33,15 +34,14 @@ func TestTransitions(t *testing.T) {
 		{
 			name:   "end completed releases the lease and owes the finish",
 			row:    running(detached),
-			apply:  func(r *model.Row) error { r.End(events.StatusCompleted, "", "", now); return nil },
+			apply:  func(r *model.Row) error { return do(r, now, model.Ended{Status: events.StatusCompleted}) },
 			status: events.StatusCompleted, owed: []events.Status{events.StatusCompleted},
 		},
 		{
 			name: "end of an attached run owes nothing",
 			row:  running(nil),
 			apply: func(r *model.Row) error {
-				r.End(events.StatusError, events.ReasonHandlerError, "boom", now)
-				return nil
+				return do(r, now, model.Ended{Status: events.StatusError, Reason: events.ReasonHandlerError, Error: "boom"})
 			},
 			status: events.StatusError,
 		},
@@ -49,19 +49,16 @@ func TestTransitions(t *testing.T) {
 			name: "a give-up with its child running keeps the holder",
 			row:  running(detached),
 			apply: func(r *model.Row) error {
-				r.Interrupt(events.ReasonBudgetExceeded, "over", true, now)
-				return nil
+				return do(r, now, model.GaveUp{Reason: events.ReasonBudgetExceeded, Error: "over", Held: true})
 			},
-			status: events.StatusInterrupted, live: true, holder: "w", owed: []events.Status{events.StatusInterrupted},
+			status: events.StatusInterrupted, live: true, holder: "w", cancelAsked: true, owed: []events.Status{events.StatusInterrupted},
 		},
 		{
 			name: "a give-up, then the child stops, then a resume",
 			row:  running(detached),
 			apply: func(r *model.Row) error {
-				r.Interrupt(events.ReasonBudgetExceeded, "over", true, now)
-				r.ChildStopped()
-				r.Resume(time.Now())
-				return nil
+				return do(r, now, model.GaveUp{Reason: events.ReasonBudgetExceeded, Error: "over", Held: true},
+					model.ChildStopped{}, model.Resumed{})
 			},
 			status: events.StatusStarting, live: true, owed: []events.Status{events.StatusInterrupted},
 		},
@@ -69,11 +66,11 @@ func TestTransitions(t *testing.T) {
 			name: "a resumed run that ends owes both endings, give-up first",
 			row:  running(detached),
 			apply: func(r *model.Row) error {
-				r.Interrupt(events.ReasonBudgetExceeded, "over", false, now)
-				r.Resume(time.Now())
-				r.Status = events.StatusRunning
-				r.End(events.StatusCompleted, "", "", now.Add(time.Second))
-				return nil
+				if err := do(r, now, model.GaveUp{Reason: events.ReasonBudgetExceeded, Error: "over"}, model.Resumed{},
+					model.Claimed{Worker: "w", Epoch: "e"}); err != nil {
+					return err
+				}
+				return do(r, now.Add(time.Second), model.Ended{Status: events.StatusCompleted})
 			},
 			status: events.StatusCompleted, owed: []events.Status{events.StatusInterrupted, events.StatusCompleted},
 		},
@@ -81,11 +78,7 @@ func TestTransitions(t *testing.T) {
 			name: "cancel of a held running run asks its worker",
 			row:  running(nil),
 			apply: func(r *model.Row) error {
-				aborted, err := r.RequestCancel("user", true, now)
-				if aborted {
-					return errors.New("aborted a run its worker holds")
-				}
-				return err
+				return do(r, now, model.CancelRequested{Reason: "user", Held: true})
 			},
 			status: events.StatusRunning, live: true, holder: "w", cancelAsked: true,
 		},
@@ -93,11 +86,7 @@ func TestTransitions(t *testing.T) {
 			name: "cancel of a run no live worker holds aborts it",
 			row:  running(detached),
 			apply: func(r *model.Row) error {
-				aborted, err := r.RequestCancel("user", false, now)
-				if !aborted {
-					return errors.New("not aborted")
-				}
-				return err
+				return do(r, now, model.CancelRequested{Reason: "user"})
 			},
 			status: events.StatusAborted, cancelAsked: true, owed: []events.Status{events.StatusAborted},
 		},
@@ -105,8 +94,8 @@ func TestTransitions(t *testing.T) {
 			name: "cancel of a final run changes nothing",
 			row:  &jetruntype.Run{ID: "r", Status: events.StatusCompleted},
 			apply: func(r *model.Row) error {
-				if _, err := r.RequestCancel("user", false, now); !errors.Is(err, model.ErrNoChange) {
-					return errors.New("a final run took a cancel")
+				if err := model.Apply(r, model.CancelRequested{Reason: "user"}, now); !errors.Is(err, model.ErrNoChange) {
+					return fmt.Errorf("a final run took a cancel: %v", err)
 				}
 				return nil
 			},
@@ -118,8 +107,7 @@ func TestTransitions(t *testing.T) {
 			row: &jetruntype.Run{ID: "r", Status: events.StatusRunning, Worker: "dead", WorkerEpoch: "gone", Attempt: 1,
 				WaitingFor: "approve", StartedAt: now.Add(-2 * time.Hour), LastSignalAt: now.Add(-time.Hour)},
 			apply: func(r *model.Row) error {
-				r.Claim("w", "e", 7, now)
-				return nil
+				return do(r, now, model.Claimed{Worker: "w", Epoch: "e", DispatchSeq: 7})
 			},
 			status: events.StatusRunning, live: true, holder: "w",
 			check: func(r *model.Row) error {
@@ -134,7 +122,7 @@ func TestTransitions(t *testing.T) {
 		{
 			name:   "a claim leaves an unarmed no-progress clock unarmed",
 			row:    &jetruntype.Run{ID: "r", Status: events.StatusStarting},
-			apply:  func(r *model.Row) error { r.Claim("w", "e", 7, now); return nil },
+			apply:  func(r *model.Row) error { return do(r, now, model.Claimed{Worker: "w", Epoch: "e", DispatchSeq: 7}) },
 			status: events.StatusRunning, live: true, holder: "w",
 			check: func(r *model.Row) error {
 				if _, runs := r.NoProgressSince(); runs || !r.StartedAt.Equal(now) {
@@ -148,12 +136,13 @@ func TestTransitions(t *testing.T) {
 			row: &jetruntype.Run{ID: "r", Status: events.StatusRunning, Worker: "w", Attempt: 1,
 				WaitingFor: "approve", LastSignalAt: now.Add(-time.Hour)},
 			apply: func(r *model.Row) error {
-				r.SetWaiting("run:child", now.Add(-time.Minute))
+				if err := do(r, now.Add(-time.Minute), model.Waiting{By: w, Name: "run:child"}); err != nil {
+					return err
+				}
 				if _, runs := r.NoProgressSince(); runs || !r.LastSignalAt.Equal(now.Add(-time.Hour)) {
 					return fmt.Errorf("waiting again: no-progress runs %v from %v", runs, r.LastSignalAt)
 				}
-				r.SetWaiting("", now) // e.g. its hand-back, or the wait timed out
-				return nil
+				return do(r, now, model.Waiting{By: w}) // e.g. its hand-back, or the wait timed out
 			},
 			status: events.StatusRunning, live: true, holder: "w",
 			check: func(r *model.Row) error {
@@ -168,8 +157,7 @@ func TestTransitions(t *testing.T) {
 			name: "a give-up asks its child to stop but does not cancel its descendants",
 			row:  running(detached),
 			apply: func(r *model.Row) error {
-				r.GiveUp(events.ReasonBudgetExceeded, "over", true, now)
-				return nil
+				return do(r, now, model.GaveUp{Reason: events.ReasonBudgetExceeded, Error: "over", Held: true})
 			},
 			status: events.StatusInterrupted, live: true, holder: "w", cancelAsked: true,
 			owed: []events.Status{events.StatusInterrupted},
@@ -184,10 +172,8 @@ func TestTransitions(t *testing.T) {
 			name: "a cancel of a given-up run cancels its descendants",
 			row:  running(detached),
 			apply: func(r *model.Row) error {
-				r.GiveUp(events.ReasonNoProgress, "silent", true, now)
-				r.ChildStopped()
-				_, err := r.RequestCancel("user", false, now)
-				return err
+				return do(r, now, model.GaveUp{Reason: events.ReasonNoProgress, Error: "silent", Held: true},
+					model.ChildStopped{}, model.CancelRequested{Reason: "user"})
 			},
 			status: events.StatusInterrupted, cancelAsked: true, owed: []events.Status{events.StatusInterrupted},
 			check: func(r *model.Row) error {
@@ -201,11 +187,8 @@ func TestTransitions(t *testing.T) {
 			name: "a give-up of a run whose cancel is pending keeps the cancel",
 			row:  running(detached),
 			apply: func(r *model.Row) error {
-				if _, err := r.RequestCancel("user", true, now); err != nil {
-					return err
-				}
-				r.GiveUp(events.ReasonWindowExceeded, "late", true, now)
-				return nil
+				return do(r, now, model.CancelRequested{Reason: "user", Held: true},
+					model.GaveUp{Reason: events.ReasonWindowExceeded, Error: "late", Held: true})
 			},
 			status: events.StatusInterrupted, live: true, holder: "w", cancelAsked: true,
 			owed: []events.Status{events.StatusInterrupted},
@@ -220,7 +203,7 @@ func TestTransitions(t *testing.T) {
 			name: "a stop for a tree's budget is not a cancel",
 			row:  running(nil),
 			apply: func(r *model.Row) error {
-				return r.StopForBudget(jetruntype.Overrun{Owner: "root", Budget: "tokens", Limit: 10, Used: 2}, true, now)
+				return do(r, now, model.BudgetStopped{Overrun: jetruntype.Overrun{Owner: "root", Budget: "tokens", Limit: 10, Used: 2}, Held: true})
 			},
 			status: events.StatusInterrupted, live: true, holder: "w", cancelAsked: true,
 			check: func(r *model.Row) error {
@@ -235,16 +218,21 @@ func TestTransitions(t *testing.T) {
 			name: "a given-up attempt's cancel is not the retried attempt's",
 			row:  running(detached),
 			apply: func(r *model.Row) error {
-				r.GiveUp(events.ReasonBudgetExceeded, "over", true, now)
+				if err := do(r, now, model.GaveUp{Reason: events.ReasonBudgetExceeded, Error: "over", Held: true}); err != nil {
+					return err
+				}
 				stale := r.CancelEvent(now)
-				r.ChildStopped()
-				r.Resume(now.Add(time.Second))
-				r.Claim("w", "e", 8, now.Add(2*time.Second))
+				if err := do(r, now.Add(time.Second), model.ChildStopped{}, model.Resumed{}); err != nil {
+					return err
+				}
+				if err := do(r, now.Add(2*time.Second), model.Claimed{Worker: "w", Epoch: "e", DispatchSeq: 8}); err != nil {
+					return err
+				}
 				if stale.Attempt != 1 || r.Attempt != 2 || r.CancelledAttempt("w") != 0 {
 					return fmt.Errorf("stale cancel for attempt %d; the row at attempt %d cancels attempt %d",
 						stale.Attempt, r.Attempt, r.CancelledAttempt("w"))
 				}
-				if _, err := r.RequestCancel("user", true, now.Add(3*time.Second)); err != nil {
+				if err := do(r, now.Add(3*time.Second), model.CancelRequested{Reason: "user", Held: true}); err != nil {
 					return err
 				}
 				if ev := r.CancelEvent(now); ev.Attempt != 2 || r.CancelledAttempt("w") != 2 || r.CancelledAttempt("other") != 0 {
@@ -260,12 +248,20 @@ func TestTransitions(t *testing.T) {
 			name: "resumes with no attempt between count the given-up attempt once",
 			row:  running(detached),
 			apply: func(r *model.Row) error {
-				r.Interrupt(events.ReasonBudgetExceeded, "over", false, now)
-				r.Resume(now.Add(time.Second))
+				if err := do(r, now, model.GaveUp{Reason: events.ReasonBudgetExceeded, Error: "over"}); err != nil {
+					return err
+				}
+				if err := do(r, now.Add(time.Second), model.Resumed{}); err != nil {
+					return err
+				}
 				first := r.DispatchMsgID()
 				r.Redispatches = 3
-				r.Interrupt(events.ReasonBudgetExceeded, "over again", false, now.Add(2*time.Second))
-				r.Resume(now.Add(3 * time.Second))
+				if err := do(r, now.Add(2*time.Second), model.GaveUp{Reason: events.ReasonBudgetExceeded, Error: "over again"}); err != nil {
+					return err
+				}
+				if err := do(r, now.Add(3*time.Second), model.Resumed{}); err != nil {
+					return err
+				}
 				if r.Handoffs != 1 || r.Attempt-r.Handoffs != 0 {
 					return fmt.Errorf("attempt %d, handoffs %d: want the one attempt refunded once", r.Attempt, r.Handoffs)
 				}
@@ -280,8 +276,12 @@ func TestTransitions(t *testing.T) {
 			name: "a resume of a run that never ran counts no hand-off",
 			row:  &jetruntype.Run{ID: "r", Status: events.StatusStarting, Detached: detached},
 			apply: func(r *model.Row) error {
-				r.Interrupt(events.ReasonBudgetExceeded, "over", false, now)
-				r.Resume(now.Add(time.Second))
+				if err := do(r, now, model.GaveUp{Reason: events.ReasonBudgetExceeded, Error: "over"}); err != nil {
+					return err
+				}
+				if err := do(r, now.Add(time.Second), model.Resumed{}); err != nil {
+					return err
+				}
 				if r.Handoffs != 0 {
 					return fmt.Errorf("handoffs %d with no attempt", r.Handoffs)
 				}
@@ -293,11 +293,13 @@ func TestTransitions(t *testing.T) {
 			name: "an attempt handed back, given up and retried, or blinked, counts once",
 			row:  running(detached),
 			apply: func(r *model.Row) error {
-				r.Worker, r.WorkerEpoch = "", ""
-				r.HandOff() // handed back on shutdown
-				r.RefundBlink(1)
-				r.Interrupt(events.ReasonBudgetExceeded, "over", false, now)
-				r.Resume(now.Add(time.Second))
+				if err := do(r, now, model.HandedBack{By: w}, // on shutdown
+					model.Blinked{Attempt: 1}, model.GaveUp{Reason: events.ReasonBudgetExceeded, Error: "over"}); err != nil {
+					return err
+				}
+				if err := do(r, now.Add(time.Second), model.Resumed{}); err != nil {
+					return err
+				}
 				if r.Handoffs != 1 {
 					return fmt.Errorf("handoffs %d, want 1", r.Handoffs)
 				}
@@ -353,30 +355,41 @@ func TestOwedListsFinishesThenNotices(t *testing.T) {
 	now := time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
 	r := model.Of(&jetruntype.Run{ID: "r", Status: events.StatusRunning,
 		Detached: &events.Detached{OnFinish: "h", OnMilestones: []string{"draft"}}})
-	if err := r.OweNotice(events.Milestone{Name: "draft", Sequence: 1}, now); err != nil {
+	if err := do(r, now, model.NoticeOwed{Milestone: events.Milestone{Name: "draft", Sequence: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	r.End(events.StatusCompleted, "", "", now.Add(time.Second))
+	if err := do(r, now.Add(time.Second), model.Ended{Status: events.StatusCompleted}); err != nil {
+		t.Fatal(err)
+	}
 	owed := r.Owed()
 	if len(owed) != 2 || owed[0].Status != events.StatusCompleted || owed[1].Milestone != "draft" {
 		t.Fatalf("owed %+v; want the completed finish, then the draft notice", owed)
 	}
 	for i, o := range owed {
-		if err := r.RecordSeq(o, uint64(10+i)); err != nil {
+		if err := model.Apply(r, o.SeqRecorded(uint64(10+i)), now); err != nil {
 			t.Fatal(err)
 		}
-		if err := r.RecordSeq(o, uint64(10+i)); !errors.Is(err, model.ErrNoChange) {
+		if err := model.Apply(r, o.SeqRecorded(uint64(10+i)), now); !errors.Is(err, model.ErrNoChange) {
 			t.Fatalf("recording the same copy twice: %v", err)
 		}
 	}
 	if r.Finishes[events.StatusCompleted].Seq != 10 || r.Notices["draft"].Seq != 11 {
 		t.Fatalf("seqs %d %d", r.Finishes[events.StatusCompleted].Seq, r.Notices["draft"].Seq)
 	}
-	if err := r.NoticeDelivered("draft", now); err != nil {
+	if err := do(r, now, model.NoticeDelivered{Name: "draft"}, model.FinishDelivered{Status: events.StatusCompleted}); err != nil {
 		t.Fatal(err)
 	}
-	r.FinishDelivered(events.StatusCompleted, now)
 	if len(r.Owed()) != 0 {
 		t.Fatalf("owed after delivery: %+v", r.Owed())
 	}
+}
+
+// do applies evs to r in order at now, each of which must change r.
+func do(r *model.Row, now time.Time, evs ...model.Event) error {
+	for _, ev := range evs {
+		if err := model.Apply(r, ev, now); err != nil {
+			return fmt.Errorf("%T: %w", ev, err)
+		}
+	}
+	return nil
 }

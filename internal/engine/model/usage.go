@@ -2,9 +2,7 @@ package model
 
 import (
 	"slices"
-	"time"
 
-	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
@@ -64,10 +62,10 @@ func (r *Row) overrun() *jetruntype.Overrun {
 	return nil
 }
 
-// Charge adds d to r's tree totals, as a Mutate function would. It
+// charge adds d to r's tree totals, as a Mutate function would. It
 // returns the overrun when the addition takes r's tree past its budget for
 // the first time (nil otherwise: within budget, or already over).
-func (r *Row) Charge(d jetruntype.UsageTotals) *jetruntype.Overrun {
+func (r *Row) charge(d jetruntype.UsageTotals) *jetruntype.Overrun {
 	was := r.Overrun
 	t := jetruntype.UsageTotals{}
 	if r.TreeUsage != nil {
@@ -92,20 +90,20 @@ func (r *Row) Charge(d jetruntype.UsageTotals) *jetruntype.Overrun {
 // attempts charged the same row in between.
 const MaxChargeMarks = 64
 
-// ChargeOnce adds d to r's tree totals as the charge by, as a Mutate
+// chargeOnce adds d to r's tree totals as the charge by, as a Mutate
 // function would, once: a charge r has a mark of (a retry of one whose
 // answer was lost) changes nothing and reports dup. Charges of one attempt
 // to r come one at a time, in the order of their sequences: r keeps the
 // last mark of each attempt, and drops those of the run's earlier
 // attempts (a run is taken over only once its earlier attempt stopped
 // charging). crossed is as Charge's.
-func (r *Row) ChargeOnce(by jetruntype.ChargeMark, d jetruntype.UsageTotals) (crossed *jetruntype.Overrun, dup bool) {
+func (r *Row) chargeOnce(by jetruntype.ChargeMark, d jetruntype.UsageTotals) (crossed *jetruntype.Overrun, dup bool) {
 	for _, m := range r.ChargeMarks {
 		if m.Run == by.Run && m.Attempt == by.Attempt && m.Seq >= by.Seq {
 			return nil, true
 		}
 	}
-	crossed = r.Charge(d)
+	crossed = r.charge(d)
 	marks := make([]jetruntype.ChargeMark, 0, len(r.ChargeMarks)+1)
 	for _, m := range r.ChargeMarks {
 		if m.Run != by.Run || m.Attempt > by.Attempt {
@@ -120,7 +118,7 @@ func (r *Row) ChargeOnce(by jetruntype.ChargeMark, d jetruntype.UsageTotals) (cr
 	return crossed, false
 }
 
-// CountStoredSteps counts on r what its stored steps spent (stored, their
+// countStoredSteps counts on r what its stored steps spent (stored, their
 // usage added up) beyond what r counts of them already (StepUsage), as a
 // Mutate function would: it is added to r's usage and StepUsage moves on
 // with it; on the top of a tree without a budget, to its tree totals too
@@ -128,7 +126,7 @@ func (r *Row) ChargeOnce(by jetruntype.ChargeMark, d jetruntype.UsageTotals) (cr
 // stored). It is for a run no attempt executes any more (an attempt counts
 // its own steps in its row writes) and reports whether r changed; applied
 // again it changes nothing.
-func (r *Row) CountStoredSteps(stored jetruntype.Usage) bool {
+func (r *Row) countStoredSteps(stored jetruntype.Usage) bool {
 	var had, u jetruntype.Usage
 	if r.StepUsage != nil {
 		had = *r.StepUsage
@@ -143,42 +141,19 @@ func (r *Row) CountStoredSteps(stored jetruntype.Usage) bool {
 	u, had = PlusUsage(u, missing), PlusUsage(had, missing)
 	r.Usage, r.StepUsage = &u, &had
 	if !r.Budgeted() && r.Root == "" && r.Parent == "" && !IsZeroTotals(missing.UsageTotals) {
-		r.Charge(missing.UsageTotals) // no budget: never an overrun
+		r.charge(missing.UsageTotals) // no budget: never an overrun
 	}
 	return true
 }
 
-// ChargeRun counts one more nested run against r's runs budget, as a
+// chargeRun counts one more nested run against r's runs budget, as a
 // Mutate function would: over the bound it changes nothing and returns the
 // overrun the new run would cause.
-func (r *Row) ChargeRun() *jetruntype.Overrun {
+func (r *Row) chargeRun() *jetruntype.Overrun {
 	if r.Budget != nil && r.Budget.Runs > 0 && r.TreeRuns+1 > r.Budget.Runs {
 		return &jetruntype.Overrun{Owner: r.ID, Budget: "runs", Limit: r.Budget.Runs, Used: r.TreeRuns + 1}
 	}
 	r.TreeRuns++
-	return nil
-}
-
-// StopForBudget gives r up because the budget o of its tree was exceeded,
-// as a Mutate function would: soft interrupted, reason budget-exceeded,
-// with the overrun recorded; a run a live worker executes (held) keeps its
-// worker until it stopped (cancelRequested tells it to). It returns
-// ErrNoChange for a run that is no longer live or already stopped for a
-// budget.
-func (r *Row) StopForBudget(o jetruntype.Overrun, held bool, now time.Time) error {
-	switch {
-	case r.Status.Final(), r.Status == events.StatusInterrupted:
-		return ErrNoChange
-	}
-	if r.Overrun == nil || r.Overrun.Owner != o.Owner {
-		oc := o
-		r.Overrun = &oc
-	}
-	still := held && r.Status == events.StatusRunning
-	r.Interrupt(events.ReasonBudgetExceeded, o.String(), still, now)
-	if still {
-		r.askStop(events.ReasonBudgetExceeded) // its tree is stopped by its budget, not cancelled
-	}
 	return nil
 }
 

@@ -11,60 +11,74 @@ import (
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
+// charge applies Charged with a fresh mark and returns the overrun it
+// crossed (nil: within budget, or over already).
+func charge(t *testing.T, r *jetruntype.Run, d jetruntype.UsageTotals) *jetruntype.Overrun {
+	t.Helper()
+	was := r.Overrun
+	mark := jetruntype.ChargeMark{Run: "c", Attempt: 1, Seq: uint64(len(r.ChargeMarks)) + 1}
+	if len(r.ChargeMarks) > 0 {
+		mark.Seq = r.ChargeMarks[len(r.ChargeMarks)-1].Seq + 1
+	}
+	must(t, r, time.Now(), model.Charged{Mark: mark, Delta: d})
+	if was == nil {
+		return r.Overrun
+	}
+	return nil
+}
+
 func TestChargeCrossesABudgetOnce(t *testing.T) {
 	r := &jetruntype.Run{ID: "root", Budget: &events.TreeBudget{Tokens: 100, CostMicros: 1000}}
-	if o := model.Of(r).Charge(jetruntype.UsageTotals{InputTokens: 60, OutputTokens: 40}); o != nil {
+	if o := charge(t, r, jetruntype.UsageTotals{InputTokens: 60, OutputTokens: 40}); o != nil {
 		t.Fatalf("at the budget: %v", o)
 	}
-	o := model.Of(r).Charge(jetruntype.UsageTotals{OutputTokens: 30})
+	o := charge(t, r, jetruntype.UsageTotals{OutputTokens: 30})
 	if o == nil || o.Budget != "tokens" || o.Limit != 100 || o.Used != 130 || r.Overrun == nil {
 		t.Fatalf("past the budget: %+v", o)
 	}
-	if again := model.Of(r).Charge(jetruntype.UsageTotals{CostMicros: 5000}); again != nil {
+	if again := charge(t, r, jetruntype.UsageTotals{CostMicros: 5000}); again != nil || r.Overrun.Budget != "tokens" {
 		t.Fatalf("a tree stopped already is crossed again: %v", again)
 	}
 	if got := *r.TreeUsage; got != (jetruntype.UsageTotals{InputTokens: 60, OutputTokens: 70, CostMicros: 5000}) {
 		t.Fatalf("tree usage %+v: every charge counts", got)
 	}
 	cost := &jetruntype.Run{ID: "c", Budget: &events.TreeBudget{CostMicros: 10}}
-	if o := model.Of(cost).Charge(jetruntype.UsageTotals{InputTokens: 1 << 40, CostMicros: 11}); o == nil || o.Budget != "costMicros" {
+	if o := charge(t, cost, jetruntype.UsageTotals{InputTokens: 1 << 40, CostMicros: 11}); o == nil || o.Budget != "costMicros" {
 		t.Fatalf("cost budget: %v", o)
 	}
 }
 
-func TestChargeRunRefusesPastTheRunsBudget(t *testing.T) {
+func TestRunCountedRefusesPastTheRunsBudget(t *testing.T) {
 	r := &jetruntype.Run{ID: "root", Budget: &events.TreeBudget{Runs: 2}}
 	for range 2 {
-		if o := model.Of(r).ChargeRun(); o != nil {
-			t.Fatal(o)
-		}
+		must(t, r, time.Now(), model.RunCounted{})
 	}
-	if o := model.Of(r).ChargeRun(); o == nil || o.Budget != "runs" || o.Used != 3 || r.TreeRuns != 2 {
-		t.Fatalf("third run: %v, tree runs %d", o, r.TreeRuns)
+	var over *model.OverrunError
+	if err := model.Apply(model.Of(r), model.RunCounted{}, time.Now()); !errors.As(err, &over) ||
+		over.Overrun.Budget != "runs" || over.Overrun.Used != 3 || r.TreeRuns != 2 {
+		t.Fatalf("third run: %v, tree runs %d", err, r.TreeRuns)
 	}
 }
 
-func TestStopForBudget(t *testing.T) {
+func TestBudgetStopped(t *testing.T) {
 	o := jetruntype.Overrun{Owner: "root", Budget: "tokens", Limit: 10, Used: 12}
 	now := time.Now()
 	running := &jetruntype.Run{ID: "a", Status: events.StatusRunning, Worker: "w", Attempt: 1,
 		Detached: &events.Detached{OnFinish: "h"}}
-	if err := model.Of(running).StopForBudget(o, true, now); err != nil {
-		t.Fatal(err)
-	}
+	must(t, running, now, model.BudgetStopped{Overrun: o, Held: true})
 	if running.Status != events.StatusInterrupted || running.Reason != events.ReasonBudgetExceeded ||
 		!running.ChildStillRunning || !running.CancelRequested || running.Overrun == nil || running.Finishes[events.StatusInterrupted] == nil {
 		t.Fatalf("running run: %+v", running)
 	}
-	if err := model.Of(running).StopForBudget(o, true, now); !errors.Is(err, model.ErrNoChange) {
+	if err := model.Apply(model.Of(running), model.BudgetStopped{Overrun: o, Held: true}, now); !errors.Is(err, model.ErrNoChange) {
 		t.Fatalf("stopped twice: %v", err)
 	}
 	starting := &jetruntype.Run{ID: "b", Status: events.StatusStarting}
-	if err := model.Of(starting).StopForBudget(o, false, now); err != nil || starting.ChildStillRunning || starting.CancelRequested {
-		t.Fatalf("starting run: %v %+v", err, starting)
+	if must(t, starting, now, model.BudgetStopped{Overrun: o}); starting.ChildStillRunning || starting.CancelRequested {
+		t.Fatalf("starting run: %+v", starting)
 	}
 	done := &jetruntype.Run{ID: "c", Status: events.StatusCompleted}
-	if err := model.Of(done).StopForBudget(o, false, now); !errors.Is(err, model.ErrNoChange) {
+	if err := model.Apply(model.Of(done), model.BudgetStopped{Overrun: o}, now); !errors.Is(err, model.ErrNoChange) {
 		t.Fatalf("completed run: %v", err)
 	}
 }
@@ -123,8 +137,8 @@ func TestChargeOnceTakesAChargeOnce(t *testing.T) {
 	r := &jetruntype.Run{ID: "root", Budget: &events.TreeBudget{Tokens: 100}}
 	ten := jetruntype.UsageTotals{InputTokens: 10}
 	charge := func(run string, attempt int, seq uint64, d jetruntype.UsageTotals) bool {
-		_, dup := model.Of(r).ChargeOnce(jetruntype.ChargeMark{Run: run, Attempt: attempt, Seq: seq}, d)
-		return dup
+		ev := model.Charged{Mark: jetruntype.ChargeMark{Run: run, Attempt: attempt, Seq: seq}, Delta: d}
+		return errors.Is(model.Apply(model.Of(r), ev, time.Now()), model.ErrNoChange)
 	}
 	for i, c := range []struct {
 		run          string
@@ -171,7 +185,7 @@ func TestChargeOnceTakesAChargeOnce(t *testing.T) {
 	}
 }
 
-// CountStoredSteps adds what stored steps spent beyond stepUsage to the
+// StepsCounted adds what stored steps spent beyond stepUsage to the
 // run's usage, once, and to its own tree totals only at the top of a tree
 // without a budget.
 func TestCountStoredSteps(t *testing.T) {
@@ -191,11 +205,11 @@ func TestCountStoredSteps(t *testing.T) {
 			r := c.row
 			r.Usage, r.StepUsage = model.CloneUsage(&step), model.CloneUsage(&step) // one step counted
 			r.Usage.InputTokens += 5                                                // a report outside steps
-			if !model.Of(&r).CountStoredSteps(two) {
-				t.Fatal("nothing counted")
+			if err := model.Apply(model.Of(&r), model.StepsCounted{Stored: two}, time.Now()); err != nil {
+				t.Fatalf("nothing counted: %v", err)
 			}
-			if model.Of(&r).CountStoredSteps(two) {
-				t.Fatal("counted twice")
+			if err := model.Apply(model.Of(&r), model.StepsCounted{Stored: two}, time.Now()); !errors.Is(err, model.ErrNoChange) {
+				t.Fatalf("counted twice: %v", err)
 			}
 			if got, want := r.Usage.UsageTotals, two.UsageTotals.Add(jetruntype.UsageTotals{InputTokens: 5}); got != want {
 				t.Fatalf("usage %+v, want %+v", got, want)

@@ -99,9 +99,11 @@ func TestTheReconcilerCascadesACancelNotAGiveUp(t *testing.T) {
 	now := time.Now()
 	givenUp := func(id string, cancelled bool) *jetruntype.Run {
 		r := &jetruntype.Run{ID: id, AgentType: "demo", Status: events.StatusRunning, Attempt: 1, CreatedAt: now}
-		model.Of(r).GiveUp(events.ReasonBudgetExceeded, "over", false, now)
+		if err := model.Apply(model.Of(r), model.GaveUp{Reason: events.ReasonBudgetExceeded, Error: "over"}, now); err != nil {
+			t.Fatal(err)
+		}
 		if cancelled {
-			if _, err := model.Of(r).RequestCancel("stop", false, now); err != nil {
+			if err := model.Apply(model.Of(r), model.CancelRequested{Reason: "stop"}, now); err != nil {
 				t.Fatal(err)
 			}
 		}

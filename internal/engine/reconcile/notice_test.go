@@ -15,7 +15,6 @@ import (
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 )
 
@@ -37,7 +36,7 @@ func TestSweepRepublishesALostMilestoneNotice(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := events.Milestone{RunID: "lost-notice", Sequence: 1, Name: "plan", At: time.Now().Add(-time.Hour)}
-	if _, _, err := engine.From(rt).Store().Mutate(ctx, "lost-notice", func(r *jetruntype.Run) error { return model.Of(r).OweNotice(m, m.At) }); err != nil {
+	if _, _, err := engine.From(rt).Store().Mutate(ctx, "lost-notice", model.Mutation(m.At, model.NoticeOwed{Milestone: m})); err != nil {
 		t.Fatal(err)
 	}
 	r, err := reconcile.New(engine.From(rt), reconcile.Config{Interval: 200 * time.Millisecond})

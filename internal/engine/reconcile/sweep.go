@@ -437,7 +437,7 @@ func (r *Reconciler) finishStream(ctx context.Context) (jetstream.Stream, error)
 
 // cascade cancels a live run whose parent was cancelled: it completes a
 // cascade that a crash cut short. A parent given up (a budget, a window)
-// is not cancelled: its children are left to finish (model.Row.GiveUp).
+// is not cancelled: its children are left to finish (model.GaveUp).
 func (s *sweep) cascade(ctx context.Context, row *jetruntype.Run) (bool, error) {
 	if row.Parent == "" || (row.CancelRequested && !row.Teardown) {
 		return false, nil

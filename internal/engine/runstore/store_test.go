@@ -349,10 +349,7 @@ func TestUnindexOfAGiveUpResumedMeanwhileKeepsItIndexed(t *testing.T) {
 	if _, err := s.Create(ctx, newRun("g1")); err != nil {
 		t.Fatal(err)
 	}
-	settled, _, err := s.Mutate(ctx, "g1", func(r *jetruntype.Run) error {
-		model.Of(r).Interrupt(events.ReasonBudgetExceeded, "over budget", false, time.Now())
-		return nil
-	})
+	settled, _, err := s.Mutate(ctx, "g1", model.Mutation(time.Now(), model.GaveUp{Reason: events.ReasonBudgetExceeded, Error: "over budget"}))
 	if err != nil || !model.Of(settled).Settled() {
 		t.Fatalf("give-up: %+v %v", settled, err)
 	}
@@ -360,10 +357,7 @@ func TestUnindexOfAGiveUpResumedMeanwhileKeepsItIndexed(t *testing.T) {
 	if err := s.Index().Reindex(ctx, settled); err != nil {
 		t.Fatal(err)
 	}
-	resumed, _, err := s.Mutate(ctx, "g1", func(r *jetruntype.Run) error {
-		model.Of(r).Resume(time.Now())
-		return nil
-	})
+	resumed, _, err := s.Mutate(ctx, "g1", model.Mutation(time.Now(), model.Resumed{}))
 	if err != nil {
 		t.Fatal(err)
 	}
