@@ -313,6 +313,30 @@ func TestStartingRowLeftByADeadCallerIsDispatchedAgain(t *testing.T) {
 	}
 }
 
+// A run waiting for a signal whose worker died (the row a killed worker
+// leaves) is aborted at once by a cancel, and an aborted run waits for
+// nothing: its row (jetrun inspect, the MCP task, the web UI) no longer
+// shows the wait.
+func TestCancelOfAWaitingRunWhoseWorkerDiedEndsItsWait(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	now := time.Now()
+	if _, err := b.store.Create(ctx, &jetruntype.Run{
+		ID: "waited", AgentType: "gated", Status: events.StatusRunning, Attempt: 1, Worker: "gone", WorkerEpoch: "e0",
+		WaitingFor: "approve", CreatedAt: now, StartedAt: now,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if row, err := b.client.Cancel(ctx, "waited", "user"); err != nil || row.Status != events.StatusAborted {
+		t.Fatalf("cancel: %+v %v", row, err)
+	}
+	row, err := b.client.Inspect(ctx, "waited")
+	if err != nil || row.Status != events.StatusAborted || row.WaitingFor != "" {
+		t.Fatalf("aborted run: status %s, waiting for %q (%v)", row.Status, row.WaitingFor, err)
+	}
+}
+
 func TestDispatchThatCannotBePublishedEndsTheRun(t *testing.T) {
 	t.Parallel()
 	ns := natstest.RunServer(t)

@@ -140,8 +140,8 @@ func (h Holder) fence(ev Event, r *Row) error {
 // wait, no cancel, no reason; a running one has started (startedAt, kept
 // across takeovers) and its no-progress clock, if armed, restarts with the
 // attempt; a given-up one (interrupted) is retryable, and its child still
-// runs exactly while a holder is left on it; a final one has no holder and
-// no child running. The event that enters supplies the rest (its reason,
+// runs exactly while a holder is left on it; a final one has no holder,
+// no child running and no wait. The event that enters supplies the rest (its reason,
 // its holder, its finish: oweFinish).
 func (r *Row) enter(s events.Status, now time.Time) {
 	r.Status = s
@@ -171,6 +171,7 @@ func (r *Row) enter(s events.Status, now time.Time) {
 	case s.Final():
 		r.Retryable, r.ChildStillRunning = false, false
 		r.release()
+		r.WaitingFor = "" // nothing more comes to a run that ended
 		r.FinishedAt = now
 	}
 }

@@ -21,8 +21,8 @@ import (
 //     holder release the holder, not the status.
 //   - A given-up run (interrupted) is retryable and finished (finishedAt);
 //     a holder is left on it only while its child still runs.
-//   - A final run has no holder, no child running, and is not retryable;
-//     it is finished (finishedAt).
+//   - A final run has no holder, no child running, no wait, and is not
+//     retryable; it is finished (finishedAt).
 //   - A holder's epoch comes with its worker; a teardown is a cancel
 //     requested.
 //   - Attempts are counted once: hand-offs never exceed attempts; blinks
@@ -63,6 +63,9 @@ func Check(r *Row) error {
 	case s.Final():
 		if held {
 			bad("%s with a holder (%q)", s, r.Worker)
+		}
+		if r.WaitingFor != "" {
+			bad("%s waiting for %q", s, r.WaitingFor)
 		}
 	default:
 		bad("unknown status %q", s)

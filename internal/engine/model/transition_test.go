@@ -101,6 +101,19 @@ func TestTransitions(t *testing.T) {
 			},
 			status: events.StatusCompleted,
 		},
+		{
+			name: "a run that ends waits for nothing more (issue 36: found by FuzzApply)",
+			row: &jetruntype.Run{ID: "r", Status: events.StatusRunning, Worker: "dead", Attempt: 1, StartedAt: now,
+				WaitingFor: "approve"},
+			apply:  func(r *model.Row) error { return do(r, now, model.CancelRequested{Reason: "user"}) },
+			status: events.StatusAborted, cancelAsked: true,
+			check: func(r *model.Row) error {
+				if r.WaitingFor != "" {
+					return fmt.Errorf("aborted, waiting for %q", r.WaitingFor)
+				}
+				return nil
+			},
+		},
 		// The no-progress clock (issue 35, item 6).
 		{
 			name: "a takeover after a long wait restarts an armed no-progress clock",
