@@ -498,3 +498,33 @@ func TestDispatchOfAClearedRunIsDropped(t *testing.T) {
 		t.Fatalf("handler ran for %v, want only g2", ran)
 	}
 }
+
+// A run given up while its child runs (interrupted, childStillRunning,
+// its worker told to stop) whose worker is stopped before it heard of the
+// give-up is handed back like any run in flight, and then no child runs
+// any more: the row says so at once (a caller awaiting it has its answer,
+// a retry may resume it), not only when the reconciler looks.
+func TestAHandBackOfAGivenUpRunStopsItsChild(t *testing.T) {
+	t.Parallel()
+	blocked := worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+		<-ctx.Done()
+		return worker.Result{}, context.Cause(ctx)
+	})
+	// No row sync: the give-up below reaches the worker only by its cancel
+	// event, which this test does not send (as if it were lost).
+	b, w := setup(t, worker.Config{RowSyncInterval: time.Hour}, map[string]worker.Handler{"blocked": blocked})
+	publish(t, b.js, "jetrun.dispatch.blocked", `{"runId":"gu1","input":{}}`)
+	held := jetruntest.WaitRow(t, b.store, "gu1", 10*time.Second, func(r *jetruntype.Run) bool { return r.Worker != "" })
+	gaveUp := model.GaveUp{Reason: events.ReasonNoProgress, Error: "silent", Held: true}
+	row, _, err := b.store.Mutate(t.Context(), "gu1", model.Mutation(time.Now(), gaveUp))
+	if err != nil || row.Status != events.StatusInterrupted || !row.ChildStillRunning || row.Worker != held.Worker {
+		t.Fatalf("give-up: %+v %v", row, err)
+	}
+	if err := w.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	row, _, err = b.store.Get(t.Context(), "gu1")
+	if err != nil || row.Status != events.StatusInterrupted || row.Worker != "" || row.ChildStillRunning {
+		t.Fatalf("handed back: status %s, worker %q, childStillRunning %v (%v)", row.Status, row.Worker, row.ChildStillRunning, err)
+	}
+}

@@ -176,9 +176,11 @@ func (r *Row) enter(s events.Status, now time.Time) {
 	}
 }
 
-// release clears r's holder: no worker executes it any more.
+// release clears r's holder: no worker executes it any more, so no child
+// of a give-up runs either.
 func (r *Row) release() {
 	r.Worker, r.WorkerEpoch, r.LeaseUntil = "", "", time.Time{}
+	r.ChildStillRunning = false
 }
 
 // end moves r to the final status s with reason and text and, for a
@@ -398,7 +400,6 @@ func (ev ChildStopped) apply(r *Row, _ time.Time) error {
 		return ErrNoChange
 	}
 	r.release()
-	r.ChildStillRunning = false
 	return nil
 }
 

@@ -20,7 +20,7 @@ import (
 //     It keeps its status between attempts: a hand-back, a lapse, a dead
 //     holder release the holder, not the status.
 //   - A given-up run (interrupted) is retryable and finished (finishedAt);
-//     a holder is left on it only while its child still runs.
+//     its child still runs exactly while a holder is left on it.
 //   - A final run has no holder, no child running, no wait, and is not
 //     retryable; it is finished (finishedAt).
 //   - A holder's epoch comes with its worker; a teardown is a cancel
@@ -57,8 +57,8 @@ func Check(r *Row) error {
 			bad("running without startedAt")
 		}
 	case s == events.StatusInterrupted:
-		if held && !r.ChildStillRunning {
-			bad("interrupted with its child stopped but a holder (%q)", r.Worker)
+		if held != r.ChildStillRunning {
+			bad("interrupted with childStillRunning %v and holder %q", r.ChildStillRunning, r.Worker)
 		}
 	case s.Final():
 		if held {
