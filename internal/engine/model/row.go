@@ -46,12 +46,18 @@ func (r *Row) Clone() *jetruntype.Run {
 // liveness (see Blinks): it counts as a hand-off, not against the attempt
 // limit (once: not again if it was handed off already). It is idempotent
 // per attempt and reports whether it changed r.
+//
+// Only the last attempt counted as a hand-off is known (HandedOff): every
+// attempt counted has a number at most HandedOff, so an attempt after it
+// is refunded, and one at or before it is not (it may have been counted
+// when the run was resumed: a lost refund costs the run one attempt of
+// its limit, a double one would widen the limit).
 func (r *Row) refundBlink(attempt int) bool {
 	if attempt < 1 || attempt > r.Attempt || slices.Contains(r.Blinks, attempt) {
 		return false
 	}
 	r.Blinks = append(r.Blinks, attempt)
-	if attempt != r.HandedOff {
+	if attempt > r.HandedOff {
 		r.Handoffs++
 	}
 	if attempt == r.Attempt {
