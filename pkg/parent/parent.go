@@ -370,8 +370,7 @@ func (c *Client) dispatchPlain(ctx context.Context, req Request, d events.Dispat
 	// The dispatch goes out first on the connection, the row's create right
 	// behind it; only then are their answers awaited.
 	ack := c.rt.PublishDispatchAsync(req.AgentType, d, true, c.cfg.DispatchRetry)
-	row := model.NewRun(req.AgentType, d, 0, time.Now())
-	row.Unindexed = true
+	row := model.NewUnindexedRun(req.AgentType, d, 0, time.Now())
 	cerr := jsfault.RetryRepair(ctx, c.cfg.DispatchRetry, c.rt.Repair, func(ctx context.Context) error {
 		_, err := c.store.Create(ctx, row)
 		return err

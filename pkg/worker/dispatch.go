@@ -325,9 +325,11 @@ func (w *Worker) claim(row *jetruntype.Run, msg jetstream.Msg, now time.Time) (*
 // dispatch for a retry, its row deleted too.
 func (w *Worker) claimNew(ctx context.Context, agentType string, d events.Dispatch, msg jetstream.Msg, slot *pull.Slot, checkCleared bool) (o settle.Outcome, done bool, err error) {
 	now := time.Now()
-	row := model.NewRun(agentType, d, wire.StreamSeq(msg), now)
-	// A top-level run that is not detached needs nothing of the reconciler.
-	row.Unindexed = d.Parent == "" && d.Detached == nil
+	newRun := model.NewRun
+	if d.Parent == "" && d.Detached == nil {
+		newRun = model.NewUnindexedRun // it needs nothing of the reconciler
+	}
+	row := newRun(agentType, d, wire.StreamSeq(msg), now)
 	claimed, err := w.claim(row, msg, now)
 	if err != nil {
 		return settle.Leave(), false, err

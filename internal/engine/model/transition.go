@@ -168,6 +168,15 @@ func NewRun(agentType string, d events.Dispatch, seq uint64, now time.Time) *jet
 	}
 }
 
+// NewUnindexedRun is NewRun for a run that needs nothing of the
+// reconciler (a top-level run that is not detached): it is kept out of the
+// active-run index (Unindexed), sparing its two writes.
+func NewUnindexedRun(agentType string, d events.Dispatch, seq uint64, now time.Time) *jetruntype.Run {
+	r := NewRun(agentType, d, seq, now)
+	r.Unindexed = true
+	return r
+}
+
 // Dispatch is the dispatch message that (re)starts r.
 func (r *Row) Dispatch() events.Dispatch {
 	return events.Dispatch{
