@@ -232,8 +232,10 @@ func TestThreeThousandRunsInFlightOnADefaultServer(t *testing.T) {
 // after its milestones, and once approved every run completes exactly once
 // with no finished step done twice. (On a machine so busy that the first
 // worker's liveness lapses while the runs start, a run it handed off and
-// took up again has one more attempt, listed in blinks: the attempts that
-// count, attempt minus hand-offs, are still two.)
+// took up again has one more attempt, a hand-off: listed in blinks when
+// the worker recorded its lapse, or not when the reconciler's question to
+// the live holder released it first. The attempts that count, attempt
+// minus hand-offs, are still two.)
 func TestKilledChildWorkerWithHundredsOfWaitingRuns(t *testing.T) {
 	t.Parallel()
 	const n = 300
@@ -275,7 +277,7 @@ func TestKilledChildWorkerWithHundredsOfWaitingRuns(t *testing.T) {
 	wantNames := []string{"step-1", "approved", "step-2", "step-3"}
 	for _, id := range ids {
 		row := jetruntest.WaitRow(t, e.store, id, 2*time.Minute, jetruntest.Final)
-		if row.Status != events.StatusCompleted || row.Attempt-row.Handoffs != 2 || row.Handoffs != len(row.Blinks) {
+		if row.Status != events.StatusCompleted || row.Attempt-row.Handoffs != 2 || row.Handoffs < len(row.Blinks) {
 			t.Errorf("%s: %s attempt %d (handoffs %d, blinks %v) %s", id, row.Status, row.Attempt, row.Handoffs, row.Blinks, row.Error)
 			continue
 		}
@@ -287,7 +289,7 @@ func TestKilledChildWorkerWithHundredsOfWaitingRuns(t *testing.T) {
 		// (below).
 		var out demo.Output
 		err := json.Unmarshal(row.Output, &out)
-		resumed := out.StepsRunHere == 2 || (len(row.Blinks) > 0 && out.StepsRunHere == 1)
+		resumed := out.StepsRunHere == 2 || (row.Handoffs > 0 && out.StepsRunHere == 1)
 		if err != nil || !resumed || out.Attempt != row.Attempt {
 			t.Errorf("%s: output %s: attempt %d (blinks %v) should run steps 2 and 3 only, or what a lapsed attempt left",
 				id, row.Output, row.Attempt, row.Blinks)
