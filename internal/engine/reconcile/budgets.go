@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/jetrun/jetrun/internal/engine/model"
+	"github.com/jetrun/jetrun/internal/engine/obs"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
-	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
@@ -16,40 +16,48 @@ import (
 // would run out without a sign of progress (the run's budgetDue), if that
 // comes before the next sweep, and the sweeper looks at those runs then, one
 // read each: budgets are honoured within a tenth of theirs or budgetSlack,
-// whichever is larger, from the first sweep that sees the run (up to an
+// whichever is larger (model.Row.DueBudget), from the first sweep that sees the run (up to an
 // Interval after it is dispatched). Only runs with such short budgets are
 // noted, so the cost does not grow with the runs a sweep sees.
 
-// budgetSlack is the least overrun of a budget the reconciler allows.
-const budgetSlack = 100 * time.Millisecond
+// budget executes what model.Row.DueBudget decided for row: it gives up
+// a detached run past a budget, or notes when to look at it again.
+func (s *sweep) budget(ctx context.Context, row *jetruntype.Run, a model.Action) error {
+	switch a := a.(type) {
+	case model.GiveUpByBudget:
+		return s.giveUpByBudget(ctx, row, a)
+	case model.WatchBudget:
+		s.noteBudget(row.ID, a.At)
+	}
+	return nil
+}
 
-// budgetDue returns when r, within its budgets at now, should be looked at
-// again: when one of them would run out with no sign of progress, or, while
-// its no-progress budget is not armed or does not run (no signal yet,
-// waiting for one), a tenth of that budget (budgetSlack at least) from now,
-// to see it start. Zero when no budget applies.
-func (s *sweep) budgetDue(r *jetruntype.Run, now time.Time) time.Time {
-	cfg := s.r.cfg
-	var due time.Time
-	sooner := func(t time.Time) {
-		if due.IsZero() || t.Before(due) {
-			due = t
+// giveUpByBudget gives up a detached run past its absolute budget, or
+// silent for longer than its no-progress budget (model.GiveUpByBudget),
+// unless it signalled meanwhile.
+func (s *sweep) giveUpByBudget(ctx context.Context, row *jetruntype.Run, a model.GiveUpByBudget) error {
+	var gaveUp bool
+	now := time.Now()
+	next, _, err := s.r.store.Mutate(ctx, row.ID, func(r *jetruntype.Run) error {
+		gaveUp = false
+		if again, _ := model.Of(r).OverBudget(now, s.r.policy); again == "" {
+			return runstore.ErrNoChange // it signalled meanwhile, or ended
 		}
-	}
-	if budget, on := wire.Budget(r.Detached.MaxBudgetMs, cfg.MaxBudget); on {
-		sooner(model.Of(r).BudgetSince().Add(budget))
-	}
-	if silence, on := wire.Budget(r.Detached.NoProgressBudgetMs, cfg.NoProgressBudget); on {
-		if since, runs := model.Of(r).NoProgressSince(); runs {
-			sooner(since.Add(silence))
-		} else {
-			sooner(now.Add(max(silence/10, budgetSlack)))
+		// Its child, if a live worker executes it, is torn down.
+		if err := model.Apply(model.Of(r), model.GaveUp{Reason: a.Reason, Error: a.Text, Held: s.r.holderAlive(ctx, r)}, now); err != nil {
+			return err
 		}
+		gaveUp = true
+		return nil
+	})
+	if err != nil || !gaveUp {
+		return err
 	}
-	if due.IsZero() {
-		return due
-	}
-	return due.Add(time.Millisecond) // a budget is over once exceeded
+	s.r.announce(ctx, next)
+	s.r.notifyCancel(ctx, next)
+	s.count(func(st *Stats) { st.GivenUp++ })
+	obs.Report(ctx, s.r.log, obs.BudgetExceeded, row.ID, "reason", a.Reason, "child_still_running", next.ChildStillRunning)
+	return nil
 }
 
 // noteBudget records that run id is to be looked at at due, when that comes
@@ -102,7 +110,7 @@ func (r *Reconciler) checkBudgets(ctx context.Context) {
 			continue
 		}
 		if err == nil {
-			_, err = s.enforceBudgets(ctx, row)
+			err = s.budget(ctx, row, model.Of(row).DueBudget(now, r.policy))
 		}
 		if err != nil && ctx.Err() == nil {
 			r.fault(ctx, "enforce run budgets", err, "run_id", id) // the next sweep looks again
@@ -111,4 +119,5 @@ func (r *Reconciler) checkBudgets(ctx context.Context) {
 	r.mu.Lock()
 	r.givenUpBetween += s.stats.GivenUp // counted with the next sweep's
 	r.mu.Unlock()
+	r.TestSignals.BudgetsChecked.Signal(len(ids))
 }

@@ -32,12 +32,9 @@ import (
 // holderQuestionTimeout bounds one question to a worker.
 const holderQuestionTimeout = 2 * time.Second
 
-// noteHeld records row for the question to its holder, when a live worker
-// holds it.
-func (s *sweep) noteHeld(ctx context.Context, row *jetruntype.Run) {
-	if row.Status != events.StatusRunning || row.Worker == "" || row.WorkerEpoch == "" || !s.r.holderAlive(ctx, row) {
-		return
-	}
+// noteHeld records row, which a live worker holds (model.AskHolder), for
+// the question to its holder.
+func (s *sweep) noteHeld(row *jetruntype.Run) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.held == nil {

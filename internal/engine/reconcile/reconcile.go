@@ -205,12 +205,16 @@ func (c Config) Validate() error {
 // Reconciler sweeps the active runs on a timer while it holds the leader
 // lease. Create it with New, then Start; stop it with Shutdown or Stop.
 type Reconciler struct {
-	cfg   Config
-	rt    *engine.Runtime
-	js    jetstream.JetStream
-	ns    wire.Namespace
-	log   *slog.Logger
-	store *runstore.Store
+	// TestSignals tell tests what the reconciler did (nil in production).
+	TestSignals TestSignals
+
+	cfg    Config
+	policy model.Policy // what model.Due decides by, from cfg
+	rt     *engine.Runtime
+	js     jetstream.JetStream
+	ns     wire.Namespace
+	log    *slog.Logger
+	store  *runstore.Store
 
 	leader     atomic.Bool
 	leaseUntil time.Time // end of our last successful renewal; owned by the loop goroutine
@@ -236,10 +240,17 @@ func New(rt *engine.Runtime, cfg Config) (*Reconciler, error) {
 		return nil, fmt.Errorf("reconcile: config: %w", err)
 	}
 	cfg = cfg.withDefaults()
-	return &Reconciler{
+	r := &Reconciler{
 		cfg: cfg, rt: rt, js: rt.JetStream(), ns: rt.Namespace(), store: rt.Store(),
 		log: cfg.Logger.With("reconciler", cfg.ID), paced: make(map[string]time.Time),
-	}, nil
+	}
+	r.policy = model.Policy{
+		Interval: cfg.Interval, DedupWindow: r.republishEvery(),
+		FinishUnservedAfter: cfg.FinishUnservedAfter, FinishUnservedWait: cfg.FinishUnservedWait,
+		StartingGrace: cfg.StartingGrace, LeaseGrace: cfg.LeaseGrace, MaxRedispatches: cfg.MaxRedispatches,
+		MaxBudget: cfg.MaxBudget, NoProgressBudget: cfg.NoProgressBudget,
+	}
+	return r, nil
 }
 
 // ID returns the reconciler's id, as written in the leader lease.
@@ -551,6 +562,7 @@ func (r *Reconciler) Sweep(ctx context.Context) (Stats, error) {
 	if r.cfg.Observer != nil {
 		r.cfg.Observer.Swept(st.stats, cmp.Or(err, ctx.Err()))
 	}
+	r.TestSignals.Swept.Signal(st.stats)
 	if err != nil && ctx.Err() == nil {
 		return st.stats, err
 	}
@@ -584,29 +596,4 @@ func (r *Reconciler) prunePaced(now time.Time) {
 // window a republish is a no-op anyway.
 func (r *Reconciler) republishEvery() time.Duration {
 	return cmp.Or(r.rt.Streams().DedupWindow, events.DefaultDedupWindow)
-}
-
-// Retain clears the final, settled runs that finished longer ago than the
-// retention: their events, rows and index entries. With no retention
-// (Config.Retention zero or negative) it clears nothing. It reads the whole
-// runs bucket, so it runs on its own slow timer, not in the sweep.
-func (r *Reconciler) Retain(ctx context.Context) (int, error) {
-	if r.cfg.Retention <= 0 {
-		return 0, nil
-	}
-	cutoff := time.Now().Add(-r.cfg.Retention)
-	rows, err := r.store.List(ctx, func(run *jetruntype.Run) bool {
-		return model.Of(run).Settled() && !run.FinishedAt.IsZero() && run.FinishedAt.Before(cutoff)
-	})
-	if err != nil {
-		return 0, fmt.Errorf("reconcile: retention: %w", err)
-	}
-	n := 0
-	for _, run := range rows {
-		if err := r.rt.Erase(ctx, run); err != nil {
-			return n, fmt.Errorf("reconcile: retention: %w", err)
-		}
-		n++
-	}
-	return n, nil
 }
