@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/reconcile"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
@@ -109,8 +110,8 @@ func TestZeroOrNeverDisablesABudget(t *testing.T) {
 
 // A no-progress budget shorter than the sweep interval is enforced when it
 // runs out, not at the next sweep (issue 23): the sweep that finds the run
-// within its budget has it looked at again then. The deadline below ends
-// long before the next sweep.
+// within its budget has it looked at again then: the give-up comes from
+// that check between sweeps, not from the next sweep.
 func TestShortBudgetIsEnforcedBetweenSweeps(t *testing.T) {
 	t.Parallel()
 	const interval = 20 * time.Second
@@ -125,9 +126,16 @@ func TestShortBudgetIsEnforcedBetweenSweeps(t *testing.T) {
 	if err := e.recon.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	row := jetruntest.WaitRow(t, e.store, "quiet", interval/4, func(r *jetruntype.Run) bool { return r.Status == events.StatusInterrupted })
-	if row.Reason != events.ReasonNoProgress {
-		t.Fatalf("quiet: %+v", row)
+	acted := e.recon.TestSignals.Acted.WaitFor(func(a reconcile.Acted) bool {
+		_, gaveUp := a.Action.(model.GiveUpByBudget)
+		return a.RunID == "quiet" && gaveUp
+	})
+	if !acted.Between {
+		t.Fatalf("quiet was given up by a sweep (%+v), not by the budget check between sweeps", acted)
+	}
+	row, _, err := e.store.Get(t.Context(), "quiet")
+	if err != nil || row.Status != events.StatusInterrupted || row.Reason != events.ReasonNoProgress {
+		t.Fatalf("quiet: %+v, %v", row, err)
 	}
 }
 

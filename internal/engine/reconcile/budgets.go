@@ -109,11 +109,15 @@ func (r *Reconciler) checkBudgets(ctx context.Context) {
 		if errors.Is(err, runstore.ErrRunNotFound) {
 			continue
 		}
+		var a model.Action
 		if err == nil {
-			err = s.budget(ctx, row, model.Of(row).DueBudget(now, r.policy))
+			a = model.Of(row).DueBudget(now, r.policy)
+			err = s.budget(ctx, row, a)
 		}
 		if err != nil && ctx.Err() == nil {
 			r.fault(ctx, "enforce run budgets", err, "run_id", id) // the next sweep looks again
+		} else if err == nil && a != nil {
+			r.TestSignals.Acted.Signal(Acted{RunID: id, Action: a, Between: true})
 		}
 	}
 	r.mu.Lock()

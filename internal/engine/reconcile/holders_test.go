@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/reconcile"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
-	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
@@ -41,17 +41,16 @@ func TestARunItsLiveHolderDoesNotExecuteIsReleasedAndCompletes(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	released := 0
-	natstest.Eventually(t, 30*time.Second, func() bool {
-		st, err := e.recon.Sweep(ctx)
-		if err != nil {
-			t.Logf("sweep: %v", err)
-		}
-		released += st.Released
-		r, _, err := e.store.Get(ctx, "forgotten")
-		return err == nil && r.Status.Final()
-	}, "the forgotten run never ended")
-	r, _, _ := e.store.Get(ctx, "forgotten")
+	if err := e.recon.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := e.recon.TestSignals.Swept.WaitFor(func(st reconcile.Stats) bool { return st.Released > 0 })
+	released := st.Released
+	e.recon.TestSignals.Acted.WaitFor(func(a reconcile.Acted) bool {
+		_, redispatched := a.Action.(model.Redispatch)
+		return a.RunID == "forgotten" && redispatched
+	})
+	r := jetruntest.WaitRow(t, e.store, "forgotten", 30*time.Second, jetruntest.Final) // its worker ends it
 	if r.Status != events.StatusCompleted || r.Attempt != 2 || r.Handoffs != 1 || released != 1 {
 		t.Fatalf("forgotten: %s (%s), attempt %d, handoffs %d, released %d; want completed at attempt 2 after one release",
 			r.Status, r.Error, r.Attempt, r.Handoffs, released)

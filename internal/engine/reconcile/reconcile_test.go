@@ -129,6 +129,7 @@ func setup(t *testing.T, o options) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	r.TestSignals.Init(t)
 	if o.noReconcile {
 		t.Cleanup(func() { _ = r.Stop() })
 	} else {

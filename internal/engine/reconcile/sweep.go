@@ -132,7 +132,8 @@ func (s *sweep) execute(ctx context.Context, row *jetruntype.Run, a model.Action
 // step rather than polling rows; they are nil (no-op) in production. A
 // test calls Init before Start (or before calling Sweep).
 type TestSignals struct {
-	// Acted: an action model.Due decided was executed on a run.
+	// Acted: an action model.Due decided was executed on a run (by a
+	// sweep, or a budget's by the check between sweeps).
 	Acted testsignal.Signal[Acted]
 	// Swept: a sweep ended, with its stats.
 	Swept testsignal.Signal[Stats]
@@ -151,10 +152,12 @@ func (ts *TestSignals) Init(tb testsignal.TB) {
 	ts.Retained.Init(tb)
 }
 
-// Acted is one action a sweep executed: Action on run RunID.
+// Acted is one action the reconciler executed: Action on run RunID, by a
+// sweep or, Between, by the budget check between sweeps.
 type Acted struct {
-	RunID  string
-	Action model.Action
+	RunID   string
+	Action  model.Action
+	Between bool
 }
 
 // announce publishes a transition the reconciler made; the next sweep
