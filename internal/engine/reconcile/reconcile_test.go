@@ -16,6 +16,7 @@ import (
 
 	"github.com/jetrun/jetrun/internal/app/agents/demo"
 	"github.com/jetrun/jetrun/internal/engine"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/reconcile"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
@@ -156,6 +157,16 @@ func (e *env) detached(t *testing.T, id, agentType string, input any, det events
 	}
 }
 
+// givenUp waits until the reconciler gave run id up for a budget (by a
+// sweep, or by the check between sweeps).
+func givenUp(t *testing.T, e *env, id string) {
+	t.Helper()
+	e.recon.TestSignals.Acted.WaitFor(func(a reconcile.Acted) bool {
+		_, gaveUp := a.Action.(model.GiveUpByBudget)
+		return a.RunID == id && gaveUp
+	})
+}
+
 func waitDeliveries(t *testing.T, r *recorder, id string, n int) []delivery {
 	t.Helper()
 	natstest.Eventually(t, 30*time.Second, func() bool { return len(r.of(id)) >= n },
@@ -207,6 +218,8 @@ func TestBudgetExceededGivesUpDeliversOnceAndStopsTheChild(t *testing.T) {
 	// A 10 s child under a 1.5 s budget.
 	e.detached(t, "budget", demo.AgentType, map[string]int{"steps": 20, "stepMs": 500}, events.Detached{MaxBudgetMs: 1500})
 
+	givenUp(t, e, "budget")
+	// Its worker stops the child and says so on the row.
 	row := jetruntest.WaitRow(t, e.store, "budget", 30*time.Second, func(r *jetruntype.Run) bool {
 		return r.Status == events.StatusInterrupted && !r.ChildStillRunning && r.Worker == ""
 	})
@@ -284,9 +297,10 @@ func TestNoProgressBudget(t *testing.T) {
 	e.detached(t, "chatty", "signal", 12, det) // 6 s of signals every 500 ms
 	e.detached(t, "silent", "signal", -1, det) // one signal, then silence
 
-	row := jetruntest.WaitRow(t, e.store, "silent", 30*time.Second, func(r *jetruntype.Run) bool { return r.Status == events.StatusInterrupted })
-	if row.Reason != events.ReasonNoProgress {
-		t.Fatalf("silent: %+v", row)
+	givenUp(t, e, "silent")
+	row, _, err := e.store.Get(t.Context(), "silent")
+	if err != nil || row.Status != events.StatusInterrupted || row.Reason != events.ReasonNoProgress {
+		t.Fatalf("silent: %+v, %v", row, err)
 	}
 	chatty := jetruntest.WaitRow(t, e.store, "chatty", 30*time.Second, jetruntest.Settled)
 	if chatty.Status != events.StatusCompleted || chatty.Finishes[events.StatusInterrupted] != nil {
