@@ -304,6 +304,62 @@ func (r *Row) recordNoticeSeq(name string, seq uint64) error {
 	return slotOf(&n.Slot).recordSeq(seq)
 }
 
+// A deliverer decides on the attempt it claimed with the slot's
+// predicates, through these: whether it is the last, and how long to wait
+// before the next. The attempt's number is for what it reports.
+
+// finishSlot is the slot of the finish for s; a zero slot if r records
+// none.
+func (r *Row) finishSlot(s events.Status) *slot {
+	if fs := r.Finishes[s]; fs != nil {
+		return slotOf(&fs.Slot)
+	}
+	return &slot{}
+}
+
+// noticeSlot is the slot of the notice of milestone name; a zero slot if r
+// records none.
+func (r *Row) noticeSlot(name string) *slot {
+	if n := r.Notices[name]; n != nil {
+		return slotOf(&n.Slot)
+	}
+	return &slot{}
+}
+
+// FinishAttempts is how many deliveries of the finish for s were claimed:
+// the number of the attempt under way (0 if r records no such finish).
+func (r *Row) FinishAttempts(s events.Status) int { return r.finishSlot(s).Attempts }
+
+// FinishSpent reports whether the finish for s was claimed limit times or
+// more: a failure of the attempt under way gives its delivery up.
+func (r *Row) FinishSpent(s events.Status, limit int) bool { return r.finishSlot(s).Spent(limit) }
+
+// FinishBackoff is how long the finish for s waits after a failure of the
+// attempt under way: base, doubled for each attempt before it, at most
+// ceiling.
+func (r *Row) FinishBackoff(s events.Status, base, ceiling time.Duration) time.Duration {
+	return r.finishSlot(s).Backoff(base, ceiling)
+}
+
+// NoticeAttempts is FinishAttempts for the notice of milestone name.
+func (r *Row) NoticeAttempts(name string) int { return r.noticeSlot(name).Attempts }
+
+// NoticeSpent is FinishSpent for the notice of milestone name.
+func (r *Row) NoticeSpent(name string, limit int) bool { return r.noticeSlot(name).Spent(limit) }
+
+// NoticeBackoff is FinishBackoff for the notice of milestone name.
+func (r *Row) NoticeBackoff(name string, base, ceiling time.Duration) time.Duration {
+	return r.noticeSlot(name).Backoff(base, ceiling)
+}
+
+// NoticeCopyAt reports whether r records the copy of the notice of
+// milestone name waiting for a deliverer at finish stream sequence seq:
+// recording it there (NoticeSeqRecorded) would change nothing.
+func (r *Row) NoticeCopyAt(name string, seq uint64) bool {
+	n := r.Notices[name]
+	return n != nil && slotOf(&n.Slot).CopyAt(seq)
+}
+
 // NoticeMessage is the notice of milestone name, if r records one.
 func (r *Row) NoticeMessage(name string) (events.MilestoneNotice, bool) {
 	n := r.Notices[name]
@@ -364,11 +420,26 @@ func (s *slot) release(cause string, failed bool, now time.Time) {
 // recordSeq records the finish stream sequence of the copy waiting for a
 // deliverer; ErrNoChange if it is recorded already.
 func (s *slot) recordSeq(seq uint64) error {
-	if s.Seq == seq {
+	if s.CopyAt(seq) {
 		return ErrNoChange
 	}
 	s.Seq = seq
 	return nil
+}
+
+// CopyAt reports whether the slot records its copy waiting for a
+// deliverer at finish stream sequence seq (0: none recorded).
+func (s *slot) CopyAt(seq uint64) bool { return s.Seq == seq }
+
+// Spent reports whether the slot's deliveries have been claimed limit
+// times or more: the attempt under way is its last, and if it fails the
+// delivery is given up.
+func (s *slot) Spent(limit int) bool { return s.Attempts >= limit }
+
+// Backoff is the wait before the attempt after the one under way fails:
+// base after the first, doubled after each one after it, at most ceiling.
+func (s *slot) Backoff(base, ceiling time.Duration) time.Duration {
+	return min(base<<min(max(s.Attempts-1, 0), 20), ceiling)
 }
 
 // Owed is one delivery a run's ledger still owes: a finish (Status set) or

@@ -1,6 +1,7 @@
 package model_test
 
 import (
+	"reflect"
 	"testing"
 	"time"
 
@@ -151,5 +152,80 @@ func must(t *testing.T, r *jetruntype.Run, now time.Time, evs ...model.Event) {
 	t.Helper()
 	if err := do(model.Of(r), now, evs...); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAttemptPredicates: a deliverer's decisions on the attempt it claimed
+// — is it the last of the limit, how long to wait after it fails — are the
+// slot's, the same for a finish and a notice, claim by claim.
+func TestAttemptPredicates(t *testing.T) {
+	const limit, base, ceiling = 3, time.Second, 5 * time.Second
+	for _, tc := range []struct {
+		claims    int
+		wantSpent bool
+		wantWait  time.Duration
+	}{
+		{0, false, time.Second}, // nothing claimed: the first wait
+		{1, false, time.Second},
+		{2, false, 2 * time.Second},
+		{3, true, 4 * time.Second},  // the limit: the attempt under way is the last
+		{4, true, 5 * time.Second},  // past it (a lower limit configured later): still the last; the ceiling
+		{40, true, 5 * time.Second}, // the doubling stops, no overflow
+	} {
+		r := &jetruntype.Run{ID: "r", Status: events.StatusRunning, Detached: &events.Detached{OnFinish: "h", OnMilestones: []string{"plan"}}}
+		must(t, r, t0, model.Ended{Status: events.StatusCompleted}, model.NoticeOwed{Milestone: events.Milestone{Name: "plan", Sequence: 1}})
+		for range tc.claims {
+			must(t, r, t0, model.FinishClaimed{Status: events.StatusCompleted, By: "d", Until: t0.Add(time.Minute)},
+				model.NoticeClaimed{Name: "plan", By: "d", Until: t0.Add(time.Minute)})
+		}
+		row := model.Of(r)
+		got := []any{row.FinishAttempts(events.StatusCompleted), row.FinishSpent(events.StatusCompleted, limit), row.FinishBackoff(events.StatusCompleted, base, ceiling)}
+		if want := []any{tc.claims, tc.wantSpent, tc.wantWait}; !reflect.DeepEqual(got, want) {
+			t.Errorf("finish after %d claims: attempts, spent, backoff = %v, want %v", tc.claims, got, want)
+		}
+		got = []any{row.NoticeAttempts("plan"), row.NoticeSpent("plan", limit), row.NoticeBackoff("plan", base, ceiling)}
+		if want := []any{tc.claims, tc.wantSpent, tc.wantWait}; !reflect.DeepEqual(got, want) {
+			t.Errorf("notice after %d claims: attempts, spent, backoff = %v, want %v", tc.claims, got, want)
+		}
+	}
+	// A slot the row does not record was never claimed.
+	none := model.Of(&jetruntype.Run{ID: "r"})
+	if none.FinishAttempts(events.StatusCompleted) != 0 || none.FinishSpent(events.StatusCompleted, limit) ||
+		none.NoticeAttempts("plan") != 0 || none.NoticeSpent("plan", limit) {
+		t.Error("a slot the row does not record counts attempts")
+	}
+}
+
+// TestNoticeCopyAt: a deliverer records where a notice's copy waits only
+// when the row does not record it there already: NoticeSeqRecorded would
+// change nothing.
+func TestNoticeCopyAt(t *testing.T) {
+	owed := func(seq uint64) *jetruntype.Run {
+		r := &jetruntype.Run{ID: "r", Detached: &events.Detached{OnFinish: "h", OnMilestones: []string{"plan"}}}
+		must(t, r, t0, model.NoticeOwed{Milestone: events.Milestone{Name: "plan", Sequence: 1}})
+		if seq != 0 {
+			must(t, r, t0, model.NoticeSeqRecorded{Name: "plan", Seq: seq})
+		}
+		return r
+	}
+	for _, tc := range []struct {
+		name      string
+		row       *jetruntype.Run
+		milestone string
+		seq       uint64
+		want      bool
+		records   bool // NoticeSeqRecorded changes the row
+	}{
+		{"recorded there", owed(7), "plan", 7, true, false},
+		{"recorded elsewhere", owed(7), "plan", 8, false, true},
+		{"none recorded", owed(0), "plan", 7, false, true},
+		{"no notice of the name", owed(7), "other", 7, false, false},
+	} {
+		if got := model.Of(tc.row).NoticeCopyAt(tc.milestone, tc.seq); got != tc.want {
+			t.Errorf("%s: NoticeCopyAt(%s, %d) = %v, want %v", tc.name, tc.milestone, tc.seq, got, tc.want)
+		}
+		if got := model.Apply(model.Of(tc.row), model.NoticeSeqRecorded{Name: tc.milestone, Seq: tc.seq}, t0) == nil; got != tc.records {
+			t.Errorf("%s: NoticeSeqRecorded changed the row: %v, want %v", tc.name, got, tc.records)
+		}
 	}
 }
