@@ -97,6 +97,45 @@ func TestAFailingHandlerIsRetriedUntilItSucceeds(t *testing.T) {
 	}
 }
 
+// A handler that keeps failing is called MaxAttempts times, no more: the
+// last failure dead-letters the finish, the reason counting the attempts.
+func TestAFailingHandlerIsDeadLetteredAfterMaxAttempts(t *testing.T) {
+	t.Parallel()
+	const maxAttempts = 3
+	var calls atomic.Int32
+	nc, client, store := setup(t, finish.Config{RetryDelay: time.Millisecond, MaxAttempts: maxAttempts}, map[string]finish.Handler{
+		"down": finish.HandlerFunc(func(ctx context.Context, run *jetruntype.Run, res finish.Result) error {
+			calls.Add(1)
+			return errors.New("service down")
+		}),
+	})
+	detached(t, client, "down-run", "down")
+	row := jetruntest.WaitRow(t, store, "down-run", 20*time.Second, func(r *jetruntype.Run) bool {
+		f := r.Finishes[events.StatusCompleted]
+		return f != nil && !f.FailedAt.IsZero()
+	})
+	want := "handler down failed 3 times; last error: service down"
+	if f := row.Finishes[events.StatusCompleted]; f.Attempts != maxAttempts || f.LastError != want {
+		t.Fatalf("ledger after the last attempt: attempts %d, last error %q; want %d, %q", f.Attempts, f.LastError, maxAttempts, want)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	natstest.Eventually(t, 10*time.Second, func() bool {
+		s, err := js.Stream(ctx, "JETRUN_DLQ")
+		if err != nil {
+			return false
+		}
+		m, err := s.GetLastMsgForSubject(ctx, "jetrun.dlq.finish.down")
+		return err == nil && m.Header.Get(events.HeaderReason) == want
+	}, "the finish was not dead-lettered after its last attempt")
+	if n := calls.Load(); n != maxAttempts { // the dead-letter follows the last call
+		t.Fatalf("handler called %d times, want %d", n, maxAttempts)
+	}
+}
+
 // A handler that returns Cancel is not called again: the finish is
 // dead-lettered at once with the handler's error as the reason.
 func TestACancelledFinishIsDeadLetteredAtOnce(t *testing.T) {
