@@ -119,6 +119,11 @@ type entry interface {
 	check(r *jetruntype.Run, now time.Time) (model.Delivery, time.Duration)
 	// claim takes the slot on r and returns the attempt it starts.
 	claim(r *jetruntype.Run, by string, until, now time.Time) int
+	// spent reports whether the attempt claimed on r is the last of limit;
+	// backoff is the wait after it fails, from base up to ceiling. The
+	// slot decides both (model.Row.FinishSpent, FinishBackoff).
+	spent(r *jetruntype.Run, limit int) bool
+	backoff(r *jetruntype.Run, base, ceiling time.Duration) time.Duration
 	// delivered marks the slot delivered on r and returns attributes for
 	// the obs.FinishDelivered event.
 	delivered(r *jetruntype.Run, now time.Time) ([]any, error)
@@ -186,7 +191,15 @@ func (e finishEntry) check(r *jetruntype.Run, now time.Time) (model.Delivery, ti
 
 func (e finishEntry) claim(r *jetruntype.Run, by string, until, now time.Time) int {
 	_ = model.Apply(model.Of(r), model.FinishClaimed{Status: e.res.Status, Finish: e.res, By: by, Until: until}, now) // never refused
-	return r.Finishes[e.res.Status].Attempts
+	return model.Of(r).FinishAttempts(e.res.Status)
+}
+
+func (e finishEntry) spent(r *jetruntype.Run, limit int) bool {
+	return model.Of(r).FinishSpent(e.res.Status, limit)
+}
+
+func (e finishEntry) backoff(r *jetruntype.Run, base, ceiling time.Duration) time.Duration {
+	return model.Of(r).FinishBackoff(e.res.Status, base, ceiling)
 }
 
 func (e finishEntry) delivered(r *jetruntype.Run, now time.Time) ([]any, error) {
@@ -238,11 +251,11 @@ func (d *Deliverer) deliverEntry(ctx context.Context, log *slog.Logger, name str
 	case errors.As(err, &cancelled):
 		log.ErrorContext(ctx, k.what+" handler failed permanently; giving up", "attempts", attempts, "err", err)
 		return d.deadLetter(ctx, name, msg, e, c, fmt.Sprintf("handler %s failed permanently%s: %v", name, e.about(), err), attempts)
-	case attempts >= d.cfg.MaxAttempts:
+	case c.last:
 		log.ErrorContext(ctx, k.what+" handler failed; giving up", "attempts", attempts, "err", err)
 		return d.deadLetter(ctx, name, msg, e, c, fmt.Sprintf("handler %s failed %d times%s; last error: %v", name, attempts, e.about(), err), attempts)
 	}
-	delay := d.backoff(attempts)
+	delay := c.backoff
 	if errors.As(err, &retry) && retry.Delay > 0 {
 		delay = retry.Delay
 	}
@@ -298,17 +311,22 @@ func (d *Deliverer) claim(ctx context.Context, log *slog.Logger, e entry) (claim
 			d.fault(ctx, log, k.claim, err)
 			return claimed{}, settle.Retry(time.Second)
 		}
-		return claimed{row: next, rev: newRev, attempts: attempts}, settle.Leave()
+		return claimed{row: next, rev: newRev, attempts: attempts, last: e.spent(next, d.cfg.MaxAttempts),
+			backoff: e.backoff(next, d.cfg.RetryDelay, MaxRetryDelay)}, settle.Leave()
 	}
 	return claimed{}, settle.Retry(time.Second)
 }
 
 // claimed is the row as a delivery's claim left it, so the writes that
-// follow start from it (runstore.Store.MutateFrom); the zero value knows no row.
+// follow start from it (runstore.Store.MutateFrom), and what its slot
+// decided of the attempt then (the handler gets the row: what it does to
+// it decides nothing); the zero value knows no row.
 type claimed struct {
 	row      *jetruntype.Run
 	rev      uint64
-	attempts int // the attempt the claim started
+	attempts int           // the attempt the claim started, for logs and reasons
+	last     bool          // it is the last of Config.MaxAttempts: a failure gives up
+	backoff  time.Duration // the wait after it fails: RetryDelay doubled per attempt, at most MaxRetryDelay
 }
 
 // call runs one handler call (what: finish or milestone) with the

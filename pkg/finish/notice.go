@@ -180,7 +180,7 @@ func (d *Deliverer) recordNotice(ctx context.Context, msg jetstream.Msg) settle.
 			d.fault(ctx, log, "publish a milestone notice", err)
 			return settle.Retry(time.Second)
 		}
-		if ack != nil && ack.Sequence != row.Notices[m.Name].Seq {
+		if ack != nil && !model.Of(row).NoticeCopyAt(m.Name, ack.Sequence) {
 			_, _, _ = d.store.Mutate(ctx, m.RunID, model.Mutation(time.Now(), model.NoticeSeqRecorded{Name: m.Name, Seq: ack.Sequence}))
 		}
 	}
@@ -223,7 +223,15 @@ func (e noticeEntry) check(r *jetruntype.Run, now time.Time) (model.Delivery, ti
 func (e noticeEntry) claim(r *jetruntype.Run, by string, until, now time.Time) int {
 	name := e.n.Milestone.Name
 	_ = model.Apply(model.Of(r), model.NoticeClaimed{Name: name, By: by, Until: until}, now) // checked owed: never refused
-	return r.Notices[name].Attempts
+	return model.Of(r).NoticeAttempts(name)
+}
+
+func (e noticeEntry) spent(r *jetruntype.Run, limit int) bool {
+	return model.Of(r).NoticeSpent(e.n.Milestone.Name, limit)
+}
+
+func (e noticeEntry) backoff(r *jetruntype.Run, base, ceiling time.Duration) time.Duration {
+	return model.Of(r).NoticeBackoff(e.n.Milestone.Name, base, ceiling)
 }
 
 func (e noticeEntry) delivered(r *jetruntype.Run, now time.Time) ([]any, error) {
