@@ -48,7 +48,6 @@ type execution struct {
 	begunAt   time.Time // when it started
 	outcome   string    // what ended it (RunEnd.Outcome), set by the outcome
 	reason    string    // and its status reason
-	lastBeat  time.Time // the last InProgress on the dispatch
 	lastSync  time.Time // the last row sync
 
 	// row is the row as the attempt started, its Run's (read-only).
@@ -66,9 +65,7 @@ type execution struct {
 	slot   *pull.Slot
 	parked int
 
-	msgMu    sync.Mutex
-	msgs     []jetstream.Msg // deliveries of the run's dispatch to settle at the end
-	released bool
+	dlv *deliveries // the deliveries of the run's dispatch, settled at the end
 
 	emitMu         sync.Mutex // orders sequence numbers with their publishes
 	chunkSeq       int64
@@ -101,7 +98,7 @@ type execution struct {
 // newExecution prepares the attempt of a run the worker is about to claim;
 // slot is the concurrency slot its dispatch holds.
 func (w *Worker) newExecution(msg jetstream.Msg, id string, slot *pull.Slot) *execution {
-	return &execution{w: w, id: id, msgs: []jetstream.Msg{msg}, slot: slot}
+	return &execution{w: w, id: id, dlv: newDeliveries(msg), slot: slot}
 }
 
 // park gives the run's concurrency slot back while the handler waits on
@@ -170,8 +167,9 @@ func (w *Worker) execute(ctx context.Context, e *execution, row *jetruntype.Run,
 	e.row = model.Of(e.cur).Clone() // before the heart may write e.cur
 	run := &Run{b: e, row: e.row}
 	e.ctlMu.Lock()
-	e.begun, e.begunAt, e.lastBeat, e.lastSync = true, time.Now(), time.Now(), time.Now()
+	e.begun, e.begunAt, e.lastSync = true, time.Now(), time.Now()
 	e.ctlMu.Unlock()
+	e.dlv.startBeats(time.Now())
 	w.observeStart(e, row)
 
 	// Nothing of the claimed row is used once the handler runs: a run

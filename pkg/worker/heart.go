@@ -254,9 +254,9 @@ func (w *Worker) tend(ctx context.Context, now time.Time, beatEvery time.Duratio
 	var syncs sync.WaitGroup
 	for _, e := range w.executions() {
 		e.tidy()
-		beat, stuck, sync := e.due(now, beatEvery, renewed, w.cfg.Lease, w.cfg.RowSyncInterval)
+		beat, stuck, sync := e.due(now, w.cfg.Lease, w.cfg.RowSyncInterval)
 		if beat {
-			e.heartbeat()
+			e.dlv.beat(now, beatEvery, renewed)
 		}
 		if stuck {
 			e.log.ErrorContext(ctx, "handler ignored the end of its context for a lease; ending its attempt",
@@ -287,20 +287,18 @@ func (e *execution) tidy() {
 	}
 }
 
-// due says what the heartbeat at now owes e: an InProgress on its dispatch,
-// giving up a stuck handler, a row sync. The InProgress goes with every
-// renewal of the liveness key (renewed), so the dispatch's AckWait and the
-// key run out together; a third of a lease after the last one while
-// renewals fail.
-func (e *execution) due(now time.Time, beatEvery time.Duration, renewed bool, lease, syncEvery time.Duration) (beat, stuck, sync bool) {
+// due says what the heartbeat at now owes e: a heartbeat of its dispatch
+// (deliveries.beat), giving up a stuck handler, a row sync. The InProgress
+// goes with every renewal of the liveness key, so the dispatch's AckWait
+// and the key run out together; a third of a lease after the last one
+// while renewals fail.
+func (e *execution) due(now time.Time, lease, syncEvery time.Duration) (beat, stuck, sync bool) {
 	e.ctlMu.Lock()
 	defer e.ctlMu.Unlock()
 	if !e.begun || e.ended {
 		return false, false, false
 	}
-	if renewed || now.Sub(e.lastBeat) >= beatEvery {
-		beat, e.lastBeat = true, now
-	}
+	beat = true
 	if e.ctx.Err() != nil {
 		if e.stoppedAt.IsZero() {
 			e.stoppedAt = now

@@ -183,7 +183,10 @@ func (e *execution) writeFinal(fn func(*jetruntype.Run) error) (*jetruntype.Run,
 	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(50*time.Millisecond), backoff.WithMaxInterval(2*time.Second),
 		backoff.WithMaxElapsedTime(0))
 	err := backoff.Retry(func() error {
-		e.beatIfDue(time.Now())
+		// The heart does not tend an ended attempt: its final write,
+		// retried through a fault, beats for itself, and a run that ends
+		// quickly sends no InProgress at all.
+		e.dlv.beat(time.Now(), e.w.cfg.Lease/3, false)
 		r, err := e.write(ctx, fn)
 		if errors.Is(err, ErrLeaseLost) {
 			return backoff.Permanent(err)

@@ -49,63 +49,16 @@ func (w *Worker) heldDelay(until time.Time) time.Duration {
 	return min(max(time.Until(until), 0)+margin, w.busyDelay())
 }
 
-// The deliveries of a run's dispatch an execution holds: the one it was
-// claimed with and the redeliveries it adopted while it runs. They are
-// heartbeat (InProgress, not an outcome) while the attempt lives, and settled
-// together once it ends (releaseMsgs).
+// releaseMsgs settles every delivery of the run's dispatch the attempt
+// holds as o says (deliveries.release); a settle that fails is logged.
+func (e *execution) releaseMsgs(o settle.Outcome) {
+	for _, err := range e.dlv.release(o) {
+		e.w.fault(context.Background(), e.log, "settle dispatch ("+o.String()+")", err)
+	}
+}
 
 // firstMsg is the delivery the attempt was claimed with.
-func (e *execution) firstMsg() jetstream.Msg {
-	e.msgMu.Lock()
-	defer e.msgMu.Unlock()
-	return e.msgs[0]
-}
+func (e *execution) firstMsg() jetstream.Msg { return e.dlv.first() }
 
 // adopt records another delivery of this run's dispatch.
-func (e *execution) adopt(msg jetstream.Msg) bool {
-	e.msgMu.Lock()
-	defer e.msgMu.Unlock()
-	if e.released {
-		return false
-	}
-	e.msgs = append(e.msgs, msg)
-	return true
-}
-
-// releaseMsgs settles every delivery of the run's dispatch as o says
-// (settle.Leave leaves them to redelivery) and stops adopting new ones.
-func (e *execution) releaseMsgs(o settle.Outcome) {
-	e.msgMu.Lock()
-	defer e.msgMu.Unlock()
-	e.released = true
-	for _, m := range e.msgs {
-		if err := o.Apply(m); err != nil {
-			e.w.fault(context.Background(), e.log, "settle dispatch ("+o.String()+")", err)
-		}
-	}
-}
-
-// heartbeat tells the server the dispatch is still being worked on.
-func (e *execution) heartbeat() {
-	e.msgMu.Lock()
-	defer e.msgMu.Unlock()
-	for _, m := range e.msgs {
-		_ = m.InProgress()
-	}
-}
-
-// beatIfDue heartbeats the dispatch when its last InProgress is a third of
-// a lease old. The heart does not tend an ended attempt; its final write,
-// retried through a fault, beats for itself, and a run that ends quickly
-// sends no InProgress at all.
-func (e *execution) beatIfDue(now time.Time) {
-	e.ctlMu.Lock()
-	due := now.Sub(e.lastBeat) >= e.w.cfg.Lease/3
-	if due {
-		e.lastBeat = now
-	}
-	e.ctlMu.Unlock()
-	if due {
-		e.heartbeat()
-	}
-}
+func (e *execution) adopt(msg jetstream.Msg) bool { return e.dlv.adopt(msg) }
