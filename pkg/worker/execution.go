@@ -59,11 +59,7 @@ type execution struct {
 	cur   *jetruntype.Run
 	rev   uint64
 
-	// The concurrency slot of the run's dispatch, given back while the
-	// handler is parked (Run.Park, Run.Wait).
-	parkMu sync.Mutex
-	slot   *pull.Slot
-	parked int
+	parking *parking // the concurrency slot of the run's dispatch
 
 	dlv *deliveries // the deliveries of the run's dispatch, settled at the end
 
@@ -98,26 +94,7 @@ type execution struct {
 // newExecution prepares the attempt of a run the worker is about to claim;
 // slot is the concurrency slot its dispatch holds.
 func (w *Worker) newExecution(msg jetstream.Msg, id string, slot *pull.Slot) *execution {
-	return &execution{w: w, id: id, dlv: newDeliveries(msg), slot: slot}
-}
-
-// park gives the run's concurrency slot back while the handler waits on
-// something outside the process; the returned function takes one back
-// (waiting for a free one). Parks nest.
-func (e *execution) park() (unpark func(context.Context) error) {
-	e.parkMu.Lock()
-	defer e.parkMu.Unlock()
-	if e.parked++; e.parked == 1 && e.slot != nil {
-		e.slot.Release()
-	}
-	return func(ctx context.Context) error {
-		e.parkMu.Lock()
-		defer e.parkMu.Unlock()
-		if e.parked--; e.parked > 0 || e.slot == nil || e.isEnded() {
-			return nil // still parked, or the attempt is over: its slot went with it
-		}
-		return e.slot.Acquire(ctx)
-	}
+	return &execution{w: w, id: id, dlv: newDeliveries(msg), parking: newParking(slot)}
 }
 
 // execute runs an attempt the worker just claimed (row at revision rev). e
@@ -194,12 +171,7 @@ func (e *execution) leaveSlot(ending chan struct{}) (ended func()) {
 	default:
 		return func() {}
 	}
-	e.parkMu.Lock()
-	if e.slot != nil {
-		e.slot.Release() // a no-op if a park gave it back already
-		e.slot = nil     // an unpark after the handler returned takes none
-	}
-	e.parkMu.Unlock()
+	e.parking.leave()
 	return func() { <-ending }
 }
 
@@ -213,6 +185,7 @@ func (e *execution) end(outcome func()) {
 	}
 	e.ended = true
 	e.ctlMu.Unlock()
+	e.parking.end()
 	e.stopFlushTimer()
 	outcome()
 	e.w.observeEnd(e)

@@ -207,9 +207,9 @@ func (e *execution) Flush(ctx context.Context) error {
 }
 
 func (e *execution) Park(ctx context.Context, wait func(ctx context.Context) error) error {
-	unpark := e.park()
+	e.parking.park()
 	err := wait(ctx)
-	if uerr := unpark(ctx); uerr != nil && err == nil {
+	if uerr := e.parking.unpark(ctx); uerr != nil && err == nil {
 		err = uerr
 	}
 	return err
