@@ -64,7 +64,7 @@ func (w *Worker) onCancel(ctx context.Context, id string, data []byte) {
 		ev.Attempt = w.cancelledAttempt(ctx, id)
 	}
 	if ev.Attempt != 0 {
-		e.requestCancel(ev.Attempt)
+		e.ctl.requestCancel(ev.Attempt)
 	}
 }
 

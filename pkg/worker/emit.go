@@ -121,9 +121,7 @@ func (e *execution) scheduleFlushLocked() {
 
 // timedFlush is the flush timer's function.
 func (e *execution) timedFlush() {
-	e.ctlMu.Lock()
-	ctx := e.ctx
-	e.ctlMu.Unlock()
+	ctx := e.ctl.context()
 	if err := e.flushProgress(ctx); err != nil && ctx.Err() == nil {
 		e.w.fault(ctx, e.log, "flush progress", err)
 	}

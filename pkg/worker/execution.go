@@ -33,22 +33,8 @@ type execution struct {
 	log     *slog.Logger
 	pub     *publisher
 
-	// ctlMu guards the handler's context: cancel is set once it exists;
-	// cancelFor records the attempt named by a cancel that arrived before;
-	// ended, that the attempt's outcome was written (by the handler's
-	// return or by the heart giving a stuck handler up).
-	ctlMu     sync.Mutex
-	ctx       context.Context
-	cancel    context.CancelCauseFunc
-	cancelFor int
-	stoppedAt time.Time // when the handler's context ended
-	ended     bool
-	lapsed    bool      // stopped by a lapse of the worker's liveness (Worker.lapse)
-	begun     bool      // the attempt started: the heart tends it
-	begunAt   time.Time // when it started
-	outcome   string    // what ended it (RunEnd.Outcome), set by the outcome
-	reason    string    // and its status reason
-	lastSync  time.Time // the last row sync
+	ctl      attemptCtl // the handler's context, begun and ended (ctl.go)
+	lastSync time.Time  // the last row sync
 
 	// row is the row as the attempt started, its Run's (read-only).
 	row *jetruntype.Run
@@ -117,14 +103,8 @@ func (w *Worker) execute(ctx context.Context, e *execution, row *jetruntype.Run,
 
 	hctx, cancel := context.WithCancelCause(withTrace(ctx, trace))
 	defer cancel(nil)
-	e.ctlMu.Lock()
-	e.ctx, e.cancel = hctx, cancel
-	lapsed := e.lapsed // the worker's liveness lapsed while the run was being claimed
-	if e.cancelFor == row.Attempt || row.CancelRequested {
-		cancel(ErrCancelled)
-	}
-	e.ctlMu.Unlock()
-	if lapsed {
+	if e.ctl.open(hctx, cancel, row.Attempt, row.CancelRequested) {
+		// The worker's liveness lapsed while the run was being claimed.
 		e.lose()
 		e.end(e.abandon)
 		return
@@ -143,9 +123,8 @@ func (w *Worker) execute(ctx context.Context, e *execution, row *jetruntype.Run,
 	e.log.DebugContext(ctx, "run started")
 	e.row = model.Of(e.cur).Clone() // before the heart may write e.cur
 	run := &Run{b: e, row: e.row}
-	e.ctlMu.Lock()
-	e.begun, e.begunAt, e.lastSync = true, time.Now(), time.Now()
-	e.ctlMu.Unlock()
+	e.lastSync = time.Now() // before the heart tends the attempt
+	e.ctl.begin(time.Now())
 	e.dlv.startBeats(time.Now())
 	w.observeStart(e, row)
 
@@ -178,55 +157,13 @@ func (e *execution) leaveSlot(ending chan struct{}) (ended func()) {
 // end writes the attempt's outcome once: either when the handler returns,
 // or when the heart gives up on a handler stuck past its context.
 func (e *execution) end(outcome func()) {
-	e.ctlMu.Lock()
-	if e.ended {
-		e.ctlMu.Unlock()
+	if !e.ctl.end() {
 		return
 	}
-	e.ended = true
-	e.ctlMu.Unlock()
 	e.parking.end()
 	e.stopFlushTimer()
 	outcome()
 	e.w.observeEnd(e)
-}
-
-// setOutcome records what ended the attempt, for the Observer.
-func (e *execution) setOutcome(outcome, reason string) {
-	e.ctlMu.Lock()
-	defer e.ctlMu.Unlock()
-	e.outcome, e.reason = outcome, reason
-}
-
-func (e *execution) isEnded() bool {
-	e.ctlMu.Lock()
-	defer e.ctlMu.Unlock()
-	return e.ended
-}
-
-// requestCancel cancels the handler (cause ErrCancelled) if attempt is
-// the one it runs, or remembers the cancel for when the handler starts
-// (the claim then says which attempt it runs). A cancel of another
-// attempt, an earlier one's that arrives late, is not this one's.
-func (e *execution) requestCancel(attempt int) {
-	e.ctlMu.Lock()
-	defer e.ctlMu.Unlock()
-	if e.cancel == nil {
-		e.cancelFor = max(e.cancelFor, attempt) // attempts only grow: the newest cancel is the one that may be this attempt's
-		return
-	}
-	if attempt == e.attempt { // set before cancel, which is set under ctlMu
-		e.cancel(ErrCancelled)
-	}
-}
-
-// cancelWith ends the handler's context with cause (first cause wins).
-func (e *execution) cancelWith(cause error) {
-	e.ctlMu.Lock()
-	defer e.ctlMu.Unlock()
-	if e.cancel != nil {
-		e.cancel(cause)
-	}
 }
 
 // historyTimeout bounds reading what earlier attempts left.
@@ -380,24 +317,14 @@ func (e *execution) call(ctx context.Context, h Handler, run *Run) (res Result, 
 // lose stops the attempt: no more writes, handler cancelled.
 func (e *execution) lose() {
 	e.pub.halt()
-	e.cancelWith(ErrLeaseLost)
+	e.ctl.cancelWith(ErrLeaseLost)
 }
 
 // lapse stops the attempt because the worker's liveness lapsed (see
 // Worker.lapse): as lose, and abandon hands the run off once the worker is
 // back. An execution still being claimed is stopped when execute starts.
 func (e *execution) lapse() {
-	e.ctlMu.Lock()
-	e.lapsed = true
-	started := e.cancel != nil // e.pub is set before it
-	e.ctlMu.Unlock()
-	if started {
+	if e.ctl.lapse() { // e.pub is set before the handler's context
 		e.lose()
 	}
-}
-
-func (e *execution) isLapsed() bool {
-	e.ctlMu.Lock()
-	defer e.ctlMu.Unlock()
-	return e.lapsed
 }

@@ -253,18 +253,22 @@ func (w *Worker) tend(ctx context.Context, now time.Time, beatEvery time.Duratio
 	sem := make(chan struct{}, syncParallelism)
 	var syncs sync.WaitGroup
 	for _, e := range w.executions() {
-		e.tidy()
-		beat, stuck, sync := e.due(now, w.cfg.Lease, w.cfg.RowSyncInterval)
-		if beat {
-			e.dlv.beat(now, beatEvery, renewed)
+		if !e.ctl.live() {
+			continue // not begun yet, or ending: its end tends it
 		}
-		if stuck {
+		// The publisher drops what the server stored (publisher.tidy).
+		e.pub.tidy()
+		// The InProgress goes with every renewal of the liveness key, so
+		// the dispatch's AckWait and the key run out together; a third of
+		// a lease after the last one while renewals fail.
+		e.dlv.beat(now, beatEvery, renewed)
+		if e.ctl.stuck(now, w.cfg.Lease) {
 			e.log.ErrorContext(ctx, "handler ignored the end of its context for a lease; ending its attempt",
-				"cause", context.Cause(e.handlerContext()))
+				"cause", context.Cause(e.ctl.context()))
 			go e.end(e.forceOutcome)
 			continue
 		}
-		if sync {
+		if e.syncDue(now, w.cfg.RowSyncInterval) {
 			sem <- struct{}{}
 			syncs.Go(func() {
 				defer func() { <-sem }()
@@ -276,46 +280,14 @@ func (w *Worker) tend(ctx context.Context, now time.Time, beatEvery time.Duratio
 	w.releaseLeftovers(ctx)
 }
 
-// tidy lets the publisher of e's attempt drop what the server stored (see
-// publisher.tidy), once the attempt has begun.
-func (e *execution) tidy() {
-	e.ctlMu.Lock()
-	begun := e.begun && !e.ended
-	e.ctlMu.Unlock()
-	if begun {
-		e.pub.tidy()
+// syncDue says whether the row of e is due for a sync at now: it has
+// changes pending and its last sync is syncEvery old.
+func (e *execution) syncDue(now time.Time, syncEvery time.Duration) bool {
+	if now.Sub(e.lastSync) < syncEvery || !e.isDirty() {
+		return false
 	}
-}
-
-// due says what the heartbeat at now owes e: a heartbeat of its dispatch
-// (deliveries.beat), giving up a stuck handler, a row sync. The InProgress
-// goes with every renewal of the liveness key, so the dispatch's AckWait
-// and the key run out together; a third of a lease after the last one
-// while renewals fail.
-func (e *execution) due(now time.Time, lease, syncEvery time.Duration) (beat, stuck, sync bool) {
-	e.ctlMu.Lock()
-	defer e.ctlMu.Unlock()
-	if !e.begun || e.ended {
-		return false, false, false
-	}
-	beat = true
-	if e.ctx.Err() != nil {
-		if e.stoppedAt.IsZero() {
-			e.stoppedAt = now
-		} else if now.Sub(e.stoppedAt) > lease {
-			return beat, true, false
-		}
-	}
-	if now.Sub(e.lastSync) >= syncEvery && e.isDirty() {
-		sync, e.lastSync = true, now
-	}
-	return beat, false, sync
-}
-
-func (e *execution) handlerContext() context.Context {
-	e.ctlMu.Lock()
-	defer e.ctlMu.Unlock()
-	return e.ctx
+	e.lastSync = now
+	return true
 }
 
 // sync writes the pending row fields. The row read on a lost race may
@@ -337,14 +309,14 @@ func (e *execution) sync(ctx context.Context) {
 		// Classified without the beat's own bound, which is no caller leaving.
 		e.w.fault(context.WithoutCancel(ctx), e.log, "sync run row", err)
 	case row.CancelRequested:
-		e.requestCancel(row.Attempt) // the row this attempt holds (owned)
+		e.ctl.requestCancel(row.Attempt) // the row this attempt holds (owned)
 	}
 }
 
 // forceOutcome ends the attempt of a handler that will not return: as it
 // would have ended had it returned when its context ended.
 func (e *execution) forceOutcome() {
-	cause := context.Cause(e.handlerContext())
+	cause := context.Cause(e.ctl.context())
 	switch {
 	case errors.Is(cause, ErrCancelled):
 		e.finalize(events.StatusAborted, events.ReasonCancelled, "", result{})

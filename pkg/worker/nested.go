@@ -135,7 +135,7 @@ func (r *Run) Spawn(ctx context.Context, req ChildRequest) (*Child, error) {
 
 // Spawn is Run.Spawn on a worker.
 func (e *execution) Spawn(ctx context.Context, req ChildRequest) (*Child, error) {
-	if e.isEnded() {
+	if e.ctl.isEnded() {
 		return nil, ErrLeaseLost
 	}
 	e.nest.mu.Lock()

@@ -105,9 +105,7 @@ func (w *Worker) observeEnd(e *execution) {
 	if w.cfg.Observer == nil {
 		return
 	}
-	e.ctlMu.Lock()
-	begun, begunAt, outcome, reason := e.begun, e.begunAt, e.outcome, e.reason
-	e.ctlMu.Unlock()
+	begun, begunAt, outcome, reason := e.ctl.observed()
 	if !begun {
 		return
 	}

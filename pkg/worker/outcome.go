@@ -166,7 +166,7 @@ func (e *execution) finalize(status events.Status, reason, text string, res resu
 		}
 		e.w.unindexIfSettled(ctx, row)
 	}
-	e.setOutcome(string(row.Status), row.Reason)
+	e.ctl.setOutcome(string(row.Status), row.Reason)
 	e.w.advanceKey(ctx, row)
 	e.log.InfoContext(ctx, "run finished", "status", row.Status)
 	e.releaseMsgs(settle.Ack())
@@ -243,7 +243,7 @@ func (e *execution) handBack() {
 		e.log.WarnContext(ctx, "hand the run back; it is released once JetStream answers, or taken over if this worker stops", "err", err)
 		e.leaveBehind(false)
 	}
-	e.setOutcome(OutcomeHandedBack, "")
+	e.ctl.setOutcome(OutcomeHandedBack, "")
 	e.log.InfoContext(ctx, "run handed back")
 	e.releaseMsgs(settle.Retry(0)) // immediate redelivery to another worker
 }
@@ -267,7 +267,7 @@ func (e *execution) release(delay time.Duration) {
 		e.log.WarnContext(ctx, "release the run; it is released once JetStream answers", "err", err)
 		e.leaveBehind(false)
 	}
-	e.setOutcome(OutcomeReleased, "")
+	e.ctl.setOutcome(OutcomeReleased, "")
 	e.releaseMsgs(settle.Retry(delay))
 }
 
@@ -279,7 +279,7 @@ func (e *execution) release(delay time.Duration) {
 // whose run another worker took over is recorded as a lapse (refundLapse).
 func (e *execution) abandon() {
 	e.pub.fence()
-	if (e.isLapsed() || e.pub.livenessRanOut()) && e.w.awaitLiveness(e.epoch) && e.handOffLapsed() {
+	if (e.ctl.isLapsed() || e.pub.livenessRanOut()) && e.w.awaitLiveness(e.epoch) && e.handOffLapsed() {
 		return
 	}
 	ctx, cancel := writeContext()
@@ -299,13 +299,13 @@ func (e *execution) abandon() {
 			e.releaseMsgs(settle.Leave())
 			return
 		}
-		e.setOutcome(OutcomeEndedElsewhere, "")
+		e.ctl.setOutcome(OutcomeEndedElsewhere, "")
 		e.log.InfoContext(ctx, "run ended elsewhere; attempt stopped")
 		e.releaseMsgs(settle.Ack())
 		return
 	}
 	if errors.Is(err, runstore.ErrRunNotFound) {
-		e.setOutcome(OutcomeEndedElsewhere, "")
+		e.ctl.setOutcome(OutcomeEndedElsewhere, "")
 		e.log.InfoContext(ctx, "run cleared; attempt stopped")
 		e.releaseMsgs(settle.Ack())
 		return
@@ -316,9 +316,9 @@ func (e *execution) abandon() {
 	if err != nil || model.Of(row).HeldBy(e.w.cfg.ID, e.attempt) {
 		// Stopped by a lapse, and the hand-off did not land (or the row
 		// could not be read): the row may still name this worker.
-		e.leaveBehind(e.isLapsed() || e.pub.livenessRanOut())
+		e.leaveBehind(e.ctl.isLapsed() || e.pub.livenessRanOut())
 	}
-	e.setOutcome(OutcomeLeaseLost, "")
+	e.ctl.setOutcome(OutcomeLeaseLost, "")
 	// When the worker's liveness lapses every attempt stops at once: one
 	// line per interval says so, with the count of the others.
 	e.w.logs.Log(ctx, e.log, slog.LevelWarn, "lease lost", "lease lost; attempt stopped")
@@ -350,7 +350,7 @@ func (e *execution) handOffLapsed() bool {
 	// A run given up meanwhile (interrupted: no attempt follows) counts
 	// the steps the attempt stored whose answers the lapse cut off.
 	e.w.countLostSteps(ctx, row)
-	e.setOutcome(OutcomeLeaseLost, "")
+	e.ctl.setOutcome(OutcomeLeaseLost, "")
 	e.w.logs.Log(ctx, e.log, slog.LevelInfo, "handed off after a lapse", "run handed off after a lapse of the worker's liveness")
 	e.releaseMsgs(settle.Retry(0)) // at once, to any worker
 	return true

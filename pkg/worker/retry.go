@@ -71,7 +71,7 @@ func (e *execution) retry(herr error, delay time.Duration) {
 	if err != nil {
 		e.log.Warn("release the run for a retry; it is taken over when its lease expires", "err", err)
 	}
-	e.setOutcome(OutcomeRetry, "")
+	e.ctl.setOutcome(OutcomeRetry, "")
 	if delay == 0 {
 		delay = retryDelay(e.firstMsg())
 	}

@@ -152,7 +152,7 @@ func (e *execution) chargeStep(ctx context.Context, s *stepUsage) error {
 		}
 	}
 	if over != nil {
-		e.cancelWith(over)
+		e.ctl.cancelWith(over)
 		return over
 	}
 	return errors.Join(errs...)

@@ -133,7 +133,7 @@ func (r *Run) Usage(ctx context.Context, u Usage) error {
 // added to its step's usage, if it is a step's).
 func (e *execution) Usage(ctx context.Context, u Usage) error {
 	s, inStep := ctx.Value(stepUsageKey{}).(*stepUsage)
-	if e.isEnded() {
+	if e.ctl.isEnded() {
 		return ErrLeaseLost
 	}
 	if err := e.startUsage(ctx, e.row); err != nil {
@@ -291,7 +291,7 @@ func (e *execution) chargeTree(ctx context.Context, patient bool) error {
 		e.use.markSynced(upTo)
 	}
 	if over != nil {
-		e.cancelWith(over)
+		e.ctl.cancelWith(over)
 		return over
 	}
 	return errors.Join(errs...)
