@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/jetrun/jetrun/internal/engine/calls"
-	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 )
 
@@ -141,9 +140,7 @@ func (e *execution) callFor(ctx context.Context, name string, input json.RawMess
 		AgentType: e.row.AgentType, Parent: e.row.Parent, ParentToolCallID: e.row.ParentToolCallID,
 		TimeoutMs: timeout.Milliseconds(), Attempt: e.attempt, At: time.Now(),
 	}
-	e.emitMu.Lock()
-	seq, err := e.pub.publish(ctx, events.KindCall, wire.CallMsgID(e.id, c.Seq), c, true)
-	e.emitMu.Unlock()
+	seq, err := e.emit.call(ctx, c)
 	if err != nil {
 		return nil, err
 	}

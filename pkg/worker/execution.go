@@ -49,13 +49,7 @@ type execution struct {
 
 	dlv *deliveries // the deliveries of the run's dispatch, settled at the end
 
-	emitMu         sync.Mutex // orders sequence numbers with their publishes
-	chunkSeq       int64
-	milestones     []events.Milestone
-	progressN      int64
-	lastProgressAt time.Time
-	pending        *events.Progress // a coalesced progress event awaiting its flush
-	flushTimer     *time.Timer      // flushes pending when its window ends
+	emit *emitter // event numbering (emit.go)
 
 	stateMu       sync.Mutex // row fields awaiting the next row sync
 	dirty         bool
@@ -64,12 +58,6 @@ type execution struct {
 	firstEventSeq uint64
 	waitingFor    string            // the signal the handler waits for now
 	signalsSeen   map[string]uint64 // signals received, not yet on the row
-	signalEvents  int64             // numbers the signal events' message ids
-	// The newest chunk sequence and milestone emitted (showEmitted), for
-	// the row: emitMu's chunkSeq and milestones, readable without it.
-	shownChunks        int64
-	shownMilestone     int
-	shownMilestoneName string
 
 	nest execNested // nested runs and calls (nested.go, call.go)
 
@@ -100,6 +88,7 @@ func (w *Worker) execute(ctx context.Context, e *execution, row *jetruntype.Run,
 		lost: e.lose, lapsed: e.lapse, until: w.holdsUntil, trace: trace,
 		chunks: chunkBatch{window: w.cfg.ChunkWindow},
 	}
+	e.emit = newEmitter(row.ID, row.Attempt, e.pub, w.cfg.ProgressInterval, e.timedFlush)
 
 	hctx, cancel := context.WithCancelCause(withTrace(ctx, trace))
 	defer cancel(nil)
@@ -161,7 +150,7 @@ func (e *execution) end(outcome func()) {
 		return
 	}
 	e.parking.end()
-	e.stopFlushTimer()
+	e.emit.stopTimer()
 	outcome()
 	e.w.observeEnd(e)
 }
@@ -251,12 +240,13 @@ func (e *execution) firstEvent(ctx context.Context, running uint64) (uint64, err
 // earlier attempt can add to them.
 func (e *execution) loadHistory(ctx context.Context) error {
 	ns := e.w.ns
+	var chunkSeq int64
 	m, err := e.w.rt.EventsStreamFor(e.id).GetLastMsgForSubject(ctx, ns.RunSubject(e.id, events.KindChunk))
 	switch {
 	case err == nil:
 		var c events.Chunk
 		if json.Unmarshal(m.Data, &c) == nil {
-			e.chunkSeq = c.LastSeq() // a coalesced event's last chunk
+			chunkSeq = c.LastSeq() // a coalesced event's last chunk
 		}
 	case !errors.Is(err, jetstream.ErrMsgNotFound):
 		return fmt.Errorf("read the last chunk: %w", err)
@@ -287,12 +277,7 @@ func (e *execution) loadHistory(ctx context.Context) error {
 			ms = append(ms, ms1)
 		}
 	}
-	e.milestones = ms
-	var last events.Milestone
-	if n := len(ms); n > 0 {
-		last = ms[n-1]
-	}
-	e.showEmitted(e.chunkSeq, last)
+	e.emit.restore(chunkSeq, ms)
 	steps, err := e.readSteps(ctx, first)
 	if err != nil {
 		return err

@@ -93,7 +93,7 @@ type nested struct {
 
 // execNested is an attempt's state for nested runs and calls. mu is a
 // leaf lock; callMu (held while a call is looked up and stored) comes
-// before emitMu and mu.
+// before the emitter's turn and mu.
 type execNested struct {
 	mu       sync.Mutex
 	spawns   int            // Spawn calls so far in this attempt

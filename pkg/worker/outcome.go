@@ -379,7 +379,7 @@ func (e *execution) drain(ctx context.Context) error {
 	if e.pub.isFenced() {
 		return nil
 	}
-	if err := e.flushProgress(ctx); err != nil {
+	if err := e.emit.flush(ctx); err != nil {
 		return err
 	}
 	return e.pub.flush(ctx)

@@ -77,14 +77,15 @@ func (e *execution) isDirty() bool {
 // Taking them clears the attempt's dirty mark, unless it holds usage
 // reports not charged yet (the row stays due for a sync).
 func (e *execution) synced() model.Synced {
+	chunks, milestone := e.emit.shown()
 	e.stateMu.Lock()
 	defer e.stateMu.Unlock()
 	ev := model.Synced{
 		By:            e.holder(),
 		LastSignalAt:  e.lastSignalAt,
-		Chunks:        e.shownChunks,
-		Milestones:    e.shownMilestone,
-		LastMilestone: e.shownMilestoneName,
+		Chunks:        chunks,
+		Milestones:    milestone.Sequence,
+		LastMilestone: milestone.Name,
 		WaitingFor:    e.waitingFor, // a wait that ended restarts the no-progress clock
 		SignalsSeen:   maps.Clone(e.signalsSeen),
 		FirstEventSeq: e.firstEventSeq,

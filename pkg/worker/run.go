@@ -184,7 +184,7 @@ func (r *Run) Wait(ctx context.Context, name string) (json.RawMessage, error) {
 
 func (e *execution) Logger() *slog.Logger { return e.log }
 
-func (e *execution) Milestones() []events.Milestone { return e.milestonesCopy() }
+func (e *execution) Milestones() []events.Milestone { return e.emit.milestonesCopy() }
 
 func (e *execution) Chunk(ctx context.Context, data json.RawMessage) error {
 	return e.emitChunk(ctx, data)
@@ -200,7 +200,7 @@ func (e *execution) Milestone(ctx context.Context, name string, data json.RawMes
 }
 
 func (e *execution) Flush(ctx context.Context) error {
-	if err := e.flushProgress(ctx); err != nil {
+	if err := e.emit.flush(ctx); err != nil {
 		return err
 	}
 	return e.pub.flush(ctx)
@@ -236,7 +236,7 @@ func (e *execution) Wait(ctx context.Context, name string) (json.RawMessage, err
 	e.stateMu.Lock()
 	seen := max(row.SignalsSeen[name], e.signalsSeen[name])
 	e.stateMu.Unlock()
-	if err := e.publishSignalEvent(ctx, events.SignalEvent{Name: name, State: events.SignalWaiting}); err != nil {
+	if err := e.emit.signal(ctx, events.SignalEvent{Name: name, State: events.SignalWaiting}); err != nil {
 		return nil, err
 	}
 
@@ -259,7 +259,7 @@ func (e *execution) Wait(ctx context.Context, name string) (json.RawMessage, err
 	e.signalsSeen[name] = seq
 	e.stateMu.Unlock()
 	e.noteSignal(now, nil) // received: a sign of progress; the next row sync records it
-	if err := e.publishSignalEvent(ctx, events.SignalEvent{Name: name, State: events.SignalReceived, Payload: payload, Seq: seq}); err != nil {
+	if err := e.emit.signal(ctx, events.SignalEvent{Name: name, State: events.SignalReceived, Payload: payload, Seq: seq}); err != nil {
 		return nil, err
 	}
 	return payload, nil
