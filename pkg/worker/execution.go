@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -33,31 +32,18 @@ type execution struct {
 	log     *slog.Logger
 	pub     *publisher
 
-	ctl      attemptCtl // the handler's context, begun and ended (ctl.go)
-	lastSync time.Time  // the last row sync
+	ctl attemptCtl // the handler's context, begun and ended (ctl.go)
 
 	// row is the row as the attempt started, its Run's (read-only).
 	row *jetruntype.Run
 
-	// cur and rev are the newest row this execution knows of; curMu
-	// serializes the execution's row writes.
-	curMu sync.Mutex
-	cur   *jetruntype.Run
-	rev   uint64
+	rw *rowWriter // the newest row known and the fields awaiting a write (row.go)
 
 	parking *parking // the concurrency slot of the run's dispatch
 
 	dlv *deliveries // the deliveries of the run's dispatch, settled at the end
 
 	emit *emitter // event numbering (emit.go)
-
-	stateMu       sync.Mutex // row fields awaiting the next row sync
-	dirty         bool
-	snapshot      *jetruntype.ProgressSnapshot
-	lastSignalAt  time.Time
-	firstEventSeq uint64
-	waitingFor    string            // the signal the handler waits for now
-	signalsSeen   map[string]uint64 // signals received, not yet on the row
 
 	nest execNested // nested runs and calls (nested.go, call.go)
 
@@ -81,7 +67,7 @@ func (w *Worker) execute(ctx context.Context, e *execution, row *jetruntype.Run,
 	if id := trace.TraceID(); id != "" {
 		e.log = e.log.With("trace_id", id)
 	}
-	e.cur, e.rev = row, rev
+	e.rw = newRowWriter(w.store, row, rev)
 	e.pub = &publisher{
 		js: w.js, stream: w.rt.EventsStreamFor(row.ID), streams: len(w.rt.EventsStreams()), store: w.store, ns: w.ns,
 		runID: row.ID, worker: w.cfg.ID, attempt: row.Attempt, window: &w.eventWindow,
@@ -110,9 +96,9 @@ func (w *Worker) execute(ctx context.Context, e *execution, row *jetruntype.Run,
 		return
 	}
 	e.log.DebugContext(ctx, "run started")
-	e.row = model.Of(e.cur).Clone() // before the heart may write e.cur
+	e.row = model.Of(e.rw.row()).Clone()
 	run := &Run{b: e, row: e.row}
-	e.lastSync = time.Now() // before the heart tends the attempt
+	e.rw.startClock(time.Now())
 	e.ctl.begin(time.Now())
 	e.dlv.startBeats(time.Now())
 	w.observeStart(e, row)
@@ -161,7 +147,7 @@ const historyTimeout = 30 * time.Second
 // start publishes "running", which fences off every earlier attempt (see
 // publisher), then reads what those attempts left (a takeover), so chunk
 // and milestone numbering continue after the last stored ones. It runs
-// before the handler, so it reads e.cur, the claimed row, without a lock.
+// before the handler: the row it reads is the claimed row.
 //
 // A first attempt that never waited queued has nothing to read: its
 // "running" is the run's first event and no earlier attempt can write
@@ -171,15 +157,12 @@ const historyTimeout = 30 * time.Second
 // and the run is never made final without it. The claim is on the row
 // already, so the event never claims what the row does not record.
 func (e *execution) start(ctx context.Context) error {
-	takeover := e.attempt > 1 || e.cur.FirstEventSeq != 0
+	claimed := e.rw.row()
+	takeover := e.attempt > 1 || claimed.FirstEventSeq != 0
 	msgID := wire.StatusMsgID(e.id, e.attempt, events.StatusRunning)
-	if !takeover && e.cur.ConcurrencyKey == "" {
-		e.pub.opened = func(seq uint64) {
-			e.stateMu.Lock()
-			e.firstEventSeq, e.dirty = seq, true
-			e.stateMu.Unlock()
-		}
-		return e.pub.open(ctx, msgID, model.Of(e.cur).StatusEvent(e.w.cfg.ID))
+	if !takeover && claimed.ConcurrencyKey == "" {
+		e.pub.opened = e.rw.setFirstEvent
+		return e.pub.open(ctx, msgID, model.Of(claimed).StatusEvent(e.w.cfg.ID))
 	}
 	if takeover {
 		last, err := e.w.rt.EventsStreamFor(e.id).GetLastMsgForSubject(ctx, e.w.ns.RunSubject(e.id, events.KindStatus))
@@ -190,26 +173,24 @@ func (e *execution) start(ctx context.Context) error {
 			return fmt.Errorf("read the last status event: %w", err)
 		}
 	}
-	seq, err := e.pub.publish(ctx, events.KindStatus, msgID, model.Of(e.cur).StatusEvent(e.w.cfg.ID), true)
+	seq, err := e.pub.publish(ctx, events.KindStatus, msgID, model.Of(claimed).StatusEvent(e.w.cfg.ID), true)
 	if err != nil {
 		return err
 	}
 	e.pub.mu.Lock()
 	e.pub.fenceSeq = seq // our own "running" is the status event we stream after
 	e.pub.mu.Unlock()
-	if e.cur.FirstEventSeq == 0 {
-		first, err := e.firstEvent(ctx, seq)
+	if claimed.FirstEventSeq == 0 {
+		first, err := e.firstEvent(ctx, claimed, seq)
 		if err != nil {
 			return err
 		}
-		e.stateMu.Lock()
-		e.firstEventSeq, e.dirty = first, true
-		e.stateMu.Unlock()
+		e.rw.setFirstEvent(first)
 	}
 	if takeover {
 		hctx, cancel := context.WithTimeout(ctx, historyTimeout)
 		defer cancel()
-		return e.loadHistory(hctx)
+		return e.loadHistory(hctx, claimed)
 	}
 	return nil
 }
@@ -223,8 +204,8 @@ func (e *execution) start(ctx context.Context) error {
 // next message on the run's subjects from the stream's start, which the
 // server answers from its per-subject index rather than by a scan. Only a
 // row without the sequence pays for it, never a short run's first attempt.
-func (e *execution) firstEvent(ctx context.Context, running uint64) (uint64, error) {
-	if e.attempt <= 1 && e.cur.ConcurrencyKey == "" {
+func (e *execution) firstEvent(ctx context.Context, claimed *jetruntype.Run, running uint64) (uint64, error) {
+	if e.attempt <= 1 && claimed.ConcurrencyKey == "" {
 		return running, nil
 	}
 	m, err := e.w.rt.EventsStreamFor(e.id).GetMsg(ctx, 1, jetstream.WithGetMsgSubject(e.w.ns.RunWildcard(e.id)))
@@ -238,7 +219,7 @@ func (e *execution) firstEvent(ctx context.Context, running uint64) (uint64, err
 // reached and the steps stored, and counts the usage of stored steps the
 // row does not count yet (startSteps). After our "running" event no
 // earlier attempt can add to them.
-func (e *execution) loadHistory(ctx context.Context) error {
+func (e *execution) loadHistory(ctx context.Context, claimed *jetruntype.Run) error {
 	ns := e.w.ns
 	var chunkSeq int64
 	m, err := e.w.rt.EventsStreamFor(e.id).GetLastMsgForSubject(ctx, ns.RunSubject(e.id, events.KindChunk))
@@ -256,9 +237,7 @@ func (e *execution) loadHistory(ctx context.Context) error {
 	// over hundreds of runs at once must not open hundreds of consumers.
 	subject := ns.RunSubject(e.id, events.KindMilestone)
 	var ms []events.Milestone
-	e.stateMu.Lock()
-	first := cmp.Or(e.cur.FirstEventSeq, e.firstEventSeq, 1)
-	e.stateMu.Unlock()
+	first := cmp.Or(e.rw.firstEvent(), 1)
 	for seq := first; ; {
 		m, err := e.w.rt.EventsStreamFor(e.id).GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -283,7 +262,7 @@ func (e *execution) loadHistory(ctx context.Context) error {
 		return err
 	}
 	e.storedSteps = steps
-	return e.startSteps(ctx, steps)
+	return e.startSteps(ctx, claimed, steps)
 }
 
 // call runs the handler, turning a panic into an error.

@@ -268,7 +268,7 @@ func (w *Worker) tend(ctx context.Context, now time.Time, beatEvery time.Duratio
 			go e.end(e.forceOutcome)
 			continue
 		}
-		if e.syncDue(now, w.cfg.RowSyncInterval) {
+		if e.rw.due(now, w.cfg.RowSyncInterval) {
 			sem <- struct{}{}
 			syncs.Go(func() {
 				defer func() { <-sem }()
@@ -278,16 +278,6 @@ func (w *Worker) tend(ctx context.Context, now time.Time, beatEvery time.Duratio
 	}
 	syncs.Wait()
 	w.releaseLeftovers(ctx)
-}
-
-// syncDue says whether the row of e is due for a sync at now: it has
-// changes pending and its last sync is syncEvery old.
-func (e *execution) syncDue(now time.Time, syncEvery time.Duration) bool {
-	if now.Sub(e.lastSync) < syncEvery || !e.isDirty() {
-		return false
-	}
-	e.lastSync = now
-	return true
 }
 
 // sync writes the pending row fields. The row read on a lost race may
@@ -303,9 +293,7 @@ func (e *execution) sync(ctx context.Context) {
 	case errors.Is(err, ErrLeaseLost):
 		e.lose()
 	case err != nil:
-		e.stateMu.Lock()
-		e.dirty = true // synced cleared it for a write that did not land
-		e.stateMu.Unlock()
+		e.rw.markDirty() // synced cleared it for a write that did not land
 		// Classified without the beat's own bound, which is no caller leaving.
 		e.w.fault(context.WithoutCancel(ctx), e.log, "sync run row", err)
 	case row.CancelRequested:

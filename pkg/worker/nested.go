@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -97,7 +96,6 @@ type nested struct {
 type execNested struct {
 	mu       sync.Mutex
 	spawns   int            // Spawn calls so far in this attempt
-	waits    []string       // what the handler waits for besides signals (run:<id>, call:<name>)
 	callKeys map[string]int // calls so far in this attempt, per name and input
 
 	callMu sync.Mutex
@@ -240,32 +238,7 @@ func (c *Child) Await(ctx context.Context) (*parent.Result, error) {
 // waitingFor; the no-progress budget does not run meanwhile); the returned
 // function ends the wait.
 func (e *execution) beginWait(what string) func() {
-	e.stateMu.Lock()
-	e.nest.mu.Lock()
-	e.nest.waits = append(e.nest.waits, what)
-	e.nest.mu.Unlock()
-	e.waitingFor, e.dirty = what, true
-	e.stateMu.Unlock()
-	return func() {
-		e.stateMu.Lock()
-		defer e.stateMu.Unlock()
-		e.nest.mu.Lock()
-		if i := slices.Index(e.nest.waits, what); i >= 0 {
-			e.nest.waits = slices.Delete(e.nest.waits, i, i+1)
-		}
-		rest := ""
-		if n := len(e.nest.waits); n > 0 {
-			rest = e.nest.waits[n-1]
-		}
-		e.nest.mu.Unlock()
-		if e.waitingFor == what {
-			e.waitingFor = rest
-		}
-		if now := time.Now(); now.After(e.lastSignalAt) {
-			e.lastSignalAt = now // the wait ended: a sign of progress
-		}
-		e.dirty = true
-	}
+	return e.rw.beginWait(what)
 }
 
 // forward copies the child's chunks onto this run's timeline as
@@ -330,9 +303,8 @@ func (c *Child) forward(ctx context.Context) (stop func(settled bool)) {
 // forwardedUpTo returns the sequence of the last chunk of child already
 // forwarded onto this run's timeline (by an earlier attempt).
 func (e *execution) forwardedUpTo(ctx context.Context, child string) (int64, error) {
-	e.curMu.Lock()
-	first, created := e.cur.FirstEventSeq, e.cur.CreatedAt
-	e.curMu.Unlock()
+	row := e.rw.row()
+	first, created := row.FirstEventSeq, row.CreatedAt
 	opts := events.ReplayOptions{
 		StartSeq:  first,
 		StartTime: created.Add(-time.Minute),

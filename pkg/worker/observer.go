@@ -109,9 +109,7 @@ func (w *Worker) observeEnd(e *execution) {
 	if !begun {
 		return
 	}
-	e.curMu.Lock()
-	agentType := e.cur.AgentType
-	e.curMu.Unlock()
+	agentType := e.rw.row().AgentType
 	w.cfg.Observer.RunEnded(RunEnd{RunID: e.id, AgentType: agentType, Attempt: e.attempt,
 		Outcome: cmp.Or(outcome, OutcomeUnrecorded), Reason: reason, Took: time.Since(begunAt), Usage: e.attemptUsage()})
 }

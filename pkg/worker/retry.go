@@ -41,9 +41,8 @@ func isCancel(err error) bool {
 // after delay (retryDelay's when 0). The last allowed attempt ends the run
 // "error".
 func (e *execution) retry(herr error, delay time.Duration) {
-	e.curMu.Lock()
-	used := e.cur.Attempt - e.cur.Handoffs
-	e.curMu.Unlock()
+	row := e.rw.row()
+	used := row.Attempt - row.Handoffs
 	if used >= e.w.cfg.MaxAttempts {
 		e.finalize(events.StatusError, events.ReasonHandlerError, herr.Error(), result{})
 		return

@@ -216,16 +216,7 @@ func (e *execution) Park(ctx context.Context, wait func(ctx context.Context) err
 }
 
 func (e *execution) Wait(ctx context.Context, name string) (json.RawMessage, error) {
-	e.stateMu.Lock()
-	e.waitingFor = name
-	e.stateMu.Unlock()
-	defer func() { // however the wait ends; the next row sync records it
-		e.stateMu.Lock()
-		if e.waitingFor == name {
-			e.waitingFor, e.dirty = "", true
-		}
-		e.stateMu.Unlock()
-	}()
+	defer e.rw.waitSignal(name)() // however the wait ends; the next row sync records it
 	now := time.Now()
 	row, err := e.write(ctx, func(x *jetruntype.Run) error {
 		return e.apply(x, now, model.Waiting{By: e.holder(), Name: name})
@@ -233,9 +224,7 @@ func (e *execution) Wait(ctx context.Context, name string) (json.RawMessage, err
 	if err != nil {
 		return nil, fmt.Errorf("worker: wait for %s: %w", name, err)
 	}
-	e.stateMu.Lock()
-	seen := max(row.SignalsSeen[name], e.signalsSeen[name])
-	e.stateMu.Unlock()
+	seen := e.rw.seenSignal(row, name)
 	if err := e.emit.signal(ctx, events.SignalEvent{Name: name, State: events.SignalWaiting}); err != nil {
 		return nil, err
 	}
@@ -251,14 +240,7 @@ func (e *execution) Wait(ctx context.Context, name string) (json.RawMessage, err
 	if err != nil {
 		return nil, err
 	}
-	now = time.Now()
-	e.stateMu.Lock()
-	if e.signalsSeen == nil {
-		e.signalsSeen = make(map[string]uint64)
-	}
-	e.signalsSeen[name] = seq
-	e.stateMu.Unlock()
-	e.noteSignal(now, nil) // received: a sign of progress; the next row sync records it
+	e.rw.sawSignal(name, seq, time.Now()) // received: a sign of progress; the next row sync records it
 	if err := e.emit.signal(ctx, events.SignalEvent{Name: name, State: events.SignalReceived, Payload: payload, Seq: seq}); err != nil {
 		return nil, err
 	}

@@ -182,9 +182,7 @@ func (e *execution) foldStep(name string, s *stepUsage, dup bool) {
 	}
 	e.use.foldedBy[name] = true
 	e.use.mu.Unlock()
-	e.stateMu.Lock()
-	e.dirty = true
-	e.stateMu.Unlock()
+	e.rw.markDirty()
 }
 
 // freeStep makes the usage of a step that is not stored the attempt's,
@@ -208,9 +206,7 @@ func (e *execution) freeStep(s *stepUsage) {
 	}
 	e.use.mu.Unlock()
 	e.use.chargeMu.Unlock()
-	e.stateMu.Lock()
-	e.dirty = true
-	e.stateMu.Unlock()
+	e.rw.markDirty()
 }
 
 // startSteps counts, at a takeover, the usage of the steps earlier
@@ -219,7 +215,7 @@ func (e *execution) freeStep(s *stepUsage) {
 // without a budget, to its tree totals) by the attempt's next row write,
 // which moves stepUsage on with it. Their tree totals elsewhere were
 // charged before the steps were stored.
-func (e *execution) startSteps(ctx context.Context, stored []events.Step) error {
+func (e *execution) startSteps(ctx context.Context, claimed *jetruntype.Run, stored []events.Step) error {
 	var spent jetruntype.Usage
 	for _, st := range stored {
 		if st.Usage != nil {
@@ -227,22 +223,20 @@ func (e *execution) startSteps(ctx context.Context, stored []events.Step) error 
 		}
 	}
 	var had jetruntype.Usage
-	if e.cur.StepUsage != nil {
-		had = *e.cur.StepUsage
+	if claimed.StepUsage != nil {
+		had = *claimed.StepUsage
 	}
 	missing := model.MinusUsage(spent, had)
 	if model.IsZeroUsage(missing) {
 		return nil
 	}
-	if err := e.startUsage(ctx, e.cur); err != nil {
+	if err := e.startUsage(ctx, claimed); err != nil {
 		return err
 	}
 	e.use.mu.Lock()
 	e.use.recovered = missing
 	e.use.mu.Unlock()
-	e.stateMu.Lock()
-	e.dirty = true
-	e.stateMu.Unlock()
+	e.rw.markDirty()
 	e.log.InfoContext(ctx, "counting the usage of steps an earlier attempt stored", "tokens", missing.Tokens(), "cost_micros", missing.CostMicros)
 	return nil
 }

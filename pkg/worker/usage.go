@@ -147,9 +147,7 @@ func (e *execution) Usage(ctx context.Context, u Usage) error {
 	budgeted := e.use.budgeted
 	e.use.mu.Unlock()
 	if !inStep {
-		e.stateMu.Lock()
-		e.dirty = true
-		e.stateMu.Unlock()
+		e.rw.markDirty()
 	}
 	if !budgeted {
 		return nil
