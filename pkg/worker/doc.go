@@ -82,40 +82,35 @@
 //     calls and replies of earlier ones, so a call is never asked twice
 //     and a reply never lost (call.go).
 //
-// # Lock order
+// # An attempt's parts
 //
-// An execution's locks nest only in this order (a lock may be taken while
-// holding one listed before it, never after):
+// An attempt (execution.go) is composed of parts, each owning its state
+// under one lock that it never holds while it calls out (I/O, another
+// part, a callback): a part that needs another's state is given a value
+// by its caller, and the heart asks each part for a snapshot and acts on
+// it outside any lock.
 //
-//	Run.steps.mu   the stored steps of the run; held while reading them (step.go)
-//	curMu          the row this attempt knows; held across its compare-and-set
-//	nest.callMu    a call being looked up and stored (call.go)
-//	parkMu         the concurrency slot; held while taking one back
-//	ctlMu          handler context, begun/ended, heart bookkeeping
-//	emitMu         event numbering; held across a publish
-//	stateMu        row fields awaiting the next row write
-//	publisher.mu   the attempt's event pipeline (publisher.go)
-//	nest.mu        nested runs, waits and call keys
-//	msgMu          the deliveries of the run's dispatch
+//	attemptCtl   the handler's context and cancel, begun/ended, the lapse mark (ctl.go)
+//	rowWriter    the newest row known, the fields awaiting the next row write,
+//	             the dirty mark and the sync clock (row.go)
+//	emitter      event numbering and the flush timer (emit.go)
+//	deliveries   the dispatch's deliveries, their heartbeat and release (deliveries.go)
+//	parking      the concurrency slot while the handler is parked (parking.go)
 //
-// The pairs the code takes: Run.steps.mu → curMu (reading the steps from
-// the row's first event); curMu → emitMu and curMu → stateMu (a row write
-// applying pending fields, synced, which takes emitMu and stateMu one
-// after the other, never together); nest.callMu → emitMu → publisher.mu (a
-// call's or any event's publish); nest.callMu → nest.mu; parkMu → ctlMu
-// (unpark); ctlMu → stateMu (the heart's due); stateMu → nest.mu (waits).
-// The publisher calls back into the execution (lose, lapse) in goroutines
-// of their own, never under publisher.mu. Worker.mu guards the active set,
-// the lapse and the liveness key; it is a leaf, never held across I/O or
-// an execution's lock.
+// The row writer and the emitter let one write or numbered publish through
+// at a time with a one-slot turn taken with the caller's context, so their
+// order is kept without a lock held across the round trip. The publisher
+// (publisher.go), the usage (usage.go) and the nested runs and calls
+// (nested.go, call.go) keep locks of their own; Worker.mu guards the active
+// set, the lapse and the liveness key and is a leaf.
 //
 // # Files
 //
 // worker.go (Worker, Start, Shutdown), dispatch.go (one delivery: claim or
 // act on the row), settle.go (settling deliveries), keys.go (concurrency
-// keys), execution.go (an attempt: claim to handler call), emit.go (the
-// events a handler publishes), publisher.go (fenced, pipelined publishes),
-// row.go (the attempt's row writes and pending fields), heart.go (liveness,
+// keys), execution.go (an attempt: claim to handler call), ctl.go,
+// row.go, emit.go, deliveries.go and parking.go (its parts),
+// publisher.go (fenced, pipelined publishes), heart.go (liveness,
 // heartbeats, row sync), outcome.go (how an attempt ends: final write,
 // hand-back, release, abandon), retry.go, cancels.go (cancels and signals),
 // nested.go and call.go (nested runs and calls), step.go (durable steps),

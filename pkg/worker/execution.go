@@ -24,31 +24,28 @@ import (
 // worker's heart (heart.go) renews the worker's liveness for every run at
 // once, heartbeats the dispatch and syncs the row; the worker's cancel
 // follower cancels the handler.
+//
+// Its state lives in parts that each own their lock and never call out
+// holding it (the package doc lists them); the execution composes them
+// and holds only what is set once, before the handler runs.
 type execution struct {
 	w       *Worker
 	id      string
 	attempt int
 	epoch   string // the worker's liveness epoch the attempt was claimed under
 	log     *slog.Logger
-	pub     *publisher
+	row     *jetruntype.Run // the row as the attempt started, its Run's (read-only)
+	pub     *publisher      // fenced, pipelined publishes (publisher.go)
 
-	ctl attemptCtl // the handler's context, begun and ended (ctl.go)
-
-	// row is the row as the attempt started, its Run's (read-only).
-	row *jetruntype.Run
-
-	rw *rowWriter // the newest row known and the fields awaiting a write (row.go)
-
-	parking *parking // the concurrency slot of the run's dispatch
-
-	dlv *deliveries // the deliveries of the run's dispatch, settled at the end
-
-	emit *emitter // event numbering (emit.go)
-
-	nest execNested // nested runs and calls (nested.go, call.go)
+	ctl     attemptCtl  // the handler's context, begun and ended (ctl.go)
+	rw      *rowWriter  // the newest row known and the fields awaiting a write (row.go)
+	emit    *emitter    // event numbering (emit.go)
+	dlv     *deliveries // the deliveries of the run's dispatch (deliveries.go)
+	parking *parking    // the concurrency slot of the run's dispatch (parking.go)
+	nest    execNested  // nested runs and calls (nested.go, call.go)
+	use     execUsage   // usage reports (usage.go)
 
 	storedSteps []events.Step // the steps earlier attempts stored, read by start (step.go)
-	use         execUsage     // usage reports (usage.go)
 }
 
 // newExecution prepares the attempt of a run the worker is about to claim;
