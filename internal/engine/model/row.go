@@ -15,7 +15,8 @@ func (r *Row) HeldBy(worker string, attempt int) bool {
 
 // Clone returns a deep copy of r.
 func (r *Row) Clone() *jetruntype.Run {
-	c := *r
+	c := new(Row)
+	*c = *r
 	if r.Detached != nil {
 		d := *r.Detached
 		c.Detached = &d
@@ -38,7 +39,7 @@ func (r *Row) Clone() *jetruntype.Run {
 		}
 	}
 	c.Notices = cloneNotices(r.Notices)
-	cloneTreeFields(&c, r)
+	cloneTreeFields(c, r)
 	return c.Run()
 }
 
