@@ -14,7 +14,6 @@ import (
 	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // AnnounceRetry bounds the retries of Announce.
@@ -32,7 +31,7 @@ const AnnounceRetry = 10 * time.Second
 // reconciler republishes a finish the finisher missed.
 //
 // Transient faults are retried (jsfault.Retry) for at most AnnounceRetry.
-func (rt *Runtime) Announce(ctx context.Context, r *jetruntype.Run, worker string) error {
+func (rt *Runtime) Announce(ctx context.Context, r *model.Row, worker string) error {
 	return jsfault.Retry(ctx, AnnounceRetry, func(ctx context.Context) error {
 		return rt.PublishStatus(ctx, r, worker, statusMsgID(r))
 	})
@@ -43,7 +42,7 @@ func (rt *Runtime) Announce(ctx context.Context, r *jetruntype.Run, worker strin
 // attempt started since it was resumed or promoted (readyAt), that moment
 // too: such a run given up again has the attempt and status of its
 // earlier give-up, and its event is not that one's copy.
-func statusMsgID(r *jetruntype.Run) string {
+func statusMsgID(r *model.Row) string {
 	id := wire.StatusMsgID(r.ID, r.Attempt, r.Status)
 	if r.StartedAt.IsZero() && !r.ReadyAt.IsZero() {
 		id += ".r" + strconv.FormatInt(r.ReadyAt.UnixNano(), 10)
@@ -53,18 +52,18 @@ func statusMsgID(r *jetruntype.Run) string {
 
 // PublishStatus publishes the status event of r's current status once,
 // with the given Nats-Msg-Id.
-func (rt *Runtime) PublishStatus(ctx context.Context, r *jetruntype.Run, worker, msgID string) error {
-	data, err := json.Marshal(model.Of(r).StatusEvent(worker))
+func (rt *Runtime) PublishStatus(ctx context.Context, r *model.Row, worker, msgID string) error {
+	data, err := json.Marshal(r.StatusEvent(worker))
 	if err != nil {
 		return fmt.Errorf("jetrun: encode status event of run %s: %w", r.ID, err)
 	}
 	msg := &nats.Msg{Subject: rt.EventSubject(r.ID, events.KindStatus), Data: data, Header: nats.Header{}}
 	msg.Header.Set(jetstream.MsgIDHeader, msgID)
 	msg.Header.Set(events.HeaderAttempt, strconv.Itoa(r.Attempt))
-	if model.Of(r).FinishOwed(r.Status) {
+	if r.FinishOwed(r.Status) {
 		msg.Header.Set(events.HeaderFinishOwed, string(r.Status))
 	}
-	wire.SetTraceHeaders(model.Of(r).Trace(), msg.Header)
+	wire.SetTraceHeaders(r.Trace(), msg.Header)
 	if _, err := rt.pub.Publish(ctx, msg); err != nil {
 		return fmt.Errorf("jetrun: publish %s status of run %s: %w", r.Status, r.ID, err)
 	}
@@ -75,8 +74,8 @@ func (rt *Runtime) PublishStatus(ctx context.Context, r *jetruntype.Run, worker,
 // Nats-Msg-Id <runId>.<status>, and returns the stream's answer (nil if r
 // owes no finish for s): within the dedup window a copy already stored
 // answers Duplicate with that copy's sequence.
-func (rt *Runtime) PublishFinish(ctx context.Context, r *jetruntype.Run, s events.Status) (*jetstream.PubAck, error) {
-	f, ok := model.Of(r).FinishMessage(s)
+func (rt *Runtime) PublishFinish(ctx context.Context, r *model.Row, s events.Status) (*jetstream.PubAck, error) {
+	f, ok := r.FinishMessage(s)
 	if !ok {
 		return nil, nil
 	}
@@ -86,7 +85,7 @@ func (rt *Runtime) PublishFinish(ctx context.Context, r *jetruntype.Run, s event
 	}
 	msg := &nats.Msg{Subject: rt.cfg.Namespace.FinishSubject(f.Handler), Data: data, Header: nats.Header{}}
 	msg.Header.Set(jetstream.MsgIDHeader, wire.FinishMsgID(r.ID, s, f.Ending))
-	wire.SetTraceHeaders(model.Of(r).Trace(), msg.Header)
+	wire.SetTraceHeaders(r.Trace(), msg.Header)
 	ack, err := rt.pub.Publish(ctx, msg)
 	if err != nil {
 		return nil, fmt.Errorf("jetrun: publish %s finish of run %s: %w", s, r.ID, err)
@@ -97,8 +96,8 @@ func (rt *Runtime) PublishFinish(ctx context.Context, r *jetruntype.Run, s event
 // PublishNotice publishes the notice of r's milestone name to
 // jetrun.finish.<handler> with Nats-Msg-Id <runId>.milestone.<name> and
 // returns the stream's answer (nil if r records no such notice).
-func (rt *Runtime) PublishNotice(ctx context.Context, r *jetruntype.Run, name string) (*jetstream.PubAck, error) {
-	n, ok := model.Of(r).NoticeMessage(name)
+func (rt *Runtime) PublishNotice(ctx context.Context, r *model.Row, name string) (*jetstream.PubAck, error) {
+	n, ok := r.NoticeMessage(name)
 	if !ok {
 		return nil, nil
 	}

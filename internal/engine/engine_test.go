@@ -97,7 +97,7 @@ func TestAnnounceMarksAnOwedFinish(t *testing.T) {
 	ctx := context.Background()
 	d := events.Dispatch{RunID: "r2", Input: json.RawMessage(`{}`), Detached: &events.Detached{OnFinish: "h"}}
 	row := model.NewRun("demo", d, 0, time.Now())
-	if err := model.Apply(model.Of(row), model.Ended{Status: events.StatusCompleted}, time.Now()); err != nil {
+	if err := model.Apply(row, model.Ended{Status: events.StatusCompleted}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 {
@@ -140,7 +140,7 @@ func TestEraseRemovesEveryTrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	row := model.NewRun("demo", d, p.Seq, time.Now())
-	if err := model.Apply(model.Of(row), model.Ended{Status: events.StatusAborted}, time.Now()); err != nil {
+	if err := model.Apply(row, model.Ended{Status: events.StatusAborted}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := rt.Store().Create(ctx, row); err != nil {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jetrun/jetrun/pkg/jetruntype"
+	"github.com/jetrun/jetrun/internal/engine/model"
 )
 
 // Erase removes every trace of a run: its queued dispatch, its events and
@@ -17,7 +17,7 @@ import (
 // dispatch still around cannot bring the run back, while a new dispatch of
 // the same id (published later) starts it afresh. Callers erase only runs
 // that are no longer live.
-func (rt *Runtime) Erase(ctx context.Context, r *jetruntype.Run) error {
+func (rt *Runtime) Erase(ctx context.Context, r *model.Row) error {
 	ns := rt.cfg.Namespace
 	info, err := rt.dispatch.Info(ctx)
 	if err != nil {

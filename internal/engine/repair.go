@@ -12,7 +12,6 @@ import (
 	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // RepairFinal restores the row of run id to the run's real ending when
@@ -44,9 +43,9 @@ func (rt *Runtime) RepairFinal(ctx context.Context, id string) (*events.StatusEv
 	}
 	repaired := false
 	now := time.Now()
-	_, _, err = rt.store.RewriteFinal(ctx, id, func(r *jetruntype.Run) error {
+	_, _, err = rt.store.RewriteFinal(ctx, id, func(r *model.Row) error {
 		repaired = false
-		if err := model.Apply(model.Of(r), model.FinalRepaired{Event: *ev}, now); err != nil {
+		if err := model.Apply(r, model.FinalRepaired{Event: *ev}, now); err != nil {
 			return err // runstore.ErrNoChange: the row agrees with the event
 		}
 		repaired = true

@@ -8,7 +8,6 @@ import (
 
 	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // A final row rewritten to another final status, or to a live one, comes
@@ -19,11 +18,11 @@ func TestRepairFinalRestoresTheFirstFinalEvent(t *testing.T) {
 	t.Parallel()
 	rt, js := open(t)
 	ctx := context.Background()
-	r := &jetruntype.Run{ID: "rep", AgentType: "demo", Status: events.StatusRunning, Attempt: 2, CreatedAt: time.Now()}
+	r := &model.Row{ID: "rep", AgentType: "demo", Status: events.StatusRunning, Attempt: 2, CreatedAt: time.Now()}
 	if _, err := rt.Store().Create(ctx, r); err != nil {
 		t.Fatal(err)
 	}
-	if err := model.Apply(model.Of(r), model.Ended{Status: events.StatusCompleted}, time.Now()); err != nil {
+	if err := model.Apply(r, model.Ended{Status: events.StatusCompleted}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if err := rt.Announce(ctx, r, ""); err != nil {

@@ -14,7 +14,6 @@ import (
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // Config says where a Runtime's streams and buckets are and how they are
@@ -203,14 +202,14 @@ func From(rt Public) *Runtime { return from(rt) }
 // owed finishes, cancel cascades. resumed is false when another caller
 // resumed it first or it is not resumable; next is then the row as it is.
 // The caller publishes the dispatch (a keyed run waits for its key).
-func (rt *Runtime) Resume(ctx context.Context, row *jetruntype.Run, queued bool) (next *jetruntype.Run, resumed bool, err error) {
+func (rt *Runtime) Resume(ctx context.Context, row *model.Row, queued bool) (next *model.Row, resumed bool, err error) {
 	if err := rt.store.Index().Reindex(ctx, row); err != nil {
 		return nil, false, fmt.Errorf("jetrun: resume run %s: %w", row.ID, err)
 	}
 	now := time.Now()
-	next, _, err = rt.store.Mutate(ctx, row.ID, func(r *jetruntype.Run) error {
+	next, _, err = rt.store.Mutate(ctx, row.ID, func(r *model.Row) error {
 		resumed = false
-		if err := model.Apply(model.Of(r), model.Resumed{Queued: queued}, now); err != nil {
+		if err := model.Apply(r, model.Resumed{Queued: queued}, now); err != nil {
 			return err // runstore.ErrNoChange: not resumable, or resumed already
 		}
 		resumed = true

@@ -12,7 +12,6 @@ import (
 	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // StoredStepUsage adds up the usage stored with the steps of run id (its
@@ -51,7 +50,7 @@ func (rt *Runtime) StoredStepUsage(ctx context.Context, id string, from uint64) 
 // final or interrupted with no worker holding it, and writes only when
 // they spent more than the row counts. It returns the row as it is after
 // (r when nothing changed, or on an error).
-func (rt *Runtime) CountLostSteps(ctx context.Context, r *jetruntype.Run) (*jetruntype.Run, error) {
+func (rt *Runtime) CountLostSteps(ctx context.Context, r *model.Row) (*model.Row, error) {
 	if r.Attempt == 0 || r.Worker != "" || !(r.Status.Final() || r.Status == events.StatusInterrupted) {
 		return r, nil
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/obs"
 	"github.com/jetrun/jetrun/internal/engine/pull"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
@@ -25,7 +26,6 @@ import (
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // Defaults used where Config leaves a field zero.
@@ -186,7 +186,7 @@ func (d *Deliverer) Handle(name string, h Handler) {
 }
 
 // HandleFunc registers f for the finishes of handler name; see Handle.
-func (d *Deliverer) HandleFunc(name string, f func(ctx context.Context, run *jetruntype.Run, result Result) error) {
+func (d *Deliverer) HandleFunc(name string, f func(ctx context.Context, run *model.Row, result Result) error) {
 	d.Handle(name, HandlerFunc(f))
 }
 

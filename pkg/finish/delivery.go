@@ -80,12 +80,12 @@ func (d *Deliverer) refuse(ctx context.Context, log *slog.Logger, res Result, wh
 		"or published its status event)", "ending", res.Ending, "err", why)
 	refused := model.FinishReleased{Status: res.Status, Ending: res.Ending, Cause: "refused: " + why.Error(), Failed: true}
 	now := time.Now()
-	_, _, err := d.store.Mutate(ctx, res.RunID, func(r *jetruntype.Run) error {
+	_, _, err := d.store.Mutate(ctx, res.RunID, func(r *model.Row) error {
 		fs := r.Finishes[res.Status]
-		if fs == nil || fs.Ending != res.Ending || !model.Of(r).FinishOwed(res.Status) {
+		if fs == nil || fs.Ending != res.Ending || !r.FinishOwed(res.Status) {
 			return model.ErrNoChange
 		}
-		return model.Apply(model.Of(r), refused, now)
+		return model.Apply(r, refused, now)
 	})
 	if err != nil && !errors.Is(err, runstore.ErrRunNotFound) {
 		d.fault(ctx, log, "record a refused finish", err)
@@ -93,7 +93,7 @@ func (d *Deliverer) refuse(ctx context.Context, log *slog.Logger, res Result, wh
 	return settle.Ack()
 }
 
-// An entry is one slot of a run's delivery ledger (jetruntype.Run) on its
+// An entry is one slot of a run's delivery ledger (model.Row) on its
 // way to handler name: a finish (finishEntry) or a milestone notice
 // (noticeEntry, notice.go). The steps are the same for both and written
 // once — deliverEntry claims the slot, calls the handler, then marks it
@@ -116,20 +116,20 @@ type entry interface {
 	// name of the consumer's handler.
 	reportedAs(name string) string
 
-	check(r *jetruntype.Run, now time.Time) (model.Delivery, time.Duration)
+	check(r *model.Row, now time.Time) (model.Delivery, time.Duration)
 	// claim takes the slot on r and returns the attempt it starts.
-	claim(r *jetruntype.Run, by string, until, now time.Time) int
+	claim(r *model.Row, by string, until, now time.Time) int
 	// spent reports whether the attempt claimed on r is the last of limit;
 	// backoff is the wait after it fails, from base up to ceiling. The
 	// slot decides both (model.Row.FinishSpent, FinishBackoff).
-	spent(r *jetruntype.Run, limit int) bool
-	backoff(r *jetruntype.Run, base, ceiling time.Duration) time.Duration
+	spent(r *model.Row, limit int) bool
+	backoff(r *model.Row, base, ceiling time.Duration) time.Duration
 	// delivered marks the slot delivered on r and returns attributes for
 	// the obs.FinishDelivered event.
-	delivered(r *jetruntype.Run, now time.Time) ([]any, error)
-	release(r *jetruntype.Run, cause string, failed bool, now time.Time) error
+	delivered(r *model.Row, now time.Time) ([]any, error)
+	release(r *model.Row, cause string, failed bool, now time.Time) error
 	// handle calls the handler name on the claimed row (through d.call).
-	handle(ctx context.Context, d *Deliverer, name string, msg jetstream.Msg, row *jetruntype.Run) error
+	handle(ctx context.Context, d *Deliverer, name string, msg jetstream.Msg, row *model.Row) error
 }
 
 // entryKind is what a kind of entry's logs say — the word for its handler,
@@ -179,31 +179,31 @@ func (e finishEntry) ledgered() bool           { return events.ValidateID(e.res.
 func (e finishEntry) reportedAs(string) string { return e.res.Handler }
 
 // A copy of an earlier ending of the status (the run was resumed and
-// ended so again, jetruntype.Run.StaleFinish) is done, and its delivery
+// ended so again, model.Row.StaleFinish) is done, and its delivery
 // under way records nothing on the later ending's slot.
 
-func (e finishEntry) check(r *jetruntype.Run, now time.Time) (model.Delivery, time.Duration) {
-	if model.Of(r).StaleFinish(e.res) {
+func (e finishEntry) check(r *model.Row, now time.Time) (model.Delivery, time.Duration) {
+	if r.StaleFinish(e.res) {
 		return model.DeliveryDone, 0
 	}
-	return model.Of(r).CheckFinish(e.res.Status, now)
+	return r.CheckFinish(e.res.Status, now)
 }
 
-func (e finishEntry) claim(r *jetruntype.Run, by string, until, now time.Time) int {
-	_ = model.Apply(model.Of(r), model.FinishClaimed{Status: e.res.Status, Finish: e.res, By: by, Until: until}, now) // never refused
-	return model.Of(r).FinishAttempts(e.res.Status)
+func (e finishEntry) claim(r *model.Row, by string, until, now time.Time) int {
+	_ = model.Apply(r, model.FinishClaimed{Status: e.res.Status, Finish: e.res, By: by, Until: until}, now) // never refused
+	return r.FinishAttempts(e.res.Status)
 }
 
-func (e finishEntry) spent(r *jetruntype.Run, limit int) bool {
-	return model.Of(r).FinishSpent(e.res.Status, limit)
+func (e finishEntry) spent(r *model.Row, limit int) bool {
+	return r.FinishSpent(e.res.Status, limit)
 }
 
-func (e finishEntry) backoff(r *jetruntype.Run, base, ceiling time.Duration) time.Duration {
-	return model.Of(r).FinishBackoff(e.res.Status, base, ceiling)
+func (e finishEntry) backoff(r *model.Row, base, ceiling time.Duration) time.Duration {
+	return r.FinishBackoff(e.res.Status, base, ceiling)
 }
 
-func (e finishEntry) delivered(r *jetruntype.Run, now time.Time) ([]any, error) {
-	if err := model.Apply(model.Of(r), model.FinishDelivered{Status: e.res.Status, Ending: e.res.Ending}, now); err != nil {
+func (e finishEntry) delivered(r *model.Row, now time.Time) ([]any, error) {
+	if err := model.Apply(r, model.FinishDelivered{Status: e.res.Status, Ending: e.res.Ending}, now); err != nil {
 		return nil, err // ErrNoChange: a copy of an earlier ending
 	}
 	var due time.Time
@@ -213,11 +213,11 @@ func (e finishEntry) delivered(r *jetruntype.Run, now time.Time) ([]any, error) 
 	return []any{"latency_ms", now.Sub(due).Milliseconds()}, nil
 }
 
-func (e finishEntry) release(r *jetruntype.Run, cause string, failed bool, now time.Time) error {
-	return model.Apply(model.Of(r), model.FinishReleased{Status: e.res.Status, Ending: e.res.Ending, Cause: cause, Failed: failed}, now)
+func (e finishEntry) release(r *model.Row, cause string, failed bool, now time.Time) error {
+	return model.Apply(r, model.FinishReleased{Status: e.res.Status, Ending: e.res.Ending, Cause: cause, Failed: failed}, now)
 }
 
-func (e finishEntry) handle(ctx context.Context, d *Deliverer, name string, msg jetstream.Msg, row *jetruntype.Run) error {
+func (e finishEntry) handle(ctx context.Context, d *Deliverer, name string, msg jetstream.Msg, row *model.Row) error {
 	return d.call(ctx, "finish", name, msg, func(ctx context.Context) error {
 		return d.handlers[name].ServeFinish(ctx, row, e.res)
 	})
@@ -233,7 +233,7 @@ func (d *Deliverer) deliverEntry(ctx context.Context, log *slog.Logger, name str
 	if c.row == nil {
 		return o
 	}
-	if id := model.Of(c.row).Trace().TraceID(); id != "" && k.traced {
+	if id := c.row.Trace().TraceID(); id != "" && k.traced {
 		log = log.With("trace_id", id)
 	}
 	attempts := c.attempts
@@ -301,7 +301,7 @@ func (d *Deliverer) claim(ctx context.Context, log *slog.Logger, e entry) (claim
 		case model.DeliveryLater:
 			return claimed{}, settle.Retry(wait + settle.Jitter(maxJitter))
 		}
-		next := model.Of(row).Clone()
+		next := row.Clone()
 		attempts := e.claim(next, d.cfg.ID, now.Add(d.cfg.Timeout+time.Second), now)
 		newRev, err := d.store.Update(ctx, next, rev)
 		if err != nil {
@@ -322,7 +322,7 @@ func (d *Deliverer) claim(ctx context.Context, log *slog.Logger, e entry) (claim
 // decided of the attempt then (the handler gets the row: what it does to
 // it decides nothing); the zero value knows no row.
 type claimed struct {
-	row      *jetruntype.Run
+	row      *model.Row
 	rev      uint64
 	attempts int           // the attempt the claim started, for logs and reasons
 	last     bool          // it is the last of Config.MaxAttempts: a failure gives up
@@ -356,7 +356,7 @@ func (d *Deliverer) call(ctx context.Context, what, name string, msg jetstream.M
 func (d *Deliverer) markDelivered(ctx context.Context, log *slog.Logger, name string, e entry, c claimed, attempts int) settle.Outcome {
 	now := time.Now()
 	var more []any
-	row, _, err := d.store.MutateFrom(ctx, e.runID(), c.row, c.rev, func(r *jetruntype.Run) (err error) {
+	row, _, err := d.store.MutateFrom(ctx, e.runID(), c.row, c.rev, func(r *model.Row) (err error) {
 		more, err = e.delivered(r, now)
 		return err
 	})
@@ -378,7 +378,7 @@ func (d *Deliverer) markDelivered(ctx context.Context, log *slog.Logger, name st
 
 // release drops the claim after a failed attempt, recording the error; with
 // failed it also records that delivery was given up.
-func (d *Deliverer) release(log *slog.Logger, e entry, c claimed, cause error, failed bool) *jetruntype.Run {
+func (d *Deliverer) release(log *slog.Logger, e entry, c claimed, cause error, failed bool) *model.Row {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var text string
@@ -386,7 +386,7 @@ func (d *Deliverer) release(log *slog.Logger, e entry, c claimed, cause error, f
 		text = cause.Error()
 	}
 	now := time.Now()
-	row, _, err := d.store.MutateFrom(ctx, e.runID(), c.row, c.rev, func(r *jetruntype.Run) error {
+	row, _, err := d.store.MutateFrom(ctx, e.runID(), c.row, c.rev, func(r *model.Row) error {
 		return e.release(r, text, failed, now)
 	})
 	if err != nil && !errors.Is(err, runstore.ErrRunNotFound) {

@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"log"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/finish"
 	"github.com/jetrun/jetrun/pkg/jetrun"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -41,7 +41,7 @@ func ExampleDeliverer_HandleFunc() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	d.HandleFunc("audit", func(ctx context.Context, run *jetruntype.Run, res finish.Result) error {
+	d.HandleFunc("audit", func(ctx context.Context, run *model.Row, res finish.Result) error {
 		select {
 		case audited <- outcome{finish.IdempotencyKey(res), res.Status, res.Summary}:
 		default: // a redelivery: already recorded

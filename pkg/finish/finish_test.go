@@ -20,6 +20,7 @@ import (
 
 	"github.com/jetrun/jetrun/internal/app/agents/demo"
 	"github.com/jetrun/jetrun/internal/engine"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
@@ -74,7 +75,7 @@ func TestAFailingHandlerIsRetriedUntilItSucceeds(t *testing.T) {
 	var calls atomic.Int32
 	keys := make(chan string, 10)
 	_, client, store := setup(t, finish.Config{RetryDelay: 20 * time.Millisecond}, map[string]finish.Handler{
-		"flaky": finish.HandlerFunc(func(ctx context.Context, run *jetruntype.Run, res finish.Result) error {
+		"flaky": finish.HandlerFunc(func(ctx context.Context, run *model.Row, res finish.Result) error {
 			keys <- finish.IdempotencyKey(res)
 			if calls.Add(1) < 3 {
 				return errors.New("not yet")
@@ -83,7 +84,7 @@ func TestAFailingHandlerIsRetriedUntilItSucceeds(t *testing.T) {
 		}),
 	})
 	detached(t, client, "flaky-run", "flaky")
-	row := jetruntest.WaitRow(t, store, "flaky-run", 20*time.Second, func(r *jetruntype.Run) bool {
+	row := jetruntest.WaitRow(t, store, "flaky-run", 20*time.Second, func(r *model.Row) bool {
 		return !r.Delivered[events.StatusCompleted].IsZero()
 	})
 	f := row.Finishes[events.StatusCompleted]
@@ -104,13 +105,13 @@ func TestAFailingHandlerIsDeadLetteredAfterMaxAttempts(t *testing.T) {
 	const maxAttempts = 3
 	var calls atomic.Int32
 	nc, client, store := setup(t, finish.Config{RetryDelay: time.Millisecond, MaxAttempts: maxAttempts}, map[string]finish.Handler{
-		"down": finish.HandlerFunc(func(ctx context.Context, run *jetruntype.Run, res finish.Result) error {
+		"down": finish.HandlerFunc(func(ctx context.Context, run *model.Row, res finish.Result) error {
 			calls.Add(1)
 			return errors.New("service down")
 		}),
 	})
 	detached(t, client, "down-run", "down")
-	row := jetruntest.WaitRow(t, store, "down-run", 20*time.Second, func(r *jetruntype.Run) bool {
+	row := jetruntest.WaitRow(t, store, "down-run", 20*time.Second, func(r *model.Row) bool {
 		f := r.Finishes[events.StatusCompleted]
 		return f != nil && !f.FailedAt.IsZero()
 	})
@@ -142,13 +143,13 @@ func TestACancelledFinishIsDeadLetteredAtOnce(t *testing.T) {
 	t.Parallel()
 	var calls atomic.Int32
 	nc, client, store := setup(t, finish.Config{RetryDelay: 20 * time.Millisecond, MaxAttempts: 5}, map[string]finish.Handler{
-		"strict": finish.HandlerFunc(func(ctx context.Context, run *jetruntype.Run, res finish.Result) error {
+		"strict": finish.HandlerFunc(func(ctx context.Context, run *model.Row, res finish.Result) error {
 			calls.Add(1)
 			return jetruntype.Cancel(errors.New("account closed"))
 		}),
 	})
 	detached(t, client, "strict-run", "strict")
-	row := jetruntest.WaitRow(t, store, "strict-run", 20*time.Second, func(r *jetruntype.Run) bool {
+	row := jetruntest.WaitRow(t, store, "strict-run", 20*time.Second, func(r *model.Row) bool {
 		f := r.Finishes[events.StatusCompleted]
 		return f != nil && !f.FailedAt.IsZero()
 	})
@@ -184,7 +185,7 @@ func TestRetryAfterSetsTheWaitBeforeTheNextAttempt(t *testing.T) {
 		t.Parallel()
 		var calls atomic.Int32
 		_, client, store := setup(t, finish.Config{RetryDelay: time.Hour}, map[string]finish.Handler{
-			"soon": finish.HandlerFunc(func(context.Context, *jetruntype.Run, finish.Result) error {
+			"soon": finish.HandlerFunc(func(context.Context, *model.Row, finish.Result) error {
 				if calls.Add(1) < 3 {
 					return jetruntype.RetryAfter(errors.New("busy"), time.Millisecond)
 				}
@@ -201,11 +202,11 @@ func TestRetryAfterSetsTheWaitBeforeTheNextAttempt(t *testing.T) {
 		t.Parallel()
 		var later, plain atomic.Int32
 		_, client, store := setup(t, finish.Config{RetryDelay: time.Millisecond}, map[string]finish.Handler{
-			"later": finish.HandlerFunc(func(context.Context, *jetruntype.Run, finish.Result) error {
+			"later": finish.HandlerFunc(func(context.Context, *model.Row, finish.Result) error {
 				later.Add(1)
 				return jetruntype.RetryAfter(errors.New("come back in an hour"), time.Hour)
 			}),
-			"plain": finish.HandlerFunc(func(context.Context, *jetruntype.Run, finish.Result) error {
+			"plain": finish.HandlerFunc(func(context.Context, *model.Row, finish.Result) error {
 				if plain.Add(1) < 4 {
 					return errors.New("not yet")
 				}
@@ -213,7 +214,7 @@ func TestRetryAfterSetsTheWaitBeforeTheNextAttempt(t *testing.T) {
 			}),
 		})
 		detached(t, client, "later-run", "later")
-		jetruntest.WaitRow(t, store, "later-run", 20*time.Second, func(r *jetruntype.Run) bool {
+		jetruntest.WaitRow(t, store, "later-run", 20*time.Second, func(r *model.Row) bool {
 			f := r.Finishes[events.StatusCompleted]
 			return f != nil && f.LastError == "come back in an hour" && f.ClaimedBy == ""
 		})
@@ -235,7 +236,7 @@ func TestRetryAfterSetsTheWaitBeforeTheNextAttempt(t *testing.T) {
 func TestAMalformedFinishIsDeadLettered(t *testing.T) {
 	t.Parallel()
 	nc, _, _ := setup(t, finish.Config{}, map[string]finish.Handler{
-		"h": finish.HandlerFunc(func(context.Context, *jetruntype.Run, finish.Result) error { return nil }),
+		"h": finish.HandlerFunc(func(context.Context, *model.Row, finish.Result) error { return nil }),
 	})
 	ctx := context.Background()
 	js, err := jetstream.New(nc)
@@ -308,11 +309,11 @@ func TestWebhookHandlerDeliversTheFinishAsJSON(t *testing.T) {
 	if ok.key != "hook-ok.completed" || ok.body.Status != events.StatusCompleted || ok.body.Summary != "finished 1 step" {
 		t.Fatalf("webhook call %+v", ok)
 	}
-	row := jetruntest.WaitRow(t, engine.From(rt).Store(), "hook-ok", 10*time.Second, func(r *jetruntype.Run) bool { return len(r.Delivered) == 1 })
+	row := jetruntest.WaitRow(t, engine.From(rt).Store(), "hook-ok", 10*time.Second, func(r *model.Row) bool { return len(r.Delivered) == 1 })
 	if row.Delivered[events.StatusCompleted].IsZero() {
 		t.Fatal("not marked delivered")
 	}
-	failed := jetruntest.WaitRow(t, engine.From(rt).Store(), "hook-fails", 10*time.Second, func(r *jetruntype.Run) bool {
+	failed := jetruntest.WaitRow(t, engine.From(rt).Store(), "hook-fails", 10*time.Second, func(r *model.Row) bool {
 		f := r.Finishes[events.StatusCompleted]
 		return f != nil && !f.FailedAt.IsZero()
 	})
@@ -327,7 +328,7 @@ func TestADeletedFinishConsumerIsRecreated(t *testing.T) {
 	t.Parallel()
 	delivered := make(chan string, 4)
 	nc, client, _ := setup(t, finish.Config{}, map[string]finish.Handler{
-		"h": finish.HandlerFunc(func(_ context.Context, _ *jetruntype.Run, res finish.Result) error {
+		"h": finish.HandlerFunc(func(_ context.Context, _ *model.Row, res finish.Result) error {
 			delivered <- res.RunID
 			return nil
 		}),
@@ -515,7 +516,7 @@ func TestWebhookRetryAfterAndPermanentAnswers(t *testing.T) {
 			map[string]finish.Handler{"hook": finish.Webhook(url, nil)})
 		for _, id := range []string{"busy-long", "limited-long", "gone"} {
 			detached(t, client, id, "hook")
-			jetruntest.WaitRow(t, store, id, 30*time.Second, func(r *jetruntype.Run) bool {
+			jetruntest.WaitRow(t, store, id, 30*time.Second, func(r *model.Row) bool {
 				f := r.Finishes[events.StatusCompleted]
 				return f != nil && f.LastError != "" && f.ClaimedBy == ""
 			})

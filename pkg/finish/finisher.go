@@ -11,7 +11,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/jetrun/jetrun/internal/engine/jsfault"
-	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/pkg/events"
 )
@@ -116,7 +115,7 @@ func (f *finisher) publish(ctx context.Context, m *nats.Msg) {
 				time.Sleep(time.Duration(try+1) * 20 * time.Millisecond)
 				continue
 			}
-			if !model.Of(row).FinishOwed(st) {
+			if !row.FinishOwed(st) {
 				return nil
 			}
 			_, err = d.rt.PublishFinish(ctx, row, st)

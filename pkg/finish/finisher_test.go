@@ -14,7 +14,6 @@ import (
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/finish"
 	"github.com/jetrun/jetrun/pkg/jetrun"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -38,7 +37,7 @@ func TestTheFinisherNotTheWorkerPublishesFinishes(t *testing.T) {
 	// No deliverer: the run completes, its finish is owed and unpublished.
 	detached(t, client, "no-finisher", "h")
 	row := jetruntest.WaitRow(t, engine.From(rt).Store(), "no-finisher", 10*time.Second, jetruntest.Final)
-	if !model.Of(row).FinishOwed(events.StatusCompleted) {
+	if !row.FinishOwed(events.StatusCompleted) {
 		t.Fatalf("no finish owed: %+v", row.Finishes)
 	}
 	last, err := js.Stream(ctx, "JETRUN_EVENTS")
@@ -67,7 +66,7 @@ func TestTheFinisherNotTheWorkerPublishesFinishes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.HandleFunc("h", func(ctx context.Context, run *jetruntype.Run, res finish.Result) error {
+	d.HandleFunc("h", func(ctx context.Context, run *model.Row, res finish.Result) error {
 		calls.Add(1)
 		return nil
 	})
@@ -77,7 +76,7 @@ func TestTheFinisherNotTheWorkerPublishesFinishes(t *testing.T) {
 	t.Cleanup(func() { _ = d.Stop() })
 	began := time.Now()
 	detached(t, client, "with-finisher", "h")
-	jetruntest.WaitRow(t, engine.From(rt).Store(), "with-finisher", 10*time.Second, func(r *jetruntype.Run) bool {
+	jetruntest.WaitRow(t, engine.From(rt).Store(), "with-finisher", 10*time.Second, func(r *model.Row) bool {
 		return !r.Delivered[events.StatusCompleted].IsZero()
 	})
 	t.Logf("dispatch to delivered finish: %s", time.Since(began))

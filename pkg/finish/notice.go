@@ -19,7 +19,6 @@ import (
 	"github.com/jetrun/jetrun/internal/engine/settle"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // Milestone notices.
@@ -77,12 +76,12 @@ func (d *Deliverer) HandleMilestone(name string, h MilestoneHandler) {
 // HandleMilestone only, until Handle replaces it.
 type noFinishHandler struct{ name string }
 
-func (n noFinishHandler) ServeFinish(context.Context, *jetruntype.Run, Result) error {
+func (n noFinishHandler) ServeFinish(context.Context, *model.Row, Result) error {
 	return fmt.Errorf("no finish handler %s in this deliverer (only HandleMilestone)", n.name)
 }
 
 // HandleMilestoneFunc registers f; see HandleMilestone.
-func (d *Deliverer) HandleMilestoneFunc(name string, f func(ctx context.Context, run *jetruntype.Run, n Notice) error) {
+func (d *Deliverer) HandleMilestoneFunc(name string, f func(ctx context.Context, run *model.Row, n Notice) error) {
 	d.HandleMilestone(name, MilestoneHandlerFunc(f))
 }
 
@@ -174,13 +173,13 @@ func (d *Deliverer) recordNotice(ctx context.Context, msg jetstream.Msg) settle.
 			return settle.Retry(time.Second)
 		}
 	}
-	if model.Of(row).NoticeOwed(m.Name) && row.Notices[m.Name].Milestone.Sequence == m.Sequence {
+	if row.NoticeOwed(m.Name) && row.Notices[m.Name].Milestone.Sequence == m.Sequence {
 		ack, err := d.rt.PublishNotice(ctx, row, m.Name)
 		if err != nil {
 			d.fault(ctx, log, "publish a milestone notice", err)
 			return settle.Retry(time.Second)
 		}
-		if ack != nil && !model.Of(row).NoticeCopyAt(m.Name, ack.Sequence) {
+		if ack != nil && !row.NoticeCopyAt(m.Name, ack.Sequence) {
 			_, _, _ = d.store.Mutate(ctx, m.RunID, model.Mutation(time.Now(), model.NoticeSeqRecorded{Name: m.Name, Seq: ack.Sequence}))
 		}
 	}
@@ -216,33 +215,33 @@ func (e noticeEntry) ledgered() bool {
 }
 func (noticeEntry) reportedAs(name string) string { return name }
 
-func (e noticeEntry) check(r *jetruntype.Run, now time.Time) (model.Delivery, time.Duration) {
-	return model.Of(r).CheckNotice(e.n.Milestone.Name, now)
+func (e noticeEntry) check(r *model.Row, now time.Time) (model.Delivery, time.Duration) {
+	return r.CheckNotice(e.n.Milestone.Name, now)
 }
 
-func (e noticeEntry) claim(r *jetruntype.Run, by string, until, now time.Time) int {
+func (e noticeEntry) claim(r *model.Row, by string, until, now time.Time) int {
 	name := e.n.Milestone.Name
-	_ = model.Apply(model.Of(r), model.NoticeClaimed{Name: name, By: by, Until: until}, now) // checked owed: never refused
-	return model.Of(r).NoticeAttempts(name)
+	_ = model.Apply(r, model.NoticeClaimed{Name: name, By: by, Until: until}, now) // checked owed: never refused
+	return r.NoticeAttempts(name)
 }
 
-func (e noticeEntry) spent(r *jetruntype.Run, limit int) bool {
-	return model.Of(r).NoticeSpent(e.n.Milestone.Name, limit)
+func (e noticeEntry) spent(r *model.Row, limit int) bool {
+	return r.NoticeSpent(e.n.Milestone.Name, limit)
 }
 
-func (e noticeEntry) backoff(r *jetruntype.Run, base, ceiling time.Duration) time.Duration {
-	return model.Of(r).NoticeBackoff(e.n.Milestone.Name, base, ceiling)
+func (e noticeEntry) backoff(r *model.Row, base, ceiling time.Duration) time.Duration {
+	return r.NoticeBackoff(e.n.Milestone.Name, base, ceiling)
 }
 
-func (e noticeEntry) delivered(r *jetruntype.Run, now time.Time) ([]any, error) {
-	return nil, model.Apply(model.Of(r), model.NoticeDelivered{Name: e.n.Milestone.Name}, now)
+func (e noticeEntry) delivered(r *model.Row, now time.Time) ([]any, error) {
+	return nil, model.Apply(r, model.NoticeDelivered{Name: e.n.Milestone.Name}, now)
 }
 
-func (e noticeEntry) release(r *jetruntype.Run, cause string, failed bool, now time.Time) error {
-	return model.Apply(model.Of(r), model.NoticeReleased{Name: e.n.Milestone.Name, Cause: cause, Failed: failed}, now)
+func (e noticeEntry) release(r *model.Row, cause string, failed bool, now time.Time) error {
+	return model.Apply(r, model.NoticeReleased{Name: e.n.Milestone.Name, Cause: cause, Failed: failed}, now)
 }
 
-func (e noticeEntry) handle(ctx context.Context, d *Deliverer, name string, msg jetstream.Msg, row *jetruntype.Run) error {
+func (e noticeEntry) handle(ctx context.Context, d *Deliverer, name string, msg jetstream.Msg, row *model.Row) error {
 	h := d.milestoneHandler(name)
 	if h == nil {
 		return fmt.Errorf("handler %s does not handle milestone notices", name)
@@ -344,10 +343,10 @@ func (d *Deliverer) catchUpNotices(ctx context.Context, log *slog.Logger, runID 
 		var added []string
 		if len(found) > 0 {
 			now := time.Now()
-			row, _, err = d.store.Mutate(ctx, runID, func(r *jetruntype.Run) error {
+			row, _, err = d.store.Mutate(ctx, runID, func(r *model.Row) error {
 				added = added[:0]
 				for _, m := range found {
-					if model.Apply(model.Of(r), model.NoticeOwed{Milestone: m}, now) == nil && !slices.Contains(added, m.Name) {
+					if model.Apply(r, model.NoticeOwed{Milestone: m}, now) == nil && !slices.Contains(added, m.Name) {
 						added = append(added, m.Name)
 					}
 				}
@@ -367,5 +366,5 @@ func (d *Deliverer) catchUpNotices(ctx context.Context, log *slog.Logger, runID 
 			log.InfoContext(ctx, "milestone notice found before the finish", "milestone", name)
 		}
 	}
-	return len(model.Of(row).PendingNotices()) > 0, nil
+	return len(row.PendingNotices()) > 0, nil
 }

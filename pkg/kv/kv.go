@@ -12,7 +12,7 @@
 //	runs := kv.New(rt)
 //
 // Invariants:
-//   - Rows are the public [jetruntype.Run]; how they are stored (bucket,
+//   - Rows are the public [model.Row]; how they are stored (bucket,
 //     revisions, the active-run index) stays inside jetrun.
 //   - A row read is the row as its last compare-and-set wrote it: a final
 //     status (completed, error, aborted) never changes again.
@@ -34,6 +34,7 @@ import (
 
 	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/engine/jsfault"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
@@ -62,8 +63,8 @@ func New(rt *jetrun.Runtime) *Runs {
 // Get returns the row of run id, or an error wrapping [ErrRunNotFound]
 // when there is none, or [events.ErrInvalidID] for an id that cannot be a
 // run's.
-func (r *Runs) Get(ctx context.Context, id string) (*jetruntype.Run, error) {
-	var row *jetruntype.Run
+func (r *Runs) Get(ctx context.Context, id string) (*model.Row, error) {
+	var row *model.Row
 	err := jsfault.Retry(ctx, DefaultRetry, func(ctx context.Context) (err error) {
 		row, _, err = r.store.Get(ctx, id)
 		return err
@@ -87,7 +88,7 @@ type ListOptions struct {
 	ParentToolCallID string
 }
 
-func (o ListOptions) keep(r *jetruntype.Run) bool {
+func (o ListOptions) keep(r *model.Row) bool {
 	return (len(o.Statuses) == 0 || slices.Contains(o.Statuses, r.Status)) &&
 		(o.AgentType == "" || r.AgentType == o.AgentType) &&
 		(o.Parent == "" || r.Parent == o.Parent) &&
@@ -97,8 +98,8 @@ func (o ListOptions) keep(r *jetruntype.Run) bool {
 // List returns the rows opts selects, newest first (then by id). It reads
 // every row in one pass: for a view that stays current, [Runs.Watch] once
 // and keep the rows.
-func (r *Runs) List(ctx context.Context, opts ListOptions) ([]*jetruntype.Run, error) {
-	var rows []*jetruntype.Run
+func (r *Runs) List(ctx context.Context, opts ListOptions) ([]*model.Row, error) {
+	var rows []*model.Row
 	err := jsfault.Retry(ctx, DefaultRetry, func(ctx context.Context) (err error) {
 		rows, err = r.store.List(ctx, opts.keep)
 		return err
@@ -106,7 +107,7 @@ func (r *Runs) List(ctx context.Context, opts ListOptions) ([]*jetruntype.Run, e
 	if err != nil {
 		return nil, err
 	}
-	slices.SortFunc(rows, func(a, b *jetruntype.Run) int {
+	slices.SortFunc(rows, func(a, b *model.Row) int {
 		if c := b.CreatedAt.Compare(a.CreatedAt); c != 0 {
 			return c
 		}
@@ -132,7 +133,7 @@ type Change struct {
 	ID string
 	// Run is the row as written; nil when the run was cleared (or its row
 	// cannot be read).
-	Run *jetruntype.Run
+	Run *model.Row
 	// Revision orders the changes: it grows with every write to the
 	// rows, and a row's revision changes with each of its writes.
 	Revision uint64

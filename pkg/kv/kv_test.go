@@ -11,9 +11,9 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/parent"
 )
@@ -183,7 +183,7 @@ func TestWatchYieldsTheRowsThenTheirChanges(t *testing.T) {
 }
 
 // collectErr ranges a watch to its first error.
-func collectErr(seq func(func(kv.Change, error) bool)) (*jetruntype.Run, error) {
+func collectErr(seq func(func(kv.Change, error) bool)) (*model.Row, error) {
 	for c, err := range seq {
 		if err != nil {
 			return nil, err

@@ -16,7 +16,6 @@ import (
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // cancelOnReturnTimeout bounds the cancel Run sends when its caller's context
@@ -29,7 +28,7 @@ type Result struct {
 	Summary string
 	Output  json.RawMessage
 	// Row is the run's final row.
-	Row *jetruntype.Run
+	Row *model.Row
 }
 
 // RunID derives a stable run id from the parent's identity and a tool call
@@ -121,7 +120,7 @@ const awaitReadTimeout = 5 * time.Second
 
 // awaitRead reads the row of run id for an Await, bounded by
 // awaitReadTimeout.
-func (c *Client) awaitRead(ctx context.Context, id string) (*jetruntype.Run, error) {
+func (c *Client) awaitRead(ctx context.Context, id string) (*model.Row, error) {
 	rctx, cancel := context.WithTimeout(ctx, awaitReadTimeout)
 	defer cancel()
 	row, _, err := c.store.Get(rctx, id)
@@ -139,7 +138,7 @@ type reattachBudget struct {
 }
 
 // check returns the failure that ends the wait at now, or nil.
-func (b *reattachBudget) check(r *jetruntype.Run, now time.Time) *Failure {
+func (b *reattachBudget) check(r *model.Row, now time.Time) *Failure {
 	if b.window > 0 && now.Sub(b.began) > b.window {
 		return &Failure{RunID: r.ID, Status: events.StatusInterrupted, Retryable: true, Reason: events.ReasonWindowExceeded,
 			Message: fmt.Sprintf("the caller waited past its window of %s; the run is stopped", b.window)}
@@ -187,7 +186,7 @@ func (b *reattachBudget) nextRead(now time.Time) time.Duration {
 }
 
 // progressMark changes whenever the row shows a sign of progress.
-func progressMark(r *jetruntype.Run) string {
+func progressMark(r *model.Row) string {
 	var at int64
 	if r.Progress != nil {
 		at = r.Progress.At.UnixNano()
@@ -202,7 +201,7 @@ func (c *Client) giveUp(ctx context.Context, id string, f *Failure) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelOnReturnTimeout)
 	defer cancel()
 	now := time.Now()
-	row, _, err := c.store.Mutate(ctx, id, func(r *jetruntype.Run) error {
+	row, _, err := c.store.Mutate(ctx, id, func(r *model.Row) error {
 		if !r.Live() || r.Status == events.StatusInterrupted {
 			return runstore.ErrNoChange
 		}
@@ -210,7 +209,7 @@ func (c *Client) giveUp(ctx context.Context, id string, f *Failure) {
 		if err != nil {
 			return err
 		}
-		return model.Apply(model.Of(r), model.GaveUp{Reason: events.ReasonWindowExceeded, Error: f.Message, Held: held}, now)
+		return model.Apply(r, model.GaveUp{Reason: events.ReasonWindowExceeded, Error: f.Message, Held: held}, now)
 	})
 	if err != nil {
 		c.log.WarnContext(ctx, "give up run past the caller's window", "run_id", id, "err", err)
@@ -219,7 +218,7 @@ func (c *Client) giveUp(ctx context.Context, id string, f *Failure) {
 	if row.Status == events.StatusInterrupted && row.Reason == events.ReasonWindowExceeded {
 		c.announce(ctx, row)
 		if row.ChildStillRunning {
-			if err := wire.PublishCancelEvent(ctx, c.js, c.ns, model.Of(row).CancelEvent(time.Now())); err != nil {
+			if err := wire.PublishCancelEvent(ctx, c.js, c.ns, row.CancelEvent(time.Now())); err != nil {
 				c.log.WarnContext(ctx, "publish cancel", "run_id", id, "err", err)
 			}
 		}
@@ -227,11 +226,11 @@ func (c *Client) giveUp(ctx context.Context, id string, f *Failure) {
 }
 
 // settled reports whether a waiting parent has its answer.
-func settled(r *jetruntype.Run) bool {
+func settled(r *model.Row) bool {
 	return r.Status.Final() || (r.Status == events.StatusInterrupted && !r.ChildStillRunning)
 }
 
-func outcome(r *jetruntype.Run) (*Result, error) {
+func outcome(r *model.Row) (*Result, error) {
 	if f := r.Failure(); f != nil {
 		return nil, f
 	}
@@ -281,7 +280,7 @@ func (c *Client) RunAll(ctx context.Context, reqs []Request) []Outcome {
 // context and ending the run "aborted". An unknown
 // run returns ErrRunNotFound. A cascade interrupted by a crash is
 // completed by the reconciler.
-func (c *Client) Cancel(ctx context.Context, id, reason string) (*jetruntype.Run, error) {
+func (c *Client) Cancel(ctx context.Context, id, reason string) (*model.Row, error) {
 	reason = cmp.Or(reason, "cancelled by request")
 	row, err := c.cancelOne(ctx, id, reason)
 	if err != nil {
@@ -291,16 +290,16 @@ func (c *Client) Cancel(ctx context.Context, id, reason string) (*jetruntype.Run
 	return row, nil
 }
 
-func (c *Client) cancelOne(ctx context.Context, id, reason string) (*jetruntype.Run, error) {
+func (c *Client) cancelOne(ctx context.Context, id, reason string) (*model.Row, error) {
 	aborted := false
 	now := time.Now()
-	row, _, err := c.store.Mutate(ctx, id, func(r *jetruntype.Run) (err error) {
+	row, _, err := c.store.Mutate(ctx, id, func(r *model.Row) (err error) {
 		aborted = false
 		held, err := c.store.Workers().HolderAlive(ctx, r)
 		if err != nil {
 			return err
 		}
-		if err := model.Apply(model.Of(r), model.CancelRequested{Reason: reason, Held: held}, now); err != nil {
+		if err := model.Apply(r, model.CancelRequested{Reason: reason, Held: held}, now); err != nil {
 			return err // runstore.ErrNoChange: final, or its cancel requested already
 		}
 		aborted = r.Status == events.StatusAborted
@@ -316,7 +315,7 @@ func (c *Client) cancelOne(ctx context.Context, id, reason string) (*jetruntype.
 	case row.CancelRequested && row.Live() && row.Worker != "":
 		// Tell the worker holding the run; a repeated Cancel tells it
 		// again, and the reconciler does too if this notice is lost.
-		if err := wire.PublishCancelEvent(ctx, c.js, c.ns, model.Of(row).CancelEvent(time.Now())); err != nil {
+		if err := wire.PublishCancelEvent(ctx, c.js, c.ns, row.CancelEvent(time.Now())); err != nil {
 			return nil, err
 		}
 	}

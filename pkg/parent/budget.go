@@ -26,7 +26,7 @@ var ErrBudgetExceeded = jetruntype.ErrBudgetExceeded
 // parent's row (read unless given), and counts it against every runs
 // budget it draws from: over one, it is refused with ErrBudgetExceeded and
 // nothing is counted or created.
-func (c *Client) fillTree(ctx context.Context, d *events.Dispatch, parentRow *jetruntype.Run) error {
+func (c *Client) fillTree(ctx context.Context, d *events.Dispatch, parentRow *model.Row) error {
 	if d.Parent == "" {
 		return nil
 	}
@@ -40,7 +40,7 @@ func (c *Client) fillTree(ctx context.Context, d *events.Dispatch, parentRow *je
 		}
 		parentRow = p
 	}
-	d.Root, d.BudgetFrom = model.Of(parentRow).ChildTree()
+	d.Root, d.BudgetFrom = parentRow.ChildTree()
 	if len(d.BudgetFrom) == 0 {
 		return nil
 	}
@@ -50,12 +50,12 @@ func (c *Client) fillTree(ctx context.Context, d *events.Dispatch, parentRow *je
 	now := time.Now()
 	for _, id := range d.BudgetFrom {
 		var over *jetruntype.Overrun
-		_, _, err := c.store.Mutate(ctx, id, func(r *jetruntype.Run) error {
+		_, _, err := c.store.Mutate(ctx, id, func(r *model.Row) error {
 			if over = r.Overrun; over != nil {
 				return runstore.ErrNoChange
 			}
 			var full *model.OverrunError
-			if err := model.Apply(model.Of(r), model.RunCounted{}, now); errors.As(err, &full) {
+			if err := model.Apply(r, model.RunCounted{}, now); errors.As(err, &full) {
 				over = &full.Overrun // no room for the run
 				return runstore.ErrNoChange
 			} else if err != nil {

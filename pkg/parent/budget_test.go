@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // An Await reads its row when nextRead says (nothing wakes it here: no
@@ -31,7 +31,7 @@ func TestBudgetsAreHonouredWithinATenth(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := reattachBudget{began: t0, noProgress: tc.noProgress, window: tc.window}
-			row := &jetruntype.Run{ID: "r", Status: events.StatusRunning}
+			row := &model.Row{ID: "r", Status: events.StatusRunning}
 			// The run shows progress every 70 ms until progressUntil.
 			const step = 70 * time.Millisecond
 			due, slack := tc.window, max(tc.window/10, budgetSlack)

@@ -7,10 +7,10 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // clearWait bounds how long Clear waits for cancelled runs to stop before it
@@ -29,7 +29,7 @@ type ClearFilter struct {
 	All bool
 }
 
-func (f ClearFilter) match(r *jetruntype.Run, now time.Time) bool {
+func (f ClearFilter) match(r *model.Row, now time.Time) bool {
 	if len(f.Statuses) > 0 && !slices.Contains(f.Statuses, r.Status) {
 		return false
 	}
@@ -60,7 +60,7 @@ func (c *Client) Clear(ctx context.Context, f ClearFilter) (int, error) {
 		}
 	}
 	now := time.Now()
-	rows, err := c.store.List(ctx, func(r *jetruntype.Run) bool { return f.match(r, now) })
+	rows, err := c.store.List(ctx, func(r *model.Row) bool { return f.match(r, now) })
 	if err != nil {
 		return 0, fmt.Errorf("parent: clear: %w", err)
 	}
@@ -101,7 +101,7 @@ const meterWait = 5 * time.Second
 // meter), if there is one, has handled the last status event of each run,
 // so a cleared run's finish (aborted, for a run the clear cancelled) is
 // metered before its events are erased.
-func (c *Client) waitMetered(ctx context.Context, rows []*jetruntype.Run) {
+func (c *Client) waitMetered(ctx context.Context, rows []*model.Row) {
 	if len(rows) == 0 {
 		return
 	}

@@ -13,11 +13,11 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/jetrun/jetrun/internal/engine"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -154,7 +154,7 @@ func TestReplayResumesAcrossAServerRestart(t *testing.T) {
 	if _, err := c.Dispatch(ctx, parent.Request{AgentType: "halves", RunID: "resumed", Input: 1}); err != nil {
 		t.Fatal(err)
 	}
-	jetruntest.WaitRow(t, engine.From(rt).Store(), "resumed", 30*time.Second, func(r *jetruntype.Run) bool { return r.Chunks > 0 })
+	jetruntest.WaitRow(t, engine.From(rt).Store(), "resumed", 30*time.Second, func(r *model.Row) bool { return r.Chunks > 0 })
 	seq, err := c.Replay(ctx, "resumed", parent.ReplayOptions{Kinds: []string{events.KindChunk, events.KindStatus}})
 	if err != nil {
 		t.Fatal(err)

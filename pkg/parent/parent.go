@@ -192,7 +192,7 @@ type Request struct {
 	Budget *events.TreeBudget
 	// ParentRow, when set, is the row of Parent, which a nested dispatch
 	// otherwise reads to learn its tree (a worker's Spawn passes it).
-	ParentRow *jetruntype.Run
+	ParentRow *model.Row
 }
 
 func (req Request) dispatch() (events.Dispatch, error) {
@@ -254,7 +254,7 @@ func newRunID() string {
 type Dispatched struct {
 	// Run is the run's row: "starting", or further along if a worker was
 	// quick; for a run id that already had a run, that run as it is.
-	Run *jetruntype.Run
+	Run *model.Row
 	// Created says this call started the run (false: the run id already
 	// had a run, which Run is).
 	Created bool
@@ -288,7 +288,7 @@ func (c *Client) Dispatch(ctx context.Context, req Request) (*Dispatched, error)
 // "starting" row whose dispatch the reconciler publishes. The dispatch is
 // published with Nats-Msg-Id = run id, retried with backoff for
 // DispatchRetry.
-func (c *Client) dispatch(ctx context.Context, req Request) (row *jetruntype.Run, created bool, err error) {
+func (c *Client) dispatch(ctx context.Context, req Request) (row *model.Row, created bool, err error) {
 	d, err := req.dispatch()
 	if err != nil {
 		return nil, false, err
@@ -358,7 +358,7 @@ func (c *Client) dispatch(ctx context.Context, req Request) (row *jetruntype.Run
 // writes. A read before the publish keeps a second Dispatch of an existing
 // run from publishing again (its miss is not confirmed on the leader: the
 // create's compare-and-set catches a row a replica missed).
-func (c *Client) dispatchPlain(ctx context.Context, req Request, d events.Dispatch) (*jetruntype.Run, bool, error) {
+func (c *Client) dispatchPlain(ctx context.Context, req Request, d events.Dispatch) (*model.Row, bool, error) {
 	existing, _, err := c.lookup(ctx, d.RunID)
 	if err == nil {
 		row, err := c.existing(ctx, existing, req)
@@ -416,11 +416,11 @@ func (c *Client) failDispatch(ctx context.Context, id string, cause error) {
 	defer cancel()
 	ended := model.Ended{Status: events.StatusError, Reason: events.ReasonDispatchFailed, Error: "dispatch failed: " + cause.Error()}
 	now := time.Now()
-	row, _, err := c.store.Mutate(ctx, id, func(r *jetruntype.Run) error {
+	row, _, err := c.store.Mutate(ctx, id, func(r *model.Row) error {
 		if r.Status != events.StatusStarting {
 			return runstore.ErrNoChange
 		}
-		return model.Apply(model.Of(r), ended, now)
+		return model.Apply(r, ended, now)
 	})
 	if err != nil {
 		c.log.ErrorContext(ctx, "mark undispatched run failed; the reconciler dispatches it again", "run_id", id, "err", err)
@@ -434,7 +434,7 @@ func (c *Client) failDispatch(ctx context.Context, id string, cause error) {
 // existing answers a dispatch for a run id that has a row: the same run,
 // never a second execution. A row still "starting" whose dispatch message is
 // gone gets it published again.
-func (c *Client) existing(ctx context.Context, row *jetruntype.Run, req Request) (*jetruntype.Run, error) {
+func (c *Client) existing(ctx context.Context, row *model.Row, req Request) (*model.Row, error) {
 	if row.AgentType != req.AgentType {
 		return nil, fmt.Errorf("parent: dispatch run %s as %s: %w (%s)", row.ID, req.AgentType, ErrRunIDConflict, row.AgentType)
 	}
@@ -456,7 +456,7 @@ func (c *Client) existing(ctx context.Context, row *jetruntype.Run, req Request)
 			return row, nil
 		}
 	}
-	seq, err := c.publishDispatch(ctx, row.AgentType, model.Of(row).Dispatch(), model.Of(row).DispatchMsgID())
+	seq, err := c.publishDispatch(ctx, row.AgentType, row.Dispatch(), row.DispatchMsgID())
 	if err != nil {
 		return nil, fmt.Errorf("parent: dispatch run %s: %w: %w", row.ID, ErrDispatchFailed, err)
 	}
@@ -471,7 +471,7 @@ func (c *Client) existing(ctx context.Context, row *jetruntype.Run, req Request)
 // attempt that keeps its milestones (retryable means just that). Exactly
 // one of concurrent callers moves the row back to "starting" and publishes
 // the dispatch; the others find it starting (or further) and re-attach.
-func (c *Client) resume(ctx context.Context, row *jetruntype.Run) (*jetruntype.Run, error) {
+func (c *Client) resume(ctx context.Context, row *model.Row) (*model.Row, error) {
 	next, resumed, err := c.rt.Resume(ctx, row, false)
 	if err != nil {
 		return nil, fmt.Errorf("parent: %w", err)
@@ -479,7 +479,7 @@ func (c *Client) resume(ctx context.Context, row *jetruntype.Run) (*jetruntype.R
 	if !resumed {
 		return next, nil
 	}
-	seq, err := c.publishDispatch(ctx, next.AgentType, model.Of(next).Dispatch(), model.Of(next).DispatchMsgID())
+	seq, err := c.publishDispatch(ctx, next.AgentType, next.Dispatch(), next.DispatchMsgID())
 	if err != nil {
 		// The row is "starting" without a dispatch: the reconciler
 		// publishes it, as for a parent that died between the two.
@@ -531,18 +531,18 @@ func (c *Client) checkAgentType(ctx context.Context, agentType string) error {
 
 // get reads the row of run id, retrying transient faults for at most
 // DispatchRetry.
-func (c *Client) get(ctx context.Context, id string) (*jetruntype.Run, uint64, error) {
+func (c *Client) get(ctx context.Context, id string) (*model.Row, uint64, error) {
 	return c.read(ctx, id, c.store.Get)
 }
 
 // lookup is get for the check before a create: a miss is not confirmed on
 // the leader (runstore.Store.Lookup), since the create's compare-and-set catches
 // a row a replica missed.
-func (c *Client) lookup(ctx context.Context, id string) (*jetruntype.Run, uint64, error) {
+func (c *Client) lookup(ctx context.Context, id string) (*model.Row, uint64, error) {
 	return c.read(ctx, id, c.store.Lookup)
 }
 
-func (c *Client) read(ctx context.Context, id string, get func(context.Context, string) (*jetruntype.Run, uint64, error)) (row *jetruntype.Run, rev uint64, err error) {
+func (c *Client) read(ctx context.Context, id string, get func(context.Context, string) (*model.Row, uint64, error)) (row *model.Row, rev uint64, err error) {
 	err = jsfault.RetryRepair(ctx, c.cfg.DispatchRetry, c.rt.Repair, func(ctx context.Context) error {
 		row, rev, err = get(ctx, id)
 		return err
@@ -561,7 +561,7 @@ func (c *Client) fault(ctx context.Context, msg string, err error, args ...any) 
 // Inspect returns the run's row, as [kv.Runs.Get] reads it, or an error
 // wrapping [ErrRunNotFound] when there is no record of it (yet: a run
 // exists once Dispatch created it).
-func (c *Client) Inspect(ctx context.Context, id string) (*jetruntype.Run, error) {
+func (c *Client) Inspect(ctx context.Context, id string) (*model.Row, error) {
 	row, err := c.runs.Get(ctx, id)
 	if err != nil {
 		return nil, fmt.Errorf("parent: inspect: %w", err)
@@ -571,7 +571,7 @@ func (c *Client) Inspect(ctx context.Context, id string) (*jetruntype.Run, error
 
 // List returns the rows with one of statuses (every row when none is
 // given), newest first: [kv.Runs.List] with [kv.ListOptions.Statuses].
-func (c *Client) List(ctx context.Context, statuses ...events.Status) ([]*jetruntype.Run, error) {
+func (c *Client) List(ctx context.Context, statuses ...events.Status) ([]*model.Row, error) {
 	rows, err := c.runs.List(ctx, kv.ListOptions{Statuses: statuses})
 	if err != nil {
 		return nil, fmt.Errorf("parent: %w", err)
@@ -584,7 +584,7 @@ func (c *Client) List(ctx context.Context, statuses ...events.Status) ([]*jetrun
 // announced. A run ended or given up with no worker holding it first
 // counts the steps its lost attempt stored (engine.Runtime.CountLostSteps).
 // A failure is logged: the reconciler republishes owed finishes.
-func (c *Client) announce(ctx context.Context, r *jetruntype.Run) *jetruntype.Run {
+func (c *Client) announce(ctx context.Context, r *model.Row) *model.Row {
 	r, err := c.rt.CountLostSteps(ctx, r)
 	if err != nil {
 		c.fault(ctx, "count the stored steps of a run ended without its worker", err, "run_id", r.ID)

@@ -15,12 +15,12 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/jetrun/jetrun/internal/app/agents/demo"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -114,7 +114,7 @@ func TestRunReattachesToALiveRun(t *testing.T) {
 	if err != nil || !d.Created || d.Run.Status.Final() {
 		t.Fatalf("dispatch: %+v %v", d, err)
 	}
-	jetruntest.WaitRow(t, b.store, "live", 10*time.Second, func(r *jetruntype.Run) bool { return r.Status == events.StatusRunning })
+	jetruntest.WaitRow(t, b.store, "live", 10*time.Second, func(r *model.Row) bool { return r.Status == events.StatusRunning })
 
 	done := make(chan error, 2)
 	for range 2 {
@@ -160,7 +160,7 @@ func TestCancel(t *testing.T) {
 		if _, err := b.client.Dispatch(ctx, parent.Request{AgentType: "gated", RunID: "c1", Input: 1}); err != nil {
 			t.Fatal(err)
 		}
-		jetruntest.WaitRow(t, b.store, "c1", 10*time.Second, func(r *jetruntype.Run) bool { return r.Status == events.StatusRunning })
+		jetruntest.WaitRow(t, b.store, "c1", 10*time.Second, func(r *model.Row) bool { return r.Status == events.StatusRunning })
 		start := time.Now()
 		for range 3 {
 			if _, err := b.client.Cancel(ctx, "c1", "user pressed stop"); err != nil {
@@ -228,7 +228,7 @@ func TestCallerContextCancelsTheChild(t *testing.T) {
 		_, err := b.client.Run(ctx, parent.Request{AgentType: "gated", RunID: "cc", Input: 1})
 		errc <- err
 	}()
-	jetruntest.WaitRow(t, b.store, "cc", 10*time.Second, func(r *jetruntype.Run) bool { return r.Status == events.StatusRunning })
+	jetruntest.WaitRow(t, b.store, "cc", 10*time.Second, func(r *model.Row) bool { return r.Status == events.StatusRunning })
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("run: %v", err)
@@ -301,7 +301,7 @@ func TestStartingRowLeftByADeadCallerIsDispatchedAgain(t *testing.T) {
 	b := setup(t)
 	ctx := t.Context()
 	// The caller created the row and died before publishing.
-	if _, err := b.store.Create(ctx, &jetruntype.Run{
+	if _, err := b.store.Create(ctx, &model.Row{
 		ID: "orphan", AgentType: "demo", Status: events.StatusStarting, CreatedAt: time.Now(),
 		Input: []byte(`{"steps":1,"stepMs":0}`),
 	}); err != nil {
@@ -322,7 +322,7 @@ func TestCancelOfAWaitingRunWhoseWorkerDiedEndsItsWait(t *testing.T) {
 	b := setup(t)
 	ctx := t.Context()
 	now := time.Now()
-	if _, err := b.store.Create(ctx, &jetruntype.Run{
+	if _, err := b.store.Create(ctx, &model.Row{
 		ID: "waited", AgentType: "gated", Status: events.StatusRunning, Attempt: 1, Worker: "gone", WorkerEpoch: "e0",
 		WaitingFor: "approve", CreatedAt: now, StartedAt: now,
 	}); err != nil {
@@ -468,7 +468,7 @@ func TestPlainDispatchWritesNoIndexAndStartsOnce(t *testing.T) {
 	if ok, err := jetruntest.HasRun(ctx, b.client, "plain"); err != nil || !ok {
 		t.Fatalf("has run: %v %v", ok, err)
 	}
-	jetruntest.WaitRow(t, b.store, "plain", 10*time.Second, func(r *jetruntype.Run) bool { return r.Status == events.StatusRunning })
+	jetruntest.WaitRow(t, b.store, "plain", 10*time.Second, func(r *model.Row) bool { return r.Status == events.StatusRunning })
 	active, err := b.store.Index().Active(ctx)
 	if err != nil {
 		t.Fatal(err)

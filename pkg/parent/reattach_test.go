@@ -14,7 +14,6 @@ import (
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -111,7 +110,7 @@ func TestWindowExceededThenRetryResumesOnce(t *testing.T) {
 	if !ok || f.Status != events.StatusInterrupted || f.Reason != events.ReasonWindowExceeded || f.ChildStillRunning || !f.Retryable {
 		t.Fatalf("await past the window: %v", err)
 	}
-	row := jetruntest.WaitRow(t, engine.From(rt).Store(), "win", 10*time.Second, func(r *jetruntype.Run) bool {
+	row := jetruntest.WaitRow(t, engine.From(rt).Store(), "win", 10*time.Second, func(r *model.Row) bool {
 		return r.Status == events.StatusInterrupted && !r.ChildStillRunning
 	})
 	if row.Reason != events.ReasonWindowExceeded || row.Attempt != 1 {
@@ -131,7 +130,7 @@ func TestWindowExceededThenRetryResumesOnce(t *testing.T) {
 			results[i], errs[i] = patient.Run(ctx, parent.Request{AgentType: "slow", RunID: "win", Input: 1})
 		})
 	}
-	jetruntest.WaitRow(t, engine.From(rt).Store(), "win", 10*time.Second, func(r *jetruntype.Run) bool {
+	jetruntest.WaitRow(t, engine.From(rt).Store(), "win", 10*time.Second, func(r *model.Row) bool {
 		return r.Status == events.StatusRunning && r.Attempt == 2
 	})
 	close(release)
@@ -233,7 +232,7 @@ func TestDispatchFindsARetrysUnrecordedDispatch(t *testing.T) {
 		t.Fatal("an unserved run completed")
 	}
 	store := engine.From(rt).Store()
-	row := jetruntest.WaitRow(t, store, id, 30*time.Second, func(r *jetruntype.Run) bool {
+	row := jetruntest.WaitRow(t, store, id, 30*time.Second, func(r *model.Row) bool {
 		return r.Status == events.StatusInterrupted && !r.ChildStillRunning
 	})
 	stream, err := js.Stream(ctx, wire.Namespace("").DispatchStream())
@@ -253,8 +252,8 @@ func TestDispatchFindsARetrysUnrecordedDispatch(t *testing.T) {
 	if err != nil || !resumed {
 		t.Fatalf("resume: %v, resumed %v", err, resumed)
 	}
-	if _, err := engine.From(rt).PublishDispatch(ctx, req.AgentType, model.Of(next).Dispatch(),
-		engine.DispatchOptions{MsgID: model.Of(next).DispatchMsgID()}); err != nil {
+	if _, err := engine.From(rt).PublishDispatch(ctx, req.AgentType, next.Dispatch(),
+		engine.DispatchOptions{MsgID: next.DispatchMsgID()}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Dispatch(ctx, req); err != nil {

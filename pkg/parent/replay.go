@@ -11,9 +11,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/engine/jsfault"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // Errors returned by the functions of this file; test with errors.Is.
@@ -62,7 +62,7 @@ func (c *Client) Replay(ctx context.Context, id string, opts ReplayOptions) (ite
 
 // replay is Replay of row's run: wire.Replay, started again after the last
 // event yielded when it fails on a transient fault.
-func (c *Client) replay(ctx context.Context, row *jetruntype.Run, opts ReplayOptions) iter.Seq2[events.Event, error] {
+func (c *Client) replay(ctx context.Context, row *model.Row, opts ReplayOptions) iter.Seq2[events.Event, error] {
 	return func(yield func(events.Event, error) bool) {
 		at := replayPosition{seq: opts.After, part: -1}
 		bo := jsfault.NewBackOff(0) // reset by an event
@@ -128,7 +128,7 @@ func (p replayPosition) yielded(ev events.Event) bool {
 	return p.part >= 0 && ev.Seq == p.seq && ev.Part <= p.part
 }
 
-func replayOptions(row *jetruntype.Run, after uint64, follow events.Follow, kinds []string) events.ReplayOptions {
+func replayOptions(row *model.Row, after uint64, follow events.Follow, kinds []string) events.ReplayOptions {
 	return events.ReplayOptions{
 		After:     after,
 		StartSeq:  row.FirstEventSeq,

@@ -11,11 +11,11 @@ import (
 	"time"
 
 	"github.com/jetrun/jetrun/internal/app/agents/demo"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -107,7 +107,7 @@ func TestReplayOf10000ChunksIsExactAndInOrder(t *testing.T) {
 		}
 	}
 	// Start mid-run.
-	jetruntest.WaitRow(t, b.store, "big", 30*time.Second, func(r *jetruntype.Run) bool { return r.Chunks > 100 })
+	jetruntest.WaitRow(t, b.store, "big", 30*time.Second, func(r *model.Row) bool { return r.Chunks > 100 })
 	var wg sync.WaitGroup
 	results := make([][]int64, 2)
 	wg.Go(func() { results[0], _ = collect(t, b.client, "big", 0, 0, 0) })
@@ -247,7 +247,7 @@ func TestSignals(t *testing.T) {
 			Input: map[string]int{"steps": 2, "stepMs": 10, "approveAt": 1}}); err != nil {
 			t.Fatal(err)
 		}
-		row := jetruntest.WaitRow(t, b.store, "parked", 10*time.Second, func(r *jetruntype.Run) bool { return r.WaitingFor != "" })
+		row := jetruntest.WaitRow(t, b.store, "parked", 10*time.Second, func(r *model.Row) bool { return r.WaitingFor != "" })
 		if row.WaitingFor != demo.ApprovalSignal || row.Status != events.StatusRunning {
 			t.Fatalf("parked row: %+v", row)
 		}
@@ -257,7 +257,7 @@ func TestSignals(t *testing.T) {
 		if _, err := b.client.Await(ctx, "parked"); err != nil {
 			t.Fatal(err)
 		}
-		final := jetruntest.WaitRow(t, b.store, "parked", 10*time.Second, func(r *jetruntype.Run) bool { return r.WaitingFor == "" })
+		final := jetruntest.WaitRow(t, b.store, "parked", 10*time.Second, func(r *model.Row) bool { return r.WaitingFor == "" })
 		if final.SignalsSeen[demo.ApprovalSignal] == 0 {
 			t.Fatalf("signal not recorded: %+v", final)
 		}
@@ -322,7 +322,7 @@ func TestARecreatedRunStartsAfreshWithoutOldSignals(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The new run waits for its own approval.
-	row := jetruntest.WaitRow(t, b.store, "again", 10*time.Second, func(r *jetruntype.Run) bool { return r.WaitingFor == "approve" })
+	row := jetruntest.WaitRow(t, b.store, "again", 10*time.Second, func(r *model.Row) bool { return r.WaitingFor == "approve" })
 	if row.Status != events.StatusRunning {
 		t.Fatalf("row: %+v", row)
 	}

@@ -39,7 +39,7 @@ func (req Request) keyed(d *events.Dispatch) []error {
 // dispatchKeyed dispatches a run under a concurrency key: the key's
 // strategy decides whether it starts now, waits queued, or is refused
 // (keys.Submit). An existing run id is re-attached, as for any dispatch.
-func (c *Client) dispatchKeyed(ctx context.Context, req Request, d events.Dispatch) (*jetruntype.Run, bool, error) {
+func (c *Client) dispatchKeyed(ctx context.Context, req Request, d events.Dispatch) (*model.Row, bool, error) {
 	if existing, _, err := c.lookup(ctx, d.RunID); err == nil {
 		row, err := c.existing(ctx, existing, req)
 		return row, false, err
@@ -64,7 +64,7 @@ func (c *Client) dispatchKeyed(ctx context.Context, req Request, d events.Dispat
 // requeue resumes an interrupted keyed run whose child stopped: it waits
 // for its key again (runstore.Store.Requeue), so it never runs alongside the
 // run that holds the key now.
-func (c *Client) requeue(ctx context.Context, row *jetruntype.Run) (*jetruntype.Run, error) {
+func (c *Client) requeue(ctx context.Context, row *model.Row) (*model.Row, error) {
 	next, err := keys.Requeue(ctx, c.rt, row)
 	if err != nil {
 		return nil, fmt.Errorf("parent: resume run %s: %w", row.ID, err)
@@ -75,7 +75,7 @@ func (c *Client) requeue(ctx context.Context, row *jetruntype.Run) (*jetruntype.
 // advanceKey hands the key of a keyed run this client ended (a cancel
 // before any worker ran it) to the next run. A failure is logged: the
 // reconciler advances the key of every queued run.
-func (c *Client) advanceKey(ctx context.Context, row *jetruntype.Run) {
+func (c *Client) advanceKey(ctx context.Context, row *model.Row) {
 	if row.ConcurrencyKey == "" {
 		return
 	}

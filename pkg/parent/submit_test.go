@@ -23,7 +23,6 @@ import (
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -122,7 +121,7 @@ func setupKeyed(t *testing.T, open bool) *keyedFleet {
 	return f
 }
 
-func (f *keyedFleet) submit(t *testing.T, i int, id string, strategy events.Strategy, input any) *jetruntype.Run {
+func (f *keyedFleet) submit(t *testing.T, i int, id string, strategy events.Strategy, input any) *model.Row {
 	t.Helper()
 	d, err := f.clients[i%2].Dispatch(t.Context(), parent.Request{
 		AgentType: "serial", RunID: id, Input: input, ConcurrencyKey: "chat-1", Strategy: strategy,
@@ -133,9 +132,9 @@ func (f *keyedFleet) submit(t *testing.T, i int, id string, strategy events.Stra
 	return d.Run
 }
 
-func waitStatus(t *testing.T, store *runstore.Store, id string, s events.Status) *jetruntype.Run {
+func waitStatus(t *testing.T, store *runstore.Store, id string, s events.Status) *model.Row {
 	t.Helper()
-	return jetruntest.WaitRow(t, store, id, 30*time.Second, func(r *jetruntype.Run) bool { return r.Status == s })
+	return jetruntest.WaitRow(t, store, id, 30*time.Second, func(r *model.Row) bool { return r.Status == s })
 }
 
 // Queue: submits from two clients, run by two workers, execute one at a
@@ -293,7 +292,7 @@ func TestKeyDebounceRunsTheLastOfABurst(t *testing.T) {
 			AgentType: "serial", RunID: id, Input: i, ConcurrencyKey: "chat-1",
 			Strategy: events.StrategyDebounce, Debounce: 3 * time.Second,
 		})
-		var row *jetruntype.Run
+		var row *model.Row
 		if d != nil {
 			row = d.Run
 		}
@@ -474,7 +473,7 @@ func TestKeyRetryOfAnInterruptedRunWaitsForTheKey(t *testing.T) {
 	}
 	store := engine.From(rt).Store()
 	// No worker serves "orphan", so rows move only as this test moves them.
-	dispatch := func(id string) *jetruntype.Run {
+	dispatch := func(id string) *model.Row {
 		t.Helper()
 		d, err := c.Dispatch(ctx, parent.Request{AgentType: "orphan", RunID: id, Input: 1, ConcurrencyKey: "k"})
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
@@ -91,7 +92,7 @@ func TestCallAnsweredAndFailed(t *testing.T) {
 		Input: map[string]any{"questions": []string{"slow", "fail", "why"}}}); err != nil {
 		t.Fatal(err)
 	}
-	jetruntest.WaitRow(t, b.store, "a1", 30*time.Second, func(r *jetruntype.Run) bool { return r.WaitingFor == "call:ask" })
+	jetruntest.WaitRow(t, b.store, "a1", 30*time.Second, func(r *model.Row) bool { return r.WaitingFor == "call:ask" })
 	close(release)
 	row := jetruntest.WaitRow(t, b.store, "a1", 30*time.Second, jetruntest.Final)
 	var out []string
@@ -194,7 +195,7 @@ func TestCallTimeoutAndCancel(t *testing.T) {
 	if _, err := c.Dispatch(ctx, parent.Request{AgentType: "patient", RunID: "p1", Input: 1}); err != nil {
 		t.Fatal(err)
 	}
-	jetruntest.WaitRow(t, b.store, "p1", 30*time.Second, func(r *jetruntype.Run) bool { return r.WaitingFor == "call:nobody" })
+	jetruntest.WaitRow(t, b.store, "p1", 30*time.Second, func(r *model.Row) bool { return r.WaitingFor == "call:nobody" })
 	if _, err := c.Cancel(ctx, "p1", "enough"); err != nil {
 		t.Fatal(err)
 	}

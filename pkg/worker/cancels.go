@@ -12,7 +12,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 )
@@ -84,7 +83,7 @@ func (w *Worker) cancelledAttempt(ctx context.Context, id string) int {
 		w.log.DebugContext(ctx, "check a cancel event against the row", "run_id", id, "err", err)
 		return 0
 	}
-	return model.Of(row).CancelledAttempt(w.cfg.ID)
+	return row.CancelledAttempt(w.cfg.ID)
 }
 
 // followSignals starts the consumer of signals (jetrun.signal.<id>.<name>):

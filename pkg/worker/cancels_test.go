@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -47,7 +47,7 @@ func TestALateCancelOfAnEarlierAttemptDoesNotStopTheRetry(t *testing.T) {
 	const id = "late-cancel"
 	now := time.Now()
 	det := &events.Detached{OnFinish: "record"}
-	givenUp := &jetruntype.Run{ID: id, AgentType: "retried", Input: json.RawMessage(`{}`), Detached: det,
+	givenUp := &model.Row{ID: id, AgentType: "retried", Input: json.RawMessage(`{}`), Detached: det,
 		Status: events.StatusInterrupted, Reason: events.ReasonBudgetExceeded, Retryable: true, Attempt: 1,
 		CancelRequested: true, CancelReason: events.ReasonBudgetExceeded,
 		CreatedAt: now.Add(-time.Minute), StartedAt: now.Add(-time.Minute), FinishedAt: now}
@@ -72,7 +72,7 @@ func TestALateCancelOfAnEarlierAttemptDoesNotStopTheRetry(t *testing.T) {
 	// A cancel of another run, published after them: once it is acted on,
 	// so were they (one consumer takes every run's cancels, in order).
 	publish(t, b.js, "jetrun.dispatch.probe", `{"runId":"probe","input":{}}`)
-	jetruntest.WaitRow(t, b.store, "probe", 10*time.Second, func(r *jetruntype.Run) bool {
+	jetruntest.WaitRow(t, b.store, "probe", 10*time.Second, func(r *model.Row) bool {
 		return r.Status == events.StatusRunning && r.FirstEventSeq != 0 // its row synced: only the event stops it
 	})
 	if _, err := client.Cancel(ctx, "probe", "probing"); err != nil {

@@ -18,7 +18,6 @@ import (
 	"github.com/jetrun/jetrun/internal/engine/settle"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // process handles one delivered dispatch: validate it, find or create the
@@ -48,7 +47,7 @@ func (w *Worker) process(ctx context.Context, agentType string, msg jetstream.Ms
 	blind := plainFirstDelivery(msg, d)
 	for try := 0; ; try++ {
 		var (
-			row     *jetruntype.Run
+			row     *model.Row
 			rev     uint64
 			cleared bool
 			err     error
@@ -142,7 +141,7 @@ func plainFirstDelivery(msg jetstream.Msg, d events.Dispatch) bool {
 // decide acts on one read of the row and says how to settle the dispatch.
 // retry is true when a compare-and-set lost a race and the row must be read
 // again; then, and with an error, o is not used.
-func (w *Worker) decide(ctx context.Context, log *slog.Logger, msg jetstream.Msg, row *jetruntype.Run, rev uint64, slot *pull.Slot) (o settle.Outcome, retry bool, err error) {
+func (w *Worker) decide(ctx context.Context, log *slog.Logger, msg jetstream.Msg, row *model.Row, rev uint64, slot *pull.Slot) (o settle.Outcome, retry bool, err error) {
 	now := time.Now()
 	switch {
 	case row.Status.Final():
@@ -191,8 +190,8 @@ func (w *Worker) decide(ctx context.Context, log *slog.Logger, msg jetstream.Msg
 		// An attempt of this very process that ended here without a word
 		// (stopped by a lapse of its liveness): the process lived on, so it
 		// is a hand-off, not a lost worker. Written by the claim or the end.
-		row = model.Of(row).Clone()
-		_ = model.Apply(model.Of(row), model.Blinked{Attempt: row.Attempt}, now) // or ErrNoChange: recorded already
+		row = row.Clone()
+		_ = model.Apply(row, model.Blinked{Attempt: row.Attempt}, now) // or ErrNoChange: recorded already
 	}
 	switch {
 	case row.Status == events.StatusInterrupted:
@@ -253,7 +252,7 @@ func (w *Worker) decide(ctx context.Context, log *slog.Logger, msg jetstream.Msg
 // created beside the tombstone read and could not delete (its worker died
 // in between, or the delete failed). It deletes the row and reports
 // whether it did. Only a takeover of a first attempt pays the read.
-func (w *Worker) clearedTakeover(ctx context.Context, log *slog.Logger, row *jetruntype.Run) (dropped bool, err error) {
+func (w *Worker) clearedTakeover(ctx context.Context, log *slog.Logger, row *model.Row) (dropped bool, err error) {
 	if row.Attempt != 1 || row.DispatchSeq == 0 {
 		return false, nil
 	}
@@ -272,7 +271,7 @@ func (w *Worker) clearedTakeover(ctx context.Context, log *slog.Logger, row *jet
 // was published after the give-up: not the message that woke its last
 // attempt, and stored after the row's finishedAt (by the server's clock,
 // which the writer's should follow closely).
-func publishedAfter(msg jetstream.Msg, row *jetruntype.Run) bool {
+func publishedAfter(msg jetstream.Msg, row *model.Row) bool {
 	meta, err := msg.Metadata()
 	if err != nil {
 		return false
@@ -285,7 +284,7 @@ func publishedAfter(msg jetstream.Msg, row *jetruntype.Run) bool {
 // key (the key's promotion dispatches it: this message is dropped); any
 // other is moved back to "starting" and claimed with this message on the
 // next read (retry).
-func (w *Worker) resumeGivenUp(ctx context.Context, log *slog.Logger, row *jetruntype.Run) (settle.Outcome, bool, error) {
+func (w *Worker) resumeGivenUp(ctx context.Context, log *slog.Logger, row *model.Row) (settle.Outcome, bool, error) {
 	if row.ConcurrencyKey != "" {
 		if _, err := keys.Requeue(ctx, w.rt, row); err != nil {
 			return settle.Leave(), false, err
@@ -303,10 +302,10 @@ func (w *Worker) resumeGivenUp(ctx context.Context, log *slog.Logger, row *jetru
 
 // claim returns row claimed by this worker for a new attempt
 // (model.Claimed), woken by msg, the message that now wakes a takeover.
-func (w *Worker) claim(row *jetruntype.Run, msg jetstream.Msg, now time.Time) (*jetruntype.Run, error) {
-	claimed := model.Of(row).Clone()
+func (w *Worker) claim(row *model.Row, msg jetstream.Msg, now time.Time) (*model.Row, error) {
+	claimed := row.Clone()
 	ev := model.Claimed{Worker: w.cfg.ID, Epoch: w.epoch(), DispatchSeq: wire.StreamSeq(msg)}
-	if err := model.Apply(model.Of(claimed), ev, now); err != nil {
+	if err := model.Apply(claimed, ev, now); err != nil {
 		return nil, fmt.Errorf("worker: claim run %s: %w", row.ID, err)
 	}
 	return claimed, nil
@@ -375,7 +374,7 @@ func (w *Worker) claimNew(ctx context.Context, agentType string, d events.Dispat
 // dropped, or kept for a retry. A row that cannot be deleted is left
 // claimed; the dispatch's next delivery finds it, reads the tombstone
 // (clearedTakeover) and deletes it then.
-func (w *Worker) unclaimNew(ctx context.Context, claimed *jetruntype.Run, msg jetstream.Msg, clearedErr error) settle.Outcome {
+func (w *Worker) unclaimNew(ctx context.Context, claimed *model.Row, msg jetstream.Msg, clearedErr error) settle.Outcome {
 	if err := w.store.Delete(ctx, claimed); err != nil {
 		w.fault(ctx, w.log, "delete the row of a cleared run", err, "run_id", claimed.ID)
 		return settle.Retry(retryDelay(msg))
@@ -393,7 +392,7 @@ func (w *Worker) unclaimNew(ctx context.Context, claimed *jetruntype.Run, msg je
 // was cleared after the dispatch at seq was published (see
 // runstore.Store.Cleared). first is the first read of a delivery; with parallel
 // too, the two reads go out together: one round trip.
-func (w *Worker) readRow(ctx context.Context, id string, seq uint64, first, parallel bool) (row *jetruntype.Run, rev uint64, cleared bool, err error) {
+func (w *Worker) readRow(ctx context.Context, id string, seq uint64, first, parallel bool) (row *model.Row, rev uint64, cleared bool, err error) {
 	var (
 		tomb    sync.WaitGroup
 		tombErr error
@@ -428,7 +427,7 @@ func (w *Worker) readRow(ctx context.Context, id string, seq uint64, first, para
 // its liveness (runstore.Workers.HolderUntil). A row naming this worker
 // under its current epoch with no attempt here is not held: this process
 // knows it ran no such attempt any more.
-func (w *Worker) heldElsewhere(ctx context.Context, row *jetruntype.Run) (held bool, until time.Time, err error) {
+func (w *Worker) heldElsewhere(ctx context.Context, row *model.Row) (held bool, until time.Time, err error) {
 	if row.Worker == "" || row.Status.Final() {
 		return false, time.Time{}, nil
 	}
@@ -440,7 +439,7 @@ func (w *Worker) heldElsewhere(ctx context.Context, row *jetruntype.Run) (held b
 
 // adopt attaches a redelivered dispatch to the execution of its run in this
 // process, if there is one.
-func (w *Worker) adopt(row *jetruntype.Run, msg jetstream.Msg) bool {
+func (w *Worker) adopt(row *model.Row, msg jetstream.Msg) bool {
 	if row.Worker != w.cfg.ID {
 		return false
 	}
@@ -452,10 +451,10 @@ func (w *Worker) adopt(row *jetruntype.Run, msg jetstream.Msg) bool {
 
 // endUnclaimed moves a run nobody executes to a final status; its dispatch
 // is acknowledged once the final status event is stored.
-func (w *Worker) endUnclaimed(ctx context.Context, row *jetruntype.Run, rev uint64,
+func (w *Worker) endUnclaimed(ctx context.Context, row *model.Row, rev uint64,
 	status events.Status, reason, text string) (o settle.Outcome, retry bool, err error) {
-	final := model.Of(row).Clone()
-	if err := model.Apply(model.Of(final), model.Ended{Status: status, Reason: reason, Error: text}, time.Now()); err != nil {
+	final := row.Clone()
+	if err := model.Apply(final, model.Ended{Status: status, Reason: reason, Error: text}, time.Now()); err != nil {
 		return settle.Leave(), true, nil // final already: read it again
 	}
 	if _, err := w.store.Update(ctx, final, rev); errors.Is(err, runstore.ErrConflict) {
@@ -475,7 +474,7 @@ func (w *Worker) endUnclaimed(ctx context.Context, row *jetruntype.Run, rev uint
 // countLostSteps counts on a run that ended with no worker holding it what
 // the steps of its lost attempt spent (engine.Runtime.CountLostSteps), and
 // returns its row as it is now.
-func (w *Worker) countLostSteps(ctx context.Context, row *jetruntype.Run) *jetruntype.Run {
+func (w *Worker) countLostSteps(ctx context.Context, row *model.Row) *model.Row {
 	next, err := w.rt.CountLostSteps(ctx, row)
 	if err != nil {
 		w.fault(ctx, w.log, "count the stored steps of a run ended without its worker", err, "run_id", row.ID)

@@ -16,7 +16,6 @@ import (
 	"github.com/jetrun/jetrun/internal/engine/pull"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // execution is one attempt of one run in this process: the handler call
@@ -34,8 +33,8 @@ type execution struct {
 	attempt int
 	epoch   string // the worker's liveness epoch the attempt was claimed under
 	log     *slog.Logger
-	row     *jetruntype.Run // the row as the attempt started, its Run's (read-only)
-	pub     *publisher      // fenced, pipelined publishes (publisher.go)
+	row     *model.Row // the row as the attempt started, its Run's (read-only)
+	pub     *publisher // fenced, pipelined publishes (publisher.go)
 
 	ctl     attemptCtl  // the handler's context, begun and ended (ctl.go)
 	rw      *rowWriter  // the newest row known and the fields awaiting a write (row.go)
@@ -56,11 +55,11 @@ func (w *Worker) newExecution(msg jetstream.Msg, id string, slot *pull.Slot) *ex
 
 // execute runs an attempt the worker just claimed (row at revision rev). e
 // is registered in w.active already (see claim).
-func (w *Worker) execute(ctx context.Context, e *execution, row *jetruntype.Run, rev uint64) {
+func (w *Worker) execute(ctx context.Context, e *execution, row *model.Row, rev uint64) {
 	defer w.unregister(e)
 	e.attempt, e.epoch = row.Attempt, row.WorkerEpoch
 	e.log = w.log.With("run_id", row.ID, "agent_type", row.AgentType, "attempt", row.Attempt)
-	trace := model.Of(row).Trace()
+	trace := row.Trace()
 	if id := trace.TraceID(); id != "" {
 		e.log = e.log.With("trace_id", id)
 	}
@@ -93,7 +92,7 @@ func (w *Worker) execute(ctx context.Context, e *execution, row *jetruntype.Run,
 		return
 	}
 	e.log.DebugContext(ctx, "run started")
-	e.row = model.Of(e.rw.row()).Clone()
+	e.row = e.rw.row().Clone()
 	run := &Run{b: e, row: e.row}
 	e.rw.startClock(time.Now())
 	e.ctl.begin(time.Now())
@@ -159,7 +158,7 @@ func (e *execution) start(ctx context.Context) error {
 	msgID := wire.StatusMsgID(e.id, e.attempt, events.StatusRunning)
 	if !takeover && claimed.ConcurrencyKey == "" {
 		e.pub.opened = e.rw.setFirstEvent
-		return e.pub.open(ctx, msgID, model.Of(claimed).StatusEvent(e.w.cfg.ID))
+		return e.pub.open(ctx, msgID, claimed.StatusEvent(e.w.cfg.ID))
 	}
 	if takeover {
 		last, err := e.w.rt.EventsStreamFor(e.id).GetLastMsgForSubject(ctx, e.w.ns.RunSubject(e.id, events.KindStatus))
@@ -170,7 +169,7 @@ func (e *execution) start(ctx context.Context) error {
 			return fmt.Errorf("read the last status event: %w", err)
 		}
 	}
-	seq, err := e.pub.publish(ctx, events.KindStatus, msgID, model.Of(claimed).StatusEvent(e.w.cfg.ID), true)
+	seq, err := e.pub.publish(ctx, events.KindStatus, msgID, claimed.StatusEvent(e.w.cfg.ID), true)
 	if err != nil {
 		return err
 	}
@@ -201,7 +200,7 @@ func (e *execution) start(ctx context.Context) error {
 // next message on the run's subjects from the stream's start, which the
 // server answers from its per-subject index rather than by a scan. Only a
 // row without the sequence pays for it, never a short run's first attempt.
-func (e *execution) firstEvent(ctx context.Context, claimed *jetruntype.Run, running uint64) (uint64, error) {
+func (e *execution) firstEvent(ctx context.Context, claimed *model.Row, running uint64) (uint64, error) {
 	if e.attempt <= 1 && claimed.ConcurrencyKey == "" {
 		return running, nil
 	}
@@ -216,7 +215,7 @@ func (e *execution) firstEvent(ctx context.Context, claimed *jetruntype.Run, run
 // reached and the steps stored, and counts the usage of stored steps the
 // row does not count yet (startSteps). After our "running" event no
 // earlier attempt can add to them.
-func (e *execution) loadHistory(ctx context.Context, claimed *jetruntype.Run) error {
+func (e *execution) loadHistory(ctx context.Context, claimed *model.Row) error {
 	ns := e.w.ns
 	var chunkSeq int64
 	m, err := e.w.rt.EventsStreamFor(e.id).GetLastMsgForSubject(ctx, ns.RunSubject(e.id, events.KindChunk))

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
@@ -314,7 +315,7 @@ func TestADeadHolderIsTakenOverAfterAnOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.Create(context.Background(), &jetruntype.Run{ID: "g1", AgentType: "ghostly", Status: events.StatusRunning,
+	if _, err := store.Create(context.Background(), &model.Row{ID: "g1", AgentType: "ghostly", Status: events.StatusRunning,
 		Attempt: 1, Worker: "ghost", WorkerEpoch: ghost.Epoch(), CreatedAt: time.Now(), Unindexed: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -381,7 +382,7 @@ func TestRunIsNotFinalWithoutItsRunningEvent(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the handler did not start while its running event was on its way")
 	}
-	row := jetruntest.WaitRow(t, b.store, "q1", 30*time.Second, func(r *jetruntype.Run) bool { return r.Handoffs >= 1 })
+	row := jetruntest.WaitRow(t, b.store, "q1", 30*time.Second, func(r *model.Row) bool { return r.Handoffs >= 1 })
 	if row.Status.Final() {
 		t.Fatalf("run made final while its running event could not be stored: %+v", row)
 	}
@@ -446,7 +447,7 @@ func TestStalledPublisherDoesNotStallTheHeart(t *testing.T) {
 	})
 	publish(t, b.js, "jetrun.dispatch.quiet", `{"runId":"q","input":{}}`)
 	<-waiting
-	jetruntest.WaitRow(t, b.store, "q", 10*time.Second, func(r *jetruntype.Run) bool { return r.FirstEventSeq != 0 })
+	jetruntest.WaitRow(t, b.store, "q", 10*time.Second, func(r *model.Row) bool { return r.FirstEventSeq != 0 })
 	publish(t, b.js, "jetrun.dispatch.chatty", `{"runId":"c","input":{}}`)
 	<-streaming
 	if err := b.js.DeleteStream(context.Background(), "JETRUN_EVENTS"); err != nil {
@@ -592,7 +593,7 @@ func TestBudgetChargeOutlivesALostAnswer(t *testing.T) {
 				t.Fatal(err)
 			}
 			if c.charged == "p1" {
-				if _, err := store.Create(context.Background(), &jetruntype.Run{ID: "p1", AgentType: "elsewhere",
+				if _, err := store.Create(context.Background(), &model.Row{ID: "p1", AgentType: "elsewhere",
 					Status: events.StatusRunning, Budget: &events.TreeBudget{Tokens: 1_000_000}, CreatedAt: time.Now(), Unindexed: true}); err != nil {
 					t.Fatal(err)
 				}
@@ -609,7 +610,7 @@ func TestBudgetChargeOutlivesALostAnswer(t *testing.T) {
 			close(fault)
 			want := jetruntype.UsageTotals{InputTokens: 110, OutputTokens: 20, CostMicros: 7}
 			// The charge lands on the server...
-			jetruntest.WaitRow(t, store, c.charged, 30*time.Second, func(r *jetruntype.Run) bool {
+			jetruntest.WaitRow(t, store, c.charged, 30*time.Second, func(r *model.Row) bool {
 				return r.TreeUsage != nil && *r.TreeUsage == want
 			})
 			// ... and its answer is lost: the worker's try ends (and it

@@ -7,9 +7,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // syncParallelism bounds the row syncs one heartbeat runs at once.
@@ -181,7 +181,7 @@ func (w *Worker) recovering() bool {
 // liveness key, may be a worker resuming after the same outage this
 // worker saw: its key is missing (not replaced by another incarnation's)
 // and this worker is recovering.
-func (w *Worker) mayBeResuming(ctx context.Context, row *jetruntype.Run) bool {
+func (w *Worker) mayBeResuming(ctx context.Context, row *model.Row) bool {
 	if !w.recovering() || row.WorkerEpoch == "" {
 		return false
 	}
@@ -288,7 +288,7 @@ func (e *execution) sync(ctx context.Context) {
 	}
 	e.chargeAtSync(ctx)
 	now := time.Now()
-	row, err := e.write(ctx, func(r *jetruntype.Run) error { return e.apply(r, now, e.synced()) })
+	row, err := e.write(ctx, func(r *model.Row) error { return e.apply(r, now, e.synced()) })
 	switch {
 	case errors.Is(err, ErrLeaseLost):
 		e.lose()

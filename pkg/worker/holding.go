@@ -14,7 +14,6 @@ import (
 	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // answerHolds answers, on the worker's own subject, which of the runs a
@@ -38,7 +37,7 @@ func (w *Worker) answerHolds() (*nats.Subscription, error) {
 // it executes keeps its dispatch from being redelivered, so a redelivery
 // reaching another worker is already a sign); no answer counts as "it
 // executes it".
-func (w *Worker) holderIdle(ctx context.Context, row *jetruntype.Run, msg jetstream.Msg) bool {
+func (w *Worker) holderIdle(ctx context.Context, row *model.Row, msg jetstream.Msg) bool {
 	if meta, err := msg.Metadata(); err != nil || meta.NumDelivered < 2 {
 		return false
 	}
@@ -56,7 +55,7 @@ func (w *Worker) holderIdle(ctx context.Context, row *jetruntype.Run, msg jetstr
 // has no subscription, so the question fails at once (no responders). A
 // key of another incarnation of the same worker id means the holder is
 // gone: then nobody is asked (the new process would answer for the old).
-func (w *Worker) lapsedHolderAnswers(ctx context.Context, row *jetruntype.Run) (alive, idle bool) {
+func (w *Worker) lapsedHolderAnswers(ctx context.Context, row *model.Row) (alive, idle bool) {
 	if row.Status != events.StatusRunning || row.Worker == "" || row.Worker == w.cfg.ID || row.WorkerEpoch == "" {
 		return false, false
 	}
@@ -81,17 +80,17 @@ const holderQuestionTimeout = time.Second
 // afresh. lapsed says the holder's liveness lapsed: the attempt is then
 // recorded as a blink, which the holder records too once it is back
 // (once per attempt, whoever is first).
-func (w *Worker) releaseIdle(ctx context.Context, log *slog.Logger, row *jetruntype.Run, lapsed bool) error {
+func (w *Worker) releaseIdle(ctx context.Context, log *slog.Logger, row *model.Row, lapsed bool) error {
 	var ev model.Event = model.HandedBack{By: heldBy(row)}
 	if lapsed {
 		ev = model.Lapsed{By: heldBy(row)}
 	}
 	now := time.Now()
-	_, _, err := w.store.Mutate(ctx, row.ID, func(r *jetruntype.Run) error {
+	_, _, err := w.store.Mutate(ctx, row.ID, func(r *model.Row) error {
 		if r.Status != events.StatusRunning {
 			return runstore.ErrNoChange
 		}
-		return releasing(model.Apply(model.Of(r), ev, now))
+		return releasing(model.Apply(r, ev, now))
 	})
 	if err == nil {
 		log.InfoContext(ctx, "run held by a live worker that does not execute it; released",
@@ -101,7 +100,7 @@ func (w *Worker) releaseIdle(ctx context.Context, log *slog.Logger, row *jetrunt
 }
 
 // heldBy is the attempt holding row, as read.
-func heldBy(row *jetruntype.Run) model.Holder {
+func heldBy(row *model.Row) model.Holder {
 	return model.Holder{Worker: row.Worker, Epoch: row.WorkerEpoch, Attempt: row.Attempt}
 }
 

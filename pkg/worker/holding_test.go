@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
 
@@ -30,7 +30,7 @@ func TestARedeliveredRunItsLiveHolderDoesNotExecuteIsTakenUp(t *testing.T) {
 		t.Fatalf("worker A's epoch: %q, %v", epoch, err)
 	}
 	now := time.Now()
-	if _, err := b.store.Create(ctx, &jetruntype.Run{
+	if _, err := b.store.Create(ctx, &model.Row{
 		ID: "held-idle", AgentType: "heldidle", Status: events.StatusRunning, Attempt: 1,
 		Worker: "wa", WorkerEpoch: epoch, CreatedAt: now, StartedAt: now, Input: []byte(`{}`),
 	}); err != nil {

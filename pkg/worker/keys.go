@@ -13,7 +13,6 @@ import (
 	"github.com/jetrun/jetrun/internal/engine/settle"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // Concurrency keys on the worker side (package keys explains the
@@ -51,7 +50,7 @@ func (w *Worker) submitKeyed(ctx context.Context, agentType string, d events.Dis
 // gate acts on a dispatch of a queued run: wait out a debounce window,
 // else advance the key and run it if that started it (retry: read the row
 // again).
-func (w *Worker) gate(ctx context.Context, msg jetstream.Msg, row *jetruntype.Run) (o settle.Outcome, retry bool, err error) {
+func (w *Worker) gate(ctx context.Context, msg jetstream.Msg, row *model.Row) (o settle.Outcome, retry bool, err error) {
 	if wait := time.Until(row.NotBefore); wait > 0 {
 		return settle.Retry(wait + 20*time.Millisecond), false, nil
 	}
@@ -75,7 +74,7 @@ func (w *Worker) gate(ctx context.Context, msg jetstream.Msg, row *jetruntype.Ru
 // advanceKey hands the key of the keyed run r, just ended, to the next run.
 // A failure is logged: a redelivery of r's dispatch or the reconciler
 // advances the key again.
-func (w *Worker) advanceKey(ctx context.Context, r *jetruntype.Run) {
+func (w *Worker) advanceKey(ctx context.Context, r *model.Row) {
 	if r == nil || r.ConcurrencyKey == "" || r.Live() {
 		return
 	}

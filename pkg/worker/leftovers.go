@@ -8,7 +8,6 @@ import (
 	"github.com/jetrun/jetrun/internal/engine/jsfault"
 	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // An attempt that ends without releasing its row — the write that would
@@ -89,8 +88,8 @@ func (w *Worker) releaseLeftover(ctx context.Context, id string) {
 		ev = model.Lapsed{By: by}
 	}
 	now := time.Now()
-	_, _, err := w.store.Mutate(ctx, id, func(r *jetruntype.Run) error {
-		return releasing(model.Apply(model.Of(r), ev, now)) // unless it moved on meanwhile
+	_, _, err := w.store.Mutate(ctx, id, func(r *model.Row) error {
+		return releasing(model.Apply(r, ev, now)) // unless it moved on meanwhile
 	})
 	retry := err != nil && !errors.Is(err, runstore.ErrRunNotFound) && jsfault.IsTransient(ctx, err)
 	if err != nil && !retry && !errors.Is(err, runstore.ErrRunNotFound) {

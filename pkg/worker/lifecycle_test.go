@@ -19,7 +19,6 @@ import (
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
 
@@ -60,7 +59,7 @@ func (c *counter) count(id string) int {
 	return c.runs[id]
 }
 
-func running(r *jetruntype.Run) bool { return r.Status == events.StatusRunning }
+func running(r *model.Row) bool { return r.Status == events.StatusRunning }
 
 // drained waits until the agent type's consumer has nothing pending or in
 // flight: every dispatch was settled.
@@ -212,7 +211,7 @@ func TestFinalRowGetsItsMissingStatusEventAndIsNotRun(t *testing.T) {
 	b, _ := setup(t, worker.Config{}, map[string]worker.Handler{"count": c})
 	ctx := context.Background()
 	// A writer that died between the final row write and its status event.
-	if _, err := b.store.Create(ctx, &jetruntype.Run{
+	if _, err := b.store.Create(ctx, &model.Row{
 		ID: "fin", AgentType: "count", Status: events.StatusCompleted, Attempt: 1, CreatedAt: time.Now(),
 	}); err != nil {
 		t.Fatal(err)
@@ -230,7 +229,7 @@ func TestRunLostTooOftenEndsInError(t *testing.T) {
 	c := newCounter()
 	b, _ := setup(t, worker.Config{MaxAttempts: 3}, map[string]worker.Handler{"count": c})
 	ctx := context.Background()
-	if _, err := b.store.Create(ctx, &jetruntype.Run{
+	if _, err := b.store.Create(ctx, &model.Row{
 		ID: "crashy", AgentType: "count", Status: events.StatusRunning, Attempt: 3, Worker: "gone",
 		LeaseUntil: time.Now().Add(-time.Second), CreatedAt: time.Now(),
 	}); err != nil {
@@ -265,7 +264,7 @@ func TestProgressIsCoalescedWithATrailingFlush(t *testing.T) {
 		}),
 	})
 	publish(t, b.js, "jetrun.dispatch.burst", `{"runId":"pr","input":{}}`)
-	jetruntest.WaitRow(t, b.store, "pr", 10*time.Second, func(r *jetruntype.Run) bool {
+	jetruntest.WaitRow(t, b.store, "pr", 10*time.Second, func(r *model.Row) bool {
 		return r.Progress != nil && r.Progress.Message == fmt.Sprint(reports)
 	})
 	close(flushed)
@@ -425,7 +424,7 @@ func TestWaitingRunRecordsItsFirstEvent(t *testing.T) {
 		}),
 	})
 	publish(t, b.js, "jetrun.dispatch.waits", `{"runId":"w1","input":{}}`)
-	row := jetruntest.WaitRow(t, b.store, "w1", 30*time.Second, func(r *jetruntype.Run) bool { return r.FirstEventSeq != 0 })
+	row := jetruntest.WaitRow(t, b.store, "w1", 30*time.Second, func(r *model.Row) bool { return r.FirstEventSeq != 0 })
 	if row.Status != events.StatusRunning {
 		t.Fatalf("row %+v, want running", row)
 	}
@@ -514,7 +513,7 @@ func TestAHandBackOfAGivenUpRunStopsItsChild(t *testing.T) {
 	// event, which this test does not send (as if it were lost).
 	b, w := setup(t, worker.Config{RowSyncInterval: time.Hour}, map[string]worker.Handler{"blocked": blocked})
 	publish(t, b.js, "jetrun.dispatch.blocked", `{"runId":"gu1","input":{}}`)
-	held := jetruntest.WaitRow(t, b.store, "gu1", 10*time.Second, func(r *jetruntype.Run) bool { return r.Worker != "" })
+	held := jetruntest.WaitRow(t, b.store, "gu1", 10*time.Second, func(r *model.Row) bool { return r.Worker != "" })
 	gaveUp := model.GaveUp{Reason: events.ReasonNoProgress, Error: "silent", Held: true}
 	row, _, err := b.store.Mutate(t.Context(), "gu1", model.Mutation(time.Now(), gaveUp))
 	if err != nil || row.Status != events.StatusInterrupted || !row.ChildStillRunning || row.Worker != held.Worker {

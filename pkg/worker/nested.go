@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jetrun/jetrun/internal/engine/calls"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
@@ -73,7 +74,7 @@ type Child struct {
 	// ID is the child's run id.
 	ID string
 	// Row is the child's row as Spawn found or created it.
-	Row *jetruntype.Run
+	Row *model.Row
 	// Created is false when the child existed already (re-attached).
 	Created bool
 

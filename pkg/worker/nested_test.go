@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -153,7 +154,7 @@ func TestRunChildFailureAndReattach(t *testing.T) {
 	if s.status != events.StatusError || s.msg != "no luck" || !s.same || !s.reattach {
 		t.Fatalf("handler saw %+v", s)
 	}
-	rows, err := b.store.List(ctx, func(r *jetruntype.Run) bool { return r.Parent == "p" })
+	rows, err := b.store.List(ctx, func(r *model.Row) bool { return r.Parent == "p" })
 	if err != nil || len(rows) != 1 {
 		t.Fatalf("children of p: %d (%v), want 1", len(rows), err)
 	}
@@ -179,8 +180,8 @@ func TestRunChildWaitShowsOnTheRow(t *testing.T) {
 		t.Fatal(err)
 	}
 	child := parent.RunID("w", "slow")
-	jetruntest.WaitRow(t, b.store, "w", 30*time.Second, func(r *jetruntype.Run) bool { return r.WaitingFor == "run:"+child })
-	jetruntest.WaitRow(t, b.store, child, 30*time.Second, func(r *jetruntype.Run) bool { return r.WaitingFor == "approve" })
+	jetruntest.WaitRow(t, b.store, "w", 30*time.Second, func(r *model.Row) bool { return r.WaitingFor == "run:"+child })
+	jetruntest.WaitRow(t, b.store, child, 30*time.Second, func(r *model.Row) bool { return r.WaitingFor == "approve" })
 	if _, err := c.Signal(ctx, child, "approve", json.RawMessage(`{"approved":true}`)); err != nil {
 		t.Fatal(err)
 	}

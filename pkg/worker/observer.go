@@ -4,8 +4,8 @@ import (
 	"cmp"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // Observer is told what a Worker does, for metrics (internal/metrics
@@ -87,7 +87,7 @@ const (
 )
 
 // observeStart tells the Observer that e's attempt of row began.
-func (w *Worker) observeStart(e *execution, row *jetruntype.Run) {
+func (w *Worker) observeStart(e *execution, row *model.Row) {
 	if w.cfg.Observer == nil {
 		return
 	}

@@ -17,7 +17,6 @@ import (
 	"github.com/jetrun/jetrun/internal/engine/settle"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // How an attempt ends (execution.end runs one of these once): the final
@@ -80,7 +79,7 @@ type result struct {
 	output  json.RawMessage
 }
 
-func cancelText(r *jetruntype.Run) string {
+func cancelText(r *model.Row) string {
 	if r.CancelReason != "" {
 		return "cancelled: " + r.CancelReason
 	}
@@ -119,7 +118,7 @@ func (e *execution) finalize(status events.Status, reason, text string, res resu
 	defer cancel()
 	now := time.Now()
 	teardown := false
-	row, err := e.writeFinal(func(r *jetruntype.Run) error {
+	row, err := e.writeFinal(func(r *model.Row) error {
 		sync := e.synced()
 		if r.Status == events.StatusInterrupted && (status == events.StatusAborted || keepsBudgetStop(r, status)) {
 			teardown = true
@@ -175,11 +174,11 @@ func (e *execution) finalize(status events.Status, reason, text string, res resu
 // writeFinal writes the outcome, retrying failures with backoff for as long
 // as the lease lasts (heartbeating the dispatch meanwhile), so a KV hiccup
 // does not throw a finished result away.
-func (e *execution) writeFinal(fn func(*jetruntype.Run) error) (*jetruntype.Run, error) {
+func (e *execution) writeFinal(fn func(*model.Row) error) (*model.Row, error) {
 	deadline := later(e.w.holdsUntil(), time.Now().Add(writeTimeout))
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	var row *jetruntype.Run
+	var row *model.Row
 	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(50*time.Millisecond), backoff.WithMaxInterval(2*time.Second),
 		backoff.WithMaxElapsedTime(0))
 	err := backoff.Retry(func() error {
@@ -232,7 +231,7 @@ func (e *execution) handBack() {
 	ctx, cancel := writeContext()
 	defer cancel()
 	now := time.Now()
-	_, err := e.write(ctx, func(r *jetruntype.Run) error {
+	_, err := e.write(ctx, func(r *model.Row) error {
 		return e.apply(r, now, e.synced(), model.HandedBack{By: e.holder()})
 	})
 	if err != nil {
@@ -261,7 +260,7 @@ func (e *execution) release(delay time.Duration) {
 	defer cancel()
 	e.pub.fence()
 	now := time.Now()
-	if _, err := e.writeFinal(func(r *jetruntype.Run) error {
+	if _, err := e.writeFinal(func(r *model.Row) error {
 		return e.apply(r, now, model.HandedBack{By: e.holder()})
 	}); err != nil && !errors.Is(err, ErrLeaseLost) {
 		e.log.WarnContext(ctx, "release the run; it is released once JetStream answers", "err", err)
@@ -313,7 +312,7 @@ func (e *execution) abandon() {
 	if err == nil && row.Attempt > e.attempt {
 		e.refundLapse(ctx)
 	}
-	if err != nil || model.Of(row).HeldBy(e.w.cfg.ID, e.attempt) {
+	if err != nil || row.HeldBy(e.w.cfg.ID, e.attempt) {
 		// Stopped by a lapse, and the hand-off did not land (or the row
 		// could not be read): the row may still name this worker.
 		e.leaveBehind(e.ctl.isLapsed() || e.pub.livenessRanOut())
@@ -338,7 +337,7 @@ func (e *execution) handOffLapsed() bool {
 	now := time.Now()
 	lapsed := e.holder()
 	lapsed.Epoch = e.epoch // the attempt of this very incarnation
-	row, err := e.write(ctx, func(r *jetruntype.Run) error {
+	row, err := e.write(ctx, func(r *model.Row) error {
 		return e.apply(r, now, e.synced(), model.Lapsed{By: lapsed})
 	})
 	if err != nil {
@@ -387,7 +386,7 @@ func (e *execution) drain(ctx context.Context) error {
 
 // ensureFinalEvent publishes the status event of a final row unless the run's
 // newest status event already says so.
-func (w *Worker) ensureFinalEvent(ctx context.Context, row *jetruntype.Run) error {
+func (w *Worker) ensureFinalEvent(ctx context.Context, row *model.Row) error {
 	subject := w.ns.RunSubject(row.ID, events.KindStatus)
 	last, err := w.rt.EventsStreamFor(row.ID).GetLastMsgForSubject(ctx, subject)
 	if err == nil {
@@ -402,7 +401,7 @@ func (w *Worker) ensureFinalEvent(ctx context.Context, row *jetruntype.Run) erro
 
 // unindexIfSettled removes a settled run from the active-run index at once,
 // sparing the reconciler a look; the reconciler does it otherwise.
-func (w *Worker) unindexIfSettled(ctx context.Context, r *jetruntype.Run) {
+func (w *Worker) unindexIfSettled(ctx context.Context, r *model.Row) {
 	if err := w.store.Index().UnindexIfSettled(ctx, r); err != nil {
 		w.log.WarnContext(ctx, "unindex settled run", "run_id", r.ID, "err", err)
 	}

@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -39,7 +39,7 @@ func TestSignalledRunResumesAtOnceAtConcurrencyOne(t *testing.T) {
 	if _, err := c.Dispatch(ctx, parent.Request{AgentType: "waits", RunID: "w", Input: 1}); err != nil {
 		t.Fatal(err)
 	}
-	jetruntest.WaitRow(t, b.store, "w", 30*time.Second, func(r *jetruntype.Run) bool { return r.WaitingFor == "go" })
+	jetruntest.WaitRow(t, b.store, "w", 30*time.Second, func(r *model.Row) bool { return r.WaitingFor == "go" })
 	sent := time.Now()
 	if _, err := c.Signal(ctx, "w", "go", 1); err != nil {
 		t.Fatal(err)

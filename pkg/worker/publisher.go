@@ -15,7 +15,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/engine/jsfault"
-	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -440,7 +439,7 @@ func (p *publisher) refence(ctx context.Context, o *outgoing) (landed bool, err 
 			}
 			p.err = fmt.Errorf("worker: check the holder of run %s: %w", p.runID, err)
 			return false, p.err
-		case model.Of(row).HeldBy(p.worker, p.attempt) && !row.Status.Final():
+		case row.HeldBy(p.worker, p.attempt) && !row.Status.Final():
 			p.fenceSeq = last // another party (a give-up) wrote a status event
 			return false, nil
 		}

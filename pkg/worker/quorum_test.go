@@ -17,13 +17,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/engine"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
 
@@ -214,7 +214,7 @@ func TestQuorumLossIsNotALostWorker(t *testing.T) {
 	var failed []string
 	for i := range runs {
 		id := fmt.Sprintf("q%d", i)
-		var row *jetruntype.Run
+		var row *model.Row
 		natstest.Eventually(t, 2*time.Minute, func() bool {
 			r, _, err := store.Get(ctx, id)
 			if err == nil && r.Status.Final() {
@@ -283,7 +283,7 @@ func TestLapsedWorkerWhoseRunWasTakenOverRecordsTheLapse(t *testing.T) {
 	}, "worker B did not take the run over")
 	c.start(2)
 	c.ready(2)
-	var row *jetruntype.Run
+	var row *model.Row
 	natstest.Eventually(t, 60*time.Second, func() bool {
 		r, _, err := store.Get(ctx, "lapse1")
 		row = r
@@ -416,7 +416,7 @@ func TestAnOutcomeThatCannotBeWrittenLeavesNoRunHeldByALiveWorker(t *testing.T) 
 		})})
 	publish(t, js, "jetrun.dispatch.lost-outcome", `{"runId":"lost","input":{}}`)
 	store := engine.From(rt).Store()
-	jetruntest.WaitRow(t, store, "lost", time.Minute, func(r *jetruntype.Run) bool { return r.Status == events.StatusRunning })
+	jetruntest.WaitRow(t, store, "lost", time.Minute, func(r *model.Row) bool { return r.Status == events.StatusRunning })
 
 	c.stop(0) // the runs bucket's only node
 	close(gate)

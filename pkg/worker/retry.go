@@ -59,7 +59,7 @@ func (e *execution) retry(herr error, delay time.Duration) {
 	ctx, cancel := writeContext() // after the charge, which may wait out a fault
 	defer cancel()
 	now := time.Now()
-	_, err = e.write(ctx, func(r *jetruntype.Run) error {
+	_, err = e.write(ctx, func(r *model.Row) error {
 		// herr is what the next attempt retries, shown until its claim.
 		return e.apply(r, now, e.synced(), model.Retrying{By: e.holder(), Error: herr.Error()})
 	})

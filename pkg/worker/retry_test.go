@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
@@ -73,7 +74,7 @@ func TestRetryAfterWaitsTheDelayItNames(t *testing.T) {
 	}
 	b, _ := setup(t, worker.Config{MaxAttempts: 4}, h)
 	publish(t, b.js, "jetrun.dispatch.later", `{"runId":"l1","input":{}}`)
-	jetruntest.WaitRow(t, b.store, "l1", 30*time.Second, func(r *jetruntype.Run) bool {
+	jetruntest.WaitRow(t, b.store, "l1", 30*time.Second, func(r *model.Row) bool {
 		return r.Error == "come back in an hour" && r.Worker == ""
 	})
 	publish(t, b.js, "jetrun.dispatch.soon", `{"runId":"s1","input":{}}`)

@@ -33,7 +33,7 @@ type rowWriter struct {
 	turn  chan struct{}
 
 	mu       sync.Mutex
-	cur      *jetruntype.Run // read-only: a write replaces it
+	cur      *model.Row // read-only: a write replaces it
 	rev      uint64
 	dirty    bool      // fields changed since the last write took them
 	lastSync time.Time // the heart's last row sync
@@ -46,14 +46,14 @@ type rowWriter struct {
 	signalsSeen   map[string]uint64 // signals received, not yet on the row
 }
 
-func newRowWriter(store *runstore.Store, row *jetruntype.Run, rev uint64) *rowWriter {
+func newRowWriter(store *runstore.Store, row *model.Row, rev uint64) *rowWriter {
 	return &rowWriter{store: store, id: row.ID, turn: make(chan struct{}, 1), cur: row, rev: rev}
 }
 
 // write applies fn to the newest known row and stores it with a
 // compare-and-set, falling back to a re-read (runstore.Store.MutateFrom).
 // It waits for the attempt's write before it, or for ctx.
-func (rw *rowWriter) write(ctx context.Context, fn func(*jetruntype.Run) error) (*jetruntype.Run, error) {
+func (rw *rowWriter) write(ctx context.Context, fn func(*model.Row) error) (*model.Row, error) {
 	select {
 	case rw.turn <- struct{}{}:
 	default:
@@ -81,7 +81,7 @@ func (rw *rowWriter) write(ctx context.Context, fn func(*jetruntype.Run) error) 
 }
 
 // row is the newest row the attempt knows (read-only).
-func (rw *rowWriter) row() *jetruntype.Run {
+func (rw *rowWriter) row() *model.Row {
 	rw.mu.Lock()
 	defer rw.mu.Unlock()
 	return rw.cur
@@ -167,7 +167,7 @@ func (rw *rowWriter) beginWait(what string) (end func()) {
 
 // seenSignal is the sequence of the last signal name the attempt
 // received, on the row (row) or not yet.
-func (rw *rowWriter) seenSignal(row *jetruntype.Run, name string) uint64 {
+func (rw *rowWriter) seenSignal(row *model.Row, name string) uint64 {
 	rw.mu.Lock()
 	defer rw.mu.Unlock()
 	return max(row.SignalsSeen[name], rw.signalsSeen[name])
@@ -234,8 +234,8 @@ func (e *execution) holder() model.Holder {
 // apply applies evs, the attempt's events, to r at now (model.ApplyAll):
 // the attempt's fence. A row the attempt no longer holds (taken over,
 // released, ended) refuses them: ErrLeaseLost.
-func (e *execution) apply(r *jetruntype.Run, now time.Time, evs ...model.Event) error {
-	err := model.ApplyAll(model.Of(r), now, evs...)
+func (e *execution) apply(r *model.Row, now time.Time, evs ...model.Event) error {
+	err := model.ApplyAll(r, now, evs...)
 	if errors.Is(err, model.ErrNotHolder) {
 		return ErrLeaseLost
 	}
@@ -243,7 +243,7 @@ func (e *execution) apply(r *jetruntype.Run, now time.Time, evs ...model.Event) 
 }
 
 // write applies fn to the newest known row and stores it (rowWriter.write).
-func (e *execution) write(ctx context.Context, fn func(*jetruntype.Run) error) (*jetruntype.Run, error) {
+func (e *execution) write(ctx context.Context, fn func(*model.Row) error) (*model.Row, error) {
 	return e.rw.write(ctx, fn)
 }
 

@@ -39,7 +39,7 @@ func TestRowWriterHoldsNoLockAcrossAWrite(t *testing.T) {
 	inWrite, release := make(chan struct{}), make(chan struct{})
 	wrote := make(chan error, 1)
 	go func() {
-		_, err := rw.write(ctx, func(r *jetruntype.Run) error {
+		_, err := rw.write(ctx, func(r *model.Row) error {
 			select {
 			case <-inWrite:
 			default:
@@ -66,7 +66,7 @@ func TestRowWriterHoldsNoLockAcrossAWrite(t *testing.T) {
 	}
 	wctx, wcancel := context.WithCancel(ctx)
 	wcancel()
-	if _, err := rw.write(wctx, func(*jetruntype.Run) error { return nil }); !errors.Is(err, context.Canceled) {
+	if _, err := rw.write(wctx, func(*model.Row) error { return nil }); !errors.Is(err, context.Canceled) {
 		t.Fatalf("a second write while one is in flight, its context ended: %v, want context.Canceled", err)
 	}
 

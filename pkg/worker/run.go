@@ -9,7 +9,6 @@ import (
 
 	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/worker/internal/runhook"
 )
 
@@ -23,7 +22,7 @@ const MaxMilestoneNameLength = 256
 // tests of handlers without a NATS server.
 type Run struct {
 	b   backend
-	row *jetruntype.Run
+	row *model.Row
 	// steps holds the run's stored steps (step.go).
 	steps steps
 }
@@ -62,7 +61,7 @@ type backend interface {
 }
 
 func init() {
-	runhook.NewRun = func(row *jetruntype.Run, b any) any { return &Run{row: row, b: b.(backend)} }
+	runhook.NewRun = func(row *model.Row, b any) any { return &Run{row: row, b: b.(backend)} }
 }
 
 // ID returns the run id.
@@ -85,7 +84,7 @@ func (r *Run) Depth() int { return r.row.Depth }
 func (r *Run) Input() json.RawMessage { return r.row.Input }
 
 // Row returns a copy of the run's row as it was when this attempt started.
-func (r *Run) Row() *jetruntype.Run { return model.Of(r.row).Clone() }
+func (r *Run) Row() *model.Row { return r.row.Clone() }
 
 // Logger returns a logger carrying the run id, agent type and attempt.
 func (r *Run) Logger() *slog.Logger { return r.b.Logger() }
@@ -218,7 +217,7 @@ func (e *execution) Park(ctx context.Context, wait func(ctx context.Context) err
 func (e *execution) Wait(ctx context.Context, name string) (json.RawMessage, error) {
 	defer e.rw.waitSignal(name)() // however the wait ends; the next row sync records it
 	now := time.Now()
-	row, err := e.write(ctx, func(x *jetruntype.Run) error {
+	row, err := e.write(ctx, func(x *model.Row) error {
 		return e.apply(x, now, model.Waiting{By: e.holder(), Name: name})
 	})
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
@@ -222,7 +223,7 @@ func TestNestedStepUsageReachesTheTreeBeforeItIsStored(t *testing.T) {
 	})
 	publish(t, b.js, "jetrun.dispatch.nest", `{"runId":"nest-top","input":{}}`)
 	child := parent.RunID("nest-top", "c")
-	jetruntest.WaitRow(t, b.store, "nest-top", 30*time.Second, func(r *jetruntype.Run) bool {
+	jetruntest.WaitRow(t, b.store, "nest-top", 30*time.Second, func(r *model.Row) bool {
 		return r.TreeUsage != nil && r.TreeUsage.Tokens() == 42
 	})
 	if row, _, err := b.store.Get(context.Background(), child); err != nil || row.Usage != nil {

@@ -215,7 +215,7 @@ func (e *execution) freeStep(s *stepUsage) {
 // without a budget, to its tree totals) by the attempt's next row write,
 // which moves stepUsage on with it. Their tree totals elsewhere were
 // charged before the steps were stored.
-func (e *execution) startSteps(ctx context.Context, claimed *jetruntype.Run, stored []events.Step) error {
+func (e *execution) startSteps(ctx context.Context, claimed *model.Row, stored []events.Step) error {
 	var spent jetruntype.Usage
 	for _, st := range stored {
 		if st.Usage != nil {

@@ -14,12 +14,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/app/agents/demo"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
 
@@ -40,7 +40,7 @@ func TestShutdownHandsRunsBackToAnotherWorker(t *testing.T) {
 	}
 
 	publish(t, js, "jetrun.dispatch.demo", `{"runId":"hb","input":{"steps":30,"stepMs":100}}`)
-	jetruntest.WaitRow(t, store, "hb", 20*time.Second, func(r *jetruntype.Run) bool { return r.Milestones >= 3 })
+	jetruntest.WaitRow(t, store, "hb", 20*time.Second, func(r *model.Row) bool { return r.Milestones >= 3 })
 
 	nc2, _ := natstest.Connect(t, ns)
 	startWorker(t, nc2, cfg, nil) // serves until cleanup
@@ -109,7 +109,7 @@ func TestLostLeaseFencesTheOldAttempt(t *testing.T) {
 
 	// Another worker takes the run over: the claim, then its first event.
 	ctx := context.Background()
-	thief, _, err := b.store.Mutate(ctx, "z", func(r *jetruntype.Run) error {
+	thief, _, err := b.store.Mutate(ctx, "z", func(r *model.Row) error {
 		r.Attempt++
 		r.Worker = "thief"
 		r.LeaseUntil = time.Now().Add(time.Hour)
@@ -181,8 +181,8 @@ func TestAStuckHandlerDoesNotPinACancelledRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	publish(t, js, "jetrun.dispatch.stuck", `{"runId":"pinned","input":{}}`)
-	jetruntest.WaitRow(t, store, "pinned", 10*time.Second, func(r *jetruntype.Run) bool { return r.Status == events.StatusRunning })
-	if _, _, err := store.Mutate(context.Background(), "pinned", func(r *jetruntype.Run) error {
+	jetruntest.WaitRow(t, store, "pinned", 10*time.Second, func(r *model.Row) bool { return r.Status == events.StatusRunning })
+	if _, _, err := store.Mutate(context.Background(), "pinned", func(r *model.Row) error {
 		r.CancelRequested, r.CancelReason = true, "stop"
 		return nil
 	}); err != nil {
@@ -215,7 +215,7 @@ func TestAWaitThatTimesOutClearsWaitingFor(t *testing.T) {
 		}),
 	})
 	publish(t, b.js, "jetrun.dispatch.impatient", `{"runId":"imp","input":{}}`)
-	jetruntest.WaitRow(t, b.store, "imp", 10*time.Second, func(r *jetruntype.Run) bool {
+	jetruntest.WaitRow(t, b.store, "imp", 10*time.Second, func(r *model.Row) bool {
 		return r.Progress != nil && r.Progress.Message == "moving on" && r.WaitingFor == ""
 	})
 }
@@ -236,7 +236,7 @@ func TestATakeoverDoesNotInheritTheLostAttemptsWait(t *testing.T) {
 	ctx := context.Background()
 	// The row as a worker that died mid-Wait left it: running, held by a
 	// worker with no liveness key, waiting for a signal.
-	dead := &jetruntype.Run{ID: "t1", AgentType: "silent", Input: json.RawMessage(`{}`), Status: events.StatusRunning,
+	dead := &model.Row{ID: "t1", AgentType: "silent", Input: json.RawMessage(`{}`), Status: events.StatusRunning,
 		Attempt: 1, Worker: "dead-worker", WorkerEpoch: "gone", WaitingFor: "approve",
 		CreatedAt: time.Now(), StartedAt: time.Now()}
 	if _, err := b.store.Create(ctx, dead); err != nil {
@@ -244,7 +244,7 @@ func TestATakeoverDoesNotInheritTheLostAttemptsWait(t *testing.T) {
 	}
 	publish(t, b.js, "jetrun.dispatch.silent", `{"runId":"t1","input":{}}`)
 	<-second
-	row := jetruntest.WaitRow(t, b.store, "t1", 10*time.Second, func(r *jetruntype.Run) bool { return r.Attempt == 2 })
+	row := jetruntest.WaitRow(t, b.store, "t1", 10*time.Second, func(r *model.Row) bool { return r.Attempt == 2 })
 	if row.Status != events.StatusRunning || row.WaitingFor != "" {
 		t.Fatalf("taken over: status %s, waitingFor %q; want running and waiting for nothing", row.Status, row.WaitingFor)
 	}

@@ -14,7 +14,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/jetrun/jetrun/internal/engine"
-	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
@@ -110,8 +109,8 @@ func TestTraceContextFollowsTheRun(t *testing.T) {
 	want := events.TraceContext{TraceParent: tp, TraceState: ts}
 	for _, id := range []string{"tr-header", "tr-fields", "tr-parent"} {
 		row := jetruntest.WaitRow(t, store, id, 30*time.Second, jetruntest.Delivered)
-		if row.Status != events.StatusCompleted || model.Of(row).Trace() != want {
-			t.Fatalf("%s: row status %s, trace %+v; want completed, %+v", id, row.Status, model.Of(row).Trace(), want)
+		if row.Status != events.StatusCompleted || row.Trace() != want {
+			t.Fatalf("%s: row status %s, trace %+v; want completed, %+v", id, row.Status, row.Trace(), want)
 		}
 		evs := jetruntest.ReadEvents(t, js, id)
 		kinds := map[string]bool{}

@@ -56,7 +56,7 @@ var ErrBudgetExceeded = parent.ErrBudgetExceeded
 //
 // The tree. The usage is also added to the tree totals of the top of the
 // run's tree and of every run whose budget it draws from
-// (jetruntype.Run.Charges; parent.Client.Charge): for a run in a tree with
+// (model.Row.Charges; parent.Client.Charge): for a run in a tree with
 // a budget at every report, before Usage returns (one compare-and-set per
 // budget), so the budget is enforced where the usage lands; for a run in a
 // tree without one, at the row sync, before the run's own row. The row
@@ -167,7 +167,7 @@ func (e *execution) Usage(ctx context.Context, u Usage) error {
 // startUsage prepares the attempt's usage state at its first report. A
 // nested run dispatched by a plain publish names its parent but not its
 // tree: the parent's row says which (one read, at the first report).
-func (e *execution) startUsage(ctx context.Context, row *jetruntype.Run) error {
+func (e *execution) startUsage(ctx context.Context, row *model.Row) error {
 	e.use.mu.Lock()
 	started := e.use.started
 	e.use.mu.Unlock()
@@ -182,15 +182,15 @@ func (e *execution) startUsage(ctx context.Context, row *jetruntype.Run) error {
 		case err != nil:
 			return fmt.Errorf("worker: usage of run %s: read its parent: %w", e.id, err)
 		default:
-			tree = model.Of(row).Clone()
-			tree.Root, tree.BudgetFrom = model.Of(p).ChildTree()
+			tree = row.Clone()
+			tree.Root, tree.BudgetFrom = p.ChildTree()
 		}
 	}
 	e.use.mu.Lock()
 	defer e.use.mu.Unlock()
 	if !e.use.started {
 		e.use.started, e.use.base, e.use.stepBase = true, model.CloneUsage(row.Usage), model.CloneUsage(row.StepUsage)
-		e.use.charges, e.use.budgeted = model.Of(tree).Charges(), model.Of(tree).Budgeted()
+		e.use.charges, e.use.budgeted = tree.Charges(), tree.Budgeted()
 		e.use.selfTree = !e.use.budgeted && slices.Contains(e.use.charges, e.id)
 	}
 	return nil
@@ -402,9 +402,9 @@ func (s *execUsage) markSynced(u *jetruntype.Usage) {
 func (e *execution) chargeSelf(ctx context.Context, by jetruntype.ChargeMark, d jetruntype.UsageTotals) error {
 	var crossed, was *jetruntype.Overrun
 	now := time.Now()
-	if _, err := e.write(ctx, func(r *jetruntype.Run) error {
+	if _, err := e.write(ctx, func(r *model.Row) error {
 		was, crossed = r.Overrun, nil
-		if err := model.Apply(model.Of(r), model.Charged{Mark: by, Delta: d}, now); err != nil {
+		if err := model.Apply(r, model.Charged{Mark: by, Delta: d}, now); err != nil {
 			return err // runstore.ErrNoChange: a charge taken already
 		}
 		if was == nil {
@@ -459,7 +459,7 @@ func (e *execution) budgetStop(herr, cause error) {
 // interrupted, as it is: a run stopped for its tree's budget stays stopped
 // unless it completed (the handler's error is most likely the stop's own
 // doing, a child's failure or a refused report).
-func keepsBudgetStop(r *jetruntype.Run, status events.Status) bool {
+func keepsBudgetStop(r *model.Row, status events.Status) bool {
 	return r.Overrun != nil && r.Reason == events.ReasonBudgetExceeded && status != events.StatusCompleted
 }
 

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/finish"
@@ -76,7 +77,7 @@ func TestUsageAddsUpOnRowAndTree(t *testing.T) {
 			t.Fatalf("%s: usage %+v, want %+v with big and small", id, row.Usage, own)
 		}
 	}
-	top := jetruntest.WaitRow(t, b.store, "u-top", 10*time.Second, func(r *jetruntype.Run) bool {
+	top := jetruntest.WaitRow(t, b.store, "u-top", 10*time.Second, func(r *model.Row) bool {
 		return r.TreeUsage != nil && *r.TreeUsage == own.Add(own)
 	})
 	if top.Root != "" {
@@ -110,7 +111,7 @@ func TestTreeBudgetStopsThreeLevels(t *testing.T) {
 		mu    sync.Mutex
 		heard []events.Status
 	)
-	d.Handle("budget-hook", finish.HandlerFunc(func(_ context.Context, _ *jetruntype.Run, res finish.Result) error {
+	d.Handle("budget-hook", finish.HandlerFunc(func(_ context.Context, _ *model.Row, res finish.Result) error {
 		mu.Lock()
 		defer mu.Unlock()
 		heard = append(heard, res.Status)
@@ -129,7 +130,7 @@ func TestTreeBudgetStopsThreeLevels(t *testing.T) {
 	}
 	mid := parent.RunID("b3", "down")
 	leaf := parent.RunID(mid, "down")
-	stopped := func(r *jetruntype.Run) bool {
+	stopped := func(r *model.Row) bool {
 		return r.Status == events.StatusInterrupted && !r.ChildStillRunning && r.Worker == ""
 	}
 	for _, id := range []string{"b3", mid, leaf} {
@@ -139,7 +140,7 @@ func TestTreeBudgetStopsThreeLevels(t *testing.T) {
 			t.Fatalf("%s: reason %q overrun %+v error %q", id, row.Reason, row.Overrun, row.Error)
 		}
 	}
-	top := jetruntest.WaitRow(t, b.store, "b3", 30*time.Second, func(r *jetruntype.Run) bool {
+	top := jetruntest.WaitRow(t, b.store, "b3", 30*time.Second, func(r *model.Row) bool {
 		return !r.Delivered[events.StatusInterrupted].IsZero()
 	})
 	if top.TreeUsage == nil || top.TreeUsage.Tokens() <= 1000 {
@@ -197,7 +198,7 @@ func TestTreeBudgetOvershootBound(t *testing.T) {
 		Budget: &events.TreeBudget{Tokens: budget}}); err != nil {
 		t.Fatal(err)
 	}
-	settled := func(r *jetruntype.Run) bool { return r.Status == events.StatusInterrupted && r.Worker == "" }
+	settled := func(r *model.Row) bool { return r.Status == events.StatusInterrupted && r.Worker == "" }
 	for i := range children {
 		row := jetruntest.WaitRow(t, b.store, parent.RunID("race", fmt.Sprint("r", i)), 60*time.Second, settled)
 		if row.Reason != events.ReasonBudgetExceeded {
@@ -285,9 +286,9 @@ func TestPlainPublishedChildDrawsFromItsRootsBudget(t *testing.T) {
 		Budget: &events.TreeBudget{Tokens: 100}}); err != nil {
 		t.Fatal(err)
 	}
-	jetruntest.WaitRow(t, b.store, "pp-root", 30*time.Second, func(r *jetruntype.Run) bool { return r.Status == events.StatusRunning })
+	jetruntest.WaitRow(t, b.store, "pp-root", 30*time.Second, func(r *model.Row) bool { return r.Status == events.StatusRunning })
 	publish(t, b.js, "jetrun.dispatch.pay", `{"runId":"pp-child","input":1,"parent":"pp-root","depth":1}`)
-	stopped := func(r *jetruntype.Run) bool { return r.Status == events.StatusInterrupted && r.Worker == "" }
+	stopped := func(r *model.Row) bool { return r.Status == events.StatusInterrupted && r.Worker == "" }
 	for _, id := range []string{"pp-root", "pp-child"} {
 		row := jetruntest.WaitRow(t, b.store, id, 30*time.Second, stopped)
 		if row.Reason != events.ReasonBudgetExceeded || row.Overrun == nil || row.Overrun.Owner != "pp-root" {
@@ -322,13 +323,13 @@ func TestChildBudgetStopsOnlyItsSubtree(t *testing.T) {
 	if err != nil || res.Summary != "went on" {
 		t.Fatalf("root: %+v %v", res, err)
 	}
-	sub := jetruntest.WaitRow(t, b.store, parent.RunID("cb", "sub"), 30*time.Second, func(r *jetruntype.Run) bool {
+	sub := jetruntest.WaitRow(t, b.store, parent.RunID("cb", "sub"), 30*time.Second, func(r *model.Row) bool {
 		return r.Status == events.StatusInterrupted && r.Worker == ""
 	})
 	if sub.Overrun == nil || sub.Overrun.Owner != sub.ID || sub.Overrun.Limit != 100 {
 		t.Fatalf("child overrun %+v", sub.Overrun)
 	}
-	root := jetruntest.WaitRow(t, b.store, "cb", 10*time.Second, func(r *jetruntype.Run) bool {
+	root := jetruntest.WaitRow(t, b.store, "cb", 10*time.Second, func(r *model.Row) bool {
 		return r.TreeUsage != nil && sub.TreeUsage != nil && *r.TreeUsage == *sub.TreeUsage
 	})
 	if root.Overrun != nil || root.Status != events.StatusCompleted {
@@ -379,7 +380,7 @@ func TestRowUsageNeverRunsAheadOfItsTree(t *testing.T) {
 		if e == nil {
 			continue
 		}
-		var row jetruntype.Run
+		var row model.Row
 		if err := json.Unmarshal(e.Value(), &row); err != nil {
 			t.Fatal(err)
 		}

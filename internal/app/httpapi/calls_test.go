@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
 
@@ -65,7 +65,7 @@ func TestCallsListedAndAnsweredOverHTTP(t *testing.T) {
 	waitCalls(2, "pending")
 	wantStatus(t, do(t, "POST", b.url+"/v1/runs/h1/calls/2/reply", `{"error":"no sizes today"}`, nil), 202)
 
-	row := jetruntest.WaitRow(t, b.store, "h1", 30*time.Second, func(r *jetruntype.Run) bool { return r.Status.Final() })
+	row := jetruntest.WaitRow(t, b.store, "h1", 30*time.Second, func(r *model.Row) bool { return r.Status.Final() })
 	if row.Status != events.StatusCompleted || row.Summary != "no sizes today" || string(row.Output) != `"blue"` {
 		t.Fatalf("row %s %s %q %s", row.Status, row.Error, row.Summary, row.Output)
 	}

@@ -13,10 +13,10 @@ import (
 
 	"github.com/jetrun/jetrun/internal/app/agents/demo"
 	"github.com/jetrun/jetrun/internal/app/httpapi"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
 
@@ -81,7 +81,7 @@ func TestGuardRefusesCrossSiteAndRebinding(t *testing.T) {
 	if code, _ := request(t, "POST", b.url+"/v1/runs", dispatch("g-target"), jsonCT); code != 201 {
 		t.Fatalf("a dispatch as curl sends it: %d", code)
 	}
-	jetruntest.WaitRow(t, b.store, "g-target", 10*time.Second, func(r *jetruntype.Run) bool { return r.Status == events.StatusRunning })
+	jetruntest.WaitRow(t, b.store, "g-target", 10*time.Second, func(r *model.Row) bool { return r.Status == events.StatusRunning })
 
 	for _, c := range []struct {
 		name, method, path, body string

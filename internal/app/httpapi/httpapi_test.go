@@ -19,11 +19,11 @@ import (
 	"github.com/jetrun/jetrun/internal/app/agents/demo"
 	"github.com/jetrun/jetrun/internal/app/httpapi"
 	"github.com/jetrun/jetrun/internal/app/runview"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -161,7 +161,7 @@ func TestDispatchGetAndWait(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 
-	var row jetruntype.Run
+	var row model.Row
 	resp := do(t, "POST", b.url+"/v1/runs", `{"agentType":"demo","runId":"h1","input":{"steps":2,"stepMs":10}}`, &row)
 	wantStatus(t, resp, 201)
 	// A fast worker may have claimed it before the answer: starting or running.
@@ -252,11 +252,11 @@ func TestListAndCancel(t *testing.T) {
 	do(t, "POST", b.url+"/v1/runs", `{"agentType":"demo","runId":"quick","input":{"steps":1,"stepMs":0}}`, nil)
 	jetruntest.WaitRow(t, b.store, "quick", 10*time.Second, jetruntest.Final)
 	do(t, "POST", b.url+"/v1/runs", `{"agentType":"demo","runId":"slow","input":{"steps":100,"stepMs":100}}`, nil)
-	jetruntest.WaitRow(t, b.store, "slow", 10*time.Second, func(r *jetruntype.Run) bool { return r.Status == events.StatusRunning })
+	jetruntest.WaitRow(t, b.store, "slow", 10*time.Second, func(r *model.Row) bool { return r.Status == events.StatusRunning })
 
 	var list struct {
-		Runs  []jetruntype.Run `json:"runs"`
-		Total int              `json:"total"`
+		Runs  []model.Row `json:"runs"`
+		Total int         `json:"total"`
 	}
 	wantStatus(t, do(t, "GET", b.url+"/v1/runs?status=running", "", &list), 200)
 	if list.Total != 1 || list.Runs[0].ID != "slow" {
@@ -267,7 +267,7 @@ func TestListAndCancel(t *testing.T) {
 		t.Fatalf("newest first, limited: %+v", list)
 	}
 
-	var row jetruntype.Run
+	var row model.Row
 	wantStatus(t, do(t, "POST", b.url+"/v1/runs/slow/cancel", `{"reason":"from the API"}`, &row), 200)
 	wantStatus(t, do(t, "POST", b.url+"/v1/runs/slow/cancel", ``, &row), 200) // idempotent
 	final := jetruntest.WaitRow(t, b.store, "slow", 10*time.Second, jetruntest.Final)
@@ -298,7 +298,7 @@ func TestRunsCarryLiveAndFinalFlags(t *testing.T) {
 		}
 	}
 	do(t, "POST", b.url+"/v1/runs", `{"agentType":"demo","runId":"slow","input":{"steps":100,"stepMs":100}}`, nil)
-	jetruntest.WaitRow(t, b.store, "slow", 10*time.Second, func(r *jetruntype.Run) bool { return r.Status == events.StatusRunning })
+	jetruntest.WaitRow(t, b.store, "slow", 10*time.Second, func(r *model.Row) bool { return r.Status == events.StatusRunning })
 	var row flags
 	wantStatus(t, do(t, "GET", b.url+"/v1/runs/slow", "", &row), 200)
 	check("running row", row, true, false)
@@ -476,7 +476,7 @@ func TestLiveStreamAndSignals(t *testing.T) {
 	}()
 	<-subscribed
 	do(t, "POST", b.url+"/v1/runs", `{"agentType":"demo","runId":"ask","input":{"steps":2,"stepMs":10,"approveAt":1}}`, nil)
-	row := jetruntest.WaitRow(t, b.store, "ask", 10*time.Second, func(r *jetruntype.Run) bool { return r.WaitingFor == "approve" })
+	row := jetruntest.WaitRow(t, b.store, "ask", 10*time.Second, func(r *model.Row) bool { return r.WaitingFor == "approve" })
 	if row.Status != events.StatusRunning {
 		t.Fatalf("row %+v", row)
 	}
@@ -514,7 +514,7 @@ func TestListFiltersAndPages(t *testing.T) {
 	}
 	do(t, "POST", b.url+"/v1/runs", `{"agentType":"demo","runId":"loner","input":{"steps":1,"stepMs":0}}`, nil)
 	var page struct {
-		Runs  []jetruntype.Run
+		Runs  []model.Row
 		Total int
 		Next  string
 	}
@@ -572,7 +572,7 @@ func TestEventStreamResumedAfterTheEndEnds(t *testing.T) {
 	}
 	// A history-only stream of a live run does not claim the run ended.
 	do(t, "POST", b.url+"/v1/runs", `{"agentType":"demo","runId":"going","input":{"steps":50,"stepMs":100}}`, nil)
-	jetruntest.WaitRow(t, b.store, "going", 10*time.Second, func(r *jetruntype.Run) bool { return r.Milestones > 0 })
+	jetruntest.WaitRow(t, b.store, "going", 10*time.Second, func(r *model.Row) bool { return r.Milestones > 0 })
 	hist = readSSE(t, b.url+"/v1/runs/going/events?follow=false", "", nil)
 	if hist[len(hist)-1].event != "history-end" {
 		t.Fatalf("history of a live run ends with %q", hist[len(hist)-1].event)
@@ -739,7 +739,7 @@ func TestPageEmbedsTheRunsList(t *testing.T) {
 		do(t, "POST", b.url+"/v1/runs", fmt.Sprintf(`{"agentType":"demo","runId":"p%d","input":{"steps":1,"stepMs":0}}`, i), nil)
 	}
 	const nasty = `</script><script>alert(1)</script>`
-	if _, err := b.store.Create(context.Background(), &jetruntype.Run{ID: "nasty", AgentType: "demo", Status: events.StatusError,
+	if _, err := b.store.Create(context.Background(), &model.Row{ID: "nasty", AgentType: "demo", Status: events.StatusError,
 		Error: nasty, CreatedAt: time.Now(), Unindexed: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -781,7 +781,7 @@ func TestListFiltersByParentToolCall(t *testing.T) {
 		wantStatus(t, do(t, "POST", b.url+"/v1/runs", body, nil), 201)
 	}
 	var page struct {
-		Runs  []jetruntype.Run
+		Runs  []model.Row
 		Total int
 	}
 	ids := func() []string {
@@ -815,7 +815,7 @@ func TestListFiltersByParentToolCall(t *testing.T) {
 func TestDispatchWithABudgetOfZeroTurnsItOff(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	var row jetruntype.Run
+	var row model.Row
 	wantStatus(t, do(t, "POST", b.url+"/v1/runs",
 		`{"agentType":"demo","runId":"nb","input":{"steps":1,"stepMs":0},"detached":{"maxBudgetMs":60000,"noProgressBudgetMs":0}}`, &row), 201)
 	stored, _, err := b.store.Get(context.Background(), "nb")
@@ -875,7 +875,7 @@ func TestListSearchesByRunID(t *testing.T) {
 		wantStatus(t, do(t, "POST", b.url+"/v1/runs", body, nil), 201)
 	}
 	var page struct {
-		Runs  []jetruntype.Run
+		Runs  []model.Row
 		Total int
 	}
 	ids := func() []string {

@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // POST /v1/runs with concurrencyKey and strategy: a queued submit answers
@@ -17,9 +17,9 @@ func TestConcurrencyKeyStrategies(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	const body = `{"agentType":"demo","runId":%q,"concurrencyKey":"session-7","strategy":%q,"input":{"steps":%d,"stepMs":100}}`
-	var row jetruntype.Run
+	var row model.Row
 	wantStatus(t, do(t, "POST", b.url+"/v1/runs", fmt.Sprintf(body, "k1", "queue", 200), &row), 201)
-	jetruntest.WaitRow(t, b.store, "k1", 30*time.Second, func(r *jetruntype.Run) bool { return r.Status == events.StatusRunning })
+	jetruntest.WaitRow(t, b.store, "k1", 30*time.Second, func(r *model.Row) bool { return r.Status == events.StatusRunning })
 
 	wantStatus(t, do(t, "POST", b.url+"/v1/runs", fmt.Sprintf(body, "k2", "queue", 1), &row), 201)
 	if row.Status != events.StatusQueued || row.ConcurrencyKey != "session-7" || row.Strategy != events.StrategyQueue {

@@ -22,10 +22,10 @@ import (
 
 	"github.com/jetrun/jetrun/internal/app/config"
 	"github.com/jetrun/jetrun/internal/app/natsconn"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/parent"
 )
@@ -232,7 +232,7 @@ func (c *cli) getCmd(fs *flag.FlagSet) func(context.Context, []string) (int, err
 }
 
 // describe prints a row for people.
-func (c *cli) describe(r *jetruntype.Run) {
+func (c *cli) describe(r *model.Row) {
 	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
 	line := func(k, v string) {
 		if v != "" {
@@ -311,7 +311,7 @@ func (c *cli) lsCmd(fs *flag.FlagSet) func(context.Context, []string) (int, erro
 		if err != nil {
 			return 0, err
 		}
-		var out []*jetruntype.Run
+		var out []*model.Row
 		for _, r := range rows {
 			if (*agentType == "" || r.AgentType == *agentType) && (*parentID == "" || r.Parent == *parentID) &&
 				(*toolCall == "" || r.ParentToolCallID == *toolCall) {
@@ -321,7 +321,7 @@ func (c *cli) lsCmd(fs *flag.FlagSet) func(context.Context, []string) (int, erro
 		out = out[:min(len(out), max(*limit, 0))]
 		if c.json {
 			if out == nil {
-				out = []*jetruntype.Run{}
+				out = []*model.Row{}
 			}
 			return ExitOK, c.printJSON(out)
 		}

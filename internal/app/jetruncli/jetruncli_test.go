@@ -12,11 +12,11 @@ import (
 
 	"github.com/jetrun/jetrun/internal/app/agents/demo"
 	"github.com/jetrun/jetrun/internal/app/jetruncli"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/jetrun"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
 
@@ -54,7 +54,7 @@ func TestListByToolCall(t *testing.T) {
 	for _, id := range []string{"t0", "t1", "t2"} {
 		jetruntest.WaitRow(t, store, id, 30*time.Second, jetruntest.Final)
 	}
-	var rows []jetruntype.Run
+	var rows []model.Row
 	if err := json.Unmarshal([]byte(cli("ls", "--json", "--tool-call-id", "call-a")), &rows); err != nil {
 		t.Fatal(err)
 	}

@@ -9,12 +9,12 @@ import (
 
 	"github.com/jetrun/jetrun/internal/app/agents/demo"
 	"github.com/jetrun/jetrun/internal/app/jetruncli"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
 
@@ -43,7 +43,7 @@ func TestDispatchUnderAConcurrencyKey(t *testing.T) {
 	if out, code := cli("dispatch", "--run-id", "c0", "--key", "s1", "demo", `{"steps":100,"stepMs":100}`); code != jetruncli.ExitOK {
 		t.Fatalf("exit %d: %s", code, out)
 	}
-	jetruntest.WaitRow(t, store, "c0", 30*time.Second, func(r *jetruntype.Run) bool { return r.Status == events.StatusRunning })
+	jetruntest.WaitRow(t, store, "c0", 30*time.Second, func(r *model.Row) bool { return r.Status == events.StatusRunning })
 	out, code := cli("dispatch", "--run-id", "c1", "--key", "s1", "--strategy", "queue", "demo", `{"steps":1,"stepMs":0}`)
 	if code != jetruncli.ExitOK || !strings.Contains(out, "queued") {
 		t.Fatalf("exit %d: %s; want c1 queued", code, out)

@@ -13,10 +13,10 @@ import (
 	"github.com/jetrun/jetrun/internal/app/agents/demo"
 	"github.com/jetrun/jetrun/internal/app/jetruncli"
 	"github.com/jetrun/jetrun/internal/engine"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/jetrun"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -119,7 +119,7 @@ func TestGetShowsTheRunTreeAndCalls(t *testing.T) {
 			t.Fatalf("jetrun get lacks %q:\n%s", s, text)
 		}
 	}
-	var row jetruntype.Run
+	var row model.Row
 	if err := json.Unmarshal([]byte(cli("get", "--json", x1)), &row); err != nil || row.Parent != "fan" || row.Depth != 1 {
 		t.Fatalf("child row %+v %v", row, err)
 	}

@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/jetrun/jetrun/internal/app/mcpserver"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 type legacyTask struct {
@@ -114,7 +114,7 @@ func TestExperimentalTasksForm(t *testing.T) {
 	if err := json.Unmarshal(raw, &created); err != nil {
 		t.Fatal(err)
 	}
-	jetruntest.WaitRow(t, f.env.Store, created.Task.TaskID, 30*time.Second, func(r *jetruntype.Run) bool { return r.Status == events.StatusRunning })
+	jetruntest.WaitRow(t, f.env.Store, created.Task.TaskID, 30*time.Second, func(r *model.Row) bool { return r.Status == events.StatusRunning })
 	if raw := c.call(ctx, "tasks/cancel", map[string]string{"taskId": created.Task.TaskID}); !strings.Contains(string(raw), `"taskId":"`+created.Task.TaskID+`"`) ||
 		!strings.Contains(string(raw), `"status":"cancelled"`) {
 		t.Errorf("tasks/cancel: %s; want the task, cancelled (that form's receiver cancels before it answers)", raw)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/jetrun/jetrun/internal/app/httpapi"
 	"github.com/jetrun/jetrun/internal/app/mcpserver"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -349,7 +350,7 @@ func TestCancelledCallCancelsTheRun(t *testing.T) {
 				Meta: mcp.Meta{mcpserver.MetaIdempotencyKey: key}})
 			done <- err
 		}()
-		jetruntest.WaitRow(t, f.env.Store, id, 30*time.Second, func(r *jetruntype.Run) bool { return r.Status == events.StatusRunning })
+		jetruntest.WaitRow(t, f.env.Store, id, 30*time.Second, func(r *model.Row) bool { return r.Status == events.StatusRunning })
 		cancelCall() // the SDK sends notifications/cancelled
 		if err := <-done; err == nil {
 			t.Fatal("a cancelled call answered")

@@ -38,6 +38,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
@@ -279,7 +280,7 @@ func (s *Server) startTask(ctx context.Context, req *mcp.CallToolRequest, legacy
 
 // taskRow returns the row of task id, or the extension's error for an
 // unknown task.
-func (s *Server) taskRow(ctx context.Context, id string) (*jetruntype.Run, error) {
+func (s *Server) taskRow(ctx context.Context, id string) (*model.Row, error) {
 	if events.ValidateID(id) != nil {
 		return nil, invalidParams("unknown task %q", id)
 	}
@@ -303,7 +304,7 @@ func (s *Server) taskOf(ctx context.Context, id string) (*Task, error) {
 
 // taskFromRow maps a run's row (and, while it runs, its pending calls) to
 // its task.
-func (s *Server) taskFromRow(ctx context.Context, row *jetruntype.Run) (*Task, error) {
+func (s *Server) taskFromRow(ctx context.Context, row *model.Row) (*Task, error) {
 	t := &Task{TaskID: row.ID, CreatedAt: stamp(row.CreatedAt), LastUpdatedAt: stamp(lastUpdated(row)), PollIntervalMs: PollIntervalMs,
 		TTLMs: s.ttl(row), cancelRequested: row.CancelRequested}
 	switch row.Status {
@@ -346,7 +347,7 @@ func (s *Server) taskFromRow(ctx context.Context, row *jetruntype.Run) (*Task, e
 // ttl is the task ttl of row, in milliseconds from its creation: the
 // retention, which counts from the run's end, so a run that ended is kept
 // its duration longer; nil when runs are kept forever.
-func (s *Server) ttl(row *jetruntype.Run) *int64 {
+func (s *Server) ttl(row *model.Row) *int64 {
 	if s.retention <= 0 {
 		return nil
 	}
@@ -360,7 +361,7 @@ func (s *Server) ttl(row *jetruntype.Run) *int64 {
 
 // inputRequests lists what a run waits on from its caller, which a client
 // can answer: its unanswered calls and the signal it waits for.
-func (s *Server) inputRequests(ctx context.Context, row *jetruntype.Run) (map[string]InputRequest, error) {
+func (s *Server) inputRequests(ctx context.Context, row *model.Row) (map[string]InputRequest, error) {
 	out := map[string]InputRequest{}
 	if row.Status == events.StatusRunning {
 		calls, err := s.client.Calls(ctx, row.ID)
@@ -462,7 +463,7 @@ func (s *Server) failed(f *jetruntype.Failure, name string) *mcp.CallToolResult 
 	return res
 }
 
-func lastUpdated(row *jetruntype.Run) time.Time {
+func lastUpdated(row *model.Row) time.Time {
 	last := row.CreatedAt
 	for _, t := range []time.Time{row.StartedAt, row.LastSignalAt, row.FinishedAt} {
 		if t.After(last) {

@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/jetrun/jetrun/internal/app/mcpserver"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -93,7 +93,7 @@ func TestTaskInputRequiredListsOnlyWhatAClientCanAnswer(t *testing.T) {
 	c.waitListed(ctx, "nest", "ask")
 
 	nest := c.startTask(ctx, "nest")
-	row := jetruntest.WaitRow(t, f.env.Store, nest.TaskID, 30*time.Second, func(r *jetruntype.Run) bool {
+	row := jetruntest.WaitRow(t, f.env.Store, nest.TaskID, 30*time.Second, func(r *model.Row) bool {
 		return strings.HasPrefix(r.WaitingFor, "run:")
 	})
 	child := strings.TrimPrefix(row.WaitingFor, "run:")
@@ -104,7 +104,7 @@ func TestTaskInputRequiredListsOnlyWhatAClientCanAnswer(t *testing.T) {
 	}
 
 	ask := c.startTask(ctx, "ask")
-	jetruntest.WaitRow(t, f.env.Store, ask.TaskID, 30*time.Second, func(r *jetruntype.Run) bool { return r.WaitingFor == "call:ask-user" })
+	jetruntest.WaitRow(t, f.env.Store, ask.TaskID, 30*time.Second, func(r *model.Row) bool { return r.WaitingFor == "call:ask-user" })
 	got = c.task(ctx, "tasks/get", map[string]any{"taskId": ask.TaskID, "_meta": tasksCaps})
 	if keys := slices.Sorted(maps.Keys(got.InputRequests)); got.Status != mcpserver.TaskInputRequired ||
 		!slices.Equal(keys, []string{"call:1"}) || !strings.Contains(string(got.InputRequests["call:1"]), `"ask-user"`) {

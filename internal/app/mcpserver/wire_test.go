@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/jetrun/jetrun/internal/app/mcpserver"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/parent"
 )
@@ -160,7 +160,7 @@ func TestCancelledCallGetsNoResponse(t *testing.T) {
 			`{"name":"block","arguments":{},"_meta":{"io.jetrun/idempotencyKey":"`+key+`"}}}`)
 	}()
 	id := parent.RunID("mcp", key)
-	jetruntest.WaitRow(t, f.env.Store, id, 30*time.Second, func(r *jetruntype.Run) bool { return r.Status == events.StatusRunning })
+	jetruntest.WaitRow(t, f.env.Store, id, 30*time.Second, func(r *model.Row) bool { return r.Status == events.StatusRunning })
 	if a := postRaw(t, ctx, f.url, c.id, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"call-7","reason":"no longer needed"}}`); a.status != http.StatusAccepted {
 		t.Fatalf("notifications/cancelled: HTTP %d %s", a.status, a.body)
 	}
@@ -230,7 +230,7 @@ func TestCancelledCallGetsNoResponseOverStdio(t *testing.T) {
 	const key = "cancel-on-stdio"
 	send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"block","arguments":{},"_meta":{"io.jetrun/idempotencyKey":"` + key + `"}}}`)
 	id := parent.RunID("mcp", key)
-	jetruntest.WaitRow(t, f.env.Store, id, 30*time.Second, func(r *jetruntype.Run) bool { return r.Status == events.StatusRunning })
+	jetruntest.WaitRow(t, f.env.Store, id, 30*time.Second, func(r *model.Row) bool { return r.Status == events.StatusRunning })
 	send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}}`)
 	if row := jetruntest.WaitRow(t, f.env.Store, id, 30*time.Second, jetruntest.Final); row.Status != events.StatusAborted {
 		t.Errorf("run ended %s; want aborted", row.Status)

@@ -14,11 +14,11 @@ import (
 
 	"github.com/jetrun/jetrun/internal/app/metrics"
 	"github.com/jetrun/jetrun/internal/engine"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/meter"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
@@ -120,7 +120,7 @@ func TestWorkerObserverCounts(t *testing.T) {
 	if _, err := client.Dispatch(context.Background(), parent.Request{AgentType: "waits", RunID: "w1", Input: 1}); err != nil {
 		t.Fatal(err)
 	}
-	jetruntest.WaitRow(t, store, "w1", 30*time.Second, func(r *jetruntype.Run) bool { return r.Status == events.StatusRunning })
+	jetruntest.WaitRow(t, store, "w1", 30*time.Second, func(r *model.Row) bool { return r.Status == events.StatusRunning })
 	waitValue(t, m, 1, "jetrun_worker_runs_in_flight", "agent_type", "waits")
 	if _, err := client.Cancel(context.Background(), "w1", "test"); err != nil {
 		t.Fatal(err)

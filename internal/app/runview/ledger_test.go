@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jetrun/jetrun/internal/app/runview"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/finish"
@@ -30,7 +31,7 @@ func TestVouchTrustsOnlyWhatTheRowRecordedBeforeItsEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	put := func(r *jetruntype.Run) {
+	put := func(r *model.Row) {
 		t.Helper()
 		data, _ := json.Marshal(r)
 		if _, err := kv.Put(ctx, r.ID, data); err != nil {
@@ -40,11 +41,11 @@ func TestVouchTrustsOnlyWhatTheRowRecordedBeforeItsEnd(t *testing.T) {
 	completed := map[events.Status]*jetruntype.FinishState{events.StatusCompleted: {Slot: jetruntype.Slot{DueAt: time.Now()}}}
 	owed := finish.Result{RunID: "det", Handler: "h", Status: events.StatusCompleted}
 
-	det := &jetruntype.Run{ID: "det", AgentType: "demo", Status: events.StatusRunning, Detached: &events.Detached{OnFinish: "h"}}
+	det := &model.Row{ID: "det", AgentType: "demo", Status: events.StatusRunning, Detached: &events.Detached{OnFinish: "h"}}
 	put(det)
 	det.Status, det.Finishes = events.StatusCompleted, completed
 	put(det)
-	plain := &jetruntype.Run{ID: "plain", AgentType: "demo", Status: events.StatusCompleted}
+	plain := &model.Row{ID: "plain", AgentType: "demo", Status: events.StatusCompleted}
 	put(plain)
 	if err := v.Vouch(ctx, owed); err != nil {
 		t.Fatalf("the finish its transition recorded: %v", err)
@@ -90,16 +91,16 @@ func TestVouchWithAWatchThatDoesNotFollowReadsTheLeader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	put := func(r *jetruntype.Run) {
+	put := func(r *model.Row) {
 		t.Helper()
 		data, _ := json.Marshal(r)
 		if _, err := kv.Put(ctx, r.ID, data); err != nil {
 			t.Fatal(err)
 		}
 	}
-	det := &jetruntype.Run{ID: "det", AgentType: "demo", Status: events.StatusRunning, Detached: &events.Detached{OnFinish: "h"}}
+	det := &model.Row{ID: "det", AgentType: "demo", Status: events.StatusRunning, Detached: &events.Detached{OnFinish: "h"}}
 	put(det)
-	plain := &jetruntype.Run{ID: "plain", AgentType: "demo", Status: events.StatusCompleted}
+	plain := &model.Row{ID: "plain", AgentType: "demo", Status: events.StatusCompleted}
 	put(plain)
 	if err := v.Sync(ctx); err != nil {
 		t.Fatal(err)

@@ -19,10 +19,10 @@ import (
 
 	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/engine/jsfault"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/obs"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
 )
 
@@ -36,7 +36,7 @@ const syncTimeout = 5 * time.Second
 // the delivery ledgers, signal positions), its texts clipped, and the flags
 // the UI reads instead of deriving them.
 type Summary struct {
-	*jetruntype.Run
+	*model.Row
 	// Notified counts the milestone notices delivered (see Run.Notices).
 	Notified int `json:"notified,omitempty"`
 	// Live reports Run.Live: the run may still be executing (and can be
@@ -49,16 +49,16 @@ type Summary struct {
 }
 
 // Summarize returns r's summary (r is not changed).
-func Summarize(r *jetruntype.Run) Summary {
+func Summarize(r *model.Row) Summary {
 	c := *r
 	c.Input, c.Output = nil, nil
 	c.Error, c.Summary = clip(r.Error), clip(r.Summary)
 	c.Finishes, c.Notices, c.SignalsSeen, c.Merged, c.Blinks = nil, nil, nil, nil, nil
-	return Summary{Run: &c, Notified: notified(r), Live: r.Live(), Final: r.Final()}
+	return Summary{Row: &c, Notified: notified(r), Live: r.Live(), Final: r.Final()}
 }
 
 // notified counts r's milestone notices delivered.
-func notified(r *jetruntype.Run) int {
+func notified(r *model.Row) int {
 	n := 0
 	for _, s := range r.Notices {
 		if !s.DeliveredAt.IsZero() {
@@ -84,7 +84,7 @@ type View struct {
 	lastRevision func(ctx context.Context) (uint64, error)
 	// latest reads a run's row from the runs stream's leader (Vouch's
 	// read, ledger.go), with its revision.
-	latest func(ctx context.Context, id string) (*jetruntype.Run, uint64, error)
+	latest func(ctx context.Context, id string) (*model.Row, uint64, error)
 	log    *slog.Logger
 
 	mu      sync.RWMutex
@@ -277,7 +277,7 @@ func rewritten(old, s Summary) bool {
 
 // apply records a change (row r, nil when the run was removed) and tells
 // the subscribers.
-func (v *View) apply(ctx context.Context, id string, s Summary, r *jetruntype.Run, rev uint64) {
+func (v *View) apply(ctx context.Context, id string, s Summary, r *model.Row, rev uint64) {
 	present := r != nil
 	v.mu.Lock()
 	old, had := v.runs[id]
@@ -290,7 +290,7 @@ func (v *View) apply(ctx context.Context, id string, s Summary, r *jetruntype.Ru
 		v.runs[id] = s
 	} else {
 		delete(v.runs, id)
-		s = Summary{Run: &jetruntype.Run{ID: id}, Removed: true}
+		s = Summary{Row: &model.Row{ID: id}, Removed: true}
 	}
 	v.lastRev = max(v.lastRev, rev)
 	v.changed.Broadcast()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jetrun/jetrun/internal/app/runview"
 	"github.com/jetrun/jetrun/internal/engine"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
@@ -55,7 +56,7 @@ func TestVouchWaitsForTheRowTheLeaderHas(t *testing.T) {
 	}
 	t.Cleanup(v.Stop)
 
-	run := &jetruntype.Run{ID: "behind", AgentType: "demo", Status: events.StatusRunning, Detached: &events.Detached{OnFinish: "h"}}
+	run := &model.Row{ID: "behind", AgentType: "demo", Status: events.StatusRunning, Detached: &events.Detached{OnFinish: "h"}}
 	liveRev := put(t, kv, run)
 	natstest.Eventually(t, 30*time.Second, func() bool {
 		p, _ := v.List(runview.Filter{IDContains: run.ID})
@@ -135,7 +136,7 @@ func jsConn(t *testing.T, urls string, opts ...nats.Option) jetstream.JetStream 
 
 // put writes r as its row and returns the revision, retrying while the
 // bucket elects a leader.
-func put(t *testing.T, kv jetstream.KeyValue, r *jetruntype.Run) uint64 {
+func put(t *testing.T, kv jetstream.KeyValue, r *model.Row) uint64 {
 	t.Helper()
 	data, err := json.Marshal(r)
 	if err != nil {

@@ -57,9 +57,9 @@ func New(rt *engine.Runtime, maxDepth int, log *slog.Logger) *Trees {
 func (t *Trees) Charge(ctx context.Context, id string, by jetruntype.ChargeMark, d jetruntype.UsageTotals) error {
 	var crossed, was *jetruntype.Overrun
 	now := time.Now()
-	_, _, err := t.rt.Store().Mutate(ctx, id, func(r *jetruntype.Run) error {
+	_, _, err := t.rt.Store().Mutate(ctx, id, func(r *model.Row) error {
 		was, crossed = r.Overrun, nil
-		if err := model.Apply(model.Of(r), model.Charged{Mark: by, Delta: d}, now); err != nil {
+		if err := model.Apply(r, model.Charged{Mark: by, Delta: d}, now); err != nil {
 			return err // runstore.ErrNoChange: a charge taken already
 		}
 		if was == nil {
@@ -131,12 +131,12 @@ func (t *Trees) Stop(ctx context.Context, o jetruntype.Overrun) error {
 func (t *Trees) stopOne(ctx context.Context, id string, o jetruntype.Overrun) error {
 	changed := false
 	now := time.Now()
-	row, _, err := t.rt.Store().Mutate(ctx, id, func(r *jetruntype.Run) error {
+	row, _, err := t.rt.Store().Mutate(ctx, id, func(r *model.Row) error {
 		held, err := t.rt.Store().Workers().HolderAlive(ctx, r)
 		if err != nil {
 			return err
 		}
-		err = model.Apply(model.Of(r), model.BudgetStopped{Overrun: o, Held: held}, now)
+		err = model.Apply(r, model.BudgetStopped{Overrun: o, Held: held}, now)
 		changed = err == nil
 		return err
 	})
@@ -151,7 +151,7 @@ func (t *Trees) stopOne(ctx context.Context, id string, o jetruntype.Overrun) er
 		t.log.WarnContext(ctx, "announce a run stopped for its tree's budget", "run_id", row.ID, "err", err)
 	}
 	if row.CancelRequested && row.Worker != "" {
-		return wire.PublishCancelEvent(ctx, t.rt.JetStream(), t.rt.Namespace(), model.Of(row).CancelEvent(time.Now()))
+		return wire.PublishCancelEvent(ctx, t.rt.JetStream(), t.rt.Namespace(), row.CancelEvent(time.Now()))
 	}
 	return nil
 }

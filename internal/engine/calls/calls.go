@@ -16,10 +16,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/engine/jsfault"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // State is one call of a run with its reply (nil while pending) and where
@@ -32,7 +32,7 @@ type State struct {
 
 // Read returns the calls of the run of row in sequence order, each with the
 // first reply stored for it. A call stored twice counts once.
-func Read(ctx context.Context, js jetstream.JetStream, ns wire.Namespace, row *jetruntype.Run) ([]*State, error) {
+func Read(ctx context.Context, js jetstream.JetStream, ns wire.Namespace, row *model.Row) ([]*State, error) {
 	opts := events.ReplayOptions{
 		StartSeq:  row.FirstEventSeq,
 		StartTime: row.CreatedAt.Add(-time.Minute), // tolerate clock skew with the server

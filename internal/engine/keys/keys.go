@@ -39,7 +39,6 @@ import (
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // advanceTries bounds Advance's rounds of lost compare-and-sets.
@@ -61,7 +60,7 @@ type Held struct {
 // ErrKeyBusy when the key is taken. A queued debounce run gets a wake-up
 // dispatch that a worker holds back until its quiet window ends, unless
 // held is r's own dispatch.
-func (rt keyed) submit(ctx context.Context, r *jetruntype.Run, held Held) (*jetruntype.Run, error) {
+func (rt keyed) submit(ctx context.Context, r *model.Row, held Held) (*model.Row, error) {
 	key, strategy := r.ConcurrencyKey, wire.OrQueue(r.Strategy)
 	if strategy == events.StrategyDrop {
 		busy, err := rt.Store().Keys().Busy(ctx, key)
@@ -78,10 +77,10 @@ func (rt keyed) submit(ctx context.Context, r *jetruntype.Run, held Held) (*jetr
 		queued.SubmitSeq = held.Seq // published straight to the stream: order by it
 	}
 	if strategy == events.StrategyDebounce {
-		d := model.Of(r).Dispatch()
+		d := r.Dispatch()
 		queued.NotBefore = now.Add(wire.Debounce(&d))
 	}
-	if err := model.Apply(model.Of(r), queued, now); err != nil {
+	if err := model.Apply(r, queued, now); err != nil {
 		return nil, fmt.Errorf("jetrun: submit run %s under concurrency key %s: %w", r.ID, key, err)
 	}
 	if _, err := rt.Store().Create(ctx, r); err != nil {
@@ -139,7 +138,7 @@ func keyBusy(key string) error {
 // is queued again (at the end of the key's queue) instead of starting at
 // once, so it never runs alongside the key's holder. Of concurrent callers
 // one requeues it; the others get the row as it is.
-func (rt keyed) requeue(ctx context.Context, row *jetruntype.Run) (*jetruntype.Run, error) {
+func (rt keyed) requeue(ctx context.Context, row *model.Row) (*model.Row, error) {
 	row, _, err := rt.Resume(ctx, row, true)
 	if err != nil {
 		return nil, err
@@ -160,7 +159,7 @@ func (rt keyed) requeue(ctx context.Context, row *jetruntype.Run) (*jetruntype.R
 // RepairKey makes sure the queued run r has its entry in its key's queue
 // (a submitter that died between the two writes left it without one), then
 // advances the key. The reconciler calls it for every queued run.
-func (rt keyed) repair(ctx context.Context, r *jetruntype.Run) error {
+func (rt keyed) repair(ctx context.Context, r *model.Row) error {
 	if r.ConcurrencyKey == "" {
 		return nil
 	}
@@ -198,7 +197,7 @@ func (rt keyed) advance(ctx context.Context, key string, held Held) error {
 		if err != nil {
 			return err
 		}
-		var next *jetruntype.Run
+		var next *model.Row
 		for _, e := range queue {
 			row, _, err := rt.Store().Get(ctx, e.ID)
 			if errors.Is(err, runstore.ErrRunNotFound) {
@@ -249,8 +248,8 @@ func (rt keyed) advance(ctx context.Context, key string, held Held) error {
 // promote starts h, which holds its key: queued → starting (a merge run
 // takes the inputs of the merge runs queued behind it), then publishes its
 // dispatch unless held is it.
-func (rt keyed) promote(ctx context.Context, h *jetruntype.Run, held Held) error {
-	var block []*jetruntype.Run // h and the merge runs queued with it, oldest first
+func (rt keyed) promote(ctx context.Context, h *model.Row, held Held) error {
+	var block []*model.Row // h and the merge runs queued with it, oldest first
 	if h.Strategy == events.StrategyMerge {
 		var err error
 		if block, err = rt.mergeBlock(ctx, h); err != nil {
@@ -259,7 +258,7 @@ func (rt keyed) promote(ctx context.Context, h *jetruntype.Run, held Held) error
 	}
 	promoted := false
 	now := time.Now() // its budgets count from here, not from its wait in the queue
-	row, _, err := rt.Store().Mutate(ctx, h.ID, func(r *jetruntype.Run) error {
+	row, _, err := rt.Store().Mutate(ctx, h.ID, func(r *model.Row) error {
 		promoted = false
 		if r.Status != events.StatusQueued {
 			return runstore.ErrNoChange
@@ -274,7 +273,7 @@ func (rt keyed) promote(ctx context.Context, h *jetruntype.Run, held Held) error
 		if held.RunID == r.ID {
 			ev.DispatchSeq = held.Seq
 		}
-		if err := model.Apply(model.Of(r), ev, now); err != nil {
+		if err := model.Apply(r, ev, now); err != nil {
 			return err
 		}
 		promoted = true
@@ -294,18 +293,18 @@ func (rt keyed) promote(ctx context.Context, h *jetruntype.Run, held Held) error
 		rt.Store().Keys().Dequeue(ctx, h.ConcurrencyKey, h.ID)
 		return nil
 	}
-	seq, err := rt.publishKeyed(ctx, row, model.Of(row).DispatchMsgID())
+	seq, err := rt.publishKeyed(ctx, row, row.DispatchMsgID())
 	if err != nil {
 		// The row is starting without a dispatch: the reconciler publishes
 		// it, as for a parent that died between its two writes.
 		return err
 	}
 	rt.Store().Keys().Dequeue(ctx, h.ConcurrencyKey, h.ID)
-	_, _, err = rt.Store().Mutate(ctx, row.ID, func(r *jetruntype.Run) error {
+	_, _, err = rt.Store().Mutate(ctx, row.ID, func(r *model.Row) error {
 		if r.Status != events.StatusStarting {
 			return runstore.ErrNoChange
 		}
-		return model.Apply(model.Of(r), model.DispatchRecorded{Seq: seq}, now) // unless one is recorded
+		return model.Apply(r, model.DispatchRecorded{Seq: seq}, now) // unless one is recorded
 	})
 	return err
 }
@@ -314,7 +313,7 @@ func (rt keyed) promote(ctx context.Context, h *jetruntype.Run, held Held) error
 // the merge runs queued with it, oldest first): r and the oldest of the
 // others that fit, the others' ids (merged) and every input carried, in a
 // JSON list (input). The rest run next, merged among themselves.
-func merge(r *jetruntype.Run, block []*jetruntype.Run) (merged []string, input json.RawMessage, err error) {
+func merge(r *model.Row, block []*model.Row) (merged []string, input json.RawMessage, err error) {
 	size := len(r.Input)
 	carried := map[string]bool{r.ID: true}
 	for _, m := range block {
@@ -346,13 +345,13 @@ func merge(r *jetruntype.Run, block []*jetruntype.Run) (merged []string, input j
 // its key's queue), oldest first: by dispatch stream sequence between runs
 // published straight to the stream, else by queue position (see
 // submittedBefore).
-func (rt keyed) mergeBlock(ctx context.Context, h *jetruntype.Run) ([]*jetruntype.Run, error) {
+func (rt keyed) mergeBlock(ctx context.Context, h *model.Row) ([]*model.Row, error) {
 	queue, err := rt.Store().Keys().Queue(ctx, h.ConcurrencyKey)
 	if err != nil {
 		return nil, err
 	}
 	type queued struct {
-		r   *jetruntype.Run
+		r   *model.Row
 		pos uint64
 	}
 	var block []queued
@@ -380,7 +379,7 @@ func (rt keyed) mergeBlock(ctx context.Context, h *jetruntype.Run) ([]*jetruntyp
 		found = found || e.ID == h.ID
 	}
 	if !found { // h has no queue entry (left by a crash): it merges nothing
-		return []*jetruntype.Run{h}, nil
+		return []*model.Row{h}, nil
 	}
 	slices.SortStableFunc(block, func(a, b queued) int {
 		switch {
@@ -391,7 +390,7 @@ func (rt keyed) mergeBlock(ctx context.Context, h *jetruntype.Run) ([]*jetruntyp
 		}
 		return 0
 	})
-	out := make([]*jetruntype.Run, len(block))
+	out := make([]*model.Row, len(block))
 	for i, q := range block {
 		out[i] = q.r
 	}
@@ -400,7 +399,7 @@ func (rt keyed) mergeBlock(ctx context.Context, h *jetruntype.Run) ([]*jetruntyp
 
 // finishMerge ends the runs h carries (h.Merged) aborted, reason merged,
 // and drops their queue entries. It is idempotent.
-func (rt keyed) finishMerge(ctx context.Context, h *jetruntype.Run) error {
+func (rt keyed) finishMerge(ctx context.Context, h *model.Row) error {
 	now := time.Now()
 	for _, id := range h.Merged {
 		row, _, err := rt.Store().Mutate(ctx, id, model.Mutation(now, model.Merged{Into: h.ID}))
@@ -424,7 +423,7 @@ func (rt keyed) finishMerge(ctx context.Context, h *jetruntype.Run) error {
 // key submitted after me is queued already, or holds the key, me is the
 // one superseded: a late arrival of an older message never replaces a newer
 // one, nor runs after it.
-func (rt keyed) supersede(ctx context.Context, me *jetruntype.Run, pos uint64) error {
+func (rt keyed) supersede(ctx context.Context, me *model.Row, pos uint64) error {
 	key := me.ConcurrencyKey
 	queue, err := rt.Store().Keys().Queue(ctx, key)
 	if err != nil {
@@ -437,14 +436,14 @@ func (rt keyed) supersede(ctx context.Context, me *jetruntype.Run, pos uint64) e
 			continue
 		}
 		older := false
-		row, _, err := rt.Store().Mutate(ctx, e.ID, func(r *jetruntype.Run) error {
+		row, _, err := rt.Store().Mutate(ctx, e.ID, func(r *model.Row) error {
 			if r.Status != events.StatusQueued {
 				return runstore.ErrNoChange
 			}
 			if older = submittedBefore(r, e.Rev, me, pos); !older {
 				return runstore.ErrNoChange
 			}
-			return model.Apply(model.Of(r), model.Superseded{By: me.ID}, now)
+			return model.Apply(r, model.Superseded{By: me.ID}, now)
 		})
 		if errors.Is(err, runstore.ErrRunNotFound) {
 			rt.Store().Keys().Dequeue(ctx, key, e.ID)
@@ -485,7 +484,7 @@ func (rt keyed) supersede(ctx context.Context, me *jetruntype.Run, pos uint64) e
 // was submitted before me, at pos: by their dispatch stream sequences when
 // both were published straight to the stream (SubmitSeq), else by their
 // positions in the key's queue.
-func submittedBefore(r *jetruntype.Run, rev uint64, me *jetruntype.Run, pos uint64) bool {
+func submittedBefore(r *model.Row, rev uint64, me *model.Row, pos uint64) bool {
 	if r.SubmitSeq > 0 && me.SubmitSeq > 0 {
 		return r.SubmitSeq < me.SubmitSeq
 	}
@@ -494,7 +493,7 @@ func submittedBefore(r *jetruntype.Run, rev uint64, me *jetruntype.Run, pos uint
 
 // newerHolder returns the id of the live run holding me's key when it was
 // published straight to the stream after me ("" otherwise).
-func (rt keyed) newerHolder(ctx context.Context, me *jetruntype.Run) (string, error) {
+func (rt keyed) newerHolder(ctx context.Context, me *model.Row) (string, error) {
 	id, _, err := rt.Store().Keys().Holder(ctx, me.ConcurrencyKey)
 	if err != nil || id == "" || id == me.ID {
 		return "", err
@@ -514,7 +513,7 @@ func (rt keyed) newerHolder(ctx context.Context, me *jetruntype.Run) (string, er
 
 // settle announces a run a strategy ended and removes it from the index
 // when nothing more is owed; failures are repaired by the reconciler.
-func (rt keyed) settle(ctx context.Context, r *jetruntype.Run) {
+func (rt keyed) settle(ctx context.Context, r *model.Row) {
 	if err := rt.Announce(ctx, r, ""); err == nil {
 		_ = rt.Store().Index().UnindexIfSettled(ctx, r)
 	}
@@ -523,8 +522,8 @@ func (rt keyed) settle(ctx context.Context, r *jetruntype.Run) {
 // publishKeyed publishes the dispatch of the keyed run r under msgID (one
 // try: a failure leaves r starting without a dispatch, which the
 // reconciler publishes).
-func (rt keyed) publishKeyed(ctx context.Context, r *jetruntype.Run, msgID string) (uint64, error) {
-	p, err := rt.PublishDispatch(ctx, r.AgentType, model.Of(r).Dispatch(), engine.DispatchOptions{MsgID: msgID})
+func (rt keyed) publishKeyed(ctx context.Context, r *model.Row, msgID string) (uint64, error) {
+	p, err := rt.PublishDispatch(ctx, r.AgentType, r.Dispatch(), engine.DispatchOptions{MsgID: msgID})
 	return p.Seq, err
 }
 
@@ -532,7 +531,7 @@ func (rt keyed) publishKeyed(ctx context.Context, r *jetruntype.Run, msgID strin
 type keyed struct{ *engine.Runtime }
 
 // Submit enters the keyed run r under its key (see submit).
-func Submit(ctx context.Context, rt *engine.Runtime, r *jetruntype.Run, held Held) (*jetruntype.Run, error) {
+func Submit(ctx context.Context, rt *engine.Runtime, r *model.Row, held Held) (*model.Row, error) {
 	return keyed{rt}.submit(ctx, r, held)
 }
 
@@ -544,11 +543,11 @@ func Advance(ctx context.Context, rt *engine.Runtime, key string, held Held) err
 
 // Repair enters the queued run r in its key's queue if a crash kept it out,
 // then advances the key (see repair).
-func Repair(ctx context.Context, rt *engine.Runtime, r *jetruntype.Run) error {
+func Repair(ctx context.Context, rt *engine.Runtime, r *model.Row) error {
 	return keyed{rt}.repair(ctx, r)
 }
 
 // Requeue resumes the given-up keyed run row as a queued run (see requeue).
-func Requeue(ctx context.Context, rt *engine.Runtime, row *jetruntype.Run) (*jetruntype.Run, error) {
+func Requeue(ctx context.Context, rt *engine.Runtime, row *model.Row) (*model.Row, error) {
 	return keyed{rt}.requeue(ctx, row)
 }

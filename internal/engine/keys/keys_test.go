@@ -16,7 +16,6 @@ import (
 	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -37,7 +36,7 @@ func TestLatestOrdersPlainPublishesByDispatchSequence(t *testing.T) {
 	t.Parallel()
 	rt, _ := open(t)
 	ctx := context.Background()
-	submit := func(key, id string, seq uint64) *jetruntype.Run {
+	submit := func(key, id string, seq uint64) *model.Row {
 		t.Helper()
 		d := events.Dispatch{RunID: id, Input: json.RawMessage(`{}`), ConcurrencyKey: key, Strategy: events.StrategyLatest}
 		held := keys.Held{}
@@ -50,7 +49,7 @@ func TestLatestOrdersPlainPublishesByDispatchSequence(t *testing.T) {
 		}
 		return row
 	}
-	superseded := func(r *jetruntype.Run, by string) {
+	superseded := func(r *model.Row, by string) {
 		t.Helper()
 		if r.Status != events.StatusAborted || r.Reason != events.ReasonSuperseded || r.SupersededBy != by {
 			t.Fatalf("%s: %s/%s by %q; want aborted, superseded by %s", r.ID, r.Status, r.Reason, r.SupersededBy, by)
@@ -104,7 +103,7 @@ func TestMergeOrdersPlainPublishesByDispatchSequence(t *testing.T) {
 	t.Parallel()
 	rt, _ := open(t)
 	ctx := context.Background()
-	submit := func(id string, seq uint64) *jetruntype.Run {
+	submit := func(id string, seq uint64) *model.Row {
 		t.Helper()
 		d := events.Dispatch{RunID: id, Input: json.RawMessage(strconv.Quote(id)), ConcurrencyKey: "km", Strategy: events.StrategyMerge}
 		row, err := keys.Submit(ctx, rt, model.NewRun("demo", d, 0, time.Now()), keys.Held{RunID: id, Seq: seq})

@@ -99,8 +99,8 @@ func ApplyAll(r *Row, now time.Time, evs ...Event) error {
 
 // Mutation returns a runstore.Store.Mutate function that applies evs at now
 // (ApplyAll).
-func Mutation(now time.Time, evs ...Event) func(*jetruntype.Run) error {
-	return func(r *jetruntype.Run) error { return ApplyAll(Of(r), now, evs...) }
+func Mutation(now time.Time, evs ...Event) func(*Row) error {
+	return func(r *Row) error { return ApplyAll(r, now, evs...) }
 }
 
 // refuse is the error for ev, which r's state does not admit (why is

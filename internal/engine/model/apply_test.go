@@ -23,11 +23,11 @@ var holder = model.Holder{Worker: "w1", Epoch: "e1", Attempt: 2}
 // (model.Check): the columns of the status × event table.
 func fixtures() []struct {
 	name string
-	row  *jetruntype.Run
+	row  *model.Row
 } {
 	detached := &events.Detached{OnFinish: "h"}
-	base := func(s events.Status) *jetruntype.Run {
-		return &jetruntype.Run{ID: "r", AgentType: "a", Status: s, Detached: detached, CreatedAt: t0.Add(-time.Hour)}
+	base := func(s events.Status) *model.Row {
+		return &model.Row{ID: "r", AgentType: "a", Status: s, Detached: detached, CreatedAt: t0.Add(-time.Hour)}
 	}
 	queued := base(events.StatusQueued)
 	queued.ConcurrencyKey, queued.Strategy = "k", events.StrategyMerge
@@ -36,24 +36,24 @@ func fixtures() []struct {
 	running := base(events.StatusRunning)
 	running.Worker, running.WorkerEpoch, running.Attempt = holder.Worker, holder.Epoch, holder.Attempt
 	running.StartedAt, running.DispatchSeq = t0.Add(-30*time.Minute), 7
-	released := model.Of(running).Clone()
+	released := running.Clone()
 	released.Worker, released.WorkerEpoch = "", ""
-	givenUp := model.Of(running).Clone()
+	givenUp := running.Clone()
 	givenUp.Status, givenUp.Reason, givenUp.Error, givenUp.Retryable = events.StatusInterrupted, events.ReasonNoProgress, "silent", true
 	givenUp.ChildStillRunning, givenUp.FinishedAt = true, t0.Add(-time.Minute)
 	givenUp.CancelRequested, givenUp.CancelReason, givenUp.Teardown = true, events.ReasonNoProgress, true
 	givenUp.Finishes = map[events.Status]*jetruntype.FinishState{events.StatusInterrupted: {Slot: jetruntype.Slot{DueAt: givenUp.FinishedAt}}}
-	stopped := model.Of(givenUp).Clone()
+	stopped := givenUp.Clone()
 	stopped.Worker, stopped.WorkerEpoch, stopped.ChildStillRunning = "", "", false
-	final := func(s events.Status, reason string) *jetruntype.Run {
-		r := model.Of(released).Clone()
+	final := func(s events.Status, reason string) *model.Row {
+		r := released.Clone()
 		r.Status, r.Reason, r.Error, r.FinishedAt = s, reason, "", t0.Add(-time.Minute)
 		r.Finishes = map[events.Status]*jetruntype.FinishState{s: {Slot: jetruntype.Slot{DueAt: r.FinishedAt}}}
 		return r
 	}
 	return []struct {
 		name string
-		row  *jetruntype.Run
+		row  *model.Row
 	}{
 		{"queued", queued},
 		{"starting", starting},
@@ -91,12 +91,12 @@ func TestApplyTable(t *testing.T) {
 	for _, tc := range []struct {
 		ev     model.Event
 		want   cells
-		fields func(before, after *jetruntype.Run) error // for the allowed cells
+		fields func(before, after *model.Row) error // for the allowed cells
 	}{
 		{
 			ev:   model.Claimed{Worker: "w2", Epoch: "e2", DispatchSeq: 9},
 			want: cells{"starting": "running", "running": "running", "running-released": "running", "*": notAllowed},
-			fields: func(b, a *jetruntype.Run) error {
+			fields: func(b, a *model.Row) error {
 				if a.Attempt != b.Attempt+1 || a.Worker != "w2" || a.WorkerEpoch != "e2" || a.DispatchSeq != 9 || a.Reason != "" {
 					return fmt.Errorf("attempt %d worker %s/%s dispatchSeq %d reason %q", a.Attempt, a.Worker, a.WorkerEpoch, a.DispatchSeq, a.Reason)
 				}
@@ -106,7 +106,7 @@ func TestApplyTable(t *testing.T) {
 		{
 			ev:   model.HandedBack{By: holder},
 			want: cells{"running": "running", "interrupted-child-running": "interrupted", "*": notHolder},
-			fields: func(b, a *jetruntype.Run) error {
+			fields: func(b, a *model.Row) error {
 				if a.Worker != "" || a.Handoffs != b.Handoffs+1 || a.HandedOff != b.Attempt {
 					return fmt.Errorf("worker %q handoffs %d handedOff %d", a.Worker, a.Handoffs, a.HandedOff)
 				}
@@ -116,7 +116,7 @@ func TestApplyTable(t *testing.T) {
 		{
 			ev:   model.Lapsed{By: holder},
 			want: cells{"running": "running", "interrupted-child-running": "interrupted", "*": notHolder},
-			fields: func(b, a *jetruntype.Run) error {
+			fields: func(b, a *model.Row) error {
 				if a.Worker != "" || len(a.Blinks) != 1 || a.Blinks[0] != holder.Attempt || a.Handoffs != b.Handoffs+1 {
 					return fmt.Errorf("worker %q blinks %v handoffs %d", a.Worker, a.Blinks, a.Handoffs)
 				}
@@ -131,7 +131,7 @@ func TestApplyTable(t *testing.T) {
 		{
 			ev:   model.Retrying{By: holder, Error: "try again"},
 			want: cells{"running": "running", "interrupted-child-running": "interrupted", "*": notHolder},
-			fields: func(b, a *jetruntype.Run) error {
+			fields: func(b, a *model.Row) error {
 				if a.Worker != "" || a.Handoffs != b.Handoffs || a.Error != "try again" {
 					return fmt.Errorf("worker %q handoffs %d error %q", a.Worker, a.Handoffs, a.Error)
 				}
@@ -142,9 +142,9 @@ func TestApplyTable(t *testing.T) {
 			ev: model.Ended{Status: events.StatusCompleted, Summary: "done", Output: json.RawMessage(`1`)},
 			want: cells{"queued": "completed", "starting": "completed", "running": "completed", "running-released": "completed",
 				"interrupted-child-running": "completed", "interrupted-child-stopped": "completed", "*": noChange},
-			fields: func(b, a *jetruntype.Run) error {
-				if a.Summary != "done" || string(a.Output) != "1" || !model.Of(a).FinishOwed(events.StatusCompleted) {
-					return fmt.Errorf("summary %q output %s, completed owed %v", a.Summary, a.Output, model.Of(a).FinishOwed(events.StatusCompleted))
+			fields: func(b, a *model.Row) error {
+				if a.Summary != "done" || string(a.Output) != "1" || !a.FinishOwed(events.StatusCompleted) {
+					return fmt.Errorf("summary %q output %s, completed owed %v", a.Summary, a.Output, a.FinishOwed(events.StatusCompleted))
 				}
 				return nil
 			},
@@ -160,7 +160,7 @@ func TestApplyTable(t *testing.T) {
 		{
 			ev:   model.Interrupted{By: holder, Reason: events.ReasonBudgetExceeded, Error: "over"},
 			want: cells{"running": "interrupted", "interrupted-child-running": "interrupted", "*": notHolder},
-			fields: func(b, a *jetruntype.Run) error {
+			fields: func(b, a *model.Row) error {
 				if a.ChildStillRunning || a.Reason != events.ReasonBudgetExceeded || a.Finishes[events.StatusInterrupted] == nil {
 					return fmt.Errorf("childStillRunning %v reason %q", a.ChildStillRunning, a.Reason)
 				}
@@ -170,8 +170,8 @@ func TestApplyTable(t *testing.T) {
 		{
 			ev:   model.GaveUp{Reason: events.ReasonBudgetExceeded, Error: "over", Held: true},
 			want: cells{"starting": "interrupted", "running": "interrupted", "running-released": "interrupted", "*": noChange},
-			fields: func(b, a *jetruntype.Run) error {
-				if a.ChildStillRunning != (b.Worker != "") || !a.CancelRequested || !a.Teardown || model.Of(a).CancelCascades() {
+			fields: func(b, a *model.Row) error {
+				if a.ChildStillRunning != (b.Worker != "") || !a.CancelRequested || !a.Teardown || a.CancelCascades() {
 					return fmt.Errorf("childStillRunning %v cancel %v teardown %v", a.ChildStillRunning, a.CancelRequested, a.Teardown)
 				}
 				return nil
@@ -181,7 +181,7 @@ func TestApplyTable(t *testing.T) {
 			ev: model.BudgetStopped{Overrun: overBy, Held: true},
 			want: cells{"queued": "interrupted", "starting": "interrupted", "running": "interrupted",
 				"running-released": "interrupted", "*": noChange},
-			fields: func(b, a *jetruntype.Run) error {
+			fields: func(b, a *model.Row) error {
 				if a.Overrun == nil || a.Reason != events.ReasonBudgetExceeded || a.ChildStillRunning != (b.Worker != "") {
 					return fmt.Errorf("overrun %v reason %q childStillRunning %v", a.Overrun, a.Reason, a.ChildStillRunning)
 				}
@@ -200,7 +200,7 @@ func TestApplyTable(t *testing.T) {
 			ev: model.CancelRequested{Reason: "user", Held: true},
 			want: cells{"queued": "aborted", "starting": "aborted", "running": "running", "running-released": "aborted",
 				"interrupted-child-running": "interrupted", "interrupted-child-stopped": "interrupted", "*": noChange},
-			fields: func(b, a *jetruntype.Run) error {
+			fields: func(b, a *model.Row) error {
 				if !a.CancelRequested || a.CancelReason != "user" || a.Teardown {
 					return fmt.Errorf("cancel %v reason %q teardown %v", a.CancelRequested, a.CancelReason, a.Teardown)
 				}
@@ -215,7 +215,7 @@ func TestApplyTable(t *testing.T) {
 		{
 			ev:   model.Resumed{},
 			want: cells{"interrupted-child-stopped": "starting", "*": noChange},
-			fields: func(b, a *jetruntype.Run) error {
+			fields: func(b, a *model.Row) error {
 				if !a.ReadyAt.Equal(t0) || a.DispatchSeq != 0 || a.CancelRequested || a.Handoffs != 1 ||
 					!a.Finishes[events.StatusInterrupted].Resumed {
 					return fmt.Errorf("readyAt %v dispatchSeq %d cancel %v handoffs %d", a.ReadyAt, a.DispatchSeq, a.CancelRequested, a.Handoffs)
@@ -234,7 +234,7 @@ func TestApplyTable(t *testing.T) {
 		{
 			ev:   model.Promoted{Merged: []string{"m1"}, Input: json.RawMessage(`[1,2]`), DispatchSeq: 11},
 			want: cells{"queued": "starting", "*": noChange},
-			fields: func(b, a *jetruntype.Run) error {
+			fields: func(b, a *model.Row) error {
 				if !a.ReadyAt.Equal(t0) || a.DispatchSeq != 11 || len(a.Merged) != 1 || string(a.Input) != "[1,2]" {
 					return fmt.Errorf("readyAt %v dispatchSeq %d merged %v input %s", a.ReadyAt, a.DispatchSeq, a.Merged, a.Input)
 				}
@@ -272,7 +272,7 @@ func TestApplyTable(t *testing.T) {
 		{
 			ev:   model.Synced{By: holder, Chunks: 3, Milestones: 1, LastMilestone: "m", LastSignalAt: t0},
 			want: cells{"running": "running", "interrupted-child-running": "interrupted", "*": notHolder},
-			fields: func(b, a *jetruntype.Run) error {
+			fields: func(b, a *model.Row) error {
 				if a.Chunks != 3 || a.Milestones != 1 || !a.LastSignalAt.Equal(t0) {
 					return fmt.Errorf("chunks %d milestones %d lastSignalAt %v", a.Chunks, a.Milestones, a.LastSignalAt)
 				}
@@ -329,12 +329,12 @@ func TestApplyTable(t *testing.T) {
 				want = string(fx.row.Status)
 			}
 			t.Run(fmt.Sprintf("%T/%s", tc.ev, fx.name), func(t *testing.T) {
-				before := model.Of(fx.row).Clone()
-				if err := model.Check(model.Of(before)); err != nil {
+				before := fx.row.Clone()
+				if err := model.Check(before); err != nil {
 					t.Fatalf("fixture: %v", err)
 				}
-				after := model.Of(before).Clone()
-				err := model.Apply(model.Of(after), tc.ev, t0)
+				after := before.Clone()
+				err := model.Apply(after, tc.ev, t0)
 				if got := outcome(err, after); got != want {
 					t.Fatalf("%+v on %s: %s (err %v), want %s", tc.ev, fx.name, got, err, want)
 				}
@@ -344,7 +344,7 @@ func TestApplyTable(t *testing.T) {
 					}
 					return
 				}
-				if err := model.Check(model.Of(after)); err != nil {
+				if err := model.Check(after); err != nil {
 					t.Fatalf("after %+v: %v", tc.ev, err)
 				}
 				if tc.fields != nil {
@@ -358,7 +358,7 @@ func TestApplyTable(t *testing.T) {
 }
 
 // outcome names what Apply did: an error's kind, or the row's status.
-func outcome(err error, r *jetruntype.Run) string {
+func outcome(err error, r *model.Row) string {
 	var te *model.TransitionError
 	var oe *model.OverrunError
 	switch {
@@ -381,12 +381,12 @@ func outcome(err error, r *jetruntype.Run) string {
 // run.
 func TestQueuedAndPromoted(t *testing.T) {
 	d := events.Dispatch{RunID: "r", ConcurrencyKey: "k", Strategy: events.StrategyDebounce}
-	r := model.Of(model.NewRun("a", d, 4, t0.Add(-time.Hour)))
+	r := model.NewRun("a", d, 4, t0.Add(-time.Hour))
 	if err := model.Apply(r, model.Queued{NotBefore: t0, SubmitSeq: 4}, t0.Add(-time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	if r.Status != events.StatusQueued || !r.NotBefore.Equal(t0) || r.SubmitSeq != 4 || r.Unindexed {
-		t.Fatalf("queued: %+v", r.Run())
+		t.Fatalf("queued: %+v", r)
 	}
 	if err := model.Check(r); err != nil {
 		t.Fatal(err)
@@ -395,12 +395,12 @@ func TestQueuedAndPromoted(t *testing.T) {
 		t.Fatal(err)
 	}
 	if r.Status != events.StatusStarting || !r.ReadyAt.Equal(t0) || !r.NotBefore.IsZero() || r.DispatchSeq != 4 {
-		t.Fatalf("promoted: %+v", r.Run())
+		t.Fatalf("promoted: %+v", r)
 	}
 	if err := model.Check(r); err != nil {
 		t.Fatal(err)
 	}
-	plain := model.Of(model.NewRun("a", events.Dispatch{RunID: "p"}, 1, t0))
+	plain := model.NewRun("a", events.Dispatch{RunID: "p"}, 1, t0)
 	if err := model.Apply(plain, model.Queued{}, t0); !errors.Is(err, model.ErrNotAllowed) {
 		t.Fatalf("a run without a key queued: %v", err)
 	}
@@ -409,7 +409,7 @@ func TestQueuedAndPromoted(t *testing.T) {
 // Apply with several events writes once: ErrNoChange only when none of
 // them changed anything.
 func TestApplyAll(t *testing.T) {
-	r := model.Of(&jetruntype.Run{ID: "r", Status: events.StatusCompleted, CreatedAt: t0, FinishedAt: t0})
+	r := &model.Row{ID: "r", Status: events.StatusCompleted, CreatedAt: t0, FinishedAt: t0}
 	if err := model.ApplyAll(r, t0, model.CancelRequested{Reason: "x"}, model.Blinked{Attempt: 1}); !errors.Is(err, model.ErrNoChange) {
 		t.Fatalf("nothing to do: %v", err)
 	}

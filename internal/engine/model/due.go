@@ -51,7 +51,7 @@ type Facts struct {
 	// HolderAlive: a live worker holds the row (its liveness key).
 	HolderAlive bool
 	// Parent is the row of the run's parent (nil: none, or gone).
-	Parent *jetruntype.Run
+	Parent *Row
 }
 
 // Action is one thing the reconciler does to a run, decided by Due. The
@@ -257,7 +257,7 @@ func (r *Row) republishes(now time.Time, p Policy) []Action {
 // stopped for a budget has its cancel requested), or be cancelled with it.
 // A parent given up (a budget, a window) is not cancelled: its children
 // are left to finish.
-func (r *Row) fromParent(p *jetruntype.Run) Action {
+func (r *Row) fromParent(p *Row) Action {
 	if r.Parent == "" || p == nil {
 		return nil
 	}
@@ -265,7 +265,7 @@ func (r *Row) fromParent(p *jetruntype.Run) Action {
 		p.Reason == events.ReasonBudgetExceeded {
 		return StopForTree{Overrun: *p.Overrun}
 	}
-	if (!r.CancelRequested || r.Teardown) && Of(p).CancelCascades() {
+	if (!r.CancelRequested || r.Teardown) && p.CancelCascades() {
 		return CascadeCancel{Parent: p.ID}
 	}
 	return nil

@@ -28,8 +28,8 @@ var policy = model.Policy{
 // state × time (× the facts the sweep read) → actions, in order.
 func TestDueTable(t *testing.T) {
 	det := func() *events.Detached { return &events.Detached{OnFinish: "h"} }
-	row := func(s events.Status, edit func(r *jetruntype.Run)) *jetruntype.Run {
-		r := &jetruntype.Run{ID: "r", AgentType: "a", Status: s, Detached: det(), CreatedAt: t0.Add(-time.Minute)}
+	row := func(s events.Status, edit func(r *model.Row)) *model.Row {
+		r := &model.Row{ID: "r", AgentType: "a", Status: s, Detached: det(), CreatedAt: t0.Add(-time.Minute)}
 		if s == events.StatusRunning {
 			r.Worker, r.WorkerEpoch, r.Attempt, r.StartedAt, r.DispatchSeq = "w1", "e1", 1, t0.Add(-time.Minute), 7
 			r.LeaseUntil = t0.Add(10 * time.Second)
@@ -40,8 +40,8 @@ func TestDueTable(t *testing.T) {
 		return r
 	}
 	// finished is a final row owing its finish, due ago, with slot.
-	finished := func(ago time.Duration, slot jetruntype.Slot, edit func(r *jetruntype.Run)) *jetruntype.Run {
-		return row(events.StatusCompleted, func(r *jetruntype.Run) {
+	finished := func(ago time.Duration, slot jetruntype.Slot, edit func(r *model.Row)) *model.Row {
+		return row(events.StatusCompleted, func(r *model.Row) {
 			r.FinishedAt = t0.Add(-ago)
 			slot.DueAt = r.FinishedAt
 			r.Finishes = map[events.Status]*jetruntype.FinishState{events.StatusCompleted: {Slot: slot, Ending: 2}}
@@ -50,22 +50,22 @@ func TestDueTable(t *testing.T) {
 			}
 		})
 	}
-	stopped := &jetruntype.Run{ID: "p", Status: events.StatusInterrupted, Reason: events.ReasonBudgetExceeded,
+	stopped := &model.Row{ID: "p", Status: events.StatusInterrupted, Reason: events.ReasonBudgetExceeded,
 		Overrun: &jetruntype.Overrun{Owner: "p", Budget: "tokens", Limit: 1, Used: 2}}
-	cancelled := &jetruntype.Run{ID: "p", Status: events.StatusAborted, Reason: events.ReasonCancelled}
-	gaveUp := &jetruntype.Run{ID: "p", Status: events.StatusInterrupted, Reason: events.ReasonNoProgress,
+	cancelled := &model.Row{ID: "p", Status: events.StatusAborted, Reason: events.ReasonCancelled}
+	gaveUp := &model.Row{ID: "p", Status: events.StatusInterrupted, Reason: events.ReasonNoProgress,
 		CancelRequested: true, Teardown: true}
-	child := func(s events.Status) *jetruntype.Run {
-		return row(s, func(r *jetruntype.Run) { r.Parent, r.Detached, r.CreatedAt = "p", nil, t0 })
+	child := func(s events.Status) *model.Row {
+		return row(s, func(r *model.Row) { r.Parent, r.Detached, r.CreatedAt = "p", nil, t0 })
 	}
 	for _, tc := range []struct {
 		name  string
-		row   *jetruntype.Run
+		row   *model.Row
 		facts model.Facts
 		want  []model.Action
 	}{
 		// Settled, final, and the ledger.
-		{"settled", finished(time.Hour, jetruntype.Slot{}, func(r *jetruntype.Run) {
+		{"settled", finished(time.Hour, jetruntype.Slot{}, func(r *model.Row) {
 			r.Delivered = map[events.Status]time.Time{events.StatusCompleted: t0}
 		}), model.Facts{}, []model.Action{model.Unindex{}}},
 		{"finish due within an interval: the fast path's", finished(time.Second, jetruntype.Slot{}, nil), model.Facts{}, nil},
@@ -83,7 +83,7 @@ func TestDueTable(t *testing.T) {
 		{"finish untaken, its copy unknown past half the dedup window", finished(2*time.Minute, jetruntype.Slot{}, nil), model.Facts{},
 			[]model.Action{model.RepublishFinish{Status: events.StatusCompleted, Ending: 2, LookForCopy: true,
 				Unserved: model.UnservedMark, Handler: "h", Waited: 2 * time.Minute}}},
-		{"finish untaken, marked unserved already", finished(2*time.Minute, jetruntype.Slot{Seq: 4}, func(r *jetruntype.Run) {
+		{"finish untaken, marked unserved already", finished(2*time.Minute, jetruntype.Slot{Seq: 4}, func(r *model.Row) {
 			r.Finishes[events.StatusCompleted].UnservedSince = t0.Add(-time.Minute)
 		}), model.Facts{}, []model.Action{model.RepublishFinish{Status: events.StatusCompleted, Ending: 2, Copy: 4,
 			Handler: "h", Waited: 2 * time.Minute}}},
@@ -94,80 +94,80 @@ func TestDueTable(t *testing.T) {
 			[]model.Action{model.RepublishFinish{Status: events.StatusCompleted, Ending: 2, Copy: 4}}},
 		{"finish failed: settled", finished(2*time.Hour, jetruntype.Slot{FailedAt: t0}, nil), model.Facts{},
 			[]model.Action{model.Unindex{}}},
-		{"notice owed on a running run", row(events.StatusRunning, func(r *jetruntype.Run) {
+		{"notice owed on a running run", row(events.StatusRunning, func(r *model.Row) {
 			r.Notices = map[string]*jetruntype.NoticeState{"m": {Slot: jetruntype.Slot{DueAt: t0.Add(-time.Minute), Seq: 3}}}
 		}), model.Facts{HolderAlive: true}, []model.Action{model.RepublishNotice{Name: "m", Copy: 3},
 			model.WatchBudget{At: t0.Add(6*time.Minute + time.Millisecond)}, model.AskHolder{Worker: "w1"}}},
 
 		// Cancel, the parent, the key.
-		{"cancel recorded, holder running it", row(events.StatusRunning, func(r *jetruntype.Run) {
+		{"cancel recorded, holder running it", row(events.StatusRunning, func(r *model.Row) {
 			r.CancelRequested, r.Detached = true, nil
 		}), model.Facts{HolderAlive: true}, []model.Action{model.RenotifyCancel{}, model.AskHolder{Worker: "w1"}}},
 		{"parent stopped for its tree", child(events.StatusRunning), model.Facts{HolderAlive: true, Parent: stopped},
 			[]model.Action{model.StopForTree{Overrun: *stopped.Overrun}}},
-		{"given-up child of a tree stop: no second stop", row(events.StatusInterrupted, func(r *jetruntype.Run) {
+		{"given-up child of a tree stop: no second stop", row(events.StatusInterrupted, func(r *model.Row) {
 			r.Parent, r.Detached, r.ChildStillRunning, r.Worker = "p", nil, true, "w1"
 		}), model.Facts{HolderAlive: true, Parent: stopped}, nil},
 		{"parent cancelled", child(events.StatusStarting), model.Facts{Parent: cancelled},
 			[]model.Action{model.CascadeCancel{Parent: "p"}}},
 		{"parent given up: no cascade", child(events.StatusStarting), model.Facts{Parent: gaveUp}, nil},
 		{"parent gone", child(events.StatusStarting), model.Facts{}, nil},
-		{"child cancelled already", row(events.StatusRunning, func(r *jetruntype.Run) {
+		{"child cancelled already", row(events.StatusRunning, func(r *model.Row) {
 			r.Parent, r.Detached, r.CancelRequested = "p", nil, true
 		}), model.Facts{HolderAlive: true, Parent: cancelled}, []model.Action{model.RenotifyCancel{}, model.AskHolder{Worker: "w1"}}},
-		{"queued on a key", row(events.StatusQueued, func(r *jetruntype.Run) { r.ConcurrencyKey = "k" }), model.Facts{},
+		{"queued on a key", row(events.StatusQueued, func(r *model.Row) { r.ConcurrencyKey = "k" }), model.Facts{},
 			[]model.Action{model.AdvanceKey{Key: "k"}}},
 
 		// Budgets.
-		{"past its absolute budget", row(events.StatusRunning, func(r *jetruntype.Run) {
+		{"past its absolute budget", row(events.StatusRunning, func(r *model.Row) {
 			r.Detached.MaxBudgetMs = 1000
 		}), model.Facts{HolderAlive: true}, []model.Action{model.GiveUpByBudget{Reason: events.ReasonBudgetExceeded,
 			Text: "ran past its absolute budget of 1s"}}},
-		{"silent past its no-progress budget", row(events.StatusRunning, func(r *jetruntype.Run) {
+		{"silent past its no-progress budget", row(events.StatusRunning, func(r *model.Row) {
 			r.Detached.NoProgressBudgetMs, r.LastSignalAt = 10_000, t0.Add(-11*time.Second)
 		}), model.Facts{HolderAlive: true}, []model.Action{model.GiveUpByBudget{Reason: events.ReasonNoProgress,
 			Text: "made no progress for 10s (its no-progress budget)"}}},
-		{"silent but waiting for a signal", row(events.StatusRunning, func(r *jetruntype.Run) {
+		{"silent but waiting for a signal", row(events.StatusRunning, func(r *model.Row) {
 			r.Detached.NoProgressBudgetMs, r.LastSignalAt, r.WaitingFor = 10_000, t0.Add(-11*time.Second), "approval"
 			r.Detached.MaxBudgetMs = -1
 		}), model.Facts{HolderAlive: true}, []model.Action{model.WatchBudget{At: t0.Add(time.Second + time.Millisecond)}, model.AskHolder{Worker: "w1"}}},
-		{"no budgets at all", row(events.StatusRunning, func(r *jetruntype.Run) {
+		{"no budgets at all", row(events.StatusRunning, func(r *model.Row) {
 			r.Detached.MaxBudgetMs, r.Detached.NoProgressBudgetMs = -1, -1
 		}), model.Facts{HolderAlive: true}, []model.Action{model.AskHolder{Worker: "w1"}}},
 
 		// Lost workers and dispatches.
-		{"given up, its worker lost long ago", row(events.StatusInterrupted, func(r *jetruntype.Run) {
+		{"given up, its worker lost long ago", row(events.StatusInterrupted, func(r *model.Row) {
 			r.Detached, r.ChildStillRunning, r.Worker, r.LeaseUntil = nil, true, "w1", t0.Add(-time.Minute)
 		}), model.Facts{}, []model.Action{model.ReleaseLostChild{}}},
-		{"given up, its worker lost within the grace", row(events.StatusInterrupted, func(r *jetruntype.Run) {
+		{"given up, its worker lost within the grace", row(events.StatusInterrupted, func(r *model.Row) {
 			r.Detached, r.ChildStillRunning, r.Worker, r.LeaseUntil = nil, true, "w1", t0.Add(-time.Second)
 		}), model.Facts{}, nil},
-		{"given up, its worker alive", row(events.StatusInterrupted, func(r *jetruntype.Run) {
+		{"given up, its worker alive", row(events.StatusInterrupted, func(r *model.Row) {
 			r.Detached, r.ChildStillRunning, r.Worker, r.LeaseUntil = nil, true, "w1", t0.Add(-time.Minute)
 		}), model.Facts{HolderAlive: true}, nil},
-		{"starting within its grace", row(events.StatusStarting, func(r *jetruntype.Run) {
+		{"starting within its grace", row(events.StatusStarting, func(r *model.Row) {
 			r.Detached, r.CreatedAt = nil, t0.Add(-time.Second)
 		}), model.Facts{}, nil},
-		{"starting past its grace, dispatch never located", row(events.StatusStarting, func(r *jetruntype.Run) { r.Detached = nil }),
+		{"starting past its grace, dispatch never located", row(events.StatusStarting, func(r *model.Row) { r.Detached = nil }),
 			model.Facts{}, []model.Action{model.Dispatch{Why: "dispatch lost before a worker took it"}}},
-		{"starting past its grace", row(events.StatusStarting, func(r *jetruntype.Run) { r.Detached, r.DispatchSeq = nil, 5 }),
+		{"starting past its grace", row(events.StatusStarting, func(r *model.Row) { r.Detached, r.DispatchSeq = nil, 5 }),
 			model.Facts{}, []model.Action{model.Redispatch{Why: "dispatch lost before a worker took it", Lost: 5, N: 1}}},
-		{"resumed: its wait counts from then", row(events.StatusStarting, func(r *jetruntype.Run) {
+		{"resumed: its wait counts from then", row(events.StatusStarting, func(r *model.Row) {
 			r.Detached, r.DispatchSeq, r.ReadyAt = nil, 5, t0.Add(-time.Second)
 		}), model.Facts{}, nil},
-		{"lease long expired, no live holder", row(events.StatusRunning, func(r *jetruntype.Run) {
+		{"lease long expired, no live holder", row(events.StatusRunning, func(r *model.Row) {
 			r.Detached, r.LeaseUntil, r.Redispatches = nil, t0.Add(-time.Minute), 2
 		}), model.Facts{}, []model.Action{model.Redispatch{Why: "lease expired and the dispatch that would wake a worker is gone", Lost: 7, N: 3}}},
-		{"lease long expired, holder alive", row(events.StatusRunning, func(r *jetruntype.Run) {
+		{"lease long expired, holder alive", row(events.StatusRunning, func(r *model.Row) {
 			r.Detached, r.LeaseUntil = nil, t0.Add(-time.Minute)
 		}), model.Facts{HolderAlive: true}, []model.Action{model.AskHolder{Worker: "w1"}}},
-		{"dispatch lost too often", row(events.StatusRunning, func(r *jetruntype.Run) {
+		{"dispatch lost too often", row(events.StatusRunning, func(r *model.Row) {
 			r.Detached, r.LeaseUntil, r.Redispatches = nil, t0.Add(-time.Minute), 3
 		}), model.Facts{}, []model.Action{model.FailDispatchLost{Lost: 7, Text: "the run's dispatch was lost 4 times; giving up"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			before := model.Of(tc.row).Clone()
-			got := model.Due(model.Of(tc.row), t0, policy, tc.facts)
+			before := tc.row.Clone()
+			got := model.Due(tc.row, t0, policy, tc.facts)
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("Due:\n got %#v\nwant %#v", got, tc.want)
 			}
@@ -181,10 +181,10 @@ func TestDueTable(t *testing.T) {
 // TestExpired: retention clears a settled run finished longer ago than the
 // retention, never a live one, never with no retention.
 func TestExpired(t *testing.T) {
-	done := &jetruntype.Run{ID: "r", Status: events.StatusCompleted, FinishedAt: t0.Add(-2 * time.Hour)}
-	live := &jetruntype.Run{ID: "r", Status: events.StatusRunning}
+	done := &model.Row{ID: "r", Status: events.StatusCompleted, FinishedAt: t0.Add(-2 * time.Hour)}
+	live := &model.Row{ID: "r", Status: events.StatusRunning}
 	for _, tc := range []struct {
-		row       *jetruntype.Run
+		row       *model.Row
 		retention time.Duration
 		want      bool
 	}{
@@ -193,7 +193,7 @@ func TestExpired(t *testing.T) {
 		{done, 0, false},
 		{live, time.Hour, false},
 	} {
-		if got := model.Of(tc.row).Expired(t0, tc.retention); got != tc.want {
+		if got := tc.row.Expired(t0, tc.retention); got != tc.want {
 			t.Errorf("Expired(%s, retention %s) = %v, want %v", tc.row.Status, tc.retention, got, tc.want)
 		}
 	}

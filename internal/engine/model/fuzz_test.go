@@ -35,7 +35,7 @@ func FuzzApply(f *testing.F) {
 	f.Add([]byte("\x01\x00\x00\x00\x00\x13\x01\x00\x02\x00\x00\x19\x00\x00\x00\x05\x00\x00\x00\x01\x00"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		in := &fuzzInput{data: data}
-		r := model.Of(in.newRow())
+		r := in.newRow()
 		if err := model.Check(r); err != nil {
 			t.Fatalf("new row: %v", err)
 		}
@@ -44,11 +44,11 @@ func FuzzApply(f *testing.F) {
 		for step := 0; step < 100 && in.more(); step++ {
 			now = now.Add(time.Duration(in.n(4)) * time.Second)
 			ev := in.event(r, ending, now)
-			unforged := model.Of(r.Clone())
+			unforged := r.Clone()
 			if _, ok := ev.(model.FinalRepaired); ok {
 				in.forge(r) // what the repair is for: someone rewrote the row
 			}
-			before := model.Of(r.Clone())
+			before := r.Clone()
 			err := model.Apply(r, ev, now)
 			if err != nil {
 				checkRefusal(t, step, ev, err, r, before)
@@ -56,7 +56,7 @@ func FuzzApply(f *testing.F) {
 				continue
 			}
 			if err := model.Check(r); err != nil {
-				t.Fatalf("step %d: %#v on %s:\n%v\nrow: %+v", step, ev, before.Status, err, r.Run())
+				t.Fatalf("step %d: %#v on %s:\n%v\nrow: %+v", step, ev, before.Status, err, r)
 			}
 			checkStep(t, step, ev, before, r)
 			if ending == nil && r.Status.Final() {
@@ -76,8 +76,8 @@ func checkRefusal(t *testing.T, step int, ev model.Event, err error, r, before *
 	if !errors.Is(err, model.ErrNoChange) && !errors.As(err, &te) && !errors.As(err, &oe) {
 		t.Fatalf("step %d: %#v: unexpected error %v", step, ev, err)
 	}
-	if !reflect.DeepEqual(r.Run(), before.Run()) {
-		t.Fatalf("step %d: %#v returned %v but changed the row:\n%+v\nwas\n%+v", step, ev, err, r.Run(), before.Run())
+	if !reflect.DeepEqual(r, before) {
+		t.Fatalf("step %d: %#v returned %v but changed the row:\n%+v\nwas\n%+v", step, ev, err, r, before)
 	}
 }
 
@@ -122,9 +122,9 @@ func checkRetry(t *testing.T, step int, ev model.Event, r *model.Row, now time.T
 	case model.Claimed, model.FinishClaimed, model.NoticeClaimed, model.RunCounted:
 		return
 	}
-	again := model.Of(r.Clone())
-	if err := model.Apply(again, ev, now); err == nil && !reflect.DeepEqual(again.Run(), r.Run()) {
-		t.Fatalf("step %d: %#v applied twice changed the row again:\n%+v\nafter once\n%+v", step, ev, again.Run(), r.Run())
+	again := r.Clone()
+	if err := model.Apply(again, ev, now); err == nil && !reflect.DeepEqual(again, r) {
+		t.Fatalf("step %d: %#v applied twice changed the row again:\n%+v\nafter once\n%+v", step, ev, again, r)
 	}
 }
 
@@ -152,7 +152,7 @@ func pick[T any](in *fuzzInput, xs ...T) T { return xs[in.n(len(xs))] }
 
 // newRow is a new run: plain or keyed, attached or detached (with a
 // milestone its handler hears of), with a budget or without.
-func (in *fuzzInput) newRow() *jetruntype.Run {
+func (in *fuzzInput) newRow() *model.Row {
 	d := events.Dispatch{RunID: "r"}
 	if in.flag() {
 		d.ConcurrencyKey, d.Strategy = "k", pick(in, events.StrategyQueue, events.StrategyMerge, events.StrategyDebounce)

@@ -8,7 +8,6 @@ import (
 	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // A give-up and the real result that replaces it are both owed, delivered
@@ -16,16 +15,16 @@ import (
 // off until it expires or is released.
 func TestFinishLedger(t *testing.T) {
 	now := time.Now()
-	r := &jetruntype.Run{ID: "r", Status: events.StatusRunning, Worker: "w", Attempt: 1, Detached: &events.Detached{OnFinish: "h"}}
+	r := &model.Row{ID: "r", Status: events.StatusRunning, Worker: "w", Attempt: 1, Detached: &events.Detached{OnFinish: "h"}}
 	must(t, r, now, model.GaveUp{Reason: events.ReasonBudgetExceeded, Error: "over budget", Held: true})
 	must(t, r, now.Add(time.Second), model.Ended{Status: events.StatusCompleted})
-	if got := model.Of(r).PendingFinishes(); len(got) != 2 || got[0] != events.StatusInterrupted {
+	if got := r.PendingFinishes(); len(got) != 2 || got[0] != events.StatusInterrupted {
 		t.Fatalf("pending = %v, want interrupted then completed", got)
 	}
-	if check, _ := model.Of(r).CheckFinish(events.StatusCompleted, now); check != model.DeliveryLater {
+	if check, _ := r.CheckFinish(events.StatusCompleted, now); check != model.DeliveryLater {
 		t.Fatalf("completed before interrupted was delivered: %v", check)
 	}
-	if check, _ := model.Of(r).CheckFinish(events.StatusInterrupted, now); check != model.DeliverNow {
+	if check, _ := r.CheckFinish(events.StatusInterrupted, now); check != model.DeliverNow {
 		t.Fatalf("interrupted: %v, want DeliverNow", check)
 	}
 	until := now.Add(10 * time.Second)
@@ -36,7 +35,7 @@ func TestFinishLedger(t *testing.T) {
 	if n := claim("d1"); n != 1 {
 		t.Fatalf("first claim is attempt %d", n)
 	}
-	if check, wait := model.Of(r).CheckFinish(events.StatusInterrupted, now); check != model.DeliveryLater || wait != 10*time.Second {
+	if check, wait := r.CheckFinish(events.StatusInterrupted, now); check != model.DeliveryLater || wait != 10*time.Second {
 		t.Fatalf("claimed finish: %v after %v, want later after 10s", check, wait)
 	}
 	must(t, r, now, model.FinishReleased{Status: events.StatusInterrupted, Cause: "boom"})
@@ -50,13 +49,13 @@ func TestFinishLedger(t *testing.T) {
 	if due := r.Finishes[events.StatusInterrupted].DueAt; !due.Equal(now) || r.Delivered[events.StatusInterrupted].IsZero() {
 		t.Fatalf("due = %v, want %v; delivered %v", due, now, r.Delivered)
 	}
-	if check, _ := model.Of(r).CheckFinish(events.StatusInterrupted, now); check != model.DeliveryDone {
+	if check, _ := r.CheckFinish(events.StatusInterrupted, now); check != model.DeliveryDone {
 		t.Fatalf("delivered finish: %v, want done", check)
 	}
-	if check, _ := model.Of(r).CheckFinish(events.StatusCompleted, now); check != model.DeliverNow {
+	if check, _ := r.CheckFinish(events.StatusCompleted, now); check != model.DeliverNow {
 		t.Fatalf("completed after interrupted was delivered: %v", check)
 	}
-	if err := model.Apply(model.Of(r), model.FinishReleased{Status: events.StatusAborted, Cause: "x", Failed: true}, now); err != model.ErrNoChange {
+	if err := model.Apply(r, model.FinishReleased{Status: events.StatusAborted, Cause: "x", Failed: true}, now); err != model.ErrNoChange {
 		t.Fatalf("release of a finish never owed = %v", err)
 	}
 }
@@ -64,22 +63,22 @@ func TestFinishLedger(t *testing.T) {
 // The reconciler marks and dead-letters only a finish no deliverer took.
 func TestUnservedFinishLedger(t *testing.T) {
 	now := time.Now()
-	r := &jetruntype.Run{ID: "r", Status: events.StatusRunning, Detached: &events.Detached{OnFinish: "h"}}
+	r := &model.Row{ID: "r", Status: events.StatusRunning, Detached: &events.Detached{OnFinish: "h"}}
 	must(t, r, now, model.Ended{Status: events.StatusCompleted}, model.FinishUnserved{Status: events.StatusCompleted})
-	if err := model.Apply(model.Of(r), model.FinishUnserved{Status: events.StatusCompleted}, now); err != model.ErrNoChange {
+	if err := model.Apply(r, model.FinishUnserved{Status: events.StatusCompleted}, now); err != model.ErrNoChange {
 		t.Fatalf("second mark = %v", err)
 	}
 	must(t, r, now, model.FinishClaimed{Status: events.StatusCompleted, By: "d", Until: now.Add(time.Minute)})
 	if !r.Finishes[events.StatusCompleted].UnservedSince.IsZero() {
 		t.Fatal("a claim did not clear unservedSince")
 	}
-	if err := model.Apply(model.Of(r), model.UnservedFinishFailed{Status: events.StatusCompleted, Reason: "nobody"}, now); err != model.ErrNoChange {
+	if err := model.Apply(r, model.UnservedFinishFailed{Status: events.StatusCompleted, Reason: "nobody"}, now); err != model.ErrNoChange {
 		t.Fatalf("dead-lettered a finish a deliverer took: %v", err)
 	}
-	r2 := &jetruntype.Run{ID: "r2", Status: events.StatusRunning, Detached: &events.Detached{OnFinish: "h"}}
+	r2 := &model.Row{ID: "r2", Status: events.StatusRunning, Detached: &events.Detached{OnFinish: "h"}}
 	must(t, r2, now, model.Ended{Status: events.StatusError, Error: "e"},
 		model.UnservedFinishFailed{Status: events.StatusError, Reason: "nobody"})
-	if model.Of(r2).FinishOwed(events.StatusError) {
+	if r2.FinishOwed(events.StatusError) {
 		t.Fatal("a dead-lettered finish is still owed")
 	}
 }
@@ -87,25 +86,25 @@ func TestUnservedFinishLedger(t *testing.T) {
 // A notice is owed for the first milestone of each listed name.
 func TestNoticeLedger(t *testing.T) {
 	now := time.Now()
-	r := &jetruntype.Run{ID: "r", Detached: &events.Detached{OnFinish: "h", OnMilestones: []string{"plan"}}}
-	if err := model.Apply(model.Of(r), model.NoticeOwed{Milestone: events.Milestone{Name: "other", Sequence: 1}}, now); err != model.ErrNoChange {
+	r := &model.Row{ID: "r", Detached: &events.Detached{OnFinish: "h", OnMilestones: []string{"plan"}}}
+	if err := model.Apply(r, model.NoticeOwed{Milestone: events.Milestone{Name: "other", Sequence: 1}}, now); err != model.ErrNoChange {
 		t.Fatalf("an unlisted milestone = %v", err)
 	}
 	must(t, r, now, model.NoticeOwed{Milestone: events.Milestone{Name: "plan", Sequence: 2}})
-	if check, _ := model.Of(r).CheckNotice("plan", now); check != model.DeliverNow {
+	if check, _ := r.CheckNotice("plan", now); check != model.DeliverNow {
 		t.Fatalf("owed notice: %v", check)
 	}
 	if must(t, r, now, model.NoticeClaimed{Name: "plan", By: "d", Until: now.Add(time.Minute)}); r.Notices["plan"].Attempts != 1 {
 		t.Fatalf("claim = attempt %d", r.Notices["plan"].Attempts)
 	}
-	if check, _ := model.Of(r).CheckNotice("plan", now); check != model.DeliveryLater {
+	if check, _ := r.CheckNotice("plan", now); check != model.DeliveryLater {
 		t.Fatalf("claimed notice: %v", check)
 	}
 	must(t, r, now, model.NoticeDelivered{Name: "plan"})
-	if check, _ := model.Of(r).CheckNotice("plan", now); check != model.DeliveryDone {
+	if check, _ := r.CheckNotice("plan", now); check != model.DeliveryDone {
 		t.Fatalf("delivered notice: %v", check)
 	}
-	if err := model.Apply(model.Of(r), model.NoticeSeqRecorded{Name: "plan", Seq: 7}, now); err != model.ErrNoChange {
+	if err := model.Apply(r, model.NoticeSeqRecorded{Name: "plan", Seq: 7}, now); err != model.ErrNoChange {
 		t.Fatalf("seq recorded on a delivered notice: %v", err)
 	}
 }
@@ -115,21 +114,21 @@ func TestNoticeLedger(t *testing.T) {
 // Interrupting again without a resume owes nothing new.
 func TestASecondGiveUpAfterAResumeIsOwed(t *testing.T) {
 	now := time.Now()
-	r := &jetruntype.Run{ID: "r", Status: events.StatusRunning, Worker: "w", Attempt: 1, Detached: &events.Detached{OnFinish: "h"}}
+	r := &model.Row{ID: "r", Status: events.StatusRunning, Worker: "w", Attempt: 1, Detached: &events.Detached{OnFinish: "h"}}
 	must(t, r, now, model.GaveUp{Reason: events.ReasonBudgetExceeded, Error: "over budget", Held: true})
-	first, _ := model.Of(r).FinishMessage(events.StatusInterrupted)
+	first, _ := r.FinishMessage(events.StatusInterrupted)
 	must(t, r, now, model.FinishDelivered{Status: events.StatusInterrupted},
 		model.Interrupted{Reason: events.ReasonNoProgress, Error: "again, no resume"})
-	if model.Of(r).FinishOwed(events.StatusInterrupted) {
+	if r.FinishOwed(events.StatusInterrupted) {
 		t.Fatal("an interrupt without a resume owes a second finish")
 	}
 
 	must(t, r, now, model.Resumed{}, model.Claimed{Worker: "w", Epoch: "e"})
 	must(t, r, now.Add(time.Second), model.GaveUp{Reason: events.ReasonBudgetExceeded, Error: "over budget again"})
-	if !model.Of(r).FinishOwed(events.StatusInterrupted) {
+	if !r.FinishOwed(events.StatusInterrupted) {
 		t.Fatal("the second give-up owes no finish")
 	}
-	second, ok := model.Of(r).FinishMessage(events.StatusInterrupted)
+	second, ok := r.FinishMessage(events.StatusInterrupted)
 	if !ok || second.Ending != 1 || second.Error != "over budget again" {
 		t.Fatalf("second finish %+v", second)
 	}
@@ -139,18 +138,18 @@ func TestASecondGiveUpAfterAResumeIsOwed(t *testing.T) {
 	if got := wire.FinishMsgID(r.ID, first.Status, first.Ending); got != "r.interrupted" {
 		t.Fatalf("first finish id %s", got)
 	}
-	if !model.Of(r).StaleFinish(first) || model.Of(r).StaleFinish(second) {
+	if !r.StaleFinish(first) || r.StaleFinish(second) {
 		t.Fatal("stale: want the first's copy only")
 	}
-	if check, _ := model.Of(r).CheckFinish(events.StatusInterrupted, now); check != model.DeliverNow {
+	if check, _ := r.CheckFinish(events.StatusInterrupted, now); check != model.DeliverNow {
 		t.Fatalf("second finish: %v, want DeliverNow", check)
 	}
 }
 
 // must applies evs to r in order at now, each of which must change r.
-func must(t *testing.T, r *jetruntype.Run, now time.Time, evs ...model.Event) {
+func must(t *testing.T, r *model.Row, now time.Time, evs ...model.Event) {
 	t.Helper()
-	if err := do(model.Of(r), now, evs...); err != nil {
+	if err := do(r, now, evs...); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -172,13 +171,13 @@ func TestAttemptPredicates(t *testing.T) {
 		{4, true, 5 * time.Second},  // past it (a lower limit configured later): still the last; the ceiling
 		{40, true, 5 * time.Second}, // the doubling stops, no overflow
 	} {
-		r := &jetruntype.Run{ID: "r", Status: events.StatusRunning, Detached: &events.Detached{OnFinish: "h", OnMilestones: []string{"plan"}}}
+		r := &model.Row{ID: "r", Status: events.StatusRunning, Detached: &events.Detached{OnFinish: "h", OnMilestones: []string{"plan"}}}
 		must(t, r, t0, model.Ended{Status: events.StatusCompleted}, model.NoticeOwed{Milestone: events.Milestone{Name: "plan", Sequence: 1}})
 		for range tc.claims {
 			must(t, r, t0, model.FinishClaimed{Status: events.StatusCompleted, By: "d", Until: t0.Add(time.Minute)},
 				model.NoticeClaimed{Name: "plan", By: "d", Until: t0.Add(time.Minute)})
 		}
-		row := model.Of(r)
+		row := r
 		got := []any{row.FinishAttempts(events.StatusCompleted), row.FinishSpent(events.StatusCompleted, limit), row.FinishBackoff(events.StatusCompleted, base, ceiling)}
 		if want := []any{tc.claims, tc.wantSpent, tc.wantWait}; !reflect.DeepEqual(got, want) {
 			t.Errorf("finish after %d claims: attempts, spent, backoff = %v, want %v", tc.claims, got, want)
@@ -189,7 +188,7 @@ func TestAttemptPredicates(t *testing.T) {
 		}
 	}
 	// A slot the row does not record was never claimed.
-	none := model.Of(&jetruntype.Run{ID: "r"})
+	none := &model.Row{ID: "r"}
 	if none.FinishAttempts(events.StatusCompleted) != 0 || none.FinishSpent(events.StatusCompleted, limit) ||
 		none.NoticeAttempts("plan") != 0 || none.NoticeSpent("plan", limit) {
 		t.Error("a slot the row does not record counts attempts")
@@ -200,8 +199,8 @@ func TestAttemptPredicates(t *testing.T) {
 // when the row does not record it there already: NoticeSeqRecorded would
 // change nothing.
 func TestNoticeCopyAt(t *testing.T) {
-	owed := func(seq uint64) *jetruntype.Run {
-		r := &jetruntype.Run{ID: "r", Detached: &events.Detached{OnFinish: "h", OnMilestones: []string{"plan"}}}
+	owed := func(seq uint64) *model.Row {
+		r := &model.Row{ID: "r", Detached: &events.Detached{OnFinish: "h", OnMilestones: []string{"plan"}}}
 		must(t, r, t0, model.NoticeOwed{Milestone: events.Milestone{Name: "plan", Sequence: 1}})
 		if seq != 0 {
 			must(t, r, t0, model.NoticeSeqRecorded{Name: "plan", Seq: seq})
@@ -210,7 +209,7 @@ func TestNoticeCopyAt(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name      string
-		row       *jetruntype.Run
+		row       *model.Row
 		milestone string
 		seq       uint64
 		want      bool
@@ -221,10 +220,10 @@ func TestNoticeCopyAt(t *testing.T) {
 		{"none recorded", owed(0), "plan", 7, false, true},
 		{"no notice of the name", owed(7), "other", 7, false, false},
 	} {
-		if got := model.Of(tc.row).NoticeCopyAt(tc.milestone, tc.seq); got != tc.want {
+		if got := tc.row.NoticeCopyAt(tc.milestone, tc.seq); got != tc.want {
 			t.Errorf("%s: NoticeCopyAt(%s, %d) = %v, want %v", tc.name, tc.milestone, tc.seq, got, tc.want)
 		}
-		if got := model.Apply(model.Of(tc.row), model.NoticeSeqRecorded{Name: tc.milestone, Seq: tc.seq}, t0) == nil; got != tc.records {
+		if got := model.Apply(tc.row, model.NoticeSeqRecorded{Name: tc.milestone, Seq: tc.seq}, t0) == nil; got != tc.records {
 			t.Errorf("%s: NoticeSeqRecorded changed the row: %v, want %v", tc.name, got, tc.records)
 		}
 	}

@@ -9,9 +9,6 @@
 //
 // A Row is the stored row, the engine's own: its JSON form is the value
 // of the run's key in the runs bucket (docs/protocol.md).
-//
-// Until the engine's code uses Row, it has the layout of jetruntype.Run,
-// so Of and Row.Run convert a pointer either way for free.
 package model
 
 import (
@@ -176,12 +173,6 @@ type Row struct {
 	// where a replay starts; 0 until known.
 	FirstEventSeq uint64 `json:"firstEventSeq,omitempty"`
 }
-
-// Of returns r as a Row (the same row, not a copy); nil stays nil.
-func Of(r *jetruntype.Run) *Row { return (*Row)(r) }
-
-// Run returns r as the public row type (the same row, not a copy).
-func (r *Row) Run() *jetruntype.Run { return (*jetruntype.Run)(r) }
 
 // Final reports whether the run ended for good: completed, error or
 // aborted.

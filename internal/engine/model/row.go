@@ -14,7 +14,7 @@ func (r *Row) HeldBy(worker string, attempt int) bool {
 }
 
 // Clone returns a deep copy of r.
-func (r *Row) Clone() *jetruntype.Run {
+func (r *Row) Clone() *Row {
 	c := new(Row)
 	*c = *r
 	if r.Detached != nil {
@@ -40,7 +40,7 @@ func (r *Row) Clone() *jetruntype.Run {
 	}
 	c.Notices = cloneNotices(r.Notices)
 	cloneTreeFields(c, r)
-	return c.Run()
+	return c
 }
 
 // refundBlink records that attempt ended in a lapse of its worker's

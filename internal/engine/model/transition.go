@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // ErrNoChange may be returned by a function that changes a row (a
@@ -144,8 +143,8 @@ func (r *Row) FinishMessage(s events.Status) (events.Finish, bool) {
 
 // NewRun is the row of a run about to start: status "starting", from its
 // dispatch d (whose RunID is set) published at dispatch stream sequence seq.
-func NewRun(agentType string, d events.Dispatch, seq uint64, now time.Time) *jetruntype.Run {
-	return &jetruntype.Run{
+func NewRun(agentType string, d events.Dispatch, seq uint64, now time.Time) *Row {
+	return &Row{
 		ID:               d.RunID,
 		AgentType:        agentType,
 		Parent:           d.Parent,
@@ -171,7 +170,7 @@ func NewRun(agentType string, d events.Dispatch, seq uint64, now time.Time) *jet
 // NewUnindexedRun is NewRun for a run that needs nothing of the
 // reconciler (a top-level run that is not detached): it is kept out of the
 // active-run index (Unindexed), sparing its two writes.
-func NewUnindexedRun(agentType string, d events.Dispatch, seq uint64, now time.Time) *jetruntype.Run {
+func NewUnindexedRun(agentType string, d events.Dispatch, seq uint64, now time.Time) *Row {
 	r := NewRun(agentType, d, seq, now)
 	r.Unindexed = true
 	return r

@@ -16,13 +16,13 @@ import (
 func TestTransitions(t *testing.T) {
 	now := time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
 	detached := &events.Detached{OnFinish: "h"}
-	running := func(d *events.Detached) *jetruntype.Run {
-		return &jetruntype.Run{ID: "r", Status: events.StatusRunning, Worker: "w", WorkerEpoch: "e", Attempt: 1, Detached: d}
+	running := func(d *events.Detached) *model.Row {
+		return &model.Row{ID: "r", Status: events.StatusRunning, Worker: "w", WorkerEpoch: "e", Attempt: 1, Detached: d}
 	}
 	w := model.Holder{Worker: "w", Attempt: 1}
 	for _, tc := range []struct {
 		name        string
-		row         *jetruntype.Run
+		row         *model.Row
 		apply       func(r *model.Row) error
 		status      events.Status
 		live        bool
@@ -92,7 +92,7 @@ func TestTransitions(t *testing.T) {
 		},
 		{
 			name: "cancel of a final run changes nothing",
-			row:  &jetruntype.Run{ID: "r", Status: events.StatusCompleted},
+			row:  &model.Row{ID: "r", Status: events.StatusCompleted},
 			apply: func(r *model.Row) error {
 				if err := model.Apply(r, model.CancelRequested{Reason: "user"}, now); !errors.Is(err, model.ErrNoChange) {
 					return fmt.Errorf("a final run took a cancel: %v", err)
@@ -103,7 +103,7 @@ func TestTransitions(t *testing.T) {
 		},
 		{
 			name: "a run that ends waits for nothing more (issue 36: found by FuzzApply)",
-			row: &jetruntype.Run{ID: "r", Status: events.StatusRunning, Worker: "dead", Attempt: 1, StartedAt: now,
+			row: &model.Row{ID: "r", Status: events.StatusRunning, Worker: "dead", Attempt: 1, StartedAt: now,
 				WaitingFor: "approve"},
 			apply:  func(r *model.Row) error { return do(r, now, model.CancelRequested{Reason: "user"}) },
 			status: events.StatusAborted, cancelAsked: true,
@@ -117,7 +117,7 @@ func TestTransitions(t *testing.T) {
 		// The no-progress clock (issue 35, item 6).
 		{
 			name: "a takeover after a long wait restarts an armed no-progress clock",
-			row: &jetruntype.Run{ID: "r", Status: events.StatusRunning, Worker: "dead", WorkerEpoch: "gone", Attempt: 1,
+			row: &model.Row{ID: "r", Status: events.StatusRunning, Worker: "dead", WorkerEpoch: "gone", Attempt: 1,
 				WaitingFor: "approve", StartedAt: now.Add(-2 * time.Hour), LastSignalAt: now.Add(-time.Hour)},
 			apply: func(r *model.Row) error {
 				return do(r, now, model.Claimed{Worker: "w", Epoch: "e", DispatchSeq: 7})
@@ -134,7 +134,7 @@ func TestTransitions(t *testing.T) {
 		},
 		{
 			name:   "a claim leaves an unarmed no-progress clock unarmed",
-			row:    &jetruntype.Run{ID: "r", Status: events.StatusStarting},
+			row:    &model.Row{ID: "r", Status: events.StatusStarting},
 			apply:  func(r *model.Row) error { return do(r, now, model.Claimed{Worker: "w", Epoch: "e", DispatchSeq: 7}) },
 			status: events.StatusRunning, live: true, holder: "w",
 			check: func(r *model.Row) error {
@@ -146,7 +146,7 @@ func TestTransitions(t *testing.T) {
 		},
 		{
 			name: "the end of a wait restarts the no-progress clock; a wait that follows another is still a wait",
-			row: &jetruntype.Run{ID: "r", Status: events.StatusRunning, Worker: "w", Attempt: 1,
+			row: &model.Row{ID: "r", Status: events.StatusRunning, Worker: "w", Attempt: 1,
 				WaitingFor: "approve", LastSignalAt: now.Add(-time.Hour)},
 			apply: func(r *model.Row) error {
 				if err := do(r, now.Add(-time.Minute), model.Waiting{By: w, Name: "run:child"}); err != nil {
@@ -287,7 +287,7 @@ func TestTransitions(t *testing.T) {
 		},
 		{
 			name: "a resume of a run that never ran counts no hand-off",
-			row:  &jetruntype.Run{ID: "r", Status: events.StatusStarting, Detached: detached},
+			row:  &model.Row{ID: "r", Status: events.StatusStarting, Detached: detached},
 			apply: func(r *model.Row) error {
 				if err := do(r, now, model.GaveUp{Reason: events.ReasonBudgetExceeded, Error: "over"}); err != nil {
 					return err
@@ -322,7 +322,7 @@ func TestTransitions(t *testing.T) {
 		},
 		{
 			name: "each promotion of a keyed run has its own dispatch id",
-			row:  &jetruntype.Run{ID: "r", Status: events.StatusStarting, ConcurrencyKey: "k", ReadyAt: now},
+			row:  &model.Row{ID: "r", Status: events.StatusStarting, ConcurrencyKey: "k", ReadyAt: now},
 			apply: func(r *model.Row) error {
 				first := r.DispatchMsgID()
 				r.ReadyAt = now.Add(time.Second)
@@ -335,11 +335,11 @@ func TestTransitions(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := model.Of(tc.row)
+			r := tc.row
 			if err := tc.apply(r); err != nil {
 				t.Fatal(err)
 			}
-			run := r.Run()
+			run := r
 			if run.Status != tc.status || run.Live() != tc.live || run.Worker != tc.holder || run.CancelRequested != tc.cancelAsked {
 				t.Fatalf("status %s live %v worker %q cancelRequested %v; want %s %v %q %v",
 					run.Status, run.Live(), run.Worker, run.CancelRequested, tc.status, tc.live, tc.holder, tc.cancelAsked)
@@ -366,8 +366,8 @@ func TestTransitions(t *testing.T) {
 // both, and RecordSeq records a waiting copy on either.
 func TestOwedListsFinishesThenNotices(t *testing.T) {
 	now := time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
-	r := model.Of(&jetruntype.Run{ID: "r", Status: events.StatusRunning,
-		Detached: &events.Detached{OnFinish: "h", OnMilestones: []string{"draft"}}})
+	r := &model.Row{ID: "r", Status: events.StatusRunning,
+		Detached: &events.Detached{OnFinish: "h", OnMilestones: []string{"draft"}}}
 	if err := do(r, now, model.NoticeOwed{Milestone: events.Milestone{Name: "draft", Sequence: 1}}); err != nil {
 		t.Fatal(err)
 	}

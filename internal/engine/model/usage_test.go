@@ -13,7 +13,7 @@ import (
 
 // charge applies Charged with a fresh mark and returns the overrun it
 // crossed (nil: within budget, or over already).
-func charge(t *testing.T, r *jetruntype.Run, d jetruntype.UsageTotals) *jetruntype.Overrun {
+func charge(t *testing.T, r *model.Row, d jetruntype.UsageTotals) *jetruntype.Overrun {
 	t.Helper()
 	was := r.Overrun
 	mark := jetruntype.ChargeMark{Run: "c", Attempt: 1, Seq: uint64(len(r.ChargeMarks)) + 1}
@@ -28,7 +28,7 @@ func charge(t *testing.T, r *jetruntype.Run, d jetruntype.UsageTotals) *jetrunty
 }
 
 func TestChargeCrossesABudgetOnce(t *testing.T) {
-	r := &jetruntype.Run{ID: "root", Budget: &events.TreeBudget{Tokens: 100, CostMicros: 1000}}
+	r := &model.Row{ID: "root", Budget: &events.TreeBudget{Tokens: 100, CostMicros: 1000}}
 	if o := charge(t, r, jetruntype.UsageTotals{InputTokens: 60, OutputTokens: 40}); o != nil {
 		t.Fatalf("at the budget: %v", o)
 	}
@@ -42,19 +42,19 @@ func TestChargeCrossesABudgetOnce(t *testing.T) {
 	if got := *r.TreeUsage; got != (jetruntype.UsageTotals{InputTokens: 60, OutputTokens: 70, CostMicros: 5000}) {
 		t.Fatalf("tree usage %+v: every charge counts", got)
 	}
-	cost := &jetruntype.Run{ID: "c", Budget: &events.TreeBudget{CostMicros: 10}}
+	cost := &model.Row{ID: "c", Budget: &events.TreeBudget{CostMicros: 10}}
 	if o := charge(t, cost, jetruntype.UsageTotals{InputTokens: 1 << 40, CostMicros: 11}); o == nil || o.Budget != "costMicros" {
 		t.Fatalf("cost budget: %v", o)
 	}
 }
 
 func TestRunCountedRefusesPastTheRunsBudget(t *testing.T) {
-	r := &jetruntype.Run{ID: "root", Budget: &events.TreeBudget{Runs: 2}}
+	r := &model.Row{ID: "root", Budget: &events.TreeBudget{Runs: 2}}
 	for range 2 {
 		must(t, r, time.Now(), model.RunCounted{})
 	}
 	var over *model.OverrunError
-	if err := model.Apply(model.Of(r), model.RunCounted{}, time.Now()); !errors.As(err, &over) ||
+	if err := model.Apply(r, model.RunCounted{}, time.Now()); !errors.As(err, &over) ||
 		over.Overrun.Budget != "runs" || over.Overrun.Used != 3 || r.TreeRuns != 2 {
 		t.Fatalf("third run: %v, tree runs %d", err, r.TreeRuns)
 	}
@@ -63,41 +63,41 @@ func TestRunCountedRefusesPastTheRunsBudget(t *testing.T) {
 func TestBudgetStopped(t *testing.T) {
 	o := jetruntype.Overrun{Owner: "root", Budget: "tokens", Limit: 10, Used: 12}
 	now := time.Now()
-	running := &jetruntype.Run{ID: "a", Status: events.StatusRunning, Worker: "w", Attempt: 1,
+	running := &model.Row{ID: "a", Status: events.StatusRunning, Worker: "w", Attempt: 1,
 		Detached: &events.Detached{OnFinish: "h"}}
 	must(t, running, now, model.BudgetStopped{Overrun: o, Held: true})
 	if running.Status != events.StatusInterrupted || running.Reason != events.ReasonBudgetExceeded ||
 		!running.ChildStillRunning || !running.CancelRequested || running.Overrun == nil || running.Finishes[events.StatusInterrupted] == nil {
 		t.Fatalf("running run: %+v", running)
 	}
-	if err := model.Apply(model.Of(running), model.BudgetStopped{Overrun: o, Held: true}, now); !errors.Is(err, model.ErrNoChange) {
+	if err := model.Apply(running, model.BudgetStopped{Overrun: o, Held: true}, now); !errors.Is(err, model.ErrNoChange) {
 		t.Fatalf("stopped twice: %v", err)
 	}
-	starting := &jetruntype.Run{ID: "b", Status: events.StatusStarting}
+	starting := &model.Row{ID: "b", Status: events.StatusStarting}
 	if must(t, starting, now, model.BudgetStopped{Overrun: o}); starting.ChildStillRunning || starting.CancelRequested {
 		t.Fatalf("starting run: %+v", starting)
 	}
-	done := &jetruntype.Run{ID: "c", Status: events.StatusCompleted}
-	if err := model.Apply(model.Of(done), model.BudgetStopped{Overrun: o}, now); !errors.Is(err, model.ErrNoChange) {
+	done := &model.Row{ID: "c", Status: events.StatusCompleted}
+	if err := model.Apply(done, model.BudgetStopped{Overrun: o}, now); !errors.Is(err, model.ErrNoChange) {
 		t.Fatalf("completed run: %v", err)
 	}
 }
 
 func TestChargesAndChildTree(t *testing.T) {
-	root := &jetruntype.Run{ID: "root", Budget: &events.TreeBudget{Tokens: 1}}
-	mid := &jetruntype.Run{ID: "mid", Parent: "root"}
-	mid.Root, mid.BudgetFrom = model.Of(root).ChildTree()
+	root := &model.Row{ID: "root", Budget: &events.TreeBudget{Tokens: 1}}
+	mid := &model.Row{ID: "mid", Parent: "root"}
+	mid.Root, mid.BudgetFrom = root.ChildTree()
 	mid.Budget = &events.TreeBudget{Tokens: 1}
-	leaf := &jetruntype.Run{ID: "leaf", Parent: "mid"}
-	leaf.Root, leaf.BudgetFrom = model.Of(mid).ChildTree()
-	if got := model.Of(leaf).Charges(); len(got) != 2 || got[0] != "root" || got[1] != "mid" || !model.Of(leaf).Budgeted() {
+	leaf := &model.Row{ID: "leaf", Parent: "mid"}
+	leaf.Root, leaf.BudgetFrom = mid.ChildTree()
+	if got := leaf.Charges(); len(got) != 2 || got[0] != "root" || got[1] != "mid" || !leaf.Budgeted() {
 		t.Fatalf("leaf charges %v", got)
 	}
-	if got := model.Of(mid).Charges(); len(got) != 2 || got[0] != "root" || got[1] != "mid" {
+	if got := mid.Charges(); len(got) != 2 || got[0] != "root" || got[1] != "mid" {
 		t.Fatalf("mid charges %v", got)
 	}
-	plain := &jetruntype.Run{ID: "p"}
-	if got := model.Of(plain).Charges(); len(got) != 1 || got[0] != "p" || model.Of(plain).Budgeted() {
+	plain := &model.Row{ID: "p"}
+	if got := plain.Charges(); len(got) != 1 || got[0] != "p" || plain.Budgeted() {
 		t.Fatalf("top-level charges %v", got)
 	}
 }
@@ -134,11 +134,11 @@ func TestMinusUsageNeverGoesBelowZero(t *testing.T) {
 // same run starts its sequence afresh and drops the earlier attempt's
 // mark; past MaxChargeMarks attempts the least recently charged mark goes.
 func TestChargeOnceTakesAChargeOnce(t *testing.T) {
-	r := &jetruntype.Run{ID: "root", Budget: &events.TreeBudget{Tokens: 100}}
+	r := &model.Row{ID: "root", Budget: &events.TreeBudget{Tokens: 100}}
 	ten := jetruntype.UsageTotals{InputTokens: 10}
 	charge := func(run string, attempt int, seq uint64, d jetruntype.UsageTotals) bool {
 		ev := model.Charged{Mark: jetruntype.ChargeMark{Run: run, Attempt: attempt, Seq: seq}, Delta: d}
-		return errors.Is(model.Apply(model.Of(r), ev, time.Now()), model.ErrNoChange)
+		return errors.Is(model.Apply(r, ev, time.Now()), model.ErrNoChange)
 	}
 	for i, c := range []struct {
 		run          string
@@ -178,7 +178,7 @@ func TestChargeOnceTakesAChargeOnce(t *testing.T) {
 	if len(r.ChargeMarks) != model.MaxChargeMarks || r.ChargeMarks[0].Run != "many-0" {
 		t.Fatalf("%d marks, first %v; want the last %d", len(r.ChargeMarks), r.ChargeMarks[0], model.MaxChargeMarks)
 	}
-	c := model.Of(r).Clone()
+	c := r.Clone()
 	c.ChargeMarks[0].Seq = 99
 	if r.ChargeMarks[0].Seq == 99 {
 		t.Fatal("a clone shares its marks with the row")
@@ -194,21 +194,21 @@ func TestCountStoredSteps(t *testing.T) {
 	two := model.PlusUsage(step, step)
 	for _, c := range []struct {
 		name     string
-		row      jetruntype.Run
+		row      model.Row
 		wantTree int64
 	}{
-		{"top without a budget", jetruntype.Run{ID: "a"}, 150},
-		{"top with a budget", jetruntype.Run{ID: "b", Budget: &events.TreeBudget{Tokens: 10}}, 0},
-		{"nested", jetruntype.Run{ID: "c", Parent: "p", Root: "p"}, 0},
+		{"top without a budget", model.Row{ID: "a"}, 150},
+		{"top with a budget", model.Row{ID: "b", Budget: &events.TreeBudget{Tokens: 10}}, 0},
+		{"nested", model.Row{ID: "c", Parent: "p", Root: "p"}, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := c.row
 			r.Usage, r.StepUsage = model.CloneUsage(&step), model.CloneUsage(&step) // one step counted
 			r.Usage.InputTokens += 5                                                // a report outside steps
-			if err := model.Apply(model.Of(&r), model.StepsCounted{Stored: two}, time.Now()); err != nil {
+			if err := model.Apply(&r, model.StepsCounted{Stored: two}, time.Now()); err != nil {
 				t.Fatalf("nothing counted: %v", err)
 			}
-			if err := model.Apply(model.Of(&r), model.StepsCounted{Stored: two}, time.Now()); !errors.Is(err, model.ErrNoChange) {
+			if err := model.Apply(&r, model.StepsCounted{Stored: two}, time.Now()); !errors.Is(err, model.ErrNoChange) {
 				t.Fatalf("counted twice: %v", err)
 			}
 			if got, want := r.Usage.UsageTotals, two.UsageTotals.Add(jetruntype.UsageTotals{InputTokens: 5}); got != want {

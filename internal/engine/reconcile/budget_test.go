@@ -13,7 +13,6 @@ import (
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -62,10 +61,10 @@ func TestZeroOrNeverDisablesABudget(t *testing.T) {
 	// silent for an hour when it is swept.
 	aged := time.Now().Add(-time.Hour)
 	for _, id := range ids {
-		jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *jetruntype.Run) bool {
+		jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *model.Row) bool {
 			return r.Status == events.StatusRunning && !r.LastSignalAt.IsZero()
 		})
-		if _, _, err := e.store.Mutate(ctx, id, func(r *jetruntype.Run) error {
+		if _, _, err := e.store.Mutate(ctx, id, func(r *model.Row) error {
 			r.CreatedAt, r.StartedAt, r.LastSignalAt = aged, aged, aged
 			return nil
 		}); err != nil {
@@ -122,7 +121,7 @@ func TestShortBudgetIsEnforcedBetweenSweeps(t *testing.T) {
 	})
 	e.detached(t, "quiet", "signal", -1, events.Detached{NoProgressBudgetMs: 1500}) // one signal, then silence
 	// The budget is armed; the reconciler's first sweep comes now.
-	jetruntest.WaitRow(t, e.store, "quiet", 30*time.Second, func(r *jetruntype.Run) bool { return !r.LastSignalAt.IsZero() })
+	jetruntest.WaitRow(t, e.store, "quiet", 30*time.Second, func(r *model.Row) bool { return !r.LastSignalAt.IsZero() })
 	if err := e.recon.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +165,7 @@ func TestAKeyedRunsBudgetCountsFromItsPromotion(t *testing.T) {
 	if _, err := client.Dispatch(ctx, parent.Request{AgentType: "holder", RunID: "key-holder", Input: map[string]any{}, ConcurrencyKey: key}); err != nil {
 		t.Fatal(err)
 	}
-	jetruntest.WaitRow(t, e.store, "key-holder", 10*time.Second, func(r *jetruntype.Run) bool { return r.Status == events.StatusRunning })
+	jetruntest.WaitRow(t, e.store, "key-holder", 10*time.Second, func(r *model.Row) bool { return r.Status == events.StatusRunning })
 	queued, err := client.Dispatch(ctx, parent.Request{AgentType: "nobody", RunID: "key-queued", Input: map[string]any{},
 		ConcurrencyKey: key, Detached: &events.Detached{OnFinish: "record", MaxBudgetMs: budget.Milliseconds()}})
 	if err != nil {
@@ -186,7 +185,7 @@ func TestAKeyedRunsBudgetCountsFromItsPromotion(t *testing.T) {
 	}, "the sweeps did not see the queued run")
 
 	close(gate) // the holder ends; the key promotes the queued run
-	jetruntest.WaitRow(t, e.store, "key-queued", 10*time.Second, func(r *jetruntype.Run) bool { return r.Status != events.StatusQueued })
+	jetruntest.WaitRow(t, e.store, "key-queued", 10*time.Second, func(r *model.Row) bool { return r.Status != events.StatusQueued })
 	if _, err := e.recon.Sweep(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/obs"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // A sweep comes every Interval, but a detached run's budgets may be shorter
@@ -22,7 +21,7 @@ import (
 
 // budget executes what model.Row.DueBudget decided for row: it gives up
 // a detached run past a budget, or notes when to look at it again.
-func (s *sweep) budget(ctx context.Context, row *jetruntype.Run, a model.Action) error {
+func (s *sweep) budget(ctx context.Context, row *model.Row, a model.Action) error {
 	switch a := a.(type) {
 	case model.GiveUpByBudget:
 		return s.giveUpByBudget(ctx, row, a)
@@ -35,16 +34,16 @@ func (s *sweep) budget(ctx context.Context, row *jetruntype.Run, a model.Action)
 // giveUpByBudget gives up a detached run past its absolute budget, or
 // silent for longer than its no-progress budget (model.GiveUpByBudget),
 // unless it signalled meanwhile.
-func (s *sweep) giveUpByBudget(ctx context.Context, row *jetruntype.Run, a model.GiveUpByBudget) error {
+func (s *sweep) giveUpByBudget(ctx context.Context, row *model.Row, a model.GiveUpByBudget) error {
 	var gaveUp bool
 	now := time.Now()
-	next, _, err := s.r.store.Mutate(ctx, row.ID, func(r *jetruntype.Run) error {
+	next, _, err := s.r.store.Mutate(ctx, row.ID, func(r *model.Row) error {
 		gaveUp = false
-		if again, _ := model.Of(r).OverBudget(now, s.r.policy); again == "" {
+		if again, _ := r.OverBudget(now, s.r.policy); again == "" {
 			return runstore.ErrNoChange // it signalled meanwhile, or ended
 		}
 		// Its child, if a live worker executes it, is torn down.
-		if err := model.Apply(model.Of(r), model.GaveUp{Reason: a.Reason, Error: a.Text, Held: s.r.holderAlive(ctx, r)}, now); err != nil {
+		if err := model.Apply(r, model.GaveUp{Reason: a.Reason, Error: a.Text, Held: s.r.holderAlive(ctx, r)}, now); err != nil {
 			return err
 		}
 		gaveUp = true
@@ -103,7 +102,7 @@ func (r *Reconciler) checkBudgets(ctx context.Context) {
 	if !r.leader.Load() {
 		return // the next leader's sweeps take them up
 	}
-	s := &sweep{r: r, now: now, parents: make(map[string]*jetruntype.Run)}
+	s := &sweep{r: r, now: now, parents: make(map[string]*model.Row)}
 	for _, id := range ids {
 		row, _, err := r.store.Get(ctx, id)
 		if errors.Is(err, runstore.ErrRunNotFound) {
@@ -111,7 +110,7 @@ func (r *Reconciler) checkBudgets(ctx context.Context) {
 		}
 		var a model.Action
 		if err == nil {
-			a = model.Of(row).DueBudget(now, r.policy)
+			a = row.DueBudget(now, r.policy)
 			err = s.budget(ctx, row, a)
 		}
 		if err != nil && ctx.Err() == nil {

@@ -9,7 +9,6 @@ import (
 	"github.com/jetrun/jetrun/internal/engine/obs"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // What a run's parent asks of it: a cancel that cascades, a stop of its
@@ -19,7 +18,7 @@ import (
 // renotifyCancel publishes again, paced, the cancel event of a run whose
 // cancel is recorded and whose worker still runs it (model.RenotifyCancel): the event a cancel's
 // writer published may have been lost, and the row is the record.
-func (s *sweep) renotifyCancel(ctx context.Context, row *jetruntype.Run) {
+func (s *sweep) renotifyCancel(ctx context.Context, row *model.Row) {
 	if s.r.paceOK(row.ID+"/cancel", s.now, max(s.r.cfg.Interval, 5*time.Second)) {
 		s.r.notifyCancel(ctx, row)
 	}
@@ -29,11 +28,11 @@ func (s *sweep) renotifyCancel(ctx context.Context, row *jetruntype.Run) {
 // budget (model.StopForTree; parent.Client.StopTree): it completes a stop
 // that a crash cut short, or reaches a child dispatched while the stop
 // went on.
-func (s *sweep) stopForTree(ctx context.Context, row *jetruntype.Run, a model.StopForTree) error {
+func (s *sweep) stopForTree(ctx context.Context, row *model.Row, a model.StopForTree) error {
 	changed := false
 	now := time.Now()
-	next, _, err := s.r.store.Mutate(ctx, row.ID, func(r *jetruntype.Run) error {
-		err := model.Apply(model.Of(r), model.BudgetStopped{Overrun: a.Overrun, Held: s.r.holderAlive(ctx, r)}, now) // nil or model.ErrNoChange
+	next, _, err := s.r.store.Mutate(ctx, row.ID, func(r *model.Row) error {
+		err := model.Apply(r, model.BudgetStopped{Overrun: a.Overrun, Held: s.r.holderAlive(ctx, r)}, now) // nil or model.ErrNoChange
 		changed = err == nil
 		return err
 	})
@@ -49,12 +48,12 @@ func (s *sweep) stopForTree(ctx context.Context, row *jetruntype.Run, a model.St
 
 // cascade cancels a live run whose parent was cancelled
 // (model.CascadeCancel): it completes a cascade that a crash cut short.
-func (s *sweep) cascade(ctx context.Context, row *jetruntype.Run, a model.CascadeCancel) error {
+func (s *sweep) cascade(ctx context.Context, row *model.Row, a model.CascadeCancel) error {
 	reason := "parent run " + a.Parent + " was cancelled"
 	aborted, changed := false, false
 	now := time.Now()
-	next, _, err := s.r.store.Mutate(ctx, row.ID, func(r *jetruntype.Run) (err error) {
-		err = model.Apply(model.Of(r), model.CancelRequested{Reason: reason, Held: s.r.holderAlive(ctx, r)}, now)
+	next, _, err := s.r.store.Mutate(ctx, row.ID, func(r *model.Row) (err error) {
+		err = model.Apply(r, model.CancelRequested{Reason: reason, Held: s.r.holderAlive(ctx, r)}, now)
 		changed = err == nil
 		aborted = changed && r.Status == events.StatusAborted
 		return err
@@ -74,7 +73,7 @@ func (s *sweep) cascade(ctx context.Context, row *jetruntype.Run, a model.Cascad
 
 // parent returns the row of parent id as this sweep first read it (nil if
 // it is gone): the children of a fan-out share one read per sweep.
-func (s *sweep) parent(ctx context.Context, id string) (*jetruntype.Run, error) {
+func (s *sweep) parent(ctx context.Context, id string) (*model.Row, error) {
 	s.mu.Lock()
 	p, ok := s.parents[id]
 	s.mu.Unlock()

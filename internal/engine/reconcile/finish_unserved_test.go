@@ -21,7 +21,6 @@ import (
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/finish"
 	"github.com/jetrun/jetrun/pkg/jetrun"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -53,7 +52,7 @@ func TestUnservedFinishWaitsAsOneCopyThenIsDeadLettered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.HandleFunc("present", func(context.Context, *jetruntype.Run, finish.Result) error { return nil })
+	d.HandleFunc("present", func(context.Context, *model.Row, finish.Result) error { return nil })
 	if err := d.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +76,7 @@ func TestUnservedFinishWaitsAsOneCopyThenIsDeadLettered(t *testing.T) {
 		}
 	}
 	jetruntest.WaitRow(t, engine.From(rt).Store(), "to-ghost", 30*time.Second, jetruntest.Final)
-	present := jetruntest.WaitRow(t, engine.From(rt).Store(), "to-present", 30*time.Second, func(r *jetruntype.Run) bool {
+	present := jetruntest.WaitRow(t, engine.From(rt).Store(), "to-present", 30*time.Second, func(r *model.Row) bool {
 		return !r.Delivered[events.StatusCompleted].IsZero()
 	})
 	if !present.Finishes[events.StatusCompleted].UnservedSince.IsZero() {
@@ -108,7 +107,7 @@ func TestUnservedFinishWaitsAsOneCopyThenIsDeadLettered(t *testing.T) {
 	// Sweep until the row says the handler has not been seen: many dedup
 	// windows pass meanwhile, and one copy waits all along.
 	var sweeps int
-	row := jetruntest.WaitRow(t, engine.From(rt).Store(), "to-ghost", 30*time.Second, func(r *jetruntype.Run) bool {
+	row := jetruntest.WaitRow(t, engine.From(rt).Store(), "to-ghost", 30*time.Second, func(r *model.Row) bool {
 		sweep()
 		sweeps++
 		if n := copies(); n != 1 {
@@ -139,7 +138,7 @@ func TestUnservedFinishWaitsAsOneCopyThenIsDeadLettered(t *testing.T) {
 
 	// Past the wait: dead-lettered with the reason, gone from the finish
 	// stream, recorded on the row; the run settles.
-	row = jetruntest.WaitRow(t, engine.From(rt).Store(), "to-ghost", 30*time.Second, func(r *jetruntype.Run) bool {
+	row = jetruntest.WaitRow(t, engine.From(rt).Store(), "to-ghost", 30*time.Second, func(r *model.Row) bool {
 		sweep()
 		if n := copies(); n > 1 {
 			t.Fatalf("%d copies of the finish wait in the stream", n)
@@ -147,7 +146,7 @@ func TestUnservedFinishWaitsAsOneCopyThenIsDeadLettered(t *testing.T) {
 		return !r.Finishes[events.StatusCompleted].FailedAt.IsZero()
 	})
 	fs = row.Finishes[events.StatusCompleted]
-	if !strings.Contains(fs.LastError, `handler "ghost"`) || !model.Of(row).Settled() {
+	if !strings.Contains(fs.LastError, `handler "ghost"`) || !row.Settled() {
 		t.Fatalf("ledger after the dead letter: %+v", fs)
 	}
 	if n := copies(); n != 0 {

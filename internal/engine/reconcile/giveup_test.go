@@ -10,7 +10,6 @@ import (
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -54,7 +53,7 @@ func TestAGivenUpParentsChildFinishesForItsRetry(t *testing.T) {
 	natstest.Eventually(t, 30*time.Second, func() bool {
 		return sweptRow(t, e, boss).Status == events.StatusInterrupted
 	}, "the parent was never given up")
-	given := jetruntest.WaitRow(t, e.store, boss, 30*time.Second, func(r *jetruntype.Run) bool {
+	given := jetruntest.WaitRow(t, e.store, boss, 30*time.Second, func(r *model.Row) bool {
 		return r.Status == events.StatusInterrupted && !r.ChildStillRunning
 	})
 	if given.Reason != events.ReasonBudgetExceeded {
@@ -97,23 +96,23 @@ func TestTheReconcilerCascadesACancelNotAGiveUp(t *testing.T) {
 	e := setup(t, options{noReconcile: true})
 	ctx := context.Background()
 	now := time.Now()
-	givenUp := func(id string, cancelled bool) *jetruntype.Run {
-		r := &jetruntype.Run{ID: id, AgentType: "demo", Status: events.StatusRunning, Attempt: 1, CreatedAt: now}
-		if err := model.Apply(model.Of(r), model.GaveUp{Reason: events.ReasonBudgetExceeded, Error: "over"}, now); err != nil {
+	givenUp := func(id string, cancelled bool) *model.Row {
+		r := &model.Row{ID: id, AgentType: "demo", Status: events.StatusRunning, Attempt: 1, CreatedAt: now}
+		if err := model.Apply(r, model.GaveUp{Reason: events.ReasonBudgetExceeded, Error: "over"}, now); err != nil {
 			t.Fatal(err)
 		}
 		if cancelled {
-			if err := model.Apply(model.Of(r), model.CancelRequested{Reason: "stop"}, now); err != nil {
+			if err := model.Apply(r, model.CancelRequested{Reason: "stop"}, now); err != nil {
 				t.Fatal(err)
 			}
 		}
 		return r
 	}
-	childOf := func(id, p string) *jetruntype.Run {
-		return &jetruntype.Run{ID: id, AgentType: "demo", Parent: p, Depth: 1, Status: events.StatusRunning, Attempt: 1,
+	childOf := func(id, p string) *model.Row {
+		return &model.Row{ID: id, AgentType: "demo", Parent: p, Depth: 1, Status: events.StatusRunning, Attempt: 1,
 			Worker: "ghost", LeaseUntil: now.Add(time.Hour), CreatedAt: now}
 	}
-	for _, r := range []*jetruntype.Run{
+	for _, r := range []*model.Row{
 		givenUp("only-given-up", false), childOf("left", "only-given-up"),
 		givenUp("given-up-then-cancelled", true), childOf("cancelled", "given-up-then-cancelled"),
 	} {

@@ -13,7 +13,6 @@ import (
 	"github.com/jetrun/jetrun/internal/engine/obs"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // A second line of defence for a run held by a live worker that no longer
@@ -34,11 +33,11 @@ const holderQuestionTimeout = 2 * time.Second
 
 // noteHeld records row, which a live worker holds (model.AskHolder), for
 // the question to its holder.
-func (s *sweep) noteHeld(row *jetruntype.Run) {
+func (s *sweep) noteHeld(row *model.Row) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.held == nil {
-		s.held = make(map[string][]*jetruntype.Run)
+		s.held = make(map[string][]*model.Row)
 	}
 	s.held[row.Worker] = append(s.held[row.Worker], row)
 }
@@ -69,7 +68,7 @@ func (s *sweep) askHolders(ctx context.Context) {
 			continue
 		}
 		for _, id := range idle {
-			i := slices.IndexFunc(rows, func(row *jetruntype.Run) bool { return row.ID == id })
+			i := slices.IndexFunc(rows, func(row *model.Row) bool { return row.ID == id })
 			if i < 0 {
 				continue
 			}
@@ -82,18 +81,18 @@ func (s *sweep) askHolders(ctx context.Context) {
 
 // releaseIdle clears the holder of row, a run its live worker says it does
 // not execute, unless the row moved on since it was read.
-func (s *sweep) releaseIdle(ctx context.Context, row *jetruntype.Run) error {
+func (s *sweep) releaseIdle(ctx context.Context, row *model.Row) error {
 	released := false
 	now := time.Now()
 	by := model.Holder{Worker: row.Worker, Epoch: row.WorkerEpoch, Attempt: row.Attempt}
-	_, _, err := s.r.store.Mutate(ctx, row.ID, func(run *jetruntype.Run) error {
+	_, _, err := s.r.store.Mutate(ctx, row.ID, func(run *model.Row) error {
 		released = false
 		if run.Status != events.StatusRunning {
 			return runstore.ErrNoChange
 		}
 		// A hand-off, not a lost worker: its process lives on. Unless the
 		// row moved on since it was read.
-		if err := model.Apply(model.Of(run), model.HandedBack{By: by}, now); errors.Is(err, model.ErrNotHolder) {
+		if err := model.Apply(run, model.HandedBack{By: by}, now); errors.Is(err, model.ErrNotHolder) {
 			return runstore.ErrNoChange
 		} else if err != nil {
 			return err

@@ -9,7 +9,6 @@ import (
 	"github.com/jetrun/jetrun/internal/engine/reconcile"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // A run whose row names a live worker that does not execute it — forged
@@ -29,11 +28,11 @@ func TestARunItsLiveHolderDoesNotExecuteIsReleasedAndCompletes(t *testing.T) {
 		t.Fatalf("the worker's epoch: %q, %v", epoch, err)
 	}
 	e.detached(t, "executed", "demo", map[string]int{"steps": 200, "stepMs": 100}, events.Detached{})
-	jetruntest.WaitRow(t, e.store, "executed", 10*time.Second, func(r *jetruntype.Run) bool {
+	jetruntest.WaitRow(t, e.store, "executed", 10*time.Second, func(r *model.Row) bool {
 		return r.Status == events.StatusRunning && r.Worker == "w-forgets"
 	})
 	now := time.Now()
-	if _, err := e.store.Create(ctx, &jetruntype.Run{
+	if _, err := e.store.Create(ctx, &model.Row{
 		ID: "forgotten", AgentType: "demo", Status: events.StatusRunning, Attempt: 1,
 		Worker: "w-forgets", WorkerEpoch: epoch, CreatedAt: now, StartedAt: now,
 		DispatchSeq: 999, // its dispatch is gone

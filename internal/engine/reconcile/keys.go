@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"github.com/jetrun/jetrun/internal/engine/keys"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
+	"github.com/jetrun/jetrun/internal/engine/model"
 )
 
 // advanceKey repairs the concurrency key of a queued run: a key whose
@@ -14,7 +14,7 @@ import (
 // entered the key's queue is entered now (keys.Repair). A key held
 // by a live run is left alone: its worker hands it on, or the run is taken
 // over. Each key is advanced once per sweep, however many runs wait on it.
-func (s *sweep) advanceKey(ctx context.Context, row *jetruntype.Run) error {
+func (s *sweep) advanceKey(ctx context.Context, row *model.Row) error {
 	if row.ConcurrencyKey == "" {
 		return nil
 	}

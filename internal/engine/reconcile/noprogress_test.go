@@ -9,10 +9,10 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
 
@@ -31,7 +31,7 @@ var quietBudgets = events.Detached{NoProgressBudgetMs: time.Minute.Milliseconds(
 // ageLastSignal sets run id's last sign of life an hour back.
 func ageLastSignal(t *testing.T, e *env, id string) {
 	t.Helper()
-	if _, _, err := e.store.Mutate(t.Context(), id, func(r *jetruntype.Run) error {
+	if _, _, err := e.store.Mutate(t.Context(), id, func(r *model.Row) error {
 		r.LastSignalAt = time.Now().Add(-time.Hour)
 		return nil
 	}); err != nil {
@@ -40,7 +40,7 @@ func ageLastSignal(t *testing.T, e *env, id string) {
 }
 
 // sweptRow runs one sweep and returns run id's row after it.
-func sweptRow(t *testing.T, e *env, id string) *jetruntype.Run {
+func sweptRow(t *testing.T, e *env, id string) *model.Row {
 	t.Helper()
 	if _, err := e.recon.Sweep(t.Context()); err != nil {
 		t.Fatal(err)
@@ -84,7 +84,7 @@ func TestARunHandedBackAfterALongWaitIsNotGivenUpAtOnce(t *testing.T) {
 	}
 	a := start("restarted")
 	e.detached(t, id, "approval", map[string]any{}, quietBudgets)
-	jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *jetruntype.Run) bool { return r.WaitingFor == "approve" })
+	jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *model.Row) bool { return r.WaitingFor == "approve" })
 	ageLastSignal(t, e, id)
 	if row := sweptRow(t, e, id); row.Status != events.StatusRunning {
 		t.Fatalf("while it waits: %s (%s)", row.Status, row.Reason)
@@ -97,14 +97,14 @@ func TestARunHandedBackAfterALongWaitIsNotGivenUpAtOnce(t *testing.T) {
 	if err := a.Shutdown(sctx); err != nil {
 		t.Fatal(err)
 	}
-	handedBack := jetruntest.WaitRow(t, e.store, id, 10*time.Second, func(r *jetruntype.Run) bool { return r.Worker == "" })
+	handedBack := jetruntest.WaitRow(t, e.store, id, 10*time.Second, func(r *model.Row) bool { return r.Worker == "" })
 	if row := sweptRow(t, e, id); row.Status != events.StatusRunning {
 		t.Fatalf("handed back (waitingFor %q, lastSignalAt %v ago), then swept: %s (%s); want it left for the next worker",
 			handedBack.WaitingFor, time.Since(handedBack.LastSignalAt).Round(time.Second), row.Status, row.Reason)
 	}
 
 	start("next")
-	jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *jetruntype.Run) bool {
+	jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *model.Row) bool {
 		return r.Attempt == 2 && r.WaitingFor == "approve"
 	})
 	if _, err := e.client.Signal(ctx, id, "approve", map[string]bool{"approved": true}); err != nil {
@@ -136,7 +136,7 @@ func TestARunTakenOverAfterALongWaitIsNotGivenUpAtOnce(t *testing.T) {
 	det := quietBudgets
 	det.OnFinish = "record"
 	hourAgo := time.Now().Add(-time.Hour)
-	dead := &jetruntype.Run{ID: id, AgentType: "silent", Input: json.RawMessage(`{}`), Detached: &det,
+	dead := &model.Row{ID: id, AgentType: "silent", Input: json.RawMessage(`{}`), Detached: &det,
 		Status: events.StatusRunning, Attempt: 1, Worker: "dead-worker", WorkerEpoch: "gone", WaitingFor: "approve",
 		CreatedAt: hourAgo, StartedAt: hourAgo, LastSignalAt: hourAgo}
 	if _, err := e.store.Create(ctx, dead); err != nil {
@@ -191,11 +191,11 @@ func TestARunWhoseLongWaitEndsIsNotGivenUpAtOnce(t *testing.T) {
 	}})
 	const id = "wait-ended"
 	e.detached(t, id, "impatient", map[string]any{}, quietBudgets)
-	jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *jetruntype.Run) bool { return r.WaitingFor == "approve" })
+	jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *model.Row) bool { return r.WaitingFor == "approve" })
 	ageLastSignal(t, e, id)
 	close(endWait)
 	waitClosed(t, waited, "the wait to end")
-	ended := jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *jetruntype.Run) bool { return r.WaitingFor == "" })
+	ended := jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *model.Row) bool { return r.WaitingFor == "" })
 	if row := sweptRow(t, e, id); row.Status != events.StatusRunning {
 		t.Fatalf("the wait ended (lastSignalAt %v ago), then swept: %s (%s); want it running",
 			time.Since(ended.LastSignalAt).Round(time.Second), row.Status, row.Reason)

@@ -67,7 +67,7 @@ func TestSweepRepublishesALostMilestoneNotice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if row.Notices["plan"].Seq != msg.Sequence || model.Of(row).Settled() {
+	if row.Notices["plan"].Seq != msg.Sequence || row.Settled() {
 		t.Fatalf("ledger after the republish: %+v", row.Notices["plan"])
 	}
 	for range 3 {

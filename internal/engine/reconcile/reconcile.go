@@ -41,7 +41,6 @@ import (
 	"github.com/jetrun/jetrun/internal/engine/service"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // Defaults used where Config leaves a field zero.
@@ -460,18 +459,18 @@ func (r *Reconciler) activeWatch(ctx context.Context) (*runstore.ActiveWatch, er
 // notifyCancel tells the worker holding row, if any, of its cancel request
 // (wire.PublishCancel). A lost notice is published again by a later
 // sweep.
-func (r *Reconciler) notifyCancel(ctx context.Context, row *jetruntype.Run) {
+func (r *Reconciler) notifyCancel(ctx context.Context, row *model.Row) {
 	if row.Worker == "" || !row.CancelRequested {
 		return
 	}
-	if err := wire.PublishCancelEvent(ctx, r.js, r.ns, model.Of(row).CancelEvent(time.Now())); err != nil {
+	if err := wire.PublishCancelEvent(ctx, r.js, r.ns, row.CancelEvent(time.Now())); err != nil {
 		r.fault(ctx, "publish cancel; a later sweep publishes it again", err, "run_id", row.ID)
 	}
 }
 
 // holderAlive reports whether a live worker holds row, from the followed
 // liveness keys (read directly when they are not followed).
-func (r *Reconciler) holderAlive(ctx context.Context, row *jetruntype.Run) bool {
+func (r *Reconciler) holderAlive(ctx context.Context, row *model.Row) bool {
 	r.mu.Lock()
 	ws := r.workers
 	r.mu.Unlock()
@@ -528,7 +527,7 @@ func (r *Reconciler) Sweep(ctx context.Context) (Stats, error) {
 		return Stats{}, fmt.Errorf("reconcile: sweep: %w", err)
 	}
 	active := watch.Snapshot()
-	st := &sweep{r: r, now: begin, watch: watch, parents: make(map[string]*jetruntype.Run)}
+	st := &sweep{r: r, now: begin, watch: watch, parents: make(map[string]*model.Row)}
 	obs.Debug(ctx, r.log, obs.ReconcileBegin, "", "active", len(active))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(r.cfg.Parallelism)

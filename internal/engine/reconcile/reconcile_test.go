@@ -24,7 +24,6 @@ import (
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/finish"
 	"github.com/jetrun/jetrun/pkg/jetrun"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -48,7 +47,7 @@ type recorder struct {
 	fail func(runID string) bool
 }
 
-func (r *recorder) ServeFinish(ctx context.Context, run *jetruntype.Run, res finish.Result) error {
+func (r *recorder) ServeFinish(ctx context.Context, run *model.Row, res finish.Result) error {
 	r.mu.Lock()
 	r.got = append(r.got, delivery{RunID: res.RunID, Status: res.Status, Reason: res.Reason, Key: finish.IdempotencyKey(res), At: time.Now()})
 	r.mu.Unlock()
@@ -220,7 +219,7 @@ func TestBudgetExceededGivesUpDeliversOnceAndStopsTheChild(t *testing.T) {
 
 	givenUp(t, e, "budget")
 	// Its worker stops the child and says so on the row.
-	row := jetruntest.WaitRow(t, e.store, "budget", 30*time.Second, func(r *jetruntype.Run) bool {
+	row := jetruntest.WaitRow(t, e.store, "budget", 30*time.Second, func(r *model.Row) bool {
 		return r.Status == events.StatusInterrupted && !r.ChildStillRunning && r.Worker == ""
 	})
 	if row.Reason != events.ReasonBudgetExceeded || !row.Retryable {
@@ -329,10 +328,10 @@ func TestNoProgressIsArmedOnlyByASignal(t *testing.T) {
 		}),
 	}})
 	e.detached(t, "mute", "mute", 1, events.Detached{NoProgressBudgetMs: 300})
-	jetruntest.WaitRow(t, e.store, "mute", 10*time.Second, func(r *jetruntype.Run) bool { return r.Status == events.StatusRunning })
+	jetruntest.WaitRow(t, e.store, "mute", 10*time.Second, func(r *model.Row) bool { return r.Status == events.StatusRunning })
 	// The run has been silent for 200 no-progress budgets when it is swept.
 	aged := time.Now().Add(-time.Minute)
-	if _, _, err := e.store.Mutate(context.Background(), "mute", func(r *jetruntype.Run) error {
+	if _, _, err := e.store.Mutate(context.Background(), "mute", func(r *model.Row) error {
 		r.CreatedAt, r.StartedAt = aged, aged
 		return nil
 	}); err != nil {
@@ -382,7 +381,7 @@ func TestAlwaysFailingHandlerIsDeadLetteredAndNotRetried(t *testing.T) {
 	e.rec.fail = func(string) bool { return true }
 	e.detached(t, "doomed", demo.AgentType, map[string]int{"steps": 1, "stepMs": 0}, events.Detached{})
 
-	row := jetruntest.WaitRow(t, e.store, "doomed", 30*time.Second, func(r *jetruntype.Run) bool {
+	row := jetruntest.WaitRow(t, e.store, "doomed", 30*time.Second, func(r *model.Row) bool {
 		f := r.Finishes[events.StatusCompleted]
 		return f != nil && !f.FailedAt.IsZero()
 	})
@@ -405,7 +404,7 @@ func TestAlwaysFailingHandlerIsDeadLetteredAndNotRetried(t *testing.T) {
 	}
 	// Long overdue as far as the reconciler can tell, the finish is still
 	// not retried.
-	if _, _, err := e.store.Mutate(ctx, "doomed", func(r *jetruntype.Run) error {
+	if _, _, err := e.store.Mutate(ctx, "doomed", func(r *model.Row) error {
 		r.Finishes[events.StatusCompleted].DueAt = time.Now().Add(-time.Minute)
 		return nil
 	}); err != nil {
@@ -441,7 +440,7 @@ func TestCancelCascadesToChildrenAndGrandchildren(t *testing.T) {
 	dispatch("grandkid", "kid1", 2)
 	dispatch("bystander", "", 0)
 	for _, id := range []string{"top", "kid1", "kid2", "grandkid", "bystander"} {
-		jetruntest.WaitRow(t, e.store, id, 10*time.Second, func(r *jetruntype.Run) bool { return r.Status == events.StatusRunning })
+		jetruntest.WaitRow(t, e.store, id, 10*time.Second, func(r *model.Row) bool { return r.Status == events.StatusRunning })
 	}
 	if _, err := e.client.Cancel(ctx, "top", "stop everything"); err != nil {
 		t.Fatal(err)
@@ -473,7 +472,7 @@ func TestReconcilerCompletesAnInterruptedCascade(t *testing.T) {
 	e := setup(t, options{noReconcile: true})
 	ctx := context.Background()
 	now := time.Now()
-	for _, r := range []*jetruntype.Run{
+	for _, r := range []*model.Row{
 		{ID: "p", AgentType: "demo", Status: events.StatusAborted, CancelRequested: true, CreatedAt: now, FinishedAt: now},
 		{ID: "c", AgentType: "demo", Parent: "p", Depth: 1, Status: events.StatusRunning, Attempt: 1,
 			Worker: "ghost", LeaseUntil: now.Add(time.Hour), CreatedAt: now},
@@ -504,7 +503,7 @@ func TestLostDispatchesAreRecovered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range []*jetruntype.Run{
+	for _, r := range []*model.Row{
 		{ID: "queued", AgentType: "nobody", Status: events.StatusStarting, CreatedAt: old, DispatchSeq: ack.Sequence, Input: []byte(`{}`)},
 		// A parent died between creating the row and publishing.
 		{ID: "never-sent", AgentType: "demo", Status: events.StatusStarting, CreatedAt: old, Input: []byte(`{"steps":2,"stepMs":0}`)},
@@ -544,7 +543,7 @@ func TestAwaitedRunsAreNeverGivenUp(t *testing.T) {
 	e := setup(t, options{noReconcile: true, reconcile: reconcile.Config{MaxBudget: time.Millisecond, NoProgressBudget: time.Millisecond}})
 	ctx := context.Background()
 	long := time.Now().Add(-48 * time.Hour)
-	if _, err := e.store.Create(ctx, &jetruntype.Run{
+	if _, err := e.store.Create(ctx, &model.Row{
 		ID: "awaited", AgentType: "demo", Status: events.StatusRunning, Attempt: 1, Worker: "alive",
 		LeaseUntil: time.Now().Add(time.Hour), CreatedAt: long, StartedAt: long, LastSignalAt: long,
 	}); err != nil {
@@ -689,7 +688,7 @@ func TestClearCancelsLiveRunsThenErasesThem(t *testing.T) {
 	if _, err := e.client.Dispatch(ctx, parent.Request{AgentType: "demo", RunID: "busy", Input: map[string]int{"steps": 100, "stepMs": 100}}); err != nil {
 		t.Fatal(err)
 	}
-	jetruntest.WaitRow(t, e.store, "busy", 10*time.Second, func(r *jetruntype.Run) bool { return r.Milestones > 0 })
+	jetruntest.WaitRow(t, e.store, "busy", 10*time.Second, func(r *model.Row) bool { return r.Milestones > 0 })
 
 	if _, err := e.client.Clear(ctx, parent.ClearFilter{}); !errors.Is(err, parent.ErrBadRequest) {
 		t.Fatalf("clear without a filter: %v", err)
@@ -716,7 +715,7 @@ func TestRetentionClearsOldSettledRuns(t *testing.T) {
 	e := setup(t, options{noReconcile: true, reconcile: reconcile.Config{Retention: time.Hour}})
 	ctx := context.Background()
 	old, recent := time.Now().Add(-2*time.Hour), time.Now()
-	for _, r := range []*jetruntype.Run{
+	for _, r := range []*model.Row{
 		{ID: "old", AgentType: "demo", Status: events.StatusCompleted, CreatedAt: old, FinishedAt: old},
 		{ID: "recent", AgentType: "demo", Status: events.StatusCompleted, CreatedAt: recent, FinishedAt: recent},
 		{ID: "old-live", AgentType: "demo", Status: events.StatusRunning, CreatedAt: old},
@@ -767,7 +766,7 @@ func TestRetentionZeroKeepsRunsForever(t *testing.T) {
 			e := setup(t, options{reconcile: reconcile.Config{Retention: tc.retention, RetentionEvery: time.Millisecond, Observer: swept}})
 			ctx := context.Background()
 			old := time.Now().Add(-30 * 24 * time.Hour)
-			if _, err := e.store.Create(ctx, &jetruntype.Run{ID: "old", AgentType: "demo", Status: events.StatusCompleted, CreatedAt: old, FinishedAt: old}); err != nil {
+			if _, err := e.store.Create(ctx, &model.Row{ID: "old", AgentType: "demo", Status: events.StatusCompleted, CreatedAt: old, FinishedAt: old}); err != nil {
 				t.Fatal(err)
 			}
 			select {

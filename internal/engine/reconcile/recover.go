@@ -10,7 +10,6 @@ import (
 	"github.com/jetrun/jetrun/internal/engine/obs"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // Runs nothing will wake (model.Row.recovery decides which): "starting"
@@ -27,12 +26,12 @@ import (
 // then publishes; a worker's claim records where it is) under the message
 // id its writer used: a copy that did land within the dedup window is not
 // stored twice, and the answer says where it is.
-func (s *sweep) dispatch(ctx context.Context, row *jetruntype.Run, a model.Dispatch) error {
+func (s *sweep) dispatch(ctx context.Context, row *model.Row, a model.Dispatch) error {
 	r := s.r
 	if !r.paceOK(row.ID+"/dispatch", s.now, max(r.cfg.StartingGrace, r.cfg.LeaseGrace)) {
 		return nil
 	}
-	seq, dup, err := r.publishDispatch(ctx, row, model.Of(row).DispatchMsgID())
+	seq, dup, err := r.publishDispatch(ctx, row, row.DispatchMsgID())
 	if err != nil {
 		return err
 	}
@@ -50,7 +49,7 @@ func (s *sweep) dispatch(ctx context.Context, row *jetruntype.Run, a model.Dispa
 // longer in the dispatch stream (a dispatch still there, waiting for a
 // free worker or for redelivery, is left alone, however long the fleet is
 // busy), paced per run.
-func (s *sweep) lost(ctx context.Context, row *jetruntype.Run, seq uint64) (bool, error) {
+func (s *sweep) lost(ctx context.Context, row *model.Row, seq uint64) (bool, error) {
 	r := s.r
 	if !r.paceOK(row.ID+"/dispatch", s.now, max(r.cfg.StartingGrace, r.cfg.LeaseGrace)) {
 		return false, nil
@@ -64,12 +63,12 @@ func (s *sweep) lost(ctx context.Context, row *jetruntype.Run, seq uint64) (bool
 
 // redispatch publishes again the lost dispatch of a run nothing will wake
 // (model.Redispatch), unless it is still queued.
-func (s *sweep) redispatch(ctx context.Context, row *jetruntype.Run, a model.Redispatch) error {
+func (s *sweep) redispatch(ctx context.Context, row *model.Row, a model.Redispatch) error {
 	r := s.r
 	if lost, err := s.lost(ctx, row, a.Lost); !lost || err != nil {
 		return err
 	}
-	seq, _, err := r.publishDispatch(ctx, row, model.Of(row).RedispatchMsgID(a.N))
+	seq, _, err := r.publishDispatch(ctx, row, row.RedispatchMsgID(a.N))
 	if err != nil {
 		return err
 	}
@@ -86,17 +85,17 @@ func (s *sweep) redispatch(ctx context.Context, row *jetruntype.Run, a model.Red
 // failDispatchLost ends "error" (reason dispatch-lost) a run whose
 // dispatch was lost MaxRedispatches times (model.FailDispatchLost), unless
 // it is still queued, or the row moved on.
-func (s *sweep) failDispatchLost(ctx context.Context, row *jetruntype.Run, a model.FailDispatchLost) error {
+func (s *sweep) failDispatchLost(ctx context.Context, row *model.Row, a model.FailDispatchLost) error {
 	r := s.r
 	if lost, err := s.lost(ctx, row, a.Lost); !lost || err != nil {
 		return err
 	}
 	now := time.Now()
-	next, _, err := r.store.Mutate(ctx, row.ID, func(run *jetruntype.Run) error {
+	next, _, err := r.store.Mutate(ctx, row.ID, func(run *model.Row) error {
 		if run.Status.Final() || r.holderAlive(ctx, run) || run.DispatchSeq != a.Lost {
 			return runstore.ErrNoChange
 		}
-		return model.Apply(model.Of(run), model.Ended{Status: events.StatusError, Reason: events.ReasonDispatchLost, Error: a.Text}, now)
+		return model.Apply(run, model.Ended{Status: events.StatusError, Reason: events.ReasonDispatchLost, Error: a.Text}, now)
 	})
 	if err != nil {
 		return err
@@ -112,8 +111,8 @@ func (s *sweep) failDispatchLost(ctx context.Context, row *jetruntype.Run, a mod
 // publishDispatch publishes the dispatch of row with msgID (one try) and
 // returns its stream sequence, and whether the dedup window found it
 // already stored.
-func (r *Reconciler) publishDispatch(ctx context.Context, row *jetruntype.Run, msgID string) (uint64, bool, error) {
-	p, err := r.rt.PublishDispatch(ctx, row.AgentType, model.Of(row).Dispatch(), engine.DispatchOptions{MsgID: msgID})
+func (r *Reconciler) publishDispatch(ctx context.Context, row *model.Row, msgID string) (uint64, bool, error) {
+	p, err := r.rt.PublishDispatch(ctx, row.AgentType, row.Dispatch(), engine.DispatchOptions{MsgID: msgID})
 	if err != nil {
 		return 0, false, fmt.Errorf("reconcile: re-dispatch run %s: %w", row.ID, err)
 	}
@@ -123,13 +122,13 @@ func (r *Reconciler) publishDispatch(ctx context.Context, row *jetruntype.Run, m
 // releaseLostChild settles a given-up run whose worker died before it could
 // confirm the child stopped (model.ReleaseLostChild): its lease expired
 // long ago, so no child runs.
-func (s *sweep) releaseLostChild(ctx context.Context, row *jetruntype.Run) error {
+func (s *sweep) releaseLostChild(ctx context.Context, row *model.Row) error {
 	now := time.Now()
-	next, _, err := s.r.store.Mutate(ctx, row.ID, func(r *jetruntype.Run) error {
+	next, _, err := s.r.store.Mutate(ctx, row.ID, func(r *model.Row) error {
 		if !r.ChildStillRunning || s.r.holderAlive(ctx, r) {
 			return runstore.ErrNoChange
 		}
-		return model.Apply(model.Of(r), model.ChildStopped{}, now) // or ErrNoChange: not interrupted
+		return model.Apply(r, model.ChildStopped{}, now) // or ErrNoChange: not interrupted
 	})
 	if err == nil {
 		s.r.countLostSteps(ctx, next) // its worker died before its last row write
@@ -140,7 +139,7 @@ func (s *sweep) releaseLostChild(ctx context.Context, row *jetruntype.Run) error
 // countLostSteps counts on a run the reconciler ended or gave up what the
 // steps of its lost attempt spent (engine.Runtime.CountLostSteps) and
 // returns its row as it is now.
-func (r *Reconciler) countLostSteps(ctx context.Context, row *jetruntype.Run) *jetruntype.Run {
+func (r *Reconciler) countLostSteps(ctx context.Context, row *model.Row) *model.Row {
 	next, err := r.rt.CountLostSteps(ctx, row)
 	if err != nil {
 		r.fault(ctx, "count the stored steps of a run ended without its worker", err, "run_id", row.ID)

@@ -16,7 +16,6 @@ import (
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // republishFinish publishes again a finish the ledger owes with no
@@ -34,7 +33,7 @@ import (
 // A finish no deliverer has taken is checked against its handler first
 // (unserved). A finish whose copy the ledger does not know is looked for
 // first, past the dedup window (findCopy).
-func (s *sweep) republishFinish(ctx context.Context, row *jetruntype.Run, a model.RepublishFinish) error {
+func (s *sweep) republishFinish(ctx context.Context, row *model.Row, a model.RepublishFinish) error {
 	r := s.r
 	if a.Unserved != model.UnservedNothing {
 		if gone, err := s.unserved(ctx, row, a); gone || err != nil {
@@ -66,7 +65,7 @@ func (s *sweep) republishFinish(ctx context.Context, row *jetruntype.Run, a mode
 // republishNotice publishes again a milestone notice the ledger owes with
 // no delivery under way (model.RepublishNotice), as republishFinish does a
 // finish.
-func (s *sweep) republishNotice(ctx context.Context, row *jetruntype.Run, a model.RepublishNotice) error {
+func (s *sweep) republishNotice(ctx context.Context, row *model.Row, a model.RepublishNotice) error {
 	r := s.r
 	if !r.paceOK(row.ID+"/notice/"+a.Name, s.now, r.republishEvery()) {
 		return nil
@@ -113,7 +112,7 @@ func (s *sweep) publishCopy(ctx context.Context, id string, waiting uint64, publ
 // (unservedSince) and finish.unserved is reported, once; past
 // FinishUnservedWait it is dead-lettered instead, and unserved returns
 // true.
-func (s *sweep) unserved(ctx context.Context, row *jetruntype.Run, a model.RepublishFinish) (bool, error) {
+func (s *sweep) unserved(ctx context.Context, row *model.Row, a model.RepublishFinish) (bool, error) {
 	r := s.r
 	served, err := s.handlerServed(ctx, a.Handler)
 	if err != nil || served {
@@ -123,9 +122,9 @@ func (s *sweep) unserved(ctx context.Context, row *jetruntype.Run, a model.Repub
 		return true, s.deadLetterUnserved(ctx, row, a)
 	}
 	var marked bool
-	if _, _, err := r.store.Mutate(ctx, row.ID, func(run *jetruntype.Run) error {
+	if _, _, err := r.store.Mutate(ctx, row.ID, func(run *model.Row) error {
 		marked = false
-		if err := model.Apply(model.Of(run), model.FinishUnserved{Status: a.Status}, s.now); err != nil {
+		if err := model.Apply(run, model.FinishUnserved{Status: a.Status}, s.now); err != nil {
 			return err
 		}
 		marked = true
@@ -175,11 +174,11 @@ func (s *sweep) handlerServed(ctx context.Context, handler string) (bool, error)
 // with the reason, records the failure on the row, and removes the copy
 // waiting in the finish stream. The dead letter is written first: a crash
 // before the row write files it again (at least once), never zero times.
-func (s *sweep) deadLetterUnserved(ctx context.Context, row *jetruntype.Run, a model.RepublishFinish) error {
+func (s *sweep) deadLetterUnserved(ctx context.Context, row *model.Row, a model.RepublishFinish) error {
 	st, waited, seq := a.Status, a.Waited, a.Copy
 	r := s.r
 	ns := r.ns
-	f, ok := model.Of(row).FinishMessage(st)
+	f, ok := row.FinishMessage(st)
 	if !ok {
 		return nil
 	}
@@ -203,9 +202,9 @@ func (s *sweep) deadLetterUnserved(ctx context.Context, row *jetruntype.Run, a m
 	}
 	var failed bool
 	now := time.Now()
-	next, _, err := r.store.Mutate(ctx, row.ID, func(run *jetruntype.Run) error {
+	next, _, err := r.store.Mutate(ctx, row.ID, func(run *model.Row) error {
 		failed = false
-		if err := model.Apply(model.Of(run), model.UnservedFinishFailed{Status: st, Reason: reason}, now); err != nil {
+		if err := model.Apply(run, model.UnservedFinishFailed{Status: st, Reason: reason}, now); err != nil {
 			return err // a deliverer took it after all
 		}
 		failed = true

@@ -18,7 +18,6 @@ import (
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -78,8 +77,8 @@ func TestEveryRetryOfAGivenUpRunIsSweptAndItsSecondEndingAnnounced(t *testing.T)
 			if _, err := e.client.Dispatch(ctx, req); err != nil {
 				t.Fatal(err)
 			}
-			givenUp := func(r *jetruntype.Run) bool {
-				return r.Status == events.StatusInterrupted && !r.ChildStillRunning && model.Of(r).Settled()
+			givenUp := func(r *model.Row) bool {
+				return r.Status == events.StatusInterrupted && !r.ChildStillRunning && r.Settled()
 			}
 			row := jetruntest.WaitRow(t, e.store, id, 30*time.Second, givenUp)
 			if row.Attempt != 1 || row.Reason != events.ReasonBudgetExceeded {
@@ -92,13 +91,13 @@ func TestEveryRetryOfAGivenUpRunIsSweptAndItsSecondEndingAnnounced(t *testing.T)
 			if err := rt.retry(ctx, id); err != nil {
 				t.Fatal(err)
 			}
-			row = jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *jetruntype.Run) bool {
+			row = jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *model.Row) bool {
 				return r.Attempt == 2 && (r.Status == events.StatusRunning || r.Status == events.StatusInterrupted)
 			})
 			if row.Unindexed {
 				t.Errorf("resumed row says unindexed")
 			}
-			row = jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *jetruntype.Run) bool {
+			row = jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *model.Row) bool {
 				return r.Attempt == 2 && givenUp(r)
 			})
 			if row.Reason != events.ReasonBudgetExceeded || row.Milestones >= 40 {
@@ -144,9 +143,9 @@ func TestAResumedRunWaitingForAWorkerHasItsBudgetAgain(t *testing.T) {
 	if _, err := client.Dispatch(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	sweepUntil := func(what string, done func(st reconcile.Stats, row *jetruntype.Run) bool) *jetruntype.Run {
+	sweepUntil := func(what string, done func(st reconcile.Stats, row *model.Row) bool) *model.Row {
 		t.Helper()
-		var row *jetruntype.Run
+		var row *model.Row
 		natstest.Eventually(t, 30*time.Second, func() bool {
 			st, err := e.recon.Sweep(ctx)
 			if err != nil {
@@ -159,7 +158,7 @@ func TestAResumedRunWaitingForAWorkerHasItsBudgetAgain(t *testing.T) {
 		}, "%s: last row %+v", what, row)
 		return row
 	}
-	first := sweepUntil("first give-up", func(_ reconcile.Stats, r *jetruntype.Run) bool { return r.Status == events.StatusInterrupted })
+	first := sweepUntil("first give-up", func(_ reconcile.Stats, r *model.Row) bool { return r.Status == events.StatusInterrupted })
 	if first.Reason != events.ReasonBudgetExceeded || first.Attempt != 0 {
 		t.Fatalf("first give-up: %+v", first)
 	}
@@ -169,13 +168,13 @@ func TestAResumedRunWaitingForAWorkerHasItsBudgetAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The first sweep whose index holds the resumed run again.
-	row := sweepUntil("a sweep sees the resumed run", func(st reconcile.Stats, _ *jetruntype.Run) bool { return st.Active > 0 })
+	row := sweepUntil("a sweep sees the resumed run", func(st reconcile.Stats, _ *model.Row) bool { return st.Active > 0 })
 	if row.Status != events.StatusStarting || row.Handoffs != 0 || row.ReadyAt.IsZero() { // no attempt ran: none handed off
 		t.Fatalf("resumed run after a sweep, well within a budget counted from its retry: status %s (%s: %s), handoffs %d, readyAt %v",
 			row.Status, row.Reason, row.Error, row.Handoffs, row.ReadyAt)
 	}
 	// Its budget still holds, from the retry.
-	second := sweepUntil("second give-up", func(_ reconcile.Stats, r *jetruntype.Run) bool { return r.Status == events.StatusInterrupted })
+	second := sweepUntil("second give-up", func(_ reconcile.Stats, r *model.Row) bool { return r.Status == events.StatusInterrupted })
 	if second.Reason != events.ReasonBudgetExceeded || !second.FinishedAt.After(row.ReadyAt.Add(3*time.Second)) {
 		t.Fatalf("second give-up %s at %v, resumed at %v: want budget-exceeded past a budget from the retry",
 			second.Reason, second.FinishedAt, row.ReadyAt)
@@ -211,8 +210,8 @@ func TestAResumeWhoseWriterDiedBeforeItsDispatchRuns(t *testing.T) {
 	ctx := t.Context()
 	const id = "resume-unpublished"
 	e.detached(t, id, "second-time", map[string]any{}, events.Detached{MaxBudgetMs: 2000}) // the retry is taken well within it
-	row := jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *jetruntype.Run) bool {
-		return r.Status == events.StatusInterrupted && model.Of(r).Settled()
+	row := jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *model.Row) bool {
+		return r.Status == events.StatusInterrupted && r.Settled()
 	})
 	// The retry's writer resumes the row and dies before publishing.
 	if _, resumed, err := engine.From(jetruntest.OpenRuntime(t, e.nc, jetrun.Config{})).Resume(ctx, row, false); err != nil || !resumed {
@@ -238,9 +237,9 @@ func TestARetriedKeyedRunShowsEachQueue(t *testing.T) {
 	ctx := t.Context()
 	req := parent.Request{AgentType: "nobody", RunID: "keyed-retry", Input: map[string]any{}, ConcurrencyKey: "k-retry",
 		Detached: &events.Detached{OnFinish: "record", MaxBudgetMs: 500}}
-	givenUp := func(after time.Time) func(*jetruntype.Run) bool {
-		return func(r *jetruntype.Run) bool {
-			return r.Status == events.StatusInterrupted && r.FinishedAt.After(after) && model.Of(r).Settled()
+	givenUp := func(after time.Time) func(*model.Row) bool {
+		return func(r *model.Row) bool {
+			return r.Status == events.StatusInterrupted && r.FinishedAt.After(after) && r.Settled()
 		}
 	}
 	if _, err := client.Dispatch(ctx, req); err != nil {

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/jetrun/jetrun/internal/engine/model"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // Retain clears the final, settled runs that finished longer ago than the
@@ -18,7 +17,7 @@ func (r *Reconciler) Retain(ctx context.Context) (int, error) {
 		return 0, nil
 	}
 	now := time.Now()
-	rows, err := r.store.List(ctx, func(run *jetruntype.Run) bool { return model.Of(run).Expired(now, r.cfg.Retention) })
+	rows, err := r.store.List(ctx, func(run *model.Row) bool { return run.Expired(now, r.cfg.Retention) })
 	if err != nil {
 		return 0, fmt.Errorf("reconcile: retention: %w", err)
 	}

@@ -6,12 +6,12 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/reconcile"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 )
 
@@ -19,9 +19,9 @@ import (
 // test's sweeps give it up for its budget (issue 35, item 9).
 
 // sweepUntil sweeps until done holds for run id's row, and returns it.
-func sweepUntil(t *testing.T, e *env, id, what string, done func(*jetruntype.Run) bool) *jetruntype.Run {
+func sweepUntil(t *testing.T, e *env, id, what string, done func(*model.Row) bool) *model.Row {
 	t.Helper()
-	var row *jetruntype.Run
+	var row *model.Row
 	natstest.Eventually(t, 30*time.Second, func() bool {
 		row = sweptRow(t, e, id)
 		return done(row)
@@ -29,8 +29,8 @@ func sweepUntil(t *testing.T, e *env, id, what string, done func(*jetruntype.Run
 	return row
 }
 
-func interruptedAfter(at time.Time) func(*jetruntype.Run) bool {
-	return func(r *jetruntype.Run) bool { return r.Status == events.StatusInterrupted && r.FinishedAt.After(at) }
+func interruptedAfter(at time.Time) func(*model.Row) bool {
+	return func(r *model.Row) bool { return r.Status == events.StatusInterrupted && r.FinishedAt.After(at) }
 }
 
 // Two retries with no attempt between them: no attempt was handed off, so
@@ -111,7 +111,7 @@ func TestARetriedRunsLostDispatchesCountAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	lose()
-	sweepUntil(t, e, id, "first loss", func(r *jetruntype.Run) bool { return r.Redispatches == 1 })
+	sweepUntil(t, e, id, "first loss", func(r *model.Row) bool { return r.Redispatches == 1 })
 	row := sweepUntil(t, e, id, "give-up", interruptedAfter(time.Time{}))
 	if row.Reason != events.ReasonBudgetExceeded {
 		t.Fatalf("given up: %s (%s: %s)", row.Status, row.Reason, row.Error)
@@ -121,7 +121,7 @@ func TestARetriedRunsLostDispatchesCountAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	lost := lose()
-	row = sweepUntil(t, e, id, "the retry's loss", func(r *jetruntype.Run) bool {
+	row = sweepUntil(t, e, id, "the retry's loss", func(r *model.Row) bool {
 		return r.Status != events.StatusStarting || r.DispatchSeq != lost
 	})
 	// Dispatched again, as a new message (not the first life's copy).

@@ -10,7 +10,6 @@ import (
 	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/engine/testsignal"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // A sweep decides, then acts: for each run of the active index it reads
@@ -32,11 +31,11 @@ type sweep struct {
 
 	mu      sync.Mutex
 	stats   Stats
-	parents map[string]*jetruntype.Run   // parent rows read by this sweep (nil: gone)
+	parents map[string]*model.Row        // parent rows read by this sweep (nil: gone)
 	served  map[string]bool              // finish handlers a deliverer follows, as seen by this sweep
 	copies  map[string]map[string]uint64 // per handler, Nats-Msg-Id → sequence of the finishes waiting
 	keys    map[string]bool              // concurrency keys this sweep advanced (keys.go)
-	held    map[string][]*jetruntype.Run // per live worker, the running runs it holds (holders.go)
+	held    map[string][]*model.Row      // per live worker, the running runs it holds (holders.go)
 }
 
 func (s *sweep) count(f func(*Stats)) {
@@ -64,7 +63,7 @@ func (s *sweep) run(ctx context.Context, ir runstore.IndexedRun) error {
 	if err != nil {
 		return err
 	}
-	for _, a := range model.Due(model.Of(row), s.now, r.policy, f) {
+	for _, a := range model.Due(row, s.now, r.policy, f) {
 		if err := s.execute(ctx, row, a); err != nil {
 			return err
 		}
@@ -76,8 +75,8 @@ func (s *sweep) run(ctx context.Context, ir runstore.IndexedRun) error {
 // facts reads what model.Due needs to know of a live row beyond the row:
 // whether a live worker holds it (the followed liveness keys), and its
 // parent's row (read once per sweep).
-func (s *sweep) facts(ctx context.Context, row *jetruntype.Run) (model.Facts, error) {
-	if row.Status.Final() || model.Of(row).Settled() {
+func (s *sweep) facts(ctx context.Context, row *model.Row) (model.Facts, error) {
+	if row.Status.Final() || row.Settled() {
 		return model.Facts{}, nil
 	}
 	f := model.Facts{HolderAlive: s.r.holderAlive(ctx, row)}
@@ -92,7 +91,7 @@ func (s *sweep) facts(ctx context.Context, row *jetruntype.Run) (model.Facts, er
 }
 
 // execute carries out one action model.Due decided for row.
-func (s *sweep) execute(ctx context.Context, row *jetruntype.Run, a model.Action) error {
+func (s *sweep) execute(ctx context.Context, row *model.Row, a model.Action) error {
 	switch a := a.(type) {
 	case model.Unindex:
 		s.count(func(st *Stats) { st.Unindexed++ })
@@ -164,7 +163,7 @@ type Acted struct {
 // republishes an owed finish if this fails. A run it ended or gave up with
 // no worker holding it first counts the steps its lost attempt stored
 // (countLostSteps).
-func (r *Reconciler) announce(ctx context.Context, row *jetruntype.Run) {
+func (r *Reconciler) announce(ctx context.Context, row *model.Row) {
 	row = r.countLostSteps(ctx, row)
 	if err := r.rt.Announce(ctx, row, ""); err != nil {
 		r.fault(ctx, "announce transition", err, "run_id", row.ID, "status", row.Status)

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
@@ -19,7 +20,7 @@ func TestReconcilerCompletesABudgetStop(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now()
 	o := &jetruntype.Overrun{Owner: "bp", Budget: "tokens", Limit: 10, Used: 15}
-	for _, r := range []*jetruntype.Run{
+	for _, r := range []*model.Row{
 		{ID: "bp", AgentType: "demo", Status: events.StatusInterrupted, Reason: events.ReasonBudgetExceeded,
 			CancelRequested: true, Overrun: o, Budget: &events.TreeBudget{Tokens: 10}, CreatedAt: now, FinishedAt: now},
 		{ID: "bc", AgentType: "demo", Parent: "bp", Root: "bp", BudgetFrom: []string{"bp"}, Depth: 1,

@@ -15,7 +15,6 @@ import (
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // unservedPerType bounds the dispatches of one agent type looked at per
@@ -136,17 +135,17 @@ func (r *Reconciler) deadLetterUnservedDispatch(ctx context.Context, stream jets
 	}
 	text := fmt.Sprintf("%s; its dispatch waited %s and was dead-lettered", why, waited.Round(time.Second))
 	now := time.Now()
-	row, _, err := r.store.Mutate(ctx, d.RunID, func(run *jetruntype.Run) error {
+	row, _, err := r.store.Mutate(ctx, d.RunID, func(run *model.Row) error {
 		if run.Status != events.StatusStarting || run.AgentType != agentType {
 			return runstore.ErrNoChange
 		}
-		if now.Sub(model.Of(run).WaitingSince()) < r.cfg.DispatchUnservedWait {
+		if now.Sub(run.WaitingSince()) < r.cfg.DispatchUnservedWait {
 			// A dispatch from before the run was retried: the run itself
 			// has not waited that long for a worker. The message stays
 			// (a worker that comes takes the run with it, or drops it).
 			return runstore.ErrNoChange
 		}
-		return model.Apply(model.Of(run), model.Ended{Status: events.StatusError, Reason: events.ReasonNoWorker, Error: text}, now)
+		return model.Apply(run, model.Ended{Status: events.StatusError, Reason: events.ReasonNoWorker, Error: text}, now)
 	})
 	if errors.Is(err, runstore.ErrRunNotFound) {
 		return nil // cleared; a worker drops its dispatch
@@ -196,7 +195,7 @@ func (r *Reconciler) markWaiting(ctx context.Context, agentType, epoch string, m
 	row := model.NewRun(agentType, d, msg.Sequence, msg.Time)
 	waiting := model.WaitingForWorker{Why: why}
 	now := time.Now()
-	if err := model.Apply(model.Of(row), waiting, now); err != nil {
+	if err := model.Apply(row, waiting, now); err != nil {
 		return false, err
 	}
 	if _, err := r.store.Create(ctx, row); err == nil {
@@ -206,12 +205,12 @@ func (r *Reconciler) markWaiting(ctx context.Context, agentType, epoch string, m
 		return false, err
 	}
 	wrote := false
-	_, _, err := r.store.Mutate(ctx, d.RunID, func(run *jetruntype.Run) error {
+	_, _, err := r.store.Mutate(ctx, d.RunID, func(run *model.Row) error {
 		wrote = false
 		if run.AgentType != agentType {
 			return runstore.ErrNoChange
 		}
-		if err := model.Apply(model.Of(run), waiting, now); err != nil {
+		if err := model.Apply(run, waiting, now); err != nil {
 			return err // not starting, or marked so already
 		}
 		wrote = true

@@ -10,12 +10,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/reconcile"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -43,7 +43,7 @@ func TestDispatchNoWorkerServesIsVisible(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"ghost1", "ghost2", "ghost3"} {
-		row := jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *jetruntype.Run) bool {
+		row := jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *model.Row) bool {
 			return r.Reason == events.ReasonWaitingForWorker
 		})
 		if row.Status != events.StatusStarting || row.AgentType != "ghost" ||
@@ -79,7 +79,7 @@ func TestDispatchNoWorkerServesIsVisible(t *testing.T) {
 	if _, err := e.js.Publish(ctx, "jetrun.dispatch.ghost", []byte(`{"runId":"ghost4","input":{}}`)); err != nil {
 		t.Fatal(err)
 	}
-	row := jetruntest.WaitRow(t, e.store, "ghost4", 30*time.Second, func(r *jetruntype.Run) bool {
+	row := jetruntest.WaitRow(t, e.store, "ghost4", 30*time.Second, func(r *model.Row) bool {
 		return r.Reason == events.ReasonWaitingForWorker
 	})
 	if row.Status != events.StatusStarting || !strings.Contains(row.Error, "no worker of agent type ghost is running") {
@@ -161,7 +161,7 @@ func TestARetriedRunGetsTheUnservedWaitAgain(t *testing.T) {
 	if _, err := client.Dispatch(ctx, req); err != nil { // the retry
 		t.Fatal(err)
 	}
-	row := jetruntest.WaitRow(t, e.store, req.RunID, 30*time.Second, func(r *jetruntype.Run) bool {
+	row := jetruntest.WaitRow(t, e.store, req.RunID, 30*time.Second, func(r *model.Row) bool {
 		return r.Status != events.StatusStarting && !r.ReadyAt.IsZero() // retried (no attempt ran: no hand-off)
 	})
 	if row.Status != events.StatusInterrupted || row.Reason != events.ReasonBudgetExceeded {

@@ -16,7 +16,6 @@ import (
 	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // The active-run index lives in its own bucket (jetrun_active), so work that
@@ -43,7 +42,7 @@ const (
 
 // indexKeys are r's keys in the index: the run's own, and its entry under
 // its parent.
-func indexKeys(r *jetruntype.Run) []string {
+func indexKeys(r *model.Row) []string {
 	keys := []string{indexRunPrefix + r.ID}
 	if r.Parent != "" {
 		keys = append(keys, indexChildPrefix+r.Parent+"."+r.ID)
@@ -51,7 +50,7 @@ func indexKeys(r *jetruntype.Run) []string {
 	return keys
 }
 
-func (s *core) index(ctx context.Context, r *jetruntype.Run) error {
+func (s *core) index(ctx context.Context, r *model.Row) error {
 	val := []byte(r.AgentType)
 	for _, k := range indexKeys(r) {
 		if _, err := s.active.Create(ctx, k, val); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
@@ -66,7 +65,7 @@ func (s *core) index(ctx context.Context, r *jetruntype.Run) error {
 // before and after the row's transition: before, so a resumer that dies
 // after the transition leaves an entry; after, so an entry purged meanwhile
 // by someone who read the row settled comes back (see Unindex).
-func (s Index) Reindex(ctx context.Context, r *jetruntype.Run) error {
+func (s Index) Reindex(ctx context.Context, r *model.Row) error {
 	if r.Unindexed {
 		return nil
 	}
@@ -79,7 +78,7 @@ func (s Index) Reindex(ctx context.Context, r *jetruntype.Run) error {
 // just after them. For such a run the row is read again after the purge,
 // and a run found live is entered again. A final run is never resumed: it
 // costs no read.
-func (s Index) Unindex(ctx context.Context, r *jetruntype.Run) error {
+func (s Index) Unindex(ctx context.Context, r *model.Row) error {
 	if err := s.purgeIndex(ctx, r); err != nil {
 		return err
 	}
@@ -93,13 +92,13 @@ func (s Index) Unindex(ctx context.Context, r *jetruntype.Run) error {
 	if err != nil {
 		return fmt.Errorf("kv: unindex run %s: check for a resume: %w", r.ID, err)
 	}
-	if model.Of(now).Settled() {
+	if now.Settled() {
 		return nil
 	}
 	return s.Reindex(ctx, now)
 }
 
-func (s *core) purgeIndex(ctx context.Context, r *jetruntype.Run) error {
+func (s *core) purgeIndex(ctx context.Context, r *model.Row) error {
 	for _, k := range indexKeys(r) {
 		if err := bucket.DeleteKey(ctx, s.js, s.active.Bucket(), k, indexMarkerTTL); err != nil {
 			return fmt.Errorf("kv: unindex run %s: %w", r.ID, err)
@@ -111,8 +110,8 @@ func (s *core) purgeIndex(ctx context.Context, r *jetruntype.Run) error {
 // UnindexIfSettled removes r's index entries if r is settled (nil is
 // ignored). The reconciler removes settled runs too; doing it at once spares
 // it the look.
-func (s Index) UnindexIfSettled(ctx context.Context, r *jetruntype.Run) error {
-	if r == nil || r.Unindexed || !model.Of(r).Settled() {
+func (s Index) UnindexIfSettled(ctx context.Context, r *model.Row) error {
+	if r == nil || r.Unindexed || !r.Settled() {
 		return nil
 	}
 	return s.Unindex(ctx, r)
@@ -190,7 +189,7 @@ func (s Index) Tombstone(ctx context.Context, id string, mark uint64) error {
 // Erase removes a run's records from the buckets: the concurrency slots it
 // held as a parent, then its row. engine.Runtime.Erase calls it last, after
 // the run's messages are gone.
-func (s *Store) Erase(ctx context.Context, r *jetruntype.Run) error {
+func (s *Store) Erase(ctx context.Context, r *model.Row) error {
 	if err := s.activeKV.Purge(ctx, jetstream.WithPurgeSubject(s.activeSubject(slotPrefix(r.ID)+">"))); err != nil {
 		return fmt.Errorf("kv: erase slots of run %s: %w", r.ID, err)
 	}

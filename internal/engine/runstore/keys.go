@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/engine/bucket"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
@@ -71,7 +72,7 @@ func (s Keys) Busy(ctx context.Context, key string) (bool, error) {
 
 // EnsureQueued enters the queued run r in its key's queue unless it is
 // there already.
-func (s Keys) EnsureQueued(ctx context.Context, r *jetruntype.Run) error {
+func (s Keys) EnsureQueued(ctx context.Context, r *model.Row) error {
 	if r.ConcurrencyKey == "" || r.Status != events.StatusQueued {
 		return nil
 	}
@@ -169,7 +170,7 @@ func (s Keys) Queue(ctx context.Context, key string) ([]QueueEntry, error) {
 
 // Withdraw removes a drop submit that lost its key: its row (still queued
 // at rev; ErrConflict if it changed) and its queue entry.
-func (s Keys) Withdraw(ctx context.Context, r *jetruntype.Run, rev uint64) error {
+func (s Keys) Withdraw(ctx context.Context, r *model.Row, rev uint64) error {
 	err := bucket.DeleteKey(ctx, s.js, s.kv.Bucket(), r.ID, markerTTL, jetstream.WithExpectLastSequencePerSubject(rev))
 	if wire.IsWrongLastSequence(err) {
 		return fmt.Errorf("kv: withdraw run %s: %w", r.ID, ErrConflict)

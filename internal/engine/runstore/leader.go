@@ -10,8 +10,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/engine/jsfault"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/wire"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // Reads of a row are direct gets, which any replica of a replicated bucket
@@ -132,7 +132,7 @@ func (s *Store) createOver(ctx context.Context, id string, data []byte) (uint64,
 
 // confirmMissing asks the leader of the runs bucket for the row a direct
 // get did not find. It returns the row, or ErrRunNotFound.
-func (s *Store) confirmMissing(ctx context.Context, id string) (*jetruntype.Run, uint64, error) {
+func (s *Store) confirmMissing(ctx context.Context, id string) (*model.Row, uint64, error) {
 	if s.replicas <= 1 {
 		return nil, 0, fmt.Errorf("kv: get run %s: %w", id, ErrRunNotFound)
 	}
@@ -153,7 +153,7 @@ func (s *Store) confirmMissing(ctx context.Context, id string) (*jetruntype.Run,
 // Latest returns the row of run id as its newest write left it: read from
 // the runs bucket's leader (a replica may be behind), or, on a
 // single-replica bucket, as Get does. ErrRunNotFound if it has none.
-func (s *Store) Latest(ctx context.Context, id string) (*jetruntype.Run, uint64, error) {
+func (s *Store) Latest(ctx context.Context, id string) (*model.Row, uint64, error) {
 	if s.replicas <= 1 {
 		return s.Get(ctx, id)
 	}

@@ -10,9 +10,9 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/jetrun/jetrun/internal/engine/jsfault"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // On a replicated bucket a row a direct get missed is looked up on the
@@ -31,7 +31,7 @@ func TestLeaderConfirmsAMissOnAThreeNodeCluster(t *testing.T) {
 	if s.replicas != 3 {
 		t.Fatalf("store sees %d replicas, want 3", s.replicas)
 	}
-	r := &jetruntype.Run{ID: "lc1", AgentType: "demo", Status: events.StatusStarting, CreatedAt: time.Now(), Unindexed: true}
+	r := &model.Row{ID: "lc1", AgentType: "demo", Status: events.StatusStarting, CreatedAt: time.Now(), Unindexed: true}
 	rev, err := s.Create(ctx, r)
 	if err != nil {
 		t.Fatal(err)

@@ -14,8 +14,8 @@ import (
 
 	"github.com/jetrun/jetrun/internal/engine/bucket"
 	"github.com/jetrun/jetrun/internal/engine/jsfault"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/wire"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // A worker process proves it is alive with one key in the active bucket,
@@ -274,7 +274,7 @@ func (s Workers) key(ctx context.Context, worker string) (epoch string, until ti
 // HolderAlive reports whether a live worker holds r: r names a worker and
 // that worker's liveness key exists with the epoch on r. A row claimed
 // without an epoch (an older worker) is held until its leaseUntil.
-func (s Workers) HolderAlive(ctx context.Context, r *jetruntype.Run) (bool, error) {
+func (s Workers) HolderAlive(ctx context.Context, r *model.Row) (bool, error) {
 	alive, _, err := s.HolderUntil(ctx, r)
 	return alive, err
 }
@@ -285,7 +285,7 @@ func (s Workers) HolderAlive(ctx context.Context, r *jetruntype.Run) (bool, erro
 // until is zero when not known. A worker handed a dispatch of a run held
 // elsewhere looks at it again then, so the run of a holder that died is
 // taken over as soon as its key is gone, not a whole lease later.
-func (s Workers) HolderUntil(ctx context.Context, r *jetruntype.Run) (alive bool, until time.Time, err error) {
+func (s Workers) HolderUntil(ctx context.Context, r *model.Row) (alive bool, until time.Time, err error) {
 	if r.Worker == "" {
 		return false, time.Time{}, nil
 	}
@@ -365,7 +365,7 @@ func (ws *WorkerWatch) loop(ctx context.Context, s *core) {
 
 // Alive reports whether a live worker holds r (see Workers.HolderAlive), from
 // the followed keys.
-func (ws *WorkerWatch) Alive(r *jetruntype.Run) bool {
+func (ws *WorkerWatch) Alive(r *model.Row) bool {
 	if r.Worker == "" {
 		return false
 	}

@@ -8,8 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // RowChange is one entry of a RowWatch.
@@ -18,7 +18,7 @@ type RowChange struct {
 	ID string
 	// Run is the row as written, nil when it was removed (or is not a row
 	// this version can read).
-	Run      *jetruntype.Run
+	Run      *model.Row
 	Revision uint64
 	// Loaded marks the end of the initial state: every row that existed
 	// when the watch started has been delivered before it.

@@ -220,7 +220,7 @@ func (s *Store) Harden(ctx context.Context) ([]string, error) {
 }
 
 // Get returns the row of run id and its revision, or ErrRunNotFound.
-func (s *Store) Get(ctx context.Context, id string) (*jetruntype.Run, uint64, error) {
+func (s *Store) Get(ctx context.Context, id string) (*model.Row, uint64, error) {
 	r, rev, err := s.Lookup(ctx, id)
 	if errors.Is(err, ErrRunNotFound) {
 		return s.confirmMissing(ctx, id)
@@ -233,7 +233,7 @@ func (s *Store) Get(ctx context.Context, id string) (*jetruntype.Run, uint64, er
 // It is for a read whose miss is followed by a Create, whose
 // compare-and-set catches such a row, so the common miss costs one round
 // trip.
-func (s *Store) Lookup(ctx context.Context, id string) (*jetruntype.Run, uint64, error) {
+func (s *Store) Lookup(ctx context.Context, id string) (*model.Row, uint64, error) {
 	if err := events.ValidateID(id); err != nil {
 		return nil, 0, fmt.Errorf("kv: get run: %w", err)
 	}
@@ -292,7 +292,7 @@ func (s *Store) read(ctx context.Context, id string) ([]byte, uint64, error) {
 // r.Unindexed, the run is entered in the active-run index first, so such a
 // row that is not settled always has an index entry (an entry without a
 // row, left by a crash, is removed by the reconciler).
-func (s *Store) Create(ctx context.Context, r *jetruntype.Run) (uint64, error) {
+func (s *Store) Create(ctx context.Context, r *model.Row) (uint64, error) {
 	if err := events.ValidateID(r.ID); err != nil {
 		return 0, fmt.Errorf("kv: create run: %w", err)
 	}
@@ -331,7 +331,7 @@ func (s *Store) write(ctx context.Context, id string, data []byte, rev uint64) (
 
 // Delete removes the row of run id and its index entries. Watchers see a
 // deletion; the marker it leaves expires after a minute.
-func (s *Store) Delete(ctx context.Context, r *jetruntype.Run) error {
+func (s *Store) Delete(ctx context.Context, r *model.Row) error {
 	if err := bucket.DeleteKey(ctx, s.js, s.kv.Bucket(), r.ID, markerTTL); err != nil {
 		return fmt.Errorf("kv: delete run %s: %w", r.ID, err)
 	}
@@ -340,7 +340,7 @@ func (s *Store) Delete(ctx context.Context, r *jetruntype.Run) error {
 
 // Update writes r if the stored row is still at revision rev, and returns the
 // new revision. It returns ErrConflict if the row changed meanwhile.
-func (s *Store) Update(ctx context.Context, r *jetruntype.Run, rev uint64) (uint64, error) {
+func (s *Store) Update(ctx context.Context, r *model.Row, rev uint64) (uint64, error) {
 	if err := events.ValidateID(r.ID); err != nil {
 		return 0, fmt.Errorf("kv: update run: %w", err)
 	}
@@ -368,22 +368,22 @@ func (s *Store) Update(ctx context.Context, r *jetruntype.Run, rev uint64) (uint
 // untouched and makes Mutate return the current row with a nil error; any
 // other error is returned as is. A result that changes a final row's status
 // is not written: Mutate returns ErrFinal.
-func (s *Store) Mutate(ctx context.Context, id string, fn func(*jetruntype.Run) error) (*jetruntype.Run, uint64, error) {
+func (s *Store) Mutate(ctx context.Context, id string, fn func(*model.Row) error) (*model.Row, uint64, error) {
 	return s.mutate(ctx, id, keepFinal(fn))
 }
 
 // RewriteFinal is Mutate for the one write that may change a final row's
 // status: the repair of a row someone rewrote without the compare-and-set,
 // back to the run's real ending (engine.Runtime.RepairFinal).
-func (s *Store) RewriteFinal(ctx context.Context, id string, fn func(*jetruntype.Run) error) (*jetruntype.Run, uint64, error) {
-	return s.mutate(ctx, id, func(_, next *jetruntype.Run) error { return fn(next) })
+func (s *Store) RewriteFinal(ctx context.Context, id string, fn func(*model.Row) error) (*model.Row, uint64, error) {
+	return s.mutate(ctx, id, func(_, next *model.Row) error { return fn(next) })
 }
 
 // keepFinal wraps a Mutate function so that a result that leaves (or
 // changes) a final status is refused with ErrFinal: the one place the
 // store keeps final statuses final.
-func keepFinal(fn func(*jetruntype.Run) error) func(was, next *jetruntype.Run) error {
-	return func(was, next *jetruntype.Run) error {
+func keepFinal(fn func(*model.Row) error) func(was, next *model.Row) error {
+	return func(was, next *model.Row) error {
 		if err := fn(next); err != nil {
 			return err
 		}
@@ -395,9 +395,9 @@ func keepFinal(fn func(*jetruntype.Run) error) func(was, next *jetruntype.Run) e
 }
 
 // mutate is Mutate, with fn given the row it changes (was) beside its copy.
-func (s *Store) mutate(ctx context.Context, id string, fn func(was, next *jetruntype.Run) error) (*jetruntype.Run, uint64, error) {
+func (s *Store) mutate(ctx context.Context, id string, fn func(was, next *model.Row) error) (*model.Row, uint64, error) {
 	var (
-		row       *jetruntype.Run
+		row       *model.Row
 		rev       uint64
 		conflicts int
 	)
@@ -414,7 +414,7 @@ func (s *Store) mutate(ctx context.Context, id string, fn func(was, next *jetrun
 			}
 			return err
 		}
-		next := model.Of(cur).Clone()
+		next := cur.Clone()
 		if err := fn(cur, next); err != nil {
 			if errors.Is(err, ErrNoChange) {
 				row, rev = cur, curRev
@@ -453,11 +453,11 @@ func (s *Store) mutate(ctx context.Context, id string, fn func(was, next *jetrun
 // a copy of known; if that write loses a race, or fn rejects known (which
 // may be stale), Mutate re-reads the row and decides. A nil known reads
 // first, exactly as Mutate.
-func (s *Store) MutateFrom(ctx context.Context, id string, known *jetruntype.Run, rev uint64, fn func(*jetruntype.Run) error) (*jetruntype.Run, uint64, error) {
+func (s *Store) MutateFrom(ctx context.Context, id string, known *model.Row, rev uint64, fn func(*model.Row) error) (*model.Row, uint64, error) {
 	if known == nil {
 		return s.Mutate(ctx, id, fn)
 	}
-	next := model.Of(known).Clone()
+	next := known.Clone()
 	if err := keepFinal(fn)(known, next); err != nil {
 		if errors.Is(err, ErrNoChange) {
 			return known, rev, nil
@@ -476,13 +476,13 @@ func (s *Store) MutateFrom(ctx context.Context, id string, known *jetruntype.Run
 
 // List returns every row for which keep returns true (all rows when keep is
 // nil), reading the bucket in one pass.
-func (s *Store) List(ctx context.Context, keep func(*jetruntype.Run) bool) ([]*jetruntype.Run, error) {
+func (s *Store) List(ctx context.Context, keep func(*model.Row) bool) ([]*model.Row, error) {
 	w, err := s.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
 		return nil, fmt.Errorf("kv: list runs: %w", err)
 	}
 	defer w.Stop()
-	var out []*jetruntype.Run
+	var out []*model.Row
 	for {
 		select {
 		case <-ctx.Done():
@@ -507,8 +507,8 @@ func (s *Store) List(ctx context.Context, keep func(*jetruntype.Run) bool) ([]*j
 
 // Decode decodes the row stored under key (a row written without its id
 // takes the key's). Undecodable data is ErrCorruptRow.
-func Decode(key string, data []byte) (*jetruntype.Run, error) {
-	var r jetruntype.Run
+func Decode(key string, data []byte) (*model.Row, error) {
+	var r model.Row
 	if err := json.Unmarshal(data, &r); err != nil {
 		return nil, fmt.Errorf("kv: run %s: %w: %v", key, ErrCorruptRow, err)
 	}

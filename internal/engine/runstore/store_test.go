@@ -15,7 +15,6 @@ import (
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -29,8 +28,8 @@ func openStore(t *testing.T, js jetstream.JetStream, replicas int) *runstore.Sto
 	return s
 }
 
-func newRun(id string) *jetruntype.Run {
-	return &jetruntype.Run{ID: id, AgentType: "demo", Status: events.StatusStarting, CreatedAt: time.Now()}
+func newRun(id string) *model.Row {
+	return &model.Row{ID: id, AgentType: "demo", Status: events.StatusStarting, CreatedAt: time.Now()}
 }
 
 func TestCreateGetUpdate(t *testing.T) {
@@ -114,7 +113,7 @@ func TestMutateLosesNoUpdateUnderContention(t *testing.T) {
 		wg.Go(func() {
 			for i := range each {
 				tag := fmt.Sprintf("w%d-%d", w, i)
-				_, _, err := s.Mutate(ctx, "hot", func(r *jetruntype.Run) error {
+				_, _, err := s.Mutate(ctx, "hot", func(r *model.Row) error {
 					if r.Delivered == nil {
 						r.Delivered = map[events.Status]time.Time{}
 					}
@@ -143,15 +142,15 @@ func TestMutateNoChangeAndErrors(t *testing.T) {
 	s := openStore(t, js, 1)
 	ctx := context.Background()
 	rev, _ := s.Create(ctx, newRun("m"))
-	row, got, err := s.Mutate(ctx, "m", func(*jetruntype.Run) error { return runstore.ErrNoChange })
+	row, got, err := s.Mutate(ctx, "m", func(*model.Row) error { return runstore.ErrNoChange })
 	if err != nil || got != rev || row.ID != "m" {
 		t.Fatalf("no change: %v %d", err, got)
 	}
 	boom := errors.New("boom")
-	if _, _, err := s.Mutate(ctx, "m", func(*jetruntype.Run) error { return boom }); !errors.Is(err, boom) {
+	if _, _, err := s.Mutate(ctx, "m", func(*model.Row) error { return boom }); !errors.Is(err, boom) {
 		t.Fatalf("fn error: %v", err)
 	}
-	if _, _, err := s.Mutate(ctx, "none", func(*jetruntype.Run) error { return nil }); !errors.Is(err, runstore.ErrRunNotFound) {
+	if _, _, err := s.Mutate(ctx, "none", func(*model.Row) error { return nil }); !errors.Is(err, runstore.ErrRunNotFound) {
 		t.Fatalf("missing: %v", err)
 	}
 	// A row someone wrote by hand (nats kv put) that is not JSON.
@@ -176,8 +175,8 @@ func TestMutateFromStartsWithTheKnownRowAndRecoversFromAStaleOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	known, _, _ := s.Get(ctx, "mf")
-	setSummary := func(v string) func(*jetruntype.Run) error {
-		return func(r *jetruntype.Run) error { r.Summary += v; return nil }
+	setSummary := func(v string) func(*model.Row) error {
+		return func(r *model.Row) error { r.Summary += v; return nil }
 	}
 	row, rev2, err := s.MutateFrom(ctx, "mf", known, rev, setSummary("a"))
 	if err != nil || row.Summary != "a" || rev2 <= rev {
@@ -189,7 +188,7 @@ func TestMutateFromStartsWithTheKnownRowAndRecoversFromAStaleOne(t *testing.T) {
 		t.Fatalf("stale known row: %+v %v", row, err)
 	}
 	// A verdict against a stale row is checked against the stored one.
-	row, _, err = s.MutateFrom(ctx, "mf", known, rev, func(r *jetruntype.Run) error {
+	row, _, err = s.MutateFrom(ctx, "mf", known, rev, func(r *model.Row) error {
 		if r.Summary == "" {
 			return errors.New("stale")
 		}
@@ -223,7 +222,7 @@ func TestMutateNeverLeavesAFinalStatus(t *testing.T) {
 	if err != nil || final.Status != events.StatusCompleted {
 		t.Fatalf("end: %v %v", final, err)
 	}
-	revive := func(r *jetruntype.Run) error { r.Status = events.StatusRunning; return nil }
+	revive := func(r *model.Row) error { r.Status = events.StatusRunning; return nil }
 	if _, _, err := s.Mutate(ctx, "f", revive); !errors.Is(err, runstore.ErrFinal) {
 		t.Fatalf("Mutate out of a final status: %v", err)
 	}
@@ -270,7 +269,7 @@ func TestWatchSeesChangesAndDeletion(t *testing.T) {
 	if snap := next(); snap.Revision != rev || snap.Run.Status != events.StatusStarting {
 		t.Fatalf("first = %+v", snap)
 	}
-	if _, _, err := s.Mutate(ctx, "w", func(r *jetruntype.Run) error { r.Status = events.StatusRunning; return nil }); err != nil {
+	if _, _, err := s.Mutate(ctx, "w", func(r *model.Row) error { r.Status = events.StatusRunning; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if snap := next(); snap.Run == nil || snap.Run.Status != events.StatusRunning {
@@ -299,7 +298,7 @@ func TestList(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rows, err := s.List(ctx, func(r *jetruntype.Run) bool { return r.Status == events.StatusCompleted })
+	rows, err := s.List(ctx, func(r *model.Row) bool { return r.Status == events.StatusCompleted })
 	if err != nil || len(rows) != 3 {
 		t.Fatalf("list = %d rows, %v", len(rows), err)
 	}
@@ -350,7 +349,7 @@ func TestUnindexOfAGiveUpResumedMeanwhileKeepsItIndexed(t *testing.T) {
 		t.Fatal(err)
 	}
 	settled, _, err := s.Mutate(ctx, "g1", model.Mutation(time.Now(), model.GaveUp{Reason: events.ReasonBudgetExceeded, Error: "over budget"}))
-	if err != nil || !model.Of(settled).Settled() {
+	if err != nil || !settled.Settled() {
 		t.Fatalf("give-up: %+v %v", settled, err)
 	}
 	// The resume (engine.Runtime.Resume): entries, row, entries.
@@ -398,8 +397,8 @@ func TestWorkersSeeALapsedKeyWithoutAMarker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	held := func(worker, epoch string) *jetruntype.Run {
-		return &jetruntype.Run{ID: "r", Worker: worker, WorkerEpoch: epoch}
+	held := func(worker, epoch string) *model.Row {
+		return &model.Row{ID: "r", Worker: worker, WorkerEpoch: epoch}
 	}
 	natstest.Eventually(t, 10*time.Second, func() bool {
 		return ws.Alive(held("w-lapse", lapsing.Epoch())) && ws.Alive(held("w-release", released.Epoch()))

@@ -10,13 +10,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/engine/jsfault"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // Snapshot is one observed state of a row.
 type Snapshot struct {
-	Run      *jetruntype.Run // nil when Deleted
+	Run      *model.Row // nil when Deleted
 	Revision uint64
 	Deleted  bool
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/engine"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/reconcile"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/engine/wire"
@@ -25,7 +26,6 @@ import (
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/finish"
 	"github.com/jetrun/jetrun/pkg/jetrun"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -489,15 +489,15 @@ func BenchmarkWorkloadReconcileSweep(b *testing.B) {
 		b.Fatal(err)
 	}
 	now := time.Now()
-	create := func(n int, mk func(i int) *jetruntype.Run) {
+	create := func(n int, mk func(i int) *model.Row) {
 		fanOut(b, n, 16, func(i int) error {
 			_, err := store.Create(ctx, mk(i))
 			return err
 		})
 	}
 	// Active runs: running, with a live lease and a detached budget to check.
-	create(active, func(i int) *jetruntype.Run {
-		return &jetruntype.Run{ID: fmt.Sprintf("active-%d", i), AgentType: "noop", Status: events.StatusRunning, Attempt: 1,
+	create(active, func(i int) *model.Row {
+		return &model.Row{ID: fmt.Sprintf("active-%d", i), AgentType: "noop", Status: events.StatusRunning, Attempt: 1,
 			Worker: "w", LeaseUntil: now.Add(time.Hour), CreatedAt: now, StartedAt: now, LastSignalAt: now,
 			Detached: &events.Detached{}}
 	})
@@ -527,8 +527,8 @@ func BenchmarkWorkloadReconcileSweep(b *testing.B) {
 		empty = measure()
 		// Retained runs: final and settled, not in the index (as the worker
 		// leaves them).
-		create(retained, func(i int) *jetruntype.Run {
-			run := &jetruntype.Run{ID: fmt.Sprintf("done-%d", i), AgentType: "noop", Status: events.StatusCompleted, Attempt: 1,
+		create(retained, func(i int) *model.Row {
+			run := &model.Row{ID: fmt.Sprintf("done-%d", i), AgentType: "noop", Status: events.StatusCompleted, Attempt: 1,
 				CreatedAt: now, StartedAt: now, FinishedAt: now}
 			return run
 		})
@@ -564,7 +564,7 @@ func BenchmarkWorkloadDetachedFinish(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	d.HandleFunc("bench", func(_ context.Context, _ *jetruntype.Run, res finish.Result) error {
+	d.HandleFunc("bench", func(_ context.Context, _ *model.Row, res finish.Result) error {
 		lat.end(res.RunID)
 		return nil
 	})

@@ -14,8 +14,8 @@ import (
 
 	"github.com/creack/pty"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // jetrunCLI runs the jetrun CLI against e's server and returns its
@@ -91,7 +91,7 @@ func TestCLIDispatchWaitOnATerminal(t *testing.T) {
 		out, code := e.jetrunCLI(t, true, "dispatch", "--wait", "--run-id", "cli-cancel", "demo", `{"steps":100,"stepMs":100}`)
 		done <- result{out, code}
 	}()
-	jetruntest.WaitRow(t, e.store, "cli-cancel", 30*time.Second, func(r *jetruntype.Run) bool { return r.Milestones >= 1 })
+	jetruntest.WaitRow(t, e.store, "cli-cancel", 30*time.Second, func(r *model.Row) bool { return r.Milestones >= 1 })
 	if out, code := e.jetrunCLI(t, false, "cancel", "cli-cancel"); code != 0 {
 		t.Fatalf("jetrun cancel: exit %d: %s", code, out)
 	}
@@ -127,7 +127,7 @@ func TestCLIReplayAndFriends(t *testing.T) {
 		out, _ := e.jetrunCLI(t, false, "replay", "--follow", "tl")
 		replayed <- out
 	}()
-	jetruntest.WaitRow(t, e.store, "tl", 30*time.Second, func(r *jetruntype.Run) bool { return r.WaitingFor == "approve" })
+	jetruntest.WaitRow(t, e.store, "tl", 30*time.Second, func(r *model.Row) bool { return r.WaitingFor == "approve" })
 	if out, code := e.jetrunCLI(t, false, "signal", "tl", "approve", `{"approved":true}`); code != 0 || !strings.Contains(out, "signal approve sent") {
 		t.Fatalf("signal: %d %s", code, out)
 	}

@@ -19,12 +19,12 @@ import (
 
 	"github.com/jetrun/jetrun/internal/app/agents/demo"
 	"github.com/jetrun/jetrun/internal/engine"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 )
 
@@ -284,7 +284,7 @@ func TestClusterLosesNodesAndNoRun(t *testing.T) {
 	}
 	var failed, missing, duplicated []string
 	for _, id := range ids {
-		var row, last *jetruntype.Run
+		var row, last *model.Row
 		natstest.Eventually(t, 3*time.Minute, func() bool {
 			r, _, err := e.store.Get(context.Background(), id)
 			if err == nil {
@@ -390,7 +390,7 @@ func completedTwice(t *testing.T, js jetstream.JetStream, ids []string) []string
 // rowDump prints a row as JSON when formatted (a failure message's
 // argument, read at the failure).
 type rowDump struct {
-	r    **jetruntype.Run
+	r    **model.Row
 	js   jetstream.JetStream
 	kids []*proc // child-workers: SIGQUIT, so their goroutine stacks are in the failure's output
 }
@@ -414,7 +414,7 @@ func (d rowDump) afterStepdown() string {
 	status := "unknown"
 	for ctx.Err() == nil {
 		if e, err := bucket.Get(ctx, r.ID); err == nil {
-			var now jetruntype.Run
+			var now model.Row
 			if json.Unmarshal(e.Value(), &now) == nil {
 				status = string(now.Status)
 				if now.Status.Final() {
@@ -548,7 +548,7 @@ func nodeKillRestarts(t *testing.T, lease string, killLeader bool) (restarted, t
 	t.Logf("KV_jetrun_active has a leader %s after the kill", time.Since(killed).Round(100*time.Millisecond))
 	c.start(victim)
 	for _, id := range ids {
-		var row *jetruntype.Run
+		var row *model.Row
 		natstest.Eventually(t, 3*time.Minute, func() bool {
 			r, _, err := e.store.Get(context.Background(), id)
 			row = r

@@ -18,6 +18,7 @@ import (
 
 	"github.com/jetrun/jetrun/internal/app/agents/demo"
 	"github.com/jetrun/jetrun/internal/engine"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
@@ -101,7 +102,7 @@ func TestKilledChildWorkersRunsAreTakenOverAndResume(t *testing.T) {
 		e.dispatch(t, id, steps, stepMs)
 	}
 	for _, id := range ofA {
-		jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *jetruntype.Run) bool { return r.Worker == "child-a" })
+		jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *model.Row) bool { return r.Worker == "child-a" })
 	}
 	e.childWorker(t, "child-b", map[string]string{"JETRUN_CONCURRENCY": "8"})
 	for i := range 4 {
@@ -110,17 +111,17 @@ func TestKilledChildWorkersRunsAreTakenOverAndResume(t *testing.T) {
 		e.dispatch(t, id, steps, stepMs)
 	}
 	for _, id := range ofB {
-		jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *jetruntype.Run) bool { return r.Worker == "child-b" })
+		jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *model.Row) bool { return r.Worker == "child-b" })
 	}
 	// Let child-a get some way into its runs, then kill it.
 	for _, id := range ofA {
-		jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *jetruntype.Run) bool { return r.Milestones >= 3 })
+		jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *model.Row) bool { return r.Milestones >= 3 })
 	}
 	a.kill()
 	killed := time.Now()
 
 	for _, id := range ofA {
-		jetruntest.WaitRow(t, e.store, id, 60*time.Second, func(r *jetruntype.Run) bool { return r.Attempt == 2 })
+		jetruntest.WaitRow(t, e.store, id, 60*time.Second, func(r *model.Row) bool { return r.Attempt == 2 })
 	}
 	t.Logf("all of child-a's runs taken over %s after kill -9 (lease 2s)", time.Since(killed).Round(10*time.Millisecond))
 
@@ -172,7 +173,7 @@ func TestKilledWorkersRunsAreTakenOverOneLeaseAfterItsLastRenewal(t *testing.T) 
 		id := fmt.Sprintf("renewed-%d", i)
 		ids = append(ids, id)
 		e.dispatch(t, id, 10000, 400)
-		jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *jetruntype.Run) bool {
+		jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *model.Row) bool {
 			return r.Worker == "child-r1" && r.Milestones >= 1
 		})
 	}
@@ -204,7 +205,7 @@ func TestKilledWorkersRunsAreTakenOverOneLeaseAfterItsLastRenewal(t *testing.T) 
 	killed := time.Now()
 
 	for _, id := range ids {
-		jetruntest.WaitRow(t, e.store, id, 10*lease, func(r *jetruntype.Run) bool { return r.Attempt == 2 })
+		jetruntest.WaitRow(t, e.store, id, 10*lease, func(r *model.Row) bool { return r.Attempt == 2 })
 	}
 	select {
 	case en := <-w.Updates():
@@ -279,7 +280,7 @@ func TestKilledParentReattachesWithTheSameRunID(t *testing.T) {
 	input := `{"steps":15,"stepMs":200}`
 
 	first := start(t, "awaiter", nil, e.url, id, input)
-	jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *jetruntype.Run) bool { return r.Milestones >= 2 })
+	jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *model.Row) bool { return r.Milestones >= 2 })
 	first.kill()
 	if row, _, err := e.store.Get(context.Background(), id); err != nil || row.Status != events.StatusRunning || row.CancelRequested {
 		t.Fatalf("after the parent died the run must go on: %+v %v", row, err)
@@ -318,7 +319,7 @@ func TestSigtermHandsRunsBackAndASecondSignalExits(t *testing.T) {
 	long := map[string]string{"JETRUN_LEASE": "5m", "JETRUN_SHUTDOWN_TIMEOUT": "300ms"}
 	a := e.childWorker(t, "child-t1", long)
 	e.dispatch(t, "term", 40, 100)
-	jetruntest.WaitRow(t, e.store, "term", 30*time.Second, func(r *jetruntype.Run) bool { return r.Milestones >= 3 })
+	jetruntest.WaitRow(t, e.store, "term", 30*time.Second, func(r *model.Row) bool { return r.Milestones >= 3 })
 	b := e.childWorker(t, "child-t2", long)
 
 	a.signal(syscall.SIGTERM)
@@ -339,7 +340,7 @@ func TestSigtermHandsRunsBackAndASecondSignalExits(t *testing.T) {
 	// A worker told to wait a long time for its run exits on the second signal.
 	holder := e.childWorker(t, "child-t3", map[string]string{"JETRUN_SHUTDOWN_TIMEOUT": "10m"})
 	e.dispatch(t, "term2", 1000, 100)
-	jetruntest.WaitRow(t, e.store, "term2", 30*time.Second, func(r *jetruntype.Run) bool {
+	jetruntest.WaitRow(t, e.store, "term2", 30*time.Second, func(r *model.Row) bool {
 		return r.Worker == "child-t3" && r.Milestones >= 1
 	})
 	holder.signal(syscall.SIGTERM)
@@ -376,7 +377,7 @@ func TestSignalSentWhileTheWorkerIsReplacedArrives(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	jetruntest.WaitRow(t, e.store, "parked", 30*time.Second, func(r *jetruntype.Run) bool { return r.WaitingFor == demo.ApprovalSignal })
+	jetruntest.WaitRow(t, e.store, "parked", 30*time.Second, func(r *model.Row) bool { return r.WaitingFor == demo.ApprovalSignal })
 	a.kill()
 	if _, err := e.client.Signal(context.Background(), "parked", demo.ApprovalSignal, map[string]bool{"approved": true}); err != nil {
 		t.Fatal(err)
@@ -406,7 +407,7 @@ func TestAwaitNoProgressAfterAKilledParentThenReattach(t *testing.T) {
 	quick := map[string]string{"JETRUN_REATTACH_NO_PROGRESS": "1s"}
 
 	first := start(t, "awaiter", nil, e.url, id, input)
-	jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *jetruntype.Run) bool { return r.Status == events.StatusStarting })
+	jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *model.Row) bool { return r.Status == events.StatusStarting })
 	first.kill()
 
 	second := start(t, "awaiter", quick, e.url, id, input)

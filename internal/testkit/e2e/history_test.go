@@ -10,10 +10,10 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 )
 
@@ -54,7 +54,7 @@ func TestKilledFirstAttemptStaysInTheRunsHistory(t *testing.T) {
 	firstSeq := jetruntest.ReadEvents(t, e.js, id)[0].Seq
 
 	e.nestWorker(t, "early-b")
-	row := jetruntest.WaitRow(t, e.store, id, 60*time.Second, func(r *jetruntype.Run) bool {
+	row := jetruntest.WaitRow(t, e.store, id, 60*time.Second, func(r *model.Row) bool {
 		return r.Attempt == 2 && r.WaitingFor == "call:ask"
 	})
 	if row.FirstEventSeq != firstSeq {

@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/jetrun/jetrun/internal/app/agents/demo"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 )
 
@@ -37,7 +37,7 @@ func TestKilledWorkerHoldingAConcurrencyKey(t *testing.T) {
 	// A second key, strategy latest, whose holder dies too.
 	submitUnder("session-2", events.StrategyLatest, "latest-0", 20)
 	for _, id := range []string{"key-0", "latest-0"} {
-		jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *jetruntype.Run) bool { return r.Worker == "child-a" })
+		jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *model.Row) bool { return r.Worker == "child-a" })
 	}
 	e.childWorker(t, "child-b", nil)
 	ids := []string{"key-0", "key-1", "key-2", "key-3"}
@@ -51,7 +51,7 @@ func TestKilledWorkerHoldingAConcurrencyKey(t *testing.T) {
 		submitUnder("session-2", events.StrategyLatest, id, 3)
 	}
 	for _, id := range []string{"key-0", "latest-0"} {
-		jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *jetruntype.Run) bool { return r.Milestones >= 3 })
+		jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *model.Row) bool { return r.Milestones >= 3 })
 	}
 	a.kill()
 

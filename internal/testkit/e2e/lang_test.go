@@ -17,10 +17,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 )
 
@@ -140,7 +140,7 @@ func TestPythonHTTPChildStreamsWaitsForApprovalAndCompletes(t *testing.T) {
 	e.childWorker(t, "py-http", map[string]string{"JETRUN_HTTP_AGENTS": "research-py=" + url})
 
 	e.dispatchInput(t, "research-py", "py-1", map[string]any{"topic": "tides", "steps": 3, "stepDelay": 0.05, "approval": true})
-	jetruntest.WaitRow(t, e.store, "py-1", 30*time.Second, func(r *jetruntype.Run) bool {
+	jetruntest.WaitRow(t, e.store, "py-1", 30*time.Second, func(r *model.Row) bool {
 		return r.WaitingFor == "approve" && r.Progress != nil && r.Progress.Phase == "waiting for approval"
 	})
 	if _, err := e.client.Signal(context.Background(), "py-1", "approve", map[string]any{"approved": true, "by": "ops"}); err != nil {
@@ -176,7 +176,7 @@ func TestPythonHTTPChildCancelledMidRun(t *testing.T) {
 	e.childWorker(t, "py-cancel", map[string]string{"JETRUN_HTTP_AGENTS": "research-py=" + url})
 
 	e.dispatchInput(t, "research-py", "py-c", map[string]any{"topic": "eels", "steps": 1000, "stepDelay": 0.05})
-	jetruntest.WaitRow(t, e.store, "py-c", 30*time.Second, func(r *jetruntype.Run) bool { return r.Milestones >= 2 })
+	jetruntest.WaitRow(t, e.store, "py-c", 30*time.Second, func(r *model.Row) bool { return r.Milestones >= 2 })
 	if _, err := e.client.Cancel(context.Background(), "py-c", "enough eels"); err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +203,7 @@ func TestPythonHTTPChildResumesAfterATakeover(t *testing.T) {
 
 	const steps = 40
 	e.dispatchInput(t, "research-py", "py-t", map[string]any{"topic": "moss", "steps": steps, "stepDelay": 0.1})
-	jetruntest.WaitRow(t, e.store, "py-t", 30*time.Second, func(r *jetruntype.Run) bool { return r.Milestones >= 3 })
+	jetruntest.WaitRow(t, e.store, "py-t", 30*time.Second, func(r *model.Row) bool { return r.Milestones >= 3 })
 	a.kill()
 	e.childWorker(t, "py-b", agents)
 

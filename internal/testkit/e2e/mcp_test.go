@@ -19,10 +19,10 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/jetrun/jetrun/internal/app/mcpserver"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 )
 
@@ -149,7 +149,7 @@ func TestMCPGoClient(t *testing.T) {
 			Meta: mcp.Meta{mcpserver.MetaIdempotencyKey: cancelKey}})
 		errc <- err
 	}()
-	jetruntest.WaitRow(t, e.store, cid, 30*time.Second, func(r *jetruntype.Run) bool { return r.WaitingFor != "" })
+	jetruntest.WaitRow(t, e.store, cid, 30*time.Second, func(r *model.Row) bool { return r.WaitingFor != "" })
 	cancelCall()
 	if err := <-errc; err == nil {
 		t.Fatal("a cancelled call answered")
@@ -429,7 +429,7 @@ func TestMCPRetryReattachesThroughAnotherParentWorker(t *testing.T) {
 		_, err := csA.CallTool(callCtx, params)
 		first <- err
 	}()
-	jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *jetruntype.Run) bool { return r.WaitingFor != "" })
+	jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *model.Row) bool { return r.WaitingFor != "" })
 	pwA.kill() // kill -9 in the middle of the call
 
 	csB := mcpConnect(t, ctx, transport(urlB), nil)
@@ -475,7 +475,7 @@ func TestMCPShutdownLeavesTheRunRunning(t *testing.T) {
 			Meta: mcp.Meta{mcpserver.MetaIdempotencyKey: key}})
 		done <- err
 	}()
-	jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *jetruntype.Run) bool { return r.WaitingFor != "" })
+	jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *model.Row) bool { return r.WaitingFor != "" })
 	pw.signal(syscall.SIGTERM)
 	// Its exit status is not the point: a connection the client opens as
 	// the call fails can hold http.Server.Shutdown past parent-worker's 5 s

@@ -21,13 +21,12 @@ import (
 	"github.com/jetrun/jetrun/internal/app/agents/demo"
 	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // state is what the system holds once it settled: every row, and the
 // status and step events of every run.
 type state struct {
-	rows     map[string]*jetruntype.Run
+	rows     map[string]*model.Row
 	statuses map[string][]statusEv // by run, in stream order
 	steps    map[string][]stepEv   // by run, in stream order
 	late     []string              // runs that did not end or settle in time
@@ -49,13 +48,13 @@ type stepEv struct {
 func settle(t *testing.T, js jetstream.JetStream, ld *load, timeout time.Duration) *state {
 	t.Helper()
 	start := time.Now()
-	var rows map[string]*jetruntype.Run
+	var rows map[string]*model.Row
 	var open []string
 	for {
 		rows = readRows(t, js)
 		open = open[:0]
 		for id, r := range rows {
-			if !model.Of(r).Settled() {
+			if !r.Settled() {
 				open = append(open, id)
 			}
 		}
@@ -86,7 +85,7 @@ func settle(t *testing.T, js jetstream.JetStream, ld *load, timeout time.Duratio
 	return st
 }
 
-func readRows(t *testing.T, js jetstream.JetStream) map[string]*jetruntype.Run {
+func readRows(t *testing.T, js jetstream.JetStream) map[string]*model.Row {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -98,13 +97,13 @@ func readRows(t *testing.T, js jetstream.JetStream) map[string]*jetruntype.Run {
 	if err != nil {
 		t.Fatalf("nemesis: list runs: %v", err)
 	}
-	rows := map[string]*jetruntype.Run{}
+	rows := map[string]*model.Row{}
 	for k := range keys.Keys() {
 		e, err := kv.Get(ctx, k)
 		if err != nil {
 			continue // cleared meanwhile
 		}
-		var r jetruntype.Run
+		var r model.Row
 		if err := json.Unmarshal(e.Value(), &r); err != nil {
 			t.Fatalf("nemesis: decode row %s: %v", k, err)
 		}
@@ -314,7 +313,7 @@ func check(st *state, ld *load, hook *nemesisHook, execs map[string][]execution,
 }
 
 // top returns the plan of the tree r belongs to, nil if none.
-func (c *checker) top(r *jetruntype.Run) *plan {
+func (c *checker) top(r *model.Row) *plan {
 	for r != nil && r.Parent != "" {
 		r = c.st.rows[r.Parent]
 	}
@@ -333,7 +332,7 @@ func (c *checker) tree(id string) []string {
 	return out
 }
 
-func describe(r *jetruntype.Run) string {
+func describe(r *model.Row) string {
 	s := fmt.Sprintf("%s %s/%s attempt %d", r.AgentType, r.Status, r.Reason, r.Attempt)
 	if r.Error != "" {
 		s += fmt.Sprintf(" error %q", r.Error)
@@ -369,7 +368,7 @@ func (c *checker) ended() {
 		if !ended(r) {
 			c.rep.violate("not-ended", "run %s did not end: %s; status events %s", id, describe(r), c.history(id))
 		} else {
-			c.rep.violate("finish-owed", "run %s ended but still owes a finish: %s; pending %v", id, describe(r), model.Of(r).PendingFinishes())
+			c.rep.violate("finish-owed", "run %s ended but still owes a finish: %s; pending %v", id, describe(r), r.PendingFinishes())
 		}
 	}
 	for id, r := range c.st.rows {
@@ -420,7 +419,7 @@ func (c *checker) completedOnce() {
 }
 
 // finishKey is the idempotency key of the finish for status s of r.
-func finishKey(r *jetruntype.Run, s events.Status) string {
+func finishKey(r *model.Row, s events.Status) string {
 	k := r.ID + "." + string(s)
 	if f := r.Finishes[s]; f != nil && f.Ending > 0 {
 		k += "." + strconv.Itoa(f.Ending+1)
@@ -560,7 +559,7 @@ func (c *checker) stepsAndUsage() {
 
 // executions checks the execution log of a run of the nemesisworker
 // against its stored steps and returns what every execution reported.
-func (c *checker) executions(r *jetruntype.Run, stored map[string]stepEv) events.UsageTotals {
+func (c *checker) executions(r *model.Row, stored map[string]stepEv) events.UsageTotals {
 	var hi events.UsageTotals
 	seen := map[string]bool{}
 	for _, e := range c.execs[r.ID] {

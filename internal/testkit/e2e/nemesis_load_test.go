@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/jetrun/jetrun/internal/app/agents/demo"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 )
 
@@ -201,7 +201,7 @@ func (l *load) ended(ctx context.Context, id string) bool {
 
 // ended reports whether r ended: final, or given up with its child
 // stopped.
-func ended(r *jetruntype.Run) bool {
+func ended(r *model.Row) bool {
 	return r.Status.Final() || (r.Status == events.StatusInterrupted && !r.ChildStillRunning)
 }
 

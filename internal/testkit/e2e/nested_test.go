@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/jetrun/jetrun/internal/app/agents/demo"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 )
 
@@ -42,8 +42,8 @@ func TestKilledHandlerReattachesToItsNestedChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	child := parent.RunID(id, "c1")
-	jetruntest.WaitRow(t, e.store, child, 30*time.Second, func(r *jetruntype.Run) bool { return r.Milestones >= 3 })
-	jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *jetruntype.Run) bool {
+	jetruntest.WaitRow(t, e.store, child, 30*time.Second, func(r *model.Row) bool { return r.Milestones >= 3 })
+	jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *model.Row) bool {
 		return r.Worker == "nest-a" && r.WaitingFor == "run:"+child
 	})
 	a.kill()
@@ -64,7 +64,7 @@ func TestKilledHandlerReattachesToItsNestedChild(t *testing.T) {
 	if out.Child != child || out.Attempt != 2 || out.ChildOutput.Attempt != 1 || out.ChildOutput.StepsRunHere != steps {
 		t.Fatalf("nester output %s", row.Output)
 	}
-	children, err := e.store.List(context.Background(), func(r *jetruntype.Run) bool { return r.Parent == id })
+	children, err := e.store.List(context.Background(), func(r *model.Row) bool { return r.Parent == id })
 	if err != nil || len(children) != 1 || children[0].ID != child {
 		t.Fatalf("children of %s: %d (%v), want exactly %s", id, len(children), err, child)
 	}
@@ -131,10 +131,10 @@ func TestKilledCallerGetsTheReplyAfterTakeover(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-started
-	jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *jetruntype.Run) bool { return r.WaitingFor == "call:ask" })
+	jetruntest.WaitRow(t, e.store, id, 30*time.Second, func(r *model.Row) bool { return r.WaitingFor == "call:ask" })
 	a.kill()
 	e.nestWorker(t, "call-b")
-	jetruntest.WaitRow(t, e.store, id, 60*time.Second, func(r *jetruntype.Run) bool {
+	jetruntest.WaitRow(t, e.store, id, 60*time.Second, func(r *model.Row) bool {
 		return r.Attempt == 2 && r.Worker == "call-b" && r.WaitingFor == "call:ask"
 	})
 	close(release)
@@ -211,7 +211,7 @@ func TestKilledHandlerAnswersItsChildsCallAfterTakeover(t *testing.T) {
 		t.Fatal(err)
 	}
 	child := parent.RunID(id, "b1")
-	jetruntest.WaitRow(t, e.store, child, 30*time.Second, func(r *jetruntype.Run) bool { return r.WaitingFor == "call:ask" })
+	jetruntest.WaitRow(t, e.store, child, 30*time.Second, func(r *model.Row) bool { return r.WaitingFor == "call:ask" })
 	a.waitLog("boss got a call", 30*time.Second)
 	a.kill()
 	e.nestWorker(t, "boss-b")

@@ -13,7 +13,6 @@ import (
 	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // noticeHook is a webhook that takes finishes and milestone notices and
@@ -129,8 +128,8 @@ func TestParentWorkerKilledBetweenAMilestoneAndItsNotice(t *testing.T) {
 	e.parentWorker(t, "pw-n2", hook.URL, nil)
 
 	for _, id := range ids {
-		row := jetruntest.WaitRow(t, e.store, id, 90*time.Second, func(r *jetruntype.Run) bool {
-			return jetruntest.Delivered(r) && len(r.Notices) == len(listed) && len(model.Of(r).PendingNotices()) == 0
+		row := jetruntest.WaitRow(t, e.store, id, 90*time.Second, func(r *model.Row) bool {
+			return jetruntest.Delivered(r) && len(r.Notices) == len(listed) && len(r.PendingNotices()) == 0
 		})
 		for _, name := range listed {
 			if row.Notices[name].DeliveredAt.IsZero() || row.Notices[name].Milestone.Name != name {

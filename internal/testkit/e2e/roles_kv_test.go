@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
 	"github.com/jetrun/jetrun/pkg/parent"
 )
@@ -101,7 +101,7 @@ func TestRolesViewerReadsRowsThroughKV(t *testing.T) {
 	}
 }
 
-func ids(rows []*jetruntype.Run) []string {
+func ids(rows []*model.Row) []string {
 	out := make([]string, len(rows))
 	for i, r := range rows {
 		out[i] = r.ID

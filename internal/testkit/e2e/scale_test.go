@@ -18,11 +18,11 @@ import (
 
 	"github.com/jetrun/jetrun/internal/app/agents/demo"
 	"github.com/jetrun/jetrun/internal/engine"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -255,7 +255,7 @@ func TestKilledChildWorkerWithHundredsOfWaitingRuns(t *testing.T) {
 		return err
 	})
 	for _, id := range ids {
-		jetruntest.WaitRow(t, e.store, id, 2*time.Minute, func(r *jetruntype.Run) bool {
+		jetruntest.WaitRow(t, e.store, id, 2*time.Minute, func(r *model.Row) bool {
 			return r.Worker == "child-many-a" && r.WaitingFor == demo.ApprovalSignal && r.Milestones == 1
 		})
 	}
@@ -264,7 +264,7 @@ func TestKilledChildWorkerWithHundredsOfWaitingRuns(t *testing.T) {
 	killed := time.Now()
 
 	for _, id := range ids {
-		jetruntest.WaitRow(t, e.store, id, 2*time.Minute, func(r *jetruntype.Run) bool {
+		jetruntest.WaitRow(t, e.store, id, 2*time.Minute, func(r *model.Row) bool {
 			return r.Attempt-r.Handoffs == 2 && r.Worker == "child-many-b" && r.Status == events.StatusRunning
 		})
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/engine/budget"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/reconcile"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
@@ -40,7 +41,7 @@ func totalsOf(u *jetruntype.Usage) events.UsageTotals {
 	return u.UsageTotals
 }
 
-func treeOf(r *jetruntype.Run) events.UsageTotals {
+func treeOf(r *model.Row) events.UsageTotals {
 	if r.TreeUsage == nil {
 		return events.UsageTotals{}
 	}
@@ -89,7 +90,7 @@ func TestKilledWorkerCountsStoredStepsUsageOnce(t *testing.T) {
 	for _, r := range runs {
 		waitCounter(t, filepath.Join(dirs[r.id], "five"), 1) // four steps stored
 	}
-	before := make(map[string]*jetruntype.Run)
+	before := make(map[string]*model.Row)
 	for _, r := range runs {
 		row, _, err := e.store.Get(context.Background(), r.id)
 		if err != nil {
@@ -108,7 +109,7 @@ func TestKilledWorkerCountsStoredStepsUsageOnce(t *testing.T) {
 	for range steps {
 		all = all.Add(one)
 	}
-	final := make(map[string]*jetruntype.Run)
+	final := make(map[string]*model.Row)
 	for _, r := range runs {
 		row := jetruntest.WaitRow(t, e.store, r.id, 90*time.Second, jetruntest.Final)
 		if row.Status != events.StatusCompleted || row.Attempt != 2 {
@@ -319,7 +320,7 @@ func TestLostAttemptsStepsCountWhenTheRunEndsWithoutAnother(t *testing.T) {
 		"ls-max": events.StatusError}
 	one := events.UsageTotals{InputTokens: per.InputTokens, OutputTokens: per.OutputTokens, CostMicros: per.CostMicros}
 	four := one.Add(one).Add(one).Add(one)
-	final := make(map[string]*jetruntype.Run)
+	final := make(map[string]*model.Row)
 	for _, r := range runs {
 		// Whoever ends a run writes its row, then announces it: once its
 		// status event is stored, the row is as its ender left it.

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 )
 
@@ -25,7 +25,7 @@ func TestPythonExecChildUsageAcrossAKill(t *testing.T) {
 
 	const calls = 30
 	e.dispatchInput(t, "spender", "sp-k", map[string]any{"calls": calls, "delay": 0.1})
-	before := jetruntest.WaitRow(t, e.store, "sp-k", 30*time.Second, func(r *jetruntype.Run) bool {
+	before := jetruntest.WaitRow(t, e.store, "sp-k", 30*time.Second, func(r *model.Row) bool {
 		return r.Usage != nil && r.Usage.InputTokens >= 300
 	})
 	a.kill()
@@ -70,7 +70,7 @@ func TestPythonExecChildStoppedByItsBudget(t *testing.T) {
 		Input: map[string]any{"calls": 50, "delay": 0.02}, Budget: &events.TreeBudget{Tokens: 500}}); err != nil {
 		t.Fatal(err)
 	}
-	row := jetruntest.WaitRow(t, e.store, "sp-b", 60*time.Second, func(r *jetruntype.Run) bool {
+	row := jetruntest.WaitRow(t, e.store, "sp-b", 60*time.Second, func(r *model.Row) bool {
 		return r.Status == events.StatusInterrupted && r.Worker == ""
 	})
 	// 120 tokens a call: the fifth call (600) crosses 500.

@@ -19,7 +19,6 @@ import (
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 )
 
@@ -170,10 +169,10 @@ func Milestones(evs []Event) []events.Milestone {
 }
 
 // WaitRow waits until the row of id satisfies cond and returns it.
-func WaitRow(t testing.TB, store *runstore.Store, id string, timeout time.Duration, cond func(*jetruntype.Run) bool) *jetruntype.Run {
+func WaitRow(t testing.TB, store *runstore.Store, id string, timeout time.Duration, cond func(*model.Row) bool) *model.Row {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
-	var last *jetruntype.Run
+	var last *model.Row
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		row, _, err := store.Get(ctx, id)
@@ -194,15 +193,15 @@ func WaitRow(t testing.TB, store *runstore.Store, id string, timeout time.Durati
 }
 
 // Final is a WaitRow condition: the run reached a final status.
-func Final(r *jetruntype.Run) bool { return r.Status.Final() }
+func Final(r *model.Row) bool { return r.Status.Final() }
 
 // Settled is a WaitRow condition: the run is final and owes nothing more
 // (every finish and notice delivered or given up).
-func Settled(r *jetruntype.Run) bool { return model.Of(r).Settled() }
+func Settled(r *model.Row) bool { return r.Settled() }
 
 // Delivered is a WaitRow condition: the run reached a final status and the
 // finish owed for it was delivered.
-func Delivered(r *jetruntype.Run) bool { return Final(r) && !r.Delivered[r.Status].IsZero() }
+func Delivered(r *model.Row) bool { return Final(r) && !r.Delivered[r.Status].IsZero() }
 
 // HasRun reports whether c knows a run id (Inspect finds its row).
 func HasRun(ctx context.Context, c *parent.Client, id string) (bool, error) {

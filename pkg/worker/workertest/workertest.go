@@ -24,8 +24,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/worker"
 	"github.com/jetrun/jetrun/pkg/worker/internal/runhook"
 )
@@ -101,7 +101,7 @@ type Run struct {
 // NewRun returns a run described by cfg. It panics if cfg.Input is not
 // JSON-encodable, a mistake in the test.
 func NewRun(cfg Config) *Run {
-	row := &jetruntype.Run{
+	row := &model.Row{
 		ID:        cmp.Or(cfg.ID, DefaultRunID),
 		AgentType: cmp.Or(cfg.AgentType, DefaultAgentType),
 		Attempt:   cmp.Or(cfg.Attempt, 1),

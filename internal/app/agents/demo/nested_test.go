@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/jetrun/jetrun/internal/app/agents/demo"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -31,7 +31,7 @@ func TestChildrenAreNestedRunsOfOneToolCall(t *testing.T) {
 	if res.Summary != "finished 1 step and 3 nested runs" {
 		t.Fatalf("summary %q", res.Summary)
 	}
-	kids, err := e.Store.List(ctx, func(r *jetruntype.Run) bool { return r.Parent == "tree" })
+	kids, err := e.Store.List(ctx, func(r *model.Row) bool { return r.Parent == "tree" })
 	if err != nil {
 		t.Fatal(err)
 	}

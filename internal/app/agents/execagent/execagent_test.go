@@ -18,12 +18,12 @@ import (
 	"github.com/jetrun/jetrun/internal/app/agents"
 	"github.com/jetrun/jetrun/internal/app/agents/execagent"
 	"github.com/jetrun/jetrun/internal/engine"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -54,7 +54,7 @@ func script(name string, args ...string) execagent.Config {
 	return execagent.Config{Path: path, Args: args}
 }
 
-func run(t *testing.T, client *parent.Client, store *runstore.Store, agentType, id string) *jetruntype.Run {
+func run(t *testing.T, client *parent.Client, store *runstore.Store, agentType, id string) *model.Row {
 	t.Helper()
 	if _, err := client.Dispatch(context.Background(), parent.Request{AgentType: agentType, RunID: id, Input: map[string]string{"q": "x"}}); err != nil {
 		t.Fatal(err)
@@ -123,7 +123,7 @@ func TestWaitGetsTheSignalOnStdin(t *testing.T) {
 	if _, err := client.Dispatch(context.Background(), parent.Request{AgentType: "wait", RunID: "w1", Input: 1}); err != nil {
 		t.Fatal(err)
 	}
-	jetruntest.WaitRow(t, store, "w1", 30*time.Second, func(r *jetruntype.Run) bool { return r.WaitingFor == "go" })
+	jetruntest.WaitRow(t, store, "w1", 30*time.Second, func(r *model.Row) bool { return r.WaitingFor == "go" })
 	if _, err := client.Signal(context.Background(), "w1", "go", map[string]int{"speed": 3}); err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +148,7 @@ func TestCancelKillsTheProcessGroup(t *testing.T) {
 			if _, err := client.Dispatch(context.Background(), parent.Request{AgentType: "long", RunID: "l1", Input: 1}); err != nil {
 				t.Fatal(err)
 			}
-			jetruntest.WaitRow(t, store, "l1", 30*time.Second, func(r *jetruntype.Run) bool { return r.Chunks > 0 })
+			jetruntest.WaitRow(t, store, "l1", 30*time.Second, func(r *model.Row) bool { return r.Chunks > 0 })
 			procs := readPids(t, pids)
 			for _, pid := range procs {
 				if !alive(pid) {

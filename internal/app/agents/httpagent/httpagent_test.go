@@ -18,12 +18,12 @@ import (
 	"github.com/jetrun/jetrun/internal/app/agents/eventline"
 	"github.com/jetrun/jetrun/internal/app/agents/httpagent"
 	"github.com/jetrun/jetrun/internal/engine"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -118,7 +118,7 @@ func TestChildStreamsWaitsForASignalAndCompletes(t *testing.T) {
 	}}
 	client, store, evs := setup(t, c, httpagent.Config{Token: "s3cret"}, worker.Config{})
 	dispatch(t, client, "h1")
-	jetruntest.WaitRow(t, store, "h1", 30*time.Second, func(r *jetruntype.Run) bool { return r.WaitingFor == "approve" })
+	jetruntest.WaitRow(t, store, "h1", 30*time.Second, func(r *model.Row) bool { return r.WaitingFor == "approve" })
 	if _, err := client.Signal(context.Background(), "h1", "approve", map[string]bool{"ok": true}); err != nil {
 		t.Fatal(err)
 	}
@@ -333,7 +333,7 @@ func TestCancelAbortsTheRequest(t *testing.T) {
 	}}
 	client, store, _ := setup(t, c, httpagent.Config{}, worker.Config{})
 	dispatch(t, client, "c1")
-	jetruntest.WaitRow(t, store, "c1", 30*time.Second, func(r *jetruntype.Run) bool { return r.Chunks > 0 })
+	jetruntest.WaitRow(t, store, "c1", 30*time.Second, func(r *model.Row) bool { return r.Chunks > 0 })
 	if _, err := client.Cancel(context.Background(), "c1", "changed my mind"); err != nil {
 		t.Fatal(err)
 	}
@@ -360,7 +360,7 @@ func TestShutdownAbortsTheRequestAndHandsTheRunBack(t *testing.T) {
 	}}
 	client, store, _, w := setupWorker(t, c, httpagent.Config{}, worker.Config{})
 	dispatch(t, client, "sd")
-	jetruntest.WaitRow(t, store, "sd", 30*time.Second, func(r *jetruntype.Run) bool { return r.Chunks > 0 })
+	jetruntest.WaitRow(t, store, "sd", 30*time.Second, func(r *model.Row) bool { return r.Chunks > 0 })
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	_ = w.Shutdown(ctx)
@@ -369,7 +369,7 @@ func TestShutdownAbortsTheRequestAndHandsTheRunBack(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the child's request was not aborted")
 	}
-	row := jetruntest.WaitRow(t, store, "sd", 30*time.Second, func(r *jetruntype.Run) bool { return r.Handoffs == 1 })
+	row := jetruntest.WaitRow(t, store, "sd", 30*time.Second, func(r *model.Row) bool { return r.Handoffs == 1 })
 	if row.Status.Final() || row.Worker != "" {
 		t.Fatalf("row: %s worker %q: not handed back", row.Status, row.Worker)
 	}

@@ -9,7 +9,7 @@ package runhook
 import (
 	"errors"
 
-	"github.com/jetrun/jetrun/pkg/jetruntype"
+	"github.com/jetrun/jetrun/internal/engine/model"
 )
 
 // ErrUnsupported is returned by the Run methods a recorder cannot stand in
@@ -19,4 +19,4 @@ var ErrUnsupported = errors.New("not supported by a test run")
 // NewRun returns a *worker.Run for row whose methods call b, which
 // implements worker's backend interface (worker/run.go; it panics
 // otherwise). Package worker sets it when it is initialized.
-var NewRun func(row *jetruntype.Run, b any) any
+var NewRun func(row *model.Row, b any) any
