@@ -7,8 +7,14 @@ import (
 	"github.com/jetrun/jetrun/pkg/events"
 )
 
-// Run is a run's row: the authoritative record of one child run, stored as
-// JSON under its id in the runs bucket.
+// Run is a run as a user reads it: what it was asked to do, where it sits
+// in its tree, how it went and goes, what it spent, and how its finishes
+// and milestone notices reached their handler. jetrun builds it from the
+// run's stored row each time it hands a row out (parent.Client.Inspect,
+// kv.Runs, a worker's Run.Row, a finish handler, the HTTP API): it is a
+// copy, and changing it changes nothing stored. The stored row carries
+// more (the engine's bookkeeping); docs/protocol.md lists its format for
+// readers of the runs bucket.
 type Run struct {
 	ID               string           `json:"id"`
 	AgentType        string           `json:"agentType"`
@@ -42,59 +48,31 @@ type Run struct {
 	Chunks int64 `json:"chunks,omitempty"`
 
 	// Attempt counts claims: 1 for the first worker, +1 at every takeover.
-	// Every write by a worker is fenced by it.
 	Attempt int `json:"attempt,omitempty"`
 	// Handoffs counts attempts handed back on graceful shutdown, released
-	// after a fault, stopped by a lapse (Blinks), or given up and retried;
-	// they do not count against the attempt limit. Each attempt counts
-	// once: HandedOff is the last attempt counted.
-	Handoffs  int `json:"handoffs,omitempty"`
-	HandedOff int `json:"handedOff,omitempty"`
-	// Blinks lists the attempts that ended because their worker's liveness
-	// lapsed while its process lived on (JetStream unreachable for longer
-	// than a lease): they are hand-offs (counted in Handoffs), not lost
-	// workers.
-	Blinks []int `json:"blinks,omitempty"`
-	// Worker is the id of the worker holding the lease, "" when none does.
+	// after a fault, stopped by a lapse of their worker's liveness, or
+	// given up and retried; they do not count against the attempt limit.
+	Handoffs int `json:"handoffs,omitempty"`
+	// Worker is the id of the worker executing the run, "" when none does.
 	Worker string `json:"worker,omitempty"`
-	// WorkerEpoch is the epoch of the holder's liveness key (see
-	// Liveness): the holder is alive while its key exists with this epoch.
-	WorkerEpoch string `json:"workerEpoch,omitempty"`
-	// LeaseUntil is a per-run lease end, written only by workers older than
-	// per-worker liveness (rows without a WorkerEpoch); kept so such rows
-	// are still taken over.
-	LeaseUntil time.Time `json:"leaseUntil,omitzero"`
-
 	// WaitingFor names the signal the handler waits for ("" when it does
 	// not wait); the no-progress budget does not count such a wait.
 	WaitingFor string `json:"waitingFor,omitempty"`
-	// SignalsSeen records, per signal name, the signals-stream sequence of
-	// the last signal a handler received, so a later wait (or a takeover)
-	// gets the next one.
-	SignalsSeen map[string]uint64 `json:"signalsSeen,omitempty"`
 
 	CancelRequested bool   `json:"cancelRequested,omitempty"`
 	CancelReason    string `json:"cancelReason,omitempty"`
-	// Teardown says the cancel requested is a give-up's own (a budget, a
-	// caller's window): its child is asked to stop, but the run is not
-	// cancelled, so its descendants are not cancelled with it.
-	Teardown bool `json:"teardown,omitempty"`
 
-	// Delivered records, per status, when its finish was delivered.
+	// Delivered records, per status, when its finish was delivered to the
+	// run's finish handler (detached.onFinish).
 	Delivered map[events.Status]time.Time `json:"delivered,omitempty"`
-	// Finishes is the delivery ledger: per status, the finish owed and how
-	// its delivery goes.
-	Finishes map[events.Status]*FinishState `json:"finishes,omitempty"`
-	// Notices is the ledger of milestone notices (detached.onMilestones):
-	// per milestone name, the notice owed and how its delivery goes.
-	Notices map[string]*NoticeState `json:"notices,omitempty"`
+	// Finishes says, per status, how the delivery of the finish owed goes.
+	Finishes map[events.Status]*FinishDelivery `json:"finishes,omitempty"`
+	// Notices says, per milestone name, how the delivery of the milestone
+	// notice owed (detached.onMilestones) goes.
+	Notices map[string]*NoticeDelivery `json:"notices,omitempty"`
 	// Redispatches counts dispatches the reconciler re-published because
 	// the run's dispatch was lost.
 	Redispatches int `json:"redispatches,omitempty"`
-	// DispatchSeq is the dispatch stream sequence of the run's dispatch
-	// message, while one is known; the reconciler checks it still exists
-	// before re-dispatching.
-	DispatchSeq uint64 `json:"dispatchSeq,omitempty"`
 
 	CreatedAt    time.Time `json:"createdAt"`
 	StartedAt    time.Time `json:"startedAt,omitzero"`
@@ -106,12 +84,6 @@ type Run struct {
 	// wait for a worker count from it, not from CreatedAt.
 	ReadyAt time.Time `json:"readyAt,omitzero"`
 
-	// Unindexed says the run has no entries in the active-run index: a
-	// top-level run that is not detached, dispatched with a plain publish,
-	// needs nothing of the reconciler (its held dispatch wakes a takeover),
-	// so it is spared the index's two writes.
-	Unindexed bool `json:"unindexed,omitempty"`
-
 	// ConcurrencyKey, Strategy and DebounceMs are the run's submit under a
 	// concurrency key: runs of one key never execute at once (see
 	// [events.Strategy]).
@@ -120,10 +92,6 @@ type Run struct {
 	DebounceMs     int64           `json:"debounceMs,omitempty"`
 	// NotBefore is when a queued debounce run's quiet window ends.
 	NotBefore time.Time `json:"notBefore,omitzero"`
-	// SubmitSeq is the dispatch stream sequence of a keyed run a service
-	// published straight to the stream: latest and debounce order such runs
-	// by it (by publish, not by which worker got to them first).
-	SubmitSeq uint64 `json:"submitSeq,omitempty"`
 	// SupersededBy names the newer run that replaced this queued one
 	// (reason superseded); MergedInto the run that carries its input
 	// (reason merged); Merged lists, on that run, the runs it carries.
@@ -133,11 +101,6 @@ type Run struct {
 
 	// Usage is what the run reported spending, across attempts.
 	Usage *Usage `json:"usage,omitempty"`
-	// StepUsage is the part of Usage that came with the run's stored
-	// steps (events.Step.Usage): the row counts their usage up to it. An
-	// attempt that takes the run over adds what its stored steps spent
-	// beyond it, so a step's usage counts once whatever dies when.
-	StepUsage *Usage `json:"stepUsage,omitempty"`
 	// Root is the top of the run's tree (empty at the top); BudgetFrom the
 	// ancestors whose budgets it draws from; Budget its own tree budget.
 	Root       string             `json:"root,omitempty"`
@@ -148,17 +111,8 @@ type Run struct {
 	// the nested runs counted against its runs budget.
 	TreeUsage *UsageTotals `json:"treeUsage,omitempty"`
 	TreeRuns  int64        `json:"treeRuns,omitempty"`
-	// ChargeMarks are the marks of the last charges TreeUsage took, one
-	// per charging attempt (at most 64, the oldest dropped first): a charge
-	// whose mark is here already, sent again after its answer was lost,
-	// is not added twice.
-	ChargeMarks []ChargeMark `json:"chargeMarks,omitempty"`
 	// Overrun says which budget stopped the run's tree, and by how much.
 	Overrun *Overrun `json:"overrun,omitempty"`
-
-	// FirstEventSeq is the JETRUN_EVENTS sequence of the run's first event,
-	// where a replay starts; 0 until known.
-	FirstEventSeq uint64 `json:"firstEventSeq,omitempty"`
 }
 
 // ProgressSnapshot is the part of a progress event kept on the row.

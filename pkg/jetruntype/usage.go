@@ -13,17 +13,6 @@ type (
 	Usage       = events.Usage
 )
 
-// ChargeMark names one charge of a run's usage to a tree total (a row's
-// TreeUsage): the charging run, its attempt, and the charge's sequence
-// among that attempt's charges to that row (1, 2, …). The charged row
-// keeps the marks of the latest charges it took (Run.ChargeMarks), so a
-// charge sent again after its answer was lost is taken once.
-type ChargeMark struct {
-	Run     string `json:"run"`
-	Attempt int    `json:"attempt"`
-	Seq     uint64 `json:"seq"`
-}
-
 // Overrun says which budget of a tree was exceeded and by how much.
 type Overrun struct {
 	// Owner is the run that carries the budget (the top of the stopped

@@ -70,7 +70,7 @@ var ErrBudgetExceeded = parent.ErrBudgetExceeded
 // Charges through faults. A charge is a compare-and-set whose answer a
 // fault may lose after it landed. Each carries a mark (the attempt, and
 // its sequence among the attempt's charges to that row:
-// jetruntype.ChargeMark) and the charged row keeps the marks of the last
+// model.ChargeMark) and the charged row keeps the marks of the last
 // charges it took (model.Charged), so a charge not answered is sent
 // again under its mark, before any later one to that row (chargeRun), and
 // counts once. A report's charge is sent again through faults for as long
@@ -349,7 +349,7 @@ func (e *execution) chargeRun(ctx context.Context, id string, d jetruntype.Usage
 // returns ErrLeaseLost (wrapped): the attempt stops. A charge sent again
 // counts once (model.Charged).
 func (e *execution) sendCharge(ctx context.Context, id string, c sentCharge, patient bool) error {
-	by := jetruntype.ChargeMark{Run: e.id, Attempt: e.attempt, Seq: c.seq}
+	by := model.ChargeMark{Run: e.id, Attempt: e.attempt, Seq: c.seq}
 	first := time.Now()
 	var pause *backoff.ExponentialBackOff
 	for {
@@ -399,7 +399,7 @@ func (s *execUsage) markSynced(u *jetruntype.Usage) {
 
 // chargeSelf adds d to the run's own tree totals as the charge by, as
 // budget.Trees.Charge does for another run's.
-func (e *execution) chargeSelf(ctx context.Context, by jetruntype.ChargeMark, d jetruntype.UsageTotals) error {
+func (e *execution) chargeSelf(ctx context.Context, by model.ChargeMark, d jetruntype.UsageTotals) error {
 	var crossed, was *jetruntype.Overrun
 	now := time.Now()
 	if _, err := e.write(ctx, func(r *model.Row) error {

@@ -12,7 +12,6 @@ import (
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/finish"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // The view vouches for the finishes a run's row recorded while it was not
@@ -38,7 +37,7 @@ func TestVouchTrustsOnlyWhatTheRowRecordedBeforeItsEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	completed := map[events.Status]*jetruntype.FinishState{events.StatusCompleted: {Slot: jetruntype.Slot{DueAt: time.Now()}}}
+	completed := map[events.Status]*model.FinishState{events.StatusCompleted: {Slot: model.Slot{DueAt: time.Now()}}}
 	owed := finish.Result{RunID: "det", Handler: "h", Status: events.StatusCompleted}
 
 	det := &model.Row{ID: "det", AgentType: "demo", Status: events.StatusRunning, Detached: &events.Detached{OnFinish: "h"}}
@@ -108,7 +107,7 @@ func TestVouchWithAWatchThatDoesNotFollowReadsTheLeader(t *testing.T) {
 	v.Stop()
 
 	det.Status = events.StatusCompleted
-	det.Finishes = map[events.Status]*jetruntype.FinishState{events.StatusCompleted: {Slot: jetruntype.Slot{DueAt: time.Now()}}}
+	det.Finishes = map[events.Status]*model.FinishState{events.StatusCompleted: {Slot: model.Slot{DueAt: time.Now()}}}
 	put(det)
 	plain.Detached, plain.Finishes = &events.Detached{OnFinish: "h"}, det.Finishes
 	put(plain)

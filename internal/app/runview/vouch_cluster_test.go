@@ -19,7 +19,6 @@ import (
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/finish"
 	"github.com/jetrun/jetrun/pkg/jetrun"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // A view that has not seen a run end never refuses the run's finish. On a
@@ -65,7 +64,7 @@ func TestVouchWaitsForTheRowTheLeaderHas(t *testing.T) {
 
 	c.Stop(a)
 	run.Status = events.StatusCompleted
-	run.Finishes = map[events.Status]*jetruntype.FinishState{events.StatusCompleted: {Slot: jetruntype.Slot{DueAt: time.Now()}}}
+	run.Finishes = map[events.Status]*model.FinishState{events.StatusCompleted: {Slot: model.Slot{DueAt: time.Now()}}}
 	put(t, kv, run)
 	c.Stop(b)
 	c.Stop(cc)

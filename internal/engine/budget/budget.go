@@ -54,7 +54,7 @@ func New(rt *engine.Runtime, maxDepth int, log *slog.Logger) *Trees {
 // bound, or lands in a tree stopped for one, stops that budget's subtree
 // (Stop) before Charge returns, and Charge returns an error wrapping
 // ErrExceeded. A run that does not exist (cleared) takes nothing.
-func (t *Trees) Charge(ctx context.Context, id string, by jetruntype.ChargeMark, d jetruntype.UsageTotals) error {
+func (t *Trees) Charge(ctx context.Context, id string, by model.ChargeMark, d jetruntype.UsageTotals) error {
 	var crossed, was *jetruntype.Overrun
 	now := time.Now()
 	_, _, err := t.rt.Store().Mutate(ctx, id, func(r *model.Row) error {

@@ -42,13 +42,13 @@ func fixtures() []struct {
 	givenUp.Status, givenUp.Reason, givenUp.Error, givenUp.Retryable = events.StatusInterrupted, events.ReasonNoProgress, "silent", true
 	givenUp.ChildStillRunning, givenUp.FinishedAt = true, t0.Add(-time.Minute)
 	givenUp.CancelRequested, givenUp.CancelReason, givenUp.Teardown = true, events.ReasonNoProgress, true
-	givenUp.Finishes = map[events.Status]*jetruntype.FinishState{events.StatusInterrupted: {Slot: jetruntype.Slot{DueAt: givenUp.FinishedAt}}}
+	givenUp.Finishes = map[events.Status]*model.FinishState{events.StatusInterrupted: {Slot: model.Slot{DueAt: givenUp.FinishedAt}}}
 	stopped := givenUp.Clone()
 	stopped.Worker, stopped.WorkerEpoch, stopped.ChildStillRunning = "", "", false
 	final := func(s events.Status, reason string) *model.Row {
 		r := released.Clone()
 		r.Status, r.Reason, r.Error, r.FinishedAt = s, reason, "", t0.Add(-time.Minute)
-		r.Finishes = map[events.Status]*jetruntype.FinishState{s: {Slot: jetruntype.Slot{DueAt: r.FinishedAt}}}
+		r.Finishes = map[events.Status]*model.FinishState{s: {Slot: model.Slot{DueAt: r.FinishedAt}}}
 		return r
 	}
 	return []struct {
@@ -313,7 +313,7 @@ func TestApplyTable(t *testing.T) {
 		{ev: model.NoticeDelivered{Name: "m"}, want: cells{"*": noChange}},
 		{ev: model.NoticeReleased{Name: "m", Cause: "boom"}, want: cells{"*": noChange}},
 		{ev: model.NoticeSeqRecorded{Name: "m", Seq: 3}, want: cells{"*": noChange}},
-		{ev: model.Charged{Mark: jetruntype.ChargeMark{Run: "c", Attempt: 1, Seq: 1}, Delta: jetruntype.UsageTotals{InputTokens: 5}}, want: cells{"*": "same"}},
+		{ev: model.Charged{Mark: model.ChargeMark{Run: "c", Attempt: 1, Seq: 1}, Delta: jetruntype.UsageTotals{InputTokens: 5}}, want: cells{"*": "same"}},
 		{ev: model.RunCounted{}, want: cells{"*": "same"}},
 		{
 			ev:   model.StepsCounted{Stored: jetruntype.Usage{UsageTotals: jetruntype.UsageTotals{InputTokens: 5}}},

@@ -40,11 +40,11 @@ func TestDueTable(t *testing.T) {
 		return r
 	}
 	// finished is a final row owing its finish, due ago, with slot.
-	finished := func(ago time.Duration, slot jetruntype.Slot, edit func(r *model.Row)) *model.Row {
+	finished := func(ago time.Duration, slot model.Slot, edit func(r *model.Row)) *model.Row {
 		return row(events.StatusCompleted, func(r *model.Row) {
 			r.FinishedAt = t0.Add(-ago)
 			slot.DueAt = r.FinishedAt
-			r.Finishes = map[events.Status]*jetruntype.FinishState{events.StatusCompleted: {Slot: slot, Ending: 2}}
+			r.Finishes = map[events.Status]*model.FinishState{events.StatusCompleted: {Slot: slot, Ending: 2}}
 			if edit != nil {
 				edit(r)
 			}
@@ -65,37 +65,37 @@ func TestDueTable(t *testing.T) {
 		want  []model.Action
 	}{
 		// Settled, final, and the ledger.
-		{"settled", finished(time.Hour, jetruntype.Slot{}, func(r *model.Row) {
+		{"settled", finished(time.Hour, model.Slot{}, func(r *model.Row) {
 			r.Delivered = map[events.Status]time.Time{events.StatusCompleted: t0}
 		}), model.Facts{}, []model.Action{model.Unindex{}}},
-		{"finish due within an interval: the fast path's", finished(time.Second, jetruntype.Slot{}, nil), model.Facts{}, nil},
-		{"finish due past an interval", finished(10*time.Second, jetruntype.Slot{}, nil), model.Facts{},
+		{"finish due within an interval: the fast path's", finished(time.Second, model.Slot{}, nil), model.Facts{}, nil},
+		{"finish due past an interval", finished(10*time.Second, model.Slot{}, nil), model.Facts{},
 			[]model.Action{model.RepublishFinish{Status: events.StatusCompleted, Ending: 2}}},
-		{"finish claimed by a deliverer", finished(10*time.Second, jetruntype.Slot{Attempts: 1, ClaimedUntil: t0.Add(time.Second)}, nil),
+		{"finish claimed by a deliverer", finished(10*time.Second, model.Slot{Attempts: 1, ClaimedUntil: t0.Add(time.Second)}, nil),
 			model.Facts{}, nil},
-		{"finish whose claim expired", finished(10*time.Second, jetruntype.Slot{Attempts: 1, ClaimedUntil: t0.Add(-time.Second)}, nil),
+		{"finish whose claim expired", finished(10*time.Second, model.Slot{Attempts: 1, ClaimedUntil: t0.Add(-time.Second)}, nil),
 			model.Facts{}, []model.Action{model.RepublishFinish{Status: events.StatusCompleted, Ending: 2}}},
-		{"finish with its copy recorded", finished(10*time.Second, jetruntype.Slot{Seq: 4}, nil), model.Facts{},
+		{"finish with its copy recorded", finished(10*time.Second, model.Slot{Seq: 4}, nil), model.Facts{},
 			[]model.Action{model.RepublishFinish{Status: events.StatusCompleted, Ending: 2, Copy: 4}}},
-		{"finish untaken past unserved-after", finished(2*time.Minute, jetruntype.Slot{Seq: 4}, nil), model.Facts{},
+		{"finish untaken past unserved-after", finished(2*time.Minute, model.Slot{Seq: 4}, nil), model.Facts{},
 			[]model.Action{model.RepublishFinish{Status: events.StatusCompleted, Ending: 2, Copy: 4,
 				Unserved: model.UnservedMark, Handler: "h", Waited: 2 * time.Minute}}},
-		{"finish untaken, its copy unknown past half the dedup window", finished(2*time.Minute, jetruntype.Slot{}, nil), model.Facts{},
+		{"finish untaken, its copy unknown past half the dedup window", finished(2*time.Minute, model.Slot{}, nil), model.Facts{},
 			[]model.Action{model.RepublishFinish{Status: events.StatusCompleted, Ending: 2, LookForCopy: true,
 				Unserved: model.UnservedMark, Handler: "h", Waited: 2 * time.Minute}}},
-		{"finish untaken, marked unserved already", finished(2*time.Minute, jetruntype.Slot{Seq: 4}, func(r *model.Row) {
+		{"finish untaken, marked unserved already", finished(2*time.Minute, model.Slot{Seq: 4}, func(r *model.Row) {
 			r.Finishes[events.StatusCompleted].UnservedSince = t0.Add(-time.Minute)
 		}), model.Facts{}, []model.Action{model.RepublishFinish{Status: events.StatusCompleted, Ending: 2, Copy: 4,
 			Handler: "h", Waited: 2 * time.Minute}}},
-		{"finish untaken past unserved-wait", finished(2*time.Hour, jetruntype.Slot{Seq: 4}, nil), model.Facts{},
+		{"finish untaken past unserved-wait", finished(2*time.Hour, model.Slot{Seq: 4}, nil), model.Facts{},
 			[]model.Action{model.RepublishFinish{Status: events.StatusCompleted, Ending: 2, Copy: 4,
 				Unserved: model.UnservedDeadLetter, Handler: "h", Waited: 2 * time.Hour}}},
-		{"finish taken once is never unserved", finished(2*time.Hour, jetruntype.Slot{Seq: 4, Attempts: 1}, nil), model.Facts{},
+		{"finish taken once is never unserved", finished(2*time.Hour, model.Slot{Seq: 4, Attempts: 1}, nil), model.Facts{},
 			[]model.Action{model.RepublishFinish{Status: events.StatusCompleted, Ending: 2, Copy: 4}}},
-		{"finish failed: settled", finished(2*time.Hour, jetruntype.Slot{FailedAt: t0}, nil), model.Facts{},
+		{"finish failed: settled", finished(2*time.Hour, model.Slot{FailedAt: t0}, nil), model.Facts{},
 			[]model.Action{model.Unindex{}}},
 		{"notice owed on a running run", row(events.StatusRunning, func(r *model.Row) {
-			r.Notices = map[string]*jetruntype.NoticeState{"m": {Slot: jetruntype.Slot{DueAt: t0.Add(-time.Minute), Seq: 3}}}
+			r.Notices = map[string]*model.NoticeState{"m": {Slot: model.Slot{DueAt: t0.Add(-time.Minute), Seq: 3}}}
 		}), model.Facts{HolderAlive: true}, []model.Action{model.RepublishNotice{Name: "m", Copy: 3},
 			model.WatchBudget{At: t0.Add(6*time.Minute + time.Millisecond)}, model.AskHolder{Worker: "w1"}}},
 

@@ -269,7 +269,7 @@ func (in *fuzzInput) event(r *model.Row, ending *events.StatusEvent, now time.Ti
 			model.NoticeSeqRecorded{Name: name, Seq: uint64(1 + in.n(3))})
 	case 34:
 		return pick[model.Event](in,
-			model.Charged{Mark: jetruntype.ChargeMark{Run: pick(in, "r", "c"), Attempt: in.n(3), Seq: uint64(in.n(4))},
+			model.Charged{Mark: model.ChargeMark{Run: pick(in, "r", "c"), Attempt: in.n(3), Seq: uint64(in.n(4))},
 				Delta: jetruntype.UsageTotals{InputTokens: int64(in.n(8))}},
 			model.RunCounted{})
 	}

@@ -7,7 +7,6 @@ import (
 
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // maxLastError bounds the handler error a ledger slot keeps.
@@ -48,9 +47,9 @@ func (r *Row) oweFinish(s events.Status, now time.Time) {
 		delete(r.Delivered, s)
 	}
 	if r.Finishes == nil {
-		r.Finishes = make(map[events.Status]*jetruntype.FinishState)
+		r.Finishes = make(map[events.Status]*FinishState)
 	}
-	r.Finishes[s] = &jetruntype.FinishState{Slot: jetruntype.Slot{DueAt: now}, Reason: r.Reason, Error: r.Error, ChildStillRunning: r.ChildStillRunning, Ending: ending}
+	r.Finishes[s] = &FinishState{Slot: Slot{DueAt: now}, Reason: r.Reason, Error: r.Error, ChildStillRunning: r.ChildStillRunning, Ending: ending}
 }
 
 // StaleFinish reports whether f announces an earlier ending of its status
@@ -84,11 +83,11 @@ func (r *Row) PendingFinishes() []events.Status {
 	return out
 }
 
-func cloneNotices(m map[string]*jetruntype.NoticeState) map[string]*jetruntype.NoticeState {
+func cloneNotices(m map[string]*NoticeState) map[string]*NoticeState {
 	if m == nil {
 		return nil
 	}
-	c := make(map[string]*jetruntype.NoticeState, len(m))
+	c := make(map[string]*NoticeState, len(m))
 	for k, v := range m {
 		n := *v
 		c[k] = &n
@@ -114,9 +113,9 @@ func (r *Row) oweNotice(m events.Milestone, now time.Time) error {
 		return nil
 	}
 	if r.Notices == nil {
-		r.Notices = make(map[string]*jetruntype.NoticeState)
+		r.Notices = make(map[string]*NoticeState)
 	}
-	r.Notices[m.Name] = &jetruntype.NoticeState{Slot: jetruntype.Slot{DueAt: now}, Milestone: m}
+	r.Notices[m.Name] = &NoticeState{Slot: Slot{DueAt: now}, Milestone: m}
 	return nil
 }
 
@@ -167,11 +166,11 @@ func (r *Row) CheckFinish(s events.Status, now time.Time) (Delivery, time.Durati
 // recorded (published by hand) gets a slot from f, due now.
 func (r *Row) claimFinish(s events.Status, f events.Finish, by string, until, now time.Time) int {
 	if r.Finishes == nil {
-		r.Finishes = make(map[events.Status]*jetruntype.FinishState)
+		r.Finishes = make(map[events.Status]*FinishState)
 	}
 	fs := r.Finishes[s]
 	if fs == nil {
-		fs = &jetruntype.FinishState{Slot: jetruntype.Slot{DueAt: now}, Reason: f.Reason, Error: f.Error, ChildStillRunning: f.ChildStillRunning}
+		fs = &FinishState{Slot: Slot{DueAt: now}, Reason: f.Reason, Error: f.Error, ChildStillRunning: f.ChildStillRunning}
 		r.Finishes[s] = fs
 	}
 	fs.UnservedSince = time.Time{} // its handler is served after all
@@ -219,7 +218,7 @@ func (r *Row) recordFinishSeq(s events.Status, seq uint64) error {
 
 // finishUntaken reports whether the finish for s is owed and no deliverer
 // has ever taken it, nor holds it at now.
-func (r *Row) finishUntaken(s events.Status, now time.Time) (*jetruntype.FinishState, bool) {
+func (r *Row) finishUntaken(s events.Status, now time.Time) (*FinishState, bool) {
 	fs := r.Finishes[s]
 	if fs == nil || !r.FinishOwed(s) || fs.Attempts > 0 || fs.ClaimedUntil.After(now) {
 		return nil, false
@@ -379,9 +378,9 @@ func (r *Row) NoticeMessage(name string) (events.MilestoneNotice, bool) {
 // slot is a delivery slot's behaviour, shared by finishes and notices: the
 // one place that says how a claim, a delivery, a failed attempt and the
 // copy waiting in the finish stream are recorded.
-type slot jetruntype.Slot
+type slot Slot
 
-func slotOf(s *jetruntype.Slot) *slot { return (*slot)(s) }
+func slotOf(s *Slot) *slot { return (*slot)(s) }
 
 // check says whether the slot can be claimed at now: DeliveryLater, with
 // the wait, while another deliverer's claim runs.
@@ -447,7 +446,7 @@ func (s *slot) Backoff(base, ceiling time.Duration) time.Duration {
 type Owed struct {
 	Status    events.Status
 	Milestone string
-	Slot      *jetruntype.Slot
+	Slot      *Slot
 }
 
 // Owed returns every finish and notice r still owes: finishes in the order

@@ -160,7 +160,7 @@ func (o Owed) SeqRecorded(seq uint64) Event {
 // charge that takes the tree past its budget for the first time records
 // the overrun (Overrun goes from nil to set).
 type Charged struct {
-	Mark  jetruntype.ChargeMark
+	Mark  ChargeMark
 	Delta jetruntype.UsageTotals
 }
 

@@ -8,7 +8,9 @@
 // the invariants every transition keeps.
 //
 // A Row is the stored row, the engine's own: its JSON form is the value
-// of the run's key in the runs bucket (docs/protocol.md).
+// of the run's key in the runs bucket (docs/protocol.md). What a user
+// reads of it is its view, a jetruntype.Run (Row.View, view.go), built
+// where a role hands a row out; the engine decides on Rows only.
 package model
 
 import (
@@ -97,10 +99,10 @@ type Row struct {
 	Delivered map[events.Status]time.Time `json:"delivered,omitempty"`
 	// Finishes is the delivery ledger: per status, the finish owed and how
 	// its delivery goes.
-	Finishes map[events.Status]*jetruntype.FinishState `json:"finishes,omitempty"`
+	Finishes map[events.Status]*FinishState `json:"finishes,omitempty"`
 	// Notices is the ledger of milestone notices (detached.onMilestones):
 	// per milestone name, the notice owed and how its delivery goes.
-	Notices map[string]*jetruntype.NoticeState `json:"notices,omitempty"`
+	Notices map[string]*NoticeState `json:"notices,omitempty"`
 	// Redispatches counts dispatches the reconciler re-published because
 	// the run's dispatch was lost.
 	Redispatches int `json:"redispatches,omitempty"`
@@ -165,7 +167,7 @@ type Row struct {
 	// per charging attempt (at most 64, the oldest dropped first): a charge
 	// whose mark is here already, sent again after its answer was lost,
 	// is not added twice.
-	ChargeMarks []jetruntype.ChargeMark `json:"chargeMarks,omitempty"`
+	ChargeMarks []ChargeMark `json:"chargeMarks,omitempty"`
 	// Overrun says which budget stopped the run's tree, and by how much.
 	Overrun *jetruntype.Overrun `json:"overrun,omitempty"`
 

@@ -5,7 +5,6 @@ import (
 	"slices"
 
 	"github.com/jetrun/jetrun/pkg/events"
-	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // HeldBy reports whether worker holds r at attempt (expired or not).
@@ -32,7 +31,7 @@ func (r *Row) Clone() *Row {
 	c.Delivered = maps.Clone(r.Delivered)
 	c.SignalsSeen = maps.Clone(r.SignalsSeen)
 	if r.Finishes != nil {
-		c.Finishes = make(map[events.Status]*jetruntype.FinishState, len(r.Finishes))
+		c.Finishes = make(map[events.Status]*FinishState, len(r.Finishes))
 		for k, v := range r.Finishes {
 			f := *v
 			c.Finishes[k] = &f

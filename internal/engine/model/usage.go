@@ -97,14 +97,14 @@ const MaxChargeMarks = 64
 // last mark of each attempt, and drops those of the run's earlier
 // attempts (a run is taken over only once its earlier attempt stopped
 // charging). crossed is as Charge's.
-func (r *Row) chargeOnce(by jetruntype.ChargeMark, d jetruntype.UsageTotals) (crossed *jetruntype.Overrun, dup bool) {
+func (r *Row) chargeOnce(by ChargeMark, d jetruntype.UsageTotals) (crossed *jetruntype.Overrun, dup bool) {
 	for _, m := range r.ChargeMarks {
 		if m.Run == by.Run && m.Attempt == by.Attempt && m.Seq >= by.Seq {
 			return nil, true
 		}
 	}
 	crossed = r.charge(d)
-	marks := make([]jetruntype.ChargeMark, 0, len(r.ChargeMarks)+1)
+	marks := make([]ChargeMark, 0, len(r.ChargeMarks)+1)
 	for _, m := range r.ChargeMarks {
 		if m.Run != by.Run || m.Attempt > by.Attempt {
 			marks = append(marks, m)

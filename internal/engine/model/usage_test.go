@@ -16,7 +16,7 @@ import (
 func charge(t *testing.T, r *model.Row, d jetruntype.UsageTotals) *jetruntype.Overrun {
 	t.Helper()
 	was := r.Overrun
-	mark := jetruntype.ChargeMark{Run: "c", Attempt: 1, Seq: uint64(len(r.ChargeMarks)) + 1}
+	mark := model.ChargeMark{Run: "c", Attempt: 1, Seq: uint64(len(r.ChargeMarks)) + 1}
 	if len(r.ChargeMarks) > 0 {
 		mark.Seq = r.ChargeMarks[len(r.ChargeMarks)-1].Seq + 1
 	}
@@ -137,7 +137,7 @@ func TestChargeOnceTakesAChargeOnce(t *testing.T) {
 	r := &model.Row{ID: "root", Budget: &events.TreeBudget{Tokens: 100}}
 	ten := jetruntype.UsageTotals{InputTokens: 10}
 	charge := func(run string, attempt int, seq uint64, d jetruntype.UsageTotals) bool {
-		ev := model.Charged{Mark: jetruntype.ChargeMark{Run: run, Attempt: attempt, Seq: seq}, Delta: d}
+		ev := model.Charged{Mark: model.ChargeMark{Run: run, Attempt: attempt, Seq: seq}, Delta: d}
 		return errors.Is(model.Apply(r, ev, time.Now()), model.ErrNoChange)
 	}
 	for i, c := range []struct {

@@ -42,7 +42,6 @@ var ledgerTypes = map[string]bool{"FinishState": true, "NoticeState": true, "Slo
 const (
 	modulePath = "github.com/jetrun/jetrun"
 	modelPath  = modulePath + "/internal/engine/model"
-	rowPath    = modulePath + "/pkg/jetruntype"
 )
 
 // viewCopies are the functions outside package model that write state
@@ -265,7 +264,7 @@ func stateField(x ast.Expr, info *types.Info) string {
 			}
 			owner := ownerName(sel.Recv())
 			switch {
-			case owner == "Run" || owner == "Row":
+			case owner == "Row":
 				if stateFields[e.Sel.Name] {
 					return owner + "." + e.Sel.Name
 				}
@@ -281,7 +280,7 @@ func stateField(x ast.Expr, info *types.Info) string {
 	}
 }
 
-// ownerName names the row or ledger type t is (through pointers), or "".
+// ownerName names the stored row or ledger type t is (through pointers), or "".
 func ownerName(t types.Type) string {
 	if p, ok := t.(*types.Pointer); ok {
 		t = p.Elem()
@@ -290,10 +289,7 @@ func ownerName(t types.Type) string {
 	if !ok || n.Obj().Pkg() == nil {
 		return ""
 	}
-	switch path, name := n.Obj().Pkg().Path(), n.Obj().Name(); {
-	case path == rowPath && (name == "Run" || ledgerTypes[name]):
-		return name
-	case path == modelPath && name == "Row":
+	if path, name := n.Obj().Pkg().Path(), n.Obj().Name(); path == modelPath && (name == "Row" || ledgerTypes[name]) {
 		return name
 	}
 	return ""
@@ -307,8 +303,7 @@ func isRowType(t types.Type) bool {
 	if p, ok := t.(*types.Pointer); ok {
 		t = p.Elem()
 	}
-	name := ownerName(t)
-	return name == "Run" || name == "Row"
+	return ownerName(t) == "Row"
 }
 
 // goList runs go list in dir and returns its output lines.
