@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"log/slog"
 	"maps"
 	"math/rand/v2"
@@ -17,7 +18,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/obs"
 	"github.com/jetrun/jetrun/internal/engine/pull"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
@@ -186,7 +186,7 @@ func (d *Deliverer) Handle(name string, h Handler) {
 }
 
 // HandleFunc registers f for the finishes of handler name; see Handle.
-func (d *Deliverer) HandleFunc(name string, f func(ctx context.Context, run *model.Row, result Result) error) {
+func (d *Deliverer) HandleFunc(name string, f func(ctx context.Context, run *jetruntype.Run, result Result) error) {
 	d.Handle(name, HandlerFunc(f))
 }
 

@@ -219,7 +219,7 @@ func (e finishEntry) release(r *model.Row, cause string, failed bool, now time.T
 
 func (e finishEntry) handle(ctx context.Context, d *Deliverer, name string, msg jetstream.Msg, row *model.Row) error {
 	return d.call(ctx, "finish", name, msg, func(ctx context.Context) error {
-		return d.handlers[name].ServeFinish(ctx, row, e.res)
+		return d.handlers[name].ServeFinish(ctx, row.View(), e.res)
 	})
 }
 

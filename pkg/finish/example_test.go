@@ -3,9 +3,9 @@ package finish_test
 import (
 	"context"
 	"fmt"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"log"
 
-	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/finish"
@@ -41,7 +41,7 @@ func ExampleDeliverer_HandleFunc() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	d.HandleFunc("audit", func(ctx context.Context, run *model.Row, res finish.Result) error {
+	d.HandleFunc("audit", func(ctx context.Context, run *jetruntype.Run, res finish.Result) error {
 		select {
 		case audited <- outcome{finish.IdempotencyKey(res), res.Status, res.Summary}:
 		default: // a redelivery: already recorded

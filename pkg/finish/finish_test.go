@@ -75,7 +75,7 @@ func TestAFailingHandlerIsRetriedUntilItSucceeds(t *testing.T) {
 	var calls atomic.Int32
 	keys := make(chan string, 10)
 	_, client, store := setup(t, finish.Config{RetryDelay: 20 * time.Millisecond}, map[string]finish.Handler{
-		"flaky": finish.HandlerFunc(func(ctx context.Context, run *model.Row, res finish.Result) error {
+		"flaky": finish.HandlerFunc(func(ctx context.Context, run *jetruntype.Run, res finish.Result) error {
 			keys <- finish.IdempotencyKey(res)
 			if calls.Add(1) < 3 {
 				return errors.New("not yet")
@@ -105,7 +105,7 @@ func TestAFailingHandlerIsDeadLetteredAfterMaxAttempts(t *testing.T) {
 	const maxAttempts = 3
 	var calls atomic.Int32
 	nc, client, store := setup(t, finish.Config{RetryDelay: time.Millisecond, MaxAttempts: maxAttempts}, map[string]finish.Handler{
-		"down": finish.HandlerFunc(func(ctx context.Context, run *model.Row, res finish.Result) error {
+		"down": finish.HandlerFunc(func(ctx context.Context, run *jetruntype.Run, res finish.Result) error {
 			calls.Add(1)
 			return errors.New("service down")
 		}),
@@ -143,7 +143,7 @@ func TestACancelledFinishIsDeadLetteredAtOnce(t *testing.T) {
 	t.Parallel()
 	var calls atomic.Int32
 	nc, client, store := setup(t, finish.Config{RetryDelay: 20 * time.Millisecond, MaxAttempts: 5}, map[string]finish.Handler{
-		"strict": finish.HandlerFunc(func(ctx context.Context, run *model.Row, res finish.Result) error {
+		"strict": finish.HandlerFunc(func(ctx context.Context, run *jetruntype.Run, res finish.Result) error {
 			calls.Add(1)
 			return jetruntype.Cancel(errors.New("account closed"))
 		}),
@@ -185,7 +185,7 @@ func TestRetryAfterSetsTheWaitBeforeTheNextAttempt(t *testing.T) {
 		t.Parallel()
 		var calls atomic.Int32
 		_, client, store := setup(t, finish.Config{RetryDelay: time.Hour}, map[string]finish.Handler{
-			"soon": finish.HandlerFunc(func(context.Context, *model.Row, finish.Result) error {
+			"soon": finish.HandlerFunc(func(context.Context, *jetruntype.Run, finish.Result) error {
 				if calls.Add(1) < 3 {
 					return jetruntype.RetryAfter(errors.New("busy"), time.Millisecond)
 				}
@@ -202,11 +202,11 @@ func TestRetryAfterSetsTheWaitBeforeTheNextAttempt(t *testing.T) {
 		t.Parallel()
 		var later, plain atomic.Int32
 		_, client, store := setup(t, finish.Config{RetryDelay: time.Millisecond}, map[string]finish.Handler{
-			"later": finish.HandlerFunc(func(context.Context, *model.Row, finish.Result) error {
+			"later": finish.HandlerFunc(func(context.Context, *jetruntype.Run, finish.Result) error {
 				later.Add(1)
 				return jetruntype.RetryAfter(errors.New("come back in an hour"), time.Hour)
 			}),
-			"plain": finish.HandlerFunc(func(context.Context, *model.Row, finish.Result) error {
+			"plain": finish.HandlerFunc(func(context.Context, *jetruntype.Run, finish.Result) error {
 				if plain.Add(1) < 4 {
 					return errors.New("not yet")
 				}
@@ -236,7 +236,7 @@ func TestRetryAfterSetsTheWaitBeforeTheNextAttempt(t *testing.T) {
 func TestAMalformedFinishIsDeadLettered(t *testing.T) {
 	t.Parallel()
 	nc, _, _ := setup(t, finish.Config{}, map[string]finish.Handler{
-		"h": finish.HandlerFunc(func(context.Context, *model.Row, finish.Result) error { return nil }),
+		"h": finish.HandlerFunc(func(context.Context, *jetruntype.Run, finish.Result) error { return nil }),
 	})
 	ctx := context.Background()
 	js, err := jetstream.New(nc)
@@ -328,7 +328,7 @@ func TestADeletedFinishConsumerIsRecreated(t *testing.T) {
 	t.Parallel()
 	delivered := make(chan string, 4)
 	nc, client, _ := setup(t, finish.Config{}, map[string]finish.Handler{
-		"h": finish.HandlerFunc(func(_ context.Context, _ *model.Row, res finish.Result) error {
+		"h": finish.HandlerFunc(func(_ context.Context, _ *jetruntype.Run, res finish.Result) error {
 			delivered <- res.RunID
 			return nil
 		}),

@@ -2,6 +2,7 @@ package finish_test
 
 import (
 	"context"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -66,7 +67,7 @@ func TestTheFinisherNotTheWorkerPublishesFinishes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.HandleFunc("h", func(ctx context.Context, run *model.Row, res finish.Result) error {
+	d.HandleFunc("h", func(ctx context.Context, run *jetruntype.Run, res finish.Result) error {
 		calls.Add(1)
 		return nil
 	})

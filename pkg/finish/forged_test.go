@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"sync"
 	"testing"
 	"time"
@@ -11,7 +12,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -34,7 +34,7 @@ func TestAFinalStatusIsDeliveredUnderOneKey(t *testing.T) {
 		}
 		return nil
 	}}, map[string]finish.Handler{
-		"h": finish.HandlerFunc(func(_ context.Context, _ *model.Row, res finish.Result) error {
+		"h": finish.HandlerFunc(func(_ context.Context, _ *jetruntype.Run, res finish.Result) error {
 			mu.Lock()
 			defer mu.Unlock()
 			keys = append(keys, finish.IdempotencyKey(res))

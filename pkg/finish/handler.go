@@ -2,8 +2,8 @@ package finish
 
 import (
 	"context"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 
-	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 )
@@ -22,14 +22,14 @@ func IdempotencyKey(r Result) string { return wire.FinishMsgID(r.RunID, r.Status
 // jetruntype.RetryAfter(err, d) is retried after d instead of the backoff;
 // one marked jetruntype.Cancel is dead-lettered at once.
 type Handler interface {
-	ServeFinish(ctx context.Context, run *model.Row, result Result) error
+	ServeFinish(ctx context.Context, run *jetruntype.Run, result Result) error
 }
 
 // HandlerFunc adapts a function to a Handler.
-type HandlerFunc func(ctx context.Context, run *model.Row, result Result) error
+type HandlerFunc func(ctx context.Context, run *jetruntype.Run, result Result) error
 
 // ServeFinish calls f.
-func (f HandlerFunc) ServeFinish(ctx context.Context, run *model.Row, result Result) error {
+func (f HandlerFunc) ServeFinish(ctx context.Context, run *jetruntype.Run, result Result) error {
 	return f(ctx, run, result)
 }
 
@@ -48,13 +48,13 @@ func NoticeIdempotencyKey(n Notice) string {
 // HandleMilestone. A returned error is a failed attempt, retried (or not)
 // like a finish's.
 type MilestoneHandler interface {
-	ServeMilestone(ctx context.Context, run *model.Row, notice Notice) error
+	ServeMilestone(ctx context.Context, run *jetruntype.Run, notice Notice) error
 }
 
 // MilestoneHandlerFunc adapts a function to a MilestoneHandler.
-type MilestoneHandlerFunc func(ctx context.Context, run *model.Row, notice Notice) error
+type MilestoneHandlerFunc func(ctx context.Context, run *jetruntype.Run, notice Notice) error
 
 // ServeMilestone calls f.
-func (f MilestoneHandlerFunc) ServeMilestone(ctx context.Context, run *model.Row, n Notice) error {
+func (f MilestoneHandlerFunc) ServeMilestone(ctx context.Context, run *jetruntype.Run, n Notice) error {
 	return f(ctx, run, n)
 }

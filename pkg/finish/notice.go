@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"log/slog"
 	"slices"
 	"sync"
@@ -76,12 +77,12 @@ func (d *Deliverer) HandleMilestone(name string, h MilestoneHandler) {
 // HandleMilestone only, until Handle replaces it.
 type noFinishHandler struct{ name string }
 
-func (n noFinishHandler) ServeFinish(context.Context, *model.Row, Result) error {
+func (n noFinishHandler) ServeFinish(context.Context, *jetruntype.Run, Result) error {
 	return fmt.Errorf("no finish handler %s in this deliverer (only HandleMilestone)", n.name)
 }
 
 // HandleMilestoneFunc registers f; see HandleMilestone.
-func (d *Deliverer) HandleMilestoneFunc(name string, f func(ctx context.Context, run *model.Row, n Notice) error) {
+func (d *Deliverer) HandleMilestoneFunc(name string, f func(ctx context.Context, run *jetruntype.Run, n Notice) error) {
 	d.HandleMilestone(name, MilestoneHandlerFunc(f))
 }
 
@@ -249,7 +250,7 @@ func (e noticeEntry) handle(ctx context.Context, d *Deliverer, name string, msg 
 	n := e.n
 	n.Milestone = row.Notices[n.Milestone.Name].Milestone // the ledger says which milestone of the name
 	return d.call(ctx, "milestone", name, msg, func(ctx context.Context) error {
-		return h.ServeMilestone(ctx, row, n)
+		return h.ServeMilestone(ctx, row.View(), n)
 	})
 }
 

@@ -14,7 +14,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/engine"
-	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
@@ -106,14 +105,14 @@ func TestMilestoneNoticesReachAGoHandlerOncePerName(t *testing.T) {
 	client, store := setupMilestones(t, func(d *finish.Deliverer) {
 		// The milestone handler first: Handle then takes its place
 		// for finishes.
-		d.HandleMilestoneFunc("h", func(_ context.Context, run *model.Row, n finish.Notice) error {
+		d.HandleMilestoneFunc("h", func(_ context.Context, run *jetruntype.Run, n finish.Notice) error {
 			if n.Kind != events.KindMilestoneNotice || n.Handler != "h" || run.ID != n.RunID {
 				return errors.New("bad notice")
 			}
 			h.add(finish.NoticeIdempotencyKey(n), n.Milestone.Sequence)
 			return nil
 		})
-		d.HandleFunc("h", func(_ context.Context, _ *model.Row, res finish.Result) error {
+		d.HandleFunc("h", func(_ context.Context, _ *jetruntype.Run, res finish.Result) error {
 			h.add(finish.IdempotencyKey(res), 0)
 			return nil
 		})
@@ -187,7 +186,7 @@ func TestMilestoneHandlerOutcomes(t *testing.T) {
 	var mu sync.Mutex
 	calls := map[string]int{}
 	client, store := setupMilestones(t, func(d *finish.Deliverer) {
-		d.HandleMilestoneFunc("h", func(_ context.Context, _ *model.Row, n finish.Notice) error {
+		d.HandleMilestoneFunc("h", func(_ context.Context, _ *jetruntype.Run, n finish.Notice) error {
 			mu.Lock()
 			calls[n.Milestone.Name]++
 			c := calls[n.Milestone.Name]
@@ -200,7 +199,7 @@ func TestMilestoneHandlerOutcomes(t *testing.T) {
 			}
 			return nil
 		})
-		d.HandleFunc("h", func(context.Context, *model.Row, finish.Result) error { return nil })
+		d.HandleFunc("h", func(context.Context, *jetruntype.Run, finish.Result) error { return nil })
 	})
 	dispatchSteps(t, client, "ms3", []string{"refused", "busy"}, []string{"refused", "busy"})
 	row := jetruntest.WaitRow(t, store, "ms3", 20*time.Second, jetruntest.Settled)
@@ -220,7 +219,7 @@ func TestMilestoneHandlerOutcomes(t *testing.T) {
 func TestOnMilestonesAreValidated(t *testing.T) {
 	t.Parallel()
 	client, _ := setupMilestones(t, func(d *finish.Deliverer) {
-		d.HandleFunc("h", func(context.Context, *model.Row, finish.Result) error { return nil })
+		d.HandleFunc("h", func(context.Context, *jetruntype.Run, finish.Result) error { return nil })
 	})
 	for _, det := range []*events.Detached{
 		{OnFinish: "h", OnMilestones: []string{"a.b"}},
@@ -256,11 +255,11 @@ func TestADelivererStartsAfterItsNoticeConsumerWasRestored(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d.HandleMilestoneFunc("h", func(_ context.Context, _ *model.Row, n finish.Notice) error {
+		d.HandleMilestoneFunc("h", func(_ context.Context, _ *jetruntype.Run, n finish.Notice) error {
 			h.add(finish.NoticeIdempotencyKey(n), n.Milestone.Sequence)
 			return nil
 		})
-		d.HandleFunc("h", func(context.Context, *model.Row, finish.Result) error { return nil })
+		d.HandleFunc("h", func(context.Context, *jetruntype.Run, finish.Result) error { return nil })
 		if err := d.Start(ctx); err != nil {
 			t.Fatalf("start a deliverer: %v", err)
 		}

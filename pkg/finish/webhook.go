@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
@@ -46,7 +45,7 @@ type webhook struct {
 }
 
 // ServeFinish POSTs the finish.
-func (w webhook) ServeFinish(ctx context.Context, run *model.Row, res Result) error {
+func (w webhook) ServeFinish(ctx context.Context, run *jetruntype.Run, res Result) error {
 	return w.post(ctx, res, withTrace(run, map[string]string{
 		"Idempotency-Key": IdempotencyKey(res),
 		"Jetrun-Run-Id":   res.RunID,
@@ -55,11 +54,11 @@ func (w webhook) ServeFinish(ctx context.Context, run *model.Row, res Result) er
 }
 
 // withTrace adds the run's W3C trace context to headers.
-func withTrace(run *model.Row, headers map[string]string) map[string]string {
+func withTrace(run *jetruntype.Run, headers map[string]string) map[string]string {
 	if run == nil {
 		return headers
 	}
-	if tc := run.Trace(); !tc.IsZero() {
+	if tc := (events.TraceContext{TraceParent: run.TraceParent, TraceState: run.TraceState}).Valid(); !tc.IsZero() {
 		headers[events.HeaderTraceParent] = tc.TraceParent
 		if tc.TraceState != "" {
 			headers[events.HeaderTraceState] = tc.TraceState
@@ -71,7 +70,7 @@ func withTrace(run *model.Row, headers map[string]string) map[string]string {
 // ServeMilestone POSTs a milestone notice, with headers Idempotency-Key
 // (<runId>.milestone.<name>), Jetrun-Kind (milestone), Jetrun-Run-Id and
 // Jetrun-Milestone.
-func (w webhook) ServeMilestone(ctx context.Context, run *model.Row, n Notice) error {
+func (w webhook) ServeMilestone(ctx context.Context, run *jetruntype.Run, n Notice) error {
 	return w.post(ctx, n, withTrace(run, map[string]string{
 		"Idempotency-Key":  NoticeIdempotencyKey(n),
 		events.HeaderKind:  events.KindMilestoneNotice,

@@ -113,6 +113,10 @@ type Run struct {
 	TreeRuns  int64        `json:"treeRuns,omitempty"`
 	// Overrun says which budget stopped the run's tree, and by how much.
 	Overrun *Overrun `json:"overrun,omitempty"`
+
+	// FirstEventSeq is the JETRUN_EVENTS sequence of the run's first event,
+	// where a replay of its events starts; 0 until known.
+	FirstEventSeq uint64 `json:"firstEventSeq,omitempty"`
 }
 
 // ProgressSnapshot is the part of a progress event kept on the row.

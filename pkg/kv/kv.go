@@ -12,8 +12,9 @@
 //	runs := kv.New(rt)
 //
 // Invariants:
-//   - Rows are the public [model.Row]; how they are stored (bucket,
-//     revisions, the active-run index) stays inside jetrun.
+//   - Rows are the read type [jetruntype.Run], a copy built for each read;
+//     how they are stored (bucket, revisions, the active-run index, the
+//     engine's bookkeeping) stays inside jetrun.
 //   - A row read is the row as its last compare-and-set wrote it: a final
 //     status (completed, error, aborted) never changes again.
 //   - Get and List retry transient faults (a server restarting, a leader
@@ -63,7 +64,7 @@ func New(rt *jetrun.Runtime) *Runs {
 // Get returns the row of run id, or an error wrapping [ErrRunNotFound]
 // when there is none, or [events.ErrInvalidID] for an id that cannot be a
 // run's.
-func (r *Runs) Get(ctx context.Context, id string) (*model.Row, error) {
+func (r *Runs) Get(ctx context.Context, id string) (*jetruntype.Run, error) {
 	var row *model.Row
 	err := jsfault.Retry(ctx, DefaultRetry, func(ctx context.Context) (err error) {
 		row, _, err = r.store.Get(ctx, id)
@@ -72,7 +73,7 @@ func (r *Runs) Get(ctx context.Context, id string) (*model.Row, error) {
 	if err != nil {
 		return nil, err
 	}
-	return row, nil
+	return row.View(), nil
 }
 
 // ListOptions selects the rows [Runs.List] returns. Fields combine with
@@ -98,7 +99,7 @@ func (o ListOptions) keep(r *model.Row) bool {
 // List returns the rows opts selects, newest first (then by id). It reads
 // every row in one pass: for a view that stays current, [Runs.Watch] once
 // and keep the rows.
-func (r *Runs) List(ctx context.Context, opts ListOptions) ([]*model.Row, error) {
+func (r *Runs) List(ctx context.Context, opts ListOptions) ([]*jetruntype.Run, error) {
 	var rows []*model.Row
 	err := jsfault.Retry(ctx, DefaultRetry, func(ctx context.Context) (err error) {
 		rows, err = r.store.List(ctx, opts.keep)
@@ -113,7 +114,7 @@ func (r *Runs) List(ctx context.Context, opts ListOptions) ([]*model.Row, error)
 		}
 		return strings.Compare(a.ID, b.ID)
 	})
-	return rows, nil
+	return model.Views(rows), nil
 }
 
 // WatchOptions selects the rows [Runs.Watch] follows. The zero value
@@ -133,7 +134,7 @@ type Change struct {
 	ID string
 	// Run is the row as written; nil when the run was cleared (or its row
 	// cannot be read).
-	Run *model.Row
+	Run *jetruntype.Run
 	// Revision orders the changes: it grows with every write to the
 	// rows, and a row's revision changes with each of its writes.
 	Revision uint64
@@ -159,7 +160,7 @@ func (r *Runs) Watch(ctx context.Context, opts WatchOptions) iter.Seq2[Change, e
 		}
 		defer w.Stop()
 		for c := range w.Changes() {
-			if !yield(Change{ID: c.ID, Run: c.Run, Revision: c.Revision, Loaded: c.Loaded}, nil) {
+			if !yield(Change{ID: c.ID, Run: c.Run.View(), Revision: c.Revision, Loaded: c.Loaded}, nil) {
 				return
 			}
 		}

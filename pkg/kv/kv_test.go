@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"slices"
 	"strings"
 	"testing"
@@ -11,7 +12,6 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/kv"
@@ -183,7 +183,7 @@ func TestWatchYieldsTheRowsThenTheirChanges(t *testing.T) {
 }
 
 // collectErr ranges a watch to its first error.
-func collectErr(seq func(func(kv.Change, error) bool)) (*model.Row, error) {
+func collectErr(seq func(func(kv.Change, error) bool)) (*jetruntype.Run, error) {
 	for c, err := range seq {
 		if err != nil {
 			return nil, err

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"strings"
 	"sync"
 	"time"
@@ -28,7 +29,7 @@ type Result struct {
 	Summary string
 	Output  json.RawMessage
 	// Row is the run's final row.
-	Row *model.Row
+	Row *jetruntype.Run
 }
 
 // RunID derives a stable run id from the parent's identity and a tool call
@@ -234,7 +235,7 @@ func outcome(r *model.Row) (*Result, error) {
 	if f := r.Failure(); f != nil {
 		return nil, f
 	}
-	return &Result{RunID: r.ID, Summary: r.Summary, Output: r.Output, Row: r}, nil
+	return &Result{RunID: r.ID, Summary: r.Summary, Output: r.Output, Row: r.View()}, nil
 }
 
 // Outcome is one settled run of RunAll.
@@ -280,14 +281,14 @@ func (c *Client) RunAll(ctx context.Context, reqs []Request) []Outcome {
 // context and ending the run "aborted". An unknown
 // run returns ErrRunNotFound. A cascade interrupted by a crash is
 // completed by the reconciler.
-func (c *Client) Cancel(ctx context.Context, id, reason string) (*model.Row, error) {
+func (c *Client) Cancel(ctx context.Context, id, reason string) (*jetruntype.Run, error) {
 	reason = cmp.Or(reason, "cancelled by request")
 	row, err := c.cancelOne(ctx, id, reason)
 	if err != nil {
 		return nil, fmt.Errorf("parent: cancel run %s: %w", id, err)
 	}
 	c.cancelDescendants(ctx, id, "parent run "+id+" was cancelled")
-	return row, nil
+	return row.View(), nil
 }
 
 func (c *Client) cancelOne(ctx context.Context, id, reason string) (*model.Row, error) {

@@ -19,7 +19,7 @@ type Call = events.Call
 // Calls returns a run's calls in order, each with its reply once
 // answered (nil while pending), or ErrRunNotFound for an unknown run.
 func (c *Client) Calls(ctx context.Context, id string) ([]CallState, error) {
-	row, err := c.Inspect(ctx, id)
+	row, err := c.stored(ctx, id)
 	if errors.Is(err, ErrRunNotFound) {
 		return nil, fmt.Errorf("parent: calls of run %s: %w", id, ErrRunNotFound)
 	}
@@ -77,7 +77,7 @@ var (
 //
 // [worker.CallError]: https://pkg.go.dev/github.com/jetrun/jetrun/pkg/worker#CallError
 func (c *Client) Answer(ctx context.Context, id string, seq int64, output any, errText string) (*CallState, error) {
-	row, err := c.Inspect(ctx, id)
+	row, err := c.stored(ctx, id)
 	switch {
 	case errors.Is(err, ErrRunNotFound):
 		return nil, fmt.Errorf("parent: answer call %d of run %s: %w", seq, id, ErrRunNotFound)

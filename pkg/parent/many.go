@@ -2,6 +2,7 @@ package parent
 
 import (
 	"context"
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"slices"
 	"sync"
 
@@ -94,6 +95,8 @@ func (c *Client) dispatchOne(ctx context.Context, req Request, typeErr error) Di
 		res.Err = typeErr
 		return res
 	}
-	res.Run, res.Created, res.Err = c.dispatch(ctx, req)
+	var row *model.Row
+	row, res.Created, res.Err = c.dispatch(ctx, req)
+	res.Run = row.View()
 	return res
 }

@@ -254,7 +254,7 @@ func newRunID() string {
 type Dispatched struct {
 	// Run is the run's row: "starting", or further along if a worker was
 	// quick; for a run id that already had a run, that run as it is.
-	Run *model.Row
+	Run *jetruntype.Run
 	// Created says this call started the run (false: the run id already
 	// had a run, which Run is).
 	Created bool
@@ -275,7 +275,7 @@ func (c *Client) Dispatch(ctx context.Context, req Request) (*Dispatched, error)
 	if err != nil {
 		return nil, err
 	}
-	return &Dispatched{Run: row, Created: created}, nil
+	return &Dispatched{Run: row.View(), Created: created}, nil
 }
 
 // dispatch is Dispatch: the row, and whether this call created it. A
@@ -561,8 +561,23 @@ func (c *Client) fault(ctx context.Context, msg string, err error, args ...any) 
 // Inspect returns the run's row, as [kv.Runs.Get] reads it, or an error
 // wrapping [ErrRunNotFound] when there is no record of it (yet: a run
 // exists once Dispatch created it).
-func (c *Client) Inspect(ctx context.Context, id string) (*model.Row, error) {
+func (c *Client) Inspect(ctx context.Context, id string) (*jetruntype.Run, error) {
 	row, err := c.runs.Get(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("parent: inspect: %w", err)
+	}
+	return row, nil
+}
+
+// stored returns the run's stored row, read as Inspect reads it: for the
+// client's own decisions (a replay's start, a run's calls), which the read
+// type does not carry.
+func (c *Client) stored(ctx context.Context, id string) (*model.Row, error) {
+	var row *model.Row
+	err := jsfault.Retry(ctx, kv.DefaultRetry, func(ctx context.Context) (err error) {
+		row, _, err = c.store.Get(ctx, id)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("parent: inspect: %w", err)
 	}
@@ -571,7 +586,7 @@ func (c *Client) Inspect(ctx context.Context, id string) (*model.Row, error) {
 
 // List returns the rows with one of statuses (every row when none is
 // given), newest first: [kv.Runs.List] with [kv.ListOptions.Statuses].
-func (c *Client) List(ctx context.Context, statuses ...events.Status) ([]*model.Row, error) {
+func (c *Client) List(ctx context.Context, statuses ...events.Status) ([]*jetruntype.Run, error) {
 	rows, err := c.runs.List(ctx, kv.ListOptions{Statuses: statuses})
 	if err != nil {
 		return nil, fmt.Errorf("parent: %w", err)

@@ -53,7 +53,7 @@ type ReplayOptions struct {
 // [events.ErrReplayStopped]. Replay returns [ErrRunNotFound] for an
 // unknown run: a guessed id never creates anything.
 func (c *Client) Replay(ctx context.Context, id string, opts ReplayOptions) (iter.Seq2[events.Event, error], error) {
-	row, err := c.Inspect(ctx, id)
+	row, err := c.stored(ctx, id)
 	if err != nil {
 		return nil, fmt.Errorf("parent: replay: %w", err)
 	}

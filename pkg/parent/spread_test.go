@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"strings"
 	"sync"
 	"testing"
@@ -11,7 +12,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -107,11 +107,11 @@ func TestRunsOverThreeEventsStreams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.HandleFunc("audit", func(_ context.Context, run *model.Row, _ finish.Result) error {
+	d.HandleFunc("audit", func(_ context.Context, run *jetruntype.Run, _ finish.Result) error {
 		finished <- run.ID
 		return nil
 	})
-	d.HandleMilestoneFunc("audit", func(_ context.Context, run *model.Row, _ finish.Notice) error {
+	d.HandleMilestoneFunc("audit", func(_ context.Context, run *jetruntype.Run, _ finish.Notice) error {
 		noticed <- run.ID
 		return nil
 	})

@@ -14,7 +14,7 @@ import (
 // step line), in the order they were stored, each name once (the first
 // stored copy). It returns ErrRunNotFound for an unknown run.
 func (c *Client) Steps(ctx context.Context, id string) ([]events.Step, error) {
-	row, err := c.Inspect(ctx, id)
+	row, err := c.stored(ctx, id)
 	if errors.Is(err, ErrRunNotFound) {
 		return nil, fmt.Errorf("parent: steps of run %s: %w", id, ErrRunNotFound)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"slices"
 	"strings"
 	"sync"
@@ -121,7 +122,7 @@ func setupKeyed(t *testing.T, open bool) *keyedFleet {
 	return f
 }
 
-func (f *keyedFleet) submit(t *testing.T, i int, id string, strategy events.Strategy, input any) *model.Row {
+func (f *keyedFleet) submit(t *testing.T, i int, id string, strategy events.Strategy, input any) *jetruntype.Run {
 	t.Helper()
 	d, err := f.clients[i%2].Dispatch(t.Context(), parent.Request{
 		AgentType: "serial", RunID: id, Input: input, ConcurrencyKey: "chat-1", Strategy: strategy,
@@ -292,7 +293,7 @@ func TestKeyDebounceRunsTheLastOfABurst(t *testing.T) {
 			AgentType: "serial", RunID: id, Input: i, ConcurrencyKey: "chat-1",
 			Strategy: events.StrategyDebounce, Debounce: 3 * time.Second,
 		})
-		var row *model.Row
+		var row *jetruntype.Run
 		if d != nil {
 			row = d.Run
 		}
@@ -451,7 +452,7 @@ func TestReconcilerRepairsAKeyWhoseHolderDied(t *testing.T) {
 	if _, err := rec.Sweep(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if r, _ := c.Inspect(ctx, "h1"); r.Status != events.StatusStarting || r.DispatchSeq == 0 {
+	if r, _, _ := store.Get(ctx, "h1"); r.Status != events.StatusStarting || r.DispatchSeq == 0 {
 		t.Fatalf("h1 after the sweep: %s (dispatch %d); want starting with its dispatch out", r.Status, r.DispatchSeq)
 	}
 	if holder, _, _ := store.Keys().Holder(ctx, "k"); holder != "h1" {
@@ -473,7 +474,7 @@ func TestKeyRetryOfAnInterruptedRunWaitsForTheKey(t *testing.T) {
 	}
 	store := engine.From(rt).Store()
 	// No worker serves "orphan", so rows move only as this test moves them.
-	dispatch := func(id string) *model.Row {
+	dispatch := func(id string) *jetruntype.Run {
 		t.Helper()
 		d, err := c.Dispatch(ctx, parent.Request{AgentType: "orphan", RunID: id, Input: 1, ConcurrencyKey: "k"})
 		if err != nil {
@@ -501,7 +502,7 @@ func TestKeyRetryOfAnInterruptedRunWaitsForTheKey(t *testing.T) {
 	if err := keys.Advance(ctx, engine.From(rt), "k", keys.Held{}); err != nil {
 		t.Fatal(err)
 	}
-	if r, _ := c.Inspect(ctx, "i0"); r.Status != events.StatusStarting || r.DispatchSeq == 0 {
+	if r, _, _ := store.Get(ctx, "i0"); r.Status != events.StatusStarting || r.DispatchSeq == 0 {
 		t.Fatalf("i0 after i1 ended: %s (dispatch %d)", r.Status, r.DispatchSeq)
 	}
 }
@@ -514,7 +515,7 @@ func TestReconcilerEntersAQueuedRunMissingFromItsQueue(t *testing.T) {
 	nc, _ := natstest.Connect(t, srv)
 	ctx := t.Context()
 	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
-	c, err := parent.New(rt, parent.Config{AllowUnknownAgentTypes: true})
+	_, err := parent.New(rt, parent.Config{AllowUnknownAgentTypes: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -532,7 +533,7 @@ func TestReconcilerEntersAQueuedRunMissingFromItsQueue(t *testing.T) {
 	if _, err := rec.Sweep(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if r, _ := c.Inspect(ctx, "lost"); r.Status != events.StatusStarting || r.DispatchSeq == 0 {
+	if r, _, _ := store.Get(ctx, "lost"); r.Status != events.StatusStarting || r.DispatchSeq == 0 {
 		t.Fatalf("after the sweep: %s (dispatch %d)", r.Status, r.DispatchSeq)
 	}
 }

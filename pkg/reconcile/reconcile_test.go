@@ -2,6 +2,7 @@ package reconcile_test
 
 import (
 	"context"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"maps"
 	"slices"
 	"sync"
@@ -10,7 +11,6 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -56,7 +56,7 @@ func TestAnEmbeddedReconcilerGivesUpARunPastItsBudget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.HandleFunc("done", func(ctx context.Context, run *model.Row, res finish.Result) error {
+	d.HandleFunc("done", func(ctx context.Context, run *jetruntype.Run, res finish.Result) error {
 		heard <- res
 		return nil
 	})

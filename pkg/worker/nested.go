@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/jetrun/jetrun/internal/engine/calls"
-	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
@@ -74,7 +73,7 @@ type Child struct {
 	// ID is the child's run id.
 	ID string
 	// Row is the child's row as Spawn found or created it.
-	Row *model.Row
+	Row *jetruntype.Run
 	// Created is false when the child existed already (re-attached).
 	Created bool
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"log/slog"
 	"time"
 
@@ -84,7 +85,7 @@ func (r *Run) Depth() int { return r.row.Depth }
 func (r *Run) Input() json.RawMessage { return r.row.Input }
 
 // Row returns a copy of the run's row as it was when this attempt started.
-func (r *Run) Row() *model.Row { return r.row.Clone() }
+func (r *Run) Row() *jetruntype.Run { return r.row.View() }
 
 // Logger returns a logger carrying the run id, agent type and attempt.
 func (r *Run) Logger() *slog.Logger { return r.b.Logger() }

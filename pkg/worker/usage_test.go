@@ -111,7 +111,7 @@ func TestTreeBudgetStopsThreeLevels(t *testing.T) {
 		mu    sync.Mutex
 		heard []events.Status
 	)
-	d.Handle("budget-hook", finish.HandlerFunc(func(_ context.Context, _ *model.Row, res finish.Result) error {
+	d.Handle("budget-hook", finish.HandlerFunc(func(_ context.Context, _ *jetruntype.Run, res finish.Result) error {
 		mu.Lock()
 		defer mu.Unlock()
 		heard = append(heard, res.Status)

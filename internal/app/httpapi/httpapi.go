@@ -34,6 +34,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"io"
 	"log/slog"
 	"net/http"
@@ -47,7 +48,6 @@ import (
 	"github.com/jetrun/jetrun/internal/app/runview"
 	"github.com/jetrun/jetrun/internal/app/webui"
 	"github.com/jetrun/jetrun/internal/engine/jsfault"
-	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/obs"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -154,18 +154,18 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // runBody is a run row as the API answers it: the row, plus the rules the
-// server applies to it as flags ("live": model.Row.Live, "final":
+// server applies to it as flags ("live": jetruntype.Run.Live, "final":
 // events.Status.Final), so clients such as the web UI need not re-derive
 // them from the status.
 type runBody struct {
-	*model.Row
+	*jetruntype.Run
 	Live  bool `json:"live"`
 	Final bool `json:"final"`
 }
 
 // runJSON returns row as the API answers it.
-func runJSON(row *model.Row) runBody {
-	return runBody{Row: row, Live: row.Live(), Final: row.Status.Final()}
+func runJSON(row *jetruntype.Run) runBody {
+	return runBody{Run: row, Live: row.Live(), Final: row.Status.Final()}
 }
 
 func writeError(w http.ResponseWriter, status int, code, msg string) {
@@ -438,7 +438,7 @@ func (a *api) signal(w http.ResponseWriter, r *http.Request) {
 }
 
 // row looks up the run named in the path; it answers 404 itself.
-func (a *api) row(w http.ResponseWriter, r *http.Request) (*model.Row, bool) {
+func (a *api) row(w http.ResponseWriter, r *http.Request) (*jetruntype.Run, bool) {
 	id := r.PathValue("id")
 	if events.ValidateID(id) != nil {
 		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no run %q", id))

@@ -14,7 +14,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/jetrun/jetrun/internal/app/runview"
-	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
@@ -115,7 +114,7 @@ func (a *api) trace(w http.ResponseWriter, r *http.Request) {
 // buildTrace walks top's tree depth first (the runs view finds each run's
 // children; the parent client reads each row and its steps), stopping at
 // a.maxTraceRuns runs.
-func (a *api) buildTrace(ctx context.Context, top *model.Row) (traceBody, error) {
+func (a *api) buildTrace(ctx context.Context, top *jetruntype.Run) (traceBody, error) {
 	body := traceBody{RunID: top.ID, Runs: []traceRun{}, MaxRuns: a.maxTraceRuns, MaxSteps: MaxTraceSteps}
 	type item struct {
 		id    string
@@ -185,7 +184,7 @@ func (a *api) buildTrace(ctx context.Context, top *model.Row) (traceBody, error)
 
 // traceRun returns row as a trace shows it, with at most MaxTraceSteps of
 // its steps (cut reports more).
-func (a *api) traceRun(ctx context.Context, row *model.Row, level int) (tr traceRun, cut bool, err error) {
+func (a *api) traceRun(ctx context.Context, row *jetruntype.Run, level int) (tr traceRun, cut bool, err error) {
 	tr = traceRun{ID: row.ID, Parent: row.Parent, ParentToolCallID: row.ParentToolCallID, AgentType: row.AgentType,
 		Level: level, Status: row.Status, Reason: row.Reason, Final: row.Status.Final(),
 		CreatedAt: row.CreatedAt, StartedAt: row.StartedAt, FinishedAt: row.FinishedAt,

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"io"
 	"log/slog"
 	"os"
@@ -22,7 +23,6 @@ import (
 
 	"github.com/jetrun/jetrun/internal/app/config"
 	"github.com/jetrun/jetrun/internal/app/natsconn"
-	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
@@ -105,7 +105,7 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		fmt.Fprintf(stderr, "jetrun: %v\n", err)
 		return ExitFailure
 	}
-	c.runs = kv.New(rt)
+	c.runs, c.rt = kv.New(rt), rt
 	c.client, err = parent.New(rt, cfg.Reattach.ParentConfig(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		fmt.Fprintf(stderr, "jetrun: %v\n", err)
@@ -139,7 +139,8 @@ func usagef(format string, args ...any) error { return usageError{fmt.Errorf(for
 // cli carries what every command uses.
 type cli struct {
 	client *parent.Client
-	runs   *kv.Runs // the rows, for the MCP server
+	runs   *kv.Runs        // the rows, for the MCP server
+	rt     *jetrun.Runtime // the runtime, for the MCP server
 	stdin  io.Reader
 	out    io.Writer
 	errw   io.Writer
@@ -232,7 +233,7 @@ func (c *cli) getCmd(fs *flag.FlagSet) func(context.Context, []string) (int, err
 }
 
 // describe prints a row for people.
-func (c *cli) describe(r *model.Row) {
+func (c *cli) describe(r *jetruntype.Run) {
 	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
 	line := func(k, v string) {
 		if v != "" {
@@ -311,7 +312,7 @@ func (c *cli) lsCmd(fs *flag.FlagSet) func(context.Context, []string) (int, erro
 		if err != nil {
 			return 0, err
 		}
-		var out []*model.Row
+		var out []*jetruntype.Run
 		for _, r := range rows {
 			if (*agentType == "" || r.AgentType == *agentType) && (*parentID == "" || r.Parent == *parentID) &&
 				(*toolCall == "" || r.ParentToolCallID == *toolCall) {
@@ -321,7 +322,7 @@ func (c *cli) lsCmd(fs *flag.FlagSet) func(context.Context, []string) (int, erro
 		out = out[:min(len(out), max(*limit, 0))]
 		if c.json {
 			if out == nil {
-				out = []*model.Row{}
+				out = []*jetruntype.Run{}
 			}
 			return ExitOK, c.printJSON(out)
 		}

@@ -20,7 +20,7 @@ func (c *cli) mcpCmd(fs *flag.FlagSet) func(context.Context, []string) (int, err
 		if len(args) != 0 {
 			return 0, usagef("takes no arguments")
 		}
-		s := mcpserver.New(mcpserver.Config{Client: c.client, Runs: c.runs, Logger: slog.New(slog.NewTextHandler(c.errw, nil)), Retention: c.retention})
+		s := mcpserver.New(mcpserver.Config{Client: c.client, Runs: c.runs, Runtime: c.rt, Logger: slog.New(slog.NewTextHandler(c.errw, nil)), Retention: c.retention})
 		s.Start(ctx)
 		defer s.Stop()
 		if err := s.ServeStdio(ctx, readCloser(c.stdin), writeCloser(c.out)); err != nil {

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
@@ -19,7 +18,7 @@ import (
 
 // treeNode is a run with its nested runs, as jetrun get --json shows it.
 type treeNode struct {
-	*model.Row
+	*jetruntype.Run
 	Children []treeNode `json:"children,omitempty"`
 	// Calls are the run's calls to its caller, each with its reply once
 	// answered (top run only).
@@ -81,20 +80,20 @@ func (c *cli) addSteps(ctx context.Context, n *treeNode) (bool, error) {
 // runTree returns r with its descendants (down to depth levels), children
 // ordered by tool call (in the order of their first child), then display
 // order, then id.
-func (c *cli) runTree(ctx context.Context, r *model.Row, depth int) (treeNode, error) {
+func (c *cli) runTree(ctx context.Context, r *jetruntype.Run, depth int) (treeNode, error) {
 	rows, err := c.client.List(ctx)
 	if err != nil {
 		return treeNode{}, fmt.Errorf("list nested runs: %w", err)
 	}
-	byParent := make(map[string][]*model.Row)
+	byParent := make(map[string][]*jetruntype.Run)
 	for _, x := range rows {
 		if x.Parent != "" {
 			byParent[x.Parent] = append(byParent[x.Parent], x)
 		}
 	}
-	var build func(r *model.Row, depth int) treeNode
-	build = func(r *model.Row, depth int) treeNode {
-		n := treeNode{Row: r}
+	var build func(r *jetruntype.Run, depth int) treeNode
+	build = func(r *jetruntype.Run, depth int) treeNode {
+		n := treeNode{Run: r}
 		if depth <= 0 {
 			return n
 		}
@@ -109,22 +108,22 @@ func (c *cli) runTree(ctx context.Context, r *model.Row, depth int) (treeNode, e
 // orderChildren groups children by parentToolCallId (groups in the order
 // of their earliest child) and orders each group by displayOrder, then
 // creation, then id.
-func orderChildren(rows []*model.Row) []*model.Row {
-	slices.SortFunc(rows, func(a, b *model.Row) int {
+func orderChildren(rows []*jetruntype.Run) []*jetruntype.Run {
+	slices.SortFunc(rows, func(a, b *jetruntype.Run) int {
 		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), strings.Compare(a.ID, b.ID))
 	})
 	var groups []string
-	group := make(map[string][]*model.Row)
+	group := make(map[string][]*jetruntype.Run)
 	for _, r := range rows {
 		if _, ok := group[r.ParentToolCallID]; !ok {
 			groups = append(groups, r.ParentToolCallID)
 		}
 		group[r.ParentToolCallID] = append(group[r.ParentToolCallID], r)
 	}
-	out := make([]*model.Row, 0, len(rows))
+	out := make([]*jetruntype.Run, 0, len(rows))
 	for _, g := range groups {
 		rs := group[g]
-		slices.SortStableFunc(rs, func(a, b *model.Row) int { return cmp.Compare(a.DisplayOrder, b.DisplayOrder) })
+		slices.SortStableFunc(rs, func(a, b *jetruntype.Run) int { return cmp.Compare(a.DisplayOrder, b.DisplayOrder) })
 		out = append(out, rs...)
 	}
 	return out
@@ -162,7 +161,7 @@ func (c *cli) describeTree(n treeNode, allSteps bool) {
 
 // runDuration is how long r ran ("running 4s" while it runs), or "" if it
 // has not started.
-func runDuration(r *model.Row, now time.Time) string {
+func runDuration(r *jetruntype.Run, now time.Time) string {
 	switch {
 	case r.StartedAt.IsZero():
 		return ""
@@ -183,7 +182,7 @@ func (c *cli) printChildren(children []treeNode, indent string) {
 		if ch.Reason != "" && ch.Status != events.StatusCompleted {
 			line += " (" + ch.Reason + ")"
 		}
-		if d := runDuration(ch.Row, time.Now()); d != "" {
+		if d := runDuration(ch.Run, time.Now()); d != "" {
 			line += "  " + d
 		}
 		if ch.Usage != nil {

@@ -6,14 +6,13 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // usageLines are the lines jetrun get prints about a run's usage and
 // budget: its own usage (per model), its tree's, its budget and what
 // stopped its tree.
-func usageLines(r *model.Row) [][2]string {
+func usageLines(r *jetruntype.Run) [][2]string {
 	var out [][2]string
 	if u := r.Usage; u != nil {
 		line := totals(u.UsageTotals)

@@ -29,6 +29,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"maps"
 	"slices"
 	"strconv"
@@ -38,7 +39,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/kv"
 )
@@ -219,7 +219,7 @@ func (s *Server) addLegacyTasks() error {
 // listTasks answers a page of tasks/list: the runs created as tasks,
 // newest first (then by id), after cursor.
 func (s *Server) listTasks(ctx context.Context, cursor string) (*listTasksResult, error) {
-	var after *model.Row
+	var after *jetruntype.Run
 	if cursor != "" {
 		var err error
 		if after, err = decodeTaskCursor(cursor); err != nil {
@@ -230,7 +230,7 @@ func (s *Server) listTasks(ctx context.Context, cursor string) (*listTasksResult
 	if err != nil {
 		return nil, internalError("list the tasks: %v", err)
 	}
-	rows = slices.DeleteFunc(rows, func(r *model.Row) bool { return r.Parent != "" })
+	rows = slices.DeleteFunc(rows, func(r *jetruntype.Run) bool { return r.Parent != "" })
 	slices.SortFunc(rows, newestFirst)
 	if after != nil {
 		i, found := slices.BinarySearchFunc(rows, after, newestFirst)
@@ -255,7 +255,7 @@ func (s *Server) listTasks(ctx context.Context, cursor string) (*listTasksResult
 }
 
 // newestFirst orders runs by creation, newest first, then by id.
-func newestFirst(a, b *model.Row) int {
+func newestFirst(a, b *jetruntype.Run) int {
 	if c := b.CreatedAt.Compare(a.CreatedAt); c != 0 {
 		return c
 	}
@@ -263,13 +263,13 @@ func newestFirst(a, b *model.Row) int {
 }
 
 // taskCursor is the tasks/list cursor after row: its creation time and id.
-func taskCursor(row *model.Row) string {
+func taskCursor(row *jetruntype.Run) string {
 	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(row.CreatedAt.UnixNano(), 10) + ":" + row.ID))
 }
 
 // decodeTaskCursor returns the position a taskCursor names, as a run with
 // its creation time and id.
-func decodeTaskCursor(c string) (*model.Row, error) {
+func decodeTaskCursor(c string) (*jetruntype.Run, error) {
 	raw, err := base64.RawURLEncoding.DecodeString(c)
 	if err != nil {
 		return nil, err
@@ -282,7 +282,7 @@ func decodeTaskCursor(c string) (*model.Row, error) {
 	if err := events.ValidateID(id); err != nil {
 		return nil, err
 	}
-	return &model.Row{ID: id, CreatedAt: time.Unix(0, n)}, nil
+	return &jetruntype.Run{ID: id, CreatedAt: time.Unix(0, n)}, nil
 }
 
 // sessionsOnly is the error of a 2025-11-25 tasks method asked without a

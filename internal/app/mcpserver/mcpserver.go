@@ -48,6 +48,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"io"
 	"log/slog"
 	"net/http"
@@ -99,6 +100,10 @@ type Config struct {
 	Client *parent.Client
 	// Runs reads the tasks' rows (kv.New on the Client's runtime).
 	Runs *kv.Runs
+	// Runtime is the Client's runtime: a waiting task's input request
+	// names the signal position of its stored row, which Runs (the read
+	// type) does not show.
+	Runtime *jetrun.Runtime
 	// Logger receives the server's logs (default: discard).
 	Logger *slog.Logger
 	// SyncEvery is how often the registry is polled for changes to
@@ -121,6 +126,7 @@ const DefaultTasksPerPage = 50
 type Server struct {
 	client    *parent.Client
 	runs      *kv.Runs
+	rt        *jetrun.Runtime
 	log       *slog.Logger
 	every     time.Duration
 	retention time.Duration
@@ -150,7 +156,7 @@ type tool struct {
 
 // New returns a Server; Start begins following the registry.
 func New(cfg Config) *Server {
-	s := &Server{client: cfg.Client, runs: cfg.Runs, log: cfg.Logger, every: cfg.SyncEvery, retention: max(cfg.Retention, 0),
+	s := &Server{client: cfg.Client, runs: cfg.Runs, rt: cfg.Runtime, log: cfg.Logger, every: cfg.SyncEvery, retention: max(cfg.Retention, 0),
 		perPage: cmp.Or(max(cfg.TasksPerPage, 0), DefaultTasksPerPage), tools: map[string]tool{},
 		outlets: map[string][]*outlet{}, watches: map[*mcp.ServerSession]*sessionWatch{}}
 	if s.log == nil {

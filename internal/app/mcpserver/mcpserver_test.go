@@ -83,7 +83,7 @@ func newFixtureWith(t *testing.T, cfg mcpserver.Config) *fixture {
 // serve mounts another MCP server configured by cfg (a parent-worker
 // replica) on the fixture's JetStream and returns its endpoint.
 func (f *fixture) serve(t *testing.T, cfg mcpserver.Config) string {
-	cfg.Client, cfg.Runs = f.env.Client, kv.New(f.env.Runtime)
+	cfg.Client, cfg.Runs, cfg.Runtime = f.env.Client, kv.New(f.env.Runtime), f.env.Runtime
 	cfg.SyncEvery = cmp.Or(cfg.SyncEvery, 50*time.Millisecond)
 	s := mcpserver.New(cfg)
 	ctx, cancel := context.WithCancel(context.Background())

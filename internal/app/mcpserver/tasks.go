@@ -31,6 +31,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/jetrun/jetrun/internal/engine"
 	"strconv"
 	"strings"
 	"time"
@@ -38,7 +39,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
@@ -280,7 +280,7 @@ func (s *Server) startTask(ctx context.Context, req *mcp.CallToolRequest, legacy
 
 // taskRow returns the row of task id, or the extension's error for an
 // unknown task.
-func (s *Server) taskRow(ctx context.Context, id string) (*model.Row, error) {
+func (s *Server) taskRow(ctx context.Context, id string) (*jetruntype.Run, error) {
 	if events.ValidateID(id) != nil {
 		return nil, invalidParams("unknown task %q", id)
 	}
@@ -304,7 +304,7 @@ func (s *Server) taskOf(ctx context.Context, id string) (*Task, error) {
 
 // taskFromRow maps a run's row (and, while it runs, its pending calls) to
 // its task.
-func (s *Server) taskFromRow(ctx context.Context, row *model.Row) (*Task, error) {
+func (s *Server) taskFromRow(ctx context.Context, row *jetruntype.Run) (*Task, error) {
 	t := &Task{TaskID: row.ID, CreatedAt: stamp(row.CreatedAt), LastUpdatedAt: stamp(lastUpdated(row)), PollIntervalMs: PollIntervalMs,
 		TTLMs: s.ttl(row), cancelRequested: row.CancelRequested}
 	switch row.Status {
@@ -347,7 +347,7 @@ func (s *Server) taskFromRow(ctx context.Context, row *model.Row) (*Task, error)
 // ttl is the task ttl of row, in milliseconds from its creation: the
 // retention, which counts from the run's end, so a run that ended is kept
 // its duration longer; nil when runs are kept forever.
-func (s *Server) ttl(row *model.Row) *int64 {
+func (s *Server) ttl(row *jetruntype.Run) *int64 {
 	if s.retention <= 0 {
 		return nil
 	}
@@ -361,7 +361,7 @@ func (s *Server) ttl(row *model.Row) *int64 {
 
 // inputRequests lists what a run waits on from its caller, which a client
 // can answer: its unanswered calls and the signal it waits for.
-func (s *Server) inputRequests(ctx context.Context, row *model.Row) (map[string]InputRequest, error) {
+func (s *Server) inputRequests(ctx context.Context, row *jetruntype.Run) (map[string]InputRequest, error) {
 	out := map[string]InputRequest{}
 	if row.Status == events.StatusRunning {
 		calls, err := s.client.Calls(ctx, row.ID)
@@ -381,11 +381,28 @@ func (s *Server) inputRequests(ctx context.Context, row *model.Row) (map[string]
 	// client answers) or "call:<name>" (listed above, as its call): only a
 	// signal name is a signal.
 	if name := row.WaitingFor; name != "" && events.ValidateToken("signal name", name) == nil {
-		key := "signal:" + name + ":" + strconv.FormatUint(row.SignalsSeen[name], 10)
+		seen, err := s.signalSeen(ctx, row.ID, name)
+		if err != nil {
+			return nil, internalError("read the signal position of run %s: %v", row.ID, err)
+		}
+		key := "signal:" + name + ":" + strconv.FormatUint(seen, 10)
 		out[key] = elicitation(fmt.Sprintf("The run waits for the signal %q: accept to send it, the content being its payload.", name),
 			map[string]any{"signal": map[string]any{"name": name}})
 	}
 	return out, nil
+}
+
+// signalSeen returns the signals-stream sequence of the last signal name
+// run id received (0 for none), from its stored row.
+func (s *Server) signalSeen(ctx context.Context, id, name string) (uint64, error) {
+	if s.rt == nil {
+		return 0, errors.New("mcpserver: no Runtime configured")
+	}
+	row, _, err := engine.From(s.rt).Store().Get(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	return row.SignalsSeen[name], nil
 }
 
 // elicitation is a form elicitation/create whose accepted content is the
@@ -463,7 +480,7 @@ func (s *Server) failed(f *jetruntype.Failure, name string) *mcp.CallToolResult 
 	return res
 }
 
-func lastUpdated(row *model.Row) time.Time {
+func lastUpdated(row *jetruntype.Run) time.Time {
 	last := row.CreatedAt
 	for _, t := range []time.Time{row.StartedAt, row.LastSignalAt, row.FinishedAt} {
 		if t.After(last) {

@@ -181,7 +181,7 @@ func TestCancelledCallGetsNoResponseOverStdio(t *testing.T) {
 	f := newFixture(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	s := mcpserver.New(mcpserver.Config{Client: f.env.Client, Runs: kv.New(f.env.Runtime)})
+	s := mcpserver.New(mcpserver.Config{Client: f.env.Client, Runs: kv.New(f.env.Runtime), Runtime: f.env.Runtime})
 	s.Start(ctx)
 	defer s.Stop()
 	inR, inW := io.Pipe()

@@ -310,7 +310,7 @@ func build(ctx, abort context.Context, cfg config.ParentWorker, nc *nats.Conn, l
 		if err != nil {
 			return nil, err
 		}
-		mcpSrv := mcpserver.New(mcpserver.Config{Client: client, Runs: kv.New(rt), Logger: logger, Retention: cfg.Retention})
+		mcpSrv := mcpserver.New(mcpserver.Config{Client: client, Runs: kv.New(rt), Runtime: rt, Logger: logger, Retention: cfg.Retention})
 		mcpSvc = service.Funcs{
 			StartFunc:    func(ctx context.Context) error { mcpSrv.Start(ctx); return nil },
 			ShutdownFunc: func(context.Context) error { mcpSrv.Stop(); return nil },

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
 	"log/slog"
 	"maps"
 	"slices"
 
-	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/finish"
 )
@@ -28,7 +28,7 @@ type ledger struct {
 }
 
 // note records what row r says, as far as the ledger still takes it.
-func (l *ledger) note(r *model.Row) {
+func (l *ledger) note(r *jetruntype.Run) {
 	if !l.final {
 		l.handler, l.endings = "", nil
 		if r.Detached != nil {
@@ -55,7 +55,7 @@ func (l *ledger) note(r *model.Row) {
 // noteLocked records row r of run id (nil: the row was removed) in the
 // ledgers. A run gets a ledger once it has a finish handler or is final;
 // v.mu is held.
-func (v *View) noteLocked(id string, r *model.Row) {
+func (v *View) noteLocked(id string, r *jetruntype.Run) {
 	if r == nil {
 		delete(v.ledgers, id)
 		return
@@ -128,7 +128,7 @@ func (v *View) Vouch(ctx context.Context, f finish.Result) error {
 
 // observe takes in row r of run id at revision rev, read from the bucket's
 // leader, unless the view has taken in that revision or a newer one.
-func (v *View) observe(id string, r *model.Row, rev uint64) {
+func (v *View) observe(id string, r *jetruntype.Run, rev uint64) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if rev > v.seen[id] {
@@ -157,7 +157,7 @@ func (l *ledger) clone() *ledger {
 // reloaded is the ledger of run id as a reload of the bucket finds row r:
 // a run the view had seen final stays sealed. l is the ledger the reload
 // built so far (nil if none); v.mu is not held.
-func (v *View) reloaded(id string, r *model.Row, l *ledger) *ledger {
+func (v *View) reloaded(id string, r *jetruntype.Run, l *ledger) *ledger {
 	if l == nil {
 		v.mu.RLock()
 		old := v.ledgers[id]

@@ -10,6 +10,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -19,7 +20,6 @@ import (
 
 	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/engine/jsfault"
-	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/obs"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
@@ -36,7 +36,7 @@ const syncTimeout = 5 * time.Second
 // the delivery ledgers, signal positions), its texts clipped, and the flags
 // the UI reads instead of deriving them.
 type Summary struct {
-	*model.Row
+	*jetruntype.Run
 	// Notified counts the milestone notices delivered (see Run.Notices).
 	Notified int `json:"notified,omitempty"`
 	// Live reports Run.Live: the run may still be executing (and can be
@@ -48,17 +48,26 @@ type Summary struct {
 	Removed bool `json:"removed,omitempty"`
 }
 
+// latestView reads a run's row as its last write left it (on the stream's
+// leader), as a reader sees it.
+func latestView(rt *engine.Runtime) func(ctx context.Context, id string) (*jetruntype.Run, uint64, error) {
+	return func(ctx context.Context, id string) (*jetruntype.Run, uint64, error) {
+		row, rev, err := rt.Store().Latest(ctx, id)
+		return row.View(), rev, err
+	}
+}
+
 // Summarize returns r's summary (r is not changed).
-func Summarize(r *model.Row) Summary {
+func Summarize(r *jetruntype.Run) Summary {
 	c := *r
 	c.Input, c.Output = nil, nil
 	c.Error, c.Summary = clip(r.Error), clip(r.Summary)
-	c.Finishes, c.Notices, c.SignalsSeen, c.Merged, c.Blinks = nil, nil, nil, nil, nil
-	return Summary{Row: &c, Notified: notified(r), Live: r.Live(), Final: r.Final()}
+	c.Finishes, c.Notices, c.Merged = nil, nil, nil
+	return Summary{Run: &c, Notified: notified(r), Live: r.Live(), Final: r.Final()}
 }
 
 // notified counts r's milestone notices delivered.
-func notified(r *model.Row) int {
+func notified(r *jetruntype.Run) int {
 	n := 0
 	for _, s := range r.Notices {
 		if !s.DeliveredAt.IsZero() {
@@ -84,7 +93,7 @@ type View struct {
 	lastRevision func(ctx context.Context) (uint64, error)
 	// latest reads a run's row from the runs stream's leader (Vouch's
 	// read, ledger.go), with its revision.
-	latest func(ctx context.Context, id string) (*model.Row, uint64, error)
+	latest func(ctx context.Context, id string) (*jetruntype.Run, uint64, error)
 	log    *slog.Logger
 
 	mu      sync.RWMutex
@@ -127,7 +136,7 @@ func StartGuard(ctx context.Context, rt *jetrun.Runtime, logger *slog.Logger, un
 	}
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	v := &View{
-		rows: kv.New(rt), lastRevision: engine.From(rt).Store().LastRevision, latest: engine.From(rt).Store().Latest,
+		rows: kv.New(rt), lastRevision: engine.From(rt).Store().LastRevision, latest: latestView(engine.From(rt)),
 		log: logger, runs: make(map[string]Summary), ledgers: make(map[string]*ledger), seen: make(map[string]uint64),
 		subs: make(map[chan Summary]struct{}), cancel: cancel, done: make(chan struct{}),
 		unfinalized: unfinalized,
@@ -277,7 +286,7 @@ func rewritten(old, s Summary) bool {
 
 // apply records a change (row r, nil when the run was removed) and tells
 // the subscribers.
-func (v *View) apply(ctx context.Context, id string, s Summary, r *model.Row, rev uint64) {
+func (v *View) apply(ctx context.Context, id string, s Summary, r *jetruntype.Run, rev uint64) {
 	present := r != nil
 	v.mu.Lock()
 	old, had := v.runs[id]
@@ -290,7 +299,7 @@ func (v *View) apply(ctx context.Context, id string, s Summary, r *model.Row, re
 		v.runs[id] = s
 	} else {
 		delete(v.runs, id)
-		s = Summary{Row: &model.Row{ID: id}, Removed: true}
+		s = Summary{Run: &jetruntype.Run{ID: id}, Removed: true}
 	}
 	v.lastRev = max(v.lastRev, rev)
 	v.changed.Broadcast()

@@ -14,7 +14,7 @@ import (
 // row leaves them out (docs/protocol.md lists them).
 var bookkeeping = []string{
 	"handedOff", "blinks", "workerEpoch", "leaseUntil", "signalsSeen", "teardown", "dispatchSeq",
-	"unindexed", "submitSeq", "stepUsage", "chargeMarks", "firstEventSeq",
+	"unindexed", "submitSeq", "stepUsage", "chargeMarks",
 }
 
 // slotBookkeeping are a ledger slot's stored fields a user does not read.

@@ -3,6 +3,7 @@ package reconcile_test
 import (
 	"context"
 	"encoding/json"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"log/slog"
 	"strings"
 	"testing"
@@ -52,7 +53,7 @@ func TestUnservedFinishWaitsAsOneCopyThenIsDeadLettered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.HandleFunc("present", func(context.Context, *model.Row, finish.Result) error { return nil })
+	d.HandleFunc("present", func(context.Context, *jetruntype.Run, finish.Result) error { return nil })
 	if err := d.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"sync"
 	"testing"
 	"time"
@@ -47,7 +48,7 @@ type recorder struct {
 	fail func(runID string) bool
 }
 
-func (r *recorder) ServeFinish(ctx context.Context, run *model.Row, res finish.Result) error {
+func (r *recorder) ServeFinish(ctx context.Context, run *jetruntype.Run, res finish.Result) error {
 	r.mu.Lock()
 	r.got = append(r.got, delivery{RunID: res.RunID, Status: res.Status, Reason: res.Reason, Key: finish.IdempotencyKey(res), At: time.Now()})
 	r.mu.Unlock()

@@ -53,11 +53,14 @@ func TestRetriesWithNoAttemptBetweenAreEachDispatched(t *testing.T) {
 	row := sweepUntil(t, e, id, "first give-up", interruptedAfter(time.Time{}))
 	var seqs []uint64
 	for i := range 2 {
-		resumed, err := client.Dispatch(ctx, req) // a retry
+		if _, err := client.Dispatch(ctx, req); err != nil { // a retry
+			t.Fatal(err)
+		}
+		resumed, _, err := e.store.Get(ctx, id)
 		if err != nil {
 			t.Fatal(err)
 		}
-		seqs = append(seqs, resumed.Run.DispatchSeq)
+		seqs = append(seqs, resumed.DispatchSeq)
 		row = sweepUntil(t, e, id, "give-up after a retry", interruptedAfter(row.FinishedAt))
 		if row.Attempt != 0 || row.Handoffs != 0 {
 			t.Fatalf("after retry %d: attempt %d, handoffs %d; no attempt ran, none was handed off", i+1, row.Attempt, row.Handoffs)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"slices"
 	"strings"
 	"sync"
@@ -564,7 +565,7 @@ func BenchmarkWorkloadDetachedFinish(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	d.HandleFunc("bench", func(_ context.Context, _ *model.Row, res finish.Result) error {
+	d.HandleFunc("bench", func(_ context.Context, _ *jetruntype.Run, res finish.Result) error {
 		lat.end(res.RunID)
 		return nil
 	})

@@ -3,10 +3,10 @@ package e2e_test
 import (
 	"context"
 	"errors"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"testing"
 	"time"
 
-	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/kv"
@@ -101,7 +101,7 @@ func TestRolesViewerReadsRowsThroughKV(t *testing.T) {
 	}
 }
 
-func ids(rows []*model.Row) []string {
+func ids(rows []*jetruntype.Run) []string {
 	out := make([]string, len(rows))
 	for i, r := range rows {
 		out[i] = r.ID
