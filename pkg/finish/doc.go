@@ -38,7 +38,7 @@
 //
 // Milestone notices (detached.onMilestones) travel the same way, on the
 // same subject and consumer, with their own ledger slot per milestone name
-// (model.Row.Notices) and the key <runId>.milestone.<name>; a deliverer also
+// (jetruntype.Run.Notices) and the key <runId>.milestone.<name>; a deliverer also
 // records them from the run's milestones and sends them before the run's
 // finish. See notice.go and docs/delivery.md.
 package finish

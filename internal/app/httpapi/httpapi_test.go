@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -902,4 +904,51 @@ func TestListSearchesByRunID(t *testing.T) {
 	}
 	var body struct{ Code string }
 	wantStatus(t, do(t, "GET", b.url+"/v1/runs?q="+strings.Repeat("x", events.MaxIDLength+1), "", &body), 400)
+}
+
+// TestRunBodyIsTheReadType: a run's body (GET /v1/runs/<id>, and the
+// list's summaries) is jetruntype.Run and its live/final flags: no field
+// of the engine's bookkeeping, though the stored row carries it (a held
+// run's worker epoch).
+func TestRunBodyIsTheReadType(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	allowed := map[string]bool{"live": true, "final": true, "notified": true, "removed": true}
+	rt := reflect.TypeFor[jetruntype.Run]()
+	for i := range rt.NumField() {
+		allowed[strings.Split(rt.Field(i).Tag.Get("json"), ",")[0]] = true
+	}
+	do(t, "POST", b.url+"/v1/runs", `{"agentType":"demo","runId":"held","input":{"steps":100,"stepMs":100}}`, nil)
+	stored := jetruntest.WaitRow(t, b.store, "held", 10*time.Second, func(r *model.Row) bool {
+		return r.Status == events.StatusRunning && r.FirstEventSeq != 0
+	})
+	if stored.WorkerEpoch == "" || stored.DispatchSeq == 0 {
+		t.Fatalf("stored row %+v: want a worker epoch and a dispatch sequence to leave out", stored)
+	}
+	var body map[string]any
+	wantStatus(t, do(t, "GET", b.url+"/v1/runs/held", "", &body), 200)
+	var list struct {
+		Runs []map[string]any `json:"runs"`
+	}
+	wantStatus(t, do(t, "GET", b.url+"/v1/runs?status=running", "", &list), 200)
+	if len(list.Runs) != 1 {
+		t.Fatalf("running = %+v", list)
+	}
+	for what, m := range map[string]map[string]any{"row": body, "summary": list.Runs[0]} {
+		if m["worker"] != stored.Worker || m["attempt"] != float64(stored.Attempt) {
+			t.Fatalf("%s %v: want worker %s, attempt %d", what, m, stored.Worker, stored.Attempt)
+		}
+		for _, k := range []string{"workerEpoch", "dispatchSeq"} {
+			if _, ok := m[k]; ok {
+				t.Errorf("%s carries %q, the engine's bookkeeping", what, k)
+			}
+		}
+		for k := range m {
+			if !allowed[k] {
+				t.Errorf("%s carries %q, a stored field that is not jetruntype.Run's", what, k)
+			}
+		}
+	}
+	wantStatus(t, do(t, "POST", b.url+"/v1/runs/held/cancel", `{"reason":"enough"}`, nil), 200)
+	jetruntest.WaitRow(t, b.store, "held", 10*time.Second, jetruntest.Final)
 }

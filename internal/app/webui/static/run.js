@@ -569,8 +569,6 @@ export class RunPage {
     if (Number.isFinite(finished) && Number.isFinite(created)) rows.push(['Total', fmtDur(finished - created)]);
     rows.push(['Attempt', `${r.attempt || 0}${r.handoffs ? ` · ${r.handoffs} handoff(s)` : ''}`]);
     if (r.worker) rows.push(['Worker', h('span', { class: 'mono', text: r.worker })]);
-    const lease = parseTime(r.leaseUntil);
-    if (Number.isFinite(lease) && r.live) rows.push(['Lease until', h('span', { title: fmtAbs(lease) }, fmtClock(lease))]);
     rows.push(['Chunks', String(r.chunks || 0)]);
     rows.push(['Milestones', r.milestones ? `${r.milestones} · last ${r.lastMilestone || '?'}` : '0']);
     if (fmtUsage(r.usage)) rows.push(['Usage', h('span', { 'data-testid': 'usage', title: usageTitle(r.usage), text: fmtUsage(r.usage) })]);
