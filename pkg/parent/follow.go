@@ -132,8 +132,9 @@ func (f *statusFollower) start(ctx context.Context) (jetstream.ConsumeContext, e
 	var ccs wire.ConsumeContexts
 	for _, stream := range f.c.rt.EventsStreamNames() {
 		cons, err := f.c.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
-			FilterSubjects: []string{ns.StatusWildcard()},
-			DeliverPolicy:  jetstream.DeliverNewPolicy,
+			FilterSubjects:    []string{ns.StatusWildcard()},
+			DeliverPolicy:     jetstream.DeliverNewPolicy,
+			InactiveThreshold: wire.FollowInactive,
 		})
 		if err != nil {
 			ccs.Stop()

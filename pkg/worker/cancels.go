@@ -100,8 +100,9 @@ func (w *Worker) followSignals(ctx context.Context) (jetstream.ConsumeContext, e
 // subject tokens and data to on.
 func (w *Worker) follow(ctx context.Context, what, stream, filter string, on func(tokens []string, data []byte)) (jetstream.ConsumeContext, error) {
 	c, err := w.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{filter},
-		DeliverPolicy:  jetstream.DeliverNewPolicy,
+		FilterSubjects:    []string{filter},
+		DeliverPolicy:     jetstream.DeliverNewPolicy,
+		InactiveThreshold: wire.FollowInactive,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("worker: follow %s: %w", what, err)

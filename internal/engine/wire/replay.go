@@ -96,6 +96,7 @@ func Replay(ctx context.Context, js jetstream.JetStream, ns Namespace, runID str
 			yield(events.Event{}, fmt.Errorf("events: replay %s: %w", runID, err))
 			return
 		}
+		defer forget(ctx, js, name, c)
 		it, err := c.Messages(jetstream.PullMaxMessages(replayBatch))
 		if err != nil {
 			yield(events.Event{}, fmt.Errorf("events: replay %s: %w", runID, err))
@@ -130,6 +131,34 @@ func Replay(ctx context.Context, js jetstream.JetStream, ns Namespace, runID str
 			}
 		}
 	}
+}
+
+// FollowInactive is the inactive threshold of a process's long-lived
+// ordered consumers (a parent's status follower, a worker's signal and
+// cancel followers): one that stopped, or whose process died, goes a
+// minute later instead of nats.go's five, so restarts under faults do not
+// pile consumers up against the stream's limit (see forget).
+const FollowInactive = time.Minute
+
+// forgetTimeout bounds the delete of a replay's consumer.
+const forgetTimeout = 2 * time.Second
+
+// forget deletes a replay's ordered consumer once the replay is done.
+// Stopping an ordered consumer leaves it on the server until its inactive
+// threshold (5 minutes), and a stream holds 1,000 consumers by default:
+// some three replays a second (a parent following each child's chunks, a
+// UI per open run) would fill it, and every replay after would fail with
+// "maximum consumers limit reached". Bounded, and done even when ctx
+// ended (the caller left): a consumer the delete misses still goes at its
+// inactive threshold.
+func forget(ctx context.Context, js jetstream.JetStream, stream string, c jetstream.Consumer) {
+	info := c.CachedInfo()
+	if info == nil || info.Name == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), forgetTimeout)
+	defer cancel()
+	_ = js.DeleteConsumer(ctx, stream, info.Name)
 }
 
 // endedBy reports whether the run's newest status event ends it and lies at

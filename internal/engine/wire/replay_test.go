@@ -136,3 +136,41 @@ func TestReplayFollowModes(t *testing.T) {
 		t.Fatalf("forever: %d events, then %v", n, stopErr)
 	}
 }
+
+// A replay deletes its consumer when it is done: more replays than a
+// stream may hold consumers (1,000 by default) run one after another on a
+// server with default limits, each succeeds, and none is left behind.
+func TestReplaysLeaveNoConsumerBehind(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunServer(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := wire.EnsureStreams(ctx, js, "", events.StreamOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "jetrun.run.r1.status", []byte(`{"runId":"r1","status":"running","at":"2026-01-01T00:00:00Z"}`)); err != nil {
+		t.Fatal(err)
+	}
+	name, err := wire.RunEventsStream(ctx, js, "", "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const replays = 1200
+	for i := range replays {
+		evs, err := replayAll(ctx, js, "r1", events.ReplayOptions{Follow: events.HistoryOnly})
+		if err != nil || len(evs) != 1 {
+			t.Fatalf("replay %d of %d: %d events, %v", i+1, replays, len(evs), err)
+		}
+	}
+	stream, err := js.Stream(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Consumers != 0 {
+		t.Fatalf("%d consumers left on %s after %d replays", info.State.Consumers, name, replays)
+	}
+}
