@@ -190,9 +190,6 @@ type Request struct {
 	// ancestors as well as its own; one they do not allow is
 	// [ErrBudgetExceeded].
 	Budget *events.TreeBudget
-	// ParentRow, when set, is the row of Parent, which a nested dispatch
-	// otherwise reads to learn its tree (a worker's Spawn passes it).
-	ParentRow *model.Row
 }
 
 func (req Request) dispatch() (events.Dispatch, error) {
@@ -302,7 +299,7 @@ func (c *Client) dispatch(ctx context.Context, req Request) (row *model.Row, cre
 	if err := c.checkInput(ctx, req.AgentType, d.Input); err != nil {
 		return nil, false, err
 	}
-	if err := c.fillTree(ctx, &d, req.ParentRow); err != nil {
+	if err := c.fillTree(ctx, &d, engine.ParentRow(ctx)); err != nil {
 		return nil, false, err
 	}
 	if req.ConcurrencyKey != "" {

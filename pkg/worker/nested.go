@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/engine/calls"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -153,11 +154,11 @@ func (e *execution) Spawn(ctx context.Context, req ChildRequest) (*Child, error)
 	if err != nil {
 		return nil, err
 	}
-	d, err := client.Dispatch(ctx, parent.Request{
+	d, err := client.Dispatch(engine.WithParentRow(ctx, e.row), parent.Request{
 		AgentType: req.AgentType, RunID: id, Input: req.Input,
 		Parent: e.id, ParentToolCallID: callID, DisplayOrder: req.DisplayOrder, Depth: e.row.Depth + 1,
 		Detached: req.Detached, MaxConcurrent: req.MaxConcurrent,
-		Budget: req.Budget, ParentRow: e.row,
+		Budget: req.Budget,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("worker: run %s: start child %s: %w", e.id, id, err)
