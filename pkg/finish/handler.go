@@ -13,7 +13,7 @@ type Result = events.Finish
 
 // IdempotencyKey is the key a handler deduplicates on, the finish's
 // Nats-Msg-Id: <runId>.<status>, or <runId>.<status>.<n> for a run's n-th
-// ending with the status (wire.FinishMsgID).
+// ending with the status (docs/protocol.md, "Finishes").
 func IdempotencyKey(r Result) string { return wire.FinishMsgID(r.RunID, r.Status, r.Ending) }
 
 // Handler serves finishes. A returned error (or a panic, or running past
