@@ -33,7 +33,7 @@ const maxText = 500
 const syncTimeout = 5 * time.Second
 
 // Summary is a run row without what a list does not show (input, output,
-// the delivery ledgers, signal positions), its texts clipped, and the flags
+// the delivery ledgers, merged runs), its texts clipped, and the flags
 // the UI reads instead of deriving them.
 type Summary struct {
 	*jetruntype.Run
