@@ -108,6 +108,7 @@ func (v *View) Vouch(ctx context.Context, f finish.Result) error {
 	defer v.mu.RUnlock()
 	l := v.ledgers[f.RunID]
 	_, present := v.runs[f.RunID]
+	newer := v.seen[f.RunID] > rev // the view took in a row written after the one read
 	switch {
 	case caught && !present: // removed since the leader's read
 		return nil
@@ -121,6 +122,13 @@ func (v *View) Vouch(ctx context.Context, f finish.Result) error {
 			finish.ErrNotOwed, f.RunID, endingsOf(l), f.Status, f.Ending+1)
 	}
 	if _, marked := row.Delivered[f.Status]; l.delivered[f.Status] == f.Ending+1 && !marked {
+		if newer {
+			// The mark may be younger than the row read (a second copy of
+			// the finish, read while the first was being delivered): not a
+			// removal. Asked again, the newest row tells.
+			return fmt.Errorf("runview: vouch for a finish of run %s: its row changed since revision %d was read; "+
+				"judged again", f.RunID, rev)
+		}
 		return fmt.Errorf("%w: run %s's %s finish was delivered; its row no longer says so", finish.ErrNotOwed, f.RunID, f.Status)
 	}
 	return nil

@@ -12,6 +12,7 @@ import (
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/finish"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 )
 
 // The view vouches for the finishes a run's row recorded while it was not
@@ -116,5 +117,51 @@ func TestVouchWithAWatchThatDoesNotFollowReadsTheLeader(t *testing.T) {
 	}
 	if err := v.Vouch(ctx, finish.Result{RunID: "plain", Handler: "h", Status: events.StatusCompleted}); !errors.Is(err, finish.ErrNotOwed) {
 		t.Errorf("a handler written onto a run the view saw final: %v, want ErrNotOwed", err)
+	}
+}
+
+// A finish whose row the view saw marked delivered, judged with a row
+// read before the mark (a second copy of the finish read the row while
+// the first was being delivered, or a lagging server answered), is not
+// called forged: the view knows a newer row than the one read, so it
+// cannot tell yet and the deliverer asks again. With the newest row it is
+// vouched for, and the deliverer drops it as delivered.
+func TestVouchDoesNotCallAFinishForgedOnARowOlderThanTheView(t *testing.T) {
+	t.Parallel()
+	env := jetruntest.NewEnv(t)
+	ctx := context.Background()
+	v, err := runview.Start(ctx, env.Runtime, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(v.Stop)
+	kv, err := env.JS.KeyValue(ctx, "jetrun_runs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(r *model.Row) uint64 {
+		t.Helper()
+		data, _ := json.Marshal(r)
+		rev, err := kv.Put(ctx, r.ID, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rev
+	}
+	owed := finish.Result{RunID: "det", Handler: "h", Status: events.StatusCompleted}
+	det := &model.Row{ID: "det", AgentType: "demo", Status: events.StatusRunning, Detached: &events.Detached{OnFinish: "h"}}
+	put(det)
+	det.Status = events.StatusCompleted
+	det.Finishes = map[events.Status]*model.FinishState{events.StatusCompleted: {Slot: model.Slot{DueAt: time.Now()}}}
+	before := put(det)
+	stale := det.Clone().View()
+	det.Delivered = map[events.Status]time.Time{events.StatusCompleted: time.Now()}
+	put(det)
+	if err := v.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	v.SetLatest(func(context.Context, string) (*jetruntype.Run, uint64, error) { return stale, before, nil })
+	if err := v.Vouch(ctx, owed); err == nil || errors.Is(err, finish.ErrNotOwed) {
+		t.Fatalf("judged on a row older than the view: %v, want an error that is not ErrNotOwed", err)
 	}
 }
