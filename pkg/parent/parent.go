@@ -499,7 +499,8 @@ func (c *Client) publishDispatch(ctx context.Context, agentType string, d events
 }
 
 // checkAgentType reports ErrUnknownAgentType unless some worker created the
-// agent type's consumer. Positive answers are cached for a minute.
+// agent type's consumer, or a live worker announces the type (its consumer
+// deleted and being restored). Positive answers are cached for a minute.
 func (c *Client) checkAgentType(ctx context.Context, agentType string) error {
 	if c.cfg.AllowUnknownAgentTypes {
 		return nil
@@ -515,14 +516,34 @@ func (c *Client) checkAgentType(ctx context.Context, agentType string) error {
 		return err
 	})
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return fmt.Errorf("parent: %w %q: no worker serves it", ErrUnknownAgentType, agentType)
+		// Gone while a live worker announces the type (deleted, and being
+		// restored): the dispatch waits in the stream for it.
+		err = c.announced(ctx, agentType)
+	} else if err != nil {
+		err = fmt.Errorf("parent: look up agent type %s: %w", agentType, err)
 	}
 	if err != nil {
-		return fmt.Errorf("parent: look up agent type %s: %w", agentType, err)
+		return err
 	}
 	c.mu.Lock()
 	c.agents[agentType] = time.Now().Add(DefaultAgentTypeCache)
 	c.mu.Unlock()
+	return nil
+}
+
+// announced returns nil when a live worker announces agentType in the
+// registry, else ErrUnknownAgentType.
+func (c *Client) announced(ctx context.Context, agentType string) error {
+	reg, ok, err := registry.Bind(ctx, c.js, c.ns)
+	if err == nil && ok {
+		_, ok, err = reg.Agent(ctx, agentType)
+	}
+	switch {
+	case err != nil:
+		return fmt.Errorf("parent: look up agent type %s: %w", agentType, err)
+	case !ok:
+		return fmt.Errorf("parent: %w %q: no worker serves it", ErrUnknownAgentType, agentType)
+	}
 	return nil
 }
 

@@ -369,6 +369,34 @@ func TestUnknownAgentTypeIsRejected(t *testing.T) {
 	}
 }
 
+// An agent type whose consumer is gone while a live worker announces it
+// (someone deleted the consumer; it is being restored) is not unknown: the
+// dispatch is stored, and the run completes once the consumer is back.
+func TestAnAnnouncedAgentTypeWhoseConsumerIsGoneIsNotUnknown(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := t.Context()
+	if err := b.js.DeleteConsumer(ctx, "JETRUN_DISPATCH", "agent-"+demo.AgentType); err != nil {
+		t.Fatal(err)
+	}
+	// A client that has not looked the type up yet (no cached answer).
+	c, err := parent.New(b.rt, parent.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := c.Dispatch(ctx, parent.Request{AgentType: demo.AgentType, RunID: "consumer-gone", Input: map[string]int{"steps": 1}})
+	if err != nil {
+		t.Fatalf("dispatch while the consumer is gone: %v", err)
+	}
+	if !d.Created {
+		t.Fatalf("dispatch: %+v", d)
+	}
+	jetruntest.WaitRow(t, b.store, "consumer-gone", 30*time.Second, jetruntest.Final)
+	if row, err := c.Inspect(ctx, "consumer-gone"); err != nil || row.Status != events.StatusCompleted {
+		t.Fatalf("row = %+v, %v", row, err)
+	}
+}
+
 func TestRunIDIsStableAndValid(t *testing.T) {
 	a, b := parent.RunID("parent-1", "call-1"), parent.RunID("parent-1", "call-1")
 	if a != b || events.ValidateID(a) != nil {
