@@ -28,7 +28,12 @@ import (
 	"github.com/jetrun/jetrun/pkg/worker"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if len(os.Args) == 3 && os.Args[1] == "fixture-child" { // the fixture test's child (fixtures_test.go)
+		os.Exit(replayFixtureChild(os.Args[2]))
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // setup serves each exec agent type of cmds (name → command) on a real
 // server.
