@@ -43,6 +43,7 @@ type execution struct {
 	parking *parking    // the concurrency slot of the run's dispatch (parking.go)
 	nest    execNested  // nested runs and calls (nested.go, call.go)
 	use     execUsage   // usage reports (usage.go)
+	holds   execHolds   // reservations (holds.go)
 
 	storedSteps []events.Step // the steps earlier attempts stored, read by start (step.go)
 }

@@ -275,6 +275,13 @@ func (w *Worker) tend(ctx context.Context, now time.Time, beatEvery time.Duratio
 				e.sync(ctx)
 			})
 		}
+		if e.holds.renewDue(now) {
+			sem <- struct{}{}
+			syncs.Go(func() {
+				defer func() { <-sem }()
+				e.renewHolds(ctx, now)
+			})
+		}
 	}
 	syncs.Wait()
 	w.releaseLeftovers(ctx)

@@ -53,6 +53,9 @@ type backend interface {
 	// Usage is called with a valid report that is not empty, added to
 	// its step's usage already when it is made with a step's context.
 	Usage(ctx context.Context, u Usage) error
+	// Reserve holds a checked amount (Run.Reserve) and returns what gives
+	// it back (called at most once).
+	Reserve(ctx context.Context, req runhook.ReserveRequest) (release func(), err error)
 	// LoadSteps returns the steps earlier attempts stored.
 	LoadSteps(ctx context.Context) ([]events.Step, error)
 	// StoreStep stores a step the handler completed (or failed

@@ -132,7 +132,7 @@ func (e *execution) chargeStep(ctx context.Context, s *stepUsage) error {
 		s.mu.Lock()
 		d := model.SubTotals(total, s.charged[id])
 		s.mu.Unlock()
-		if model.IsZeroTotals(d) {
+		if model.IsZeroTotals(d) && !e.settling(id) {
 			continue
 		}
 		taken, err := e.chargeRun(ctx, id, d, true)

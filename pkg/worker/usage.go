@@ -97,8 +97,10 @@ type execUsage struct {
 	synced   *jetruntype.Usage // of attempt, what every run it is charged to was charged with: what the row shows
 	charges  []string          // the runs whose tree totals the usage adds to
 	budgeted bool
-	selfTree bool             // the run is the top of a tree without a budget: its steps' usage reaches its own tree totals with the row write
-	reported jetruntype.Usage // every report of this attempt, steps' included (the Observer's)
+	budgets  []string            // the runs whose budgets the usage counts against (reservations)
+	settle   map[string][]string // per run charged, the holds its next charge settles (holds.go)
+	selfTree bool                // the run is the top of a tree without a budget: its steps' usage reaches its own tree totals with the row write
+	reported jetruntype.Usage    // every report of this attempt, steps' included (the Observer's)
 
 	stepBase  *jetruntype.Usage // the row's stepUsage when the attempt started
 	recovered jetruntype.Usage  // what stored steps of earlier attempts spent beyond stepBase
@@ -152,6 +154,7 @@ func (e *execution) Usage(ctx context.Context, u Usage) error {
 	if !budgeted {
 		return nil
 	}
+	e.settleHolds()
 	var err error
 	if inStep {
 		err = e.chargeStep(ctx, s)
@@ -190,7 +193,7 @@ func (e *execution) startUsage(ctx context.Context, row *model.Row) error {
 	defer e.use.mu.Unlock()
 	if !e.use.started {
 		e.use.started, e.use.base, e.use.stepBase = true, model.CloneUsage(row.Usage), model.CloneUsage(row.StepUsage)
-		e.use.charges, e.use.budgeted = tree.Charges(), tree.Budgeted()
+		e.use.charges, e.use.budgeted, e.use.budgets = tree.Charges(), tree.Budgeted(), tree.Budgets()
 		e.use.selfTree = !e.use.budgeted && slices.Contains(e.use.charges, e.id)
 	}
 	return nil
@@ -271,7 +274,7 @@ func (e *execution) chargeTree(ctx context.Context, patient bool) error {
 	)
 	for _, id := range charges {
 		d := model.SubTotals(total, e.use.charged[id])
-		if _, unsure := e.use.unsure[id]; model.IsZeroTotals(d) && !unsure {
+		if _, unsure := e.use.unsure[id]; model.IsZeroTotals(d) && !unsure && !e.settling(id) {
 			continue
 		}
 		taken, err := e.chargeRun(ctx, id, d, patient)
@@ -298,8 +301,9 @@ func (e *execution) chargeTree(ctx context.Context, patient bool) error {
 // sentCharge is one charge of the attempt to a run's tree totals: its
 // sequence among the attempt's charges to that run, and the usage.
 type sentCharge struct {
-	seq uint64
-	d   jetruntype.UsageTotals
+	seq     uint64
+	d       jetruntype.UsageTotals
+	settles []string // the holds it settles (holds.go)
 }
 
 // chargeRun charges d to the tree totals of run id as the attempt's next
@@ -320,14 +324,15 @@ func (e *execution) chargeRun(ctx context.Context, id string, d jetruntype.Usage
 		delete(e.use.unsure, id)
 		over = err
 	}
-	if model.IsZeroTotals(d) {
+	settles := e.takeSettles(id)
+	if model.IsZeroTotals(d) && len(settles) == 0 {
 		return true, over
 	}
 	if e.use.seqs == nil {
 		e.use.seqs = make(map[string]uint64)
 	}
 	e.use.seqs[id]++
-	c := sentCharge{seq: e.use.seqs[id], d: d}
+	c := sentCharge{seq: e.use.seqs[id], d: d, settles: settles}
 	err = e.sendCharge(ctx, id, c, patient)
 	switch {
 	case errors.Is(err, parent.ErrBudgetExceeded):
@@ -349,7 +354,7 @@ func (e *execution) chargeRun(ctx context.Context, id string, d jetruntype.Usage
 // returns ErrLeaseLost (wrapped): the attempt stops. A charge sent again
 // counts once (model.Charged).
 func (e *execution) sendCharge(ctx context.Context, id string, c sentCharge, patient bool) error {
-	by := model.ChargeMark{Run: e.id, Attempt: e.attempt, Seq: c.seq}
+	ev := model.Charged{Mark: model.ChargeMark{Run: e.id, Attempt: e.attempt, Seq: c.seq}, Delta: c.d, Settles: c.settles}
 	first := time.Now()
 	var pause *backoff.ExponentialBackOff
 	for {
@@ -360,9 +365,9 @@ func (e *execution) sendCharge(ctx context.Context, id string, c sentCharge, pat
 		tctx, cancel := context.WithTimeout(base, writeTimeout)
 		var err error
 		if id == e.id {
-			err = e.chargeSelf(tctx, by, c.d)
+			err = e.chargeSelf(tctx, ev)
 		} else {
-			err = e.w.trees.Charge(tctx, id, by, c.d)
+			err = e.w.trees.Charge(tctx, id, ev)
 		}
 		cancel()
 		if err == nil || errors.Is(err, parent.ErrBudgetExceeded) || !patient || !jsfault.IsTransient(context.Background(), err) {
@@ -397,14 +402,14 @@ func (s *execUsage) markSynced(u *jetruntype.Usage) {
 	s.synced = u
 }
 
-// chargeSelf adds d to the run's own tree totals as the charge by, as
-// budget.Trees.Charge does for another run's.
-func (e *execution) chargeSelf(ctx context.Context, by model.ChargeMark, d jetruntype.UsageTotals) error {
+// chargeSelf charges the run's own tree totals (ev), as
+// budget.Trees.Charge does another run's.
+func (e *execution) chargeSelf(ctx context.Context, ev model.Charged) error {
 	var crossed, was *jetruntype.Overrun
 	now := time.Now()
 	if _, err := e.write(ctx, func(r *model.Row) error {
 		was, crossed = r.Overrun, nil
-		if err := model.Apply(r, model.Charged{Mark: by, Delta: d}, now); err != nil {
+		if err := model.Apply(r, ev, now); err != nil {
 			return err // runstore.ErrNoChange: a charge taken already
 		}
 		if was == nil {
@@ -437,12 +442,14 @@ func (e *execution) chargeAtSync(ctx context.Context) {
 
 // chargeAtEnd charges what the attempt's tree totals were not charged
 // with yet before the write that ends the attempt, through faults for as
-// long as the worker holds its runs; the row shows what landed.
+// long as the worker holds its runs; the row shows what landed. Then it
+// releases the attempt's reservations that no report settled.
 func (e *execution) chargeAtEnd() {
 	ctx := context.Background()
 	if err := e.chargeTree(ctx, true); err != nil && !errors.Is(err, parent.ErrBudgetExceeded) {
 		e.w.fault(ctx, e.log, "charge usage to the run's tree at the attempt's end", err)
 	}
+	e.releaseHolds()
 }
 
 // budgetStop ends an attempt whose handler returned ErrBudgetExceeded:

@@ -47,19 +47,20 @@ func New(rt *engine.Runtime, maxDepth int, log *slog.Logger) *Trees {
 	return &Trees{rt: rt, maxDepth: maxDepth, log: log}
 }
 
-// Charge adds usage d to the tree totals of run id (one of a run's
-// model.Row.Charges) as the charge by, with a compare-and-set: once,
+// Charge adds usage ev.Delta to the tree totals of run id (one of a run's
+// model.Row.Charges) as the charge ev.Mark, settling the reservations
+// ev.Settles, with a compare-and-set: once,
 // however often it is sent (model.Charged), so a charge whose
 // answer was lost may be sent again. A charge that takes a budget past its
 // bound, or lands in a tree stopped for one, stops that budget's subtree
 // (Stop) before Charge returns, and Charge returns an error wrapping
 // ErrExceeded. A run that does not exist (cleared) takes nothing.
-func (t *Trees) Charge(ctx context.Context, id string, by model.ChargeMark, d jetruntype.UsageTotals) error {
+func (t *Trees) Charge(ctx context.Context, id string, ev model.Charged) error {
 	var crossed, was *jetruntype.Overrun
 	now := time.Now()
 	_, _, err := t.rt.Store().Mutate(ctx, id, func(r *model.Row) error {
 		was, crossed = r.Overrun, nil
-		if err := model.Apply(r, model.Charged{Mark: by, Delta: d}, now); err != nil {
+		if err := model.Apply(r, ev, now); err != nil {
 			return err // runstore.ErrNoChange: a charge taken already
 		}
 		if was == nil {

@@ -158,16 +158,19 @@ func (o Owed) SeqRecorded(seq uint64) Event {
 // Charged: Delta is added to the run's tree totals as the charge Mark,
 // once (ChargeOnce): ErrNoChange for a charge the row has a mark of. A
 // charge that takes the tree past its budget for the first time records
-// the overrun (Overrun goes from nil to set).
+// the overrun (Overrun goes from nil to set). The holds named by Settles
+// (reserve.go) are dropped in the same write: the spend replaces them.
 type Charged struct {
-	Mark  ChargeMark
-	Delta jetruntype.UsageTotals
+	Mark    ChargeMark
+	Delta   jetruntype.UsageTotals
+	Settles []string
 }
 
 func (ev Charged) apply(r *Row, _ time.Time) error {
 	if _, dup := r.chargeOnce(ev.Mark, ev.Delta); dup {
 		return ErrNoChange
 	}
+	r.settle(ev.Settles)
 	return nil
 }
 

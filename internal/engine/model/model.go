@@ -170,6 +170,10 @@ type Row struct {
 	ChargeMarks []ChargeMark `json:"chargeMarks,omitempty"`
 	// Overrun says which budget stopped the run's tree, and by how much.
 	Overrun *jetruntype.Overrun `json:"overrun,omitempty"`
+	// Holds are the open reservations against the run's budget
+	// (reserve.go): they count as spent until settled, released or
+	// expired.
+	Holds []Hold `json:"holds,omitempty"`
 
 	// FirstEventSeq is the JETRUN_EVENTS sequence of the run's first event,
 	// where a replay starts; 0 until known.

@@ -165,6 +165,7 @@ func cloneTreeFields(c, r *Row) {
 		c.TreeUsage = &t
 	}
 	c.ChargeMarks = slices.Clone(r.ChargeMarks)
+	c.Holds = slices.Clone(r.Holds)
 	if r.Budget != nil {
 		b := *r.Budget
 		c.Budget = &b

@@ -390,6 +390,12 @@ func (b backend) Spawn(ctx context.Context, req worker.ChildRequest) (*worker.Ch
 // as on a worker.
 func (b backend) Usage(ctx context.Context, u worker.Usage) error { return nil }
 
+// Reserve accepts a valid reservation (worker.Run.Reserve checked it) and
+// holds nothing: a test run has no tree budget.
+func (b backend) Reserve(ctx context.Context, req runhook.ReserveRequest) (func(), error) {
+	return func() {}, nil
+}
+
 func (b backend) LoadSteps(ctx context.Context) ([]events.Step, error) {
 	return slices.Clone(b.r.cfg.Steps), nil
 }

@@ -10,6 +10,7 @@ import (
 	"errors"
 
 	"github.com/jetrun/jetrun/internal/engine/model"
+	"github.com/jetrun/jetrun/pkg/events"
 )
 
 // ErrUnsupported is returned by the Run methods a recorder cannot stand in
@@ -20,3 +21,10 @@ var ErrUnsupported = errors.New("not supported by a test run")
 // implements worker's backend interface (worker/run.go; it panics
 // otherwise). Package worker sets it when it is initialized.
 var NewRun func(row *model.Row, b any) any
+
+// ReserveRequest is what a handler asks of worker.Run.Reserve, checked:
+// the amount to hold (not negative, not empty, within
+// events.MaxReserveAmount), and the options it named.
+type ReserveRequest struct {
+	Usage events.UsageReport
+}
