@@ -1,0 +1,220 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jetrun/jetrun/internal/engine/model"
+	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/parent"
+	"github.com/jetrun/jetrun/pkg/worker"
+)
+
+// reserveLoop reserves tokens, then reports them, per tick, until a
+// reservation is refused (or its context ends), and returns that error.
+func reserveLoop(ctx context.Context, run *worker.Run, tokens int64, refused *atomic.Int64) error {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if _, err := run.Reserve(ctx, worker.Usage{InputTokens: tokens}); err != nil {
+			if errors.Is(err, worker.ErrBudgetExceeded) {
+				refused.Add(1)
+			}
+			return err
+		}
+		if err := run.Usage(ctx, worker.Usage{InputTokens: tokens, Model: "m"}); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-tick.C:
+		}
+	}
+}
+
+// The case of issue 38: twenty live runs report 100 tokens every few
+// milliseconds against a tree budget of 2,000. Without reservations the
+// tree overshoots by up to one report per run (TestTreeBudgetOvershootBound);
+// with a reservation before each report it ends within 5 % of its budget,
+// each run stopped by a refused reservation, and nothing stays held.
+func TestReserveBoundsTreeOvershoot(t *testing.T) {
+	t.Parallel()
+	const (
+		children = 20
+		report   = 100
+		budget   = 2000
+	)
+	var refused atomic.Int64
+	start := make(chan struct{})
+	b, _ := setup(t, worker.Config{Concurrency: children + 2}, map[string]worker.Handler{
+		"reserver": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			select {
+			case <-start:
+			case <-ctx.Done():
+				return worker.Result{}, context.Cause(ctx)
+			}
+			return worker.Result{}, reserveLoop(ctx, run, report, &refused)
+		}),
+		"fanout": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			var kids []*worker.Child
+			for i := range children {
+				k, err := run.Spawn(ctx, worker.ChildRequest{AgentType: "reserver", CallID: fmt.Sprint("r", i), Input: i})
+				if err != nil {
+					return worker.Result{}, err
+				}
+				kids = append(kids, k)
+			}
+			close(start)
+			for _, k := range kids {
+				_, _ = k.Await(ctx) // each ends interrupted: its reservation was refused
+			}
+			return worker.Result{Output: "done"}, ctx.Err()
+		}),
+	})
+	c := newClient(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	if _, err := c.Dispatch(ctx, parent.Request{AgentType: "fanout", RunID: "rrace", Input: 1,
+		Budget: &events.TreeBudget{Tokens: budget}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range children {
+		row := jetruntest.WaitRow(t, b.store, parent.RunID("rrace", fmt.Sprint("r", i)), 60*time.Second, func(r *model.Row) bool {
+			return r.Status.Terminal() && r.Worker == ""
+		})
+		if row.Status != events.StatusInterrupted || row.Reason != events.ReasonBudgetExceeded {
+			t.Fatalf("child %d: %s, reason %q (%s); want interrupted, budget-exceeded", i, row.Status, row.Reason, row.Error)
+		}
+	}
+	top := jetruntest.WaitRow(t, b.store, "rrace", 60*time.Second, func(r *model.Row) bool { return r.Status == events.StatusCompleted })
+	used := top.TreeUsage.Tokens()
+	if lo, hi := int64(budget*95/100), int64(budget*105/100); used < lo || used > hi {
+		t.Fatalf("tree used %d tokens with a budget of %d; want within 5%% [%d, %d]", used, budget, lo, hi)
+	}
+	if top.Overrun != nil {
+		t.Fatalf("the tree was stopped for its budget (%s); reservations should have kept it within", top.Overrun)
+	}
+	if len(top.Holds) != 0 {
+		t.Fatalf("the budget still holds %+v after every run ended", top.Holds)
+	}
+	if n := refused.Load(); n != children {
+		t.Fatalf("%d reservations refused; want one per run (%d)", n, children)
+	}
+	t.Logf("budget %d, used %d with reservations: overshoot %d (%d live runs, %d tokens a report)", budget, used, used-budget, children, report)
+}
+
+// A reservation holds against the budget until a report settles it (the
+// real spend replaces it), Release gives it back, or the attempt ends; one
+// that does not fit is refused with ErrBudgetExceeded and charges nothing.
+func TestReserveHoldsSettlesAndReleases(t *testing.T) {
+	t.Parallel()
+	type seen struct {
+		tree  int64
+		holds int
+	}
+	var b *bundle
+	look := func(ctx context.Context) seen {
+		row, _, err := b.store.Get(ctx, "hold")
+		if err != nil {
+			t.Error(err)
+			return seen{}
+		}
+		s := seen{holds: len(row.Holds)}
+		if row.TreeUsage != nil {
+			s.tree = row.TreeUsage.Tokens()
+		}
+		return s
+	}
+	type step struct {
+		what string
+		got  seen
+		err  error
+	}
+	steps := make(chan step, 16)
+	b, _ = setup(t, worker.Config{Concurrency: 2}, map[string]worker.Handler{
+		"holder": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			note := func(what string, err error) { steps <- step{what, look(ctx), err} }
+			a, err := run.Reserve(ctx, worker.Usage{InputTokens: 600})
+			note("reserve 600", err)
+			_, err = run.Reserve(ctx, worker.Usage{InputTokens: 300, OutputTokens: 200})
+			note("reserve 500 more", err)
+			a.Release()
+			a.Release() // idempotent
+			note("release the 600", nil)
+			_, err = run.Reserve(ctx, worker.Usage{InputTokens: 1000})
+			note("reserve 1000", err)
+			note("report 300", run.Usage(ctx, worker.Usage{InputTokens: 300}))
+			_, err = run.Reserve(ctx, worker.Usage{InputTokens: 700})
+			note("reserve 700", err)
+			_, err = run.Reserve(ctx, worker.Usage{InputTokens: 1})
+			note("reserve 1 more", err)
+			for _, bad := range []worker.Usage{{InputTokens: -5}, {}, {OutputTokens: events.MaxReserveAmount + 1}} {
+				_, err = run.Reserve(ctx, bad)
+				note(fmt.Sprintf("reserve %+v", bad), err)
+			}
+			close(steps)
+			return worker.Result{Output: "ok"}, nil // the 700 is still held: the end releases it
+		}),
+	})
+	c := newClient(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := c.Dispatch(ctx, parent.Request{AgentType: "holder", RunID: "hold", Input: 1,
+		Budget: &events.TreeBudget{Tokens: 1000}}); err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		what    string
+		got     seen
+		refused bool   // ErrBudgetExceeded
+		bad     string // a bad-input error containing this
+	}{
+		{what: "reserve 600", got: seen{0, 1}},
+		{what: "reserve 500 more", got: seen{0, 1}, refused: true},
+		{what: "release the 600", got: seen{0, 0}},
+		{what: "reserve 1000", got: seen{0, 1}},
+		{what: "report 300", got: seen{300, 0}},
+		{what: "reserve 700", got: seen{300, 1}},
+		{what: "reserve 1 more", got: seen{300, 1}, refused: true},
+		{what: "reserve {InputTokens:-5 OutputTokens:0 CostMicros:0 Model:}", got: seen{300, 1}, bad: "must not be negative"},
+		{what: "reserve {InputTokens:0 OutputTokens:0 CostMicros:0 Model:}", got: seen{300, 1}, bad: "is empty"},
+		{what: fmt.Sprintf("reserve {InputTokens:0 OutputTokens:%d CostMicros:0 Model:}", events.MaxReserveAmount+1), got: seen{300, 1}, bad: "the most one reservation may hold"},
+	}
+	i := 0
+	for s := range steps {
+		if i >= len(want) {
+			t.Fatalf("unexpected step %q", s.what)
+		}
+		w := want[i]
+		i++
+		if s.what != w.what || s.got != w.got {
+			t.Errorf("%s: tree %d, %d holds; want %s: tree %d, %d holds", s.what, s.got.tree, s.got.holds, w.what, w.got.tree, w.got.holds)
+		}
+		switch {
+		case w.refused:
+			if !errors.Is(s.err, worker.ErrBudgetExceeded) || !strings.Contains(fmt.Sprint(s.err), "tokens") {
+				t.Errorf("%s: %v; want ErrBudgetExceeded naming the tokens budget", s.what, s.err)
+			}
+		case w.bad != "":
+			if s.err == nil || errors.Is(s.err, worker.ErrBudgetExceeded) || !strings.Contains(s.err.Error(), w.bad) {
+				t.Errorf("%s: %v; want an error saying %q", s.what, s.err, w.bad)
+			}
+		case s.err != nil:
+			t.Errorf("%s: %v", s.what, s.err)
+		}
+	}
+	if i != len(want) {
+		t.Fatalf("%d steps; want %d", i, len(want))
+	}
+	row := jetruntest.WaitRow(t, b.store, "hold", 30*time.Second, func(r *model.Row) bool { return r.Status == events.StatusCompleted })
+	if len(row.Holds) != 0 || row.TreeUsage.Tokens() != 300 {
+		t.Fatalf("after the run: tree %d tokens, holds %+v; want 300 and none held", row.TreeUsage.Tokens(), row.Holds)
+	}
+}
