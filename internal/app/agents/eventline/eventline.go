@@ -15,6 +15,7 @@
 //	{"result": {"summary": "…", "output": <any>}}
 //	{"error": "…", "retryable": false, "retryAfterMs": 0}
 //	{"usage": {"inputTokens": 0, "outputTokens": 0, "costMicros": 0, "model": "…"}}
+//	{"reserve": {"inputTokens": 0, "outputTokens": 0, "costMicros": 0}}
 //
 // A line that breaks this format is a FormatError: the run ends "error"
 // with the line number and the reason; it is never retried. Usage lines
@@ -47,7 +48,7 @@ const (
 	KindError     = "error"
 )
 
-var kinds = []string{KindChunk, KindProgress, KindMilestone, KindWait, KindCall, KindStep, KindResult, KindError, KindUsage}
+var kinds = []string{KindChunk, KindProgress, KindMilestone, KindWait, KindCall, KindStep, KindResult, KindError, KindUsage, KindReserve}
 
 // Request is what a child receives for a run: the http type POSTs it, the
 // exec type writes it as the first line of the command's stdin.
@@ -68,6 +69,9 @@ type Request struct {
 	// Reply is set when the request answers a call (http: the request after
 	// a call line; exec: a later stdin line carries only it).
 	Reply *Reply `json:"reply,omitempty"`
+	// Reserved is set when the request answers a reserve line (reserve.go),
+	// as Reply is for a call.
+	Reserved *Reserved `json:"reserved,omitempty"`
 }
 
 // Reply is the answer to a child's call: the caller's output, or the error
@@ -164,6 +168,7 @@ type Event struct {
 	// worker's growing delay.
 	RetryAfter time.Duration
 	Usage      worker.Usage
+	Reserve    worker.Usage // what a reserve line holds
 }
 
 // MaxRetryAfter bounds the wait an error line's "retryAfterMs" asks for.
@@ -286,6 +291,11 @@ func Parse(n int, line []byte) (Event, error) {
 	case KindUsage:
 		var why string
 		if ev.Usage, why = parseUsage(raw); why != "" {
+			return bad("%s", why)
+		}
+	case KindReserve:
+		var why string
+		if ev.Reserve, why = parseReserve(raw); why != "" {
 			return bad("%s", why)
 		}
 	case KindError:

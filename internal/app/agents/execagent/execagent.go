@@ -203,6 +203,16 @@ func (h *handler) ServeRun(ctx context.Context, run *worker.Run) (worker.Result,
 				Reply eventline.Reply `json:"reply"`
 			}{reply})
 			p.send(msg)
+		case eventline.KindReserve:
+			answer, err := eventline.DoReserve(ctx, run, ev)
+			if err != nil {
+				stop()
+				return worker.Result{}, err
+			}
+			msg, _ := json.Marshal(struct {
+				Reserved eventline.Reserved `json:"reserved"`
+			}{answer})
+			p.send(msg)
 		case eventline.KindResult:
 			result = &ev.Result
 		case eventline.KindError:

@@ -113,14 +113,21 @@ func (h *handler) ServeRun(ctx context.Context, run *worker.Run) (worker.Result,
 		if err != nil || pause == nil {
 			return res, err
 		}
-		req.Signal, req.Reply = nil, nil
-		if pause.Kind == eventline.KindCall {
+		req.Signal, req.Reply, req.Reserved = nil, nil, nil
+		switch pause.Kind {
+		case eventline.KindCall:
 			reply, err := eventline.DoCall(ctx, run, *pause)
 			if err != nil {
 				return worker.Result{}, err
 			}
 			req.Reply = &reply
-		} else {
+		case eventline.KindReserve:
+			answer, err := eventline.DoReserve(ctx, run, *pause)
+			if err != nil {
+				return worker.Result{}, err
+			}
+			req.Reserved = &answer
+		default:
 			payload, err := run.Wait(ctx, pause.Wait)
 			if err != nil {
 				return worker.Result{}, err
@@ -215,14 +222,14 @@ func (h *handler) post(ctx context.Context, run *worker.Run, body eventline.Requ
 			return fail(false, "response %v", err)
 		}
 		switch ev.Kind {
-		case eventline.KindWait, eventline.KindCall, eventline.KindResult, eventline.KindError:
+		case eventline.KindWait, eventline.KindCall, eventline.KindReserve, eventline.KindResult, eventline.KindError:
 			// A usage line is the step's only when the step line follows it.
 			if err := ap.Close(ctx); err != nil {
 				return worker.Result{}, nil, err
 			}
 		}
 		switch ev.Kind {
-		case eventline.KindWait, eventline.KindCall:
+		case eventline.KindWait, eventline.KindCall, eventline.KindReserve:
 			return worker.Result{}, &ev, nil
 		case eventline.KindResult:
 			return ev.Result, nil, nil
