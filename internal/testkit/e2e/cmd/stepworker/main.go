@@ -8,7 +8,9 @@
 // worker inside the step). The run's output maps each step to the attempt
 // whose output it got. With "usage" (a worker.Usage) in the input, each
 // step reports it with the step's context once its work is done (after
-// the hold), so it is stored with the step.
+// the hold), so it is stored with the step. With "reserve" (a
+// worker.Usage), each step's function first reserves it (Run.Reserve,
+// before the counter line), so a reservation is held through the hold.
 //
 // Usage: stepworker NATS_URL WORKER_ID (lease 2s). It logs "stepworker
 // serving" once it pulls, and stops on SIGTERM or SIGINT. STEPWORKER_ROW_SYNC,
@@ -89,9 +91,10 @@ func run() error {
 
 func stepper(ctx context.Context, run *worker.Run) (worker.Result, error) {
 	var in struct {
-		Dir   string        `json:"dir"`
-		Steps []string      `json:"steps"`
-		Usage *worker.Usage `json:"usage"`
+		Dir     string        `json:"dir"`
+		Steps   []string      `json:"steps"`
+		Usage   *worker.Usage `json:"usage"`
+		Reserve *worker.Usage `json:"reserve"`
 	}
 	if err := json.Unmarshal(run.Input(), &in); err != nil {
 		return worker.Result{}, err
@@ -99,6 +102,11 @@ func stepper(ctx context.Context, run *worker.Run) (worker.Result, error) {
 	out := make(map[string]int)
 	for _, name := range in.Steps {
 		got, err := worker.Step(ctx, run, name, func(ctx context.Context) (int, error) {
+			if in.Reserve != nil {
+				if _, err := run.Reserve(ctx, *in.Reserve); err != nil {
+					return 0, err
+				}
+			}
 			if err := appendLine(filepath.Join(in.Dir, name), strconv.Itoa(run.Attempt())); err != nil {
 				return 0, err
 			}
