@@ -1,0 +1,153 @@
+package e2e_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
+	"github.com/jetrun/jetrun/internal/testkit/natstest"
+	"github.com/jetrun/jetrun/pkg/events"
+)
+
+// The tests in this file run the Python library (sdk/python, issue 39):
+// its unit tests, which read the shared protocol fixtures, and its caller
+// side against a real parent-worker. Its child side runs under real
+// workers in the Python example tests (lang_test.go, step_test.go,
+// stepusage_test.go, usage_test.go): the examples use it.
+
+// sdkPython is the Python library's directory.
+func sdkPython(t *testing.T) string {
+	t.Helper()
+	abs, err := filepath.Abs(filepath.Join("..", "..", "..", "sdk", "python"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return abs
+}
+
+// The library's own tests: every fixture of docs/protocol/fixtures played
+// through its verbs, serve's outcomes, what it refuses to write, the http
+// server, and the client's SSE resume and request shapes.
+func TestPythonSDKUnitTests(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command(python3(t), "-m", "unittest", "discover", "-v", "-s", "tests")
+	cmd.Dir = sdkPython(t)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "PYTHONPATH=" + sdkPython(t),
+		"PYTHONDONTWRITEBYTECODE=1"}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("python3 -m unittest: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "test_every_fixture_attempt") || !strings.Contains(string(out), "\nOK") {
+		t.Fatalf("the fixture test did not run:\n%s", out)
+	}
+}
+
+// The Python caller (jetrun.Client) against a real parent-worker's HTTP
+// API: dispatch (twice, one run), stream with a resume by Last-Event-ID,
+// await, run, signal, cancel, a failure, an unknown run. What Python saw is
+// what jetrun stored.
+func TestPythonCaller(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
+	py := python3(t)
+	pw := start(t, "parent-worker", map[string]string{
+		"JETRUN_NATS_URL":    e.url,
+		"JETRUN_WORKER_ID":   "py-caller",
+		"JETRUN_HTTP_ADDR":   addr,
+		"JETRUN_CHILDREN":    "demo",
+		"JETRUN_DEMO_RUNS":   "0",
+		"JETRUN_EXEC_AGENTS": "agent-py=" + py + " " + examples(t, "python", "agent.py") + ",wordcount=" + py + " " + examples(t, "python", "wordcount.py"),
+		"JETRUN_LOG_LEVEL":   "debug",
+	})
+	pw.waitLog("parent-worker ready", 60*time.Second)
+
+	caller := startProgram(t, py, map[string]string{"PYTHONPATH": sdkPython(t), "PYTHONDONTWRITEBYTECODE": "1"},
+		filepath.Join(sdkPython(t), "tests", "live_caller.py"), "http://"+addr)
+	if err := caller.wait(180 * time.Second); err != nil {
+		t.Fatalf("live_caller.py: %v\n%s%s", err, caller.stdout, caller.stderr)
+	}
+	said := make(map[string]map[string]any)
+	sc := bufio.NewScanner(strings.NewReader(caller.stdout.String()))
+	for sc.Scan() {
+		var l map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			t.Fatalf("live_caller.py printed a non-JSON line %q", sc.Text())
+		}
+		said[l["what"].(string)] = l
+	}
+	for _, w := range []string{"dispatched", "streamed", "awaited", "ran", "signalled", "cancelled", "failed", "missing"} {
+		if said[w] == nil {
+			t.Fatalf("live_caller.py did not say %q:\n%s", w, caller.stdout)
+		}
+	}
+	if d := said["dispatched"]; d["id"] != "py-c-steps" || d["againId"] != "py-c-steps" {
+		t.Errorf("dispatched %v", d)
+	}
+
+	// The stream, hung up after three events and resumed by Last-Event-ID:
+	// every stored event once, in order, no gap, no duplicate.
+	s := said["streamed"]
+	var seqs []uint64
+	for _, id := range s["ids"].([]any) {
+		seq, _, _ := strings.Cut(id.(string), ".")
+		n, err := strconv.ParseUint(seq, 10, 64)
+		if err != nil {
+			t.Fatalf("event id %v", id)
+		}
+		if len(seqs) == 0 || seqs[len(seqs)-1] != n {
+			seqs = append(seqs, n)
+		}
+	}
+	ids := s["ids"].([]any)
+	if len(slices.Compact(slices.Clone(ids))) != len(ids) || s["firstPart"].(float64) != 3 {
+		t.Errorf("event ids %v: duplicates, or the first connection did not hang up after 3", ids)
+	}
+	evs := waitFinalEvent(t, e.js, "py-c-steps")
+	var stored []uint64
+	for _, ev := range evs {
+		stored = append(stored, ev.Seq)
+	}
+	if !slices.Equal(seqs, stored) {
+		t.Errorf("Python streamed sequences %v; stored %v", seqs, stored)
+	}
+	if got := fmt.Sprint(s["steps"]); got != "[think-1 think-2 think-3]" {
+		t.Errorf("streamed steps %s", got)
+	}
+	if kinds := s["kinds"].([]any); kinds[len(kinds)-1] != "end" {
+		t.Errorf("the stream did not end with end: %v", kinds)
+	}
+
+	row := jetruntest.WaitRow(t, e.store, "py-c-steps", 10*time.Second, jetruntest.Final)
+	if a := said["awaited"]; a["status"] != "completed" || a["summary"] != row.Summary || row.Summary != "answered in 3 turns" {
+		t.Errorf("awaited %v; row %s %q", a, row.Status, row.Summary)
+	}
+	if r := said["ran"]; r["status"] != "completed" || r["summary"] != "5 words in 2 lines" || fmt.Sprint(r["output"]) != "map[lines:2 words:5]" {
+		t.Errorf("ran %v", r)
+	}
+	row = jetruntest.WaitRow(t, e.store, "py-c-wait", 10*time.Second, jetruntest.Final)
+	if sg := said["signalled"]; sg["status"] != "completed" || row.Status != events.StatusCompleted || sg["summary"] != row.Summary {
+		t.Errorf("signalled %v; row %s %q", sg, row.Status, row.Summary)
+	}
+	row = jetruntest.WaitRow(t, e.store, "py-c-cancel", 10*time.Second, jetruntest.Final)
+	if c := said["cancelled"]; c["raised"] != true || c["status"] != "aborted" || c["error"] != row.Error || row.Error != "cancelled: enough" {
+		t.Errorf("cancelled %v; row %s %q", c, row.Status, row.Error)
+	}
+	row = jetruntest.WaitRow(t, e.store, "py-c-fail", 10*time.Second, jetruntest.Final)
+	if f := said["failed"]; f["raised"] != true || f["status"] != "error" || f["error"] != row.Error || !strings.Contains(row.Error, "exit status 2") {
+		t.Errorf("failed %v; row %s %q", f, row.Status, row.Error)
+	}
+	if m := said["missing"]; m["status"] != float64(404) {
+		t.Errorf("missing %v", m)
+	}
+}
