@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -149,5 +151,55 @@ func TestPythonCaller(t *testing.T) {
 	}
 	if m := said["missing"]; m["status"] != float64(404) {
 		t.Errorf("missing %v", m)
+	}
+}
+
+// readmePythonChild returns the README's ten-line Python child: its first
+// python code block.
+func readmePythonChild(t *testing.T) string {
+	t.Helper()
+	text := readme(t)
+	_, rest, ok := strings.Cut(text, "A ten-line child")
+	if ok {
+		_, rest, ok = strings.Cut(rest, "```python\n")
+	}
+	code, _, closed := strings.Cut(rest, "```")
+	if !ok || !closed {
+		t.Fatal("README has no ten-line Python child")
+	}
+	if n := strings.Count(strings.TrimSpace(code), "\n") + 1; n > 12 {
+		t.Fatalf("the README's ten-line Python child has %d lines", n)
+	}
+	return code
+}
+
+// The README's ten-line Python child works as written, served by a real
+// child-worker through the exec type: its step is stored, it waits for
+// the approval, and the run completes with its result.
+func TestReadmePythonTenLineChild(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	path := filepath.Join(t.TempDir(), "wc.py")
+	if err := os.WriteFile(path, []byte(readmePythonChild(t)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.childWorker(t, "py-ten", map[string]string{"JETRUN_EXEC_AGENTS": "wc=" + python3(t) + " " + path, "PYTHONPATH": sdkPython(t)})
+	e.dispatchInput(t, "wc", "py-ten-1", map[string]any{"text": "b a b c", "approval": true})
+	jetruntest.WaitRow(t, e.store, "py-ten-1", 30*time.Second, func(r *model.Row) bool { return r.WaitingFor == "approve" || r.Status.Final() })
+	if _, err := e.client.Signal(context.Background(), "py-ten-1", "approve", map[string]bool{"approved": true}); err != nil {
+		t.Fatal(err)
+	}
+	row := jetruntest.WaitRow(t, e.store, "py-ten-1", 30*time.Second, jetruntest.Final)
+	var counts map[string]int
+	_ = json.Unmarshal(row.Output, &counts)
+	if row.Status != events.StatusCompleted || row.Summary != "most common: b" || fmt.Sprint(counts) != "map[a:1 b:2 c:1]" {
+		t.Fatalf("row: %s %q %s (%s)", row.Status, row.Summary, row.Output, row.Error)
+	}
+	evs := waitFinalEvent(t, e.js, "py-ten-1")
+	if got := storedSteps(evs); !slices.Equal(got, []string{"count@1"}) {
+		t.Errorf("stored steps %v", got)
+	}
+	if got := milestoneNames(evs); !slices.Equal(got, []string{"counted"}) {
+		t.Errorf("milestones %v", got)
 	}
 }
