@@ -85,12 +85,6 @@ func (f *fixture) lines(attempt int) []fixtureLine {
 	return out
 }
 
-func (f *fixture) runID() string {
-	var req eventline.Request
-	_ = json.Unmarshal(f.Attempts[0].Request, &req)
-	return req.RunID
-}
-
 func loadFixtures(dir string) (map[string]*fixture, error) {
 	paths, err := filepath.Glob(filepath.Join(dir, "*.json"))
 	if err != nil || len(paths) == 0 {
