@@ -203,3 +203,113 @@ func TestReadmePythonTenLineChild(t *testing.T) {
 		t.Errorf("milestones %v", got)
 	}
 }
+
+// A Python caller follows a Python agent's run (both on the library)
+// through a parent-worker that is killed with -9 between the agent's
+// steps; another parent-worker starts on the same address. The caller's
+// stream resumes by itself with Last-Event-ID: it sees every stored event
+// once, in order, and its await returns the completed run. No step stored
+// before the kill is paid again; the one running at the kill at most twice.
+func TestPythonFollowsARunAcrossAParentWorkerKill(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
+	py := python3(t)
+	parentWorker := func(id string) *proc {
+		p := start(t, "parent-worker", map[string]string{
+			"JETRUN_NATS_URL":           e.url,
+			"JETRUN_WORKER_ID":          id,
+			"JETRUN_HTTP_ADDR":          addr,
+			"JETRUN_LEASE":              "2s",
+			"JETRUN_RECONCILE_INTERVAL": "500ms",
+			"JETRUN_EXEC_AGENTS":        "agent-py=" + py + " " + examples(t, "python", "agent.py"),
+			"JETRUN_LOG_LEVEL":          "debug",
+		})
+		p.waitLog("parent-worker ready", 60*time.Second)
+		return p
+	}
+	a := parentWorker("py-pw-a")
+
+	ledger := filepath.Join(t.TempDir(), "ledger")
+	const turns = 12
+	input, _ := json.Marshal(map[string]any{"question": "tides", "turns": turns, "delay": 0.15, "ledger": ledger})
+	caller := startProgram(t, py, map[string]string{"PYTHONPATH": sdkPython(t), "PYTHONDONTWRITEBYTECODE": "1"},
+		filepath.Join(sdkPython(t), "tests", "live_follow.py"), "http://"+addr, "agent-py", "py-follow", string(input))
+	followed := func() (steps []string, ids []string, final map[string]any) {
+		for _, l := range caller.lines() {
+			var said map[string]any
+			if json.Unmarshal([]byte(l), &said) != nil {
+				continue
+			}
+			switch said["what"] {
+			case "event":
+				if id, ok := said["id"].(string); ok {
+					ids = append(ids, id)
+				}
+				if s, ok := said["step"].(string); ok {
+					steps = append(steps, s)
+				}
+			case "final":
+				final = said
+			}
+		}
+		return steps, ids, final
+	}
+	natstest.Eventually(t, 60*time.Second, func() bool { s, _, _ := followed(); return len(s) >= 3 },
+		"the Python caller did not see 3 steps:\n%s%s", caller.stdout, caller.stderr)
+	a.kill()
+	var before []string // steps stored before the kill
+	for _, s := range storedSteps(jetruntest.ReadEvents(t, e.js, "py-follow")) {
+		before = append(before, strings.TrimSuffix(s, "@1"))
+	}
+	parentWorker("py-pw-b")
+
+	if err := caller.wait(120 * time.Second); err != nil {
+		t.Fatalf("live_follow.py: %v\n%s%s", err, caller.stdout, caller.stderr)
+	}
+	steps, ids, final := followed()
+	row := jetruntest.WaitRow(t, e.store, "py-follow", 10*time.Second, jetruntest.Final)
+	if final == nil || final["status"] != "completed" || final["attempt"] != float64(2) || row.Attempt != 2 ||
+		final["summary"] != fmt.Sprintf("answered in %d turns", turns) {
+		t.Fatalf("final %v; row %s attempt %d (%s)", final, row.Status, row.Attempt, row.Error)
+	}
+	var seqs []uint64
+	for _, id := range ids {
+		seq, _, _ := strings.Cut(id, ".")
+		n, _ := strconv.ParseUint(seq, 10, 64)
+		if len(seqs) == 0 || seqs[len(seqs)-1] != n {
+			seqs = append(seqs, n)
+		}
+	}
+	var stored []uint64
+	for _, ev := range waitFinalEvent(t, e.js, "py-follow") {
+		stored = append(stored, ev.Seq)
+	}
+	if len(slices.Compact(slices.Clone(ids))) != len(ids) || !slices.Equal(seqs, stored) {
+		t.Errorf("Python followed %v (ids %v); stored %v", seqs, ids, stored)
+	}
+	want := make([]string, turns)
+	for i := range want {
+		want[i] = fmt.Sprintf("think-%d", i+1)
+	}
+	if !slices.Equal(steps, want) {
+		t.Errorf("Python saw steps %v, want think-1..%d once each", steps, turns)
+	}
+	paid := make(map[string]int)
+	for _, l := range counterLines(t, ledger) {
+		if strings.HasPrefix(l, "think-") {
+			paid[l]++
+		}
+	}
+	for _, name := range before {
+		if paid[name] != 1 {
+			t.Errorf("step %s, stored before the kill, was paid %d times", name, paid[name])
+		}
+	}
+	for _, name := range want {
+		if paid[name] < 1 || paid[name] > 2 {
+			t.Errorf("step %s paid %d times, want 1 or 2", name, paid[name])
+		}
+	}
+	t.Logf("stored before the kill: %v; paid: %v", before, paid)
+}
