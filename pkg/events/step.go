@@ -32,6 +32,11 @@ type Step struct {
 	// function), or on the step line of a child. It is also in the run's
 	// totals.
 	Usage *Usage `json:"usage,omitempty"`
+	// GivenFrom, on a step a re-run was given back stored, names the run
+	// it was copied from: its work was not done by this run, and it
+	// carries no usage, so it counts nothing here (its cost stays on that
+	// run).
+	GivenFrom string `json:"givenFrom,omitempty"`
 }
 
 // ValidateStepName reports whether name can name a step: 1 to

@@ -117,6 +117,8 @@ type Run struct {
 	// FirstEventSeq is the JETRUN_EVENTS sequence of the run's first event,
 	// where a replay of its events starts; 0 until known.
 	FirstEventSeq uint64 `json:"firstEventSeq,omitempty"`
+	// ForkedFrom, on a re-run, is the run and step it re-ran (Fork).
+	ForkedFrom *Fork `json:"forkedFrom,omitempty"`
 }
 
 // ProgressSnapshot is the part of a progress event kept on the row.

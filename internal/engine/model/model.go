@@ -178,6 +178,9 @@ type Row struct {
 	// FirstEventSeq is the JETRUN_EVENTS sequence of the run's first event,
 	// where a replay starts; 0 until known.
 	FirstEventSeq uint64 `json:"firstEventSeq,omitempty"`
+	// ForkedFrom, on a re-run, is the run and step it re-ran, and the
+	// steps it was given back stored (jetruntype.Fork).
+	ForkedFrom *jetruntype.Fork `json:"forkedFrom,omitempty"`
 }
 
 // Final reports whether the run ended for good: completed, error or

@@ -70,6 +70,7 @@ func (r *Row) View() *jetruntype.Run {
 		TreeRuns:          r.TreeRuns,
 		Overrun:           clonePtr(r.Overrun),
 		FirstEventSeq:     r.FirstEventSeq,
+		ForkedFrom:        cloneFork(r.ForkedFrom),
 	}
 }
 
@@ -138,5 +139,14 @@ func clonePtr[T any](p *T) *T {
 		return nil
 	}
 	c := *p
+	return &c
+}
+
+func cloneFork(f *jetruntype.Fork) *jetruntype.Fork {
+	if f == nil {
+		return nil
+	}
+	c := *f
+	c.Given, c.Overridden = slices.Clone(f.Given), slices.Clone(f.Overridden)
 	return &c
 }

@@ -1,0 +1,17 @@
+package jetruntype
+
+// Fork is where a re-run came from (its row's "forkedFrom"): the run it
+// re-ran, the step it re-ran from, and the steps it was given back stored
+// (their outputs copied from that run, or overridden, never executed nor
+// charged again), in that run's stored order.
+type Fork struct {
+	// RunID is the run re-run; it is never changed by the re-run.
+	RunID string `json:"runId"`
+	// Step is the step the re-run executes from; empty for a retry that
+	// was given every step the run stored.
+	Step string `json:"step,omitempty"`
+	// Given names the steps given back stored; Overridden those of them
+	// whose output the re-run's caller replaced.
+	Given      []string `json:"given,omitempty"`
+	Overridden []string `json:"overridden,omitempty"`
+}
