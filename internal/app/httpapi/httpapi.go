@@ -9,6 +9,7 @@
 //	GET    /v1/runs/{id}                  one row; 404 for an unknown or malformed id
 //	GET    /v1/runs/{id}/events           server-sent events: the run's history, then live (Last-Event-ID resumes)
 //	GET    /v1/runs/{id}/trace            the run's tree: runs and steps with times, status, usage, totals (trace.go)
+//	POST   /v1/runs/{id}:rerun            a new run given the run's steps before fromStep (rerun.go); also diff, :rerun batch
 //	POST   /v1/runs/{id}/cancel           cancel {reason?}, with the run's descendants; idempotent
 //	POST   /v1/runs/{id}/signals/{name}   send a signal (the body is its JSON payload)
 //	DELETE /v1/runs                       clear: ?status=a,b&olderThan=24h (or ?all=true); live runs are cancelled first
@@ -121,6 +122,9 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("GET /v1/runs/{id}", a.get)
 	mux.HandleFunc("GET /v1/runs/{id}/events", a.events)
 	mux.HandleFunc("GET /v1/runs/{id}/trace", a.trace)
+	mux.HandleFunc("POST /v1/runs/{id}", a.runAction) // {id}:rerun (rerun.go)
+	mux.HandleFunc("GET /v1/runs/{id}/diff/{other}", a.diff)
+	mux.HandleFunc("POST /v1/runs:rerun", a.rerunBatch)
 	mux.HandleFunc("POST /v1/runs/{id}/cancel", a.cancel)
 	mux.HandleFunc("POST /v1/runs/{id}/signals/{name}", a.signal)
 	mux.HandleFunc("GET /v1/runs/{id}/calls", a.calls)
