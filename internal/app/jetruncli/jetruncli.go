@@ -52,6 +52,9 @@ Usage:
   jetrun signal [--json] ID NAME [PAYLOAD]
   jetrun reply [--error TEXT] [--json] ID SEQ [OUTPUT]   (answer a run's call; jetrun get lists them)
   jetrun clear [--status S[,S]] [--older-than DURATION] [--all] [--json]
+  jetrun rerun ID --from STEP [--input INPUT] [--step NAME=JSON] [--run-id ID] [--wait] [--json]
+  jetrun rerun --batch --type TYPE --from STEP [--status S[,S]] [--since 24h] [--set input.model='"m2"'] [--max-runs N] [--budget-micros N]
+  jetrun diff [--json] A B                (two runs step by step: equal or changed, usage each side, totals)
   jetrun agents [--tools openai|anthropic|mcp] [--json]
   jetrun mcp                             (an MCP server on stdin/stdout: every live agent type a tool)
 
@@ -167,6 +170,8 @@ var commands = map[string]command{
 	"signal":   (*cli).signalCmd,
 	"reply":    (*cli).replyCmd,
 	"clear":    (*cli).clearCmd,
+	"rerun":    (*cli).rerunCmd, // rerun.go
+	"diff":     (*cli).diffCmd,
 }
 
 func (c *cli) printJSON(v any) error {
@@ -260,6 +265,7 @@ func (c *cli) describe(r *jetruntype.Run) {
 	}
 	line("worker", r.Worker)
 	line("parent", r.Parent)
+	line("forked from", forkedFrom(r.ForkedFrom)) // rerun.go
 	line("created", stamp(r.CreatedAt))
 	line("started", stamp(r.StartedAt))
 	line("finished", stamp(r.FinishedAt))

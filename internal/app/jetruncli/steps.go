@@ -19,10 +19,11 @@ type stepLine struct {
 	DurationMs int64         `json:"durationMs,omitempty"`
 	Error      string        `json:"error,omitempty"`
 	Usage      *events.Usage `json:"usage,omitempty"`
+	GivenFrom  string        `json:"givenFrom,omitempty"`
 }
 
 func stepOf(st events.Step) stepLine {
-	l := stepLine{Name: st.Name, At: st.At, Attempt: st.Attempt, DurationMs: st.DurationMs, Error: st.Error, Usage: st.Usage}
+	l := stepLine{Name: st.Name, At: st.At, Attempt: st.Attempt, DurationMs: st.DurationMs, Error: st.Error, Usage: st.Usage, GivenFrom: st.GivenFrom}
 	if st.Error == "" {
 		l.Bytes = len(st.Output)
 	}
@@ -57,7 +58,11 @@ func (l stepLine) describe() string {
 	if l.Usage != nil {
 		parts = append(parts, totals(l.Usage.UsageTotals))
 	}
-	parts = append(parts, fmt.Sprintf("attempt %d", l.Attempt))
+	if l.GivenFrom != "" {
+		parts = append(parts, "given from "+l.GivenFrom)
+	} else {
+		parts = append(parts, fmt.Sprintf("attempt %d", l.Attempt))
+	}
 	return strings.Join(parts, "  ")
 }
 
