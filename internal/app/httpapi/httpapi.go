@@ -4,7 +4,7 @@
 //	GET    /livez, /readyz                orchestrator probes (probes.go)
 //	POST   /v1/runs                       dispatch {agentType, runId?, input, detached?, ...}; ?wait=true awaits
 //	POST   /v1/runs:batch                 dispatch many {runs: [...]} (at most MaxBatchRuns): a result per run
-//	GET    /v1/runs                       run summaries, newest first: ?status=a,b&agentType=&parent=&parentToolCallId=&limit=&cursor=
+//	GET    /v1/runs                       run summaries, newest first: ?status=a,b&agentType=&parent=&parentToolCallId=&forkedFrom=&limit=&cursor=
 //	GET    /v1/runs/live                  server-sent events: every run change
 //	GET    /v1/runs/{id}                  one row; 404 for an unknown or malformed id
 //	GET    /v1/runs/{id}/events           server-sent events: the run's history, then live (Last-Event-ID resumes)
@@ -340,7 +340,8 @@ func listFilter(r *http.Request) (runview.Filter, error) {
 	}
 	q := r.URL.Query()
 	f := runview.Filter{Statuses: statuses, AgentType: q.Get("agentType"), Parent: q.Get("parent"),
-		ParentToolCallID: q.Get("parentToolCallId"), IDContains: q.Get("q"), Cursor: q.Get("cursor"), Limit: DefaultListLimit}
+		ParentToolCallID: q.Get("parentToolCallId"), IDContains: q.Get("q"), Cursor: q.Get("cursor"), Limit: DefaultListLimit,
+		ForkedFrom: q.Get("forkedFrom")}
 	if n := len(f.ParentToolCallID); n > events.MaxParentToolCallIDLength {
 		return runview.Filter{}, fmt.Errorf("parentToolCallId is %d characters; the limit is %d", n, events.MaxParentToolCallIDLength)
 	}

@@ -63,6 +63,9 @@ func Summarize(r *jetruntype.Run) Summary {
 	c.Input, c.Output = nil, nil
 	c.Error, c.Summary = clip(r.Error), clip(r.Summary)
 	c.Finishes, c.Notices, c.Merged = nil, nil, nil
+	if f := r.ForkedFrom; f != nil { // where from, not the steps given
+		c.ForkedFrom = &jetruntype.Fork{RunID: f.RunID, Step: f.Step}
+	}
 	return Summary{Run: &c, Notified: notified(r), Live: r.Live(), Final: r.Final()}
 }
 
@@ -408,6 +411,8 @@ type Filter struct {
 	// IDContains selects the runs whose id contains it, ignoring case
 	// (the web UI's search by run id).
 	IDContains string
+	// ForkedFrom selects the re-runs of this run (Run.ForkedFrom).
+	ForkedFrom string
 	Limit      int
 	// Cursor continues a listing after the last run of the previous page.
 	Cursor string
@@ -441,7 +446,8 @@ func (v *View) List(f Filter) (Page, error) {
 			f.AgentType != "" && s.AgentType != f.AgentType ||
 			f.Parent != "" && s.Parent != f.Parent ||
 			f.ParentToolCallID != "" && s.ParentToolCallID != f.ParentToolCallID ||
-			search != "" && !strings.Contains(strings.ToLower(s.ID), search) {
+			search != "" && !strings.Contains(strings.ToLower(s.ID), search) ||
+			f.ForkedFrom != "" && (s.ForkedFrom == nil || s.ForkedFrom.RunID != f.ForkedFrom) {
 			continue
 		}
 		out = append(out, s)

@@ -6,6 +6,7 @@ import { api, toast, showError } from './api.js';
 import { live } from './live.js';
 import { statusBadge, updateBadge, progressBar, updateBar, progressMeta, durCell } from './widgets.js';
 import { Timeline } from './timeline.js';
+import { navigate } from './router.js';
 import { Waterfall, fmtUsage, usageTitle } from './waterfall.js';
 
 // MAX_TREE_DEPTH bounds the levels of nested runs a run page fetches and
@@ -49,6 +50,7 @@ export class RunPage {
       },
     });
     this.fetchRow();
+    this.fetchForks();
     // A tab hidden for a while gives its connection back.
     this.onVisibility = () => {
       clearTimeout(this.hideTimer);
@@ -114,7 +116,8 @@ export class RunPage {
     const followBox = h('input', { type: 'checkbox', checked: true });
     followBox.addEventListener('change', () => { this.follow = followBox.checked; });
     this.timelineEl = h('div', { class: 'timeline', 'data-testid': 'timeline' });
-    this.timeline = new Timeline(this.timelineEl, (p) => this.onProgressEvent(p));
+    this.timeline = new Timeline(this.timelineEl, (p) => this.onProgressEvent(p), (step) => this.rerunFrom(step));
+    this.forks = new Map(); // the re-runs of this run, by id
     this.kindBar = h('div', { class: 'tl-kinds', 'data-testid': 'timeline-kinds', title: 'Click a kind to collapse its entries, again to show them' });
     this.kindBtns = new Map();
     const tlPanel = h('section', { class: 'panel' },
@@ -244,6 +247,10 @@ export class RunPage {
   }
 
   onSummary(s) {
+    if (s.forkedFrom?.runId === this.id && !this.forks.has(s.id)) {
+      this.forks.set(s.id, s);
+      if (this.run) this.renderFacts();
+    }
     if (s.id === this.id || this.children.has(s.id) || this.children.has(s.parent) || s.parent === this.id) this.traceSoon();
     if (s.id === this.id) {
       this.liveDirty = true;
@@ -419,6 +426,34 @@ export class RunPage {
     this.retryBtn.disabled = false;
   }
 
+  /** rerunFrom starts a re-run of this run from step (POST /v1/runs/{id}:rerun) and opens it. */
+  async rerunFrom(step) {
+    if (this.rerunning) return;
+    this.rerunning = true;
+    try {
+      const row = await api('POST', `/v1/runs/${encodeURIComponent(this.id)}:rerun`, { fromStep: step });
+      if (this.destroyed) return;
+      toast('Re-run started', `${row.id} runs ${this.id} again from step ${step}.`, 'info');
+      navigate(`/runs/${encodeURIComponent(row.id)}`);
+    } catch (err) {
+      showError(`Re-run from ${step} failed`, err);
+    } finally {
+      this.rerunning = false;
+    }
+  }
+
+  /** fetchForks lists the re-runs of this run (GET /v1/runs?forkedFrom=). */
+  async fetchForks() {
+    try {
+      const page = await api('GET', `/v1/runs?forkedFrom=${encodeURIComponent(this.id)}&limit=100`);
+      if (this.destroyed) return;
+      for (const s of page.runs || []) this.forks.set(s.id, s);
+      if (this.run) this.renderFacts();
+    } catch (err) {
+      if (!this.destroyed && err.status !== 404) showError('Could not list the re-runs', err);
+    }
+  }
+
   async signal(name, payload, buttons) {
     for (const b of buttons) b.disabled = true;
     try {
@@ -451,6 +486,8 @@ export class RunPage {
     // A run given up with its child stopped is retried by dispatching its
     // id again (POST /v1/runs): it resumes as a new attempt.
     this.retryBtn.hidden = !(r.retryable && r.status === 'interrupted' && !liveRun);
+    // A step's "Re-run from here" is offered once the run is not live.
+    this.timelineEl.classList.toggle('can-rerun', !liveRun);
     setText(this.cancelBtn, r.cancelRequested ? 'Cancelling…' : '⊘ Cancel run');
 
     // Crumbs: the parent link.
@@ -584,6 +621,17 @@ export class RunPage {
     if (Number.isFinite(sig)) rows.push(['Last activity', time(sig)]);
     if (r.parent) rows.push(['Parent', h('a', { href: `/runs/${encodeURIComponent(r.parent)}`, class: 'mono' }, r.parent)]);
     if (r.parentToolCallId) rows.push(['Tool call', h('span', { class: 'mono', text: r.parentToolCallId })]);
+    if (r.forkedFrom) {
+      const f = r.forkedFrom;
+      rows.push(['Forked from', [h('a', { href: `/runs/${encodeURIComponent(f.runId)}`, class: 'mono', 'data-testid': 'forked-from' }, f.runId),
+        f.step ? [' at step ', h('code', { text: f.step })] : ' (retry)',
+        f.given?.length ? h('div', { class: 'faint', text: `given ${f.given.length} stored step(s): ${f.given.join(', ')}` }) : null]]);
+    }
+    if (this.forks.size) {
+      rows.push(['Re-runs', [...this.forks.values()].map((s) => h('div', {},
+        h('a', { href: `/runs/${encodeURIComponent(s.id)}`, class: 'mono', 'data-testid': 'fork-link' }, s.id),
+        s.forkedFrom?.step ? h('span', { class: 'faint', text: ` from ${s.forkedFrom.step}` }) : null))]);
+    }
     if (r.cancelRequested) rows.push(['Cancel', r.cancelReason ? `requested: ${r.cancelReason}` : 'requested']);
     if (r.detached) {
       const d = r.detached;

@@ -13,9 +13,10 @@ const ENDS = new Set(['completed', 'error', 'aborted', 'interrupted']);
  * sequence of events, so a replay after a reload builds the same entries.
  */
 export class Timeline {
-  constructor(container, onProgress) {
+  constructor(container, onProgress, onRerun) {
     this.el = container;
     this.onProgress = onProgress;
+    this.onRerun = onRerun; // (step name): a step's "Re-run from here"
     this.lastSeq = 0;
     this.lastPart = null; // set while inside a coalesced chunk event: the part shown last
     this.t0 = NaN;
@@ -169,14 +170,18 @@ export class Timeline {
     const u = d.usage;
     if (u && (u.inputTokens || u.outputTokens)) meta.push(`${(u.inputTokens || 0) + (u.outputTokens || 0)} tokens`);
     if (u && fmtCost(u.costMicros)) meta.push(`cost ${fmtCost(u.costMicros)}`);
-    if (d.attempt) meta.push(`attempt ${d.attempt}`);
+    if (d.givenFrom) meta.push(`given from ${d.givenFrom}`);
+    else if (d.attempt) meta.push(`attempt ${d.attempt}`);
     const out = failed || d.output === undefined || d.output === null ? '' : fmtJSON(d.output);
     const el = this.entry(ev, t, { kind: 'step', icon: '▣', cls: failed ? 'step-failed' : '' },
       h('span', { class: 'k', text: 'step' }), ' ', h('code', { class: 'name', text: d.name || '?' }),
       h('span', { class: 'sub', text: ` · ${meta.join(' · ')}` }),
       failed ? h('div', { class: 'err', text: d.error })
         : out ? [' ', h('span', { class: 'jsonv', 'data-testid': 'step-output', title: out.length > 300 ? out.slice(0, 2000) : undefined,
-          text: out.length > 300 ? `${out.slice(0, 300)}…` : out })] : null);
+          text: out.length > 300 ? `${out.slice(0, 300)}…` : out })] : null,
+      this.onRerun && d.name ? h('button', { class: 'btn small rerun-step', type: 'button', 'data-testid': 'rerun-step',
+        title: 'Start a new run given the steps stored before this one; this step and the ones after it run again',
+        onclick: () => this.onRerun(d.name) }, '↻ Re-run from here') : null);
     el.dataset.step = d.name || '';
     el.dataset.bytes = String(bytes);
   }
