@@ -94,6 +94,8 @@ func (req *BatchRequest) validate() error {
 	}
 	if err := req.Budget.Validate(); err != nil {
 		errs = append(errs, err)
+	} else if b := req.Budget; b != nil && b.CostMicros == 0 && b.Tokens == 0 {
+		errs = append(errs, errors.New(`"budget" bounds the batch's costMicros or tokens`))
 	}
 	for _, s := range req.Statuses {
 		if !s.Terminal() {
@@ -105,7 +107,7 @@ func (req *BatchRequest) validate() error {
 			errs = append(errs, fmt.Errorf("set %s: not valid JSON", path))
 		}
 		if !strings.HasPrefix(path, "input.") && !strings.HasPrefix(path, "steps.") {
-			errs = append(errs, fmt.Errorf("set %s: a path starts with input. or steps.", path))
+			errs = append(errs, fmt.Errorf(`set %s: a path starts with "input." or "steps."`, path))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
