@@ -64,13 +64,15 @@ func TestPythonCaller(t *testing.T) {
 	addr := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
 	py := python3(t)
 	pw := start(t, "parent-worker", map[string]string{
-		"JETRUN_NATS_URL":    e.url,
-		"JETRUN_WORKER_ID":   "py-caller",
-		"JETRUN_HTTP_ADDR":   addr,
-		"JETRUN_CHILDREN":    "demo",
-		"JETRUN_DEMO_RUNS":   "0",
-		"JETRUN_EXEC_AGENTS": "agent-py=" + py + " " + examples(t, "python", "agent.py") + ",wordcount=" + py + " " + examples(t, "python", "wordcount.py"),
-		"JETRUN_LOG_LEVEL":   "debug",
+		"JETRUN_NATS_URL":  e.url,
+		"JETRUN_WORKER_ID": "py-caller",
+		"JETRUN_HTTP_ADDR": addr,
+		"JETRUN_CHILDREN":  "demo",
+		"JETRUN_DEMO_RUNS": "0",
+		"JETRUN_EXEC_AGENTS": "agent-py=" + py + " " + examples(t, "python", "agent.py") + ",wordcount=" + py + " " + examples(t, "python", "wordcount.py") +
+			",py-child=" + py + " " + filepath.Join(sdkPython(t), "tests", "live_child.py"),
+		"PYTHONPATH":       sdkPython(t),
+		"JETRUN_LOG_LEVEL": "debug",
 	})
 	pw.waitLog("parent-worker ready", 60*time.Second)
 
@@ -88,7 +90,7 @@ func TestPythonCaller(t *testing.T) {
 		}
 		said[l["what"].(string)] = l
 	}
-	for _, w := range []string{"dispatched", "streamed", "awaited", "ran", "signalled", "cancelled", "failed", "missing"} {
+	for _, w := range []string{"dispatched", "streamed", "awaited", "ran", "signalled", "cancelled", "failed", "called", "missing"} {
 		if said[w] == nil {
 			t.Fatalf("live_caller.py did not say %q:\n%s", w, caller.stdout)
 		}
@@ -148,6 +150,28 @@ func TestPythonCaller(t *testing.T) {
 	row = jetruntest.WaitRow(t, e.store, "py-c-fail", 10*time.Second, jetruntest.Final)
 	if f := said["failed"]; f["raised"] != true || f["status"] != "error" || f["error"] != row.Error || !strings.Contains(row.Error, "exit status 2") {
 		t.Errorf("failed %v; row %s %q", f, row.Status, row.Error)
+	}
+	// The Python child on the library: retried once (its step kept, its
+	// usage counted once), then its two calls answered through reply.
+	row = jetruntest.WaitRow(t, e.store, "py-c-calls", 10*time.Second, jetruntest.Final)
+	c := said["called"]
+	out, _ := json.Marshal(c["output"])
+	if c["status"] != "completed" || c["attempt"] != float64(2) || row.Attempt != 2 || c["summary"] != "answer: blue" ||
+		string(out) != `{"answer":"blue","attempt":2,"second":"error: no idea"}` {
+		t.Errorf("called %v; row %s attempt %d (%s)", c, row.Status, row.Attempt, row.Error)
+	}
+	if got := fmt.Sprint(c["calls"]); got != "[[1 answered map[question:colour?]] [2 failed map[question:and then?]]]" {
+		t.Errorf("calls %s", got)
+	}
+	evs = waitFinalEvent(t, e.js, "py-c-calls")
+	if got := storedSteps(evs); !slices.Equal(got, []string{"plan@1"}) {
+		t.Errorf("stored steps %v", got)
+	}
+	if row.Usage == nil || row.Usage.InputTokens != 10 || row.Usage.OutputTokens != 2 {
+		t.Errorf("usage %+v; want the step's once", row.Usage)
+	}
+	if got := milestoneNames(evs); !slices.Equal(got, []string{"answered"}) {
+		t.Errorf("milestones %v", got)
 	}
 	if m := said["missing"]; m["status"] != float64(404) {
 		t.Errorf("missing %v", m)

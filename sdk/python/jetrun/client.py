@@ -187,14 +187,18 @@ class Client:
         q = urllib.parse.urlencode(dict(filters, status=status))
         return list(self._json("GET", "/v1/asks?" + q).get("asks") or [])
 
-    def answer(self, ask_id: str, value: JSON, digest: str) -> Dict[str, Any]:
+    def answer(self, ask_id: str, value: JSON, digest: str, by: Optional[str] = None) -> Dict[str, Any]:
         """Answers an ask (POST /v1/asks/{id}:answer) with the digest of the
-        payload it answers: an ask whose payload changed since is refused
-        (409), as is a second answer."""
-        return self._json("POST", "/v1/asks/%s:answer" % _seg(ask_id), {"digest": digest, "value": value})
+        payload it answers (the ask's "digest"): an ask whose payload changed
+        since is refused (409), as is a second answer. by names who answers
+        (else the API's token name). Returns the answered ask."""
+        body: Dict[str, Any] = {"digest": digest, "value": value}
+        if by is not None:
+            body["by"] = by
+        return self._json("POST", "/v1/asks/%s:answer" % _seg(ask_id), body)
 
     def rerun(self, run_id: str, from_step: str, input: JSON = None, steps: Optional[Dict[str, JSON]] = None,
-              new_run_id: Optional[str] = None) -> Dict[str, Any]:
+              new_run_id: Optional[str] = None, budget: Optional[Dict[str, int]] = None) -> Dict[str, Any]:
         """Starts a new run from a step of run_id (POST /v1/runs/{id}:rerun):
         the steps before from_step are given back stored; input and steps
         (outputs by name) override. Returns the new run's row."""
@@ -205,6 +209,8 @@ class Client:
             body["steps"] = steps
         if new_run_id is not None:
             body["runId"] = new_run_id
+        if budget is not None:
+            body["budget"] = budget
         return self._json("POST", "/v1/runs/%s:rerun" % _seg(run_id), body)
 
     # Plumbing.

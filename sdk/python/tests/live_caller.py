@@ -7,7 +7,7 @@ jetrun stored. Not a unittest module: it needs the server.
     PYTHONPATH=sdk/python python3 sdk/python/tests/live_caller.py http://127.0.0.1:8080
 
 The parent-worker serves agent-py (examples/python/agent.py), wordcount
-(examples/python/wordcount.py) and demo.
+(examples/python/wordcount.py), py-child (live_child.py) and demo.
 """
 
 import json
@@ -78,6 +78,17 @@ def main():
         say("failed", id="py-c-fail", raised=False)
     except jetrun.RunFailed as e:
         say("failed", id="py-c-fail", raised=True, status=e.status, error=e.run.get("error"), retryable=e.retryable)
+
+    # a Python child (live_child.py) that fails retryable once, then calls
+    # its caller twice: reply answers the first, and fails the second.
+    c.dispatch("py-child", {"question": "colour?", "flaky": True}, run_id="py-c-calls")
+    for seq, answer in ((1, {"output": "blue"}), (2, {"error": "no idea"})):
+        until(lambda: any(x["seq"] == seq and x["state"] == "pending" for x in c.calls("py-c-calls")),
+              "py-c-calls to make call %d" % seq)
+        c.reply("py-c-calls", seq, **answer)
+    done = c.await_run("py-c-calls")
+    say("called", id=done["id"], status=done["status"], summary=done["summary"], output=done["output"],
+        attempt=done["attempt"], calls=[[x["seq"], x["state"], x["input"]] for x in c.calls("py-c-calls")])
 
     # the API's errors.
     try:

@@ -58,8 +58,8 @@ class ClientTest(unittest.TestCase):
         c.cancel("r1", "enough")
         c.signal("r1", "approve", {"approved": True})
         c.reply("r1", 2, output="blue")
-        c.answer("ask-7", {"approved": True}, digest="sha256:ab")
-        c.rerun("r1", "plan-2", input={"topic": "eels"}, steps={"plan-1": "x"}, new_run_id="r1-b")
+        c.answer("ask-7", {"approved": True}, digest="sha256:ab", by="ops")
+        c.rerun("r1", "plan-2", input={"topic": "eels"}, steps={"plan-1": "x"}, new_run_id="r1-b", budget={"tokens": 9})
         c.get("r/1")
         got = [(s["method"], s["path"], s["body"]) for s in self.server.seen]
         self.assertEqual(got, [
@@ -68,9 +68,9 @@ class ClientTest(unittest.TestCase):
             ("POST", "/v1/runs/r1/cancel", {"reason": "enough"}),
             ("POST", "/v1/runs/r1/signals/approve", {"approved": True}),
             ("POST", "/v1/runs/r1/calls/2/reply", {"output": "blue"}),
-            ("POST", "/v1/asks/ask-7:answer", {"digest": "sha256:ab", "value": {"approved": True}}),
+            ("POST", "/v1/asks/ask-7:answer", {"digest": "sha256:ab", "value": {"approved": True}, "by": "ops"}),
             ("POST", "/v1/runs/r1:rerun", {"fromStep": "plan-2", "input": {"topic": "eels"},
-                                            "steps": {"plan-1": "x"}, "runId": "r1-b"}),
+                                            "steps": {"plan-1": "x"}, "runId": "r1-b", "budget": {"tokens": 9}}),
             ("GET", "/v1/runs/r%2F1", None),
         ])
         for s in self.server.seen:
