@@ -68,6 +68,22 @@ class Result:
         return "Result(%r, %r)" % (self.summary, self.output)
 
 
+class Reserved:
+    """The answer to a reservation: ok, or refused with reason
+    "budget-exceeded" and an error saying which budget. True when ok."""
+
+    def __init__(self, ok: bool, reason: str = "", error: str = "") -> None:
+        self.ok = ok
+        self.reason = reason
+        self.error = error
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    def __repr__(self) -> str:
+        return "Reserved(%r, %r, %r)" % (self.ok, self.reason, self.error)
+
+
 class _Parked(BaseException):
     """http: the response ended with a wait or call line; the worker POSTs
     again with the answer. Not an error: serve_http ends the response."""
@@ -88,6 +104,7 @@ class Run:
         self._lock = threading.Lock()
         self._steps: Dict[str, JSON] = dict(request.get("steps") or {})
         self._step_usage: List[List[Dict[str, Any]]] = []  # usage reported inside running steps
+        self._asked: Dict[str, int] = {}  # http: waits, calls and reservations so far, by kind and name
         self._ended = False
 
     # The request.
@@ -200,25 +217,53 @@ class Run:
     def wait(self, signal: str) -> JSON:
         """Parks the run until the signal arrives and returns its payload."""
         _check_token("signal name", signal)
-        got = self.request.get("signal")
-        if self._answers is None and isinstance(got, dict) and got.get("name") == signal:
-            self.request.pop("signal")  # http: this request answers the wait
-            return got.get("payload")
-        self._event({"wait": signal})
-        answer = self._answer("signal")
-        return answer.get("payload")
+        return self._exchange({"wait": signal}, "signal", signal).get("payload")
 
     def call(self, name: str, input: JSON = None) -> JSON:
         """Asks the run's caller (docs/protocol.md, "Calls") and returns its
         output; raises CallError when the answer is an error. Durable: a run
         taken over gets the stored reply, the caller is asked once."""
         _check_token("call name", name)
-        got = self.request.get("reply")
-        if self._answers is None and isinstance(got, dict) and got.get("name") == name:
-            self.request.pop("reply")  # http: this request answers the call
-            return _reply(name, got)
-        self._event({"call": _without_none({"name": name, "input": input})})
-        return _reply(name, self._answer("reply"))
+        return _reply(name, self._exchange({"call": _without_none({"name": name, "input": input})}, "reply", name))
+
+    def reserve(self, input_tokens: int = 0, output_tokens: int = 0, cost_micros: int = 0) -> Reserved:
+        """Holds spend against the run tree's budget before it is paid (a
+        model call's worst case): the next usage report settles it, the end
+        of the attempt releases what none settled. A refusal is an answer
+        (falsy, reason "budget-exceeded"), not the end of the run."""
+        u = _usage(input_tokens, output_tokens, cost_micros, None)
+        if not u:
+            raise ValueError("a reservation must hold some tokens or cost")
+        got = self._exchange({"reserve": u}, "reserved", None)
+        return Reserved(bool(got.get("ok")), str(got.get("reason") or ""), str(got.get("error") or ""))
+
+    def _exchange(self, line: Mapping[str, Any], key: str, name: Optional[str]) -> Dict[str, Any]:
+        """Writes line (a wait, a call, a reservation) and returns its
+        answer, the object under key of the line the worker answers with.
+
+        exec: the answer is the next stdin line. http: the response ends
+        (the run parks) and the worker's next request carries the answer,
+        for which the handler runs again from the top; so each answer is
+        stored as a step ("jetrun:<key>:<name>:<n>", the n-th of its kind
+        in the handler) when first seen, and a handler run again finds the
+        earlier ones there, in order, whatever the request carries."""
+        if self._answers is not None:
+            self._event(line)
+            return self._answer(key)
+        label = key if name is None else key + ":" + name
+        n = self._asked.get(label, 0) + 1
+        self._asked[label] = n
+        step = "jetrun:%s:%d" % (label, n)
+        if step in self._steps:
+            return dict(self._steps[step])
+        got = self.request.get(key)
+        if isinstance(got, dict) and (name is None or got.get("name") == name):
+            self.request.pop(key)  # this request answers it
+            self._event({"step": {"name": step, "output": got}})
+            self._steps[step] = got
+            return dict(got)
+        self._event(line)
+        raise _Parked()
 
     def result(self, summary: str = "", output: JSON = None) -> None:
         """Completes the run."""

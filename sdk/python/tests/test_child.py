@@ -69,11 +69,28 @@ class ServeTest(unittest.TestCase):
         self.assertEqual(serve(handler, dict(REQ, steps={"plan": {"q": 1}})),
                          [{"result": {"summary": "", "output": {"q": 1}}}])
 
+    def test_a_reservation_is_answered_on_stdin(self):
+        got = []
+
+        def handler(run):
+            got.append(run.reserve(input_tokens=400, cost_micros=9))
+            got.append(run.reserve(output_tokens=200))
+            return "reserved"
+        answers = ('{"reserved":{"ok":true}}\n'
+                   '{"reserved":{"ok":false,"reason":"budget-exceeded","error":"tree t1 has 100 tokens left"}}\n')
+        self.assertEqual(serve(handler, answers=answers), [
+            {"reserve": {"inputTokens": 400, "costMicros": 9}},
+            {"reserve": {"outputTokens": 200}},
+            {"result": {"summary": "", "output": "reserved"}}])
+        self.assertTrue(got[0])
+        self.assertFalse(got[1])
+        self.assertEqual((got[1].reason, got[1].error), ("budget-exceeded", "tree t1 has 100 tokens left"))
+
     def test_the_library_refuses_what_the_worker_would(self):
         def handler(run):
             for bad in (lambda: run.progress(1.5), lambda: run.milestone(""), lambda: run.step("a b", lambda: 1),
                         lambda: run.wait("a.b"), lambda: run.call("x*", 1), lambda: run.chunk(None),
-                        lambda: run.usage(input_tokens=-1)):
+                        lambda: run.usage(input_tokens=-1), lambda: run.reserve()):
                 with self.assertRaises(ValueError):
                     bad()
             return "checked"
@@ -89,16 +106,21 @@ class ServeTest(unittest.TestCase):
 
 
 class HTTPTest(unittest.TestCase):
-    """A child behind the http agent type: a wait ends the response, and the
-    worker's next POST, with the signal, runs the handler again."""
+    """A child behind the http agent type: a wait, a call or a reservation
+    ends the response, and the worker's next POST, with the answer, runs the
+    handler again from the top; each answer is stored as a step, so the run
+    again finds the earlier ones, in order."""
 
     def setUp(self):
         self.ran = []
 
         def handler(run):
             plan = run.step("plan", lambda: self.ran.append("plan") or ["a", "b"])
+            first = run.call("ask", {"n": 1})
+            second = run.call("ask", {"n": 2})
             ok = run.wait("approve")
-            return jetrun.Result("approved" if ok.get("yes") else "rejected", plan)
+            held = run.reserve(input_tokens=10)
+            return jetrun.Result("approved" if ok.get("yes") else "rejected", [plan, first, second, bool(held)])
 
         self.server = jetrun.http_server(handler, port=0)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
@@ -115,11 +137,31 @@ class HTTPTest(unittest.TestCase):
             self.assertEqual(resp.headers["Content-Type"], "application/x-ndjson")
             return [json.loads(l) for l in resp.read().decode().splitlines()]
 
-    def test_a_wait_parks_and_the_answer_resumes(self):
-        first = self.post(REQ)
-        self.assertEqual(first, [{"step": {"name": "plan", "output": ["a", "b"]}}, {"wait": "approve"}])
-        second = self.post(dict(REQ, steps={"plan": ["a", "b"]}, signal={"name": "approve", "payload": {"yes": True}}))
-        self.assertEqual(second, [{"result": {"summary": "approved", "output": ["a", "b"]}}])
+    def test_each_answer_resumes_and_is_kept(self):
+        """Plays the worker: stores step lines, answers the line a response
+        ends with in the next request."""
+        steps, answer, responses = {}, {}, []
+        while len(responses) < 10:
+            lines = self.post(dict(REQ, steps=dict(steps), **answer))
+            responses.append(lines)
+            for l in lines:
+                if "step" in l:
+                    steps.setdefault(l["step"]["name"], l["step"]["output"])
+            last = lines[-1]
+            if "result" in last:
+                break
+            if "call" in last:
+                answer = {"reply": {"name": "ask", "output": last["call"]["input"]["n"] * 10}}
+            elif "wait" in last:
+                answer = {"signal": {"name": "approve", "payload": {"yes": True}}}
+            elif "reserve" in last:
+                answer = {"reserved": {"ok": True}}
+        self.assertEqual(responses[-1][-1], {"result": {"summary": "approved", "output": [["a", "b"], 10, 20, True]}})
+        self.assertEqual([r[-1] for r in responses[:-1]], [
+            {"call": {"name": "ask", "input": {"n": 1}}}, {"call": {"name": "ask", "input": {"n": 2}}},
+            {"wait": "approve"}, {"reserve": {"inputTokens": 10}}])
+        self.assertEqual(sorted(steps), ["jetrun:reply:ask:1", "jetrun:reply:ask:2", "jetrun:reserved:1",
+                                         "jetrun:signal:approve:1", "plan"])
         self.assertEqual(self.ran, ["plan"])
 
 
