@@ -85,8 +85,9 @@ class Reserved:
 
 
 class _Parked(BaseException):
-    """http: the response ended with a wait or call line; the worker POSTs
-    again with the answer. Not an error: serve_http ends the response."""
+    """http: the response ended with a wait, call or reserve line; the
+    worker POSTs again with the answer. Not an error: http_server ends the
+    response."""
 
 
 class Run:
@@ -103,7 +104,8 @@ class Run:
         self._answers = answers
         self._lock = threading.Lock()
         self._steps: Dict[str, JSON] = dict(request.get("steps") or {})
-        self._step_usage: List[List[Dict[str, Any]]] = []  # usage reported inside running steps
+        self._local = threading.local()  # per thread: the usage reported inside its running steps
+        self._marked: List[str] = []  # milestones this child marked since the request
         self._asked: Dict[str, int] = {}  # http: waits, calls and reservations so far, by kind and name
         self._ended = False
 
@@ -133,8 +135,9 @@ class Run:
         return list(self.request.get("milestones") or [])
 
     def reached(self, name: str) -> bool:
-        """Whether a milestone of this name was reached (by any attempt)."""
-        return any(m.get("name") == name for m in self.milestones)
+        """Whether a milestone of this name was reached: by any attempt
+        before the request, or marked since."""
+        return name in self._marked or any(m.get("name") == name for m in self.milestones)
 
     @property
     def steps(self) -> Dict[str, JSON]:
@@ -175,14 +178,16 @@ class Run:
         if not name or len(name.encode()) > 256:
             raise ValueError("a milestone name is 1 to 256 bytes, got %r" % (name,))
         self._event({"milestone": _without_none({"name": name, "data": data})})
+        self._marked.append(name)
 
     def usage(self, input_tokens: int = 0, output_tokens: int = 0, cost_micros: int = 0,
               model: Optional[str] = None) -> None:
         """Reports what work spent. Inside a step's function it is the step's
         (stored with it, counted on the run once); elsewhere the run's."""
         u = _usage(input_tokens, output_tokens, cost_micros, model)
-        if self._step_usage:
-            self._step_usage[-1].append(u)
+        running = self._running_steps()
+        if running:
+            running[-1].append(u)
             return
         self._event({"usage": u})
 
@@ -195,24 +200,33 @@ class Run:
             raise ValueError("a step name is 1 to 128 of A-Z a-z 0-9 - _ . :, got %r" % (name,))
         if name in self._steps:
             return self._steps[name]
-        self._step_usage.append([])
+        running = self._running_steps()
+        running.append([])
         try:
             output = fn()
         except BaseException:
-            spent = self._step_usage.pop()
+            spent = running.pop()
             for u in spent:  # not stored: what it spent is the run's
                 self.usage(**_usage_kwargs(u))
             raise
-        spent = self._step_usage.pop()
+        spent = running.pop()
         line: Dict[str, Any] = {"name": name, "output": output}
         if len(spent) == 1:
             line["usage"] = spent[0]
-        else:
-            for u in spent:  # right before the step line: the step's
-                self._event({"usage": u})
-        self._event({"step": line})
+            lines = [{"step": line}]
+        else:  # right before the step line: the step's
+            lines = [{"usage": u} for u in spent] + [{"step": line}]
+        self._event(*lines)  # together: no other thread's line between them
         self._steps[name] = output
         return output
+
+    def _running_steps(self) -> List[List[Dict[str, Any]]]:
+        """This thread's running steps, innermost last: the usage each
+        reported so far."""
+        running: Optional[List[List[Dict[str, Any]]]] = getattr(self._local, "running", None)
+        if running is None:
+            running = self._local.running = []
+        return running
 
     def wait(self, signal: str) -> JSON:
         """Parks the run until the signal arrives and returns its payload."""
@@ -284,10 +298,9 @@ class Run:
 
     # Lines.
 
-    def _event(self, ev: Mapping[str, Any]) -> None:
-        text = json.dumps(ev, separators=(",", ":"))
+    def _event(self, *evs: Mapping[str, Any]) -> None:
         prefix = MARKER if self._answers is not None else ""
-        self._write(prefix + text)
+        self._write("\n".join(prefix + json.dumps(ev, separators=(",", ":")) for ev in evs))
 
     def print(self, text: str) -> None:
         """exec: writes a plain stdout line, which is a chunk (the line and

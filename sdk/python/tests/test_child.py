@@ -69,6 +69,41 @@ class ServeTest(unittest.TestCase):
         self.assertEqual(serve(handler, dict(REQ, steps={"plan": {"q": 1}})),
                          [{"result": {"summary": "", "output": {"q": 1}}}])
 
+    def test_steps_in_threads_keep_their_own_usage(self):
+        """Two steps run at once, each reporting twice (the second report
+        after both reported once): each step's usage lines come right before
+        its own step line."""
+        def handler(run):
+            both = threading.Barrier(2)
+
+            def work(i):
+                def fn():
+                    run.usage(input_tokens=i, model="a")
+                    both.wait(10)
+                    run.usage(output_tokens=i, model="b")
+                    return i
+                run.step("s%d" % i, fn)
+            threads = [threading.Thread(target=work, args=(i,)) for i in (1, 2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            return "done"
+        lines = serve(handler)
+        self.assertEqual(len(lines), 7)
+        for i in (1, 2):
+            at = lines.index({"step": {"name": "s%d" % i, "output": i}})
+            self.assertEqual(lines[at - 2:at], [{"usage": {"inputTokens": i, "model": "a"}},
+                                                {"usage": {"outputTokens": i, "model": "b"}}])
+
+    def test_reached_knows_the_milestones_marked_since_the_request(self):
+        def handler(run):
+            before = run.reached("read")
+            run.milestone("read")
+            return [before, run.reached("read"), run.reached("planned")]
+        req = dict(REQ, milestones=[{"sequence": 1, "name": "planned"}])
+        self.assertEqual(serve(handler, req)[-1], {"result": {"summary": "", "output": [False, True, True]}})
+
     def test_a_reservation_is_answered_on_stdin(self):
         got = []
 
