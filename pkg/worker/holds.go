@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/budget"
 	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/pkg/worker/internal/runhook"
@@ -90,7 +91,8 @@ func (e *execution) Reserve(ctx context.Context, req runhook.ReserveRequest) (fu
 }
 
 // mutateBudget applies ev at now to the row of run id, a budget's owner:
-// through the attempt's row writes when it is the run's own.
+// through the attempt's row writes when it is the run's own, else with the
+// worker's other reservation writes to that row (holdbatch.go).
 func (e *execution) mutateBudget(ctx context.Context, id string, ev model.Event, now time.Time) error {
 	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()
@@ -99,8 +101,23 @@ func (e *execution) mutateBudget(ctx context.Context, id string, ev model.Event,
 		_, err := e.write(ctx, fn)
 		return err
 	}
-	_, _, err := e.w.store.Mutate(ctx, id, fn)
-	return err
+	return e.w.holdWrites.apply(ctx, e.w.store, id, fn)
+}
+
+// chargeWriter returns how the attempt's charges write another run's row:
+// once the attempt reserved, with its worker's reservation writes to that
+// row (holdbatch.go), so runs of one tree on one worker that reserve do
+// not race each other for the row; otherwise on their own, as before.
+func (e *execution) chargeWriter() budget.Mutator {
+	e.holds.mu.Lock()
+	reserving := e.holds.any
+	e.holds.mu.Unlock()
+	if !reserving {
+		return nil
+	}
+	return func(ctx context.Context, id string, fn func(*model.Row) error) error {
+		return e.w.holdWrites.apply(ctx, e.w.store, id, fn)
+	}
 }
 
 // releaseHold drops hold id from the rows it is on, unless a usage

@@ -218,3 +218,69 @@ func TestReserveHoldsSettlesAndReleases(t *testing.T) {
 		t.Fatalf("after the run: tree %d tokens, holds %+v; want 300 and none held", row.TreeUsage.Tokens(), row.Holds)
 	}
 }
+
+// Runs that reserve less than they then report still stop their tree
+// when their reports take it past its budget (the reports that settle
+// the reservations are charged as any report), and each ends interrupted,
+// budget-exceeded. Reports of 400 tokens move the tree 400 at a time:
+// the one that crosses 1,000 takes it to 1,200.
+func TestReserveUnderestimateStillStopsTheTree(t *testing.T) {
+	t.Parallel()
+	const (
+		children = 5
+		budget   = 1000
+	)
+	start := make(chan struct{})
+	b, _ := setup(t, worker.Config{Concurrency: children + 2}, map[string]worker.Handler{
+		"under": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			<-start
+			for {
+				if _, err := run.Reserve(ctx, worker.Usage{InputTokens: 10}); err != nil {
+					return worker.Result{}, err
+				}
+				if err := run.Usage(ctx, worker.Usage{InputTokens: 400}); err != nil {
+					return worker.Result{}, err
+				}
+			}
+		}),
+		"fanout": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			var kids []*worker.Child
+			for i := range children {
+				k, err := run.Spawn(ctx, worker.ChildRequest{AgentType: "under", CallID: fmt.Sprint("u", i), Input: i})
+				if err != nil {
+					return worker.Result{}, err
+				}
+				kids = append(kids, k)
+			}
+			close(start)
+			for _, k := range kids {
+				_, _ = k.Await(ctx)
+			}
+			return worker.Result{}, ctx.Err()
+		}),
+	})
+	c := newClient(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := c.Dispatch(ctx, parent.Request{AgentType: "fanout", RunID: "under", Input: 1,
+		Budget: &events.TreeBudget{Tokens: budget}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range children {
+		row := jetruntest.WaitRow(t, b.store, parent.RunID("under", fmt.Sprint("u", i)), 60*time.Second, func(r *model.Row) bool {
+			return r.Status.Terminal() && r.Worker == ""
+		})
+		if row.Status != events.StatusInterrupted || row.Reason != events.ReasonBudgetExceeded {
+			t.Fatalf("child %d: %s, reason %q (%s)", i, row.Status, row.Reason, row.Error)
+		}
+	}
+	top := jetruntest.WaitRow(t, b.store, "under", 60*time.Second, func(r *model.Row) bool {
+		return r.Status.Terminal() && r.Worker == ""
+	})
+	if top.Overrun == nil || top.Overrun.Limit != budget || top.Overrun.Used != 1200 {
+		t.Fatalf("overrun %+v; want the tree stopped at 1200 past %d", top.Overrun, budget)
+	}
+	if len(top.Holds) != 0 {
+		t.Fatalf("holds %+v after every run ended; want none", top.Holds)
+	}
+}

@@ -367,7 +367,7 @@ func (e *execution) sendCharge(ctx context.Context, id string, c sentCharge, pat
 		if id == e.id {
 			err = e.chargeSelf(tctx, ev)
 		} else {
-			err = e.w.trees.Charge(tctx, id, ev)
+			err = e.w.trees.ChargeVia(tctx, id, ev, e.chargeWriter())
 		}
 		cancel()
 		if err == nil || errors.Is(err, parent.ErrBudgetExceeded) || !patient || !jsfault.IsTransient(context.Background(), err) {

@@ -49,11 +49,12 @@ type Worker struct {
 	streamEpoch   atomic.Value             // string: distinguishes dispatch stream incarnations in derived run ids
 	ending        map[string]chan struct{} // per agent type, the attempts ending outside their slots (leaveSlot)
 
-	liveUntil atomic.Int64    // holdsUntil, in Unix nanoseconds
-	troubleAt atomic.Int64    // when a renewal of the liveness key last failed, in Unix nanoseconds (recovering)
-	stopped   <-chan struct{} // closed when the worker stops its runs (set by Start)
-	logs      obs.Throttle    // warnings about faults, per message and class
-	nested    nested          // Run.Spawn's parent client (nested.go)
+	liveUntil  atomic.Int64    // holdsUntil, in Unix nanoseconds
+	troubleAt  atomic.Int64    // when a renewal of the liveness key last failed, in Unix nanoseconds (recovering)
+	stopped    <-chan struct{} // closed when the worker stops its runs (set by Start)
+	logs       obs.Throttle    // warnings about faults, per message and class
+	nested     nested          // Run.Spawn's parent client (nested.go)
+	holdWrites holdBatches     // reservation writes, batched per budget row (holdbatch.go)
 
 	mu        sync.Mutex
 	life      service.Lifecycle

@@ -56,9 +56,26 @@ func New(rt *engine.Runtime, maxDepth int, log *slog.Logger) *Trees {
 // (Stop) before Charge returns, and Charge returns an error wrapping
 // ErrExceeded. A run that does not exist (cleared) takes nothing.
 func (t *Trees) Charge(ctx context.Context, id string, ev model.Charged) error {
+	return t.ChargeVia(ctx, id, ev, t.mutate)
+}
+
+// Mutator writes row id with fn, as runstore.Store.Mutate does.
+type Mutator func(ctx context.Context, id string, fn func(*model.Row) error) error
+
+func (t *Trees) mutate(ctx context.Context, id string, fn func(*model.Row) error) error {
+	_, _, err := t.rt.Store().Mutate(ctx, id, fn)
+	return err
+}
+
+// ChargeVia is Charge with the row written by mutate (a worker's writes
+// to a budget row batched with its reservations); a nil mutate is Charge.
+func (t *Trees) ChargeVia(ctx context.Context, id string, ev model.Charged, mutate Mutator) error {
+	if mutate == nil {
+		mutate = t.mutate
+	}
 	var crossed, was *jetruntype.Overrun
 	now := time.Now()
-	_, _, err := t.rt.Store().Mutate(ctx, id, func(r *model.Row) error {
+	err := mutate(ctx, id, func(r *model.Row) error {
 		was, crossed = r.Overrun, nil
 		if err := model.Apply(r, ev, now); err != nil {
 			return err // runstore.ErrNoChange: a charge taken already
