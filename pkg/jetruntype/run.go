@@ -113,6 +113,8 @@ type Run struct {
 	TreeRuns  int64        `json:"treeRuns,omitempty"`
 	// Overrun says which budget stopped the run's tree, and by how much.
 	Overrun *Overrun `json:"overrun,omitempty"`
+	// Holds are the open reservations against the run's budget.
+	Holds []Hold `json:"holds,omitempty"`
 
 	// FirstEventSeq is the JETRUN_EVENTS sequence of the run's first event,
 	// where a replay of its events starts; 0 until known.

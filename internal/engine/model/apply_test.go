@@ -315,6 +315,9 @@ func TestApplyTable(t *testing.T) {
 		{ev: model.NoticeSeqRecorded{Name: "m", Seq: 3}, want: cells{"*": noChange}},
 		{ev: model.Charged{Mark: model.ChargeMark{Run: "c", Attempt: 1, Seq: 1}, Delta: jetruntype.UsageTotals{InputTokens: 5}}, want: cells{"*": "same"}},
 		{ev: model.RunCounted{}, want: cells{"*": "same"}},
+		{ev: model.Reserved{Hold: model.Hold{ID: "c.1.1", Run: "c", Attempt: 1, Amount: jetruntype.UsageTotals{InputTokens: 5}, Until: t0.Add(time.Minute)}}, want: cells{"*": "same"}},
+		{ev: model.HoldsReleased{Run: "c", Attempt: 1}, want: cells{"*": noChange}},
+		{ev: model.HoldsRenewed{Run: "c", Attempt: 1, Until: t0.Add(time.Minute)}, want: cells{"*": noChange}},
 		{
 			ev:   model.StepsCounted{Stored: jetruntype.Usage{UsageTotals: jetruntype.UsageTotals{InputTokens: 5}}},
 			want: cells{"running": noChange, "interrupted-child-running": noChange, "*": "same"},

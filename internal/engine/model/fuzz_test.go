@@ -270,8 +270,12 @@ func (in *fuzzInput) event(r *model.Row, ending *events.StatusEvent, now time.Ti
 	case 34:
 		return pick[model.Event](in,
 			model.Charged{Mark: model.ChargeMark{Run: pick(in, "r", "c"), Attempt: in.n(3), Seq: uint64(in.n(4))},
-				Delta: jetruntype.UsageTotals{InputTokens: int64(in.n(8))}},
-			model.RunCounted{})
+				Delta: jetruntype.UsageTotals{InputTokens: int64(in.n(8))}, Settles: []string{pick(in, "r.1.1", "c.2.1")}},
+			model.RunCounted{},
+			model.Reserved{Hold: model.Hold{ID: pick(in, "r.1.1", "c.2.1", "c.1.2"), Run: pick(in, "r", "c"), Attempt: in.n(3),
+				Amount: jetruntype.UsageTotals{InputTokens: int64(in.n(8))}, Until: now.Add(time.Duration(in.n(3)-1) * time.Second)}},
+			model.HoldsReleased{Run: pick(in, "r", "c"), Attempt: in.n(3), IDs: pick(in, []string(nil), []string{"c.2.1"})},
+			model.HoldsRenewed{Run: pick(in, "r", "c"), Attempt: in.n(3), Until: now.Add(time.Duration(in.n(3)) * time.Second)})
 	}
 	return model.StepsCounted{Stored: jetruntype.Usage{UsageTotals: jetruntype.UsageTotals{InputTokens: int64(in.n(16))}}}
 }

@@ -18,16 +18,8 @@ import (
 // attempt renews its holds while it runs (HoldsRenewed), so a crashed
 // worker's holds stop counting within a lease.
 
-// Hold is one open reservation on a budget row.
-type Hold struct {
-	// ID names the hold: <run>.<attempt>.<sequence in the attempt>.
-	ID      string                 `json:"id"`
-	Run     string                 `json:"run"`
-	Attempt int                    `json:"attempt"`
-	Amount  jetruntype.UsageTotals `json:"amount"`
-	// Until is when the hold stops counting unless renewed.
-	Until time.Time `json:"until"`
-}
+// Hold is one open reservation on a budget row (the read type's).
+type Hold = jetruntype.Hold
 
 // MaxHolds bounds the open holds on one row: a reservation past it is
 // refused (ErrTooManyHolds), so a row stays small.

@@ -69,6 +69,7 @@ func (r *Row) View() *jetruntype.Run {
 		TreeUsage:         clonePtr(r.TreeUsage),
 		TreeRuns:          r.TreeRuns,
 		Overrun:           clonePtr(r.Overrun),
+		Holds:             slices.Clone(r.Holds),
 		FirstEventSeq:     r.FirstEventSeq,
 		ForkedFrom:        cloneFork(r.ForkedFrom),
 	}
