@@ -18,7 +18,7 @@ type reserveOptions struct{}
 // Reservation is spend a run holds against its tree's budget before it is
 // paid (Run.Reserve): it counts as spent until the run's next usage report
 // settles it (the report's real spend replaces it), until Release, or
-// until the run's attempt ends, whichever comes first. Its methods are
+// until its step or the run's attempt ends, whichever comes first. Its methods are
 // safe for concurrent use.
 type Reservation struct {
 	once    sync.Once
@@ -48,9 +48,10 @@ func (r *Reservation) Release() {
 //
 // The run's next usage report (Run.Usage, a step's included) settles every
 // reservation the run holds: the reported spend replaces what they held. A
-// reservation not settled is released when the attempt ends (Release gives
-// it back sooner), and, should its worker die, stops counting within a
-// lease (Config.Lease). So a tree whose runs reserve before they spend
+// reservation not settled is released when the step it was made in ends
+// (made with the context of Run.Step's function), or else when the attempt
+// ends (Release gives it back sooner), and, should its worker die, stops
+// counting within a lease (Config.Lease). So a tree whose runs reserve before they spend
 // overshoots its budget by at most what they spent beyond what they
 // reserved, however many runs are live.
 //
@@ -71,5 +72,9 @@ func (r *Run) Reserve(ctx context.Context, u Usage, opts ...ReserveOption) (*Res
 	if err != nil {
 		return nil, err
 	}
-	return &Reservation{release: release}, nil
+	res := &Reservation{release: release}
+	if s, ok := ctx.Value(stepUsageKey{}).(*stepUsage); ok {
+		s.reserve(res) // released when the step ends
+	}
+	return res, nil
 }

@@ -111,8 +111,9 @@ func TestReserveBoundsTreeOvershoot(t *testing.T) {
 }
 
 // A reservation holds against the budget until a report settles it (the
-// real spend replaces it), Release gives it back, or the attempt ends; one
-// that does not fit is refused with ErrBudgetExceeded and charges nothing.
+// real spend replaces it), Release gives it back, or its step or attempt
+// ends; one that does not fit is refused with ErrBudgetExceeded and
+// charges nothing; a bad amount is an error and reserves nothing.
 func TestReserveHoldsSettlesAndReleases(t *testing.T) {
 	t.Parallel()
 	type seen struct {
@@ -151,6 +152,12 @@ func TestReserveHoldsSettlesAndReleases(t *testing.T) {
 			_, err = run.Reserve(ctx, worker.Usage{InputTokens: 1000})
 			note("reserve 1000", err)
 			note("report 300", run.Usage(ctx, worker.Usage{InputTokens: 300}))
+			_, err = run.Step(ctx, "think", func(ctx context.Context) (any, error) {
+				_, err := run.Reserve(ctx, worker.Usage{InputTokens: 500})
+				note("reserve 500 in a step", err)
+				return "thought", nil // no report: the step's end releases it
+			})
+			note("after the step", err)
 			_, err = run.Reserve(ctx, worker.Usage{InputTokens: 700})
 			note("reserve 700", err)
 			_, err = run.Reserve(ctx, worker.Usage{InputTokens: 1})
@@ -181,6 +188,8 @@ func TestReserveHoldsSettlesAndReleases(t *testing.T) {
 		{what: "release the 600", got: seen{0, 0}},
 		{what: "reserve 1000", got: seen{0, 1}},
 		{what: "report 300", got: seen{300, 0}},
+		{what: "reserve 500 in a step", got: seen{300, 1}},
+		{what: "after the step", got: seen{300, 0}},
 		{what: "reserve 700", got: seen{300, 1}},
 		{what: "reserve 1 more", got: seen{300, 1}, refused: true},
 		{what: "reserve {InputTokens:-5 OutputTokens:0 CostMicros:0 Model:}", got: seen{300, 1}, bad: "must not be negative"},

@@ -90,6 +90,7 @@ func (r *Run) Step(ctx context.Context, name string, fn func(ctx context.Context
 	start := time.Now()
 	spent := &stepUsage{}
 	v, ferr := fn(context.WithValue(ctx, stepUsageKey{}, spent))
+	spent.releaseReservations() // the step ended: what no report settled goes back
 	st := events.Step{
 		RunID: r.row.ID, Name: name, Attempt: r.row.Attempt, At: time.Now(),
 		DurationMs: time.Since(start).Milliseconds(), Usage: spent.total(),

@@ -31,6 +31,27 @@ type stepUsage struct {
 	n       int
 	charged map[string]jetruntype.UsageTotals // per run charged, the step's totals it has
 	handed  bool                              // folded into the run's usage or made the attempt's
+
+	reserved []*Reservation // made with the step's context: released when it ends (reserve.go)
+}
+
+// reserve records a reservation made with the step's context.
+func (s *stepUsage) reserve(r *Reservation) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reserved = append(s.reserved, r)
+}
+
+// releaseReservations releases the reservations made with the step's
+// context that no report settled.
+func (s *stepUsage) releaseReservations() {
+	s.mu.Lock()
+	rs := s.reserved
+	s.reserved = nil
+	s.mu.Unlock()
+	for _, r := range rs {
+		r.Release()
+	}
 }
 
 type stepUsageKey struct{}
