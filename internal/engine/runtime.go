@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/engine/asks"
 	"github.com/jetrun/jetrun/internal/engine/jspub"
 	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
@@ -47,6 +48,7 @@ type Runtime struct {
 	dispatch jetstream.Stream   // bound once, by name
 	events   []jetstream.Stream // one per partition (wire.Partition)
 	signals  jetstream.Stream
+	asks     *asks.Store
 
 	lastRepair atomic.Int64 // when Repair last ran, in Unix nanoseconds
 }
@@ -82,6 +84,10 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Runtime, error) {
 	if err := rt.bind(ctx); err != nil {
 		_ = pub.Close()
 		return nil, err
+	}
+	if rt.asks, err = asks.Open(ctx, js, ns, cfg.Streams.Replicas); err != nil {
+		_ = pub.Close()
+		return nil, fmt.Errorf("jetrun: %w", err)
 	}
 	return rt, nil
 }
@@ -148,6 +154,9 @@ func (rt *Runtime) EventsStreamFor(runID string) jetstream.Stream {
 func (rt *Runtime) EventSubject(runID, kind string) string {
 	return rt.cfg.Namespace.EventSubject(runID, kind, len(rt.events))
 }
+
+// Asks returns the store of the asks (what runs wait on people for).
+func (rt *Runtime) Asks() *asks.Store { return rt.asks }
 
 // SignalsStream returns the signals stream, bound at Open.
 func (rt *Runtime) SignalsStream() jetstream.Stream { return rt.signals }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/asks"
 	"github.com/jetrun/jetrun/internal/engine/calls"
 	"github.com/jetrun/jetrun/pkg/events"
 )
@@ -57,7 +58,12 @@ type callHistory struct {
 // failed call handler comes back as a *CallError; no reply within
 // DefaultCallTimeout (or ctx's earlier deadline) as ErrCallTimeout; a
 // cancel of the run ends the wait with ctx's cause.
-func (r *Run) Call(ctx context.Context, name string, input any) (json.RawMessage, error) {
+//
+// Given an ask (at most one), the call is meant for a person: it is also
+// an ask (asks inbox: GET /v1/asks, `jetrun asks`), id <runId>.c.<seq>,
+// whose payload is the input unless the ask names one; answering the ask
+// replies to the call, and any reply settles the ask.
+func (r *Run) Call(ctx context.Context, name string, input any, ask ...Ask) (json.RawMessage, error) {
 	if err := events.ValidateToken("call name", name); err != nil {
 		return nil, fmt.Errorf("worker: call: %w", err)
 	}
@@ -65,11 +71,17 @@ func (r *Run) Call(ctx context.Context, name string, input any) (json.RawMessage
 	if err != nil {
 		return nil, err
 	}
-	return r.b.Call(ctx, name, raw)
+	var spec *events.Ask
+	if len(ask) > 0 {
+		if spec, err = ask[0].spec(r.row.ID, raw); err != nil {
+			return nil, err
+		}
+	}
+	return r.b.Call(ctx, name, raw, spec)
 }
 
 // Call is Run.Call on a worker.
-func (e *execution) Call(ctx context.Context, name string, raw json.RawMessage) (json.RawMessage, error) {
+func (e *execution) Call(ctx context.Context, name string, raw json.RawMessage, ask *events.Ask) (_ json.RawMessage, err error) {
 	timeout := DefaultCallTimeout
 	if d, ok := ctx.Deadline(); ok {
 		timeout = min(timeout, time.Until(d))
@@ -81,6 +93,21 @@ func (e *execution) Call(ctx context.Context, name string, raw json.RawMessage) 
 		return nil, fmt.Errorf("worker: call %s: %w", name, err)
 	}
 	reply := st.Reply
+	if ask != nil {
+		ask.ID, ask.Via, ask.Name, ask.CallSeq = asks.CallID(e.id, st.Call.Seq), events.AskViaCall, name, st.Call.Seq
+		askID := e.openAsk(ctx, ask)
+		defer func() {
+			var value json.RawMessage
+			by, werr := "", err
+			if reply != nil {
+				value, by, werr = reply.Output, reply.By, nil
+				if reply.Error != "" {
+					value, _ = json.Marshal(map[string]string{"error": reply.Error})
+				}
+			}
+			e.settleAsk(ctx, askID, value, by, werr)
+		}()
+	}
 	if st.Call.TimeoutMs > 0 {
 		// A call an earlier attempt made keeps its deadline: its servers
 		// skip it once past.

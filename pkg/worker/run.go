@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/asks"
 	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/worker/internal/runhook"
@@ -45,10 +46,10 @@ type backend interface {
 	Milestone(ctx context.Context, name string, data json.RawMessage) (events.Milestone, error)
 	Flush(ctx context.Context) error
 	Park(ctx context.Context, wait func(ctx context.Context) error) error
-	// Wait is called with a valid signal name.
-	Wait(ctx context.Context, name string) (json.RawMessage, error)
-	// Call is called with a valid call name.
-	Call(ctx context.Context, name string, input json.RawMessage) (json.RawMessage, error)
+	// Wait is called with a valid signal name and the wait's ask.
+	Wait(ctx context.Context, name string, ask *events.Ask) (json.RawMessage, error)
+	// Call is called with a valid call name, and its ask if it is one.
+	Call(ctx context.Context, name string, input json.RawMessage, ask *events.Ask) (json.RawMessage, error)
 	Spawn(ctx context.Context, req ChildRequest) (*Child, error)
 	// Usage is called with a valid report that is not empty, added to
 	// its step's usage already when it is made with a step's context.
@@ -175,11 +176,26 @@ func (r *Run) Park(ctx context.Context, wait func(ctx context.Context) error) er
 // Send signals with parent.Client.Signal, POST /v1/runs/{id}/signals/{name},
 // or a plain NATS publish to jetrun.signal.<runId>.<name>. Do not wait for
 // the same name from two goroutines at once: both would get the same signal.
-func (r *Run) Wait(ctx context.Context, name string) (json.RawMessage, error) {
+//
+// The wait is an ask (asks inbox: GET /v1/asks, `jetrun asks`), with its
+// id <runId>.s.<name>.<n>, the same when a takeover waits again: ask, if
+// given (at most one), says what is asked; without it the ask is a form
+// taking any JSON value. Answering the ask sends the signal; a signal sent
+// directly answers the ask.
+func (r *Run) Wait(ctx context.Context, name string, ask ...Ask) (json.RawMessage, error) {
 	if err := events.ValidateToken("signal name", name); err != nil {
 		return nil, fmt.Errorf("worker: wait: %w", err)
 	}
-	return r.b.Wait(ctx, name)
+	var a Ask
+	if len(ask) > 0 {
+		a = ask[0]
+	}
+	fallback, _ := json.Marshal(map[string]string{"signal": name})
+	spec, err := a.spec(r.row.ID, fallback)
+	if err != nil {
+		return nil, err
+	}
+	return r.b.Wait(ctx, name, spec)
 }
 
 // The execution as its Run's backend: what a handler's calls do on a
@@ -218,7 +234,7 @@ func (e *execution) Park(ctx context.Context, wait func(ctx context.Context) err
 	return err
 }
 
-func (e *execution) Wait(ctx context.Context, name string) (json.RawMessage, error) {
+func (e *execution) Wait(ctx context.Context, name string, ask *events.Ask) (_ json.RawMessage, err error) {
 	defer e.rw.waitSignal(name)() // however the wait ends; the next row sync records it
 	now := time.Now()
 	row, err := e.write(ctx, func(x *model.Row) error {
@@ -228,14 +244,21 @@ func (e *execution) Wait(ctx context.Context, name string) (json.RawMessage, err
 		return nil, fmt.Errorf("worker: wait for %s: %w", name, err)
 	}
 	seen := e.rw.seenSignal(row, name)
+	ask.ID, ask.Via, ask.Name, ask.After = asks.SignalID(e.id, name, seen), events.AskViaSignal, name, seen
+	askID := e.openAsk(ctx, ask)
+	var payload json.RawMessage
+	defer func() {
+		werr := err
+		if payload != nil {
+			werr = nil // the signal is stored: the ask has its answer
+		}
+		e.settleAsk(ctx, askID, payload, "signal", werr)
+	}()
 	if err := e.emit.signal(ctx, events.SignalEvent{Name: name, State: events.SignalWaiting}); err != nil {
 		return nil, err
 	}
 
-	var (
-		payload json.RawMessage
-		seq     uint64
-	)
+	var seq uint64
 	err = e.Park(ctx, func(ctx context.Context) (err error) {
 		payload, seq, err = e.nextSignal(ctx, name, seen, row.CreatedAt)
 		return err

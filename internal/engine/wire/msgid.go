@@ -90,3 +90,7 @@ func DerivedRunID(epoch string, seq uint64) string {
 // of an attempt, the one saying its given-up child has stopped:
 // StatusMsgID(id, attempt, StatusInterrupted) + StoppedSuffix.
 const StoppedSuffix = ".stopped"
+
+// AskSignalMsgID is the Nats-Msg-Id of the signal that carries the answer
+// of ask id to its run.
+func AskSignalMsgID(askID string) string { return "ask." + askID }

@@ -197,3 +197,7 @@ const MeterConsumer = "meter"
 // milestones into milestone notices (package finish), shared by every
 // deliverer.
 const NoticeConsumer = "milestone-notices"
+
+// AsksBucket is the KV bucket of the asks (jetrun_asks): one key per ask,
+// key = the ask's id (events.Ask).
+func (ns Namespace) AsksBucket() string { return ns.prefix() + "_asks" }

@@ -82,7 +82,7 @@ func rollupRefused(t *testing.T, url string) {
 			t.Errorf("bucket %s: keys %v before the roll-up, %v after", bucket, before, after)
 		}
 	}
-	for _, b := range []string{"jetrun_runs", "jetrun_active", "jetrun_agents"} {
+	for _, b := range []string{"jetrun_runs", "jetrun_active", "jetrun_agents", "jetrun_asks"} {
 		s, err := admin.Stream(ctx, wire.BucketStream(b))
 		if err != nil {
 			t.Fatal(err)

@@ -345,7 +345,7 @@ func (b backend) Park(ctx context.Context, wait func(ctx context.Context) error)
 	return wait(ctx)
 }
 
-func (b backend) Wait(ctx context.Context, name string) (json.RawMessage, error) {
+func (b backend) Wait(ctx context.Context, name string, _ *events.Ask) (json.RawMessage, error) {
 	if err := b.record(func() { b.r.waiting = name }); err != nil {
 		return nil, err
 	}
@@ -374,7 +374,7 @@ func (b backend) Wait(ctx context.Context, name string) (json.RawMessage, error)
 	}
 }
 
-func (b backend) Call(ctx context.Context, name string, input json.RawMessage) (json.RawMessage, error) {
+func (b backend) Call(ctx context.Context, name string, input json.RawMessage, _ *events.Ask) (json.RawMessage, error) {
 	if b.r.cfg.Call == nil {
 		return nil, fmt.Errorf("workertest: call %s: no Config.Call to answer it", name)
 	}
