@@ -124,7 +124,7 @@ func (t *tokens) authorize(next http.Handler) http.Handler {
 		case role < need:
 			writeError(w, http.StatusForbidden, "forbidden", fmt.Sprintf("this needs a %s token; yours is %s", need, role))
 		default:
-			next.ServeHTTP(w, r)
+			next.ServeHTTP(w, r.WithContext(withCallerToken(r.Context(), tok)))
 		}
 	})
 }

@@ -13,6 +13,9 @@
 //	POST   /v1/runs/{id}/cancel           cancel {reason?}, with the run's descendants; idempotent
 //	POST   /v1/runs/{id}/signals/{name}   send a signal (the body is its JSON payload)
 //	DELETE /v1/runs                       clear: ?status=a,b&olderThan=24h (or ?all=true); live runs are cancelled first
+//	GET    /v1/asks                       what runs wait on people for (asks.go); live with Accept: text/event-stream
+//	GET    /v1/asks/live                  server-sent events: every ask that changes (the filters of GET /v1/asks)
+//	POST   /v1/asks/{id}:answer           answer an ask {digest, value}: the first answer wins
 //	GET    /v1/agents                     the live agent types: description, input and output schemas, worker count
 //	GET    /v1/tools                      LLM tool definitions for them: ?format=openai (default), anthropic or mcp
 //	POST   /v1/session                    {token}: keep a token in an HttpOnly cookie for the web UI
@@ -48,6 +51,7 @@ import (
 
 	"github.com/jetrun/jetrun/internal/app/runview"
 	"github.com/jetrun/jetrun/internal/app/webui"
+	"github.com/jetrun/jetrun/internal/engine/asks"
 	"github.com/jetrun/jetrun/internal/engine/jsfault"
 	"github.com/jetrun/jetrun/internal/engine/obs"
 	"github.com/jetrun/jetrun/internal/engine/wire"
@@ -86,6 +90,10 @@ type Config struct {
 	// MCP, if set, serves MCPPath (the MCP server's streamable HTTP
 	// transport), with a write token when Tokens are set.
 	MCP http.Handler
+	// Asks and AskView serve /v1/asks (asks.go): the asks store and its
+	// index.
+	Asks    *asks.Store
+	AskView *asks.View
 }
 
 type api struct {
@@ -97,6 +105,8 @@ type api struct {
 	probe  jetStreamProbe
 	// maxTraceRuns bounds a trace (Config.MaxTraceRuns).
 	maxTraceRuns int
+	asks         *asks.Store
+	askView      *asks.View
 }
 
 // fault logs a failed JetStream call at warn level, at most once per
@@ -109,7 +119,8 @@ func (a *api) fault(ctx context.Context, msg string, err error, args ...any) {
 
 // New returns the API's handler.
 func New(cfg Config) http.Handler {
-	a := &api{client: cfg.Client, view: cfg.View, conn: cfg.Conn, log: cfg.Logger, maxTraceRuns: cmp.Or(cfg.MaxTraceRuns, MaxTraceRuns)}
+	a := &api{client: cfg.Client, view: cfg.View, conn: cfg.Conn, log: cfg.Logger, maxTraceRuns: cmp.Or(cfg.MaxTraceRuns, MaxTraceRuns),
+		asks: cfg.Asks, askView: cfg.AskView}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
@@ -130,6 +141,9 @@ func New(cfg Config) http.Handler {
 	mux.HandleFunc("GET /v1/runs/{id}/calls", a.calls)
 	mux.HandleFunc("POST /v1/runs/{id}/calls/{seq}/reply", a.reply)
 	mux.HandleFunc("DELETE /v1/runs", a.clear)
+	mux.HandleFunc("GET /v1/asks", a.askList)
+	mux.HandleFunc("GET /v1/asks/live", a.askStream)
+	mux.HandleFunc("POST /v1/asks/{action}", a.askAction)
 	if cfg.Metrics != nil {
 		mux.Handle("GET /metrics", cfg.Metrics)
 	}

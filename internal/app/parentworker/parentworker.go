@@ -29,6 +29,7 @@ import (
 	"github.com/jetrun/jetrun/internal/app/natsconn"
 	"github.com/jetrun/jetrun/internal/app/runview"
 	"github.com/jetrun/jetrun/internal/engine"
+	"github.com/jetrun/jetrun/internal/engine/asks"
 	"github.com/jetrun/jetrun/internal/engine/bucket"
 	"github.com/jetrun/jetrun/internal/engine/obs"
 	"github.com/jetrun/jetrun/internal/engine/registry"
@@ -304,6 +305,31 @@ func build(ctx, abort context.Context, cfg config.ParentWorker, nc *nats.Conn, l
 		},
 		ShutdownFunc: func(context.Context) error { view.Stop(); return nil },
 	}
+	// The asks index (GET /v1/asks) and its keeper: answers left
+	// undelivered, deadlines, asks of runs that ended. After the run view.
+	var (
+		askView *asks.View
+		keeper  *asks.Keeper
+	)
+	asksSvc := service.Funcs{
+		StartFunc: func(context.Context) (err error) {
+			if askView, err = asks.StartView(ctx, engine.From(rt).Asks(), logger); err != nil {
+				return err
+			}
+			keeper = asks.NewKeeper(engine.From(rt).Asks(), askView, asks.KeeperConfig{Logger: logger,
+				RunState: func(id string) (bool, bool) { s, ok := view.Run(id); return ok, ok && s.Final }})
+			return keeper.Start(ctx)
+		},
+		ShutdownFunc: func(ctx context.Context) error {
+			if keeper != nil {
+				_ = keeper.Shutdown(ctx)
+			}
+			if askView != nil {
+				askView.Stop()
+			}
+			return nil
+		},
+	}
 	var mcpSvc, httpSvc service.Service
 	if ln != nil {
 		tokens, err := cfg.Tokens()
@@ -317,11 +343,12 @@ func build(ctx, abort context.Context, cfg config.ParentWorker, nc *nats.Conn, l
 		}
 		httpSvc = p.httpService(abort, ln, func() http.Handler {
 			return httpapi.New(httpapi.Config{Client: client, View: view, Conn: nc, Logger: logger, Tokens: tokens,
-				Metrics: m.Handler(), MCP: mcpSrv.Handler(), Addr: cfg.HTTPAddr, AllowedHosts: cfg.HTTPHosts})
+				Metrics: m.Handler(), MCP: mcpSrv.Handler(), Addr: cfg.HTTPAddr, AllowedHosts: cfg.HTTPHosts,
+				Asks: engine.From(rt).Asks(), AskView: askView})
 		})
 	}
 
-	p.start = present(consumers, viewSvc, rec, deliverer, mtr, pool, mcpSvc, httpSvc)
+	p.start = present(consumers, viewSvc, asksSvc, rec, deliverer, mtr, pool, mcpSvc, httpSvc)
 	// The stop order is deliberate. MCP calls in flight stop awaiting
 	// before their requests' contexts end with the HTTP server's: a
 	// request that ends is a cancel in MCP 2026-07-28, and a shutdown must
@@ -336,7 +363,7 @@ func build(ctx, abort context.Context, cfg config.ParentWorker, nc *nats.Conn, l
 		// In-flight deliveries finish, or are retried later.
 		present(within(cfg.FinishTimeout, deliverer, false)),
 		// Metering is at least once: events in flight are handed out again.
-		present(within(0, mtr, false), within(0, rec, true), viewSvc, consumers),
+		present(within(0, mtr, false), within(0, rec, true), asksSvc, viewSvc, consumers),
 	}
 	return p, nil
 }

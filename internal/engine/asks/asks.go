@@ -320,3 +320,6 @@ func (s *Store) markDelivered(ctx context.Context, id string) (*events.Ask, erro
 func Owed(a *events.Ask) bool {
 	return a.Status == events.AskAnswered && a.Answer != nil && a.Answer.DeliveredAt == nil && a.ClosedAt == nil
 }
+
+// asConflict is errors.As for a *Conflict.
+func asConflict(err error, c **Conflict) bool { return errors.As(err, c) }

@@ -228,11 +228,12 @@ func (f Filter) Keep(a *events.Ask, now time.Time) bool {
 		(f.NewerThan <= 0 || age < f.NewerThan)
 }
 
-// Page is a page of asks, newest first, and the cursor of the next page
-// ("" at the end).
+// Page is a page of asks, newest first, the cursor of the next page (""
+// at the end) and how many asks the filter selects in all.
 type Page struct {
-	Asks []*events.Ask
-	Next string
+	Asks  []*events.Ask
+	Next  string
+	Total int
 }
 
 // ErrBadCursor is returned by List for a cursor it did not hand out.
@@ -251,14 +252,19 @@ func (v *View) List(f Filter) (Page, error) {
 	now := time.Now()
 	v.mu.Lock()
 	out := make([]*events.Ask, 0, 64)
+	total := 0
 	for _, a := range v.asks {
-		if f.Keep(a, now) && (after == nil || positionOf(a).compare(*after) > 0) {
+		if !f.Keep(a, now) {
+			continue
+		}
+		total++
+		if after == nil || positionOf(a).compare(*after) > 0 {
 			out = append(out, a)
 		}
 	}
 	v.mu.Unlock()
 	slices.SortFunc(out, func(a, b *events.Ask) int { return positionOf(a).compare(positionOf(b)) })
-	page := Page{Asks: out}
+	page := Page{Asks: out, Total: total}
 	if f.Limit > 0 && len(out) > f.Limit {
 		page.Asks = out[:f.Limit]
 		page.Next = encodeCursor(positionOf(out[f.Limit-1]))

@@ -1,0 +1,148 @@
+package asks
+
+import (
+	"cmp"
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jetrun/jetrun/pkg/events"
+)
+
+// KeeperConfig configures a Keeper. Zero values mean defaults.
+type KeeperConfig struct {
+	// Every is how often the keeper sweeps the asks (DefaultKeepEvery).
+	Every time.Duration
+	// Settle is how long an answer may stay undelivered before the keeper
+	// delivers it (DefaultSettle): the answerer delivers it at once, the
+	// keeper takes over when the answerer died in between.
+	Settle time.Duration
+	// RunState says whether run id is known and whether it ended (its
+	// row final); nil: asks are never closed for their run.
+	RunState func(id string) (known, ended bool)
+	Logger   *slog.Logger
+}
+
+// Defaults of KeeperConfig.
+const (
+	DefaultKeepEvery = time.Second
+	DefaultSettle    = 2 * time.Second
+	// unknownRunAfter is how old an ask of a run the caller does not know
+	// must be before it is closed (a new run may not be known yet).
+	unknownRunAfter = time.Minute
+)
+
+// Keeper finishes what the asks owe, from the index: it delivers answers
+// left undelivered (their answerer died between the answer and the
+// delivery; at start, those of before), answers an ask whose deadline
+// passed with its default, and closes the asks of runs that ended. Every
+// step is a compare-and-set or an idempotent delivery, so any number of
+// keepers may run.
+type Keeper struct {
+	store *Store
+	view  *View
+	cfg   KeeperConfig
+	log   *slog.Logger
+
+	once sync.Once
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+// NewKeeper returns a keeper of store's asks, reading them from view.
+func NewKeeper(store *Store, view *View, cfg KeeperConfig) *Keeper {
+	cfg.Every, cfg.Settle = cmp.Or(cfg.Every, DefaultKeepEvery), cmp.Or(cfg.Settle, DefaultSettle)
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Keeper{store: store, view: view, cfg: cfg, log: log, done: make(chan struct{})}
+}
+
+// Start sweeps at once (answers owed from before), then every
+// KeeperConfig.Every until Shutdown.
+func (k *Keeper) Start(ctx context.Context) error {
+	ctx, k.stop = context.WithCancel(ctx)
+	go func() {
+		defer close(k.done)
+		t := time.NewTicker(k.cfg.Every)
+		defer t.Stop()
+		first := true
+		for {
+			k.Sweep(ctx, first)
+			first = false
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return nil
+}
+
+// Shutdown stops the sweeps and waits for the one in flight (or ctx).
+func (k *Keeper) Shutdown(ctx context.Context) error {
+	if k.stop == nil {
+		return nil
+	}
+	k.once.Do(k.stop)
+	select {
+	case <-k.done:
+	case <-ctx.Done():
+	}
+	return nil
+}
+
+// Sweep does what the asks owe now; at start (all) it delivers every
+// undelivered answer, however recent.
+func (k *Keeper) Sweep(ctx context.Context, all bool) {
+	now := time.Now()
+	for _, a := range k.view.All() {
+		if ctx.Err() != nil {
+			return
+		}
+		var err error
+		switch {
+		case Owed(a) && (all || now.Sub(a.Answer.At) >= k.cfg.Settle):
+			_, err = k.store.Deliver(ctx, a)
+			if err == nil {
+				k.log.InfoContext(ctx, "ask answer delivered after its answerer", "ask_id", a.ID, "run_id", a.RunID)
+			}
+		case a.Status != events.AskOpen || a.ClosedAt != nil:
+		case k.ended(a, now):
+			_, err = k.store.Close(ctx, a.ID, "run ended")
+		case a.Deadline != nil && !now.Before(*a.Deadline):
+			err = k.deadline(ctx, a)
+		}
+		if err != nil && ctx.Err() == nil {
+			k.log.WarnContext(ctx, "keep an ask", "ask_id", a.ID, "run_id", a.RunID, "err", err)
+		}
+	}
+}
+
+// ended reports whether a's run ended, or is unknown long after the ask.
+func (k *Keeper) ended(a *events.Ask, now time.Time) bool {
+	if k.cfg.RunState == nil {
+		return false
+	}
+	known, ended := k.cfg.RunState(a.RunID)
+	return ended || !known && now.Sub(a.AskedAt) > unknownRunAfter
+}
+
+// deadline answers a with its default outcome, by "deadline", and
+// delivers it; an ask answered meanwhile keeps its answer.
+func (k *Keeper) deadline(ctx context.Context, a *events.Ask) error {
+	answered, err := k.store.Answer(ctx, a.ID, a.Digest, a.Default, "deadline")
+	if err != nil {
+		var c *Conflict
+		if asConflict(err, &c) {
+			return nil // answered, changed or closed meanwhile: the next sweep sees it
+		}
+		return err
+	}
+	k.log.InfoContext(ctx, "ask deadline passed: its default answered", "ask_id", a.ID, "run_id", a.RunID)
+	_, err = k.store.Deliver(ctx, answered)
+	return err
+}
