@@ -27,6 +27,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
 
@@ -253,7 +254,8 @@ func awaitApproval(ctx context.Context, run *worker.Run, step, steps int) error 
 	}); err != nil {
 		return err
 	}
-	payload, err := run.Wait(ctx, ApprovalSignal)
+	payload, err := run.Wait(ctx, ApprovalSignal, worker.Ask{Kind: events.AskApprove,
+		Title: fmt.Sprintf("step %d of %d needs approval", step, steps), Payload: map[string]int{"step": step, "steps": steps}})
 	if err != nil {
 		return err
 	}
