@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/jetrun/jetrun/internal/engine/asks"
 	"github.com/jetrun/jetrun/internal/engine/calls"
 	"github.com/jetrun/jetrun/pkg/events"
 )
@@ -101,10 +102,48 @@ func (c *Client) Answer(ctx context.Context, id string, seq int64, output any, e
 		if err != nil {
 			return nil, fmt.Errorf("parent: answer call %d of run %s: %w: %w", seq, id, ErrBadRequest, err)
 		}
+		if handled, err := c.answerAsk(ctx, reply); handled || err != nil {
+			if err != nil {
+				return nil, fmt.Errorf("parent: answer call %d of run %s: %w", seq, id, err)
+			}
+			return &cs, nil
+		}
 		if err := calls.StoreReply(ctx, c.js, c.ns, reply, c.cfg.DispatchRetry); err != nil {
 			return nil, fmt.Errorf("parent: answer call %d of run %s: %w", seq, id, err)
 		}
 		return &cs, nil
 	}
 	return nil, fmt.Errorf("parent: answer call %d of run %s: %w", seq, id, ErrCallNotFound)
+}
+
+// answerAsk answers a call that is an ask (worker.Ask) through its ask,
+// so the first answer wins whichever way it comes (the inbox, a reply):
+// handled is false for a call that is no ask, or an error reply (a reply
+// stored as it is).
+func (c *Client) answerAsk(ctx context.Context, reply events.Reply) (handled bool, err error) {
+	if reply.Error != "" {
+		return false, nil
+	}
+	st := c.rt.Asks()
+	a, _, err := st.Get(ctx, asks.CallID(reply.RunID, reply.Seq))
+	switch {
+	case errors.Is(err, asks.ErrNotFound):
+		return false, nil
+	case err != nil:
+		return true, err
+	}
+	answered, err := st.Answer(ctx, a.ID, a.Digest, reply.Output, reply.By)
+	var bad *asks.ValueError
+	switch {
+	case errors.Is(err, asks.ErrAnswered):
+		return true, ErrCallAnswered
+	case errors.Is(err, asks.ErrClosed) || errors.Is(err, asks.ErrStale):
+		return false, nil // the wait ended or moved on: store the reply as it is
+	case errors.As(err, &bad):
+		return true, fmt.Errorf("%w: %w", ErrBadRequest, err)
+	case err != nil:
+		return true, err
+	}
+	_, err = st.Deliver(ctx, answered)
+	return true, err
 }

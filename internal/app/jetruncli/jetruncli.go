@@ -55,6 +55,8 @@ Usage:
   jetrun rerun ID --from STEP [--input INPUT] [--step NAME=JSON] [--run-id ID] [--wait] [--json]
   jetrun rerun --batch --type TYPE --from STEP [--status S[,S]] [--since 24h] [--set input.model='"m2"'] [--max-runs N] [--budget-micros N]
   jetrun diff [--json] A B                (two runs step by step: equal or changed, usage each side, totals)
+  jetrun asks [--status open|answered|closed|all] [--type TYPE] [--tree ID] [--run ID] [--older-than D] [--limit N] [--json]
+  jetrun answer [--digest D] [--by NAME] [--json] ID --value JSON   (answer an ask; the first answer wins)
   jetrun agents [--tools openai|anthropic|mcp] [--json]
   jetrun mcp                             (an MCP server on stdin/stdout: every live agent type a tool)
 
@@ -172,6 +174,8 @@ var commands = map[string]command{
 	"clear":    (*cli).clearCmd,
 	"rerun":    (*cli).rerunCmd, // rerun.go
 	"diff":     (*cli).diffCmd,
+	"asks":     (*cli).asksCmd,
+	"answer":   (*cli).answerCmd,
 }
 
 func (c *cli) printJSON(v any) error {

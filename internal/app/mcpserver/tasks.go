@@ -39,6 +39,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/jetrun/jetrun/internal/engine/asks"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/kv"
@@ -453,13 +454,53 @@ func (s *Server) updateTask(ctx context.Context, id string, responses map[string
 			if resp.Action != "accept" {
 				continue
 			}
-			name, _, _ := strings.Cut(rest, ":")
+			name, seen, _ := strings.Cut(rest, ":")
+			if handled, err := s.answerSignalAsk(ctx, id, name, seen, content); handled || err != nil {
+				if err != nil {
+					return err
+				}
+				continue
+			}
 			if _, err := s.client.Signal(ctx, id, name, content); err != nil && !errors.Is(err, parent.ErrRunEnded) {
 				return internalError("send signal %q to run %s: %v", name, id, err)
 			}
 		}
 	}
 	return nil
+}
+
+// answerSignalAsk answers the ask of run id's wait for signal name (after
+// signal seen, as the input request's key says) with content, by "mcp
+// client": the same ask the inbox and the API answer, so the first answer
+// wins. handled is false when the wait has no ask (the signal is then
+// sent as it is).
+func (s *Server) answerSignalAsk(ctx context.Context, id, name, seen string, content json.RawMessage) (handled bool, err error) {
+	n, perr := strconv.ParseUint(seen, 10, 64)
+	if s.rt == nil || perr != nil {
+		return false, nil
+	}
+	st := engine.From(s.rt).Asks()
+	a, _, err := st.Get(ctx, asks.SignalID(id, name, n))
+	switch {
+	case errors.Is(err, asks.ErrNotFound):
+		return false, nil
+	case err != nil:
+		return true, internalError("read the ask of run %s: %v", id, err)
+	}
+	answered, err := st.Answer(ctx, a.ID, a.Digest, content, "mcp client")
+	var bad *asks.ValueError
+	switch {
+	case errors.Is(err, asks.ErrAnswered), errors.Is(err, asks.ErrClosed):
+		return true, nil // answered already, or the wait ended: as for a key not outstanding
+	case errors.As(err, &bad):
+		return true, invalidParams("the response to signal %q of task %s: %v", name, id, bad)
+	case err != nil:
+		return true, internalError("answer the ask of run %s: %v", id, err)
+	}
+	if _, err := st.Deliver(ctx, answered); err != nil {
+		return true, internalError("deliver the answer to run %s: %v", id, err)
+	}
+	return true, nil
 }
 
 // failed is the tools/call result of a run of agent type name that did not

@@ -15,7 +15,10 @@ import (
 	"time"
 
 	"github.com/jetrun/jetrun/internal/app/mcpserver"
+	"github.com/jetrun/jetrun/internal/engine/asks"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
+	"github.com/jetrun/jetrun/pkg/events"
 )
 
 // rawMCP speaks MCP's JSON-RPC over streamable HTTP by hand, so the tests
@@ -263,6 +266,15 @@ func TestMCPTasksSurviveTheirParentWorker(t *testing.T) {
 	done := b.pollTask(approve.TaskID, "completed", func(tw taskWire) bool { return tw.Status == "completed" })
 	if done.Result == nil || done.Result.IsError || !strings.Contains(string(done.Result.StructuredContent), `"steps":3`) {
 		t.Fatalf("completed task %+v; want the demo's output", done)
+	}
+	// The response answered the run's ask, the one the inbox lists.
+	st, err := asks.Open(context.Background(), e.js, wire.Namespace(""), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ask, _, err := st.Get(context.Background(), asks.SignalID(approve.TaskID, "approve", 0)); err != nil ||
+		ask.Status != events.AskAnswered || ask.Answer.By != "mcp client" {
+		t.Fatalf("the task's ask after tasks/update: %+v %v; want it answered by the mcp client", ask, err)
 	}
 
 	var completed bool
