@@ -323,3 +323,11 @@ func Owed(a *events.Ask) bool {
 
 // asConflict is errors.As for a *Conflict.
 func asConflict(err error, c **Conflict) bool { return errors.As(err, c) }
+
+// remove deletes ask id (its run was cleared).
+func (s *Store) remove(ctx context.Context, id string) error {
+	if err := s.kv.Delete(ctx, id); err != nil {
+		return fmt.Errorf("asks: remove ask %s: %w", id, err)
+	}
+	return nil
+}

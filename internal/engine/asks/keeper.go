@@ -36,7 +36,8 @@ const (
 // Keeper finishes what the asks owe, from the index: it delivers answers
 // left undelivered (their answerer died between the answer and the
 // delivery; at start, those of before), answers an ask whose deadline
-// passed with its default, and closes the asks of runs that ended. Every
+// passed with its default, closes the asks of runs that ended, and
+// removes the closed asks of runs that were cleared. Every
 // step is a compare-and-set or an idempotent delivery, so any number of
 // keepers may run.
 type Keeper struct {
@@ -110,6 +111,8 @@ func (k *Keeper) Sweep(ctx context.Context, all bool) {
 			if err == nil {
 				k.log.InfoContext(ctx, "ask answer delivered after its answerer", "ask_id", a.ID, "run_id", a.RunID)
 			}
+		case a.ClosedAt != nil && k.gone(a, now):
+			err = k.store.remove(ctx, a.ID)
 		case a.Status != events.AskOpen || a.ClosedAt != nil:
 		case k.ended(a, now):
 			_, err = k.store.Close(ctx, a.ID, "run ended")
@@ -129,6 +132,16 @@ func (k *Keeper) ended(a *events.Ask, now time.Time) bool {
 	}
 	known, ended := k.cfg.RunState(a.RunID)
 	return ended || !known && now.Sub(a.AskedAt) > unknownRunAfter
+}
+
+// gone reports whether a's run is unknown (cleared) long after the ask:
+// its closed asks go with it.
+func (k *Keeper) gone(a *events.Ask, now time.Time) bool {
+	if k.cfg.RunState == nil {
+		return false
+	}
+	known, _ := k.cfg.RunState(a.RunID)
+	return !known && now.Sub(a.AskedAt) > unknownRunAfter
 }
 
 // deadline answers a with its default outcome, by "deadline", and

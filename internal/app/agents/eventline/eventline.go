@@ -9,13 +9,17 @@
 //	{"chunk": <any JSON>}
 //	{"progress": {"fraction": 0.5, "phase": "…", "message": "…", "data": <any>}}
 //	{"milestone": {"name": "…", "data": <any>}}
-//	{"wait": "<signal name>"}
-//	{"call": {"name": "<call name>", "input": <any>}}
+//	{"wait": "<signal name>", "ask": {…}}
+//	{"call": {"name": "<call name>", "input": <any>, "ask": {…}}}
 //	{"step": {"name": "<step name>", "output": <any>}}
 //	{"result": {"summary": "…", "output": <any>}}
 //	{"error": "…", "retryable": false, "retryAfterMs": 0}
 //	{"usage": {"inputTokens": 0, "outputTokens": 0, "costMicros": 0, "model": "…"}}
 //	{"reserve": {"inputTokens": 0, "outputTokens": 0, "costMicros": 0}}
+//
+// "ask" (optional; worker.Ask) says what a person is asked while the run
+// waits: {"kind": "approve"|"choose"|"form", "title": "…", "payload": <any>,
+// "choices": ["…"], "schema": <JSON Schema>, "deadlineMs": 0, "default": <any>}.
 //
 // A line that breaks this format is a FormatError: the run ends "error"
 // with the line number and the reason; it is never retried. Usage lines
@@ -90,7 +94,7 @@ func DoCall(ctx context.Context, run *worker.Run, ev Event) (Reply, error) {
 	if ev.Call.Input != nil {
 		input = ev.Call.Input
 	}
-	out, err := run.Call(ctx, ev.Call.Name, input)
+	out, err := run.Call(ctx, ev.Call.Name, input, ev.Ask...)
 	var ce *worker.CallError
 	switch {
 	case errors.As(err, &ce):
@@ -155,6 +159,8 @@ type Event struct {
 		Name  string
 		Input json.RawMessage
 	}
+	// Ask is the wait's or the call's ask, if the line gives one.
+	Ask []worker.Ask
 	Step struct {
 		Name   string
 		Output json.RawMessage
@@ -257,10 +263,14 @@ func Parse(n int, line []byte) (Event, error) {
 		if err := events.ValidateToken("signal name", ev.Wait); err != nil {
 			return bad(`"wait": %v`, err)
 		}
+		if reason := parseAsk(fields["ask"], &ev); reason != "" {
+			return bad("%s", reason)
+		}
 	case KindCall:
 		var c struct {
 			Name  string          `json:"name"`
 			Input json.RawMessage `json:"input"`
+			Ask   json.RawMessage `json:"ask"`
 		}
 		if isNull || json.Unmarshal(raw, &c) != nil {
 			return bad(`"call" must be an object {"name": "…", "input": …}`)
@@ -269,6 +279,9 @@ func Parse(n int, line []byte) (Event, error) {
 			return bad(`"call.name": %v`, err)
 		}
 		ev.Call.Name = c.Name
+		if reason := parseAsk(c.Ask, &ev); reason != "" {
+			return bad("%s", reason)
+		}
 		if len(c.Input) > 0 && !bytes.Equal(c.Input, []byte("null")) {
 			ev.Call.Input = c.Input
 		}
@@ -358,3 +371,42 @@ func Failure(ev Event) error {
 
 // Kinds lists the event keys.
 func Kinds() []string { return slices.Clone(kinds) }
+
+// parseAsk reads an "ask" object into ev.Ask (nothing when raw is empty
+// or null); a reason when it is malformed.
+func parseAsk(raw json.RawMessage, ev *Event) string {
+	if len(raw) == 0 || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+		return ""
+	}
+	var a struct {
+		Kind       string          `json:"kind"`
+		Title      string          `json:"title"`
+		Payload    json.RawMessage `json:"payload"`
+		Choices    []string        `json:"choices"`
+		Schema     json.RawMessage `json:"schema"`
+		DeadlineMs int64           `json:"deadlineMs"`
+		Default    json.RawMessage `json:"default"`
+	}
+	const want = `"ask" must be an object {"kind": "approve"|"choose"|"form", "title", "payload", "choices", "schema", "deadlineMs", "default"}`
+	if json.Unmarshal(raw, &a) != nil || a.DeadlineMs < 0 {
+		return want
+	}
+	switch a.Kind {
+	case "", events.AskApprove, events.AskChoose, events.AskForm:
+	default:
+		return fmt.Sprintf(`"ask.kind" must be approve, choose or form, got %q`, a.Kind)
+	}
+	if a.Kind == events.AskChoose && len(a.Choices) == 0 {
+		return `"ask.choices" must list the options of a choose ask`
+	}
+	wa := worker.Ask{Kind: a.Kind, Title: a.Title, Choices: a.Choices, Schema: a.Schema,
+		Deadline: time.Duration(a.DeadlineMs) * time.Millisecond}
+	if len(a.Payload) > 0 {
+		wa.Payload = a.Payload
+	}
+	if len(a.Default) > 0 {
+		wa.Default = a.Default
+	}
+	ev.Ask = []worker.Ask{wa}
+	return ""
+}

@@ -184,7 +184,7 @@ func (h *handler) ServeRun(ctx context.Context, run *worker.Run) (worker.Result,
 		}
 		switch ev.Kind {
 		case eventline.KindWait:
-			payload, err := run.Wait(ctx, ev.Wait)
+			payload, err := run.Wait(ctx, ev.Wait, ev.Ask...)
 			if err != nil {
 				stop()
 				return worker.Result{}, err

@@ -128,7 +128,7 @@ func (h *handler) ServeRun(ctx context.Context, run *worker.Run) (worker.Result,
 			}
 			req.Reserved = &answer
 		default:
-			payload, err := run.Wait(ctx, pause.Wait)
+			payload, err := run.Wait(ctx, pause.Wait, pause.Ask...)
 			if err != nil {
 				return worker.Result{}, err
 			}
