@@ -1,6 +1,6 @@
 // Package webui is the web UI parent-worker serves at /: a runs list with
-// live progress and a per-run timeline rebuilt by replaying the run's
-// events. Plain HTML, CSS and JavaScript embedded with go:embed: no build
+// live progress, a per-run timeline rebuilt by replaying the run's
+// events, and the inbox of asks at /asks (answered in place). Plain HTML, CSS and JavaScript embedded with go:embed: no build
 // step.
 //
 // The list page carries the first page of runs in the HTML itself, so a
@@ -72,6 +72,7 @@ func Handler(cfg Config) http.Handler {
 		write(w, snapshot(r, cfg))
 	})
 	mux.HandleFunc("GET /runs/{id}", func(w http.ResponseWriter, r *http.Request) { write(w, nil) })
+	mux.HandleFunc("GET /asks", func(w http.ResponseWriter, r *http.Request) { write(w, nil) }) // the inbox (asks.js)
 	files := http.StripPrefix("/assets/", http.FileServerFS(assets))
 	mux.HandleFunc("GET /assets/", func(w http.ResponseWriter, r *http.Request) {
 		// The embedded files carry no modification time: make browsers

@@ -13,6 +13,7 @@
 //   GET /v1/runs?…                  the list, refetched whenever the live stream (re)opens
 //   GET /v1/runs/{id}               the full row (input, output)
 //   GET /v1/runs/{id}/events (SSE)  the timeline: history, then live; "end" closes it
+//   GET /v1/asks, /v1/asks/live     the inbox and the header's count of open asks (asks.js)
 //
 // Runs and summaries carry "live" and "final" flags: the server's rules,
 // which the UI uses instead of deriving them from the status.
@@ -21,8 +22,10 @@ import { live } from './live.js';
 import { startRouter, currentPage } from './router.js';
 import { ListPage } from './list.js';
 import { RunPage } from './run.js';
+import { AsksPage, startAskCount } from './asks.js';
 
 // For a look from the console: jetrun.live, jetrun.page.
 window.jetrun = { live, get page() { return currentPage(); } };
 
-startRouter((root, runID) => (runID ? new RunPage(root, runID) : new ListPage(root)));
+startRouter((root, runID, inbox) => (runID ? new RunPage(root, runID) : inbox ? new AsksPage(root) : new ListPage(root)));
+startAskCount();

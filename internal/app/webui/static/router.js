@@ -28,8 +28,11 @@ function route() {
   put(app);
   window.scrollTo(0, 0);
   const m = /^\/runs\/([^/]+)\/?$/.exec(location.pathname);
-  for (const a of document.querySelectorAll('.topbar [data-nav]')) a.toggleAttribute('aria-current', !m);
-  page = pageFor(app, m ? decodeURIComponent(m[1]) : null);
+  const inbox = location.pathname === '/asks';
+  for (const a of document.querySelectorAll('.topbar [data-nav]')) {
+    a.toggleAttribute('aria-current', a.dataset.nav === (inbox ? 'asks' : 'runs') && !m);
+  }
+  page = pageFor(app, m ? decodeURIComponent(m[1]) : null, inbox);
 }
 
 export function navigate(url) {
