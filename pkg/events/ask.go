@@ -80,6 +80,9 @@ type Ask struct {
 	// an answered one, once its run got the answer and went on).
 	ClosedAt     *time.Time `json:"closedAt,omitempty"`
 	ClosedReason string     `json:"closedReason,omitempty"`
+	// NotifiedAt is when the new-ask hook (JETRUN_ASK_WEBHOOK) took the
+	// ask.
+	NotifiedAt *time.Time `json:"notifiedAt,omitempty"`
 }
 
 // AskAnswer is the answer an ask got: the value the run receives, who gave

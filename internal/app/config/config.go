@@ -135,6 +135,7 @@ type Reconcile struct {
 	DetachedNoProgress   time.Duration `envconfig:"JETRUN_DETACHED_NO_PROGRESS_BUDGET" default:"1h" desc:"no-progress budget of a detached run whose dispatch sets none (armed by its first signal)"`
 	MaxRedispatches      int           `envconfig:"JETRUN_MAX_REDISPATCHES" default:"3" desc:"re-dispatches of a run whose dispatch was lost before it ends error (dispatch-lost)"`
 	FinishWebhooks       []string      `envconfig:"JETRUN_FINISH_WEBHOOKS" desc:"finish handlers that POST the finish as JSON: name=url[,name=url]; 2xx means delivered"`
+	AskWebhook           string        `envconfig:"JETRUN_ASK_WEBHOOK" desc:"POST each new ask (a run waiting for a person) as JSON to this URL, e.g. to post it to a chat; 2xx means delivered; at least once, Idempotency-Key ask.<id>"`
 	FinishMaxAttempts    int           `envconfig:"JETRUN_FINISH_MAX_ATTEMPTS" default:"5" desc:"finish handler attempts before the finish is dead-lettered"`
 	FinishTimeout        time.Duration `envconfig:"JETRUN_FINISH_TIMEOUT" default:"30s" desc:"bound on one finish handler call; a crashed delivery is retried after it"`
 	FinishRetryDelay     time.Duration `envconfig:"JETRUN_FINISH_RETRY_DELAY" default:"1s" desc:"wait before a failed finish is retried; doubles per attempt, up to 5m"`

@@ -316,8 +316,12 @@ func build(ctx, abort context.Context, cfg config.ParentWorker, nc *nats.Conn, l
 			if askView, err = asks.StartView(ctx, engine.From(rt).Asks(), logger); err != nil {
 				return err
 			}
-			keeper = asks.NewKeeper(engine.From(rt).Asks(), askView, asks.KeeperConfig{Logger: logger,
-				RunState: func(id string) (bool, bool) { s, ok := view.Run(id); return ok, ok && s.Final }})
+			kcfg := asks.KeeperConfig{Logger: logger,
+				RunState: func(id string) (bool, bool) { s, ok := view.Run(id); return ok, ok && s.Final }}
+			if cfg.AskWebhook != "" {
+				kcfg.Notify = asks.Webhook(cfg.AskWebhook, nil)
+			}
+			keeper = asks.NewKeeper(engine.From(rt).Asks(), askView, kcfg)
 			return keeper.Start(ctx)
 		},
 		ShutdownFunc: func(ctx context.Context) error {

@@ -21,7 +21,15 @@ type KeeperConfig struct {
 	// RunState says whether run id is known and whether it ended (its
 	// row final); nil: asks are never closed for their run.
 	RunState func(id string) (known, ended bool)
-	Logger   *slog.Logger
+	// Notify, if set, is the new-ask hook: it is called with each open
+	// ask not notified yet until it returns nil (then the ask records
+	// NotifiedAt), failures tried again after a growing pause: at least
+	// once per ask, once on the happy path.
+	Notify func(ctx context.Context, a *events.Ask) error
+	// NotifyRetry is the first pause after a failed hook
+	// (DefaultNotifyRetry); it doubles per failure, up to 5 minutes.
+	NotifyRetry time.Duration
+	Logger      *slog.Logger
 }
 
 // Defaults of KeeperConfig.
@@ -49,16 +57,42 @@ type Keeper struct {
 	once sync.Once
 	stop context.CancelFunc
 	done chan struct{}
+
+	// retries holds, per ask whose hook failed, when to try again and the
+	// pause after that (the sweep's goroutine only).
+	retries map[string]retry
+	// notified holds the asks this keeper's hook took that the view does
+	// not show notified yet, so a sweep before the view catches up does
+	// not hand them out again.
+	notified map[string]bool
 }
+
+// retry is when a failed hook is tried again, and the pause after.
+type retry struct {
+	at    time.Time
+	pause time.Duration
+}
+
+// DefaultNotifyRetry is KeeperConfig.NotifyRetry's default.
+const DefaultNotifyRetry = 5 * time.Second
+
+// The longest pause between the hook's tries of one ask, and the bound
+// of one try.
+const (
+	maxNotifyPause = 5 * time.Minute
+	notifyTimeout  = 30 * time.Second
+)
 
 // NewKeeper returns a keeper of store's asks, reading them from view.
 func NewKeeper(store *Store, view *View, cfg KeeperConfig) *Keeper {
 	cfg.Every, cfg.Settle = cmp.Or(cfg.Every, DefaultKeepEvery), cmp.Or(cfg.Settle, DefaultSettle)
+	cfg.NotifyRetry = cmp.Or(cfg.NotifyRetry, DefaultNotifyRetry)
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Keeper{store: store, view: view, cfg: cfg, log: log, done: make(chan struct{})}
+	return &Keeper{store: store, view: view, cfg: cfg, log: log, done: make(chan struct{}), retries: make(map[string]retry),
+		notified: make(map[string]bool)}
 }
 
 // Start sweeps at once (answers owed from before), then every
@@ -122,6 +156,44 @@ func (k *Keeper) Sweep(ctx context.Context, all bool) {
 		if err != nil && ctx.Err() == nil {
 			k.log.WarnContext(ctx, "keep an ask", "ask_id", a.ID, "run_id", a.RunID, "err", err)
 		}
+		switch {
+		case k.cfg.Notify == nil:
+		case a.Status != events.AskOpen || a.NotifiedAt != nil:
+			delete(k.notified, a.ID)
+			delete(k.retries, a.ID)
+		case !k.notified[a.ID]:
+			k.notify(ctx, a, now)
+		}
+	}
+}
+
+// notify hands a to the new-ask hook unless a failed try asks to wait.
+func (k *Keeper) notify(ctx context.Context, a *events.Ask, now time.Time) {
+	r, failed := k.retries[a.ID]
+	if failed && now.Before(r.at) {
+		return
+	}
+	nctx, cancel := context.WithTimeout(ctx, notifyTimeout)
+	err := k.cfg.Notify(nctx, a)
+	cancel()
+	if err != nil {
+		r.pause = min(max(2*r.pause, k.cfg.NotifyRetry), maxNotifyPause)
+		r.at = now.Add(r.pause)
+		k.retries[a.ID] = r
+		k.log.WarnContext(ctx, "new-ask hook failed; trying again", "ask_id", a.ID, "run_id", a.RunID, "after", r.pause, "err", err)
+		return
+	}
+	delete(k.retries, a.ID)
+	k.notified[a.ID] = true
+	if _, err := k.store.mutate(ctx, a.ID, func(cur *events.Ask) error {
+		if cur.NotifiedAt != nil {
+			return errNoChange
+		}
+		at := time.Now().UTC()
+		cur.NotifiedAt = &at
+		return nil
+	}); err != nil {
+		k.log.WarnContext(ctx, "record an ask notified", "ask_id", a.ID, "err", err)
 	}
 }
 

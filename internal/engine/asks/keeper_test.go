@@ -3,6 +3,9 @@ package asks_test
 import (
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -95,5 +98,57 @@ func TestKeeper(t *testing.T) {
 	}
 	if n, _ := signals("gone"); n != 0 {
 		t.Fatalf("ask of an ended run delivered %d signals", n)
+	}
+}
+
+// The new-ask hook (a webhook) gets each open ask until it answers 2xx,
+// then never again; the ask records when.
+func TestKeeperNotifiesEachNewAskOnce(t *testing.T) {
+	t.Parallel()
+	env := jetruntest.NewEnv(t)
+	ctx := context.Background()
+	st := engine.From(env.Runtime).Asks()
+	v, err := asks.StartView(ctx, st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(v.Stop)
+	var (
+		mu    sync.Mutex
+		calls []string
+	)
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		calls = append(calls, r.Header.Get("Idempotency-Key"))
+		if len(calls) == 1 {
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+		}
+	}))
+	t.Cleanup(hook.Close)
+	k := asks.NewKeeper(st, v, asks.KeeperConfig{Notify: asks.Webhook(hook.URL, nil), NotifyRetry: time.Millisecond})
+	a, err := st.Ensure(ctx, events.Ask{ID: asks.SignalID("n1", "go", 0), RunID: "n1", Kind: events.AskForm,
+		Via: events.AskViaSignal, Name: "go", AskedAt: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen(t, v, a.ID, func(*events.Ask) bool { return true })
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		k.Sweep(ctx, false)
+		if got, ok := v.Get(a.ID); ok && got.NotifiedAt != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the ask was never recorded notified")
+		}
+		time.Sleep(5 * time.Millisecond) // polling with a deadline
+	}
+	k.Sweep(ctx, false)
+	k.Sweep(ctx, false)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(calls) != 2 || calls[0] != "ask."+a.ID || calls[1] != calls[0] {
+		t.Fatalf("hook calls %v; want a failed one and a delivered one, keyed ask.%s", calls, a.ID)
 	}
 }

@@ -36,7 +36,9 @@ func TestBrowserInbox(t *testing.T) {
 	b.do("open the runs list", chromedp.Navigate(base+"/"))
 	b.waitTrue("two open asks counted in the header", `document.querySelector('[data-testid="ask-count"]').textContent === '2'`)
 	eval[bool](b, `(document.querySelector('[data-testid="inbox-link"]').click(), true)`)
-	card := func(id string) string { return fmt.Sprintf(`document.querySelector('[data-testid="ask"][data-run=%q]')`, id) }
+	card := func(id string) string {
+		return fmt.Sprintf(`document.querySelector('[data-testid="ask"][data-run=%q]')`, id)
+	}
 	b.waitTrue("both asks listed", `document.querySelectorAll('[data-testid="ask"]').length === 2`)
 	if p := eval[string](b, card("ui-ask-1")+`.querySelector('.ask-payload').textContent`); p == "" {
 		t.Fatal("the ask shows no payload")

@@ -160,7 +160,7 @@ type Event struct {
 		Input json.RawMessage
 	}
 	// Ask is the wait's or the call's ask, if the line gives one.
-	Ask []worker.Ask
+	Ask  []worker.Ask
 	Step struct {
 		Name   string
 		Output json.RawMessage
