@@ -14,11 +14,11 @@ import (
 	"github.com/jetrun/jetrun/pkg/parent"
 )
 
-// An eight-turn Python agent loop (examples/python/agent.py through the
-// exec type, each model call a step) re-run from its fifth turn makes the
-// calls of turns 5 to 8 only, counted by the calls' own ledger: the
-// request carries turns 1 to 4 as stored steps, and the re-run is charged
-// for the four calls it made.
+// An eight-turn Python agent loop (examples/python/agent.py, on the jetrun
+// library of sdk/python, through the exec type, each model call a
+// run.step) re-run from its fifth turn makes the calls of turns 5 to 8
+// only, counted by the calls' own ledger: the request carries turns 1 to 4
+// as stored steps, and the re-run is charged for the four calls it made.
 func TestPythonRerunFromAStepMakesOnlyTheCallsFromIt(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
