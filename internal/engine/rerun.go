@@ -12,12 +12,22 @@ import (
 	"github.com/jetrun/jetrun/pkg/events"
 )
 
+// NextEventSeq returns the sequence the next message of run id's events
+// stream will get: a re-run's row, created before its given steps are
+// stored (GiveSteps), starts its events there (FirstEventSeq), so its
+// first attempt reads them as a takeover reads the steps of earlier
+// attempts, and its handler finds them stored instead of executing them.
+func (rt *Runtime) NextEventSeq(ctx context.Context, id string) (uint64, error) {
+	info, err := rt.EventsStreamFor(id).Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("jetrun: read the events stream of run %s: %w", id, err)
+	}
+	return info.State.LastSeq + 1, nil
+}
+
 // GiveSteps stores steps on the step subject of run id, a re-run not yet
 // dispatched, each under its step message id (wire.StepMsgID), in order,
-// and returns the stream sequence of the first: the re-run's row starts
-// its events there (FirstEventSeq), so its first attempt reads them as a
-// takeover reads the steps of earlier attempts, and its handler finds
-// them stored instead of executing them. Each step is stored marked
+// and returns the stream sequence of the first. Each step is stored marked
 // GivenFrom and without usage: its work was paid by the run it came from,
 // and nothing counts it again (StoredStepUsage, a worker's step usage).
 // It is idempotent within the dedup window: a step stored before answers

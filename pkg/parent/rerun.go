@@ -113,14 +113,17 @@ func (c *Client) Rerun(ctx context.Context, id string, req RerunRequest) (*Dispa
 		return nil, err
 	}
 	if existing, _, err := c.lookup(ctx, d.RunID); err == nil {
-		return c.existingRerun(ctx, existing, fork)
+		return c.existingRerun(ctx, existing, fork, given)
 	}
-	first, err := c.rt.GiveSteps(ctx, d.RunID, id, given)
-	if err != nil {
-		return nil, fmt.Errorf("parent: re-run run %s as %s: %w", id, d.RunID, err)
-	}
+	// The row first, so that its id is the re-run's before anything is
+	// stored under it; it starts its events where the given steps go.
 	row := model.NewRun(orig.AgentType, d, 0, time.Now())
-	row.FirstEventSeq, row.ForkedFrom = first, fork
+	row.ForkedFrom = fork
+	if len(given) > 0 {
+		if row.FirstEventSeq, err = c.rt.NextEventSeq(ctx, d.RunID); err != nil {
+			return nil, fmt.Errorf("parent: re-run run %s as %s: %w", id, d.RunID, err)
+		}
+	}
 	err = jsfault.RetryRepair(ctx, c.cfg.DispatchRetry, c.rt.Repair, func(ctx context.Context) error {
 		_, err := c.store.Create(ctx, row)
 		return err
@@ -130,10 +133,16 @@ func (c *Client) Rerun(ctx context.Context, id string, req RerunRequest) (*Dispa
 		if err != nil {
 			return nil, fmt.Errorf("parent: re-run run %s as %s: %w", id, d.RunID, err)
 		}
-		return c.existingRerun(ctx, existing, fork)
+		return c.existingRerun(ctx, existing, fork, given)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("parent: re-run run %s as %s: %w", id, d.RunID, err)
+	}
+	if _, err := c.rt.GiveSteps(ctx, d.RunID, id, given); err != nil {
+		if ctx.Err() == nil {
+			c.failDispatch(ctx, row.ID, err) // never dispatched without its steps
+		}
+		return nil, fmt.Errorf("parent: re-run run %s as %s: %w: %w", id, d.RunID, ErrDispatchFailed, err)
 	}
 	if _, err := c.publishDispatch(ctx, row.AgentType, d, d.RunID); err != nil {
 		if ctx.Err() == nil {
@@ -145,11 +154,18 @@ func (c *Client) Rerun(ctx context.Context, id string, req RerunRequest) (*Dispa
 }
 
 // existingRerun answers a re-run whose id has a run: the same re-run (as
-// Dispatch re-attaches), or ErrRunIDTaken.
-func (c *Client) existingRerun(ctx context.Context, row *model.Row, fork *jetruntype.Fork) (*Dispatched, error) {
+// Dispatch re-attaches), or ErrRunIDTaken. A re-run left starting without
+// a dispatch (its caller died) is given its steps again (the dedup window
+// keeps one copy; a reader keeps the first of a name) before its dispatch.
+func (c *Client) existingRerun(ctx context.Context, row *model.Row, fork *jetruntype.Fork, given []events.Step) (*Dispatched, error) {
 	f := row.ForkedFrom
 	if f == nil || f.RunID != fork.RunID || f.Step != fork.Step {
 		return nil, fmt.Errorf("parent: re-run run %s as %s: %w", fork.RunID, row.ID, ErrRunIDTaken)
+	}
+	if row.Status == events.StatusStarting && row.DispatchSeq == 0 && row.Attempt == 0 {
+		if _, err := c.rt.GiveSteps(ctx, row.ID, fork.RunID, given); err != nil {
+			return nil, fmt.Errorf("parent: re-run run %s as %s: %w: %w", fork.RunID, row.ID, ErrDispatchFailed, err)
+		}
 	}
 	row, err := c.existing(ctx, row, Request{AgentType: row.AgentType})
 	if err != nil {

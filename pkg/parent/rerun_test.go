@@ -243,3 +243,47 @@ func TestRerunRefusesBadRequests(t *testing.T) {
 	}
 	close(g.gate("live"))
 }
+
+// Two re-runs asked at once under one run id, from different steps: one
+// wins the id, the other is refused with ErrRunIDTaken, and the winner
+// executes exactly the steps from its own fromStep (none of the loser's
+// steps were stored under the id).
+func TestConcurrentRerunsUnderOneIDGiveOnlyTheWinnersSteps(t *testing.T) {
+	t.Parallel()
+	e, h, _ := rerunEnv(t)
+	ctx := context.Background()
+	if _, err := e.Client.Dispatch(ctx, parent.Request{AgentType: "eight", RunID: "src", Input: map[string]string{"model": "m"}}); err != nil {
+		t.Fatal(err)
+	}
+	awaitCompleted(t, e, "src")
+	for round := range 5 {
+		id := fmt.Sprintf("same-%d", round)
+		froms := []string{"s3", "s7"}
+		errs := make([]error, len(froms))
+		var wg sync.WaitGroup
+		for i, from := range froms {
+			wg.Go(func() {
+				_, errs[i] = e.Client.Rerun(ctx, "src", parent.RerunRequest{FromStep: from, RunID: id})
+			})
+		}
+		wg.Wait()
+		winner := -1
+		for i, err := range errs {
+			switch {
+			case err == nil && winner < 0:
+				winner = i
+			case errors.Is(err, parent.ErrRunIDTaken):
+			default:
+				t.Fatalf("round %d: re-run from %s: %v", round, froms[i], err)
+			}
+		}
+		if winner < 0 {
+			t.Fatalf("round %d: both refused: %v", round, errs)
+		}
+		awaitCompleted(t, e, id)
+		n := int(froms[winner][1] - '0')
+		if got := h.executed(id); !slices.Equal(got, stepNames(n, 8)) {
+			t.Errorf("round %d: the re-run from %s executed %v", round, froms[winner], got)
+		}
+	}
+}
