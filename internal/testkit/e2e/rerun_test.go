@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
+	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/parent"
 )
@@ -79,5 +80,54 @@ func TestPythonRerunFromAStepMakesOnlyTheCallsFromIt(t *testing.T) {
 	// Each call spends 12 output tokens: the re-run pays for its four.
 	if orig.Usage.OutputTokens != 8*12 || row.Usage == nil || row.Usage.OutputTokens != 4*12 {
 		t.Errorf("usage: original %+v, re-run %+v", orig.Usage, row.Usage)
+	}
+}
+
+// A re-run's worker killed with -9 mid-run: the next attempt still finds
+// the given steps (and those the re-run stored) and never makes their
+// calls; the call running at the kill is made at most twice.
+func TestKilledWorkerDuringARerunKeepsItsGivenSteps(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	agents := map[string]string{"JETRUN_EXEC_AGENTS": "agent-py=" + python3(t) + " " + examples(t, "python", "agent.py")}
+	a := e.childWorker(t, "py-rk-a", agents)
+	dir := t.TempDir()
+	first, again := filepath.Join(dir, "first"), filepath.Join(dir, "again")
+	input := func(ledger string, delay float64) map[string]any {
+		return map[string]any{"question": "tides", "turns": 8, "delay": delay, "ledger": ledger}
+	}
+	e.dispatchInput(t, "agent-py", "py-rk", input(first, 0.01))
+	if row := jetruntest.WaitRow(t, e.store, "py-rk", 60*time.Second, jetruntest.Final); row.Status != events.StatusCompleted {
+		t.Fatalf("original: %s %s", row.Status, row.Error)
+	}
+	if _, err := e.client.Rerun(context.Background(), "py-rk", parent.RerunRequest{FromStep: "think-4", RunID: "py-rk4", Input: input(again, 0.2)}); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 60*time.Second, func() bool {
+		return slices.Contains(storedSteps(jetruntest.ReadEvents(t, e.js, "py-rk4")), "think-5@1")
+	}, "the re-run did not store think-5")
+	a.kill()
+	e.childWorker(t, "py-rk-b", agents)
+	row := jetruntest.WaitRow(t, e.store, "py-rk4", 90*time.Second, jetruntest.Final)
+	if row.Status != events.StatusCompleted || row.Attempt != 2 {
+		t.Fatalf("re-run: %s attempt %d %s", row.Status, row.Attempt, row.Error)
+	}
+	paid := map[string]int{}
+	for _, l := range counterLines(t, again) {
+		if strings.HasPrefix(l, "think-") {
+			paid[l]++
+		}
+	}
+	t.Logf("calls the re-run made across the kill: %v", paid)
+	for n := 1; n <= 8; n++ {
+		name := fmt.Sprintf("think-%d", n)
+		switch c := paid[name]; {
+		case n <= 3 && c != 0:
+			t.Errorf("given step %s was paid %d times", name, c)
+		case n >= 4 && n <= 5 && c != 1:
+			t.Errorf("step %s, stored before the kill, was paid %d times", name, c)
+		case n > 5 && (c < 1 || c > 2):
+			t.Errorf("step %s paid %d times, want 1 or 2", name, c)
+		}
 	}
 }
