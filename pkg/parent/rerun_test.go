@@ -192,6 +192,15 @@ func TestRerunFromAStepExecutesOnlyTheStepsFromIt(t *testing.T) {
 	if f := fork2.ForkedFrom; f.RunID != "fork1" || !slices.Equal(f.Given, stepNames(1, 6)) || !slices.Equal(f.Overridden, []string{"s2"}) {
 		t.Errorf("fork of the fork: forkedFrom %+v", f)
 	}
+	// A retry (no fromStep) is given every stored step: it executes none.
+	retry, err := e.Client.Rerun(ctx, "fork1", parent.RerunRequest{RunID: "retry1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	awaitCompleted(t, e, retry.Run.ID)
+	if got := h.executed("retry1"); len(got) != 0 || !slices.Equal(h.outputs("retry1"), h.outputs("fork1")) {
+		t.Errorf("a retry executed %v and got %v", got, h.outputs("retry1"))
+	}
 	// The same re-run again: the same run, not a second one.
 	again, err := e.Client.Rerun(ctx, "fork1", parent.RerunRequest{FromStep: "s7", RunID: "fork2"})
 	if err != nil || again.Created || again.Run.ID != "fork2" {
