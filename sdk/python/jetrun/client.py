@@ -180,7 +180,7 @@ class Client:
         body = {"error": error} if error else {"output": output}
         return self._json("POST", "/v1/runs/%s/calls/%d/reply" % (_seg(run_id), seq), body)
 
-    # Asks and re-runs (issue 37).
+    # Asks, re-runs and diffs (issue 37).
 
     def asks(self, status: str = "open", **filters: str) -> List[Dict[str, Any]]:
         """What runs ask people (GET /v1/asks?status=open)."""
@@ -212,6 +212,12 @@ class Client:
         if budget is not None:
             body["budget"] = budget
         return self._json("POST", "/v1/runs/%s:rerun" % _seg(run_id), body)
+
+    def diff(self, a: str, b: str) -> Dict[str, Any]:
+        """Compares two runs step by step (GET /v1/runs/{a}/diff/{b}): each
+        step's verdict (equal, changed, ...) with both sides' output and
+        usage, and the totals."""
+        return self._json("GET", "/v1/runs/%s/diff/%s" % (_seg(a), _seg(b)))
 
     # Plumbing.
 

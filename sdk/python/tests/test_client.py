@@ -61,6 +61,7 @@ class ClientTest(unittest.TestCase):
         c.answer("ask-7", {"approved": True}, digest="sha256:ab", by="ops")
         c.rerun("r1", "plan-2", input={"topic": "eels"}, steps={"plan-1": "x"}, new_run_id="r1-b", budget={"tokens": 9})
         c.get("r/1")
+        c.diff("r1", "r1-b")
         got = [(s["method"], s["path"], s["body"]) for s in self.server.seen]
         self.assertEqual(got, [
             ("POST", "/v1/runs", {"agentType": "summarize", "input": {"topic": "tides"}, "runId": "r1",
@@ -72,6 +73,7 @@ class ClientTest(unittest.TestCase):
             ("POST", "/v1/runs/r1:rerun", {"fromStep": "plan-2", "input": {"topic": "eels"},
                                             "steps": {"plan-1": "x"}, "runId": "r1-b", "budget": {"tokens": 9}}),
             ("GET", "/v1/runs/r%2F1", None),
+            ("GET", "/v1/runs/r1/diff/r1-b", None),
         ])
         for s in self.server.seen:
             self.assertEqual(s["auth"], "Bearer s3cret")
