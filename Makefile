@@ -106,6 +106,10 @@ deps: ## install what the cross-language tests need: python3, node, npm, and exa
 		cd examples/js && npm ci --no-audit --no-fund --loglevel=error; \
 	fi
 
+.PHONY: test-limits
+test-limits: ## provider limits at the issue's scale: 8 workers × 50 runs, two tenants at 10:1, against a fake provider
+	$(GO) test -race -count=1 -timeout 10m -run '^TestFleet' -v ./internal/engine/limits/ -limits.full
+
 .PHONY: test-cluster
 test-cluster: ## on the nats-cluster/ three-node cluster: kill -9 nodes under 300 runs, restarts per node kill at 3 s and 15 s leases, the role attacks, a short nemesis (prints the figures)
 	$(GO) test -race -count=1 -tags cluster -timeout 30m -run '^TestCluster' -v ./internal/testkit/e2e/

@@ -71,6 +71,11 @@ func (ns Namespace) RunsBucket() string { return ns.prefix() + "_runs" }
 // concurrency slots and the reconciler's leader lease (jetrun_active).
 func (ns Namespace) ActiveBucket() string { return ns.prefix() + "_active" }
 
+// LimitsBucket is the KV bucket holding the provider limits shared by the
+// fleet (jetrun_limits): spec.<name>, pool.<name> and pause.<name> per
+// limit (package internal/engine/limits).
+func (ns Namespace) LimitsBucket() string { return ns.prefix() + "_limits" }
+
 // BucketStream is the stream that holds KV bucket bucket (KV_<bucket>).
 func BucketStream(bucket string) string { return "KV_" + bucket }
 

@@ -1,0 +1,23 @@
+// Package limits shares model-provider limits (requests and tokens per
+// window, concurrent calls) across every worker of a fleet.
+//
+// A limit's Spec, its Pool (what the fleet took this window, worker by
+// worker) and its Pause live in one KV bucket (wire.Namespace.LimitsBucket),
+// keys spec.<name>, pool.<name> and pause.<name>. A process holds one
+// Limiter; a reservation is served from slices of the window the Limiter
+// leased from the pool by compare-and-set, so a hot limit costs one
+// compare-and-set per slice, not per call. A Limiter's holding in the pool
+// carries a lease it renews: a killed worker's concurrent slots return to
+// the limit when its lease lapses (the next compare-and-set by any worker
+// drops it); what it took of the current window stays counted until the
+// window rolls, since its calls may have reached the provider.
+//
+// Waiting reservations are served by weighted fair queueing over the
+// tenant key of the run's dispatch, within each Limiter; a pause (a
+// provider's 429 with its delay) is written to pause.<name>, which every
+// Limiter watches, and holds every reservation of the limit until it ends.
+// A reservation is released (its unused request and tokens go back to its
+// Limiter's slice, its slot to the pool) when it is settled with the real
+// usage or released unused; nothing here is at-least-once: a slice lost
+// with its worker is at most one window of one worker's share.
+package limits

@@ -1,0 +1,382 @@
+package limits
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// loop serves waiting reservations, leases slices from the pools and
+// renews this worker's holdings until ctx ends.
+func (l *Limiter) loop(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		next := l.step(ctx)
+		timer.Reset(max(time.Until(next), time.Millisecond))
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.kick:
+		case <-timer.C:
+		}
+	}
+}
+
+// step does one round over the limits and returns when it wants to run
+// again at the latest.
+func (l *Limiter) step(ctx context.Context) time.Time {
+	now := time.Now()
+	next := now.Add(l.cfg.Lease / 3)
+	l.mu.Lock()
+	locs := make([]*local, 0, len(l.limits))
+	for _, loc := range l.limits {
+		locs = append(locs, loc)
+	}
+	l.mu.Unlock()
+	for _, loc := range locs {
+		l.mu.Lock()
+		l.serveLocked(loc, now)
+		take := loc.q.len() > 0 && !now.Before(loc.pausedUntil) && !now.Before(loc.blockedUntil)
+		give := loc.q.len() == 0 && loc.othersWaiting && loc.idleLocked()
+		renew := loc.held && !now.Before(loc.renewAt) || (loc.reportedWaiting == 0) != (loc.q.len() == 0)
+		l.mu.Unlock()
+		if take || give || renew {
+			if err := l.sync(ctx, loc, take); err != nil && ctx.Err() == nil {
+				l.log.WarnContext(ctx, "limits: lease from pool", "limit", loc.name, "error", err)
+				next = minTime(next, now.Add(100*time.Millisecond))
+			}
+		}
+		l.mu.Lock()
+		l.serveLocked(loc, time.Now())
+		if loc.q.len() > 0 {
+			at := windowEnd(loc.window, loc.spec)
+			if time.Now().Before(loc.pausedUntil) {
+				at = loc.pausedUntil
+			} else if !loc.blockedUntil.IsZero() {
+				at = minTime(at, loc.blockedUntil)
+			}
+			next = minTime(next, at)
+		}
+		if loc.held {
+			next = minTime(next, loc.renewAt)
+		}
+		l.mu.Unlock()
+	}
+	return next
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// idleLocked reports whether loc holds anything no reservation uses.
+func (loc *local) idleLocked() bool {
+	return loc.reqLeft > 0 || loc.tokLeft > 0 || loc.concHeld > loc.concUsed
+}
+
+// rollLocked starts window w of loc when now is past its window.
+func (loc *local) rollLocked(now time.Time) {
+	if w := windowOf(now, loc.spec); w != loc.window {
+		loc.window = w
+		loc.reqLeft, loc.tokLeft, loc.reqLeased, loc.tokLeased = 0, 0, 0, 0
+		loc.used = Totals{Window: w}
+		loc.blockedUntil = time.Time{}
+	}
+}
+
+// fitsLocked reports whether the slice has room for a reservation of
+// tokens.
+func (loc *local) fitsLocked(tokens int64) bool {
+	s := loc.spec
+	return (s.Requests == 0 || loc.reqLeft >= 1) &&
+		(s.Tokens == 0 || loc.tokLeft >= tokens) &&
+		(s.Concurrent == 0 || loc.concHeld-loc.concUsed >= 1)
+}
+
+// serveLocked grants waiting reservations, fairly, while the slice has
+// room.
+func (l *Limiter) serveLocked(loc *local, now time.Time) {
+	loc.rollLocked(now)
+	if now.Before(loc.pausedUntil) {
+		return
+	}
+	for {
+		w := loc.q.head()
+		if w == nil || !loc.fitsLocked(w.tokens) {
+			return
+		}
+		cost := 1.0
+		if loc.spec.Tokens > 0 {
+			cost = float64(max(w.tokens, 1))
+		}
+		loc.q.pop(w, cost, loc.spec.Weight(w.tenant))
+		loc.reqLeft--
+		loc.tokLeft -= w.tokens
+		loc.concUsed++
+		loc.granted++
+		l.counts.Granted.Add(1)
+		loc.used.Requests++
+		loc.used.Tokens += w.tokens
+		if loc.used.Tenants == nil {
+			loc.used.Tenants = map[string]int64{}
+		}
+		loc.used.Tenants[w.tenant]++
+		w.ch <- result{g: &Grant{l: l, loc: loc, window: loc.window, tokens: w.tokens, tenant: w.tenant, pauses: loc.pauses}}
+	}
+}
+
+// snapshot is what sync needs of a local state, read under the lock.
+type snapshot struct {
+	spec               Spec
+	window             int64
+	reqLeft, tokLeft   int64
+	concHeld, concUsed int64
+	waiting, needTok   int64
+	used               Totals
+	granted            int64
+}
+
+func (l *Limiter) snap(loc *local) snapshot {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := snapshot{
+		spec: loc.spec, window: loc.window, reqLeft: loc.reqLeft, tokLeft: loc.tokLeft,
+		concHeld: loc.concHeld, concUsed: loc.concUsed, waiting: int64(loc.q.len()), granted: loc.granted,
+		used: Totals{Window: loc.used.Window, Requests: loc.used.Requests, Tokens: loc.used.Tokens},
+	}
+	if len(loc.used.Tenants) > 0 {
+		s.used.Tenants = make(map[string]int64, len(loc.used.Tenants))
+		for k, v := range loc.used.Tenants {
+			s.used.Tenants[k] = v
+		}
+	}
+	if w := loc.q.head(); w != nil {
+		s.needTok = w.tokens
+	}
+	return s
+}
+
+// maxCAS bounds the compare-and-set retries of one sync.
+const maxCAS = 64
+
+// sync does one compare-and-set on the pool of loc: it takes a slice
+// when take (and the head does not fit), gives back what is idle when no
+// one here waits, renews the lease and reports this worker's figures.
+func (l *Limiter) sync(ctx context.Context, loc *local, take bool) error {
+	for range maxCAS {
+		p, rev, err := l.cfg.Store.pool(ctx, loc.name)
+		if err != nil {
+			return err
+		}
+		l.counts.Reads.Add(1)
+		now := time.Now()
+		s := l.snap(loc)
+		w := windowOf(now, s.spec)
+		if s.window != w { // the local window is behind: its slice is gone
+			s.reqLeft, s.tokLeft, s.used = 0, 0, Totals{Window: w}
+		}
+		changed := p.roll(w, s.spec)
+		changed = p.expire(now, l.cfg.Worker) || changed
+		me := p.Holders[l.cfg.Worker]
+		d := p.delta(s, me, take, l.cfg.Worker)
+		if d.none() && take {
+			// No room: report waiting (once), look again when the pool
+			// changes, a holder lapses or the window rolls.
+			l.block(loc, p, now, w)
+		}
+		me.Requests += d.req
+		me.Tokens += d.tok
+		me.Concurrent = s.concHeld + d.conc
+		p.Requests += d.req
+		p.Tokens += d.tok
+		me.UntilMs = now.Add(l.cfg.Lease).UnixMilli()
+		me.Used, me.InUse, me.Waiting, me.Granted = s.used, s.concUsed, s.waiting, s.granted
+		_, had := p.Holders[l.cfg.Worker]
+		keep := me.Concurrent > 0 || me.Requests > 0 || me.Tokens > 0 || me.Waiting > 0 || me.Used.Requests > 0
+		if p.Holders == nil {
+			p.Holders = map[string]Holder{}
+		}
+		if keep {
+			p.Holders[l.cfg.Worker] = me
+		} else {
+			delete(p.Holders, l.cfg.Worker)
+		}
+		l.mu.Lock()
+		renewDue := loc.held && !now.Before(loc.renewAt)
+		waitNews := (loc.reportedWaiting == 0) != (s.waiting == 0)
+		l.mu.Unlock()
+		if !changed && d.none() && !renewDue && !waitNews && had == keep {
+			return nil
+		}
+		err = l.cfg.Store.writePool(ctx, loc.name, p, rev)
+		if errors.Is(err, errConflict) {
+			l.counts.Conflicts.Add(1)
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		l.counts.Writes.Add(1)
+		l.mu.Lock()
+		loc.rollLocked(now)
+		if loc.window == w {
+			loc.reqLeft += d.req
+			loc.tokLeft += d.tok
+			loc.reqLeased += d.req
+			loc.tokLeased += d.tok
+		}
+		loc.concHeld += d.conc
+		loc.held = keep
+		loc.reportedWaiting = s.waiting
+		loc.renewAt = now.Add(l.cfg.Lease / 3)
+		l.mu.Unlock()
+		return nil
+	}
+	return errors.New("limits: too many compare-and-set conflicts on the pool")
+}
+
+// block marks loc as having found no room in p until something changes.
+func (l *Limiter) block(loc *local, p Pool, now time.Time, w int64) {
+	until := windowEnd(w, loc.spec)
+	for id, h := range p.Holders {
+		if id != l.cfg.Worker && h.Concurrent > 0 {
+			until = minTime(until, time.UnixMilli(h.UntilMs+1))
+		}
+	}
+	l.mu.Lock()
+	loc.blockedUntil = until
+	l.mu.Unlock()
+}
+
+// delta is what one sync moves between the pool and a worker's slice
+// (negative: given back).
+type delta struct{ req, tok, conc int64 }
+
+func (d delta) none() bool { return d == delta{} }
+
+// delta computes the slice to take (take, and the head does not fit) or
+// to give back (no one waits here). A slice is a share of the limit
+// split among the workers that wait, at least what the head needs; all
+// dimensions or none, so a worker never sits on requests it cannot use
+// for want of tokens.
+func (p *Pool) delta(s snapshot, me Holder, take bool, self string) delta {
+	spec := s.spec
+	if s.waiting == 0 {
+		// Give back what is idle: the window's unused slice and free slots.
+		return delta{req: -max(s.reqLeft, 0), tok: -max(s.tokLeft, 0), conc: -(s.concHeld - s.concUsed)}
+	}
+	if !take {
+		return delta{}
+	}
+	live := int64(1)
+	var held int64
+	for id, h := range p.Holders {
+		held += h.Concurrent
+		if id != self && h.Waiting > 0 {
+			live++
+		}
+	}
+	held -= me.Concurrent
+	var d delta
+	if spec.Requests > 0 && s.reqLeft < 1 {
+		if d.req = share(spec.Requests, spec.Requests-p.Requests, 1-s.reqLeft, live); d.req == 0 {
+			return delta{}
+		}
+	}
+	if spec.Tokens > 0 && s.tokLeft < s.needTok {
+		if d.tok = share(spec.Tokens, spec.Tokens-p.Tokens, s.needTok-s.tokLeft, live); d.tok == 0 {
+			return delta{}
+		}
+	}
+	if spec.Concurrent > 0 && s.concHeld-s.concUsed < 1 {
+		free := spec.Concurrent - held - s.concHeld
+		want := min(s.waiting, max(1, spec.Concurrent/live)) - (s.concHeld - s.concUsed)
+		if d.conc = min(free, max(want, 1)); d.conc <= 0 {
+			return delta{}
+		}
+	}
+	return d
+}
+
+// sliceParts is how many slices a limit's window is cut into per waiting
+// worker: more means fairer spreading near the window's end, fewer means
+// fewer compare-and-sets.
+const sliceParts = 4
+
+// share returns the slice to take: a part of the limit for each waiting
+// worker, at least need, at most what remains; 0 when need does not fit.
+func share(limit, remaining, need, live int64) int64 {
+	if remaining < need {
+		return 0
+	}
+	return min(max(need, limit/(sliceParts*live)), remaining)
+}
+
+// roll starts window w in p: the last window's use is kept in Last, the
+// leases of the window reset. It reports whether p changed.
+func (p *Pool) roll(w int64, spec Spec) bool {
+	if p.Window == w {
+		return false
+	}
+	last := Totals{Window: p.Window}
+	for id, h := range p.Holders {
+		last.add(h.Used)
+		h.Requests, h.Tokens, h.Used = 0, 0, Totals{Window: w}
+		p.Holders[id] = h
+	}
+	if p.Window == w-1 {
+		p.Last = &last
+	} else {
+		p.Last = nil
+	}
+	p.Window, p.Requests, p.Tokens = w, 0, 0
+	return true
+}
+
+// expire drops the holders whose lease lapsed (never self): their slots
+// return; what they took of the window stays counted.
+func (p *Pool) expire(now time.Time, self string) bool {
+	changed := false
+	for id, h := range p.Holders {
+		if id != self && h.UntilMs < now.UnixMilli() {
+			delete(p.Holders, id)
+			changed = true
+		}
+	}
+	return changed
+}
+
+// leave returns everything this worker holds of limit name and removes
+// it from the pool.
+func (l *Limiter) leave(ctx context.Context, name string) error {
+	for range maxCAS {
+		p, rev, err := l.cfg.Store.pool(ctx, name)
+		if err != nil || rev == 0 {
+			return err
+		}
+		me, ok := p.Holders[l.cfg.Worker]
+		if !ok {
+			return nil
+		}
+		l.mu.Lock()
+		loc := l.limits[name]
+		var reqLeft, tokLeft int64
+		if loc != nil && loc.window == p.Window {
+			reqLeft, tokLeft = max(loc.reqLeft, 0), max(loc.tokLeft, 0)
+		}
+		l.mu.Unlock()
+		p.Requests -= min(reqLeft, me.Requests)
+		p.Tokens -= min(tokLeft, me.Tokens)
+		delete(p.Holders, l.cfg.Worker)
+		err = l.cfg.Store.writePool(ctx, name, p, rev)
+		if errors.Is(err, errConflict) {
+			continue
+		}
+		return err
+	}
+	return errors.New("limits: too many compare-and-set conflicts on the pool")
+}
