@@ -318,4 +318,3 @@ func waitWindows(t *testing.T, p *fakeprovider.Provider, n int) {
 	natstest.Eventually(t, time.Duration(n+5)*time.Minute, func() bool { return len(p.Windows()) >= n },
 		"the provider serves %d windows", n)
 }
-
