@@ -132,6 +132,7 @@ bench: ## measure jetrun against raw JetStream in one run (prints ratios)
 	$(GO) test -run '^$$' -bench '^BenchmarkWorkload' -benchtime 1x -timeout 20m ./internal/testkit/bench/
 	$(GO) test -run '^$$' -bench '^BenchmarkScale' -benchtime 1x -timeout 20m ./internal/testkit/bench/
 	$(GO) test -run '^$$' -bench '^BenchmarkLeaseRenewal' -timeout 20m ./internal/testkit/bench/
+	$(GO) test -run '^$$' -bench '^BenchmarkLimitReservations' -benchtime 3x -timeout 20m ./internal/engine/limits/
 
 .PHONY: fuzz
 fuzz: ## fuzz the decoders (dispatch, child event lines), id validation and run transitions for 30s each
