@@ -98,13 +98,15 @@ define apt_install
 endef
 
 .PHONY: deps
-deps: ## install what the cross-language tests need: python3, node, npm, and examples/js's packages (npm ci)
+deps: ## install what the cross-language tests need: python3, node, npm, and the packages of sdk/js and examples/js (npm ci)
 	@command -v python3 >/dev/null 2>&1 || { $(call apt_install,python3); }
 	@command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { $(call apt_install,nodejs npm); }
-	@if [ ! -f examples/js/node_modules/.package-lock.json ] || [ examples/js/package-lock.json -nt examples/js/node_modules/.package-lock.json ]; then \
-		echo "npm ci in examples/js"; \
-		cd examples/js && npm ci --no-audit --no-fund --loglevel=error; \
-	fi
+	@for d in sdk/js examples/js; do \
+		if [ ! -f $$d/node_modules/.package-lock.json ] || [ $$d/package-lock.json -nt $$d/node_modules/.package-lock.json ]; then \
+			echo "npm ci in $$d"; \
+			(cd $$d && npm ci --no-audit --no-fund --loglevel=error) || exit 1; \
+		fi; \
+	done
 
 # Without -race: on two cores the race detector slows 400 callers below the
 # limit, and the test checks that the fleet uses the limit to within 5 %.

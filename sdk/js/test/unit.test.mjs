@@ -1,0 +1,96 @@
+// The child side's lines, checked without a worker: what a child writes for
+// each verb, and a stored step returned without running its work again.
+
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { PassThrough } from 'node:stream';
+import { child, childRunId, Failure } from '../index.js';
+
+/** Runs handler as a child fed with lines; answers what it wrote, decoded. */
+async function exchange(request, handler, answers = []) {
+  const input = new PassThrough();
+  const output = new PassThrough();
+  let text = '';
+  output.on('data', (b) => { text += b; });
+  input.write(`${JSON.stringify(request)}\n`);
+  for (const a of answers) input.write(`${JSON.stringify(a)}\n`);
+  await child(handler, { input, output });
+  return text.split('\n').filter(Boolean).map((l) => (l.startsWith('@jetrun ') ? JSON.parse(l.slice(8)) : l));
+}
+
+const req = (extra = {}) => ({ runId: 'r1', agentType: 't', attempt: 1, input: {}, milestones: [], depth: 0, steps: {}, ...extra });
+
+test('a stored step is given back without running its work; a new one is stored with its usage', async () => {
+  let ran = 0;
+  const lines = await exchange(req({ attempt: 2, steps: { 'plan-1': { q: ['tides'] } } }), async (run) => {
+    const a = await run.step('plan-1', () => { ran++; return { q: ['other'] }; });
+    const b = await run.step('plan-2', () => {
+      ran++;
+      run.usage({ inputTokens: 3, outputTokens: 2, model: 'm' });
+      run.usage({ costMicros: 7 });
+      return { at: new Date(0) };
+    });
+    const c = await run.step('plan-2', () => { ran++; return 'again'; });
+    return { summary: 'ok', output: { a, b, c } };
+  });
+  assert.equal(ran, 1);
+  assert.deepEqual(lines, [
+    { usage: { inputTokens: 3, outputTokens: 2, model: 'm' } },
+    { usage: { costMicros: 7 } },
+    { step: { name: 'plan-2', output: { at: '1970-01-01T00:00:00.000Z' } } },
+    { result: { summary: 'ok', output: { a: { q: ['tides'] }, b: { at: '1970-01-01T00:00:00.000Z' }, c: { at: '1970-01-01T00:00:00.000Z' } } } },
+  ]);
+});
+
+test('chunk, progress, milestone, wait, call and a failure as lines', async () => {
+  const lines = await exchange(req(), async (run) => {
+    run.chunk('hello\n');
+    run.chunk({ tokens: 3 });
+    run.progress(0.5, { phase: 'reading' });
+    run.milestone('read', { pages: 2 });
+    assert.ok(run.reached('read'));
+    const payload = await run.wait('approve');
+    const out = await run.call('ask-user', { q: 1 });
+    run.chunk({ payload, out });
+    throw new Failure('try later', { retryAfterMs: 6000 });
+  }, [{ signal: { name: 'approve', payload: { approved: true } } }, { reply: { name: 'ask-user', output: 'yes' } }]);
+  assert.deepEqual(lines, [
+    { chunk: 'hello\n' },
+    { chunk: { tokens: 3 } },
+    { progress: { fraction: 0.5, phase: 'reading' } },
+    { milestone: { name: 'read', data: { pages: 2 } } },
+    { wait: 'approve' },
+    { step: { name: 'signal:approve', output: { approved: true } } },
+    { call: { name: 'ask-user', input: { q: 1 } } },
+    { chunk: { payload: { approved: true }, out: 'yes' } },
+    { error: 'try later', retryable: true, retryAfterMs: 6000 },
+  ]);
+});
+
+test('a wait answered by an earlier attempt is not waited for again', async () => {
+  const lines = await exchange(req({ attempt: 2, steps: { 'signal:approve': { approved: false } } }), async (run) => {
+    return { output: await run.wait('approve') };
+  });
+  assert.deepEqual(lines, [{ result: { summary: '', output: { approved: false } } }]);
+});
+
+test('a failed call reply is a CallError; a bad step name a TypeError', async () => {
+  const lines = await exchange(req(), async (run) => {
+    await assert.rejects(run.step('no spaces', () => 1), TypeError);
+    assert.throws(() => run.progress(2), RangeError);
+    assert.throws(() => run.usage({ inputTokens: -1 }), TypeError);
+    try {
+      await run.call('ask-user');
+    } catch (err) {
+      return { summary: `${err.name}: ${err.reason}` };
+    }
+    return { summary: 'no error' };
+  }, [{ reply: { name: 'ask-user', error: 'call timed out' } }]);
+  assert.deepEqual(lines.at(-1), { result: { summary: 'CallError: call timed out' } });
+});
+
+test('childRunId is the id the Go worker gives a nested run (parent.RunID)', () => {
+  // Values printed by Go's parent.RunID.
+  assert.equal(childRunId('r1', 'call-7'), 'tc-cv438ssq273241f5m1lk7rrfbiors62p');
+  assert.equal(childRunId('parent-x', 'task_research:1'), 'tc-dvuc9d5e3ajkicvfetnumbo27rpfp3oc');
+});
