@@ -78,3 +78,14 @@ func TestJavaScriptSDK(t *testing.T) {
 		t.Fatalf("node ran %d tests in sdk/js, want at least 15", n)
 	}
 }
+
+// TestJavaScriptAgents runs examples/js's tests of the durable agents on
+// the Vercel AI SDK and the OpenAI Agents SDK, each with the SDK's own mock
+// model: model and tool calls are steps, and a kill -9 of the worker
+// mid-loop makes no stored call again (counted by the mocks).
+func TestJavaScriptAgents(t *testing.T) {
+	t.Parallel()
+	if n := nodeTests(t, examples(t, "js")); n < 2 {
+		t.Fatalf("node ran %d tests in examples/js, want at least 2", n)
+	}
+}
