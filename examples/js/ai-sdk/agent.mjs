@@ -2,7 +2,7 @@
 // run by the exec agent type:
 //
 //   JETRUN_EXEC_AGENTS="weather=node examples/js/ai-sdk/agent.mjs" make run
-//   jetrun dispatch weather '{"prompt":"Compare the weather in Paris and Oslo"}'
+//   jetrun dispatch --wait weather '{"prompt":"Compare the weather in Paris and Oslo"}'
 //
 // Each model call and each tool call is a jetrun step (durable.mjs): kill
 // the worker mid-loop and the next attempt resumes after the last stored

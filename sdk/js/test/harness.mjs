@@ -103,13 +103,14 @@ export class Jetrun {
    * Starts a child-worker serving agents ({agentType: command line}) and
    * waits until it serves them.
    * @param {Record<string, string>} agents
+   * @param {Record<string, string>} [env] more environment (not JETRUN_*: the worker keeps those from its commands)
    */
-  async worker(agents) {
+  async worker(agents, env = {}) {
     const id = `cw-js-${++this.n}`;
     const p = this.#track(new Proc(id, join(this.bin, 'child-worker'), baseEnv({
       JETRUN_NATS_URL: this.natsUrl, JETRUN_WORKER_ID: id, JETRUN_LEASE: '2s',
       JETRUN_EXEC_AGENTS: Object.entries(agents).map(([k, v]) => `${k}=${v}`).join(','),
-      JETRUN_EXEC_GRACE: '1s',
+      JETRUN_EXEC_GRACE: '1s', ...env,
     })));
     await p.waitLog('child-worker serving');
     return p;
