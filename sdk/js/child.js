@@ -130,7 +130,6 @@ export class Run {
   #stored;
   #inStep = new AsyncLocalStorage();
   #exchange = Promise.resolve(); // waits and calls, one at a time
-  #waits = new Map(); // signal name -> waits made so far
 
   /** The run id. */
   get id() { return this.request.runId; }
@@ -219,11 +218,13 @@ export class Run {
     const output = toJSON(await this.#inStep.run(frame, fn));
     if (this.#stored.has(name)) return structuredClone(this.#stored.get(name)); // two at once: the first stored wins
     this.#stored.set(name, output);
-    // The step's usage lines right before its step line, in one write:
-    // nothing of this run comes between them.
+    // One usage report rides on the step line; several go on usage lines
+    // right before it, in one write: nothing of this run comes between.
     let lines = '';
-    for (const u of frame.usage) lines += MARKER + JSON.stringify({ usage: u }) + '\n';
-    lines += MARKER + JSON.stringify({ step: { name, output } }) + '\n';
+    const step = { name, output };
+    if (frame.usage.length === 1) step.usage = frame.usage[0];
+    else for (const u of frame.usage) lines += MARKER + JSON.stringify({ usage: u }) + '\n';
+    lines += MARKER + JSON.stringify({ step }) + '\n';
     this.#write(lines);
     return structuredClone(output);
   }
@@ -250,21 +251,18 @@ export class Run {
   }
 
   /**
-   * Waits for the signal name and returns its payload. The payload is
-   * stored as a step ("signal:<name>", then "signal:<name>.2" …), so an
-   * attempt that takes the run over gets it without waiting again.
+   * Waits for the signal name and returns its payload. The worker parks the
+   * run meanwhile. An attempt that takes the run over waits again (the
+   * signal was received already): record a milestone once you acted on it,
+   * or store the payload as a step — run.step('approval', () => run.wait('approve')).
    * @param {string} name
    * @returns {Promise<any>}
    */
   async wait(name) {
     checkToken('signal name', name);
-    const n = (this.#waits.get(name) ?? 0) + 1;
-    this.#waits.set(name, n);
-    return this.step(n === 1 ? `signal:${name}` : `signal:${name}.${n}`, async () => {
-      const answer = await this.#ask({ wait: name });
-      if (!answer.signal) throw new Error(`jetrun: waited for signal ${name}, got ${JSON.stringify(answer)}`);
-      return answer.signal.payload ?? null;
-    });
+    const answer = await this.#ask({ wait: name });
+    if (!answer.signal) throw new Error(`jetrun: waited for signal ${name}, got ${JSON.stringify(answer)}`);
+    return answer.signal.payload ?? null;
   }
 
   /**

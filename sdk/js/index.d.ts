@@ -80,7 +80,7 @@ export class Run<I = JSONValue> {
   usage(u: Usage): void;
   /** The stored output of step name, else fn's, stored first. */
   step<T>(name: string, fn: () => T | Promise<T>): Promise<T>;
-  /** Waits for a signal and returns its payload (stored as step "signal:<name>"). */
+  /** Waits for a signal and returns its payload; a takeover waits again (wrap it in a step to store it). */
   wait<T = JSONValue>(name: string): Promise<T>;
   /** Asks the run's caller; a failed reply throws CallError. */
   call<T = JSONValue>(name: string, input?: unknown): Promise<T>;

@@ -65,7 +65,7 @@ test('task_researcher runs the researcher as a nested run; send_email waits for 
     { id: childRunId('oa-1', 'call-research'), agentType: 'researcher', call: 'call-research', status: 'completed' });
   const kid = await client.get(kids[0].id);
   assert.deepEqual(kid.input, { objective: 'Find what drives the tides', context: 'for the team newsletter' });
-  assert.deepEqual(await stepNames('oa-1'), ['model-1@1', 'tool-call-research@1', 'model-2@1', 'signal:approve-call-email@1', 'tool-call-email@1', 'model-3@1']);
+  assert.deepEqual(await stepNames('oa-1'), ['model-1@1', 'tool-call-research@1', 'model-2@1', 'approval-call-email@1', 'tool-call-email@1', 'model-3@1']);
   assert.deepEqual(counter(ledger), [...ALL_ONCE, 'tool send_email(team@example.com) triage attempt-1', 'model turn-3 triage attempt-1']);
   const row = await client.get('oa-1');
   assert.deepEqual([row.usage.inputTokens, row.usage.outputTokens], [50 + 60 + 70, 21], 'the triage model\'s three calls');
@@ -96,7 +96,7 @@ test('kill -9 while the run waits for an approval: no stored model call, tool ca
   // Attempt 2 got the two model calls and the researcher's answer stored,
   // and asked the approval once more (attempt 1 never got it).
   assert.deepEqual(counter(ledger), [...ALL_ONCE, 'tool send_email(team@example.com) triage attempt-2', 'model turn-3 triage attempt-2']);
-  assert.deepEqual(await stepNames('oa-kill'), ['model-1@1', 'tool-call-research@1', 'model-2@1', 'signal:approve-call-email@2', 'tool-call-email@2', 'model-3@2']);
+  assert.deepEqual(await stepNames('oa-kill'), ['model-1@1', 'tool-call-research@1', 'model-2@1', 'approval-call-email@2', 'tool-call-email@2', 'model-3@2']);
   assert.equal((await nested('oa-kill')).length, 1, 'one researcher run');
   assert.equal((await client.get('oa-kill')).attempt, 2);
 });

@@ -58,7 +58,7 @@ test('a child streams, stores steps with usage, waits for a signal, calls its ca
     }
   });
   assert.deepEqual(kinds, ['status:running', 'step:think-1', 'chunk:w1 ', 'step:think-2', 'chunk:w2 ', 'step:think-3', 'chunk:w3 ',
-    'milestone:thought', 'signal:waiting', 'signal:received', 'step:signal:approve', 'call', 'reply', 'status:completed', 'end']);
+    'milestone:thought', 'signal:waiting', 'signal:received', 'call', 'reply', 'status:completed', 'end']);
   const steps = seen.filter((e) => e.event === 'step' && e.data.data.name.startsWith('think-'));
   for (const s of steps) assert.deepEqual(s.data.data.usage, { inputTokens: 10, outputTokens: 5, costMicros: 100, models: { 'mock-1': { inputTokens: 10, outputTokens: 5, costMicros: 100 } } });
   assert.ok(seen.some((e) => e.event === 'progress' && e.data.data.phase === 'thinking'));

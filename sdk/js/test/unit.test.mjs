@@ -60,16 +60,15 @@ test('chunk, progress, milestone, wait, call and a failure as lines', async () =
     { progress: { fraction: 0.5, phase: 'reading' } },
     { milestone: { name: 'read', data: { pages: 2 } } },
     { wait: 'approve' },
-    { step: { name: 'signal:approve', output: { approved: true } } },
     { call: { name: 'ask-user', input: { q: 1 } } },
     { chunk: { payload: { approved: true }, out: 'yes' } },
     { error: 'try later', retryable: true, retryAfterMs: 6000 },
   ]);
 });
 
-test('a wait answered by an earlier attempt is not waited for again', async () => {
-  const lines = await exchange(req({ attempt: 2, steps: { 'signal:approve': { approved: false } } }), async (run) => {
-    return { output: await run.wait('approve') };
+test('a wait stored as a step by an earlier attempt is not waited for again', async () => {
+  const lines = await exchange(req({ attempt: 2, steps: { approval: { approved: false } } }), async (run) => {
+    return { output: await run.step('approval', () => run.wait('approve')) };
   });
   assert.deepEqual(lines, [{ result: { summary: '', output: { approved: false } } }]);
 });
