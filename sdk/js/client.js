@@ -240,12 +240,23 @@ export class Client {
 
   /**
    * Re-runs a run from one of its steps (POST /v1/runs/{id}:rerun): a new
-   * run whose earlier steps are given back stored.
-   * @param {string} runId @param {{fromStep: string, input?: unknown, steps?: Record<string, unknown>, runId?: string}} opts
+   * run whose steps before fromStep are given back stored (its row's
+   * forkedFrom says which); answers its row.
+   * @param {string} runId @param {{fromStep: string, input?: unknown, steps?: Record<string, unknown>, runId?: string, budget?: object}} opts
    */
   async rerun(runId, opts) {
     checkToken('run id', runId);
     return this.request('POST', `/v1/runs/${runId}:rerun`, opts);
+  }
+
+  /**
+   * Compares two runs step by step (GET /v1/runs/{a}/diff/{b}).
+   * @param {string} a @param {string} b
+   */
+  async diff(a, b) {
+    checkToken('run id', a);
+    checkToken('run id', b);
+    return this.request('GET', `/v1/runs/${a}/diff/${b}`);
   }
 }
 

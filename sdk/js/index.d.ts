@@ -190,7 +190,10 @@ export class Client {
   reply(runId: string, seq: number, answer: { output?: unknown; error?: string }): Promise<unknown>;
   answer(askId: string, answer: { digest: string; value: unknown }): Promise<unknown>;
   asks(filter?: Record<string, string>): Promise<{ asks: Array<Record<string, unknown>> }>;
-  rerun(runId: string, opts: { fromStep: string; input?: unknown; steps?: Record<string, unknown>; runId?: string }): Promise<RunRow>;
+  rerun(runId: string, opts: {
+    fromStep: string; input?: unknown; steps?: Record<string, unknown>; runId?: string; budget?: { tokens?: number; costMicros?: number; runs?: number };
+  }): Promise<RunRow>;
+  diff(a: string, b: string): Promise<Record<string, unknown>>;
 }
 
 /** Parses a text/event-stream body. */

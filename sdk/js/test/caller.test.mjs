@@ -5,7 +5,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { Jetrun, here, node } from './harness.mjs';
+import { Jetrun, counter, here, node } from './harness.mjs';
 import { Client, APIError, connectNats } from '../index.js';
 
 const AGENT = `${node} ${join(here, 'children', 'agent.mjs')}`;
@@ -113,4 +113,21 @@ test('dispatch over NATS: stored once per run id, run by the worker', async () =
   } finally {
     await nats.close();
   }
+});
+
+test('rerun from a step: the steps before it are given back, the rest run again', async () => {
+  const ledger = join(j.scratch(), 'ledger');
+  await client.run('js-call', { turns: 5, ledger }, { runId: 'c-orig' });
+  const row = await client.rerun('c-orig', { fromStep: 'think-3', runId: 'c-fork' });
+  assert.equal(row.id, 'c-fork');
+  assert.deepEqual(row.forkedFrom?.runId, 'c-orig');
+  const outcome = await client.await('c-fork');
+  assert.deepEqual(outcome.output.words, ['w1', 'w2', 'w3', 'w4', 'w5']);
+  // The original ran five steps; the re-run ran steps 3 to 5 only.
+  assert.deepEqual(counter(ledger), ['think-1 1', 'think-2 1', 'think-3 1', 'think-4 1', 'think-5 1', 'think-3 1', 'think-4 1', 'think-5 1']);
+  const diff = await client.diff('c-orig', 'c-fork');
+  assert.deepEqual(diff.steps.map((st) => `${st.name}:${st.verdict}`), ['think-1:equal', 'think-2:equal', 'think-3:equal', 'think-4:equal', 'think-5:equal']);
+  assert.equal(diff.outputEqual, true);
+  await assert.rejects(client.rerun('c-orig', { fromStep: 'no-such-step' }),
+    (err) => err instanceof APIError && err.status === 422 && err.code === 'step_not_stored');
 });

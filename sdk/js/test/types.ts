@@ -40,7 +40,8 @@ try {
 await client.cancel('x', 'why');
 await client.signal('x', 'approve', { approved: true });
 await client.answer('ask-1', { digest: 'd', value: { approved: true } });
-await client.rerun('x', { fromStep: 'plan-2' });
+await client.rerun('x', { fromStep: 'plan-2', input: { steps: 2 }, runId: 'x2' });
+await client.diff('x', 'x2');
 const nats = await connectNats({ servers: 'nats://127.0.0.1:4222' });
 const d: { runId: string; duplicate: boolean } = await nats.dispatch('demo', { steps: 1 }, { runId: 'y' });
 await nats.close();
