@@ -283,6 +283,23 @@ export class Run {
   }
 
   /**
+   * Holds spend against the run tree's budget before it is paid (a model
+   * call's worst case): the next usage report settles it, the end of the
+   * attempt releases what none settled. Answers {ok: true}, or {ok: false,
+   * reason: "budget-exceeded", error} when it does not fit: an answer, not
+   * the end of the run.
+   * @param {{inputTokens?: number, outputTokens?: number, costMicros?: number}} amount
+   * @returns {Promise<{ok: boolean, reason?: string, error?: string}>}
+   */
+  async reserve(amount) {
+    const u = checkUsage({ ...amount, model: undefined });
+    if (Object.keys(u).length === 0) throw new TypeError('a reservation must hold some tokens or cost');
+    const answer = await this.#ask({ reserve: u });
+    if (!answer.reserved) throw new Error(`jetrun: made a reservation, got ${JSON.stringify(answer)}`);
+    return answer.reserved;
+  }
+
+  /**
    * Runs agentType as a nested run of this one and returns its outcome (see
    * Client.run). Its id is derived from this run's id and callId, so an
    * attempt that takes this run over re-attaches to the same nested run, or

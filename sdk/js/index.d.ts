@@ -84,6 +84,8 @@ export class Run<I = JSONValue> {
   wait<T = JSONValue>(name: string): Promise<T>;
   /** Asks the run's caller; a failed reply throws CallError. */
   call<T = JSONValue>(name: string, input?: unknown): Promise<T>;
+  /** Holds spend against the tree's budget; the next usage report settles it. */
+  reserve(amount: { inputTokens?: number; outputTokens?: number; costMicros?: number }): Promise<{ ok: boolean; reason?: string; error?: string }>;
   /** Runs agentType as a nested run and waits for its outcome. */
   runChild<O = JSONValue>(agentType: string, input: unknown, opts: ChildRunOptions): Promise<Outcome<O>>;
 }

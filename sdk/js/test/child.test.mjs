@@ -117,3 +117,10 @@ test('cancel stops a running child', async () => {
   assert.deepEqual(counter(ledger), ['think-1 1']);
   void worker;
 });
+
+test('reserve holds spend against the tree budget; the reservation that does not fit is refused', async () => {
+  await j.worker({ 'js-reserve': `${node} ${join(here, 'children', 'reserve.mjs')}` });
+  const outcome = await client.run('js-reserve', { each: 40 }, { runId: 'js-res', budget: { tokens: 100 } });
+  assert.deepEqual(outcome.output, ['ok', 'ok', 'budget-exceeded']);
+  assert.equal((await client.get('js-res')).usage.inputTokens, 80);
+});

@@ -14,6 +14,8 @@ await child<Input>(async (run) => {
     const q: string = plan.query;
     run.chunk(q);
   }
+  const r = await run.reserve({ inputTokens: 100 });
+  if (!r.ok) throw new Failure(r.error ?? 'no budget');
   run.progress(0.5, { phase: 'half' });
   run.milestone('planned', { turns });
   const ok = await run.wait<{ approved: boolean }>('approve');

@@ -73,6 +73,20 @@ test('a wait stored as a step by an earlier attempt is not waited for again', as
   assert.deepEqual(lines, [{ result: { summary: '', output: { approved: false } } }]);
 });
 
+test('reserve writes a reserve line and answers the reserved line', async () => {
+  const lines = await exchange(req(), async (run) => {
+    const a = await run.reserve({ inputTokens: 10, costMicros: 5 });
+    const b = await run.reserve({ outputTokens: 3 });
+    await assert.rejects(run.reserve({}), TypeError);
+    return { output: [a, b] };
+  }, [{ reserved: { ok: true } }, { reserved: { ok: false, reason: 'budget-exceeded', error: 'no room' } }]);
+  assert.deepEqual(lines, [
+    { reserve: { inputTokens: 10, costMicros: 5 } },
+    { reserve: { outputTokens: 3 } },
+    { result: { summary: '', output: [{ ok: true }, { ok: false, reason: 'budget-exceeded', error: 'no room' }] } },
+  ]);
+});
+
 test('a failed call reply is a CallError; a bad step name a TypeError', async () => {
   const lines = await exchange(req(), async (run) => {
     await assert.rejects(run.step('no spaces', () => 1), TypeError);
