@@ -196,7 +196,7 @@ func TestReadmeTourCommands(t *testing.T) {
 			tourTreeHasStepsAndUsage(t, c, string(out))
 		}
 		// The re-run was given lead-1 and lead-2, and did lead-3 to lead-5.
-		if strings.HasSuffix(c, " diff tour-8 tour-8b") && (strings.Count(string(out), "given from tour-8") != 2 ||
+		if strings.HasSuffix(c, " diff tour-9 tour-9b") && (strings.Count(string(out), "given from tour-9") != 2 ||
 			!strings.Contains(string(out), "only-b") || !strings.Contains(string(out), "2 equal, 2 changed")) {
 			t.Fatalf("%s:\n%s", c, out)
 		}
