@@ -8,7 +8,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
+
 	"github.com/jetrun/jetrun/internal/engine/budget"
+	"github.com/jetrun/jetrun/internal/engine/jsfault"
 	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/pkg/worker/internal/runhook"
@@ -70,7 +73,7 @@ func (e *execution) Reserve(ctx context.Context, req runhook.ReserveRequest) (fu
 	e.holds.mu.Unlock()
 	var held []string
 	for _, id := range rows {
-		err := e.mutateBudget(ctx, id, model.Reserved{Hold: h}, now)
+		err := e.hold(ctx, id, h, now)
 		if errors.Is(err, runstore.ErrRunNotFound) {
 			continue // cleared: no budget to hold against
 		}
@@ -88,6 +91,26 @@ func (e *execution) Reserve(ctx context.Context, req runhook.ReserveRequest) (fu
 	e.holds.open[h.ID] = held
 	e.holds.mu.Unlock()
 	return func() { e.releaseHold(h.ID) }, nil
+}
+
+// hold opens h on budget row id, sending it again through a transient
+// fault (it is taken once: model.Reserved) while ctx lasts and the worker
+// holds its runs, as a charge is: a fault is not a refusal.
+func (e *execution) hold(ctx context.Context, id string, h model.Hold, now time.Time) error {
+	var pause *backoff.ExponentialBackOff
+	for {
+		err := e.mutateBudget(ctx, id, model.Reserved{Hold: h}, now)
+		if err == nil || ctx.Err() != nil || !jsfault.IsTransient(ctx, err) || !time.Now().Before(e.w.holdsUntil()) {
+			return err
+		}
+		e.w.fault(ctx, e.log, "reserve on a run's budget; retrying", err, "budget_run", id)
+		if pause == nil {
+			pause = jsfault.NewBackOff(maxFaultPause)
+		}
+		if err := jsfault.Sleep(ctx, pause.NextBackOff()); err != nil {
+			return err
+		}
+	}
 }
 
 // mutateBudget applies ev at now to the row of run id, a budget's owner:

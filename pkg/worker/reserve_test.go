@@ -9,8 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/jetrun/jetrun/internal/engine/model"
+	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
+	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
@@ -291,5 +295,58 @@ func TestReserveUnderestimateStillStopsTheTree(t *testing.T) {
 	}
 	if len(top.Holds) != 0 {
 		t.Fatalf("holds %+v after every run ended; want none", top.Holds)
+	}
+}
+
+// The server goes away while a handler reserves: Reserve waits through the
+// outage (a fault is not a refusal) and holds once; the report after it
+// settles it, and the run completes on its first attempt.
+func TestReserveWaitsThroughAnOutage(t *testing.T) {
+	t.Parallel()
+	outage := natstest.RunOutage(t)
+	nc := outage.Conn
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	halfway, resume := make(chan struct{}), make(chan struct{})
+	var handlerErr error
+	startWorker(t, nc, worker.Config{}, map[string]worker.Handler{
+		"outage": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			if _, err := run.Reserve(ctx, worker.Usage{InputTokens: 100}); err != nil {
+				handlerErr = err
+				return worker.Result{}, err
+			}
+			close(halfway)
+			<-resume
+			if _, err := run.Reserve(ctx, worker.Usage{InputTokens: 200}); err != nil { // during the outage
+				handlerErr = err
+				return worker.Result{}, err
+			}
+			if err := run.Usage(ctx, worker.Usage{InputTokens: 250}); err != nil {
+				handlerErr = err
+				return worker.Result{}, err
+			}
+			return worker.Result{Summary: "done"}, nil
+		}),
+	})
+	publish(t, js, "jetrun.dispatch.outage", `{"runId":"ro","input":{},"budget":{"tokens":1000}}`)
+	<-halfway
+	outage.Stop()
+	close(resume)
+	natstest.Eventually(t, 60*time.Second, func() bool { return outage.FailedReconnects() >= 10 },
+		"the connection did not try to reconnect")
+	outage.Start()
+
+	store, err := runstore.Open(context.Background(), js, runstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := jetruntest.WaitRow(t, store, "ro", 60*time.Second, jetruntest.Final)
+	if row.Status != events.StatusCompleted || row.Attempt != 1 || handlerErr != nil {
+		t.Fatalf("run after the restart: %s attempt %d (%s), handler error %v", row.Status, row.Attempt, row.Error, handlerErr)
+	}
+	if row.TreeUsage == nil || row.TreeUsage.Tokens() != 250 || len(row.Holds) != 0 {
+		t.Fatalf("tree usage %+v, holds %+v; want 250 spent, none held", row.TreeUsage, row.Holds)
 	}
 }
