@@ -47,9 +47,20 @@ func reserveLoop(ctx context.Context, run *worker.Run, tokens int64, refused *at
 // milliseconds against a tree budget of 2,000. Without reservations the
 // tree overshoots by up to one report per run (TestTreeBudgetOvershootBound);
 // with a reservation before each report it ends within 5 % of its budget,
-// each run stopped by a refused reservation, and nothing stays held.
+// each run stopped by a refused reservation, and nothing stays held. The
+// runs on one worker, then spread over three (7 slots each: every worker
+// holds some), whose reservations race for the budget's row.
 func TestReserveBoundsTreeOvershoot(t *testing.T) {
 	t.Parallel()
+	for _, workers := range []int{1, 3} {
+		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
+			t.Parallel()
+			reserveRace(t, workers)
+		})
+	}
+}
+
+func reserveRace(t *testing.T, workers int) {
 	const (
 		children = 20
 		report   = 100
@@ -57,7 +68,11 @@ func TestReserveBoundsTreeOvershoot(t *testing.T) {
 	)
 	var refused atomic.Int64
 	start := make(chan struct{})
-	b, _ := setup(t, worker.Config{Concurrency: children + 2}, map[string]worker.Handler{
+	concurrency := children + 2
+	if workers > 1 {
+		concurrency = (children + workers) / workers // 20 runs and the fanout: 7 each for 3
+	}
+	handlers := map[string]worker.Handler{
 		"reserver": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
 			select {
 			case <-start:
@@ -81,7 +96,11 @@ func TestReserveBoundsTreeOvershoot(t *testing.T) {
 			}
 			return worker.Result{Output: "done"}, ctx.Err()
 		}),
-	})
+	}
+	b, _ := setup(t, worker.Config{Concurrency: concurrency}, handlers)
+	for range workers - 1 {
+		startWorker(t, b.nc, worker.Config{Concurrency: concurrency}, handlers)
+	}
 	c := newClient(t, b)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -111,7 +130,7 @@ func TestReserveBoundsTreeOvershoot(t *testing.T) {
 	if n := refused.Load(); n != children {
 		t.Fatalf("%d reservations refused; want one per run (%d)", n, children)
 	}
-	t.Logf("budget %d, used %d with reservations: overshoot %d (%d live runs, %d tokens a report)", budget, used, used-budget, children, report)
+	t.Logf("budget %d, used %d with reservations: overshoot %d (%d live runs on %d workers, %d tokens a report)", budget, used, used-budget, children, workers, report)
 }
 
 // A reservation holds against the budget until a report settles it (the
