@@ -369,3 +369,51 @@ func TestReserveWaitsThroughAnOutage(t *testing.T) {
 		t.Fatalf("tree usage %+v, holds %+v; want 250 spent, none held", row.TreeUsage, row.Holds)
 	}
 }
+
+// A nested run with a budget of its own reserves against it and against
+// every budget above it; a reservation its own budget refuses is taken
+// back from the budgets above, and the run's end releases what it held.
+func TestReserveHoldsOnEveryBudgetAbove(t *testing.T) {
+	t.Parallel()
+	type seen struct{ root, own int }
+	got := make(chan seen, 4)
+	errs := make(chan error, 4)
+	var b *bundle
+	holds := func(ctx context.Context, id string) int {
+		row, _, err := b.store.Get(ctx, id)
+		if err != nil {
+			t.Error(err)
+			return -1
+		}
+		return len(row.Holds)
+	}
+	b, _ = setup(t, worker.Config{Concurrency: 4}, map[string]worker.Handler{
+		"kid": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			for _, n := range []int64{200, 200} {
+				_, err := run.Reserve(ctx, worker.Usage{InputTokens: n})
+				errs <- err
+				got <- seen{holds(ctx, "nest"), holds(ctx, run.ID())}
+			}
+			return worker.Result{Summary: "ok"}, nil
+		}),
+		"nest": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			_, err := run.RunChild(ctx, worker.ChildRequest{AgentType: "kid", CallID: "k", Input: 1, Budget: &events.TreeBudget{Tokens: 300}})
+			return worker.Result{Summary: "done"}, err
+		}),
+	})
+	c := newClient(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := c.Run(ctx, parent.Request{AgentType: "nest", RunID: "nest", Input: 1, Budget: &events.TreeBudget{Tokens: 1000}}); err != nil {
+		t.Fatal(err)
+	}
+	if err, s := <-errs, <-got; err != nil || s != (seen{1, 1}) {
+		t.Fatalf("first reservation: %v, holds %+v; want held on both budgets", err, s)
+	}
+	if err, s := <-errs, <-got; !errors.Is(err, worker.ErrBudgetExceeded) || !strings.Contains(err.Error(), "run "+parent.RunID("nest", "k")) || s != (seen{1, 1}) {
+		t.Fatalf("second reservation: %v, holds %+v; want refused by the kid's own budget, nothing more held", err, s)
+	}
+	if s := (seen{holds(ctx, "nest"), holds(ctx, parent.RunID("nest", "k"))}); s != (seen{0, 0}) {
+		t.Fatalf("after the runs: holds %+v; the kid's end releases what it held on both", s)
+	}
+}
