@@ -22,17 +22,7 @@ import (
 // waitAsk polls ask id until cond holds, failing the test after timeout.
 func waitAsk(t *testing.T, st *asks.Store, id string, cond func(*events.Ask) bool) *events.Ask {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		a, _, err := st.Get(context.Background(), id)
-		if err == nil && cond(a) {
-			return a
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("ask %s: %+v, %v; the condition did not hold in time", id, a, err)
-		}
-		time.Sleep(20 * time.Millisecond) // polling with a deadline
-	}
+	return jetruntest.WaitAsk(t, st, id, 30*time.Second, cond)
 }
 
 func askStore(t *testing.T, b *bundle) *asks.Store {

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/engine/asks"
 	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/engine/wire"
@@ -187,6 +188,26 @@ func WaitRow(t testing.TB, store *runstore.Store, id string, timeout time.Durati
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("jetruntest: run %s did not reach the expected state within %s; last row: %+v", id, timeout, last)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// WaitAsk waits until the ask id exists and satisfies cond, and returns
+// it. A worker stores a wait's ask after the row records the wait, so a
+// test that saw the row waiting waits for the ask too.
+func WaitAsk(t testing.TB, st *asks.Store, id string, timeout time.Duration, cond func(*events.Ask) bool) *events.Ask {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		a, _, err := st.Get(ctx, id)
+		cancel()
+		if err == nil && cond(a) {
+			return a
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("jetruntest: ask %s did not reach the expected state within %s; last: %+v, %v", id, timeout, a, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

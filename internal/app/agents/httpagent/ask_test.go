@@ -53,9 +53,9 @@ func TestChildWaitLineAsks(t *testing.T) {
 	store, st := engine.From(rt).Store(), engine.From(rt).Asks()
 	dispatch(t, client, "ha")
 	jetruntest.WaitRow(t, store, "ha", 30*time.Second, func(r *model.Row) bool { return r.WaitingFor == "approve" })
-	a, _, err := st.Get(context.Background(), asks.SignalID("ha", "approve", 0))
-	if err != nil || a.Kind != events.AskApprove || a.Title != "publish?" || string(a.Payload) != `{"post":"tides"}` || a.AgentType != "ext" {
-		t.Fatalf("the child's ask: %+v %v", a, err)
+	a := jetruntest.WaitAsk(t, st, asks.SignalID("ha", "approve", 0), 30*time.Second, func(*events.Ask) bool { return true })
+	if a.Kind != events.AskApprove || a.Title != "publish?" || string(a.Payload) != `{"post":"tides"}` || a.AgentType != "ext" {
+		t.Fatalf("the child's ask: %+v", a)
 	}
 	a, err = st.Answer(context.Background(), a.ID, a.Digest, json.RawMessage(`{"approved":true}`), "erin")
 	if err != nil {
