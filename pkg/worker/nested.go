@@ -3,6 +3,7 @@ package worker
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -62,6 +63,15 @@ type ChildRequest struct {
 	// jetruntype.RetryAfter: then the handler is called again after the
 	// delay (1s for 0) while the child is awaited.
 	Calls map[string]parent.CallHandler
+	// Approval, if set, makes the delegation need a person's approval: an
+	// approve ask (worker.Ask; its payload by default the child's agent
+	// type, call id and input) is asked before the child is dispatched,
+	// through a wait for the signal "approve-<childId>". A rejection
+	// ({"approved": false, "comment": …}) dispatches nothing: the Child
+	// comes back Rejected, and Await (RunChild) returns it as a result,
+	// not an error. A child that exists already (an attempt that takes
+	// the run over) is not asked about again.
+	Approval *Ask
 }
 
 // Child is a nested run started by Run.Spawn.
@@ -82,6 +92,11 @@ type Child struct {
 	passthrough bool
 	calls       map[string]parent.CallHandler
 	forwarded   atomic.Int64 // the child's last chunk this handle passed through
+
+	// Rejected is the person's answer when ChildRequest.Approval was
+	// refused: the child was never dispatched (Row is nil), and Await
+	// returns a result saying so.
+	Rejected json.RawMessage
 }
 
 // nested holds a Worker's parent client, created on the first Spawn or
@@ -154,6 +169,15 @@ func (e *execution) Spawn(ctx context.Context, req ChildRequest) (*Child, error)
 	if err != nil {
 		return nil, err
 	}
+	if req.Approval != nil {
+		rejected, err := e.approveChild(ctx, client, id, callID, req)
+		if err != nil {
+			return nil, err
+		}
+		if rejected != nil {
+			return &Child{ID: id, e: e, Rejected: rejected}, nil
+		}
+	}
 	d, err := client.Dispatch(engine.WithParentRow(ctx, e.row), parent.Request{
 		AgentType: req.AgentType, RunID: id, Input: req.Input,
 		Parent: e.id, ParentToolCallID: callID, DisplayOrder: req.DisplayOrder, Depth: e.row.Depth + 1,
@@ -197,6 +221,9 @@ func (r *Run) RunChild(ctx context.Context, req ChildRequest) (*parent.Result, e
 // waitingFor "run:<childId>" and the no-progress budget does not run. It
 // never gives up by itself: the child's own budgets bound it.
 func (c *Child) Await(ctx context.Context) (*parent.Result, error) {
+	if c.Rejected != nil {
+		return rejectedResult(c.ID, c.Rejected), nil
+	}
 	e := c.e
 	client, err := e.w.parentClient(ctx)
 	if err != nil {

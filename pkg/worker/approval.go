@@ -1,0 +1,56 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/parent"
+)
+
+// approveChild asks a person to approve the delegation of req (child id,
+// call callID) and returns their answer when they refused it (nil when
+// approved, or when the child exists already).
+func (e *execution) approveChild(ctx context.Context, client *parent.Client, id, callID string, req ChildRequest) (json.RawMessage, error) {
+	_, err := client.Inspect(ctx, id)
+	switch {
+	case err == nil:
+		return nil, nil // dispatched already: approved by an earlier attempt
+	case !errors.Is(err, parent.ErrRunNotFound):
+		return nil, fmt.Errorf("worker: run %s: approve child %s: %w", e.id, id, err)
+	}
+	ask := *req.Approval
+	ask.Kind = events.AskApprove
+	if ask.Title == "" {
+		ask.Title = "delegate to " + req.AgentType + "?"
+	}
+	if ask.Payload == nil {
+		ask.Payload = map[string]any{"agentType": req.AgentType, "callId": callID, "childRunId": id, "input": req.Input}
+	}
+	name := "approve-" + id
+	if len(name) > 64 {
+		name = name[:64]
+	}
+	answer, err := (&Run{b: e, row: e.row}).Wait(ctx, name, ask)
+	if err != nil {
+		return nil, fmt.Errorf("worker: run %s: approve child %s: %w", e.id, id, err)
+	}
+	var v struct {
+		Approved *bool `json:"approved"`
+	}
+	if json.Unmarshal(answer, &v) == nil && v.Approved != nil && !*v.Approved {
+		return answer, nil
+	}
+	return nil, nil
+}
+
+// rejectedResult is what Child.Await and Run.RunChild return for a child
+// whose delegation a person refused (ChildRequest.Approval): a result, not
+// an error, so a tool call gets it as its answer. Its Summary says so and
+// its Output is {"rejected": true, "answer": <the person's answer>}.
+func rejectedResult(childID string, answer json.RawMessage) *parent.Result {
+	out, _ := json.Marshal(map[string]any{"rejected": true, "answer": answer})
+	return &parent.Result{RunID: childID, Summary: "the delegation was rejected", Output: out}
+}
