@@ -1,4 +1,4 @@
-// A Vercel AI SDK agent (`ai`'s streamText with tools) made durable by jetrun,
+// A Vercel AI SDK agent (`ai`'s streamText, or generateText with {"generate": true}, with tools) made durable by jetrun,
 // run by the exec agent type:
 //
 //   JETRUN_EXEC_AGENTS="weather=node examples/js/ai-sdk/agent.mjs" make run
@@ -11,7 +11,7 @@
 // (mock.mjs, no network); without it, the AI Gateway model named by
 // AI_MODEL (default openai/gpt-5-mini; AI_GATEWAY_API_KEY in the environment).
 
-import { gateway, stepCountIs, streamText, tool } from 'ai';
+import { gateway, generateText, stepCountIs, streamText, tool } from 'ai';
 import { z } from 'zod';
 import { child } from 'jetrun';
 import { durableModel, durableTools } from './durable.mjs';
@@ -28,12 +28,15 @@ await child(async (run) => {
     execute: async ({ city }) => ({ city, weather: await lookup(city) }),
   });
   const model = durableModel(run, mock ? mock.scriptedModel(run) : gateway(process.env.AI_MODEL ?? 'openai/gpt-5-mini'));
-  const result = streamText({
-    model,
-    tools: durableTools(run, { weather }),
-    stopWhen: stepCountIs(6),
-    prompt: run.input.prompt,
-  });
+  const call = { model, tools: durableTools(run, { weather }), stopWhen: stepCountIs(6), prompt: run.input.prompt };
+  if (run.input.generate) { // generateText: the same loop, each model call answered whole
+    const result = await generateText(call);
+    return {
+      summary: result.text,
+      output: { text: result.text, calls: result.steps.length, inputTokens: result.totalUsage.inputTokens, outputTokens: result.totalUsage.outputTokens },
+    };
+  }
+  const result = streamText(call);
   const text = await result.text;
   const usage = await result.totalUsage;
   return {

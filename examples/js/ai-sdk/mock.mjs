@@ -40,14 +40,35 @@ function next(prompt) {
   ];
 }
 
+/** The script's parts as a generate result: the text deltas joined. */
+function generated(parts) {
+  const content = [];
+  let text = '';
+  for (const p of parts) {
+    if (p.type === 'tool-call') content.push(p);
+    if (p.type === 'text-delta') text += p.delta;
+  }
+  if (text) content.push({ type: 'text', text });
+  const finish = parts.find((p) => p.type === 'finish');
+  const meta = parts.find((p) => p.type === 'response-metadata');
+  return { content, finishReason: finish.finishReason, usage: finish.usage, warnings: [], response: meta && { id: meta.id, modelId: meta.modelId, timestamp: meta.timestamp } };
+}
+
 /** The mock model of a run. @param {import('jetrun').Run} run */
 export function scriptedModel(run) {
+  const note = (prompt) => {
+    const turn = prompt.filter((m) => m.role === 'tool').length + 1;
+    if (run.input.ledger) appendFileSync(run.input.ledger, `model turn-${turn} attempt-${run.attempt}\n`);
+  };
   return new MockLanguageModelV3({
     modelId: 'mock-weather',
     doStream: async ({ prompt }) => {
-      const turn = prompt.filter((m) => m.role === 'tool').length + 1;
-      if (run.input.ledger) appendFileSync(run.input.ledger, `model turn-${turn} attempt-${run.attempt}\n`);
+      note(prompt);
       return { stream: simulateReadableStream({ chunks: next(prompt), chunkDelayInMs: 1 }) };
+    },
+    doGenerate: async ({ prompt }) => {
+      note(prompt);
+      return generated(next(prompt));
     },
   });
 }

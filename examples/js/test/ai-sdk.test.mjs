@@ -71,3 +71,14 @@ test('kill -9 mid-loop: no model or tool call whose step was stored runs again',
   assert.equal(row.attempt, 2);
   assert.equal(row.usage.inputTokens, 360, 'each model call counted once');
 });
+
+test('generateText: the same loop, each model call a step answered whole, no chunks', async () => {
+  const ledger = join(j.scratch(), 'ledger');
+  const outcome = await client.run('weather', { prompt: PROMPT, ledger, generate: true }, { runId: 'ai-gen' });
+  assert.deepEqual(outcome.output, { text: 'Paris has sunny, 21°C. Oslo has snow, -3°C.', calls: 3, inputTokens: 360, outputTokens: 48 });
+  const evs = await history('ai-gen');
+  assert.deepEqual(stepNames(evs), ['model-1@1', 'tool-call-paris@1', 'model-2@1', 'tool-call-oslo@1', 'model-3@1']);
+  assert.equal(evs.filter((e) => e.event === 'chunk').length, 0);
+  assert.equal((await client.get('ai-gen')).usage.inputTokens, 360);
+  assert.equal(counter(ledger).length, 5);
+});

@@ -85,7 +85,7 @@ func TestJavaScriptSDK(t *testing.T) {
 // mid-loop makes no stored call again (counted by the mocks).
 func TestJavaScriptAgents(t *testing.T) {
 	t.Parallel()
-	if n := nodeTests(t, examples(t, "js")); n < 6 {
-		t.Fatalf("node ran %d tests in examples/js, want at least 6", n)
+	if n := nodeTests(t, examples(t, "js")); n < 7 {
+		t.Fatalf("node ran %d tests in examples/js, want at least 7", n)
 	}
 }
