@@ -255,12 +255,17 @@ export class Run {
    * run meanwhile. An attempt that takes the run over waits again (the
    * signal was received already): record a milestone once you acted on it,
    * or store the payload as a step — run.step('approval', () => run.wait('approve')).
+   * With opts.ask the wait says what it asks a person (issue 37's asks:
+   * {kind: "approve" | "choose" | "form", title, payload, choices, schema,
+   * deadlineMs, default}), so the inbox (GET /v1/asks) shows it; a worker
+   * without asks ignores it.
    * @param {string} name
+   * @param {{ask?: object}} [opts]
    * @returns {Promise<any>}
    */
-  async wait(name) {
+  async wait(name, opts = {}) {
     checkToken('signal name', name);
-    const answer = await this.#ask({ wait: name });
+    const answer = await this.#ask(opts.ask ? { wait: name, ask: toJSON(opts.ask) } : { wait: name });
     if (!answer.signal) throw new Error(`jetrun: waited for signal ${name}, got ${JSON.stringify(answer)}`);
     return answer.signal.payload ?? null;
   }
@@ -269,13 +274,18 @@ export class Run {
    * Asks the run's caller (see Calls in docs/protocol.md) and returns the
    * reply's output; a failed reply throws a CallError. Durable: an attempt
    * that makes the same call again gets the stored reply.
+   * With opts.ask the call is meant for a person and says what it asks
+   * (as wait's).
    * @param {string} name
    * @param {unknown} [input]
+   * @param {{ask?: object}} [opts]
    * @returns {Promise<any>}
    */
-  async call(name, input) {
+  async call(name, input, opts = {}) {
     checkToken('call name', name);
-    const answer = await this.#ask({ call: input === undefined ? { name } : { name, input: toJSON(input) } });
+    const c = input === undefined ? { name } : { name, input: toJSON(input) };
+    if (opts.ask) c.ask = toJSON(opts.ask);
+    const answer = await this.#ask({ call: c });
     const reply = answer.reply;
     if (!reply) throw new Error(`jetrun: made call ${name}, got ${JSON.stringify(answer)}`);
     if (reply.error) throw new CallError(name, reply.error);

@@ -225,7 +225,7 @@ export class Client {
    * Answers an ask (POST /v1/asks/{id}:answer): the digest of the payload
    * shown, and the value (for an approval, the signal's payload). The first
    * answer wins; a second gets an APIError 409.
-   * @param {string} askId @param {{digest: string, value: unknown}} answer
+   * @param {string} askId @param {{digest: string, value: unknown, by?: string}} answer
    */
   async answer(askId, answer) {
     if (typeof askId !== 'string' || askId === '') throw new TypeError('answer needs an ask id');

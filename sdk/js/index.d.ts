@@ -52,6 +52,17 @@ export class CallError extends Error {
   readonly reason: string;
 }
 
+/** What a wait or call asks a person (issue 37's asks; ignored by a worker without them). */
+export interface Ask {
+  kind?: 'approve' | 'choose' | 'form';
+  title?: string;
+  payload?: unknown;
+  choices?: unknown[];
+  schema?: Record<string, unknown>;
+  deadlineMs?: number;
+  default?: unknown;
+}
+
 /** Options of a nested run started by a child. */
 export interface ChildRunOptions {
   /** The tool call (or any name unique in the run) the nested run is for: its id derives from it. */
@@ -81,9 +92,9 @@ export class Run<I = JSONValue> {
   /** The stored output of step name, else fn's, stored first. */
   step<T>(name: string, fn: () => T | Promise<T>): Promise<T>;
   /** Waits for a signal and returns its payload; a takeover waits again (wrap it in a step to store it). */
-  wait<T = JSONValue>(name: string): Promise<T>;
+  wait<T = JSONValue>(name: string, opts?: { ask?: Ask }): Promise<T>;
   /** Asks the run's caller; a failed reply throws CallError. */
-  call<T = JSONValue>(name: string, input?: unknown): Promise<T>;
+  call<T = JSONValue>(name: string, input?: unknown, opts?: { ask?: Ask }): Promise<T>;
   /** Holds spend against the tree's budget; the next usage report settles it. */
   reserve(amount: { inputTokens?: number; outputTokens?: number; costMicros?: number }): Promise<{ ok: boolean; reason?: string; error?: string }>;
   /** Runs agentType as a nested run and waits for its outcome. */
@@ -190,7 +201,7 @@ export class Client {
   signal(runId: string, name: string, payload?: unknown): Promise<unknown>;
   calls(runId: string): Promise<{ calls: Array<Record<string, unknown>> }>;
   reply(runId: string, seq: number, answer: { output?: unknown; error?: string }): Promise<unknown>;
-  answer(askId: string, answer: { digest: string; value: unknown }): Promise<unknown>;
+  answer(askId: string, answer: { digest: string; value: unknown; by?: string }): Promise<unknown>;
   asks(filter?: Record<string, string>): Promise<{ asks: Array<Record<string, unknown>> }>;
   rerun(runId: string, opts: {
     fromStep: string; input?: unknown; steps?: Record<string, unknown>; runId?: string; budget?: { tokens?: number; costMicros?: number; runs?: number };

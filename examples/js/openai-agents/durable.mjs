@@ -101,7 +101,9 @@ export function taskTool(run, agentType, opts = {}) {
 /**
  * Runs agent on input; each tool call that needs approval is asked through
  * jetrun — a wait for the signal approve-<callId>, payload {"approved":
- * bool} — and the run goes on with the answer. The answer is stored as the
+ * bool}, that is an ask of kind approve showing the tool and its arguments
+ * (answered in the asks inbox, or by the signal) — and the run goes on with
+ * the answer. The answer is stored as the
  * step approval-<callId>, so a takeover does not ask again.
  * @param {import('jetrun').Run} run
  * @param {import('@openai/agents').Agent} agent
@@ -113,7 +115,10 @@ export async function runApproved(run, agent, input) {
     for (const item of result.interruptions) {
       const callId = item.rawItem.callId ?? item.rawItem.id;
       run.progress(0.5, { phase: 'approval', message: `${item.name} needs approval (signal approve-${token(callId)})`, data: { tool: item.name, arguments: item.arguments } });
-      const answer = await run.step(`approval-${token(callId)}`, () => run.wait(`approve-${token(callId)}`));
+      let args = item.arguments;
+      try { args = JSON.parse(args); } catch { /* keep the text */ }
+      const ask = { kind: 'approve', title: `${agent.name} wants to call ${item.name}`, payload: { tool: item.name, arguments: args } };
+      const answer = await run.step(`approval-${token(callId)}`, () => run.wait(`approve-${token(callId)}`, { ask }));
       if (answer?.approved) result.state.approve(item);
       else result.state.reject(item);
     }

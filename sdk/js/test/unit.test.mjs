@@ -73,6 +73,20 @@ test('a wait stored as a step by an earlier attempt is not waited for again', as
   assert.deepEqual(lines, [{ result: { summary: '', output: { approved: false } } }]);
 });
 
+test('a wait or a call that asks a person carries its ask', async () => {
+  const ask = { kind: 'approve', title: 'send it?', payload: { to: 'team' } };
+  const lines = await exchange(req(), async (run) => {
+    const a = await run.wait('approve', { ask });
+    const b = await run.call('ask-user', { q: 1 }, { ask: { kind: 'form', title: 'which?' } });
+    return { output: [a, b] };
+  }, [{ signal: { name: 'approve', payload: { approved: true } } }, { reply: { name: 'ask-user', output: 'this' } }]);
+  assert.deepEqual(lines, [
+    { wait: 'approve', ask },
+    { call: { name: 'ask-user', input: { q: 1 }, ask: { kind: 'form', title: 'which?' } } },
+    { result: { summary: '', output: [{ approved: true }, 'this'] } },
+  ]);
+});
+
 test('reserve writes a reserve line and answers the reserved line', async () => {
   const lines = await exchange(req(), async (run) => {
     const a = await run.reserve({ inputTokens: 10, costMicros: 5 });
