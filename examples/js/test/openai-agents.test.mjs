@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { writeFileSync, rmSync } from 'node:fs';
 import { Jetrun, counter, eventually, node } from '../../../sdk/js/test/harness.mjs';
-import { Client, childRunId } from 'jetrun';
+import { APIError, Client, childRunId } from 'jetrun';
 import { examples } from './paths.mjs';
 
 const SCRIPT = examples('openai-agents', 'agent.mjs');
@@ -122,4 +122,24 @@ test('kill -9 inside the nested run: the parent re-attaches to it, stored calls 
   const kids = await nested('oa-nest');
   assert.equal(kids.length, 1, 'one researcher run, re-attached');
   assert.equal((await client.get(kids[0].id)).attempt, 2);
+});
+
+test('the approval is an ask in the inbox, answered once with answer()', async (t) => {
+  const ledger = join(j.scratch(), 'ledger');
+  await serve(t, ledger);
+  await client.dispatch('triage', { prompt: 'Tell the team what drives the tides' }, { runId: 'oa-ask' });
+  const ask = await eventually(async () => (await client.asks({ status: 'open', runId: 'oa-ask' })).asks[0], 'the ask');
+  assert.deepEqual({ kind: ask.kind, name: ask.name, title: ask.title, payload: ask.payload }, {
+    kind: 'approve', name: 'approve-call-email', title: 'triage wants to call send_email',
+    payload: { tool: 'send_email', arguments: { to: 'team@example.com', body: 'The tides: the pull of the moon' } },
+  });
+  await assert.rejects(client.answer(ask.id, { digest: 'sha256:00', value: { approved: true } }),
+    (err) => err instanceof APIError && err.status === 409 && err.code === 'stale_digest');
+  const answered = await client.answer(ask.id, { digest: ask.digest, value: { approved: true }, by: 'alice' });
+  assert.equal(answered.answer.by, 'alice');
+  await assert.rejects(client.answer(ask.id, { digest: ask.digest, value: { approved: false } }),
+    (err) => err instanceof APIError && err.status === 409 && err.code === 'already_answered');
+  const outcome = await client.await('oa-ask');
+  assert.equal(outcome.output.text, 'Emailed the team: The tides: the pull of the moon (sent to team@example.com)');
+  assert.deepEqual(counter(ledger).filter((l) => l.startsWith('tool send_email')), ['tool send_email(team@example.com) triage attempt-1']);
 });

@@ -70,12 +70,13 @@ func nodeTests(t *testing.T, dir string, env ...string) int {
 // TestJavaScriptSDK runs sdk/js's tests: every verb of the child side
 // (steps with usage, chunks, progress, milestones, wait, call, result,
 // failures) and of the caller side (dispatch, await, stream resumed with
-// Last-Event-ID, cancel, dispatch over NATS), a kill -9 between steps, and
-// the types (tsc --noEmit).
+// Last-Event-ID, cancel, rerun and diff, asks and answer, dispatch over
+// NATS), a kill -9 inside a step, the shared protocol fixtures, the
+// README's ten-line TypeScript child and the types (tsc --noEmit).
 func TestJavaScriptSDK(t *testing.T) {
 	t.Parallel()
-	if n := nodeTests(t, repoDir(t, "sdk", "js")); n < 24 {
-		t.Fatalf("node ran %d tests in sdk/js, want at least 24", n)
+	if n := nodeTests(t, repoDir(t, "sdk", "js")); n < 26 {
+		t.Fatalf("node ran %d tests in sdk/js, want at least 26", n)
 	}
 }
 
@@ -85,7 +86,7 @@ func TestJavaScriptSDK(t *testing.T) {
 // mid-loop makes no stored call again (counted by the mocks).
 func TestJavaScriptAgents(t *testing.T) {
 	t.Parallel()
-	if n := nodeTests(t, examples(t, "js")); n < 7 {
-		t.Fatalf("node ran %d tests in examples/js, want at least 7", n)
+	if n := nodeTests(t, examples(t, "js")); n < 8 {
+		t.Fatalf("node ran %d tests in examples/js, want at least 8", n)
 	}
 }

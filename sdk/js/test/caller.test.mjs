@@ -5,7 +5,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { Jetrun, counter, here, node } from './harness.mjs';
+import { Jetrun, counter, eventually, here, node } from './harness.mjs';
 import { Client, APIError, connectNats } from '../index.js';
 
 const AGENT = `${node} ${join(here, 'children', 'agent.mjs')}`;
@@ -130,4 +130,15 @@ test('rerun from a step: the steps before it are given back, the rest run again'
   assert.equal(diff.outputEqual, true);
   await assert.rejects(client.rerun('c-orig', { fromStep: 'no-such-step' }),
     (err) => err instanceof APIError && err.status === 422 && err.code === 'step_not_stored');
+});
+
+test('a wait is an ask: asks lists it, answer resumes the run, a second answer is refused', async () => {
+  await client.dispatch('js-call', { turns: 1, wait: 'approve' }, { runId: 'c-ask' });
+  const ask = await eventually(async () => (await client.asks({ status: 'open', runId: 'c-ask' })).asks[0], 'the ask');
+  assert.deepEqual({ runId: ask.runId, via: ask.via, name: ask.name }, { runId: 'c-ask', via: 'signal', name: 'approve' });
+  await client.answer(ask.id, { digest: ask.digest, value: { approved: true } });
+  await assert.rejects(client.answer(ask.id, { digest: ask.digest, value: { approved: false } }),
+    (err) => err instanceof APIError && err.status === 409 && err.code === 'already_answered');
+  assert.deepEqual((await client.await('c-ask')).output.payload, { approved: true });
+  assert.deepEqual((await client.asks({ status: 'open', runId: 'c-ask' })).asks, []);
 });
