@@ -82,6 +82,9 @@ func (r *Run) Call(ctx context.Context, name string, input any, ask ...Ask) (jso
 
 // Call is Run.Call on a worker.
 func (e *execution) Call(ctx context.Context, name string, raw json.RawMessage, ask *events.Ask) (_ json.RawMessage, err error) {
+	if err := e.claimLate(ctx); err != nil {
+		return nil, err
+	}
 	timeout := DefaultCallTimeout
 	if d, ok := ctx.Deadline(); ok {
 		timeout = min(timeout, time.Until(d))

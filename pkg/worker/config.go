@@ -23,6 +23,7 @@ const (
 	DefaultProgressInterval = 200 * time.Millisecond
 	DefaultRowSyncInterval  = 500 * time.Millisecond
 	DefaultChunkWindow      = 50 * time.Millisecond
+	DefaultClaimWindow      = 50 * time.Millisecond
 
 	// MinLease is the shortest lease accepted.
 	MinLease = time.Second
@@ -72,6 +73,19 @@ type Config struct {
 	// about one event per window (default 50ms). A negative window turns
 	// coalescing off: one event per chunk.
 	ChunkWindow time.Duration
+	// ClaimWindow is how long a run's first attempt may run before it
+	// claims the run (default 50ms). A handler that returns within it,
+	// having asked its Run for nothing that leaves a trace (a chunk,
+	// progress, a milestone, a step, usage, a wait, a call, a nested
+	// run, a park), stores its ending only: the final row, written by a
+	// compare-and-set against the row it was dispatched with (or
+	// created), and one status event carrying its attempt and its start.
+	// A handler that asks for any of those, or runs longer, claims the
+	// run then, as it would have at its start. Only top-level runs that
+	// are not detached and have no budget or concurrency key wait to be
+	// claimed. Negative: every attempt claims at once. At most a sixth
+	// of the lease.
+	ClaimWindow time.Duration
 	// RowSyncInterval bounds how often a run's row is updated with its
 	// progress snapshot and signal time (default 500ms).
 	RowSyncInterval time.Duration
@@ -94,6 +108,7 @@ func (c Config) withDefaults() Config {
 	c.ProgressInterval = cmp.Or(c.ProgressInterval, DefaultProgressInterval)
 	c.RowSyncInterval = cmp.Or(c.RowSyncInterval, DefaultRowSyncInterval)
 	c.ChunkWindow = cmp.Or(c.ChunkWindow, DefaultChunkWindow)
+	c.ClaimWindow = cmp.Or(c.ClaimWindow, DefaultClaimWindow)
 	c.MaxDepth = cmp.Or(c.MaxDepth, events.DefaultMaxDepth)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -117,6 +132,9 @@ func (c Config) validate() error {
 	}
 	if c.Lease != 0 && c.Lease < MinLease {
 		errs = append(errs, fmt.Errorf("lease must be at least %s, got %s", MinLease, c.Lease))
+	}
+	if lease := cmp.Or(c.Lease, DefaultLease); c.ClaimWindow > lease/6 {
+		errs = append(errs, fmt.Errorf("claim window must be at most a sixth of the lease (%s), got %s", lease/6, c.ClaimWindow))
 	}
 	if c.MaxAttempts < 0 {
 		errs = append(errs, fmt.Errorf("max attempts must be positive, got %d", c.MaxAttempts))

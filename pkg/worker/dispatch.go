@@ -44,7 +44,11 @@ func (w *Worker) process(ctx context.Context, agentType string, msg jetstream.Ms
 		log = log.With("trace_id", id)
 	}
 
-	blind := plainFirstDelivery(msg, d)
+	// With a claim window the row is read first, even for a plain
+	// publish: a handler about to run before its claim must know the run
+	// has no row (or is not cleared) before it starts, not learn it from
+	// its claim's create.
+	blind := plainFirstDelivery(msg, d) && w.cfg.ClaimWindow <= 0
 	for try := 0; ; try++ {
 		var (
 			row     *model.Row
@@ -231,6 +235,10 @@ func (w *Worker) decide(ctx context.Context, log *slog.Logger, msg jetstream.Msg
 		w.unregister(e)
 		return settle.Leave(), false, err
 	}
+	if w.mayClaimLazily(row) {
+		w.executeLazily(ctx, e, row, nil, rev, claimed, false)
+		return settle.Leave(), false, nil // the execution settled the dispatch
+	}
 	newRev, err := w.store.Update(ctx, claimed, rev)
 	if err != nil {
 		w.unregister(e)
@@ -336,6 +344,10 @@ func (w *Worker) claimNew(ctx context.Context, agentType string, d events.Dispat
 	e := w.newExecution(msg, row.ID, slot)
 	if !w.register(e) {
 		return settle.Retry(w.busyDelay()), true, nil // another delivery is being claimed here
+	}
+	if w.mayClaimLazily(row) {
+		w.executeLazily(ctx, e, nil, row, 0, claimed, checkCleared)
+		return settle.Leave(), true, nil // the execution settled the dispatch
 	}
 	var (
 		tomb       sync.WaitGroup

@@ -46,6 +46,7 @@ type execution struct {
 	holds   execHolds   // reservations (holds.go)
 
 	storedSteps []events.Step // the steps earlier attempts stored, read by start (step.go)
+	lz          *lazyClaim    // the claim not written yet of a short run's first attempt (lazy.go); nil: claimed
 }
 
 // newExecution prepares the attempt of a run the worker is about to claim;
@@ -65,6 +66,7 @@ func (w *Worker) execute(ctx context.Context, e *execution, row *model.Row, rev 
 		e.log = e.log.With("trace_id", id)
 	}
 	e.rw = newRowWriter(w.store, row, rev)
+	e.rw.pending = e.lz != nil
 	e.pub = &publisher{
 		js: w.js, stream: w.rt.EventsStreamFor(row.ID), streams: len(w.rt.EventsStreams()), store: w.store, ns: w.ns,
 		runID: row.ID, worker: w.cfg.ID, attempt: row.Attempt, window: &w.eventWindow,
@@ -82,7 +84,8 @@ func (w *Worker) execute(ctx context.Context, e *execution, row *model.Row, rev 
 		return
 	}
 
-	if err := e.start(hctx); err != nil {
+	// A run not claimed yet has nothing to start (lazy.go).
+	if err := e.startClaimed(hctx); err != nil {
 		if errors.Is(err, ErrLeaseLost) {
 			e.end(e.abandon)
 			return
@@ -95,6 +98,7 @@ func (w *Worker) execute(ctx context.Context, e *execution, row *model.Row, rev 
 	e.log.DebugContext(ctx, "run started")
 	e.row = e.rw.row().Clone()
 	run := &Run{b: e, row: e.row}
+	e.armClaim(hctx) // a run not claimed yet claims it when its window passes (lazy.go)
 	e.rw.startClock(time.Now())
 	e.ctl.begin(time.Now())
 	e.dlv.startBeats(time.Now())
@@ -136,6 +140,14 @@ func (e *execution) end(outcome func()) {
 	e.emit.stopTimer()
 	outcome()
 	e.w.observeEnd(e)
+}
+
+// startClaimed starts an attempt that claimed its run at its start.
+func (e *execution) startClaimed(ctx context.Context) error {
+	if e.lz != nil {
+		return nil
+	}
+	return e.start(ctx)
 }
 
 // historyTimeout bounds reading what earlier attempts left.

@@ -103,7 +103,8 @@ func TestChunkBehindAnUnacknowledgedEventJoinsABatch(t *testing.T) {
 	}
 	started, down, emitted := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	var handlerErrs []error
-	startWorker(t, nc, worker.Config{ChunkWindow: time.Hour}, map[string]worker.Handler{
+	// Claimed as it starts (no claim window): the outage comes after.
+	startWorker(t, nc, worker.Config{ChunkWindow: time.Hour, ClaimWindow: -1}, map[string]worker.Handler{
 		"behind": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
 			close(started)
 			<-down
@@ -349,7 +350,9 @@ func TestADeadHolderIsTakenOverAfterAnOutage(t *testing.T) {
 func TestRunIsNotFinalWithoutItsRunningEvent(t *testing.T) {
 	t.Parallel()
 	calls := make(chan int, 16)
-	b, _ := setup(t, worker.Config{}, map[string]worker.Handler{
+	// Claimed at its start (no claim window): a run that ends within the
+	// window has no "running" event at all (lazy_test.go).
+	b, _ := setup(t, worker.Config{ClaimWindow: -1}, map[string]worker.Handler{
 		"quick": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
 			calls <- run.Attempt()
 			return worker.Result{Summary: "done"}, nil
@@ -414,7 +417,9 @@ func TestStalledPublisherDoesNotStallTheHeart(t *testing.T) {
 	const lease = 2 * time.Second
 	streaming, waiting := make(chan struct{}), make(chan struct{})
 	cancelled := make(chan error, 1)
-	b, _ := setup(t, worker.Config{Lease: lease}, map[string]worker.Handler{
+	// Both runs claimed as they start (no claim window): the chatty one's
+	// "running" is stored before its stream goes away.
+	b, _ := setup(t, worker.Config{Lease: lease, ClaimWindow: -1}, map[string]worker.Handler{
 		"chatty": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
 			close(streaming)
 			tokens := time.NewTicker(time.Millisecond) // a model's pace

@@ -149,6 +149,9 @@ func (r *Run) Spawn(ctx context.Context, req ChildRequest) (*Child, error) {
 
 // Spawn is Run.Spawn on a worker.
 func (e *execution) Spawn(ctx context.Context, req ChildRequest) (*Child, error) {
+	if err := e.claimLate(ctx); err != nil {
+		return nil, err
+	}
 	if e.ctl.isEnded() {
 		return nil, ErrLeaseLost
 	}

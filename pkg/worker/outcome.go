@@ -29,6 +29,14 @@ import (
 func (e *execution) finish(ctx context.Context, res Result, herr error, panicked bool) {
 	cause := context.Cause(ctx) // nil while ctx is live
 	delay, retry := retryAfter(herr)
+	if (retry || errors.Is(cause, ErrBudgetExceeded) || errors.Is(herr, ErrBudgetExceeded)) && e.unclaimed() {
+		// A retry or a give-up is written on a claimed row (it counts the
+		// attempt); a run not claimed yet claims it first.
+		if err := e.claimLate(ctx); err != nil {
+			e.abandon()
+			return
+		}
+	}
 	switch {
 	case errors.Is(cause, ErrLeaseLost) || errors.Is(herr, ErrLeaseLost) || e.pub.isFenced():
 		e.abandon()
@@ -93,6 +101,16 @@ func cancelText(r *model.Row) string {
 // does not replace the give-up with "aborted": the row stays interrupted,
 // with the child no longer running.
 func (e *execution) finalize(status events.Status, reason, text string, res result) {
+	if status.Final() && e.endUnclaimed() {
+		e.endWithoutClaim(status, reason, text, res)
+		return
+	}
+	if e.unclaimed() {
+		if err := e.claimLate(context.Background()); err != nil {
+			e.abandon()
+			return
+		}
+	}
 	// Everything the attempt published is stored before the run is final:
 	// through faults, for as long as the worker holds its runs.
 	dctx, dcancel := context.WithDeadline(context.Background(), later(e.w.holdsUntil(), time.Now().Add(writeTimeout)))
@@ -223,6 +241,13 @@ func earlier(a, b time.Time) time.Time {
 // handBack releases the lease so another worker can take the run over at
 // once, and returns the dispatch to the queue.
 func (e *execution) handBack() {
+	if e.endUnclaimed() {
+		// Nothing of the attempt is stored: the dispatch goes back as it came.
+		e.pub.fence()
+		e.ctl.setOutcome(OutcomeHandedBack, "")
+		e.releaseMsgs(settle.Retry(0))
+		return
+	}
 	dctx, dcancel := writeContext()
 	_ = e.drain(dctx)
 	dcancel()
@@ -256,6 +281,12 @@ func (e *execution) handBack() {
 // worker holds its runs (writeFinal): a release that did not land would
 // leave the attempt counted as a lost worker's.
 func (e *execution) release(delay time.Duration) {
+	if e.endUnclaimed() {
+		e.pub.fence()
+		e.ctl.setOutcome(OutcomeReleased, "")
+		e.releaseMsgs(settle.Retry(delay))
+		return
+	}
 	ctx, cancel := writeContext()
 	defer cancel()
 	e.pub.fence()
@@ -277,6 +308,10 @@ func (e *execution) release(delay time.Duration) {
 // names the attempt, the run is handed off (handOffLapsed). An attempt
 // whose run another worker took over is recorded as a lapse (refundLapse).
 func (e *execution) abandon() {
+	if e.endUnclaimed() {
+		e.abandonUnclaimed()
+		return
+	}
 	e.pub.fence()
 	if (e.ctl.isLapsed() || e.pub.livenessRanOut()) && e.w.awaitLiveness(e.epoch) && e.handOffLapsed() {
 		return

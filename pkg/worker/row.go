@@ -33,6 +33,7 @@ type rowWriter struct {
 	turn  chan struct{}
 
 	mu       sync.Mutex
+	pending  bool       // cur is a claim not written yet (lazy.go): every write is refused
 	cur      *model.Row // read-only: a write replaces it
 	rev      uint64
 	dirty    bool      // fields changed since the last write took them
@@ -65,8 +66,11 @@ func (rw *rowWriter) write(ctx context.Context, fn func(*model.Row) error) (*mod
 	}
 	defer func() { <-rw.turn }()
 	rw.mu.Lock()
-	cur, rev := rw.cur, rw.rev // changed only under the turn
+	cur, rev, pending := rw.cur, rw.rev, rw.pending // changed only under the turn
 	rw.mu.Unlock()
+	if pending {
+		return nil, ErrLeaseLost // the attempt holds no row (yet)
+	}
 	row, rev, err := rw.store.MutateFrom(ctx, rw.id, cur, rev, fn)
 	if errors.Is(err, runstore.ErrRunNotFound) {
 		return nil, ErrLeaseLost // cleared
@@ -78,6 +82,14 @@ func (rw *rowWriter) write(ctx context.Context, fn func(*model.Row) error) (*mod
 	rw.cur, rw.rev = row, rev
 	rw.mu.Unlock()
 	return row, nil
+}
+
+// claimed records the attempt's claim, written late (lazy.go): row at
+// revision rev.
+func (rw *rowWriter) claimed(row *model.Row, rev uint64) {
+	rw.mu.Lock()
+	defer rw.mu.Unlock()
+	rw.cur, rw.rev, rw.pending = row, rev, false
 }
 
 // row is the newest row the attempt knows (read-only).
@@ -197,7 +209,7 @@ func (rw *rowWriter) startClock(now time.Time) {
 func (rw *rowWriter) due(now time.Time, every time.Duration) bool {
 	rw.mu.Lock()
 	defer rw.mu.Unlock()
-	if !rw.dirty || now.Sub(rw.lastSync) < every {
+	if !rw.dirty || rw.pending || now.Sub(rw.lastSync) < every {
 		return false
 	}
 	rw.lastSync = now

@@ -206,19 +206,31 @@ func (e *execution) Logger() *slog.Logger { return e.log }
 func (e *execution) Milestones() []events.Milestone { return e.emit.milestonesCopy() }
 
 func (e *execution) Chunk(ctx context.Context, data json.RawMessage) error {
+	if err := e.claimLate(ctx); err != nil {
+		return err
+	}
 	return e.emitChunk(ctx, data)
 }
 
 func (e *execution) Progress(ctx context.Context, p events.Progress) error {
+	if err := e.claimLate(ctx); err != nil {
+		return err
+	}
 	p.RunID, p.Attempt = e.id, e.attempt
 	return e.emitProgress(ctx, p)
 }
 
 func (e *execution) Milestone(ctx context.Context, name string, data json.RawMessage) (events.Milestone, error) {
+	if err := e.claimLate(ctx); err != nil {
+		return events.Milestone{}, err
+	}
 	return e.emitMilestone(ctx, events.Milestone{RunID: e.id, Name: name, Data: data, Attempt: e.attempt})
 }
 
 func (e *execution) Flush(ctx context.Context) error {
+	if e.unclaimed() {
+		return nil // nothing published yet
+	}
 	if err := e.emit.flush(ctx); err != nil {
 		return err
 	}
@@ -226,6 +238,9 @@ func (e *execution) Flush(ctx context.Context) error {
 }
 
 func (e *execution) Park(ctx context.Context, wait func(ctx context.Context) error) error {
+	if err := e.claimLate(ctx); err != nil {
+		return err
+	}
 	e.parking.park()
 	err := wait(ctx)
 	if uerr := e.parking.unpark(ctx); uerr != nil && err == nil {
@@ -235,6 +250,9 @@ func (e *execution) Park(ctx context.Context, wait func(ctx context.Context) err
 }
 
 func (e *execution) Wait(ctx context.Context, name string, ask *events.Ask) (_ json.RawMessage, err error) {
+	if err := e.claimLate(ctx); err != nil {
+		return nil, err
+	}
 	defer e.rw.waitSignal(name)() // however the wait ends; the next row sync records it
 	now := time.Now()
 	row, err := e.write(ctx, func(x *model.Row) error {

@@ -101,6 +101,9 @@ type stepBook interface {
 // its usage joins the run's once the server has stored it, however long
 // after this returns that is (an answer awaited past the end of ctx).
 func (e *execution) storeStepWith(ctx context.Context, st events.Step, spent *stepUsage) error {
+	if err := e.claimLate(ctx); err != nil {
+		return err
+	}
 	var stored func(dup bool)
 	if st.Usage != nil && spent != nil {
 		if err := e.startUsage(ctx, e.row); err != nil {

@@ -134,6 +134,9 @@ func (r *Run) Usage(ctx context.Context, u Usage) error {
 // Usage is Run.Usage on a worker, with a report that is not empty (and
 // added to its step's usage, if it is a step's).
 func (e *execution) Usage(ctx context.Context, u Usage) error {
+	if err := e.claimLate(ctx); err != nil {
+		return err
+	}
 	s, inStep := ctx.Value(stepUsageKey{}).(*stepUsage)
 	if e.ctl.isEnded() {
 		return ErrLeaseLost

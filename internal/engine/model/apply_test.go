@@ -104,6 +104,22 @@ func TestApplyTable(t *testing.T) {
 			},
 		},
 		{
+			// A short run's attempt ends it without a claim: only a run
+			// still waiting for its first attempt, never one any attempt
+			// claimed or ended.
+			ev: model.EndedWithoutClaim{Attempt: 1, DispatchSeq: 9, StartedAt: t0.Add(-2 * time.Hour), Status: events.StatusCompleted,
+				Summary: "done", Output: json.RawMessage(`1`)},
+			want: cells{"starting": "completed", "*": notHolder},
+			fields: func(b, a *model.Row) error {
+				if a.Attempt != 1 || a.DispatchSeq != 9 || !a.StartedAt.Equal(b.CreatedAt) || !a.FinishedAt.Equal(t0) ||
+					a.Summary != "done" || a.Worker != "" || a.Finishes[events.StatusCompleted] == nil {
+					return fmt.Errorf("attempt %d dispatchSeq %d startedAt %v finishedAt %v summary %q worker %q finishes %v",
+						a.Attempt, a.DispatchSeq, a.StartedAt, a.FinishedAt, a.Summary, a.Worker, a.Finishes)
+				}
+				return nil
+			},
+		},
+		{
 			ev:   model.HandedBack{By: holder},
 			want: cells{"running": "running", "interrupted-child-running": "interrupted", "*": notHolder},
 			fields: func(b, a *model.Row) error {

@@ -190,7 +190,7 @@ func (in *fuzzInput) holderOf(r *model.Row) model.Holder {
 func (in *fuzzInput) event(r *model.Row, ending *events.StatusEvent, now time.Time) model.Event {
 	by := func() model.Holder { return in.holderOf(r) }
 	status := func() events.Status { return pick(in, fuzzStatuses...) }
-	switch in.n(36) {
+	switch in.n(38) {
 	case 0, 1, 2:
 		return model.Claimed{Worker: pick(in, "w1", "w2"), Epoch: pick(in, "e1", "e2"), DispatchSeq: uint64(in.n(4))}
 	case 3:
@@ -267,6 +267,10 @@ func (in *fuzzInput) event(r *model.Row, ending *events.StatusEvent, now time.Ti
 			model.NoticeDelivered{Name: name},
 			model.NoticeReleased{Name: name, Cause: "boom", Failed: in.flag()},
 			model.NoticeSeqRecorded{Name: name, Seq: uint64(1 + in.n(3))})
+	case 35, 36:
+		return model.EndedWithoutClaim{Attempt: r.Attempt + pick(in, 1, 0, 2), DispatchSeq: uint64(in.n(4)),
+			StartedAt: now.Add(-time.Duration(in.n(3)) * time.Second), Status: status(),
+			Reason: pick(in, fuzzReasons...), Error: pick(in, "", "boom"), Summary: "s", Output: json.RawMessage(`{}`)}
 	case 34:
 		return pick[model.Event](in,
 			model.Charged{Mark: model.ChargeMark{Run: pick(in, "r", "c"), Attempt: in.n(3), Seq: uint64(in.n(4))},
