@@ -57,9 +57,9 @@ type lazyClaim struct {
 	claimed      *model.Row // the row as the claim writes it, at startedAt
 	startedAt    time.Time
 	checkCleared bool // a plain publish's first delivery: read the tombstone beside a create
-	timer        *time.Timer
 
 	mu    sync.Mutex
+	timer *time.Timer // claims the run when the window passes
 	state lazyState
 	done  chan struct{} // closed when a claim in flight is written
 	err   error         // the claim's failure (lazyClaimed)
@@ -102,11 +102,21 @@ func (e *execution) armClaim(ctx context.Context) {
 	if e.lz == nil {
 		return
 	}
+	e.lz.mu.Lock()
+	defer e.lz.mu.Unlock()
 	e.lz.timer = time.AfterFunc(e.w.cfg.ClaimWindow, func() {
 		if err := e.claimLate(ctx); err != nil && !errors.Is(err, ErrCancelled) {
 			e.lose()
 		}
 	})
+}
+
+// stopTimerLocked stops the window's timer (it may be running its claim: that
+// finds the state moved on); lz.mu must be held.
+func (lz *lazyClaim) stopTimerLocked() {
+	if lz.timer != nil {
+		lz.timer.Stop()
+	}
 }
 
 // endUnclaimed moves an unclaimed attempt to ending without a claim, and
@@ -121,8 +131,8 @@ func (e *execution) endUnclaimed() bool {
 	switch lz.state {
 	case lazyUnclaimed:
 		lz.state = lazyEnded
+		lz.stopTimerLocked()
 		lz.mu.Unlock()
-		lz.timer.Stop()
 		return true
 	case lazyClaiming:
 		done := lz.done
@@ -192,8 +202,8 @@ func (e *execution) claimLate(ctx context.Context) error {
 		lz.err = err
 	}
 	close(lz.done)
+	lz.stopTimerLocked()
 	lz.mu.Unlock()
-	lz.timer.Stop()
 	switch {
 	case errors.Is(err, ErrCancelled):
 		e.ctl.cancelWith(ErrCancelled)
