@@ -125,6 +125,7 @@ type Pool struct {
 	ShutdownTimeout  time.Duration `envconfig:"JETRUN_SHUTDOWN_TIMEOUT" default:"30s" desc:"on SIGTERM, how long runs in flight may finish before they are handed back"`
 	MaxDepth         int           `envconfig:"JETRUN_MAX_DEPTH" default:"8" desc:"deepest nesting of runs accepted (dispatch depth); also bounds cancel cascades"`
 	ChunkWindow      time.Duration `envconfig:"JETRUN_CHUNK_WINDOW" default:"50ms" desc:"a run's chunk leaves at once when the run is quiet (no chunk within the window before it, its events acknowledged); otherwise it waits at most this window, and the chunks emitted meanwhile leave with it as one stored event (readers still see them one by one); 0 turns coalescing off"`
+	ClaimWindow      time.Duration `envconfig:"JETRUN_CLAIM_WINDOW" default:"50ms" desc:"a short run whose handler ends within this window having emitted nothing stores its ending only (final row and one status event); one that emits or runs longer claims its run then; at most a sixth of JETRUN_LEASE; 0 claims every run at its start"`
 }
 
 // Reconcile holds the reconciler's and finish deliverer's settings.
@@ -453,6 +454,9 @@ func (p Pool) validate() error {
 	if p.ChunkWindow < 0 {
 		errs = append(errs, fmt.Errorf("JETRUN_CHUNK_WINDOW must not be negative, got %s", p.ChunkWindow))
 	}
+	if p.ClaimWindow < 0 || p.ClaimWindow > p.Lease/6 {
+		errs = append(errs, fmt.Errorf("JETRUN_CLAIM_WINDOW must be between 0 and a sixth of JETRUN_LEASE (%s), got %s", p.Lease/6, p.ClaimWindow))
+	}
 	if p.MaxDepth < 1 {
 		errs = append(errs, fmt.Errorf("JETRUN_MAX_DEPTH must be at least 1, got %d", p.MaxDepth))
 	}
@@ -493,6 +497,7 @@ func (p Pool) WorkerConfig(logger *slog.Logger) worker.Config {
 		MaxAttempts:      p.MaxAttempts,
 		MaxDepth:         p.MaxDepth,
 		ChunkWindow:      cmp.Or(p.ChunkWindow, -1), // 0 turns coalescing off; worker.Config's 0 is the default
+		ClaimWindow:      cmp.Or(p.ClaimWindow, -1), // 0 claims at once; worker.Config's 0 is the default
 		Logger:           logger,
 	}
 }

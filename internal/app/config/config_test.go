@@ -126,6 +126,7 @@ func TestDefaultsMatchThePackages(t *testing.T) {
 		"JETRUN_MAX_ATTEMPTS":                {pw.MaxAttempts, worker.DefaultMaxAttempts},
 		"JETRUN_MAX_DEPTH":                   {pw.MaxDepth, events.DefaultMaxDepth},
 		"JETRUN_CHUNK_WINDOW":                {pw.ChunkWindow, worker.DefaultChunkWindow},
+		"JETRUN_CLAIM_WINDOW":                {pw.ClaimWindow, worker.DefaultClaimWindow},
 		"JETRUN_RECONCILE_INTERVAL":          {pw.ReconcileInterval, reconcile.DefaultInterval},
 		"JETRUN_RETENTION":                   {pw.Retention, reconcile.DefaultRetention},
 		"JETRUN_DETACHED_MAX_BUDGET":         {pw.DetachedMaxBudget, reconcile.DefaultMaxBudget},
