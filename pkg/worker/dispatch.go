@@ -235,7 +235,7 @@ func (w *Worker) decide(ctx context.Context, log *slog.Logger, msg jetstream.Msg
 		w.unregister(e)
 		return settle.Leave(), false, err
 	}
-	if w.mayClaimLazily(row) {
+	if w.mayClaimLazily(row, msg) {
 		w.executeLazily(ctx, e, row, nil, rev, claimed, false)
 		return settle.Leave(), false, nil // the execution settled the dispatch
 	}
@@ -345,7 +345,7 @@ func (w *Worker) claimNew(ctx context.Context, agentType string, d events.Dispat
 	if !w.register(e) {
 		return settle.Retry(w.busyDelay()), true, nil // another delivery is being claimed here
 	}
-	if w.mayClaimLazily(row) {
+	if w.mayClaimLazily(row, msg) {
 		w.executeLazily(ctx, e, nil, row, 0, claimed, checkCleared)
 		return settle.Leave(), true, nil // the execution settled the dispatch
 	}

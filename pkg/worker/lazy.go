@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/engine/jsfault"
 	"github.com/jetrun/jetrun/internal/engine/model"
@@ -31,6 +32,7 @@ import (
 // Nothing of the attempt is stored before one of those writes: a worker
 // killed meanwhile leaves the dispatch unacknowledged, and the server
 // redelivers it after its AckWait (a lease), which runs the handler again,
+// claimed at its start (only a dispatch's first delivery waits to claim),
 // as a run whose worker died does. The window is at most a sixth of the
 // lease, so the dispatch cannot come back while the attempt may still end
 // unclaimed. Two attempts of a run that run unclaimed side by side (a
@@ -67,11 +69,16 @@ type lazyClaim struct {
 	rev   uint64
 }
 
-// mayClaimLazily reports whether a run with row (nil: none yet, the
-// dispatch d says what it is) may wait to be claimed: a first attempt of a
-// run no reconciler bookkeeping needs (unindexed, no budget, no key, no
-// cancel), with the window on.
-func (w *Worker) mayClaimLazily(row *model.Row) bool {
+// mayClaimLazily reports whether the run of row, woken by msg, may wait
+// to be claimed: the first delivery of its dispatch, for a first attempt
+// of a run no reconciler bookkeeping needs (unindexed, no budget, no key,
+// no cancel), with the window on. A redelivery (after a crash, a fault, a
+// return) claims at once, so a handler that kills its process every time
+// still uses up the run's attempts.
+func (w *Worker) mayClaimLazily(row *model.Row, msg jetstream.Msg) bool {
+	if meta, err := msg.Metadata(); err != nil || meta.NumDelivered != 1 {
+		return false
+	}
 	return w.cfg.ClaimWindow > 0 && row.Unindexed && row.Status == events.StatusStarting &&
 		row.Attempt == 0 && row.FirstEventSeq == 0 && row.Parent == "" && row.Detached == nil &&
 		row.Budget == nil && row.ConcurrencyKey == "" && !row.CancelRequested
