@@ -568,6 +568,10 @@ func BenchmarkWorkloadShortRunCost(b *testing.B) {
 		"out/in msgs = nats.Conn.Stats of the worker's dedicated connection (every publish, ack and reply)")
 	rc.print("shortruns worker_requests", workerInbox, n)
 	rc.print("shortruns client_requests", clientInbox, n)
+	// Last: its runs' requests are not the client's runs'.
+	plain := plainPublishWrites(b, js, nc, n)
+	b.ReportMetric(plain, "plain-js-writes/run")
+	report("shortruns", "plain_publish_stored_writes_per_run", plain)
 }
 
 // BenchmarkWorkloadPacedLatency dispatches 2,000 no-op runs at a steady
@@ -647,4 +651,34 @@ func BenchmarkWorkloadPacedLatency(b *testing.B) {
 		"dispatch_to_handler_p50_ms", ms(percentile(starts, 0.5)), "dispatch_to_handler_p99_ms", ms(percentile(starts, 0.99)),
 		"raw_publish_ack_p50_ms", ms(percentile(raw, 0.5)), "raw_publish_ack_p99_ms", ms(percentile(raw, 0.99)),
 		"goal_p50_ms", 2.3, "goal_p99_ms", 3.9)
+}
+
+// plainPublishWrites publishes n no-op dispatches plainly (as any language
+// does: docs/protocol.md), waits until every run completed, and returns the
+// stored writes per run.
+func plainPublishWrites(b *testing.B, js jetstream.JetStream, nc *nats.Conn, n int) float64 {
+	b.Helper()
+	lat := newLatencies(n)
+	lat.follow(b, nc)
+	sum := func(m map[string]uint64) (t uint64) {
+		for _, v := range m {
+			t += v
+		}
+		return t
+	}
+	before := sum(storedByStream(b, js))
+	for i := range n {
+		id := fmt.Sprintf("plain-cost-%d", i)
+		lat.start(id)
+		if _, err := js.PublishAsync("jetrun.dispatch.noop", fmt.Appendf(nil, `{"runId":%q,"input":1}`, id), jetstream.WithMsgID(id)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(30 * time.Second):
+		b.Fatal("async publish stalled")
+	}
+	lat.wait(b, "plain-published runs completed")
+	return float64(sum(storedByStream(b, js))-before) / float64(n)
 }
