@@ -27,6 +27,8 @@ type Run struct {
 	row *model.Row
 	// steps holds the run's stored steps (step.go).
 	steps steps
+	// vars counts the variables it sets (subagent.go).
+	vars variables
 }
 
 // backend carries out what a handler asks of its Run once the Run has
