@@ -39,6 +39,10 @@ type Dispatch struct {
 	Budget     *TreeBudget `json:"budget,omitempty"`
 	Root       string      `json:"root,omitempty"`
 	BudgetFrom []string    `json:"budgetFrom,omitempty"`
+	// Session names the sub-agent session the run is a turn of: runs of
+	// one agent type under one session see its earlier turns as their
+	// history (docs/protocol.md, "Sub-agents").
+	Session string `json:"session,omitempty"`
 }
 
 // ErrBadDispatch is returned (wrapped, with the reason) by DecodeDispatch and

@@ -106,6 +106,8 @@ type Run struct {
 	Root       string             `json:"root,omitempty"`
 	BudgetFrom []string           `json:"budgetFrom,omitempty"`
 	Budget     *events.TreeBudget `json:"budget,omitempty"`
+	// Session is the sub-agent session the run is a turn of.
+	Session string `json:"session,omitempty"`
 	// TreeUsage, on the top of a tree and on a run that carries a budget,
 	// is what the whole tree under it spent (itself included); TreeRuns
 	// the nested runs counted against its runs budget.

@@ -190,6 +190,10 @@ type Request struct {
 	// ancestors as well as its own; one they do not allow is
 	// [ErrBudgetExceeded].
 	Budget *events.TreeBudget
+	// Session makes the run a turn of a sub-agent session: runs of one
+	// agent type under one session see its earlier turns as their history
+	// (the worker package's Run.History).
+	Session string
 }
 
 func (req Request) dispatch() (events.Dispatch, error) {
@@ -221,6 +225,7 @@ func (req Request) dispatch() (events.Dispatch, error) {
 		Depth:            req.Depth,
 		Detached:         req.Detached,
 		Budget:           req.Budget,
+		Session:          req.Session,
 	}
 	wire.SetTrace(&d, req.Trace.Valid())
 	errs = append(errs, req.keyed(&d)...)

@@ -72,6 +72,8 @@ type ChildRequest struct {
 	// not an error. A child that exists already (an attempt that takes
 	// the run over) is not asked about again.
 	Approval *Ask
+	// Session makes the child a turn of a sub-agent session (Run.History).
+	Session string
 }
 
 // Child is a nested run started by Run.Spawn.
@@ -185,7 +187,7 @@ func (e *execution) Spawn(ctx context.Context, req ChildRequest) (*Child, error)
 		AgentType: req.AgentType, RunID: id, Input: req.Input,
 		Parent: e.id, ParentToolCallID: callID, DisplayOrder: req.DisplayOrder, Depth: e.row.Depth + 1,
 		Detached: req.Detached, MaxConcurrent: req.MaxConcurrent,
-		Budget: req.Budget,
+		Budget: req.Budget, Session: req.Session,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("worker: run %s: start child %s: %w", e.id, id, err)

@@ -82,7 +82,7 @@ func (r *Run) SubAgentTools(ctx context.Context, s SubAgents, format string) (an
 // again after a crash re-attaches to it. Variables the child changed are
 // this run's when it completes (Run.Variables).
 func (r *Run) RunSubAgent(ctx context.Context, s SubAgents, callID, tool string, args json.RawMessage) (string, error) {
-	var agentType string
+	var agentType, session string
 	var in subagent.Input
 	var perr error
 	if tool == subagent.DynamicTool && s.DynamicType != "" {
@@ -96,11 +96,11 @@ func (r *Run) RunSubAgent(ctx context.Context, s SubAgents, callID, tool string,
 		if err != nil {
 			return "", err
 		}
-		t, ok := subagent.AgentTypeOf(tool, agents, s.Delegates)
+		d, ok := subagent.DelegateOf(tool, agents, s.Delegates)
 		if !ok {
 			return fmt.Sprintf("error: unknown tool %q: use one of [%s]", tool, strings.Join(r.subAgentToolNames(agents, s), ", ")), nil
 		}
-		agentType = t
+		agentType, session = d.AgentType, d.Session
 		in, perr = subagent.ParseTask(args)
 	}
 	if perr != nil {
@@ -113,7 +113,7 @@ func (r *Run) RunSubAgent(ctx context.Context, s SubAgents, callID, tool string,
 	if len(vars) > 0 {
 		in.Variables = vars
 	}
-	res, err := r.RunChild(ctx, ChildRequest{AgentType: agentType, Input: in, CallID: callID})
+	res, err := r.RunChild(ctx, ChildRequest{AgentType: agentType, Input: in, CallID: callID, Session: session})
 	var f *jetruntype.Failure
 	if errors.As(err, &f) {
 		return fmt.Sprintf("error: sub-agent %s ended %s: %s", agentType, f.Status, f.Message), nil

@@ -111,6 +111,7 @@ func (body dispatchBody) request(trace events.TraceContext) parent.Request {
 		Strategy:         body.Strategy,
 		Debounce:         time.Duration(body.DebounceMs) * time.Millisecond,
 		Budget:           body.Budget,
+		Session:          body.Session,
 	}
 }
 

@@ -259,6 +259,8 @@ type dispatchBody struct {
 	DebounceMs       int64            `json:"debounceMs"`
 	// Budget bounds the run's tree (events.TreeBudget).
 	Budget *events.TreeBudget `json:"budget"`
+	// Session makes the run a turn of a sub-agent session.
+	Session string `json:"session"`
 }
 
 // outcomeBody is the response of POST /v1/runs?wait=true.

@@ -133,6 +133,8 @@ type Row struct {
 	ConcurrencyKey string          `json:"concurrencyKey,omitempty"`
 	Strategy       events.Strategy `json:"strategy,omitempty"`
 	DebounceMs     int64           `json:"debounceMs,omitempty"`
+	// Session is the sub-agent session the run is a turn of.
+	Session string `json:"session,omitempty"`
 	// NotBefore is when a queued debounce run's quiet window ends.
 	NotBefore time.Time `json:"notBefore,omitzero"`
 	// SubmitSeq is the dispatch stream sequence of a keyed run a service

@@ -164,6 +164,7 @@ func NewRun(agentType string, d events.Dispatch, seq uint64, now time.Time) *Row
 		Budget:           d.Budget,
 		Root:             d.Root,
 		BudgetFrom:       d.BudgetFrom,
+		Session:          d.Session,
 	}
 }
 
@@ -194,6 +195,7 @@ func (r *Row) Dispatch() events.Dispatch {
 		Budget:           r.Budget,
 		Root:             r.Root,
 		BudgetFrom:       r.BudgetFrom,
+		Session:          r.Session,
 	}
 }
 

@@ -66,6 +66,7 @@ func (r *Row) View() *jetruntype.Run {
 		Root:              r.Root,
 		BudgetFrom:        slices.Clone(r.BudgetFrom),
 		Budget:            clonePtr(r.Budget),
+		Session:           r.Session,
 		TreeUsage:         clonePtr(r.TreeUsage),
 		TreeRuns:          r.TreeRuns,
 		Overrun:           clonePtr(r.Overrun),

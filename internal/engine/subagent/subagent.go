@@ -38,6 +38,9 @@ type Delegate struct {
 	AgentType   string
 	Name        string
 	Description string
+	// Session, when set, makes the delegate persistent: its runs are turns
+	// of this session and see the earlier ones as their history.
+	Session string
 }
 
 // Input is the input of a delegated or dynamic run: what its handler
@@ -132,21 +135,21 @@ func withDefaults(d Delegate, described string) Delegate {
 	return d
 }
 
-// AgentTypeOf returns the agent type whose delegate tool is called name:
-// the delegate named so, else task_<type> for a type of agents when
-// delegates is empty.
-func AgentTypeOf(name string, agents []registry.Agent, delegates []Delegate) (string, bool) {
+// DelegateOf returns the delegate whose tool is called name: the one of
+// delegates named so, else task_<type> for a type of agents when delegates
+// is empty.
+func DelegateOf(name string, agents []registry.Agent, delegates []Delegate) (Delegate, bool) {
 	for _, d := range delegates {
 		if withDefaults(d, "").Name == name {
-			return d.AgentType, true
+			return d, true
 		}
 	}
 	if len(delegates) > 0 || !strings.HasPrefix(name, TaskPrefix) {
-		return "", false
+		return Delegate{}, false
 	}
 	t := strings.TrimPrefix(name, TaskPrefix)
 	found := slices.ContainsFunc(agents, func(a registry.Agent) bool { return a.AgentType == t })
-	return t, found
+	return Delegate{AgentType: t}, found
 }
 
 // ParseTask decodes a delegate tool's arguments; the error, for the model,
