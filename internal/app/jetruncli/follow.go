@@ -33,6 +33,7 @@ func (c *cli) dispatchCmd(fs *flag.FlagSet) func(context.Context, []string) (int
 	key := fs.String("key", "", "a concurrency key: runs under one key never run at once (say a chat session)")
 	strategy := fs.String("strategy", "", "with --key, what this run does while the key is busy: queue (default), latest, drop, debounce, merge")
 	debounce := fs.Duration("debounce", 0, "with --strategy debounce, the quiet window (default 750ms)")
+	session := fs.String("session", "", "a sub-agent session: the run sees the earlier turns of its agent type under this key as its history")
 	onMilestones := fs.String("on-milestones", "", "with --on-finish: milestone names, comma-separated, the handler also hears (once each)")
 	return func(ctx context.Context, args []string) (int, error) {
 		if len(args) != 2 {
@@ -43,7 +44,8 @@ func (c *cli) dispatchCmd(fs *flag.FlagSet) func(context.Context, []string) (int
 			return 0, err
 		}
 		req := parent.Request{AgentType: args[0], RunID: *runID, Input: input, Parent: *parentID,
-			ParentToolCallID: *toolCall, ConcurrencyKey: *key, Strategy: events.Strategy(*strategy), Debounce: *debounce}
+			ParentToolCallID: *toolCall, ConcurrencyKey: *key, Strategy: events.Strategy(*strategy), Debounce: *debounce,
+			Session: *session}
 		if *parentID != "" {
 			p, err := c.client.Inspect(ctx, *parentID)
 			if errors.Is(err, parent.ErrRunNotFound) {

@@ -145,6 +145,17 @@ class Run:
         return dict(self._steps)
 
     @property
+    def session(self) -> Optional[str]:
+        """The sub-agent session the run is a turn of (the dispatch's "session")."""
+        return self.request.get("session")
+
+    @property
+    def history(self) -> List[Dict[str, Any]]:
+        """The session's earlier turns, oldest first: each {"runId", "status",
+        "input", "output", "summary", "error", "steps": [{"name", "output"}]}."""
+        return list(self.request.get("history") or [])
+
+    @property
     def parent(self) -> Optional[str]:
         return self.request.get("parent")
 

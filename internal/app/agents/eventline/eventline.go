@@ -76,6 +76,10 @@ type Request struct {
 	// Reserved is set when the request answers a reserve line (reserve.go),
 	// as Reply is for a call.
 	Reserved *Reserved `json:"reserved,omitempty"`
+	// Session and History are set for a run dispatched under a session
+	// key: its session's earlier turns, oldest first (worker.Run.History).
+	Session string               `json:"session,omitempty"`
+	History []worker.SessionTurn `json:"history,omitempty"`
 }
 
 // Reply is the answer to a child's call: the caller's output, or the error
@@ -128,10 +132,14 @@ func NewRequest(ctx context.Context, run *worker.Run) (Request, error) {
 	if err != nil {
 		return Request{}, err
 	}
+	history, err := run.History(ctx)
+	if err != nil {
+		return Request{}, err
+	}
 	return Request{
 		RunID: run.ID(), AgentType: run.AgentType(), Attempt: run.Attempt(), Input: run.Input(),
 		Milestones: Milestones(run), Parent: row.Parent, ParentToolCallID: row.ParentToolCallID, Depth: row.Depth,
-		Steps: steps,
+		Steps: steps, Session: row.Session, History: history,
 	}, nil
 }
 
