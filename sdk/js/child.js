@@ -145,6 +145,10 @@ export class Run {
   get parent() { return this.request.parent; }
   /** How deep the run is nested (0 for a top-level run). */
   get depth() { return this.request.depth ?? 0; }
+  /** The sub-agent session the run is a turn of (the dispatch's "session"), if any. */
+  get session() { return this.request.session; }
+  /** The session's earlier turns, oldest first, with their input, output and steps. */
+  get history() { return this.request.history ?? []; }
 
   /**
    * Whether a milestone of that name was reached, by this attempt or an earlier one.

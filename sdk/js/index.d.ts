@@ -31,6 +31,20 @@ export interface Request<I = JSONValue> {
   parent?: string;
   parentToolCallId?: string;
   depth: number;
+  /** Set for a run dispatched under a session key (docs/protocol.md, "Sub-agents"). */
+  session?: string;
+  history?: SessionTurn[];
+}
+
+/** An earlier turn of a run's session, as Run.history lists it. */
+export interface SessionTurn {
+  runId: string;
+  status: string;
+  input?: JSONValue;
+  output?: JSONValue;
+  summary?: string;
+  error?: string;
+  steps?: { name: string; output?: JSONValue }[];
 }
 
 /** What a handler returns: the run completes with it. */
@@ -81,6 +95,10 @@ export class Run<I = JSONValue> {
   readonly milestones: Milestone[];
   readonly parent: string | undefined;
   readonly depth: number;
+  /** The sub-agent session the run is a turn of, if any. */
+  readonly session: string | undefined;
+  /** The session's earlier turns, oldest first. */
+  readonly history: SessionTurn[];
   /** Steps stored so far, by name. */
   readonly steps: Record<string, JSONValue>;
   reached(name: string): boolean;

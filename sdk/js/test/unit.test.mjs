@@ -121,3 +121,11 @@ test('childRunId is the id the Go worker gives a nested run (parent.RunID)', () 
   assert.equal(childRunId('r1', 'call-7'), 'tc-cv438ssq273241f5m1lk7rrfbiors62p');
   assert.equal(childRunId('parent-x', 'task_research:1'), 'tc-dvuc9d5e3ajkicvfetnumbo27rpfp3oc');
 });
+
+test('a run under a session reads its earlier turns; a run without one has none', async () => {
+  const turn = { runId: 'r0', status: 'completed', input: { objective: 'a' }, output: 'ok', steps: [{ name: 'heard', output: 'a' }] };
+  const lines = await exchange(req({ session: 'notes', history: [turn] }), async (run) => ({ output: { session: run.session, history: run.history } }));
+  assert.deepEqual(lines.at(-1).result.output, { session: 'notes', history: [turn] });
+  const none = await exchange(req(), async (run) => ({ output: { session: run.session ?? null, n: run.history.length } }));
+  assert.deepEqual(none.at(-1).result.output, { session: null, n: 0 });
+});

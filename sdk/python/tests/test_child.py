@@ -200,5 +200,15 @@ class HTTPTest(unittest.TestCase):
         self.assertEqual(self.ran, ["plan"])
 
 
+class SessionTest(unittest.TestCase):
+    def test_a_run_under_a_session_reads_its_earlier_turns(self):
+        turn = {"runId": "r0", "status": "completed", "input": {"objective": "a"}, "output": "ok",
+                "steps": [{"name": "heard", "output": "a"}]}
+        got = serve(lambda run: {"session": run.session, "history": run.history},
+                    request=dict(REQ, session="notes", history=[turn]))
+        self.assertEqual(got, [{"result": {"summary": "", "output": {"session": "notes", "history": [turn]}}}])
+        self.assertEqual(serve(lambda run: [run.session, run.history]), [{"result": {"summary": "", "output": [None, []]}}])
+
+
 if __name__ == "__main__":
     unittest.main()
