@@ -329,7 +329,7 @@ export class Run {
     const callId = opts.displayOrder ? `${opts.callId}#${opts.displayOrder}` : opts.callId;
     return client.run(agentType, input, {
       runId: childRunId(this.id, callId), parent: this.id, parentToolCallId: opts.callId,
-      displayOrder: opts.displayOrder ?? 0, depth: this.depth + 1,
+      displayOrder: opts.displayOrder ?? 0, depth: this.depth + 1, session: opts.session,
     });
   }
 }

@@ -56,7 +56,7 @@ function dispatchBody(agentType, input, opts) {
   if (opts.runId !== undefined) checkToken('run id', opts.runId);
   const body = { agentType, input };
   for (const k of ['runId', 'parent', 'parentToolCallId', 'displayOrder', 'depth', 'detached', 'maxConcurrent',
-    'concurrencyKey', 'strategy', 'debounceMs', 'budget']) {
+    'concurrencyKey', 'strategy', 'debounceMs', 'budget', 'session']) {
     if (opts[k] !== undefined) body[k] = opts[k];
   }
   return body;

@@ -83,6 +83,8 @@ export interface ChildRunOptions {
   callId: string;
   client?: Client;
   displayOrder?: number;
+  /** Makes the child a turn of a sub-agent session. */
+  session?: string;
 }
 
 /** One attempt of a run, as a child sees it. */
@@ -127,6 +129,17 @@ export function child<I = JSONValue>(
 
 /** The id jetrun gives the nested run parent starts for callId (Go: parent.RunID). */
 export function childRunId(parent: string, callId: string): string;
+
+/** A delegate: an agent type offered as the tool task_<agentType> (name and description overridable). */
+export interface Delegate { agentType: string; name?: string; description?: string; session?: string }
+/** The sub-agents a run offers its model (docs/protocol.md, "Sub-agents"). */
+export interface SubAgents { delegates?: Delegate[]; dynamicType?: string; pool?: string[]; client?: Client }
+/** The name of the tool that creates and runs a dynamic agent. */
+export const DYNAMIC_TOOL: 'create_and_run_agent';
+/** OpenAI-format tool definitions of subs. */
+export function subAgentTools(run: Run<any>, subs: SubAgents): { type: 'function'; function: { name: string; description: string; parameters: JSONValue } }[];
+/** Runs a model's tool call of subs as a nested run; answers the text the model reads. */
+export function runSubAgent(run: Run<any>, subs: SubAgents, callId: string, name: string, args: unknown): Promise<string>;
 
 /** A run's status. */
 export type Status = 'queued' | 'starting' | 'running' | 'completed' | 'error' | 'aborted' | 'interrupted';
@@ -174,6 +187,8 @@ export interface DispatchOptions {
   detached?: { onFinish?: string; onMilestones?: string[]; maxBudgetMs?: number; noProgressBudgetMs?: number };
   maxConcurrent?: number;
   concurrencyKey?: string;
+  /** Makes the run a turn of a sub-agent session (docs/protocol.md, "Sub-agents"). */
+  session?: string;
   strategy?: 'queue' | 'latest' | 'drop' | 'debounce' | 'merge';
   debounceMs?: number;
   budget?: { tokens?: number; costMicros?: number; runs?: number };

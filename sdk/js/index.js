@@ -4,6 +4,7 @@
 export { child, Run, Failure, CallError } from './child.js';
 export { Client, APIError, RunFailure, parseSSE } from './client.js';
 export { childRunId } from './runid.js';
+export { subAgentTools, runSubAgent, DYNAMIC_TOOL } from './subagents.js';
 
 /**
  * The NATS dispatcher, loaded on first use so a child or an HTTP caller

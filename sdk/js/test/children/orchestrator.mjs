@@ -1,0 +1,21 @@
+// A scripted model's loop over sub-agents: it lists the tools of its
+// sub-agents and makes the tool calls its input names with runSubAgent,
+// answering what each returned. The delegate is js-agent; the generic
+// agent type of dynamic agents is js-orchestrator itself. Its argument is
+// the HTTP API's URL.
+import { child, Client, subAgentTools, runSubAgent } from '../../index.js';
+
+await child(async (run) => {
+  const subs = {
+    delegates: [{ agentType: 'js-agent', description: 'Thinks in words.' }],
+    dynamicType: 'js-orchestrator', pool: ['search', 'fetch'], client: new Client({ url: process.argv[2] }),
+  };
+  const tools = subAgentTools(run, subs).map((t) => `${t.function.name}(${t.function.parameters.required.join(',')})`);
+  if (run.input.spec) {
+    const nested = await runSubAgent(run, subs, 'nested', 'create_and_run_agent', { spec: { name: 'g', prompt: 'p' }, objective: 'o' });
+    return { output: { dynamic: run.input.spec.name, objective: run.input.objective, tools, nested } };
+  }
+  const answers = [];
+  for (const c of run.input.calls ?? []) answers.push(await runSubAgent(run, subs, c.id, c.tool, c.args));
+  return { output: { tools, answers } };
+});

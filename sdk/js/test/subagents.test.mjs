@@ -1,0 +1,52 @@
+// Sub-agents from a TypeScript child against a real parent-worker and
+// child-workers: task_<agent> runs the delegate as a nested run of the
+// caller with the objective and context; create_and_run_agent runs a spec
+// as a child of the generic agent type; what the model can fix comes back
+// as text; a dynamic agent cannot create dynamic agents.
+
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { join } from 'node:path';
+import { Jetrun, here, node } from './harness.mjs';
+import { Client, childRunId } from '../index.js';
+
+let j;
+let client;
+
+before(async () => {
+  j = await Jetrun.start();
+  client = new Client({ url: j.url });
+  await j.worker({
+    'js-agent': `${node} ${join(here, 'children', 'agent.mjs')}`,
+    'js-orchestrator': `${node} ${join(here, 'children', 'orchestrator.mjs')} ${j.url}`,
+  });
+});
+after(async () => { await j?.close(); });
+
+test('delegate and dynamic tools run nested runs; mistakes are answered as text', async () => {
+  const calls = [
+    { id: 'c1', tool: 'task_js-agent', args: { objective: 'think', context: 'twice', turns: 9 } },
+    { id: 'c2', tool: 'task_js-agent', args: { context: 'no objective' } },
+    { id: 'c3', tool: 'task_nobody', args: { objective: 'x' } },
+    { id: 'c4', tool: 'create_and_run_agent', args: JSON.stringify({ spec: { name: 'scout', prompt: 'find', tools: ['search'] }, objective: 'map' }) },
+    { id: 'c5', tool: 'create_and_run_agent', args: { spec: { name: 'scout', prompt: 'find', tools: ['teleport'] }, objective: 'map' } },
+  ];
+  const out = await client.run('js-orchestrator', { calls }, { runId: 'js-orch' });
+  const { tools, answers } = out.output;
+  assert.deepEqual(tools, ['task_js-agent(objective)', 'create_and_run_agent(spec,objective)']);
+  assert.deepEqual(JSON.parse(answers[0]).words, ['w1', 'w2', 'w3']);
+  assert.equal(answers[1], 'error: task_js-agent: objective is required');
+  assert.equal(answers[2], 'error: unknown tool "task_nobody": use one of [task_js-agent, create_and_run_agent]');
+  assert.deepEqual(JSON.parse(answers[3]), {
+    dynamic: 'scout', objective: 'map', tools: ['task_js-agent(objective)'], nested: 'error: a dynamic agent cannot create dynamic agents',
+  });
+  assert.equal(answers[4], 'error: create_and_run_agent: unknown tool "teleport": choose from the pool [search, fetch]');
+
+  const kid = await client.get(childRunId('js-orch', 'c1'));
+  assert.equal(kid.parent, 'js-orch');
+  assert.equal(kid.agentType, 'js-agent');
+  assert.deepEqual(kid.input, { objective: 'think', context: 'twice' });
+  const dyn = await client.get(childRunId('js-orch', 'c4'));
+  assert.equal(dyn.agentType, 'js-orchestrator');
+  assert.deepEqual(dyn.input.spec, { name: 'scout', prompt: 'find', tools: ['search'] });
+});
