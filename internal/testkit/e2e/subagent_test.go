@@ -3,8 +3,10 @@ package e2e_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -72,5 +74,66 @@ func TestSubAgentSessionSurvivesAKilledWorker(t *testing.T) {
 	turn("memo-3", map[string]any{"objective": "sum them"})
 	if m, _ := outcome("memo-3"); len(m.Heard) != 2 || m.Heard[0] != "remember 7" || m.Heard[1] != "and 8" {
 		t.Fatalf("third turn: %+v", m)
+	}
+}
+
+// Sub-agents from a Python child (sdk/python's run_sub_agent) under a real
+// parent-worker: a delegate with an overridden name and a session (the
+// memo agent: its second call sees the first as history), a mistake
+// answered as text, a dynamic agent run as a child of the generic type
+// that cannot create another, and a spec tool outside the pool.
+func TestPythonSubAgents(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
+	py := python3(t)
+	pw := start(t, "parent-worker", map[string]string{
+		"JETRUN_NATS_URL":    e.url,
+		"JETRUN_WORKER_ID":   "py-subagents",
+		"JETRUN_HTTP_ADDR":   addr,
+		"JETRUN_CHILDREN":    "demo",
+		"JETRUN_DEMO_RUNS":   "0",
+		"JETRUN_CONCURRENCY": "8",
+		"JETRUN_EXEC_AGENTS": "memo=" + py + " " + examples(t, "python", "memo.py") +
+			",py-orchestrator=" + py + " " + filepath.Join(sdkPython(t), "tests", "live_subagents.py") + " http://" + addr,
+		"PYTHONPATH": sdkPython(t),
+	})
+	pw.waitLog("parent-worker ready", 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	calls := []map[string]any{
+		{"id": "c1", "tool": "ask_memo", "args": map[string]any{"objective": "remember 7"}},
+		{"id": "c2", "tool": "ask_memo", "args": `{"objective": "what was it", "context": "the number"}`},
+		{"id": "c3", "tool": "task_memo", "args": map[string]any{"objective": "x"}},
+		{"id": "c4", "tool": "create_and_run_agent", "args": map[string]any{"spec": map[string]any{"name": "scout", "prompt": "find", "tools": []string{"search"}}, "objective": "map"}},
+		{"id": "c5", "tool": "create_and_run_agent", "args": map[string]any{"spec": map[string]any{"name": "scout", "prompt": "find", "tools": []string{"teleport"}}, "objective": "map"}},
+	}
+	res, err := e.client.Run(ctx, parent.Request{AgentType: "py-orchestrator", RunID: "py-orch", Input: map[string]any{"calls": calls}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out struct {
+		Tools   []string
+		Answers []string
+	}
+	if err := json.Unmarshal(res.Output, &out); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(out.Tools, []string{"ask_memo(objective)", "create_and_run_agent(spec,objective)"}) {
+		t.Errorf("tools %v", out.Tools)
+	}
+	want := []string{
+		`{"session": "py-notes", "heard": [], "attempt": 1}`,
+		`{"session": "py-notes", "heard": ["remember 7"], "attempt": 1}`,
+		`error: unknown tool "task_memo": use one of [ask_memo, create_and_run_agent]`,
+		`{"dynamic": "scout", "objective": "map", "tools": ["ask_memo(objective)"], "nested": "error: a dynamic agent cannot create dynamic agents"}`,
+		`error: create_and_run_agent: unknown tool "teleport": choose from the pool [search, fetch]`,
+	}
+	if !slices.Equal(out.Answers, want) {
+		t.Errorf("answers\n%q\nwant\n%q", out.Answers, want)
+	}
+	kid := jetruntest.WaitRow(t, e.store, parent.RunID("py-orch", "c2"), 10*time.Second, jetruntest.Final)
+	if kid.Parent != "py-orch" || kid.AgentType != "memo" || kid.Session != "py-notes" || string(kid.Input) != `{"objective":"what was it","context":"the number"}` {
+		t.Errorf("delegated child: parent %q type %q session %q input %s", kid.Parent, kid.AgentType, kid.Session, kid.Input)
 	}
 }
