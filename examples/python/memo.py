@@ -4,7 +4,7 @@ under a session key, each turn sees the session's earlier turns in the
 request's "history", with their input, output and steps.
 
     JETRUN_EXEC_AGENTS="memo=python3 $PWD/examples/python/memo.py" ./bin/child-worker
-    ./bin/jetrun dispatch -session notes memo '{"objective": "remember 7"}'
+    ./bin/jetrun dispatch --wait --session notes memo '{"objective": "remember 7"}'
 
 Input: {"objective": "...", "gate": "<path>"?}. It stores the step "heard"
 (what it was asked), waits for the file gate when one is named (a test
