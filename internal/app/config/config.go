@@ -22,6 +22,7 @@ import (
 	"github.com/jetrun/jetrun/internal/app/agents/httpagent"
 	"github.com/jetrun/jetrun/internal/app/httpapi"
 	"github.com/jetrun/jetrun/internal/app/localurl"
+	"github.com/jetrun/jetrun/internal/engine/limits"
 
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
@@ -257,6 +258,16 @@ type ParentWorker struct {
 	HTTPHosts      []string `envconfig:"JETRUN_HTTP_ALLOWED_HOSTS" desc:"host names (no port) the HTTP API answers to besides localhost, IP addresses and the host of JETRUN_HTTP_ADDR, comma-separated: the names it is served under (other Host headers get 403, against DNS rebinding)"`
 	Children       []string `envconfig:"JETRUN_CHILDREN" desc:"built-in agent types to run in an in-process child pool, comma-separated (built-in: demo); http and exec agents join it"`
 	DemoRuns       int      `envconfig:"JETRUN_DEMO_RUNS" default:"0" desc:"at start, dispatch this many demo runs as a fan-out, ids demo-1 to demo-N; those already in the store are not dispatched again (make run uses 5)"`
+	Limits         string   `envconfig:"JETRUN_LIMITS" desc:"provider limits shared by the fleet, set at start: name:requests=N,tokens=N,concurrent=N,window=1m,weight.<tenant>=N[;name:...]; each rate positive, a rate left out is not limited (docs/operations.md, Provider limits)"`
+}
+
+// LimitSpecs parses JETRUN_LIMITS.
+func (c ParentWorker) LimitSpecs() ([]limits.Spec, error) {
+	specs, err := limits.ParseSpecs(c.Limits)
+	if err != nil {
+		return nil, fmt.Errorf("JETRUN_LIMITS: %w", err)
+	}
+	return specs, nil
 }
 
 // Load fills spec from the environment, applies the defaults that depend on
@@ -353,6 +364,8 @@ func (c ParentWorker) Validate() error {
 		}
 	}
 	_, err = c.Configured()
+	errs = append(errs, err)
+	_, err = c.LimitSpecs()
 	errs = append(errs, err)
 	return errors.Join(errs...)
 }

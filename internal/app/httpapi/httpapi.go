@@ -53,6 +53,7 @@ import (
 	"github.com/jetrun/jetrun/internal/app/webui"
 	"github.com/jetrun/jetrun/internal/engine/asks"
 	"github.com/jetrun/jetrun/internal/engine/jsfault"
+	"github.com/jetrun/jetrun/internal/engine/limits"
 	"github.com/jetrun/jetrun/internal/engine/obs"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -94,6 +95,8 @@ type Config struct {
 	// index.
 	Asks    *asks.Store
 	AskView *asks.View
+	// Limits, when set, serves /v1/limits (provider limits).
+	Limits *limits.Store
 }
 
 type api struct {
@@ -149,6 +152,7 @@ func New(cfg Config) http.Handler {
 	}
 	mux.HandleFunc("GET /v1/agents", a.agents)
 	mux.HandleFunc("GET /v1/tools", a.tools)
+	a.mountLimits(mux, cfg.Limits)
 	mountMCP(mux, cfg.MCP)
 	tokens := newTokens(cfg.Tokens)
 	mux.HandleFunc("POST /v1/session", tokens.session)

@@ -224,6 +224,11 @@ func build(ctx, abort context.Context, cfg config.ParentWorker, nc *nats.Conn, l
 	m := p.metrics
 	js := engine.From(rt).JetStream()
 	m.WatchLag(js, wire.Namespace(cfg.Namespace()), nil, 0)
+	lim, err := openLimits(ctx, js, cfg)
+	if err != nil {
+		return nil, err
+	}
+	m.WatchLimits(lim, 0)
 	if p.registry, err = harden(ctx, rt, cfg, logger); err != nil {
 		return nil, err
 	}
@@ -348,7 +353,7 @@ func build(ctx, abort context.Context, cfg config.ParentWorker, nc *nats.Conn, l
 		httpSvc = p.httpService(abort, ln, func() http.Handler {
 			return httpapi.New(httpapi.Config{Client: client, View: view, Conn: nc, Logger: logger, Tokens: tokens,
 				Metrics: m.Handler(), MCP: mcpSrv.Handler(), Addr: cfg.HTTPAddr, AllowedHosts: cfg.HTTPHosts,
-				Asks: engine.From(rt).Asks(), AskView: askView})
+				Asks: engine.From(rt).Asks(), AskView: askView, Limits: lim})
 		})
 	}
 
