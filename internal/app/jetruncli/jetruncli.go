@@ -58,6 +58,7 @@ Usage:
   jetrun asks [--status open|answered|closed|all] [--type TYPE] [--tree ID] [--run ID] [--older-than D] [--limit N] [--json]
   jetrun answer [--digest D] [--by NAME] [--json] ID --value JSON   (answer an ask; the first answer wins)
   jetrun agents [--tools openai|anthropic|mcp] [--json]
+  jetrun limits [--json] [set NAME requests=N,tokens=N,concurrent=N,window=D | pause NAME DURATION]   (provider limits)
   jetrun mcp                             (an MCP server on stdin/stdout: every live agent type a tool)
 
 INPUT and PAYLOAD are JSON ('{"steps":5}'), or @file, or - for standard input.
