@@ -110,4 +110,3 @@ func shares(tenants map[string]int64) string {
 	}
 	return strings.Join(parts, ", ")
 }
-
