@@ -43,6 +43,10 @@ type Dispatch struct {
 	// one agent type under one session see its earlier turns as their
 	// history (docs/protocol.md, "Sub-agents").
 	Session string `json:"session,omitempty"`
+	// Tenant is whose run this is, for the fair share of a provider limit
+	// among the reservations that wait on it (a token; empty: "default").
+	// Data only: nothing else reads it.
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // ErrBadDispatch is returned (wrapped, with the reason) by DecodeDispatch and
@@ -102,6 +106,11 @@ func (d *Dispatch) Validate() error {
 			}
 		}
 		errs = append(errs, det.validateMilestones()...)
+	}
+	if d.Tenant != "" {
+		if err := ValidateToken("tenant", d.Tenant); err != nil {
+			errs = append(errs, fmt.Errorf(`"tenant": %w`, err))
+		}
 	}
 	errs = append(errs, d.validateKey()...)
 	errs = append(errs, d.validateTree()...)

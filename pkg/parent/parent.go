@@ -194,6 +194,9 @@ type Request struct {
 	// agent type under one session see its earlier turns as their history
 	// (the worker package's Run.History).
 	Session string
+	// Tenant is whose run this is: its fair share of the provider limits
+	// it reserves on ([events.Dispatch] Tenant).
+	Tenant string
 }
 
 func (req Request) dispatch() (events.Dispatch, error) {
@@ -226,6 +229,7 @@ func (req Request) dispatch() (events.Dispatch, error) {
 		Detached:         req.Detached,
 		Budget:           req.Budget,
 		Session:          req.Session,
+		Tenant:           req.Tenant,
 	}
 	wire.SetTrace(&d, req.Trace.Valid())
 	errs = append(errs, req.keyed(&d)...)

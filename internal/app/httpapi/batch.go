@@ -112,6 +112,7 @@ func (body dispatchBody) request(trace events.TraceContext) parent.Request {
 		Debounce:         time.Duration(body.DebounceMs) * time.Millisecond,
 		Budget:           body.Budget,
 		Session:          body.Session,
+		Tenant:           body.Tenant,
 	}
 }
 

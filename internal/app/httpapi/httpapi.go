@@ -265,6 +265,7 @@ type dispatchBody struct {
 	Budget *events.TreeBudget `json:"budget"`
 	// Session makes the run a turn of a sub-agent session.
 	Session string `json:"session"`
+	Tenant  string `json:"tenant"`
 }
 
 // outcomeBody is the response of POST /v1/runs?wait=true.

@@ -135,6 +135,9 @@ type Row struct {
 	DebounceMs     int64           `json:"debounceMs,omitempty"`
 	// Session is the sub-agent session the run is a turn of.
 	Session string `json:"session,omitempty"`
+	// Tenant is the dispatch's tenant: the fair-share key of the provider
+	// limits the run reserves on.
+	Tenant string `json:"tenant,omitempty"`
 	// NotBefore is when a queued debounce run's quiet window ends.
 	NotBefore time.Time `json:"notBefore,omitzero"`
 	// SubmitSeq is the dispatch stream sequence of a keyed run a service

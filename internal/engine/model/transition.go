@@ -165,6 +165,7 @@ func NewRun(agentType string, d events.Dispatch, seq uint64, now time.Time) *Row
 		Root:             d.Root,
 		BudgetFrom:       d.BudgetFrom,
 		Session:          d.Session,
+		Tenant:           d.Tenant,
 	}
 }
 
@@ -193,6 +194,7 @@ func (r *Row) Dispatch() events.Dispatch {
 		Strategy:         r.Strategy,
 		DebounceMs:       r.DebounceMs,
 		Budget:           r.Budget,
+		Tenant:           r.Tenant,
 		Root:             r.Root,
 		BudgetFrom:       r.BudgetFrom,
 		Session:          r.Session,
