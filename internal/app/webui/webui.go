@@ -73,6 +73,7 @@ func Handler(cfg Config) http.Handler {
 	})
 	mux.HandleFunc("GET /runs/{id}", func(w http.ResponseWriter, r *http.Request) { write(w, nil) })
 	mux.HandleFunc("GET /asks", func(w http.ResponseWriter, r *http.Request) { write(w, nil) }) // the inbox (asks.js)
+	mux.HandleFunc("GET /limits", func(w http.ResponseWriter, r *http.Request) { write(w, nil) })
 	files := http.StripPrefix("/assets/", http.FileServerFS(assets))
 	mux.HandleFunc("GET /assets/", func(w http.ResponseWriter, r *http.Request) {
 		// The embedded files carry no modification time: make browsers

@@ -23,9 +23,14 @@ import { startRouter, currentPage } from './router.js';
 import { ListPage } from './list.js';
 import { RunPage } from './run.js';
 import { AsksPage, startAskCount } from './asks.js';
+import { LimitsPage } from './limits.js';
 
 // For a look from the console: jetrun.live, jetrun.page.
 window.jetrun = { live, get page() { return currentPage(); } };
 
-startRouter((root, runID, inbox) => (runID ? new RunPage(root, runID) : inbox ? new AsksPage(root) : new ListPage(root)));
+startRouter((root, runID, inbox) => {
+  if (runID) return new RunPage(root, runID);
+  if (inbox) return new AsksPage(root);
+  return /^\/limits\/?$/.test(location.pathname) ? new LimitsPage(root) : new ListPage(root);
+});
 startAskCount();

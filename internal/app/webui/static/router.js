@@ -29,8 +29,10 @@ function route() {
   window.scrollTo(0, 0);
   const m = /^\/runs\/([^/]+)\/?$/.exec(location.pathname);
   const inbox = location.pathname === '/asks';
+  const limits = /^\/limits\/?$/.test(location.pathname);
+  const here = inbox ? 'asks' : limits ? 'limits' : 'runs';
   for (const a of document.querySelectorAll('.topbar [data-nav]')) {
-    a.toggleAttribute('aria-current', a.dataset.nav === (inbox ? 'asks' : 'runs') && !m);
+    a.toggleAttribute('aria-current', a.dataset.nav === here && !m);
   }
   page = pageFor(app, m ? decodeURIComponent(m[1]) : null, inbox);
 }
