@@ -24,6 +24,10 @@ type Window struct {
 	Tokens   int64
 	Tenants  map[string]int64 // tokens per tenant
 	Rejected int64            // 429s answered
+	// OverLimit counts the 429s for the window's own limits (not an
+	// overload): a limiter that keeps the fleet within the limits causes
+	// none.
+	OverLimit int64
 }
 
 // Provider is the fake provider. Its zero rates are unlimited.
@@ -102,6 +106,7 @@ func (p *Provider) serve(rw http.ResponseWriter, r *http.Request) {
 		retry = p.overloadUntil.Sub(now)
 	case p.Requests > 0 && w.Requests+1 > p.Requests, p.Tokens > 0 && w.Tokens+tokens > p.Tokens:
 		retry = time.UnixMilli((idx + 1) * ms).Sub(now)
+		w.OverLimit++
 	}
 	if retry > 0 {
 		w.Rejected++
