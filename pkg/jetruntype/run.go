@@ -98,6 +98,9 @@ type Run struct {
 	SupersededBy string   `json:"supersededBy,omitempty"`
 	MergedInto   string   `json:"mergedInto,omitempty"`
 	Merged       []string `json:"merged,omitempty"`
+	// Tenant is the dispatch's tenant: whose run it is in the fair share
+	// of the provider limits it reserves on.
+	Tenant string `json:"tenant,omitempty"`
 
 	// Usage is what the run reported spending, across attempts.
 	Usage *Usage `json:"usage,omitempty"`

@@ -56,6 +56,7 @@ func (r *Row) View() *jetruntype.Run {
 		FinishedAt:        r.FinishedAt,
 		ReadyAt:           r.ReadyAt,
 		ConcurrencyKey:    r.ConcurrencyKey,
+		Tenant:            r.Tenant,
 		Strategy:          r.Strategy,
 		DebounceMs:        r.DebounceMs,
 		NotBefore:         r.NotBefore,
