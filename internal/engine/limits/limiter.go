@@ -95,6 +95,7 @@ type local struct {
 	blockedUntil         time.Time // the pool had no room for the head
 	othersWaiting        bool      // another holder reported waiters
 	renewAt              time.Time
+	idleSince            time.Time // when the queue last emptied (zero: it is not empty)
 }
 
 // New returns a Limiter; Start starts it.

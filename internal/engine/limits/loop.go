@@ -38,8 +38,9 @@ func (l *Limiter) step(ctx context.Context) time.Time {
 		l.mu.Lock()
 		l.serveLocked(loc, now)
 		take := loc.q.len() > 0 && !now.Before(loc.pausedUntil) && !now.Before(loc.blockedUntil)
-		give := loc.q.len() == 0 && loc.othersWaiting && loc.idleLocked()
-		renew := loc.held && !now.Before(loc.renewAt) || (loc.reportedWaiting == 0) != (loc.q.len() == 0)
+		idleFor := now.Sub(loc.idleSince)
+		give := loc.q.len() == 0 && loc.othersWaiting && loc.idleLocked() && idleFor >= idleGrace(loc.spec)
+		renew := loc.held && !now.Before(loc.renewAt)
 		l.mu.Unlock()
 		if take || give || renew {
 			if err := l.sync(ctx, loc, take); err != nil && ctx.Err() == nil {
@@ -61,6 +62,9 @@ func (l *Limiter) step(ctx context.Context) time.Time {
 		if loc.held {
 			next = minTime(next, loc.renewAt)
 		}
+		if loc.q.len() == 0 && loc.othersWaiting && loc.idleLocked() {
+			next = minTime(next, loc.idleSince.Add(idleGrace(loc.spec)))
+		}
 		l.mu.Unlock()
 	}
 	return next
@@ -72,6 +76,12 @@ func minTime(a, b time.Time) time.Time {
 	}
 	return a
 }
+
+// idleGrace is how long a worker keeps an idle slice while others wait:
+// its next reservation is usually a moment away (a run between two calls),
+// and giving the slice back only to take it again costs two
+// compare-and-sets.
+func idleGrace(spec Spec) time.Duration { return min(spec.Window()/20, 50*time.Millisecond) }
 
 // idleLocked reports whether loc holds anything no reservation uses.
 func (loc *local) idleLocked() bool {
@@ -104,6 +114,13 @@ func (l *Limiter) serveLocked(loc *local, now time.Time) {
 	if now.Before(loc.pausedUntil) {
 		return
 	}
+	defer func() {
+		if loc.q.len() > 0 {
+			loc.idleSince = time.Time{}
+		} else if loc.idleSince.IsZero() {
+			loc.idleSince = now
+		}
+	}()
 	for {
 		w := loc.q.head()
 		if w == nil || !loc.fitsLocked(w.tokens) {
@@ -136,6 +153,7 @@ type snapshot struct {
 	reqLeft, tokLeft   int64
 	concHeld, concUsed int64
 	waiting, needTok   int64
+	fits               bool // the head fits the slice: no take needed
 	used               Totals
 	granted            int64
 }
@@ -156,6 +174,7 @@ func (l *Limiter) snap(loc *local) snapshot {
 	}
 	if w := loc.q.head(); w != nil {
 		s.needTok = w.tokens
+		s.fits = loc.fitsLocked(w.tokens)
 	}
 	return s
 }
@@ -183,7 +202,7 @@ func (l *Limiter) sync(ctx context.Context, loc *local, take bool) error {
 		changed = p.expire(now, l.cfg.Worker) || changed
 		me := p.Holders[l.cfg.Worker]
 		d := p.delta(s, me, take, l.cfg.Worker)
-		if d.none() && take {
+		if d.none() && take && !s.fits {
 			// No room: report waiting (once), look again when the pool
 			// changes, a holder lapses or the window rolls.
 			l.block(loc, p, now, w)
@@ -207,7 +226,7 @@ func (l *Limiter) sync(ctx context.Context, loc *local, take bool) error {
 		}
 		l.mu.Lock()
 		renewDue := loc.held && !now.Before(loc.renewAt)
-		waitNews := (loc.reportedWaiting == 0) != (s.waiting == 0)
+		waitNews := take && d.none() && !s.fits && loc.reportedWaiting == 0 // blocked: tell the others, once
 		l.mu.Unlock()
 		if !changed && d.none() && !renewDue && !waitNews && had == keep {
 			return nil
