@@ -44,6 +44,7 @@ type execution struct {
 	nest    execNested  // nested runs and calls (nested.go, call.go)
 	use     execUsage   // usage reports (usage.go)
 	holds   execHolds   // reservations (holds.go)
+	lims    execLimits  // grants on provider limits (limits.go)
 
 	storedSteps []events.Step // the steps earlier attempts stored, read by start (step.go)
 	lz          *lazyClaim    // the claim not written yet of a short run's first attempt (lazy.go); nil: claimed

@@ -53,11 +53,15 @@ func (e *execution) Reserve(ctx context.Context, req runhook.ReserveRequest) (fu
 	if err := e.startUsage(ctx, e.row); err != nil {
 		return nil, err
 	}
+	grant, err := e.reserveLimit(ctx, req) // waits for room on a provider limit (limits.go)
+	if err != nil {
+		return nil, err
+	}
 	e.use.mu.Lock()
 	rows := e.use.budgets
 	e.use.mu.Unlock()
 	if len(rows) == 0 {
-		return func() {}, nil
+		return func() { e.releaseGrant(grant) }, nil
 	}
 	now := time.Now()
 	h := model.Hold{Run: e.id, Attempt: e.attempt, Amount: model.TotalsOf(req.Usage), Until: now.Add(e.w.cfg.Lease)}
@@ -79,6 +83,7 @@ func (e *execution) Reserve(ctx context.Context, req runhook.ReserveRequest) (fu
 		}
 		if err != nil {
 			e.dropHold(held, h.ID)
+			e.releaseGrant(grant)
 			var over *model.OverrunError
 			if errors.As(err, &over) {
 				return nil, fmt.Errorf("worker: reserve for run %s: %w: %s", e.id, ErrBudgetExceeded, over.Overrun)
@@ -90,7 +95,7 @@ func (e *execution) Reserve(ctx context.Context, req runhook.ReserveRequest) (fu
 	e.holds.mu.Lock()
 	e.holds.open[h.ID] = held
 	e.holds.mu.Unlock()
-	return func() { e.releaseHold(h.ID) }, nil
+	return func() { e.releaseHold(h.ID); e.releaseGrant(grant) }, nil
 }
 
 // hold opens h on budget row id, sending it again through a transient

@@ -13,7 +13,9 @@ import (
 type ReserveOption func(*reserveOptions)
 
 // reserveOptions are the options of one Run.Reserve.
-type reserveOptions struct{}
+type reserveOptions struct {
+	limit string // Limit
+}
 
 // Reservation is spend a run holds against its tree's budget before it is
 // paid (Run.Reserve): it counts as spent until the run's next usage report
@@ -59,16 +61,17 @@ func (r *Reservation) Release() {
 // not be negative or empty, nor any count above events.MaxReserveAmount
 // (the error says which): such a reservation reserves nothing.
 func (r *Run) Reserve(ctx context.Context, u Usage, opts ...ReserveOption) (*Reservation, error) {
-	if err := events.ValidateReserve(u); err != nil {
-		return nil, fmt.Errorf("worker: reserve: %w", err)
-	}
 	var o reserveOptions
 	for _, opt := range opts {
 		if opt != nil {
 			opt(&o)
 		}
 	}
-	release, err := r.b.Reserve(ctx, runhook.ReserveRequest{Usage: u})
+	// On a limit, an empty amount reserves a request and a call slot.
+	if err := events.ValidateReserve(u); err != nil && (o.limit == "" || u != (Usage{})) {
+		return nil, fmt.Errorf("worker: reserve: %w", err)
+	}
+	release, err := r.b.Reserve(ctx, runhook.ReserveRequest{Usage: u, Limit: o.limit})
 	if err != nil {
 		return nil, err
 	}

@@ -41,6 +41,7 @@ func isCancel(err error) bool {
 // after delay (retryDelay's when 0). The last allowed attempt ends the run
 // "error".
 func (e *execution) retry(herr error, delay time.Duration) {
+	e.pauseLimits(herr, delay)
 	row := e.rw.row()
 	used := row.Attempt - row.Handoffs
 	if used >= e.w.cfg.MaxAttempts {

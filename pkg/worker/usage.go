@@ -151,6 +151,7 @@ func (e *execution) Usage(ctx context.Context, u Usage) error {
 	}
 	budgeted := e.use.budgeted
 	e.use.mu.Unlock()
+	e.settleLimits(u)
 	if !inStep {
 		e.rw.markDirty()
 	}

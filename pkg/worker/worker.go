@@ -54,6 +54,7 @@ type Worker struct {
 	stopped    <-chan struct{} // closed when the worker stops its runs (set by Start)
 	logs       obs.Throttle    // warnings about faults, per message and class
 	nested     nested          // Run.Spawn's parent client (nested.go)
+	lim        workerLimits    // the provider limits' Limiter (limits.go)
 	holdWrites holdBatches     // reservation writes, batched per budget row (holdbatch.go)
 
 	mu        sync.Mutex
@@ -314,6 +315,7 @@ func (w *Worker) stopBookkeeping() {
 	if err := live.Release(ctx); err != nil {
 		w.log.WarnContext(ctx, "release worker liveness; its runs are taken over when it expires", "err", err)
 	}
+	w.stopLimiter(ctx)
 }
 
 // register enters e, a run about to be claimed, in the active set; false if
@@ -338,6 +340,7 @@ func (w *Worker) unregister(e *execution) {
 	if w.active[e.id] == e {
 		delete(w.active, e.id)
 	}
+	e.releaseLimits() // a leaf lock: a run's grants go back however its attempt ended
 }
 
 // epoch is the epoch of the worker's liveness key, written on claimed rows.

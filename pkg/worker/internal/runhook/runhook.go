@@ -27,4 +27,5 @@ var NewRun func(row *model.Row, b any) any
 // events.MaxReserveAmount), and the options it named.
 type ReserveRequest struct {
 	Usage events.UsageReport
+	Limit string // worker.Limit: the provider limit it also waits on
 }
