@@ -183,6 +183,8 @@ type Event struct {
 	RetryAfter time.Duration
 	Usage      worker.Usage
 	Reserve    worker.Usage // what a reserve line holds
+	// ReserveLimit is the provider limit a reserve line also waits on.
+	ReserveLimit string
 }
 
 // MaxRetryAfter bounds the wait an error line's "retryAfterMs" asks for.
@@ -316,7 +318,7 @@ func Parse(n int, line []byte) (Event, error) {
 		}
 	case KindReserve:
 		var why string
-		if ev.Reserve, why = parseReserve(raw); why != "" {
+		if ev.Reserve, ev.ReserveLimit, why = parseReserve(raw); why != "" {
 			return bad("%s", why)
 		}
 	case KindError:
