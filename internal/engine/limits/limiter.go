@@ -96,6 +96,8 @@ type local struct {
 	othersWaiting        bool      // another holder reported waiters
 	renewAt              time.Time
 	idleSince            time.Time // when the queue last emptied (zero: it is not empty)
+	reportedGranted      int64     // granted as last written to the pool
+	reportedAt           time.Time // when
 }
 
 // New returns a Limiter; Start starts it.

@@ -40,7 +40,7 @@ func (l *Limiter) step(ctx context.Context) time.Time {
 		take := loc.q.len() > 0 && !now.Before(loc.pausedUntil) && !now.Before(loc.blockedUntil)
 		idleFor := now.Sub(loc.idleSince)
 		give := loc.q.len() == 0 && loc.othersWaiting && loc.idleLocked() && idleFor >= idleGrace(loc.spec)
-		renew := loc.held && !now.Before(loc.renewAt)
+		renew := loc.held && !now.Before(loc.renewAt) || loc.reportDueLocked(now)
 		l.mu.Unlock()
 		if take || give || renew {
 			if err := l.sync(ctx, loc, take); err != nil && ctx.Err() == nil {
@@ -62,6 +62,9 @@ func (l *Limiter) step(ctx context.Context) time.Time {
 		if loc.held {
 			next = minTime(next, loc.renewAt)
 		}
+		if loc.granted != loc.reportedGranted {
+			next = minTime(next, loc.reportedAt.Add(reportEvery))
+		}
 		if loc.q.len() == 0 && loc.othersWaiting && loc.idleLocked() {
 			next = minTime(next, loc.idleSince.Add(idleGrace(loc.spec)))
 		}
@@ -75,6 +78,17 @@ func minTime(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+// reportEvery is how often at most a worker writes its figures (grants,
+// tokens, tenants) to a pool when nothing else makes it write: what
+// /metrics, jetrun limits and the UI show is at most this old.
+const reportEvery = time.Second
+
+// reportDueLocked reports whether loc has grants the pool has not seen and
+// its last report is reportEvery old.
+func (loc *local) reportDueLocked(now time.Time) bool {
+	return loc.granted != loc.reportedGranted && !now.Before(loc.reportedAt.Add(reportEvery))
 }
 
 // idleGrace is how long a worker keeps an idle slice while others wait:
@@ -225,7 +239,7 @@ func (l *Limiter) sync(ctx context.Context, loc *local, take bool) error {
 			delete(p.Holders, l.cfg.Worker)
 		}
 		l.mu.Lock()
-		renewDue := loc.held && !now.Before(loc.renewAt)
+		renewDue := loc.held && !now.Before(loc.renewAt) || loc.reportDueLocked(now)
 		waitNews := take && d.none() && !s.fits && loc.reportedWaiting == 0 // blocked: tell the others, once
 		l.mu.Unlock()
 		if !changed && d.none() && !renewDue && !waitNews && had == keep {
@@ -251,6 +265,7 @@ func (l *Limiter) sync(ctx context.Context, loc *local, take bool) error {
 		loc.concHeld += d.conc
 		loc.held = keep
 		loc.reportedWaiting = s.waiting
+		loc.reportedGranted, loc.reportedAt = s.granted, now
 		loc.renewAt = now.Add(l.cfg.Lease / 3)
 		l.mu.Unlock()
 		return nil
