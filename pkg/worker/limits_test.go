@@ -103,7 +103,7 @@ func TestLimitFleet(t *testing.T) {
 		workers, runs, calls int
 		window               time.Duration
 		tokens, estimate     int64
-	}{3, 11, 12, 2 * time.Second, 3000, 50}
+	}{3, 11, 12, 4 * time.Second, 3000, 50}
 	if *limitsFull {
 		shape.workers, shape.runs, shape.calls, shape.window, shape.tokens, shape.estimate = 8, 50, 6, 3*time.Second, 20000, 100
 	}

@@ -183,7 +183,7 @@ type fleet struct {
 // call granted after its worker saw the pause, each tenant within 10 % of
 // its weighted share.
 func TestFleetAgainstFakeProvider(t *testing.T) {
-	shape := fleet{workers: 4, runs: 12, window: 2 * time.Second, windows: 5, tokens: 4000, estimate: 50}
+	shape := fleet{workers: 3, runs: 12, window: 4 * time.Second, windows: 5, tokens: 4000, estimate: 50}
 	if *full {
 		shape = fleet{workers: 8, runs: 50, window: 3 * time.Second, windows: 6, tokens: 20000, estimate: 100}
 	}
