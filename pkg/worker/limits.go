@@ -38,9 +38,8 @@ func Limit(name string) ReserveOption {
 // workerLimits is a worker's Limiter, started at the first reservation on a
 // limit.
 type workerLimits struct {
-	mu  sync.Mutex
-	l   *limits.Limiter
-	err error
+	mu sync.Mutex
+	l  *limits.Limiter
 }
 
 // limiter returns the worker's Limiter, starting it the first time.
