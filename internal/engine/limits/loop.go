@@ -216,7 +216,8 @@ func (l *Limiter) sync(ctx context.Context, loc *local, take bool) error {
 		changed = p.expire(now, l.cfg.Worker) || changed
 		me := p.Holders[l.cfg.Worker]
 		d := p.delta(s, me, take, l.cfg.Worker)
-		if d.none() && take && !s.fits {
+		stuck := take && !s.fits && (d.none() || d.blocked)
+		if stuck {
 			// No room: report waiting (once), look again when the pool
 			// changes, a holder lapses or the window rolls.
 			l.block(loc, p, now, w)
@@ -240,7 +241,7 @@ func (l *Limiter) sync(ctx context.Context, loc *local, take bool) error {
 		}
 		l.mu.Lock()
 		renewDue := loc.held && !now.Before(loc.renewAt) || loc.reportDueLocked(now)
-		waitNews := take && d.none() && !s.fits && loc.reportedWaiting == 0 // blocked: tell the others, once
+		waitNews := stuck && loc.reportedWaiting == 0 // blocked: tell the others, once
 		l.mu.Unlock()
 		if !changed && d.none() && !renewDue && !waitNews && had == keep {
 			return nil
@@ -288,9 +289,12 @@ func (l *Limiter) block(loc *local, p Pool, now time.Time, w int64) {
 
 // delta is what one sync moves between the pool and a worker's slice
 // (negative: given back).
-type delta struct{ req, tok, conc int64 }
+type delta struct {
+	req, tok, conc int64
+	blocked        bool // the head does not fit and the pool has no room for it
+}
 
-func (d delta) none() bool { return d == delta{} }
+func (d delta) none() bool { return d.req == 0 && d.tok == 0 && d.conc == 0 }
 
 // delta computes the slice to take (take, and the head does not fit) or
 // to give back (no one waits here). A slice is a share of the limit
@@ -323,7 +327,10 @@ func (p *Pool) delta(s snapshot, me Holder, take bool, self string) delta {
 	}
 	if spec.Tokens > 0 && s.tokLeft < s.needTok {
 		if d.tok = share(spec.Tokens, spec.Tokens-p.Tokens, s.needTok-s.tokLeft, live); d.tok == 0 {
-			return delta{}
+			// No room: give the remnant too small for the head back, so
+			// that the remnants of several workers can serve one of them
+			// instead of lying idle till the window rolls.
+			return delta{tok: -max(s.tokLeft, 0), blocked: true}
 		}
 	}
 	if spec.Concurrent > 0 && s.concHeld-s.concUsed < 1 {
