@@ -191,28 +191,33 @@ func BenchmarkScaleInFlight(b *testing.B) {
 	for _, n := range []int{1_000, 10_000} {
 		b.Run(fmt.Sprintf("runs=%d", n), func(b *testing.B) {
 			for b.Loop() {
-				inFlight(b, n)
+				ns := defaultLimitsServer(b)
+				inFlight(b, fmt.Sprintf("inflight runs=%d", n), n, false,
+					func() *nats.Conn { return inProcess(b, ns) }, nil)
 			}
 		})
 	}
 }
 
-func inFlight(b *testing.B, n int) {
+// inFlight holds n runs in handlers that wait on their context (inside
+// Run.Park when park is set) on the server connect reaches, and reports
+// what holding them costs. serverCPU, when the server is a process of its
+// own, gives its CPU so far: the figures then split the worker's (this
+// process) from the server's.
+func inFlight(b *testing.B, label string, n int, park bool, connect func() *nats.Conn, serverCPU func() time.Duration) {
 	const (
 		lease      = 6 * time.Second
 		quiet      = 15 * time.Second
 		samples    = 200
 		startBound = 3 * time.Minute
 	)
-	label := fmt.Sprintf("inflight runs=%d", n)
-	ns := defaultLimitsServer(b)
-	nc := inProcess(b, ns)
+	nc := connect()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	client, err := parent.New(jetruntest.OpenRuntime(b, inProcess(b, ns), jetrun.Config{}), parent.Config{})
+	client, err := parent.New(jetruntest.OpenRuntime(b, connect(), jetrun.Config{}), parent.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -227,13 +232,17 @@ func inFlight(b *testing.B, n int) {
 		}
 	}
 	logs := newLogCounter()
-	startWorkerConfig(b, inProcess(b, ns), worker.Config{
+	startWorkerConfig(b, connect(), worker.Config{
 		Concurrency: n, FleetConcurrency: n, Lease: lease, Logger: slog.New(logs),
 	}, "park", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
 		started.Add(1)
 		running.Add(1)
 		defer running.Add(-1)
-		<-ctx.Done()
+		if park {
+			_ = run.Park(ctx, func(ctx context.Context) error { <-ctx.Done(); return nil })
+		} else {
+			<-ctx.Done()
+		}
 		if ch, ok := sampled[run.ID()]; ok {
 			select {
 			case ch <- time.Now():
@@ -266,9 +275,12 @@ func inFlight(b *testing.B, n int) {
 		"all_started_s", allStarted.Seconds(), "complete", started.Load() == int64(n))
 
 	// The quiet window: nothing but holding the runs.
-	writes0, cpu0, t0 := storedMessages(b, js), cpuTime(), time.Now()
+	if serverCPU == nil {
+		serverCPU = func() time.Duration { return 0 }
+	}
+	writes0, cpu0, srvCPU0, t0 := storedMessages(b, js), cpuTime(), serverCPU(), time.Now()
 	time.Sleep(quiet)
-	writes1, cpu1, window := storedMessages(b, js), cpuTime(), time.Since(t0)
+	writes1, cpu1, srvCPU1, window := storedMessages(b, js), cpuTime(), serverCPU(), time.Since(t0)
 	held := running.Load()
 	consumers := streamConsumers(b, js, runsStream)
 	heap1 := heapAfterGC()
@@ -281,7 +293,8 @@ func inFlight(b *testing.B, n int) {
 		"goroutines_per_run", per(float64(srvG1+otherG1-srvG0-otherG0)),
 		"goroutines_per_run_outside_server", per(float64(otherG1-otherG0)),
 		"goroutines_per_run_in_server", per(float64(srvG1-srvG0)),
-		"cpu_pct_of_one_core", 100*float64(cpu1-cpu0)/float64(window))
+		"cpu_pct_of_one_core", 100*float64(cpu1-cpu0)/float64(window),
+		"server_process_cpu_pct_of_one_core", 100*float64(srvCPU1-srvCPU0)/float64(window))
 	b.Logf("heap is the whole process's (worker, client and the embedded server); goroutines are split by whether nats-server code is on their stack")
 
 	// Cancel a sample: ~200 runs, one every 10ms, each timed from its Cancel
