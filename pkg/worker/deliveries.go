@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/engine/settle"
@@ -16,12 +17,20 @@ import (
 // and is never held while a delivery is sent anything: a release waits
 // for the heartbeats already on their way, so no InProgress follows a
 // delivery's outcome.
+//
+// A waiting run's deliveries are shelved instead (shelf.go): returned to
+// the server once with a long delay, so they stay pending and cost no
+// message while the run waits. nats.go lets a message settle only once, so
+// a shelved delivery is settled with plain publishes on its
+// acknowledgement subject (settle.Outcome.ApplyReply).
 type deliveries struct {
-	mu       sync.Mutex
-	msgs     []jetstream.Msg
-	released bool
-	lastBeat time.Time      // the last InProgress
-	beating  sync.WaitGroup // heartbeats on their way
+	mu        sync.Mutex
+	msgs      []jetstream.Msg
+	released  bool
+	lastBeat  time.Time      // the last InProgress
+	beating   sync.WaitGroup // heartbeats on their way
+	shelf     *nats.Conn     // set once shelved: what the deliveries are settled on
+	shelvedAt time.Time      // the last delayed refusal of a shelved run
 }
 
 func newDeliveries(msg jetstream.Msg) *deliveries {
@@ -36,15 +45,74 @@ func (d *deliveries) first() jetstream.Msg {
 }
 
 // adopt records another delivery of the run's dispatch; false once the
-// deliveries were released.
+// deliveries were released. A delivery of a shelved run is shelved too.
 func (d *deliveries) adopt(msg jetstream.Msg) bool {
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	if d.released {
+		d.mu.Unlock()
 		return false
 	}
 	d.msgs = append(d.msgs, msg)
+	shelved := d.shelf != nil
+	d.mu.Unlock()
+	if shelved {
+		_ = msg.NakWithDelay(shelfDelay)
+	}
 	return true
+}
+
+// reply is the acknowledgement subject of the newest delivery: while the
+// dispatch is pending, a refusal on it has the server redeliver it.
+func (d *deliveries) reply() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.msgs[len(d.msgs)-1].Reply()
+}
+
+// isShelved reports whether the deliveries were shelved.
+func (d *deliveries) isShelved() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.shelf != nil
+}
+
+// shelve returns every delivery to the server with a delay of shelfDelay:
+// pending, and redelivered only when refused again; no more InProgress.
+// false once the deliveries were released (or were shelved already).
+func (d *deliveries) shelve(nc *nats.Conn, now time.Time) bool {
+	d.mu.Lock()
+	if d.released || d.shelf != nil {
+		d.mu.Unlock()
+		return false
+	}
+	d.shelf, d.shelvedAt = nc, now
+	msgs := d.msgs[:len(d.msgs):len(d.msgs)]
+	d.beating.Add(1)
+	d.mu.Unlock()
+	defer d.beating.Done()
+	for _, m := range msgs {
+		_ = m.NakWithDelay(shelfDelay)
+	}
+	return true
+}
+
+// reshelve refuses the shelved deliveries again with a delay of
+// shelfDelay when the last refusal is every old, so they do not come back
+// while the run lives.
+func (d *deliveries) reshelve(now time.Time, every time.Duration) {
+	d.mu.Lock()
+	if d.released || d.shelf == nil || now.Sub(d.shelvedAt) < every {
+		d.mu.Unlock()
+		return
+	}
+	d.shelvedAt = now
+	nc, msgs := d.shelf, d.msgs[:len(d.msgs):len(d.msgs)]
+	d.beating.Add(1)
+	d.mu.Unlock()
+	defer d.beating.Done()
+	for _, m := range msgs {
+		_ = settle.Retry(shelfDelay).ApplyReply(nc, m.Reply())
+	}
 }
 
 // startBeats starts the heartbeat clock: the claim's delivery is fresh.
@@ -58,7 +126,7 @@ func (d *deliveries) startBeats(now time.Time) {
 // says so or its last InProgress is every old.
 func (d *deliveries) beat(now time.Time, every time.Duration, force bool) {
 	d.mu.Lock()
-	if d.released || !force && now.Sub(d.lastBeat) < every {
+	if d.released || d.shelf != nil || !force && now.Sub(d.lastBeat) < every {
 		d.mu.Unlock()
 		return
 	}
@@ -73,19 +141,25 @@ func (d *deliveries) beat(now time.Time, every time.Duration, force bool) {
 }
 
 // release settles every delivery as o says (settle.Leave leaves them to
-// redelivery), once the heartbeats on their way are sent, and stops
-// adopting new ones. It returns the settles that failed.
-func (d *deliveries) release(o settle.Outcome) []error {
+// redelivery after their AckWait, shelved ones too), once the heartbeats
+// on their way are sent, and stops adopting new ones. It returns the
+// settles that failed, and whether the deliveries were shelved.
+func (d *deliveries) release(o settle.Outcome) (errs []error, shelved bool) {
 	d.mu.Lock()
 	d.released = true
-	msgs := d.msgs
+	msgs, nc := d.msgs, d.shelf
 	d.mu.Unlock()
 	d.beating.Wait()
-	var errs []error
 	for _, m := range msgs {
-		if err := o.Apply(m); err != nil {
+		var err error
+		if nc != nil {
+			err = o.ApplyReply(nc, m.Reply())
+		} else {
+			err = o.Apply(m)
+		}
+		if err != nil {
 			errs = append(errs, err)
 		}
 	}
-	return errs
+	return errs, nc != nil
 }

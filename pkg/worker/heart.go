@@ -24,6 +24,8 @@ const syncParallelism = 16
 //     stored), right after the renewal lands, so the server redelivers it
 //     only when the worker is gone, and not before its key expired: a
 //     dead worker's runs are taken over one lease after its last renewal;
+//     the dispatch of a run parked since the last beat is shelved instead
+//     (shelf.go): written down once and then sent nothing;
 //   - writes the rows of runs with changes pending (progress snapshot,
 //     signal time, counters), each at most every RowSyncInterval;
 //   - ends the attempt of a handler that ignored the end of its context for
@@ -252,16 +254,24 @@ func (w *Worker) tend(ctx context.Context, now time.Time, beatEvery time.Duratio
 	defer cancel()
 	sem := make(chan struct{}, syncParallelism)
 	var syncs sync.WaitGroup
+	var shelving []*execution
 	for _, e := range w.executions() {
 		if !e.ctl.live() {
 			continue // not begun yet, or ending: its end tends it
 		}
 		// The publisher drops what the server stored (publisher.tidy).
 		e.pub.tidy()
-		// The InProgress goes with every renewal of the liveness key, so
-		// the dispatch's AckWait and the key run out together; a third of
-		// a lease after the last one while renewals fail.
-		e.dlv.beat(now, beatEvery, renewed)
+		// A waiting run's dispatch is shelved (shelf.go), and then costs
+		// nothing more. Any other InProgress goes with every renewal of
+		// the liveness key, so the dispatch's AckWait and the key run out
+		// together; a third of a lease after the last one while renewals
+		// fail.
+		if len(shelving) < maxShelvePerBeat && w.shelvable(e, now, beatEvery) {
+			shelving = append(shelving, e)
+		} else {
+			e.dlv.beat(now, beatEvery, renewed)
+			e.dlv.reshelve(now, shelfDelay/2)
+		}
 		if e.ctl.stuck(now, w.cfg.Lease) {
 			e.log.ErrorContext(ctx, "handler ignored the end of its context for a lease; ending its attempt",
 				"cause", context.Cause(e.ctl.context()))
@@ -283,6 +293,7 @@ func (w *Worker) tend(ctx context.Context, now time.Time, beatEvery time.Duratio
 			})
 		}
 	}
+	w.shelve(ctx, shelving)
 	syncs.Wait()
 	w.releaseLeftovers(ctx)
 }

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/jetrun/jetrun/internal/engine/pull"
 )
@@ -16,6 +17,7 @@ type parking struct {
 	mu     sync.Mutex
 	slot   *pull.Slot // nil once the attempt left it (leave)
 	parked int
+	since  time.Time     // when the outermost park began (zero: not parked)
 	over   bool          // the attempt ended: a slot given back stays with the loop
 	taking chan struct{} // an unpark waiting for the slot; closed when it is done
 }
@@ -26,16 +28,28 @@ func newParking(slot *pull.Slot) *parking { return &parking{slot: slot} }
 func (p *parking) park() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.parked++; p.parked == 1 && p.slot != nil && p.taking == nil {
-		p.slot.Release() // while an unpark takes it, that unpark gives it back
+	if p.parked++; p.parked == 1 {
+		p.since = time.Now()
+		if p.slot != nil && p.taking == nil {
+			p.slot.Release() // while an unpark takes it, that unpark gives it back
+		}
 	}
+}
+
+// parkedSince is when the handler parked, zero when it is not parked.
+func (p *parking) parkedSince() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.since
 }
 
 // unpark ends one park; the last one takes a slot back, waiting for a
 // free one, unless the attempt is over or left its slot.
 func (p *parking) unpark(ctx context.Context) error {
 	p.mu.Lock()
-	p.parked--
+	if p.parked--; p.parked == 0 {
+		p.since = time.Time{}
+	}
 	for {
 		if p.parked > 0 || p.slot == nil || p.over {
 			p.mu.Unlock()

@@ -241,6 +241,7 @@ func (w *Worker) setUp(ctx context.Context) error {
 	w.announce(ctx)
 	w.beats.Go(func() { w.heart(heartCtx) })
 	w.beats.Go(func() { w.announceLoop(heartCtx) })
+	w.beats.Go(func() { w.keepShelves(heartCtx) })
 	nak := func(jetstream.Msg) settle.Outcome { return settle.Retry(0) } // stopping: straight to another worker
 	loops := []pull.Loop{{
 		Consumer: malformed.c, Concurrency: 1, Stopped: nak,

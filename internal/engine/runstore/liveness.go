@@ -295,9 +295,10 @@ func (s Workers) HolderUntil(ctx context.Context, r *model.Row) (alive bool, unt
 	return s.aliveUntil(ctx, r.Worker, r.WorkerEpoch)
 }
 
-// WorkerWatch follows every worker's liveness key in memory, for a process (the
-// reconciler) that checks many runs' holders: one watch, whose cost grows
-// with the number of workers.
+// WorkerWatch follows every worker's liveness key in memory, for a process
+// that checks many runs' holders (the reconciler) or notices lost workers
+// (a worker, for the runs they shelved): one watch, whose cost grows with
+// the number of workers.
 type WorkerWatch struct {
 	mu     sync.Mutex
 	epochs map[string]liveKey // worker id → its key
@@ -376,6 +377,30 @@ func (ws *WorkerWatch) Alive(r *model.Row) bool {
 	defer ws.mu.Unlock()
 	k, ok := ws.epochs[r.Worker]
 	return ok && k.epoch == r.WorkerEpoch && time.Now().Before(k.until)
+}
+
+// Live returns the epoch of every worker whose key is followed and has not
+// lapsed, by worker id.
+func (ws *WorkerWatch) Live() map[string]string {
+	now := time.Now()
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	out := make(map[string]string, len(ws.epochs))
+	for id, k := range ws.epochs {
+		if now.Before(k.until) {
+			out[id] = k.epoch
+		}
+	}
+	return out
+}
+
+// Key returns worker's followed key: its epoch (empty when there is no key)
+// and whether it has not lapsed.
+func (ws *WorkerWatch) Key(worker string) (epoch string, alive bool) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	k, ok := ws.epochs[worker]
+	return k.epoch, ok && time.Now().Before(k.until)
 }
 
 // Stop ends the watch and waits for its goroutine. It is idempotent.

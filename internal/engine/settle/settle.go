@@ -7,9 +7,11 @@ package settle
 import (
 	"context"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/engine/wire"
@@ -68,6 +70,33 @@ func (o Outcome) Apply(msg jetstream.Msg) error {
 		return msg.TermWithReason(wire.Truncate(o.reason, maxReason))
 	}
 	return nil
+}
+
+// ApplyReply settles, as o says, the delivery whose acknowledgement subject
+// is reply, with a plain publish on nc: for a delivery the server keeps
+// pending after a delayed refusal (a shelved dispatch, docs/leases.md),
+// which nats.go no longer lets its message settle, or one another process
+// received. Leave is sent as InProgress: the delivery comes back after its
+// AckWait, as a delivery left alone does.
+func (o Outcome) ApplyReply(nc *nats.Conn, reply string) error {
+	var body string
+	switch o.verb {
+	case ack:
+		body = "+ACK"
+	case nak:
+		body = NakBody(max(o.delay, nakAtOnce))
+	case term:
+		body = "+TERM " + wire.Truncate(o.reason, maxReason)
+	default:
+		body = "+WPI"
+	}
+	return nc.Publish(reply, []byte(body))
+}
+
+// NakBody is the acknowledgement that refuses a delivery, to be redelivered
+// after delay.
+func NakBody(delay time.Duration) string {
+	return `-NAK {"delay":` + strconv.FormatInt(int64(delay), 10) + `}`
 }
 
 // String is the outcome's verb: leave, ack, nak or term.
