@@ -269,8 +269,10 @@ func inFlight(b *testing.B, label string, n int, park bool, connect func() *nats
 		time.Sleep(100 * time.Millisecond)
 	}
 	allStarted := time.Since(begin)
-	// Past the cancel-watch delay of the youngest run, and a little more.
-	time.Sleep(2 * time.Second)
+	// Past the cancel-watch delay of the youngest run, and a little more;
+	// and past two leases, so the waiting runs are settled (shelved) when
+	// the quiet window begins.
+	time.Sleep(2*time.Second + 2*lease)
 	report(label, "dispatched_s", dispatched.Seconds(), "handlers_started", started.Load(),
 		"all_started_s", allStarted.Seconds(), "complete", started.Load() == int64(n))
 
