@@ -94,7 +94,8 @@
 //	rowWriter    the newest row known, the fields awaiting the next row write,
 //	             the dirty mark and the sync clock (row.go)
 //	emitter      event numbering and the flush timer (emit.go)
-//	deliveries   the dispatch's deliveries, their heartbeat and release (deliveries.go)
+//	deliveries   the dispatch's deliveries, their heartbeat or shelving, and
+//	             release (deliveries.go)
 //	parking      the concurrency slot while the handler is parked (parking.go)
 //
 // The row writer and the emitter let one write or numbered publish through
@@ -111,7 +112,8 @@
 // keys), execution.go (an attempt: claim to handler call), ctl.go,
 // row.go, emit.go, deliveries.go and parking.go (its parts),
 // publisher.go (fenced, pipelined publishes), heart.go (liveness,
-// heartbeats, row sync), outcome.go (how an attempt ends: final write,
+// heartbeats, row sync), shelf.go (waiting runs' dispatches shelved, and
+// lost workers' shelved runs taken up), outcome.go (how an attempt ends: final write,
 // hand-back, release, abandon), retry.go, cancels.go (cancels and signals),
 // nested.go and call.go (nested runs and calls), step.go (durable steps),
 // run.go (the handler-facing Run and its backend: the execution, or
