@@ -2,6 +2,7 @@ package worker
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -31,6 +32,7 @@ type deliveries struct {
 	beating   sync.WaitGroup // heartbeats on their way
 	shelf     *nats.Conn     // set once shelved: what the deliveries are settled on
 	shelvedAt time.Time      // the last delayed refusal of a shelved run
+	isShelf   atomic.Bool    // shelf != nil, read without the lock by the heart (quiet)
 }
 
 func newDeliveries(msg jetstream.Msg) *deliveries {
@@ -86,6 +88,7 @@ func (d *deliveries) shelve(nc *nats.Conn, now time.Time) bool {
 		return false
 	}
 	d.shelf, d.shelvedAt = nc, now
+	d.isShelf.Store(true)
 	msgs := d.msgs[:len(d.msgs):len(d.msgs)]
 	d.beating.Add(1)
 	d.mu.Unlock()

@@ -38,6 +38,7 @@ func (w *Worker) heart(ctx context.Context) {
 	tick := time.NewTicker(min(w.cfg.RowSyncInterval, renewEvery))
 	defer tick.Stop()
 	nextRenew := time.Now().Add(renewEvery)
+	nextQuiet := nextRenew
 	failing := false
 	for {
 		select {
@@ -64,7 +65,11 @@ func (w *Worker) heart(ctx context.Context) {
 					nextRenew = now.Add(renewEvery)
 				}
 			}
-			w.tend(ctx, now, renewEvery, renewed)
+			quiet := !now.Before(nextQuiet)
+			if quiet {
+				nextQuiet = now.Add(w.cfg.Lease)
+			}
+			w.tend(ctx, now, renewEvery, renewed, quiet)
 		}
 	}
 }
@@ -245,8 +250,17 @@ func (w *Worker) executions() []*execution {
 }
 
 // tend does one heartbeat's work on every run; renewed says the liveness
-// key was renewed at this beat.
-func (w *Worker) tend(ctx context.Context, now time.Time, beatEvery time.Duration, renewed bool) {
+// key was renewed at this beat. A quiet run (shelved and parked: nothing
+// to send, and nothing to write unless something wakes it) is tended only
+// when quiet is set, once a lease, so what the heart does per beat does
+// not grow with the runs that wait. Its row sync, or the end of a handler
+// that ignores its context inside Park, may then wait up to a lease.
+func (w *Worker) tend(ctx context.Context, now time.Time, beatEvery time.Duration, renewed, quiet bool) {
+	w.shelveAside(ctx, w.tendRuns(ctx, now, beatEvery, renewed, quiet))
+}
+
+// tendRuns is tend's work on each run; it returns the runs to shelve.
+func (w *Worker) tendRuns(ctx context.Context, now time.Time, beatEvery time.Duration, renewed, quiet bool) []*execution {
 	// Row syncs retry faults; while JetStream is away that must not hold
 	// the heart past its next renewal, or it would miss a lapse. A sync cut
 	// short stays pending for a later beat.
@@ -256,6 +270,9 @@ func (w *Worker) tend(ctx context.Context, now time.Time, beatEvery time.Duratio
 	var syncs sync.WaitGroup
 	var shelving []*execution
 	for _, e := range w.executions() {
+		if !quiet && e.quiet() {
+			continue
+		}
 		if !e.ctl.live() {
 			continue // not begun yet, or ending: its end tends it
 		}
@@ -293,9 +310,9 @@ func (w *Worker) tend(ctx context.Context, now time.Time, beatEvery time.Duratio
 			})
 		}
 	}
-	w.shelve(ctx, shelving)
 	syncs.Wait()
 	w.releaseLeftovers(ctx)
+	return shelving
 }
 
 // sync writes the pending row fields. The row read on a lost race may

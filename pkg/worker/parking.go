@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jetrun/jetrun/internal/engine/pull"
@@ -18,6 +19,7 @@ type parking struct {
 	slot   *pull.Slot // nil once the attempt left it (leave)
 	parked int
 	since  time.Time     // when the outermost park began (zero: not parked)
+	isIn   atomic.Bool   // parked > 0, read without the lock by the heart (quiet)
 	over   bool          // the attempt ended: a slot given back stays with the loop
 	taking chan struct{} // an unpark waiting for the slot; closed when it is done
 }
@@ -30,6 +32,7 @@ func (p *parking) park() {
 	defer p.mu.Unlock()
 	if p.parked++; p.parked == 1 {
 		p.since = time.Now()
+		p.isIn.Store(true)
 		if p.slot != nil && p.taking == nil {
 			p.slot.Release() // while an unpark takes it, that unpark gives it back
 		}
@@ -49,6 +52,7 @@ func (p *parking) unpark(ctx context.Context) error {
 	p.mu.Lock()
 	if p.parked--; p.parked == 0 {
 		p.since = time.Time{}
+		p.isIn.Store(false)
 	}
 	for {
 		if p.parked > 0 || p.slot == nil || p.over {

@@ -53,6 +53,26 @@ func (w *Worker) shelvable(e *execution, now time.Time, beatEvery time.Duration)
 	return !since.IsZero() && now.Sub(since) >= beatEvery/2 && !e.dlv.isShelved() && !w.recovering()
 }
 
+// quiet reports, without taking a lock, whether e's dispatch is shelved
+// and its handler parked: the heart then has nothing to do for it at most
+// beats (tend).
+func (e *execution) quiet() bool { return e.dlv.isShelf.Load() && e.parking.isIn.Load() }
+
+// shelveAside shelves es in a goroutine of the heart's, unless the last
+// beat's are still being shelved (they are shelved at a later beat then):
+// writing thousands of entries must never hold the heart past a renewal.
+func (w *Worker) shelveAside(ctx context.Context, es []*execution) {
+	if len(es) == 0 || !w.shelving.CompareAndSwap(false, true) {
+		return
+	}
+	w.beats.Go(func() {
+		defer w.shelving.Store(false)
+		sctx, cancel := context.WithTimeout(ctx, w.cfg.Lease)
+		defer cancel()
+		w.shelve(sctx, es)
+	})
+}
+
 // shelve shelves the dispatches of es, waiting runs: their entries first,
 // then the delayed refusals, so a worker that dies in between leaves
 // dispatches that come back after their AckWait, as unshelved ones do.

@@ -71,6 +71,7 @@ type Worker struct {
 	signals   jetstream.ConsumeContext
 	holds     *nats.Subscription // answers which runs this process executes (holding.go)
 	beats     sync.WaitGroup
+	shelving  atomic.Bool // waiting runs' dispatches are being shelved (shelf.go)
 }
 
 // New returns a Worker on rt. It does no I/O: Start creates the consumers.
