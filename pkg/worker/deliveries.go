@@ -80,7 +80,8 @@ func (d *deliveries) isShelved() bool {
 
 // shelve returns every delivery to the server with a delay of shelfDelay:
 // pending, and redelivered only when refused again; no more InProgress.
-// false once the deliveries were released (or were shelved already).
+// false once the deliveries were released (or were shelved already), or
+// when a refusal could not be sent.
 func (d *deliveries) shelve(nc *nats.Conn, now time.Time) bool {
 	d.mu.Lock()
 	if d.released || d.shelf != nil {
@@ -93,8 +94,20 @@ func (d *deliveries) shelve(nc *nats.Conn, now time.Time) bool {
 	d.beating.Add(1)
 	d.mu.Unlock()
 	defer d.beating.Done()
+	var failed error
 	for _, m := range msgs {
-		_ = m.NakWithDelay(shelfDelay)
+		if err := m.NakWithDelay(shelfDelay); err != nil {
+			failed = err
+		}
+	}
+	if failed != nil {
+		// Not sent (a disconnect): the deliveries are heartbeat on, and
+		// shelved at a later beat.
+		d.mu.Lock()
+		d.shelf = nil
+		d.isShelf.Store(false)
+		d.mu.Unlock()
+		return false
 	}
 	return true
 }
