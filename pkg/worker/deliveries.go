@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/engine/settle"
 )
 
@@ -28,11 +29,12 @@ type deliveries struct {
 	mu        sync.Mutex
 	msgs      []jetstream.Msg
 	released  bool
-	lastBeat  time.Time      // the last InProgress
-	beating   sync.WaitGroup // heartbeats on their way
-	shelf     *nats.Conn     // set once shelved: what the deliveries are settled on
-	shelvedAt time.Time      // the last delayed refusal of a shelved run
-	isShelf   atomic.Bool    // shelf != nil, read without the lock by the heart (quiet)
+	lastBeat  time.Time        // the last InProgress
+	beating   sync.WaitGroup   // heartbeats on their way
+	shelf     *nats.Conn       // set once shelved: what the deliveries are settled on
+	shelvedAt time.Time        // the last delayed refusal of a shelved run
+	isShelf   atomic.Bool      // shelf != nil, read without the lock by the heart (quiet)
+	entry     runstore.Shelved // the shelf entry written for them
 }
 
 func newDeliveries(msg jetstream.Msg) *deliveries {
@@ -82,13 +84,13 @@ func (d *deliveries) isShelved() bool {
 // pending, and redelivered only when refused again; no more InProgress.
 // false once the deliveries were released (or were shelved already), or
 // when a refusal could not be sent.
-func (d *deliveries) shelve(nc *nats.Conn, now time.Time) bool {
+func (d *deliveries) shelve(nc *nats.Conn, now time.Time, entry runstore.Shelved) bool {
 	d.mu.Lock()
 	if d.released || d.shelf != nil {
 		d.mu.Unlock()
 		return false
 	}
-	d.shelf, d.shelvedAt = nc, now
+	d.shelf, d.shelvedAt, d.entry = nc, now, entry
 	d.isShelf.Store(true)
 	msgs := d.msgs[:len(d.msgs):len(d.msgs)]
 	d.beating.Add(1)
@@ -159,11 +161,12 @@ func (d *deliveries) beat(now time.Time, every time.Duration, force bool) {
 // release settles every delivery as o says (settle.Leave leaves them to
 // redelivery after their AckWait, shelved ones too), once the heartbeats
 // on their way are sent, and stops adopting new ones. It returns the
-// settles that failed, and whether the deliveries were shelved.
-func (d *deliveries) release(o settle.Outcome) (errs []error, shelved bool) {
+// settles that failed, and whether the deliveries were shelved (and the
+// shelf entry written for them).
+func (d *deliveries) release(o settle.Outcome) (errs []error, shelved bool, entry runstore.Shelved) {
 	d.mu.Lock()
 	d.released = true
-	msgs, nc := d.msgs, d.shelf
+	msgs, nc, entry := d.msgs, d.shelf, d.entry
 	d.mu.Unlock()
 	d.beating.Wait()
 	for _, m := range msgs {
@@ -177,5 +180,5 @@ func (d *deliveries) release(o settle.Outcome) (errs []error, shelved bool) {
 			errs = append(errs, err)
 		}
 	}
-	return errs, nc != nil
+	return errs, nc != nil, entry
 }

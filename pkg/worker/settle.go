@@ -52,12 +52,12 @@ func (w *Worker) heldDelay(until time.Time) time.Duration {
 // releaseMsgs settles every delivery of the run's dispatch the attempt
 // holds as o says (deliveries.release); a settle that fails is logged.
 func (e *execution) releaseMsgs(o settle.Outcome) {
-	errs, shelved := e.dlv.release(o)
+	errs, shelved, entry := e.dlv.release(o)
 	for _, err := range errs {
 		e.w.fault(context.Background(), e.log, "settle dispatch ("+o.String()+")", err)
 	}
 	if shelved {
-		e.unshelve()
+		e.unshelve(entry)
 	}
 }
 

@@ -98,19 +98,20 @@ func (w *Worker) shelveChunk(ctx context.Context, es []*execution) {
 				"run_id", e.id, "err", errs[i])
 			continue
 		}
-		if !e.dlv.shelve(w.js.Conn(), now) {
-			e.unshelve() // it ended meanwhile
+		if !e.dlv.shelve(w.js.Conn(), now, entries[i]) {
+			e.unshelve(entries[i]) // it ended meanwhile, or the refusal was not sent
 		}
 	}
 }
 
-// unshelve removes the shelf entry of an attempt whose deliveries were
-// settled. A removal that fails leaves an entry another worker drops once
-// this one is gone (its delivery is settled: a refusal changes nothing).
-func (e *execution) unshelve() {
+// unshelve removes entry, the shelf entry of an attempt whose deliveries
+// were settled (unless a later attempt wrote the key again). A removal
+// that fails leaves an entry another worker drops once this one is gone
+// (its delivery is settled: a refusal changes nothing).
+func (e *execution) unshelve(entry runstore.Shelved) {
 	ctx, cancel := writeContext()
 	defer cancel()
-	if err := e.w.store.Shelf().Remove(ctx, e.w.cfg.ID, e.id); err != nil {
+	if err := e.w.store.Shelf().Remove(ctx, entry); err != nil {
 		e.w.logs.Log(ctx, e.log, slog.LevelWarn, "unshelve", "remove a waiting run's shelf entry", "err", err)
 	}
 }
@@ -237,7 +238,7 @@ func (w *Worker) takeUpShelved(ctx context.Context, ww *runstore.WorkerWatch, h 
 			return false
 		}
 		taken++
-		if err := w.store.Shelf().Remove(lctx, en.Worker, en.RunID); err != nil {
+		if err := w.store.Shelf().Remove(lctx, en); err != nil {
 			return false
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetrun/jetrun/internal/engine/bucket"
+	"github.com/jetrun/jetrun/internal/engine/wire"
 )
 
 // The shelf lists the waiting runs whose dispatch a worker stopped
@@ -43,6 +44,9 @@ type Shelved struct {
 	// Reply is the acknowledgement subject of the dispatch's delivery:
 	// whoever publishes a refusal (-NAK) on it has it redelivered.
 	Reply string `json:"reply"`
+	// Revision is the entry's revision, as written or listed: a removal
+	// names it, so it never removes a later attempt's entry.
+	Revision uint64 `json:"-"`
 }
 
 // Shelf is the store of shelf entries (see Store.Shelf).
@@ -54,7 +58,8 @@ func (s *Store) Shelf() Shelf { return Shelf{s.core} }
 func shelfKey(worker, id string) string { return shelfPrefix + worker + "." + id }
 
 // Put writes entries, pipelined, and reports for each whether it is
-// stored (nil) or why not. ctx bounds the wait for the answers.
+// stored (nil; its Revision is set) or why not. ctx bounds the wait for
+// the answers.
 func (s Shelf) Put(ctx context.Context, entries []Shelved) []error {
 	errs := make([]error, len(entries))
 	acks := make([]jetstream.PubAckFuture, len(entries))
@@ -73,7 +78,8 @@ func (s Shelf) Put(ctx context.Context, entries []Shelved) []error {
 			continue
 		}
 		select {
-		case <-a.Ok():
+		case ack := <-a.Ok():
+			entries[i].Revision = ack.Sequence
 		case err := <-a.Err():
 			errs[i] = fmt.Errorf("kv: shelve run %s: %w", entries[i].RunID, err)
 		case <-ctx.Done():
@@ -83,10 +89,15 @@ func (s Shelf) Put(ctx context.Context, entries []Shelved) []error {
 	return errs
 }
 
-// Remove deletes the shelf entry of run id of worker.
-func (s Shelf) Remove(ctx context.Context, worker, id string) error {
-	if err := bucket.DeleteKey(ctx, s.js, s.active.Bucket(), shelfKey(worker, id), shelfMarkerTTL); err != nil {
-		return fmt.Errorf("kv: unshelve run %s: %w", id, err)
+// Remove deletes the shelf entry e, unless the key holds a later entry
+// (the run shelved again by a later attempt, by this worker or another
+// incarnation of its id): a removal whose first try was late must not
+// strand that one.
+func (s Shelf) Remove(ctx context.Context, e Shelved) error {
+	err := bucket.DeleteKey(ctx, s.js, s.active.Bucket(), shelfKey(e.Worker, e.RunID), shelfMarkerTTL,
+		jetstream.WithExpectLastSequencePerSubject(e.Revision))
+	if err != nil && !wire.IsWrongLastSequence(err) {
+		return fmt.Errorf("kv: unshelve run %s: %w", e.RunID, err)
 	}
 	return nil
 }
@@ -114,7 +125,7 @@ func (s Shelf) List(ctx context.Context, worker string) ([]Shelved, error) {
 		if !ok {
 			continue
 		}
-		v := Shelved{Worker: worker, RunID: id}
+		v := Shelved{Worker: worker, RunID: id, Revision: e.Revision()}
 		if json.Unmarshal(e.Value(), &v) != nil {
 			continue // not an entry this version wrote: left alone
 		}
