@@ -140,22 +140,26 @@ func (w *Worker) keepShelves(ctx context.Context) {
 		}
 	}
 	defer ww.Stop()
-	lost := map[holderEpoch]bool{}
+	// known: the incarnations seen alive, or holding entries; one that is
+	// no longer live moves to lost, until its entries are taken up.
+	known, lost := map[holderEpoch]bool{}, map[holderEpoch]bool{}
 	scanned := false
-	seen := ww.Live()
 	tick := time.NewTicker(w.cfg.Lease / 3)
 	defer tick.Stop()
 	for {
-		if !scanned {
-			scanned = w.scanShelves(ctx, ww, lost)
-		}
 		live := ww.Live()
-		for id, epoch := range seen {
-			if live[id] != epoch {
-				lost[holderEpoch{id, epoch}] = true
+		for id, epoch := range live {
+			known[holderEpoch{id, epoch}] = true
+		}
+		if !scanned {
+			scanned = w.scanShelves(ctx, known)
+		}
+		for h := range known {
+			if live[h.worker] != h.epoch {
+				lost[h] = true
+				delete(known, h)
 			}
 		}
-		seen = live
 		for h := range lost {
 			if w.takeUpShelved(ctx, ww, h) {
 				delete(lost, h)
@@ -169,9 +173,10 @@ func (w *Worker) keepShelves(ctx context.Context) {
 	}
 }
 
-// scanShelves adds to lost every worker incarnation with shelf entries
-// whose key is not live; false when the entries could not be listed.
-func (w *Worker) scanShelves(ctx context.Context, ww *runstore.WorkerWatch, lost map[holderEpoch]bool) bool {
+// scanShelves adds to known every worker incarnation holding shelf
+// entries (the next step finds those whose key is not live); false when
+// the entries could not be listed.
+func (w *Worker) scanShelves(ctx context.Context, known map[holderEpoch]bool) bool {
 	lctx, cancel := context.WithTimeout(ctx, w.cfg.Lease)
 	defer cancel()
 	entries, err := w.store.Shelf().List(lctx, "")
@@ -180,9 +185,7 @@ func (w *Worker) scanShelves(ctx context.Context, ww *runstore.WorkerWatch, lost
 		return false
 	}
 	for _, en := range entries {
-		if epoch, alive := ww.Key(en.Worker); !alive || epoch != en.Epoch {
-			lost[holderEpoch{en.Worker, en.Epoch}] = true
-		}
+		known[holderEpoch{en.Worker, en.Epoch}] = true
 	}
 	return true
 }
