@@ -54,14 +54,30 @@ func (a *api) askList(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"asks": nonNil(page.Asks), "total": page.Total, "next": page.Next})
+	writeAskPage(w, page)
 }
 
-func nonNil(v []*events.Ask) []*events.Ask {
-	if v == nil {
-		return []*events.Ask{}
+// writeAskPage writes page as {"asks": [...], "total", "next"}, compact,
+// each ask as the index encoded it when it changed.
+func writeAskPage(w http.ResponseWriter, page asks.Page) {
+	size := 64 + len(page.Next)
+	for _, j := range page.JSON {
+		size += len(j) + 1
 	}
-	return v
+	buf := bytes.NewBuffer(make([]byte, 0, size))
+	buf.WriteString(`{"asks":[`)
+	for i, j := range page.JSON {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		buf.Write(j)
+	}
+	next, _ := json.Marshal(page.Next)
+	fmt.Fprintf(buf, `],"total":%d,"next":%s}`+"\n", page.Total, next)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(buf.Bytes())
 }
 
 // askStream serves GET /v1/asks/live: askLive whatever the Accept header.
@@ -99,14 +115,14 @@ func (a *api) askLive(w http.ResponseWriter, r *http.Request, f asks.Filter) {
 			if out.comment("keep-alive") != nil {
 				return
 			}
-		case ask, open := <-changes:
+		case change, open := <-changes:
 			if !open {
 				return // shutting down: the client reconnects
 			}
-			if !f.Keep(ask, time.Now()) {
+			if !f.Keep(change.Ask, time.Now()) {
 				continue
 			}
-			if out.send("", "ask", ask) != nil {
+			if out.send("", "ask", change.JSON) != nil {
 				return
 			}
 		}

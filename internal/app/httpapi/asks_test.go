@@ -90,6 +90,12 @@ func TestAsksListAndAnswer(t *testing.T) {
 	if l := listAsks(t, b, "status=open&agentType=other", 0); l.Total != 0 {
 		t.Fatalf("filtered by another agent type: %+v", l)
 	}
+	var raw json.RawMessage
+	do(t, "GET", b.url+"/v1/asks", "", &raw)
+	enc, _ := json.Marshal(a)
+	if want := `{"asks":[` + string(enc) + `],"total":1,"next":""}`; string(raw) != want {
+		t.Fatalf("GET /v1/asks answered\n%s\nwant it compact:\n%s", raw, want)
+	}
 
 	var e map[string]any
 	wantStatus(t, do(t, "POST", b.url+"/v1/asks/nope.s.go.0:answer", `{"digest":"sha256:x","value":{"n":1}}`, &e), 404)

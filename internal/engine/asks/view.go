@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,18 +22,44 @@ import (
 
 // View is the index of the asks: every ask in memory, fed by one watch of
 // the asks bucket, so listing them costs no request to the server (not a
-// scan of run rows, nor of the bucket). Subscribers get every change.
+// scan of run rows, nor of the bucket). Each ask is kept with its JSON,
+// encoded once when it changes, and in list order, so a page is read in
+// place and written as it is: a request copies only its page. Subscribers
+// get every change.
 type View struct {
 	kv  jetstream.KeyValue
 	log *slog.Logger
 
-	mu      sync.Mutex
-	asks    map[string]*events.Ask
-	subs    map[chan *events.Ask]struct{}
+	mu sync.Mutex
+	// asks holds every ask by id; order holds the same entries in list
+	// order (newest first, then by id); counts the number of asks per
+	// status.
+	asks    map[string]*Entry
+	order   []*Entry
+	counts  map[string]int
+	subs    map[chan Entry]struct{}
 	stopped bool
 
 	cancel context.CancelFunc
 	done   chan struct{}
+}
+
+// Entry is an ask as the view holds it: the ask, and its JSON (compact,
+// encoded once when the ask changed). Neither is changed after; callers
+// must not change them either.
+type Entry struct {
+	Ask  *events.Ask
+	JSON json.RawMessage
+	pos  position
+}
+
+// newEntry encodes a.
+func newEntry(a *events.Ask) (*Entry, error) {
+	data, err := json.Marshal(a)
+	if err != nil {
+		return nil, fmt.Errorf("asks: encode ask %s: %w", a.ID, err)
+	}
+	return &Entry{Ask: a, JSON: data, pos: positionOf(a)}, nil
 }
 
 // rewatchPause is the longest pause between two tries to watch the asks.
@@ -45,8 +72,8 @@ func StartView(ctx context.Context, s *Store, logger *slog.Logger) (*View, error
 		logger = slog.New(slog.DiscardHandler)
 	}
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	v := &View{kv: s.kv, log: logger, asks: make(map[string]*events.Ask), subs: make(map[chan *events.Ask]struct{}),
-		cancel: cancel, done: make(chan struct{})}
+	v := &View{kv: s.kv, log: logger, asks: make(map[string]*Entry), counts: make(map[string]int),
+		subs: make(map[chan Entry]struct{}), cancel: cancel, done: make(chan struct{})}
 	ready := make(chan error, 1)
 	go v.loop(wctx, ready)
 	select {
@@ -108,7 +135,7 @@ func (v *View) watch(ctx context.Context, loaded func()) error {
 		return err
 	}
 	defer func() { _ = w.Stop() }()
-	initial := make(map[string]*events.Ask)
+	initial := make(map[string]*Entry)
 	loading := true
 	for {
 		var e jetstream.KeyValueEntry
@@ -122,53 +149,84 @@ func (v *View) watch(ctx context.Context, loaded func()) error {
 			return errors.New("watch closed")
 		}
 		if e == nil { // the initial state is complete
-			v.mu.Lock()
-			v.asks, loading = initial, false
-			v.mu.Unlock()
+			v.load(initial)
+			loading = false
 			loaded()
 			continue
 		}
-		var a *events.Ask
+		var entry *Entry
 		if e.Operation() == jetstream.KeyValuePut {
-			if a, err = Decode(e.Value()); err != nil {
+			a, err := Decode(e.Value())
+			if err == nil {
+				entry, err = newEntry(a)
+			}
+			if err != nil {
 				v.log.WarnContext(ctx, "an ask is not valid JSON; not listed", "ask_id", e.Key(), "err", err)
 				continue
 			}
 		}
 		if loading {
-			if a != nil {
-				initial[e.Key()] = a
+			if entry != nil {
+				initial[e.Key()] = entry
 			} else {
 				delete(initial, e.Key())
 			}
 			continue
 		}
-		v.apply(e.Key(), a)
+		v.apply(e.Key(), entry)
 	}
 }
 
-// apply takes in a change (a nil a: the ask was removed).
-func (v *View) apply(id string, a *events.Ask) {
+// load replaces the index with the asks of a (re)loaded watch.
+func (v *View) load(initial map[string]*Entry) {
+	order := make([]*Entry, 0, len(initial))
+	counts := make(map[string]int)
+	for _, e := range initial {
+		order = append(order, e)
+		counts[e.Ask.Status]++
+	}
+	slices.SortFunc(order, func(a, b *Entry) int { return a.pos.compare(b.pos) })
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if a == nil {
+	v.asks, v.order, v.counts = initial, order, counts
+}
+
+// apply takes in a change (a nil e: the ask was removed).
+func (v *View) apply(id string, e *Entry) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if old, ok := v.asks[id]; ok {
+		if i, found := v.find(old.pos); found {
+			v.order = slices.Delete(v.order, i, i+1)
+		}
+		v.counts[old.Ask.Status]--
 		delete(v.asks, id)
+	}
+	if e == nil {
 		return
 	}
-	v.asks[id] = a
+	i, _ := v.find(e.pos)
+	v.order = slices.Insert(v.order, i, e)
+	v.counts[e.Ask.Status]++
+	v.asks[id] = e
 	for ch := range v.subs {
 		select {
-		case ch <- a:
+		case ch <- *e:
 		default: // a slow subscriber misses changes; it re-lists
 		}
 	}
 }
 
+// find returns where p is, or would be, in v.order (v.mu held).
+func (v *View) find(p position) (int, bool) {
+	return slices.BinarySearchFunc(v.order, p, func(e *Entry, p position) int { return e.pos.compare(p) })
+}
+
 // Subscribe returns a channel of every ask that changes from now on, and
 // a function ending the subscription. The channel is closed when the view
 // stops.
-func (v *View) Subscribe() (<-chan *events.Ask, func()) {
-	ch := make(chan *events.Ask, 256)
+func (v *View) Subscribe() (<-chan Entry, func()) {
+	ch := make(chan Entry, 256)
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.stopped {
@@ -190,17 +248,20 @@ func (v *View) Subscribe() (<-chan *events.Ask, func()) {
 func (v *View) Get(id string) (*events.Ask, bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	a, ok := v.asks[id]
-	return a, ok
+	e, ok := v.asks[id]
+	if !ok {
+		return nil, false
+	}
+	return e.Ask, true
 }
 
 // All returns every ask the view holds, in no order.
 func (v *View) All() []*events.Ask {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	out := make([]*events.Ask, 0, len(v.asks))
-	for _, a := range v.asks {
-		out = append(out, a)
+	out := make([]*events.Ask, 0, len(v.order))
+	for _, e := range v.order {
+		out = append(out, e.Ask)
 	}
 	return out
 }
@@ -229,9 +290,11 @@ func (f Filter) Keep(a *events.Ask, now time.Time) bool {
 }
 
 // Page is a page of asks, newest first, the cursor of the next page (""
-// at the end) and how many asks the filter selects in all.
+// at the end) and how many asks the filter selects in all. JSON holds
+// each ask's encoding, in the same order.
 type Page struct {
 	Asks  []*events.Ask
+	JSON  []json.RawMessage
 	Next  string
 	Total int
 }
@@ -239,7 +302,8 @@ type Page struct {
 // ErrBadCursor is returned by List for a cursor it did not hand out.
 var ErrBadCursor = errors.New("bad cursor")
 
-// List returns the asks passing f, newest first.
+// List returns the asks passing f, newest first. It reads the index in
+// place from the cursor on, and copies only the page.
 func (v *View) List(f Filter) (Page, error) {
 	var after *position
 	if f.Cursor != "" {
@@ -250,24 +314,49 @@ func (v *View) List(f Filter) (Page, error) {
 		after = &p
 	}
 	now := time.Now()
+	// Counted by status alone, the total needs no scan; otherwise the
+	// scan reads every ask (copying none).
+	byStatus := f.AgentType == "" && f.Tree == "" && f.RunID == "" && f.OlderThan <= 0 && f.NewerThan <= 0
 	v.mu.Lock()
-	out := make([]*events.Ask, 0, 64)
-	total := 0
-	for _, a := range v.asks {
-		if !f.Keep(a, now) {
-			continue
-		}
-		total++
-		if after == nil || positionOf(a).compare(*after) > 0 {
-			out = append(out, a)
+	defer v.mu.Unlock()
+	var page Page
+	start := 0
+	if after != nil {
+		start, _ = v.find(*after)
+		if start < len(v.order) && v.order[start].pos == *after {
+			start++
 		}
 	}
-	v.mu.Unlock()
-	slices.SortFunc(out, func(a, b *events.Ask) int { return positionOf(a).compare(positionOf(b)) })
-	page := Page{Asks: out, Total: total}
-	if f.Limit > 0 && len(out) > f.Limit {
-		page.Asks = out[:f.Limit]
-		page.Next = encodeCursor(positionOf(out[f.Limit-1]))
+	if byStatus {
+		page.Total = len(v.asks)
+		if f.Status != "" {
+			page.Total = v.counts[f.Status]
+		}
+	} else {
+		for _, e := range v.order[:start] {
+			if f.Keep(e.Ask, now) {
+				page.Total++
+			}
+		}
+	}
+	n := cmp.Or(f.Limit, len(v.order))
+	page.Asks, page.JSON = make([]*events.Ask, 0, min(n, 64)), make([]json.RawMessage, 0, min(n, 64))
+	for _, e := range v.order[start:] {
+		if !f.Keep(e.Ask, now) {
+			continue
+		}
+		if !byStatus {
+			page.Total++
+		}
+		switch {
+		case len(page.Asks) < n:
+			page.Asks, page.JSON = append(page.Asks, e.Ask), append(page.JSON, e.JSON)
+		case page.Next == "":
+			page.Next = encodeCursor(positionOf(page.Asks[n-1]))
+		}
+		if byStatus && page.Next != "" {
+			break
+		}
 	}
 	return page, nil
 }
