@@ -39,6 +39,10 @@ const (
 	// AskViaCall: the answer is the reply to call Ask.CallSeq
 	// (worker.Run.Call).
 	AskViaCall = "call"
+	// AskViaDispatch: the answer approves or refuses a dispatch that
+	// waits on the ask itself (a delegation from another service that
+	// needs approval); nothing is sent to the run.
+	AskViaDispatch = "dispatch"
 )
 
 // Ask is a question a run waits on a person to answer, stored in the asks

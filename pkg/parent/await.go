@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine/asks"
 	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/engine/wire"
@@ -48,6 +49,10 @@ func RunID(parent, toolCallID string) string {
 // ctx's error returned.
 func (c *Client) Run(ctx context.Context, req Request) (*Result, error) {
 	row, _, err := c.dispatch(ctx, req)
+	var refused *rejected
+	if errors.As(err, &refused) {
+		return &Result{RunID: refused.runID, Summary: asks.RejectedSummary, Output: asks.RejectedOutput(refused.answer)}, nil
+	}
 	if err != nil {
 		return nil, err
 	}

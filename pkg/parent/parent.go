@@ -197,6 +197,9 @@ type Request struct {
 	// Tenant is whose run this is: its fair share of the provider limits
 	// it reserves on ([events.Dispatch] Tenant).
 	Tenant string
+	// Approval, with a Parent, makes the run need a person's approval
+	// before it is dispatched ([Approval]).
+	Approval *Approval
 }
 
 func (req Request) dispatch() (events.Dispatch, error) {
@@ -264,6 +267,9 @@ type Dispatched struct {
 	// Created says this call started the run (false: the run id already
 	// had a run, which Run is).
 	Created bool
+	// Rejected is the person's answer when Request.Approval was refused:
+	// nothing was dispatched (Run is nil).
+	Rejected json.RawMessage
 }
 
 // Dispatch starts a run and returns its row.
@@ -278,6 +284,10 @@ type Dispatched struct {
 // caller whose context ends meanwhile leaves it "starting", as if it died.
 func (c *Client) Dispatch(ctx context.Context, req Request) (*Dispatched, error) {
 	row, created, err := c.dispatch(ctx, req)
+	var refused *rejected
+	if errors.As(err, &refused) {
+		return &Dispatched{Rejected: refused.answer}, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -307,6 +317,11 @@ func (c *Client) dispatch(ctx context.Context, req Request) (row *model.Row, cre
 	}
 	if err := c.checkInput(ctx, req.AgentType, d.Input); err != nil {
 		return nil, false, err
+	}
+	if req.Approval != nil {
+		if err := c.approve(ctx, req, d); err != nil {
+			return nil, false, err
+		}
 	}
 	if err := c.fillTree(ctx, &d, engine.ParentRow(ctx)); err != nil {
 		return nil, false, err

@@ -1,11 +1,13 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 
+	"github.com/jetrun/jetrun/internal/engine/asks"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/parent"
 )
@@ -23,24 +25,15 @@ func (e *execution) approveChild(ctx context.Context, client *parent.Client, id,
 	}
 	ask := *req.Approval
 	ask.Kind = events.AskApprove
-	if ask.Title == "" {
-		ask.Title = "delegate to " + req.AgentType + "?"
-	}
+	ask.Title = cmp.Or(ask.Title, asks.ApprovalTitle(req.AgentType))
 	if ask.Payload == nil {
-		ask.Payload = map[string]any{"agentType": req.AgentType, "callId": callID, "childRunId": id, "input": req.Input}
+		ask.Payload = asks.ApprovalPayload(req.AgentType, callID, id, req.Input)
 	}
-	name := "approve-" + id
-	if len(name) > 64 {
-		name = name[:64]
-	}
-	answer, err := (&Run{b: e, row: e.row}).Wait(ctx, name, ask)
+	answer, err := (&Run{b: e, row: e.row}).Wait(ctx, asks.ApprovalName(id), ask)
 	if err != nil {
 		return nil, fmt.Errorf("worker: run %s: approve child %s: %w", e.id, id, err)
 	}
-	var v struct {
-		Approved *bool `json:"approved"`
-	}
-	if json.Unmarshal(answer, &v) == nil && v.Approved != nil && !*v.Approved {
+	if asks.Rejected(answer) {
 		return answer, nil
 	}
 	return nil, nil
@@ -51,6 +44,5 @@ func (e *execution) approveChild(ctx context.Context, client *parent.Client, id,
 // an error, so a tool call gets it as its answer. Its Summary says so and
 // its Output is {"rejected": true, "answer": <the person's answer>}.
 func rejectedResult(childID string, answer json.RawMessage) *parent.Result {
-	out, _ := json.Marshal(map[string]any{"rejected": true, "answer": answer})
-	return &parent.Result{RunID: childID, Summary: "the delegation was rejected", Output: out}
+	return &parent.Result{RunID: childID, Summary: asks.RejectedSummary, Output: asks.RejectedOutput(answer)}
 }

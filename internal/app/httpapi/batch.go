@@ -73,6 +73,11 @@ func (a *api) dispatchBatch(w http.ResponseWriter, r *http.Request) {
 			results[i] = batchResult{RunID: b.RunID, Status: http.StatusBadRequest, Code: "bad_request", Error: `"input" is required`}
 			continue
 		}
+		if b.Approval != nil {
+			results[i] = batchResult{RunID: b.RunID, Status: http.StatusBadRequest, Code: "bad_request",
+				Error: `"approval" waits for a person: POST /v1/runs one run at a time`}
+			continue
+		}
 		reqs = append(reqs, b.request(trace))
 		at = append(at, i)
 	}

@@ -266,6 +266,8 @@ type dispatchBody struct {
 	// Session makes the run a turn of a sub-agent session.
 	Session string `json:"session"`
 	Tenant  string `json:"tenant"`
+	// Approval makes a nested run need a person's approval (approval.go).
+	Approval *approvalBody `json:"approval"`
 }
 
 // outcomeBody is the response of POST /v1/runs?wait=true.
@@ -292,9 +294,17 @@ func (a *api) dispatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req := body.request(traceOf(r))
+	if req.Approval, err = body.Approval.approval(); err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
 	d, err := a.client.Dispatch(r.Context(), req)
 	if err != nil {
 		a.fail(w, r, err)
+		return
+	}
+	if d.Rejected != nil {
+		writeRejected(w, req.RunID, d.Rejected)
 		return
 	}
 	row := d.Run

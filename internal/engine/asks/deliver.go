@@ -35,6 +35,8 @@ func (s *Store) Deliver(ctx context.Context, a *events.Ask) (*events.Ask, error)
 		if err == nil {
 			err = calls.StoreReply(ctx, s.js, s.ns, reply, deliverRetry)
 		}
+	case events.AskViaDispatch:
+		// The dispatcher reads the answer from the ask.
 	default:
 		err = fmt.Errorf("unknown way %q", a.Via)
 	}
