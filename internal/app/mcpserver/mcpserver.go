@@ -383,9 +383,16 @@ func (s *Server) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallT
 	if err != nil {
 		return nil, err
 	}
-	d, err := s.client.Dispatch(ctx, parent.Request{AgentType: name, RunID: id, Input: input})
+	preq := parent.Request{AgentType: name, RunID: id, Input: input}
+	if err := delegation(req.Params.Meta, &preq); err != nil {
+		return nil, err
+	}
+	d, err := s.client.Dispatch(ctx, preq)
 	if err != nil {
 		return nil, dispatchError(name, err)
+	}
+	if d.Rejected != nil {
+		return rejected(preq.RunID, d.Rejected), nil
 	}
 	id = d.Run.ID
 
