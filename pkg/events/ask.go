@@ -87,6 +87,9 @@ type Ask struct {
 	// NotifiedAt is when the new-ask hook (JETRUN_ASK_WEBHOOK) took the
 	// ask.
 	NotifiedAt *time.Time `json:"notifiedAt,omitempty"`
+	// Notified is when each named Go hook (finish.AskNotifier) took the
+	// ask, by the hook's name.
+	Notified map[string]time.Time `json:"notified,omitempty"`
 }
 
 // AskAnswer is the answer an ask got: the value the run receives, who gave

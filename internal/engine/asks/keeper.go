@@ -26,6 +26,14 @@ type KeeperConfig struct {
 	// NotifiedAt), failures tried again after a growing pause: at least
 	// once per ask, once on the happy path.
 	Notify func(ctx context.Context, a *events.Ask) error
+	// NotifyName names the hook: "" (the webhook) records NotifiedAt,
+	// another name records Notified[name], so hooks of several names each
+	// get every ask.
+	NotifyName string
+	// NotifyOnly makes the keeper run the hook and nothing else (no
+	// deliveries, deadlines or closes: a process of its own that only
+	// hears new asks).
+	NotifyOnly bool
 	// NotifyRetry is the first pause after a failed hook
 	// (DefaultNotifyRetry); it doubles per failure, up to 5 minutes.
 	NotifyRetry time.Duration
@@ -140,6 +148,7 @@ func (k *Keeper) Sweep(ctx context.Context, all bool) {
 		}
 		var err error
 		switch {
+		case k.cfg.NotifyOnly:
 		case Owed(a) && (all || now.Sub(a.Answer.At) >= k.cfg.Settle):
 			_, err = k.store.Deliver(ctx, a)
 			if err == nil {
@@ -158,7 +167,7 @@ func (k *Keeper) Sweep(ctx context.Context, all bool) {
 		}
 		switch {
 		case k.cfg.Notify == nil:
-		case a.Status != events.AskOpen || a.NotifiedAt != nil:
+		case a.Status != events.AskOpen || k.notifiedAt(a) != nil:
 			delete(k.notified, a.ID)
 			delete(k.retries, a.ID)
 		case !k.notified[a.ID]:
@@ -186,15 +195,33 @@ func (k *Keeper) notify(ctx context.Context, a *events.Ask, now time.Time) {
 	delete(k.retries, a.ID)
 	k.notified[a.ID] = true
 	if _, err := k.store.mutate(ctx, a.ID, func(cur *events.Ask) error {
-		if cur.NotifiedAt != nil {
+		if k.notifiedAt(cur) != nil {
 			return errNoChange
 		}
 		at := time.Now().UTC()
-		cur.NotifiedAt = &at
+		if k.cfg.NotifyName == "" {
+			cur.NotifiedAt = &at
+			return nil
+		}
+		if cur.Notified == nil {
+			cur.Notified = make(map[string]time.Time)
+		}
+		cur.Notified[k.cfg.NotifyName] = at
 		return nil
 	}); err != nil {
 		k.log.WarnContext(ctx, "record an ask notified", "ask_id", a.ID, "err", err)
 	}
+}
+
+// notifiedAt is when this keeper's hook took a (nil: not yet).
+func (k *Keeper) notifiedAt(a *events.Ask) *time.Time {
+	if k.cfg.NotifyName == "" {
+		return a.NotifiedAt
+	}
+	if at, ok := a.Notified[k.cfg.NotifyName]; ok {
+		return &at
+	}
+	return nil
 }
 
 // ended reports whether a's run ended, or is unknown long after the ask.
