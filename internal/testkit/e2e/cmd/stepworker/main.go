@@ -11,6 +11,9 @@
 // the hold), so it is stored with the step. With "reserve" (a
 // worker.Usage), each step's function first reserves it (Run.Reserve,
 // before the counter line), so a reservation is held through the hold.
+// With "usageFirst" as well, each step reports its usage before the counter
+// line (so before the hold): a worker killed in the hold dies after its
+// step reported what it spent, before the step is stored.
 //
 // Usage: stepworker NATS_URL WORKER_ID (lease 2s). It logs "stepworker
 // serving" once it pulls, and stops on SIGTERM or SIGINT. STEPWORKER_ROW_SYNC,
@@ -91,10 +94,11 @@ func run() error {
 
 func stepper(ctx context.Context, run *worker.Run) (worker.Result, error) {
 	var in struct {
-		Dir     string        `json:"dir"`
-		Steps   []string      `json:"steps"`
-		Usage   *worker.Usage `json:"usage"`
-		Reserve *worker.Usage `json:"reserve"`
+		Dir        string        `json:"dir"`
+		Steps      []string      `json:"steps"`
+		Usage      *worker.Usage `json:"usage"`
+		Reserve    *worker.Usage `json:"reserve"`
+		UsageFirst bool          `json:"usageFirst"`
 	}
 	if err := json.Unmarshal(run.Input(), &in); err != nil {
 		return worker.Result{}, err
@@ -107,6 +111,11 @@ func stepper(ctx context.Context, run *worker.Run) (worker.Result, error) {
 					return 0, err
 				}
 			}
+			if in.Usage != nil && in.UsageFirst {
+				if err := run.Usage(ctx, *in.Usage); err != nil {
+					return 0, err
+				}
+			}
 			if err := appendLine(filepath.Join(in.Dir, name), strconv.Itoa(run.Attempt())); err != nil {
 				return 0, err
 			}
@@ -115,7 +124,7 @@ func stepper(ctx context.Context, run *worker.Run) (worker.Result, error) {
 					return 0, err
 				}
 			}
-			if in.Usage != nil {
+			if in.Usage != nil && !in.UsageFirst {
 				if err := run.Usage(ctx, *in.Usage); err != nil {
 					return 0, err
 				}
