@@ -34,7 +34,7 @@ func (a assignments) Set(s string) error {
 
 // rerunCmd is `jetrun rerun ID --from STEP [--input JSON] [--step NAME=JSON]
 // [--run-id ID] [--wait]`, and with --batch the batch form: re-run the
-// runs of --type (--status, --since) from --from with --set overrides,
+// runs of --type (--status, --since, --until) from --from with --set overrides,
 // capped by --max-runs and --budget-micros/--budget-tokens, then print
 // one table.
 func (c *cli) rerunCmd(fs *flag.FlagSet) func(context.Context, []string) (int, error) {
@@ -44,10 +44,11 @@ func (c *cli) rerunCmd(fs *flag.FlagSet) func(context.Context, []string) (int, e
 	wait := fs.Bool("wait", false, "wait for the re-run's outcome, showing progress live")
 	steps := assignments{}
 	fs.Var(steps, "step", "NAME=JSON: override the output of a step given back (repeatable)")
-	batch := fs.Bool("batch", false, "re-run every run --type, --status and --since select, then print one table")
+	batch := fs.Bool("batch", false, "re-run every run --type, --status, --since and --until select, then print one table")
 	agentType := fs.String("type", "", "with --batch: the agent type of the runs")
 	status := fs.String("status", "", "with --batch: statuses, comma-separated (default: any ended run)")
 	since := fs.Duration("since", 0, "with --batch: only runs created within this long (say 24h)")
+	until := fs.Duration("until", 0, "with --batch: only runs created at least this long ago (say 1h; with --since, a time range)")
 	set := assignments{}
 	fs.Var(set, "set", "with --batch: PATH=JSON, input.<field> or steps.<name> (repeatable), say input.model='\"m2\"'")
 	maxRuns := fs.Int("max-runs", 0, fmt.Sprintf("with --batch: re-run at most this many (default %d, at most %d)", rerun.DefaultMaxRuns, rerun.MaxRuns))
@@ -70,6 +71,9 @@ func (c *cli) rerunCmd(fs *flag.FlagSet) func(context.Context, []string) (int, e
 			}
 			if *since > 0 {
 				req.Since = time.Now().Add(-*since)
+			}
+			if *until > 0 {
+				req.Until = time.Now().Add(-*until)
 			}
 			if *budgetMicros > 0 || *budgetTokens > 0 {
 				req.Budget = &events.TreeBudget{CostMicros: *budgetMicros, Tokens: *budgetTokens}

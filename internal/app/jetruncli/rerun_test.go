@@ -100,5 +100,10 @@ func TestRerunDiffAndBatchCommands(t *testing.T) {
 		!strings.HasPrefix(lines[2], "total") {
 		t.Errorf("jetrun rerun --batch:\n%s", out)
 	}
+	// A time range that holds none of the runs re-runs none.
+	out, _ = cli(0, "rerun", "--batch", "--type", "four", "--from", "s4", "--since", "48h", "--until", "24h")
+	if strings.Contains(out, "completed") {
+		t.Errorf("jetrun rerun --batch --since 48h --until 24h re-ran runs created now:\n%s", out)
+	}
 	t.Logf("jetrun diff c1 c1-m2:\n%s", func() string { o, _ := cli(0, "diff", "c1", "c1-m2"); return o }())
 }
