@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -81,7 +82,9 @@ func TestSubAgentSessionSurvivesAKilledWorker(t *testing.T) {
 // parent-worker: a delegate with an overridden name and a session (the
 // memo agent: its second call sees the first as history), a mistake
 // answered as text, a dynamic agent run as a child of the generic type
-// that cannot create another, and a spec tool outside the pool.
+// that cannot create another, a spec tool outside the pool, and variables:
+// the caller's go down in each child's input, the one the dynamic agent
+// sets comes back to the caller as a step named as the Go worker names it.
 func TestPythonSubAgents(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -113,11 +116,17 @@ func TestPythonSubAgents(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out struct {
-		Tools   []string
-		Answers []string
+		Tools         []string
+		Answers       []string
+		Variables     map[string]string
+		VariableSteps []string
 	}
 	if err := json.Unmarshal(res.Output, &out); err != nil {
 		t.Fatal(err)
+	}
+	if !maps.Equal(out.Variables, map[string]string{"topic": "tides", "found": "map"}) ||
+		!slices.Equal(out.VariableSteps, []string{"variables.1.1", "variables.1.2"}) {
+		t.Errorf("caller's variables %v, steps %v: want topic=tides and found=map (set by its dynamic child)", out.Variables, out.VariableSteps)
 	}
 	if !slices.Equal(out.Tools, []string{"ask_memo(objective)", "create_and_run_agent(spec,objective)"}) {
 		t.Errorf("tools %v", out.Tools)
@@ -126,14 +135,14 @@ func TestPythonSubAgents(t *testing.T) {
 		`{"session": "py-notes", "heard": [], "attempt": 1}`,
 		`{"session": "py-notes", "heard": ["remember 7"], "attempt": 1}`,
 		`error: unknown tool "task_memo": use one of [ask_memo, create_and_run_agent]`,
-		`{"dynamic": "scout", "objective": "map", "tools": ["ask_memo(objective)"], "nested": "error: a dynamic agent cannot create dynamic agents"}`,
+		`{"dynamic": "scout", "objective": "map", "tools": ["ask_memo(objective)"], "nested": "error: a dynamic agent cannot create dynamic agents", "seen": {"topic": "tides"}}`,
 		`error: create_and_run_agent: unknown tool "teleport": choose from the pool [search, fetch]`,
 	}
 	if !slices.Equal(out.Answers, want) {
 		t.Errorf("answers\n%q\nwant\n%q", out.Answers, want)
 	}
 	kid := jetruntest.WaitRow(t, e.store, parent.RunID("py-orch", "c2"), 10*time.Second, jetruntest.Final)
-	if kid.Parent != "py-orch" || kid.AgentType != "memo" || kid.Session != "py-notes" || string(kid.Input) != `{"objective":"what was it","context":"the number"}` {
+	if kid.Parent != "py-orch" || kid.AgentType != "memo" || kid.Session != "py-notes" || string(kid.Input) != `{"objective":"what was it","context":"the number","variables":{"topic":"tides"}}` {
 		t.Errorf("delegated child: parent %q type %q session %q input %s", kid.Parent, kid.AgentType, kid.Session, kid.Input)
 	}
 }

@@ -19,7 +19,7 @@ import re
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import IO, Any, Callable, Dict, List, Mapping, NoReturn, Optional, TypeVar, Union
+from typing import IO, Any, Callable, Dict, Iterable, List, Mapping, NoReturn, Optional, Tuple, TypeVar, Union
 
 MARKER = "@jetrun "
 """Starts a stdout line that carries an event (exec); other lines are chunks."""
@@ -108,6 +108,7 @@ class Run:
         self._marked: List[str] = []  # milestones this child marked since the request
         self._asked: Dict[str, int] = {}  # http: waits, calls and reservations so far, by kind and name
         self._ended = False
+        self._var_n = 0  # the variables this attempt set (their step names)
 
     # The request.
 
@@ -231,6 +232,31 @@ class Run:
         self._steps[name] = output
         return output
 
+    def variables(self) -> Dict[str, JSON]:
+        """The run's variables: its input's "variables" object with the
+        changes the run made (set_variable, and its completed sub-agents'),
+        earlier attempts' included (docs/protocol.md, "Sub-agents")."""
+        inp = self.input
+        vars: Dict[str, JSON] = dict(inp["variables"]) if isinstance(inp, dict) and isinstance(inp.get("variables"), dict) else {}
+        with self._lock:
+            steps = list(self._steps.items())
+        vars.update(variable_changes(sorted(
+            ((name, out) for name, out in steps if _variable_order(name) is not None),
+            key=lambda s: _variable_order(s[0]) or (0, 0)))[0])
+        return vars
+
+    def set_variable(self, key: str, value: JSON) -> None:
+        """Sets the run's variable key to value, stored as a durable step
+        variables.<attempt>.<n> ({"key", "value"}), so a later attempt sees
+        it; a sub-agent's caller gets the variables it changed once it
+        completes."""
+        if not key:
+            raise ValueError("set variable: empty key")
+        with self._lock:
+            self._var_n += 1
+            n = self._var_n
+        self.step("%s%d.%d" % (VARIABLE_PREFIX, self.attempt, n), lambda: {"key": key, "value": value})
+
     def _running_steps(self) -> List[List[Dict[str, Any]]]:
         """This thread's running steps, innermost last: the usage each
         reported so far."""
@@ -340,6 +366,34 @@ class Run:
         if not isinstance(ans, dict):
             raise Stopped("stdin line %r is not a %s" % (line[:60], key))
         return ans
+
+
+VARIABLE_PREFIX = "variables."
+"""Prefixes the names of the steps that set variables."""
+
+
+def _variable_order(name: str) -> Optional[Tuple[int, int]]:
+    """(attempt, n) of a variable step's name variables.<attempt>.<n>, or None."""
+    if not name.startswith(VARIABLE_PREFIX):
+        return None
+    parts = name[len(VARIABLE_PREFIX):].split(".")
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        return None
+    return int(parts[0]), int(parts[1])
+
+
+def variable_changes(steps: Iterable[Tuple[str, JSON]]) -> Tuple[Dict[str, JSON], List[str]]:
+    """The variables steps (name, output) set, in the order given (the last
+    assignment of a key wins), and the keys in the order first set."""
+    vars: Dict[str, JSON] = {}
+    keys: List[str] = []
+    for name, out in steps:
+        if not name.startswith(VARIABLE_PREFIX) or not isinstance(out, dict) or not out.get("key"):
+            continue
+        if out["key"] not in vars:
+            keys.append(out["key"])
+        vars[out["key"]] = out.get("value")
+    return vars, keys
 
 
 def _reply(name: str, reply: Mapping[str, Any]) -> JSON:

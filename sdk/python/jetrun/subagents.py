@@ -17,7 +17,7 @@ import hashlib
 import json
 from typing import Any, Dict, List, Optional, Sequence
 
-from .child import Run
+from .child import Run, variable_changes
 from .client import Client, RunFailed
 
 DYNAMIC_TOOL = "create_and_run_agent"
@@ -92,12 +92,30 @@ def sub_agent_tools(run: Run, subs: SubAgents) -> List[Dict[str, Any]]:
     return tools
 
 
+def _take_variables(run: Run, client: Client, child: str) -> None:
+    """Makes the variables the completed child changed (its variable steps,
+    in the order stored) run's, those that differ from its own."""
+    steps = []
+    for ev in client.stream(child, follow=False):  # each event's data: {"seq", "kind", "data": <the step>, ...}
+        st = ev.data.get("data") if ev.kind == "step" and isinstance(ev.data, dict) else None
+        if isinstance(st, dict) and not st.get("error"):
+            steps.append((str(st.get("name", "")), st.get("output")))
+    changed, keys = variable_changes(steps)
+    mine = run.variables()
+    for k in keys:
+        if k in mine and mine[k] == changed[k]:
+            continue
+        run.set_variable(k, changed[k])
+
+
 def run_sub_agent(run: Run, subs: SubAgents, client: Client, call_id: str, name: str, args: Any) -> str:
     """Runs the model's tool call (call_id, name, args: a dict or its JSON)
     as a nested run of run and returns the text the model reads: the
     child's output (a string as is, else its JSON), or its summary. What the
     model can fix (an unknown tool, no objective, a spec tool outside the
-    pool, a failed child) is answered as a text starting "error:"."""
+    pool, a failed child) is answered as a text starting "error:". The
+    child's input carries run's variables; the ones a completed child
+    changed become run's (Run.variables)."""
     a = json.loads(args) if isinstance(args, str) else dict(args or {})
     inp: Dict[str, Any] = {"objective": a.get("objective")}
     if a.get("context"):
@@ -130,13 +148,18 @@ def run_sub_agent(run: Run, subs: SubAgents, client: Client, call_id: str, name:
         if not isinstance(a.get("objective"), str) or not a["objective"]:
             return "error: %s: objective is required" % name
         agent_type, session = d.agent_type, d.session
+    vars = run.variables()
+    if vars:
+        inp["variables"] = vars
     fields: Dict[str, Any] = {"parent": run.run_id, "parentToolCallId": call_id, "depth": run.depth + 1}
     if session:
         fields["session"] = session
+    child = child_run_id(run.run_id, call_id)
     try:
-        out = client.run(agent_type, inp, run_id=child_run_id(run.run_id, call_id), **fields)
+        out = client.run(agent_type, inp, run_id=child, **fields)
     except RunFailed as f:
         return "error: sub-agent %s ended %s: %s" % (agent_type, f.status, f.run.get("error", ""))
+    _take_variables(run, client, child)
     output = out.get("output")
     if output is not None:
         return output if isinstance(output, str) else json.dumps(output)

@@ -210,5 +210,58 @@ class SessionTest(unittest.TestCase):
         self.assertEqual(serve(lambda run: [run.session, run.history]), [{"result": {"summary": "", "output": [None, []]}}])
 
 
+class VariablesTest(unittest.TestCase):
+    def test_variables_are_the_inputs_with_the_stored_changes_in_order(self):
+        req = dict(REQ, attempt=2, input={"variables": {"a": 1, "b": "x"}}, steps={
+            "variables.1.10": {"key": "a", "value": 10}, "variables.1.2": {"key": "a", "value": 2},
+            "variables.1.3": {"key": "c", "value": [3]}, "plan": {"key": "b", "value": "not a variable"}})
+
+        def handler(run):
+            before = run.variables()
+            run.set_variable("b", {"y": 1})
+            run.set_variable("d", None)
+            return [before, run.variables()]
+        got = serve(handler, request=req)
+        self.assertEqual(got, [
+            {"step": {"name": "variables.2.1", "output": {"key": "b", "value": {"y": 1}}}},
+            {"step": {"name": "variables.2.2", "output": {"key": "d", "value": None}}},
+            {"result": {"summary": "", "output": [{"a": 10, "b": "x", "c": [3]},
+                                                  {"a": 10, "b": {"y": 1}, "c": [3], "d": None}]}}])
+
+    def test_a_variable_set_again_by_a_later_attempt_keeps_its_stored_value(self):
+        req = dict(REQ, steps={"variables.1.1": {"key": "k", "value": "stored"}})
+        got = serve(lambda run: [run.set_variable("k", "again"), run.variables()][1], request=req)
+        self.assertEqual(got, [{"result": {"summary": "", "output": {"k": "stored"}}}])
+
+    def test_run_sub_agent_passes_variables_down_and_takes_the_childs_changes(self):
+        class Client:  # the HTTP API as run_sub_agent uses it
+            def __init__(self):
+                self.inputs = []
+
+            def run(self, agent_type, input, run_id=None, **fields):
+                self.inputs.append(input)
+                return {"id": run_id, "status": "completed", "output": "done"}
+
+            def stream(self, run_id, follow=True):
+                data = [{"name": "variables.1.1", "output": {"key": "same", "value": 1}},
+                        {"name": "other", "output": {"key": "x", "value": 9}},
+                        {"name": "variables.1.2", "output": {"key": "new", "value": "v"}},
+                        {"name": "variables.1.3", "output": None, "error": "boom"}]
+                return [jetrun.Event(str(i), "step", {"kind": "step", "data": d}) for i, d in enumerate(data)] + \
+                    [jetrun.Event(None, "history-end", {})]
+        client = Client()
+        subs = jetrun.SubAgents([jetrun.Delegate("memo")])
+
+        def handler(run):
+            run.set_variable("same", 1)
+            return [jetrun.run_sub_agent(run, subs, client, "c1", "task_memo", {"objective": "o"}), run.variables()]
+        got = serve(handler)
+        self.assertEqual(client.inputs, [{"objective": "o", "variables": {"same": 1}}])
+        self.assertEqual(got, [
+            {"step": {"name": "variables.1.1", "output": {"key": "same", "value": 1}}},
+            {"step": {"name": "variables.1.2", "output": {"key": "new", "value": "v"}}},
+            {"result": {"summary": "", "output": ["done", {"same": 1, "new": "v"}]}}])
+
+
 if __name__ == "__main__":
     unittest.main()
