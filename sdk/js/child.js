@@ -108,6 +108,31 @@ function checkUsage(u) {
   return out;
 }
 
+/** Prefixes the names of the steps that set variables. */
+export const VARIABLE_PREFIX = 'variables.';
+
+/** [attempt, n] of a variable step's name variables.<attempt>.<n>, or undefined. */
+function variableOrder(name) {
+  const m = /^variables\.(\d+)\.(\d+)$/.exec(name);
+  return m ? [Number(m[1]), Number(m[2])] : undefined;
+}
+
+/**
+ * The variables steps ([name, output] pairs) set, in the order given (the
+ * last assignment of a key wins), and the keys in the order first set.
+ * @param {[string, any][]} steps
+ */
+export function variableChanges(steps) {
+  const vars = Object.create(null);
+  const keys = [];
+  for (const [name, out] of steps) {
+    if (!name.startsWith(VARIABLE_PREFIX) || out === null || typeof out !== 'object' || !out.key) continue;
+    if (!Object.hasOwn(vars, out.key)) keys.push(out.key);
+    vars[out.key] = out.value ?? null;
+  }
+  return { vars, keys };
+}
+
 /**
  * Run is one attempt of a run, as a child sees it.
  */
@@ -130,6 +155,7 @@ export class Run {
   #stored;
   #inStep = new AsyncLocalStorage();
   #exchange = Promise.resolve(); // waits and calls, one at a time
+  #varN = 0; // the variables this attempt set (their step names)
 
   /** The run id. */
   get id() { return this.request.runId; }
@@ -231,6 +257,39 @@ export class Run {
     lines += MARKER + JSON.stringify({ step }) + '\n';
     this.#write(lines);
     return structuredClone(output);
+  }
+
+  /**
+   * The run's variables: the input's "variables" object with the changes
+   * the run made (setVariable, and its completed sub-agents'), earlier
+   * attempts' included (docs/protocol.md, "Sub-agents").
+   * @returns {Record<string, any>}
+   */
+  variables() {
+    const inp = this.input;
+    const given = inp !== null && typeof inp === 'object' && inp.variables !== null && typeof inp.variables === 'object' ? inp.variables : {};
+    const steps = [...this.#stored].filter(([name]) => variableOrder(name)).sort(([a], [b]) => {
+      const [x, y] = [variableOrder(a), variableOrder(b)];
+      return x[0] - y[0] || x[1] - y[1];
+    });
+    return structuredClone({ ...given, ...variableChanges(steps).vars });
+  }
+
+  /**
+   * Sets the run's variable key to value, stored as a durable step
+   * variables.<attempt>.<n> ({key, value}), so a later attempt sees it; a
+   * sub-agent's caller gets the variables it changed once it completes.
+   * @param {string} key @param {unknown} value
+   */
+  async setVariable(key, value) {
+    if (typeof key !== 'string' || key === '') throw new TypeError('setVariable needs a key');
+    const n = ++this.#varN;
+    await this.step(`${VARIABLE_PREFIX}${this.attempt ?? 1}.${n}`, () => ({ key, value: toJSON(value) ?? null }));
+  }
+
+  /** @internal The client a sub-agent call of run uses: client, else the one run was served with. */
+  static clientOf(run, client) {
+    return client ?? run.#client;
   }
 
   /** Names and outputs of the steps stored so far. */

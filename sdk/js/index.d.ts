@@ -119,6 +119,10 @@ export class Run<I = JSONValue> {
   reserve(amount: { inputTokens?: number; outputTokens?: number; costMicros?: number }): Promise<{ ok: boolean; reason?: string; error?: string }>;
   /** Runs agentType as a nested run and waits for its outcome. */
   runChild<O = JSONValue>(agentType: string, input: unknown, opts: ChildRunOptions): Promise<Outcome<O>>;
+  /** The input's "variables" with the run's changes (its variables.<attempt>.<n> steps). */
+  variables(): Record<string, JSONValue>;
+  /** Sets a variable, stored as a durable step; a sub-agent's caller gets those it changed. */
+  setVariable(key: string, value: unknown): Promise<void>;
 }
 
 /** Serves one run of the exec agent type with handler. */

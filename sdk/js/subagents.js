@@ -5,6 +5,8 @@
 // reads are those of the Go worker's Run.SubAgentTools and Run.RunSubAgent.
 
 import { RunFailure } from './client.js';
+import { Run, variableChanges } from './child.js';
+import { childRunId } from './runid.js';
 
 export const DYNAMIC_TOOL = 'create_and_run_agent';
 
@@ -74,7 +76,9 @@ export function subAgentTools(run, subs) {
  * run and returns the text the model reads: the child's output (a string as
  * is, else its JSON), or its summary. What the model can fix (an unknown
  * tool, no objective, a spec tool outside subs.pool, a failed child) is
- * answered as a text starting "error:"; other errors are thrown.
+ * answered as a text starting "error:"; other errors are thrown. The
+ * child's input carries run's variables; those a completed child changed
+ * become run's (run.variables()).
  * @param {import('./child.js').Run} run
  * @param {{delegates?: object[], dynamicType?: string, pool?: string[], client?: import('./client.js').Client}} subs
  * @param {string} callId @param {string} name @param {any} args
@@ -112,6 +116,8 @@ export async function runSubAgent(run, subs, callId, name, args) {
     agentType = d.agentType;
     session = d.session;
   }
+  const vars = run.variables();
+  if (Object.keys(vars).length > 0) input.variables = vars;
   let out;
   try {
     out = await run.runChild(agentType, input, { callId, client: subs.client, session });
@@ -119,6 +125,26 @@ export async function runSubAgent(run, subs, callId, name, args) {
     if (err instanceof RunFailure) return `error: sub-agent ${agentType} ended ${err.status}: ${err.error}`;
     throw err;
   }
+  await takeVariables(run, Run.clientOf(run, subs.client), childRunId(run.id, callId));
   if (out.output !== undefined && out.output !== null) return typeof out.output === 'string' ? out.output : JSON.stringify(out.output);
   return out.summary ?? '';
+}
+
+/**
+ * Makes the variables the completed child changed (its variable steps, in
+ * the order stored) run's, those that differ from its own.
+ * @param {import('./child.js').Run} run @param {import('./client.js').Client} client @param {string} child
+ */
+async function takeVariables(run, client, child) {
+  const steps = [];
+  for await (const ev of client.stream(child, { follow: false })) {
+    const st = ev.event === 'step' ? ev.data?.data : undefined; // data: {seq, kind, data: <the step>, …}
+    if (st && typeof st === 'object' && !st.error) steps.push([String(st.name ?? ''), st.output]);
+  }
+  const { vars, keys } = variableChanges(steps);
+  const mine = run.variables();
+  for (const k of keys) {
+    if (Object.hasOwn(mine, k) && JSON.stringify(mine[k]) === JSON.stringify(vars[k])) continue;
+    await run.setVariable(k, vars[k]);
+  }
 }

@@ -2,7 +2,9 @@
 // child-workers: task_<agent> runs the delegate as a nested run of the
 // caller with the objective and context; create_and_run_agent runs a spec
 // as a child of the generic agent type; what the model can fix comes back
-// as text; a dynamic agent cannot create dynamic agents.
+// as text; a dynamic agent cannot create dynamic agents; the caller's
+// variables go down in each child's input, and one a child sets comes back
+// to the caller, stored as the Go worker names a variable step.
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -32,20 +34,22 @@ test('delegate and dynamic tools run nested runs; mistakes are answered as text'
     { id: 'c5', tool: 'create_and_run_agent', args: { spec: { name: 'scout', prompt: 'find', tools: ['teleport'] }, objective: 'map' } },
   ];
   const out = await client.run('js-orchestrator', { calls }, { runId: 'js-orch' });
-  const { tools, answers } = out.output;
+  const { tools, answers, variables, variableSteps } = out.output;
+  assert.deepEqual(variables, { topic: 'tides', found: 'map' });
+  assert.deepEqual(variableSteps, ['variables.1.1', 'variables.1.2']);
   assert.deepEqual(tools, ['task_js-agent(objective)', 'create_and_run_agent(spec,objective)']);
   assert.deepEqual(JSON.parse(answers[0]).words, ['w1', 'w2', 'w3']);
   assert.equal(answers[1], 'error: task_js-agent: objective is required');
   assert.equal(answers[2], 'error: unknown tool "task_nobody": use one of [task_js-agent, create_and_run_agent]');
   assert.deepEqual(JSON.parse(answers[3]), {
-    dynamic: 'scout', objective: 'map', tools: ['task_js-agent(objective)'], nested: 'error: a dynamic agent cannot create dynamic agents',
+    dynamic: 'scout', objective: 'map', tools: ['task_js-agent(objective)'], nested: 'error: a dynamic agent cannot create dynamic agents', seen: { topic: 'tides' },
   });
   assert.equal(answers[4], 'error: create_and_run_agent: unknown tool "teleport": choose from the pool [search, fetch]');
 
   const kid = await client.get(childRunId('js-orch', 'c1'));
   assert.equal(kid.parent, 'js-orch');
   assert.equal(kid.agentType, 'js-agent');
-  assert.deepEqual(kid.input, { objective: 'think', context: 'twice' });
+  assert.deepEqual(kid.input, { objective: 'think', context: 'twice', variables: { topic: 'tides' } });
   const dyn = await client.get(childRunId('js-orch', 'c4'));
   assert.equal(dyn.agentType, 'js-orchestrator');
   assert.deepEqual(dyn.input.spec, { name: 'scout', prompt: 'find', tools: ['search'] });

@@ -4,7 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { PassThrough } from 'node:stream';
-import { child, childRunId, Failure } from '../index.js';
+import { child, childRunId, Failure, runSubAgent } from '../index.js';
 
 /** Runs handler as a child fed with lines; answers what it wrote, decoded. */
 async function exchange(request, handler, answers = []) {
@@ -128,4 +128,52 @@ test('a run under a session reads its earlier turns; a run without one has none'
   assert.deepEqual(lines.at(-1).result.output, { session: 'notes', history: [turn] });
   const none = await exchange(req(), async (run) => ({ output: { session: run.session ?? null, n: run.history.length } }));
   assert.deepEqual(none.at(-1).result.output, { session: null, n: 0 });
+});
+
+test('variables are the input\'s with the stored changes in order; setVariable stores a step named as Go\'s', async () => {
+  const steps = {
+    'variables.1.10': { key: 'a', value: 10 }, 'variables.1.2': { key: 'a', value: 2 },
+    'variables.1.3': { key: 'c', value: [3] }, plan: { key: 'b', value: 'not a variable' },
+  };
+  const lines = await exchange(req({ attempt: 2, input: { variables: { a: 1, b: 'x' } }, steps }), async (run) => {
+    const before = run.variables();
+    await run.setVariable('b', { y: 1 });
+    await run.setVariable('d', null);
+    return { output: [before, run.variables()] };
+  });
+  assert.deepEqual(lines, [
+    { step: { name: 'variables.2.1', output: { key: 'b', value: { y: 1 } } } },
+    { step: { name: 'variables.2.2', output: { key: 'd', value: null } } },
+    { result: { summary: '', output: [{ a: 10, b: 'x', c: [3] }, { a: 10, b: { y: 1 }, c: [3], d: null }] } },
+  ]);
+});
+
+test('runSubAgent passes the variables down and takes those the completed child changed', async () => {
+  const inputs = [];
+  const client = { // the HTTP API as runSubAgent uses it
+    async run(agentType, input, opts) { inputs.push(input); return { runId: opts.runId, status: 'completed', output: 'done' }; },
+    async *stream(runId, opts) {
+      assert.equal(runId, childRunId('r1', 'c1'));
+      assert.equal(opts.follow, false);
+      const data = [
+        { name: 'variables.1.1', output: { key: 'same', value: 1 } },
+        { name: 'other', output: { key: 'x', value: 9 } },
+        { name: 'variables.1.2', output: { key: 'new', value: 'v' } },
+        { name: 'variables.1.3', output: null, error: 'boom' },
+      ];
+      for (const [i, d] of data.entries()) yield { id: String(i), event: 'step', data: { kind: 'step', data: d } };
+      yield { event: 'history-end', data: {} };
+    },
+  };
+  const subs = { delegates: [{ agentType: 'memo' }], client };
+  const lines = await exchange(req(), async (run) => {
+    await run.setVariable('same', 1);
+    return { output: [await runSubAgent(run, subs, 'c1', 'task_memo', { objective: 'o' }), run.variables()] };
+  });
+  assert.deepEqual(inputs, [{ objective: 'o', variables: { same: 1 } }]);
+  assert.deepEqual(lines, [
+    { step: { name: 'variables.1.1', output: { key: 'same', value: 1 } } },
+    { step: { name: 'variables.1.2', output: { key: 'new', value: 'v' } } },
+    { result: { summary: '', output: ['done', { same: 1, new: 'v' }] } },
+  ]);
 });

@@ -1,6 +1,8 @@
 // A scripted model's loop over sub-agents: it lists the tools of its
 // sub-agents and makes the tool calls its input names with runSubAgent,
-// answering what each returned. The delegate is js-agent; the generic
+// answering what each returned and its variables: it sets "topic", which
+// goes down to each child; the dynamic agent sets "found", which comes
+// back to it. The delegate is js-agent; the generic
 // agent type of dynamic agents is js-orchestrator itself. Its argument is
 // the HTTP API's URL.
 import { child, Client, subAgentTools, runSubAgent } from '../../index.js';
@@ -13,9 +15,13 @@ await child(async (run) => {
   const tools = subAgentTools(run, subs).map((t) => `${t.function.name}(${t.function.parameters.required.join(',')})`);
   if (run.input.spec) {
     const nested = await runSubAgent(run, subs, 'nested', 'create_and_run_agent', { spec: { name: 'g', prompt: 'p' }, objective: 'o' });
-    return { output: { dynamic: run.input.spec.name, objective: run.input.objective, tools, nested } };
+    const seen = run.variables();
+    await run.setVariable('found', run.input.objective);
+    return { output: { dynamic: run.input.spec.name, objective: run.input.objective, tools, nested, seen } };
   }
+  await run.setVariable('topic', 'tides');
   const answers = [];
   for (const c of run.input.calls ?? []) answers.push(await runSubAgent(run, subs, c.id, c.tool, c.args));
-  return { output: { tools, answers } };
+  const variableSteps = Object.keys(run.steps).filter((n) => n.startsWith('variables.')).sort();
+  return { output: { tools, answers, variables: run.variables(), variableSteps } };
 });
