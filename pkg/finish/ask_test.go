@@ -11,6 +11,7 @@ import (
 	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/engine/asks"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
+	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/finish"
 )
@@ -104,13 +105,10 @@ func TestAskNotifierHearsEachAskOnce(t *testing.T) {
 	a2 := ask("n2")
 	waitHeard(t, chat, "ask."+a1, "ask."+a1, "ask."+a2) // a1 failed once, then went through
 	for _, id := range []string{a1, a2} {
-		deadline := time.Now().Add(30 * time.Second)
-		for a, _, _ := st.Get(ctx, id); a.Notified["chat"].IsZero(); a, _, _ = st.Get(ctx, id) {
-			if time.Now().After(deadline) {
-				t.Fatalf("ask %s never recorded heard by chat", id)
-			}
-			time.Sleep(10 * time.Millisecond) // polling with a deadline
-		}
+		natstest.Eventually(t, 30*time.Second, func() bool {
+			a, _, err := st.Get(ctx, id)
+			return err == nil && !a.Notified["chat"].IsZero()
+		}, "ask %s never recorded heard by chat", id)
 	}
 	_ = n.Shutdown(ctx)
 

@@ -12,6 +12,7 @@ import (
 	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/engine/asks"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
+	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 )
 
@@ -97,13 +98,7 @@ func TestViewListsPagesOfTheIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	seen(t, v, last, func(a *events.Ask) bool { return a.Status == events.AskAnswered })
-	deadline := time.Now().Add(30 * time.Second)
-	for _, ok := v.Get(gone); ok; _, ok = v.Get(gone) {
-		if time.Now().After(deadline) {
-			t.Fatalf("removed ask %s still listed", gone)
-		}
-		time.Sleep(10 * time.Millisecond) // polling with a deadline
-	}
+	natstest.Eventually(t, 30*time.Second, func() bool { _, ok := v.Get(gone); return !ok }, "removed ask %s still listed", gone)
 	if ids, total := pages(asks.Filter{Status: events.AskOpen, Limit: 10}); !slices.Equal(ids, want[1:n-1]) || total != n-2 {
 		t.Fatalf("open asks after an answer and a removal: total %d, %v", total, ids)
 	}
