@@ -11,6 +11,7 @@ import (
 	"github.com/jetrun/jetrun/internal/app/mcpserver"
 	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/engine/asks"
+	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/parent"
 )
@@ -83,15 +84,10 @@ func TestDelegatedCallNeedsApproval(t *testing.T) {
 	if _, err := st.Answer(ctx, a.ID, a.Digest, json.RawMessage(`{"approved":true}`), "ops"); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if _, err := f.env.Client.Signal(ctx, child, "go", nil); err == nil {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("the approved run %s never started: %v", child, err)
-		}
-		time.Sleep(20 * time.Millisecond) // polling with a deadline
-	}
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		_, err := f.env.Client.Signal(ctx, child, "go", nil)
+		return err == nil
+	}, "the approved run %s never started", child)
 	got = <-done
 	if got.err != nil || got.res.IsError || got.res.Meta[mcpserver.MetaRunID] != child {
 		t.Fatalf("approved call: %+v, %v", got.res, got.err)

@@ -14,6 +14,7 @@ import (
 	"github.com/jetrun/jetrun/internal/engine"
 	"github.com/jetrun/jetrun/internal/engine/asks"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
+	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 )
 
@@ -133,17 +134,11 @@ func TestKeeperNotifiesEachNewAskOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	seen(t, v, a.ID, func(*events.Ask) bool { return true })
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	natstest.Eventually(t, 30*time.Second, func() bool {
 		k.Sweep(ctx, false)
-		if got, ok := v.Get(a.ID); ok && got.NotifiedAt != nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the ask was never recorded notified")
-		}
-		time.Sleep(5 * time.Millisecond) // polling with a deadline
-	}
+		got, ok := v.Get(a.ID)
+		return ok && got.NotifiedAt != nil
+	}, "the ask was never recorded notified")
 	k.Sweep(ctx, false)
 	k.Sweep(ctx, false)
 	mu.Lock()
