@@ -77,8 +77,10 @@ test('a worker killed with -9 inside a step: no step stored before the kill runs
   const w = await j.worker({ 'js-kill': AGENT });
   await client.dispatch('js-kill', { ledger, turns: 4, hold }, { runId: 'js-kill-1' });
   await eventually(() => counter(ledger).includes('think-3 1'), 'attempt 1 inside step think-3');
-  const storedBefore = (await history('js-kill-1')).filter((e) => e.event === 'step').map((e) => e.data.data.name);
-  assert.deepEqual(storedBefore, ['think-1', 'think-2']);
+  // The child wrote think-2's line before it began think-3; the worker stores it a moment later.
+  const storedNames = async () => (await history('js-kill-1')).filter((e) => e.event === 'step').map((e) => e.data.data.name);
+  await eventually(async () => (await storedNames()).length >= 2, 'steps think-1 and think-2 stored');
+  assert.deepEqual(await storedNames(), ['think-1', 'think-2']);
   await w.kill();
   rmSync(`${hold}.3`);
   await j.worker({ 'js-kill': AGENT });
