@@ -87,6 +87,11 @@ func (v *View) noteLocked(id string, r *jetruntype.Run) {
 // takes the leader's row as it is, as it takes the rows it finds when it
 // starts or reloads: the finishes a row records before the view sees its
 // run final are the run's.
+//
+// The runs bucket keeps one revision per key, so a watch that lags skips
+// the revisions overwritten before it read them: a row rewritten before
+// the view took in the final row it replaced is judged as if it were that
+// final row. The ledger seals what the view saw, not what it missed.
 func (v *View) Vouch(ctx context.Context, f finish.Result) error {
 	row, rev, err := v.latest(ctx, f.RunID)
 	if errors.Is(err, kv.ErrRunNotFound) {
