@@ -187,7 +187,7 @@ func (e *execution) Spawn(ctx context.Context, req ChildRequest) (*Child, error)
 		AgentType: req.AgentType, RunID: id, Input: req.Input,
 		Parent: e.id, ParentToolCallID: callID, DisplayOrder: req.DisplayOrder, Depth: e.row.Depth + 1,
 		Detached: req.Detached, MaxConcurrent: req.MaxConcurrent,
-		Budget: req.Budget, Session: req.Session,
+		Budget: req.Budget, Session: req.Session, Tenant: e.row.Tenant,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("worker: run %s: start child %s: %w", e.id, id, err)

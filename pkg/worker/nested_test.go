@@ -241,3 +241,33 @@ func TestRunChildAnswersTheChildsCalls(t *testing.T) {
 		t.Fatalf("the call retried after its handler's RetryAfter was served %d times, want 2", n)
 	}
 }
+
+// A nested run is its parent's tenant's: the child of a run dispatched for
+// a tenant carries that tenant, so its reservations on a provider limit
+// count toward the same fair share, down the tree.
+func TestNestedRunsInheritTheTenant(t *testing.T) {
+	t.Parallel()
+	env := jetruntest.NewEnv(t)
+	ctx := context.Background()
+	env.StartWorker(t, worker.Config{}, func(w *worker.Worker) { w.HandleFunc("delegate", delegate()) })
+	if _, err := env.Client.Run(ctx, parent.Request{AgentType: "delegate", RunID: "top", Tenant: "acme", Input: map[string]int{"depth": 2}}); err != nil {
+		t.Fatal(err)
+	}
+	id := "top"
+	for depth := 2; depth >= 0; depth-- {
+		row, _, err := env.Store.Latest(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if row.Tenant != "acme" {
+			t.Errorf("run %s at depth %d: tenant %q, want acme", id, depth, row.Tenant)
+		}
+		if depth > 0 {
+			var out map[string]string
+			if err := json.Unmarshal(row.Output, &out); err != nil {
+				t.Fatalf("run %s: output %s: %v", id, row.Output, err)
+			}
+			id = out["child"]
+		}
+	}
+}
