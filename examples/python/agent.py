@@ -16,8 +16,8 @@ Input: {"question": "...", "turns": n, "delay": seconds, "ledger": "path",
 "usageLines": false}; with "ledger", every model call actually made appends
 a line "<step> <attempt>" to that file, so you can check none is paid twice.
 With "usageLines", a call reports its input and its output tokens apart, so
-the library writes them as usage lines right before the step line instead of
-inside it: the worker takes them as the step's all the same.
+the library writes them on the step line as an array of two reports: the
+worker takes them as the step's all the same.
 """
 
 import os

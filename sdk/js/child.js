@@ -248,14 +248,12 @@ export class Run {
     const output = toJSON(await this.#inStep.run(frame, fn));
     if (this.#stored.has(name)) return structuredClone(this.#stored.get(name)); // two at once: the first stored wins
     this.#stored.set(name, output);
-    // One usage report rides on the step line; several go on usage lines
-    // right before it, in one write: nothing of this run comes between.
-    let lines = '';
+    // What the step spent rides on its line (one report, or an array of
+    // several): stored with the step in one write, whatever dies when.
     const step = { name, output };
     if (frame.usage.length === 1) step.usage = frame.usage[0];
-    else for (const u of frame.usage) lines += MARKER + JSON.stringify({ usage: u }) + '\n';
-    lines += MARKER + JSON.stringify({ step }) + '\n';
-    this.#write(lines);
+    else if (frame.usage.length > 1) step.usage = frame.usage;
+    this.#write(MARKER + JSON.stringify({ step }) + '\n');
     return structuredClone(output);
   }
 

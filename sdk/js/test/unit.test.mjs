@@ -35,9 +35,7 @@ test('a stored step is given back without running its work; a new one is stored 
   });
   assert.equal(ran, 1);
   assert.deepEqual(lines, [
-    { usage: { inputTokens: 3, outputTokens: 2, model: 'm' } },
-    { usage: { costMicros: 7 } },
-    { step: { name: 'plan-2', output: { at: '1970-01-01T00:00:00.000Z' } } },
+    { step: { name: 'plan-2', output: { at: '1970-01-01T00:00:00.000Z' }, usage: [{ inputTokens: 3, outputTokens: 2, model: 'm' }, { costMicros: 7 }] } },
     { result: { summary: 'ok', output: { a: { q: ['tides'] }, b: { at: '1970-01-01T00:00:00.000Z' }, c: { at: '1970-01-01T00:00:00.000Z' } } } },
   ]);
 });

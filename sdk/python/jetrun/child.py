@@ -223,12 +223,9 @@ class Run:
             raise
         spent = running.pop()
         line: Dict[str, Any] = {"name": name, "output": output}
-        if len(spent) == 1:
-            line["usage"] = spent[0]
-            lines = [{"step": line}]
-        else:  # right before the step line: the step's
-            lines = [{"usage": u} for u in spent] + [{"step": line}]
-        self._event(*lines)  # together: no other thread's line between them
+        if spent:  # on the step line: stored with the step in one write
+            line["usage"] = spent[0] if len(spent) == 1 else spent
+        self._event({"step": line})
         self._steps[name] = output
         return output
 

@@ -172,7 +172,7 @@ type Event struct {
 	Step struct {
 		Name   string
 		Output json.RawMessage
-		Usage  *worker.Usage // what the step spent, if the line says
+		Usage  []worker.Usage // what the step spent, if the line says
 	}
 	Result    worker.Result
 	Error     string

@@ -11,10 +11,12 @@ import (
 )
 
 // KindStep stores a durable step: {"step": {"name": "…", "output": <any>}},
-// with an optional "usage" ({"inputTokens", …} as a usage line): what the
-// step spent, counted on the run as a usage line is and stored with the
-// step (a step stored already is not counted again). Usage lines right
-// before a step line are the step's too (Applier).
+// with an optional "usage" ({"inputTokens", …} as a usage line, or an
+// array of them, one per model call): what the step spent, counted on the
+// run as a usage line is and stored with the step in the same write (a
+// step stored already is not counted again). Usage lines right before a
+// step line are the step's too (Applier), unless the reader is held up
+// longer than UsageHold between them: a step's usage belongs on its line.
 // The run's next request carries it in "steps", so a child that is run
 // again (a takeover, a retry) finds the work done. It is stored before any
 // later line of the child is acted on. A name already stored keeps its
@@ -26,7 +28,7 @@ func parseStep(raw json.RawMessage, ev *Event) (reason string) {
 	var s struct {
 		Name   string          `json:"name"`
 		Output json.RawMessage `json:"output"`
-		Usage  *worker.Usage   `json:"usage"`
+		Usage  json.RawMessage `json:"usage"`
 	}
 	if bytes.Equal(bytes.TrimSpace(raw), []byte("null")) || json.Unmarshal(raw, &s) != nil {
 		return `"step" must be an object {"name": "…", "output": …}`
@@ -34,18 +36,52 @@ func parseStep(raw json.RawMessage, ev *Event) (reason string) {
 	if err := events.ValidateStepName(s.Name); err != nil {
 		return fmt.Sprintf(`"step.name": %v`, err)
 	}
-	if s.Usage != nil {
-		if err := s.Usage.Validate(); err != nil {
-			return fmt.Sprintf(`"step.usage": %v`, err)
-		}
+	usage, reason := parseStepUsage(s.Usage)
+	if reason != "" {
+		return reason
 	}
 	ev.Step.Name = s.Name
 	ev.Step.Output = s.Output
-	ev.Step.Usage = s.Usage
+	ev.Step.Usage = usage
 	if len(ev.Step.Output) == 0 {
 		ev.Step.Output = json.RawMessage("null")
 	}
 	return ""
+}
+
+// maxStepUsages bounds the usage reports on one step line.
+const maxStepUsages = 1000
+
+// parseStepUsage decodes a step line's "usage": absent or null, one usage
+// object, or an array of them; reason says what is wrong.
+func parseStepUsage(raw json.RawMessage) (us []worker.Usage, reason string) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return nil, ""
+	}
+	if raw[0] == '[' {
+		if err := json.Unmarshal(raw, &us); err != nil {
+			return nil, `"step.usage" must be a usage object or an array of them`
+		}
+		if len(us) > maxStepUsages {
+			return nil, fmt.Sprintf(`"step.usage": %d reports, at most %d`, len(us), maxStepUsages)
+		}
+	} else {
+		var u worker.Usage
+		if err := json.Unmarshal(raw, &u); err != nil {
+			return nil, `"step.usage" must be a usage object or an array of them`
+		}
+		us = []worker.Usage{u}
+	}
+	for i, u := range us {
+		if err := u.Validate(); err != nil {
+			if len(us) == 1 && raw[0] != '[' {
+				return nil, fmt.Sprintf(`"step.usage": %v`, err)
+			}
+			return nil, fmt.Sprintf(`"step.usage[%d]": %v`, i, err)
+		}
+	}
+	return us, ""
 }
 
 // storeStep stores the step ev carries through worker.Run.Step, with the
@@ -53,10 +89,7 @@ func parseStep(raw json.RawMessage, ev *Event) (reason string) {
 // the step line's own usage. A step stored already is not stored again:
 // the held usage is then the run's (the child did the work again).
 func storeStep(ctx context.Context, run *worker.Run, ev Event, held []worker.Usage) error {
-	spent := held
-	if ev.Step.Usage != nil {
-		spent = append(spent, *ev.Step.Usage)
-	}
+	spent := append(held[:len(held):len(held)], ev.Step.Usage...)
 	ran := false
 	_, err := run.Step(ctx, ev.Step.Name, func(ctx context.Context) (any, error) {
 		ran = true

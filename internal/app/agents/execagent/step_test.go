@@ -66,3 +66,36 @@ func TestUsageLinesBeforeAStepLineAreStoredWithIt(t *testing.T) {
 		t.Errorf("run step usage %+v; want %+v", u, step)
 	}
 }
+
+// A step line may carry several usage reports (one per model call) as an
+// array: each is the step's, stored with it and counted on the run once,
+// per model.
+func TestAStepLineCarriesSeveralUsageReports(t *testing.T) {
+	t.Parallel()
+	client, store, evs := setup(t, map[string]execagent.Config{"usagearray": script("usagearray.sh")})
+	row := run(t, client, store, "usagearray", "ua1")
+	if row.Status != events.StatusCompleted {
+		t.Fatalf("row: %s (%s)", row.Status, row.Error)
+	}
+	want := events.UsageTotals{InputTokens: 40, OutputTokens: 6, CostMicros: 9}
+	var stored []events.UsageTotals
+	for _, ev := range evs("ua1") {
+		if st := ev.Step; st != nil && st.Usage != nil {
+			stored = append(stored, st.Usage.UsageTotals)
+		}
+	}
+	if len(stored) != 1 || stored[0] != want {
+		t.Errorf("stored step usage %+v; want [%+v]", stored, want)
+	}
+	u := row.Usage
+	if u == nil || u.UsageTotals != want {
+		t.Fatalf("run usage %+v; want %+v", u, want)
+	}
+	if m1, m2 := u.Models["m1"], u.Models["m2"]; m1 != (events.UsageTotals{InputTokens: 40, OutputTokens: 4}) ||
+		m2 != (events.UsageTotals{OutputTokens: 2, CostMicros: 9}) {
+		t.Errorf("per model m1 %+v m2 %+v", m1, m2)
+	}
+	if s := row.StepUsage; s == nil || s.UsageTotals != want {
+		t.Errorf("run step usage %+v; want %+v", s, want)
+	}
+}
