@@ -193,3 +193,59 @@ func TestBatchRerunOverHTTP(t *testing.T) {
 	}
 	wantStatus(t, do(t, "POST", b.url+"/v1/runs:rerun", `{"agentType":"steps8","fromStep":"s7","statuses":["running"]}`, nil), 400)
 }
+
+// A batch without a budget re-runs its runs side by side: three re-runs
+// at concurrency 3 each wait in their step until all three are in it, so
+// one at a time would never get past the first.
+func TestBatchRerunRunsSideBySide(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	inside, all := 0, make(chan struct{})
+	b := setupServing(t, nil, func(w *worker.Worker) {
+		w.HandleFunc("meet", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			var in struct {
+				Meet int `json:"meet"`
+			}
+			_ = json.Unmarshal(run.Input(), &in)
+			if _, err := worker.Step(ctx, run, "s1", func(context.Context) (string, error) { return "planned", nil }); err != nil {
+				return worker.Result{}, err
+			}
+			out, err := worker.Step(ctx, run, "s2", func(ctx context.Context) (string, error) {
+				if in.Meet == 0 {
+					return "alone", nil
+				}
+				mu.Lock()
+				if inside++; inside == in.Meet {
+					close(all)
+				}
+				mu.Unlock()
+				ctx, cancel := context.WithTimeout(ctx, time.Minute)
+				defer cancel()
+				select {
+				case <-all:
+					return "met", nil
+				case <-ctx.Done():
+					return "", fmt.Errorf("the other re-runs never came: %w", ctx.Err())
+				}
+			})
+			return worker.Result{Summary: out}, err
+		})
+	})
+	for i := range 3 {
+		wantStatus(t, do(t, "POST", b.url+"/v1/runs", fmt.Sprintf(`{"agentType":"meet","runId":"m%d","input":{"meet":0}}`, i), nil), 201)
+		b.completed(t, fmt.Sprintf("m%d", i))
+	}
+	var res rerun.BatchResult
+	wantStatus(t, do(t, "POST", b.url+"/v1/runs:rerun",
+		`{"agentType":"meet","fromStep":"s2","set":{"input.meet":3},"concurrency":3}`, &res), 200)
+	if res.Rerun != 3 || res.Changed != 0 || len(res.Runs) != 3 {
+		t.Fatalf("batch: %+v", res)
+	}
+	for _, br := range res.Runs {
+		if br.Status != events.StatusCompleted || !slices.Equal(br.ChangedSteps, []string{"s2"}) {
+			t.Errorf("batch run %+v", br)
+		}
+	}
+	wantStatus(t, do(t, "POST", b.url+"/v1/runs:rerun",
+		`{"agentType":"meet","fromStep":"s2","concurrency":2,"budget":{"tokens":10}}`, nil), 400)
+}

@@ -52,6 +52,7 @@ func (c *cli) rerunCmd(fs *flag.FlagSet) func(context.Context, []string) (int, e
 	set := assignments{}
 	fs.Var(set, "set", "with --batch: PATH=JSON, input.<field> or steps.<name> (repeatable), say input.model='\"m2\"'")
 	maxRuns := fs.Int("max-runs", 0, fmt.Sprintf("with --batch: re-run at most this many (default %d, at most %d)", rerun.DefaultMaxRuns, rerun.MaxRuns))
+	concurrency := fs.Int("concurrency", 0, fmt.Sprintf("with --batch: re-runs at once (default %d, at most %d; one at a time with a budget)", rerun.DefaultConcurrency, rerun.MaxConcurrency))
 	budgetMicros := fs.Int64("budget-micros", 0, "with --batch: what the re-runs may cost together, in micros")
 	budgetTokens := fs.Int64("budget-tokens", 0, "with --batch: the tokens the re-runs may spend together")
 	return func(ctx context.Context, args []string) (int, error) {
@@ -63,7 +64,7 @@ func (c *cli) rerunCmd(fs *flag.FlagSet) func(context.Context, []string) (int, e
 			if len(args) != 0 {
 				return 0, usagef("--batch takes no run id")
 			}
-			req := rerun.BatchRequest{AgentType: *agentType, FromStep: *from, Set: set, MaxRuns: *maxRuns}
+			req := rerun.BatchRequest{AgentType: *agentType, FromStep: *from, Set: set, MaxRuns: *maxRuns, Concurrency: *concurrency}
 			if *status != "" {
 				for _, s := range strings.Split(*status, ",") {
 					req.Statuses = append(req.Statuses, events.Status(s))

@@ -9,6 +9,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -23,6 +24,12 @@ const (
 	// says nothing; MaxRuns is the most it re-runs at all.
 	DefaultMaxRuns = 20
 	MaxRuns        = 500
+	// DefaultConcurrency is how many re-runs of a batch without a budget
+	// run at once when its request says nothing; MaxConcurrency is the
+	// most. A batch with a budget re-runs one at a time: each gets what
+	// the ones before it left.
+	DefaultConcurrency = 8
+	MaxConcurrency     = 64
 )
 
 // ErrBadBatch is returned (wrapped) by Batch for an invalid request.
@@ -48,6 +55,9 @@ type BatchRequest struct {
 	// what is left of it as its tree budget, and none starts once it is
 	// spent.
 	Budget *events.TreeBudget `json:"budget,omitempty"`
+	// Concurrency is how many re-runs run at once (default
+	// DefaultConcurrency, at most MaxConcurrency; 1 with a Budget).
+	Concurrency int `json:"concurrency,omitempty"`
 }
 
 // BatchRun is one run of a batch: the original, its re-run, and how they
@@ -92,6 +102,11 @@ func (req *BatchRequest) validate() error {
 	if req.MaxRuns < 0 || req.MaxRuns > MaxRuns {
 		errs = append(errs, fmt.Errorf("maxRuns must be 0 to %d, got %d", MaxRuns, req.MaxRuns))
 	}
+	if req.Concurrency < 0 || req.Concurrency > MaxConcurrency {
+		errs = append(errs, fmt.Errorf("concurrency must be 0 to %d, got %d", MaxConcurrency, req.Concurrency))
+	} else if req.Budget != nil && req.Concurrency > 1 {
+		errs = append(errs, errors.New(`a batch with a "budget" re-runs one at a time: each gets what the ones before it left`))
+	}
 	if err := req.Budget.Validate(); err != nil {
 		errs = append(errs, err)
 	} else if b := req.Budget; b != nil && b.CostMicros == 0 && b.Tokens == 0 {
@@ -117,10 +132,10 @@ func (req *BatchRequest) validate() error {
 }
 
 // Batch re-runs the runs req selects from req.FromStep with req.Set
-// applied, one at a time, each awaited and compared with its original,
-// until req.MaxRuns were re-run or req.Budget is spent. A run that cannot
-// be re-run (it has no such step, say) is listed as skipped. It changes
-// no original.
+// applied, req.Concurrency at a time (one at a time with req.Budget, until
+// it is spent), each awaited and compared with its original, at most
+// req.MaxRuns of them. A run that cannot be re-run (it has no such step,
+// say) is listed as skipped. It changes no original.
 func Batch(ctx context.Context, c *parent.Client, req BatchRequest) (*BatchResult, error) {
 	if err := req.validate(); err != nil {
 		return nil, err
@@ -136,21 +151,52 @@ func Batch(ctx context.Context, c *parent.Client, req BatchRequest) (*BatchResul
 		}
 	}
 	res := &BatchResult{Matched: len(runs)}
-	limit := cmp.Or(req.MaxRuns, DefaultMaxRuns)
-	left := req.Budget
-	for _, r := range runs[:min(len(runs), limit)] {
-		br := BatchRun{RunID: r.ID}
+	runs = runs[:min(len(runs), cmp.Or(req.MaxRuns, DefaultMaxRuns))]
+	res.Runs = make([]BatchRun, len(runs))
+	for i, r := range runs {
+		res.Runs[i].RunID = r.ID
 		if r.Usage != nil {
-			br.Original = r.Usage.UsageTotals
+			res.Runs[i].Original = r.Usage.UsageTotals
 		}
-		if left != nil && spent(left) {
-			br.Skipped = "the batch's budget is spent"
-			res.Runs = append(res.Runs, br)
-			continue
+	}
+	if req.Budget != nil {
+		left := req.Budget
+		for i, r := range runs {
+			br := &res.Runs[i]
+			if spent(left) {
+				br.Skipped = "the batch's budget is spent"
+				continue
+			}
+			one(ctx, c, req, r, left, br)
+			if br.RerunID != "" {
+				left = &events.TreeBudget{Tokens: less(left.Tokens, br.Usage.Tokens()), CostMicros: less(left.CostMicros, br.Usage.CostMicros)}
+			}
+			if ctx.Err() != nil {
+				break
+			}
 		}
-		one(ctx, c, req, r, left, &br)
-		if left != nil && br.RerunID != "" {
-			left = &events.TreeBudget{Tokens: less(left.Tokens, br.Usage.Tokens()), CostMicros: less(left.CostMicros, br.Usage.CostMicros)}
+	} else {
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, cmp.Or(req.Concurrency, DefaultConcurrency))
+		for i, r := range runs {
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+			}
+			if ctx.Err() != nil {
+				break
+			}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				one(ctx, c, req, r, nil, &res.Runs[i])
+			})
+		}
+		wg.Wait()
+	}
+	for i := range res.Runs {
+		br := &res.Runs[i]
+		if br.RerunID == "" && br.Skipped == "" && ctx.Err() != nil { // never started
+			br.Skipped = "not started: " + context.Cause(ctx).Error()
 		}
 		if br.RerunID != "" {
 			res.Rerun++
@@ -160,12 +206,8 @@ func Batch(ctx context.Context, c *parent.Client, req BatchRequest) (*BatchResul
 				res.Changed++
 			}
 		}
-		res.Runs = append(res.Runs, br)
-		if ctx.Err() != nil {
-			return res, ctx.Err()
-		}
 	}
-	return res, nil
+	return res, ctx.Err()
 }
 
 // one re-runs r, awaits its re-run and compares the two into br.
