@@ -10,8 +10,15 @@ type Fork struct {
 	// Step is the step the re-run executes from; empty for a retry that
 	// was given every step the run stored.
 	Step string `json:"step,omitempty"`
-	// Given names the steps given back stored; Overridden those of them
-	// whose output the re-run's caller replaced.
+	// Given names the steps given back stored, the first MaxForkGiven of
+	// them (every row write carries it); GivenCount counts them all.
+	// Overridden names those whose output the re-run's caller replaced.
 	Given      []string `json:"given,omitempty"`
+	GivenCount int      `json:"givenCount,omitempty"`
 	Overridden []string `json:"overridden,omitempty"`
 }
+
+// MaxForkGiven bounds the step names a re-run's row lists in
+// Fork.Given: a run of thousands of steps re-run from its last would
+// otherwise carry them all in each write of its row.
+const MaxForkGiven = 100

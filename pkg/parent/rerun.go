@@ -194,15 +194,17 @@ func (req RerunRequest) given(id string, stored []events.Step) ([]events.Step, *
 	default:
 		given = slices.Clone(stored[:i])
 	}
-	fork := &jetruntype.Fork{RunID: id, Step: req.FromStep}
-	for _, st := range given {
-		fork.Given = append(fork.Given, st.Name)
+	fork := &jetruntype.Fork{RunID: id, Step: req.FromStep, GivenCount: len(given)}
+	givenNames := make([]string, len(given))
+	for i, st := range given {
+		givenNames[i] = st.Name
 	}
+	fork.Given = slices.Clone(givenNames[:min(len(givenNames), jetruntype.MaxForkGiven)])
 	for _, name := range sortedKeys(req.Steps) {
-		i := slices.Index(fork.Given, name)
+		i := slices.Index(givenNames, name)
 		if i < 0 {
 			return nil, nil, fmt.Errorf("parent: re-run: an override names a step given back (one before fromStep): %w",
-				&StepNotStoredError{RunID: id, Step: name, Stored: fork.Given})
+				&StepNotStoredError{RunID: id, Step: name, Stored: givenNames})
 		}
 		out, err := encodeOutput(req.Steps[name])
 		if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetruntype"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
 )
@@ -294,5 +295,56 @@ func TestConcurrentRerunsUnderOneIDGiveOnlyTheWinnersSteps(t *testing.T) {
 		if got := h.executed(id); !slices.Equal(got, stepNames(n, 8)) {
 			t.Errorf("round %d: the re-run from %s executed %v", round, froms[winner], got)
 		}
+	}
+}
+
+// A re-run of a run with more steps than a row lists names the first
+// jetruntype.MaxForkGiven steps given back and counts them all; an
+// override of a step past that list is still given.
+func TestRerunOfAManyStepRunCapsTheNamesOnItsRow(t *testing.T) {
+	t.Parallel()
+	e := jetruntest.NewEnv(t)
+	ctx := context.Background()
+	n := jetruntype.MaxForkGiven + 50
+	e.StartWorker(t, worker.Config{}, func(w *worker.Worker) {
+		w.HandleFunc("many", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			var last string
+			for i := 1; i <= n; i++ {
+				out, err := worker.Step(ctx, run, fmt.Sprintf("s%d", i), func(context.Context) (string, error) {
+					return fmt.Sprintf("ran s%d in %s", i, run.ID()), nil
+				})
+				if err != nil {
+					return worker.Result{}, err
+				}
+				last = out
+			}
+			return worker.Result{Summary: last}, nil
+		})
+	})
+	if _, err := e.Client.Dispatch(ctx, parent.Request{AgentType: "many", RunID: "long", Input: map[string]int{}}); err != nil {
+		t.Fatal(err)
+	}
+	awaitCompleted(t, e, "long")
+	last := fmt.Sprintf("s%d", n)
+	d, err := e.Client.Rerun(ctx, "long", parent.RerunRequest{FromStep: last, RunID: "long-2",
+		Steps: map[string]any{fmt.Sprintf("s%d", n-1): "overridden"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := d.Run.ForkedFrom
+	if f == nil || len(f.Given) != jetruntype.MaxForkGiven || f.GivenCount != n-1 || f.Given[0] != "s1" ||
+		!slices.Equal(f.Overridden, []string{fmt.Sprintf("s%d", n-1)}) {
+		t.Fatalf("forkedFrom: %d names, count %d, overridden %v", len(f.Given), f.GivenCount, f.Overridden)
+	}
+	row := awaitCompleted(t, e, "long-2")
+	if row.Summary != "ran "+last+" in long-2" {
+		t.Errorf("re-run's summary %q: want its last step run by it", row.Summary)
+	}
+	steps, err := e.Client.Steps(ctx, "long-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(steps) != n || string(steps[n-2].Output) != `"overridden"` || steps[n-2].GivenFrom != "long" {
+		t.Errorf("re-run's steps: %d, s%d %s given from %q", len(steps), n-1, steps[n-2].Output, steps[n-2].GivenFrom)
 	}
 }

@@ -114,7 +114,7 @@ func (c *cli) rerunCmd(fs *flag.FlagSet) func(context.Context, []string) (int, e
 			}
 			given := "no steps given"
 			if f := row.ForkedFrom; f != nil && len(f.Given) > 0 {
-				given = "given " + strings.Join(f.Given, ", ")
+				given = "given " + givenList(f)
 			}
 			fmt.Fprintf(c.out, "%s re-runs %s from %s (%s; %s)\n", row.ID, args[0], cmpStep(*from), given, row.Status)
 			return ExitOK, nil
@@ -130,7 +130,17 @@ func forkedFrom(f *jetruntype.Fork) string {
 	}
 	s := f.RunID + " at step " + cmpStep(f.Step)
 	if len(f.Given) > 0 {
-		s += " (given " + strings.Join(f.Given, ", ") + ")"
+		s += " (given " + givenList(f) + ")"
+	}
+	return s
+}
+
+// givenList names the steps a re-run was given: "s1, s2" or, past the
+// names its row keeps, "s1, …, s100 and 50 more".
+func givenList(f *jetruntype.Fork) string {
+	s := strings.Join(f.Given, ", ")
+	if more := f.GivenCount - len(f.Given); more > 0 {
+		s += fmt.Sprintf(" and %d more", more)
 	}
 	return s
 }

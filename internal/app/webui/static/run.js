@@ -625,7 +625,7 @@ export class RunPage {
       const f = r.forkedFrom;
       rows.push(['Forked from', [h('a', { href: `/runs/${encodeURIComponent(f.runId)}`, class: 'mono', 'data-testid': 'forked-from' }, f.runId),
         f.step ? [' at step ', h('code', { text: f.step })] : ' (retry)',
-        f.given?.length ? h('div', { class: 'faint', text: `given ${f.given.length} stored step(s): ${f.given.join(', ')}` }) : null]]);
+        f.given?.length ? h('div', { class: 'faint', text: `given ${f.givenCount || f.given.length} stored step(s): ${f.given.join(', ')}${(f.givenCount || 0) > f.given.length ? ', …' : ''}` }) : null]]);
     }
     if (this.forks.size) {
       rows.push(['Re-runs', [...this.forks.values()].map((s) => h('div', {},
