@@ -21,12 +21,41 @@ import (
 // a connection of its own) that works them down. It reports, as ratios of
 // raw async publish on the same server: the dispatch phase alone, the
 // work-down alone (BenchmarkWorkloadBurnDown's figure), and the whole
-// burn-down (dispatch and work-down, end to end). Beside them, the
-// documented plain-publish pipelining: the same 10,000 dispatches published
+// burn-down (dispatch and work-down, end to end); beside them the stored
+// writes and the CPU (this process's, and the server's when it is a
+// process of its own) of a run in each phase. Beside them, the documented
+// plain-publish pipelining: the same 10,000 dispatches published
 // asynchronously with a window of acks in flight (docs/protocol.md), which
-// is what other languages do.
+// is what other languages do. It runs on an embedded server and against
+// nats-server as a process of its own over TCP (server_process), as
+// deployed.
 func BenchmarkWorkloadBulkDispatch(b *testing.B) {
-	ns, nc, js := embeddedServer(b)
+	b.Run("embedded", func(b *testing.B) {
+		ns, nc, js := embeddedServer(b)
+		bulkDispatch(b, "bulk_dispatch", nc, js, func() *nats.Conn { return inProcess(b, ns) }, nil)
+	})
+	b.Run("server_process", func(b *testing.B) {
+		nc, serverCPU := serverProcess(b)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			b.Fatal(err)
+		}
+		connect := func() *nats.Conn {
+			wc, err := nats.Connect(nc.ConnectedUrl())
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(wc.Close)
+			return wc
+		}
+		bulkDispatch(b, "bulk_dispatch_server_process", nc, js, connect, serverCPU)
+	})
+}
+
+// bulkDispatch measures one bulk dispatch and its work-down on the server
+// nc and js are connected to; workers connect with connect. serverCPU,
+// when the server is a process of its own, reads its CPU so far.
+func bulkDispatch(b *testing.B, name string, nc *nats.Conn, js jetstream.JetStream, connect func() *nats.Conn, serverCPU func() time.Duration) {
 	ctx := context.Background()
 	raw := rawAsyncPublishRate(b, js)
 	client, err := parent.New(jetruntest.OpenRuntime(b, nc, jetrun.Config{}), parent.Config{AllowUnknownAgentTypes: true})
@@ -36,50 +65,77 @@ func BenchmarkWorkloadBulkDispatch(b *testing.B) {
 	lat, plainLat := newLatencies(runs), newLatencies(runs)
 	lat.follow(b, nc)
 	plainLat.follow(b, nc)
+	server := func() time.Duration {
+		if serverCPU == nil {
+			return 0
+		}
+		return serverCPU()
+	}
 
 	var dispatch, workDown, plain, plainWorkDown time.Duration
+	var dispatchCPU, workDownCPU time.Duration
+	var dispatchWrites, workDownWrites uint64
 	for b.Loop() {
 		reqs := make([]parent.Request, runs)
 		for i := range reqs {
 			reqs[i] = parent.Request{AgentType: "noop", RunID: fmt.Sprintf("bulk-%d", i), Input: 1}
 			lat.start(reqs[i].RunID)
 		}
-		begin := time.Now()
+		stored0 := storedTotal(b, js)
+		begin, cpu0 := time.Now(), cpuTime()+server()
 		for i, res := range client.DispatchMany(ctx, reqs) {
 			if res.Err != nil || !res.Created {
 				b.Fatalf("request %d: %+v", i, res)
 			}
 		}
-		dispatch = time.Since(begin)
-		begin = time.Now()
-		startWorker(b, inProcess(b, ns), concurrency, "noop", noop)
+		dispatch, dispatchCPU = time.Since(begin), cpuTime()+server()-cpu0
+		stored1 := storedTotal(b, js)
+		begin, cpu0 = time.Now(), cpuTime()+server()
+		startWorker(b, connect(), concurrency, "noop", noop)
 		lat.wait(b, "bulk-dispatched runs completed")
-		workDown = time.Since(begin)
+		workDown, workDownCPU = time.Since(begin), cpuTime()+server()-cpu0
+		dispatchWrites, workDownWrites = stored1-stored0, storedTotal(b, js)-stored1
 
 		for i := range runs {
 			plainLat.start(fmt.Sprintf("plain-%d", i))
 		}
 		plain = plainPublishDispatches(b, js, runs)
 		begin = time.Now()
-		startWorker(b, inProcess(b, ns), concurrency, "plain", noop)
+		startWorker(b, connect(), concurrency, "plain", noop)
 		plainLat.wait(b, "plain-published runs completed")
 		plainWorkDown = time.Since(begin)
 	}
 	rate := func(d time.Duration) float64 { return runs / d.Seconds() }
+	perRun := func(d time.Duration) float64 { return float64(d.Microseconds()) / runs }
 	b.ReportMetric(raw, "raw-async-pub/s")
 	b.ReportMetric(rate(dispatch)/raw, "dispatch-vs-raw")
 	b.ReportMetric(rate(workDown)/raw, "workdown-vs-raw")
 	b.ReportMetric(rate(dispatch+workDown)/raw, "burndown-vs-raw")
+	b.ReportMetric(perRun(dispatchCPU), "dispatch-cpu-µs/run")
+	b.ReportMetric(perRun(workDownCPU), "workdown-cpu-µs/run")
+	b.ReportMetric(float64(dispatchWrites)/runs, "dispatch-writes/run")
 	b.ReportMetric(rate(plain)/raw, "plain-pub-vs-raw")
 	b.ReportMetric(rate(plain+plainWorkDown)/raw, "plain-burndown-vs-raw")
-	report("bulk_dispatch", "runs", runs, "worker_concurrency", concurrency, "raw_async_pub_per_s", raw,
+	report(name, "runs", runs, "worker_concurrency", concurrency, "raw_async_pub_per_s", raw,
 		"dispatch_many_runs_per_s", rate(dispatch), "dispatch_many_vs_raw_async_pub", rate(dispatch)/raw,
 		"workdown_runs_per_s", rate(workDown), "workdown_vs_raw_async_pub", rate(workDown)/raw,
 		"burndown_runs_per_s", rate(dispatch+workDown), "burndown_vs_raw_async_pub", rate(dispatch+workDown)/raw,
+		"dispatch_cpu_us_per_run", perRun(dispatchCPU), "workdown_cpu_us_per_run", perRun(workDownCPU),
+		"dispatch_stored_writes_per_run", float64(dispatchWrites)/runs,
+		"workdown_stored_writes_per_run", float64(workDownWrites)/runs,
 		"plain_pub_dispatches_per_s", rate(plain), "plain_pub_vs_raw_async_pub", rate(plain)/raw,
 		"plain_workdown_vs_raw_async_pub", rate(plainWorkDown)/raw,
 		"plain_burndown_vs_raw_async_pub", rate(plain+plainWorkDown)/raw,
-		"river_batched_burndown_vs_raw", 0.095)
+		"river_batched_burndown_vs_raw", 0.115)
+}
+
+// storedTotal is how many messages every stream of js has stored so far.
+func storedTotal(b *testing.B, js jetstream.JetStream) uint64 {
+	var n uint64
+	for _, last := range storedByStream(b, js) {
+		n += last
+	}
+	return n
 }
 
 // plainPublishDispatches publishes n dispatches of agent type "plain" the
