@@ -101,32 +101,26 @@ func (rt *Runtime) PublishDispatch(ctx context.Context, agentType string, d even
 // PublishDispatchAsync sends d's dispatch (Nats-Msg-Id = run id) without
 // waiting; the returned function waits, at most timeout, for its
 // acknowledgement. Any failure, or a duplicate, is an error there: the
-// caller falls back on PublishDispatch, which sorts those out.
+// caller falls back on PublishDispatch, which sorts those out. Many sent
+// one after another are on the connection at once (DispatchMany).
 func (rt *Runtime) PublishDispatchAsync(agentType string, d events.Dispatch, rowAfter bool, timeout time.Duration) func(context.Context) (uint64, error) {
 	msg, err := rt.dispatchMsg(agentType, d, rowAfter)
 	if err != nil {
 		return func(context.Context) (uint64, error) { return 0, err }
 	}
-	fut, err := rt.js.PublishMsgAsync(msg, jetstream.WithMsgID(d.RunID))
+	msg.Header.Set(jetstream.MsgIDHeader, d.RunID)
+	q := rt.pub.Send(msg)
 	return func(ctx context.Context) (uint64, error) {
-		if err != nil {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		ack, err := q.Ack(ctx)
+		switch {
+		case err != nil:
 			return 0, err
+		case ack.Duplicate:
+			return 0, errors.New("duplicate dispatch")
 		}
-		t := time.NewTimer(timeout)
-		defer t.Stop()
-		select {
-		case ack := <-fut.Ok():
-			if ack.Duplicate {
-				return 0, errors.New("duplicate dispatch")
-			}
-			return ack.Sequence, nil
-		case err := <-fut.Err():
-			return 0, err
-		case <-t.C:
-			return 0, errors.New("no acknowledgement for the dispatch")
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		}
+		return ack.Sequence, nil
 	}
 }
 

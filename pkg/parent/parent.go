@@ -305,27 +305,48 @@ func (c *Client) Dispatch(ctx context.Context, req Request) (*Dispatched, error)
 // published with Nats-Msg-Id = run id, retried with backoff for
 // DispatchRetry.
 func (c *Client) dispatch(ctx context.Context, req Request) (row *model.Row, created bool, err error) {
-	d, err := req.dispatch()
+	d, err := c.prepare(ctx, req)
 	if err != nil {
 		return nil, false, err
 	}
+	return c.dispatchPrepared(ctx, req, d)
+}
+
+// prepare checks req (and asks for its approval) and returns its dispatch
+// with the run's tree filled in.
+func (c *Client) prepare(ctx context.Context, req Request) (events.Dispatch, error) {
+	d, err := req.dispatch()
+	if err != nil {
+		return d, err
+	}
 	if d.Depth > c.cfg.MaxDepth {
-		return nil, false, fmt.Errorf("%w: depth %d exceeds the maximum nesting depth %d", ErrBadRequest, d.Depth, c.cfg.MaxDepth)
+		return d, fmt.Errorf("%w: depth %d exceeds the maximum nesting depth %d", ErrBadRequest, d.Depth, c.cfg.MaxDepth)
 	}
 	if err := c.checkAgentType(ctx, req.AgentType); err != nil {
-		return nil, false, err
+		return d, err
 	}
 	if err := c.checkInput(ctx, req.AgentType, d.Input); err != nil {
-		return nil, false, err
+		return d, err
 	}
 	if req.Approval != nil {
 		if err := c.approve(ctx, req, d); err != nil {
-			return nil, false, err
+			return d, err
 		}
 	}
 	if err := c.fillTree(ctx, &d, engine.ParentRow(ctx)); err != nil {
-		return nil, false, err
+		return d, err
 	}
+	return d, nil
+}
+
+// plain reports whether a run whose dispatch is d, with no concurrency key
+// and past its MaxConcurrent slot if any, is dispatched by dispatchPlain.
+func plain(d events.Dispatch) bool {
+	return d.Parent == "" && d.Detached == nil && d.Budget == nil
+}
+
+// dispatchPrepared is dispatch of req once prepared: d is its dispatch.
+func (c *Client) dispatchPrepared(ctx context.Context, req Request, d events.Dispatch) (row *model.Row, created bool, err error) {
 	if req.ConcurrencyKey != "" {
 		return c.dispatchKeyed(ctx, req, d)
 	}
@@ -339,7 +360,7 @@ func (c *Client) dispatch(ctx context.Context, req Request) (row *model.Row, cre
 			return nil, false, err
 		}
 	}
-	if d.Parent == "" && d.Detached == nil && d.Budget == nil {
+	if plain(d) {
 		return c.dispatchPlain(ctx, req, d)
 	}
 	row = model.NewRun(req.AgentType, d, 0, time.Now())
@@ -388,15 +409,39 @@ func (c *Client) dispatchPlain(ctx context.Context, req Request, d events.Dispat
 	if !errors.Is(err, runstore.ErrRunNotFound) {
 		return nil, false, fmt.Errorf("parent: dispatch run %s: %w", d.RunID, err)
 	}
-	// The dispatch goes out first on the connection, the row's create right
-	// behind it; only then are their answers awaited.
+	return c.settlePlain(ctx, req, d, c.sendPlain(req, d))
+}
+
+// sentPlain is a plain run's dispatch and row create on their way
+// (sendPlain): ack and create wait for their answers.
+type sentPlain struct {
+	row    *model.Row
+	ack    func(context.Context) (uint64, error)
+	create func(context.Context) (uint64, error)
+}
+
+// sendPlain sends the dispatch d of a run with no row, and its row's
+// create right behind it on the connection, without waiting.
+func (c *Client) sendPlain(req Request, d events.Dispatch) sentPlain {
 	ack := c.rt.PublishDispatchAsync(req.AgentType, d, true, c.cfg.DispatchRetry)
 	row := model.NewUnindexedRun(req.AgentType, d, 0, time.Now())
-	cerr := jsfault.RetryRepair(ctx, c.cfg.DispatchRetry, c.rt.Repair, func(ctx context.Context) error {
-		_, err := c.store.Create(ctx, row)
-		return err
-	})
-	seq, perr := ack(ctx)
+	return sentPlain{row: row, ack: ack, create: c.store.CreateLater(row)}
+}
+
+// settlePlain awaits what sendPlain sent and answers as dispatchPlain: a
+// create that failed is retried as Dispatch retries it, a publish whose
+// answer is not a fresh acknowledgement is published again under the same
+// message id, and a row that exists is the same run re-attached.
+func (c *Client) settlePlain(ctx context.Context, req Request, d events.Dispatch, sent sentPlain) (*model.Row, bool, error) {
+	row := sent.row
+	_, cerr := sent.create(ctx)
+	if cerr != nil && !errors.Is(cerr, runstore.ErrRunExists) && ctx.Err() == nil {
+		cerr = jsfault.RetryRepair(ctx, c.cfg.DispatchRetry, c.rt.Repair, func(ctx context.Context) error {
+			_, err := c.store.Create(ctx, row)
+			return err
+		})
+	}
+	seq, perr := sent.ack(ctx)
 	fresh := perr == nil
 	if perr != nil {
 		// Retried under the same message id: a copy that landed is kept.

@@ -133,6 +133,83 @@ func (p *Publisher) Request(ctx context.Context, m *nats.Msg) (*nats.Msg, error)
 	}
 }
 
+// Pending is a request on its way (Send): its answer is read by Wait.
+type Pending struct {
+	p     *Publisher
+	token string
+	ch    chan *nats.Msg
+	err   error // the send's failure
+}
+
+// Send sends m (its Reply is set here) without waiting for the answer:
+// many requests sent one after another are on the connection at once, and
+// their answers are read together, each by its Pending's Wait. Every
+// Pending must be waited for (or the Publisher closed), else its slot is
+// kept.
+func (p *Publisher) Send(m *nats.Msg) *Pending {
+	ch := make(chan *nats.Msg, 1)
+	p.mu.Lock()
+	p.next++
+	token := strconv.FormatUint(p.next, 36)
+	p.waiting[token] = ch
+	p.mu.Unlock()
+	q := &Pending{p: p, token: token, ch: ch}
+	m.Reply = p.prefix + token
+	if err := p.nc.PublishMsg(m); err != nil {
+		q.forget()
+		q.err = err
+	}
+	return q
+}
+
+func (q *Pending) forget() {
+	q.p.mu.Lock()
+	delete(q.p.waiting, q.token)
+	q.p.mu.Unlock()
+}
+
+// Wait returns the answer to the request, as Request does: a ctx without a
+// deadline gets the default timeout (from now); a subject nobody serves is
+// nats.ErrNoResponders.
+func (q *Pending) Wait(ctx context.Context) (*nats.Msg, error) {
+	if q.err != nil {
+		return nil, q.err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, q.p.timeout)
+		defer cancel()
+	}
+	select {
+	case r := <-q.ch:
+		if len(r.Data) == 0 && r.Header.Get("Status") == "503" {
+			return nil, nats.ErrNoResponders
+		}
+		return r, nil
+	case <-ctx.Done():
+		q.forget()
+		return nil, ctx.Err()
+	case <-q.p.closed:
+		q.forget()
+		return nil, nats.ErrConnectionClosed
+	}
+}
+
+// Ack waits for the answer to a publish sent by Send and reads it as
+// Publish does, but once: no stream answering is
+// jetstream.ErrNoStreamResponse at once (the caller, which pipelines many
+// publishes, retries the few that need it by Publish).
+func (q *Pending) Ack(ctx context.Context) (*jetstream.PubAck, error) {
+	resp, err := q.Wait(ctx)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return nil, jetstream.ErrNoStreamResponse
+	}
+	if err != nil {
+		return nil, err
+	}
+	return DecodeAck(resp.Data)
+}
+
 // Publish sends m to the stream that holds its subject and returns the
 // stream's acknowledgement. It behaves as js.PublishMsg(ctx, m): a ctx
 // without a deadline gets js's default timeout, and the errors are the

@@ -263,9 +263,17 @@ func (s *Store) read(ctx context.Context, id string) ([]byte, uint64, error) {
 		}
 		return e.Value(), e.Revision(), nil
 	}
+	return readAnswer(s.pub.Request(ctx, s.readMsg(id)))
+}
+
+// readMsg is the direct get of run id's row (s.direct).
+func (s *Store) readMsg(id string) *nats.Msg {
 	bucket := s.kv.Bucket()
-	m := nats.NewMsg("$JS.API.DIRECT.GET." + wire.BucketStream(bucket) + "." + wire.BucketSubject(bucket, id))
-	resp, err := s.pub.Request(ctx, m)
+	return nats.NewMsg("$JS.API.DIRECT.GET." + wire.BucketStream(bucket) + "." + wire.BucketSubject(bucket, id))
+}
+
+// readAnswer reads a direct get's answer as read returns it.
+func readAnswer(resp *nats.Msg, err error) ([]byte, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}

@@ -1,0 +1,70 @@
+package runstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/jetrun/jetrun/internal/engine/runstore"
+	"github.com/jetrun/jetrun/internal/testkit/natstest"
+)
+
+// TestLookupManyReadsWhatLookupReads reads 1,000 runs with one batched
+// read (some with rows, some never written, some deleted) and gets, for
+// each, what Lookup says: its row at its revision, or no row.
+func TestLookupManyReadsWhatLookupReads(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunServer(t))
+	s := openStore(t, js, 1)
+	ctx := context.Background()
+	var ids []string
+	for i := range 1000 {
+		id := fmt.Sprintf("r%d", i)
+		ids = append(ids, id)
+		if i%3 == 0 {
+			continue // never written
+		}
+		row := newRun(id)
+		row.Unindexed = true
+		if _, err := s.CreateLater(row)(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if i%3 == 1 && i%7 == 0 {
+			if err := s.Delete(ctx, row); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	found, err := s.LookupMany(ctx, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := 0
+	for _, id := range ids {
+		row, rev, err := s.Lookup(ctx, id)
+		got, ok := found[id]
+		switch {
+		case errors.Is(err, runstore.ErrRunNotFound):
+			if ok {
+				t.Fatalf("%s: LookupMany found %+v, Lookup none", id, got)
+			}
+		case err != nil:
+			t.Fatal(err)
+		case !ok || got.Rev != rev || got.Row.ID != row.ID || got.Row.Status != row.Status:
+			t.Fatalf("%s: LookupMany %+v, %v; Lookup %+v at %d", id, got, ok, row, rev)
+		default:
+			rows++
+		}
+	}
+	if rows == 0 || rows == len(ids) || len(found) != rows {
+		t.Fatalf("%d rows of %d ids, %d found", rows, len(ids), len(found))
+	}
+	none, err := s.LookupMany(ctx, []string{"x1", "x2"})
+	if err != nil || len(none) != 0 {
+		t.Fatalf("runs never written: %v, %v", none, err)
+	}
+	if _, err := s.LookupMany(ctx, []string{"bad id"}); err == nil {
+		t.Fatal("a bad id read without an error")
+	}
+}
