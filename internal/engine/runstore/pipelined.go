@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -96,26 +97,47 @@ const maxLookupMany = 1024
 // get (nats-server 2.11 and later) instead of a read each: found holds the
 // rows that exist, and an id absent from it has no row, unconfirmed, as
 // Lookup's ErrRunNotFound. An error (a server without batched gets, an
-// answer cut short, a row that does not decode) says nothing of any id:
-// the caller reads them one by one.
+// answer cut short, a row that does not decode, a user not allowed the
+// request) says nothing of any id: the caller reads them one by one. After
+// such a failure LookupMany does not try for a minute, so a server or a
+// user without batched reads costs at most one wait (of up to two seconds)
+// a minute.
 func (s *Store) LookupMany(ctx context.Context, ids []string) (map[string]Looked, error) {
-	if !s.direct || len(ids) == 0 || len(ids) > maxLookupMany {
+	if !s.direct || time.Now().UnixNano() < s.noBatchReadUntil.Load() || len(ids) == 0 || len(ids) > maxLookupMany {
 		return nil, errors.New("kv: no batched read for these rows")
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.js.Options().DefaultTimeout)
-		defer cancel()
+	for _, id := range ids {
+		if err := events.ValidateID(id); err != nil {
+			return nil, fmt.Errorf("kv: get runs: %w", err)
+		}
 	}
+	callerCtx := ctx
+	ctx, cancel := context.WithTimeout(ctx, min(s.js.Options().DefaultTimeout, maxBatchReadWait))
+	defer cancel()
+	found, err := s.lookupMany(ctx, ids)
+	if err != nil && callerCtx.Err() == nil && !errors.Is(err, ErrCorruptRow) {
+		// Read one by one for a while (a server that does not know batched
+		// reads answers a bad request; one that drops them, nothing).
+		s.noBatchReadUntil.Store(time.Now().Add(batchReadPause).UnixNano())
+	}
+	return found, err
+}
+
+// maxBatchReadWait bounds how long LookupMany waits for an answer (a server
+// answers one in milliseconds); after a failure batched reads pause for
+// batchReadPause.
+const (
+	maxBatchReadWait = 2 * time.Second
+	batchReadPause   = time.Minute
+)
+
+func (s *Store) lookupMany(ctx context.Context, ids []string) (map[string]Looked, error) {
 	bucket := s.kv.Bucket()
 	ofSubject := make(map[string]string, len(ids))
 	req := struct {
 		MultiLast []string `json:"multi_last"`
 	}{MultiLast: make([]string, 0, len(ids))}
 	for _, id := range ids {
-		if err := events.ValidateID(id); err != nil {
-			return nil, fmt.Errorf("kv: get runs: %w", err)
-		}
 		subj := wire.BucketSubject(bucket, id)
 		ofSubject[subj] = id
 		req.MultiLast = append(req.MultiLast, subj)

@@ -6,6 +6,10 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 )
@@ -66,5 +70,44 @@ func TestLookupManyReadsWhatLookupReads(t *testing.T) {
 	}
 	if _, err := s.LookupMany(ctx, []string{"bad id"}); err == nil {
 		t.Fatal("a bad id read without an error")
+	}
+}
+
+// TestLookupManyFailsWhereBatchedReadsAreNotAllowed reads rows as a user
+// whose batched direct gets the server drops (its permissions allow a
+// row's direct get only): LookupMany says it could not read, and Lookup,
+// which callers fall back on, reads the row.
+func TestLookupManyFailsWhereBatchedReadsAreNotAllowed(t *testing.T) {
+	t.Parallel()
+	ns := natstest.RunServerWithOptions(t, &server.Options{Users: []*server.User{
+		{Username: "admin", Password: "a"},
+		{Username: "reader", Password: "r", Permissions: &server.Permissions{
+			Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{"$JS.API.DIRECT.GET.KV_jetrun_runs"}},
+		}},
+	}})
+	connect := func(user, pass string) jetstream.JetStream {
+		nc, err := nats.Connect(ns.ClientURL(), nats.UserInfo(user, pass), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return js
+	}
+	ctx := context.Background()
+	row := newRun("r1")
+	row.Unindexed = true
+	if _, err := openStore(t, connect("admin", "a"), 1).CreateLater(row)(ctx); err != nil {
+		t.Fatal(err)
+	}
+	reader := openStore(t, connect("reader", "r"), 1)
+	if found, err := reader.LookupMany(ctx, []string{"r1"}); err == nil {
+		t.Fatalf("a denied batched read answered %v", found)
+	}
+	if got, _, err := reader.Lookup(ctx, "r1"); err != nil || got.ID != "r1" {
+		t.Fatalf("Lookup = %+v, %v", got, err)
 	}
 }

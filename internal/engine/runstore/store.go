@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -105,6 +106,10 @@ type core struct {
 	activeKV jetstream.Stream   // the active bucket's stream, for marker-free removals
 	maxRetry time.Duration
 	replicas int // of the runs bucket; more than one: a miss is confirmed with the leader (leader.go)
+	// noBatchReadUntil (unix nanoseconds) is set when a batched read
+	// failed (a server without them, a user not allowed them, whose request
+	// the server drops): LookupMany does not try again before then.
+	noBatchReadUntil atomic.Int64
 }
 
 // markerTTL is how long the marker a cleared row leaves behind lives.
