@@ -115,7 +115,7 @@ func (s *Store) LookupMany(ctx context.Context, ids []string) (map[string]Looked
 	ctx, cancel := context.WithTimeout(ctx, min(s.js.Options().DefaultTimeout, maxBatchReadWait))
 	defer cancel()
 	found, err := s.lookupMany(ctx, ids)
-	if err != nil && callerCtx.Err() == nil && !errors.Is(err, ErrCorruptRow) {
+	if err != nil && callerCtx.Err() == nil && !errors.Is(err, ErrCorruptRow) && !errors.Is(err, errCutShort) {
 		// Read one by one for a while (a server that does not know batched
 		// reads answers a bad request; one that drops them, nothing).
 		s.noBatchReadUntil.Store(time.Now().Add(batchReadPause).UnixNano())
@@ -131,12 +131,20 @@ const (
 	batchReadPause   = time.Minute
 )
 
+// maxBatchReadBytes bounds a batched read's answer: past it (large rows)
+// the server stops, and the caller reads the rows one by one.
+const maxBatchReadBytes = 8 << 20
+
+// errCutShort is a batched read that stopped at maxBatchReadBytes.
+var errCutShort = errors.New("kv: get runs: the answer was cut short at its size bound")
+
 func (s *Store) lookupMany(ctx context.Context, ids []string) (map[string]Looked, error) {
 	bucket := s.kv.Bucket()
 	ofSubject := make(map[string]string, len(ids))
 	req := struct {
 		MultiLast []string `json:"multi_last"`
-	}{MultiLast: make([]string, 0, len(ids))}
+		MaxBytes  int      `json:"max_bytes"`
+	}{MultiLast: make([]string, 0, len(ids)), MaxBytes: maxBatchReadBytes}
 	for _, id := range ids {
 		subj := wire.BucketSubject(bucket, id)
 		ofSubject[subj] = id
@@ -168,6 +176,8 @@ func (s *Store) lookupMany(ctx context.Context, ids []string) (map[string]Looked
 				return found, nil
 			case status == "204" && m.Header.Get(numPendingHeader) == "0":
 				return found, nil // the end of the batch
+			case status == "204":
+				return nil, errCutShort
 			}
 			return nil, fmt.Errorf("kv: get runs: direct get answered %s %s (pending %q)", status,
 				m.Header.Get("Description"), m.Header.Get(numPendingHeader))

@@ -2,8 +2,10 @@ package runstore_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -109,5 +111,32 @@ func TestLookupManyFailsWhereBatchedReadsAreNotAllowed(t *testing.T) {
 	}
 	if got, _, err := reader.Lookup(ctx, "r1"); err != nil || got.ID != "r1" {
 		t.Fatalf("Lookup = %+v, %v", got, err)
+	}
+}
+
+// TestLookupManyOfLargeRowsIsCutShortAndTriesAgain reads rows whose sum
+// passes the batched read's size bound: LookupMany says it could not read
+// them all (the caller reads them one by one), and reads again at once.
+func TestLookupManyOfLargeRowsIsCutShortAndTriesAgain(t *testing.T) {
+	t.Parallel()
+	_, js := natstest.Connect(t, natstest.RunServer(t))
+	s := openStore(t, js, 1)
+	ctx := context.Background()
+	big := json.RawMessage(`"` + strings.Repeat("x", 600<<10) + `"`)
+	var ids []string
+	for i := range 20 { // 12 MB of rows
+		row := newRun(fmt.Sprintf("big%d", i))
+		row.Unindexed, row.Input = true, big
+		if _, err := s.CreateLater(row)(ctx); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, row.ID)
+	}
+	if found, err := s.LookupMany(ctx, ids); err == nil {
+		t.Fatalf("12 MB of rows read in one answer: %d rows", len(found))
+	}
+	found, err := s.LookupMany(ctx, ids[:3])
+	if err != nil || len(found) != 3 {
+		t.Fatalf("three of them: %d rows, %v", len(found), err)
 	}
 }
