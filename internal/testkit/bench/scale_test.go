@@ -1,13 +1,16 @@
 package bench_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"maps"
 	"regexp"
 	"runtime"
+	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -118,24 +121,35 @@ func heapAfterGC() uint64 {
 
 // goroutines counts the process's goroutines, split into those running
 // nats-server code (the embedded server's) and the rest (the worker's,
-// the client's and the benchmark's).
+// the client's and the benchmark's). It reads the goroutine profile, which
+// stops the world only briefly: a full stack dump (runtime.Stack) of
+// 100,000 parked handlers stops it for seconds, long enough for the
+// worker's liveness renewal to miss its deadline and the worker to lapse.
 func goroutines() (server, other int) {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
+	var buf bytes.Buffer
+	if err := pprof.Lookup("goroutine").WriteTo(&buf, 1); err != nil {
+		return 0, runtime.NumGoroutine()
 	}
-	for g := range strings.SplitSeq(string(buf), "\n\n") {
-		if strings.Contains(g, "nats-server/v2/server.") {
-			server++
-		} else if strings.HasPrefix(g, "goroutine ") {
-			other++
+	// A record is a "<count> @ <pcs>" line, then a "#\t<pc>\t<func>…"
+	// line a frame.
+	count, inServer := 0, false
+	flush := func() {
+		if inServer {
+			server += count
+		} else {
+			other += count
+		}
+		count, inServer = 0, false
+	}
+	for line := range strings.Lines(buf.String()) {
+		if head, _, ok := strings.Cut(line, " @ "); ok {
+			flush()
+			count, _ = strconv.Atoi(head)
+		} else if strings.Contains(line, "nats-server/v2/server.") {
+			inServer = true
 		}
 	}
+	flush()
 	return server, other
 }
 
@@ -256,6 +270,12 @@ func inFlight(b *testing.B, label string, n int, park bool, connect func() *nats
 	srvG0, otherG0 := goroutines()
 	consumers0 := streamConsumers(b, js, runsStream)
 
+	if serverCPU == nil {
+		serverCPU = func() time.Duration { return 0 }
+	}
+	ph := newPhases(b, label, n, serverCPU)
+	defer ph.end()
+	ph.begin("dispatch")
 	begin := time.Now()
 	fanOut(b, n, dispatchers, func(i int) error {
 		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -264,11 +284,13 @@ func inFlight(b *testing.B, label string, n int, park bool, connect func() *nats
 		return err
 	})
 	dispatched := time.Since(begin)
+	ph.begin("start")
 	deadline := time.Now().Add(startBound)
 	for started.Load() < int64(n) && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	allStarted := time.Since(begin)
+	ph.begin("settle")
 	// Past the cancel-watch delay of the youngest run, and a little more;
 	// and past two leases, so the waiting runs are settled (shelved) when
 	// the quiet window begins.
@@ -277,15 +299,15 @@ func inFlight(b *testing.B, label string, n int, park bool, connect func() *nats
 		"all_started_s", allStarted.Seconds(), "complete", started.Load() == int64(n))
 
 	// The quiet window: nothing but holding the runs.
-	if serverCPU == nil {
-		serverCPU = func() time.Duration { return 0 }
-	}
+	ph.begin("quiet")
 	writes0, cpu0, srvCPU0, t0 := storedMessages(b, js), cpuTime(), serverCPU(), time.Now()
 	time.Sleep(quiet)
 	writes1, cpu1, srvCPU1, window := storedMessages(b, js), cpuTime(), serverCPU(), time.Since(t0)
+	ph.end()
 	held := running.Load()
 	consumers := streamConsumers(b, js, runsStream)
 	heap1 := heapAfterGC()
+	ph.heap()
 	srvG1, otherG1 := goroutines()
 	per := func(x float64) float64 { return x / float64(max(held, 1)) }
 	report(label, "held", held,
@@ -296,14 +318,17 @@ func inFlight(b *testing.B, label string, n int, park bool, connect func() *nats
 		"goroutines_per_run_outside_server", per(float64(otherG1-otherG0)),
 		"goroutines_per_run_in_server", per(float64(srvG1-srvG0)),
 		"cpu_pct_of_one_core", 100*float64(cpu1-cpu0)/float64(window),
-		"server_process_cpu_pct_of_one_core", 100*float64(srvCPU1-srvCPU0)/float64(window))
+		"server_process_cpu_pct_of_one_core", 100*float64(srvCPU1-srvCPU0)/float64(window),
+		"load", loadAverage())
 	b.Logf("heap is the whole process's (worker, client and the embedded server); goroutines are split by whether nats-server code is on their stack")
 
 	// Cancel a sample: ~200 runs, one every 10ms, each timed from its Cancel
 	// call to its handler seeing ctx.Done().
+	ph.begin("cancel")
 	var (
 		mu      sync.Mutex
 		lat     []time.Duration
+		calls   []time.Duration // Cancel's own answer, of the same samples
 		missed  int
 		errs    int
 		wg      sync.WaitGroup
@@ -322,10 +347,12 @@ func inFlight(b *testing.B, label string, n int, park bool, connect func() *nats
 				mu.Unlock()
 				return
 			}
+			answered := time.Since(t0)
 			select {
 			case at := <-sampled[id]:
 				mu.Lock()
 				lat = append(lat, at.Sub(t0))
+				calls = append(calls, answered)
 				mu.Unlock()
 			case <-time.After(30 * time.Second):
 				mu.Lock()
@@ -336,14 +363,19 @@ func inFlight(b *testing.B, label string, n int, park bool, connect func() *nats
 	}
 	pacer.Stop()
 	wg.Wait()
+	ph.end()
 	slices.Sort(lat)
+	slices.Sort(calls)
 	report(label, "cancel_samples", len(sampleT), "cancel_observed", len(lat),
 		"cancel_not_observed_in_30s", missed, "cancel_errors", errs,
 		"cancel_p50_ms", ms(percentile(lat, 0.5)), "cancel_p99_ms", ms(percentile(lat, 0.99)),
-		"cancel_max_ms", ms(percentile(lat, 1)))
+		"cancel_max_ms", ms(percentile(lat, 1)),
+		"cancel_call_p50_ms", ms(percentile(calls, 0.5)), "cancel_call_p99_ms", ms(percentile(calls, 0.99)),
+		"load", loadAverage())
 	logs.print(label)
 
 	// Clean up: cancel every run and wait, bounded, for the handlers to end.
+	ph.begin("cleanup")
 	cleanup := time.Now()
 	var cancelErrs atomic.Int64
 	fanOut(b, n, 16, func(i int) error {

@@ -1,0 +1,107 @@
+package bench_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"strings"
+	"testing"
+	"time"
+)
+
+// profileEnv, when set, names a folder where inFlight writes a CPU profile
+// of this process (the worker's) for each phase, <label>-<phase>.cpu.pprof,
+// and a heap profile after the quiet window, <label>.heap.pprof.
+const profileEnv = "JETRUN_BENCH_PROFILE"
+
+// phases times the phases of a benchmark one after the other and reports
+// each one's wall time and CPU, this process's and the server process's,
+// per run: a cost that grows faster than the runs shows as a per-run
+// figure that grows with n.
+type phases struct {
+	b         *testing.B
+	label     string
+	n         int
+	serverCPU func() time.Duration
+	dir       string
+
+	name         string
+	t0           time.Time
+	cpu0, srvCPU time.Duration
+	prof         *os.File
+}
+
+func newPhases(b *testing.B, label string, n int, serverCPU func() time.Duration) *phases {
+	return &phases{b: b, label: label, n: n, serverCPU: serverCPU, dir: os.Getenv(profileEnv)}
+}
+
+// begin ends the current phase, if any, and begins phase name.
+func (p *phases) begin(name string) {
+	p.end()
+	p.name, p.t0, p.cpu0, p.srvCPU = name, time.Now(), cpuTime(), p.serverCPU()
+	if p.dir == "" {
+		return
+	}
+	f, err := os.Create(filepath.Join(p.dir, p.file(name+".cpu.pprof")))
+	if err != nil {
+		p.b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		p.b.Fatal(err)
+	}
+	p.prof = f
+}
+
+// end ends the current phase and reports its figures.
+func (p *phases) end() {
+	if p.name == "" {
+		return
+	}
+	took, cpu, srv := time.Since(p.t0), cpuTime()-p.cpu0, p.serverCPU()-p.srvCPU
+	if p.prof != nil {
+		pprof.StopCPUProfile()
+		_ = p.prof.Close()
+		p.prof = nil
+	}
+	perRun := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(p.n) }
+	report(p.label, "phase", p.name, "s", took.Seconds(), "ms_per_run", 1000*took.Seconds()/float64(p.n),
+		"worker_cpu_us_per_run", perRun(cpu), "server_cpu_us_per_run", perRun(srv),
+		"worker_cpu_pct", 100*float64(cpu)/float64(took), "server_cpu_pct", 100*float64(srv)/float64(took),
+		"load", loadAverage())
+	p.name = ""
+}
+
+// heap writes a heap profile, when profiles are asked for.
+func (p *phases) heap() {
+	if p.dir == "" {
+		return
+	}
+	f, err := os.Create(filepath.Join(p.dir, p.file("heap.pprof")))
+	if err != nil {
+		p.b.Fatal(err)
+	}
+	defer func() { _ = f.Close() }()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		p.b.Fatal(err)
+	}
+}
+
+func (p *phases) file(suffix string) string {
+	return fmt.Sprintf("%s-%s", strings.NewReplacer(" ", "_", "=", "").Replace(p.label), suffix)
+}
+
+// loadAverage is the machine's 1-minute load average, as uptime gives it:
+// figures taken on a shared machine are read beside it.
+func loadAverage() string {
+	raw, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(raw))
+	if len(f) == 0 {
+		return "?"
+	}
+	return f[0]
+}
