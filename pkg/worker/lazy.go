@@ -57,6 +57,7 @@ const (
 type lazyClaim struct {
 	fresh        *model.Row // the row a run that has none is created from
 	claimed      *model.Row // the row as the claim writes it, at startedAt
+	dispatchSeq  uint64     // claimed's, kept once the rows are dropped
 	startedAt    time.Time
 	checkCleared bool // a plain publish's first delivery: read the tombstone beside a create
 
@@ -88,7 +89,8 @@ func (w *Worker) mayClaimLazily(row *model.Row, msg jetstream.Msg) bool {
 // row it was dispatched with at revision rev (nil: none, fresh is the row
 // to create), claimed what the claim writes.
 func (w *Worker) executeLazily(ctx context.Context, e *execution, stored, fresh *model.Row, rev uint64, claimed *model.Row, checkCleared bool) {
-	e.lz = &lazyClaim{fresh: fresh, claimed: claimed, startedAt: claimed.StartedAt, checkCleared: checkCleared, row: stored, rev: rev}
+	e.lz = &lazyClaim{fresh: fresh, claimed: claimed, dispatchSeq: claimed.DispatchSeq, startedAt: claimed.StartedAt,
+		checkCleared: checkCleared, row: stored, rev: rev}
 	w.execute(ctx, e, claimed, 0)
 }
 
@@ -208,6 +210,11 @@ func (e *execution) claimLate(ctx context.Context) error {
 	} else {
 		lz.err = err
 	}
+	if lz.state == lazyClaimed {
+		// Claimed, or failed for good: no ending without a claim reads
+		// them, and a run waiting for hours does not keep them.
+		lz.fresh, lz.claimed, lz.row = nil, nil, nil
+	}
 	close(lz.done)
 	lz.stopTimerLocked()
 	lz.mu.Unlock()
@@ -245,7 +252,7 @@ func (e *execution) retryClaim(ctx context.Context, row *model.Row, rev uint64) 
 // answer lost).
 func (e *execution) ownClaim(row *model.Row) bool {
 	return row.Status == events.StatusRunning && row.Worker == e.w.cfg.ID && row.WorkerEpoch == e.epoch &&
-		row.Attempt == e.attempt && row.DispatchSeq == e.lz.claimed.DispatchSeq
+		row.Attempt == e.attempt && row.DispatchSeq == e.lz.dispatchSeq
 }
 
 // writeClaim writes the attempt's claim on row (nil: the run has none, it
@@ -291,7 +298,7 @@ func (e *execution) writeClaim(ctx context.Context, row *model.Row, rev uint64) 
 			return nil, 0, row, rev, ErrCancelled
 		}
 		claimed = row.Clone()
-		ev := model.Claimed{Worker: e.w.cfg.ID, Epoch: e.epoch, DispatchSeq: lz.claimed.DispatchSeq}
+		ev := model.Claimed{Worker: e.w.cfg.ID, Epoch: e.epoch, DispatchSeq: lz.dispatchSeq}
 		if err := model.Apply(claimed, ev, lz.startedAt); err != nil {
 			return nil, 0, row, rev, ErrLeaseLost
 		}
@@ -325,7 +332,7 @@ func (e *execution) endWithoutClaim(status events.Status, reason, text string, r
 		text = "cancelled"
 	}
 	ev := model.EndedWithoutClaim{
-		Attempt: e.attempt, DispatchSeq: e.lz.claimed.DispatchSeq, StartedAt: e.lz.startedAt,
+		Attempt: e.attempt, DispatchSeq: e.lz.dispatchSeq, StartedAt: e.lz.startedAt,
 		Status: status, Reason: reason, Error: text, Summary: res.summary, Output: res.output,
 	}
 	row, cleared, err := e.writeEnding(ctx, ev)
