@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -46,6 +47,8 @@ type execution struct {
 	holds   execHolds   // reservations (holds.go)
 	lims    execLimits  // grants on provider limits (limits.go)
 
+	resting atomic.Bool // left out of the heart's beats until woken (rest.go)
+
 	storedSteps []events.Step // the steps earlier attempts stored, read by start (step.go)
 	lz          *lazyClaim    // the claim not written yet of a short run's first attempt (lazy.go); nil: claimed
 }
@@ -53,7 +56,9 @@ type execution struct {
 // newExecution prepares the attempt of a run the worker is about to claim;
 // slot is the concurrency slot its dispatch holds.
 func (w *Worker) newExecution(msg jetstream.Msg, id string, slot *pull.Slot) *execution {
-	return &execution{w: w, id: id, dlv: newDeliveries(msg), parking: newParking(slot)}
+	e := &execution{w: w, id: id, dlv: newDeliveries(msg), parking: newParking(slot)}
+	e.parking.woke = e.wake
+	return e
 }
 
 // execute runs an attempt the worker just claimed (row at revision rev). e
@@ -67,18 +72,21 @@ func (w *Worker) execute(ctx context.Context, e *execution, row *model.Row, rev 
 		e.log = e.log.With("trace_id", id)
 	}
 	e.rw = newRowWriter(w.store, row, rev)
+	e.rw.woke = e.wake
 	e.rw.pending = e.lz != nil
 	e.pub = &publisher{
 		js: w.js, stream: w.rt.EventsStreamFor(row.ID), streams: len(w.rt.EventsStreams()), store: w.store, ns: w.ns,
 		runID: row.ID, worker: w.cfg.ID, attempt: row.Attempt, window: &w.eventWindow,
 		lost: e.lose, lapsed: e.lapse, until: w.holdsUntil, trace: trace,
-		chunks: chunkBatch{window: w.cfg.ChunkWindow},
+		chunks: chunkBatch{window: w.cfg.ChunkWindow}, woke: e.wake,
 	}
 	e.emit = newEmitter(row.ID, row.Attempt, e.pub, w.cfg.ProgressInterval, e.timedFlush)
 
 	hctx, cancel := context.WithCancelCause(withTrace(ctx, trace))
 	defer cancel(nil)
-	if e.ctl.open(hctx, cancel, row.Attempt, row.CancelRequested) {
+	// The heart must see a resting run whose context ended (rest.go).
+	wakeCancel := func(cause error) { cancel(cause); e.wake() }
+	if e.ctl.open(hctx, wakeCancel, row.Attempt, row.CancelRequested) {
 		// The worker's liveness lapsed while the run was being claimed.
 		e.lose()
 		e.end(e.abandon)

@@ -38,7 +38,7 @@ func (w *Worker) heart(ctx context.Context) {
 	tick := time.NewTicker(min(w.cfg.RowSyncInterval, renewEvery))
 	defer tick.Stop()
 	nextRenew := time.Now().Add(renewEvery)
-	nextQuiet := nextRenew
+	nextSweep := time.Now().Add(restSweep)
 	failing := false
 	for {
 		select {
@@ -65,11 +65,11 @@ func (w *Worker) heart(ctx context.Context) {
 					nextRenew = now.Add(renewEvery)
 				}
 			}
-			quiet := !now.Before(nextQuiet)
-			if quiet {
-				nextQuiet = now.Add(w.cfg.Lease)
+			if !now.Before(nextSweep) {
+				nextSweep = now.Add(restSweep)
+				w.wakeAll()
 			}
-			w.tend(ctx, now, renewEvery, renewed, quiet)
+			w.tend(ctx, now, renewEvery, renewed)
 		}
 	}
 }
@@ -239,28 +239,28 @@ func (w *Worker) liveness() *runstore.Liveness {
 	return w.live
 }
 
-func (w *Worker) executions() []*execution {
+// awakeRuns returns the runs the heart beats: those not resting (rest.go).
+func (w *Worker) awakeRuns() []*execution {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	out := make([]*execution, 0, len(w.active))
-	for _, e := range w.active {
+	out := make([]*execution, 0, len(w.awake))
+	for _, e := range w.awake {
 		out = append(out, e)
 	}
 	return out
 }
 
-// tend does one heartbeat's work on every run; renewed says the liveness
-// key was renewed at this beat. A quiet run (shelved and parked: nothing
-// to send, and nothing to write unless something wakes it) is tended only
-// when quiet is set, once a lease, so what the heart does per beat does
-// not grow with the runs that wait. Its row sync, or the end of a handler
-// that ignores its context inside Park, may then wait up to a lease.
-func (w *Worker) tend(ctx context.Context, now time.Time, beatEvery time.Duration, renewed, quiet bool) {
-	w.shelveAside(ctx, w.tendRuns(ctx, now, beatEvery, renewed, quiet))
+// tend does one heartbeat's work on every run that does not rest;
+// renewed says the liveness key was renewed at this beat. A run with
+// nothing to send or write (shelved and parked, rest.go) is put to rest
+// and left out of the beats until something wakes it, so what the heart
+// does per beat does not grow with the runs that wait.
+func (w *Worker) tend(ctx context.Context, now time.Time, beatEvery time.Duration, renewed bool) {
+	w.shelveAside(ctx, w.tendRuns(ctx, now, beatEvery, renewed))
 }
 
 // tendRuns is tend's work on each run; it returns the runs to shelve.
-func (w *Worker) tendRuns(ctx context.Context, now time.Time, beatEvery time.Duration, renewed, quiet bool) []*execution {
+func (w *Worker) tendRuns(ctx context.Context, now time.Time, beatEvery time.Duration, renewed bool) []*execution {
 	// Row syncs retry faults; while JetStream is away that must not hold
 	// the heart past its next renewal, or it would miss a lapse. A sync cut
 	// short stays pending for a later beat.
@@ -269,10 +269,8 @@ func (w *Worker) tendRuns(ctx context.Context, now time.Time, beatEvery time.Dur
 	sem := make(chan struct{}, syncParallelism)
 	var syncs sync.WaitGroup
 	var shelving []*execution
-	for _, e := range w.executions() {
-		if !quiet && e.quiet() {
-			continue
-		}
+	var resting []*execution
+	for _, e := range w.awakeRuns() {
 		if !e.ctl.live() {
 			continue // not begun yet, or ending: its end tends it
 		}
@@ -309,8 +307,14 @@ func (w *Worker) tendRuns(ctx context.Context, now time.Time, beatEvery time.Dur
 				e.renewHolds(ctx, now)
 			})
 		}
+		if e.restful() {
+			resting = append(resting, e)
+		}
 	}
 	syncs.Wait()
+	for _, e := range resting {
+		w.rest(e)
+	}
 	w.releaseLeftovers(ctx)
 	return shelving
 }

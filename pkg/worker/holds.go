@@ -95,6 +95,7 @@ func (e *execution) Reserve(ctx context.Context, req runhook.ReserveRequest) (fu
 	e.holds.mu.Lock()
 	e.holds.open[h.ID] = held
 	e.holds.mu.Unlock()
+	e.wake() // the heart renews it (rest.go)
 	return func() { e.releaseHold(h.ID); e.releaseGrant(grant) }, nil
 }
 
@@ -214,6 +215,13 @@ func (e *execution) settling(id string) bool {
 
 // renewDue reports whether the attempt holds open holds whose expiry is
 // due to move on at now.
+// anyOpen reports whether the attempt holds a reservation open.
+func (h *execHolds) anyOpen() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.open) > 0
+}
+
 func (h *execHolds) renewDue(now time.Time) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()

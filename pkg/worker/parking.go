@@ -22,6 +22,7 @@ type parking struct {
 	isIn   atomic.Bool   // parked > 0, read without the lock by the heart (quiet)
 	over   bool          // the attempt ended: a slot given back stays with the loop
 	taking chan struct{} // an unpark waiting for the slot; closed when it is done
+	woke   func()        // called, without the lock, when the last park ends (rest.go)
 }
 
 func newParking(slot *pull.Slot) *parking { return &parking{slot: slot} }
@@ -50,20 +51,31 @@ func (p *parking) parkedSince() time.Time {
 // free one, unless the attempt is over or left its slot.
 func (p *parking) unpark(ctx context.Context) error {
 	p.mu.Lock()
+	woke := func() {}
 	if p.parked--; p.parked == 0 {
 		p.since = time.Time{}
 		p.isIn.Store(false)
+		if p.woke != nil {
+			woke = p.woke
+		}
+	}
+	// The heart hears of the end of the park at the first unlock (rest.go),
+	// never in between: a park then must see the state this one left.
+	unlock := func() {
+		p.mu.Unlock()
+		woke()
+		woke = func() {}
 	}
 	for {
 		if p.parked > 0 || p.slot == nil || p.over {
-			p.mu.Unlock()
+			unlock()
 			return nil // still parked, or the attempt is over: its slot went with it
 		}
 		if p.taking == nil {
 			break
 		}
 		taking := p.taking
-		p.mu.Unlock()
+		unlock()
 		select {
 		case <-taking:
 		case <-ctx.Done():
@@ -73,7 +85,7 @@ func (p *parking) unpark(ctx context.Context) error {
 	}
 	slot, taking := p.slot, make(chan struct{})
 	p.taking = taking
-	p.mu.Unlock()
+	unlock()
 	err := slot.Acquire(ctx)
 	p.mu.Lock()
 	defer p.mu.Unlock()

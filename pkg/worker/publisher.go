@@ -88,6 +88,8 @@ type publisher struct {
 	ranOut   bool                        // fenced because the worker's liveness ran out during a fault
 	err      error                       // a permanent failure: every later publish returns it
 	bo       *backoff.ExponentialBackOff // pauses between retries of a fault; reset by an acknowledgement
+
+	woke func() // called, without mu, after an event is put in flight (rest.go); nil: none
 }
 
 // outgoing is one event, kept until the server acknowledged it.
@@ -123,6 +125,9 @@ func (p *publisher) publishOutgoing(ctx context.Context, kind, msgID string, v a
 	data, err := json.Marshal(v)
 	if err != nil {
 		return 0, false, fmt.Errorf("worker: encode %s event of run %s: %w", kind, p.runID, err)
+	}
+	if p.woke != nil {
+		defer p.woke() // after the unlock: the heart tidies what it leaves in flight
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -199,6 +204,16 @@ func (p *publisher) tidy() {
 	if p.opening != nil && p.opening.seq != 0 {
 		_ = p.settleOpeningLocked(context.Background()) // stored already: it does not wait
 	}
+}
+
+// idle reports whether nothing is in flight or open: no event awaits its
+// acknowledgement, no chunk batch is open. A busy publisher is not idle.
+func (p *publisher) idle() bool {
+	if !p.mu.TryLock() {
+		return false
+	}
+	defer p.mu.Unlock()
+	return p.opening == nil && len(p.inflight) == 0 && p.chunks.open == nil
 }
 
 // openPending reports whether the event open sent is not known to be

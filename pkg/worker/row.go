@@ -45,6 +45,23 @@ type rowWriter struct {
 	waitingFor    string            // what the handler waits for now
 	waits         []string          // the nested runs and calls it waits for, newest last (run:<id>, call:<name>)
 	signalsSeen   map[string]uint64 // signals received, not yet on the row
+
+	woke func() // called, without the lock, after a field changed (rest.go); nil: none
+}
+
+// wake tells the heart a field changed (rest.go). Called without mu.
+func (rw *rowWriter) wake() {
+	if rw.woke != nil {
+		rw.woke()
+	}
+}
+
+// isDirty reports whether anything awaits a row write, or the claim is
+// not written yet.
+func (rw *rowWriter) isDirty() bool {
+	rw.mu.Lock()
+	defer rw.mu.Unlock()
+	return rw.dirty || rw.pending
 }
 
 func newRowWriter(store *runstore.Store, row *model.Row, rev uint64) *rowWriter {
@@ -102,6 +119,7 @@ func (rw *rowWriter) row() *model.Row {
 // noteSignal records, for the next row write, that the run showed signs of
 // life at at, with an optional new progress snapshot.
 func (rw *rowWriter) noteSignal(at time.Time, snap *jetruntype.ProgressSnapshot) {
+	defer rw.wake()
 	rw.mu.Lock()
 	defer rw.mu.Unlock()
 	if at.After(rw.lastSignalAt) {
@@ -115,6 +133,7 @@ func (rw *rowWriter) noteSignal(at time.Time, snap *jetruntype.ProgressSnapshot)
 
 // markDirty says the next row write has something to take (usage, steps).
 func (rw *rowWriter) markDirty() {
+	defer rw.wake()
 	rw.mu.Lock()
 	defer rw.mu.Unlock()
 	rw.dirty = true
@@ -122,6 +141,7 @@ func (rw *rowWriter) markDirty() {
 
 // setFirstEvent records the stream sequence of the run's first event.
 func (rw *rowWriter) setFirstEvent(seq uint64) {
+	defer rw.wake()
 	rw.mu.Lock()
 	defer rw.mu.Unlock()
 	rw.firstEventSeq, rw.dirty = seq, true
@@ -142,6 +162,7 @@ func (rw *rowWriter) waitSignal(name string) (end func()) {
 	rw.waitingFor = name
 	rw.mu.Unlock()
 	return func() {
+		defer rw.wake()
 		rw.mu.Lock()
 		defer rw.mu.Unlock()
 		if rw.waitingFor == name {
@@ -158,7 +179,9 @@ func (rw *rowWriter) beginWait(what string) (end func()) {
 	rw.waits = append(rw.waits, what)
 	rw.waitingFor, rw.dirty = what, true
 	rw.mu.Unlock()
+	rw.wake()
 	return func() {
+		defer rw.wake()
 		rw.mu.Lock()
 		defer rw.mu.Unlock()
 		if i := slices.Index(rw.waits, what); i >= 0 {

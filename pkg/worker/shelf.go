@@ -54,8 +54,8 @@ func (w *Worker) shelvable(e *execution, now time.Time, beatEvery time.Duration)
 }
 
 // quiet reports, without taking a lock, whether e's dispatch is shelved
-// and its handler parked: the heart then has nothing to do for it at most
-// beats (tend).
+// and its handler parked: the heart then has nothing to send for it, and
+// it may rest (rest.go).
 func (e *execution) quiet() bool { return e.dlv.isShelf.Load() && e.parking.isIn.Load() }
 
 // shelveAside shelves es in a goroutine of the heart's, unless the last

@@ -64,6 +64,7 @@ type Worker struct {
 	lapsing   bool                  // the liveness key lapsed and is not back: claim nothing (heart.go)
 	lapseDone chan struct{}         // closed when the lapse is over
 	active    map[string]*execution // runs claimed or executing in this process
+	awake     map[string]*execution // those of active the heart beats: not resting (rest.go)
 	leftovers map[string]leftover   // attempts that ended without releasing their rows (leftovers.go)
 	pullers   *service.Pullers      // the fetch loops and the runs they started; their contexts
 	stopHeart context.CancelFunc
@@ -92,6 +93,7 @@ func New(runtime *jetrun.Runtime, cfg Config) (*Worker, error) {
 		log:      cfg.Logger.With("worker", cfg.ID),
 		handlers: make(map[string]Handler),
 		active:   make(map[string]*execution),
+		awake:    make(map[string]*execution),
 	}
 	w.checkDedupWindow()
 	return w, nil
@@ -332,6 +334,7 @@ func (w *Worker) register(e *execution) bool {
 		return false
 	}
 	w.active[e.id] = e
+	w.awake[e.id] = e
 	delete(w.leftovers, e.id)
 	return true
 }
@@ -341,6 +344,7 @@ func (w *Worker) unregister(e *execution) {
 	defer w.mu.Unlock()
 	if w.active[e.id] == e {
 		delete(w.active, e.id)
+		delete(w.awake, e.id)
 	}
 	e.releaseLimits() // a leaf lock: a run's grants go back however its attempt ended
 }
