@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/metrics"
 	"runtime/pprof"
 	"strings"
 	"testing"
@@ -29,6 +30,7 @@ type phases struct {
 	name         string
 	t0           time.Time
 	cpu0, srvCPU time.Duration
+	gc0          uint64
 	prof         *os.File
 }
 
@@ -39,7 +41,7 @@ func newPhases(b *testing.B, label string, n int, serverCPU func() time.Duration
 // begin ends the current phase, if any, and begins phase name.
 func (p *phases) begin(name string) {
 	p.end()
-	p.name, p.t0, p.cpu0, p.srvCPU = name, time.Now(), cpuTime(), p.serverCPU()
+	p.name, p.t0, p.cpu0, p.srvCPU, p.gc0 = name, time.Now(), cpuTime(), p.serverCPU(), gcCycles()
 	if p.dir == "" {
 		return
 	}
@@ -69,7 +71,7 @@ func (p *phases) end() {
 	report(p.label, "phase", p.name, "s", took.Seconds(), "ms_per_run", 1000*took.Seconds()/float64(p.n),
 		"worker_cpu_us_per_run", perRun(cpu), "server_cpu_us_per_run", perRun(srv),
 		"worker_cpu_pct", 100*float64(cpu)/float64(took), "server_cpu_pct", 100*float64(srv)/float64(took),
-		"load", loadAverage())
+		"worker_gc_cycles", gcCycles()-p.gc0, "load", loadAverage())
 	p.name = ""
 }
 
@@ -104,4 +106,15 @@ func loadAverage() string {
 		return "?"
 	}
 	return f[0]
+}
+
+// gcCycles is how many garbage collections this process completed: read
+// without stopping the world.
+func gcCycles() uint64 {
+	s := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
 }
