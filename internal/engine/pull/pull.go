@@ -112,11 +112,15 @@ func (l Loop) Run(ctx context.Context) {
 		}
 		pause(ctx, bo.NextBackOff())
 	}
+	// A handler may give its slot back before it returns (a worker's
+	// attempt leaves it once its handler is done, and writes its end
+	// outside it), so up to twice the slots' goroutines run at once: keep
+	// as many waiting, or each burst of a fetch starts fresh goroutines.
 	run := newRunners(func(msg jetstream.Msg) {
 		slot := &Slot{slots: s, held: true}
 		defer slot.Release()
 		settled(msg, l.Handle(hctx, msg, slot))
-	}, l.Handlers, ctx.Done(), s.size)
+	}, l.Handlers, ctx.Done(), 2*s.size)
 	for ctx.Err() == nil {
 		if l.Keep != nil && time.Since(lastKeep) >= KeepEvery {
 			lastKeep = time.Now()

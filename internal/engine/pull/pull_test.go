@@ -432,3 +432,82 @@ func TestHandlersReuseGoroutinesWithinTheConcurrency(t *testing.T) {
 		t.Errorf("%d messages ran on %d goroutines: the loop did not reuse them", msgs, len(goroutines))
 	}
 }
+
+// A handler that gives its slot back before it returns (as a worker's
+// attempt does, to write its end outside its slot) still runs on a
+// goroutine an earlier message ran on: the loop keeps waiting as many
+// goroutines as can run at once, twice its concurrency.
+func TestHandlersLeavingTheirSlotsReuseGoroutines(t *testing.T) {
+	t.Parallel()
+	ns := natstest.RunServer(t)
+	nc, js := natstest.Connect(t, ns)
+	defer nc.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const msgs, concurrency = 600, 4
+	for i := range msgs {
+		if _, err := js.PublishAsync("s.a", []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	<-js.PublishAsyncComplete()
+
+	var (
+		mu         sync.Mutex
+		goroutines = map[string]bool{}
+		started, n int
+	)
+	next := sync.NewCond(&mu)
+	handled := make(chan struct{})
+	var handlers, loops sync.WaitGroup
+	loop := pull.Loop{
+		Consumer: cons, Concurrency: concurrency, Handlers: &handlers, Name: "c",
+		Handle: func(_ context.Context, m jetstream.Msg, slot *pull.Slot) settle.Outcome {
+			buf := make([]byte, 64)
+			id, _, _ := strings.Cut(strings.TrimPrefix(string(buf[:runtime.Stack(buf, false)]), "goroutine "), " ")
+			mu.Lock()
+			defer mu.Unlock()
+			goroutines[id] = true
+			started++
+			mine := started
+			next.Broadcast()
+			slot.Release()
+			// End together with the rest of a group of twice the
+			// concurrency, once its last has started (half of them
+			// run outside their slots).
+			group := (mine - 1) / (2 * concurrency)
+			for started < min((group+1)*2*concurrency, msgs) {
+				next.Wait()
+			}
+			if n++; n == msgs {
+				close(handled)
+			}
+			return settle.Ack()
+		},
+		Stopped: func(jetstream.Msg) settle.Outcome { return settle.Retry(0) },
+	}
+	lctx, stop := context.WithCancel(ctx)
+	loops.Go(func() { loop.Run(lctx) })
+	select {
+	case <-handled:
+	case <-time.After(time.Minute):
+		t.Fatal("not every message was handled")
+	}
+	stop()
+	loops.Wait()
+	handlers.Wait()
+
+	mu.Lock()
+	defer mu.Unlock()
+	if len(goroutines) > msgs/10 {
+		t.Errorf("%d messages ran on %d goroutines: the loop did not reuse them", msgs, len(goroutines))
+	}
+}
