@@ -7,9 +7,11 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"math/rand/v2"
 	"net"
 	"net/url"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -245,13 +247,37 @@ func WaitForStreamLeaders(t testing.TB, js jetstream.JetStream, names ...string)
 	}
 }
 
-// FreePort returns a loopback TCP port that was free a moment ago.
+// FreePort returns a loopback TCP port that was free a moment ago, below
+// the kernel's ephemeral range (32768 and up on Linux): a port the kernel
+// hands out for ":0" is also where it puts the source port of outgoing
+// connections, so a test's own client connections could take it before
+// the server listens on it, or while a stopped node waits to start again
+// on it (a node then never becomes ready). The ports are handed out in
+// turn from a random start, so parallel tests in one process never get
+// the same one and test processes rarely meet.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("natstest: free port: %v", err)
+	for range portSpan {
+		p := int(nextPort.Add(1)%portSpan) + portBase
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			continue // in use
+		}
+		_ = l.Close()
+		return p
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatalf("natstest: no free port in %d-%d", portBase, portBase+portSpan-1)
+	return 0
 }
+
+// The ports FreePort hands out: portBase up to the ephemeral range.
+const (
+	portBase = 10_000
+	portSpan = 22_000
+)
+
+// nextPort is where FreePort's turn stands, from a random start per
+// process.
+var nextPort atomic.Int64
+
+func init() { nextPort.Store(rand.Int64N(portSpan)) }
