@@ -90,10 +90,12 @@ type local struct {
 	q                    fairQueue
 	used                 Totals // this window's grants
 	granted              int64
-	held                 bool      // the pool lists this worker
-	reportedWaiting      int64     // Waiting as last written
-	blockedUntil         time.Time // the pool had no room for the head
-	othersWaiting        bool      // another holder reported waiters
+	held                 bool                // the pool lists this worker
+	reportedWaiting      int64               // Waiting as last written
+	blockedUntil         time.Time           // the pool had no room for the head
+	othersWaiting        bool                // another holder reported waiters
+	others               map[string]int64    // waiting per tenant at the other fresh holders
+	open                 map[*Grant]struct{} // grants not settled or released yet
 	renewAt              time.Time
 	idleSince            time.Time // when the queue last emptied (zero: it is not empty)
 	reportedGranted      int64     // granted as last written to the pool
@@ -252,14 +254,25 @@ func (l *Limiter) apply(e jetstream.KeyValueEntry) {
 		if loc == nil || del || json.Unmarshal(e.Value(), &p) != nil {
 			return
 		}
-		now := time.Now().UnixMilli()
-		loc.othersWaiting = false
-		for id, h := range p.Holders {
-			if id != l.cfg.Worker && h.Waiting > 0 && h.UntilMs >= now {
-				loc.othersWaiting = true
+		loc.seeOthersLocked(&p, l.cfg.Worker, time.Now())
+		loc.blockedUntil = time.Time{} // the pool changed: look again
+	}
+}
+
+// seeOthersLocked notes what the other live holders of p have waiting.
+func (loc *local) seeOthersLocked(p *Pool, self string, now time.Time) {
+	loc.othersWaiting = false
+	loc.others = map[string]int64{}
+	for id, h := range p.Holders {
+		if id == self || h.UntilMs < now.UnixMilli() || h.Waiting <= 0 {
+			continue
+		}
+		loc.othersWaiting = true
+		if h.fresh(max(p.Window, windowOf(now, loc.spec))) {
+			for t, n := range h.Tenants {
+				loc.others[t] += n
 			}
 		}
-		loc.blockedUntil = time.Time{} // the pool changed: look again
 	}
 }
 
@@ -305,6 +318,7 @@ func (l *Limiter) Reserve(ctx context.Context, name, tenant string, tokens int64
 		return nil, fmt.Errorf("%w: %d tokens on limit %s, which grants at most %d per window", ErrBadReservation, tokens, name, loc.spec.Tokens)
 	}
 	w := &waiter{tenant: tenant, tokens: tokens, ch: make(chan result, 1)}
+	loc.q.credit = queueCredit(loc.spec)
 	loc.q.push(w)
 	l.mu.Unlock()
 	l.poke()
@@ -401,6 +415,17 @@ func (l *Limiter) Waiting(name string) int {
 	return 0
 }
 
+// openOf returns how many of tenant's grants are open.
+func (loc *local) openOf(tenant string) int64 {
+	var n int64
+	for g := range loc.open {
+		if g.tenant == tenant {
+			n++
+		}
+	}
+	return n
+}
+
 // Grant is a reservation served: one request, its tokens and one
 // concurrent slot of a limit. Settle it with the real tokens, or Release
 // it unused; either frees the slot. Only the first of them counts.
@@ -411,6 +436,7 @@ type Grant struct {
 	tokens int64
 	tenant string
 	pauses int64 // pauses of the limit this worker had seen when it granted
+	at     time.Time
 	done   atomic.Bool
 }
 
@@ -433,7 +459,9 @@ func (g *Grant) Settle(tokens int64) {
 	tokens = max(tokens, 0)
 	g.l.mu.Lock()
 	loc := g.loc
+	loc.rollLocked(time.Now()) // a grant open at the roll is carried first
 	loc.concUsed--
+	delete(loc.open, g)
 	if loc.window == g.window {
 		loc.tokLeft += g.tokens - tokens
 		loc.used.Tokens += tokens - g.tokens
@@ -450,7 +478,9 @@ func (g *Grant) Release() {
 	}
 	g.l.mu.Lock()
 	loc := g.loc
+	loc.rollLocked(time.Now()) // a grant open at the roll is carried first
 	loc.concUsed--
+	delete(loc.open, g)
 	if loc.window == g.window {
 		loc.reqLeft++
 		loc.tokLeft += g.tokens

@@ -174,6 +174,21 @@ type fleet struct {
 	windows       int   // full windows measured
 	tokens        int64 // the limit's and the provider's, per window
 	estimate      int64 // reserved per call; a call uses half to all of it
+	packed        bool  // every run of the small tenant on the first worker
+}
+
+// tenantOf returns the tenant of run r of worker w: one run in 11 is the
+// small tenant's (a 10:1 load), spread over the workers or, packed, all on
+// worker 0.
+func (f fleet) tenantOf(w, r int) string {
+	small := (w*f.runs+r)%11 == 0
+	if f.packed {
+		small = w == 0 && r < (f.workers*f.runs+10)/11
+	}
+	if small {
+		return "small"
+	}
+	return "big"
 }
 
 // TestFleetAgainstFakeProvider runs workers × runs callers (two tenants at
@@ -182,11 +197,22 @@ type fleet struct {
 // counters: each full window's tokens within 5 % of the limit, no 429 to a
 // call granted after its worker saw the pause, each tenant within 10 % of
 // its weighted share.
+//
+// Two layouts: the small tenant's runs spread over the workers, and all on
+// one worker (which then gets the small tenant's share of the fleet's
+// window, not a worker's).
 func TestFleetAgainstFakeProvider(t *testing.T) {
 	shape := fleet{workers: 3, runs: 12, window: 4 * time.Second, windows: 5, tokens: 4000, estimate: 50}
 	if *full {
 		shape = fleet{workers: 8, runs: 50, window: 3 * time.Second, windows: 6, tokens: 20000, estimate: 100}
 	}
+	for _, packed := range []bool{false, true} {
+		shape.packed = packed
+		t.Run(map[bool]string{false: "spread", true: "packed"}[packed], func(t *testing.T) { fleetAgainstFakeProvider(t, shape) })
+	}
+}
+
+func fleetAgainstFakeProvider(t *testing.T, shape fleet) {
 	tokens, estimate := shape.tokens, shape.estimate
 	p := &fakeprovider.Provider{Tokens: tokens, Window: shape.window}
 	p.Start()
@@ -222,10 +248,7 @@ func TestFleetAgainstFakeProvider(t *testing.T) {
 		l := startLimiter(t, s, fmt.Sprintf("w%d", w), 3*shape.window)
 		lims = append(lims, l)
 		for r := range shape.runs {
-			tenant := "big"
-			if r%11 == 0 {
-				tenant = "small" // 1 in 11: a 10:1 load
-			}
+			tenant := shape.tenantOf(w, r)
 			wg.Add(1)
 			// A run makes up to two calls at once (parallel tool
 			// calls): its next reservation waits while a call is out.
@@ -307,8 +330,13 @@ func TestFleetAgainstFakeProvider(t *testing.T) {
 	}
 	share := float64(small) / float64(big+small)
 	t.Logf("tenant shares: big %.3f, small %.3f (weights 3:1 → 0.75, 0.25)", 1-share, share)
-	if share < 0.25*0.9 || share > 0.25*1.1 {
-		t.Errorf("small tenant's share %.3f; want within 10%% of 0.25", share)
+	for _, c := range []struct {
+		tenant      string
+		got, wanted float64
+	}{{"small", share, 0.25}, {"big", 1 - share, 0.75}} {
+		if c.got < c.wanted*0.9 || c.got > c.wanted*1.1 {
+			t.Errorf("%s tenant's share %.3f; want within 10%% of %.2f", c.tenant, c.got, c.wanted)
+		}
 	}
 }
 

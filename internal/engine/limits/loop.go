@@ -37,10 +37,13 @@ func (l *Limiter) step(ctx context.Context) time.Time {
 	for _, loc := range locs {
 		l.mu.Lock()
 		l.serveLocked(loc, now)
-		take := loc.q.len() > 0 && !now.Before(loc.pausedUntil) && !now.Before(loc.blockedUntil)
+		// Blocked, a worker still takes (or gives back) what settles and
+		// releases returned to its slice since: otherwise the returns of
+		// the calls in flight lie idle till the window rolls.
+		take := loc.q.len() > 0 && !now.Before(loc.pausedUntil) && (!now.Before(loc.blockedUntil) || loc.remnantLocked())
 		idleFor := now.Sub(loc.idleSince)
-		give := loc.q.len() == 0 && loc.othersWaiting && loc.idleLocked() && idleFor >= idleGrace(loc.spec)
-		renew := loc.held && !now.Before(loc.renewAt) || loc.reportDueLocked(now)
+		give := loc.q.len() == 0 && loc.othersWaiting && (loc.idleLocked() || loc.reportedWaiting > 0) && idleFor >= idleGrace(loc.spec)
+		renew := loc.held && !now.Before(loc.renewAt) || loc.reportDueLocked(now) || loc.debtLocked()
 		l.mu.Unlock()
 		if take || give || renew {
 			if err := l.sync(ctx, loc, take); err != nil && ctx.Err() == nil {
@@ -62,10 +65,13 @@ func (l *Limiter) step(ctx context.Context) time.Time {
 		if loc.held {
 			next = minTime(next, loc.renewAt)
 		}
+		if len(loc.open) > 0 {
+			next = minTime(next, windowEnd(loc.window, loc.spec)) // carry what is open
+		}
 		if loc.granted != loc.reportedGranted {
 			next = minTime(next, loc.reportedAt.Add(reportEvery))
 		}
-		if loc.q.len() == 0 && loc.othersWaiting && loc.idleLocked() {
+		if loc.q.len() == 0 && loc.othersWaiting && (loc.idleLocked() || loc.reportedWaiting > 0) {
 			next = minTime(next, loc.idleSince.Add(idleGrace(loc.spec)))
 		}
 		l.mu.Unlock()
@@ -104,12 +110,62 @@ func (loc *local) idleLocked() bool {
 
 // rollLocked starts window w of loc when now is past its window.
 func (loc *local) rollLocked(now time.Time) {
-	if w := windowOf(now, loc.spec); w != loc.window {
-		loc.window = w
-		loc.reqLeft, loc.tokLeft, loc.reqLeased, loc.tokLeased = 0, 0, 0, 0
-		loc.used = Totals{Window: w}
-		loc.blockedUntil = time.Time{}
+	w := windowOf(now, loc.spec)
+	if w == loc.window {
+		return
 	}
+	last := loc.window
+	loc.window = w
+	loc.reqLeft, loc.tokLeft, loc.reqLeased, loc.tokLeased = 0, 0, 0, 0
+	loc.used = Totals{Window: w}
+	loc.blockedUntil = time.Time{}
+	if w == last+1 {
+		loc.carryLocked(last)
+	}
+}
+
+// carryEdge is the end part of a window whose grants, still open when the
+// window rolls, are counted in the next window too: their calls may reach
+// the provider after the roll, where the provider counts them (a fixed
+// window's edge), so the fleet must not lease that part of the next
+// window again. A call that reached the provider before the roll makes
+// the next window use that much less; a grant older than this has made
+// its call.
+func carryEdge(spec Spec) time.Duration { return spec.Window() / 10 }
+
+// carryLocked charges the grants of window last still open and granted in
+// its last carryEdge to the new window: the slice starts in debt, which
+// the next compare-and-set leases from the pool, and their settle or
+// release returns what they did not use to the new window.
+func (loc *local) carryLocked(last int64) {
+	edge := windowEnd(last, loc.spec).Add(-carryEdge(loc.spec))
+	for g := range loc.open {
+		if g.window != last || g.at.Before(edge) {
+			continue
+		}
+		g.window = loc.window
+		loc.reqLeft--
+		loc.tokLeft -= g.tokens
+		loc.used.Requests++
+		loc.used.Tokens += g.tokens
+	}
+	if loc.spec.Requests == 0 {
+		loc.reqLeft = 0
+	}
+	if loc.spec.Tokens == 0 {
+		loc.tokLeft = 0
+	}
+}
+
+// remnantLocked reports whether the slice has requests or tokens of a
+// limited dimension left.
+func (loc *local) remnantLocked() bool {
+	return loc.spec.Requests > 0 && loc.reqLeft > 0 || loc.spec.Tokens > 0 && loc.tokLeft > 0
+}
+
+// debtLocked reports whether the slice owes the pool carried grants.
+func (loc *local) debtLocked() bool {
+	return loc.spec.Requests > 0 && loc.reqLeft < 0 || loc.spec.Tokens > 0 && loc.tokLeft < 0
 }
 
 // fitsLocked reports whether the slice has room for a reservation of
@@ -144,7 +200,7 @@ func (l *Limiter) serveLocked(loc *local, now time.Time) {
 		if loc.spec.Tokens > 0 {
 			cost = float64(max(w.tokens, 1))
 		}
-		loc.q.pop(w, cost, loc.spec.Weight(w.tenant))
+		loc.q.pop(w, cost, localWeight(loc.spec, w.tenant, loc.q.count(w.tenant)+loc.openOf(w.tenant), loc.others[w.tenant]))
 		loc.reqLeft--
 		loc.tokLeft -= w.tokens
 		loc.concUsed++
@@ -156,7 +212,12 @@ func (l *Limiter) serveLocked(loc *local, now time.Time) {
 			loc.used.Tenants = map[string]int64{}
 		}
 		loc.used.Tenants[w.tenant]++
-		w.ch <- result{g: &Grant{l: l, loc: loc, window: loc.window, tokens: w.tokens, tenant: w.tenant, pauses: loc.pauses}}
+		g := &Grant{l: l, loc: loc, window: loc.window, tokens: w.tokens, tenant: w.tenant, pauses: loc.pauses, at: now}
+		if loc.open == nil {
+			loc.open = map[*Grant]struct{}{}
+		}
+		loc.open[g] = struct{}{}
+		w.ch <- result{g: g}
 	}
 }
 
@@ -167,7 +228,9 @@ type snapshot struct {
 	reqLeft, tokLeft   int64
 	concHeld, concUsed int64
 	waiting, needTok   int64
-	fits               bool // the head fits the slice: no take needed
+	tenants            map[string]int64 // waiting per tenant
+	demand             int64            // tokens waiting
+	fits               bool             // the head fits the slice: no take needed
 	used               Totals
 	granted            int64
 }
@@ -184,6 +247,14 @@ func (l *Limiter) snap(loc *local) snapshot {
 		s.used.Tenants = make(map[string]int64, len(loc.used.Tenants))
 		for k, v := range loc.used.Tenants {
 			s.used.Tenants[k] = v
+		}
+	}
+	s.tenants, s.demand = loc.q.demand()
+	if s.tenants != nil {
+		// A reservation in flight comes back soon: a tenant's part is
+		// its waiting and open reservations, steadier than waiting alone.
+		for g := range loc.open {
+			s.tenants[g.tenant]++
 		}
 	}
 	if w := loc.q.head(); w != nil {
@@ -214,7 +285,11 @@ func (l *Limiter) sync(ctx context.Context, loc *local, take bool) error {
 		}
 		changed := p.roll(w, s.spec)
 		changed = p.expire(now, l.cfg.Worker) || changed
+		l.mu.Lock()
+		loc.seeOthersLocked(&p, l.cfg.Worker, now)
+		l.mu.Unlock()
 		me := p.Holders[l.cfg.Worker]
+		staleWait := s.waiting > 0 && me.Seen < w // the fleet's shares need this window's report
 		d := p.delta(s, me, take, l.cfg.Worker)
 		stuck := take && !s.fits && (d.none() || d.blocked)
 		if stuck {
@@ -229,6 +304,7 @@ func (l *Limiter) sync(ctx context.Context, loc *local, take bool) error {
 		p.Tokens += d.tok
 		me.UntilMs = now.Add(l.cfg.Lease).UnixMilli()
 		me.Used, me.InUse, me.Waiting, me.Granted = s.used, s.concUsed, s.waiting, s.granted
+		me.Tenants, me.Demand, me.Seen = s.tenants, s.demand, w
 		_, had := p.Holders[l.cfg.Worker]
 		keep := me.Concurrent > 0 || me.Requests > 0 || me.Tokens > 0 || me.Waiting > 0 || me.Used.Requests > 0
 		if p.Holders == nil {
@@ -241,7 +317,9 @@ func (l *Limiter) sync(ctx context.Context, loc *local, take bool) error {
 		}
 		l.mu.Lock()
 		renewDue := loc.held && !now.Before(loc.renewAt) || loc.reportDueLocked(now)
-		waitNews := stuck && loc.reportedWaiting == 0 // blocked: tell the others, once
+		// Blocked: tell the others, once a window; not waiting any more:
+		// drop the claim.
+		waitNews := stuck && (loc.reportedWaiting == 0 || staleWait) || s.waiting == 0 && loc.reportedWaiting > 0
 		l.mu.Unlock()
 		if !changed && d.none() && !renewDue && !waitNews && had == keep {
 			return nil
@@ -297,12 +375,25 @@ type delta struct {
 func (d delta) none() bool { return d.req == 0 && d.tok == 0 && d.conc == 0 }
 
 // delta computes the slice to take (take, and the head does not fit) or
-// to give back (no one waits here). A slice is a share of the limit
-// split among the workers that wait, at least what the head needs; all
-// dimensions or none, so a worker never sits on requests it cannot use
-// for want of tokens.
+// to give back (no one waits here). A slice is a share of the limit split
+// among the workers that wait, at least what the head needs, at most what
+// the other holders' fair claims leave (fair.go); all dimensions or none,
+// so a worker never sits on requests it cannot use for want of tokens.
 func (p *Pool) delta(s snapshot, me Holder, take bool, self string) delta {
 	spec := s.spec
+	// First lease what carried grants owe (carryLocked), as far as the
+	// pool has it, before any claim or slice: their calls may be counted
+	// by the provider in this window.
+	var debt delta
+	if spec.Requests > 0 && s.reqLeft < 0 {
+		debt.req = min(-s.reqLeft, max(spec.Requests-p.Requests, 0))
+	}
+	if spec.Tokens > 0 && s.tokLeft < 0 {
+		debt.tok = min(-s.tokLeft, max(spec.Tokens-p.Tokens, 0))
+	}
+	if !debt.none() {
+		return debt
+	}
 	if s.waiting == 0 {
 		// Give back what is idle: the window's unused slice and free slots.
 		return delta{req: -max(s.reqLeft, 0), tok: -max(s.tokLeft, 0), conc: -(s.concHeld - s.concUsed)}
@@ -319,18 +410,23 @@ func (p *Pool) delta(s snapshot, me Holder, take bool, self string) delta {
 		}
 	}
 	held -= me.Concurrent
+	parts, _ := fleetShares(p, spec, self, s.tenants)
+	others, mine := p.claims(spec, self, parts, me)
 	var d delta
 	if spec.Requests > 0 && s.reqLeft < 1 {
-		if d.req = share(spec.Requests, spec.Requests-p.Requests, 1-s.reqLeft, live); d.req == 0 {
-			return delta{}
+		remaining := spec.Requests - p.Requests
+		if d.req = share(spec.Requests, allowed(remaining, others[0], mine[0]), remaining, 1-s.reqLeft, live, mine[0] > 0); d.req == 0 {
+			return delta{tok: -max(s.tokLeft, 0), blocked: true}
 		}
 	}
 	if spec.Tokens > 0 && s.tokLeft < s.needTok {
-		if d.tok = share(spec.Tokens, spec.Tokens-p.Tokens, s.needTok-s.tokLeft, live); d.tok == 0 {
+		remaining := spec.Tokens - p.Tokens
+		if d.tok = share(spec.Tokens, allowed(remaining, others[1], mine[1]), remaining, s.needTok-s.tokLeft, live, mine[1] > 0); d.tok == 0 {
 			// No room: give the remnant too small for the head back, so
 			// that the remnants of several workers can serve one of them
-			// instead of lying idle till the window rolls.
-			return delta{tok: -max(s.tokLeft, 0), blocked: true}
+			// instead of lying idle till the window rolls (requests too:
+			// all dimensions or none).
+			return delta{req: -max(s.reqLeft, 0), tok: -max(s.tokLeft, 0), blocked: true}
 		}
 	}
 	if spec.Concurrent > 0 && s.concHeld-s.concUsed < 1 {
@@ -349,12 +445,20 @@ func (p *Pool) delta(s snapshot, me Holder, take bool, self string) delta {
 const sliceParts = 4
 
 // share returns the slice to take: a part of the limit for each waiting
-// worker, at least need, at most what remains; 0 when need does not fit.
-func share(limit, remaining, need, live int64) int64 {
-	if remaining < need {
+// worker, at least need, at most what the others' claims leave (allowed).
+// When the claims leave less than need, a worker still under its own
+// claim (claimant) may take just need if that much remains, so that the
+// window's tail is served; otherwise 0.
+func share(limit, allowed, remaining, need, live int64, claimant bool) int64 {
+	switch {
+	case remaining < need:
 		return 0
+	case allowed >= need:
+		return min(max(need, limit/(sliceParts*live)), allowed)
+	case claimant:
+		return need
 	}
-	return min(max(need, limit/(sliceParts*live)), remaining)
+	return 0
 }
 
 // roll starts window w in p: the last window's use is kept in Last, the

@@ -16,11 +16,14 @@ type result struct {
 // fairQueue serves waiting reservations by weighted fair queueing over
 // tenants: each tenant has a virtual time that grows by cost/weight per
 // reservation served; the waiting tenant with the smallest goes first. A
-// tenant that starts waiting again starts at the queue's current virtual
-// time, so an idle tenant gets no credit for its idleness.
+// tenant that starts waiting again keeps at most credit of what it was
+// owed (its virtual time is at least the queue's less credit): a tenant
+// whose few runs were between calls while the others took the window gets
+// its share back in the next one, but long idleness earns nothing more.
 type fairQueue struct {
 	tenants map[string]*tenantQueue
 	vtime   float64
+	credit  float64
 	seq     uint64
 	n       int
 }
@@ -42,7 +45,7 @@ func (q *fairQueue) push(w *waiter) {
 		q.tenants[w.tenant] = t
 	}
 	if len(t.waiters) == 0 {
-		t.vt = max(t.vt, q.vtime)
+		t.vt = max(t.vt, q.vtime-q.credit)
 	}
 	q.seq++
 	w.seq = q.seq
@@ -67,16 +70,45 @@ func (q *fairQueue) head() *waiter {
 	return best.waiters[0]
 }
 
+// count returns how many of tenant's reservations wait.
+func (q *fairQueue) count(tenant string) int64 {
+	if t := q.tenants[tenant]; t != nil {
+		return int64(len(t.waiters))
+	}
+	return 0
+}
+
+// demand returns the waiting reservations per tenant and the tokens they
+// ask for.
+func (q *fairQueue) demand() (map[string]int64, int64) {
+	if q.n == 0 {
+		return nil, 0
+	}
+	per := make(map[string]int64, len(q.tenants))
+	var tokens int64
+	for name, t := range q.tenants {
+		if len(t.waiters) > 0 {
+			per[name] = int64(len(t.waiters))
+		}
+		for _, w := range t.waiters {
+			tokens += w.tokens
+		}
+	}
+	return per, tokens
+}
+
 // pop removes w, the head, charging its tenant cost/weight.
-func (q *fairQueue) pop(w *waiter, cost float64, weight int) {
+func (q *fairQueue) pop(w *waiter, cost, weight float64) {
 	t := q.tenants[w.tenant]
 	t.waiters[0] = nil
 	t.waiters = t.waiters[1:]
 	q.n--
-	q.vtime = t.vt
-	t.vt += cost / float64(max(weight, 1))
-	if len(t.waiters) == 0 && t.vt <= q.vtime {
-		delete(q.tenants, w.tenant)
+	q.vtime = max(q.vtime, t.vt)
+	t.vt += cost / max(weight, 1e-9)
+	for name, o := range q.tenants {
+		if len(o.waiters) == 0 && o.vt <= q.vtime-q.credit {
+			delete(q.tenants, name) // nothing owed: forget it
+		}
 	}
 }
 

@@ -45,6 +45,12 @@ type Holder struct {
 	InUse   int64  `json:"inUse,omitempty"`
 	Waiting int64  `json:"waiting,omitempty"`
 	Granted int64  `json:"granted,omitempty"` // since the worker started
+	// Its waiting and open reservations per tenant (while some wait), the
+	// tokens the waiting ones ask for and the window it reported them in:
+	// the fleet's fair shares (fair.go).
+	Tenants map[string]int64 `json:"tenants,omitempty"`
+	Demand  int64            `json:"demand,omitempty"`
+	Seen    int64            `json:"seen,omitempty"`
 }
 
 // Totals are the requests and tokens of a window, per tenant too.

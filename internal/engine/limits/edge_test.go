@@ -1,0 +1,108 @@
+package limits_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/jetrun/jetrun/internal/engine/limits"
+	"github.com/jetrun/jetrun/internal/testkit/fakeprovider"
+	"github.com/jetrun/jetrun/internal/testkit/natstest"
+)
+
+// TestGrantOpenAtTheRollCountsInTheNextWindow: a reservation granted at
+// the very end of a window makes its call after the roll, where the
+// provider counts it (fixed windows on the same clock). The fleet must
+// not lease the whole next window again: another worker that reserves
+// until the next window is used up gets no 429 past the provider's limit,
+// and the window is still used to within 5 %.
+func TestGrantOpenAtTheRollCountsInTheNextWindow(t *testing.T) {
+	t.Parallel()
+	const (
+		window   = time.Second
+		tokens   = 1000
+		estimate = 100
+	)
+	p := &fakeprovider.Provider{Tokens: tokens, Window: window}
+	p.Start()
+	defer p.Close()
+	s := natstest.RunServer(t)
+	st := openStore(t, s)
+	ctx := context.Background()
+	if err := st.Put(ctx, limits.Spec{Name: "edge", Tokens: tokens, WindowMs: window.Milliseconds()}); err != nil {
+		t.Fatal(err)
+	}
+	late := startLimiter(t, s, "late", 10*window)
+	other := startLimiter(t, s, "other", 10*window)
+	win := func() int64 { return time.Now().UnixMilli() / window.Milliseconds() }
+	// In the last twentieth of a window, the late worker is granted a call
+	// and makes it once the window has rolled.
+	var (
+		g *limits.Grant
+		w int64
+	)
+	for g == nil {
+		natstest.Eventually(t, 10*window, func() bool { return time.Now().UnixMilli()%window.Milliseconds() >= 950 },
+			"the last twentieth of a window")
+		w = win()
+		r, err := late.Reserve(ctx, "edge", "", estimate)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if win() == w {
+			g = r
+		} else {
+			r.Release() // granted after the roll: try again
+		}
+	}
+	natstest.Eventually(t, 10*window, func() bool { return win() > w }, "the window rolls")
+	next := win()
+	if code := callProvider(t, p, estimate); code != http.StatusOK {
+		t.Fatalf("the late call: %d", code)
+	}
+	g.Settle(estimate)
+	// The other worker reserves and calls until its grants come in a
+	// later window.
+	for {
+		g, err := other.Reserve(ctx, "edge", "", estimate)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if win() != next {
+			g.Release()
+			break
+		}
+		code := callProvider(t, p, estimate)
+		g.Settle(estimate)
+		if code != http.StatusOK {
+			t.Errorf("a call granted in window %d got %d", next, code)
+		}
+	}
+	for _, pw := range p.Windows() {
+		if pw.Index != next {
+			continue
+		}
+		t.Logf("window %d: %d tokens (%.1f%%), %d past the limit", pw.Index, pw.Tokens, 100*float64(pw.Tokens)/tokens, pw.OverLimit)
+		if pw.OverLimit > 0 {
+			t.Errorf("the provider rejected %d calls past its limit in the window after the roll", pw.OverLimit)
+		}
+		if pw.Tokens < tokens*95/100 {
+			t.Errorf("the window after the roll used %d tokens; want within 5%% of %d", pw.Tokens, tokens)
+		}
+	}
+}
+
+// callProvider makes one call of tokens to p and returns its status.
+func callProvider(t *testing.T, p *fakeprovider.Provider, tokens int64) int {
+	t.Helper()
+	resp, err := http.Post(fmt.Sprintf("%s?tokens=%d", p.URL(), tokens), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	return resp.StatusCode
+}
