@@ -101,8 +101,16 @@ func call(ctx context.Context, run *worker.Run, httpc *http.Client, url, tenant 
 // run making calls to a fake provider through worker.Limit, the provider
 // overloaded once. Every run completes; the provider never rejects a call
 // past its own limits (only during the overload, which paused the limit
-// for the fleet); each full window uses the limit to within 5 %.
+// for the fleet); each full window uses the limit to within 5 %; each
+// tenant gets its weighted share of the fleet's windows to within 10 %,
+// with the small tenant's runs spread over the workers or all on one.
 func TestLimitFleet(t *testing.T) {
+	for _, packed := range []bool{false, true} {
+		t.Run(map[bool]string{false: "spread", true: "packed"}[packed], func(t *testing.T) { limitFleet(t, packed) })
+	}
+}
+
+func limitFleet(t *testing.T, packed bool) {
 	shape := struct {
 		workers, runs, calls int
 		window               time.Duration
@@ -129,15 +137,23 @@ func TestLimitFleet(t *testing.T) {
 		nc, _ := natstest.Connect(t, env.Server)
 		rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
 		jetruntest.StartWorker(t, rt, worker.Config{ID: fmt.Sprintf("lw%d", i), Concurrency: shape.runs, MaxAttempts: 20},
-			func(w *worker.Worker) { w.HandleFunc("caller", caller(p.URL(), shape.calls, shape.estimate, &stop)) })
+			func(w *worker.Worker) {
+				w.HandleFunc("caller", caller(p.URL(), shape.calls, shape.estimate, &stop))
+				if i == 0 { // packed: only this worker takes the small tenant's runs
+					w.HandleFunc("caller-small", caller(p.URL(), shape.calls, shape.estimate, &stop))
+				}
+			})
 	}
 	var reqs []parent.Request
 	for i := range shape.workers * shape.runs {
-		tenant := "big"
+		tenant, agent := "big", "caller"
 		if i%11 == 0 {
 			tenant = "small"
+			if packed {
+				agent = "caller-small"
+			}
 		}
-		reqs = append(reqs, parent.Request{AgentType: "caller", RunID: fmt.Sprintf("lf-%d", i), Input: json.RawMessage(`{}`), Tenant: tenant})
+		reqs = append(reqs, parent.Request{AgentType: agent, RunID: fmt.Sprintf("lf-%d", i), Input: json.RawMessage(`{}`), Tenant: tenant})
 	}
 	done := make(chan []parent.Outcome, 1)
 	go func() { done <- env.Client.RunAll(ctx, reqs) }()
@@ -176,13 +192,11 @@ func TestLimitFleet(t *testing.T) {
 	if measured == 0 {
 		t.Fatal("no full window to measure")
 	}
-	// The tenants' shares are logged, not asserted: each worker serves its
-	// own waiting reservations fairly (internal/engine/limits'
-	// TestFleetAgainstFakeProvider checks the weighted shares when every
-	// worker carries both tenants), but a tenant whose few runs sit on one
-	// worker gets at most that worker's part of the limit.
-	t.Logf("%d calls rejected in all; small tenant's share %.3f (weights 3:1 → 0.25)",
-		p.Rejected(), float64(small)/float64(big+small))
+	share := float64(small) / float64(big+small)
+	t.Logf("%d calls rejected in all; small tenant's share %.3f (weights 3:1 → 0.25)", p.Rejected(), share)
+	if share < 0.25*0.9 || share > 0.25*1.1 || 1-share < 0.75*0.9 {
+		t.Errorf("tenant shares: small %.3f, big %.3f; want each within 10%% of 0.25 and 0.75", share, 1-share)
+	}
 }
 
 // A run waiting for room on a limit shows it on its row as what it waits

@@ -12,8 +12,16 @@
 // drops it); what it took of the current window stays counted until the
 // window rolls, since its calls may have reached the provider.
 //
-// Waiting reservations are served by weighted fair queueing over the
-// tenant key of the run's dispatch, within each Limiter; a pause (a
+// Waiting reservations are served fairly over the tenant key of the run's
+// dispatch across the fleet (fair.go): each holder reports its waiting
+// and open reservations per tenant in the pool; a worker is entitled to
+// the sum over its tenants of the tenant's weighted share among the
+// tenants waiting fleet-wide × its part of the tenant's reservations, takes
+// what the other waiting holders' unleased entitlements leave, and its
+// weighted fair queue serves its tenants in those proportions. A grant
+// still open at a roll and made in the window's last tenth is counted in
+// the next window too (the provider counts its call there); a blocked
+// worker gives back its remnant and what settles return to it. A pause (a
 // provider's 429 with its delay) is written to pause.<name>, which every
 // Limiter watches, and holds every reservation of the limit until it ends.
 // A reservation is released (its unused request and tokens go back to its

@@ -1,7 +1,5 @@
 package limits
 
-import "cmp"
-
 // Fleet-wide fairness. Each holder reports, at each of its compare-and-sets
 // on the pool, its waiting reservations per tenant and the tokens they ask
 // for. From these every worker computes the same split of the window:
@@ -122,9 +120,11 @@ func localWeight(spec Spec, tenant string, n, others int64) float64 {
 	return float64(spec.Weight(tenant)) * float64(n) / float64(n+max(others, 0))
 }
 
-// queueCredit bounds what a tenant of a worker's fair queue may be owed:
-// one window's worth of the limit, in the queue's cost (tokens when the
-// limit counts them, else requests or calls).
-func queueCredit(spec Spec) float64 {
-	return float64(cmp.Or(spec.Tokens, spec.Requests, spec.Concurrent))
+// A grant's cost in its tenant's fair queue: its tokens when the limit
+// counts them (at least 1), else one request.
+func grantCost(spec Spec, tokens int64) float64 {
+	if spec.Tokens > 0 {
+		return float64(max(tokens, 1))
+	}
+	return 1
 }

@@ -318,7 +318,6 @@ func (l *Limiter) Reserve(ctx context.Context, name, tenant string, tokens int64
 		return nil, fmt.Errorf("%w: %d tokens on limit %s, which grants at most %d per window", ErrBadReservation, tokens, name, loc.spec.Tokens)
 	}
 	w := &waiter{tenant: tenant, tokens: tokens, ch: make(chan result, 1)}
-	loc.q.credit = queueCredit(loc.spec)
 	loc.q.push(w)
 	l.mu.Unlock()
 	l.poke()
@@ -437,6 +436,7 @@ type Grant struct {
 	tenant string
 	pauses int64 // pauses of the limit this worker had seen when it granted
 	at     time.Time
+	weight float64 // its tenant's weight in the fair queue when granted
 	done   atomic.Bool
 }
 
@@ -466,6 +466,9 @@ func (g *Grant) Settle(tokens int64) {
 		loc.tokLeft += g.tokens - tokens
 		loc.used.Tokens += tokens - g.tokens
 	}
+	if loc.spec.Tokens > 0 { // the tenant is charged what the call used
+		loc.q.charge(g.tenant, grantCost(loc.spec, tokens)-grantCost(loc.spec, g.tokens), g.weight)
+	}
 	g.l.mu.Unlock()
 	g.l.poke()
 }
@@ -490,6 +493,7 @@ func (g *Grant) Release() {
 			loc.used.Tenants[g.tenant]--
 		}
 	}
+	loc.q.charge(g.tenant, -grantCost(loc.spec, g.tokens), g.weight) // unused: refunded
 	g.l.mu.Unlock()
 	g.l.poke()
 }

@@ -196,11 +196,8 @@ func (l *Limiter) serveLocked(loc *local, now time.Time) {
 		if w == nil || !loc.fitsLocked(w.tokens) {
 			return
 		}
-		cost := 1.0
-		if loc.spec.Tokens > 0 {
-			cost = float64(max(w.tokens, 1))
-		}
-		loc.q.pop(w, cost, localWeight(loc.spec, w.tenant, loc.q.count(w.tenant)+loc.openOf(w.tenant), loc.others[w.tenant]))
+		weight := localWeight(loc.spec, w.tenant, loc.q.count(w.tenant)+loc.openOf(w.tenant), loc.others[w.tenant])
+		loc.q.pop(w, grantCost(loc.spec, w.tokens), weight)
 		loc.reqLeft--
 		loc.tokLeft -= w.tokens
 		loc.concUsed++
@@ -212,7 +209,7 @@ func (l *Limiter) serveLocked(loc *local, now time.Time) {
 			loc.used.Tenants = map[string]int64{}
 		}
 		loc.used.Tenants[w.tenant]++
-		g := &Grant{l: l, loc: loc, window: loc.window, tokens: w.tokens, tenant: w.tenant, pauses: loc.pauses, at: now}
+		g := &Grant{l: l, loc: loc, window: loc.window, tokens: w.tokens, tenant: w.tenant, pauses: loc.pauses, at: now, weight: weight}
 		if loc.open == nil {
 			loc.open = map[*Grant]struct{}{}
 		}

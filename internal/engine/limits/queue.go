@@ -15,15 +15,13 @@ type result struct {
 
 // fairQueue serves waiting reservations by weighted fair queueing over
 // tenants: each tenant has a virtual time that grows by cost/weight per
-// reservation served; the waiting tenant with the smallest goes first. A
-// tenant that starts waiting again keeps at most credit of what it was
-// owed (its virtual time is at least the queue's less credit): a tenant
-// whose few runs were between calls while the others took the window gets
-// its share back in the next one, but long idleness earns nothing more.
+// reservation served (corrected by what the call really used when it is
+// settled); the waiting tenant with the smallest goes first. A tenant that
+// starts waiting again starts at the queue's current virtual time, so an
+// idle tenant gets no credit for its idleness.
 type fairQueue struct {
 	tenants map[string]*tenantQueue
 	vtime   float64
-	credit  float64
 	seq     uint64
 	n       int
 }
@@ -45,7 +43,7 @@ func (q *fairQueue) push(w *waiter) {
 		q.tenants[w.tenant] = t
 	}
 	if len(t.waiters) == 0 {
-		t.vt = max(t.vt, q.vtime-q.credit)
+		t.vt = max(t.vt, q.vtime)
 	}
 	q.seq++
 	w.seq = q.seq
@@ -103,12 +101,18 @@ func (q *fairQueue) pop(w *waiter, cost, weight float64) {
 	t.waiters[0] = nil
 	t.waiters = t.waiters[1:]
 	q.n--
-	q.vtime = max(q.vtime, t.vt)
-	t.vt += cost / max(weight, 1e-9)
-	for name, o := range q.tenants {
-		if len(o.waiters) == 0 && o.vt <= q.vtime-q.credit {
-			delete(q.tenants, name) // nothing owed: forget it
-		}
+	q.vtime = t.vt
+	t.vt += cost / weight
+	if len(t.waiters) == 0 && t.vt <= q.vtime {
+		delete(q.tenants, w.tenant)
+	}
+}
+
+// charge corrects tenant's virtual time by cost/weight (negative: a
+// refund), once a grant's real cost is known.
+func (q *fairQueue) charge(tenant string, cost, weight float64) {
+	if t := q.tenants[tenant]; t != nil {
+		t.vt += cost / weight
 	}
 }
 
