@@ -202,7 +202,7 @@ func (f fleet) tenantOf(w, r int) string {
 // one worker (which then gets the small tenant's share of the fleet's
 // window, not a worker's).
 func TestFleetAgainstFakeProvider(t *testing.T) {
-	shape := fleet{workers: 3, runs: 12, window: 4 * time.Second, windows: 5, tokens: 4000, estimate: 50}
+	shape := fleet{workers: 3, runs: 22, window: 4 * time.Second, windows: 5, tokens: 4000, estimate: 50}
 	if *full {
 		shape = fleet{workers: 8, runs: 50, window: 3 * time.Second, windows: 6, tokens: 20000, estimate: 100}
 	}

@@ -444,15 +444,19 @@ const sliceParts = 4
 // share returns the slice to take: a part of the limit for each waiting
 // worker, at least need, at most what the others' claims leave (allowed).
 // When the claims leave less than need, a worker still under its own
-// claim (claimant) may take just need if that much remains, so that the
-// window's tail is served; otherwise 0.
+// claim (claimant), or any worker at the window's tail, may take just need
+// if that much remains; otherwise 0.
 func share(limit, allowed, remaining, need, live int64, claimant bool) int64 {
 	switch {
 	case remaining < need:
 		return 0
 	case allowed >= need:
 		return min(max(need, limit/(sliceParts*live)), allowed)
-	case claimant:
+	case claimant || remaining < 2*need:
+		// The window's tail: what is left serves one more reservation at
+		// most, whoever asks first. Each worker computes its own part
+		// from its queue as it is now and the others' from their reports,
+		// so two workers can each take the other for the claimant.
 		return need
 	}
 	return 0
