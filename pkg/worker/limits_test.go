@@ -115,7 +115,7 @@ func limitFleet(t *testing.T, packed bool) {
 		workers, runs, calls int
 		window               time.Duration
 		tokens, estimate     int64
-	}{3, 11, 40, 4 * time.Second, 3000, 50}
+	}{3, 22, 40, 4 * time.Second, 3000, 50}
 	if *limitsFull {
 		shape.workers, shape.runs, shape.calls, shape.window, shape.tokens, shape.estimate = 8, 50, 20, 3*time.Second, 20000, 100
 	}

@@ -17,7 +17,8 @@
 // and open reservations per tenant in the pool; a worker is entitled to
 // the sum over its tenants of the tenant's weighted share among the
 // tenants waiting fleet-wide × its part of the tenant's reservations, takes
-// what the other waiting holders' unleased entitlements leave, and its
+// what the other waiting holders' unleased entitlements leave (until the
+// window's last quarter or its last reservation's worth), and its
 // weighted fair queue serves its tenants in those proportions. A grant
 // still open at a roll and made in the window's last tenth is counted in
 // the next window too (the provider counts its call there); a blocked

@@ -227,6 +227,7 @@ type snapshot struct {
 	waiting, needTok   int64
 	tenants            map[string]int64 // waiting per tenant
 	demand             int64            // tokens waiting
+	late               bool             // in the last quarter of the window
 	fits               bool             // the head fits the slice: no take needed
 	used               Totals
 	granted            int64
@@ -277,6 +278,7 @@ func (l *Limiter) sync(ctx context.Context, loc *local, take bool) error {
 		now := time.Now()
 		s := l.snap(loc)
 		w := windowOf(now, s.spec)
+		s.late = !now.Before(windowEnd(w, s.spec).Add(-s.spec.Window() / 4))
 		if s.window != w { // the local window is behind: its slice is gone
 			s.reqLeft, s.tokLeft, s.used = 0, 0, Totals{Window: w}
 		}
@@ -409,6 +411,12 @@ func (p *Pool) delta(s snapshot, me Holder, take bool, self string) delta {
 	held -= me.Concurrent
 	parts, _ := fleetShares(p, spec, self, s.tenants)
 	others, mine := p.claims(spec, self, parts, me)
+	if s.late {
+		// The window's last quarter: claims no longer hold room back. A
+		// claimant whose runs ask more slowly than its part would leave
+		// the rest idle till the roll.
+		others = [2]float64{}
+	}
 	var d delta
 	if spec.Requests > 0 && s.reqLeft < 1 {
 		remaining := spec.Requests - p.Requests
