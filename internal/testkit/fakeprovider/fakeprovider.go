@@ -2,8 +2,10 @@
 // 127.0.0.1 that enforces its own requests and tokens per window (windows
 // aligned on the Unix epoch, like jetrun's limits) and answers 429 with
 // Retry-After (seconds) and retry-after-ms past them, or while told to be
-// overloaded. It counts what it served per window and per tenant, so tests
-// assert against the provider's own counters, not a clock.
+// overloaded. It counts what it served per window and per tenant, and the
+// calls in flight at once (the most it saw: Peak), so tests assert against
+// the provider's own counters, not a clock. Hold keeps calls in flight
+// until Release, so a test can kill a caller mid-call.
 package fakeprovider
 
 import (
@@ -34,17 +36,50 @@ type Window struct {
 type Provider struct {
 	Requests int64         // per window
 	Tokens   int64         // per window
-	Window   time.Duration // window length
+	Window   time.Duration // window length; 0: a minute
 
 	srv           *httptest.Server
 	mu            sync.Mutex
 	windows       map[int64]*Window
 	overloadUntil time.Time
 	rejected      int64
+	gate          chan struct{} // while not nil, calls wait for it to close
+	inFlight      int64
+	peak          int64
+	calls         []Call
+}
+
+// Call is one call the provider got, in the order they arrived.
+type Call struct {
+	Tenant  string
+	Tokens  int64
+	Arrived time.Time
+	Outcome Outcome
+}
+
+// Outcome is how a call ended.
+type Outcome string
+
+// The outcomes of a call.
+const (
+	InFlight Outcome = "in-flight" // not answered yet
+	Served   Outcome = "served"
+	Rejected Outcome = "rejected" // 429
+	Dropped  Outcome = "dropped"  // its caller disconnected while it was held
+)
+
+// Calls returns the calls so far, in the order they arrived.
+func (p *Provider) Calls() []Call {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.calls)
 }
 
 // Start starts p on 127.0.0.1; Close stops it.
 func (p *Provider) Start() {
+	if p.Window <= 0 {
+		p.Window = time.Minute
+	}
 	p.windows = map[int64]*Window{}
 	p.srv = httptest.NewServer(http.HandlerFunc(p.serve))
 }
@@ -84,6 +119,41 @@ func (p *Provider) Windows() []Window {
 	return out
 }
 
+// Hold makes calls wait, in flight, until Release (or until their caller
+// goes away: a call whose caller disconnects is dropped, not served).
+func (p *Provider) Hold() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.gate == nil {
+		p.gate = make(chan struct{})
+	}
+}
+
+// Release answers the calls Hold kept waiting, and the next ones at once.
+func (p *Provider) Release() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.gate != nil {
+		close(p.gate)
+		p.gate = nil
+	}
+}
+
+// InFlight returns the calls in flight now: arrived, neither answered nor
+// dropped by their caller's disconnect.
+func (p *Provider) InFlight() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.inFlight
+}
+
+// Peak returns the most calls that were in flight at once.
+func (p *Provider) Peak() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.peak
+}
+
 func (p *Provider) serve(rw http.ResponseWriter, r *http.Request) {
 	tokens, err := strconv.ParseInt(r.URL.Query().Get("tokens"), 10, 64)
 	if err != nil || tokens < 0 {
@@ -91,6 +161,28 @@ func (p *Provider) serve(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tenant := r.URL.Query().Get("tenant")
+	p.mu.Lock()
+	p.inFlight++
+	p.peak = max(p.peak, p.inFlight)
+	gate := p.gate
+	call := len(p.calls)
+	p.calls = append(p.calls, Call{Tenant: tenant, Tokens: tokens, Arrived: time.Now(), Outcome: InFlight})
+	p.mu.Unlock()
+	outcome := Served
+	defer func() {
+		p.mu.Lock()
+		p.inFlight--
+		p.calls[call].Outcome = outcome
+		p.mu.Unlock()
+	}()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-r.Context().Done(): // the caller went away (killed)
+			outcome = Dropped
+			return
+		}
+	}
 	now := time.Now()
 	ms := p.Window.Milliseconds()
 	idx := now.UnixMilli() / ms
@@ -109,6 +201,7 @@ func (p *Provider) serve(rw http.ResponseWriter, r *http.Request) {
 		w.OverLimit++
 	}
 	if retry > 0 {
+		outcome = Rejected
 		w.Rejected++
 		p.rejected++
 		p.mu.Unlock()
