@@ -111,7 +111,7 @@ deps: ## install what the cross-language tests need: python3, node, npm, and the
 # Without -race: on two cores the race detector slows 400 callers below the
 # limit, and the test checks that the fleet uses the limit to within 5 %.
 .PHONY: test-limits
-test-limits: ## provider limits at scale: 8 workers × 50 runs (limiters, Go handlers; Python exec children 8 × 10), two tenants at 10:1, against a fake provider
+test-limits: ## provider limits at scale: 8 workers × 50 runs (limiters, Go handlers, Python exec children), two tenants at 10:1, against a fake provider
 	$(GO) test -count=1 -timeout 10m -run '^TestFleet' -v ./internal/engine/limits/ -limits.full
 	$(GO) test -count=1 -timeout 10m -run '^TestLimitFleet$$' -v ./pkg/worker/ -limits.full
 	$(GO) test -count=1 -timeout 10m -run '^TestPythonChildrenShareALimit$$' -v ./internal/app/agents/execagent/ -limits.full

@@ -63,7 +63,7 @@ func TestKilledChildWorkersLimitSlotsReturnWithinALease(t *testing.T) {
 	agents := "pycaller=" + python3(t) + " " + script
 	dispatch := func(id string) {
 		if _, err := e.client.Dispatch(ctx, parent.Request{AgentType: "pycaller", RunID: id,
-			Input: map[string]any{"url": p.URL(), "calls": calls, "estimate": 50, "limit": limit, "tenant": id}}); err != nil {
+			Input: map[string]any{"url": p.URL(), "calls": calls, "estimate": 50, "limit": limit}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -119,7 +119,7 @@ func TestKilledChildWorkersLimitSlotsReturnWithinALease(t *testing.T) {
 	for _, c := range p.Calls()[before:] {
 		if c.Arrived.Before(deadUntil) {
 			t.Fatalf("run %s's call reached the provider %s before the killed worker's lease ended: its slots were handed out twice",
-				c.Tenant, deadUntil.Sub(c.Arrived))
+				c.Run, deadUntil.Sub(c.Arrived))
 		}
 	}
 	first := p.Calls()[before].Arrived
@@ -139,11 +139,11 @@ func TestKilledChildWorkersLimitSlotsReturnWithinALease(t *testing.T) {
 	for _, c := range p.Calls() {
 		switch c.Outcome {
 		case fakeprovider.Served:
-			served[c.Tenant]++
+			served[c.Run]++
 		case fakeprovider.Dropped:
 			dropped++
 		default:
-			t.Errorf("run %s's call: %s", c.Tenant, c.Outcome)
+			t.Errorf("run %s's call: %s", c.Run, c.Outcome)
 		}
 	}
 	for _, id := range ids {

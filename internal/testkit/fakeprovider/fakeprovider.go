@@ -51,9 +51,14 @@ type Provider struct {
 
 // Call is one call the provider got, in the order they arrived.
 type Call struct {
-	Tenant  string
+	Run    string // the query parameter run, if the caller names one
+	Tenant string
+	// Waited is when the call's reservation waited for a limit, if the
+	// caller says (query parameters waitFrom and waitTo, Unix ms).
+	Waited  [2]time.Time
 	Tokens  int64
 	Arrived time.Time
+	Ended   time.Time // zero while in flight
 	Outcome Outcome
 }
 
@@ -85,7 +90,8 @@ func (p *Provider) Start() {
 }
 
 // URL is the provider's call endpoint: POST it with query parameters
-// tokens (input+output) and tenant.
+// tokens (input+output), tenant and (optional) run, waitFrom and waitTo
+// (Call).
 func (p *Provider) URL() string { return p.srv.URL + "/v1/call" }
 
 // Close stops the server.
@@ -166,13 +172,19 @@ func (p *Provider) serve(rw http.ResponseWriter, r *http.Request) {
 	p.peak = max(p.peak, p.inFlight)
 	gate := p.gate
 	call := len(p.calls)
-	p.calls = append(p.calls, Call{Tenant: tenant, Tokens: tokens, Arrived: time.Now(), Outcome: InFlight})
+	c := Call{Run: r.URL.Query().Get("run"), Tenant: tenant, Tokens: tokens, Arrived: time.Now(), Outcome: InFlight}
+	from, errFrom := strconv.ParseInt(r.URL.Query().Get("waitFrom"), 10, 64)
+	to, errTo := strconv.ParseInt(r.URL.Query().Get("waitTo"), 10, 64)
+	if errFrom == nil && errTo == nil {
+		c.Waited = [2]time.Time{time.UnixMilli(from), time.UnixMilli(to)}
+	}
+	p.calls = append(p.calls, c)
 	p.mu.Unlock()
 	outcome := Served
 	defer func() {
 		p.mu.Lock()
 		p.inFlight--
-		p.calls[call].Outcome = outcome
+		p.calls[call].Outcome, p.calls[call].Ended = outcome, time.Now()
 		p.mu.Unlock()
 	}()
 	if gate != nil {

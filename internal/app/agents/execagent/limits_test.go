@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -22,7 +23,7 @@ import (
 	"github.com/jetrun/jetrun/pkg/worker"
 )
 
-var limitsFull = flag.Bool("limits.full", false, "run TestPythonChildrenShareALimit at 8 workers × 10 runs (make test-limits)")
+var limitsFull = flag.Bool("limits.full", false, "run TestPythonChildrenShareALimit at 8 workers × 50 runs (make test-limits)")
 
 // python returns the Python interpreter itself (not a shim that starts it).
 func python(t *testing.T) string {
@@ -35,11 +36,17 @@ func python(t *testing.T) string {
 }
 
 // Python exec children on several workers call a fake provider through
-// one provider limit with reserve lines, two tenants at 10:1; the
-// provider is overloaded once and a child's 429 (a retryable error line
-// with the delay) pauses the limit for the fleet. Every run completes, the
-// provider never rejects a call past its own limits, and each full window
-// uses the limit to within 5 %.
+// one provider limit with reserve lines, two tenants at 10:1 (weights
+// 3:1); the provider is overloaded once and a child's 429 (a retryable
+// error line with the delay) pauses the limit for the fleet. Every run
+// completes; the provider answers no 429 but the overload's (none past its
+// own limits, none after the pause). A window is measured when demand
+// exceeded the limit all through it: at every moment some child's reserve
+// line was waiting for its answer (the children tell the provider when
+// theirs waited), and the limit was not paused. Each measured window uses
+// the limit to within 5 %. At full scale the small tenant gets its
+// weighted share (1/4) to within 10 %, over the measured windows in which
+// each tenant had a reservation waiting all through.
 func TestPythonChildrenShareALimit(t *testing.T) {
 	shape := struct {
 		workers, runs, calls int
@@ -47,10 +54,9 @@ func TestPythonChildrenShareALimit(t *testing.T) {
 		tokens, estimate     int64
 	}{2, 6, 16, 4 * time.Second, 1500, 50}
 	if *limitsFull {
-		// 8 workers × 50 Python children did not finish within ten
-		// minutes on a loaded two-core machine (not diagnosed): the full
-		// run has 8 workers × 10.
-		shape.workers, shape.runs, shape.calls, shape.window, shape.tokens, shape.estimate = 8, 10, 4, 4*time.Second, 1500, 50
+		// About 57,000 tokens: 38 windows of 1,500, two and a half
+		// minutes against the provider.
+		shape.workers, shape.runs, shape.calls = 8, 50, 4
 	}
 	p := &fakeprovider.Provider{Tokens: shape.tokens, Window: shape.window}
 	p.Start()
@@ -95,6 +101,7 @@ func TestPythonChildrenShareALimit(t *testing.T) {
 	done := make(chan []parent.Outcome, 1)
 	go func() { done <- client.RunAll(ctx, reqs) }()
 	natstest.Eventually(t, 5*time.Minute, func() bool { return len(p.Windows()) >= 2 }, "the provider serves two windows")
+	overloadFrom, overloadUntil := time.Now(), time.Now().Add(shape.window/2)
 	p.Overload(shape.window / 2)
 	for _, o := range <-done {
 		if o.Err != nil {
@@ -103,18 +110,27 @@ func TestPythonChildrenShareALimit(t *testing.T) {
 			t.Errorf("run %s: %s", o.RunID, o.Result.Row.Status)
 		}
 	}
-	ws := p.Windows()
-	var overLimit, measured int64
-	for i, w := range ws {
+	calls := p.Calls()
+	var overLimit, measured, shared, big, small int64
+	for _, w := range p.Windows() {
 		overLimit += w.OverLimit
-		t.Logf("window %d: %d requests, %d tokens (%.1f%%), %d rejected (%d past the limit), tenants %v",
-			w.Index, w.Requests, w.Tokens, 100*float64(w.Tokens)/float64(shape.tokens), w.Rejected, w.OverLimit, w.Tenants)
-		if i == 0 || i >= len(ws)-2 || w.Rejected > 0 {
-			continue // partial windows: the first, the last two (runs finishing), the overload's
+		start := time.UnixMilli(w.Index * shape.window.Milliseconds())
+		end := start.Add(shape.window)
+		paused := end.After(overloadFrom) && start.Before(overloadUntil) || w.Rejected > 0
+		full := !paused && waitedThrough(calls, start, end, "")
+		t.Logf("window %d: %d requests, %d tokens (%.1f%%), %d rejected (%d past the limit), tenants %v, measured %v",
+			w.Index, w.Requests, w.Tokens, 100*float64(w.Tokens)/float64(shape.tokens), w.Rejected, w.OverLimit, w.Tenants, full)
+		if !full {
+			continue // runs starting or finishing, or the limit paused
 		}
 		measured++
 		if w.Tokens < shape.tokens*95/100 {
 			t.Errorf("window %d used %d tokens; want within 5%% of %d", w.Index, w.Tokens, shape.tokens)
+		}
+		if waitedThrough(calls, start, end, "small") && waitedThrough(calls, start, end, "big") {
+			shared++
+			big += w.Tenants["big"]
+			small += w.Tenants["small"]
 		}
 	}
 	if p.Rejected() == 0 {
@@ -123,7 +139,45 @@ func TestPythonChildrenShareALimit(t *testing.T) {
 	if overLimit > 0 {
 		t.Errorf("the provider rejected %d calls past its own limits", overLimit)
 	}
-	if measured == 0 {
-		t.Fatal("no full window to measure")
+	for _, c := range calls {
+		if c.Outcome == fakeprovider.Rejected && c.Arrived.After(overloadUntil) {
+			t.Errorf("run %s's call was answered 429 %s after the overload ended", c.Run, c.Arrived.Sub(overloadUntil))
+		}
 	}
+	if measured == 0 {
+		t.Fatal("no window to measure: never a reservation waiting all through a window outside the overload")
+	}
+	share := 0.0
+	if shared > 0 {
+		share = float64(small) / float64(big+small)
+	}
+	t.Logf("%d windows measured; small tenant's share %.3f over %d of them (weights 3:1 → 0.25)", measured, share, shared)
+	if *limitsFull && (shared == 0 || share < 0.25*0.9 || share > 0.25*1.1) {
+		t.Errorf("the small tenant got %.3f over %d windows; want 0.25 within 10 %%", share, shared)
+	}
+}
+
+// waitedThrough reports whether, at every moment from start to end, a
+// reservation (of tenant, or any) was waiting for its answer.
+func waitedThrough(calls []fakeprovider.Call, start, end time.Time, tenant string) bool {
+	var waits [][2]time.Time
+	for _, c := range calls {
+		if (tenant == "" || c.Tenant == tenant) && !c.Waited[0].IsZero() {
+			waits = append(waits, c.Waited)
+		}
+	}
+	slices.SortFunc(waits, func(a, b [2]time.Time) int { return a[0].Compare(b[0]) })
+	covered := start
+	for _, w := range waits {
+		if w[0].After(covered) {
+			break
+		}
+		if w[1].After(covered) {
+			covered = w[1]
+		}
+		if !covered.Before(end) {
+			return true
+		}
+	}
+	return false
 }

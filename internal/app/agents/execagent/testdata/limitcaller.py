@@ -1,10 +1,12 @@
 """An exec child that makes model calls to a (fake) provider through a
 provider limit shared by the fleet: before each call it reserves on the
 limit and waits for the answer on stdin; after it, it reports the call's
-usage. A 429 is reported as a retryable error with the provider's delay,
+usage. Each call tells the provider when its reservation waited (Unix
+ms), so a test can tell when demand exceeded the limit. A 429 is reported as a retryable error with the provider's delay,
 which pauses the limit for every worker. Standard library only."""
 import json
 import sys
+import time
 import urllib.error
 import urllib.request
 
@@ -19,13 +21,16 @@ def main():
     inp = request["input"]
     tenant = inp.get("tenant", "")
     for i in range(inp["calls"]):
+        waited = int(time.time() * 1000)
         line({"reserve": {"inputTokens": inp["estimate"], "limit": inp["limit"]}})
         answer = json.loads(sys.stdin.readline())["reserved"]
+        granted = int(time.time() * 1000)
         if not answer["ok"]:
             line({"error": "reserve refused: " + answer.get("error", ""), "retryable": False})
             return
         used = inp["estimate"] // 2 + (i * 7) % (inp["estimate"] // 2 + 1)
-        url = "%s?tokens=%d&tenant=%s" % (inp["url"], used, tenant)
+        url = "%s?tokens=%d&tenant=%s&run=%s&waitFrom=%d&waitTo=%d" % (
+            inp["url"], used, tenant, request["runId"], waited, granted)
         try:
             with urllib.request.urlopen(urllib.request.Request(url, method="POST"), timeout=30) as r:
                 r.read()
