@@ -52,7 +52,7 @@ func TestPythonChildrenShareALimit(t *testing.T) {
 		workers, runs, calls int
 		window               time.Duration
 		tokens, estimate     int64
-	}{2, 6, 16, 4 * time.Second, 1500, 50}
+	}{2, 6, 24, 4 * time.Second, 1500, 50}
 	if *limitsFull {
 		// About 57,000 tokens: 38 windows of 1,500, two and a half
 		// minutes against the provider.
