@@ -256,11 +256,16 @@ func (w *Worker) awakeRuns() []*execution {
 // and left out of the beats until something wakes it, so what the heart
 // does per beat does not grow with the runs that wait.
 func (w *Worker) tend(ctx context.Context, now time.Time, beatEvery time.Duration, renewed bool) {
-	w.shelveAside(ctx, w.tendRuns(ctx, now, beatEvery, renewed))
+	if !w.takeShelvingTurn() {
+		w.tendRuns(ctx, now, beatEvery, renewed, false)
+		return
+	}
+	w.shelveAside(ctx, w.tendRuns(ctx, now, beatEvery, renewed, true))
 }
 
-// tendRuns is tend's work on each run; it returns the runs to shelve.
-func (w *Worker) tendRuns(ctx context.Context, now time.Time, beatEvery time.Duration, renewed bool) []*execution {
+// tendRuns is tend's work on each run; it returns the runs to shelve, when
+// it may choose some (mayShelve).
+func (w *Worker) tendRuns(ctx context.Context, now time.Time, beatEvery time.Duration, renewed, mayShelve bool) []*execution {
 	// Row syncs retry faults; while JetStream is away that must not hold
 	// the heart past its next renewal, or it would miss a lapse. A sync cut
 	// short stays pending for a later beat.
@@ -281,7 +286,7 @@ func (w *Worker) tendRuns(ctx context.Context, now time.Time, beatEvery time.Dur
 		// the liveness key, so the dispatch's AckWait and the key run out
 		// together; a third of a lease after the last one while renewals
 		// fail.
-		if len(shelving) < maxShelvePerBeat && w.shelvable(e, now, beatEvery) {
+		if mayShelve && len(shelving) < maxShelvePerBeat && w.shelvable(e, now, beatEvery) {
 			shelving = append(shelving, e)
 		} else {
 			e.dlv.beat(now, beatEvery, renewed)

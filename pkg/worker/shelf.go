@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/jetrun/jetrun/internal/engine/holding"
@@ -58,11 +59,14 @@ func (w *Worker) shelvable(e *execution, now time.Time, beatEvery time.Duration)
 // it may rest (rest.go).
 func (e *execution) quiet() bool { return e.dlv.isShelf.Load() && e.parking.isIn.Load() }
 
-// shelveAside shelves es in a goroutine of the heart's, unless the last
-// beat's are still being shelved (they are shelved at a later beat then):
-// writing thousands of entries must never hold the heart past a renewal.
+// shelveAside shelves es in a goroutine of the heart's: writing thousands
+// of entries must never hold the heart past a renewal. The heart calls it
+// only at a beat that took the shelving turn (takeShelvingTurn) before it
+// chose es, and must call it then, with no runs too: it gives the turn
+// back once es are shelved.
 func (w *Worker) shelveAside(ctx context.Context, es []*execution) {
-	if len(es) == 0 || !w.shelving.CompareAndSwap(false, true) {
+	if len(es) == 0 {
+		w.shelving.Store(false)
 		return
 	}
 	w.beats.Go(func() {
@@ -72,6 +76,15 @@ func (w *Worker) shelveAside(ctx context.Context, es []*execution) {
 		w.shelve(sctx, es)
 	})
 }
+
+// takeShelvingTurn reports whether this beat may choose runs to shelve:
+// false while an earlier beat's are still being shelved. Those runs are
+// then beaten as any other (they are shelved at a later beat), and none is
+// chosen twice: a run chosen while its first shelving was on its way had
+// its entry written again and then removed by the shelving that found it
+// shelved already, leaving a shelved dispatch with no entry, which no
+// other worker could bring back when this one died.
+func (w *Worker) takeShelvingTurn() bool { return w.shelving.CompareAndSwap(false, true) }
 
 // shelve shelves the dispatches of es, waiting runs: their entries first,
 // then the delayed refusals, so a worker that dies in between leaves
@@ -85,6 +98,10 @@ func (w *Worker) shelve(ctx context.Context, es []*execution) {
 }
 
 func (w *Worker) shelveChunk(ctx context.Context, es []*execution) {
+	// A run shelved already keeps its entry: writing it again and then
+	// removing it (its shelving below refused) would leave a shelved
+	// dispatch no other worker can bring back.
+	es = slices.DeleteFunc(slices.Clone(es), func(e *execution) bool { return e.dlv.isShelved() })
 	entries := make([]runstore.Shelved, len(es))
 	for i, e := range es {
 		entries[i] = runstore.Shelved{Worker: w.cfg.ID, RunID: e.id, Epoch: e.epoch, Attempt: e.attempt, Reply: e.dlv.reply()}
