@@ -58,8 +58,12 @@ func (d *deliveries) adopt(msg jetstream.Msg) bool {
 	}
 	d.msgs = append(d.msgs, msg)
 	shelved := d.shelf != nil
+	if shelved {
+		d.beating.Add(1) // a release waits for the refusal: its outcome comes after
+	}
 	d.mu.Unlock()
 	if shelved {
+		defer d.beating.Done()
 		_ = msg.NakWithDelay(shelfDelay)
 	}
 	return true
