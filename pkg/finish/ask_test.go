@@ -52,18 +52,12 @@ func (h *hearing) keys() []string {
 func waitHeard(t *testing.T, h *hearing, want ...string) {
 	t.Helper()
 	slices.Sort(want)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		got := h.keys()
+	var got []string
+	natstest.Eventually(t, 30*time.Second, func() bool {
+		got = h.keys()
 		slices.Sort(got)
-		if slices.Equal(got, want) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("hook heard %v; want %v", got, want)
-		}
-		time.Sleep(10 * time.Millisecond) // polling with a deadline
-	}
+		return slices.Equal(got, want)
+	}, "hook heard %v; want %v", &got, want)
 }
 
 // An AskNotifier hands each new ask to its handler once (a failed call

@@ -27,22 +27,6 @@ import (
 	"github.com/jetrun/jetrun/pkg/worker"
 )
 
-// accuracyRule is what a test asserts of the provider's windows: each
-// measured one at least minPercent of the limit, at most maxOver calls past
-// the provider's limits. make test-limits (-limits.full) asserts the
-// issue's rule, 95 % and none. make test runs every package at once under
-// -race on two cores, where a grant can reach the provider hundreds of
-// milliseconds late and cross a window's edge: there a window may fall to
-// 90 % and one call may cross.
-type accuracyRule struct{ minPercent, maxOver int64 }
-
-func limitsRule() accuracyRule {
-	if *limitsFull {
-		return accuracyRule{minPercent: 95}
-	}
-	return accuracyRule{minPercent: 90, maxOver: 1}
-}
-
 var limitsFull = flag.Bool("limits.full", false, "run TestLimitFleet at the issue's scale: 8 workers × 50 runs (make test-limits)")
 
 // caller is a handler that makes `calls` model calls to the fake provider
@@ -183,7 +167,7 @@ func limitFleet(t *testing.T, packed bool) {
 			t.Errorf("run %s: %v", o.RunID, o.Err)
 		}
 	}
-	rule := limitsRule()
+	rule := fakeprovider.Rule(*limitsFull)
 	ws := p.Windows()
 	var big, small, overLimit, measured int64
 	for i, w := range ws {
@@ -194,8 +178,8 @@ func limitFleet(t *testing.T, packed bool) {
 			continue // partial windows: the first, those from the stop on, the overload's
 		}
 		measured++
-		if w.Tokens < shape.tokens*int64(rule.minPercent)/100 {
-			t.Errorf("window %d used %d tokens; want at least %d%% of %d", w.Index, w.Tokens, rule.minPercent, shape.tokens)
+		if w.Tokens < shape.tokens*int64(rule.MinPercent)/100 {
+			t.Errorf("window %d used %d tokens; want at least %d%% of %d", w.Index, w.Tokens, rule.MinPercent, shape.tokens)
 		}
 		big += w.Tenants["big"]
 		small += w.Tenants["small"]
@@ -203,8 +187,8 @@ func limitFleet(t *testing.T, packed bool) {
 	if p.Rejected() == 0 {
 		t.Fatal("the provider never answered 429: no overload happened")
 	}
-	if overLimit > rule.maxOver {
-		t.Errorf("the provider rejected %d calls past its own limits; want at most %d", overLimit, rule.maxOver)
+	if overLimit > rule.MaxOver {
+		t.Errorf("the provider rejected %d calls past its own limits; want at most %d", overLimit, rule.MaxOver)
 	}
 	if measured == 0 {
 		t.Fatal("no full window to measure")

@@ -10,6 +10,7 @@ import (
 	"github.com/jetrun/jetrun/internal/engine/asks"
 	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
+	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/parent"
 )
@@ -107,18 +108,17 @@ func TestDispatchWithParentNeedsApproval(t *testing.T) {
 // listedAsk polls GET /v1/asks until it lists ask id, open.
 func listedAsk(t *testing.T, b *bundle, id string) events.Ask {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	var found events.Ask
+	natstest.Eventually(t, 30*time.Second, func() bool {
 		var l askList
 		wantStatus(t, do(t, "GET", b.url+"/v1/asks?limit=1000", "", &l), 200)
 		for _, a := range l.Asks {
 			if a.ID == id {
-				return a
+				found = a
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("ask %s was never listed open", id)
-		}
-		time.Sleep(20 * time.Millisecond) // polling with a deadline
-	}
+		return false
+	}, "ask %s was never listed open", id)
+	return found
 }

@@ -240,3 +240,20 @@ func RetryAfter(h http.Header) time.Duration {
 	}
 	return 0
 }
+
+// AccuracyRule is what a limits test asserts of the provider's windows:
+// each measured one at least MinPercent of the limit, at most MaxOver
+// calls past the provider's limits.
+type AccuracyRule struct{ MinPercent, MaxOver int64 }
+
+// Rule returns the rule of a limits test: the (95 %, no call past
+// the limit) at full scale (make test-limits), and 90 % with one call past
+// in make test, which runs every package at once under -race on two cores,
+// where a grant can reach the provider hundreds of milliseconds late and
+// cross a window's edge.
+func Rule(full bool) AccuracyRule {
+	if full {
+		return AccuracyRule{MinPercent: 95}
+	}
+	return AccuracyRule{MinPercent: 90, MaxOver: 1}
+}

@@ -23,22 +23,6 @@ import (
 	"github.com/jetrun/jetrun/pkg/worker"
 )
 
-// accuracyRule is what a test asserts of the provider's windows: each
-// measured one at least minPercent of the limit, at most maxOver calls past
-// the provider's limits. make test-limits (-limits.full) asserts the
-// issue's rule, 95 % and none. make test runs every package at once under
-// -race on two cores, where a grant can reach the provider hundreds of
-// milliseconds late and cross a window's edge: there a window may fall to
-// 90 % and one call may cross.
-type accuracyRule struct{ minPercent, maxOver int64 }
-
-func limitsRule() accuracyRule {
-	if *limitsFull {
-		return accuracyRule{minPercent: 95}
-	}
-	return accuracyRule{minPercent: 90, maxOver: 1}
-}
-
 var limitsFull = flag.Bool("limits.full", false, "run TestPythonChildrenShareALimit at 8 workers × 50 runs (make test-limits)")
 
 // python returns the Python interpreter itself (not a shim that starts it).
@@ -127,7 +111,7 @@ func TestPythonChildrenShareALimit(t *testing.T) {
 			t.Errorf("run %s: %s", o.RunID, o.Result.Row.Status)
 		}
 	}
-	rule := limitsRule()
+	rule := fakeprovider.Rule(*limitsFull)
 	calls := p.Calls()
 	// A window is full when a reservation waited all through it, outside
 	// the overload. It is measured when its neighbours are full too: the
@@ -153,8 +137,8 @@ func TestPythonChildrenShareALimit(t *testing.T) {
 			continue // runs starting or finishing, the limit paused, or beside such a window
 		}
 		measured++
-		if w.Tokens < shape.tokens*int64(rule.minPercent)/100 {
-			t.Errorf("window %d used %d tokens; want at least %d%% of %d", w.Index, w.Tokens, rule.minPercent, shape.tokens)
+		if w.Tokens < shape.tokens*int64(rule.MinPercent)/100 {
+			t.Errorf("window %d used %d tokens; want at least %d%% of %d", w.Index, w.Tokens, rule.MinPercent, shape.tokens)
 		}
 		if waitedThrough(calls, start, end, "small") && waitedThrough(calls, start, end, "big") {
 			shared++
@@ -165,13 +149,13 @@ func TestPythonChildrenShareALimit(t *testing.T) {
 	if p.Rejected() == 0 {
 		t.Fatal("the provider never answered 429: no overload happened")
 	}
-	if overLimit > rule.maxOver {
-		t.Errorf("the provider rejected %d calls past its own limits; want at most %d", overLimit, rule.maxOver)
+	if overLimit > rule.MaxOver {
+		t.Errorf("the provider rejected %d calls past its own limits; want at most %d", overLimit, rule.MaxOver)
 	}
 	var late int64
 	for _, c := range calls {
 		if c.Outcome == fakeprovider.Rejected && c.Arrived.After(overloadUntil) {
-			if late++; late > rule.maxOver {
+			if late++; late > rule.MaxOver {
 				t.Errorf("run %s's call was answered 429 %s after the overload ended", c.Run, c.Arrived.Sub(overloadUntil))
 			}
 		}
