@@ -143,9 +143,10 @@ type Server struct {
 
 	cancels cancels // the calls in flight in sessions' POSTs (wire.go)
 
-	notifyMu sync.Mutex
-	outlets  map[string][]*outlet // connected sessions' streams by session id (notify.go)
-	watches  map[*mcp.ServerSession]*sessionWatch
+	notifyMu  sync.Mutex
+	outlets   map[string][]*outlet // connected sessions' streams by session id (notify.go)
+	watches   map[*mcp.ServerSession]*sessionWatch
+	approving map[string]bool // tasks whose approval this server awaits (taskapproval.go), under notifyMu
 }
 
 // tool is a listed tool and its compiled input schema.
@@ -158,7 +159,7 @@ type tool struct {
 func New(cfg Config) *Server {
 	s := &Server{client: cfg.Client, runs: cfg.Runs, rt: cfg.Runtime, log: cfg.Logger, every: cfg.SyncEvery, retention: max(cfg.Retention, 0),
 		perPage: cmp.Or(max(cfg.TasksPerPage, 0), DefaultTasksPerPage), tools: map[string]tool{},
-		outlets: map[string][]*outlet{}, watches: map[*mcp.ServerSession]*sessionWatch{}}
+		outlets: map[string][]*outlet{}, watches: map[*mcp.ServerSession]*sessionWatch{}, approving: map[string]bool{}}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}

@@ -27,7 +27,9 @@ package mcpserver
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -82,7 +84,8 @@ type Task struct {
 	Result         *mcp.CallToolResult     `json:"result,omitempty"`
 	Error          *jsonrpc.Error          `json:"error,omitempty"`
 
-	cancelRequested bool // the row's: the 2025-11-25 form says cancelled at once (legacy.go)
+	cancelRequested bool   // the row's: the 2025-11-25 form says cancelled at once (legacy.go)
+	approval        string // the approval ask's id while the task has no run (taskapproval.go)
 }
 
 // InputRequest is a server-to-client request a task waits on.
@@ -178,15 +181,23 @@ func (s *Server) addTasks() error {
 		if legacyForm && terminal(legacyStatus(t)) {
 			return nil, invalidParams("task %s is %s already: it cannot be cancelled", t.TaskID, legacyStatus(t))
 		}
-		row, err := s.client.Cancel(ctx, p.TaskID, "cancelled by the MCP client (tasks/cancel)")
+		const reason = "cancelled by the MCP client (tasks/cancel)"
+		if t.approval != "" {
+			t, err = s.cancelApproval(ctx, t, reason)
+		} else {
+			var row *jetruntype.Run
+			if row, err = s.client.Cancel(ctx, p.TaskID, reason); err != nil {
+				return nil, internalError("cancel run %s: %v", p.TaskID, err)
+			}
+			if legacyForm {
+				t, err = s.taskFromRow(ctx, row)
+			}
+		}
 		if err != nil {
-			return nil, internalError("cancel run %s: %v", p.TaskID, err)
+			return nil, err
 		}
 		if !legacyForm {
 			return &emptyTaskResult{ResultType: "complete"}, nil
-		}
-		if t, err = s.taskFromRow(ctx, row); err != nil {
-			return nil, err
 		}
 		return &legacyTaskResult{LegacyTask: legacy(t)}, nil
 	}); err != nil {
@@ -260,12 +271,25 @@ func (s *Server) startTask(ctx context.Context, req *mcp.CallToolRequest, legacy
 	if err != nil {
 		return nil, err
 	}
-	d, err := s.client.Dispatch(ctx, parent.Request{AgentType: name, RunID: id, Input: input, Detached: &events.Detached{},
-		ParentToolCallID: TaskToolCallID})
-	if err != nil {
-		return nil, dispatchError(name, err)
+	_, approval := req.Params.Meta[MetaApproval]
+	if _, call := req.Params.Meta[MetaParentToolCallID]; approval && !call && id == "" {
+		id = "r" + strings.ToLower(rand.Text()[:20]) // the task's id, which the client is told
 	}
-	task, err := s.taskFromRow(ctx, d.Run)
+	preq := parent.Request{AgentType: name, RunID: id, Input: input, Detached: &events.Detached{}}
+	if err := delegation(req.Params.Meta, &preq); err != nil {
+		return nil, err
+	}
+	preq.ParentToolCallID = cmp.Or(preq.ParentToolCallID, TaskToolCallID)
+	var task *Task
+	if preq.Approval != nil {
+		task, err = s.startApprovalTask(ctx, preq) // taskapproval.go
+	} else {
+		var d *parent.Dispatched
+		if d, err = s.client.Dispatch(ctx, preq); err != nil {
+			return nil, dispatchError(name, err)
+		}
+		task, err = s.taskFromRow(ctx, d.Run)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -287,7 +311,7 @@ func (s *Server) taskRow(ctx context.Context, id string) (*jetruntype.Run, error
 	}
 	row, err := s.runs.Get(ctx, id)
 	if errors.Is(err, kv.ErrRunNotFound) {
-		return nil, invalidParams("unknown task %q", id)
+		return nil, errNoRun
 	}
 	if err != nil {
 		return nil, internalError("read task %s: %v", id, err)
@@ -295,8 +319,15 @@ func (s *Server) taskRow(ctx context.Context, id string) (*jetruntype.Run, error
 	return row, nil
 }
 
+// errNoRun is taskRow's error for a task without a run: unknown, or
+// waiting for its approval (taskapproval.go).
+var errNoRun = errors.New("mcpserver: the task has no run")
+
 func (s *Server) taskOf(ctx context.Context, id string) (*Task, error) {
 	row, err := s.taskRow(ctx, id)
+	if errors.Is(err, errNoRun) {
+		return s.approvalTask(ctx, id)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -422,6 +453,9 @@ func elicitation(message string, what map[string]any) InputRequest {
 // updateTask delivers a client's inputResponses: call replies and signals.
 func (s *Server) updateTask(ctx context.Context, id string, responses map[string]InputResponse) error {
 	row, err := s.taskRow(ctx, id)
+	if errors.Is(err, errNoRun) {
+		return s.updateApprovalTask(ctx, id, responses)
+	}
 	if err != nil {
 		return err
 	}

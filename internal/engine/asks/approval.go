@@ -111,3 +111,36 @@ func (s *Store) AwaitApproval(ctx context.Context, a events.Ask) (json.RawMessag
 	}
 	return cur.Answer.Value, nil
 }
+
+// FindApproval returns the approval ask of child run childID, whichever
+// run it was asked on (DispatchApproval): its key is <parent>.s.<name>.0,
+// found by a filter on the bucket's keys, not a scan of the asks. A child
+// id long enough for its approval name to be cut short is matched by the
+// childRunId of the ask's payload. ErrNotFound when there is none.
+func (s *Store) FindApproval(ctx context.Context, childID string) (*events.Ask, error) {
+	name := ApprovalName(childID)
+	lister, err := s.kv.ListKeysFiltered(ctx, "*.s."+name+".0")
+	if err != nil {
+		return nil, fmt.Errorf("asks: find the approval of run %s: %w", childID, err)
+	}
+	defer func() { _ = lister.Stop() }()
+	for key := range lister.Keys() {
+		a, _, err := s.Get(ctx, key)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if a.Via != events.AskViaDispatch {
+			continue
+		}
+		var p struct {
+			ChildRunID string `json:"childRunId"`
+		}
+		if name == "approve-"+childID || json.Unmarshal(a.Payload, &p) == nil && p.ChildRunID == childID {
+			return a, nil
+		}
+	}
+	return nil, fmt.Errorf("asks: the approval of run %s: %w", childID, ErrNotFound)
+}
