@@ -33,7 +33,8 @@ type DispatchResult struct {
 	RunID string
 	// Dispatched is what [Client.Dispatch] returns for the request: the
 	// run's row and whether this call started it (a nil Run when Err is
-	// set).
+	// set, or when a person refused the request's Approval: Rejected is
+	// then the answer, a result and not an error, as Dispatch's).
 	Dispatched
 	// Err is why this request was not dispatched: the errors Dispatch
 	// returns (ErrBadRequest, ErrUnknownAgentType, ErrRunIDConflict,
@@ -246,8 +247,12 @@ func (c *Client) dispatchOne(ctx context.Context, req Request, typeErr error) Di
 		res.Err = typeErr
 		return res
 	}
-	var row *model.Row
-	row, res.Created, res.Err = c.dispatch(ctx, req)
-	res.Run = row.View()
+	row, created, err := c.dispatch(ctx, req)
+	var refused *rejected
+	if errors.As(err, &refused) {
+		res.Rejected = refused.answer // a result, as Dispatch's: not an error
+		return res
+	}
+	res.Run, res.Created, res.Err = row.View(), created, err
 	return res
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/engine"
+	"github.com/jetrun/jetrun/internal/engine/asks"
 	"github.com/jetrun/jetrun/internal/engine/wire"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/pkg/events"
@@ -172,5 +174,58 @@ func TestDispatchManyReportsBadItemsAndDispatchesTheRest(t *testing.T) {
 		if ok, err := jetruntest.HasRun(ctx, env.Client, id); err != nil || ok {
 			t.Fatalf("HasRun(%s) = %v, %v", id, ok, err)
 		}
+	}
+}
+
+// A request of DispatchMany that needs approval and is refused comes back
+// as Dispatch's does: a result (Rejected, the person's answer), not an
+// error, and nothing is dispatched; the batch's other requests run.
+func TestDispatchManyGivesARefusedApprovalAsAResult(t *testing.T) {
+	t.Parallel()
+	env := jetruntest.NewEnv(t)
+	c := newCounting(2)
+	env.StartWorker(t, worker.Config{}, func(w *worker.Worker) {
+		w.Handle("count", c)
+		w.HandleFunc("block", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			<-ctx.Done()
+			return worker.Result{}, context.Cause(ctx)
+		})
+	})
+	ctx := t.Context()
+	if _, err := env.Client.Dispatch(ctx, parent.Request{AgentType: "block", RunID: "boss", Input: 1}); err != nil {
+		t.Fatal(err)
+	}
+	reqs := []parent.Request{
+		{AgentType: "count", RunID: "refused", Input: 1, Parent: "boss", Approval: &parent.Approval{}},
+		{AgentType: "count", RunID: "approved", Input: 2, Parent: "boss", Approval: &parent.Approval{}},
+		{AgentType: "count", RunID: "plain", Input: 3},
+	}
+	results := make(chan []parent.DispatchResult, 1)
+	go func() { results <- env.Client.DispatchMany(ctx, reqs) }()
+	st := engine.From(env.Runtime).Asks()
+	for child, value := range map[string]string{"refused": `{"approved":false,"comment":"no"}`, "approved": `{"approved":true}`} {
+		a := jetruntest.WaitAsk(t, st, asks.SignalID("boss", asks.ApprovalName(child), 0), 30*time.Second,
+			func(a *events.Ask) bool { return a.Status == events.AskOpen })
+		if _, err := st.Answer(ctx, a.ID, a.Digest, json.RawMessage(value), "ops"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := <-results
+	if r := got[0]; r.Err != nil || r.Run != nil || string(r.Rejected) != `{"approved":false,"comment":"no"}` {
+		t.Fatalf("the refused request: %+v; want Rejected, the answer, and no error", r)
+	}
+	for _, r := range got[1:] {
+		if r.Err != nil || r.Run == nil || !r.Created || r.Rejected != nil {
+			t.Fatalf("request %s: %+v; want it dispatched", r.RunID, r)
+		}
+	}
+	select {
+	case <-c.all:
+	case <-time.After(time.Minute):
+		runs, _ := c.executions()
+		t.Fatalf("%d of 2 runs executed", runs)
+	}
+	if _, err := env.Client.Inspect(ctx, "refused"); !errors.Is(err, parent.ErrRunNotFound) {
+		t.Fatalf("the refused run was dispatched: %v", err)
 	}
 }
