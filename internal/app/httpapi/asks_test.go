@@ -22,8 +22,9 @@ import (
 const formSchema = `{"type":"object","required":["n"],"properties":{"n":{"type":"integer"}}}`
 
 // setupAsks serves the API with its asks index over a worker whose
-// "asker" waits for signal "go" with a form ask and returns the answer.
-func setupAsks(t *testing.T) (*bundle, *jetruntest.Env) {
+// "asker" waits for signal "go" with a form ask and returns the answer;
+// configure changes the API's config.
+func setupAsks(t *testing.T, configure ...func(*httpapi.Config)) (*bundle, *jetruntest.Env) {
 	t.Helper()
 	env := jetruntest.NewEnv(t)
 	env.StartWorker(t, worker.Config{}, func(w *worker.Worker) {
@@ -44,7 +45,11 @@ func setupAsks(t *testing.T) (*bundle, *jetruntest.Env) {
 		t.Fatal(err)
 	}
 	t.Cleanup(askView.Stop)
-	srv := httptest.NewServer(httpapi.New(httpapi.Config{Client: env.Client, View: view, Conn: env.Conn, Asks: st, AskView: askView}))
+	cfg := httpapi.Config{Client: env.Client, View: view, Conn: env.Conn, Asks: st, AskView: askView}
+	for _, c := range configure {
+		c(&cfg)
+	}
+	srv := httptest.NewServer(httpapi.New(cfg))
 	t.Cleanup(srv.Close)
 	return &bundle{url: srv.URL, store: env.Store}, env
 }
