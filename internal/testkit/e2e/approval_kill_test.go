@@ -18,6 +18,7 @@ import (
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/parent"
 )
 
 // A delegation that needs approval survives a kill -9 of the parent-worker
@@ -125,4 +126,44 @@ func ranOnce(t *testing.T, e *env, id string) {
 	if row.Status != events.StatusCompleted || row.Attempt != 1 || running != 1 || !slices.Contains(statuses, events.StatusCompleted) {
 		t.Fatalf("run %s: %s at attempt %d, statuses %v; want completed at its first and only attempt", id, row.Status, row.Attempt, statuses)
 	}
+}
+
+// A Go handler's delegation that needs approval (RunChild with Approval)
+// survives a kill -9 of its worker while the approval is open: the answer
+// comes while no worker runs the handler, the next attempt finds it, and
+// the child is dispatched once and runs once.
+func TestKilledHandlerAwaitingApprovalDelegatesOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	st, err := asks.Open(ctx, e.js, wire.Namespace(""), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.childWorker(t, "appr-demo", nil)
+	a := e.nestWorker(t, "appr-a")
+	const id = "approver-1"
+	if _, err := e.client.Dispatch(ctx, parent.Request{AgentType: "approver", RunID: id, Input: map[string]int{"steps": 2, "stepMs": 10}}); err != nil {
+		t.Fatal(err)
+	}
+	child := parent.RunID(id, "a1")
+	ask := jetruntest.WaitAsk(t, st, asks.SignalID(id, asks.ApprovalName(child), 0), 60*time.Second,
+		func(a *events.Ask) bool { return a.Status == events.AskOpen })
+	a.kill()
+	answered, err := st.Answer(ctx, ask.ID, ask.Digest, json.RawMessage(`{"approved":true}`), "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Deliver(ctx, answered); err != nil { // as POST /v1/asks/{id}:answer does
+		t.Fatal(err)
+	}
+	if _, _, err := e.store.Get(ctx, child); !errors.Is(err, runstore.ErrRunNotFound) {
+		t.Fatalf("%s dispatched while no worker ran its parent: %v", child, err)
+	}
+	e.nestWorker(t, "appr-b")
+	row := jetruntest.WaitRow(t, e.store, id, 60*time.Second, jetruntest.Final)
+	if row.Status != events.StatusCompleted || row.Attempt < 2 || !strings.Contains(string(row.Output), `"child":"`+child+`"`) {
+		t.Fatalf("run %s: %s at attempt %d, output %s; want completed by a later attempt with its child's output", id, row.Status, row.Attempt, row.Output)
+	}
+	ranOnce(t, e, child)
 }

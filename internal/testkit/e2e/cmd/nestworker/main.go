@@ -8,7 +8,9 @@
 //     itself, from its second attempt on (the first never answers);
 //   - planner: stores step "plan", reports usage (100 in, 10 out tokens,
 //     1000 micros) and runs two researcher children (call id "r");
-//   - researcher: stores step "search", reports usage (10 in, 1 out, 100).
+//   - researcher: stores step "search", reports usage (10 in, 1 out, 100);
+//   - approver: runs a nested demo run (call id "a1") with its own input
+//     once a person approves it (ChildRequest.Approval).
 //
 // Usage: nestworker NATS_URL WORKER_ID [ROW_SYNC] (lease 2s; ROW_SYNC, a
 // duration, sets the row sync interval: a long one keeps what an attempt
@@ -104,6 +106,15 @@ func run() error {
 			return worker.Result{}, err
 		}
 		return worker.Result{Summary: "boss: " + res.Summary, Output: res.Output}, nil
+	})
+	w.HandleFunc("approver", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+		res, err := run.RunChild(ctx, worker.ChildRequest{AgentType: "demo", CallID: "a1", Input: run.Input(), Approval: &worker.Ask{}})
+		if err != nil {
+			return worker.Result{}, err
+		}
+		return worker.Result{Summary: "approver: " + res.Summary, Output: map[string]any{
+			"child": res.RunID, "childOutput": res.Output, "attempt": run.Attempt(),
+		}}, nil
 	})
 	traced := func(ctx context.Context, run *worker.Run, step string, tokens int64) error {
 		_, err := run.Step(ctx, step, func(ctx context.Context) (any, error) {
