@@ -249,3 +249,38 @@ func TestBatchRerunRunsSideBySide(t *testing.T) {
 	wantStatus(t, do(t, "POST", b.url+"/v1/runs:rerun",
 		`{"agentType":"meet","fromStep":"s2","concurrency":2,"budget":{"tokens":10}}`, nil), 400)
 }
+
+// POST /v1/runs:rerun selects its runs by status and by creation time as
+// well as by agent type: a status none has, or a time range none was
+// created in, re-runs nothing; a range around their creation selects them.
+func TestBatchRerunSelectsByStatusAndTime(t *testing.T) {
+	t.Parallel()
+	b, m := rerunSetup(t)
+	before := time.Now().UTC().Add(-time.Minute)
+	for i := range 2 {
+		wantStatus(t, do(t, "POST", b.url+"/v1/runs", fmt.Sprintf(`{"agentType":"steps8","runId":"sel%d","input":{"model":"m1"}}`, i), nil), 201)
+		b.completed(t, fmt.Sprintf("sel%d", i))
+	}
+	after := time.Now().UTC().Add(time.Minute)
+	stamp := func(t time.Time) string { return t.Format(time.RFC3339Nano) }
+	for _, tc := range []struct {
+		filter  string
+		matched int
+	}{
+		{`"statuses":["error"]`, 0},
+		{`"since":"` + stamp(after) + `"`, 0},
+		{`"until":"` + stamp(before) + `"`, 0},
+		{`"statuses":["completed"],"since":"` + stamp(before) + `","until":"` + stamp(after) + `"`, 2},
+	} {
+		var res rerun.BatchResult
+		wantStatus(t, do(t, "POST", b.url+"/v1/runs:rerun", `{"agentType":"steps8","fromStep":"s8","maxRuns":1,`+tc.filter+`}`, &res), 200)
+		if res.Matched != tc.matched || res.Rerun != min(tc.matched, 1) {
+			t.Errorf("batch selecting %s: matched %d, re-ran %d; want %d matched", tc.filter, res.Matched, res.Rerun, tc.matched)
+		}
+		for _, br := range res.Runs {
+			if got := m.executed(br.RerunID); !slices.Equal(got, []string{"s8"}) {
+				t.Errorf("batch re-run %s executed %v", br.RerunID, got)
+			}
+		}
+	}
+}
