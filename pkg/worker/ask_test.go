@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -190,5 +191,57 @@ func TestCallAskIsAnsweredThroughTheAsk(t *testing.T) {
 	states, err := c.Calls(ctx, "c1")
 	if err != nil || len(states) != 1 || states[0].Reply == nil || states[0].Reply.By != "carol" {
 		t.Fatalf("calls %+v %v; want one reply by carol", states, err)
+	}
+}
+
+// Parallel asks of one run do not collide: two calls made at once with
+// the same name are two asks with their own ids and payloads, and each
+// answer reaches the call it answers.
+func TestParallelAsksOfOneRunHaveTheirOwnIDs(t *testing.T) {
+	t.Parallel()
+	b, _ := setup(t, worker.Config{}, map[string]worker.Handler{
+		"twice": worker.HandlerFunc(func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			var (
+				wg   sync.WaitGroup
+				mu   sync.Mutex
+				got  = map[string]json.RawMessage{}
+				errs []error
+			)
+			for _, refund := range []string{"r-10", "r-20"} {
+				wg.Go(func() {
+					out, err := run.Call(ctx, "refund", map[string]string{"refund": refund}, worker.Ask{Kind: events.AskApprove})
+					mu.Lock()
+					defer mu.Unlock()
+					got[refund], errs = out, append(errs, err)
+				})
+			}
+			wg.Wait()
+			return worker.Result{Output: got}, errors.Join(errs...)
+		}),
+	})
+	c, st := newClient(t, b), askStore(t, b)
+	ctx := context.Background()
+	if _, err := c.Dispatch(ctx, parent.Request{AgentType: "twice", RunID: "p1", Input: 1}); err != nil {
+		t.Fatal(err)
+	}
+	answers := map[string]string{`{"refund":"r-10"}`: `{"approved":true}`, `{"refund":"r-20"}`: `{"approved":false}`}
+	for seq := int64(1); seq <= 2; seq++ {
+		a := waitAsk(t, st, asks.CallID("p1", seq), func(a *events.Ask) bool { return a.Status == events.AskOpen })
+		value, ok := answers[string(a.Payload)]
+		if !ok {
+			t.Fatalf("ask %s shows %s; want one refund each", a.ID, a.Payload)
+		}
+		delete(answers, string(a.Payload))
+		answered, err := st.Answer(ctx, a.ID, a.Digest, json.RawMessage(value), "ops")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Deliver(ctx, answered); err != nil {
+			t.Fatal(err)
+		}
+	}
+	row := jetruntest.WaitRow(t, b.store, "p1", 30*time.Second, jetruntest.Final)
+	if row.Status != events.StatusCompleted || string(row.Output) != `{"r-10":{"approved":true},"r-20":{"approved":false}}` {
+		t.Fatalf("run %s output %s; want each refund its own answer", row.Status, row.Output)
 	}
 }
