@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/jetrun/jetrun/internal/engine"
@@ -46,5 +48,56 @@ func TestAnAnswerToAChangedPayloadIsRefused(t *testing.T) {
 	}
 	if again := ask("+9 -9"); again.Digest != cur.Digest || again.Status != events.AskAnswered {
 		t.Fatalf("an answered ask changed its payload: %+v", again)
+	}
+}
+
+// The first answer wins by compare-and-set: answerers racing on one ask
+// get one success, and every other one ErrAnswered naming the winner.
+func TestRacingAnswersHaveOneWinner(t *testing.T) {
+	t.Parallel()
+	env := jetruntest.NewEnv(t)
+	ctx := context.Background()
+	st := engine.From(env.Runtime).Asks()
+	a, err := st.Ensure(ctx, events.Ask{ID: asks.SignalID("race", "approve", 0), RunID: "race", TreeID: "race", AgentType: "t",
+		Kind: events.AskApprove, Via: events.AskViaSignal, Name: "approve", Payload: json.RawMessage(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 8
+	type outcome struct {
+		by  string
+		err error
+	}
+	out := make(chan outcome, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			by := fmt.Sprintf("answerer-%d", i)
+			_, err := st.Answer(ctx, a.ID, a.Digest, json.RawMessage(`{"approved":true}`), by)
+			out <- outcome{by, err}
+		})
+	}
+	wg.Wait()
+	close(out)
+	var winners []string
+	var losers []*asks.Conflict
+	for o := range out {
+		var c *asks.Conflict
+		switch {
+		case o.err == nil:
+			winners = append(winners, o.by)
+		case errors.As(o.err, &c) && errors.Is(o.err, asks.ErrAnswered):
+			losers = append(losers, c)
+		default:
+			t.Fatalf("%s: %v", o.by, o.err)
+		}
+	}
+	if len(winners) != 1 || len(losers) != n-1 {
+		t.Fatalf("%d winners %v, %d refused; want one winner", len(winners), winners, len(losers))
+	}
+	for _, c := range losers {
+		if c.Ask.Answer == nil || c.Ask.Answer.By != winners[0] {
+			t.Fatalf("a refused answer names %+v; want %s", c.Ask.Answer, winners[0])
+		}
 	}
 }
