@@ -167,3 +167,50 @@ func TestKilledHandlerAwaitingApprovalDelegatesOnce(t *testing.T) {
 	}
 	ranOnce(t, e, child)
 }
+
+// An ask's deadline gives its default answer, through a real
+// parent-worker (its keeper): a run's own wait resumes with the default,
+// and a dispatch posted with an approval deadline is refused by its
+// default ({"approved": false}), nothing dispatched; both answered by
+// "deadline", once.
+func TestAskDeadlinesApplyTheirDefaults(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	st, err := asks.Open(ctx, e.js, wire.Namespace(""), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", natstest.FreePort(t))
+	start(t, "parent-worker", map[string]string{"JETRUN_NATS_URL": e.url, "JETRUN_HTTP_ADDR": addr}).
+		waitLog("parent-worker ready", 60*time.Second)
+	e.nestWorker(t, "deadline-w")
+	api := &apiClient{t: t, base: "http://" + addr, http: &http.Client{Timeout: time.Minute}}
+
+	api.call("POST", "/v1/runs", map[string]any{"agentType": "deadliner", "runId": "late-1", "input": 1}, nil)
+	row := jetruntest.WaitRow(t, e.store, "late-1", 60*time.Second, jetruntest.Final)
+	if row.Status != events.StatusCompleted || string(row.Output) != `{"approved":false,"why":"nobody answered"}` {
+		t.Fatalf("the run whose ask passed its deadline: %s %s; want it resumed with the default", row.Status, row.Output)
+	}
+	if a, _, err := st.Get(ctx, asks.SignalID("late-1", "approve", 0)); err != nil || a.Answer == nil || a.Answer.By != "deadline" {
+		t.Fatalf("its ask: %+v, %v; want answered by deadline", a, err)
+	}
+
+	api.call("POST", "/v1/runs", map[string]any{"agentType": "caller", "runId": "late-boss", "input": 1}, nil) // waits on its call
+	var refused struct {
+		Rejected bool            `json:"rejected"`
+		Output   json.RawMessage `json:"output"`
+	}
+	api.call("POST", "/v1/runs", map[string]any{"agentType": "deadliner", "runId": "late-kid", "input": 2, "parent": "late-boss",
+		"approval": map[string]any{"deadline": "500ms"}}, &refused)
+	var out bytes.Buffer
+	if !refused.Rejected || json.Compact(&out, refused.Output) != nil || out.String() != `{"answer":{"approved":false},"rejected":true}` {
+		t.Fatalf("the dispatch whose approval passed its deadline answered %+v (%s); want refused by the default", refused, refused.Output)
+	}
+	if a, _, err := st.Get(ctx, asks.SignalID("late-boss", asks.ApprovalName("late-kid"), 0)); err != nil || a.Answer == nil || a.Answer.By != "deadline" {
+		t.Fatalf("the approval: %+v, %v; want answered by deadline", a, err)
+	}
+	if _, _, err := e.store.Get(ctx, "late-kid"); !errors.Is(err, runstore.ErrRunNotFound) {
+		t.Fatalf("the refused child was dispatched: %v", err)
+	}
+}

@@ -10,7 +10,9 @@
 //     1000 micros) and runs two researcher children (call id "r");
 //   - researcher: stores step "search", reports usage (10 in, 1 out, 100);
 //   - approver: runs a nested demo run (call id "a1") with its own input
-//     once a person approves it (ChildRequest.Approval).
+//     once a person approves it (ChildRequest.Approval);
+//   - deadliner: waits for an approval whose deadline (500ms) answers
+//     {"approved": false, "why": "nobody answered"}, and returns the answer.
 //
 // Usage: nestworker NATS_URL WORKER_ID [ROW_SYNC] (lease 2s; ROW_SYNC, a
 // duration, sets the row sync interval: a long one keeps what an attempt
@@ -30,6 +32,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/jetrun/jetrun/pkg/events"
 	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/parent"
 	"github.com/jetrun/jetrun/pkg/worker"
@@ -115,6 +118,14 @@ func run() error {
 		return worker.Result{Summary: "approver: " + res.Summary, Output: map[string]any{
 			"child": res.RunID, "childOutput": res.Output, "attempt": run.Attempt(),
 		}}, nil
+	})
+	w.HandleFunc("deadliner", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+		out, err := run.Wait(ctx, "approve", worker.Ask{Kind: events.AskApprove, Title: "ship it?", Deadline: 500 * time.Millisecond,
+			Default: map[string]any{"approved": false, "why": "nobody answered"}})
+		if err != nil {
+			return worker.Result{}, err
+		}
+		return worker.Result{Summary: "answered", Output: json.RawMessage(out)}, nil
 	})
 	traced := func(ctx context.Context, run *worker.Run, step string, tokens int64) error {
 		_, err := run.Step(ctx, step, func(ctx context.Context) (any, error) {
