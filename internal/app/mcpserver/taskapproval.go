@@ -61,6 +61,8 @@ func (s *Server) startApprovalTask(ctx context.Context, preq parent.Request) (*T
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
+		case <-s.life.Done():
+			return nil, internalError("the server is stopping: call again with the same _meta to find the task")
 		case err := <-ended:
 			if err != nil {
 				return nil, dispatchError(preq.AgentType, err)
