@@ -135,8 +135,10 @@ const (
 // the server stops, and the caller reads the rows one by one.
 const maxBatchReadBytes = 8 << 20
 
-// errCutShort is a batched read that stopped at maxBatchReadBytes.
-var errCutShort = errors.New("kv: get runs: the answer was cut short at its size bound")
+// errCutShort is a batched read whose answer stopped before its end: at
+// maxBatchReadBytes, or slower than the wait after its first rows came (a
+// loaded server). The server knows batched reads: they do not pause.
+var errCutShort = errors.New("kv: get runs: the answer was cut short")
 
 func (s *Store) lookupMany(ctx context.Context, ids []string) (map[string]Looked, error) {
 	bucket := s.kv.Bucket()
@@ -165,11 +167,16 @@ func (s *Store) lookupMany(ctx context.Context, ids []string) (map[string]Looked
 		return nil, fmt.Errorf("kv: get runs: %w", err)
 	}
 	found := make(map[string]Looked)
+	answered := false
 	for {
 		m, err := sub.NextMsgWithContext(ctx)
+		if err != nil && answered {
+			return nil, fmt.Errorf("%w: %w", errCutShort, err)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("kv: get runs: %w", err)
 		}
+		answered = true
 		if status := m.Header.Get("Status"); status != "" && len(m.Data) == 0 {
 			switch {
 			case status == "404": // none of them has a message
@@ -177,7 +184,7 @@ func (s *Store) lookupMany(ctx context.Context, ids []string) (map[string]Looked
 			case status == "204" && m.Header.Get(numPendingHeader) == "0":
 				return found, nil // the end of the batch
 			case status == "204":
-				return nil, errCutShort
+				return nil, fmt.Errorf("%w at its size bound", errCutShort)
 			}
 			return nil, fmt.Errorf("kv: get runs: direct get answered %s %s (pending %q)", status,
 				m.Header.Get("Description"), m.Header.Get(numPendingHeader))
