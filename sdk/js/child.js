@@ -358,13 +358,21 @@ export class Run {
    * call's worst case): the next usage report settles it, the end of the
    * attempt releases what none settled. Answers {ok: true}, or {ok: false,
    * reason: "budget-exceeded", error} when it does not fit: an answer, not
-   * the end of the run.
-   * @param {{inputTokens?: number, outputTokens?: number, costMicros?: number}} amount
+   * the end of the run. With amount.limit it also waits for room on that
+   * provider limit, shared by the fleet (an empty amount then holds one
+   * request and one call slot); a limit no one configured is refused with
+   * reason "unknown-limit".
+   * @param {{inputTokens?: number, outputTokens?: number, costMicros?: number, limit?: string}} amount
    * @returns {Promise<{ok: boolean, reason?: string, error?: string}>}
    */
   async reserve(amount) {
     const u = checkUsage({ ...amount, model: undefined });
-    if (Object.keys(u).length === 0) throw new TypeError('a reservation must hold some tokens or cost');
+    if (amount.limit !== undefined) {
+      checkToken('limit name', amount.limit);
+      u.limit = amount.limit;
+    } else if (Object.keys(u).length === 0) {
+      throw new TypeError('a reservation must hold some tokens or cost, or name a limit');
+    }
     const answer = await this.#ask({ reserve: u });
     if (!answer.reserved) throw new Error(`jetrun: made a reservation, got ${JSON.stringify(answer)}`);
     return answer.reserved;

@@ -115,8 +115,8 @@ export class Run<I = JSONValue> {
   wait<T = JSONValue>(name: string, opts?: { ask?: Ask }): Promise<T>;
   /** Asks the run's caller; a failed reply throws CallError. */
   call<T = JSONValue>(name: string, input?: unknown, opts?: { ask?: Ask }): Promise<T>;
-  /** Holds spend against the tree's budget; the next usage report settles it. */
-  reserve(amount: { inputTokens?: number; outputTokens?: number; costMicros?: number }): Promise<{ ok: boolean; reason?: string; error?: string }>;
+  /** Holds spend against the tree's budget (and, with limit, a provider limit's room); the next usage report settles it. */
+  reserve(amount: { inputTokens?: number; outputTokens?: number; costMicros?: number; limit?: string }): Promise<{ ok: boolean; reason?: string; error?: string }>;
   /** Runs agentType as a nested run and waits for its outcome. */
   runChild<O = JSONValue>(agentType: string, input: unknown, opts: ChildRunOptions): Promise<Outcome<O>>;
   /** The input's "variables" with the run's changes (its variables.<attempt>.<n> steps). */

@@ -37,15 +37,20 @@ async function call(run, v, out) {
       assert.equal(ran, v.runs, `step ${a.name} ran: ${ran}`);
       return got;
     }
-    case 'wait': return run.wait(a.signal);
-    case 'call': return run.call(a.name, a.input);
+    case 'wait': return run.wait(a.signal, a.ask ? { ask: a.ask } : {});
+    case 'call': return run.call(a.name, a.input, a.ask ? { ask: a.ask } : {});
+    case 'reserve': return run.reserve(a);
     default: throw new Error(`unknown verb ${v.verb}`);
   }
 }
 
-test('the fixtures cover every verb', () => {
-  const verbs = new Set(files.flatMap((f) => JSON.parse(readFileSync(join(dir, f), 'utf8')).attempts.flatMap((at) => at.child.map((v) => v.verb))));
-  assert.deepEqual([...verbs].sort(), ['call', 'chunk', 'fail', 'milestone', 'print', 'progress', 'result', 'step', 'usage', 'wait']);
+test('the fixtures cover every verb and every line of docs/protocol.md', () => {
+  const verbs = files.flatMap((f) => JSON.parse(readFileSync(join(dir, f), 'utf8')).attempts.flatMap((at) => at.child));
+  assert.deepEqual([...new Set(verbs.map((v) => v.verb))].sort(),
+    ['call', 'chunk', 'fail', 'milestone', 'print', 'progress', 'reserve', 'result', 'step', 'usage', 'wait']);
+  const keys = new Set(verbs.flatMap((v) => v.lines.flatMap((l) => Object.keys(l.out ?? {}))));
+  assert.deepEqual([...keys].sort(),
+    ['ask', 'call', 'chunk', 'error', 'milestone', 'progress', 'reserve', 'result', 'retryAfterMs', 'retryable', 'step', 'usage', 'wait']);
 });
 
 for (const file of files) {
@@ -68,7 +73,7 @@ for (const file of files) {
         assert.deepEqual(run.request, attempt.request);
         for (const v of attempt.child) {
           if (v.verb === 'result') return { summary: v.args.summary, output: v.args.output };
-          if (v.verb === 'fail') throw new Failure(v.args.error, { retryable: v.args.retryable });
+          if (v.verb === 'fail') throw new Failure(v.args.error, { retryable: v.args.retryable, retryAfterMs: v.args.retryAfterMs });
           if ('raises' in v) {
             await assert.rejects(call(run, v, output), (err) => err.reason === v.raises);
             continue;

@@ -16,6 +16,8 @@ await child<Input>(async (run) => {
   }
   const r = await run.reserve({ inputTokens: 100 });
   if (!r.ok) throw new Failure(r.error ?? 'no budget');
+  const slot = await run.reserve({ limit: 'openai-gpt' });
+  if (!slot.ok) throw new Failure(slot.error ?? 'no limit', { retryable: true, retryAfterMs: 1000 });
   run.progress(0.5, { phase: 'half' });
   run.milestone('planned', { turns });
   const ok = await run.wait<{ approved: boolean }>('approve');

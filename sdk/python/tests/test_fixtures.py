@@ -56,18 +56,24 @@ def play(test, run, child):
                 test.assertEqual(got, c["returns"])
                 test.assertEqual(bool(ran), c["runs"], "whether the step's function ran")
             elif verb == "wait":
-                test.assertEqual(run.wait(args["signal"]), c["returns"])
+                test.assertEqual(run.wait(args["signal"], ask=args.get("ask")), c["returns"])
             elif verb == "call":
                 if "raises" in c:
                     with test.assertRaises(jetrun.CallError) as cm:
-                        run.call(args["name"], args.get("input"))
+                        run.call(args["name"], args.get("input"), ask=args.get("ask"))
                     test.assertEqual(cm.exception.message, c["raises"])
                 else:
-                    test.assertEqual(run.call(args["name"], args.get("input")), c["returns"])
+                    test.assertEqual(run.call(args["name"], args.get("input"), ask=args.get("ask")), c["returns"])
+            elif verb == "reserve":
+                got = run.reserve(args.get("inputTokens", 0), args.get("outputTokens", 0), args.get("costMicros", 0),
+                                  limit=args.get("limit"))
+                answer = {"ok": got.ok, "reason": got.reason, "error": got.error}
+                test.assertEqual({k: v for k, v in answer.items() if v != ""}, c["returns"])
+                test.assertEqual(bool(got), c["returns"]["ok"])
             elif verb == "result":
                 run.result(args.get("summary", ""), args.get("output"))
             elif verb == "fail":
-                run.fail(args["error"], retryable=args.get("retryable", False))
+                run.fail(args["error"], retryable=args.get("retryable", False), retry_after_ms=args.get("retryAfterMs"))
             else:
                 test.fail("unknown verb %r" % verb)
 
@@ -86,7 +92,7 @@ def written(out):
 class FixtureTest(unittest.TestCase):
     def test_every_fixture_attempt(self):
         fixtures = load_fixtures()
-        self.assertGreaterEqual(len(fixtures), 5, "fixtures in %s" % FIXTURES)
+        self.assertGreaterEqual(len(fixtures), 8, "fixtures in %s" % FIXTURES)
         for name, fx in fixtures.items():
             for attempt in fx["attempts"]:
                 with self.subTest(fixture=name, attempt=attempt["request"]["attempt"]):
@@ -97,6 +103,20 @@ class FixtureTest(unittest.TestCase):
                     jetrun.serve(lambda run: play(self, run, attempt["child"]), stdin=stdin, stdout=out)
                     self.assertEqual(written(out), [l for l in lines if "in" not in l])
                     self.assertEqual(stdin.readline(), "", "every stdin line read")
+
+    def test_the_fixtures_cover_every_verb_and_line(self):
+        verbs, keys = set(), set()
+        for fx in load_fixtures().values():
+            for attempt in fx["attempts"]:
+                for c in attempt["child"]:
+                    verbs.add(c["verb"])
+                    for l in c["lines"]:
+                        keys.update(l.get("out", {}))
+        self.assertEqual(sorted(verbs), ["call", "chunk", "fail", "milestone", "print", "progress", "reserve",
+                                         "result", "step", "usage", "wait"])
+        # every line of docs/protocol.md's table, and the keys beside them
+        self.assertEqual(sorted(keys), ["ask", "call", "chunk", "error", "milestone", "progress", "reserve",
+                                        "result", "retryAfterMs", "retryable", "step", "usage", "wait"])
 
     def test_the_request(self):
         fx = load_fixtures()["steps"]

@@ -14,14 +14,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetrun/jetrun/internal/app/agents"
 	"github.com/jetrun/jetrun/internal/app/agents/eventline"
 	"github.com/jetrun/jetrun/internal/app/agents/execagent"
+	"github.com/jetrun/jetrun/internal/engine"
+	"github.com/jetrun/jetrun/internal/engine/asks"
 	"github.com/jetrun/jetrun/internal/engine/model"
 	"github.com/jetrun/jetrun/internal/engine/runstore"
 	"github.com/jetrun/jetrun/internal/testkit/jetruntest"
 	"github.com/jetrun/jetrun/internal/testkit/natstest"
 	"github.com/jetrun/jetrun/pkg/events"
+	"github.com/jetrun/jetrun/pkg/jetrun"
 	"github.com/jetrun/jetrun/pkg/parent"
+	"github.com/jetrun/jetrun/pkg/worker"
 )
 
 // fixtureDir holds the shared protocol fixtures (docs/protocol.md,
@@ -233,22 +238,45 @@ func TestFixturesAgainstTheWorker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, store, evs := setup(t, map[string]execagent.Config{
+	ns := natstest.RunServer(t)
+	nc, js := natstest.Connect(t, ns)
+	rt := jetruntest.OpenRuntime(t, nc, jetrun.Config{})
+	w, err := agents.StartPool(context.Background(), rt, worker.Config{}, nil, agents.Configured{Exec: map[string]execagent.Config{
 		"fixture": {Path: self, Args: []string{"fixture-child", dir}},
-	})
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Stop() })
+	client, err := parent.New(rt, parent.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := player{client: client, store: engine.From(rt).Store(), asks: engine.From(rt).Asks()}
 	for name, f := range fixtures {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			row := playFixture(t, client, store, f)
-			checkOutcome(t, f, row, evs(row.ID))
+			row := p.play(t, f)
+			checkOutcome(t, f, row, jetruntest.ReadEvents(t, js, row.ID))
 		})
 	}
 }
 
-// playFixture dispatches the fixture's run and answers its waits and calls
-// with the fixture's stdin lines, in order, as the run asks for them.
-func playFixture(t *testing.T, client *parent.Client, store *runstore.Store, f *fixture) *model.Row {
+// player plays fixtures against a worker pool serving the fixture agent
+// type.
+type player struct {
+	client *parent.Client
+	store  *runstore.Store
+	asks   *asks.Store
+}
+
+// play dispatches the fixture's run and answers its waits and calls with
+// the fixture's stdin lines, in order, as the run asks for them. A wait or
+// call whose line carries an ask is answered only once the worker stored
+// that ask, with the line's kind, title and choices.
+func (p player) play(t *testing.T, f *fixture) *model.Row {
 	t.Helper()
+	client, store := p.client, p.store
 	var req eventline.Request
 	if err := json.Unmarshal(f.Attempts[0].Request, &req); err != nil {
 		t.Fatal(err)
@@ -259,7 +287,11 @@ func playFixture(t *testing.T, client *parent.Client, store *runstore.Store, f *
 	}
 	var calls int64
 	for i := range f.Attempts {
+		var asked *events.Ask // the ask of the last out line, if it had one
 		for _, l := range f.lines(i) {
+			if l.Out != nil {
+				asked = lineAsk(t, l.Out)
+			}
 			if l.In == nil {
 				continue
 			}
@@ -287,6 +319,15 @@ func playFixture(t *testing.T, client *parent.Client, store *runstore.Store, f *
 					t.Fatalf("run %s ended %s (%s) before waiting for %s", req.RunID, row.Status, row.Error, in.Signal.Name)
 				}
 			}
+			if asked != nil {
+				id := asks.CallID(req.RunID, calls)
+				if in.Signal != nil {
+					id = asks.SignalID(req.RunID, in.Signal.Name, 0)
+				}
+				jetruntest.WaitAsk(t, p.asks, id, 30*time.Second, func(a *events.Ask) bool {
+					return a.Kind == asked.Kind && a.Title == asked.Title && slices.Equal(a.Choices, asked.Choices)
+				})
+			}
 			switch {
 			case in.Signal != nil:
 				if _, err := client.Signal(ctx, req.RunID, in.Signal.Name, in.Signal.Payload); err != nil {
@@ -300,6 +341,25 @@ func playFixture(t *testing.T, client *parent.Client, store *runstore.Store, f *
 		}
 	}
 	return jetruntest.WaitRow(t, store, req.RunID, 30*time.Second, jetruntest.Final)
+}
+
+// lineAsk returns the ask an out line carries, beside a wait or inside a
+// call, or nil.
+func lineAsk(t *testing.T, out json.RawMessage) *events.Ask {
+	t.Helper()
+	var l struct {
+		Ask  *events.Ask `json:"ask"`
+		Call *struct {
+			Ask *events.Ask `json:"ask"`
+		} `json:"call"`
+	}
+	if err := json.Unmarshal(out, &l); err != nil {
+		t.Fatal(err)
+	}
+	if l.Call != nil {
+		return l.Call.Ask
+	}
+	return l.Ask
 }
 
 func checkOutcome(t *testing.T, f *fixture, row *model.Row, evs []jetruntest.Event) {
