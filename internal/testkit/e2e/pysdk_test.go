@@ -56,8 +56,9 @@ func TestPythonSDKUnitTests(t *testing.T) {
 
 // The Python caller (jetrun.Client) against a real parent-worker's HTTP
 // API: dispatch (twice, one run), stream with a resume by Last-Event-ID,
-// await, run, signal, cancel, a failure, an unknown run. What Python saw is
-// what jetrun stored.
+// await, run, signal, cancel, a failure, an unknown run; the Python child's
+// step, usage, chunk, progress, calls, milestone, and its retryable and
+// plain failures. What Python saw is what jetrun stored.
 func TestPythonCaller(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -90,7 +91,7 @@ func TestPythonCaller(t *testing.T) {
 		}
 		said[l["what"].(string)] = l
 	}
-	for _, w := range []string{"dispatched", "streamed", "awaited", "ran", "signalled", "cancelled", "failed", "called", "missing"} {
+	for _, w := range []string{"dispatched", "streamed", "awaited", "ran", "signalled", "cancelled", "failed", "called", "refused", "missing"} {
 		if said[w] == nil {
 			t.Fatalf("live_caller.py did not say %q:\n%s", w, caller.stdout)
 		}
@@ -172,6 +173,24 @@ func TestPythonCaller(t *testing.T) {
 	}
 	if got := milestoneNames(evs); !slices.Equal(got, []string{"answered"}) {
 		t.Errorf("milestones %v", got)
+	}
+	if got := chunkText(evs); !slices.Equal(got, []string{"planned\n", "planned\n"}) {
+		t.Errorf("chunks %q; want run.chunk's, once per attempt", got)
+	}
+	var progress []string
+	for _, ev := range evs {
+		if p := ev.Progress; p != nil {
+			progress = append(progress, fmt.Sprintf("%g %s", p.Fraction, p.Phase))
+		}
+	}
+	if len(progress) == 0 || progress[len(progress)-1] != "0.5 asking" {
+		t.Errorf("progress %q; want run.progress's last", progress)
+	}
+	// run.fail(..., retryable=False): the run ends error after one attempt.
+	row = jetruntest.WaitRow(t, e.store, "py-c-refuse", 10*time.Second, jetruntest.Final)
+	if r := said["refused"]; r["raised"] != true || r["status"] != "error" || r["error"] != "no question given" ||
+		r["attempt"] != float64(1) || row.Attempt != 1 || row.Error != "no question given" {
+		t.Errorf("refused %v; row %s attempt %d %q", r, row.Status, row.Attempt, row.Error)
 	}
 	if m := said["missing"]; m["status"] != float64(404) {
 		t.Errorf("missing %v", m)

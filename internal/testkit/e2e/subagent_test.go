@@ -79,8 +79,8 @@ func TestSubAgentSessionSurvivesAKilledWorker(t *testing.T) {
 }
 
 // Sub-agents from a Python child (sdk/python's run_sub_agent) under a real
-// parent-worker: a delegate with an overridden name and a session (the
-// memo agent: its second call sees the first as history), a mistake
+// parent-worker: a delegate with an overridden name and description and a
+// session (the memo agent: its second call sees the first as history), a mistake
 // answered as text, a dynamic agent run as a child of the generic type
 // that cannot create another, a spec tool outside the pool, and variables:
 // the caller's go down in each child's input, the one the dynamic agent
@@ -117,6 +117,7 @@ func TestPythonSubAgents(t *testing.T) {
 	}
 	var out struct {
 		Tools         []string
+		Descriptions  map[string]string
 		Answers       []string
 		Variables     map[string]string
 		VariableSteps []string
@@ -130,6 +131,9 @@ func TestPythonSubAgents(t *testing.T) {
 	}
 	if !slices.Equal(out.Tools, []string{"ask_memo(objective)", "create_and_run_agent(spec,objective)"}) {
 		t.Errorf("tools %v", out.Tools)
+	}
+	if d := out.Descriptions["ask_memo"]; d != "Remembers what it was told." {
+		t.Errorf("ask_memo's description %q: want the overriding one", d)
 	}
 	want := []string{
 		`{"session": "py-notes", "heard": [], "attempt": 1}`,

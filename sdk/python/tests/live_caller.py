@@ -90,6 +90,15 @@ def main():
     say("called", id=done["id"], status=done["status"], summary=done["summary"], output=done["output"],
         attempt=done["attempt"], calls=[[x["seq"], x["state"], x["input"]] for x in c.calls("py-c-calls")])
 
+    # a Python child's failure that is not retryable (run.fail): one attempt.
+    c.dispatch("py-child", {"refuse": True}, run_id="py-c-refuse")
+    try:
+        c.await_run("py-c-refuse")
+        say("refused", id="py-c-refuse", raised=False)
+    except jetrun.RunFailed as e:
+        say("refused", id="py-c-refuse", raised=True, status=e.status, error=e.run.get("error"),
+            attempt=e.run.get("attempt"), retryable=e.retryable)
+
     # the API's errors.
     try:
         c.get("py-c-nonesuch")

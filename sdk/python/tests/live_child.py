@@ -2,17 +2,22 @@
 """An exec child on the library for the live tests (TestPythonCaller):
 a step with its usage, a chunk, progress, a retryable failure on the first
 attempt with "flaky", then two calls to its caller (one answered, one
-failed) and a milestone. With "approval" it only waits for the signal
+failed) and a milestone. With "refuse" it fails, not retryable. With "approval" it only waits for the signal
 "approve" (an ask, TestPythonCallerAnswersAnAsk) and returns its payload.
 
     JETRUN_EXEC_AGENTS="py-child=python3 sdk/python/tests/live_child.py" (PYTHONPATH=sdk/python)
 """
 
+from typing import Optional
+
 import jetrun
 
 
-def handle(run: jetrun.Run) -> jetrun.Result:
+def handle(run: jetrun.Run) -> Optional[jetrun.Result]:
     inp = run.input
+    if inp.get("refuse"):
+        run.fail("no question given", retryable=False)
+        return None
     if inp.get("approval"):
         decision = run.wait("approve")
         return jetrun.Result("approved" if decision.get("approved") else "rejected", decision)

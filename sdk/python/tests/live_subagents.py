@@ -11,14 +11,15 @@ import sys
 
 import jetrun
 
-SUBS = jetrun.SubAgents([jetrun.Delegate("memo", name="ask_memo", session="py-notes")],
+SUBS = jetrun.SubAgents([jetrun.Delegate("memo", name="ask_memo", description="Remembers what it was told.",
+                                         session="py-notes")],
                         dynamic_type="py-orchestrator", pool=["search", "fetch"])
 
 
 def handle(run):
     client = jetrun.Client(sys.argv[1])
-    tools = ["%s(%s)" % (t["function"]["name"], ",".join(t["function"]["parameters"]["required"]))
-             for t in jetrun.sub_agent_tools(run, SUBS)]
+    defs = jetrun.sub_agent_tools(run, SUBS)
+    tools = ["%s(%s)" % (t["function"]["name"], ",".join(t["function"]["parameters"]["required"])) for t in defs]
     if run.input.get("spec"):
         nested = jetrun.run_sub_agent(run, SUBS, client, "nested", jetrun.DYNAMIC_TOOL,
                                       {"spec": {"name": "g", "prompt": "p"}, "objective": "o"})
@@ -28,7 +29,8 @@ def handle(run):
                 "seen": seen}
     run.set_variable("topic", "tides")
     answers = [jetrun.run_sub_agent(run, SUBS, client, c["id"], c["tool"], c["args"]) for c in run.input["calls"]]
-    return {"tools": tools, "answers": answers, "variables": run.variables(),
+    return {"tools": tools, "descriptions": {t["function"]["name"]: t["function"]["description"] for t in defs},
+            "answers": answers, "variables": run.variables(),
             "variableSteps": sorted(n for n in run.steps if n.startswith("variables."))}
 
 
