@@ -98,10 +98,11 @@ define apt_install
 endef
 
 .PHONY: deps
-deps: ## install what the cross-language tests need: python3 (with venv, setuptools and Debian's wheel file, to pip install sdk/python), node, npm, and the packages of sdk/js and examples/js (npm ci)
+deps: ## install what the cross-language tests need: python3 (with venv, setuptools and Debian's wheel file, to pip install sdk/python; mypy), node, npm, and the packages of sdk/js and examples/js (npm ci)
 	@command -v python3 >/dev/null 2>&1 || { $(call apt_install,python3); }
 	@python3 -c 'import ensurepip, venv, setuptools' >/dev/null 2>&1 || { $(call apt_install,python3-venv python3-setuptools); }
 	@ls /usr/share/python-wheels/wheel-*.whl >/dev/null 2>&1 || { $(call apt_install,python3-wheel-whl); }
+	@command -v mypy >/dev/null 2>&1 || { $(call apt_install,mypy); }
 	@command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { $(call apt_install,nodejs npm); }
 	@for d in sdk/js examples/js; do \
 		if [ ! -f $$d/node_modules/.package-lock.json ] || [ $$d/package-lock.json -nt $$d/node_modules/.package-lock.json ]; then \

@@ -19,7 +19,7 @@ import re
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import IO, Any, Callable, Dict, Iterable, List, Mapping, NoReturn, Optional, Tuple, TypeVar, Union
+from typing import IO, Any, Callable, Dict, Iterable, List, Mapping, NoReturn, Optional, Tuple, TypeVar, cast
 
 MARKER = "@jetrun "
 """Starts a stdout line that carries an event (exec); other lines are chunks."""
@@ -203,15 +203,17 @@ class Run:
             return
         self._event({"usage": u})
 
-    def step(self, name: str, fn: Callable[[], T]) -> Union[T, JSON]:
+    def step(self, name: str, fn: Callable[[], T]) -> T:
         """Returns the stored output of step name, or calls fn, stores what
         it returns (any JSON value) with what it spent (usage reported while
         it ran) and returns it. A stored step never runs again, whatever
-        dies when; one interrupted by a crash runs again (at most twice)."""
+        dies when; one interrupted by a crash runs again (at most twice).
+        Typed as fn's result: a stored output is that value after a JSON
+        round trip (a tuple comes back a list, a dict's keys strings)."""
         if not _STEP_NAME.match(name):
             raise ValueError("a step name is 1 to 128 of A-Z a-z 0-9 - _ . :, got %r" % (name,))
         if name in self._steps:
-            return self._steps[name]
+            return cast(T, self._steps[name])
         running = self._running_steps()
         running.append([])
         try:
@@ -534,7 +536,7 @@ def http_server(handler: Handler, host: str = "127.0.0.1", port: int = 0, path: 
             self.send_header("Content-Type", "application/x-ndjson")
             self.end_headers()
             try:
-                finish(Run(request, _ResponseLines(self.wfile)), handler)
+                finish(Run(request, cast(IO[str], _ResponseLines(self.wfile))), handler)
             except (_Parked, Stopped):
                 pass  # parked: the worker asks again; stopped: it hung up
 
