@@ -10,7 +10,8 @@ import (
 )
 
 // The Python library's type hints hold (as tsc checks the TypeScript
-// library's): mypy --strict accepts the package, and the README's
+// library's): mypy --strict accepts the package, for the running Python
+// and for 3.8, the oldest pyproject.toml allows, and the README's
 // ten-line child type-checks against it (--no-warn-return-any: a run's
 // input is JSON, typed Any). make deps installs Debian's mypy.
 func TestPythonSDKTypeChecks(t *testing.T) {
@@ -22,6 +23,7 @@ func TestPythonSDKTypeChecks(t *testing.T) {
 	}
 	for _, args := range [][]string{
 		{"--strict", filepath.Join(sdkPython(t), "jetrun")},
+		{"--strict", "--python-version", "3.8", filepath.Join(sdkPython(t), "jetrun")}, // pyproject's requires-python
 		{"--strict", "--no-warn-return-any", child},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
