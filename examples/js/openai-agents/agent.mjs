@@ -8,8 +8,8 @@
 //   jetrun signal <run id> approve-<call id> '{"approved":true}'
 //
 // The run's agent type picks the agent. --api is the HTTP API that nested
-// runs are dispatched through. With --mock every model is a fake Model
-// playing a script (mock.mjs, no network); without it, OpenAI's
+// runs are dispatched through. With --mock every model is the SDK's own
+// ScriptedModel playing a script (mock.mjs, no network); without it, OpenAI's
 // (OPENAI_API_KEY; OPENAI_MODEL, default gpt-5-mini).
 
 import { parseArgs } from 'node:util';

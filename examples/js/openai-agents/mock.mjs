@@ -1,11 +1,12 @@
-// The test double of agent.mjs: a fake Model (the Agents SDK's Model
-// interface, as its own tests fake it) playing a script per agent, and fake
-// tools. Each writes a line per call to the file $AGENT_LEDGER (every run
-// of the worker, nested ones included), so a test counts the calls.
+// The test double of agent.mjs: the Agents SDK's own ScriptedModel playing
+// a script per agent, and fake tools. Each writes a line per call to the
+// file $AGENT_LEDGER (every run of the worker, nested ones included), so a
+// test counts the calls.
 
 import { appendFileSync, existsSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Usage } from '@openai/agents';
+import { ScriptedModel, modelResponder } from '@openai/agents/testing';
 
 function note(run, line) {
   if (process.env.AGENT_LEDGER) appendFileSync(process.env.AGENT_LEDGER, `${line} ${run.agentType} attempt-${run.attempt}\n`);
@@ -33,23 +34,25 @@ function textOf(output) {
   return output?.text ?? JSON.stringify(output);
 }
 
-/** A fake Model of agent name. @param {import('jetrun').Run} run @param {string} name */
+/**
+ * The model of agent name: the Agents SDK's own test double, ScriptedModel
+ * (@openai/agents/testing), each call answered by the agent's script from
+ * the tool results in the call's request (so a takeover, whose stored calls
+ * are not made, goes on where the script is).
+ * @param {import('jetrun').Run} run @param {string} name
+ */
 export function fakeModel(run, name) {
-  return {
-    name: 'fake',
-    async getResponse(request) {
-      const items = Array.isArray(request.input) ? request.input : [];
-      const results = items.filter((i) => i.type === 'function_call_result').map((i) => textOf(i.output));
-      note(run, `model turn-${results.length + 1}`);
-      return {
-        output: [scripts[name](results)],
-        usage: new Usage({ requests: 1, inputTokens: 50 + 10 * results.length, outputTokens: 7, totalTokens: 57 + 10 * results.length }),
-        responseId: `resp-${name}-${results.length + 1}`,
-      };
-    },
-    // eslint-disable-next-line require-yield
-    async *getStreamedResponse() { throw new Error('the fake model does not stream'); },
+  const respond = (call) => {
+    const items = Array.isArray(call.request.input) ? call.request.input : [];
+    const results = items.filter((i) => i.type === 'function_call_result').map((i) => textOf(i.output));
+    note(run, `model turn-${results.length + 1}`);
+    return {
+      output: [scripts[name](results)],
+      usage: new Usage({ requests: 1, inputTokens: 50 + 10 * results.length, outputTokens: 7, totalTokens: 57 + 10 * results.length }),
+      responseId: `resp-${name}-${results.length + 1}`,
+    };
   };
+  return new ScriptedModel(Array.from({ length: 8 }, () => modelResponder(respond)));
 }
 
 /** Looks a topic up; waits while the file $AGENT_HOLD exists. */

@@ -1,8 +1,9 @@
-// The OpenAI Agents SDK agent (openai-agents/agent.mjs) with a fake Model,
-// run by a real worker: model and tool calls are steps, task_researcher is
-// a nested jetrun run, the send_email approval is asked through jetrun, and
-// a worker killed with -9 while the run waits for it makes no stored model
-// call, tool call or nested run again.
+// The OpenAI Agents SDK agent (openai-agents/agent.mjs) with the SDK's own
+// ScriptedModel (@openai/agents/testing), run by a real worker: model and
+// tool calls are steps, task_researcher is a nested jetrun run, the
+// send_email approval is asked through jetrun, and a worker killed with -9
+// while the run waits for it makes no stored model call, tool call or
+// nested run again.
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
