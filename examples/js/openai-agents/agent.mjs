@@ -62,6 +62,6 @@ await child(async (run) => {
   const input = run.input.objective
     ? `${run.input.objective}${run.input.context ? `\n\nContext: ${run.input.context}` : ''}`
     : run.input.prompt;
-  const result = await runApproved(run, make(run, client), input);
+  const result = await runApproved(run, make(run, client), input, { stream: Boolean(run.input.stream) });
   return { summary: String(result.finalOutput ?? ''), output: { text: result.finalOutput ?? null } };
 });

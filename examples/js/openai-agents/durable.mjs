@@ -36,17 +36,55 @@ export class DurableModel {
   async getResponse(request) {
     const stored = await this.run.step(`${this.prefix}-${++this.n}`, async () => {
       const res = await this.inner.getResponse(request);
-      const u = res.usage ?? new Usage();
-      this.run.usage({ inputTokens: u.inputTokens, outputTokens: u.outputTokens, model: this.name });
-      return { output: res.output, responseId: res.responseId,
-        usage: { requests: u.requests, inputTokens: u.inputTokens, outputTokens: u.outputTokens, totalTokens: u.totalTokens } };
+      return this.#store(res.output, res.responseId, res.usage);
     });
     return { output: stored.output, responseId: stored.responseId, usage: new Usage(stored.usage) };
   }
 
-  // eslint-disable-next-line require-yield
-  async *getStreamedResponse() {
-    throw new Error('DurableModel: streamed runs are not supported here; run the agent without stream');
+  /**
+   * A streamed call (run(agent, input, {stream: true})), the same step: the
+   * model's text deltas go to the SDK as they come and to the run as
+   * chunks, and its response_done is stored. A call stored already is
+   * played back from the step: its text as one delta, then response_done.
+   */
+  async *getStreamedResponse(request) {
+    const live = []; // the inner model's events, while the step runs it
+    let wake = () => {};
+    let done = false;
+    let failed;
+    let stored;
+    this.run.step(`${this.prefix}-${++this.n}`, async () => {
+      let response;
+      for await (const ev of this.inner.getStreamedResponse(request)) {
+        if (ev.type === 'output_text_delta' && ev.delta) this.run.chunk(ev.delta);
+        if (ev.type === 'response_done') response = ev.response;
+        live.push(ev);
+        wake();
+      }
+      if (!response) throw new Error('DurableModel: the model\'s stream ended without response_done');
+      return this.#store(response.output, response.id, new Usage(response.usage));
+    }).then((v) => { stored = v; }, (err) => { failed = err; }).finally(() => { done = true; wake(); });
+    let played = false;
+    for (;;) {
+      while (live.length) { played = true; yield live.shift(); }
+      if (done) break;
+      await new Promise((r) => { wake = r; });
+    }
+    if (failed) throw failed;
+    if (played) return;
+    yield { type: 'response_started' };
+    const text = stored.output.filter((i) => i.type === 'message').flatMap((i) => i.content ?? [])
+      .filter((c) => c.type === 'output_text').map((c) => c.text).join('');
+    if (text) yield { type: 'output_text_delta', delta: text };
+    yield { type: 'response_done', response: { id: stored.responseId, usage: stored.usage, output: stored.output } };
+  }
+
+  /** What a step stores of a model call; reports its usage. */
+  #store(output, responseId, usage) {
+    const u = usage ?? new Usage();
+    this.run.usage({ inputTokens: u.inputTokens, outputTokens: u.outputTokens, model: this.name });
+    return { output, responseId,
+      usage: { requests: u.requests, inputTokens: u.inputTokens, outputTokens: u.outputTokens, totalTokens: u.totalTokens } };
   }
 }
 
@@ -106,11 +144,21 @@ export function taskTool(run, agentType, opts = {}) {
  * the answer. The answer is stored as the
  * step approval-<callId>, so a takeover does not ask again.
  * @param {import('jetrun').Run} run
+ * With opts.stream the agent runs streamed (each model call streamed, see
+ * DurableModel.getStreamedResponse), opts.onEvent seeing its events.
  * @param {import('@openai/agents').Agent} agent
  * @param {string} input
+ * @param {{stream?: boolean, onEvent?: (ev: any) => void}} [opts]
  */
-export async function runApproved(run, agent, input) {
-  let result = await runAgent(agent, input);
+export async function runApproved(run, agent, input, opts = {}) {
+  const go = async (what) => {
+    if (!opts.stream) return runAgent(agent, what);
+    const streamed = await runAgent(agent, what, { stream: true });
+    for await (const ev of streamed) opts.onEvent?.(ev);
+    await streamed.completed;
+    return streamed;
+  };
+  let result = await go(input);
   while (result.interruptions?.length) {
     for (const item of result.interruptions) {
       const callId = item.rawItem.callId ?? item.rawItem.id;
@@ -122,7 +170,7 @@ export async function runApproved(run, agent, input) {
       if (answer?.approved) result.state.approve(item);
       else result.state.reject(item);
     }
-    result = await runAgent(agent, result.state);
+    result = await go(result.state);
   }
   return result;
 }

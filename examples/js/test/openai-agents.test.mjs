@@ -102,6 +102,26 @@ test('kill -9 while the run waits for an approval: no stored model call, tool ca
   assert.equal((await client.get('oa-kill')).attempt, 2);
 });
 
+test('a streamed run (stream: true), kill -9 at the approval: stored calls played back, not made again; text as chunks', async (t) => {
+  const ledger = join(j.scratch(), 'ledger');
+  const w = await serve(t, ledger);
+  await client.dispatch('triage', { prompt: 'Tell the team what drives the tides', stream: true }, { runId: 'oa-stream' });
+  await eventually(async () => (await client.get('oa-stream')).waitingFor === 'approve-call-email', 'the approval wait');
+  assert.deepEqual(await stepNames('oa-stream'), ['model-1@1', 'tool-call-research@1', 'model-2@1']);
+  await w.kill();
+  await serve(t, ledger);
+  await client.signal('oa-stream', 'approve-call-email', { approved: true });
+  const outcome = await client.await('oa-stream');
+  const text = 'Emailed the team: The tides: the pull of the moon (sent to team@example.com)';
+  assert.equal(outcome.output.text, text);
+  assert.deepEqual(counter(ledger), [...ALL_ONCE, 'tool send_email(team@example.com) triage attempt-2', 'model turn-3 triage attempt-2']);
+  assert.deepEqual(await stepNames('oa-stream'), ['model-1@1', 'tool-call-research@1', 'model-2@1', 'approval-call-email@2', 'tool-call-email@2', 'model-3@2']);
+  const chunks = (await history('oa-stream')).filter((e) => e.event === 'chunk').map((e) => e.data.data.data);
+  assert.deepEqual(chunks, [text], 'the streamed answer, once');
+  const row = await client.get('oa-stream');
+  assert.deepEqual([row.attempt, row.usage.inputTokens, row.usage.outputTokens], [2, 50 + 60 + 70, 21], 'each model call\'s usage once');
+});
+
 test('kill -9 inside the nested run: the parent re-attaches to it, stored calls are not made again', async (t) => {
   const dir = j.scratch();
   const ledger = join(dir, 'ledger');
