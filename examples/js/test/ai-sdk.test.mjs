@@ -56,6 +56,9 @@ test('kill -9 mid-loop: no model or tool call whose step was stored runs again',
   writeFileSync(`${hold}.Oslo`, '');
   await client.dispatch('weather-k', { prompt: PROMPT, ledger, hold }, { runId: 'ai-kill' });
   await eventually(() => counter(ledger).includes('tool Oslo attempt-1'), 'attempt 1 inside the Oslo tool call');
+  // The child writes a step line and goes on; the worker stores it just
+  // after: kill once the three calls before the Oslo lookup are stored.
+  await eventually(async () => stepNames(await history('ai-kill')).length === 3, 'the three calls before it stored');
   assert.deepEqual(stepNames(await history('ai-kill')), ['model-1@1', 'tool-call-paris@1', 'model-2@1']);
   await w.kill();
   rmSync(`${hold}.Oslo`);

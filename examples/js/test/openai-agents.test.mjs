@@ -130,6 +130,11 @@ test('kill -9 inside the nested run: the parent re-attaches to it, stored calls 
   const w = await serve(t, ledger, hold);
   await client.dispatch('triage', { prompt: 'Tell the team what drives the tides' }, { runId: 'oa-nest' });
   await eventually(() => counter(ledger).includes('tool lookup(tides) researcher attempt-1'), 'the researcher inside lookup');
+  // A child writes a step line and goes on; the worker stores it just
+  // after: kill once both runs' first model calls are stored.
+  const researcher = childRunId('oa-nest', 'call-research');
+  await eventually(async () => (await stepNames('oa-nest')).includes('model-1@1') && (await stepNames(researcher)).includes('model-1@1'),
+    'both first model calls stored');
   await w.kill(); // the triage run and its researcher run were both on it
   rmSync(hold);
   await serve(t, ledger);

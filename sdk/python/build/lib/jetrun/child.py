@@ -19,7 +19,7 @@ import re
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import IO, Any, Callable, Dict, Iterable, List, Mapping, NoReturn, Optional, Tuple, TypeVar, Union
+from typing import IO, Any, Callable, Dict, Iterable, List, Mapping, NoReturn, Optional, Tuple, TypeVar, cast
 
 MARKER = "@jetrun "
 """Starts a stdout line that carries an event (exec); other lines are chunks."""
@@ -203,15 +203,17 @@ class Run:
             return
         self._event({"usage": u})
 
-    def step(self, name: str, fn: Callable[[], T]) -> Union[T, JSON]:
+    def step(self, name: str, fn: Callable[[], T]) -> T:
         """Returns the stored output of step name, or calls fn, stores what
         it returns (any JSON value) with what it spent (usage reported while
         it ran) and returns it. A stored step never runs again, whatever
-        dies when; one interrupted by a crash runs again (at most twice)."""
+        dies when; one interrupted by a crash runs again (at most twice).
+        Typed as fn's result: a stored output is that value after a JSON
+        round trip (a tuple comes back a list, a dict's keys strings)."""
         if not _STEP_NAME.match(name):
             raise ValueError("a step name is 1 to 128 of A-Z a-z 0-9 - _ . :, got %r" % (name,))
         if name in self._steps:
-            return self._steps[name]
+            return cast(T, self._steps[name])
         running = self._running_steps()
         running.append([])
         try:
@@ -262,26 +264,41 @@ class Run:
             running = self._local.running = []
         return running
 
-    def wait(self, signal: str) -> JSON:
-        """Parks the run until the signal arrives and returns its payload."""
+    def wait(self, signal: str, ask: Optional[Mapping[str, Any]] = None) -> JSON:
+        """Parks the run until the signal arrives and returns its payload.
+        With ask ({"kind", "title", "payload", "choices", "schema",
+        "deadlineMs", "default"}: docs/protocol.md, "People in the loop")
+        the wait says what a person is asked."""
         _check_token("signal name", signal)
-        return self._exchange({"wait": signal}, "signal", signal).get("payload")
+        line: Dict[str, Any] = {"wait": signal}
+        if ask is not None:
+            line["ask"] = dict(ask)
+        return self._exchange(line, "signal", signal).get("payload")
 
-    def call(self, name: str, input: JSON = None) -> JSON:
+    def call(self, name: str, input: JSON = None, ask: Optional[Mapping[str, Any]] = None) -> JSON:
         """Asks the run's caller (docs/protocol.md, "Calls") and returns its
         output; raises CallError when the answer is an error. Durable: a run
-        taken over gets the stored reply, the caller is asked once."""
+        taken over gets the stored reply, the caller is asked once. With
+        ask (as wait's) the call is meant for a person."""
         _check_token("call name", name)
-        return _reply(name, self._exchange({"call": _without_none({"name": name, "input": input})}, "reply", name))
+        c = _without_none({"name": name, "input": input, "ask": None if ask is None else dict(ask)})
+        return _reply(name, self._exchange({"call": c}, "reply", name))
 
-    def reserve(self, input_tokens: int = 0, output_tokens: int = 0, cost_micros: int = 0) -> Reserved:
+    def reserve(self, input_tokens: int = 0, output_tokens: int = 0, cost_micros: int = 0,
+                limit: Optional[str] = None) -> Reserved:
         """Holds spend against the run tree's budget before it is paid (a
         model call's worst case): the next usage report settles it, the end
         of the attempt releases what none settled. A refusal is an answer
-        (falsy, reason "budget-exceeded"), not the end of the run."""
-        u = _usage(input_tokens, output_tokens, cost_micros, None)
-        if not u:
-            raise ValueError("a reservation must hold some tokens or cost")
+        (falsy, reason "budget-exceeded"), not the end of the run. With
+        limit it also waits for room on that provider limit, shared by the
+        fleet (an empty amount then holds one request and one call slot); a
+        limit no one configured is refused with reason "unknown-limit"."""
+        u: Dict[str, Any] = _usage(input_tokens, output_tokens, cost_micros, None)
+        if limit is not None:
+            _check_token("limit name", limit)
+            u["limit"] = limit
+        elif not u:
+            raise ValueError("a reservation must hold some tokens or cost, or name a limit")
         got = self._exchange({"reserve": u}, "reserved", None)
         return Reserved(bool(got.get("ok")), str(got.get("reason") or ""), str(got.get("error") or ""))
 
@@ -519,7 +536,7 @@ def http_server(handler: Handler, host: str = "127.0.0.1", port: int = 0, path: 
             self.send_header("Content-Type", "application/x-ndjson")
             self.end_headers()
             try:
-                finish(Run(request, _ResponseLines(self.wfile)), handler)
+                finish(Run(request, cast(IO[str], _ResponseLines(self.wfile))), handler)
             except (_Parked, Stopped):
                 pass  # parked: the worker asks again; stopped: it hung up
 

@@ -17,7 +17,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from http.client import HTTPException, HTTPResponse
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, cast
 
 JSON = Any
 
@@ -82,7 +82,7 @@ class Client:
         body = dict(fields, agentType=agent_type, input=input)
         if run_id is not None:
             body["runId"] = run_id
-        return self._json("POST", "/v1/runs", body)
+        return self._obj("POST", "/v1/runs", body)
 
     def run(self, agent_type: str, input: JSON, run_id: Optional[str] = None, **fields: Any) -> Dict[str, Any]:
         """Dispatches a run and waits for it (POST /v1/runs?wait=true):
@@ -91,7 +91,7 @@ class Client:
         body = dict(fields, agentType=agent_type, input=input)
         if run_id is not None:
             body["runId"] = run_id
-        out = self._json("POST", "/v1/runs?wait=true", body, timeout=None)
+        out: Dict[str, Any] = self._json("POST", "/v1/runs?wait=true", body, timeout=None)
         if not out.get("ok"):
             raise RunFailed(out)
         return out
@@ -99,7 +99,7 @@ class Client:
     def get(self, run_id: str) -> Dict[str, Any]:
         """The run's row (GET /v1/runs/{id}): status, summary, output,
         error, usage, milestones, ... plus "live" and "final"."""
-        return self._json("GET", "/v1/runs/" + _seg(run_id))
+        return self._obj("GET", "/v1/runs/" + _seg(run_id))
 
     def await_run(self, run_id: str) -> Dict[str, Any]:
         """Waits until the run ended (following its events) and returns its
@@ -162,11 +162,11 @@ class Client:
         """Cancels the run and every run under it (POST /v1/runs/{id}/cancel);
         returns its row."""
         body = {"reason": reason} if reason else {}
-        return self._json("POST", "/v1/runs/%s/cancel" % _seg(run_id), body)
+        return self._obj("POST", "/v1/runs/%s/cancel" % _seg(run_id), body)
 
     def signal(self, run_id: str, name: str, payload: JSON = None) -> Dict[str, Any]:
         """Sends a signal to the run (POST /v1/runs/{id}/signals/{name})."""
-        return self._json("POST", "/v1/runs/%s/signals/%s" % (_seg(run_id), _seg(name)),
+        return self._obj("POST", "/v1/runs/%s/signals/%s" % (_seg(run_id), _seg(name)),
                           {} if payload is None else payload)
 
     def calls(self, run_id: str) -> List[Dict[str, Any]]:
@@ -178,7 +178,7 @@ class Client:
     def reply(self, run_id: str, seq: int, output: JSON = None, error: Optional[str] = None) -> Dict[str, Any]:
         """Answers call seq of the run (POST /v1/runs/{id}/calls/{seq}/reply)."""
         body = {"error": error} if error else {"output": output}
-        return self._json("POST", "/v1/runs/%s/calls/%d/reply" % (_seg(run_id), seq), body)
+        return self._obj("POST", "/v1/runs/%s/calls/%d/reply" % (_seg(run_id), seq), body)
 
     # Asks, re-runs and diffs (issue 37).
 
@@ -195,7 +195,7 @@ class Client:
         body: Dict[str, Any] = {"digest": digest, "value": value}
         if by is not None:
             body["by"] = by
-        return self._json("POST", "/v1/asks/%s:answer" % _seg(ask_id), body)
+        return self._obj("POST", "/v1/asks/%s:answer" % _seg(ask_id), body)
 
     def rerun(self, run_id: str, from_step: str, input: JSON = None, steps: Optional[Dict[str, JSON]] = None,
               new_run_id: Optional[str] = None, budget: Optional[Dict[str, int]] = None) -> Dict[str, Any]:
@@ -211,15 +211,19 @@ class Client:
             body["runId"] = new_run_id
         if budget is not None:
             body["budget"] = budget
-        return self._json("POST", "/v1/runs/%s:rerun" % _seg(run_id), body)
+        return self._obj("POST", "/v1/runs/%s:rerun" % _seg(run_id), body)
 
     def diff(self, a: str, b: str) -> Dict[str, Any]:
         """Compares two runs step by step (GET /v1/runs/{a}/diff/{b}): each
         step's verdict (equal, changed, ...) with both sides' output and
         usage, and the totals."""
-        return self._json("GET", "/v1/runs/%s/diff/%s" % (_seg(a), _seg(b)))
+        return self._obj("GET", "/v1/runs/%s/diff/%s" % (_seg(a), _seg(b)))
 
     # Plumbing.
+
+    def _obj(self, method: str, path: str, body: JSON = None) -> Dict[str, Any]:
+        """_json for the answers that are objects."""
+        return cast(Dict[str, Any], self._json(method, path, body))
 
     def _json(self, method: str, path: str, body: JSON = None, timeout: Optional[float] = -1.0) -> Any:
         headers = {"Accept": "application/json"}
@@ -240,7 +244,7 @@ class Client:
             headers["Authorization"] = "Bearer " + self.token
         req = urllib.request.Request(self.url + path, data=data, headers=headers, method=method)
         try:
-            return urllib.request.urlopen(req, timeout=timeout)  # type: ignore[no-any-return]
+            return cast(HTTPResponse, urllib.request.urlopen(req, timeout=timeout))
         except urllib.error.HTTPError as e:
             raw = e.read()
             try:

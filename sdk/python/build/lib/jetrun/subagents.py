@@ -55,7 +55,12 @@ def child_run_id(parent: str, call_id: str) -> str:
     parent.RunID): "tc-" and the lowercase base32hex of the first 20 bytes
     of SHA-256(parent NUL call_id)."""
     digest = hashlib.sha256((parent + "\x00" + call_id).encode()).digest()[:20]
-    return "tc-" + base64.b32hexencode(digest).decode().lower()
+    return "tc-" + base64.b32encode(digest).decode().translate(_TO_BASE32HEX).lower()
+
+
+# base64.b32hexencode is Python 3.10's; base32hex is base32 with another
+# alphabet (RFC 4648), and 20 bytes need no padding.
+_TO_BASE32HEX = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", "0123456789ABCDEFGHIJKLMNOPQRSTUV")
 
 
 def _is_dynamic(input: Any) -> bool:
