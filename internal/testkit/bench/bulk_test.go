@@ -32,10 +32,11 @@ import (
 func BenchmarkWorkloadBulkDispatch(b *testing.B) {
 	b.Run("embedded", func(b *testing.B) {
 		ns, nc, js := embeddedServer(b)
-		bulkDispatch(b, "bulk_dispatch", nc, js, func() *nats.Conn { return inProcess(b, ns) }, nil)
+		bulkDispatch(b, "bulk_dispatch", nc, js, func() *nats.Conn { return inProcess(b, ns) }, serverProc{})
 	})
 	b.Run("server_process", func(b *testing.B) {
-		nc, serverCPU := serverProcess(b)
+		sp := startServerProcess(b)
+		nc := sp.nc
 		js, err := jetstream.New(nc)
 		if err != nil {
 			b.Fatal(err)
@@ -48,14 +49,16 @@ func BenchmarkWorkloadBulkDispatch(b *testing.B) {
 			b.Cleanup(wc.Close)
 			return wc
 		}
-		bulkDispatch(b, "bulk_dispatch_server_process", nc, js, connect, serverCPU)
+		bulkDispatch(b, "bulk_dispatch_server_process", nc, js, connect, sp)
 	})
 }
 
 // bulkDispatch measures one bulk dispatch and its work-down on the server
-// nc and js are connected to; workers connect with connect. serverCPU,
-// when the server is a process of its own, reads its CPU so far.
-func bulkDispatch(b *testing.B, name string, nc *nats.Conn, js jetstream.JetStream, connect func() *nats.Conn, serverCPU func() time.Duration) {
+// nc and js are connected to; workers connect with connect. sp is the
+// server when it is a process of its own (its CPU is then reported apart),
+// else zero. With profileEnv set, the plain-publish work-down is profiled
+// (worker and server: profileBoth).
+func bulkDispatch(b *testing.B, name string, nc *nats.Conn, js jetstream.JetStream, connect func() *nats.Conn, sp serverProc) {
 	ctx := context.Background()
 	raw := rawAsyncPublishRate(b, js)
 	client, err := parent.New(jetruntest.OpenRuntime(b, nc, jetrun.Config{}), parent.Config{AllowUnknownAgentTypes: true})
@@ -66,15 +69,16 @@ func bulkDispatch(b *testing.B, name string, nc *nats.Conn, js jetstream.JetStre
 	lat.follow(b, nc)
 	plainLat.follow(b, nc)
 	server := func() time.Duration {
-		if serverCPU == nil {
+		if sp.cpu == nil {
 			return 0
 		}
-		return serverCPU()
+		return sp.cpu()
 	}
 
 	var dispatch, workDown, plain, plainWorkDown time.Duration
 	var dispatchCPU, workDownCPU time.Duration
-	var dispatchWrites, workDownWrites uint64
+	var workDownWorker, workDownServer, plainWorker, plainServer time.Duration
+	var dispatchWrites, workDownWrites, plainWrites uint64
 	for b.Loop() {
 		reqs := make([]parent.Request, runs)
 		for i := range reqs {
@@ -90,20 +94,26 @@ func bulkDispatch(b *testing.B, name string, nc *nats.Conn, js jetstream.JetStre
 		}
 		dispatch, dispatchCPU = time.Since(begin), cpuTime()+server()-cpu0
 		stored1 := storedTotal(b, js)
-		begin, cpu0 = time.Now(), cpuTime()+server()
+		begin, w0, s0 := time.Now(), cpuTime(), server()
 		startWorker(b, connect(), concurrency, "noop", noop)
 		lat.wait(b, "bulk-dispatched runs completed")
-		workDown, workDownCPU = time.Since(begin), cpuTime()+server()-cpu0
+		workDown, workDownWorker, workDownServer = time.Since(begin), cpuTime()-w0, server()-s0
+		workDownCPU = workDownWorker + workDownServer
 		dispatchWrites, workDownWrites = stored1-stored0, storedTotal(b, js)-stored1
 
 		for i := range runs {
 			plainLat.start(fmt.Sprintf("plain-%d", i))
 		}
 		plain = plainPublishDispatches(b, js, runs)
-		begin = time.Now()
-		startWorker(b, connect(), concurrency, "plain", noop)
+		stored2 := storedTotal(b, js)
+		wc := connect()
+		stopProfile := profileBoth(b, name+"-plain_workdown", sp.profileURL, 1)
+		begin, w0, s0 = time.Now(), cpuTime(), server()
+		startWorker(b, wc, concurrency, "plain", noop)
 		plainLat.wait(b, "plain-published runs completed")
-		plainWorkDown = time.Since(begin)
+		plainWorkDown, plainWorker, plainServer = time.Since(begin), cpuTime()-w0, server()-s0
+		stopProfile()
+		plainWrites = storedTotal(b, js) - stored2
 	}
 	rate := func(d time.Duration) float64 { return runs / d.Seconds() }
 	perRun := func(d time.Duration) float64 { return float64(d.Microseconds()) / runs }
@@ -127,6 +137,13 @@ func bulkDispatch(b *testing.B, name string, nc *nats.Conn, js jetstream.JetStre
 		"plain_workdown_vs_raw_async_pub", rate(plainWorkDown)/raw,
 		"plain_burndown_vs_raw_async_pub", rate(plain+plainWorkDown)/raw,
 		"river_batched_burndown_vs_raw", 0.115)
+	// The work-downs' CPU per run, the worker's process (this one: the
+	// worker, and the subscriber that follows the runs) and the server's
+	// apart, beside the load they were measured in.
+	report(name+"_workdown_cpu", "workdown_worker_us_per_run", perRun(workDownWorker),
+		"workdown_server_us_per_run", perRun(workDownServer),
+		"plain_workdown_worker_us_per_run", perRun(plainWorker), "plain_workdown_server_us_per_run", perRun(plainServer),
+		"plain_workdown_stored_writes_per_run", float64(plainWrites)/runs, "load", loadAverage())
 }
 
 // storedTotal is how many messages every stream of js has stored so far.

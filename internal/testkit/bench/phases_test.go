@@ -2,6 +2,8 @@ package bench_test
 
 import (
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime/metrics"
@@ -117,4 +119,63 @@ func gcCycles() uint64 {
 		return 0
 	}
 	return s[0].Value.Uint64()
+}
+
+// profileBoth starts, when profileEnv names a folder, a CPU profile of
+// this process (the worker's) and, when serverURL is not empty, one of the
+// server process's over the next seconds, and returns what stops the
+// first and waits for the second. Each call writes files of its own,
+// <name>-worker-*.cpu.pprof and <name>-server-*.cpu.pprof, so the
+// iterations of a benchmark can be merged (go tool pprof takes several).
+func profileBoth(b *testing.B, name, serverURL string, seconds int) (stop func()) {
+	b.Helper()
+	dir := os.Getenv(profileEnv)
+	if dir == "" {
+		return func() {}
+	}
+	wf, err := os.CreateTemp(dir, name+"-worker-*.cpu.pprof")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(wf); err != nil {
+		_ = wf.Close()
+		b.Fatal(err)
+	}
+	fetched := make(chan error, 1)
+	if serverURL == "" {
+		fetched <- nil
+	} else {
+		go func() {
+			fetched <- fetchProfile(fmt.Sprintf("%s?seconds=%d", serverURL, seconds), dir, name+"-server-*.cpu.pprof")
+		}()
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = wf.Close()
+		if err := <-fetched; err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// fetchProfile saves what url answers to a new file in dir named after
+// pattern (os.CreateTemp).
+func fetchProfile(url, dir, pattern string) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return fmt.Errorf("fetch the server's profile: %w", err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("fetch the server's profile: %s", resp.Status)
+	}
+	f, err := os.CreateTemp(dir, pattern)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("save the server's profile: %w", err)
+	}
+	return f.Close()
 }

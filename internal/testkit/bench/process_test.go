@@ -22,6 +22,23 @@ import (
 // a connection to it over TCP and the server process's CPU so far.
 func serverProcess(b *testing.B) (*nats.Conn, func() time.Duration) {
 	b.Helper()
+	sp := startServerProcess(b)
+	return sp.nc, sp.cpu
+}
+
+// serverProc is a nats-server process serverProcess started.
+type serverProc struct {
+	nc  *nats.Conn
+	cpu func() time.Duration // its CPU so far
+	// profileURL serves its CPU profiles (/debug/pprof/profile), when
+	// profileEnv asks for profiles; empty otherwise.
+	profileURL string
+}
+
+// startServerProcess is serverProcess; when profileEnv names a folder, the
+// server also serves its profiles on a port of its own.
+func startServerProcess(b *testing.B) serverProc {
+	b.Helper()
 	dir := b.TempDir()
 	exe := filepath.Join(dir, "nats-server")
 	build := exec.Command("go", "build", "-o", exe, "github.com/nats-io/nats-server/v2")
@@ -30,7 +47,14 @@ func serverProcess(b *testing.B) (*nats.Conn, func() time.Duration) {
 	}
 	port := natstest.FreePort(b)
 	var logs bytes.Buffer
-	cmd := exec.Command(exe, "-js", "-sd", filepath.Join(dir, "store"), "-a", "127.0.0.1", "-p", strconv.Itoa(port))
+	args := []string{"-js", "-sd", filepath.Join(dir, "store"), "-a", "127.0.0.1", "-p", strconv.Itoa(port)}
+	var profileURL string
+	if os.Getenv(profileEnv) != "" {
+		pp := natstest.FreePort(b)
+		args = append(args, "-profile", strconv.Itoa(pp))
+		profileURL = fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/profile", pp)
+	}
+	cmd := exec.Command(exe, args...)
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
 		b.Fatalf("start nats-server: %v", err)
@@ -48,7 +72,7 @@ func serverProcess(b *testing.B) (*nats.Conn, func() time.Duration) {
 	}, "nats-server on %s did not take connections; its log:\n%s", url, &logs)
 	b.Cleanup(nc.Close)
 	pid := cmd.Process.Pid
-	return nc, func() time.Duration { return processCPU(b, pid) }
+	return serverProc{nc: nc, cpu: func() time.Duration { return processCPU(b, pid) }, profileURL: profileURL}
 }
 
 // processCPU is the user and system CPU process pid used so far, read from
