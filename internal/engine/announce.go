@@ -53,7 +53,8 @@ func statusMsgID(r *model.Row) string {
 // PublishStatus publishes the status event of r's current status once,
 // with the given Nats-Msg-Id.
 func (rt *Runtime) PublishStatus(ctx context.Context, r *model.Row, worker, msgID string) error {
-	data, err := json.Marshal(r.StatusEvent(worker))
+	ev := r.StatusEvent(worker)
+	data, err := wire.EncodeStatusEvent(&ev)
 	if err != nil {
 		return fmt.Errorf("jetrun: encode status event of run %s: %w", r.ID, err)
 	}

@@ -122,7 +122,7 @@ func (p *publisher) publishTracked(ctx context.Context, kind, msgID string, v an
 }
 
 func (p *publisher) publishOutgoing(ctx context.Context, kind, msgID string, v any, wait bool, stored func(bool)) (uint64, bool, error) {
-	data, err := json.Marshal(v)
+	data, err := encodeEvent(v)
 	if err != nil {
 		return 0, false, fmt.Errorf("worker: encode %s event of run %s: %w", kind, p.runID, err)
 	}
@@ -141,6 +141,15 @@ func (p *publisher) publishOutgoing(ctx context.Context, kind, msgID string, v a
 	return seq, true, err
 }
 
+// encodeEvent encodes an event's payload: a status event (every attempt
+// publishes two) without reflection, as json.Marshal would.
+func encodeEvent(v any) ([]byte, error) {
+	if ev, ok := v.(events.StatusEvent); ok {
+		return wire.EncodeStatusEvent(&ev)
+	}
+	return json.Marshal(v)
+}
+
 // open sends the attempt's "running" status event without waiting for its
 // acknowledgement, so a first attempt's handler starts while it is on its
 // way. Its sequence is the fence of every later event (see publisher), so
@@ -148,7 +157,7 @@ func (p *publisher) publishOutgoing(ctx context.Context, kind, msgID string, v a
 // no event is sent under a fence that is not known yet. It is the first
 // event of the attempt.
 func (p *publisher) open(ctx context.Context, msgID string, v any) error {
-	data, err := json.Marshal(v)
+	data, err := encodeEvent(v)
 	if err != nil {
 		return fmt.Errorf("worker: encode %s event of run %s: %w", events.KindStatus, p.runID, err)
 	}
