@@ -64,7 +64,7 @@ func (s *Store) CreateLater(r *model.Row) func(context.Context) (uint64, error) 
 	if err := events.ValidateID(r.ID); err != nil {
 		return fail(fmt.Errorf("kv: create run: %w", err))
 	}
-	data, err := json.Marshal(r)
+	data, err := model.EncodeRow(r)
 	if err != nil {
 		return fail(fmt.Errorf("kv: encode run %s: %w", r.ID, err))
 	}

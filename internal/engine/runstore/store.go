@@ -309,7 +309,7 @@ func (s *Store) Create(ctx context.Context, r *model.Row) (uint64, error) {
 	if err := events.ValidateID(r.ID); err != nil {
 		return 0, fmt.Errorf("kv: create run: %w", err)
 	}
-	data, err := json.Marshal(r)
+	data, err := model.EncodeRow(r)
 	if err != nil {
 		return 0, fmt.Errorf("kv: encode run %s: %w", r.ID, err)
 	}
@@ -357,7 +357,7 @@ func (s *Store) Update(ctx context.Context, r *model.Row, rev uint64) (uint64, e
 	if err := events.ValidateID(r.ID); err != nil {
 		return 0, fmt.Errorf("kv: update run: %w", err)
 	}
-	data, err := json.Marshal(r)
+	data, err := model.EncodeRow(r)
 	if err != nil {
 		return 0, fmt.Errorf("kv: encode run %s: %w", r.ID, err)
 	}
