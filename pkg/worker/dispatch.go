@@ -65,7 +65,7 @@ func (w *Worker) process(ctx context.Context, agentType string, msg jetstream.Ms
 			// A dispatch whose row its client creates after it is usually
 			// found with its row: the tombstone is read only after a miss.
 			parallel := try == 0 && msg.Headers().Get(events.HeaderRowAfter) == ""
-			row, rev, cleared, err = w.readRow(ctx, d.RunID, wire.StreamSeq(msg), try == 0, parallel)
+			row, rev, cleared, err = w.readRow(ctx, d.RunID, msg, try == 0, parallel)
 		}
 		if errors.Is(err, runstore.ErrRunNotFound) {
 			// The dispatch is the record (a service published it straight
@@ -401,15 +401,24 @@ func (w *Worker) unclaimNew(ctx context.Context, claimed *model.Row, msg jetstre
 }
 
 // readRow reads the row of run id and, when it has none, whether the run
-// was cleared after the dispatch at seq was published (see
+// was cleared after the dispatch msg was published (see
 // runstore.Store.Cleared). first is the first read of a delivery; with parallel
-// too, the two reads go out together: one round trip.
-func (w *Worker) readRow(ctx context.Context, id string, seq uint64, first, parallel bool) (row *model.Row, rev uint64, cleared bool, err error) {
+// too, the two reads go out together: one round trip. A young dispatch
+// whose run has no trace at all in the runs bucket was not cleared
+// (runstore.Store.MissProvesUncleared): its tombstone is read only when
+// the row's key shows a removal (a plain publish's first delivery then
+// costs one read).
+func (w *Worker) readRow(ctx context.Context, id string, msg jetstream.Msg, first, parallel bool) (row *model.Row, rev uint64, cleared bool, err error) {
 	var (
 		tomb    sync.WaitGroup
 		tombErr error
 	)
+	seq := wire.StreamSeq(msg)
 	both := first && parallel
+	provable := both && w.store.MissProvesUncleared(storedAt(msg))
+	if provable {
+		both = false
+	}
 	if both {
 		tomb.Go(func() { cleared, tombErr = w.store.Index().Cleared(ctx, id, seq) })
 	}
@@ -425,6 +434,9 @@ func (w *Worker) readRow(ctx context.Context, id string, seq uint64, first, para
 	if !errors.Is(err, runstore.ErrRunNotFound) {
 		return row, rev, false, err
 	}
+	if provable && errors.Is(err, runstore.ErrNoTrace) {
+		return nil, 0, false, err
+	}
 	if !both {
 		cleared, tombErr = w.store.Index().Cleared(ctx, id, seq)
 	}
@@ -432,6 +444,15 @@ func (w *Worker) readRow(ctx context.Context, id string, seq uint64, first, para
 		return nil, 0, false, tombErr
 	}
 	return nil, 0, cleared, err
+}
+
+// storedAt is when the server stored the dispatch msg (zero if unknown).
+func storedAt(msg jetstream.Msg) time.Time {
+	meta, err := msg.Metadata()
+	if err != nil {
+		return time.Time{}
+	}
+	return meta.Timestamp
 }
 
 // heldElsewhere reports whether a live worker other than this process's

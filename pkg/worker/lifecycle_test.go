@@ -454,7 +454,16 @@ func TestDispatchOfAClearedRunIsDropped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// g1 was erased after its dispatch was published, as Runtime.Erase
+	// does it: the tombstone, then its row removed (a deletion marker).
+	g1 := model.NewRun("gone", events.Dispatch{RunID: "g1", Input: json.RawMessage(`{}`)}, ack.Sequence, time.Now())
+	if _, err := store.Create(ctx, g1); err != nil {
+		t.Fatal(err)
+	}
 	if err := store.Index().Tombstone(ctx, "g1", ack.Sequence); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Erase(ctx, g1); err != nil {
 		t.Fatal(err)
 	}
 	// g3's create landed, then its worker died before deleting the row.

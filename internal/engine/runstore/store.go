@@ -39,6 +39,10 @@ var (
 	ErrNoChange = model.ErrNoChange
 	// ErrCorruptRow is returned when a stored row is not valid JSON.
 	ErrCorruptRow = errors.New("corrupt run row")
+	// ErrNoTrace marks a miss of Lookup (ErrRunNotFound too) where the
+	// row's key holds no message at all: not even the marker a removal
+	// leaves for markerTTL (see MissProvesUncleared).
+	ErrNoTrace = errors.New("no row and no removal marker")
 	// ErrFinal is returned by Mutate and MutateFrom when fn would move a
 	// row out of its final status (completed, error, aborted): a final
 	// status is never left. Only RewriteFinal may change it.
@@ -243,6 +247,9 @@ func (s *Store) Lookup(ctx context.Context, id string) (*model.Row, uint64, erro
 		return nil, 0, fmt.Errorf("kv: get run: %w", err)
 	}
 	data, rev, err := s.read(ctx, id)
+	if errors.Is(err, errNoMessage) {
+		return nil, 0, fmt.Errorf("kv: get run %s: %w (%w)", id, ErrRunNotFound, ErrNoTrace)
+	}
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, 0, fmt.Errorf("kv: get run %s: %w", id, ErrRunNotFound)
 	}
@@ -277,6 +284,25 @@ func (s *Store) readMsg(id string) *nats.Msg {
 	return nats.NewMsg("$JS.API.DIRECT.GET." + wire.BucketStream(bucket) + "." + wire.BucketSubject(bucket, id))
 }
 
+// errNoMessage is a direct get's answer that the key has no message at
+// all (jetstream.ErrKeyNotFound too): no row, and no marker of a removal.
+var errNoMessage = fmt.Errorf("%w: no message", jetstream.ErrKeyNotFound)
+
+// MissProvesUncleared reports whether a Lookup that misses with
+// ErrNoTrace proves that the run was not cleared after a dispatch the
+// server stored at stored was published, so the dispatch's tombstone
+// (Index.Cleared) need not be read. Such a tombstone would be an erase's
+// after that dispatch (its mark is the dispatch stream's last sequence
+// then), and an erase writes its tombstone first and then removes the
+// row, leaving a deletion marker that lives markerTTL from then: a
+// dispatch younger than half of that (by this process's clock, so half a
+// minute allows for the two clocks' skew) finds that marker instead of
+// nothing, and reads the tombstone. Only a bucket of one replica answers:
+// a replica that is behind could miss the marker.
+func (s *Store) MissProvesUncleared(stored time.Time) bool {
+	return s.direct && s.replicas <= 1 && !stored.IsZero() && time.Since(stored) < markerTTL/2
+}
+
 // readAnswer reads a direct get's answer as read returns it.
 func readAnswer(resp *nats.Msg, err error) ([]byte, uint64, error) {
 	if err != nil {
@@ -285,7 +311,7 @@ func readAnswer(resp *nats.Msg, err error) ([]byte, uint64, error) {
 	if len(resp.Data) == 0 {
 		switch status := resp.Header.Get("Status"); status {
 		case "404":
-			return nil, 0, jetstream.ErrKeyNotFound
+			return nil, 0, errNoMessage
 		case "":
 		default:
 			return nil, 0, fmt.Errorf("direct get: %s %s", status, resp.Header.Get("Description"))
