@@ -64,7 +64,9 @@ func DecodeDispatch(data []byte) (Dispatch, error) {
 	if trimmed[0] != '{' {
 		return d, fmt.Errorf("%w: payload is not a JSON object (it starts with %q)", ErrBadDispatch, preview(trimmed))
 	}
-	if err := json.Unmarshal(trimmed, &d); err != nil {
+	if fast, ok := decodeDispatchFast(trimmed); ok {
+		d = fast
+	} else if err := json.Unmarshal(trimmed, &d); err != nil {
 		return Dispatch{}, fmt.Errorf("%w: %s", ErrBadDispatch, describeJSONError(err))
 	}
 	if err := d.Validate(); err != nil {
