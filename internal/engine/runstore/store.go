@@ -548,8 +548,11 @@ func (s *Store) List(ctx context.Context, keep func(*model.Row) bool) ([]*model.
 // takes the key's). Undecodable data is ErrCorruptRow.
 func Decode(key string, data []byte) (*model.Row, error) {
 	var r model.Row
-	if err := json.Unmarshal(data, &r); err != nil {
-		return nil, fmt.Errorf("kv: run %s: %w: %v", key, ErrCorruptRow, err)
+	if !model.DecodeRowFast(data, &r) {
+		r = model.Row{}
+		if err := json.Unmarshal(data, &r); err != nil {
+			return nil, fmt.Errorf("kv: run %s: %w: %v", key, ErrCorruptRow, err)
+		}
 	}
 	if r.ID == "" {
 		r.ID = key
