@@ -56,8 +56,8 @@ func BenchmarkWorkloadBulkDispatch(b *testing.B) {
 // bulkDispatch measures one bulk dispatch and its work-down on the server
 // nc and js are connected to; workers connect with connect. sp is the
 // server when it is a process of its own (its CPU is then reported apart),
-// else zero. With profileEnv set, the plain-publish work-down is profiled
-// (worker and server: profileBoth).
+// else zero. With profileEnv set, both work-downs are profiled (worker and
+// server: profileBoth).
 func bulkDispatch(b *testing.B, name string, nc *nats.Conn, js jetstream.JetStream, connect func() *nats.Conn, sp serverProc) {
 	ctx := context.Background()
 	raw := rawAsyncPublishRate(b, js)
@@ -94,10 +94,13 @@ func bulkDispatch(b *testing.B, name string, nc *nats.Conn, js jetstream.JetStre
 		}
 		dispatch, dispatchCPU = time.Since(begin), cpuTime()+server()-cpu0
 		stored1 := storedTotal(b, js)
+		wc := connect()
+		stopProfile := profileBoth(b, name+"-workdown", sp.profileURL, 1)
 		begin, w0, s0 := time.Now(), cpuTime(), server()
-		startWorker(b, connect(), concurrency, "noop", noop)
+		startWorker(b, wc, concurrency, "noop", noop)
 		lat.wait(b, "bulk-dispatched runs completed")
 		workDown, workDownWorker, workDownServer = time.Since(begin), cpuTime()-w0, server()-s0
+		stopProfile()
 		workDownCPU = workDownWorker + workDownServer
 		dispatchWrites, workDownWrites = stored1-stored0, storedTotal(b, js)-stored1
 
@@ -106,8 +109,8 @@ func bulkDispatch(b *testing.B, name string, nc *nats.Conn, js jetstream.JetStre
 		}
 		plain = plainPublishDispatches(b, js, runs)
 		stored2 := storedTotal(b, js)
-		wc := connect()
-		stopProfile := profileBoth(b, name+"-plain_workdown", sp.profileURL, 1)
+		wc = connect()
+		stopProfile = profileBoth(b, name+"-plain_workdown", sp.profileURL, 1)
 		begin, w0, s0 = time.Now(), cpuTime(), server()
 		startWorker(b, wc, concurrency, "plain", noop)
 		plainLat.wait(b, "plain-published runs completed")

@@ -6,7 +6,8 @@
 // worker's process per phase (and a heap profile while the runs wait) to the
 // folder JETRUN_BENCH_PROFILE names: each phase's per-run figures then show
 // which cost grows faster than the runs. BenchmarkWorkloadBulkDispatch
-// writes there, with JETRUN_BENCH_PROFILE set, CPU profiles of the
-// plain-publish work-down, the worker's process and (server_process) the
-// nats-server's, one pair per run: go tool pprof merges several.
+// writes there, with JETRUN_BENCH_PROFILE set, CPU profiles of its two
+// work-downs (DispatchMany's and plain publish's), the worker's process and
+// (server_process) the nats-server's, one pair per run: go tool pprof
+// merges several.
 package bench
