@@ -60,7 +60,15 @@ func BenchmarkWorkloadBulkDispatch(b *testing.B) {
 // server: profileBoth).
 func bulkDispatch(b *testing.B, name string, nc *nats.Conn, js jetstream.JetStream, connect func() *nats.Conn, sp serverProc) {
 	ctx := context.Background()
+	server := func() time.Duration {
+		if sp.cpu == nil {
+			return 0
+		}
+		return sp.cpu()
+	}
+	rawW, rawS := cpuTime(), server()
 	raw := rawAsyncPublishRate(b, js)
+	rawW, rawS = cpuTime()-rawW, server()-rawS
 	client, err := parent.New(jetruntest.OpenRuntime(b, nc, jetrun.Config{}), parent.Config{AllowUnknownAgentTypes: true})
 	if err != nil {
 		b.Fatal(err)
@@ -68,12 +76,6 @@ func bulkDispatch(b *testing.B, name string, nc *nats.Conn, js jetstream.JetStre
 	lat, plainLat := newLatencies(runs), newLatencies(runs)
 	lat.follow(b, nc)
 	plainLat.follow(b, nc)
-	server := func() time.Duration {
-		if sp.cpu == nil {
-			return 0
-		}
-		return sp.cpu()
-	}
 
 	var dispatch, workDown, plain, plainWorkDown time.Duration
 	var dispatchCPU, workDownCPU time.Duration
@@ -146,7 +148,9 @@ func bulkDispatch(b *testing.B, name string, nc *nats.Conn, js jetstream.JetStre
 	report(name+"_workdown_cpu", "workdown_worker_us_per_run", perRun(workDownWorker),
 		"workdown_server_us_per_run", perRun(workDownServer),
 		"plain_workdown_worker_us_per_run", perRun(plainWorker), "plain_workdown_server_us_per_run", perRun(plainServer),
-		"plain_workdown_stored_writes_per_run", float64(plainWrites)/runs, "load", loadAverage())
+		"plain_workdown_stored_writes_per_run", float64(plainWrites)/runs,
+		"raw_worker_process_us_per_msg", float64(rawW.Microseconds())/rawMessages,
+		"raw_server_us_per_msg", float64(rawS.Microseconds())/rawMessages, "load", loadAverage())
 }
 
 // storedTotal is how many messages every stream of js has stored so far.
