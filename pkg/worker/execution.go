@@ -105,7 +105,7 @@ func (w *Worker) execute(ctx context.Context, e *execution, row *model.Row, rev 
 		return
 	}
 	e.log.DebugContext(ctx, "run started")
-	e.row = e.rw.row().Clone()
+	e.row = e.rw.row() // read-only, as the rowWriter's: a write replaces it
 	run := &Run{b: e, row: e.row}
 	e.armClaim(hctx) // a run not claimed yet claims it when its window passes (lazy.go)
 	e.rw.startClock(time.Now())
@@ -113,8 +113,8 @@ func (w *Worker) execute(ctx context.Context, e *execution, row *model.Row, rev 
 	e.dlv.startBeats(time.Now())
 	w.observeStart(e, row)
 
-	// Nothing of the claimed row is used once the handler runs: a run
-	// waiting for hours does not keep it (e.row is its copy).
+	// Nothing of the claimed row is used once the handler runs but e.row,
+	// the same row: a run waiting for hours keeps one copy.
 	h, ending := w.handlers[row.AgentType], w.ending[row.AgentType]
 	result, herr, panicked := e.call(hctx, h, run)
 	defer e.leaveSlot(ending)()

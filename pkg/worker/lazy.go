@@ -389,7 +389,13 @@ func (e *execution) writeEnding(ctx context.Context, ev model.EndedWithoutClaim)
 // beside it when the attempt must (see claimNew).
 func (e *execution) createEnding(ctx context.Context, ev model.EndedWithoutClaim, now time.Time) (*model.Row, bool, error) {
 	lz := e.lz
-	row := lz.fresh.Clone()
+	lz.mu.Lock()
+	row := lz.fresh // the attempt ends: nothing reads it after this
+	lz.fresh = nil
+	lz.mu.Unlock()
+	if row == nil {
+		return nil, false, runstore.ErrRunExists // taken already: the caller reads the row
+	}
 	if err := model.Apply(row, ev, now); err != nil {
 		return nil, false, err
 	}
