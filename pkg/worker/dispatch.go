@@ -26,6 +26,7 @@ import (
 // Leave when an execution took the dispatch over (it settles it when the
 // attempt ends) or another delivery of it is held here.
 func (w *Worker) process(ctx context.Context, agentType string, msg jetstream.Msg, slot *pull.Slot) settle.Outcome {
+	msg = wire.WithMetadata(msg) // read several times below: parsed once
 	d, err := events.DecodeDispatch(msg.Data())
 	if err != nil {
 		return w.deadLetter(ctx, msg, agentType, DeadLetterMalformed, err.Error())

@@ -113,3 +113,31 @@ func IsSubjectInProcess(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
 }
+
+// WithMetadata returns msg with its metadata parsed once, now: every
+// later Metadata call answers from it (the same value: read-only). A
+// delivery's metadata is read several times on a run's way (its sequence,
+// its delivery count, when it was stored), and jetstream.Msg parses its
+// reply subject anew at each call.
+func WithMetadata(msg jetstream.Msg) jetstream.Msg {
+	if _, ok := msg.(*metaMsg); ok {
+		return msg
+	}
+	meta, err := msg.Metadata()
+	return &metaMsg{Msg: msg, meta: meta, err: err}
+}
+
+// metaMsg is a jetstream.Msg whose metadata was parsed once.
+type metaMsg struct {
+	jetstream.Msg
+	meta *jetstream.MsgMetadata
+	err  error
+}
+
+// Metadata returns the metadata parsed by WithMetadata, or its error.
+func (m *metaMsg) Metadata() (*jetstream.MsgMetadata, error) {
+	if m.err != nil {
+		return nil, m.err
+	}
+	return m.meta, nil
+}
