@@ -40,10 +40,7 @@ func (w *Worker) process(ctx context.Context, agentType string, msg jetstream.Ms
 	if d.Depth > w.cfg.MaxDepth {
 		return w.deadLetter(ctx, msg, agentType, DeadLetterTooDeep, fmt.Sprintf("depth %d exceeds the maximum nesting depth %d", d.Depth, w.cfg.MaxDepth))
 	}
-	log := w.log.With("run_id", d.RunID, "agent_type", agentType)
-	if id := wire.DispatchTrace(d).TraceID(); id != "" {
-		log = log.With("trace_id", id)
-	}
+	log := &runLog{w: w, runID: d.RunID, agentType: agentType, trace: events.TraceContext{TraceParent: d.TraceParent, TraceState: d.TraceState}}
 
 	// With a claim window the row is read first, even for a plain
 	// publish: a handler about to run before its claim must know the run
@@ -73,7 +70,7 @@ func (w *Worker) process(ctx context.Context, agentType string, msg jetstream.Ms
 			// to the stream): the run is claimed by creating its row,
 			// unless the run was cleared.
 			if cleared {
-				log.InfoContext(ctx, "dispatch for a cleared run dropped")
+				log.get().InfoContext(ctx, "dispatch for a cleared run dropped")
 				return settle.Ack()
 			}
 			// A dispatch published straight to the stream is checked
@@ -105,7 +102,7 @@ func (w *Worker) process(ctx context.Context, agentType string, msg jetstream.Ms
 			if ctx.Err() != nil {
 				return settle.Retry(0)
 			}
-			w.fault(ctx, log, "read run row", err)
+			w.fault(ctx, log.get(), "read run row", err)
 			w.ensure(ctx, err)
 			return settle.Retry(retryDelay(msg))
 		}
@@ -118,13 +115,36 @@ func (w *Worker) process(ctx context.Context, agentType string, msg jetstream.Ms
 			return o
 		}
 		if err != nil || try >= 8 {
-			w.fault(ctx, log, "claim run", err, "tries", try+1)
+			w.fault(ctx, log.get(), "claim run", err, "tries", try+1)
 			if err != nil {
 				w.ensure(ctx, err)
 			}
 			return settle.Retry(retryDelay(msg))
 		}
 	}
+}
+
+// runLog is the logger of a delivered dispatch's run, built on its first
+// use: a delivery on its happy path logs nothing before its execution,
+// which has a logger of its own (execution.log), and a logger's
+// attributes cost a copy and, under a text or JSON handler, their
+// formatting. It is used by the goroutine that processes the delivery.
+type runLog struct {
+	w                *Worker
+	runID, agentType string
+	trace            events.TraceContext
+	l                *slog.Logger
+}
+
+// get returns the run's logger.
+func (r *runLog) get() *slog.Logger {
+	if r.l == nil {
+		r.l = r.w.log.With("run_id", r.runID, "agent_type", r.agentType)
+		if id := r.trace.Valid().TraceID(); id != "" {
+			r.l = r.l.With("trace_id", id)
+		}
+	}
+	return r.l
 }
 
 // plainFirstDelivery reports whether msg, carrying d, is the first
@@ -146,7 +166,7 @@ func plainFirstDelivery(msg jetstream.Msg, d events.Dispatch) bool {
 // decide acts on one read of the row and says how to settle the dispatch.
 // retry is true when a compare-and-set lost a race and the row must be read
 // again; then, and with an error, o is not used.
-func (w *Worker) decide(ctx context.Context, log *slog.Logger, msg jetstream.Msg, row *model.Row, rev uint64, slot *pull.Slot) (o settle.Outcome, retry bool, err error) {
+func (w *Worker) decide(ctx context.Context, log *runLog, msg jetstream.Msg, row *model.Row, rev uint64, slot *pull.Slot) (o settle.Outcome, retry bool, err error) {
 	now := time.Now()
 	switch {
 	case row.Status.Final():
@@ -170,7 +190,7 @@ func (w *Worker) decide(ctx context.Context, log *slog.Logger, msg jetstream.Msg
 	} else if held && w.holderIdle(ctx, row, msg) {
 		// Its live holder does not execute it (holding.go): release it
 		// and read the row again to claim it.
-		if err := w.releaseIdle(ctx, log, row, false); err != nil {
+		if err := w.releaseIdle(ctx, log.get(), row, false); err != nil {
 			return settle.Leave(), false, err
 		}
 		return settle.Leave(), true, nil
@@ -184,7 +204,7 @@ func (w *Worker) decide(ctx context.Context, log *slog.Logger, msg jetstream.Msg
 	} else if alive, idle := w.lapsedHolderAnswers(ctx, row); alive && idle {
 		// Its holder's key lapsed but the process lives and no longer
 		// executes it: a hand-off, not a lost worker.
-		if err := w.releaseIdle(ctx, log, row, true); err != nil {
+		if err := w.releaseIdle(ctx, log.get(), row, true); err != nil {
 			return settle.Leave(), false, err
 		}
 		return settle.Leave(), true, nil
@@ -208,7 +228,7 @@ func (w *Worker) decide(ctx context.Context, log *slog.Logger, msg jetstream.Msg
 		if !publishedAfter(msg, row) {
 			return settle.Ack(), false, nil
 		}
-		return w.resumeGivenUp(ctx, log, row)
+		return w.resumeGivenUp(ctx, log.get(), row)
 
 	case row.CancelRequested:
 		return w.endUnclaimed(ctx, row, rev, events.StatusAborted, events.ReasonCancelled,
@@ -250,7 +270,7 @@ func (w *Worker) decide(ctx context.Context, log *slog.Logger, msg jetstream.Msg
 		return settle.Leave(), false, err
 	}
 	if row.Attempt > 0 {
-		log.InfoContext(ctx, "run taken over", "attempt", claimed.Attempt, "previous_worker", row.Worker)
+		log.get().InfoContext(ctx, "run taken over", "attempt", claimed.Attempt, "previous_worker", row.Worker)
 	}
 	w.execute(ctx, e, claimed, newRev)
 	return settle.Leave(), false, nil // the execution settled the dispatch
@@ -261,7 +281,7 @@ func (w *Worker) decide(ctx context.Context, log *slog.Logger, msg jetstream.Msg
 // created beside the tombstone read and could not delete (its worker died
 // in between, or the delete failed). It deletes the row and reports
 // whether it did. Only a takeover of a first attempt pays the read.
-func (w *Worker) clearedTakeover(ctx context.Context, log *slog.Logger, row *model.Row) (dropped bool, err error) {
+func (w *Worker) clearedTakeover(ctx context.Context, log *runLog, row *model.Row) (dropped bool, err error) {
 	if row.Attempt != 1 || row.DispatchSeq == 0 {
 		return false, nil
 	}
@@ -272,7 +292,7 @@ func (w *Worker) clearedTakeover(ctx context.Context, log *slog.Logger, row *mod
 	if err := w.store.Delete(ctx, row); err != nil {
 		return false, err
 	}
-	log.InfoContext(ctx, "row of a cleared run deleted; its dispatch dropped", "attempt", row.Attempt)
+	log.get().InfoContext(ctx, "row of a cleared run deleted; its dispatch dropped", "attempt", row.Attempt)
 	return true, nil
 }
 
