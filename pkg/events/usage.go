@@ -14,6 +14,12 @@ type UsageReport struct {
 	OutputTokens int64  `json:"outputTokens,omitempty"`
 	CostMicros   int64  `json:"costMicros,omitempty"`
 	Model        string `json:"model,omitempty"`
+	// AnsweredAtMs is when the provider answered the model call the
+	// report is for (Unix ms; 0: not said). A provider limit settles its
+	// grant with it: a call granted at a window's very end and answered
+	// before the roll was counted by the provider in that window, however
+	// late the report reaches the worker.
+	AnsweredAtMs int64 `json:"answeredAtMs,omitempty"`
 }
 
 // MaxModelNameLength bounds UsageReport.Model.
@@ -28,6 +34,9 @@ func (u UsageReport) Validate() error {
 	var errs []error
 	if u.InputTokens < 0 || u.OutputTokens < 0 || u.CostMicros < 0 {
 		errs = append(errs, errors.New("usage counts must not be negative"))
+	}
+	if u.AnsweredAtMs < 0 {
+		errs = append(errs, errors.New("usage answeredAtMs must not be negative"))
 	}
 	if len(u.Model) > MaxModelNameLength {
 		errs = append(errs, fmt.Errorf("usage model name is %d bytes; the limit is %d", len(u.Model), MaxModelNameLength))

@@ -134,6 +134,8 @@ func (e *execution) releaseGrant(g *limits.Grant) {
 
 // settleLimits settles the oldest open grant with the tokens of a usage
 // report: one report per call, so parallel calls each settle one grant.
+// The report's AnsweredAtMs says whether the provider counted the call
+// before a roll.
 func (e *execution) settleLimits(u Usage) {
 	e.lims.mu.Lock()
 	var g *limits.Grant
@@ -143,7 +145,11 @@ func (e *execution) settleLimits(u Usage) {
 	}
 	e.lims.mu.Unlock()
 	if g != nil {
-		g.Settle(u.InputTokens + u.OutputTokens)
+		var answered time.Time
+		if u.AnsweredAtMs > 0 {
+			answered = time.UnixMilli(u.AnsweredAtMs)
+		}
+		g.SettleAnswered(u.InputTokens+u.OutputTokens, answered)
 	}
 }
 

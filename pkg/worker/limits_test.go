@@ -90,11 +90,12 @@ func call(ctx context.Context, run *worker.Run, httpc *http.Client, url, tenant 
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	_ = resp.Body.Close()
+	answered := time.Now()
 	if resp.StatusCode == http.StatusTooManyRequests {
 		res.Release()
 		return jetruntype.RetryAfter(errors.New("provider: 429"), fakeprovider.RetryAfter(resp.Header))
 	}
-	return run.Usage(ctx, worker.Usage{InputTokens: used})
+	return run.Usage(ctx, worker.Usage{InputTokens: used, AnsweredAtMs: answered.UnixMilli()})
 }
 
 // TestLimitFleet: workers × runs (two tenants at 10:1, weights 3:1), each

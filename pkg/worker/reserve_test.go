@@ -215,9 +215,9 @@ func TestReserveHoldsSettlesAndReleases(t *testing.T) {
 		{what: "after the step", got: seen{300, 0}},
 		{what: "reserve 700", got: seen{300, 1}},
 		{what: "reserve 1 more", got: seen{300, 1}, refused: true},
-		{what: "reserve {InputTokens:-5 OutputTokens:0 CostMicros:0 Model:}", got: seen{300, 1}, bad: "must not be negative"},
-		{what: "reserve {InputTokens:0 OutputTokens:0 CostMicros:0 Model:}", got: seen{300, 1}, bad: "is empty"},
-		{what: fmt.Sprintf("reserve {InputTokens:0 OutputTokens:%d CostMicros:0 Model:}", events.MaxReserveAmount+1), got: seen{300, 1}, bad: "the most one reservation may hold"},
+		{what: "reserve {InputTokens:-5 OutputTokens:0 CostMicros:0 Model: AnsweredAtMs:0}", got: seen{300, 1}, bad: "must not be negative"},
+		{what: "reserve {InputTokens:0 OutputTokens:0 CostMicros:0 Model: AnsweredAtMs:0}", got: seen{300, 1}, bad: "is empty"},
+		{what: fmt.Sprintf("reserve {InputTokens:0 OutputTokens:%d CostMicros:0 Model: AnsweredAtMs:0}", events.MaxReserveAmount+1), got: seen{300, 1}, bad: "the most one reservation may hold"},
 	}
 	i := 0
 	for s := range steps {

@@ -105,6 +105,10 @@ function checkUsage(u) {
     if (typeof u.model !== 'string' || Buffer.byteLength(u.model) > 128) throw new TypeError('usage.model must be a string of at most 128 bytes');
     out.model = u.model;
   }
+  if (u.answeredAtMs !== undefined && u.answeredAtMs !== null) {
+    if (!Number.isInteger(u.answeredAtMs) || u.answeredAtMs < 0) throw new TypeError(`usage.answeredAtMs must be Unix ms, an integer >= 0, got ${u.answeredAtMs}`);
+    if (u.answeredAtMs > 0) out.answeredAtMs = u.answeredAtMs;
+  }
   return out;
 }
 
@@ -220,8 +224,11 @@ export class Run {
 
   /**
    * Reports what the run spent. Inside a step's function it is that step's:
-   * stored with the step and counted once, whatever dies when.
-   * @param {{inputTokens?: number, outputTokens?: number, costMicros?: number, model?: string}} u
+   * stored with the step and counted once, whatever dies when. answeredAtMs
+   * is when the provider answered the model call (Date.now() once the answer
+   * is in): a provider limit then counts a call granted at a window's very
+   * end in the window the provider counted it in.
+   * @param {{inputTokens?: number, outputTokens?: number, costMicros?: number, model?: string, answeredAtMs?: number}} u
    */
   usage(u) {
     const report = checkUsage(u);

@@ -107,8 +107,11 @@ export class Run<I = JSONValue> {
   chunk(data: unknown): void;
   progress(fraction: number, opts?: { phase?: string; message?: string; data?: unknown }): void;
   milestone(name: string, data?: unknown): void;
-  /** Inside a step's function, the step's usage; else the run's. */
-  usage(u: Usage): void;
+  /**
+   * Inside a step's function, the step's usage; else the run's. answeredAtMs:
+   * when the provider answered the model call (Unix ms), for a provider limit.
+   */
+  usage(u: Usage & { answeredAtMs?: number }): void;
   /** The stored output of step name, else fn's, stored first. */
   step<T>(name: string, fn: () => T | Promise<T>): Promise<T>;
   /** Waits for a signal and returns its payload; a takeover waits again (wrap it in a step to store it). */

@@ -21,7 +21,8 @@
 // window's last quarter or its last reservation's worth), and its
 // weighted fair queue serves its tenants in those proportions. A grant
 // still open at a roll and made in the window's last tenth is counted in
-// the next window too (the provider counts its call there); a blocked
+// the next window too (the provider counts its call there), unless its
+// settle says the call was answered before the roll; a blocked
 // worker gives back its remnant and what settles return to it. A pause (a
 // provider's 429 with its delay) is written to pause.<name>, which every
 // Limiter watches, and holds every reservation of the limit until it ends.

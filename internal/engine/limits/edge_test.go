@@ -106,3 +106,85 @@ func callProvider(t *testing.T, p *fakeprovider.Provider, tokens int64) int {
 	_ = resp.Body.Close()
 	return resp.StatusCode
 }
+
+// TestCallAnsweredBeforeTheRollCountsInItsOwnWindow: a reservation granted
+// in a window's last tenth and still open at the roll is charged to the
+// next window too, in case its call reaches the provider after the roll.
+// When its settle, made after the roll (a report late to reach its
+// worker), says the call was answered before the roll, the provider
+// counted it in the window it was granted in: the next window gets the
+// charge back, and another worker uses it to within 5 %, with no call past
+// the provider's limit.
+func TestCallAnsweredBeforeTheRollCountsInItsOwnWindow(t *testing.T) {
+	t.Parallel()
+	const (
+		window   = time.Second
+		tokens   = 1000
+		estimate = 100
+	)
+	p := &fakeprovider.Provider{Tokens: tokens, Window: window}
+	p.Start()
+	defer p.Close()
+	s := natstest.RunServer(t)
+	st := openStore(t, s)
+	ctx := context.Background()
+	if err := st.Put(ctx, limits.Spec{Name: "edge", Tokens: tokens, WindowMs: window.Milliseconds()}); err != nil {
+		t.Fatal(err)
+	}
+	late := startLimiter(t, s, "late", 10*window)
+	other := startLimiter(t, s, "other", 10*window)
+	ms := window.Milliseconds()
+	win := func() int64 { return time.Now().UnixMilli() / ms }
+	// In the window's last tenth, the late worker is granted a call and
+	// makes it at once; the provider answers well before the roll. The
+	// grant stays open until the window has rolled.
+	var next int64
+	for next == 0 {
+		natstest.Eventually(t, 10*window, func() bool { return time.Now().UnixMilli()%ms >= 910 }, "the last tenth of a window")
+		w := win()
+		g, err := late.Reserve(ctx, "edge", "", estimate)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if win() != w {
+			g.Release() // granted after the roll: again
+			continue
+		}
+		code := callProvider(t, p, estimate)
+		answered := time.Now()
+		natstest.Eventually(t, 10*window, func() bool { return win() > w }, "the window rolls")
+		g.SettleAnswered(estimate, answered)
+		if code == http.StatusOK && answered.UnixMilli()%ms < 980 && answered.UnixMilli()/ms == w {
+			next = w + 1 // else answered too near the roll (or after it): again
+		}
+	}
+	// The other worker reserves and calls until its grants come in a
+	// later window.
+	for {
+		g, err := other.Reserve(ctx, "edge", "", estimate)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if win() != next {
+			g.Release()
+			break
+		}
+		code := callProvider(t, p, estimate)
+		g.Settle(estimate)
+		if code != http.StatusOK {
+			t.Errorf("a call granted in window %d got %d", next, code)
+		}
+	}
+	for _, pw := range p.Windows() {
+		if pw.Index != next {
+			continue
+		}
+		t.Logf("window %d: %d tokens (%.1f%%), %d past the limit", pw.Index, pw.Tokens, 100*float64(pw.Tokens)/tokens, pw.OverLimit)
+		if pw.OverLimit > 0 {
+			t.Errorf("the provider rejected %d calls past its limit in the window after the roll", pw.OverLimit)
+		}
+		if pw.Tokens < tokens*95/100 {
+			t.Errorf("the window after the roll used %d tokens; want within 5%% of %d: the call answered before the roll was charged to it", pw.Tokens, tokens)
+		}
+	}
+}

@@ -437,7 +437,10 @@ type Grant struct {
 	pauses int64 // pauses of the limit this worker had seen when it granted
 	at     time.Time
 	weight float64 // its tenant's weight in the fair queue when granted
-	done   atomic.Bool
+	// carried: granted in the window before loc's and charged to this one
+	// too (carryLocked).
+	carried bool
+	done    atomic.Bool
 }
 
 // Pauses returns how many pauses of the limit the worker had seen when it
@@ -452,7 +455,17 @@ func (g *Grant) Tokens() int64 { return g.tokens }
 
 // Settle ends the call with the tokens it really used: the difference
 // from the reservation goes back to (or is taken from) this window.
-func (g *Grant) Settle(tokens int64) {
+func (g *Grant) Settle(tokens int64) { g.settle(tokens, time.Time{}) }
+
+// SettleAnswered is Settle for a call the provider answered at answered
+// (zero: not known). A grant made in a window's last tenth and still open
+// when the window rolled is charged to the next window too, since the
+// provider counts its call there if it reaches it after the roll
+// (carryLocked); a call answered before the roll was counted in the
+// window it was granted in, so the next window gets that charge back.
+func (g *Grant) SettleAnswered(tokens int64, answered time.Time) { g.settle(tokens, answered) }
+
+func (g *Grant) settle(tokens int64, answered time.Time) {
 	if !g.done.CompareAndSwap(false, true) {
 		return
 	}
@@ -462,7 +475,10 @@ func (g *Grant) Settle(tokens int64) {
 	loc.rollLocked(time.Now()) // a grant open at the roll is carried first
 	loc.concUsed--
 	delete(loc.open, g)
-	if loc.window == g.window {
+	switch {
+	case loc.window == g.window && g.carried && answeredBefore(answered, g.window, loc.spec):
+		loc.uncarryLocked(g) // the provider counted it in the window before
+	case loc.window == g.window:
 		loc.tokLeft += g.tokens - tokens
 		loc.used.Tokens += tokens - g.tokens
 	}
@@ -485,11 +501,8 @@ func (g *Grant) Release() {
 	loc.concUsed--
 	delete(loc.open, g)
 	if loc.window == g.window {
-		loc.reqLeft++
-		loc.tokLeft += g.tokens
-		loc.used.Requests--
-		loc.used.Tokens -= g.tokens
-		if loc.used.Tenants != nil {
+		loc.uncarryLocked(g)
+		if loc.used.Tenants != nil && !g.carried {
 			loc.used.Tenants[g.tenant]--
 		}
 	}

@@ -128,9 +128,10 @@ func (loc *local) rollLocked(now time.Time) {
 // window rolls, are counted in the next window too: their calls may reach
 // the provider after the roll, where the provider counts them (a fixed
 // window's edge), so the fleet must not lease that part of the next
-// window again. A call that reached the provider before the roll makes
-// the next window use that much less; a grant older than this has made
-// its call.
+// window again. A call answered before the roll was counted in the window
+// it was granted in: a settle that says when its call was answered
+// (Grant.SettleAnswered) gives the carry back to the new window. A grant
+// older than this has made its call.
 func carryEdge(spec Spec) time.Duration { return spec.Window() / 10 }
 
 // carryLocked charges the grants of window last still open and granted in
@@ -143,7 +144,7 @@ func (loc *local) carryLocked(last int64) {
 		if g.window != last || g.at.Before(edge) {
 			continue
 		}
-		g.window = loc.window
+		g.window, g.carried = loc.window, true
 		loc.reqLeft--
 		loc.tokLeft -= g.tokens
 		loc.used.Requests++
@@ -155,6 +156,28 @@ func (loc *local) carryLocked(last int64) {
 	if loc.spec.Tokens == 0 {
 		loc.tokLeft = 0
 	}
+}
+
+// uncarryLocked gives back to the window what g was charged in it: the
+// carry of a call the provider counted in the window before, or a grant
+// released unused.
+func (loc *local) uncarryLocked(g *Grant) {
+	loc.reqLeft++
+	loc.tokLeft += g.tokens
+	loc.used.Requests--
+	loc.used.Tokens -= g.tokens
+}
+
+// clockSlack is how long before a roll a carried grant's call must have
+// been answered to be taken as counted by the provider in the window
+// before: room for the difference between the reporter's clock and this
+// worker's (an http child may run on another host).
+func clockSlack(spec Spec) time.Duration { return carryEdge(spec) / 10 }
+
+// answeredBefore reports whether a call answered at answered (zero: not
+// known) was counted by the provider before window w began.
+func answeredBefore(answered time.Time, w int64, spec Spec) bool {
+	return !answered.IsZero() && answered.Before(windowEnd(w-1, spec).Add(-clockSlack(spec)))
 }
 
 // remnantLocked reports whether the slice has requests or tokens of a

@@ -193,10 +193,14 @@ class Run:
         self._marked.append(name)
 
     def usage(self, input_tokens: int = 0, output_tokens: int = 0, cost_micros: int = 0,
-              model: Optional[str] = None) -> None:
+              model: Optional[str] = None, answered_at_ms: Optional[int] = None) -> None:
         """Reports what work spent. Inside a step's function it is the step's
-        (stored with it, counted on the run once); elsewhere the run's."""
-        u = _usage(input_tokens, output_tokens, cost_micros, model)
+        (stored with it, counted on the run once); elsewhere the run's.
+        answered_at_ms is when the provider answered the model call (Unix
+        ms, int(time.time() * 1000) once the answer is in): a provider
+        limit then counts a call granted at a window's very end in the
+        window the provider counted it in."""
+        u = _usage(input_tokens, output_tokens, cost_micros, model, answered_at_ms)
         running = self._running_steps()
         if running:
             running[-1].append(u)
@@ -425,9 +429,12 @@ def _without_none(d: Mapping[str, Any]) -> Dict[str, Any]:
     return {k: v for k, v in d.items() if v is not None}
 
 
-def _usage(input_tokens: int, output_tokens: int, cost_micros: int, model: Optional[str]) -> Dict[str, Any]:
+def _usage(input_tokens: int, output_tokens: int, cost_micros: int, model: Optional[str],
+           answered_at_ms: Optional[int] = None) -> Dict[str, Any]:
     if min(input_tokens, output_tokens, cost_micros) < 0:
         raise ValueError("usage counts must not be negative")
+    if answered_at_ms is not None and (not isinstance(answered_at_ms, int) or answered_at_ms < 0):
+        raise ValueError("usage answered_at_ms must be a whole number of Unix ms, got %r" % (answered_at_ms,))
     u: Dict[str, Any] = {}
     if input_tokens:
         u["inputTokens"] = int(input_tokens)
@@ -437,12 +444,14 @@ def _usage(input_tokens: int, output_tokens: int, cost_micros: int, model: Optio
         u["costMicros"] = int(cost_micros)
     if model:
         u["model"] = model
+    if answered_at_ms:
+        u["answeredAtMs"] = answered_at_ms
     return u
 
 
 def _usage_kwargs(u: Mapping[str, Any]) -> Dict[str, Any]:
     return {"input_tokens": u.get("inputTokens", 0), "output_tokens": u.get("outputTokens", 0),
-            "cost_micros": u.get("costMicros", 0), "model": u.get("model")}
+            "cost_micros": u.get("costMicros", 0), "model": u.get("model"), "answered_at_ms": u.get("answeredAtMs")}
 
 
 Handler = Callable[[Run], Any]

@@ -25,7 +25,7 @@ def load_fixtures():
 
 def usage_kwargs(u):
     return {"input_tokens": u.get("inputTokens", 0), "output_tokens": u.get("outputTokens", 0),
-            "cost_micros": u.get("costMicros", 0), "model": u.get("model")}
+            "cost_micros": u.get("costMicros", 0), "model": u.get("model"), "answered_at_ms": u.get("answeredAtMs")}
 
 
 def play(test, run, child):

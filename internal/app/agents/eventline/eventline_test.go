@@ -35,6 +35,8 @@ func TestParse(t *testing.T) {
 		{`{"step":{"name":"think-1","usage":[]}}`, eventline.KindStep, ""},
 		{`{"step":{"name":"think-1","usage":[{"inputTokens":3},{"inputTokens":-3}]}}`, "", `"step.usage[1]": usage counts must not be negative`},
 		{`{"step":{"name":"think-1","usage":"lots"}}`, "", `"step.usage" must be a usage object or an array of them`},
+		{`{"usage":{"inputTokens":3,"answeredAtMs":1795000000000}}`, eventline.KindUsage, ""},
+		{`{"usage":{"inputTokens":3,"answeredAtMs":-1}}`, "", `"usage": usage answeredAtMs must not be negative`},
 		{`{"error":"boom","retryable":true}`, eventline.KindError, ""},
 		{`{"reserve":{"inputTokens":400,"outputTokens":200,"costMicros":9}}`, eventline.KindReserve, ""},
 		{`{"reserve":null}`, "", `"reserve" must be an object`},

@@ -112,6 +112,14 @@ func TestPythonChildrenShareALimit(t *testing.T) {
 		}
 	}
 	rule := fakeprovider.Rule(*limitsFull)
+	statuses, err := st.Statuses(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range statuses {
+		t.Logf("limit %s: paused until %s, %s after the overload ended (%d pauses)", s.Spec.Name,
+			s.Pause.Until().Format("15:04:05.000"), s.Pause.Until().Sub(overloadUntil), s.Pause.Count)
+	}
 	calls := p.Calls()
 	// A window is full when a reservation waited all through it, outside
 	// the overload. It is measured when its neighbours are full too: the
