@@ -2,6 +2,7 @@ package limits_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -186,5 +187,66 @@ func TestCallAnsweredBeforeTheRollCountsInItsOwnWindow(t *testing.T) {
 		if pw.Tokens < tokens*95/100 {
 			t.Errorf("the window after the roll used %d tokens; want within 5%% of %d: the call answered before the roll was charged to it", pw.Tokens, tokens)
 		}
+	}
+}
+
+// TestAClaimNotTakenIsFreedInTheWindowsLastQuarter: a holder that
+// reported reservations waiting is entitled to a part of the window,
+// which the other workers leave it; when it never takes it (here a
+// holder written to the pool that never comes back, like a worker killed
+// while its runs waited), the others stop leaving it that room in the
+// window's last quarter, so a worker that wants the window uses it to
+// within one reservation's estimate.
+func TestAClaimNotTakenIsFreedInTheWindowsLastQuarter(t *testing.T) {
+	t.Parallel()
+	const (
+		window   = time.Second
+		tokens   = 1000
+		estimate = 100
+	)
+	s := natstest.RunServer(t)
+	st := openStore(t, s)
+	ctx := context.Background()
+	if err := st.Put(ctx, limits.Spec{Name: "claim", Tokens: tokens, WindowMs: window.Milliseconds()}); err != nil {
+		t.Fatal(err)
+	}
+	ms := window.Milliseconds()
+	win := func() int64 { return time.Now().UnixMilli() / ms }
+	natstest.Eventually(t, 10*window, func() bool { return time.Now().UnixMilli()%ms < ms/10 }, "the first tenth of a window")
+	w := win()
+	// A holder with ten reservations waiting, reported in window w, that
+	// never takes its part nor renews.
+	_, js := natstest.Connect(t, s)
+	kv, err := js.KeyValue(ctx, ns.LimitsBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ghost := limits.Pool{Window: w, Holders: map[string]limits.Holder{"ghost": {
+		UntilMs: time.Now().Add(time.Minute).UnixMilli(), Waiting: 10, Tenants: map[string]int64{limits.DefaultTenant: 10}, Seen: w,
+	}}}
+	data, err := json.Marshal(ghost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "pool.claim", data); err != nil {
+		t.Fatal(err)
+	}
+	worker := startLimiter(t, s, "worker", 10*window)
+	var granted int64
+	for {
+		g, err := worker.Reserve(ctx, "claim", "", estimate)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if win() != w {
+			g.Release()
+			break
+		}
+		granted += estimate
+		g.Settle(estimate)
+	}
+	t.Logf("window %d: %d of %d tokens granted beside the claim of a holder that never took it", w, granted, tokens)
+	if granted < tokens-estimate {
+		t.Errorf("the worker was granted %d tokens of window %d; want at least %d: the unused claim held room back till the roll", granted, w, tokens-estimate)
 	}
 }

@@ -301,7 +301,7 @@ func (l *Limiter) sync(ctx context.Context, loc *local, take bool) error {
 		now := time.Now()
 		s := l.snap(loc)
 		w := windowOf(now, s.spec)
-		s.late = !now.Before(windowEnd(w, s.spec).Add(-s.spec.Window() / 4))
+		s.late = !now.Before(lateFrom(w, s.spec))
 		if s.window != w { // the local window is behind: its slice is gone
 			s.reqLeft, s.tokLeft, s.used = 0, 0, Totals{Window: w}
 		}
@@ -374,9 +374,16 @@ func (l *Limiter) sync(ctx context.Context, loc *local, take bool) error {
 	return errors.New("limits: too many compare-and-set conflicts on the pool")
 }
 
-// block marks loc as having found no room in p until something changes.
+// block marks loc as having found no room in p until something changes:
+// the pool, a holder's lease, the window, or the start of the window's
+// last quarter, where the others' claims stop holding room back (a
+// claimant that does not take its part, such as a worker that died
+// waiting, does not keep the rest of the fleet off it till the roll).
 func (l *Limiter) block(loc *local, p Pool, now time.Time, w int64) {
 	until := windowEnd(w, loc.spec)
+	if late := lateFrom(w, loc.spec); now.Before(late) {
+		until = late
+	}
 	for id, h := range p.Holders {
 		if id != l.cfg.Worker && h.Concurrent > 0 {
 			until = minTime(until, time.UnixMilli(h.UntilMs+1))
@@ -386,6 +393,10 @@ func (l *Limiter) block(loc *local, p Pool, now time.Time, w int64) {
 	loc.blockedUntil = until
 	l.mu.Unlock()
 }
+
+// lateFrom is when window w's last quarter starts: from then on the
+// claims of the fleet's shares hold nothing back (Pool.delta).
+func lateFrom(w int64, spec Spec) time.Time { return windowEnd(w, spec).Add(-spec.Window() / 4) }
 
 // delta is what one sync moves between the pool and a worker's slice
 // (negative: given back).
