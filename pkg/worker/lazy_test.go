@@ -185,3 +185,36 @@ func TestANegativeClaimWindowClaimsAtOnce(t *testing.T) {
 		t.Fatalf("row writes %s, want [running completed]", got)
 	}
 }
+
+// A step's work runs only in an attempt that holds its run: an attempt
+// that has not claimed its run (the claim window) claims it before the
+// step's function runs, so an unclaimed attempt that does not own the run
+// (a duplicate dispatch, a row read from a replica that was behind) never
+// does the work. Before, the work ran first and the claim came as the step
+// was stored: the nemesis saw a step's work run twice in attempt 1.
+func TestAStepsWorkRunsOnlyOnceItsRunIsClaimed(t *testing.T) {
+	t.Parallel()
+	env := jetruntest.NewEnv(t)
+	seen := make(chan string, 1)
+	env.StartWorker(t, worker.Config{}, func(w *worker.Worker) {
+		w.HandleFunc("stepper", func(ctx context.Context, run *worker.Run) (worker.Result, error) {
+			_, err := run.Step(ctx, "s1", func(ctx context.Context) (any, error) {
+				row, _, err := env.Store.Lookup(ctx, run.ID())
+				if err != nil {
+					seen <- err.Error()
+					return nil, nil
+				}
+				seen <- fmt.Sprintf("%s attempt %d", row.Status, row.Attempt)
+				return nil, nil
+			})
+			return worker.Result{Summary: "done"}, err
+		})
+	})
+	publish(t, env.JS, "jetrun.dispatch.stepper", `{"runId":"st1","input":{}}`)
+	if got := <-seen; got != "running attempt 1" {
+		t.Fatalf("the step's work ran with the run's row %q, want it claimed (running attempt 1)", got)
+	}
+	if row := jetruntest.WaitRow(t, env.Store, "st1", 20*time.Second, jetruntest.Final); row.Status != events.StatusCompleted {
+		t.Fatalf("run st1 ended %s (%s)", row.Status, row.Error)
+	}
+}

@@ -87,6 +87,11 @@ func (r *Run) Step(ctx context.Context, name string, fn func(ctx context.Context
 	} else if ok {
 		return stepResult(st, nil)
 	}
+	if c, ok := r.b.(claimer); ok {
+		if err := c.claimLate(ctx); err != nil {
+			return nil, err
+		}
+	}
 	start := time.Now()
 	spent := &stepUsage{}
 	v, ferr := fn(context.WithValue(ctx, stepUsageKey{}, spent))
@@ -122,6 +127,16 @@ func (r *Run) Step(ctx context.Context, name string, fn func(ctx context.Context
 		return nil, err
 	}
 	return stepResult(st, ferr)
+}
+
+// claimer is a backend whose attempt may not hold its run yet (the claim
+// window, Config.ClaimWindow). A step's work runs only once it does: an
+// unclaimed attempt may not own its run (a duplicate dispatch, or a row
+// read from a replica that was behind, starts one beside the attempt that
+// holds or ended the run), and storing the step claims anyway, so claiming
+// before the work costs no write more.
+type claimer interface {
+	claimLate(ctx context.Context) error
 }
 
 // Step is Run.Step with a typed output: fn's value is stored as JSON and
