@@ -56,7 +56,7 @@ func TestPythonSDKInstallsWithPip(t *testing.T) {
 	pipRun(t, tmp, python3(t), "-m", "venv", "--system-site-packages", venv)
 	py := filepath.Join(venv, "bin", "python")
 	pipRun(t, tmp, py, "-m", "pip", "install", "--no-index", "--find-links", debianWheels, "wheel")
-	pipRun(t, tmp, py, "-m", "pip", "install", "--no-build-isolation", "--no-index", sdkPython(t))
+	pipRun(t, tmp, py, "-m", "pip", "install", "--no-build-isolation", "--no-index", sdkCopy(t, tmp))
 
 	where := pipRun(t, tmp, py, "-c", "import importlib.resources as r, jetrun; "+
 		"print(jetrun.__file__); print(r.files('jetrun').joinpath('py.typed').is_file()); "+
@@ -92,4 +92,27 @@ func TestPythonSDKInstallsWithPip(t *testing.T) {
 	if got := storedSteps(waitFinalEvent(t, e.js, "py-pip-1")); !slices.Equal(got, []string{"count@1"}) {
 		t.Errorf("stored steps %v", got)
 	}
+}
+
+// sdkCopy copies what pip builds the package from (pyproject.toml,
+// README.md and the jetrun package) into dir/src and returns that: an
+// in-tree build with --no-build-isolation writes build/ and
+// jetrun.egg-info/ beside its sources, and must not write into the
+// checkout.
+func sdkCopy(t *testing.T, dir string) string {
+	t.Helper()
+	src, dst := sdkPython(t), filepath.Join(dir, "src")
+	if err := os.CopyFS(filepath.Join(dst, "jetrun"), os.DirFS(filepath.Join(src, "jetrun"))); err != nil {
+		t.Fatalf("copy the package to build: %v", err)
+	}
+	for _, f := range []string{"pyproject.toml", "README.md"} {
+		data, err := os.ReadFile(filepath.Join(src, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dst, f), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dst
 }
